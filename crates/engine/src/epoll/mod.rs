@@ -1,0 +1,448 @@
+//! The epoll driver: the same [`Driver`] interface over readiness notification, for kernels
+//! or sandboxes where io_uring is refused. Level-triggered; reads go into one zone-wide
+//! scratch buffer handed to the handler as a borrowed slice (the same contract as the
+//! io_uring buffer ring); writes are attempted at once and wait for `EPOLLOUT` only when the
+//! socket is full; files go out with `sendfile(2)`.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::driver::Driver;
+use crate::handler::Handler;
+use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId};
+use crate::waker::Waker;
+use crate::ZoneConfig;
+
+const T_CONN: u64 = 0;
+const T_LISTENER: u64 = 1 << 62;
+const T_WAKE: u64 = 2 << 62;
+const T_MASK: u64 = 3 << 62;
+
+/// Interest bits kept in `ConnIo::drv`.
+const WANT_IN: u32 = 1;
+const WANT_OUT: u32 = 2;
+
+/// Reads per readable event before other connections get a turn.
+const READ_BUDGET: usize = 16;
+
+/// A zone's epoll back end.
+pub struct EpollDriver {
+    epfd: OwnedFd,
+    io: Io,
+    listeners: Vec<Option<TcpListener>>,
+    waker: Waker,
+    events: Vec<libc::epoll_event>,
+    rbuf: Vec<u8>,
+    waits: u64,
+    accept_paused_until: Option<Instant>,
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+impl EpollDriver {
+    /// Creates the epoll instance of one zone.
+    pub fn new(cfg: &ZoneConfig, waker: Waker) -> io::Result<Self> {
+        // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new descriptor.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let epfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let d = EpollDriver {
+            epfd,
+            io: Io::new(1024),
+            listeners: Vec::new(),
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
+            rbuf: vec![0; cfg.recv_buffer_size as usize],
+            waker,
+            waits: 0,
+            accept_paused_until: None,
+        };
+        d.ctl(
+            libc::EPOLL_CTL_ADD,
+            d.waker.raw(),
+            libc::EPOLLIN as u32,
+            T_WAKE,
+        )?;
+        Ok(d)
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: epoll_ctl reads one live epoll_event; both descriptors are ours.
+        cvt(unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd, &mut ev) }).map(drop)
+    }
+
+    fn token(&self, c: ConnId) -> u64 {
+        T_CONN | ((self.io.conns[c.index()].gen as u64) << 32) | c.0 as u64
+    }
+
+    /// Brings the kernel's interest set in line with what the connection needs.
+    fn update_interest(&mut self, c: ConnId) {
+        let conn = &self.io.conns[c.index()];
+        let mut want = 0;
+        if !conn.paused && !conn.eof {
+            want |= WANT_IN;
+        }
+        if conn.in_flight {
+            want |= WANT_OUT;
+        }
+        if want == conn.drv {
+            return;
+        }
+        let mut ev = 0u32;
+        if want & WANT_IN != 0 {
+            ev |= libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32;
+        }
+        if want & WANT_OUT != 0 {
+            ev |= libc::EPOLLOUT as u32;
+        }
+        let token = self.token(c);
+        if let Err(e) = self.ctl(libc::EPOLL_CTL_MOD, c.0 as RawFd, ev, token) {
+            // Closed by `flush`, which has the handler to tell.
+            self.io.conns[c.index()].close_err = Some(e);
+            self.io.actions.push(Action::Close(c));
+            return;
+        }
+        self.io.conns[c.index()].drv = want;
+    }
+
+    fn accept<H: Handler>(&mut self, h: &mut H, id: u32) {
+        for _ in 0..64 {
+            let Some(l) = self.listeners[id as usize].as_ref() else {
+                return;
+            };
+            // SAFETY: accept4 with null address pointers; a non-negative result is a new
+            // descriptor that we own from here on (closed in `close_now`).
+            let fd = unsafe {
+                libc::accept4(
+                    l.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ECONNABORTED) => {}
+                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS)
+                    | Some(libc::ENOMEM) => {
+                        tracing::warn!("accept: {e}: out of descriptors; raise `ulimit -n` (accepting again shortly)");
+                        self.pause_accepts();
+                    }
+                    _ => tracing::debug!("accept: {e}"),
+                }
+                return;
+            }
+            let c = ConnId(fd as u32);
+            self.io.conn_mut(c).open();
+            self.io.conns[c.index()].drv = WANT_IN;
+            let token = self.token(c);
+            if let Err(e) = self.ctl(
+                libc::EPOLL_CTL_ADD,
+                fd,
+                libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32,
+                token,
+            ) {
+                tracing::warn!("epoll_ctl add: {e}");
+                // SAFETY: closes the descriptor accept4 just gave us; nothing else has it.
+                unsafe { libc::close(fd) };
+                self.io.conns[c.index()].state = ConnState::Free;
+                continue;
+            }
+            h.on_accept(&mut self.io, c, ListenerId(id));
+        }
+    }
+
+    fn pause_accepts(&mut self) {
+        self.accept_paused_until = Some(Instant::now() + Duration::from_millis(100));
+        for l in self.listeners.iter().flatten() {
+            // SAFETY: removes a descriptor we own from our epoll set.
+            unsafe {
+                libc::epoll_ctl(
+                    self.epfd.as_raw_fd(),
+                    libc::EPOLL_CTL_DEL,
+                    l.as_raw_fd(),
+                    std::ptr::null_mut(),
+                );
+            }
+        }
+    }
+
+    fn resume_accepts(&mut self) {
+        self.accept_paused_until = None;
+        for (id, l) in self.listeners.iter().enumerate() {
+            if let Some(l) = l {
+                let _ = self.ctl(
+                    libc::EPOLL_CTL_ADD,
+                    l.as_raw_fd(),
+                    libc::EPOLLIN as u32,
+                    T_LISTENER | id as u64,
+                );
+            }
+        }
+    }
+
+    fn readable<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        for _ in 0..READ_BUDGET {
+            let conn = &self.io.conns[c.index()];
+            if conn.state != ConnState::Open || conn.paused || conn.eof {
+                return;
+            }
+            // SAFETY: reads at most rbuf.len() bytes into our own live buffer.
+            let n =
+                unsafe { libc::read(c.0 as RawFd, self.rbuf.as_mut_ptr().cast(), self.rbuf.len()) };
+            if n > 0 {
+                let n = n as usize;
+                h.on_data(&mut self.io, c, &self.rbuf[..n]);
+                if n < self.rbuf.len() {
+                    return;
+                }
+            } else if n == 0 {
+                self.io.conns[c.index()].eof = true;
+                self.update_interest(c);
+                h.on_eof(&mut self.io, c);
+                return;
+            } else {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => return,
+                    Some(libc::EINTR) => continue,
+                    _ => return self.close_now(c, Some(e), h),
+                }
+            }
+        }
+    }
+
+    /// Writes as much queued output as the socket takes.
+    fn write_out<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        loop {
+            let conn = &mut self.io.conns[c.index()];
+            if conn.state != ConnState::Open {
+                return;
+            }
+            let r = match conn.out.front() {
+                None => break,
+                Some(Chunk::Bytes { buf, pos }) => {
+                    let rest = &buf[*pos..];
+                    // SAFETY: writes from a live slice of the queued vector.
+                    unsafe {
+                        libc::send(
+                            c.0 as RawFd,
+                            rest.as_ptr().cast(),
+                            rest.len(),
+                            libc::MSG_NOSIGNAL,
+                        )
+                    }
+                }
+                Some(Chunk::File { file, off, end }) => {
+                    let mut o = *off as libc::off_t;
+                    let len = (end - off).min(1 << 30) as usize;
+                    // SAFETY: sendfile reads/updates one live off_t; both descriptors are open.
+                    unsafe { libc::sendfile(c.0 as RawFd, file.as_raw_fd(), &mut o, len) }
+                }
+            };
+            if r > 0 {
+                if conn.advance(r as u64) {
+                    conn.pop_front();
+                }
+                continue;
+            }
+            let e = if r == 0 {
+                io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being sent")
+            } else {
+                io::Error::last_os_error()
+            };
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => {
+                    conn.in_flight = true; // waiting for EPOLLOUT
+                    self.update_interest(c);
+                    return;
+                }
+                Some(libc::EINTR) => continue,
+                _ => return self.close_now(c, Some(e), h),
+            }
+        }
+        if self.io.conns[c.index()].drv & WANT_OUT != 0 {
+            self.update_interest(c);
+        }
+        let conn = &mut self.io.conns[c.index()];
+        match std::mem::replace(&mut conn.after_flush, AfterFlush::Nothing) {
+            AfterFlush::Nothing => {}
+            AfterFlush::Close => return self.close_now(c, None, h),
+            AfterFlush::ShutdownWrite => {
+                // SAFETY: shutdown on a descriptor we own.
+                unsafe { libc::shutdown(c.0 as RawFd, libc::SHUT_WR) };
+            }
+        }
+        let conn = &mut self.io.conns[c.index()];
+        if conn.notify_flushed {
+            conn.notify_flushed = false;
+            h.on_flushed(&mut self.io, c);
+        }
+    }
+
+    fn close_now<H: Handler>(&mut self, c: ConnId, err: Option<io::Error>, h: &mut H) {
+        let conn = &mut self.io.conns[c.index()];
+        if conn.state != ConnState::Open {
+            return;
+        }
+        conn.state = ConnState::Free;
+        conn.in_flight = false;
+        conn.out.clear();
+        let err = err.or_else(|| conn.close_err.take());
+        // SAFETY: closes the connection's descriptor, which we own; close also removes it
+        // from the epoll set.
+        unsafe { libc::close(c.0 as RawFd) };
+        h.on_closed(&mut self.io, c, err);
+    }
+
+    fn flush<H: Handler>(&mut self, h: &mut H) {
+        loop {
+            let actions = std::mem::take(&mut self.io.actions);
+            for a in &actions {
+                match *a {
+                    Action::Close(c) => self.close_now(c, None, h),
+                    Action::PauseRecv(c) | Action::ResumeRecv(c) => {
+                        if self.io.conns[c.index()].state == ConnState::Open {
+                            self.update_interest(c);
+                        }
+                    }
+                }
+            }
+            if self.io.stop_listening {
+                self.io.stop_listening = false;
+                for l in self.listeners.iter_mut() {
+                    *l = None; // closing the socket also removes it from the epoll set
+                }
+            }
+            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+                break;
+            }
+            while let Some(c) = self.io.dirty.pop() {
+                self.io.conns[c.index()].dirty = false;
+                if !self.io.conns[c.index()].in_flight {
+                    self.write_out(h, c);
+                }
+            }
+        }
+    }
+}
+
+impl Driver for EpollDriver {
+    fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId> {
+        let id = self.listeners.len() as u32;
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            listener.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            T_LISTENER | id as u64,
+        )?;
+        self.listeners.push(Some(listener));
+        Ok(ListenerId(id))
+    }
+
+    fn poll<H: Handler>(&mut self, h: &mut H, timeout: Option<Duration>) -> io::Result<()> {
+        self.flush(h);
+        let mut timeout = timeout;
+        if let Some(t) = self.accept_paused_until {
+            let now = Instant::now();
+            if t <= now {
+                self.resume_accepts();
+            } else {
+                timeout = Some(timeout.map_or(t - now, |x| x.min(t - now)));
+            }
+        }
+        let ms = match timeout {
+            None => -1,
+            Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+        };
+        self.waits += 1;
+        // SAFETY: epoll_wait writes at most events.len() entries into our live vector.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epfd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as i32,
+                ms,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok(());
+            }
+            return Err(io::Error::new(e.kind(), format!("epoll_wait: {e}")));
+        }
+        self.io.now = Instant::now();
+        for i in 0..n as usize {
+            let ev = self.events[i];
+            let (token, bits) = (ev.u64, ev.events);
+            match token & T_MASK {
+                T_LISTENER => self.accept(h, (token & 0xffff_ffff) as u32),
+                T_WAKE => {
+                    let mut v = 0u64;
+                    // SAFETY: reads 8 bytes into a live u64 from our eventfd.
+                    unsafe { libc::read(self.waker.raw(), (&mut v as *mut u64).cast(), 8) };
+                    h.on_wake(&mut self.io);
+                }
+                _ => {
+                    let c = ConnId(token as u32);
+                    let gen = ((token >> 32) as u32) & crate::uring::userdata::GEN_MASK;
+                    let Some(conn) = self.io.conns.get(c.index()) else {
+                        continue;
+                    };
+                    if conn.gen != gen || conn.state != ConnState::Open {
+                        continue; // an event for a connection closed earlier in this batch
+                    }
+                    if bits & (libc::EPOLLOUT as u32 | libc::EPOLLERR as u32) != 0 && conn.in_flight
+                    {
+                        self.io.conns[c.index()].in_flight = false;
+                        self.write_out(h, c);
+                    }
+                    if bits
+                        & (libc::EPOLLIN as u32
+                            | libc::EPOLLRDHUP as u32
+                            | libc::EPOLLHUP as u32
+                            | libc::EPOLLERR as u32)
+                        != 0
+                    {
+                        self.readable(h, c);
+                    }
+                }
+            }
+        }
+        self.flush(h);
+        Ok(())
+    }
+
+    fn io(&mut self) -> &mut Io {
+        &mut self.io
+    }
+
+    fn name(&self) -> &'static str {
+        "epoll"
+    }
+
+    fn waits(&self) -> u64 {
+        self.waits
+    }
+}
+
+impl Drop for EpollDriver {
+    fn drop(&mut self) {
+        for (i, conn) in self.io.conns.iter().enumerate() {
+            if conn.state == ConnState::Open {
+                // SAFETY: closes descriptors this driver accepted and still owns.
+                unsafe { libc::close(i as RawFd) };
+            }
+        }
+    }
+}

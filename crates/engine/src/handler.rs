@@ -1,0 +1,38 @@
+//! The callbacks a zone's driver makes into the code that owns the connections.
+
+use std::io;
+use std::time::Duration;
+
+use crate::io::{ConnId, Io, ListenerId};
+
+/// What a protocol (HTTP, echo, a proxy) implements to run on a zone.
+///
+/// Every callback runs on the zone's thread, between two waits of the driver. Output and
+/// actions queued on `io` are carried out when the callback batch is over, in one submission.
+pub trait Handler {
+    /// A connection was accepted on `listener`. Its handle stays valid until
+    /// [`Handler::on_closed`] is called for it.
+    fn on_accept(&mut self, io: &mut Io, conn: ConnId, listener: ListenerId);
+
+    /// Bytes arrived. `data` borrows the driver's receive buffer (a provided-buffer ring slot
+    /// on io_uring): it is recycled as soon as this returns, so copy out only what must
+    /// outlive the call.
+    fn on_data(&mut self, io: &mut Io, conn: ConnId, data: &[u8]);
+
+    /// The peer closed its write side (a read returned 0). No more data will arrive.
+    fn on_eof(&mut self, io: &mut Io, conn: ConnId);
+
+    /// Everything queued was written, after [`Io::notify_when_flushed`].
+    fn on_flushed(&mut self, _io: &mut Io, _conn: ConnId) {}
+
+    /// The connection is gone: closed by the handler, by an error (`err`), or at shutdown.
+    /// Called exactly once per accepted connection; the handle may be reused afterwards.
+    fn on_closed(&mut self, io: &mut Io, conn: ConnId, err: Option<io::Error>);
+
+    /// Called when the interval it last returned has passed (and once at start). Returns the
+    /// time until it wants to be called again; `None` means "only when something happens".
+    fn on_timer(&mut self, io: &mut Io) -> Option<Duration>;
+
+    /// The zone's [`crate::Waker`] was woken (a control message is waiting).
+    fn on_wake(&mut self, io: &mut Io);
+}

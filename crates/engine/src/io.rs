@@ -1,0 +1,328 @@
+//! The per-zone I/O surface a [`Handler`](crate::Handler) talks to.
+//!
+//! Both drivers own one [`Io`]; the handler queues output and actions on it while the driver
+//! dispatches completions, and the driver turns the queue into system calls (epoll) or
+//! submission-queue entries (io_uring) once per loop iteration, so a burst of pipelined
+//! requests costs one send, not one per response.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// A connection handle. For io_uring it is the direct-descriptor slot (the kernel's own
+/// index is the handle: no fd table, no lookup); for epoll it is the file descriptor.
+/// Both are small dense integers, so handlers index plain vectors with them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u32);
+
+impl ConnId {
+    /// The index for per-connection tables.
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A listener registered with [`crate::Driver::add_listener`], in registration order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListenerId(pub u32);
+
+/// One piece of queued output. The front chunk may be owned by an in-flight operation: it is
+/// neither moved nor mutated until that operation's completion arrives.
+pub(crate) enum Chunk {
+    Bytes { buf: Vec<u8>, pos: usize },
+    File { file: Rc<File>, off: u64, end: u64 },
+}
+
+impl Chunk {
+    pub(crate) fn remaining(&self) -> u64 {
+        match self {
+            Chunk::Bytes { buf, pos } => (buf.len() - pos) as u64,
+            Chunk::File { off, end, .. } => end - off,
+        }
+    }
+}
+
+/// What to do once every queued byte has been written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AfterFlush {
+    Nothing,
+    ShutdownWrite,
+    Close,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnState {
+    /// No connection in this slot.
+    Free,
+    Open,
+    /// Close requested; the driver is cancelling operations and closing the descriptor.
+    /// The handle is not reused until `on_closed` has been delivered.
+    Closing,
+}
+
+/// Per-connection state shared by both drivers.
+pub(crate) struct ConnIo {
+    pub gen: u32,
+    pub state: ConnState,
+    pub out: VecDeque<Chunk>,
+    /// An operation that reads `out.front()` is in flight.
+    pub in_flight: bool,
+    pub after_flush: AfterFlush,
+    pub notify_flushed: bool,
+    pub paused: bool,
+    pub eof: bool,
+    pub dirty: bool,
+    pub close_err: Option<io::Error>,
+    /// A recycled output vector, so steady keep-alive traffic allocates nothing.
+    pub spare: Vec<u8>,
+    /// Driver-private per-connection word (the io_uring driver keeps its receive state here).
+    pub drv: u32,
+    /// Bytes sitting in this connection's splice pipe (io_uring file sends).
+    pub pipe_fill: u32,
+    pub pipe: Option<crate::uring::pipes::Pipe>,
+}
+
+impl ConnIo {
+    fn new() -> Self {
+        ConnIo {
+            gen: 0,
+            state: ConnState::Free,
+            out: VecDeque::new(),
+            in_flight: false,
+            after_flush: AfterFlush::Nothing,
+            notify_flushed: false,
+            paused: false,
+            eof: false,
+            dirty: false,
+            close_err: None,
+            spare: Vec::new(),
+            drv: 0,
+            pipe_fill: 0,
+            pipe: None,
+        }
+    }
+
+    /// Resets for a new connection in this slot; keeps the spare buffer.
+    pub(crate) fn open(&mut self) {
+        self.gen = self.gen.wrapping_add(1) & crate::uring::userdata::GEN_MASK;
+        self.state = ConnState::Open;
+        debug_assert!(self.out.is_empty() && !self.in_flight);
+        self.after_flush = AfterFlush::Nothing;
+        self.notify_flushed = false;
+        self.paused = false;
+        self.eof = false;
+        self.dirty = false;
+        self.close_err = None;
+        self.drv = 0;
+        self.pipe_fill = 0;
+    }
+
+    /// Drops queued output that no operation owns.
+    pub(crate) fn drop_unsent(&mut self) {
+        let keep = usize::from(self.in_flight);
+        while self.out.len() > keep {
+            self.out.pop_back();
+        }
+    }
+
+    /// The front chunk was written completely: pop it and keep its vector for reuse.
+    pub(crate) fn pop_front(&mut self) {
+        if let Some(Chunk::Bytes { mut buf, .. }) = self.out.pop_front() {
+            if self.spare.capacity() == 0 && buf.capacity() <= MAX_SPARE {
+                buf.clear();
+                self.spare = buf;
+            }
+        }
+    }
+
+    /// Records that `n` bytes of the front chunk were written; true if it is now done.
+    pub(crate) fn advance(&mut self, n: u64) -> bool {
+        match self.out.front_mut() {
+            Some(Chunk::Bytes { buf, pos }) => {
+                *pos += n as usize;
+                *pos == buf.len()
+            }
+            Some(Chunk::File { off, end, .. }) => {
+                *off += n;
+                *off == *end
+            }
+            None => true,
+        }
+    }
+}
+
+/// Output vectors larger than this are freed rather than kept for reuse.
+const MAX_SPARE: usize = 64 * 1024;
+
+/// Deferred actions the driver carries out after the handler returns.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Action {
+    Close(ConnId),
+    PauseRecv(ConnId),
+    ResumeRecv(ConnId),
+}
+
+/// The handler's view of a zone's connections: queue output, close, pause reading.
+pub struct Io {
+    pub(crate) conns: Vec<ConnIo>,
+    pub(crate) dirty: Vec<ConnId>,
+    pub(crate) actions: Vec<Action>,
+    pub(crate) now: Instant,
+    pub(crate) exit: bool,
+    pub(crate) stop_listening: bool,
+}
+
+impl Io {
+    pub(crate) fn new(capacity: usize) -> Self {
+        let mut conns = Vec::with_capacity(capacity);
+        conns.resize_with(capacity, ConnIo::new);
+        Io {
+            conns,
+            dirty: Vec::new(),
+            actions: Vec::new(),
+            now: Instant::now(),
+            exit: false,
+            stop_listening: false,
+        }
+    }
+
+    pub(crate) fn conn_mut(&mut self, c: ConnId) -> &mut ConnIo {
+        let i = c.index();
+        if i >= self.conns.len() {
+            self.conns.resize_with(i + 1, ConnIo::new);
+        }
+        &mut self.conns[i]
+    }
+
+    pub(crate) fn mark_dirty(&mut self, c: ConnId) {
+        let conn = &mut self.conns[c.index()];
+        if !conn.dirty {
+            conn.dirty = true;
+            self.dirty.push(c);
+        }
+    }
+
+    fn is_open(&self, c: ConnId) -> bool {
+        self.conns
+            .get(c.index())
+            .is_some_and(|x| x.state == ConnState::Open)
+    }
+
+    /// The time at the start of this loop iteration (one clock read per iteration).
+    #[inline]
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Appends bytes to the connection's output. Copies `data`; see [`Io::out_buf`] to
+    /// serialise in place.
+    pub fn write(&mut self, c: ConnId, data: &[u8]) {
+        if let Some(buf) = self.out_buf(c) {
+            buf.extend_from_slice(data);
+        }
+    }
+
+    /// The vector at the tail of the connection's output, to serialise a response into it
+    /// directly. Everything appended is sent in order after what was queued before.
+    /// Returns `None` if the connection is closing.
+    pub fn out_buf(&mut self, c: ConnId) -> Option<&mut Vec<u8>> {
+        if !self.is_open(c) {
+            return None;
+        }
+        self.mark_dirty(c);
+        let conn = &mut self.conns[c.index()];
+        let appendable = matches!(conn.out.back(), Some(Chunk::Bytes { .. }))
+            && !(conn.in_flight && conn.out.len() == 1);
+        if !appendable {
+            let buf = std::mem::take(&mut conn.spare);
+            conn.out.push_back(Chunk::Bytes { buf, pos: 0 });
+        }
+        match conn.out.back_mut() {
+            Some(Chunk::Bytes { buf, .. }) => Some(buf),
+            _ => unreachable!("an appendable bytes chunk was just ensured"),
+        }
+    }
+
+    /// Queues `len` bytes of `file` from `offset`, sent without copying through user space
+    /// (splice on io_uring, sendfile on epoll).
+    pub fn send_file(&mut self, c: ConnId, file: Rc<File>, offset: u64, len: u64) {
+        if len == 0 || !self.is_open(c) {
+            return;
+        }
+        self.mark_dirty(c);
+        let conn = &mut self.conns[c.index()];
+        conn.out.push_back(Chunk::File {
+            file,
+            off: offset,
+            end: offset + len,
+        });
+    }
+
+    /// Bytes queued and not yet written, for back-pressure decisions.
+    pub fn pending(&self, c: ConnId) -> u64 {
+        self.conns
+            .get(c.index())
+            .map_or(0, |x| x.out.iter().map(Chunk::remaining).sum::<u64>())
+    }
+
+    /// Calls [`Handler::on_flushed`](crate::Handler::on_flushed) once the output is empty.
+    pub fn notify_when_flushed(&mut self, c: ConnId) {
+        if self.is_open(c) {
+            self.conns[c.index()].notify_flushed = true;
+            self.mark_dirty(c);
+        }
+    }
+
+    /// Closes the connection now, dropping unsent output. `on_closed` follows.
+    pub fn close(&mut self, c: ConnId) {
+        if self.is_open(c) {
+            self.actions.push(Action::Close(c));
+        }
+    }
+
+    /// Closes once everything queued has been written.
+    pub fn close_after_flush(&mut self, c: ConnId) {
+        if self.is_open(c) {
+            self.conns[c.index()].after_flush = AfterFlush::Close;
+            self.mark_dirty(c);
+        }
+    }
+
+    /// Sends FIN (shutdown of the write side) once everything queued has been written;
+    /// reading goes on, so a lingering close can drain what the peer still sends.
+    pub fn shutdown_after_flush(&mut self, c: ConnId) {
+        if self.is_open(c) {
+            self.conns[c.index()].after_flush = AfterFlush::ShutdownWrite;
+            self.mark_dirty(c);
+        }
+    }
+
+    /// Stops delivering data. A little data already received may still arrive.
+    pub fn pause_recv(&mut self, c: ConnId) {
+        if self.is_open(c) && !self.conns[c.index()].paused {
+            self.conns[c.index()].paused = true;
+            self.actions.push(Action::PauseRecv(c));
+        }
+    }
+
+    /// Resumes delivering data after [`Io::pause_recv`].
+    pub fn resume_recv(&mut self, c: ConnId) {
+        if self.is_open(c) && self.conns[c.index()].paused {
+            self.conns[c.index()].paused = false;
+            self.actions.push(Action::ResumeRecv(c));
+        }
+    }
+
+    /// Closes every listener of this zone (graceful shutdown: no new connections here).
+    pub fn stop_listening(&mut self) {
+        self.stop_listening = true;
+    }
+
+    /// Makes [`crate::Driver::run`] return after this iteration.
+    pub fn exit(&mut self) {
+        self.exit = true;
+    }
+}

@@ -1,0 +1,149 @@
+//! # ringx-engine: thread-per-core zones over io_uring or epoll
+//!
+//! A **zone** is one thread pinned to one CPU with everything it needs to serve its
+//! connections and nothing shared with other zones: its own ring (or epoll set), receive
+//! buffers, connection table and timers, and its own `SO_REUSEPORT` listening sockets, so the
+//! kernel spreads new connections over zones and a connection never leaves the zone that
+//! accepted it.
+//!
+//! A protocol plugs in by implementing [`Handler`]; the zone's [`Driver`] calls it with
+//! accepted connections and received bytes (borrowed straight from the receive buffers), and
+//! the handler answers by queueing output on [`Io`]. Both drivers offer the same contract:
+//!
+//! * [`uring::UringDriver`] (default): multishot accept into direct descriptors, multishot
+//!   receive into a provided-buffer ring, sends resumed after short writes, files spliced,
+//!   everything submitted in one `io_uring_enter` per loop iteration.
+//! * [`epoll::EpollDriver`]: readiness-based fallback, chosen when [`uring::probe::check`]
+//!   says io_uring is refused.
+//!
+//! ```no_run
+//! use ringx_engine::{bind_reuseport, run_zone, ConnId, EngineKind, Handler, Io, ListenOptions,
+//!                    ListenerId, Waker, ZoneConfig};
+//! use std::time::Duration;
+//!
+//! /// Echoes every byte back.
+//! struct Echo;
+//! impl Handler for Echo {
+//!     fn on_accept(&mut self, _: &mut Io, _: ConnId, _: ListenerId) {}
+//!     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) { io.write(c, data) }
+//!     fn on_eof(&mut self, io: &mut Io, c: ConnId) { io.close_after_flush(c) }
+//!     fn on_closed(&mut self, _: &mut Io, _: ConnId, _: Option<std::io::Error>) {}
+//!     fn on_timer(&mut self, _: &mut Io) -> Option<Duration> { None }
+//!     fn on_wake(&mut self, io: &mut Io) { io.exit() }
+//! }
+//!
+//! let listener = bind_reuseport("127.0.0.1:7000".parse().unwrap(), &ListenOptions::default()).unwrap();
+//! let cfg = ZoneConfig { engine: EngineKind::Uring, ..ZoneConfig::default() };
+//! run_zone(&cfg, vec![listener], Waker::new().unwrap(), &mut Echo).unwrap();
+//! ```
+
+pub mod driver;
+pub mod epoll;
+mod handler;
+mod io;
+mod listen;
+pub mod sys;
+pub mod timer;
+pub mod uring;
+mod waker;
+
+pub use driver::Driver;
+pub use handler::Handler;
+pub use io::{ConnId, Io, ListenerId};
+pub use listen::{bind_reuseport, ListenOptions};
+pub use timer::TimerWheel;
+pub use waker::Waker;
+
+use std::net::TcpListener;
+
+/// Which back end a zone runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// io_uring (Linux 6.0 or later for everything the driver uses).
+    Uring,
+    /// epoll, the portable fallback.
+    Epoll,
+}
+
+impl EngineKind {
+    /// "uring" or "epoll".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Uring => "uring",
+            EngineKind::Epoll => "epoll",
+        }
+    }
+}
+
+/// The settings of one zone.
+#[derive(Clone, Debug)]
+pub struct ZoneConfig {
+    /// Zone number, for logs.
+    pub id: usize,
+    /// CPU to pin the zone's thread to.
+    pub cpu: Option<usize>,
+    /// Back end.
+    pub engine: EngineKind,
+    /// Connections this zone can hold (direct-descriptor slots on io_uring).
+    pub max_conns: u32,
+    /// Receive buffers in the provided-buffer ring (a power of two).
+    pub recv_buffers: u16,
+    /// Size of each receive buffer.
+    pub recv_buffer_size: u32,
+    /// Submission queue entries.
+    pub ring_entries: u32,
+}
+
+impl Default for ZoneConfig {
+    fn default() -> Self {
+        ZoneConfig {
+            id: 0,
+            cpu: None,
+            engine: EngineKind::Uring,
+            max_conns: 16384,
+            recv_buffers: 1024,
+            recv_buffer_size: 16384,
+            ring_entries: 1024,
+        }
+    }
+}
+
+/// Picks the engine: `requested` if it can run here, else epoll and the reason why not.
+pub fn choose_engine(requested: EngineKind) -> (EngineKind, Option<String>) {
+    match requested {
+        EngineKind::Epoll => (EngineKind::Epoll, None),
+        EngineKind::Uring => match uring::probe::check() {
+            Ok(()) => (EngineKind::Uring, None),
+            Err(why) => (EngineKind::Epoll, Some(why)),
+        },
+    }
+}
+
+/// Runs one zone on the calling thread until the handler calls [`Io::exit`]: pins the
+/// thread, builds the driver, registers `listeners`, and loops.
+pub fn run_zone<H: Handler>(
+    cfg: &ZoneConfig,
+    listeners: Vec<TcpListener>,
+    waker: Waker,
+    handler: &mut H,
+) -> std::io::Result<()> {
+    if let Some(cpu) = cfg.cpu {
+        sys::pin_to_cpu(cpu)?;
+    }
+    match cfg.engine {
+        EngineKind::Uring => {
+            let mut d = uring::UringDriver::new(cfg, waker)?;
+            for l in listeners {
+                d.add_listener(l)?;
+            }
+            driver::run(&mut d, handler)
+        }
+        EngineKind::Epoll => {
+            let mut d = epoll::EpollDriver::new(cfg, waker)?;
+            for l in listeners {
+                d.add_listener(l)?;
+            }
+            driver::run(&mut d, handler)
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Listening sockets: one `SO_REUSEPORT` socket per zone and address, so the kernel spreads
+//! connections over the zones and no accept queue is shared between cores.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Options for [`bind_reuseport`].
+#[derive(Clone, Debug)]
+pub struct ListenOptions {
+    /// Accept queue length (`listen(2)` backlog); the kernel caps it at `net.core.somaxconn`.
+    pub backlog: i32,
+    /// `TCP_DEFER_ACCEPT` seconds (0 = off): wake the server only when data has arrived.
+    pub defer_accept_secs: u32,
+}
+
+impl Default for ListenOptions {
+    fn default() -> Self {
+        ListenOptions {
+            backlog: 4096,
+            defer_accept_secs: 0,
+        }
+    }
+}
+
+/// Binds a non-blocking listener with `SO_REUSEADDR` and `SO_REUSEPORT`. Errors name the
+/// address and what to check.
+pub fn bind_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<TcpListener> {
+    let ctx = |what: &str, e: io::Error| {
+        let hint = match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => {
+                " (another process listens there without SO_REUSEPORT, or as another user)"
+            }
+            Some(libc::EACCES) => " (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
+            Some(libc::EADDRNOTAVAIL) => " (no local interface has this address)",
+            _ => "",
+        };
+        io::Error::new(e.kind(), format!("{what} {addr}: {e}{hint}"))
+    };
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )
+    .map_err(|e| ctx("socket for", e))?;
+    sock.set_reuse_address(true)
+        .map_err(|e| ctx("SO_REUSEADDR on", e))?;
+    sock.set_reuse_port(true)
+        .map_err(|e| ctx("SO_REUSEPORT on", e))?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)
+            .map_err(|e| ctx("IPV6_V6ONLY on", e))?;
+    }
+    sock.bind(&addr.into()).map_err(|e| ctx("bind", e))?;
+    if opts.defer_accept_secs > 0 {
+        let secs = opts.defer_accept_secs as libc::c_int;
+        // SAFETY: setsockopt reads one live c_int from the pointer given with its size.
+        let r = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                libc::IPPROTO_TCP,
+                libc::TCP_DEFER_ACCEPT,
+                (&secs as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(ctx("TCP_DEFER_ACCEPT on", io::Error::last_os_error()));
+        }
+    }
+    sock.listen(opts.backlog).map_err(|e| ctx("listen", e))?;
+    Ok(sock.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_zones_share_a_port() {
+        let a = bind_reuseport("127.0.0.1:0".parse().unwrap(), &ListenOptions::default()).unwrap();
+        let addr = a.local_addr().unwrap();
+        let b = bind_reuseport(addr, &ListenOptions::default()).unwrap();
+        assert_eq!(b.local_addr().unwrap(), addr);
+    }
+}

@@ -1,0 +1,298 @@
+//! The io_uring driver: multishot accept into direct descriptors, multishot receive into a
+//! provided-buffer ring, sends that resume after short writes, file bodies spliced through a
+//! pipe, and cancellation that closes a slot only once nothing in flight refers to it.
+//!
+//! One file per operation (`accept.rs`, `recv.rs`, ...): each builds its submission and handles
+//! its completion. Completions are routed by [`userdata`].
+
+mod accept;
+pub(crate) mod bufring;
+mod close;
+pub(crate) mod pipes;
+pub mod probe;
+mod recv;
+mod send;
+mod splice;
+pub(crate) mod userdata;
+mod wake;
+
+use std::io;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use io_uring::{cqueue, squeue, types, IoUring};
+
+use crate::driver::Driver;
+use crate::handler::Handler;
+use crate::io::{Action, ConnId, ConnState, Io, ListenerId};
+use crate::waker::Waker;
+use crate::ZoneConfig;
+use bufring::BufRing;
+use pipes::PipePool;
+use userdata::{unpack, Kind};
+
+/// Buffer group id of the zone's receive buffer ring.
+const BGID: u16 = 0;
+
+struct Listener {
+    sock: Option<TcpListener>,
+    armed: bool,
+    closing: bool,
+}
+
+/// A zone's io_uring back end. Field order matters: the ring is dropped before the buffer
+/// memory it was told about.
+pub struct UringDriver {
+    ring: IoUring,
+    bufs: BufRing,
+    io: Io,
+    listeners: Vec<Listener>,
+    wake: wake::WakeOp,
+    cqes: Vec<(u64, i32, u32)>,
+    /// Connections whose multishot receive ended with ENOBUFS: re-armed after this batch's
+    /// buffers are back in the ring. No data is lost: it waits in the socket.
+    rearm_recv: Vec<ConnId>,
+    accept_backoff: bool,
+    pipes: PipePool,
+    waits: u64,
+}
+
+impl UringDriver {
+    /// Sets up the ring, the direct-descriptor table and the receive buffers of one zone.
+    pub fn new(cfg: &ZoneConfig, waker: Waker) -> io::Result<Self> {
+        let ring = build_ring(cfg.ring_entries)?;
+        ring.submitter()
+            .register_files_sparse(cfg.max_conns)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "register {} direct descriptors: {e} (lower max_conns or raise `ulimit -n`)",
+                        cfg.max_conns
+                    ),
+                )
+            })?;
+        let bufs = BufRing::new(&ring, BGID, cfg.recv_buffers, cfg.recv_buffer_size)?;
+        let mut d = UringDriver {
+            ring,
+            bufs,
+            io: Io::new(cfg.max_conns as usize),
+            listeners: Vec::new(),
+            wake: wake::WakeOp::new(waker),
+            cqes: Vec::with_capacity(1024),
+            rearm_recv: Vec::new(),
+            accept_backoff: false,
+            pipes: PipePool::default(),
+            waits: 0,
+        };
+        d.arm_wake();
+        Ok(d)
+    }
+
+    /// Queues a submission, making room by submitting if the queue is full.
+    ///
+    /// # Safety
+    ///
+    /// Every buffer and descriptor `e` refers to must stay valid until its completion (for
+    /// multishot operations: the last one, without `IORING_CQE_F_MORE`) has been reaped.
+    unsafe fn push(&mut self, e: &squeue::Entry) {
+        loop {
+            // SAFETY: the caller guarantees the entry's resources outlive the operation.
+            if unsafe { self.ring.submission().push(e) }.is_ok() {
+                return;
+            }
+            // The queue is full: hand it to the kernel now. EBUSY means the completion queue
+            // is overflowing; the next wait reaps it, and the queue drains then.
+            if let Err(err) = self.ring.submit() {
+                if err.raw_os_error() != Some(libc::EBUSY) {
+                    tracing::error!("io_uring submit failed: {err}");
+                }
+                return self.reap_for_room(e);
+            }
+        }
+    }
+
+    /// Slow path of `push` when the kernel cannot take submissions: wait for completions.
+    fn reap_for_room(&mut self, e: &squeue::Entry) {
+        let _ = self.ring.submit_and_wait(1);
+        // SAFETY: same entry, same obligations as the caller of `push`.
+        unsafe { self.push(e) }
+    }
+
+    fn conn_gen(&self, c: ConnId) -> u32 {
+        self.io.conns[c.index()].gen
+    }
+
+    /// Carries out queued actions and sends, until nothing new is queued.
+    fn flush<H: Handler>(&mut self, h: &mut H) {
+        loop {
+            let mut actions = std::mem::take(&mut self.io.actions);
+            for a in actions.drain(..) {
+                match a {
+                    Action::Close(c) => self.begin_close(c, None),
+                    Action::PauseRecv(c) => self.pause_recv(c),
+                    Action::ResumeRecv(c) => self.resume_recv(c),
+                }
+            }
+            if self.io.actions.is_empty() {
+                self.io.actions = actions;
+            }
+            if self.io.stop_listening {
+                self.io.stop_listening = false;
+                self.cancel_accepts();
+            }
+            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+                break;
+            }
+            while let Some(c) = self.io.dirty.pop() {
+                self.flush_conn(h, c);
+            }
+        }
+    }
+
+    fn flush_conn<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        let conn = &mut self.io.conns[c.index()];
+        conn.dirty = false;
+        if conn.state != ConnState::Open || conn.in_flight {
+            return;
+        }
+        if !conn.out.is_empty() {
+            self.start_output(c);
+            return;
+        }
+        match std::mem::replace(&mut conn.after_flush, crate::io::AfterFlush::Nothing) {
+            crate::io::AfterFlush::Nothing => {}
+            crate::io::AfterFlush::Close => return self.begin_close(c, None),
+            crate::io::AfterFlush::ShutdownWrite => self.shutdown(c),
+        }
+        let conn = &mut self.io.conns[c.index()];
+        if conn.notify_flushed {
+            conn.notify_flushed = false;
+            h.on_flushed(&mut self.io, c);
+        }
+    }
+
+    /// Starts writing the front output chunk.
+    fn start_output(&mut self, c: ConnId) {
+        let conn = &self.io.conns[c.index()];
+        match conn.out.front() {
+            Some(crate::io::Chunk::Bytes { .. }) => self.submit_send(c),
+            Some(crate::io::Chunk::File { .. }) => self.submit_splice(c),
+            None => {}
+        }
+    }
+
+    fn dispatch<H: Handler>(&mut self, h: &mut H, ud: u64, res: i32, flags: u32) {
+        let Some((kind, gen, idx)) = unpack(ud) else {
+            tracing::warn!("completion with unknown user_data {ud:#x}");
+            return;
+        };
+        match kind {
+            Kind::Accept => self.complete_accept(h, idx, res, flags),
+            Kind::Recv => self.complete_recv(h, ConnId(idx), gen, res, flags),
+            Kind::Send => self.complete_send(ConnId(idx), gen, res),
+            Kind::SpliceIn => self.complete_splice_in(ConnId(idx), gen, res),
+            Kind::SpliceOut => self.complete_splice_out(ConnId(idx), gen, res),
+            Kind::Cancel => self.complete_cancel(ConnId(idx), gen),
+            Kind::Close => self.complete_close(h, ConnId(idx), gen),
+            Kind::Shutdown | Kind::CancelRecv => {}
+            Kind::CancelAccept => self.complete_cancel_accept(idx),
+            Kind::Wake => self.complete_wake(h, res),
+        }
+    }
+}
+
+impl Driver for UringDriver {
+    fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId> {
+        let id = self.listeners.len() as u32;
+        self.listeners.push(Listener {
+            sock: Some(listener),
+            armed: false,
+            closing: false,
+        });
+        self.arm_accept(id);
+        Ok(ListenerId(id))
+    }
+
+    fn poll<H: Handler>(&mut self, h: &mut H, timeout: Option<Duration>) -> io::Result<()> {
+        self.flush(h);
+        if self.accept_backoff {
+            self.accept_backoff = false;
+            for id in 0..self.listeners.len() as u32 {
+                self.arm_accept(id);
+            }
+        }
+        for c in std::mem::take(&mut self.rearm_recv) {
+            self.arm_recv(c);
+        }
+        self.waits += 1;
+        let r = match timeout {
+            Some(t) => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+            None => self.ring.submit_and_wait(1),
+        };
+        if let Err(e) = r {
+            match e.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => {}
+                _ => return Err(io::Error::new(e.kind(), format!("io_uring_enter: {e}"))),
+            }
+        }
+        self.io.now = std::time::Instant::now();
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.extend(
+            self.ring
+                .completion()
+                .map(|e: cqueue::Entry| (e.user_data(), e.result(), e.flags())),
+        );
+        for &(ud, res, flags) in &cqes {
+            self.dispatch(h, ud, res, flags);
+        }
+        cqes.clear();
+        self.cqes = cqes;
+        self.bufs.publish();
+        self.flush(h);
+        Ok(())
+    }
+
+    fn io(&mut self) -> &mut Io {
+        &mut self.io
+    }
+
+    fn name(&self) -> &'static str {
+        "uring"
+    }
+
+    fn waits(&self) -> u64 {
+        self.waits
+    }
+}
+
+impl Drop for UringDriver {
+    fn drop(&mut self) {
+        // Take the buffer ring away from the kernel before its memory goes (BufRing::drop).
+        let _ = self.ring.submitter().unregister_buf_ring(BGID);
+    }
+}
+
+/// Creates a ring with the flags a single-threaded zone wants, dropping ones the kernel lacks.
+fn build_ring(entries: u32) -> io::Result<IoUring> {
+    let mut b = IoUring::builder();
+    b.setup_cqsize(entries * 4)
+        .setup_submit_all()
+        .setup_coop_taskrun()
+        .setup_single_issuer()
+        .setup_defer_taskrun();
+    match b.build(entries) {
+        Ok(r) => Ok(r),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            // Kernels before 6.1 have no DEFER_TASKRUN / SINGLE_ISSUER.
+            let mut b = IoUring::builder();
+            b.setup_cqsize(entries * 4).setup_submit_all();
+            b.build(entries)
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,121 @@
+//! Multishot receive into the provided-buffer ring (`IORING_OP_RECV` with
+//! `IORING_RECV_MULTISHOT` and `IOSQE_BUFFER_SELECT`, Linux 6.0): one submission delivers
+//! every arriving segment in a buffer the kernel picks. Each buffer is handed to the handler as
+//! a borrowed slice and returned to the ring as soon as the handler returns.
+
+use io_uring::{cqueue, opcode, types};
+
+use super::userdata::{pack, Kind};
+use super::{UringDriver, BGID};
+use crate::handler::Handler;
+use crate::io::{ConnId, ConnState};
+
+/// Receive states kept in the low bits of `ConnIo::drv`.
+pub(super) const RECV_IDLE: u32 = 0;
+pub(super) const RECV_ARMED: u32 = 1;
+pub(super) const RECV_MASK: u32 = 3;
+
+impl UringDriver {
+    fn recv_state(&self, c: ConnId) -> u32 {
+        self.io.conns[c.index()].drv & RECV_MASK
+    }
+
+    fn set_recv_state(&mut self, c: ConnId, s: u32) {
+        let d = &mut self.io.conns[c.index()].drv;
+        *d = (*d & !RECV_MASK) | s;
+    }
+
+    pub(super) fn arm_recv(&mut self, c: ConnId) {
+        let conn = &self.io.conns[c.index()];
+        if conn.state != ConnState::Open
+            || conn.paused
+            || conn.eof
+            || self.recv_state(c) != RECV_IDLE
+        {
+            return;
+        }
+        let gen = conn.gen;
+        self.set_recv_state(c, RECV_ARMED);
+        let e = opcode::RecvMulti::new(types::Fixed(c.0), BGID)
+            .build()
+            .user_data(pack(Kind::Recv, gen, c.0));
+        // SAFETY: the receive writes only into ring buffers, which live as long as the ring;
+        // the direct descriptor is closed only after this operation is cancelled.
+        unsafe { self.push(&e) };
+    }
+
+    pub(super) fn pause_recv(&mut self, c: ConnId) {
+        if self.recv_state(c) == RECV_ARMED {
+            let gen = self.conn_gen(c);
+            let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(
+                Kind::Recv,
+                gen,
+                c.0,
+            )))
+            .build()
+            .user_data(pack(Kind::CancelRecv, gen, c.0));
+            // SAFETY: a cancellation refers to no memory of ours.
+            unsafe { self.push(&e) };
+        }
+    }
+
+    pub(super) fn resume_recv(&mut self, c: ConnId) {
+        // If the cancelled receive has not finished yet, its last completion re-arms.
+        self.arm_recv(c);
+    }
+
+    pub(super) fn complete_recv<H: Handler>(
+        &mut self,
+        h: &mut H,
+        c: ConnId,
+        gen: u32,
+        res: i32,
+        flags: u32,
+    ) {
+        let bid = cqueue::buffer_select(flags);
+        let more = cqueue::more(flags);
+        let current = self.io.conns.get(c.index()).is_some_and(|x| x.gen == gen);
+        if !current {
+            // A late completion for an earlier connection in this slot.
+            if let Some(bid) = bid {
+                self.bufs.push(bid);
+            }
+            return;
+        }
+        if !more {
+            self.set_recv_state(c, RECV_IDLE);
+        }
+        let open = self.io.conns[c.index()].state == ConnState::Open;
+        if res > 0 {
+            let bid = bid.expect("a receive with data names its buffer");
+            if open {
+                let data = self.bufs.get(bid, res as usize);
+                h.on_data(&mut self.io, c, data);
+            }
+            self.bufs.push(bid);
+        } else if res == 0 {
+            if let Some(bid) = bid {
+                self.bufs.push(bid);
+            }
+            if open {
+                self.io.conns[c.index()].eof = true;
+                h.on_eof(&mut self.io, c);
+            }
+            return;
+        } else if res == -libc::ENOBUFS {
+            // Every buffer is in use: try again once this batch's buffers are back.
+            if open {
+                self.rearm_recv.push(c);
+            }
+            return;
+        } else if res != -libc::ECANCELED {
+            if open {
+                self.begin_close(c, Some(crate::sys::errno(res)));
+            }
+            return;
+        }
+        if !more {
+            self.arm_recv(c);
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Sending queued bytes (`IORING_OP_SEND`, Linux 5.6). One send per connection is in flight
+//! at a time, which keeps bytes in order; a short write resubmits the rest.
+
+use io_uring::{opcode, types};
+
+use super::userdata::{pack, Kind};
+use super::UringDriver;
+use crate::io::{Chunk, ConnId, ConnState};
+
+/// The most one submission sends; larger chunks go in several rounds.
+const MAX_SEND: usize = 1 << 30;
+
+impl UringDriver {
+    pub(super) fn submit_send(&mut self, c: ConnId) {
+        let conn = &mut self.io.conns[c.index()];
+        let Some(Chunk::Bytes { buf, pos }) = conn.out.front() else {
+            unreachable!("submit_send on a non-bytes chunk")
+        };
+        let len = (buf.len() - pos).min(MAX_SEND);
+        // SAFETY (pointer arithmetic): pos <= buf.len(), so this stays within the vector.
+        let ptr = unsafe { buf.as_ptr().add(*pos) };
+        conn.in_flight = true;
+        let e = opcode::Send::new(types::Fixed(c.0), ptr, len as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(pack(Kind::Send, conn.gen, c.0));
+        // SAFETY: the vector is the front chunk of the connection's queue; `in_flight` keeps it
+        // from being popped, appended to (which could move it) or dropped until this
+        // completion is handled, and close waits for it too.
+        unsafe { self.push(&e) };
+    }
+
+    pub(super) fn complete_send(&mut self, c: ConnId, gen: u32, res: i32) {
+        let conn = &mut self.io.conns[c.index()];
+        debug_assert_eq!(
+            conn.gen, gen,
+            "a send completes before its slot can be reused"
+        );
+        conn.in_flight = false;
+        if conn.state == ConnState::Closing {
+            conn.out.clear();
+            return self.try_finish_close(c);
+        }
+        if res < 0 {
+            if res == -libc::EAGAIN || res == -libc::EINTR {
+                self.io.mark_dirty(c);
+                return;
+            }
+            return self.begin_close(c, Some(crate::sys::errno(res)));
+        }
+        if conn.advance(res as u64) {
+            conn.pop_front();
+        }
+        self.io.mark_dirty(c);
+    }
+}

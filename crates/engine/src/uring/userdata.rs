@@ -1,0 +1,71 @@
+//! What a completion belongs to, packed into the 64-bit `user_data` of its submission.
+//!
+//! `kind:8 | gen:24 | index:32`. The generation is bumped each time a slot gets a new
+//! connection, so a completion that arrives for a connection already closed (a cancelled
+//! multishot receive, say) can never be mistaken for one of its successor's.
+
+pub(crate) const GEN_MASK: u32 = (1 << 24) - 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    Accept = 1,
+    Recv = 2,
+    Send = 3,
+    SpliceIn = 4,
+    SpliceOut = 5,
+    Cancel = 6,
+    Close = 7,
+    Shutdown = 8,
+    Wake = 9,
+    CancelRecv = 10,
+    CancelAccept = 11,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        use Kind::*;
+        Some(match v {
+            1 => Accept,
+            2 => Recv,
+            3 => Send,
+            4 => SpliceIn,
+            5 => SpliceOut,
+            6 => Cancel,
+            7 => Close,
+            8 => Shutdown,
+            9 => Wake,
+            10 => CancelRecv,
+            11 => CancelAccept,
+            _ => return None,
+        })
+    }
+}
+
+#[inline]
+pub(crate) fn pack(kind: Kind, gen: u32, index: u32) -> u64 {
+    ((kind as u64) << 56) | (((gen & GEN_MASK) as u64) << 32) | index as u64
+}
+
+#[inline]
+pub(crate) fn unpack(ud: u64) -> Option<(Kind, u32, u32)> {
+    let kind = Kind::from_u8((ud >> 56) as u8)?;
+    Some((kind, ((ud >> 32) as u32) & GEN_MASK, ud as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        for (k, g, i) in [
+            (Kind::Recv, 0, 0),
+            (Kind::Close, GEN_MASK, u32::MAX),
+            (Kind::Wake, 5, 77),
+        ] {
+            assert_eq!(unpack(pack(k, g, i)), Some((k, g, i)));
+        }
+        assert_eq!(unpack(0), None);
+    }
+}
