@@ -1,0 +1,75 @@
+//! `ringx`: the command line.
+
+mod config;
+mod lifecycle;
+mod server;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ringx",
+    version,
+    about = "Web server, reverse proxy and TCP proxy on thread-per-core io_uring zones"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the server (on the embedded default configuration when no file is given).
+    Serve {
+        /// Configuration file (TOML).
+        #[arg(short = 'c', long = "config")]
+        config: Option<PathBuf>,
+    },
+    /// Validate a configuration and exit: 0 if it is valid, 1 with FILE:LINE:COL: message if not.
+    Check {
+        #[arg(short = 'c', long = "config")]
+        config: Option<PathBuf>,
+    },
+    /// Print the embedded default configuration.
+    DefaultConfig,
+}
+
+fn load(path: &Option<PathBuf>) -> Result<config::Config, config::ConfigError> {
+    match path {
+        Some(p) => config::load(p),
+        None => config::parse("(embedded default)", config::DEFAULT_CONFIG),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::DefaultConfig => {
+            print!("{}", config::DEFAULT_CONFIG);
+            ExitCode::SUCCESS
+        }
+        Cmd::Check { config } => match load(&config) {
+            Ok(_) => {
+                let name = config.map_or("(embedded default)".to_string(), |p| {
+                    p.display().to_string()
+                });
+                println!("ringx: configuration {name} is valid");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ringx: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Serve { config } => match load(&config) {
+            Ok(cfg) => lifecycle::serve(cfg),
+            Err(e) => {
+                eprintln!("ringx: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

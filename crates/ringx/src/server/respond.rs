@@ -1,0 +1,95 @@
+//! Writing response heads and small bodies into a connection's output buffer.
+
+use ringx_http::DateCache;
+
+use super::route::Canned;
+
+/// The `Connection` header a response carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnHdr {
+    /// HTTP/1.1 keep-alive: nothing to say.
+    Keep11,
+    /// HTTP/1.0 keep-alive must be confirmed.
+    Keep10,
+    Close,
+}
+
+impl ConnHdr {
+    fn bytes(self) -> &'static [u8] {
+        match self {
+            ConnHdr::Keep11 => b"",
+            ConnHdr::Keep10 => b"Connection: keep-alive\r\n",
+            ConnHdr::Close => b"Connection: close\r\n",
+        }
+    }
+}
+
+/// A `return` response: pre-serialised head + Date + Connection + body.
+pub fn canned(out: &mut Vec<u8>, c: &Canned, date: &DateCache, ch: ConnHdr, head_only: bool) {
+    out.extend_from_slice(&c.head);
+    out.extend_from_slice(date.header());
+    out.extend_from_slice(ch.bytes());
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(&c.body);
+    }
+}
+
+/// A response head with a Content-Length; `extra` holds further header lines (with CRLFs).
+pub fn head(
+    out: &mut Vec<u8>,
+    status: u16,
+    server_header: &[u8],
+    extra: &str,
+    len: u64,
+    date: &DateCache,
+    ch: ConnHdr,
+) {
+    ringx_http::write_status_line(out, status);
+    out.extend_from_slice(server_header);
+    out.extend_from_slice(date.header());
+    out.extend_from_slice(extra.as_bytes());
+    if status != 304 && status != 204 {
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(itoa(len).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(ch.bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// An nginx-style HTML error page.
+#[allow(clippy::too_many_arguments)]
+pub fn error(
+    out: &mut Vec<u8>,
+    status: u16,
+    server_header: &[u8],
+    token: &[u8],
+    date: &DateCache,
+    ch: ConnHdr,
+    extra: &str,
+    head_only: bool,
+) {
+    let reason = ringx_http::reason(status);
+    let token = String::from_utf8_lossy(token);
+    let body = format!(
+        "<html>\r\n<head><title>{status} {reason}</title></head>\r\n<body>\r\n<center><h1>{status} {reason}</h1></center>\r\n<hr><center>{token}</center>\r\n</body>\r\n</html>\r\n"
+    );
+    let extra = format!("Content-Type: text/html\r\n{extra}");
+    head(
+        out,
+        status,
+        server_header,
+        &extra,
+        body.len() as u64,
+        date,
+        ch,
+    );
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
+    }
+}
+
+fn itoa(n: u64) -> String {
+    n.to_string()
+}

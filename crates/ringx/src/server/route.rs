@@ -1,0 +1,227 @@
+//! Virtual servers and locations, compiled once from the configuration and shared read-only
+//! by every zone. Responses of `return` locations are serialised here, once.
+
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+
+use crate::config::{Config, Location, Return};
+
+pub struct Routes {
+    /// Unique listen addresses; a zone's `ListenerId(i)` is `listen[i]`.
+    pub listen: Vec<SocketAddr>,
+    /// Servers on each listen address; the first is the default one.
+    pub by_listener: Vec<Vec<usize>>,
+    pub servers: Vec<VServer>,
+    /// `Server:` header line, with CRLF.
+    pub server_header: Vec<u8>,
+    /// Server name for error pages.
+    pub server_token: Vec<u8>,
+}
+
+pub struct VServer {
+    /// Exact names, lowercase.
+    pub names: Vec<String>,
+    /// `*.example.com` names, stored as `.example.com`.
+    pub suffixes: Vec<String>,
+    /// Longest path first; exact locations are checked before prefixes.
+    pub locations: Vec<Loc>,
+}
+
+pub struct Loc {
+    pub path: String,
+    pub exact: bool,
+    pub action: Action,
+}
+
+pub enum Action {
+    Return(Canned),
+    Files(FileRoot),
+}
+
+/// A fixed response, serialised at load time.
+pub struct Canned {
+    /// Status line and headers, each with CRLF; Date and Connection are added per response.
+    pub head: Vec<u8>,
+    pub body: Vec<u8>,
+}
+
+pub struct FileRoot {
+    /// The directory, opened `O_PATH`: files are opened beneath it with `RESOLVE_BENEATH`.
+    pub dir: OwnedFd,
+    /// For `alias`: the location prefix replaced by the directory.
+    pub strip_prefix: Option<String>,
+    pub index: Vec<String>,
+}
+
+impl Routes {
+    pub fn compile(cfg: &Config) -> std::io::Result<Routes> {
+        let version = env!("CARGO_PKG_VERSION");
+        let token = if cfg.http.server_tokens {
+            format!("ringx/{version}")
+        } else {
+            "ringx".to_string()
+        };
+        let server_header = format!("Server: {token}\r\n").into_bytes();
+        let mut listen: Vec<SocketAddr> = Vec::new();
+        let mut by_listener: Vec<Vec<usize>> = Vec::new();
+        let mut servers = Vec::new();
+        for (si, s) in cfg.server.iter().enumerate() {
+            let s = s.get_ref();
+            for a in &s.listen {
+                let a = *a.get_ref();
+                let li = match listen.iter().position(|x| *x == a) {
+                    Some(i) => i,
+                    None => {
+                        listen.push(a);
+                        by_listener.push(Vec::new());
+                        listen.len() - 1
+                    }
+                };
+                if s.default {
+                    by_listener[li].insert(0, si);
+                } else {
+                    by_listener[li].push(si);
+                }
+            }
+            let mut names = Vec::new();
+            let mut suffixes = Vec::new();
+            for n in &s.server_name {
+                let n = n.to_ascii_lowercase();
+                match n.strip_prefix('*') {
+                    Some(rest) => suffixes.push(rest.to_string()),
+                    None => names.push(n),
+                }
+            }
+            let mut locations = Vec::new();
+            for l in &s.location {
+                locations.push(compile_location(l.get_ref(), &server_header)?);
+            }
+            locations.sort_by(|a: &Loc, b: &Loc| {
+                b.exact.cmp(&a.exact).then(b.path.len().cmp(&a.path.len()))
+            });
+            servers.push(VServer {
+                names,
+                suffixes,
+                locations,
+            });
+        }
+        Ok(Routes {
+            listen,
+            by_listener,
+            servers,
+            server_header,
+            server_token: token.into_bytes(),
+        })
+    }
+
+    /// The server for a request on `listener` with this Host (port already stripped).
+    pub fn server(&self, listener: usize, host: Option<&str>) -> &VServer {
+        let cands = &self.by_listener[listener];
+        if let Some(h) = host {
+            let h = h.trim_end_matches('.');
+            for &i in cands {
+                let s = &self.servers[i];
+                if s.names.iter().any(|n| n.eq_ignore_ascii_case(h)) {
+                    return s;
+                }
+            }
+            for &i in cands {
+                let s = &self.servers[i];
+                if s.suffixes.iter().any(|suf| {
+                    h.len() > suf.len() && h[h.len() - suf.len()..].eq_ignore_ascii_case(suf)
+                }) {
+                    return s;
+                }
+            }
+        }
+        &self.servers[cands[0]]
+    }
+}
+
+impl VServer {
+    /// Exact match first, then the longest prefix.
+    pub fn location(&self, path: &str) -> Option<&Loc> {
+        self.locations.iter().find(|l| {
+            if l.exact {
+                l.path == path
+            } else {
+                path.starts_with(&l.path)
+            }
+        })
+    }
+}
+
+fn compile_location(l: &Location, server_header: &[u8]) -> std::io::Result<Loc> {
+    let path = l.path.get_ref().clone();
+    let action = if let Some(r) = &l.ret {
+        Action::Return(canned(r, server_header))
+    } else {
+        let (dir, strip) = match (&l.root, &l.alias) {
+            (Some(root), _) => (root.get_ref().as_path(), None),
+            (None, Some(alias)) => (alias.get_ref().as_path(), Some(path.clone())),
+            (None, None) => unreachable!("validated: a location has an action"),
+        };
+        Action::Files(FileRoot {
+            dir: open_dir(dir)?,
+            strip_prefix: strip,
+            index: l.index.clone(),
+        })
+    };
+    Ok(Loc {
+        path,
+        exact: l.exact,
+        action,
+    })
+}
+
+fn canned(r: &Return, server_header: &[u8]) -> Canned {
+    let status = *r.status.get_ref();
+    let mut head = Vec::new();
+    ringx_http::write_status_line(&mut head, status);
+    head.extend_from_slice(server_header);
+    let body = r.body.clone().into_bytes();
+    let ctype = r
+        .content_type
+        .clone()
+        .unwrap_or_else(|| "text/plain".into());
+    if status != 204 && status != 304 {
+        head.extend_from_slice(
+            format!(
+                "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        );
+    }
+    if let Some(loc) = &r.location {
+        head.extend_from_slice(format!("Location: {loc}\r\n").as_bytes());
+    }
+    for (k, v) in &r.headers {
+        head.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
+    }
+    Canned { head, body }
+}
+
+fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: open with a valid NUL-terminated path; a non-negative result is a new
+    // descriptor we own.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("open {}: {e}", p.display()),
+        ));
+    }
+    // SAFETY: `fd` is new and owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
