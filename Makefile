@@ -1,0 +1,43 @@
+# ringx — two commands do everything on a fresh Debian machine (as root):
+#   make run    install what is missing, build (release), start ringx on its embedded default config
+#   make test   install what is missing, build, run every test
+CARGO ?= cargo
+BIN := target/release/ringx
+CONFIG ?=
+
+.PHONY: all deps build release run test unit lint integration bench clean fmt
+
+all: release
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --workspace
+
+release: deps
+	$(CARGO) build --release --workspace
+
+run: release
+	$(BIN) serve $(if $(CONFIG),-c $(CONFIG))
+
+unit: deps
+	$(CARGO) test --workspace
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+integration: release
+	RINGX_BIN=$(CURDIR)/$(BIN) python3 -m pytest -q -rs tests/
+
+test: deps release unit lint integration
+
+bench: release
+	python3 bench/run.py $(BENCH_ARGS)
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean

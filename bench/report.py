@@ -1,0 +1,108 @@
+"""Turns a bench/run.py result into charts (PNG) and the results section of bench/README.md."""
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+PEER_COLORS = {"nginx": "#4d7ea8", "ringx-epoll": "#c9a227", "ringx-uring": "#c0392b"}
+METRICS = [
+    ("cpu_us_per_req", "server CPU per request (µs, lower is better)"),
+    ("capped_rps", "requests/s with the server capped at 40% of a core (higher is better)"),
+    ("lat_avg_ms", "mean latency (ms, lower is better)"),
+    ("lat_p99_ms", "p99 latency (ms, lower is better)"),
+]
+
+
+def fmt(s, m):
+    if m not in s:
+        return "–"
+    v = s[m]
+    digits = 2 if v["median"] < 100 else 0
+    txt = f"{v['median']:.{digits}f} ({v['min']:.{digits}f}–{v['max']:.{digits}f})"
+    if "ratio_to_nginx" in v:
+        txt += f" **{v['ratio_to_nginx']:.2f}×**"
+    return txt
+
+
+def charts(result, name):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    summary = result["summary"]
+    wls = [w for w in summary if summary[w]]
+    files = []
+    for m, title in METRICS:
+        peers = [p for p in PEER_COLORS if any(m in summary[w].get(p, {}) for w in wls)]
+        ws = [w for w in wls if any(m in summary[w].get(p, {}) for p in peers)]
+        if not ws:
+            continue
+        fig, axes = plt.subplots(1, len(ws), figsize=(2.6 * len(ws), 3.2), squeeze=False)
+        for ax, w in zip(axes[0], ws):
+            vals, lo, hi, cols, labels = [], [], [], [], []
+            for p in peers:
+                s = summary[w].get(p, {}).get(m)
+                if not s:
+                    continue
+                vals.append(s["median"])
+                lo.append(s["median"] - s["min"])
+                hi.append(s["max"] - s["median"])
+                cols.append(PEER_COLORS[p])
+                labels.append(p.replace("ringx-", ""))
+            ax.bar(range(len(vals)), vals, yerr=[lo, hi], color=cols, capsize=3)
+            ax.set_xticks(range(len(vals)))
+            ax.set_xticklabels(labels, fontsize=8)
+            ax.set_title(w, fontsize=9)
+            ax.tick_params(axis="y", labelsize=8)
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        fn = f"{name}-{m}.png"
+        fig.savefig(os.path.join(HERE, "results", fn), dpi=90)
+        plt.close(fig)
+        files.append((fn, title))
+    return files
+
+
+def write(result, name):
+    files = charts(result, name)
+    s = result["summary"]
+    v = result["versions"]
+    mach = result["machine"]
+    lines = [BEGIN, "", f"### Latest run: `{name}` ({result['mode']}, {result['rounds']} rounds of {result['duration_s']} s, {result['elapsed_s']} s in all)", ""]
+    lines.append(f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_kib'] // 1024} MiB, Linux {mach['kernel']}. "
+                 f"Versions: {v.get('ringx')}; {v.get('nginx')}; {v.get('wrk')}; {v.get('ab')}; {v.get('rustc')}.")
+    lines.append("")
+    lines.append("Median (min–max) over the rounds; **bold** is the ratio to nginx in the same run.")
+    lines.append("")
+    for w, peers in s.items():
+        if not peers:
+            continue
+        lines.append(f"#### {w}: {result['method']['workloads'].get(w, '')}")
+        lines.append("")
+        lines.append("| peer | CPU µs/request | capped req/s (40% core) | uncapped req/s | mean latency ms | p99 latency ms |")
+        lines.append("|---|---|---|---|---|---|")
+        for p, ms in peers.items():
+            lines.append(f"| {p} | {fmt(ms, 'cpu_us_per_req')} | {fmt(ms, 'capped_rps')} | {fmt(ms, 'rps')} | {fmt(ms, 'lat_avg_ms')} | {fmt(ms, 'lat_p99_ms')} |")
+        lines.append("")
+    for fn, title in files:
+        lines.append(f"![{title}](results/{fn})")
+        lines.append("")
+    cmds = sorted({r["cmd"].replace(str(r.get("port", "")), "PORT") for r in result["rows"]})
+    lines.append("<details><summary>Client commands of this run</summary>")
+    lines.append("")
+    for c in cmds:
+        lines.append(f"    {c}")
+    lines.append("")
+    lines.append("</details>")
+    lines.append("")
+    lines.append(END)
+    readme = os.path.join(HERE, "README.md")
+    text = open(readme).read() if os.path.exists(readme) else BEGIN + "\n" + END + "\n"
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END):]
+    else:
+        text += "\n" + "\n".join(lines) + "\n"
+    open(readme, "w").write(text)
+    print(f"bench: updated {readme}")

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what building and testing ringx needs, only what is missing. Idempotent; run as
+# root on Debian (CI and `make` call it). Set RINGX_NO_INSTALL=1 to skip.
+set -euo pipefail
+[ "${RINGX_NO_INSTALL:-0}" = 1 ] && exit 0
+
+need_apt=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have curl   || need_apt+=(curl)
+have wrk    || need_apt+=(wrk)
+have ab     || need_apt+=(apache2-utils)
+have nginx  || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
+have h2load || need_apt+=(nghttp2-client)
+have cc     || need_apt+=(build-essential)
+have pkg-config || need_apt+=(pkg-config)
+have ip     || need_apt+=(iproute2)
+have taskset || need_apt+=(util-linux)
+have python3 || need_apt+=(python3 python3-pip)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing ${need_apt[*]}; run as root or install them yourself" >&2
+    exit 1
+  fi
+  echo "install-deps: apt-get install ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  # The Debian nginx package starts a service on port 80; ringx's tests run their own.
+  if have systemctl; then systemctl disable --now nginx >/dev/null 2>&1 || true; fi
+  [ -f /run/nginx.pid ] && kill "$(cat /run/nginx.pid)" 2>/dev/null || true
+fi
+
+if ! have cargo; then
+  echo "install-deps: cargo is missing; install Rust (stable, 1.80 or later) with rustup" >&2
+  exit 1
+fi
+
+# Python packages the tests and the benchmark report use.
+py_missing=$(python3 - <<'PY'
+import importlib.util
+mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib"}
+print(" ".join(p for m, p in mods.items() if importlib.util.find_spec(m) is None))
+PY
+)
+if [ -n "$py_missing" ]; then
+  echo "install-deps: pip install $py_missing"
+  python3 -m pip install -q $py_missing 2>/dev/null || python3 -m pip install -q --break-system-packages $py_missing
+fi
