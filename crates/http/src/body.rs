@@ -1,0 +1,120 @@
+//! Message body framing: [`BodyDecoder`] for `Content-Length` and chunked
+//! request bodies.
+
+use crate::chunked::Chunked;
+use crate::{BodyError, BodyKind, BodyLimits};
+
+/// Output of one [`BodyDecoder::decode`] call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoded<'b> {
+    /// Bytes of the input consumed (framing and data). Never more than the
+    /// body: bytes after its end (a pipelined request) are left alone.
+    pub consumed: usize,
+    /// One contiguous run of body data, a sub-slice of the input (possibly
+    /// empty).
+    pub data: &'b [u8],
+    /// The whole body has been decoded.
+    pub done: bool,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Length(u64),
+    Chunked(Chunked),
+    Done,
+    Failed(&'static str),
+}
+
+/// Incremental, zero-copy decoder for a request body.
+///
+/// Feed it the bytes after the head; it consumes a prefix and returns at
+/// most one run of body data per call. Loop while `consumed > 0 && !done`,
+/// then drop the consumed bytes and wait for more input. Input may be split
+/// at any byte boundary. After an error every further call fails too.
+///
+/// ```
+/// use ringx_http::{BodyDecoder, BodyKind, BodyLimits};
+///
+/// let mut input: &[u8] = b"5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n";
+/// let mut decoder = BodyDecoder::new(BodyKind::Chunked, BodyLimits::default());
+/// let mut body = Vec::new();
+/// loop {
+///     let d = decoder.decode(input).unwrap();
+///     body.extend_from_slice(d.data);
+///     input = &input[d.consumed..];
+///     if d.done || d.consumed == 0 {
+///         break;
+///     }
+/// }
+/// assert!(decoder.is_done());
+/// assert_eq!(body, b"hello");
+/// assert_eq!(input, b"GET / HTTP/1.1\r\n"); // the next request is untouched
+/// ```
+#[derive(Debug, Clone)]
+pub struct BodyDecoder {
+    state: State,
+    limits: BodyLimits,
+    received: u64,
+}
+
+impl BodyDecoder {
+    /// A decoder for a body framed as `kind`.
+    pub fn new(kind: BodyKind, limits: BodyLimits) -> Self {
+        let state = match kind {
+            BodyKind::None | BodyKind::Length(0) => State::Done,
+            BodyKind::Length(n) => State::Length(n),
+            BodyKind::Chunked => State::Chunked(Chunked::new()),
+        };
+        BodyDecoder {
+            state,
+            limits,
+            received: 0,
+        }
+    }
+
+    /// Decodes a prefix of `input`. See the type documentation.
+    pub fn decode<'b>(&mut self, input: &'b [u8]) -> Result<Decoded<'b>, BodyError> {
+        let (consumed, data) = match &mut self.state {
+            State::Done => (0, &input[..0]),
+            State::Failed(reason) => return Err(BodyError { reason }),
+            State::Length(remaining) => {
+                let n = (*remaining).min(input.len() as u64) as usize;
+                *remaining -= n as u64;
+                if *remaining == 0 {
+                    self.state = State::Done;
+                }
+                (n, &input[..n])
+            }
+            State::Chunked(chunked) => {
+                let progress = chunked.decode(input, &self.limits);
+                let data = &input[progress.data.0..progress.data.1];
+                let done = chunked.is_done();
+                if let Some(reason) = progress.error {
+                    self.state = State::Failed(reason);
+                    if data.is_empty() {
+                        return Err(BodyError { reason });
+                    }
+                } else if done {
+                    self.state = State::Done;
+                }
+                (progress.consumed, data)
+            }
+        };
+        self.received += data.len() as u64;
+        Ok(Decoded {
+            consumed,
+            data,
+            done: self.is_done(),
+        })
+    }
+
+    /// Whether the whole body has been decoded.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// Body bytes decoded so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+}

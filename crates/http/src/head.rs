@@ -1,0 +1,172 @@
+//! Raw-byte checks on a request head that complement `httparse`: limits on
+//! incomplete heads, the 400-versus-505 decision for unknown versions, and
+//! defence-in-depth scans for NUL and bare CR.
+
+use crate::{Limits, RequestError};
+
+/// Index of the first byte after any leading empty lines (CRLF or LF) —
+/// RFC 9112 §2.2. Stops at a CR that is not (yet) followed by LF.
+fn request_line_start(buf: &[u8]) -> usize {
+    let mut i = 0;
+    loop {
+        match buf.get(i..) {
+            Some([b'\n', ..]) => i += 1,
+            Some([b'\r', b'\n', ..]) => i += 2,
+            _ => return i,
+        }
+    }
+}
+
+/// The request line (without its line ending) and whether it is complete.
+fn request_line(buf: &[u8]) -> (&[u8], bool) {
+    let line = &buf[request_line_start(buf)..];
+    match line.iter().position(|&b| b == b'\n') {
+        Some(end) => {
+            let line = &line[..end];
+            (line.strip_suffix(b"\r").unwrap_or(line), true)
+        }
+        None => (line, false),
+    }
+}
+
+/// 414 if the request-target seen so far is already longer than `max_uri`.
+pub(crate) fn check_target_len(buf: &[u8], limits: &Limits) -> Result<(), RequestError> {
+    let (line, _) = request_line(buf);
+    let Some(sp) = line.iter().position(|&b| b == b' ') else {
+        return Ok(());
+    };
+    // Only a target that follows a valid method counts; otherwise the line
+    // is rejected (400) for its method, whatever comes after.
+    if sp == 0 || !line[..sp].iter().all(|&b| crate::fields::is_tchar(b)) {
+        return Ok(());
+    }
+    let rest = &line[sp + 1..];
+    // Stop at the first byte that cannot be part of a target (SP, CTL, DEL),
+    // as `httparse` does, so the verdict does not depend on bytes after an
+    // invalid one (and hence not on how the input was split).
+    let target_len = rest
+        .iter()
+        .position(|&b| b <= b' ' || b == 0x7f)
+        .unwrap_or(rest.len());
+    if target_len > limits.max_uri {
+        return Err(RequestError::new(414, "request-target too long"));
+    }
+    Ok(())
+}
+
+/// Limits for a head that `httparse` found incomplete. `window` is the
+/// input truncated to `max_head` bytes.
+pub(crate) fn check_partial(window: &[u8], limits: &Limits) -> Result<(), RequestError> {
+    check_target_len(window, limits)?;
+    if window.len() >= limits.max_head {
+        return Err(RequestError::new(431, "request head too large"));
+    }
+    Ok(())
+}
+
+/// Decides what an `httparse` version error means: `Ok(())` if the version
+/// is still incomplete but may become `HTTP/<digit>.<digit>` (wait for more
+/// input), 505 for a complete `HTTP/<digit>.<digit>` other than 1.0/1.1,
+/// and 400 for anything else.
+pub(crate) fn classify_version_error(buf: &[u8]) -> Result<(), RequestError> {
+    const BAD: RequestError = RequestError::bad("invalid HTTP version");
+    let (line, complete) = request_line(buf);
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let (Some(_method), Some(_target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(BAD);
+    };
+    let pattern = |i: usize, b: u8| match i {
+        0..=4 => b == b"HTTP/"[i],
+        5 | 7 => b.is_ascii_digit(),
+        6 => b == b'.',
+        _ => false,
+    };
+    let matches_prefix = version.iter().enumerate().all(|(i, &b)| pattern(i, b));
+    if complete {
+        if version.len() == 8 && matches_prefix {
+            return Err(RequestError::new(505, "HTTP version not supported"));
+        }
+        return Err(BAD);
+    }
+    // Incomplete: the line may still end with the CR of its CRLF.
+    let version = version
+        .strip_suffix(b"\r")
+        .filter(|v| v.len() == 8)
+        .unwrap_or(version);
+    let prefix_ok = version.iter().enumerate().all(|(i, &b)| pattern(i, b));
+    if prefix_ok {
+        Ok(())
+    } else {
+        Err(BAD)
+    }
+}
+
+/// Rejects NUL bytes and CRs not followed by LF anywhere in a complete head.
+/// (`httparse` already rejects both; this keeps the guarantee local.)
+pub(crate) fn check_raw_bytes(head: &[u8]) -> Result<(), RequestError> {
+    for (i, &b) in head.iter().enumerate() {
+        match b {
+            0 => return Err(RequestError::bad("NUL byte in request head")),
+            b'\r' if head.get(i + 1) != Some(&b'\n') => {
+                return Err(RequestError::bad("bare CR in request head"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_classification() {
+        assert_eq!(
+            classify_version_error(b"GET / HTTP/2.0\r\n")
+                .unwrap_err()
+                .status,
+            505
+        );
+        assert_eq!(
+            classify_version_error(b"\r\nGET / HTTP/1.2\n")
+                .unwrap_err()
+                .status,
+            505
+        );
+        assert_eq!(classify_version_error(b"GET / HTTP/2"), Ok(()));
+        assert_eq!(classify_version_error(b"GET / HTTP/2.0\r"), Ok(()));
+        assert_eq!(classify_version_error(b"GET / HTTP/2.0"), Ok(()));
+        assert_eq!(
+            classify_version_error(b"GET / HTTP/2.00")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(
+            classify_version_error(b"GET / HTTP/2.0 \r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(
+            classify_version_error(b"GET / HTTX").unwrap_err().status,
+            400
+        );
+        assert_eq!(
+            classify_version_error(b"GET / http/1.1\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+    }
+
+    #[test]
+    fn raw_bytes() {
+        assert!(check_raw_bytes(b"GET / HTTP/1.1\r\n\r\n").is_ok());
+        assert!(check_raw_bytes(b"GET / HTTP/1.1\n\n").is_ok());
+        assert!(check_raw_bytes(b"GET / HTTP/1.1\r\rX: y\r\n\r\n").is_err());
+        assert!(check_raw_bytes(b"GET / HTTP/1.1\r\nX: \0\r\n\r\n").is_err());
+    }
+}

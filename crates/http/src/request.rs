@@ -1,0 +1,181 @@
+//! The request head: [`parse_request`] and the [`Request`] it produces.
+
+use crate::fields::analyze;
+use crate::head::{check_partial, check_raw_bytes, check_target_len, classify_version_error};
+use crate::target::parse_target;
+use crate::{Limits, Method, RequestError, Version};
+use httparse::Header;
+
+/// How the message body is framed (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// No `Content-Length` or `Transfer-Encoding`: the body is empty.
+    None,
+    /// `Content-Length: n` (possibly 0).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// Result of an incremental parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed<T> {
+    /// Parsing finished.
+    Complete(T),
+    /// More input is needed; call again with the same bytes plus more.
+    Partial,
+}
+
+impl<T> Parsed<T> {
+    /// Whether more input is needed.
+    pub fn is_partial(&self) -> bool {
+        matches!(self, Parsed::Partial)
+    }
+}
+
+/// A parsed request head. All strings borrow from the input buffer (`'b`);
+/// the header array borrows from caller-provided storage (`'h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'h, 'b> {
+    /// The method, mapped case-sensitively.
+    pub method: Method,
+    /// The method token exactly as sent.
+    pub method_str: &'b str,
+    /// The raw request-target as sent.
+    pub target: &'b str,
+    /// The raw (still percent-encoded) path: the part of an origin-form
+    /// target before `?`; the path of an absolute-form target (`/` if
+    /// empty); `*` for asterisk-form; the whole target for authority-form.
+    pub path: &'b str,
+    /// The query without the `?`, if there was a `?`.
+    pub query: Option<&'b str>,
+    /// The protocol version.
+    pub version: Version,
+    /// The authority of an absolute-form or authority-form target, otherwise
+    /// the `Host` header value (validated, port not stripped).
+    pub host: Option<&'b str>,
+    /// All header fields, in order, values with surrounding whitespace
+    /// trimmed.
+    pub headers: &'h [Header<'b>],
+    /// How the body is framed.
+    pub body: BodyKind,
+    /// Whether the connection may be reused after this request.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` on an HTTP/1.1 request.
+    pub expect_continue: bool,
+    /// Bytes of the head, from the start of the buffer (including skipped
+    /// leading empty lines) through the empty line ending the head. The body
+    /// or the next pipelined request starts here.
+    pub head_len: usize,
+}
+
+impl<'h, 'b> Request<'h, 'b> {
+    /// The value of the first header named `name` (ASCII case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&'b [u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+
+    /// [`host`](Self::host) without the port. IP-literals keep their
+    /// brackets (`[::1]`). Case is left as sent.
+    pub fn host_name(&self) -> Option<&'b str> {
+        self.host.map(|h| crate::host::split_port(h).0)
+    }
+}
+
+/// Parses a request head from the start of `buf`.
+///
+/// `headers` is storage for the header fields (at most `limits.max_headers`
+/// of it is used); more fields than fit are answered with 431. Returns
+/// [`Parsed::Partial`] when the head is not complete yet: call again once
+/// more bytes have arrived, with the same buffer start.
+///
+/// Any error means the request must be answered with `err.status` and the
+/// connection closed. See the crate documentation for the rules enforced.
+pub fn parse_request<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut [Header<'b>],
+    limits: &Limits,
+) -> Result<Parsed<Request<'h, 'b>>, RequestError> {
+    // Never look past max_head bytes: a head that does not end within them
+    // is too large whatever follows.
+    let window = &buf[..buf.len().min(limits.max_head)];
+    let storage = headers.len().min(limits.max_headers);
+    let mut raw = httparse::Request::new(&mut headers[..storage]);
+
+    let head_len = match raw.parse(window) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            check_partial(window, limits)?;
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::Version) => {
+            check_target_len(window, limits)?;
+            classify_version_error(window)?;
+            check_partial(window, limits)?;
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            check_target_len(window, limits)?;
+            return Err(RequestError::new(431, "too many header fields"));
+        }
+        Err(e) => {
+            check_target_len(window, limits)?;
+            return Err(RequestError::bad(httparse_reason(e)));
+        }
+    };
+
+    let httparse::Request {
+        method,
+        path,
+        version,
+        headers,
+    } = raw;
+    let (Some(method_str), Some(target), Some(version)) = (method, path, version) else {
+        return Err(RequestError::bad("incomplete request line"));
+    };
+    let version = match version {
+        0 => Version::Http10,
+        1 => Version::Http11,
+        _ => return Err(RequestError::new(505, "HTTP version not supported")),
+    };
+    let headers: &'h [Header<'b>] = headers;
+
+    if target.len() > limits.max_uri {
+        return Err(RequestError::new(414, "request-target too long"));
+    }
+    check_raw_bytes(&buf[..head_len])?;
+
+    let method = Method::from_token(method_str);
+    let target_parts = parse_target(method, target)?;
+    let fields = analyze(headers, version)?;
+
+    Ok(Parsed::Complete(Request {
+        method,
+        method_str,
+        target,
+        path: target_parts.path,
+        query: target_parts.query,
+        version,
+        host: target_parts.authority.or(fields.host),
+        headers,
+        body: fields.body,
+        keep_alive: fields.keep_alive,
+        expect_continue: fields.expect_continue,
+        head_len,
+    }))
+}
+
+fn httparse_reason(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Token => "invalid request line",
+        httparse::Error::Version => "invalid HTTP version",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::TooManyHeaders => "too many header fields",
+    }
+}
