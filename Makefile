@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration bench clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz bench clean fmt
 
 all: release
 
@@ -31,7 +31,15 @@ lint: deps
 integration: release
 	RINGX_BIN=$(CURDIR)/$(BIN) python3 -m pytest -q -rs tests/
 
-test: deps release unit lint integration
+# Parsers under libFuzzer (cargo-fuzz on stable through RUSTC_BOOTSTRAP), FUZZ_SECS per target.
+FUZZ_SECS ?= 15
+fuzz: deps
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	cd crates/http/fuzz && for t in parse_request chunked; do \
+	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) -dict=dict/http.dict || exit 1; \
+	done
+
+test: deps release unit lint integration fuzz
 
 bench: release
 	python3 bench/run.py $(BENCH_ARGS)

@@ -65,7 +65,7 @@ pub fn raise_nofile() -> u64 {
             }
         }
     }
-    lim.rlim_cur as u64
+    lim.rlim_cur
 }
 
 /// Ignores SIGPIPE: a write to a reset connection must return EPIPE, not kill the process.

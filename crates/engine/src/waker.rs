@@ -21,9 +21,8 @@ impl Waker {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: see above: `fd` is a fresh descriptor owned by no one else.
-        Ok(Waker {
-            fd: Arc::new(unsafe { OwnedFd::from_raw_fd(fd) }),
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Waker { fd: Arc::new(fd) })
     }
 
     /// Wakes the zone. Several wakes before the zone runs coalesce into one `on_wake`.

@@ -21,7 +21,7 @@ struct Closer {
 impl Handler for Closer {
     fn on_accept(&mut self, io: &mut Io, c: ConnId, _: ListenerId) {
         self.accepted += 1;
-        if self.accepted % 5 == 0 {
+        if self.accepted.is_multiple_of(5) {
             io.close(c); // closed with a receive armed and nothing read
         }
     }

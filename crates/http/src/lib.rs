@@ -121,7 +121,7 @@ pub use error::{BodyError, RequestError};
 pub use limits::{BodyLimits, Limits};
 pub use method::Method;
 pub use path::{normalize_path, PathError};
-pub use request::{parse_request, BodyKind, Parsed, Request};
+pub use request::{parse_request, parse_request_uninit, BodyKind, Parsed, Request};
 pub use response::{write_chunk, write_error_response, write_last_chunk, write_status_line};
 pub use status::reason;
 pub use version::Version;

@@ -17,7 +17,7 @@ impl UringDriver {
             unreachable!("submit_send on a non-bytes chunk")
         };
         let len = (buf.len() - pos).min(MAX_SEND);
-        // SAFETY (pointer arithmetic): pos <= buf.len(), so this stays within the vector.
+        // SAFETY: pos <= buf.len(), so the pointer stays within (or one past) the vector.
         let ptr = unsafe { buf.as_ptr().add(*pos) };
         conn.in_flight = true;
         let e = opcode::Send::new(types::Fixed(c.0), ptr, len as u32)

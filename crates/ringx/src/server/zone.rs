@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc;
@@ -225,9 +226,10 @@ impl HttpZone {
                     if pos == input.len() {
                         break;
                     }
-                    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS_STACK];
+                    let mut storage =
+                        [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS_STACK];
                     let n = self.set.limits.max_headers.min(MAX_HEADERS_STACK);
-                    match ringx_http::parse_request(
+                    match ringx_http::parse_request_uninit(
                         &input[pos..],
                         &mut storage[..n],
                         &self.set.limits,
