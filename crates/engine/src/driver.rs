@@ -30,11 +30,15 @@ pub trait Driver {
 /// Runs `handler` on `driver` until the handler calls [`Io::exit`].
 pub fn run<D: Driver, H: Handler>(driver: &mut D, handler: &mut H) -> io::Result<()> {
     let mut next_timer = Some(Instant::now());
+    driver.io().now = Instant::now();
     loop {
-        let now = Instant::now();
-        driver.io().now = now;
+        // `poll` reads the clock once after each wait; that reading serves the whole iteration.
+        let now = driver.io().now;
         if next_timer.is_some_and(|t| t <= now) {
             next_timer = handler.on_timer(driver.io()).map(|d| now + d);
+        }
+        if let Some(t) = driver.io().timer_at.take() {
+            next_timer = Some(next_timer.map_or(t, |n| n.min(t)));
         }
         if driver.io().exit {
             return Ok(());

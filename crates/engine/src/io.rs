@@ -173,6 +173,8 @@ pub struct Io {
     pub(crate) now: Instant,
     pub(crate) exit: bool,
     pub(crate) stop_listening: bool,
+    /// The earliest time the handler asked to get `on_timer` at.
+    pub(crate) timer_at: Option<Instant>,
 }
 
 impl Io {
@@ -186,6 +188,7 @@ impl Io {
             now: Instant::now(),
             exit: false,
             stop_listening: false,
+            timer_at: None,
         }
     }
 
@@ -319,6 +322,12 @@ impl Io {
     /// Closes every listener of this zone (graceful shutdown: no new connections here).
     pub fn stop_listening(&mut self) {
         self.stop_listening = true;
+    }
+
+    /// Asks for [`Handler::on_timer`](crate::Handler::on_timer) to be called at `at` (or
+    /// earlier), in addition to the interval `on_timer` itself returned.
+    pub fn timer_at(&mut self, at: Instant) {
+        self.timer_at = Some(self.timer_at.map_or(at, |t| t.min(at)));
     }
 
     /// Makes [`crate::Driver::run`] return after this iteration.

@@ -97,6 +97,8 @@ pub struct HttpZone {
     conns: Vec<HttpConn>,
     wheel: TimerWheel,
     date: DateCache,
+    /// When the wall clock's next second starts: the Date header changes then.
+    date_next: Instant,
     active: usize,
     draining: bool,
     ready: Option<mpsc::Sender<ZoneEvent>>,
@@ -127,9 +129,23 @@ impl HttpZone {
             conns: Vec::new(),
             wheel: TimerWheel::new(now, Duration::from_millis(100), 2048),
             date,
+            date_next: now,
             active: 0,
             draining: false,
             ready: Some(ready),
+        }
+    }
+
+    /// Keeps the Date header current with one comparison per call: the wall clock is read
+    /// only when a new second has begun.
+    fn refresh_date(&mut self, now: Instant) {
+        if now >= self.date_next {
+            let wall = SystemTime::now();
+            self.date.update(wall);
+            let sub = wall
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            self.date_next = now + Duration::from_nanos(1_000_000_000 - sub as u64);
         }
     }
 
@@ -137,12 +153,13 @@ impl HttpZone {
         &mut self.conns[c.index()]
     }
 
-    fn set_deadline(&mut self, c: ConnId, at: Instant) {
+    fn set_deadline(&mut self, io: &mut Io, c: ConnId, at: Instant) {
         let conn = &mut self.conns[c.index()];
         conn.deadline = at;
         if !conn.in_wheel {
             conn.in_wheel = true;
             self.wheel.insert(at, c.0, conn.gen);
+            io.timer_at(at);
         }
     }
 
@@ -181,7 +198,7 @@ impl HttpZone {
         self.conn(c).inbuf = Vec::new();
         io.shutdown_after_flush(c);
         let at = io.now() + self.set.lingering_timeout;
-        self.set_deadline(c, at);
+        self.set_deadline(io, c, at);
         if self.conn(c).eof {
             io.close_after_flush(c);
         }
@@ -238,7 +255,7 @@ impl HttpZone {
                             if conn.phase == Phase::Idle {
                                 conn.phase = Phase::Head;
                                 let at = io.now() + self.set.header_timeout;
-                                self.set_deadline(c, at);
+                                self.set_deadline(io, c, at);
                             }
                             break;
                         }
@@ -358,7 +375,7 @@ impl HttpZone {
                 io.write(c, b"HTTP/1.1 100 Continue\r\n\r\n");
             }
             let at = io.now() + set.body_timeout;
-            self.set_deadline(c, at);
+            self.set_deadline(io, c, at);
             return Next::Continue;
         }
         if let Some((f, off, len)) = pending.file.take() {
@@ -455,7 +472,14 @@ impl HttpZone {
         let conn = &mut self.conns[c.index()];
         conn.body = None;
         conn.phase = Phase::Idle;
-        let Some(p) = conn.pending.take() else { return };
+        let Some(mut p) = conn.pending.take() else {
+            return;
+        };
+        if self.draining && !p.close {
+            // The response was prepared before the drain began: it must now say close.
+            mark_close(&mut p.bytes);
+            p.close = true;
+        }
         io.write(c, &p.bytes);
         if let Some((f, off, len)) = p.file {
             io.send_file(c, f, off, len);
@@ -464,6 +488,7 @@ impl HttpZone {
     }
 
     fn after_response(&mut self, io: &mut Io, c: ConnId, close: bool, more_input: bool) -> Next {
+        let close = close || self.draining;
         if close {
             if more_input || self.conns[c.index()].requests == 0 {
                 self.linger(io, c);
@@ -472,14 +497,14 @@ impl HttpZone {
                 self.conns[c.index()].phase = Phase::Lingering;
                 io.close_after_flush(c);
                 let at = io.now() + self.set.send_timeout;
-                self.set_deadline(c, at);
+                self.set_deadline(io, c, at);
             }
             return Next::Stop;
         }
         let at = io.now() + self.set.keepalive_timeout;
         let conn = &mut self.conns[c.index()];
         conn.phase = Phase::Idle;
-        self.set_deadline(c, at);
+        self.set_deadline(io, c, at);
         if io.pending(c) > OUT_HIGH_WATER {
             self.conns[c.index()].paused = true;
             io.pause_recv(c);
@@ -518,7 +543,7 @@ impl HttpZone {
             if pending != conn.last_out {
                 conn.last_out = pending;
                 let at = io.now() + self.set.send_timeout;
-                self.set_deadline(c, at);
+                self.set_deadline(io, c, at);
                 return;
             }
             io.close(c);
@@ -543,9 +568,27 @@ impl HttpZone {
             }
         }
         tracing::debug!(zone = self.id, active = self.active, "draining");
+        io.timer_at(io.now() + Duration::from_millis(100));
         if self.active == 0 {
             io.exit();
         }
+    }
+}
+
+/// Turns a prepared keep-alive response head into one that announces the close.
+fn mark_close(resp: &mut Vec<u8>) {
+    const KEEP10: &[u8] = b"Connection: keep-alive\r\n";
+    let Some(end) = resp.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let head = &resp[..end + 2];
+    if let Some(i) = head.windows(KEEP10.len()).position(|w| w == KEEP10) {
+        resp.splice(
+            i..i + KEEP10.len(),
+            b"Connection: close\r\n".iter().copied(),
+        );
+    } else {
+        resp.splice(end + 2..end + 2, b"Connection: close\r\n".iter().copied());
     }
 }
 
@@ -584,14 +627,14 @@ impl Handler for HttpZone {
         conn.last_out = 0;
         conn.in_wheel = false;
         let at = now + self.set.header_timeout;
-        self.set_deadline(c, at);
+        self.set_deadline(io, c, at);
         if self.draining {
             io.close(c);
         }
     }
 
     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
-        self.date.update(SystemTime::now());
+        self.refresh_date(io.now());
         let conn = &mut self.conns[c.index()];
         match conn.phase {
             Phase::Lingering | Phase::Closed => return,
@@ -674,7 +717,7 @@ impl Handler for HttpZone {
             let _ = tx.send(ZoneEvent::Ready);
         }
         let now = io.now();
-        self.date.update(SystemTime::now());
+        self.refresh_date(now);
         let mut due = Vec::new();
         let conns = &mut self.conns;
         self.wheel.advance(now, |wheel, key, gen| {

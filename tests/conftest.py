@@ -1,0 +1,173 @@
+"""Fixtures for the ringx integration tests.
+
+Run:  RINGX_BIN=/work/main/target/release/ringx python3 -m pytest -q -rs tests/
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+DEFAULT_BIN = "/work/main/target/release/ringx"
+FALLBACK_LINE = "using the epoll driver"
+ENGINES = ["uring", "epoll"]
+
+
+@pytest.fixture(scope="session")
+def ringx_bin() -> str:
+    path = os.environ.get("RINGX_BIN", DEFAULT_BIN)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail(f"ringx binary not found at {path} (set RINGX_BIN or run "
+                    f"`cargo build --release -p ringx`)")
+    return path
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (bind port 0, read it back)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+class Ringx:
+    """One ringx process: writes the config, starts `ringx serve`, waits for
+    the "listening on" line, captures stderr into a file, and stops it."""
+
+    def __init__(self, binary: str, workdir: Path, config: str, engine: str | None = None,
+                 name: str = "ringx", preexec_fn=None):
+        self.binary = binary
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.engine = engine
+        self.config_text = config
+        self.config_path = self.workdir / f"{name}.toml"
+        self.config_path.write_text(config)
+        self.log_path = self.workdir / f"{name}.stderr.log"
+        self.preexec_fn = preexec_fn
+        self.proc: subprocess.Popen | None = None
+        self._log_file = None
+
+    # -- process control ------------------------------------------------------
+    def start(self, timeout: float = 10.0, wait: bool = True) -> "Ringx":
+        self._log_file = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [self.binary, "serve", "-c", str(self.config_path)],
+            stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=self._log_file,
+            preexec_fn=self.preexec_fn,
+        )
+        if wait:
+            self.wait_log("listening on", timeout)
+            log = self.log()
+            if self.engine == "uring" and FALLBACK_LINE in log:
+                pytest.fail("engine = \"uring\" requested but ringx fell back to epoll:\n" + log)
+            if self.engine is not None:
+                listening = [ln for ln in log.splitlines() if "listening on" in ln][0]
+                if f"engine {self.engine}" not in listening:
+                    pytest.fail(f"requested engine {self.engine!r} but ringx runs: {listening}")
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_log(self, needle: str, timeout: float = 10.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log()
+            if needle in text:
+                return text
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ringx exited with {self.proc.returncode} before logging "
+                                     f"{needle!r}; stderr:\n{self.log()}")
+            time.sleep(0.02)
+        raise AssertionError(f"timed out after {timeout}s waiting for {needle!r}; stderr:\n{self.log()}")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> None:
+        """Always-safe teardown: SIGKILL if still running, reap, close the log."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+def runtime_section(engine: str | None, zones: int = 1, extra: str = "") -> str:
+    out = f"[runtime]\nzones = {zones}\n"
+    if engine:
+        out += f'engine = "{engine}"\n'
+    return out + extra
+
+
+class RingxFactory:
+    def __init__(self, binary: str, workdir: Path):
+        self.binary = binary
+        self.workdir = Path(workdir)
+        self.instances: list[Ringx] = []
+
+    def make(self, config: str, engine: str | None = None, start: bool = True, **kw) -> Ringx:
+        name = kw.pop("name", f"ringx{len(self.instances)}")
+        r = Ringx(self.binary, self.workdir, config, engine=engine, name=name, **kw)
+        self.instances.append(r)
+        if start:
+            r.start()
+        return r
+
+    def stop_all(self) -> None:
+        for r in self.instances:
+            r.stop()
+
+
+@pytest.fixture
+def ringx(ringx_bin, tmp_path):
+    """Function-scoped factory: ringx.make(config_text, engine=...) -> started Ringx."""
+    f = RingxFactory(ringx_bin, tmp_path / "ringx")
+    yield f
+    f.stop_all()
+
+
+@pytest.fixture(scope="module")
+def ringx_module(ringx_bin, tmp_path_factory):
+    """Module-scoped factory for servers shared by a whole test module."""
+    f = RingxFactory(ringx_bin, tmp_path_factory.mktemp("ringx"))
+    yield f
+    f.stop_all()
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(request) -> str:
+    """Every test that uses this runs once per engine (module-scoped so that
+    module-scoped servers are started once per engine)."""
+    return request.param

@@ -1,0 +1,230 @@
+"""Static files: root/alias mapping, metadata headers, conditional and range requests."""
+
+import hashlib
+import os
+import subprocess
+
+import pytest
+
+from conftest import free_port, runtime_section
+from util_http import Conn, request, roundtrip
+
+BIG_SIZE = 1024 * 1024 + 123
+TEXT = b"0123456789abcdefghijklmnopqrstuvwxyz\n"  # 37 bytes
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    base = tmp_path_factory.mktemp("static")
+    root = base / "www"
+    (root / "static" / "dir").mkdir(parents=True)
+    (root / "static" / "noindex").mkdir()
+    s = root / "static"
+    (s / "a.txt").write_bytes(TEXT)
+    (s / "page.html").write_text("<html>page</html>\n")
+    (s / "style.css").write_text("body{}\n")
+    (s / "app.js").write_text("let x;\n")
+    (s / "data.json").write_text("{}\n")
+    (s / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 8)
+    (s / "pic.jpg").write_bytes(b"\xff\xd8\xff" + b"\0" * 8)
+    (s / "blob.unknownext").write_bytes(b"??")
+    (s / "dir" / "index.html").write_text("<h1>dir index</h1>\n")
+    (s / "noindex" / "f.txt").write_text("f\n")
+    (s / "big.bin").write_bytes(os.urandom(BIG_SIZE))
+    os.symlink("/etc/hostname", s / "evil-link")
+    os.symlink(str(base / "secret.txt"), s / "evil-link2")
+    (base / "secret.txt").write_text("TOP-SECRET-OUTSIDE-ROOT\n")
+    os.symlink("a.txt", s / "good-link")
+    alias_dir = base / "aliased"
+    alias_dir.mkdir()
+    (alias_dir / "hello.txt").write_text("from alias\n")
+    return {"root": root, "alias": alias_dir, "base": base}
+
+
+@pytest.fixture(scope="module")
+def srv(engine, ringx_module, site):
+    p = free_port()
+    cfg = runtime_section(engine) + f"""
+[[server]]
+listen = ["127.0.0.1:{p}"]
+  [[server.location]]
+  path = "/static/"
+  root = "{site['root']}"
+  index = ["index.html"]
+  [[server.location]]
+  path = "/files/"
+  alias = "{site['alias']}/"
+"""
+    r = ringx_module.make(cfg, engine=engine, name=f"static-{engine}")
+    r.port = p
+    yield r
+    r.stop()
+
+
+def GET(srv, path, headers=None, method="GET"):
+    return roundtrip(srv.port, request(method, path, headers=headers), head=(method == "HEAD"))[0]
+
+
+@pytest.mark.parametrize("name,ctype", [
+    ("a.txt", "text/plain"), ("page.html", "text/html"), ("style.css", "text/css"),
+    ("app.js", ("application/javascript", "text/javascript")), ("data.json", "application/json"),
+    ("img.png", "image/png"), ("pic.jpg", "image/jpeg"),
+    ("blob.unknownext", "application/octet-stream"),
+])
+def test_content_type_by_extension(srv, name, ctype):
+    r = GET(srv, f"/static/{name}")
+    assert r.status == 200, r
+    got = (r.header("Content-Type") or "").split(";")[0].strip()
+    assert got in ((ctype,) if isinstance(ctype, str) else ctype), r.header("Content-Type")
+
+
+def test_file_headers_and_body(srv, site):
+    r = GET(srv, "/static/a.txt")
+    assert r.status == 200
+    assert r.body == TEXT
+    assert r.header("Content-Length") == str(len(TEXT))
+    assert r.header("Last-Modified", "").endswith(" GMT")
+    assert r.header("ETag"), r
+    assert r.header("Accept-Ranges") in (None, "bytes")
+
+
+def test_head_static(srv):
+    g = GET(srv, "/static/a.txt")
+    h = GET(srv, "/static/a.txt", method="HEAD")
+    assert h.status == 200 and h.body == b""
+    assert h.header("Content-Length") == str(len(TEXT))
+    assert h.header("ETag") == g.header("ETag")
+
+
+def test_if_modified_since_304(srv):
+    lm = GET(srv, "/static/a.txt").header("Last-Modified")
+    with Conn(srv.port) as c:
+        c.send(request("GET", "/static/a.txt", headers={"If-Modified-Since": lm}))
+        r = c.read_response()  # the parser reads no body for 304...
+        assert r.status == 304, r
+        assert r.header("Content-Length") in (None, "0", str(len(TEXT)))
+        # ...so any stray body bytes would corrupt the next response
+        c.send(request("GET", "/static/page.html"))
+        n = c.read_response()
+        assert n.status == 200 and n.body == b"<html>page</html>\n"
+
+
+def test_if_modified_since_old_date_200(srv):
+    r = GET(srv, "/static/a.txt", headers={"If-Modified-Since": "Mon, 01 Jan 1990 00:00:00 GMT"})
+    assert r.status == 200 and r.body == TEXT
+
+
+def test_if_none_match_304(srv):
+    etag = GET(srv, "/static/a.txt").header("ETag")
+    r = GET(srv, "/static/a.txt", headers={"If-None-Match": etag})
+    assert r.status == 304, r
+    assert r.header("ETag") == etag
+    r = GET(srv, "/static/a.txt", headers={"If-None-Match": '"nope"'})
+    assert r.status == 200 and r.body == TEXT
+
+
+@pytest.mark.parametrize("rng,start,end", [
+    ("bytes=0-9", 0, 9), ("bytes=-5", len(TEXT) - 5, len(TEXT) - 1), ("bytes=30-", 30, len(TEXT) - 1),
+    ("bytes=10-1000", 10, len(TEXT) - 1),
+])
+def test_range(srv, rng, start, end):
+    r = GET(srv, "/static/a.txt", headers={"Range": rng})
+    assert r.status == 206, r
+    assert r.header("Content-Range") == f"bytes {start}-{end}/{len(TEXT)}"
+    assert r.body == TEXT[start:end + 1]
+    assert r.header("Content-Length") == str(end - start + 1)
+
+
+def test_range_unsatisfiable_416(srv):
+    r = GET(srv, "/static/a.txt", headers={"Range": "bytes=1000-2000"})
+    assert r.status == 416, r
+    assert r.header("Content-Range") == f"bytes */{len(TEXT)}"
+
+
+def test_directory_index(srv):
+    r = GET(srv, "/static/dir/")
+    assert r.status == 200, r
+    assert r.body == b"<h1>dir index</h1>\n"
+    assert r.header("Content-Type", "").startswith("text/html")
+
+
+def test_directory_without_slash_redirects(srv):
+    r = GET(srv, "/static/dir")
+    assert r.status == 301, r
+    loc = r.header("Location", "")
+    assert loc == "/static/dir/" or loc.endswith("/static/dir/"), loc
+
+
+def test_directory_without_index_403(srv):
+    r = GET(srv, "/static/noindex/")
+    assert r.status == 403, r
+
+
+def test_missing_file_404(srv):
+    assert GET(srv, "/static/nope.txt").status == 404
+
+
+def test_post_to_static_405_with_allow(srv):
+    r = roundtrip(srv.port, request("POST", "/static/a.txt", body=b"x"))[0]
+    assert r.status == 405, r
+    allow = {m.strip() for m in (r.header("Allow") or "").split(",")}
+    assert {"GET", "HEAD"} <= allow, r
+
+
+def test_big_file_with_curl_intact(srv, site, tmp_path):
+    out = tmp_path / "big.out"
+    cp = subprocess.run(["curl", "-sS", "-o", str(out), "-w", "%{http_code}",
+                         f"http://127.0.0.1:{srv.port}/static/big.bin"],
+                        capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout == "200"
+    want = hashlib.sha256((site["root"] / "static" / "big.bin").read_bytes()).hexdigest()
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == want
+
+
+def test_big_file_raw_keepalive_then_next(srv, site):
+    with Conn(srv.port, timeout=20) as c:
+        c.send(request("GET", "/static/big.bin") + request("GET", "/static/a.txt"))
+        r = c.read_response()
+        assert r.status == 200 and len(r.body) == BIG_SIZE
+        assert r.body == (site["root"] / "static" / "big.bin").read_bytes()
+        assert c.read_response().body == TEXT
+
+
+@pytest.mark.parametrize("link", ["evil-link", "evil-link2"])
+def test_symlink_outside_root_refused(srv, link):
+    r = GET(srv, f"/static/{link}")
+    assert r.status in (403, 404), r
+    assert b"TOP-SECRET" not in r.body
+    if os.path.exists("/etc/hostname"):
+        hn = open("/etc/hostname", "rb").read().strip()
+        assert not (hn and r.body.strip() == hn)
+
+
+def test_symlink_inside_root_served(srv):
+    r = GET(srv, "/static/good-link")
+    assert r.status == 200, r
+    assert r.body == TEXT
+
+
+def test_alias(srv):
+    r = GET(srv, "/files/hello.txt")
+    assert r.status == 200, r
+    assert r.body == b"from alias\n"
+    assert GET(srv, "/files/a.txt").status == 404
+
+
+@pytest.mark.parametrize("path", [
+    "/static/../secret.txt", "/static/%2e%2e/secret.txt", "/static/..%2fsecret.txt",
+    "/files/../secret.txt", "/files/%2e%2e/secret.txt", "/static/dir/../../../secret.txt",
+])
+def test_traversal_never_escapes(srv, path):
+    r = GET(srv, path)
+    assert r.status in (400, 403, 404), r
+    assert b"TOP-SECRET" not in r.body
+
+
+def test_percent_decoded_path_served(srv, site):
+    (site["root"] / "static" / "sp ace.txt").write_text("spaced\n")
+    r = GET(srv, "/static/sp%20ace.txt")
+    assert r.status == 200 and r.body == b"spaced\n", r
