@@ -1,0 +1,360 @@
+//! The HTTP/1.1 origin server as a zone [`Handler`]: parse what arrives (straight from the
+//! receive buffers when a request is complete in one segment), route, answer in order,
+//! enforce limits and timeouts, drain on shutdown.
+
+use std::fs::File;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use ringx_engine::{ConnId, Handler, Io, ListenerId, TimerWheel};
+use ringx_http::{BodyDecoder, DateCache};
+
+use super::respond::ConnHdr;
+use super::route::Routes;
+use super::settings::Settings;
+
+/// Commands from the control thread, read when the zone is woken (0 = run).
+pub const CMD_DRAIN: u8 = 1;
+
+mod request;
+
+pub struct ZoneCtl {
+    pub cmd: AtomicU8,
+}
+
+/// Queued output above which a connection stops reading (pipelined requests wait).
+const OUT_HIGH_WATER: u64 = 256 * 1024;
+/// Header storage on the stack per parse.
+const MAX_HEADERS_STACK: usize = 128;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Between requests, nothing buffered.
+    Idle,
+    /// Part of a request head has arrived.
+    Head,
+    /// Reading (and discarding) a request body; the response waits in `pending`.
+    Body,
+    /// The last response is queued; reading and discarding until the client closes.
+    Lingering,
+    Closed,
+}
+
+struct Pending {
+    bytes: Vec<u8>,
+    file: Option<(Rc<File>, u64, u64)>,
+    close: bool,
+}
+
+struct HttpConn {
+    gen: u32,
+    listener: u32,
+    phase: Phase,
+    inbuf: Vec<u8>,
+    deadline: Instant,
+    in_wheel: bool,
+    requests: u32,
+    paused: bool,
+    eof: bool,
+    body: Option<BodyDecoder>,
+    pending: Option<Pending>,
+    last_out: u64,
+}
+
+impl HttpConn {
+    fn new(now: Instant) -> Self {
+        HttpConn {
+            gen: 0,
+            listener: 0,
+            phase: Phase::Closed,
+            inbuf: Vec::new(),
+            deadline: now,
+            in_wheel: false,
+            requests: 0,
+            paused: false,
+            eof: false,
+            body: None,
+            pending: None,
+            last_out: 0,
+        }
+    }
+}
+
+/// Sent to the control thread once the zone runs.
+pub enum ZoneEvent {
+    Ready,
+}
+
+pub struct HttpZone {
+    id: usize,
+    routes: Arc<Routes>,
+    set: Arc<Settings>,
+    ctl: Arc<ZoneCtl>,
+    conns: Vec<HttpConn>,
+    wheel: TimerWheel,
+    date: DateCache,
+    /// When the wall clock's next second starts: the Date header changes then.
+    date_next: Instant,
+    active: usize,
+    draining: bool,
+    ready: Option<mpsc::Sender<ZoneEvent>>,
+}
+
+/// What processing a request decided about the rest of the input.
+enum Next {
+    Continue,
+    Stop,
+}
+
+impl HttpZone {
+    pub fn new(
+        id: usize,
+        routes: Arc<Routes>,
+        set: Arc<Settings>,
+        ctl: Arc<ZoneCtl>,
+        ready: mpsc::Sender<ZoneEvent>,
+    ) -> Self {
+        let now = Instant::now();
+        let mut date = DateCache::new();
+        date.update(SystemTime::now());
+        HttpZone {
+            id,
+            routes,
+            set,
+            ctl,
+            conns: Vec::new(),
+            wheel: TimerWheel::new(now, Duration::from_millis(100), 2048),
+            date,
+            date_next: now,
+            active: 0,
+            draining: false,
+            ready: Some(ready),
+        }
+    }
+
+    /// Keeps the Date header current with one comparison per call: the wall clock is read
+    /// only when a new second has begun.
+    fn refresh_date(&mut self, now: Instant) {
+        if now >= self.date_next {
+            let wall = SystemTime::now();
+            self.date.update(wall);
+            let sub = wall
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            self.date_next = now + Duration::from_nanos(1_000_000_000 - sub as u64);
+        }
+    }
+
+    fn conn(&mut self, c: ConnId) -> &mut HttpConn {
+        &mut self.conns[c.index()]
+    }
+
+    fn set_deadline(&mut self, io: &mut Io, c: ConnId, at: Instant) {
+        let conn = &mut self.conns[c.index()];
+        conn.deadline = at;
+        if !conn.in_wheel {
+            conn.in_wheel = true;
+            self.wheel.insert(at, c.0, conn.gen);
+            io.timer_at(at);
+        }
+    }
+
+    fn conn_hdr(version11: bool, keep: bool) -> ConnHdr {
+        match (keep, version11) {
+            (false, _) => ConnHdr::Close,
+            (true, true) => ConnHdr::Keep11,
+            (true, false) => ConnHdr::Keep10,
+        }
+    }
+
+    fn expire(&mut self, io: &mut Io, c: ConnId) {
+        let pending = io.pending(c);
+        if pending > 0 {
+            // Still sending: close only if nothing moved for a whole send_timeout.
+            let conn = &mut self.conns[c.index()];
+            if pending != conn.last_out {
+                conn.last_out = pending;
+                let at = io.now() + self.set.send_timeout;
+                self.set_deadline(io, c, at);
+                return;
+            }
+            io.close(c);
+            return;
+        }
+        match self.conns[c.index()].phase {
+            Phase::Idle | Phase::Lingering | Phase::Closed => io.close(c),
+            Phase::Head | Phase::Body => self.fail(io, c, 408, false),
+        }
+    }
+
+    fn start_drain(&mut self, io: &mut Io) {
+        if self.draining {
+            return;
+        }
+        self.draining = true;
+        io.stop_listening();
+        for (i, conn) in self.conns.iter().enumerate() {
+            let c = ConnId(i as u32);
+            if conn.phase == Phase::Idle && conn.inbuf.is_empty() && io.pending(c) == 0 {
+                io.close(c);
+            }
+        }
+        tracing::debug!(zone = self.id, active = self.active, "draining");
+        io.timer_at(io.now() + Duration::from_millis(100));
+        if self.active == 0 {
+            io.exit();
+        }
+    }
+}
+
+impl Handler for HttpZone {
+    fn on_accept(&mut self, io: &mut Io, c: ConnId, listener: ListenerId) {
+        let now = io.now();
+        if self.conns.len() <= c.index() {
+            self.conns.resize_with(c.index() + 1, || HttpConn::new(now));
+        }
+        self.active += 1;
+        let conn = &mut self.conns[c.index()];
+        conn.gen = conn.gen.wrapping_add(1);
+        conn.listener = listener.0;
+        conn.phase = Phase::Idle;
+        conn.inbuf.clear();
+        conn.requests = 0;
+        conn.paused = false;
+        conn.eof = false;
+        conn.body = None;
+        conn.pending = None;
+        conn.last_out = 0;
+        conn.in_wheel = false;
+        let at = now + self.set.header_timeout;
+        self.set_deadline(io, c, at);
+        if self.draining {
+            io.close(c);
+        }
+    }
+
+    fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
+        self.refresh_date(io.now());
+        let conn = &mut self.conns[c.index()];
+        match conn.phase {
+            Phase::Lingering | Phase::Closed => return,
+            _ => {}
+        }
+        if conn.paused {
+            conn.inbuf.extend_from_slice(data);
+            if conn.inbuf.len() > self.set.max_buffered {
+                io.close(c);
+            }
+            return;
+        }
+        if conn.inbuf.is_empty() {
+            // The common case: parse straight from the receive buffer, keep only a tail.
+            let used = self.process(io, c, data);
+            let conn = &mut self.conns[c.index()];
+            if used < data.len() && conn.phase != Phase::Closed && conn.phase != Phase::Lingering {
+                conn.inbuf.extend_from_slice(&data[used..]);
+            }
+        } else {
+            conn.inbuf.extend_from_slice(data);
+            self.process_buffered(io, c);
+        }
+        let conn = &self.conns[c.index()];
+        if conn.inbuf.len() > self.set.max_buffered {
+            // Only reachable while paused or with a huge partial head (431 handles that).
+            io.close(c);
+        }
+    }
+
+    fn on_eof(&mut self, io: &mut Io, c: ConnId) {
+        let conn = &mut self.conns[c.index()];
+        conn.eof = true;
+        match conn.phase {
+            Phase::Lingering => {
+                if io.pending(c) == 0 {
+                    io.close(c)
+                } else {
+                    io.close_after_flush(c)
+                }
+            }
+            Phase::Body | Phase::Head => io.close(c),
+            Phase::Idle if conn.paused => {} // finishes in on_flushed
+            _ => io.close_after_flush(c),
+        }
+    }
+
+    fn on_flushed(&mut self, io: &mut Io, c: ConnId) {
+        let conn = &mut self.conns[c.index()];
+        if conn.paused {
+            conn.paused = false;
+            if !conn.eof {
+                io.resume_recv(c);
+            }
+            self.process_buffered(io, c);
+        }
+    }
+
+    fn on_closed(&mut self, io: &mut Io, c: ConnId, err: Option<std::io::Error>) {
+        if let Some(e) = err {
+            tracing::debug!(zone = self.id, conn = c.0, "connection error: {e}");
+        }
+        let conn = &mut self.conns[c.index()];
+        conn.phase = Phase::Closed;
+        conn.body = None;
+        conn.pending = None;
+        if conn.inbuf.capacity() > 64 * 1024 {
+            conn.inbuf = Vec::new();
+        } else {
+            conn.inbuf.clear();
+        }
+        self.active -= 1;
+        if self.draining && self.active == 0 {
+            io.exit();
+        }
+    }
+
+    fn on_timer(&mut self, io: &mut Io) -> Option<Duration> {
+        if let Some(tx) = self.ready.take() {
+            let _ = tx.send(ZoneEvent::Ready);
+        }
+        let now = io.now();
+        self.refresh_date(now);
+        let mut due = Vec::new();
+        let conns = &mut self.conns;
+        self.wheel.advance(now, |wheel, key, gen| {
+            let Some(conn) = conns.get_mut(key as usize) else {
+                return;
+            };
+            if conn.gen != gen || conn.phase == Phase::Closed {
+                return;
+            }
+            if conn.deadline > now {
+                wheel.insert(conn.deadline, key, gen);
+            } else {
+                conn.in_wheel = false;
+                due.push(ConnId(key));
+            }
+        });
+        for c in due {
+            self.expire(io, c);
+        }
+        let next = self
+            .wheel
+            .next_due(now)
+            .map(|d| d.max(Duration::from_millis(10)));
+        if self.draining {
+            return Some(next.map_or(Duration::from_millis(100), |d| {
+                d.min(Duration::from_millis(100))
+            }));
+        }
+        next
+    }
+
+    fn on_wake(&mut self, io: &mut Io) {
+        if self.ctl.cmd.load(Ordering::Acquire) == CMD_DRAIN {
+            self.start_drain(io);
+        }
+    }
+}
