@@ -39,7 +39,7 @@ fuzz: deps
 	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) -dict=dict/http.dict || exit 1; \
 	done
 
-test: deps release unit lint integration fuzz
+test: deps release unit lint fuzz integration
 
 bench: release
 	python3 bench/run.py $(BENCH_ARGS)
