@@ -8,6 +8,7 @@
 mod accept;
 pub(crate) mod bufring;
 mod close;
+mod enter;
 pub(crate) mod pipes;
 pub mod probe;
 mod recv;
@@ -20,7 +21,7 @@ use std::io;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use io_uring::{cqueue, squeue, types, IoUring};
+use io_uring::{cqueue, squeue, IoUring};
 
 use crate::driver::Driver;
 use crate::handler::Handler;
@@ -55,6 +56,7 @@ pub struct UringDriver {
     accept_backoff: bool,
     pipes: PipePool,
     waits: u64,
+    enter: enter::Enter,
 }
 
 impl UringDriver {
@@ -73,6 +75,7 @@ impl UringDriver {
                 )
             })?;
         let bufs = BufRing::new(&ring, BGID, cfg.recv_buffers, cfg.recv_buffer_size)?;
+        let enter = enter::Enter::new(&ring);
         let mut d = UringDriver {
             ring,
             bufs,
@@ -84,6 +87,7 @@ impl UringDriver {
             accept_backoff: false,
             pipes: PipePool::default(),
             waits: 0,
+            enter,
         };
         d.arm_wake();
         Ok(d)
@@ -226,14 +230,8 @@ impl Driver for UringDriver {
             self.arm_recv(c);
         }
         self.waits += 1;
-        let r = match timeout {
-            Some(t) => {
-                let ts = types::Timespec::from(t);
-                let args = types::SubmitArgs::new().timespec(&ts);
-                self.ring.submitter().submit_with_args(1, &args)
-            }
-            None => self.ring.submit_and_wait(1),
-        };
+        let to_submit = self.ring.submission().len() as u32;
+        let r = self.enter.submit_and_wait(to_submit, timeout);
         if let Err(e) = r {
             match e.raw_os_error() {
                 Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => {}
