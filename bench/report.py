@@ -89,7 +89,9 @@ def write(result, name):
     for fn, title in files:
         lines.append(f"![{title}](results/{fn})")
         lines.append("")
-    cmds = sorted({r["cmd"].replace(str(r.get("port", "")), "PORT") for r in result["rows"]})
+    import re
+    cmds = sorted({re.sub(r"/tmp/\S+\.csv", "AB.csv", re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", r["cmd"]))
+                   for r in result["rows"]})
     lines.append("<details><summary>Client commands of this run</summary>")
     lines.append("")
     for c in cmds:

@@ -376,6 +376,10 @@ def main():
     os.makedirs(os.path.join(docroot, "static"))
     with open(os.path.join(docroot, "static", "1m.bin"), "wb") as f:
         f.write(os.urandom(1 << 20))
+    # nginx's workers run as an unprivileged user: the document root must be readable to all.
+    for d in (work, docroot, os.path.join(docroot, "static")):
+        os.chmod(d, 0o755)
+    os.chmod(os.path.join(docroot, "static", "1m.bin"), 0o644)
     cg = Cgroup("ringx-bench-cap")
     cg.cap(CAP_PCT)
     servers = {p: Server(p, work, docroot) for p in PEERS}
@@ -396,6 +400,10 @@ def main():
                         row["capped_cmd"] = f"cgroup cpu quota {CAP_PCT}% + " + c["cmd"]
                         if c["errors"]:
                             row["errors"] += " capped:" + c["errors"]
+                    if row["errors"]:
+                        # A peer that answers errors is not doing the same work: stop rather
+                        # than report a meaningless ratio.
+                        raise RuntimeError(f"{peer} on {wl}: {row['errors']}")
                     rows.append(row)
                     print(f"{wl:12s} r{rnd} {peer:12s} rps={row['rps']:>9.0f} cpu/req={row['cpu_us_per_req']:6.2f}us "
                           f"capped={row.get('capped_rps', 0):>9.0f} avg={row['lat_avg_ms']} p99={row['lat_p99_ms']} {row['errors']}",

@@ -4,7 +4,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Bytes one splice round moves; the pipe is sized to hold it.
-pub(crate) const PIPE_CHUNK: u32 = 256 * 1024;
+pub(crate) const PIPE_CHUNK: u32 = 1024 * 1024;
 
 pub(crate) struct Pipe {
     pub(crate) r: OwnedFd,
