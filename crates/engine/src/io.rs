@@ -37,6 +37,12 @@ pub(crate) enum Chunk {
 }
 
 impl Chunk {
+    /// A bytes chunk with nothing left to send. (A file chunk whose offset reached its end
+    /// may still have bytes in the splice pipe, so it never counts as empty here.)
+    pub(crate) fn is_empty_bytes(&self) -> bool {
+        matches!(self, Chunk::Bytes { buf, pos } if *pos == buf.len())
+    }
+
     pub(crate) fn remaining(&self) -> u64 {
         match self {
             Chunk::Bytes { buf, pos } => (buf.len() - pos) as u64,

@@ -39,6 +39,7 @@
 
 pub mod driver;
 pub mod epoll;
+pub mod framing;
 mod handler;
 mod io;
 mod listen;

@@ -1,6 +1,8 @@
 //! `ringx`: the command line.
 
+mod cli_rss;
 mod config;
+mod echo;
 mod lifecycle;
 mod server;
 
@@ -35,6 +37,11 @@ enum Cmd {
     },
     /// Print the embedded default configuration.
     DefaultConfig,
+    /// RSS: hash flows like a NIC, show a device's RSS setup.
+    #[command(subcommand)]
+    Rss(cli_rss::RssCmd),
+    /// Run the length-prefixed echo server of the netpoll benchmark on the engine.
+    Echo(echo::EchoArgs),
 }
 
 fn load(path: &Option<PathBuf>) -> Result<config::Config, config::ConfigError> {
@@ -47,6 +54,8 @@ fn load(path: &Option<PathBuf>) -> Result<config::Config, config::ConfigError> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Rss(cmd) => cli_rss::run(cmd),
+        Cmd::Echo(args) => echo::run(args),
         Cmd::DefaultConfig => {
             print!("{}", config::DEFAULT_CONFIG);
             ExitCode::SUCCESS

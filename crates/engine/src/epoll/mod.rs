@@ -228,19 +228,20 @@ impl EpollDriver {
             if conn.state != ConnState::Open {
                 return;
             }
+            if conn.out.front().is_some_and(Chunk::is_empty_bytes) {
+                // An output buffer the handler asked for but left empty.
+                conn.pop_front();
+                continue;
+            }
             let r = match conn.out.front() {
                 None => break,
                 Some(Chunk::Bytes { buf, pos }) => {
                     let rest = &buf[*pos..];
+                    // A head followed by a file: MSG_MORE coalesces it with the file's bytes.
+                    let more = matches!(conn.out.get(1), Some(Chunk::File { .. }));
+                    let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
                     // SAFETY: writes from a live slice of the queued vector.
-                    unsafe {
-                        libc::send(
-                            c.0 as RawFd,
-                            rest.as_ptr().cast(),
-                            rest.len(),
-                            libc::MSG_NOSIGNAL,
-                        )
-                    }
+                    unsafe { libc::send(c.0 as RawFd, rest.as_ptr().cast(), rest.len(), flags) }
                 }
                 Some(Chunk::File { file, off, end }) => {
                     let mut o = *off as libc::off_t;

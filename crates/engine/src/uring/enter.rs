@@ -55,21 +55,41 @@ pub(crate) struct Enter {
 impl Enter {
     pub(crate) fn new(ring: &IoUring) -> Enter {
         let raw = ring.as_raw_fd();
-        let mut up = RsrcUpdate { offset: u32::MAX, resv: 0, data: raw as u64 };
+        let mut up = RsrcUpdate {
+            offset: u32::MAX,
+            resv: 0,
+            data: raw as u64,
+        };
         // SAFETY: io_uring_register reads and writes one live RsrcUpdate (nr_args = 1);
         // offset u32::MAX asks the kernel to pick a free registered-ring slot.
         let r = unsafe {
-            libc::syscall(libc::SYS_io_uring_register, raw, IORING_REGISTER_RING_FDS, &mut up as *mut RsrcUpdate, 1)
+            libc::syscall(
+                libc::SYS_io_uring_register,
+                raw,
+                IORING_REGISTER_RING_FDS,
+                &mut up as *mut RsrcUpdate,
+                1,
+            )
         };
         if r == 1 {
-            Enter { fd: up.offset, registered: true }
+            Enter {
+                fd: up.offset,
+                registered: true,
+            }
         } else {
-            Enter { fd: raw as libc::c_uint, registered: false }
+            Enter {
+                fd: raw as libc::c_uint,
+                registered: false,
+            }
         }
     }
 
     /// Submits `to_submit` entries and waits for at least one completion, at most `timeout`.
-    pub(crate) fn submit_and_wait(&self, to_submit: u32, timeout: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn submit_and_wait(
+        &self,
+        to_submit: u32,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         let mut flags = IORING_ENTER_GETEVENTS;
         if self.registered {
             flags |= IORING_ENTER_REGISTERED_RING;
@@ -78,17 +98,38 @@ impl Enter {
         let arg;
         let (argp, argsz): (*const libc::c_void, usize) = match timeout {
             Some(t) => {
-                ts = KernelTimespec { tv_sec: t.as_secs() as i64, tv_nsec: t.subsec_nanos() as i64 };
-                arg = GeteventsArg { sigmask: 0, sigmask_sz: 0, min_wait_usec: 0, ts: &ts as *const _ as u64 };
+                ts = KernelTimespec {
+                    tv_sec: t.as_secs() as i64,
+                    tv_nsec: t.subsec_nanos() as i64,
+                };
+                arg = GeteventsArg {
+                    sigmask: 0,
+                    sigmask_sz: 0,
+                    min_wait_usec: 0,
+                    ts: &ts as *const _ as u64,
+                };
                 flags |= IORING_ENTER_EXT_ARG;
-                ((&arg as *const GeteventsArg).cast(), std::mem::size_of::<GeteventsArg>())
+                (
+                    (&arg as *const GeteventsArg).cast(),
+                    std::mem::size_of::<GeteventsArg>(),
+                )
             }
             None => (std::ptr::null(), 0),
         };
         // SAFETY: the kernel reads `argsz` bytes at `argp` (a live GeteventsArg whose `ts`
         // points at a live timespec) only with EXT_ARG; without it both are null/0. The
         // submission-queue tail was published with Release when the entries were pushed.
-        let r = unsafe { libc::syscall(libc::SYS_io_uring_enter, self.fd, to_submit, 1u32, flags, argp, argsz) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_enter,
+                self.fd,
+                to_submit,
+                1u32,
+                flags,
+                argp,
+                argsz,
+            )
+        };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }

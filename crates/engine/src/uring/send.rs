@@ -17,11 +17,16 @@ impl UringDriver {
             unreachable!("submit_send on a non-bytes chunk")
         };
         let len = (buf.len() - pos).min(MAX_SEND);
+        // A response head followed by a file body: let the kernel hold the head back and
+        // send it in the same segments as the file's first bytes (what TCP_CORK does for
+        // nginx's `tcp_nopush`).
+        let more = matches!(conn.out.get(1), Some(Chunk::File { .. }));
+        let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
         // SAFETY: pos <= buf.len(), so the pointer stays within (or one past) the vector.
         let ptr = unsafe { buf.as_ptr().add(*pos) };
         conn.in_flight = true;
         let e = opcode::Send::new(types::Fixed(c.0), ptr, len as u32)
-            .flags(libc::MSG_NOSIGNAL)
+            .flags(flags)
             .build()
             .user_data(pack(Kind::Send, conn.gen, c.0));
         // SAFETY: the vector is the front chunk of the connection's queue; `in_flight` keeps it

@@ -1,0 +1,160 @@
+//! Model checking with loom: every interleaving (up to a preemption bound) and every
+//! weak-memory outcome loom models, for small queues that do fill up.
+//!
+//! Run with:
+//! `RUSTFLAGS="--cfg loom" cargo test -p ringx-tokenq --release --test loom`
+#![cfg(loom)]
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+use ringx_tokenq::{Token, TokenQueue};
+
+fn builder() -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        // LOOM_MAX_PREEMPTIONS overrides; 3 keeps every model below well under a minute.
+        builder.preemption_bound = Some(3);
+    }
+    // Retry loops (full / empty) make long but finite paths; loom's default is 1000.
+    builder.max_branches = 100_000;
+    builder
+}
+
+/// Checks the consumer's stream: exactly once, per-producer FIFO, and token `n` at
+/// position `n`. Items are `(producer, seq)`; `tokens[p][seq]` is what push returned.
+fn check(seen: &[(usize, usize)], tokens: &[Vec<Option<Token>>]) {
+    let mut next = vec![0; tokens.len()];
+    for (position, &(p, seq)) in seen.iter().enumerate() {
+        // Producers that give up on a full queue skip items, so "next" is "later than last".
+        assert!(seq >= next[p], "producer {p}: item {seq} after {}", next[p]);
+        next[p] = seq + 1;
+        assert_eq!(
+            tokens[p][seq],
+            Some(position as Token),
+            "stream position {position}"
+        );
+    }
+    let accepted = tokens.iter().flatten().filter(|t| t.is_some()).count();
+    assert_eq!(
+        seen.len(),
+        accepted,
+        "every accepted push is consumed exactly once"
+    );
+}
+
+/// Two producers push three items (two and one) into a capacity-2 queue, retrying when it
+/// is full; the consumer pops concurrently until it has all three. (Two items each, with
+/// two retry loops and a polling consumer, does not finish in minutes at bound 2.)
+#[test]
+fn two_producers_retry_on_full() {
+    builder().check(|| {
+        let (producer, mut consumer) = TokenQueue::new(2);
+        let handles: Vec<_> = [2, 1]
+            .into_iter()
+            .enumerate()
+            .map(|(p, items)| {
+                let producer = producer.clone();
+                thread::spawn(move || {
+                    (0..items)
+                        .map(|seq| {
+                            let mut item = (p, seq);
+                            loop {
+                                match producer.push_with_token(item) {
+                                    Ok(token) => return Some(token),
+                                    Err(back) => {
+                                        item = back;
+                                        thread::yield_now();
+                                    }
+                                }
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        drop(producer);
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            match consumer.pop() {
+                Some(item) => seen.push(item),
+                None => thread::yield_now(),
+            }
+        }
+        let tokens: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        check(&seen, &tokens);
+        assert_eq!(consumer.pop(), None);
+    });
+}
+
+/// Three producers push one item each into a capacity-2 queue and give up if it is full,
+/// while the consumer takes what it can in one batch and one pop; the rest is drained
+/// after the joins. Explores refusals racing with the consumer freeing a slot.
+#[test]
+fn three_producers_give_up_on_full() {
+    builder().check(|| {
+        let (producer, mut consumer) = TokenQueue::new(2);
+        let handles: Vec<_> = (0..3)
+            .map(|p| {
+                let producer = producer.clone();
+                thread::spawn(move || vec![producer.push_with_token((p, 0)).ok()])
+            })
+            .collect();
+        drop(producer);
+        let mut seen = Vec::new();
+        consumer.pop_batch(&mut seen, 2);
+        if let Some(item) = consumer.pop() {
+            seen.push(item);
+        }
+        let tokens: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        while let Some(item) = consumer.pop() {
+            seen.push(item);
+        }
+        check(&seen, &tokens);
+        let accepted = seen.len();
+        assert!(
+            (2..=3).contains(&accepted),
+            "a capacity-2 queue takes 2 or 3 of 3, got {accepted}"
+        );
+    });
+}
+
+/// Counts drops, to check the queue drops unconsumed entries exactly once.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Two producers push while the consumer pops at most once and then the consumer handle
+/// is dropped, racing the producers: every value is dropped exactly once, whether it was
+/// refused, consumed, or left in the queue.
+#[test]
+fn unconsumed_entries_dropped_once() {
+    builder().check(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (producer, mut consumer) = TokenQueue::new(2);
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let producer = producer.clone();
+                let drops = drops.clone();
+                thread::spawn(move || {
+                    for _ in 0..2 {
+                        // A refused value comes back in Err and is dropped here.
+                        let _ = producer.push(Counted(drops.clone()));
+                    }
+                })
+            })
+            .collect();
+        drop(producer);
+        drop(consumer.pop());
+        drop(consumer);
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(drops.load(Ordering::Relaxed), 4);
+    });
+}
