@@ -93,6 +93,30 @@ pub struct ZoneConfig {
     pub recv_buffer_size: u32,
     /// Submission queue entries.
     pub ring_entries: u32,
+    /// Kernel submission polling (io_uring only): a kernel thread picks up submissions, so a
+    /// busy zone submits and reaps without system calls.
+    pub sqpoll: Option<SqPoll>,
+}
+
+/// `IORING_SETUP_SQPOLL` settings.
+#[derive(Clone, Debug)]
+pub struct SqPoll {
+    /// How long the kernel's SQ thread polls before it sleeps (and the next submission needs
+    /// a wake-up call).
+    pub idle: std::time::Duration,
+    /// Pin the SQ thread to this CPU.
+    pub cpu: Option<u32>,
+    /// Share one SQ thread between the zones that hold the same `SqShare`
+    /// (`IORING_SETUP_ATTACH_WQ`).
+    pub share: Option<std::sync::Arc<SqShare>>,
+    /// How long a zone spins on its completion queue before it sleeps in io_uring_enter.
+    pub spin: std::time::Duration,
+}
+
+/// The ring whose SQ thread the other zones attach to.
+#[derive(Debug, Default)]
+pub struct SqShare {
+    pub(crate) first: std::sync::Mutex<Option<std::os::fd::RawFd>>,
 }
 
 impl Default for ZoneConfig {
@@ -105,6 +129,7 @@ impl Default for ZoneConfig {
             recv_buffers: 1024,
             recv_buffer_size: 16384,
             ring_entries: 1024,
+            sqpoll: None,
         }
     }
 }

@@ -27,6 +27,15 @@ pub struct EchoArgs {
     /// "uring" or "epoll".
     #[arg(long, default_value = "uring")]
     engine: String,
+    /// io_uring kernel submission polling, one SQ thread shared by the zones.
+    #[arg(long)]
+    sqpoll: bool,
+    /// Milliseconds the SQ thread polls an idle ring before sleeping.
+    #[arg(long, default_value_t = 100)]
+    sqpoll_idle_ms: u64,
+    /// Pin the shared SQ thread to this CPU.
+    #[arg(long)]
+    sqpoll_cpu: Option<u32>,
 }
 
 #[derive(Default)]
@@ -105,6 +114,12 @@ pub fn run(args: EchoArgs) -> ExitCode {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     };
+    let sqpoll = args.sqpoll.then(|| ringx_engine::SqPoll {
+        idle: Duration::from_millis(args.sqpoll_idle_ms),
+        cpu: args.sqpoll_cpu,
+        share: Some(std::sync::Arc::new(ringx_engine::SqShare::default())),
+        spin: Duration::from_micros(50),
+    });
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
     for (id, &cpu) in cpus.iter().enumerate() {
@@ -127,6 +142,7 @@ pub fn run(args: EchoArgs) -> ExitCode {
             id,
             cpu: Some(cpu),
             engine,
+            sqpoll: sqpoll.clone(),
             ..ZoneConfig::default()
         };
         threads.push(std::thread::spawn(move || {

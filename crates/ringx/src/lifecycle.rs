@@ -166,6 +166,15 @@ pub fn serve(cfg: Config) -> ExitCode {
     // so only `wait_signal` here ever receives them.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &sigs, std::ptr::null_mut()) };
 
+    let sqpoll = cfg.runtime.sqpoll.then(|| ringx_engine::SqPoll {
+        idle: cfg.runtime.sqpoll_idle.0,
+        cpu: None,
+        share: Some(Arc::new(ringx_engine::SqShare::default())),
+        spin: cfg.runtime.sqpoll_spin.0,
+    });
+    if sqpoll.is_some() && engine != EngineKind::Uring {
+        tracing::warn!("sqpoll applies to the io_uring engine only; ignored");
+    }
     let (ev_tx, ev_rx) = mpsc::channel::<ZoneEvent>();
     let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
     let mut ctls = Vec::new();
@@ -189,6 +198,7 @@ pub fn serve(cfg: Config) -> ExitCode {
             recv_buffers: (*cfg.runtime.recv_buffers.get_ref()) as u16,
             recv_buffer_size: cfg.runtime.recv_buffer_size.0 as u32,
             ring_entries: 1024,
+            sqpoll: sqpoll.clone(),
         };
         let (routes, settings, ev_tx, done_tx) = (
             routes.clone(),

@@ -57,12 +57,16 @@ pub struct UringDriver {
     pipes: PipePool,
     waits: u64,
     enter: enter::Enter,
+    sqpoll: Option<crate::SqPoll>,
 }
 
 impl UringDriver {
     /// Sets up the ring, the direct-descriptor table and the receive buffers of one zone.
     pub fn new(cfg: &ZoneConfig, waker: Waker) -> io::Result<Self> {
-        let ring = build_ring(cfg.ring_entries)?;
+        let ring = match &cfg.sqpoll {
+            None => build_ring(cfg.ring_entries)?,
+            Some(sq) => build_sqpoll_ring(cfg.ring_entries, sq)?,
+        };
         ring.submitter()
             .register_files_sparse(cfg.max_conns)
             .map_err(|e| {
@@ -88,6 +92,7 @@ impl UringDriver {
             pipes: PipePool::default(),
             waits: 0,
             enter,
+            sqpoll: cfg.sqpoll.clone(),
         };
         d.arm_wake();
         Ok(d)
@@ -210,6 +215,37 @@ impl UringDriver {
     }
 }
 
+impl UringDriver {
+    /// SQPOLL: the kernel thread takes submissions; a system call is made only to wake it when
+    /// it sleeps, or to sleep when there is nothing to do after spinning for `spin`.
+    fn sqpoll_wait(&mut self, spin: Duration, timeout: Option<Duration>) -> io::Result<()> {
+        if self.ring.submission().need_wakeup() {
+            self.waits += 1;
+            self.ring.submit()?;
+        }
+        let start = std::time::Instant::now();
+        let limit = timeout.map_or(spin, |t| t.min(spin));
+        loop {
+            if !self.ring.completion().is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() >= limit {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        self.waits += 1;
+        match timeout {
+            Some(t) => {
+                let ts = io_uring::types::Timespec::from(t);
+                let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args).map(drop)
+            }
+            None => self.ring.submit_and_wait(1).map(drop),
+        }
+    }
+}
+
 impl Driver for UringDriver {
     fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId> {
         let id = self.listeners.len() as u32;
@@ -233,9 +269,14 @@ impl Driver for UringDriver {
         for c in std::mem::take(&mut self.rearm_recv) {
             self.arm_recv(c);
         }
-        self.waits += 1;
-        let to_submit = self.ring.submission().len() as u32;
-        let r = self.enter.submit_and_wait(to_submit, timeout);
+        let r = if let Some(sq) = &self.sqpoll {
+            let spin = sq.spin;
+            self.sqpoll_wait(spin, timeout)
+        } else {
+            self.waits += 1;
+            let to_submit = self.ring.submission().len() as u32;
+            self.enter.submit_and_wait(to_submit, timeout)
+        };
         if let Err(e) = r {
             match e.raw_os_error() {
                 Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => {}
@@ -277,6 +318,34 @@ impl Drop for UringDriver {
         // Take the buffer ring away from the kernel before its memory goes (BufRing::drop).
         let _ = self.ring.submitter().unregister_buf_ring(BGID);
     }
+}
+
+/// Creates a ring whose submissions a kernel thread polls, attached to the zones' shared SQ
+/// thread when asked.
+fn build_sqpoll_ring(entries: u32, sq: &crate::SqPoll) -> io::Result<IoUring> {
+    let mut first = sq
+        .share
+        .as_ref()
+        .map(|s| s.first.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut b = IoUring::builder();
+    b.setup_cqsize(entries * 4)
+        .setup_submit_all()
+        .setup_sqpoll(sq.idle.as_millis().min(u32::MAX as u128) as u32);
+    if let Some(cpu) = sq.cpu {
+        b.setup_sqpoll_cpu(cpu);
+    }
+    if let Some(Some(fd)) = first.as_deref() {
+        b.setup_attach_wq(*fd);
+    }
+    let ring = b
+        .build(entries)
+        .map_err(|e| io::Error::new(e.kind(), format!("io_uring with SQPOLL: {e}")))?;
+    if let Some(slot) = first.as_deref_mut() {
+        if slot.is_none() {
+            *slot = Some(std::os::fd::AsRawFd::as_raw_fd(&ring));
+        }
+    }
+    Ok(ring)
 }
 
 /// Creates a ring with the flags a single-threaded zone wants, dropping ones the kernel lacks.

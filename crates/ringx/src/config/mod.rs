@@ -65,6 +65,16 @@ pub struct Runtime {
     /// Listen queue length.
     #[serde(default = "default_backlog")]
     pub backlog: i32,
+    /// io_uring kernel submission polling: one kernel thread shared by all zones picks up
+    /// submissions, so a busy zone makes no system calls. Costs that thread's CPU.
+    #[serde(default)]
+    pub sqpoll: bool,
+    /// How long the SQ thread polls an idle ring before sleeping.
+    #[serde(default = "default_sqpoll_idle")]
+    pub sqpoll_idle: Dur,
+    /// How long a zone spins on its completion queue before sleeping (SQPOLL only).
+    #[serde(default = "default_sqpoll_spin")]
+    pub sqpoll_spin: Dur,
 }
 
 impl Default for Runtime {
@@ -170,6 +180,12 @@ fn default_drain_timeout() -> Dur {
 }
 fn default_log_level() -> String {
     "info".into()
+}
+fn default_sqpoll_idle() -> Dur {
+    Dur(std::time::Duration::from_millis(100))
+}
+fn default_sqpoll_spin() -> Dur {
+    Dur(std::time::Duration::from_micros(50))
 }
 fn default_backlog() -> i32 {
     4096

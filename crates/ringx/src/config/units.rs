@@ -23,6 +23,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         format!("invalid duration {s:?}: expected a number with ms, s, m or h, like \"75s\"")
     })?;
     Ok(match unit {
+        "us" => Duration::from_micros(n),
         "ms" => Duration::from_millis(n),
         "" | "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n * 60),
