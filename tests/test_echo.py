@@ -24,10 +24,13 @@ def read_exact(s, n):
     return buf
 
 
-@pytest.fixture(params=["uring", "epoll"])
+@pytest.fixture(params=[("uring", 0), ("epoll", 0), ("uring", 2), ("epoll", 3)],
+                ids=["uring", "epoll", "uring-pool2", "epoll-pool3"])
 def echo_server(request, ringx_bin):
     port = free_port()
-    proc = subprocess.Popen([ringx_bin, "echo", "--listen", f"127.0.0.1:{port}", "--zones", "1", "--engine", request.param],
+    engine, pool = request.param
+    proc = subprocess.Popen([ringx_bin, "echo", "--listen", f"127.0.0.1:{port}", "--zones", "1", "--engine", engine,
+                             "--pool", str(pool)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 10
     while time.time() < deadline:
@@ -39,14 +42,14 @@ def echo_server(request, ringx_bin):
     else:
         proc.kill()
         pytest.fail("echo server did not start")
-    yield port, request.param
+    yield port, engine
     proc.terminate()
     try:
         assert proc.wait(5) == 0
     finally:
         proc.kill()
         err = proc.stderr.read().decode()
-        if request.param == "uring":
+        if engine == "uring":
             assert "using the epoll driver" not in err, err
 
 

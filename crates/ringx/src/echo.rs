@@ -4,9 +4,13 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+
+use crate::echo_pool;
 use ringx_engine::framing::{encode, Deframer};
 use ringx_engine::{
     bind_reuseport, choose_engine, run_zone, ConnId, EngineKind, Handler, Io, ListenOptions,
@@ -36,6 +40,10 @@ pub struct EchoArgs {
     /// Pin the shared SQ thread to this CPU.
     #[arg(long)]
     sqpoll_cpu: Option<u32>,
+    /// Run handlers on a pool of this many threads (Netpoll's model); replies return through
+    /// each zone's shared, lock-free, order-preserving send ring. 0: handlers run in the zone.
+    #[arg(long, default_value_t = 0)]
+    pool: usize,
 }
 
 #[derive(Default)]
@@ -120,7 +128,30 @@ pub fn run(args: EchoArgs) -> ExitCode {
         share: Some(std::sync::Arc::new(ringx_engine::SqShare::default())),
         spin: Duration::from_micros(50),
     });
+    // Wakers first: in pool mode the pool threads need every zone's before any zone runs.
     let mut wakers = Vec::new();
+    for _ in &cpus {
+        match Waker::new() {
+            Ok(w) => wakers.push(w),
+            Err(e) => {
+                eprintln!("ringx echo: eventfd: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut pool_parts = None;
+    if args.pool > 0 {
+        let ends: Vec<_> = wakers
+            .iter()
+            .map(|w| echo_pool::zone_ends(w.clone(), 4096))
+            .collect();
+        let jobs = echo_pool::start_pool(args.pool, ends.iter().map(|e| e.link.clone()).collect());
+        pool_parts = Some((ends, jobs));
+    }
+    let mut pool_ends = pool_parts
+        .as_mut()
+        .map(|(ends, _)| ends.drain(..).collect::<Vec<_>>().into_iter());
     let mut threads = Vec::new();
     for (id, &cpu) in cpus.iter().enumerate() {
         let l = match bind_reuseport(args.listen, &ListenOptions::default()) {
@@ -130,14 +161,7 @@ pub fn run(args: EchoArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let waker = match Waker::new() {
-            Ok(w) => w,
-            Err(e) => {
-                eprintln!("ringx echo: eventfd: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        wakers.push(waker.clone());
+        let waker = wakers[id].clone();
         let cfg = ZoneConfig {
             id,
             cpu: Some(cpu),
@@ -145,8 +169,21 @@ pub fn run(args: EchoArgs) -> ExitCode {
             sqpoll: sqpoll.clone(),
             ..ZoneConfig::default()
         };
-        threads.push(std::thread::spawn(move || {
-            run_zone(&cfg, vec![l], waker, &mut Echo::default())
+        let pooled = match (&mut pool_ends, &pool_parts) {
+            (Some(ends), Some((_, jobs))) => {
+                let e = ends.next().expect("one set of ends per zone");
+                Some(echo_pool::PooledEcho::new(
+                    id,
+                    e,
+                    jobs.clone(),
+                    stop.clone(),
+                ))
+            }
+            _ => None,
+        };
+        threads.push(std::thread::spawn(move || match pooled {
+            Some(mut h) => run_zone(&cfg, vec![l], waker, &mut h),
+            None => run_zone(&cfg, vec![l], waker, &mut Echo::default()),
         }));
     }
     tracing::info!(
@@ -159,6 +196,7 @@ pub fn run(args: EchoArgs) -> ExitCode {
     let mut sig = 0;
     // SAFETY: sigwait reads the live set and writes one c_int.
     unsafe { libc::sigwait(&set, &mut sig) };
+    stop.store(true, Ordering::Release);
     for w in &wakers {
         w.wake();
     }

@@ -3,6 +3,7 @@
 mod cli_rss;
 mod config;
 mod echo;
+mod echo_pool;
 mod lifecycle;
 mod server;
 
