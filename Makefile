@@ -49,3 +49,6 @@ fmt:
 
 clean:
 	$(CARGO) clean
+
+bench-echo: release
+	python3 bench/echo.py $(BENCH_ARGS)

@@ -151,7 +151,7 @@ pub fn run(args: EchoArgs) -> ExitCode {
     }
     let mut pool_ends = pool_parts
         .as_mut()
-        .map(|(ends, _)| ends.drain(..).collect::<Vec<_>>().into_iter());
+        .map(|(ends, _)| std::mem::take(ends).into_iter());
     let mut threads = Vec::new();
     for (id, &cpu) in cpus.iter().enumerate() {
         let l = match bind_reuseport(args.listen, &ListenOptions::default()) {
