@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz bench clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom bench bench-echo clean fmt
 
 all: release
 
@@ -39,7 +39,11 @@ fuzz: deps
 	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) -dict=dict/http.dict || exit 1; \
 	done
 
-test: deps release unit lint fuzz integration
+# Model checking of the lock-free token queue (its own target dir: --cfg loom rebuilds all).
+loom: deps
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p ringx-tokenq --release --test loom
+
+test: deps release unit lint loom fuzz integration
 
 bench: release
 	python3 bench/run.py $(BENCH_ARGS)

@@ -12,12 +12,12 @@ use loom::thread;
 use ringx_tokenq::{Token, TokenQueue};
 
 /// Runs `model` under [`builder`] and reports how many executions loom explored.
-fn explore(name: &str, model: impl Fn() + Sync + Send + 'static) {
+fn explore(name: &str, default_bound: usize, model: impl Fn() + Sync + Send + 'static) {
     // std atomics on purpose: they count executions outside the model, unseen by loom.
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = runs.clone();
     let started = std::time::Instant::now();
-    let builder = builder();
+    let builder = builder(default_bound);
     let bound = builder.preemption_bound;
     builder.check(move || {
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -30,11 +30,12 @@ fn explore(name: &str, model: impl Fn() + Sync + Send + 'static) {
     );
 }
 
-fn builder() -> loom::model::Builder {
+/// `LOOM_MAX_PREEMPTIONS` overrides `default_bound`; the defaults are chosen so each
+/// model finishes in well under a minute in release mode.
+fn builder(default_bound: usize) -> loom::model::Builder {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
-        // LOOM_MAX_PREEMPTIONS overrides; 3 keeps every model below well under a minute.
-        builder.preemption_bound = Some(3);
+        builder.preemption_bound = Some(default_bound);
     }
     // Retry loops (full / empty) make long but finite paths; loom's default is 1000.
     builder.max_branches = 100_000;
@@ -71,7 +72,7 @@ fn check(seen: &[(usize, usize)], tokens: &[Vec<Option<Token>>]) {
 /// in 5 minutes even at preemption bound 2.
 #[test]
 fn two_producers_retry_on_full() {
-    explore("two_producers_retry_on_full", || {
+    explore("two_producers_retry_on_full", 4, || {
         let (producer, mut consumer) = TokenQueue::new(2);
         let handles: Vec<_> = [2, 1]
             .into_iter()
@@ -114,7 +115,7 @@ fn two_producers_retry_on_full() {
 /// after the joins. Explores refusals racing with the consumer freeing a slot.
 #[test]
 fn three_producers_give_up_on_full() {
-    explore("three_producers_give_up_on_full", || {
+    explore("three_producers_give_up_on_full", 3, || {
         let (producer, mut consumer) = TokenQueue::new(2);
         let handles: Vec<_> = (0..3)
             .map(|p| {
@@ -155,7 +156,7 @@ impl Drop for Counted {
 /// refused, consumed, or left in the queue.
 #[test]
 fn unconsumed_entries_dropped_once() {
-    explore("unconsumed_entries_dropped_once", || {
+    explore("unconsumed_entries_dropped_once", 3, || {
         let drops = Arc::new(AtomicUsize::new(0));
         let (producer, mut consumer) = TokenQueue::new(2);
         let handles: Vec<_> = (0..2)
