@@ -66,7 +66,7 @@ WORKLOADS = {
     "c500": (500, "1 KB echo, 500 connections"),
     "c1000": (1000, "1 KB echo, 1000 connections"),
 }
-PEERS = ["ringx-epoll", "ringx-uring", "go-netpoll"]
+PEERS = ["ringx-epoll", "ringx-uring", "go-netpoll", "ringx-sqpoll"]
 BASE = "ringx-epoll"
 METRICS = ["msgs_per_s", "capped_msgs_per_s", "cpu_us_per_msg", "msgs_per_cpu_s", "capped_msgs_per_cpu_s",
            "syscalls_per_msg", "p50_us", "p99_us", "p999_us", "lat_cpu_us_per_msg"]
@@ -94,6 +94,11 @@ class Server:
         addr = f"127.0.0.1:{self.port}"
         if self.name == "go-netpoll":
             return ["taskset", "-c", SERVER_CPU, self.bins["netpoll-server"], "-addr", addr]
+        if self.name == "ringx-sqpoll":
+            # io_uring with a kernel SQ thread on the server's CPU (its time counts as the
+            # server's: it is a thread of the process).
+            return ["taskset", "-c", SERVER_CPU, RINGX, "echo", "--listen", addr, "--zones", "1",
+                    "--cpus", SERVER_CPU, "--engine", "uring", "--sqpoll", "--sqpoll-cpu", SERVER_CPU]
         engine = self.name.split("-")[1]
         return ["taskset", "-c", SERVER_CPU, RINGX, "echo", "--listen", addr, "--zones", "1",
                 "--cpus", SERVER_CPU, "--engine", engine]
@@ -105,7 +110,7 @@ class Server:
         self.proc = subprocess.Popen(self.cmd(), stdout=self.log, stderr=self.log, env=env)
         wait_port(self.port, self.proc)
         time.sleep(0.2)
-        if self.name == "ringx-uring" and "using the epoll driver" in open(self.logpath).read():
+        if self.name in ("ringx-uring", "ringx-sqpoll") and "using the epoll driver" in open(self.logpath).read():
             raise RuntimeError("ringx-uring fell back to epoll: " + open(self.logpath).read())
 
     def pids(self):
@@ -365,7 +370,7 @@ def main():
 
 # ---------------------------------------------------------------------------------- report
 
-PEER_COLORS = {"ringx-epoll": "#c9a227", "ringx-uring": "#c0392b", "go-netpoll": "#4d7ea8"}
+PEER_COLORS = {"ringx-epoll": "#c9a227", "ringx-uring": "#c0392b", "go-netpoll": "#4d7ea8", "ringx-sqpoll": "#8e44ad"}
 CHARTS = [
     ("capped_msgs_per_s", f"echoes/s, server capped at {CAP_PCT}% of a core (higher is better)"),
     ("msgs_per_cpu_s", "echoes per server CPU-second, uncapped (higher is better)"),
