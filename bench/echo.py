@@ -84,6 +84,17 @@ def build_go(outdir):
     return bins
 
 
+SQPOLL_IDLE_S = 0.1  # ringx echo's default --sqpoll-idle-ms
+
+
+def settle(peer):
+    """The SQPOLL peer's kernel thread keeps polling CPU 0 for its idle time after its run;
+    measuring the next peer before it sleeps would charge that peer with the SQ thread's
+    spinning (seen as millisecond p99s on whichever peer came next). Wait it out."""
+    if PEERS.index(peer) > 0 and PEERS[PEERS.index(peer) - 1] == "ringx-sqpoll" or peer == PEERS[0]:
+        time.sleep(SQPOLL_IDLE_S * 3)
+
+
 class Server:
     def __init__(self, name, workdir, bins):
         self.name, self.workdir, self.bins = name, workdir, bins
@@ -295,6 +306,7 @@ def main():
             # Throughput: uncapped (CPU, syscalls) then capped, alternating peers each round.
             for rnd in range(rounds):
                 for peer in PEERS:
+                    settle(peer)
                     s = servers[peer]
                     u = run_load(bins, s, conns, secs, 0)
                     c = run_load(bins, s, conns, secs, 0, cg=cg)
@@ -325,6 +337,7 @@ def main():
             rates[wl] = rate
             for rnd in range(rounds):
                 for peer in PEERS:
+                    settle(peer)
                     r = run_load(bins, servers[peer], conns, secs, rate)
                     row = next(x for x in wrows if x["peer"] == peer and x["round"] == rnd)
                     row.update({"lat_rate": rate, "p50_us": r["p50_us"], "p99_us": r["p99_us"],
