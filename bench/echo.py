@@ -406,42 +406,8 @@ def fmt(s, m, ratio="ratio_to_epoll"):
 
 
 def charts(result, name):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    summary = result["summary"]
-    wls = [w for w in summary if summary[w]]
-    files = []
-    for m, title in CHARTS:
-        if not any(m in summary[w].get(p, {}) for w in wls for p in PEERS):
-            continue
-        fig, axes = plt.subplots(1, len(wls), figsize=(2.7 * len(wls), 3.2), squeeze=False)
-        for ax, w in zip(axes[0], wls):
-            vals, lo, hi, cols, labels = [], [], [], [], []
-            for p in PEERS:
-                s = summary[w].get(p, {}).get(m)
-                if not s:
-                    continue
-                vals.append(s["median"])
-                lo.append(s["median"] - s["min"])
-                hi.append(s["max"] - s["median"])
-                cols.append(PEER_COLORS[p])
-                labels.append(p.replace("ringx-", "").replace("go-", ""))
-            ax.bar(range(len(vals)), vals, yerr=[lo, hi], color=cols, capsize=3)
-            ax.set_xticks(range(len(vals)))
-            ax.set_xticklabels(labels, fontsize=8)
-            ax.set_title(w, fontsize=9)
-            ax.tick_params(axis="y", labelsize=8)
-        fig.suptitle(title, fontsize=10)
-        fig.tight_layout()
-        fn = f"{name}-{m}.png"
-        fig.savefig(os.path.join(RESULTS, fn), dpi=90)
-        plt.close(fig)
-        files.append((fn, title))
-    return files
+    from report import bar_charts
+    return bar_charts(result["summary"], name, CHARTS, {p: PEER_COLORS[p] for p in PEERS})
 
 
 INTRO = """# Echo benchmark: ringx (io_uring, epoll) against Go netpoll

@@ -24,22 +24,23 @@ def fmt(s, m):
     return txt
 
 
-def charts(result, name):
+def bar_charts(summary, name, metrics, peer_colors):
+    """One PNG per metric: a panel per workload, a bar per peer (median, min–max whiskers).
+    Shared by the HTTP and the echo benchmark. Returns [(file name, title)]."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    summary = result["summary"]
     wls = [w for w in summary if summary[w]]
     files = []
-    for m, title in METRICS:
-        peers = [p for p in PEER_COLORS if any(m in summary[w].get(p, {}) for w in wls)]
+    for m, title in metrics:
+        peers = [p for p in peer_colors if any(m in summary[w].get(p, {}) for w in wls)]
         ws = [w for w in wls if any(m in summary[w].get(p, {}) for p in peers)]
         if not ws:
             continue
-        fig, axes = plt.subplots(1, len(ws), figsize=(2.6 * len(ws), 3.2), squeeze=False)
+        fig, axes = plt.subplots(1, len(ws), figsize=(2.7 * len(ws), 3.2), squeeze=False)
         for ax, w in zip(axes[0], ws):
             vals, lo, hi, cols, labels = [], [], [], [], []
             for p in peers:
@@ -49,8 +50,8 @@ def charts(result, name):
                 vals.append(s["median"])
                 lo.append(s["median"] - s["min"])
                 hi.append(s["max"] - s["median"])
-                cols.append(PEER_COLORS[p])
-                labels.append(p.replace("ringx-", ""))
+                cols.append(peer_colors[p])
+                labels.append(p.replace("ringx-", "").replace("go-", ""))
             ax.bar(range(len(vals)), vals, yerr=[lo, hi], color=cols, capsize=3)
             ax.set_xticks(range(len(vals)))
             ax.set_xticklabels(labels, fontsize=8)
@@ -63,6 +64,10 @@ def charts(result, name):
         plt.close(fig)
         files.append((fn, title))
     return files
+
+
+def charts(result, name):
+    return bar_charts(result["summary"], name, METRICS, PEER_COLORS)
 
 
 def write(result, name):
