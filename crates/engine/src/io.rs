@@ -144,6 +144,14 @@ impl ConnIo {
         }
     }
 
+    /// Drops output buffers at the front that the handler asked for (`Io::out_buf`) but left
+    /// empty, so no driver ever issues a zero-length send.
+    pub(crate) fn skip_empty_front(&mut self) {
+        while self.out.front().is_some_and(Chunk::is_empty_bytes) {
+            self.pop_front();
+        }
+    }
+
     /// Records that `n` bytes of the front chunk were written; true if it is now done.
     pub(crate) fn advance(&mut self, n: u64) -> bool {
         match self.out.front_mut() {

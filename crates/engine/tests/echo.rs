@@ -1,13 +1,12 @@
 //! Both drivers, end to end: an echo handler on a real zone thread, real sockets.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
-use ringx_engine::{
-    bind_reuseport, run_zone, ConnId, EngineKind, Handler, Io, ListenOptions, ListenerId, Waker,
-    ZoneConfig,
-};
+use ringx_engine::{ConnId, EngineKind, Handler, Io, ListenerId, ZoneConfig};
 
 #[derive(Default)]
 struct Echo {
@@ -37,16 +36,6 @@ impl Handler for Echo {
 }
 
 fn echo_roundtrip(engine: EngineKind) {
-    if engine == EngineKind::Uring {
-        if let Err(why) = ringx_engine::uring::probe::check() {
-            eprintln!("SKIP io_uring echo test: {why}");
-            return;
-        }
-    }
-    let l = bind_reuseport("127.0.0.1:0".parse().unwrap(), &ListenOptions::default()).unwrap();
-    let addr = l.local_addr().unwrap();
-    let waker = Waker::new().unwrap();
-    let w2 = waker.clone();
     let cfg = ZoneConfig {
         engine,
         max_conns: 256,
@@ -54,11 +43,10 @@ fn echo_roundtrip(engine: EngineKind) {
         recv_buffer_size: 4096,
         ..ZoneConfig::default()
     };
-    let t = std::thread::spawn(move || {
-        let mut h = Echo::default();
-        run_zone(&cfg, vec![l], w2, &mut h).unwrap();
-        h.closed
-    });
+    let Some(zone) = common::spawn_zone(cfg, Echo::default(), |h| h.closed) else {
+        return;
+    };
+    let addr = zone.addr;
     // Many connections at once, each sending more than all receive buffers together hold,
     // so ENOBUFS re-arming and short writes are exercised.
     let msg: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
@@ -84,8 +72,8 @@ fn echo_roundtrip(engine: EngineKind) {
     for h in handles {
         h.join().unwrap();
     }
-    waker.wake();
-    let closed = t.join().unwrap();
+    zone.waker.wake();
+    let closed = zone.thread.join().unwrap();
     assert_eq!(closed, 8, "every connection reported closed exactly once");
 }
 

@@ -2,14 +2,13 @@
 //! (just accepted, with a receive armed, with output queued, paused) free their slot, so a
 //! zone with 32 slots serves thousands of connections one after another.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use ringx_engine::{
-    bind_reuseport, run_zone, ConnId, EngineKind, Handler, Io, ListenOptions, ListenerId, Waker,
-    ZoneConfig,
-};
+use ringx_engine::{ConnId, EngineKind, Handler, Io, ListenerId, ZoneConfig};
 
 /// Closes connections in a way chosen by the first byte the client sends.
 #[derive(Default)]
@@ -64,16 +63,6 @@ impl Handler for Closer {
 
 const KINDS: &[u8] = b"abpz";
 fn churn(engine: EngineKind) {
-    if engine == EngineKind::Uring {
-        if let Err(why) = ringx_engine::uring::probe::check() {
-            eprintln!("SKIP io_uring churn test: {why}");
-            return;
-        }
-    }
-    let l = bind_reuseport("127.0.0.1:0".parse().unwrap(), &ListenOptions::default()).unwrap();
-    let addr = l.local_addr().unwrap();
-    let waker = Waker::new().unwrap();
-    let w2 = waker.clone();
     let cfg = ZoneConfig {
         engine,
         max_conns: 32,
@@ -81,11 +70,10 @@ fn churn(engine: EngineKind) {
         recv_buffer_size: 1024,
         ..ZoneConfig::default()
     };
-    let t = std::thread::spawn(move || {
-        let mut h = Closer::default();
-        run_zone(&cfg, vec![l], w2, &mut h).unwrap();
-        (h.accepted, h.closed)
-    });
+    let Some(zone) = common::spawn_zone(cfg, Closer::default(), |h| (h.accepted, h.closed)) else {
+        return;
+    };
+    let addr = zone.addr;
     let n = 2000;
     for i in 0..n {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -104,8 +92,8 @@ fn churn(engine: EngineKind) {
     }
     // Let the last close complete before stopping the zone.
     std::thread::sleep(Duration::from_millis(100));
-    waker.wake();
-    let (accepted, closed) = t.join().unwrap();
+    zone.waker.wake();
+    let (accepted, closed) = zone.thread.join().unwrap();
     assert_eq!(accepted, n, "every connection was accepted: no slot leaked");
     assert_eq!(closed, n, "every connection reported closed exactly once");
 }

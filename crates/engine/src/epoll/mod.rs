@@ -228,11 +228,7 @@ impl EpollDriver {
             if conn.state != ConnState::Open {
                 return;
             }
-            if conn.out.front().is_some_and(Chunk::is_empty_bytes) {
-                // An output buffer the handler asked for but left empty.
-                conn.pop_front();
-                continue;
-            }
+            conn.skip_empty_front();
             let r = match conn.out.front() {
                 None => break,
                 Some(Chunk::Bytes { buf, pos }) => {

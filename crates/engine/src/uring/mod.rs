@@ -25,7 +25,7 @@ use io_uring::{cqueue, squeue, IoUring};
 
 use crate::driver::Driver;
 use crate::handler::Handler;
-use crate::io::{Action, Chunk, ConnId, ConnState, Io, ListenerId};
+use crate::io::{Action, ConnId, ConnState, Io, ListenerId};
 use crate::waker::Waker;
 use crate::ZoneConfig;
 use bufring::BufRing;
@@ -165,10 +165,7 @@ impl UringDriver {
         if conn.state != ConnState::Open || conn.in_flight {
             return;
         }
-        while conn.out.front().is_some_and(Chunk::is_empty_bytes) {
-            // An output buffer the handler asked for but left empty.
-            conn.pop_front();
-        }
+        conn.skip_empty_front();
         if !conn.out.is_empty() {
             self.start_output(c);
             return;
