@@ -16,6 +16,15 @@ have pkg-config || need_apt+=(pkg-config)
 have ip     || need_apt+=(iproute2)
 have taskset || need_apt+=(util-linux)
 have python3 || need_apt+=(python3 python3-pip)
+# XDP (crates/xdp): clang compiles bpf/*.bpf.c; the tests and `make bench` use the rest.
+have clang   || need_apt+=(clang)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
+[ -f /usr/include/linux/bpf.h ] && [ -f "/usr/include/$(gcc -print-multiarch 2>/dev/null)/asm/types.h" ] \
+  || need_apt+=(linux-libc-dev)
+have bpftool || [ -x /usr/sbin/bpftool ] || need_apt+=(bpftool)
+have hping3  || [ -x /usr/sbin/hping3 ] || need_apt+=(hping3)
+have iptables || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
+have ethtool || [ -x /usr/sbin/ethtool ] || need_apt+=(ethtool)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
