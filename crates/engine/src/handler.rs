@@ -14,6 +14,10 @@ pub trait Handler {
     /// [`Handler::on_closed`] is called for it.
     fn on_accept(&mut self, io: &mut Io, conn: ConnId, listener: ListenerId);
 
+    /// An outbound connection opened with [`Io::connect`] is established. (A connect that
+    /// fails ends in [`Handler::on_closed`] with the error instead.)
+    fn on_connected(&mut self, _io: &mut Io, _conn: ConnId) {}
+
     /// Bytes arrived. `data` borrows the driver's receive buffer (a provided-buffer ring slot
     /// on io_uring): it is recycled as soon as this returns, so copy out only what must
     /// outlive the call.

@@ -8,8 +8,12 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::Instant;
+
+use crate::connect::ConnectTo;
 
 /// A connection handle. For io_uring it is the direct-descriptor slot (the kernel's own
 /// index is the handle: no fd table, no lookup); for epoll it is the file descriptor.
@@ -64,6 +68,9 @@ pub(crate) enum ConnState {
     /// No connection in this slot.
     Free,
     Open,
+    /// An outbound connection whose connect has not completed: output may be queued, nothing
+    /// is sent or received yet.
+    Connecting,
     /// Close requested; the driver is cancelling operations and closing the descriptor.
     /// The handle is not reused until `on_closed` has been delivered.
     Closing,
@@ -89,6 +96,29 @@ pub(crate) struct ConnIo {
     /// Bytes sitting in this connection's splice pipe (io_uring file sends).
     pub pipe_fill: u32,
     pub pipe: Option<crate::uring::pipes::Pipe>,
+    /// The peer's address: the upstream for outbound connections; for accepted ones when the
+    /// zone asked for peer addresses.
+    pub peer: Option<SocketAddr>,
+    /// Set for connections opened with [`Io::connect`].
+    pub outbound: Option<Outbound>,
+}
+
+/// What an outbound connection keeps beside its handle.
+pub(crate) struct Outbound {
+    /// The ordinary descriptor (io_uring: also installed as the direct descriptor, kept so
+    /// socket options can still be read; epoll: moved into the driver at connect).
+    pub fd: Option<OwnedFd>,
+    /// The peer address, boxed: the kernel reads it while the connect is in flight.
+    pub sa: Box<socket2::SockAddr>,
+}
+
+/// How handles of outbound connections are chosen.
+pub(crate) enum Slots {
+    /// The descriptor is the handle.
+    Fd,
+    /// Direct-descriptor slots reserved for outbound connections (accepts allocate below
+    /// them), free ones on a stack.
+    Reserved(Vec<u32>),
 }
 
 impl ConnIo {
@@ -108,6 +138,8 @@ impl ConnIo {
             drv: 0,
             pipe_fill: 0,
             pipe: None,
+            peer: None,
+            outbound: None,
         }
     }
 
@@ -124,6 +156,7 @@ impl ConnIo {
         self.close_err = None;
         self.drv = 0;
         self.pipe_fill = 0;
+        self.peer = None;
     }
 
     /// Drops queued output that no operation owns.
@@ -177,6 +210,7 @@ pub(crate) enum Action {
     Close(ConnId),
     PauseRecv(ConnId),
     ResumeRecv(ConnId),
+    Connect(ConnId),
 }
 
 /// The handler's view of a zone's connections: queue output, close, pause reading.
@@ -189,6 +223,7 @@ pub struct Io {
     pub(crate) stop_listening: bool,
     /// The earliest time the handler asked to get `on_timer` at.
     pub(crate) timer_at: Option<Instant>,
+    pub(crate) slots: Slots,
 }
 
 impl Io {
@@ -203,6 +238,7 @@ impl Io {
             exit: false,
             stop_listening: false,
             timer_at: None,
+            slots: Slots::Fd,
         }
     }
 
@@ -222,10 +258,63 @@ impl Io {
         }
     }
 
+    /// Open, or connecting (output may be queued before the connect completes).
     fn is_open(&self, c: ConnId) -> bool {
         self.conns
             .get(c.index())
-            .is_some_and(|x| x.state == ConnState::Open)
+            .is_some_and(|x| matches!(x.state, ConnState::Open | ConnState::Connecting))
+    }
+
+    /// Opens an outbound TCP connection. The handle is usable at once: output queued now is
+    /// sent when the connect completes. Then [`Handler::on_connected`](crate::Handler::on_connected)
+    /// is called, or, if the connect fails, [`Handler::on_closed`](crate::Handler::on_closed)
+    /// with the error. Errors returned here (socket, bind) mean nothing was opened.
+    pub fn connect(&mut self, to: &ConnectTo) -> io::Result<ConnId> {
+        let fd = crate::connect::socket_for(to)?;
+        let c = match &mut self.slots {
+            Slots::Fd => ConnId(fd.as_raw_fd() as u32),
+            Slots::Reserved(free) => match free.pop() {
+                Some(slot) => ConnId(slot),
+                None => return Err(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!(
+                        "connect to {}: all outbound connection slots are in use (raise max_conns)",
+                        to.addr
+                    ),
+                )),
+            },
+        };
+        let conn = self.conn_mut(c);
+        conn.open();
+        conn.state = ConnState::Connecting;
+        conn.peer = Some(to.addr);
+        conn.outbound = Some(Outbound {
+            fd: Some(fd),
+            sa: crate::connect::sockaddr(to.addr),
+        });
+        self.actions.push(Action::Connect(c));
+        Ok(c)
+    }
+
+    /// The peer's address, when known (see [`crate::ZoneConfig::peer_addrs`]).
+    pub fn peer_addr(&self, c: ConnId) -> Option<SocketAddr> {
+        self.conns.get(c.index()).and_then(|x| x.peer)
+    }
+
+    /// An ordinary descriptor for the connection, to read socket options
+    /// (`SO_INCOMING_CPU`...): the connection's own on epoll, outbound connections' on
+    /// io_uring; `None` for io_uring's accepted connections, which exist only as direct
+    /// descriptors. Never close it or change its blocking mode.
+    pub fn raw_fd(&self, c: ConnId) -> Option<RawFd> {
+        let conn = self.conns.get(c.index())?;
+        if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
+            return None;
+        }
+        match (&self.slots, &conn.outbound) {
+            (Slots::Fd, _) => Some(c.0 as RawFd),
+            (Slots::Reserved(_), Some(o)) => o.fd.as_ref().map(|f| f.as_raw_fd()),
+            (Slots::Reserved(_), None) => None,
+        }
     }
 
     /// The time at the start of this loop iteration (one clock read per iteration).

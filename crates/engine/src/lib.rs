@@ -37,6 +37,7 @@
 //! run_zone(&cfg, vec![listener], Waker::new().unwrap(), &mut Echo).unwrap();
 //! ```
 
+mod connect;
 pub mod driver;
 pub mod epoll;
 pub mod framing;
@@ -48,6 +49,7 @@ pub mod timer;
 pub mod uring;
 mod waker;
 
+pub use connect::ConnectTo;
 pub use driver::Driver;
 pub use handler::Handler;
 pub use io::{ConnId, Io, ListenerId};
@@ -96,6 +98,10 @@ pub struct ZoneConfig {
     /// Kernel submission polling (io_uring only): a kernel thread picks up submissions, so a
     /// busy zone submits and reaps without system calls.
     pub sqpoll: Option<SqPoll>,
+    /// Learn each accepted connection's peer address before `on_accept` ([`Io::peer_addr`]).
+    /// Free on epoll (accept4 returns it); on io_uring it costs one `SO_PEERNAME` socket
+    /// command per connection (Linux 6.7), so it is off unless something needs the address.
+    pub peer_addrs: bool,
 }
 
 /// `IORING_SETUP_SQPOLL` settings.
@@ -130,6 +136,7 @@ impl Default for ZoneConfig {
             recv_buffer_size: 16384,
             ring_entries: 1024,
             sqpoll: None,
+            peer_addrs: false,
         }
     }
 }

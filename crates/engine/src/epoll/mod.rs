@@ -6,7 +6,7 @@
 
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::driver::Driver;
@@ -118,13 +118,17 @@ impl EpollDriver {
             let Some(l) = self.listeners[id as usize].as_ref() else {
                 return;
             };
-            // SAFETY: accept4 with null address pointers; a non-negative result is a new
-            // descriptor that we own from here on (closed in `close_now`).
+            // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+            let mut sa: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut sa_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // SAFETY: accept4 writes at most `sa_len` bytes into a live local and updates the
+            // length; a non-negative result is a new descriptor that we own from here on
+            // (closed in `close_now`).
             let fd = unsafe {
                 libc::accept4(
                     l.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
+                    (&mut sa as *mut libc::sockaddr_storage).cast(),
+                    &mut sa_len,
                     libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
                 )
             };
@@ -144,6 +148,7 @@ impl EpollDriver {
             let c = ConnId(fd as u32);
             self.io.conn_mut(c).open();
             self.io.conns[c.index()].drv = WANT_IN;
+            self.io.conns[c.index()].peer = crate::uring::peer::to_addr(&sa, sa_len as usize);
             let token = self.token(c);
             if let Err(e) = self.ctl(
                 libc::EPOLL_CTL_ADD,
@@ -286,10 +291,73 @@ impl EpollDriver {
         }
     }
 
+    /// Starts a non-blocking connect on an outbound socket; completion is `EPOLLOUT`.
+    fn start_connect<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        let conn = &mut self.io.conns[c.index()];
+        if conn.state != ConnState::Connecting {
+            return;
+        }
+        let Some(out) = conn.outbound.as_mut() else {
+            return;
+        };
+        // From here the descriptor is owned by the connection table (closed in `close_now`).
+        let fd = out.fd.take().map_or(c.0 as RawFd, |f| f.into_raw_fd());
+        let (ptr, len) = (out.sa.as_ptr(), out.sa.len());
+        // SAFETY: connect reads `len` bytes of a live, boxed socket address.
+        let r = unsafe { libc::connect(fd, ptr.cast(), len) };
+        let e = io::Error::last_os_error();
+        if r < 0 && e.raw_os_error() != Some(libc::EINPROGRESS) {
+            let e = io::Error::new(e.kind(), format!("connect to {}: {e}", peer_str(conn)));
+            return self.close_now(c, Some(e), h);
+        }
+        conn.drv = WANT_OUT;
+        let token = self.token(c);
+        let ev = libc::EPOLLOUT as u32 | libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32;
+        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, fd, ev, token) {
+            self.close_now(c, Some(e), h);
+        }
+    }
+
+    /// The connect of `c` finished (writable or failed).
+    fn connected<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        let mut err: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes one c_int into a live local and its length into another.
+        let r = unsafe {
+            libc::getsockopt(
+                c.0 as RawFd,
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        let e = if r < 0 {
+            Some(io::Error::last_os_error())
+        } else if err != 0 {
+            Some(io::Error::from_raw_os_error(err))
+        } else {
+            None
+        };
+        let conn = &mut self.io.conns[c.index()];
+        if let Some(e) = e {
+            let e = io::Error::new(e.kind(), format!("connect to {}: {e}", peer_str(conn)));
+            return self.close_now(c, Some(e), h);
+        }
+        conn.state = ConnState::Open;
+        conn.drv = WANT_IN | WANT_OUT; // recomputed below
+        self.update_interest(c);
+        self.io.mark_dirty(c);
+        h.on_connected(&mut self.io, c);
+    }
+
     fn close_now<H: Handler>(&mut self, c: ConnId, err: Option<io::Error>, h: &mut H) {
         let conn = &mut self.io.conns[c.index()];
-        if conn.state != ConnState::Open {
+        if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
             return;
+        }
+        if let Some(fd) = conn.outbound.take().and_then(|o| o.fd) {
+            let _ = fd.into_raw_fd(); // the same descriptor as the handle, closed below
         }
         conn.state = ConnState::Free;
         conn.in_flight = false;
@@ -307,6 +375,7 @@ impl EpollDriver {
             for a in &actions {
                 match *a {
                     Action::Close(c) => self.close_now(c, None, h),
+                    Action::Connect(c) => self.start_connect(h, c),
                     Action::PauseRecv(c) | Action::ResumeRecv(c) => {
                         if self.io.conns[c.index()].state == ConnState::Open {
                             self.update_interest(c);
@@ -396,8 +465,15 @@ impl Driver for EpollDriver {
                     let Some(conn) = self.io.conns.get(c.index()) else {
                         continue;
                     };
-                    if conn.gen != gen || conn.state != ConnState::Open {
+                    if conn.gen != gen {
                         continue; // an event for a connection closed earlier in this batch
+                    }
+                    if conn.state == ConnState::Connecting {
+                        self.connected(h, c);
+                        continue;
+                    }
+                    if conn.state != ConnState::Open {
+                        continue;
                     }
                     if bits & (libc::EPOLLOUT as u32 | libc::EPOLLERR as u32) != 0 && conn.in_flight
                     {
@@ -433,10 +509,16 @@ impl Driver for EpollDriver {
     }
 }
 
+fn peer_str(conn: &crate::io::ConnIo) -> String {
+    conn.peer.map_or_else(|| "?".to_string(), |p| p.to_string())
+}
+
 impl Drop for EpollDriver {
     fn drop(&mut self) {
         for (i, conn) in self.io.conns.iter().enumerate() {
-            if conn.state == ConnState::Open {
+            if matches!(conn.state, ConnState::Open | ConnState::Connecting)
+                && conn.outbound.as_ref().is_none_or(|o| o.fd.is_none())
+            {
                 // SAFETY: closes descriptors this driver accepted and still owns.
                 unsafe { libc::close(i as RawFd) };
             }

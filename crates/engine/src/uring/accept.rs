@@ -36,8 +36,12 @@ impl UringDriver {
         if res >= 0 {
             let c = ConnId(res as u32);
             self.io.conn_mut(c).open();
-            self.arm_recv(c);
-            h.on_accept(&mut self.io, c, ListenerId(id));
+            if self.peer_addrs {
+                self.query_peer(c, id); // on_accept follows its answer
+            } else {
+                self.arm_recv(c);
+                h.on_accept(&mut self.io, c, ListenerId(id));
+            }
         } else if res != -libc::ECANCELED {
             let e = crate::sys::errno(res);
             match -res {

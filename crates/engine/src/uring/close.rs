@@ -18,7 +18,7 @@ const CLOSE_SUBMITTED: u32 = 1 << 3;
 impl UringDriver {
     pub(super) fn begin_close(&mut self, c: ConnId, err: Option<std::io::Error>) {
         let conn = &mut self.io.conns[c.index()];
-        if conn.state != ConnState::Open {
+        if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
             return;
         }
         conn.state = ConnState::Closing;
@@ -64,6 +64,7 @@ impl UringDriver {
         if let Some(p) = pipe {
             self.pipes.put(p, fill == 0);
         }
+        self.release_outbound(c);
         h.on_closed(&mut self.io, c, err);
     }
 

@@ -8,7 +8,9 @@
 mod accept;
 pub(crate) mod bufring;
 mod close;
+mod connect;
 mod enter;
+pub(crate) mod peer;
 pub(crate) mod pipes;
 pub mod probe;
 mod recv;
@@ -37,6 +39,7 @@ const BGID: u16 = 0;
 
 struct Listener {
     sock: Option<TcpListener>,
+    v6: bool,
     armed: bool,
     closing: bool,
 }
@@ -58,6 +61,10 @@ pub struct UringDriver {
     waits: u64,
     enter: enter::Enter,
     sqpoll: Option<crate::SqPoll>,
+    /// Ask for peer addresses before `on_accept`.
+    peer_addrs: bool,
+    /// Per slot: where `SO_PEERNAME` writes, and the listener the connection came from.
+    peer_bufs: Vec<(Option<peer::PeerBuf>, u32)>,
 }
 
 impl UringDriver {
@@ -67,8 +74,9 @@ impl UringDriver {
             None => build_ring(cfg.ring_entries)?,
             Some(sq) => build_sqpoll_ring(cfg.ring_entries, sq)?,
         };
+        // Slots [0, max_conns) for accepts, [max_conns, 2 max_conns) for outbound connections.
         ring.submitter()
-            .register_files_sparse(cfg.max_conns)
+            .register_files_sparse(cfg.max_conns * 2)
             .map_err(|e| {
                 io::Error::new(
                     e.kind(),
@@ -78,6 +86,13 @@ impl UringDriver {
                     ),
                 )
             })?;
+        let outbound_slots = match connect::limit_alloc_range(&ring, cfg.max_conns) {
+            Ok(()) => (cfg.max_conns..cfg.max_conns * 2).rev().collect(),
+            Err(e) => {
+                tracing::warn!("io_uring file allocation range: {e}; outbound connections unavailable on this zone");
+                Vec::new()
+            }
+        };
         let bufs = BufRing::new(&ring, BGID, cfg.recv_buffers, cfg.recv_buffer_size)?;
         let enter = enter::Enter::new(&ring);
         let mut d = UringDriver {
@@ -93,7 +108,10 @@ impl UringDriver {
             waits: 0,
             enter,
             sqpoll: cfg.sqpoll.clone(),
+            peer_addrs: cfg.peer_addrs,
+            peer_bufs: Vec::new(),
         };
+        d.io.slots = crate::io::Slots::Reserved(outbound_slots);
         d.arm_wake();
         Ok(d)
     }
@@ -141,6 +159,7 @@ impl UringDriver {
                     Action::Close(c) => self.begin_close(c, None),
                     Action::PauseRecv(c) => self.pause_recv(c),
                     Action::ResumeRecv(c) => self.resume_recv(c),
+                    Action::Connect(c) => self.start_connect(c),
                 }
             }
             if self.io.actions.is_empty() {
@@ -208,6 +227,8 @@ impl UringDriver {
             Kind::Shutdown | Kind::CancelRecv => {}
             Kind::CancelAccept => self.complete_cancel_accept(idx),
             Kind::Wake => self.complete_wake(h, res),
+            Kind::Connect => self.complete_connect(h, ConnId(idx), gen, res),
+            Kind::PeerName => self.complete_peer(h, ConnId(idx), gen, res),
         }
     }
 }
@@ -246,7 +267,9 @@ impl UringDriver {
 impl Driver for UringDriver {
     fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId> {
         let id = self.listeners.len() as u32;
+        let v6 = listener.local_addr().is_ok_and(|a| a.is_ipv6());
         self.listeners.push(Listener {
+            v6,
             sock: Some(listener),
             armed: false,
             closing: false,

@@ -20,6 +20,8 @@ pub(crate) enum Kind {
     Wake = 9,
     CancelRecv = 10,
     CancelAccept = 11,
+    Connect = 12,
+    PeerName = 13,
 }
 
 impl Kind {
@@ -37,6 +39,8 @@ impl Kind {
             9 => Wake,
             10 => CancelRecv,
             11 => CancelAccept,
+            12 => Connect,
+            13 => PeerName,
             _ => return None,
         })
     }

@@ -1,0 +1,110 @@
+//! The peer address of an accepted connection. Multishot accept cannot return addresses (one
+//! buffer would serve every connection of a batch), and direct descriptors take no
+//! `getpeername`, so the zone asks with a socket command: `IORING_OP_URING_CMD`
+//! `SOCKET_URING_OP_GETSOCKOPT` with `SOL_SOCKET`/`SO_PEERNAME` (Linux 6.7). Receiving starts
+//! only after it answered, so the handler has the address before the first byte.
+
+use std::net::SocketAddr;
+
+use io_uring::{opcode, squeue, types};
+
+use super::userdata::{pack, Kind};
+use super::UringDriver;
+use crate::handler::Handler;
+use crate::io::{ConnId, ConnState, ListenerId};
+
+const SOCKET_URING_OP_GETSOCKOPT: u32 = 2;
+/// Byte offset of `optlen` (a union with `file_index`) in `struct io_uring_sqe`.
+const SQE_OPTLEN_OFFSET: usize = 44;
+const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
+
+/// Storage for one answer, boxed per slot so its address is stable.
+pub(super) type PeerBuf = Box<libc::sockaddr_storage>;
+
+fn getsockopt_entry(slot: u32, optname: i32, optval: *mut u8, optlen: u32) -> squeue::Entry {
+    let level_optname = libc::SOL_SOCKET as u32 as u64 | ((optname as u32 as u64) << 32);
+    let mut cmd = [0u8; 16];
+    cmd[..8].copy_from_slice(&(optval as u64).to_ne_bytes());
+    let e = opcode::UringCmd16::new(types::Fixed(slot), SOCKET_URING_OP_GETSOCKOPT)
+        .addr(Some(level_optname)) // `level` and `optname` share the `addr` field
+        .cmd(cmd) // `optval` is the first word of the command area
+        .build();
+    // SAFETY: `Entry` is `#[repr(C)]` around the 64-byte `io_uring_sqe` (size asserted above),
+    // so it can be viewed as bytes; `optlen` lives at a fixed offset the builder leaves zero.
+    let mut bytes: [u8; 64] = unsafe { std::mem::transmute(e) };
+    bytes[SQE_OPTLEN_OFFSET..SQE_OPTLEN_OFFSET + 4].copy_from_slice(&optlen.to_ne_bytes());
+    // SAFETY: the same bytes with one plain integer field set: still a valid entry.
+    unsafe { std::mem::transmute::<[u8; 64], squeue::Entry>(bytes) }
+}
+
+impl UringDriver {
+    /// Asks for the peer address of a just-accepted connection on listener `id`.
+    pub(super) fn query_peer(&mut self, c: ConnId, id: u32) {
+        let len = if self.listeners[id as usize].v6 {
+            std::mem::size_of::<libc::sockaddr_in6>()
+        } else {
+            std::mem::size_of::<libc::sockaddr_in>()
+        } as u32;
+        let i = c.index();
+        if self.peer_bufs.len() <= i {
+            self.peer_bufs.resize_with(i + 1, || (None, 0));
+        }
+        // SAFETY: sockaddr_storage is plain data; all-zero is a valid (unspecified) value.
+        let buf = self.peer_bufs[i]
+            .0
+            .get_or_insert_with(|| Box::new(unsafe { std::mem::zeroed() }));
+        let ptr = (&mut **buf as *mut libc::sockaddr_storage).cast::<u8>();
+        let gen = self.io.conns[i].gen;
+        let e = getsockopt_entry(c.0, libc::SO_PEERNAME, ptr, len).user_data(pack(
+            Kind::PeerName,
+            gen,
+            c.0,
+        ));
+        self.peer_bufs[i].1 = id;
+        // SAFETY: the kernel writes at most `len` bytes into the slot's boxed storage, which
+        // is never freed while the driver lives; the slot is closed only after cancellation.
+        unsafe { self.push(&e) };
+    }
+
+    pub(super) fn complete_peer<H: Handler>(&mut self, h: &mut H, c: ConnId, gen: u32, res: i32) {
+        let id = self.peer_bufs[c.index()].1;
+        let conn = &self.io.conns[c.index()];
+        if conn.gen != gen || conn.state != ConnState::Open {
+            return;
+        }
+        if res > 0 {
+            let buf = self.peer_bufs[c.index()].0.as_deref();
+            self.io.conns[c.index()].peer = buf.and_then(|b| to_addr(b, res as usize));
+        } else if res != -libc::ENOTCONN {
+            tracing::debug!("SO_PEERNAME: {}", crate::sys::errno(res));
+        }
+        self.arm_recv(c);
+        h.on_accept(&mut self.io, c, ListenerId(id));
+    }
+}
+
+/// Reads a kernel-filled `sockaddr_in`/`sockaddr_in6` of `len` bytes.
+pub(crate) fn to_addr(s: &libc::sockaddr_storage, len: usize) -> Option<SocketAddr> {
+    let p = s as *const libc::sockaddr_storage;
+    match s.ss_family as i32 {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, fully written (len);
+            // sockaddr_storage is aligned for every address type.
+            let a = unsafe { &*p.cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(a.sin_port))))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*p.cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
