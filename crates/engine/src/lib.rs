@@ -44,6 +44,7 @@ pub mod framing;
 mod handler;
 mod io;
 mod listen;
+pub mod reuseport;
 pub mod sys;
 pub mod timer;
 pub mod uring;

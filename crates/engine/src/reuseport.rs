@@ -1,0 +1,588 @@
+//! Passive-side connection locality: hand each new connection to the zone running on the CPU
+//! that processed its SYN.
+//!
+//! Every zone has its own `SO_REUSEPORT` listener on each address, so the kernel chooses
+//! the listener — by default by a hash of the 4-tuple, which sends most connections to a
+//! zone on *another* core than the one the NIC delivers their packets to (1 − 1/zones of
+//! them). [`CpuSteering::attach`] replaces that choice, per reuseport group (one group per
+//! address), with the receiving CPU's own zone:
+//!
+//! * **eBPF** (preferred; root, or `CAP_BPF` + `CAP_NET_ADMIN`): a
+//!   `BPF_PROG_TYPE_SK_REUSEPORT` program, ten hand-assembled instructions, looks up the
+//!   current CPU in a `BPF_MAP_TYPE_REUSEPORT_SOCKARRAY` that maps CPU → listener and selects
+//!   that listener with `bpf_sk_select_reuseport`. When the CPU has no listener (no zone
+//!   there, or the zone's listener was closed: closing a socket removes it from the array)
+//!   the program returns `SK_PASS` without a selection and the kernel falls back to its own
+//!   hash over the listeners that remain — Fastsocket's slow path. No connection is refused
+//!   because a zone died.
+//! * **`SO_INCOMING_CPU`** (fallback, unprivileged, Linux 6.2+): each listener is tagged with
+//!   its zone's CPU; the kernel's reuseport selection then prefers, among the listeners its
+//!   hash walk visits, one tagged with the current CPU, and otherwise takes the first live
+//!   one. O(listeners) per SYN instead of O(1), same fallback behaviour.
+//!
+//! A classic-BPF program (`SO_ATTACH_REUSEPORT_CBPF` returning `cpu → index`) is not used:
+//! it returns an index into the group's socket array, whose order changes when a listener
+//! closes (the last socket moves into the hole), so after a zone dies it would steer the CPU's
+//! connections to the wrong zone rather than fall back.
+//!
+//! Locality needs two things from the deployment: one zone per CPU that receives packets
+//! (zones pinned to distinct CPUs), and the NIC's queues (RSS) or RPS delivering each flow to
+//! one CPU. Where nothing else decides, the CPU that processes a SYN is the one the packet
+//! arrived on: on loopback and veth, the sender's.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `SO_INCOMING_CPU` (the generic socket option value; not alpha, mips, parisc or sparc).
+pub const SO_INCOMING_CPU: libc::c_int = 49;
+/// `SO_ATTACH_REUSEPORT_EBPF`.
+const SO_ATTACH_REUSEPORT_EBPF: libc::c_int = 52;
+/// `SO_DETACH_REUSEPORT_BPF`.
+const SO_DETACH_REUSEPORT_BPF: libc::c_int = 68;
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_MAP_TYPE_REUSEPORT_SOCKARRAY: u32 = 20;
+const BPF_PROG_TYPE_SK_REUSEPORT: u32 = 21;
+const BPF_ANY: u64 = 0;
+
+/// How listeners are steered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// The `SK_REUSEPORT` eBPF program and its CPU → listener array.
+    Ebpf,
+    /// `SO_INCOMING_CPU` on each listener (Linux 6.2+ reuseport selection).
+    IncomingCpu,
+}
+
+impl Method {
+    /// A short description for logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Method::Ebpf => {
+                "eBPF reuseport program (CPU -> zone listener, kernel hash when the CPU has none)"
+            }
+            Method::IncomingCpu => {
+                "SO_INCOMING_CPU on the listeners (kernel prefers the receiving CPU's listener)"
+            }
+        }
+    }
+}
+
+/// CPU steering of one reuseport group (the listeners of one address, one per zone).
+///
+/// The eBPF program stays attached to the group after this value is dropped (the kernel holds
+/// it); keep the value to change the CPU → listener map later ([`CpuSteering::set`]).
+#[derive(Debug)]
+pub struct CpuSteering {
+    method: Method,
+    /// The sockarray (eBPF only).
+    map: Option<OwnedFd>,
+    /// The loaded program (eBPF only); kept so it can be attached to a re-created group.
+    prog: Option<OwnedFd>,
+    max_entries: u32,
+    /// Why eBPF was not used, when it was not.
+    fallback_reason: Option<String>,
+}
+
+impl CpuSteering {
+    /// Steers the group `listeners` — `(cpu, listener)` pairs, every listener bound to the same
+    /// address with `SO_REUSEPORT` and listening — by CPU: eBPF if the kernel lets us, else
+    /// `SO_INCOMING_CPU` ([`CpuSteering::fallback_reason`] says why). Errors when two listeners
+    /// name the same CPU, or when neither method can be set up.
+    pub fn attach(listeners: &[(usize, &TcpListener)]) -> io::Result<CpuSteering> {
+        check_distinct(listeners)?;
+        match Self::attach_ebpf(listeners) {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                let mut s = Self::attach_incoming_cpu(listeners).map_err(|e2| {
+                    io::Error::new(
+                        e2.kind(),
+                        format!("eBPF steering: {e}; SO_INCOMING_CPU steering: {e2}"),
+                    )
+                })?;
+                s.fallback_reason = Some(e.to_string());
+                Ok(s)
+            }
+        }
+    }
+
+    /// eBPF steering only: loads the program, fills the CPU → listener array and attaches the
+    /// program to the group (through the first listener).
+    pub fn attach_ebpf(listeners: &[(usize, &TcpListener)]) -> io::Result<CpuSteering> {
+        check_distinct(listeners)?;
+        let Some(first) = listeners.first() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no listeners"));
+        };
+        let max_cpu = listeners.iter().map(|&(c, _)| c).max().unwrap_or(0);
+        let max_entries = u32::try_from(max_cpu + 1)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU number too large"))?
+            .max(possible_cpus());
+        let map = map_create(max_entries)?;
+        let prog = prog_load(map.as_raw_fd())?;
+        let s = CpuSteering {
+            method: Method::Ebpf,
+            map: Some(map),
+            prog: Some(prog),
+            max_entries,
+            fallback_reason: None,
+        };
+        for &(cpu, l) in listeners {
+            s.set(cpu, l)?;
+        }
+        let prog_fd: libc::c_int = s.prog.as_ref().map_or(-1, |p| p.as_raw_fd());
+        setsockopt_int(first.1.as_raw_fd(), SO_ATTACH_REUSEPORT_EBPF, prog_fd)
+            .map_err(|e| ctx("setsockopt(SO_ATTACH_REUSEPORT_EBPF)", e))?;
+        Ok(s)
+    }
+
+    /// `SO_INCOMING_CPU` steering only: tags each listener with its CPU. Refused before
+    /// Linux 6.2, whose reuseport selection ignores the tag.
+    pub fn attach_incoming_cpu(listeners: &[(usize, &TcpListener)]) -> io::Result<CpuSteering> {
+        check_distinct(listeners)?;
+        if kernel_version() < (6, 2) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the kernel's reuseport selection honours SO_INCOMING_CPU from Linux 6.2",
+            ));
+        }
+        for &(cpu, l) in listeners {
+            let cpu = libc::c_int::try_from(cpu)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU number too large"))?;
+            setsockopt_int(l.as_raw_fd(), SO_INCOMING_CPU, cpu)
+                .map_err(|e| ctx("setsockopt(SO_INCOMING_CPU)", e))?;
+        }
+        Ok(CpuSteering {
+            method: Method::IncomingCpu,
+            map: None,
+            prog: None,
+            max_entries: 0,
+            fallback_reason: None,
+        })
+    }
+
+    /// The method in use.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// Why eBPF is not in use (`None` when it is, or when SO_INCOMING_CPU was asked for).
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback_reason.as_deref()
+    }
+
+    /// Makes `listener` the one for `cpu` (a zone that re-created its listener). A listener
+    /// holds one CPU's slot at most (the kernel answers `EBUSY` otherwise).
+    pub fn set(&self, cpu: usize, listener: &TcpListener) -> io::Result<()> {
+        match &self.map {
+            Some(map) => {
+                let key = self.key(cpu)?;
+                let fd = listener.as_raw_fd() as u64;
+                map_update(map.as_raw_fd(), key, fd)
+                    .map_err(|e| ctx(&format!("bpf(BPF_MAP_UPDATE_ELEM) for CPU {cpu}"), e))
+            }
+            None => {
+                let cpu = libc::c_int::try_from(cpu).map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "CPU number too large")
+                })?;
+                setsockopt_int(listener.as_raw_fd(), SO_INCOMING_CPU, cpu)
+                    .map_err(|e| ctx("setsockopt(SO_INCOMING_CPU)", e))
+            }
+        }
+    }
+
+    /// Forgets the listener of `cpu`, so its connections take the kernel's hash (eBPF only;
+    /// closing the listener does the same by itself).
+    pub fn clear(&self, cpu: usize) -> io::Result<()> {
+        let Some(map) = &self.map else {
+            return Ok(());
+        };
+        let key = self.key(cpu)?;
+        match map_delete(map.as_raw_fd(), key) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            r => r.map_err(|e| ctx("bpf(BPF_MAP_DELETE_ELEM)", e)),
+        }
+    }
+
+    fn key(&self, cpu: usize) -> io::Result<u32> {
+        u32::try_from(cpu)
+            .ok()
+            .filter(|&k| k < self.max_entries)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("CPU {cpu} is beyond the steering map"),
+                )
+            })
+    }
+}
+
+/// Removes any reuseport program from the group of `listener` (back to the kernel's hash).
+pub fn detach(listener: &TcpListener) -> io::Result<()> {
+    setsockopt_int(listener.as_raw_fd(), SO_DETACH_REUSEPORT_BPF, 0)
+        .map_err(|e| ctx("setsockopt(SO_DETACH_REUSEPORT_BPF)", e))
+}
+
+/// The CPU that last processed a packet of this socket (`SO_INCOMING_CPU`); for a freshly
+/// accepted connection, the CPU that processed its handshake.
+pub fn incoming_cpu(fd: RawFd) -> io::Result<usize> {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live c_int and updates `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_INCOMING_CPU,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    usize::try_from(v).map_err(|_| io::Error::other("no incoming CPU yet"))
+}
+
+fn check_distinct(listeners: &[(usize, &TcpListener)]) -> io::Result<()> {
+    for (i, &(cpu, _)) in listeners.iter().enumerate() {
+        if listeners[..i].iter().any(|&(c, _)| c == cpu) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("two zones on CPU {cpu}: steering by CPU needs one zone per CPU"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn ctx(what: &str, e: io::Error) -> io::Error {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            " (needs root, or CAP_BPF and CAP_NET_ADMIN, and no seccomp filter on bpf(2))"
+        }
+        Some(libc::ENOSYS) => " (the kernel has no bpf(2), or a seccomp filter hides it)",
+        _ => "",
+    };
+    io::Error::new(e.kind(), format!("{what}: {e}{hint}"))
+}
+
+fn setsockopt_int(fd: RawFd, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: setsockopt reads one live c_int from the pointer given with its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `bpf(2)` with one of the attribute structs below.
+///
+/// # Safety
+///
+/// `attr` must be the attribute layout the kernel expects for `cmd`, and every pointer in it
+/// must be valid for what `cmd` reads or writes through it for the duration of the call.
+unsafe fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: the caller vouches for the layout and the pointers; the size is `T`'s, which
+    // the kernel accepts as long as any bytes beyond the fields it knows are zero.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            (attr as *mut T).cast::<libc::c_void>(),
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r)
+}
+
+/// `union bpf_attr` for `BPF_MAP_CREATE` (the leading fields).
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+/// `union bpf_attr` for `BPF_MAP_*_ELEM`.
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// `union bpf_attr` for `BPF_PROG_LOAD` (up to `expected_attach_type`).
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+fn name16(s: &str) -> [u8; 16] {
+    let mut n = [0u8; 16];
+    n[..s.len().min(15)].copy_from_slice(&s.as_bytes()[..s.len().min(15)]);
+    n
+}
+
+fn map_create(max_entries: u32) -> io::Result<OwnedFd> {
+    let mut attr = MapCreateAttr {
+        map_type: BPF_MAP_TYPE_REUSEPORT_SOCKARRAY,
+        key_size: 4,
+        // A socket descriptor in, its cookie out (a u64 value lets lookups read the cookie).
+        value_size: 8,
+        max_entries,
+        map_name: name16("ringx_cpu_lsn"),
+        ..MapCreateAttr::default()
+    };
+    // SAFETY: a MAP_CREATE attribute with no pointers.
+    let fd = unsafe { sys_bpf(BPF_MAP_CREATE, &mut attr) }
+        .map_err(|e| ctx("bpf(BPF_MAP_CREATE, REUSEPORT_SOCKARRAY)", e))?;
+    // SAFETY: a successful MAP_CREATE returns a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn map_update(map_fd: RawFd, key: u32, sock_fd: u64) -> io::Result<()> {
+    let mut attr = MapElemAttr {
+        map_fd: map_fd as u32,
+        key: (&key as *const u32) as u64,
+        value: (&sock_fd as *const u64) as u64,
+        flags: BPF_ANY,
+        ..MapElemAttr::default()
+    };
+    // SAFETY: key and value point to live locals of the map's key and value sizes.
+    unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
+}
+
+fn map_delete(map_fd: RawFd, key: u32) -> io::Result<()> {
+    let mut attr = MapElemAttr {
+        map_fd: map_fd as u32,
+        key: (&key as *const u32) as u64,
+        ..MapElemAttr::default()
+    };
+    // SAFETY: key points to a live local of the map's key size; DELETE reads no value.
+    unsafe { sys_bpf(BPF_MAP_DELETE_ELEM, &mut attr) }.map(drop)
+}
+
+/// One eBPF instruction (`struct bpf_insn`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Insn {
+    code: u8,
+    /// dst_reg in the low nibble, src_reg in the high one.
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    Insn {
+        code,
+        regs: dst | (src << 4),
+        off,
+        imm,
+    }
+}
+
+const R0: u8 = 0;
+const R1: u8 = 1;
+const R2: u8 = 2;
+const R3: u8 = 3;
+const R4: u8 = 4;
+const R6: u8 = 6;
+const R10: u8 = 10;
+/// BPF_ALU64 | BPF_MOV | BPF_X
+const MOV64_REG: u8 = 0xbf;
+/// BPF_ALU64 | BPF_MOV | BPF_K
+const MOV64_IMM: u8 = 0xb7;
+/// BPF_ALU64 | BPF_ADD | BPF_K
+const ADD64_IMM: u8 = 0x07;
+/// BPF_STX | BPF_MEM | BPF_W
+const STX_W: u8 = 0x63;
+/// BPF_LD | BPF_DW | BPF_IMM (two slots)
+const LD_IMM64: u8 = 0x18;
+/// BPF_JMP | BPF_CALL
+const CALL: u8 = 0x85;
+/// BPF_JMP | BPF_EXIT
+const EXIT: u8 = 0x95;
+/// `src_reg` of LD_IMM64 that makes `imm` a map descriptor.
+const BPF_PSEUDO_MAP_FD: u8 = 1;
+const FN_GET_SMP_PROCESSOR_ID: i32 = 8;
+const FN_SK_SELECT_REUSEPORT: i32 = 82;
+const SK_PASS: i32 = 1;
+
+/// The program, for the sockarray `map_fd`:
+///
+/// ```text
+/// r6 = r1                                  ; ctx (struct sk_reuseport_md *)
+/// r0 = bpf_get_smp_processor_id()
+/// *(u32 *)(r10 - 4) = r0                   ; key = the CPU processing the SYN
+/// r1 = r6
+/// r2 = map                                 ; CPU -> listener
+/// r3 = r10 - 4                             ; &key
+/// r4 = 0
+/// bpf_sk_select_reuseport(ctx, map, &key, 0)   ; fails if the CPU has no listener
+/// return SK_PASS                           ; no selection made: the kernel's hash decides
+/// ```
+pub(crate) fn program(map_fd: RawFd) -> Vec<Insn> {
+    vec![
+        insn(MOV64_REG, R6, R1, 0, 0),
+        insn(CALL, 0, 0, 0, FN_GET_SMP_PROCESSOR_ID),
+        insn(STX_W, R10, R0, -4, 0),
+        insn(MOV64_REG, R1, R6, 0, 0),
+        insn(LD_IMM64, R2, BPF_PSEUDO_MAP_FD, 0, map_fd),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV64_REG, R3, R10, 0, 0),
+        insn(ADD64_IMM, R3, 0, 0, -4),
+        insn(MOV64_IMM, R4, 0, 0, 0),
+        insn(CALL, 0, 0, 0, FN_SK_SELECT_REUSEPORT),
+        insn(MOV64_IMM, R0, 0, 0, SK_PASS),
+        insn(EXIT, 0, 0, 0, 0),
+    ]
+}
+
+fn prog_load(map_fd: RawFd) -> io::Result<OwnedFd> {
+    let insns = program(map_fd);
+    let license = c"Apache-2.0";
+    let load = |log: Option<&mut Vec<u8>>| {
+        let (log_level, log_size, log_buf) = match log {
+            Some(buf) => (1, buf.len() as u32, buf.as_mut_ptr() as u64),
+            None => (0, 0, 0),
+        };
+        let mut attr = ProgLoadAttr {
+            prog_type: BPF_PROG_TYPE_SK_REUSEPORT,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level,
+            log_size,
+            log_buf,
+            prog_name: name16("ringx_cpu_steer"),
+            ..ProgLoadAttr::default()
+        };
+        // SAFETY: insns, license and the optional log buffer are live for the call, with the
+        // lengths given; the kernel writes at most log_size bytes into the log.
+        unsafe { sys_bpf(BPF_PROG_LOAD, &mut attr) }
+    };
+    let fd = match load(None) {
+        Ok(fd) => fd,
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINVAL) || e.raw_os_error() == Some(libc::EACCES) =>
+        {
+            // The verifier refused it: load again with its log to say why.
+            let mut log = vec![0u8; 64 * 1024];
+            let _ = load(Some(&mut log));
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]);
+            let last = text
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            return Err(ctx(
+                "bpf(BPF_PROG_LOAD, SK_REUSEPORT)",
+                io::Error::new(e.kind(), format!("{e}; verifier: {last}")),
+            ));
+        }
+        Err(e) => return Err(ctx("bpf(BPF_PROG_LOAD, SK_REUSEPORT)", e)),
+    };
+    // SAFETY: a successful PROG_LOAD returns a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The number of CPUs the kernel may bring online (`/sys/devices/system/cpu/possible`).
+fn possible_cpus() -> u32 {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split(',')
+                .filter_map(|r| r.rsplit('-').next()?.parse::<u32>().ok())
+                .max()
+        })
+        .map_or(1, |m| m + 1)
+}
+
+/// The running kernel's (major, minor).
+fn kernel_version() -> (u32, u32) {
+    // SAFETY: utsname is plain data; uname fills the live local.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return (0, 0);
+    }
+    // SAFETY: uname NUL-terminates `release` inside the array.
+    let rel = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy();
+    let mut it = rel
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_encoding() {
+        let p = program(7);
+        assert_eq!(p.len(), 12);
+        assert_eq!(std::mem::size_of::<Insn>(), 8);
+        // r2 = map fd 7: LD_IMM64 with src_reg = BPF_PSEUDO_MAP_FD.
+        assert_eq!(p[4], insn(0x18, 2, 1, 0, 7));
+        assert_eq!(p[4].regs, 0x12);
+        // *(u32 *)(r10 - 4) = r0
+        assert_eq!(p[2].regs, 0x0a);
+        assert_eq!(p[2].off, -4);
+        assert_eq!(p.last().unwrap().code, 0x95);
+    }
+
+    #[test]
+    fn duplicate_cpus_are_refused() {
+        let opts = crate::ListenOptions::default();
+        let a = crate::bind_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap();
+        let b = crate::bind_reuseport(a.local_addr().unwrap(), &opts).unwrap();
+        let e = CpuSteering::attach(&[(0, &a), (0, &b)]).unwrap_err();
+        assert!(e.to_string().contains("two zones on CPU 0"), "{e}");
+    }
+
+    #[test]
+    fn possible_cpus_is_at_least_online() {
+        assert!(possible_cpus() as usize >= crate::sys::allowed_cpus().len());
+        assert!(kernel_version() >= (3, 0));
+    }
+}

@@ -1,0 +1,199 @@
+//! Reuseport steering by CPU, end to end over loopback: two listeners on one port (two
+//! "zones"), connections from threads pinned to each CPU, and the listener that accepted each
+//! one. On loopback the SYN is processed on the connecting thread's CPU, so with steering every
+//! connection must come out of that CPU's listener; after a listener closes its CPU's
+//! connections must still be accepted (by the other), none refused.
+//!
+//! The eBPF case needs root (or CAP_BPF + CAP_NET_ADMIN) and skips with the reason otherwise;
+//! the SO_INCOMING_CPU case runs unprivileged on Linux 6.2+.
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use ringx_engine::reuseport::{self, CpuSteering, Method};
+use ringx_engine::{bind_reuseport, ListenOptions};
+
+/// Connections per CPU and case: enough that hash selection would put some on the other
+/// listener with probability 1 - 2^-N.
+const N: usize = 24;
+
+fn two_cpus() -> Option<[usize; 2]> {
+    let cpus = ringx_engine::sys::allowed_cpus();
+    if cpus.len() < 2 {
+        eprintln!("SKIP reuseport steering test: needs 2 CPUs, this process may use {cpus:?}");
+        return None;
+    }
+    Some([cpus[0], cpus[1]])
+}
+
+/// Connects from a thread pinned to `cpu`; returns the client socket (kept open) and its
+/// local address.
+fn connect_from(cpu: usize, addr: SocketAddr) -> (TcpStream, SocketAddr) {
+    std::thread::spawn(move || {
+        ringx_engine::sys::pin_to_cpu(cpu).unwrap();
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connect from CPU {cpu} refused or failed: {e}"));
+        let local = s.local_addr().unwrap();
+        (s, local)
+    })
+    .join()
+    .unwrap()
+}
+
+/// Which of `listeners` holds the connection from `peer`, and the accepted socket's
+/// SO_INCOMING_CPU.
+fn accepted_by(listeners: &[Option<&TcpListener>], peer: SocketAddr) -> (usize, usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        for (i, l) in listeners.iter().enumerate() {
+            let Some(l) = l else { continue };
+            match l.accept() {
+                Ok((s, from)) => {
+                    assert_eq!(from, peer, "listener {i} accepted an unexpected connection");
+                    let cpu = reuseport::incoming_cpu(s.as_raw_fd()).unwrap();
+                    return (i, cpu);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("accept on listener {i}: {e}"),
+            }
+        }
+        assert!(Instant::now() < deadline, "no listener accepted {peer}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Two listeners on one port, for CPUs `cpus`.
+fn group() -> (TcpListener, TcpListener, SocketAddr) {
+    let opts = ListenOptions::default();
+    let l0 = bind_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap();
+    let addr = l0.local_addr().unwrap();
+    let l1 = bind_reuseport(addr, &opts).unwrap();
+    (l0, l1, addr)
+}
+
+/// Connections from each CPU land on that CPU's listener; then listener 1 closes and CPU 1's
+/// connections go to listener 0.
+fn steering_case(method: Method) {
+    let Some(cpus) = two_cpus() else { return };
+    let (l0, l1, addr) = group();
+    let pairs = [(cpus[0], &l0), (cpus[1], &l1)];
+    let steering = match method {
+        Method::Ebpf => CpuSteering::attach_ebpf(&pairs),
+        Method::IncomingCpu => CpuSteering::attach_incoming_cpu(&pairs),
+    };
+    let steering = match steering {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("SKIP reuseport steering by {method:?}: {e}");
+            return;
+        }
+    };
+    assert_eq!(steering.method(), method);
+
+    for (zone, &cpu) in cpus.iter().enumerate() {
+        for _ in 0..N {
+            let (_c, local) = connect_from(cpu, addr);
+            let (by, incoming) = accepted_by(&[Some(&l0), Some(&l1)], local);
+            assert_eq!(
+                by, zone,
+                "{method:?}: a connection from CPU {cpu} was accepted by listener {by}"
+            );
+            assert_eq!(
+                incoming, cpu,
+                "the handshake was processed on CPU {incoming}"
+            );
+        }
+    }
+
+    // Zone 1's listener goes away: its CPU's connections take the kernel's selection.
+    drop(l1);
+    for _ in 0..N {
+        let (_c, local) = connect_from(cpus[1], addr);
+        let (by, _) = accepted_by(&[Some(&l0), None], local);
+        assert_eq!(by, 0);
+    }
+    // Zone 0 is unaffected.
+    for _ in 0..4 {
+        let (_c, local) = connect_from(cpus[0], addr);
+        assert_eq!(accepted_by(&[Some(&l0), None], local).0, 0);
+    }
+    eprintln!(
+        "{method:?}: {N} connections per CPU on their CPU's listener; after closing listener 1, \
+         {N} of CPU {}'s accepted by listener 0",
+        cpus[1]
+    );
+}
+
+#[test]
+fn ebpf_steers_by_cpu_and_falls_back_when_a_listener_closes() {
+    steering_case(Method::Ebpf);
+}
+
+#[test]
+fn incoming_cpu_steers_by_cpu_and_falls_back_when_a_listener_closes() {
+    steering_case(Method::IncomingCpu);
+}
+
+/// Without steering the kernel's hash spreads one CPU's connections over both listeners;
+/// with eBPF steering, `clear` and `set` take a CPU off and back onto its listener, and
+/// `detach` restores the hash.
+#[test]
+fn hash_baseline_and_map_updates() {
+    let Some(cpus) = two_cpus() else { return };
+    let (l0, l1, addr) = group();
+    let ls = [Some(&l0), Some(&l1)];
+    let spread = |what: &str| {
+        let mut by = [0usize; 2];
+        for _ in 0..N {
+            let (_c, local) = connect_from(cpus[1], addr);
+            by[accepted_by(&ls, local).0] += 1;
+        }
+        eprintln!("{what}: CPU {}'s connections per listener: {by:?}", cpus[1]);
+        by
+    };
+    let by = spread("no steering");
+    assert!(
+        by[0] > 0 && by[1] > 0,
+        "the kernel's hash used one listener only: {by:?}"
+    );
+
+    let steering = match CpuSteering::attach_ebpf(&[(cpus[0], &l0), (cpus[1], &l1)]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("SKIP eBPF map updates: {e}");
+            return;
+        }
+    };
+    assert_eq!(spread("eBPF"), [0, N]);
+    steering.clear(cpus[1]).unwrap();
+    let by = spread("eBPF, CPU cleared");
+    assert!(by[0] > 0 && by[1] > 0, "cleared CPU not hashed: {by:?}");
+    // A listener sits in one CPU's slot at most.
+    let busy = steering.set(cpus[1], &l0).unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::ResourceBusy, "{busy}");
+    steering.set(cpus[1], &l1).unwrap();
+    assert_eq!(spread("eBPF, CPU set again"), [0, N]);
+    reuseport::detach(&l0).unwrap();
+    let by = spread("detached");
+    assert!(by[0] > 0 && by[1] > 0, "detached group not hashed: {by:?}");
+}
+
+/// `attach` picks eBPF when it can and says why not otherwise.
+#[test]
+fn attach_picks_a_method() {
+    let Some(cpus) = two_cpus() else { return };
+    let (l0, l1, _) = group();
+    match CpuSteering::attach(&[(cpus[0], &l0), (cpus[1], &l1)]) {
+        Ok(s) => {
+            eprintln!(
+                "attach: {:?} (fallback reason: {:?})",
+                s.method(),
+                s.fallback_reason()
+            );
+            assert_eq!(s.method() == Method::Ebpf, s.fallback_reason().is_none());
+        }
+        Err(e) => eprintln!("SKIP attach: no steering here: {e}"),
+    }
+}
