@@ -16,10 +16,10 @@ pub(crate) struct Fields<'b> {
 
 /// Running state of the combined `Transfer-Encoding` list.
 #[derive(Default)]
-struct Codings {
-    present: bool,
-    count: usize,
-    last_is_chunked: bool,
+pub(crate) struct Codings {
+    pub present: bool,
+    pub count: usize,
+    pub last_is_chunked: bool,
 }
 
 /// Checks every field value and interprets the fields listed above.
@@ -130,7 +130,7 @@ fn is_field_vchar(b: u8) -> bool {
 }
 
 /// `Content-Length = 1*DIGIT`, a single value that fits in a u64.
-fn parse_content_length(value: &[u8]) -> Result<u64, RequestError> {
+pub(crate) fn parse_content_length(value: &[u8]) -> Result<u64, RequestError> {
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return Err(RequestError::bad("invalid Content-Length"));
     }
@@ -143,7 +143,7 @@ fn parse_content_length(value: &[u8]) -> Result<u64, RequestError> {
 
 /// Elements of a `#list` value: comma-separated, OWS-trimmed, empty elements
 /// skipped (RFC 9110 §5.6.1). Only for lists whose elements are plain tokens.
-fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value
         .split(|&b| b == b',')
         .map(trim_ows)
@@ -167,7 +167,7 @@ fn trim_ows(mut s: &[u8]) -> &[u8] {
 /// transfer-coding     = token *( OWS ";" OWS transfer-parameter )
 /// transfer-parameter  = token BWS "=" BWS ( token / quoted-string )
 /// ```
-fn parse_transfer_codings(value: &[u8], acc: &mut Codings) -> Result<(), RequestError> {
+pub(crate) fn parse_transfer_codings(value: &[u8], acc: &mut Codings) -> Result<(), RequestError> {
     const BAD: RequestError = RequestError::bad("invalid Transfer-Encoding");
     let mut p = Cursor { s: value, i: 0 };
     loop {

@@ -113,6 +113,7 @@ mod request;
 mod response;
 mod status;
 mod target;
+pub mod upstream;
 mod version;
 
 pub use body::{BodyDecoder, Decoded};
@@ -122,7 +123,10 @@ pub use limits::{BodyLimits, Limits};
 pub use method::Method;
 pub use path::{normalize_path, PathError};
 pub use request::{parse_request, parse_request_uninit, BodyKind, Parsed, Request};
-pub use response::{write_chunk, write_error_response, write_last_chunk, write_status_line};
+pub use response::{
+    write_chunk, write_error_response, write_last_chunk, write_status_line,
+    write_status_line_reason,
+};
 pub use status::reason;
 pub use version::Version;
 

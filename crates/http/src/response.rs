@@ -17,6 +17,21 @@ pub fn write_status_line(out: &mut Vec<u8>, status: u16) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Appends `HTTP/1.1 <status> <reason>\r\n` with a given reason phrase (a proxy passing an
+/// upstream's status on). An empty reason is replaced by the standard one.
+pub fn write_status_line_reason(out: &mut Vec<u8>, status: u16, reason_phrase: &str) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_status(out, status);
+    out.push(b' ');
+    let r = if reason_phrase.is_empty() {
+        reason(status)
+    } else {
+        reason_phrase
+    };
+    out.extend_from_slice(r.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends the status code in decimal.
 fn push_status(out: &mut Vec<u8>, status: u16) {
     push_decimal(out, u64::from(status));

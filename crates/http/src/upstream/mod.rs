@@ -1,0 +1,357 @@
+//! The proxy's side of HTTP/1.1: parsing an upstream's response head (with the framing rules
+//! of RFC 9112 §6.3 for responses), and rewriting heads as they cross the proxy: hop-by-hop
+//! fields removed (RFC 9110 §7.6.1), `X-Forwarded-*`/`Forwarded` added, framing re-declared
+//! for the receiving side.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use httparse::Header;
+
+use crate::fields::{list_elements, parse_content_length, parse_transfer_codings, Codings};
+use crate::{Parsed, Request, Version};
+
+/// How an upstream response's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseBody {
+    /// No body (HEAD, 1xx, 204, 304).
+    None,
+    /// `Content-Length`.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Until the upstream closes the connection.
+    UntilClose,
+}
+
+/// A parsed response head; everything borrows the receive buffer.
+#[derive(Debug)]
+pub struct ResponseHead<'h, 'b> {
+    /// Protocol version of the response.
+    pub version: Version,
+    /// Status code.
+    pub status: u16,
+    /// Reason phrase.
+    pub reason: &'b str,
+    /// Header fields in order.
+    pub headers: &'h [Header<'b>],
+    /// Body framing.
+    pub body: ResponseBody,
+    /// Whether the upstream connection may carry another request afterwards.
+    pub keep_alive: bool,
+    /// Bytes of the head, including the final CRLF.
+    pub head_len: usize,
+}
+
+/// Why an upstream response could not be used (the proxy answers 502).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamError(pub &'static str);
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for UpstreamError {}
+
+/// Parses a response head from the start of `buf`. `head_request`: the request was HEAD (so
+/// the response has no body whatever its fields say). Heads larger than `max_head` fail.
+pub fn parse_response<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut [Header<'b>],
+    max_head: usize,
+    head_request: bool,
+) -> Result<Parsed<ResponseHead<'h, 'b>>, UpstreamError> {
+    let window = &buf[..buf.len().min(max_head)];
+    let mut raw = httparse::Response::new(headers);
+    let head_len = match raw.parse(window) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if window.len() < max_head => return Ok(Parsed::Partial),
+        Ok(httparse::Status::Partial) => return Err(UpstreamError("response head too large")),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(UpstreamError("too many response header fields"))
+        }
+        Err(_) => return Err(UpstreamError("malformed response head")),
+    };
+    let httparse::Response {
+        version,
+        code,
+        reason,
+        headers,
+    } = raw;
+    let (Some(version), Some(status)) = (version, code) else {
+        return Err(UpstreamError("incomplete status line"));
+    };
+    let version = if version == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let headers: &'h [Header<'b>] = headers;
+    let mut content_length: Option<u64> = None;
+    let mut codings = Codings::default();
+    let (mut close, mut keep_token) = (false, false);
+    for h in headers {
+        if h.value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
+            return Err(UpstreamError("invalid byte in response header"));
+        }
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let n = parse_content_length(h.value)
+                .map_err(|_| UpstreamError("invalid Content-Length in response"))?;
+            if content_length.is_some_and(|m| m != n) {
+                return Err(UpstreamError("conflicting Content-Length in response"));
+            }
+            content_length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            codings.present = true;
+            parse_transfer_codings(h.value, &mut codings)
+                .map_err(|_| UpstreamError("invalid Transfer-Encoding in response"))?;
+        } else if name.eq_ignore_ascii_case("connection") {
+            for t in list_elements(h.value) {
+                close |= t.eq_ignore_ascii_case(b"close");
+                keep_token |= t.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+    }
+    let no_body = head_request || (100..200).contains(&status) || status == 204 || status == 304;
+    let body = if no_body {
+        ResponseBody::None
+    } else if codings.present {
+        // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length; a final coding other
+        // than chunked means the body runs until close.
+        if codings.last_is_chunked && codings.count == 1 {
+            ResponseBody::Chunked
+        } else if codings.last_is_chunked {
+            return Err(UpstreamError("unsupported transfer coding in response"));
+        } else {
+            ResponseBody::UntilClose
+        }
+    } else if let Some(n) = content_length {
+        ResponseBody::Length(n)
+    } else {
+        ResponseBody::UntilClose
+    };
+    let keep_alive = match version {
+        Version::Http11 => !close,
+        Version::Http10 => keep_token && !close,
+    } && body != ResponseBody::UntilClose
+        && !(codings.present && content_length.is_some());
+    Ok(Parsed::Complete(ResponseHead {
+        version,
+        status,
+        reason: reason.unwrap_or(""),
+        headers,
+        body,
+        keep_alive,
+        head_len,
+    }))
+}
+
+/// Fields that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the framing
+/// fields the proxy re-declares itself.
+fn is_hop_by_hop(name: &str) -> bool {
+    const HOP: [&str; 8] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "expect",
+    ];
+    HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// Whether `name` is listed in any `Connection` field of `headers`.
+fn named_by_connection(headers: &[Header<'_>], name: &str) -> bool {
+    headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| list_elements(h.value))
+        .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+/// The `Upgrade` value of a request that asks for a protocol switch (`Connection: upgrade`
+/// and `Upgrade: x`), e.g. a WebSocket handshake.
+pub fn upgrade_request<'b>(req: &Request<'_, 'b>) -> Option<&'b [u8]> {
+    let asked = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| list_elements(h.value))
+        .any(|t| t.eq_ignore_ascii_case(b"upgrade"));
+    if !asked || req.version != Version::Http11 {
+        return None;
+    }
+    req.header("upgrade")
+}
+
+/// What the proxy adds to a request it forwards.
+#[derive(Debug, Clone)]
+pub struct Forward<'a> {
+    /// The client's address, for `X-Forwarded-For`, `X-Real-IP` and `Forwarded`.
+    pub client: Option<IpAddr>,
+    /// `http` or `https`: the scheme the client used (`X-Forwarded-Proto`).
+    pub proto: &'a str,
+    /// The `Host` to send; `None` passes the client's.
+    pub host: Option<&'a str>,
+    /// Add `X-Forwarded-For`, `X-Real-IP`, `X-Forwarded-Proto` and `Forwarded`.
+    pub forwarded_headers: bool,
+    /// `Connection: close` to the upstream (the connection will not be reused).
+    pub close: bool,
+    /// Forward this `Upgrade` (a protocol switch was asked for).
+    pub upgrade: Option<&'a [u8]>,
+}
+
+/// Writes the head of `req` as forwarded to an upstream (HTTP/1.1 always).
+pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>) {
+    out.extend_from_slice(req.method_str.as_bytes());
+    out.push(b' ');
+    if req.target.starts_with('/') || req.target == "*" {
+        out.extend_from_slice(req.target.as_bytes());
+    } else {
+        // absolute-form: origin-form to the upstream.
+        out.extend_from_slice(req.path.as_bytes());
+        if let Some(q) = req.query {
+            out.push(b'?');
+            out.extend_from_slice(q.as_bytes());
+        }
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let host = f.host.or(req.host);
+    if let Some(h) = host {
+        put(out, "Host", h.as_bytes());
+    }
+    let mut xff: Option<&[u8]> = None;
+    for h in req.headers {
+        let n = h.name;
+        if is_hop_by_hop(n) || named_by_connection(req.headers, n) {
+            continue;
+        }
+        if n.eq_ignore_ascii_case("host") {
+            continue;
+        }
+        if f.forwarded_headers {
+            if n.eq_ignore_ascii_case("x-forwarded-for") {
+                xff = Some(h.value); // extended below (several fields: the last one wins)
+                continue;
+            }
+            if n.eq_ignore_ascii_case("x-real-ip") || n.eq_ignore_ascii_case("x-forwarded-proto") {
+                continue; // replaced below
+            }
+        }
+        put(out, n, h.value);
+    }
+    match req.body {
+        crate::BodyKind::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        crate::BodyKind::Length(_) | crate::BodyKind::None => {} // Content-Length was copied
+    }
+    if f.forwarded_headers {
+        if let Some(ip) = f.client {
+            out.extend_from_slice(b"X-Forwarded-For: ");
+            if let Some(prev) = xff.filter(|v| !v.is_empty()) {
+                out.extend_from_slice(prev);
+                out.extend_from_slice(b", ");
+            }
+            let _ = write!(Bytes(out), "{ip}\r\nX-Real-IP: {ip}\r\n");
+            let _ = write!(Bytes(out), "X-Forwarded-Proto: {}\r\n", f.proto);
+            let node = match ip {
+                IpAddr::V4(a) => a.to_string(),
+                IpAddr::V6(a) => format!("\"[{a}]\""),
+            };
+            let _ = write!(Bytes(out), "Forwarded: for={node};proto={}", f.proto);
+            if let Some(h) = req.host.filter(|h| is_token(h)) {
+                let _ = write!(Bytes(out), ";host={h}");
+            }
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    match (f.upgrade, f.close) {
+        (Some(u), _) => {
+            put(out, "Upgrade", u);
+            out.extend_from_slice(b"Connection: upgrade\r\n");
+        }
+        (None, true) => out.extend_from_slice(b"Connection: close\r\n"),
+        (None, false) => {}
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How the response travels to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientFraming {
+    /// As the upstream framed it (Content-Length or chunked, passed through unchanged).
+    Same,
+    /// The body is de-chunked and delimited by closing (HTTP/1.0 client, chunked upstream).
+    Close,
+}
+
+/// Writes the response head for the client: the upstream's fields without hop-by-hop ones,
+/// framing declared for the client, then `conn` (a `Connection: ...\r\n` line or nothing).
+/// Returns how the body must be passed on.
+pub fn write_response_head(
+    out: &mut Vec<u8>,
+    resp: &ResponseHead<'_, '_>,
+    client: Version,
+    conn: &[u8],
+) -> ClientFraming {
+    let framing = match (resp.body, client) {
+        (ResponseBody::Chunked, Version::Http10) => ClientFraming::Close,
+        _ => ClientFraming::Same,
+    };
+    crate::write_status_line_reason(out, resp.status, resp.reason);
+    let switching = resp.status == 101;
+    for h in resp.headers {
+        let n = h.name;
+        if switching && n.eq_ignore_ascii_case("upgrade") {
+            put(out, n, h.value);
+            continue;
+        }
+        if is_hop_by_hop(n) || named_by_connection(resp.headers, n) {
+            continue;
+        }
+        if n.eq_ignore_ascii_case("content-length") && resp.body == ResponseBody::Chunked {
+            continue; // Transfer-Encoding overrides it; never send both
+        }
+        put(out, n, h.value);
+    }
+    if switching {
+        out.extend_from_slice(b"Connection: upgrade\r\n\r\n");
+        return framing;
+    }
+    if resp.body == ResponseBody::Chunked && framing == ClientFraming::Same {
+        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    }
+    out.extend_from_slice(conn);
+    out.extend_from_slice(b"\r\n");
+    framing
+}
+
+fn put(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:".contains(&b))
+}
+
+/// `fmt::Write` into a byte vector.
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

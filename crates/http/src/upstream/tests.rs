@@ -1,0 +1,255 @@
+use super::*;
+use crate::{parse_request, Limits, Parsed};
+
+fn resp(raw: &[u8], head: bool) -> Result<(u16, ResponseBody, bool, usize), UpstreamError> {
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    match parse_response(raw, &mut h, 8192, head)? {
+        Parsed::Complete(r) => Ok((r.status, r.body, r.keep_alive, r.head_len)),
+        Parsed::Partial => Err(UpstreamError("partial")),
+    }
+}
+
+#[test]
+fn response_framing() {
+    let cases: &[(&[u8], bool, u16, ResponseBody, bool)] = &[
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+            false,
+            200,
+            ResponseBody::Length(5),
+            true,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+            200,
+            ResponseBody::Chunked,
+            true,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\n\r\n",
+            false,
+            200,
+            ResponseBody::UntilClose,
+            false,
+        ),
+        (
+            b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n",
+            false,
+            200,
+            ResponseBody::Length(1),
+            false,
+        ),
+        (
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n",
+            false,
+            200,
+            ResponseBody::Length(1),
+            true,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n",
+            false,
+            200,
+            ResponseBody::Length(1),
+            false,
+        ),
+        (
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            false,
+            204,
+            ResponseBody::None,
+            true,
+        ),
+        (
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+            false,
+            304,
+            ResponseBody::None,
+            true,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n",
+            true,
+            200,
+            ResponseBody::None,
+            true,
+        ),
+        (
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+            false,
+            101,
+            ResponseBody::None,
+            true,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            false,
+            200,
+            ResponseBody::UntilClose,
+            false,
+        ),
+        // TE overrides CL; the connection is not reused (it may be a smuggling attempt).
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+            200,
+            ResponseBody::Chunked,
+            false,
+        ),
+    ];
+    for (raw, head, st, body, keep) in cases {
+        let (s, b, k, n) =
+            resp(raw, *head).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(raw)));
+        assert_eq!(
+            (s, b, k, n),
+            (*st, *body, *keep, raw.len()),
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+}
+
+#[test]
+fn bad_responses() {
+    for raw in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"garbage\r\n\r\n",
+    ] {
+        assert!(
+            resp(raw, false).is_err(),
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    // Same Content-Length twice is tolerated.
+    assert!(resp(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+        false
+    )
+    .is_ok());
+    let mut h = [httparse::EMPTY_HEADER; 8];
+    assert!(matches!(
+        parse_response(b"HTTP/1.1 200 OK\r\nX: y", &mut h, 8192, false),
+        Ok(Parsed::Partial)
+    ));
+    let big = [b"HTTP/1.1 200 OK\r\nX: ".as_slice(), &[b'a'; 9000]].concat();
+    let mut h = [httparse::EMPTY_HEADER; 8];
+    assert!(parse_response(&big, &mut h, 8192, false).is_err());
+}
+
+fn forward(raw: &[u8], f: &Forward<'_>) -> String {
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    let Ok(Parsed::Complete(req)) = parse_request(raw, &mut h, &Limits::default()) else {
+        panic!("request")
+    };
+    let mut out = Vec::new();
+    write_request_head(&mut out, &req, f);
+    String::from_utf8(out).unwrap()
+}
+
+fn fwd() -> Forward<'static> {
+    Forward {
+        client: Some("192.0.2.7".parse().unwrap()),
+        proto: "http",
+        host: None,
+        forwarded_headers: true,
+        close: false,
+        upgrade: None,
+    }
+}
+
+#[test]
+fn request_rewrite() {
+    let out = forward(
+        b"POST /a?b=1 HTTP/1.1\r\nHost: ex.com\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nX-Forwarded-For: 10.0.0.1\r\nX-Real-IP: 6.6.6.6\r\nTransfer-Encoding: chunked\r\nAccept: */*\r\n\r\n",
+        &fwd(),
+    );
+    assert_eq!(
+        out,
+        "POST /a?b=1 HTTP/1.1\r\nHost: ex.com\r\nAccept: */*\r\nTransfer-Encoding: chunked\r\n\
+         X-Forwarded-For: 10.0.0.1, 192.0.2.7\r\nX-Real-IP: 192.0.2.7\r\nX-Forwarded-Proto: http\r\n\
+         Forwarded: for=192.0.2.7;proto=http;host=ex.com\r\n\r\n"
+    );
+    let f = Forward {
+        host: Some("up.internal"),
+        close: true,
+        forwarded_headers: false,
+        ..fwd()
+    };
+    let out = forward(
+        b"GET http://ex.com/p?q HTTP/1.1\r\nHost: ex.com\r\nContent-Length: 0\r\n\r\n",
+        &f,
+    );
+    assert_eq!(
+        out,
+        "GET /p?q HTTP/1.1\r\nHost: up.internal\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    let f = Forward {
+        client: Some("2001:db8::1".parse().unwrap()),
+        ..fwd()
+    };
+    let out = forward(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &f);
+    assert!(
+        out.contains("Forwarded: for=\"[2001:db8::1]\";proto=http;host=h\r\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn upgrade_passes() {
+    let raw = b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n";
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    let Ok(Parsed::Complete(req)) = parse_request(raw, &mut h, &Limits::default()) else {
+        panic!()
+    };
+    let up = upgrade_request(&req);
+    assert_eq!(up, Some(&b"websocket"[..]));
+    let mut out = Vec::new();
+    write_request_head(
+        &mut out,
+        &req,
+        &Forward {
+            upgrade: up,
+            forwarded_headers: false,
+            ..fwd()
+        },
+    );
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(out, "GET /ws HTTP/1.1\r\nHost: h\r\nSec-WebSocket-Key: k\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n");
+}
+
+#[test]
+fn response_rewrite() {
+    let raw = b"HTTP/1.1 200 Fine\r\nConnection: close, X-Hop\r\nX-Hop: 1\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\nServer: up\r\n\r\n";
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    let Ok(Parsed::Complete(r)) = parse_response(raw, &mut h, 8192, false) else {
+        panic!()
+    };
+    let mut out = Vec::new();
+    assert_eq!(
+        write_response_head(&mut out, &r, Version::Http11, b""),
+        ClientFraming::Same
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "HTTP/1.1 200 Fine\r\nServer: up\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    out.clear();
+    let f = write_response_head(&mut out, &r, Version::Http10, b"Connection: close\r\n");
+    assert_eq!(f, ClientFraming::Close);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "HTTP/1.1 200 Fine\r\nServer: up\r\nConnection: close\r\n\r\n"
+    );
+    let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: a\r\n\r\n";
+    let Ok(Parsed::Complete(r)) = parse_response(raw, &mut h, 8192, false) else {
+        panic!()
+    };
+    out.clear();
+    write_response_head(&mut out, &r, Version::Http11, b"");
+    assert_eq!(String::from_utf8_lossy(&out), "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: a\r\nConnection: upgrade\r\n\r\n");
+}
