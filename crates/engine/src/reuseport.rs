@@ -220,6 +220,62 @@ impl CpuSteering {
     }
 }
 
+/// Steers the listeners of a set of zones by CPU and logs what it did, one line per outcome:
+/// `zones[i]` holds zone `i`'s listeners (one per address, the same addresses in the same
+/// order in every zone), and zone `i` runs on `cpus[i]`. Returns the steering of each address
+/// that got one; an address that got none keeps the kernel's hash (logged with the reason).
+/// With fewer than two zones there is nothing to steer.
+pub fn steer_zones(cpus: &[usize], zones: &[Vec<TcpListener>]) -> Vec<CpuSteering> {
+    let n = zones.first().map_or(0, Vec::len);
+    if zones.len() < 2 || cpus.len() < zones.len() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    // (what happened, addresses it happened to), in first-seen order.
+    let mut outcomes: Vec<(String, bool, Vec<String>)> = Vec::new();
+    for a in 0..n {
+        let group: Vec<(usize, &TcpListener)> = zones
+            .iter()
+            .zip(cpus)
+            .filter_map(|(ls, &cpu)| ls.get(a).map(|l| (cpu, l)))
+            .collect();
+        let addr = group
+            .first()
+            .and_then(|(_, l)| l.local_addr().ok())
+            .map_or_else(|| format!("address #{a}"), |x| x.to_string());
+        let (what, ok) = match CpuSteering::attach(&group) {
+            Ok(s) => {
+                let what = match s.fallback_reason() {
+                    None => format!("by CPU with the {}", s.method().describe()),
+                    Some(why) => format!(
+                        "by CPU with {} because eBPF is unavailable: {why}",
+                        s.method().describe()
+                    ),
+                };
+                let ok = s.fallback_reason().is_none();
+                out.push(s);
+                (what, ok)
+            }
+            Err(e) => (
+                format!("by the kernel's reuseport hash: steering by CPU failed: {e}"),
+                false,
+            ),
+        };
+        match outcomes.iter_mut().find(|o| o.0 == what) {
+            Some(o) => o.2.push(addr),
+            None => outcomes.push((what, ok, vec![addr])),
+        }
+    }
+    for (what, ok, addrs) in outcomes {
+        if ok {
+            tracing::info!("new connections on {} are steered {what}", addrs.join(", "));
+        } else {
+            tracing::warn!("new connections on {} are steered {what}", addrs.join(", "));
+        }
+    }
+    out
+}
+
 /// Removes any reuseport program from the group of `listener` (back to the kernel's hash).
 pub fn detach(listener: &TcpListener) -> io::Result<()> {
     setsockopt_int(listener.as_raw_fd(), SO_DETACH_REUSEPORT_BPF, 0)
@@ -245,6 +301,23 @@ pub fn incoming_cpu(fd: RawFd) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     usize::try_from(v).map_err(|_| io::Error::other("no incoming CPU yet"))
+}
+
+/// The log target of the per-connection locality line (`RUST_LOG=ringx::locality=debug`).
+pub const LOCALITY_LOG: &str = "ringx::locality";
+
+/// Logs, at debug level on [`LOCALITY_LOG`], where a just-accepted connection `fd` (from
+/// listener `listener`) was handled: the zone's CPU (the calling thread is the pinned zone)
+/// and the CPU that processed its handshake (`SO_INCOMING_CPU`). Equal numbers are locality.
+/// Only the epoll driver can ask: io_uring's direct descriptors have no `fd`.
+pub fn log_locality(fd: RawFd, listener: u32, peer: Option<std::net::SocketAddr>) {
+    let zone_cpu = crate::sys::current_cpu().map_or(-1, |c| c as i64);
+    let incoming = incoming_cpu(fd).map_or(-1, |c| c as i64);
+    let peer = peer.map_or_else(|| "?".to_string(), |p| p.to_string());
+    tracing::debug!(
+        target: LOCALITY_LOG,
+        "accepted zone_cpu={zone_cpu} incoming_cpu={incoming} listener={listener} peer={peer}"
+    );
 }
 
 fn check_distinct(listeners: &[(usize, &TcpListener)]) -> io::Result<()> {

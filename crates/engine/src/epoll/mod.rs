@@ -149,6 +149,9 @@ impl EpollDriver {
             self.io.conn_mut(c).open();
             self.io.conns[c.index()].drv = WANT_IN;
             self.io.conns[c.index()].peer = crate::uring::peer::to_addr(&sa, sa_len as usize);
+            if tracing::enabled!(target: crate::reuseport::LOCALITY_LOG, tracing::Level::DEBUG) {
+                crate::reuseport::log_locality(fd, id, self.io.conns[c.index()].peer);
+            }
             let token = self.token(c);
             if let Err(e) = self.ctl(
                 libc::EPOLL_CTL_ADD,
