@@ -47,6 +47,7 @@ test: deps release unit lint loom fuzz integration
 
 bench: release
 	python3 bench/run.py $(BENCH_ARGS)
+	python3 bench/steer.py $(filter --quick,$(BENCH_ARGS))
 
 fmt:
 	$(CARGO) fmt --all
