@@ -154,6 +154,14 @@ pub fn serve(cfg: Config) -> ExitCode {
         }
         per_zone.push(ls);
     }
+    // Each new connection to the zone on the CPU that processed its SYN ([steering] listen);
+    // set up before privileges are dropped (eBPF needs them), kept for the server's life.
+    let _listen_steering = match cfg.steering.listen {
+        config::steering::ListenSteering::Cpu => {
+            ringx_engine::reuseport::steer_zones(&cpus, &per_zone)
+        }
+        config::steering::ListenSteering::Hash => Vec::new(),
+    };
     if let Some(u) = &cfg.runtime.user {
         if let Err(e) = drop_privileges(u.get_ref()) {
             tracing::error!("cannot drop privileges to {:?}: {e}", u.get_ref());

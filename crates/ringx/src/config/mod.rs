@@ -4,6 +4,7 @@
 //! deserialised (so toml reports its position), and checks across values keep the value's
 //! span (`toml::Spanned`) to point at it.
 
+pub mod steering;
 pub mod units;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,8 @@ pub struct Config {
     pub http: Http,
     #[serde(default)]
     pub server: Vec<Spanned<Server>>,
+    #[serde(default)]
+    pub steering: steering::Steering,
 }
 
 #[derive(Debug, Deserialize)]
