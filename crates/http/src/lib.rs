@@ -109,6 +109,7 @@ mod host;
 mod limits;
 mod method;
 mod path;
+pub mod proxy_protocol;
 mod request;
 mod response;
 mod status;
