@@ -36,16 +36,6 @@ pub enum ListenSteering {
     Hash,
 }
 
-impl ListenSteering {
-    /// The configuration spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ListenSteering::Cpu => "cpu",
-            ListenSteering::Hash => "hash",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,7 +55,7 @@ mod tests {
         assert_eq!(c.steering.listen, ListenSteering::Hash);
         let c = crate::config::parse("t.toml", &format!("[steering]\nlisten = \"cpu\"\n{SERVER}"))
             .unwrap();
-        assert_eq!(c.steering.listen.as_str(), "cpu");
+        assert_eq!(c.steering.listen, ListenSteering::Cpu);
     }
 
     #[test]
