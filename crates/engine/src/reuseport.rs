@@ -231,7 +231,7 @@ pub fn steer_zones(cpus: &[usize], zones: &[Vec<TcpListener>]) -> Vec<CpuSteerin
         return Vec::new();
     }
     let mut out = Vec::new();
-    // (what happened, addresses it happened to), in first-seen order.
+    // (what happened, whether connections are steered by CPU, the addresses), in order.
     let mut outcomes: Vec<(String, bool, Vec<String>)> = Vec::new();
     for a in 0..n {
         let group: Vec<(usize, &TcpListener)> = zones
@@ -252,9 +252,8 @@ pub fn steer_zones(cpus: &[usize], zones: &[Vec<TcpListener>]) -> Vec<CpuSteerin
                         s.method().describe()
                     ),
                 };
-                let ok = s.fallback_reason().is_none();
                 out.push(s);
-                (what, ok)
+                (what, true)
             }
             Err(e) => (
                 format!("by the kernel's reuseport hash: steering by CPU failed: {e}"),
