@@ -44,6 +44,10 @@ pub struct EchoArgs {
     /// each zone's shared, lock-free, order-preserving send ring. 0: handlers run in the zone.
     #[arg(long, default_value_t = 0)]
     pool: usize,
+    /// Which zone gets a new connection: "cpu" (the one on the CPU that processed its SYN) or
+    /// "hash" (the kernel's reuseport hash); see `[steering] listen`.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "hash"])]
+    steering: String,
 }
 
 #[derive(Default)]
@@ -152,15 +156,22 @@ pub fn run(args: EchoArgs) -> ExitCode {
     let mut pool_ends = pool_parts
         .as_mut()
         .map(|(ends, _)| std::mem::take(ends).into_iter());
-    let mut threads = Vec::new();
-    for (id, &cpu) in cpus.iter().enumerate() {
-        let l = match bind_reuseport(args.listen, &ListenOptions::default()) {
-            Ok(l) => l,
+    let mut listeners = Vec::new();
+    for _ in &cpus {
+        match bind_reuseport(args.listen, &ListenOptions::default()) {
+            Ok(l) => listeners.push(vec![l]),
             Err(e) => {
                 eprintln!("ringx echo: cannot listen: {e}");
                 return ExitCode::FAILURE;
             }
-        };
+        }
+    }
+    let _steering = match args.steering.as_str() {
+        "cpu" => ringx_engine::reuseport::steer_zones(&cpus, &listeners),
+        _ => Vec::new(),
+    };
+    let mut threads = Vec::new();
+    for ((id, &cpu), l) in cpus.iter().enumerate().zip(listeners) {
         let waker = wakers[id].clone();
         let cfg = ZoneConfig {
             id,
@@ -182,8 +193,8 @@ pub fn run(args: EchoArgs) -> ExitCode {
             _ => None,
         };
         threads.push(std::thread::spawn(move || match pooled {
-            Some(mut h) => run_zone(&cfg, vec![l], waker, &mut h),
-            None => run_zone(&cfg, vec![l], waker, &mut Echo::default()),
+            Some(mut h) => run_zone(&cfg, l, waker, &mut h),
+            None => run_zone(&cfg, l, waker, &mut Echo::default()),
         }));
     }
     tracing::info!(
