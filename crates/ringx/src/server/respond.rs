@@ -15,7 +15,7 @@ pub enum ConnHdr {
 }
 
 impl ConnHdr {
-    fn bytes(self) -> &'static [u8] {
+    pub fn bytes(self) -> &'static [u8] {
         match self {
             ConnHdr::Keep11 => b"",
             ConnHdr::Keep10 => b"Connection: keep-alive\r\n",

@@ -6,6 +6,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
 use crate::config::{Config, Location, Return};
+use crate::proxy::Upstreams;
 
 pub struct Routes {
     /// Unique listen addresses; a zone's `ListenerId(i)` is `listen[i]`.
@@ -17,6 +18,41 @@ pub struct Routes {
     pub server_header: Vec<u8>,
     /// Server name for error pages.
     pub server_token: Vec<u8>,
+    /// What each listener serves (HTTP listeners first, then streams).
+    pub listener_kind: Vec<ListenerKind>,
+    /// `[[stream]]` proxies.
+    pub streams: Vec<StreamDef>,
+    /// Some location proxies (the zones then need client addresses).
+    pub has_proxy: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenerKind {
+    /// HTTP; `true`: a PROXY protocol header comes first.
+    Http { proxy_protocol: bool },
+    /// `streams[i]`.
+    Stream(usize),
+}
+
+pub struct StreamDef {
+    pub upstream: usize,
+    pub idle_timeout: std::time::Duration,
+    pub proxy_protocol: bool,
+}
+
+/// A `proxy_pass` location.
+pub struct ProxyLoc {
+    pub upstream: usize,
+    pub host: HostMode,
+    pub forwarded_headers: bool,
+}
+
+pub enum HostMode {
+    /// The client's `Host`.
+    Pass,
+    /// The chosen server's `host:port` as configured.
+    Upstream,
+    Fixed(String),
 }
 
 pub struct VServer {
@@ -37,6 +73,7 @@ pub struct Loc {
 pub enum Action {
     Return(Canned),
     Files(FileRoot),
+    Proxy(ProxyLoc),
 }
 
 /// A fixed response, serialised at load time.
@@ -55,7 +92,7 @@ pub struct FileRoot {
 }
 
 impl Routes {
-    pub fn compile(cfg: &Config) -> std::io::Result<Routes> {
+    pub fn compile(cfg: &Config, ups: &mut Upstreams) -> std::io::Result<Routes> {
         let version = env!("CARGO_PKG_VERSION");
         let token = if cfg.http.server_tokens {
             format!("ringx/{version}")
@@ -95,7 +132,7 @@ impl Routes {
             }
             let mut locations = Vec::new();
             for l in &s.location {
-                locations.push(compile_location(l.get_ref(), &server_header)?);
+                locations.push(compile_location(l.get_ref(), &server_header, ups)?);
             }
             locations.sort_by(|a: &Loc, b: &Loc| {
                 b.exact.cmp(&a.exact).then(b.path.len().cmp(&a.path.len()))
@@ -106,12 +143,46 @@ impl Routes {
                 locations,
             });
         }
+        let mut listener_kind: Vec<ListenerKind> = listen
+            .iter()
+            .map(|a| ListenerKind::Http {
+                proxy_protocol: cfg.server.iter().any(|s| {
+                    s.get_ref().proxy_protocol
+                        && s.get_ref().listen.iter().any(|b| b.get_ref() == a)
+                }),
+            })
+            .collect();
+        let mut streams = Vec::new();
+        for st in &cfg.stream {
+            let st = st.get_ref();
+            let upstream = ups
+                .resolve_target(st.proxy_pass.get_ref())
+                .map_err(std::io::Error::other)?;
+            for a in &st.listen {
+                listen.push(*a.get_ref());
+                by_listener.push(Vec::new());
+                listener_kind.push(ListenerKind::Stream(streams.len()));
+            }
+            streams.push(StreamDef {
+                upstream,
+                idle_timeout: st.idle_timeout.0,
+                proxy_protocol: st.proxy_protocol,
+            });
+        }
+        let has_proxy = servers.iter().any(|s: &VServer| {
+            s.locations
+                .iter()
+                .any(|l| matches!(l.action, Action::Proxy(_)))
+        });
         Ok(Routes {
             listen,
             by_listener,
             servers,
             server_header,
             server_token: token.into_bytes(),
+            listener_kind,
+            streams,
+            has_proxy,
         })
     }
 
@@ -152,9 +223,27 @@ impl VServer {
     }
 }
 
-fn compile_location(l: &Location, server_header: &[u8]) -> std::io::Result<Loc> {
+fn compile_location(
+    l: &Location,
+    server_header: &[u8],
+    ups: &mut Upstreams,
+) -> std::io::Result<Loc> {
     let path = l.path.get_ref().clone();
-    let action = if let Some(r) = &l.ret {
+    let action = if let Some(target) = &l.proxy_pass {
+        let upstream = ups
+            .resolve_target(target.get_ref())
+            .map_err(std::io::Error::other)?;
+        let host = match l.proxy_host.as_deref() {
+            None | Some("pass") => HostMode::Pass,
+            Some("upstream") => HostMode::Upstream,
+            Some(h) => HostMode::Fixed(h.to_string()),
+        };
+        Action::Proxy(ProxyLoc {
+            upstream,
+            host,
+            forwarded_headers: l.forwarded_headers,
+        })
+    } else if let Some(r) = &l.ret {
         Action::Return(canned(r, server_header))
     } else {
         let (dir, strip) = match (&l.root, &l.alias) {

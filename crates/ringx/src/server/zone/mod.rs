@@ -13,13 +13,21 @@ use ringx_engine::{ConnId, Handler, Io, ListenerId, TimerWheel};
 use ringx_http::{BodyDecoder, DateCache};
 
 use super::respond::ConnHdr;
-use super::route::Routes;
+use super::route::{ListenerKind, Routes};
 use super::settings::Settings;
+use crate::proxy::connector::Connector;
+use crate::proxy::zone_state::ZoneUpstreams;
+use crate::proxy::Upstreams;
 
 /// Commands from the control thread, read when the zone is woken (0 = run).
 pub const CMD_DRAIN: u8 = 1;
 
+mod proxy;
 mod request;
+mod tunnel;
+mod upconn;
+
+use upconn::{UpConn, UP_KEY};
 
 pub struct ZoneCtl {
     pub cmd: AtomicU8,
@@ -27,6 +35,8 @@ pub struct ZoneCtl {
 
 /// Queued output above which a connection stops reading (pipelined requests wait).
 const OUT_HIGH_WATER: u64 = 256 * 1024;
+/// Input a proxied request may buffer while its reading is paused.
+const PAUSED_BODY_LIMIT: usize = 8 << 20;
 /// Header storage on the stack per parse.
 const MAX_HEADERS_STACK: usize = 128;
 
@@ -41,6 +51,13 @@ enum Phase {
     /// The last response is queued; reading and discarding until the client closes.
     Lingering,
     Closed,
+    /// Waiting for the PROXY protocol header a load balancer sends first.
+    ProxyHeader,
+    /// A request is being proxied: its body streams to the upstream, then the response
+    /// streams back; further requests wait (reading paused).
+    Proxy,
+    /// A byte tunnel to an upstream: WebSocket after 101, or a `[[stream]]` connection.
+    Tunnel,
 }
 
 struct Pending {
@@ -62,6 +79,14 @@ struct HttpConn {
     body: Option<BodyDecoder>,
     pending: Option<Pending>,
     last_out: u64,
+    /// The client's address (the connection's peer, or what a PROXY header said).
+    client: Option<std::net::SocketAddr>,
+    /// The request being proxied.
+    proxy: Option<Box<proxy::ProxyReq>>,
+    /// The upstream connection of a tunnel.
+    tunnel: Option<ConnId>,
+    /// `[[stream]]` index for stream connections.
+    stream: Option<usize>,
 }
 
 impl HttpConn {
@@ -79,6 +104,10 @@ impl HttpConn {
             body: None,
             pending: None,
             last_out: 0,
+            client: None,
+            proxy: None,
+            tunnel: None,
+            stream: None,
         }
     }
 }
@@ -101,12 +130,20 @@ pub struct HttpZone {
     active: usize,
     draining: bool,
     ready: Option<mpsc::Sender<ZoneEvent>>,
+    /// Upstream state of this zone (balancers, pools), when anything proxies.
+    ups: Option<ZoneUpstreams>,
+    connector: Connector,
+    /// Upstream connections, by handle.
+    upc: Vec<Option<UpConn>>,
+    up_gen: u32,
 }
 
 /// What processing a request decided about the rest of the input.
 enum Next {
     Continue,
     Stop,
+    /// Stop here and keep the rest of the input buffered (a proxied request is in progress).
+    Hold,
 }
 
 impl HttpZone {
@@ -116,6 +153,7 @@ impl HttpZone {
         set: Arc<Settings>,
         ctl: Arc<ZoneCtl>,
         ready: mpsc::Sender<ZoneEvent>,
+        upstreams: Option<Arc<Upstreams>>,
     ) -> Self {
         let now = Instant::now();
         let mut date = DateCache::new();
@@ -132,7 +170,15 @@ impl HttpZone {
             active: 0,
             draining: false,
             ready: Some(ready),
+            ups: upstreams.map(|u| ZoneUpstreams::new(u, id)),
+            connector: Connector::new(None),
+            upc: Vec::new(),
+            up_gen: 0,
         }
+    }
+
+    fn is_up(&self, c: ConnId) -> bool {
+        self.upc.get(c.index()).is_some_and(Option::is_some)
     }
 
     /// Keeps the Date header current with one comparison per call: the wall clock is read
@@ -185,8 +231,10 @@ impl HttpZone {
             return;
         }
         match self.conns[c.index()].phase {
-            Phase::Idle | Phase::Lingering | Phase::Closed => io.close(c),
+            Phase::Idle | Phase::Lingering | Phase::Closed | Phase::ProxyHeader => io.close(c),
             Phase::Head | Phase::Body => self.fail(io, c, 408, false),
+            Phase::Proxy => self.proxy_client_timeout(io, c),
+            Phase::Tunnel => {} // the upstream side's idle timer ends tunnels
         }
     }
 
@@ -217,7 +265,12 @@ impl Handler for HttpZone {
             self.conns.resize_with(c.index() + 1, || HttpConn::new(now));
         }
         self.active += 1;
+        let kind = self.routes.listener_kind[listener.0 as usize];
         let conn = &mut self.conns[c.index()];
+        conn.client = io.peer_addr(c);
+        conn.proxy = None;
+        conn.tunnel = None;
+        conn.stream = None;
         conn.gen = conn.gen.wrapping_add(1);
         conn.listener = listener.0;
         conn.phase = Phase::Idle;
@@ -233,19 +286,39 @@ impl Handler for HttpZone {
         self.set_deadline(io, c, at);
         if self.draining {
             io.close(c);
+            return;
+        }
+        match kind {
+            ListenerKind::Http {
+                proxy_protocol: true,
+            } => self.conns[c.index()].phase = Phase::ProxyHeader,
+            ListenerKind::Http { .. } => {}
+            ListenerKind::Stream(i) => self.stream_accept(io, c, i),
         }
     }
 
     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         self.refresh_date(io.now());
+        if self.is_up(c) {
+            return self.up_data(io, c, data);
+        }
         let conn = &mut self.conns[c.index()];
         match conn.phase {
             Phase::Lingering | Phase::Closed => return,
+            Phase::Tunnel => return self.tunnel_client_data(io, c, data),
+            Phase::ProxyHeader => return self.proxy_header_data(io, c, data),
             _ => {}
         }
         if conn.paused {
             conn.inbuf.extend_from_slice(data);
-            if conn.inbuf.len() > self.set.max_buffered {
+            // Pausing takes effect at the next submission: a proxied body may deliver what
+            // the socket had queued meanwhile (bounded by the socket's receive buffer).
+            let limit = if conn.phase == Phase::Proxy {
+                PAUSED_BODY_LIMIT
+            } else {
+                self.set.max_buffered
+            };
+            if conn.inbuf.len() > limit {
                 io.close(c);
             }
             return;
@@ -268,10 +341,21 @@ impl Handler for HttpZone {
         }
     }
 
+    fn on_connected(&mut self, io: &mut Io, c: ConnId) {
+        if self.is_up(c) {
+            self.up_connected(io, c);
+        }
+    }
+
     fn on_eof(&mut self, io: &mut Io, c: ConnId) {
+        if self.is_up(c) {
+            return self.up_eof(io, c);
+        }
         let conn = &mut self.conns[c.index()];
         conn.eof = true;
         match conn.phase {
+            Phase::Tunnel => self.tunnel_client_eof(io, c),
+            Phase::Proxy => self.proxy_client_eof(io, c),
             Phase::Lingering => {
                 if io.pending(c) == 0 {
                     io.close(c)
@@ -286,7 +370,13 @@ impl Handler for HttpZone {
     }
 
     fn on_flushed(&mut self, io: &mut Io, c: ConnId) {
+        if self.is_up(c) {
+            return self.up_flushed(io, c);
+        }
         let conn = &mut self.conns[c.index()];
+        if matches!(conn.phase, Phase::Proxy | Phase::Tunnel) {
+            return self.client_flushed_while_proxying(io, c);
+        }
         if conn.paused {
             conn.paused = false;
             if !conn.eof {
@@ -297,9 +387,13 @@ impl Handler for HttpZone {
     }
 
     fn on_closed(&mut self, io: &mut Io, c: ConnId, err: Option<std::io::Error>) {
+        if self.is_up(c) {
+            return self.up_closed(io, c, err);
+        }
         if let Some(e) = err {
             tracing::debug!(zone = self.id, conn = c.0, "connection error: {e}");
         }
+        self.client_closed_while_proxying(io, c);
         let conn = &mut self.conns[c.index()];
         conn.phase = Phase::Closed;
         conn.body = None;
@@ -322,8 +416,29 @@ impl Handler for HttpZone {
         let now = io.now();
         self.refresh_date(now);
         let mut due = Vec::new();
+        let mut up_due = Vec::new();
         let conns = &mut self.conns;
+        let upc = &mut self.upc;
         self.wheel.advance(now, |wheel, key, gen| {
+            if key & UP_KEY != 0 {
+                let k = key & !UP_KEY;
+                let Some(Some(up)) = upc.get_mut(k as usize) else {
+                    return;
+                };
+                if up.gen != gen {
+                    return;
+                }
+                if up.deadline > now {
+                    if up.wheel_at.is_none_or(|w| w <= now) {
+                        up.wheel_at = Some(up.deadline);
+                        wheel.insert(up.deadline, key, gen);
+                    }
+                } else {
+                    up.wheel_at = None;
+                    up_due.push(ConnId(k));
+                }
+                return;
+            }
             let Some(conn) = conns.get_mut(key as usize) else {
                 return;
             };
@@ -339,6 +454,9 @@ impl Handler for HttpZone {
         });
         for c in due {
             self.expire(io, c);
+        }
+        for u in up_due {
+            self.up_expire(io, u);
         }
         let next = self
             .wheel

@@ -58,6 +58,15 @@ impl HttpZone {
             }
             match conn.phase {
                 Phase::Lingering | Phase::Closed => return input.len(),
+                Phase::Proxy => {
+                    // The request body streams to the upstream; anything after it waits.
+                    match self.proxy_body(io, c, &input[pos..]) {
+                        Some(n) => pos += n,
+                        None => return input.len(),
+                    }
+                    break;
+                }
+                Phase::Tunnel | Phase::ProxyHeader => break,
                 Phase::Body => {
                     let dec = conn.body.as_mut().expect("a body phase has a decoder");
                     match dec.decode(&input[pos..]) {
@@ -113,6 +122,7 @@ impl HttpZone {
                             match self.handle(io, c, &req, more_input) {
                                 Next::Continue => continue,
                                 Next::Stop => return input.len(),
+                                Next::Hold => return pos,
                             }
                         }
                     }
@@ -146,6 +156,11 @@ impl HttpZone {
         if req.method == Method::Connect {
             self.fail(io, c, 405, head_only);
             return Next::Stop;
+        }
+        if self.routes.has_proxy {
+            if let Some(next) = self.try_proxy(io, c, req, keep) {
+                return next;
+            }
         }
         let ch = Self::conn_hdr(v11, keep);
         if has_body {
@@ -208,6 +223,7 @@ impl HttpZone {
                 (None, false)
             }
             Some(Action::Files(root)) => (self.files(out, root, &path, req, ch, head_only), false),
+            Some(Action::Proxy(_)) => unreachable!("proxied requests are routed in try_proxy"),
             None => {
                 let (sh, tok) = (&routes.server_header, &routes.server_token);
                 respond::error(out, 404, sh, tok, &self.date, ch, "", head_only);
@@ -368,7 +384,10 @@ impl HttpZone {
             buf.extend_from_slice(&conn.inbuf);
             conn.inbuf = buf;
         }
-        if conn.eof && !conn.paused && conn.phase != Phase::Body {
+        if conn.eof
+            && !conn.paused
+            && !matches!(conn.phase, Phase::Body | Phase::Proxy | Phase::Tunnel)
+        {
             io.close_after_flush(c);
         }
     }
@@ -392,7 +411,7 @@ fn mark_close(resp: &mut Vec<u8>) {
 }
 
 /// Percent-decodes and normalises a request path; borrows it when it is already clean.
-fn clean_path(raw: &str) -> Result<Cow<'_, str>, ()> {
+pub(super) fn clean_path(raw: &str) -> Result<Cow<'_, str>, ()> {
     let simple = raw.starts_with('/')
         && !raw.contains('%')
         && !raw.contains("//")

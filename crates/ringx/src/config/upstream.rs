@@ -1,0 +1,358 @@
+//! `[[upstream]]` pools and `[[stream]]` (L4) proxies.
+//!
+//! ```toml
+//! [[upstream]]
+//! name = "app"
+//! servers = ["127.0.0.1:9000", { addr = "127.0.0.1:9001", weight = 2, max_fails = 3, fail_timeout = "10s" },
+//!            { addr = "127.0.0.1:9002", backup = true }]
+//! balance = "round_robin"    # least_conn | random_two | hash
+//! hash_key = "client"        # for balance = "hash": client | uri | "header:X-User"
+//! keepalive = 32             # idle connections kept per zone
+//! connect_timeout = "5s"
+//! read_timeout = "60s"
+//! send_timeout = "60s"
+//! retries = 2                # further servers tried for idempotent requests
+//! proxy_protocol = "off"     # v1 | v2: announce the client to the servers
+//!   [upstream.health]
+//!   interval = "2s"
+//!   path = "/healthz"
+//!   expect = 200             # default: any 2xx or 3xx
+//!   rise = 2
+//!   fall = 3
+//!   timeout = "1s"
+//!
+//! [[stream]]
+//! listen = ["0.0.0.0:5432"]
+//! proxy_pass = "db"          # an upstream's name or "host:port"
+//! idle_timeout = "10m"
+//! proxy_protocol = false     # expect a PROXY header from a load balancer in front
+//! ```
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::units::Dur;
+use super::{ConfigError, Source};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    pub name: Spanned<String>,
+    pub servers: Vec<Spanned<ServerEntry>>,
+    #[serde(default)]
+    pub balance: Balance,
+    /// `client`, `uri` or `header:NAME` (balance = "hash").
+    #[serde(default = "default_hash_key")]
+    pub hash_key: Spanned<String>,
+    #[serde(default = "default_keepalive")]
+    pub keepalive: u32,
+    /// How long an idle upstream connection is kept.
+    #[serde(default = "d60")]
+    pub keepalive_timeout: Dur,
+    #[serde(default = "d5")]
+    pub connect_timeout: Dur,
+    #[serde(default = "d60")]
+    pub read_timeout: Dur,
+    #[serde(default = "d60")]
+    pub send_timeout: Dur,
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    #[serde(default)]
+    pub proxy_protocol: ProxyProtocol,
+    pub health: Option<Health>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    #[default]
+    RoundRobin,
+    LeastConn,
+    RandomTwo,
+    Hash,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    #[default]
+    Off,
+    V1,
+    V2,
+}
+
+/// A server: `"host:port"` or a table.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ServerEntry {
+    Addr(String),
+    Full(ServerTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTable {
+    pub addr: String,
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Failures within `fail_timeout` that mark the server down for `fail_timeout` (0: never).
+    #[serde(default = "one")]
+    pub max_fails: u32,
+    #[serde(default = "d10")]
+    pub fail_timeout: Dur,
+    /// Used only when every other server is down.
+    #[serde(default)]
+    pub backup: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    #[serde(default = "d2")]
+    pub interval: Dur,
+    #[serde(default = "default_health_path")]
+    pub path: String,
+    /// The status a healthy server answers; default: any 2xx or 3xx.
+    pub expect: Option<u16>,
+    #[serde(default = "two")]
+    pub rise: u32,
+    #[serde(default = "three")]
+    pub fall: u32,
+    #[serde(default = "d1")]
+    pub timeout: Dur,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stream {
+    pub listen: Vec<Spanned<SocketAddr>>,
+    pub proxy_pass: Spanned<String>,
+    #[serde(default = "d600")]
+    pub idle_timeout: Dur,
+    /// Expect a PROXY protocol header (v1 or v2) at the start of each connection.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+}
+
+/// A server with its address resolved.
+#[derive(Debug, Clone)]
+pub struct ResolvedServer {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub weight: u32,
+    pub max_fails: u32,
+    pub fail_timeout: std::time::Duration,
+    pub backup: bool,
+}
+
+impl ServerEntry {
+    fn table(&self) -> ServerTable {
+        match self {
+            ServerEntry::Addr(a) => ServerTable {
+                addr: a.clone(),
+                weight: 1,
+                max_fails: 1,
+                fail_timeout: d10(),
+                backup: false,
+            },
+            ServerEntry::Full(t) => ServerTable {
+                addr: t.addr.clone(),
+                weight: t.weight,
+                max_fails: t.max_fails,
+                fail_timeout: Dur(t.fail_timeout.0),
+                backup: t.backup,
+            },
+        }
+    }
+
+    /// Resolves the address (once, at load, like nginx) and checks the values.
+    pub fn resolve(s: &Spanned<ServerEntry>, src: &Source) -> Result<ResolvedServer, ConfigError> {
+        let t = s.get_ref().table();
+        if t.weight == 0 || t.weight > 1000 {
+            return Err(src.err(
+                s.span(),
+                format!("server {}: weight must be 1..1000", t.addr),
+            ));
+        }
+        let addr = resolve_addr(&t.addr).map_err(|m| src.err(s.span(), m))?;
+        Ok(ResolvedServer {
+            name: t.addr,
+            addr,
+            weight: t.weight,
+            max_fails: t.max_fails,
+            fail_timeout: t.fail_timeout.0,
+            backup: t.backup,
+        })
+    }
+}
+
+/// `host:port` to the first address it resolves to.
+pub fn resolve_addr(a: &str) -> Result<SocketAddr, String> {
+    if let Ok(sa) = a.parse::<SocketAddr>() {
+        return Ok(sa);
+    }
+    if !a.contains(':') {
+        return Err(format!("server address {a:?} needs a port (host:port)"));
+    }
+    match a.to_socket_addrs() {
+        Ok(mut it) => it
+            .next()
+            .ok_or_else(|| format!("server address {a:?} resolves to nothing")),
+        Err(e) => Err(format!("cannot resolve server address {a:?}: {e}")),
+    }
+}
+
+pub(super) fn validate(cfg: &super::Config, src: &Source) -> Result<(), ConfigError> {
+    let mut names: Vec<&str> = Vec::new();
+    for u in &cfg.upstream {
+        let up = u.get_ref();
+        let name = up.name.get_ref();
+        if name.is_empty() || name.contains("://") || name.contains(':') {
+            return Err(src.err(
+                up.name.span(),
+                format!("upstream name {name:?} must be a plain name (no ':' or scheme)"),
+            ));
+        }
+        if names.contains(&name.as_str()) {
+            return Err(src.err(
+                up.name.span(),
+                format!("upstream {name:?} is defined twice"),
+            ));
+        }
+        names.push(name);
+        if up.servers.is_empty() {
+            return Err(src.err(u.span(), format!("upstream {name:?} has no servers")));
+        }
+        let mut primaries = 0;
+        for s in &up.servers {
+            let r = ServerEntry::resolve(s, src)?;
+            primaries += usize::from(!r.backup);
+        }
+        if primaries == 0 {
+            return Err(src.err(
+                u.span(),
+                format!("upstream {name:?} has only backup servers"),
+            ));
+        }
+        let key = up.hash_key.get_ref();
+        let key_ok = key == "client"
+            || key == "uri"
+            || key.strip_prefix("header:").is_some_and(|h| !h.is_empty());
+        if !key_ok {
+            return Err(src.err(
+                up.hash_key.span(),
+                format!("hash_key {key:?}: use \"client\", \"uri\" or \"header:NAME\""),
+            ));
+        }
+        if let Some(h) = &up.health {
+            if !h.path.starts_with('/') {
+                return Err(src.err(
+                    u.span(),
+                    format!("upstream {name:?}: health.path must start with '/'"),
+                ));
+            }
+            if h.rise == 0 || h.fall == 0 {
+                return Err(src.err(
+                    u.span(),
+                    format!("upstream {name:?}: health.rise and health.fall must be at least 1"),
+                ));
+            }
+        }
+    }
+    let known = |target: &Spanned<String>, what: &str| -> Result<(), ConfigError> {
+        let t = target.get_ref();
+        if names.contains(&t.as_str()) {
+            return Ok(());
+        }
+        let addr = t.strip_prefix("http://").unwrap_or(t);
+        if what == "proxy_pass" && !t.starts_with("http://") && !t.contains(':') {
+            return Err(src.err(
+                target.span(),
+                format!("no [[upstream]] named {t:?} (or write \"http://host:port\")"),
+            ));
+        }
+        if t.starts_with("https://") {
+            return Err(src.err(
+                target.span(),
+                "https upstreams are not supported yet: use http://",
+            ));
+        }
+        resolve_addr(addr.trim_end_matches('/'))
+            .map(drop)
+            .map_err(|m| src.err(target.span(), m))
+    };
+    for s in &cfg.server {
+        for l in &s.get_ref().location {
+            if let Some(p) = &l.get_ref().proxy_pass {
+                known(p, "proxy_pass")?;
+            }
+        }
+    }
+    for st in &cfg.stream {
+        let s = st.get_ref();
+        if s.listen.is_empty() {
+            return Err(src.err(st.span(), "stream has an empty listen list"));
+        }
+        known(&s.proxy_pass, "stream")?;
+        for a in &s.listen {
+            let clash = cfg.server.iter().any(|sv| {
+                sv.get_ref()
+                    .listen
+                    .iter()
+                    .any(|b| b.get_ref() == a.get_ref())
+            });
+            if clash {
+                return Err(src.err(
+                    a.span(),
+                    format!("{} is also an HTTP server's listen address", a.get_ref()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn default_hash_key() -> Spanned<String> {
+    Spanned::new(0..0, "client".to_string())
+}
+fn default_keepalive() -> u32 {
+    32
+}
+fn default_retries() -> u32 {
+    2
+}
+fn default_health_path() -> String {
+    "/".into()
+}
+fn one() -> u32 {
+    1
+}
+fn two() -> u32 {
+    2
+}
+fn three() -> u32 {
+    3
+}
+fn secs(n: u64) -> Dur {
+    Dur(std::time::Duration::from_secs(n))
+}
+fn d1() -> Dur {
+    secs(1)
+}
+fn d2() -> Dur {
+    secs(2)
+}
+fn d5() -> Dur {
+    secs(5)
+}
+fn d10() -> Dur {
+    secs(10)
+}
+fn d60() -> Dur {
+    secs(60)
+}
+fn d600() -> Dur {
+    secs(600)
+}

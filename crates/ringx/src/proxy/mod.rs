@@ -1,0 +1,188 @@
+//! Reverse proxy and L4 proxy: upstream pools compiled from the configuration (shared,
+//! read-only, by every zone), active health checks on a control thread, and the per-zone
+//! state — balancers, passive failure marks, idle keep-alive connections — that the zone's
+//! handler uses on the request path without sharing anything with other zones.
+
+pub mod connector;
+pub mod health;
+pub mod zone_state;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringx_balance::{Maglev, Policy, ServerSpec};
+
+use crate::config::upstream::{resolve_addr, Balance, ProxyProtocol, ServerEntry};
+use crate::config::{Config, Source};
+
+/// One server of an upstream.
+pub struct ServerDef {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub weight: u32,
+    pub max_fails: u32,
+    pub fail_timeout: Duration,
+    pub backup: bool,
+    /// Set by the health checker; always true without `[upstream.health]`.
+    pub healthy: AtomicBool,
+}
+
+/// What the balancer hashes for `balance = "hash"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HashKey {
+    Client,
+    Uri,
+    Header(String),
+}
+
+pub struct HealthDef {
+    pub interval: Duration,
+    pub path: String,
+    pub expect: Option<u16>,
+    pub rise: u32,
+    pub fall: u32,
+    pub timeout: Duration,
+}
+
+pub struct UpstreamDef {
+    pub name: String,
+    pub servers: Vec<ServerDef>,
+    pub policy: Policy,
+    pub hash_key: HashKey,
+    pub maglev: Option<Arc<Maglev>>,
+    pub keepalive: u32,
+    pub keepalive_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub send_timeout: Duration,
+    pub retries: u32,
+    pub proxy_protocol: ProxyProtocol,
+    pub health: Option<HealthDef>,
+}
+
+impl UpstreamDef {
+    pub fn specs(&self) -> Vec<ServerSpec> {
+        self.servers
+            .iter()
+            .map(|s| ServerSpec {
+                weight: s.weight,
+                backup: s.backup,
+            })
+            .collect()
+    }
+}
+
+/// Every upstream of the configuration, named ones first, then one per distinct
+/// `http://host:port` / `host:port` written directly in a `proxy_pass`.
+pub struct Upstreams {
+    pub list: Vec<UpstreamDef>,
+}
+
+impl Upstreams {
+    /// Compiles `[[upstream]]` and the implicit upstreams of `proxy_pass` values.
+    pub fn compile(cfg: &Config) -> Result<Upstreams, String> {
+        let src = Source {
+            name: "(config)",
+            text: "",
+        };
+        let mut list = Vec::new();
+        for u in &cfg.upstream {
+            let u = u.get_ref();
+            let mut servers = Vec::new();
+            for s in &u.servers {
+                let r = ServerEntry::resolve(s, &src).map_err(|e| e.message)?;
+                servers.push(ServerDef {
+                    name: r.name,
+                    addr: r.addr,
+                    weight: r.weight,
+                    max_fails: r.max_fails,
+                    fail_timeout: r.fail_timeout,
+                    backup: r.backup,
+                    healthy: AtomicBool::new(true),
+                });
+            }
+            let policy = match u.balance {
+                Balance::RoundRobin => Policy::RoundRobin,
+                Balance::LeastConn => Policy::LeastConn,
+                Balance::RandomTwo => Policy::RandomTwo,
+                Balance::Hash => Policy::Hash,
+            };
+            let maglev = (policy == Policy::Hash).then(|| {
+                let names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();
+                let weights: Vec<u32> = servers.iter().map(|s| s.weight).collect();
+                Arc::new(Maglev::new(&names, &weights))
+            });
+            let key = u.hash_key.get_ref();
+            let hash_key = match key.strip_prefix("header:") {
+                Some(h) => HashKey::Header(h.to_string()),
+                None if key == "uri" => HashKey::Uri,
+                None => HashKey::Client,
+            };
+            list.push(UpstreamDef {
+                name: u.name.get_ref().clone(),
+                servers,
+                policy,
+                hash_key,
+                maglev,
+                keepalive: u.keepalive,
+                keepalive_timeout: u.keepalive_timeout.0,
+                connect_timeout: u.connect_timeout.0,
+                read_timeout: u.read_timeout.0,
+                send_timeout: u.send_timeout.0,
+                retries: u.retries,
+                proxy_protocol: u.proxy_protocol,
+                health: u.health.as_ref().map(|h| HealthDef {
+                    interval: h.interval.0,
+                    path: h.path.clone(),
+                    expect: h.expect,
+                    rise: h.rise,
+                    fall: h.fall,
+                    timeout: h.timeout.0,
+                }),
+            });
+        }
+        Ok(Upstreams { list })
+    }
+
+    /// The upstream a `proxy_pass` value names, creating an implicit one for an address.
+    pub fn resolve_target(&mut self, target: &str) -> Result<usize, String> {
+        if let Some(i) = self.list.iter().position(|u| u.name == target) {
+            return Ok(i);
+        }
+        let addr_s = target
+            .strip_prefix("http://")
+            .unwrap_or(target)
+            .trim_end_matches('/');
+        let addr = resolve_addr(addr_s)?;
+        let name = format!("{addr}");
+        if let Some(i) = self.list.iter().position(|u| u.name == name) {
+            return Ok(i);
+        }
+        self.list.push(UpstreamDef {
+            name: name.clone(),
+            servers: vec![ServerDef {
+                name: addr_s.to_string(),
+                addr,
+                weight: 1,
+                max_fails: 1,
+                fail_timeout: Duration::from_secs(10),
+                backup: false,
+                healthy: AtomicBool::new(true),
+            }],
+            policy: Policy::RoundRobin,
+            hash_key: HashKey::Client,
+            maglev: None,
+            keepalive: 32,
+            keepalive_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            retries: 2,
+            proxy_protocol: ProxyProtocol::Off,
+            health: None,
+        });
+        Ok(self.list.len() - 1)
+    }
+}

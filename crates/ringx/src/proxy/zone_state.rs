@@ -1,0 +1,136 @@
+//! What one zone keeps about the upstreams: its own balancer per upstream (thread-per-core:
+//! no shared counters), passive failure marks per server (nginx's `max_fails`/`fail_timeout`,
+//! per worker), and idle keep-alive connections per server.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ringx_balance::Balancer;
+use ringx_engine::ConnId;
+
+use super::Upstreams;
+
+#[derive(Clone, Copy, Default)]
+struct Passive {
+    fails: u32,
+    window_start: Option<Instant>,
+    down_until: Option<Instant>,
+}
+
+pub struct PerUpstream {
+    pub bal: Balancer,
+    passive: Vec<Passive>,
+    /// Idle connections per server, most recently used last.
+    pub idle: Vec<Vec<ConnId>>,
+}
+
+pub struct ZoneUpstreams {
+    pub defs: Arc<Upstreams>,
+    pub per: Vec<PerUpstream>,
+}
+
+impl ZoneUpstreams {
+    pub fn new(defs: Arc<Upstreams>, zone: usize) -> ZoneUpstreams {
+        let per = defs
+            .list
+            .iter()
+            .enumerate()
+            .map(|(i, u)| PerUpstream {
+                bal: Balancer::new(
+                    u.policy,
+                    &u.specs(),
+                    u.maglev.clone(),
+                    0x9e37_79b9_7f4a_7c15 ^ ((zone as u64) << 32 | i as u64),
+                ),
+                passive: vec![Passive::default(); u.servers.len()],
+                idle: vec![Vec::new(); u.servers.len()],
+            })
+            .collect();
+        ZoneUpstreams { defs, per }
+    }
+
+    /// Picks a server not in `tried`; `key` is hashed for `balance = "hash"`.
+    pub fn pick(
+        &mut self,
+        u: usize,
+        key: Option<&[u8]>,
+        tried: &[usize],
+        now: Instant,
+    ) -> Option<usize> {
+        let defs = &self.defs;
+        let per = &mut self.per[u];
+        let passive = &per.passive;
+        let servers = &defs.list[u].servers;
+        let usable = |s: usize| {
+            servers[s].healthy.load(Ordering::Relaxed)
+                && passive[s].down_until.is_none_or(|t| t <= now)
+        };
+        // Everything down: like nginx, try the servers anyway rather than refuse outright.
+        let any = (0..servers.len()).any(|s| usable(s) && !tried.contains(&s));
+        if any {
+            per.bal.pick(key, usable, tried)
+        } else {
+            per.bal.pick(key, |_| true, tried)
+        }
+    }
+
+    /// A connect error, reset or timeout on server `s`.
+    pub fn failed(&mut self, u: usize, s: usize, now: Instant) {
+        let def = &self.defs.list[u].servers[s];
+        if def.max_fails == 0 {
+            return;
+        }
+        let p = &mut self.per[u].passive[s];
+        if p.window_start
+            .is_none_or(|t| now.duration_since(t) > def.fail_timeout)
+        {
+            p.window_start = Some(now);
+            p.fails = 0;
+        }
+        p.fails += 1;
+        if p.fails >= def.max_fails {
+            if p.down_until.is_none_or(|t| t <= now) {
+                tracing::warn!(
+                    "upstream {}: server {} marked down for {:?} after {} failures",
+                    self.defs.list[u].name,
+                    def.name,
+                    def.fail_timeout,
+                    p.fails
+                );
+            }
+            p.down_until = Some(now + def.fail_timeout);
+            p.fails = 0;
+        }
+    }
+
+    /// A response came back from server `s`.
+    pub fn succeeded(&mut self, u: usize, s: usize) {
+        let p = &mut self.per[u].passive[s];
+        p.fails = 0;
+        p.down_until = None;
+    }
+
+    /// An idle connection to server `s`, if one is pooled.
+    pub fn take_idle(&mut self, u: usize, s: usize) -> Option<ConnId> {
+        self.per[u].idle[s].pop()
+    }
+
+    /// Pools an idle connection; false when the pool is full (close it then).
+    pub fn put_idle(&mut self, u: usize, s: usize, c: ConnId) -> bool {
+        let cap = self.defs.list[u].keepalive as usize;
+        let pool = &mut self.per[u].idle[s];
+        if pool.len() >= cap {
+            return false;
+        }
+        pool.push(c);
+        true
+    }
+
+    pub fn remove_idle(&mut self, u: usize, s: usize, c: ConnId) {
+        let pool = &mut self.per[u].idle[s];
+        if let Some(i) = pool.iter().position(|&x| x == c) {
+            pool.swap_remove(i);
+        }
+    }
+}
