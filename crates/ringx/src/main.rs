@@ -1,11 +1,11 @@
 //! `ringx`: the command line.
 
 mod cli_rss;
+mod cli_xdp;
 mod config;
 mod echo;
 mod echo_pool;
 mod lifecycle;
-mod proxy;
 mod server;
 
 use std::path::PathBuf;
@@ -42,6 +42,8 @@ enum Cmd {
     /// RSS: hash flows like a NIC, show a device's RSS setup.
     #[command(subcommand)]
     Rss(cli_rss::RssCmd),
+    /// XDP filter: attach, detach, block and allow lists, counters.
+    Xdp(cli_xdp::XdpArgs),
     /// Run the length-prefixed echo server of the netpoll benchmark on the engine.
     Echo(echo::EchoArgs),
 }
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Rss(cmd) => cli_rss::run(cmd),
+        Cmd::Xdp(args) => cli_xdp::run(args),
         Cmd::Echo(args) => echo::run(args),
         Cmd::DefaultConfig => {
             print!("{}", config::DEFAULT_CONFIG);

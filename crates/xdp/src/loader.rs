@@ -141,11 +141,18 @@ pub fn ephemeral_low() -> u16 {
 }
 
 /// Makes sure `dir` exists on a bpffs, mounting one at /sys/fs/bpf when none is (as bpftool
-/// does).
-pub fn ensure_pin_dir(dir: &Path) -> Result<()> {
+/// does); true when it mounted one.
+///
+/// Such a mount belongs to the caller's mount namespace. `ip netns exec` gives every command a
+/// mount namespace of its own with a fresh /sys, so pins made under it vanish with the
+/// command: enter a network namespace with `nsenter --net=/run/netns/NAME` instead, which
+/// keeps the host's /sys/fs/bpf.
+pub fn ensure_pin_dir(dir: &Path) -> Result<bool> {
     let root = Path::new("/sys/fs/bpf");
+    let mut mounted = false;
     if dir.starts_with(root) && root.is_dir() && !sys::is_bpffs(root).unwrap_or(false) {
         sys::mount_bpffs(root).map_err(|e| Error::io("mount a bpffs at /sys/fs/bpf", e))?;
+        mounted = true;
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
     if !sys::is_bpffs(dir).map_err(|e| Error::io(format!("statfs {}", dir.display()), e))? {
@@ -155,7 +162,7 @@ pub fn ensure_pin_dir(dir: &Path) -> Result<()> {
             dir.display()
         )));
     }
-    Ok(())
+    Ok(mounted)
 }
 
 /// (type, key size, value size, minimum entries) of each map, to check pins against.
@@ -209,6 +216,7 @@ pub struct Filter {
     ebpf: Ebpf,
     maps: Maps,
     pin_dir: PathBuf,
+    mounted_bpffs: bool,
 }
 
 impl std::fmt::Debug for Filter {
@@ -264,7 +272,7 @@ impl Filter {
     /// Loads and verifies the program with `settings`, reusing the maps pinned under
     /// `pin_dir` (creating and pinning them the first time).
     pub fn load(settings: &Settings, pin_dir: &Path) -> Result<Filter> {
-        ensure_pin_dir(pin_dir)?;
+        let mounted_bpffs = ensure_pin_dir(pin_dir)?;
         check_pinned_maps(pin_dir)?;
         let (rate, burst, fill) = settings.syn_params()?;
         let eph: u32 = settings.ephemeral_low.unwrap_or_else(ephemeral_low).into();
@@ -298,7 +306,14 @@ impl Filter {
             ebpf,
             maps,
             pin_dir: pin_dir.to_path_buf(),
+            mounted_bpffs,
         })
+    }
+
+    /// True when loading had to mount the bpffs at /sys/fs/bpf (see [`ensure_pin_dir`] for
+    /// why a caller may want to warn about it).
+    pub fn mounted_bpffs(&self) -> bool {
+        self.mounted_bpffs
     }
 
     pub fn maps(&self) -> &Maps {
