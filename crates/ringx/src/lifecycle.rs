@@ -116,20 +116,33 @@ pub fn serve(cfg: Config) -> ExitCode {
         (None, None) => allowed.clone(),
     };
     let zones = cpus.len();
-    // Each zone holds at most this many connections; the registered-file table may not exceed
-    // RLIMIT_NOFILE, and the process's other descriptors need room too.
+    // Each zone holds at most this many connections; the registered-file table (accepted
+    // plus as many outbound slots) may not exceed RLIMIT_NOFILE, and the process's other
+    // descriptors need room too.
     let max_conns = cfg
         .runtime
         .max_conns
-        .min(nofile.saturating_sub(64).max(64) as u32);
+        .min((nofile.saturating_sub(64) / 2).max(64) as u32);
 
-    let routes = match Routes::compile(&cfg) {
+    let mut upstreams = match crate::proxy::Upstreams::compile(&cfg) {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let routes = match Routes::compile(&cfg, &mut upstreams) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
+    let upstreams = (!upstreams.list.is_empty()).then(|| Arc::new(upstreams));
+    let health_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _health = upstreams
+        .as_ref()
+        .and_then(|u| crate::proxy::health::spawn(u.clone(), health_stop.clone()));
     let settings = Arc::new(Settings::from_config(
         &cfg.http,
         cfg.runtime.recv_buffer_size.0,
@@ -219,17 +232,20 @@ pub fn serve(cfg: Config) -> ExitCode {
             recv_buffer_size: cfg.runtime.recv_buffer_size.0 as u32,
             ring_entries: 1024,
             sqpoll: sqpoll.clone(),
+            // Client addresses for X-Forwarded-For and PROXY headers.
+            peer_addrs: upstreams.is_some(),
         };
-        let (routes, settings, ev_tx, done_tx) = (
+        let (routes, settings, ev_tx, done_tx, ups) = (
             routes.clone(),
             settings.clone(),
             ev_tx.clone(),
             done_tx.clone(),
+            upstreams.clone(),
         );
         let spawned = std::thread::Builder::new()
             .name(format!("ringx-zone-{id}"))
             .spawn(move || {
-                let mut h = HttpZone::new(id, routes, settings, ctl, ev_tx);
+                let mut h = HttpZone::new(id, routes, settings, ctl, ev_tx, ups);
                 let r = run_zone(&zcfg, listeners, waker, &mut h).map_err(|e| e.to_string());
                 let _ = done_tx.send((id, r));
             });

@@ -6,6 +6,7 @@ mod config;
 mod echo;
 mod echo_pool;
 mod lifecycle;
+mod proxy;
 mod server;
 
 use std::path::PathBuf;

@@ -7,6 +7,7 @@
 pub mod steering;
 pub mod units;
 pub mod xdp;
+pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -30,6 +31,10 @@ pub struct Config {
     pub http: Http,
     #[serde(default)]
     pub server: Vec<Spanned<Server>>,
+    #[serde(default)]
+    pub upstream: Vec<Spanned<upstream::Upstream>>,
+    #[serde(default)]
+    pub stream: Vec<Spanned<upstream::Stream>>,
     #[serde(default)]
     pub steering: steering::Steering,
     /// The XDP filter to attach at start; none without an [xdp] section.
@@ -137,6 +142,10 @@ pub struct Server {
     pub default: bool,
     #[serde(default)]
     pub location: Vec<Spanned<Location>>,
+    /// Expect a PROXY protocol header (v1 or v2) from a load balancer in front, on every
+    /// connection to this server's listen addresses.
+    #[serde(default)]
+    pub proxy_protocol: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -154,6 +163,14 @@ pub struct Location {
     pub alias: Option<Spanned<PathBuf>>,
     #[serde(default = "default_index")]
     pub index: Vec<String>,
+    /// Reverse proxy: an `[[upstream]]` name or `http://host:port`.
+    pub proxy_pass: Option<Spanned<String>>,
+    /// The `Host` sent upstream: `"pass"` (the client's, default), `"upstream"` (the server's
+    /// address) or a literal value.
+    pub proxy_host: Option<String>,
+    /// Add `X-Forwarded-For`, `X-Real-IP`, `X-Forwarded-Proto` and `Forwarded`.
+    #[serde(default = "yes")]
+    pub forwarded_headers: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -351,11 +368,29 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             return Err(src.err(u.span(), format!("no such user {:?}", u.get_ref())));
         }
     }
-    if cfg.server.is_empty() {
+    if cfg.server.is_empty() && cfg.stream.is_empty() {
         return Err(src.err(
             0..0,
-            "no [[server]]: define at least one server with a listen address",
+            "no [[server]] or [[stream]]: define at least one with a listen address",
         ));
+    }
+    upstream::validate(cfg, src)?;
+    for (i, s) in cfg.server.iter().enumerate() {
+        for a in &s.get_ref().listen {
+            let other = cfg.server[..i].iter().find(|o| {
+                o.get_ref()
+                    .listen
+                    .iter()
+                    .any(|b| b.get_ref() == a.get_ref())
+                    && o.get_ref().proxy_protocol != s.get_ref().proxy_protocol
+            });
+            if other.is_some() {
+                return Err(src.err(
+                    a.span(),
+                    format!("servers on {} disagree about proxy_protocol", a.get_ref()),
+                ));
+            }
+        }
     }
     for s in &cfg.server {
         let sv = s.get_ref();
@@ -381,19 +416,24 @@ fn validate_location(l: &Spanned<Location>, src: &Source) -> Result<(), ConfigEr
             format!("location path {path:?} must start with '/'"),
         ));
     }
-    let actions = [loc.ret.is_some(), loc.root.is_some(), loc.alias.is_some()];
+    let actions = [
+        loc.ret.is_some(),
+        loc.root.is_some(),
+        loc.alias.is_some(),
+        loc.proxy_pass.is_some(),
+    ];
     match actions.iter().filter(|&&x| x).count() {
         1 => {}
         0 => {
             return Err(src.err(
                 l.span(),
-                "location needs one of `return`, `root` or `alias`",
+                "location needs one of `return`, `root`, `alias` or `proxy_pass`",
             ))
         }
         _ => {
             return Err(src.err(
                 l.span(),
-                "location has more than one of `return`, `root`, `alias`",
+                "location has more than one of `return`, `root`, `alias`, `proxy_pass`",
             ))
         }
     }
