@@ -6,8 +6,8 @@
 
 pub mod steering;
 pub mod units;
-pub mod xdp;
 pub mod upstream;
+pub mod xdp;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
