@@ -1,0 +1,222 @@
+"""[[stream]]: the L4 (TCP) proxy — relaying, half-close, balancing and retries over the
+upstream pool, idle timeout, PROXY protocol both ways, bounded buffering."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import free_port, runtime_section
+
+
+class TcpUpstream:
+    """Echo server: greets with its name when `greet`, echoes, and answers a FIN with a FIN
+    after echoing everything. With `proxy`, it first reads a PROXY header and keeps it."""
+
+    def __init__(self, name="t", greet=False, proxy=False):
+        self.name, self.greet, self.proxy = name, greet, proxy
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.headers: list[bytes] = []
+        self.conns = 0
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns += 1
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        try:
+            buf = b""
+            if self.proxy:
+                while len(buf) < 16:
+                    buf += c.recv(4096)
+                if buf.startswith(b"PROXY "):
+                    while b"\r\n" not in buf:
+                        buf += c.recv(4096)
+                    i = buf.index(b"\r\n") + 2
+                else:
+                    n = struct.unpack("!H", buf[14:16])[0]
+                    while len(buf) < 16 + n:
+                        buf += c.recv(4096)
+                    i = 16 + n
+                self.headers.append(buf[:i])
+                buf = buf[i:]
+            if self.greet:
+                c.sendall(self.name.encode() + b"\n")
+            if buf:
+                c.sendall(buf)
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    c.shutdown(socket.SHUT_WR)
+                    break
+                c.sendall(d)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def tcp_up():
+    made = []
+
+    def make(*a, **kw):
+        u = TcpUpstream(*a, **kw)
+        made.append(u)
+        return u
+    yield make
+    for u in made:
+        u.close()
+
+
+def stream_config(engine, port, servers, up_extra="", stream_extra="", zones=1):
+    items = ", ".join(f'"{s}"' for s in servers)
+    return (runtime_section(engine, zones) +
+            f'[[upstream]]\nname = "tcp"\nservers = [{items}]\n{up_extra}\n'
+            f'[[stream]]\nlisten = ["127.0.0.1:{port}"]\nproxy_pass = "tcp"\n{stream_extra}\n')
+
+
+def recv_all(s, n=None):
+    out = b""
+    while n is None or len(out) < n:
+        d = s.recv(1 << 16)
+        if not d:
+            break
+        out += d
+    return out
+
+
+def test_relay_and_half_close(ringx, engine, tcp_up, port):
+    u = tcp_up()
+    ringx.make(stream_config(engine, port, [u.addr]), engine=engine)
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    msg = os.urandom(3_000_000)
+    t = threading.Thread(target=lambda: (s.sendall(msg), s.shutdown(socket.SHUT_WR)))
+    t.start()
+    got = recv_all(s)  # the upstream's FIN after our FIN ends it
+    t.join()
+    assert got == msg
+    s.close()
+
+
+def test_data_before_upstream_connects_is_kept(ringx, engine, tcp_up, port):
+    u = tcp_up()
+    ringx.make(stream_config(engine, port, [u.addr]), engine=engine)
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"first bytes, sent at once")
+        s.shutdown(socket.SHUT_WR)
+        assert recv_all(s) == b"first bytes, sent at once"
+        s.close()
+
+
+def test_balancing_and_retry_past_dead_server(ringx, tcp_up, port):
+    a, b = tcp_up("a", greet=True), tcp_up("b", greet=True)
+    dead = f"127.0.0.1:{free_port()}"
+    ringx.make(stream_config(None, port, [a.addr, b.addr, dead], "retries = 2"))
+    seen = Counter()
+    for _ in range(30):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        seen[s.recv(2).decode()] += 1
+        s.close()
+    assert set(seen) == {"a\n", "b\n"} and min(seen.values()) >= 10, seen
+
+
+def test_all_servers_dead_closes_client(ringx, port):
+    dead = f"127.0.0.1:{free_port()}"
+    r = ringx.make(stream_config(None, port, [dead], "retries = 1"))
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    assert recv_all(s) == b""
+    assert "connect to" in r.log()
+
+
+def test_idle_timeout(ringx, engine, tcp_up, port):
+    u = tcp_up()
+    ringx.make(stream_config(engine, port, [u.addr], stream_extra='idle_timeout = "300ms"'),
+               engine=engine)
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"x")
+    assert s.recv(1) == b"x"
+    t = time.monotonic()
+    assert recv_all(s) == b""
+    assert 0.2 < time.monotonic() - t < 2.0
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_proxy_protocol_sent(ringx, tcp_up, port, version):
+    u = tcp_up(proxy=True)
+    ringx.make(stream_config(None, port, [u.addr], f'proxy_protocol = "{version}"'))
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"hi")
+    assert s.recv(2) == b"hi"
+    s.close()
+    h = u.headers[0]
+    if version == "v1":
+        assert h.startswith(b"PROXY TCP4 127.0.0.1 127.0.0.1 ") and h.endswith(b" %d\r\n" % port)
+    else:
+        assert h[12] == 0x21 and h[13] == 0x11 and h[-2:] == struct.pack("!H", port)
+
+
+def test_proxy_protocol_accepted(ringx, tcp_up, port):
+    u = tcp_up(proxy=True)
+    ringx.make(stream_config(None, port, [u.addr], 'proxy_protocol = "v1"',
+                             stream_extra="proxy_protocol = true"))
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"PROXY TCP4 198.51.100.4 10.0.0.1 5555 443\r\nhello")
+    assert s.recv(5) == b"hello"
+    s.close()
+    assert u.headers[0].startswith(b"PROXY TCP4 198.51.100.4 ")
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET / HTTP/1.1\r\n\r\n")  # no PROXY header: refused
+    assert recv_all(s) == b""
+
+
+def test_slow_reader_memory_bounded(ringx, engine, tcp_up, port):
+    u = tcp_up()
+    r = ringx.make(stream_config(engine, port, [u.addr]), engine=engine)
+    with open(f"/proc/{r.pid}/status") as f:
+        base = int([ln for ln in f if ln.startswith("VmRSS")][0].split()[1])
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+    total = 64 * 1024 * 1024
+    block = os.urandom(1 << 20)
+
+    def writer():
+        for _ in range(total // len(block)):
+            s.sendall(block)
+        s.shutdown(socket.SHUT_WR)
+    t = threading.Thread(target=writer)
+    t.start()
+    got = 0
+    t0 = time.monotonic()
+    while True:
+        d = s.recv(1 << 16)
+        if not d:
+            break
+        got += len(d)
+        if time.monotonic() - t0 < 1.5:
+            time.sleep(0.003)
+    t.join()
+    assert got == total
+    with open(f"/proc/{r.pid}/status") as f:
+        peak = int([ln for ln in f if ln.startswith("VmHWM")][0].split()[1])
+    assert peak - base < 32 * 1024, f"peak RSS grew by {(peak - base) // 1024} MiB"
