@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom bench bench-echo clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom bench bench-echo bench-proxy clean fmt
 
 all: release
 
@@ -48,6 +48,7 @@ test: deps release unit lint loom fuzz integration
 bench: release
 	python3 bench/run.py $(BENCH_ARGS)
 	python3 bench/steer.py $(filter --quick,$(BENCH_ARGS))
+	python3 bench/proxy.py $(BENCH_ARGS)
 
 fmt:
 	$(CARGO) fmt --all
@@ -57,3 +58,6 @@ clean:
 
 bench-echo: release
 	python3 bench/echo.py $(BENCH_ARGS)
+
+bench-proxy: release
+	python3 bench/proxy.py $(BENCH_ARGS)

@@ -11,6 +11,7 @@ have wrk    || need_apt+=(wrk)
 have ab     || need_apt+=(apache2-utils)
 have nginx  || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 have h2load || need_apt+=(nghttp2-client)
+have haproxy || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 have cc     || need_apt+=(build-essential)
 have pkg-config || need_apt+=(pkg-config)
 have ip     || need_apt+=(iproute2)
@@ -36,7 +37,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   # The Debian nginx package starts a service on port 80; ringx's tests run their own.
-  if have systemctl; then systemctl disable --now nginx >/dev/null 2>&1 || true; fi
+  if have systemctl; then systemctl disable --now nginx haproxy >/dev/null 2>&1 || true; fi
+  pkill -x haproxy 2>/dev/null || true
   [ -f /run/nginx.pid ] && kill "$(cat /run/nginx.pid)" 2>/dev/null || true
 fi
 

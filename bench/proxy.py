@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Reverse-proxy benchmark: ringx vs nginx `proxy_pass` vs HAProxy, with keep-alive upstream
+connections, 64-byte and 1 KB responses, on one 2-core machine.
+
+Same method as bench/run.py (../shared/DESIGN.md): each proxy is pinned to CPU 0 (one zone,
+one nginx worker, one HAProxy thread); the client (wrk) and the shared upstream (nginx
+`return 200`, one worker) to CPU 1. Peers are measured alternately, A B C A B C ..., at least
+3 rounds. The figure that matters is the proxy's own CPU per proxied request (every thread of
+the proxy's processes, from schedstat; the upstream is not counted), plus throughput with the
+proxy capped at 40% of a core, and wrk's latency. Ratios are to nginx and to HAProxy measured
+in the same run.
+
+All three do the same work: HTTP/1.1 keep-alive to the client and to the upstream (a pool of
+idle connections), no access log, no added forwarding headers (nginx and HAProxy add none by
+default; ringx with `forwarded_headers = false`).
+
+Usage: bench/proxy.py [--quick] [--rounds N] [--duration S]
+Writes bench/results/proxy-<date>.json, charts, and the proxy section of bench/README.md.
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run  # noqa: E402  (shared helpers: cgroup cap, CPU accounting, wrk parsing)
+
+ROOT = run.ROOT
+RESULTS = run.RESULTS
+UPSTREAM_CPU = run.CLIENT_CPU
+WORKLOADS = {
+    "proxy64_c50": ("/r64", 50, "64-byte response, keep-alive, 50 client connections"),
+    "proxy1k_c50": ("/r1k", 50, "1 KB response, keep-alive, 50 client connections"),
+}
+PEERS = ["nginx", "haproxy", "ringx-uring", "ringx-epoll"]
+COLORS = {"nginx": "#4d7ea8", "haproxy": "#6a9f58", "ringx-epoll": "#c9a227", "ringx-uring": "#c0392b"}
+
+
+class Upstream:
+    """nginx answering /r64 and /r1k, pinned to the client's CPU."""
+
+    def __init__(self, work):
+        self.port = run.free_port()
+        self.work = work
+
+    def start(self):
+        conf = os.path.join(self.work, "upstream.conf")
+        open(conf, "w").write(f"""
+worker_processes 1; daemon off; pid {self.work}/upstream.pid;
+error_log {self.work}/upstream-error.log warn;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_timeout 300s; keepalive_requests 10000000;
+  client_body_temp_path {self.work}/up-body; proxy_temp_path {self.work}/up-proxy;
+  fastcgi_temp_path {self.work}/up-fcgi; uwsgi_temp_path {self.work}/up-uwsgi;
+  scgi_temp_path {self.work}/up-scgi;
+  server {{ listen 127.0.0.1:{self.port} backlog=4096;
+    location = /r64 {{ return 200 "{run.BODY64}"; }}
+    location = /r1k {{ return 200 "{run.BODY1K}"; }} }} }}
+""")
+        self.proc = subprocess.Popen(["taskset", "-c", UPSTREAM_CPU, run.nginx_bin(), "-c", conf,
+                                      "-e", f"{self.work}/upstream-error.log"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run.wait_port(self.port, self.proc)
+
+    def stop(self):
+        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(5)
+
+
+class Proxy:
+    def __init__(self, name, work, up_port):
+        self.name, self.work, self.up = name, work, up_port
+        self.port = run.free_port()
+
+    def start(self):
+        w, cpu = self.work, run.SERVER_CPU
+        if self.name == "nginx":
+            conf = os.path.join(w, "px-nginx.conf")
+            open(conf, "w").write(f"""
+worker_processes 1; daemon off; pid {w}/px-nginx.pid; error_log {w}/px-nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_timeout 75s; keepalive_requests 1000;
+  client_body_temp_path {w}/px-body; proxy_temp_path {w}/px-proxy;
+  fastcgi_temp_path {w}/px-fcgi; uwsgi_temp_path {w}/px-uwsgi; scgi_temp_path {w}/px-scgi;
+  upstream app {{ server 127.0.0.1:{self.up}; keepalive 64; keepalive_requests 10000000; }}
+  server {{ listen 127.0.0.1:{self.port} backlog=4096;
+    location / {{ proxy_pass http://app; proxy_http_version 1.1;
+                 proxy_set_header Connection ""; proxy_set_header Host $host; }} }} }}
+""")
+            cmd = [run.nginx_bin(), "-c", conf, "-e", f"{w}/px-nginx-error.log"]
+        elif self.name == "haproxy":
+            conf = os.path.join(w, "haproxy.cfg")
+            open(conf, "w").write(f"""
+global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 75s
+  timeout server 60s
+  timeout http-keep-alive 75s
+  option http-keep-alive
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:{self.port}
+  default_backend app
+backend app
+  server s1 127.0.0.1:{self.up}
+""")
+            cmd = ["haproxy", "-f", conf]
+        else:
+            engine = self.name.split("-")[1]
+            conf = os.path.join(w, f"px-{self.name}.toml")
+            open(conf, "w").write(f"""
+[runtime]
+zones = 1
+cpus = [{cpu}]
+engine = "{engine}"
+log_level = "warn"
+[http]
+keepalive_timeout = "75s"
+keepalive_requests = 1000
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:{self.up}"]
+keepalive = 64
+[[server]]
+listen = ["127.0.0.1:{self.port}"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "app"
+  forwarded_headers = false
+""")
+            cmd = [run.RINGX, "serve", "-c", conf]
+        self.log = open(os.path.join(w, f"px-{self.name}.log"), "w")
+        self.proc = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=self.log, stderr=self.log)
+        run.wait_port(self.port, self.proc)
+
+    def pids(self):
+        return run.proc_tree(self.proc.pid)
+
+    def stop(self):
+        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT if self.name.startswith("ringx") else signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def measure(p, wl, secs, cg, capped):
+    path, conns, _ = WORKLOADS[wl]
+    pids = p.pids()
+    if capped:
+        cg.move(pids, True)
+    try:
+        before = run.cpu_ns(pids)
+        r = run.run_wrk(p.port, path, conns, secs, [])
+        after = run.cpu_ns(pids)
+    finally:
+        if capped:
+            cg.move(pids, False)
+    r["cpu_us_per_req"] = (after - before) / 1000 / max(r["requests"], 1)
+    return r
+
+
+def summarise(rows):
+    out = {}
+    for wl in WORKLOADS:
+        out[wl] = {}
+        for peer in PEERS:
+            rs = [r for r in rows if r["workload"] == wl and r["peer"] == peer]
+            if not rs:
+                continue
+            out[wl][peer] = {}
+            for m in ("cpu_us_per_req", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms"):
+                vals = [r[m] for r in rs if r.get(m) is not None]
+                if vals:
+                    out[wl][peer][m] = {"median": statistics.median(vals), "min": min(vals),
+                                        "max": max(vals), "n": len(vals)}
+        for base in ("nginx", "haproxy"):
+            b = out[wl].get(base, {})
+            for peer, ms in out[wl].items():
+                for m, s in ms.items():
+                    if m in b and b[m]["median"]:
+                        s[f"ratio_to_{base}"] = s["median"] / b[m]["median"]
+    return out
+
+
+def report(result, name):
+    import report as rep
+    summary = result["summary"]
+    metrics = [("cpu_us_per_req", "proxy CPU per proxied request (µs, lower is better)"),
+               ("capped_rps", "requests/s, proxy capped at 40% of a core (higher is better)"),
+               ("lat_p99_ms", "p99 latency (ms, lower is better)")]
+    files = rep.bar_charts(summary, f"proxy-{name}", metrics, COLORS)
+    lines = [f"Run of {result['date']} ({result['mode']}, {result['rounds']} rounds × "
+             f"{result['duration_s']} s per peer and workload, {result['elapsed_s']:.0f} s in all) "
+             f"on {result['machine']['cpu']}, kernel {result['machine']['kernel']}; "
+             f"{result['versions']['nginx']}, {result['versions']['haproxy']}, {result['versions']['ringx']}. "
+             f"Raw data: `bench/results/proxy-{name}.json`.", ""]
+
+    def cell(s, m):
+        if m not in s:
+            return "–"
+        v = s[m]
+        d = 2 if v["median"] < 100 else 0
+        t = f"{v['median']:.{d}f} ({v['min']:.{d}f}–{v['max']:.{d}f})"
+        r = [f"{v[k]:.2f}×" for k in ("ratio_to_nginx", "ratio_to_haproxy") if k in v]
+        return t + (f" **{' / '.join(r)}**" if r else "")
+    for wl, desc in ((w, WORKLOADS[w][2]) for w in WORKLOADS):
+        if not summary.get(wl):
+            continue
+        lines += [f"**{wl}** — {desc}. Ratios: to nginx / to HAProxy.", "",
+                  "| peer | CPU µs/req | req/s | capped req/s | mean ms | p99 ms |",
+                  "|---|---|---|---|---|---|"]
+        for peer in PEERS:
+            s = summary[wl].get(peer)
+            if s:
+                lines.append(f"| {peer} | " + " | ".join(cell(s, m) for m in
+                             ("cpu_us_per_req", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms")) + " |")
+        lines.append("")
+    for f, title in files:
+        lines.append(f"![{title}](results/{f})")
+    lines.append("")
+    lines.append("Commands: " + "; ".join(sorted({r['cmd'] for r in result['rows']})[:2]) +
+                 " (and the same with the proxy moved into a cgroup with a 40% CPU quota).")
+    readme = os.path.join(ROOT, "bench", "README.md")
+    txt = open(readme).read()
+    begin, end = "<!-- proxy:begin -->", "<!-- proxy:end -->"
+    block = begin + "\n" + "\n".join(lines) + "\n" + end
+    if begin in txt:
+        txt = txt[:txt.index(begin)] + block + txt[txt.index(end) + len(end):]
+    else:
+        txt += "\n## Reverse proxy (`bench/proxy.py`)\n\n" + (__doc__.split("\n\n")[1]) + "\n\n" + block + "\n"
+    open(readme, "w").write(txt)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--duration", type=int)
+    ap.add_argument("--no-report", action="store_true")
+    args = ap.parse_args()
+    rounds = args.rounds or (2 if args.quick else 3)
+    secs = args.duration or (1 if args.quick else 3)
+    if os.geteuid() != 0:
+        sys.exit("bench/proxy: needs root (cgroup CPU cap)")
+    if not shutil.which("haproxy"):
+        sys.exit("bench/proxy: haproxy missing (scripts/install-deps.sh installs it)")
+    work = tempfile.mkdtemp(prefix="ringx-proxy-bench-")
+    os.chmod(work, 0o755)
+    cg = run.Cgroup("ringx-proxy-bench-cap")
+    cg.cap(run.CAP_PCT)
+    up = Upstream(work)
+    proxies = {p: Proxy(p, work, up.port) for p in PEERS}
+    rows = []
+    t0 = time.time()
+    try:
+        up.start()
+        for p in proxies.values():
+            p.start()
+        time.sleep(0.3)
+        for wl in WORKLOADS:
+            for p in proxies.values():  # warm the upstream pools
+                run.run_wrk(p.port, WORKLOADS[wl][0], 10, 1, [])
+            for rnd in range(rounds):
+                for name in PEERS:
+                    p = proxies[name]
+                    r = measure(p, wl, secs, cg, False)
+                    c = measure(p, wl, secs, cg, True)
+                    row = {"workload": wl, "peer": name, "round": rnd, **r, "capped_rps": c["rps"],
+                           "capped_cmd": f"cgroup cpu quota {run.CAP_PCT}% + " + c["cmd"]}
+                    errs = (r["errors"] + c["errors"]).strip()
+                    if errs:
+                        raise RuntimeError(f"{name} on {wl}: {errs}")
+                    rows.append(row)
+                    print(f"{wl:12s} r{rnd} {name:12s} rps={row['rps']:>8.0f} cpu/req={row['cpu_us_per_req']:6.2f}us "
+                          f"capped={row['capped_rps']:>8.0f} p99={row['lat_p99_ms']}", flush=True)
+    finally:
+        for p in proxies.values():
+            p.stop()
+        up.stop()
+        cg.remove()
+    versions = run.versions()
+    versions["haproxy"] = run.sh(["haproxy", "-v"]).stdout.splitlines()[0].strip()
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "mode": "quick" if args.quick else "full", "rounds": rounds, "duration_s": secs,
+              "cap_pct": run.CAP_PCT, "elapsed_s": round(time.time() - t0, 1),
+              "machine": run.machine(), "versions": versions,
+              "method": {"proxy_cpu": run.SERVER_CPU, "client_and_upstream_cpu": UPSTREAM_CPU,
+                         "cpu": "schedstat run time of the proxy's processes only",
+                         "workloads": {k: v[2] for k, v in WORKLOADS.items()}},
+              "rows": rows, "summary": summarise(rows)}
+    os.makedirs(RESULTS, exist_ok=True)
+    name = datetime.date.today().isoformat() + ("-quick" if args.quick else "")
+    path = os.path.join(RESULTS, f"proxy-{name}.json")
+    json.dump(result, open(path, "w"), indent=1)
+    print(f"bench/proxy: wrote {path}")
+    if not args.no_report:
+        report(result, name)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
