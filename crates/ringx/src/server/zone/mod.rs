@@ -136,6 +136,8 @@ pub struct HttpZone {
     /// Upstream connections, by handle.
     upc: Vec<Option<UpConn>>,
     up_gen: u32,
+    /// Finished request records, reused (see `try_proxy`).
+    proxy_pool: Vec<Box<proxy::ProxyReq>>,
 }
 
 /// What processing a request decided about the rest of the input.
@@ -174,6 +176,7 @@ impl HttpZone {
             connector: Connector::new(None),
             upc: Vec::new(),
             up_gen: 0,
+            proxy_pool: Vec::new(),
         }
     }
 

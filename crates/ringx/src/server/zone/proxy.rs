@@ -22,6 +22,8 @@ use crate::server::route::{Action, HostMode};
 const MAX_REPLAY: usize = 64 * 1024;
 /// Bytes queued towards one side of a proxied exchange before the other side stops reading.
 pub(super) const PROXY_HIGH_WATER: u64 = 256 * 1024;
+/// Request records kept for reuse per zone.
+const PROXY_POOL: usize = 256;
 /// Largest upstream response head.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
@@ -109,6 +111,9 @@ impl HttpZone {
         req: &Request,
         keep: bool,
     ) -> Option<Next> {
+        // A recycled request record: its head and retry list keep their capacity, so a
+        // steady stream of proxied requests allocates nothing here.
+        let mut spare = self.proxy_pool.pop();
         let conn = &self.conns[c.index()];
         let ups = self.ups.as_ref()?;
         let routes = &*self.routes;
@@ -124,7 +129,12 @@ impl HttpZone {
             HostMode::Fixed(h) => Some(h.as_str()),
         };
         let upgrade = upgrade_request(req);
-        let mut head = Vec::with_capacity(256 + req.head_len);
+        let (mut head, mut tried) = match spare.as_mut() {
+            Some(b) => (std::mem::take(&mut b.head), std::mem::take(&mut b.tried)),
+            None => (Vec::with_capacity(256 + req.head_len), Vec::new()),
+        };
+        head.clear();
+        tried.clear();
         write_request_head(
             &mut head,
             req,
@@ -148,7 +158,7 @@ impl HttpZone {
             upstream: loc.upstream,
             server: 0,
             up: None,
-            tried: Vec::new(),
+            tried,
             tries_left: def.retries,
             head,
             host_upstream: matches!(loc.host, HostMode::Upstream),
@@ -170,7 +180,13 @@ impl HttpZone {
             io.write(c, b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         let conn = &mut self.conns[c.index()];
-        conn.proxy = Some(Box::new(p));
+        conn.proxy = Some(match spare {
+            Some(mut b) => {
+                *b = p;
+                b
+            }
+            None => Box::new(p),
+        });
         conn.phase = Phase::Proxy;
         let at = io.now()
             + if has_body {
@@ -698,6 +714,9 @@ impl HttpZone {
         conn.phase = Phase::Idle;
         conn.paused = false;
         let close = !p.keep || p.req_body.is_some() || conn.eof;
+        if self.proxy_pool.len() < PROXY_POOL && p.head.capacity() <= 64 * 1024 {
+            self.proxy_pool.push(p);
+        }
         let more = !conn.inbuf.is_empty();
         self.after_response(io, c, close, more);
         if close {
