@@ -83,6 +83,10 @@ pub fn parse_response<'h, 'b>(
     let (Some(version), Some(status)) = (version, code) else {
         return Err(UpstreamError("incomplete status line"));
     };
+    if status < 100 {
+        // Three digits, but no such class ("011"): it cannot be passed on faithfully.
+        return Err(UpstreamError("invalid status code in response"));
+    }
     let version = if version == 0 {
         Version::Http10
     } else {

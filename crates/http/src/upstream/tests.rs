@@ -117,6 +117,7 @@ fn bad_responses() {
         b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
         b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.0 011 Odd\r\n\r\n",
         b"garbage\r\n\r\n",
     ] {
         assert!(
