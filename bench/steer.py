@@ -34,6 +34,7 @@ from run import machine  # noqa: E402
 
 TARGET_NS = 50.0
 TABLE = "table take+release (DestId)"
+CONNECT_TABLE = "connect, table's port (take+bind+connect+release)"
 
 
 def criterion_home():
@@ -58,6 +59,9 @@ def run_bench(quick):
         if line.startswith("counters "):
             c = json.loads(line[len("counters "):])
             counters[c.pop("bench")] = c
+        m = re.match(r"bind EADDRINUSE retries .*: (\d+)", line)
+        if m:
+            counters.setdefault(CONNECT_TABLE, {})["bind_eaddrinuse_retries"] = int(m[1])
     return cmd, counters
 
 
@@ -118,9 +122,13 @@ def write_readme(result):
         extra = ""
         if b.get("home_fraction") is not None:
             extra = f"; {100 * b['home_fraction']:.0f}% of its ports bring replies home (1 zone of 4)"
+        if b.get("bind_eaddrinuse_retries"):
+            extra += f"; {b['bind_eaddrinuse_retries']} ports held by other programs skipped"
         rows.append(f"| {label} | {fmt_ns(b['mean_ns'])} ({fmt_ns(b['mean_ci95_ns'][0])}–"
                     f"{fmt_ns(b['mean_ci95_ns'][1])}) | {'' if h is None else f'{h:.2f}'}{extra} |")
     d = result["derived"]
+    connect_note = ("within the run's noise: the 95% intervals overlap" if d["connect_ci_overlap"]
+                    else "the 95% intervals do not overlap")
     body = f"""<!-- steer:begin -->
 
 ## Source-port selection (issue #5)
@@ -141,13 +149,14 @@ Linux {result['machine']['kernel']}.
 
 - **Table: {fmt_ns(d['table_ns'])} per connect, {d['table_hash_evals']:.0f} hash evaluations**
   (target < {TARGET_NS:.0f} ns and 0: {'met' if d['target_met'] else 'NOT met'}).
-- The dynamic search costs about one Toeplitz hash per queue ({fmt_ns(d['dynamic_4q_ns'])} at 4
-  queues); the kernel's own choice costs {fmt_ns(d['kernel_choice_ns'])} of system calls
+- The dynamic search costs about one Toeplitz hash per queue ({fmt_ns(d['dynamic_4q_ns'])} at
+  4 queues). The kernel's own choice costs {fmt_ns(d['kernel_choice_ns'])} of system calls
   (bind(0) + getsockname over socket + close) and brings the replies home only by chance.
-- A whole loopback connect bound to the table's port costs {fmt_ns(d['connect_table_ns'])}
-  against {fmt_ns(d['connect_kernel_ns'])} with the kernel's port
-  ({d['connect_delta_ns']:+.0f} ns): the explicit bind replaces the search connect() does
-  itself, so choosing the port costs nothing measurable at connect scale.
+- A whole loopback connect bound to the table's port: {fmt_ns(d['connect_table_ns'])}, with the
+  kernel's port: {fmt_ns(d['connect_kernel_ns'])} ({d['connect_delta_ns']:+.0f} ns, {connect_note}).
+  The explicit bind replaces the port search connect() does itself.
+- Load average during the run: {result['loadavg'][0]:.2f} before, {result['loadavg'][1]:.2f} after
+  (the machine is shared; the system-call figures move with it, the table's do not).
 
 <!-- steer:end -->"""
     if "<!-- steer:begin -->" in text:
@@ -163,7 +172,9 @@ def main():
     ap.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
     args = ap.parse_args()
     start = time.time()
+    load_before = os.getloadavg()[0]
     cmd, counters = run_bench(args.quick)
+    load_after = os.getloadavg()[0]
     names = [n for n, _ in BENCHES]
     crit = criterion_results(criterion_home(), names, start)
     benches = {}
@@ -187,6 +198,9 @@ def main():
         "connect_table_ns": ns("connect, table's port (take+bind+connect+release)"),
     }
     derived["connect_delta_ns"] = derived["connect_table_ns"] - derived["connect_kernel_ns"]
+    ck = benches["connect, kernel's port"]["mean_ci95_ns"]
+    ct = benches[CONNECT_TABLE]["mean_ci95_ns"]
+    derived["connect_ci_overlap"] = ck[0] <= ct[1] and ct[0] <= ck[1]
     derived["target_met"] = derived["table_ns"] < TARGET_NS and derived["table_hash_evals"] == 0
     today = datetime.date.today().isoformat()
     name = "steer-" + today + ("-quick" if args.quick else "")
@@ -196,6 +210,7 @@ def main():
         "machine": machine(),
         "rustc": subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip(),
         "command": " ".join(cmd),
+        "loadavg": [load_before, load_after],
         "target": {"table_ns_below": TARGET_NS, "table_hash_evals": 0},
         "benches": benches,
         "derived": derived,

@@ -101,6 +101,8 @@ pub(crate) struct ConnIo {
     pub peer: Option<SocketAddr>,
     /// Set for connections opened with [`Io::connect`].
     pub outbound: Option<Outbound>,
+    /// Bytes written to the socket since the connection opened.
+    pub sent: u64,
 }
 
 /// What an outbound connection keeps beside its handle.
@@ -140,6 +142,7 @@ impl ConnIo {
             pipe: None,
             peer: None,
             outbound: None,
+            sent: 0,
         }
     }
 
@@ -157,6 +160,7 @@ impl ConnIo {
         self.drv = 0;
         self.pipe_fill = 0;
         self.peer = None;
+        self.sent = 0;
     }
 
     /// Drops queued output that no operation owns.
@@ -224,6 +228,12 @@ pub struct Io {
     /// The earliest time the handler asked to get `on_timer` at.
     pub(crate) timer_at: Option<Instant>,
     pub(crate) slots: Slots,
+    /// Listeners registered so far (the next [`ListenerId`]).
+    pub(crate) listener_count: u32,
+    /// Listeners the handler added, registered by the driver after the callback batch.
+    pub(crate) new_listeners: Vec<std::net::TcpListener>,
+    /// Listeners the handler closed.
+    pub(crate) closed_listeners: Vec<ListenerId>,
 }
 
 impl Io {
@@ -239,6 +249,9 @@ impl Io {
             stop_listening: false,
             timer_at: None,
             slots: Slots::Fd,
+            listener_count: 0,
+            new_listeners: Vec::new(),
+            closed_listeners: Vec::new(),
         }
     }
 
@@ -425,6 +438,29 @@ impl Io {
     /// Closes every listener of this zone (graceful shutdown: no new connections here).
     pub fn stop_listening(&mut self) {
         self.stop_listening = true;
+    }
+
+    /// Starts accepting on another listening socket (bound, listening, non-blocking) once
+    /// this callback batch is over (configuration reload). Returns the id its connections
+    /// will carry.
+    pub fn add_listener(&mut self, l: std::net::TcpListener) -> ListenerId {
+        let id = ListenerId(self.listener_count + self.new_listeners.len() as u32);
+        self.new_listeners.push(l);
+        id
+    }
+
+    /// Stops accepting on one listener and closes this zone's socket for it; connections
+    /// accepted on it stay.
+    pub fn close_listener(&mut self, id: ListenerId) {
+        self.closed_listeners.push(id);
+    }
+
+    /// Bytes of this connection's output so far: written plus still queued.
+    pub fn bytes_out(&self, c: ConnId) -> u64 {
+        self.conns
+            .get(c.index())
+            .map_or(0, |x| x.sent + x.pipe_fill as u64)
+            + self.pending(c)
     }
 
     /// Asks for [`Handler::on_timer`](crate::Handler::on_timer) to be called at `at` (or

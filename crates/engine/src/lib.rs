@@ -56,7 +56,7 @@ pub use handler::Handler;
 pub use io::{ConnId, Io, ListenerId};
 pub use listen::{bind_reuseport, ListenOptions};
 pub use timer::TimerWheel;
-pub use waker::Waker;
+pub use waker::{WaitStats, Waker};
 
 use std::net::TcpListener;
 
@@ -103,6 +103,9 @@ pub struct ZoneConfig {
     /// Free on epoll (accept4 returns it); on io_uring it costs one `SO_PEERNAME` socket
     /// command per connection (Linux 6.7), so it is off unless something needs the address.
     pub peer_addrs: bool,
+    /// How long an idle zone keeps polling for completions before it parks (blocks in
+    /// `io_uring_enter` / `epoll_wait`). Zero: park at once. See [`Waker`].
+    pub busy_poll: std::time::Duration,
 }
 
 /// `IORING_SETUP_SQPOLL` settings.
@@ -138,6 +141,7 @@ impl Default for ZoneConfig {
             ring_entries: 1024,
             sqpoll: None,
             peer_addrs: false,
+            busy_poll: std::time::Duration::ZERO,
         }
     }
 }

@@ -1,14 +1,107 @@
-//! Waking a parked zone from another thread (the control thread).
+//! Parking a zone and waking it from another thread (the control thread): the unified
+//! blocking wait of seed 000 §4.3.
+//!
+//! A zone that has nothing to do blocks in `io_uring_enter` (or `epoll_wait`) and gives the
+//! CPU back. Before it blocks it publishes `parked`; a control thread that has a message for
+//! it sets the user-space flag `pending` (seed 000's flag *U*) and sends a wake-up **only if
+//! the zone is parked**: an `IORING_OP_MSG_RING` completion posted into the zone's ring from
+//! a small sender ring (io_uring), or an eventfd write (epoll, or a kernel that refuses
+//! MSG_RING). A running zone checks `pending` with one atomic load per loop iteration and
+//! never makes a system call to look for control messages.
+//!
+//! The handshake is the store-load pattern of Dekker's algorithm, with sequentially
+//! consistent operations on both sides:
+//!
+//! ```text
+//! zone:        parked = true;  if !pending { block }      parked = false
+//! controller:  pending = true; if parked  { wake-up }
+//! ```
+//!
+//! At least one side sees the other's store, so a message is never left waiting behind a
+//! blocked zone; a wake-up that arrives when the zone did not block after all is one spare
+//! completion, ignored.
+//!
+//! The same shared block carries the zone's wait statistics (waits, time parked, bytes),
+//! written only by the zone and read by anyone, each side's fields on its own cache line.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-/// An eventfd the zone's driver keeps a read armed on (io_uring) or registered (epoll).
-/// Cloneable and `Send`: the control thread keeps one per zone.
+/// Fields the control side writes.
+#[repr(align(64))]
+#[derive(Default)]
+struct ControlLine {
+    /// A control message is waiting (seed 000's flag *U*).
+    pending: AtomicBool,
+    /// Wake-ups sent as MSG_RING completions.
+    sent_msg_ring: AtomicU64,
+    /// Wake-ups sent as eventfd writes.
+    sent_eventfd: AtomicU64,
+    /// `wake` calls that found the zone running (no system call).
+    sent_none: AtomicU64,
+}
+
+/// Fields only the zone writes (Relaxed load + store: no locked instruction).
+#[repr(align(64))]
+#[derive(Default)]
+struct ZoneLine {
+    parked: AtomicBool,
+    waits: AtomicU64,
+    parks: AtomicU64,
+    parked_ns: AtomicU64,
+    wakes: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    accepts: AtomicU64,
+}
+
+struct Shared {
+    ctl: ControlLine,
+    zone: ZoneLine,
+    /// An eventfd the zone's driver keeps a read armed on (io_uring) or registered (epoll).
+    fd: OwnedFd,
+    /// A duplicate of the zone's ring descriptor, for MSG_RING; set by the io_uring driver,
+    /// cleared when it is dropped (so the ring's resources are not held past its zone).
+    ring: Mutex<Option<OwnedFd>>,
+}
+
+/// A zone's wake-up handle and statistics. Cloneable and `Send`: the control thread keeps
+/// one per zone.
 #[derive(Clone)]
 pub struct Waker {
-    fd: Arc<OwnedFd>,
+    s: Arc<Shared>,
+}
+
+/// A snapshot of a zone's wait statistics ([`Waker::stats`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WaitStats {
+    /// `io_uring_enter` / `epoll_wait` calls made by the zone's loop.
+    pub waits: u64,
+    /// Waits that published `parked` (could block).
+    pub parks: u64,
+    /// Nanoseconds spent in those waits.
+    pub parked_ns: u64,
+    /// The zone is parked now.
+    pub parked: bool,
+    /// Control messages the zone picked up (`on_wake` calls).
+    pub wakes: u64,
+    /// Bytes received and sent on the zone's connections.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Connections accepted.
+    pub accepts: u64,
+    /// Wake-ups sent by MSG_RING, by eventfd, and wakes that needed none (zone running).
+    pub sent_msg_ring: u64,
+    pub sent_eventfd: u64,
+    pub sent_none: u64,
+}
+
+/// Adds to a counter only one thread writes: a plain load and store, no locked instruction.
+#[inline]
+pub(crate) fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
 impl Waker {
@@ -22,20 +115,140 @@ impl Waker {
         }
         // SAFETY: see above: `fd` is a fresh descriptor owned by no one else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Waker { fd: Arc::new(fd) })
+        Ok(Waker {
+            s: Arc::new(Shared {
+                ctl: ControlLine::default(),
+                zone: ZoneLine::default(),
+                fd,
+                ring: Mutex::new(None),
+            }),
+        })
     }
 
-    /// Wakes the zone. Several wakes before the zone runs coalesce into one `on_wake`.
+    /// Tells the zone a control message is waiting; wakes it only if it is parked. Several
+    /// wakes before the zone runs coalesce into one `on_wake`.
     pub fn wake(&self) {
+        self.s.ctl.pending.store(true, Ordering::SeqCst);
+        if !self.s.zone.parked.load(Ordering::SeqCst) {
+            self.s.ctl.sent_none.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let ring = self.s.ring.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = ring.as_ref() {
+            match crate::uring::msg::send(r.as_raw_fd()) {
+                Ok(()) => {
+                    self.s.ctl.sent_msg_ring.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) => tracing::debug!("MSG_RING wake-up failed ({e}); using the eventfd"),
+            }
+        }
+        drop(ring);
+        self.s.ctl.sent_eventfd.fetch_add(1, Ordering::Relaxed);
+        self.signal_eventfd();
+    }
+
+    fn signal_eventfd(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to an eventfd we own; a failure (EAGAIN when
         // the counter is saturated) still leaves the zone woken, so it is ignored.
         unsafe {
-            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+            libc::write(self.s.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+        }
+    }
+
+    /// The zone's wait statistics now.
+    pub fn stats(&self) -> WaitStats {
+        let z = &self.s.zone;
+        let c = &self.s.ctl;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WaitStats {
+            waits: r(&z.waits),
+            parks: r(&z.parks),
+            parked_ns: r(&z.parked_ns),
+            parked: z.parked.load(Ordering::Relaxed),
+            wakes: r(&z.wakes),
+            bytes_in: r(&z.bytes_in),
+            bytes_out: r(&z.bytes_out),
+            accepts: r(&z.accepts),
+            sent_msg_ring: r(&c.sent_msg_ring),
+            sent_eventfd: r(&c.sent_eventfd),
+            sent_none: r(&c.sent_none),
         }
     }
 
     pub(crate) fn raw(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.s.fd.as_raw_fd()
+    }
+
+    /// Lets the controller wake this zone with MSG_RING completions on `ring` (the zone's
+    /// ring; the waker keeps a duplicate until [`Waker::clear_ring`]).
+    pub(crate) fn set_ring(&self, ring: RawFd) {
+        // SAFETY: F_DUPFD_CLOEXEC takes an integer; a non-negative result is a new descriptor
+        // nothing else owns.
+        let fd = unsafe { libc::fcntl(ring, libc::F_DUPFD_CLOEXEC, 0) };
+        if fd >= 0 {
+            // SAFETY: see above.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            *self.s.ring.lock().unwrap_or_else(|e| e.into_inner()) = Some(fd);
+        }
+    }
+
+    pub(crate) fn clear_ring(&self) {
+        self.s.ring.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Zone side, before a wait that may block: publishes `parked` and returns whether a
+    /// control message is already pending (then the wait must not block).
+    #[inline]
+    pub(crate) fn park_begin(&self) -> bool {
+        self.s.zone.parked.store(true, Ordering::SeqCst);
+        self.s.ctl.pending.load(Ordering::SeqCst)
+    }
+
+    /// Zone side, after the wait: `parked_ns` spent in it.
+    #[inline]
+    pub(crate) fn park_end(&self, parked_ns: u64) {
+        let z = &self.s.zone;
+        z.parked.store(false, Ordering::Relaxed);
+        bump(&z.parks, 1);
+        bump(&z.parked_ns, parked_ns);
+    }
+
+    /// Zone side, once per loop iteration: one atomic load while nothing is pending.
+    #[inline]
+    pub(crate) fn take_pending(&self) -> bool {
+        let p = &self.s.ctl.pending;
+        if p.load(Ordering::Relaxed) && p.swap(false, Ordering::Acquire) {
+            bump(&self.s.zone.wakes, 1);
+            return true;
+        }
+        false
+    }
+
+    /// Zone side: a control message is pending (for busy polling).
+    #[inline]
+    pub(crate) fn is_pending(&self) -> bool {
+        self.s.ctl.pending.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn set_waits(&self, waits: u64) {
+        self.s.zone.waits.store(waits, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add_in(&self, n: u64) {
+        bump(&self.s.zone.bytes_in, n);
+    }
+
+    #[inline]
+    pub(crate) fn add_out(&self, n: u64) {
+        bump(&self.s.zone.bytes_out, n);
+    }
+
+    #[inline]
+    pub(crate) fn add_accept(&self) {
+        bump(&self.s.zone.accepts, 1);
     }
 }

@@ -234,6 +234,7 @@ pub fn serve(cfg: Config) -> ExitCode {
             sqpoll: sqpoll.clone(),
             // Client addresses for X-Forwarded-For and PROXY headers.
             peer_addrs: upstreams.is_some(),
+            busy_poll: Duration::ZERO,
         };
         let (routes, settings, ev_tx, done_tx, ups) = (
             routes.clone(),

@@ -37,6 +37,8 @@ pub struct EpollDriver {
     rbuf: Vec<u8>,
     waits: u64,
     accept_paused_until: Option<Instant>,
+    /// How long to poll without blocking before parking (`busy_poll_us`).
+    busy_poll: Duration,
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -63,6 +65,7 @@ impl EpollDriver {
             waker,
             waits: 0,
             accept_paused_until: None,
+            busy_poll: cfg.busy_poll,
         };
         d.ctl(
             libc::EPOLL_CTL_ADD,
@@ -147,6 +150,7 @@ impl EpollDriver {
             }
             let c = ConnId(fd as u32);
             self.io.conn_mut(c).open();
+            self.waker.add_accept();
             self.io.conns[c.index()].drv = WANT_IN;
             self.io.conns[c.index()].peer = crate::uring::peer::to_addr(&sa, sa_len as usize);
             if tracing::enabled!(target: crate::reuseport::LOCALITY_LOG, tracing::Level::DEBUG) {
@@ -209,6 +213,7 @@ impl EpollDriver {
                 unsafe { libc::read(c.0 as RawFd, self.rbuf.as_mut_ptr().cast(), self.rbuf.len()) };
             if n > 0 {
                 let n = n as usize;
+                self.waker.add_in(n as u64);
                 h.on_data(&mut self.io, c, &self.rbuf[..n]);
                 if n < self.rbuf.len() {
                     return;
@@ -255,6 +260,8 @@ impl EpollDriver {
                 }
             };
             if r > 0 {
+                conn.sent += r as u64;
+                self.waker.add_out(r as u64);
                 if conn.advance(r as u64) {
                     conn.pop_front();
                 }
@@ -372,6 +379,55 @@ impl EpollDriver {
         h.on_closed(&mut self.io, c, err);
     }
 
+    /// One `epoll_wait` into `events`.
+    fn epoll_wait(&mut self, ms: i32) -> libc::c_int {
+        self.waits += 1;
+        // SAFETY: epoll_wait writes at most events.len() entries into our live vector.
+        unsafe {
+            libc::epoll_wait(
+                self.epfd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as i32,
+                ms,
+            )
+        }
+    }
+
+    /// Waits for events: with a `busy_poll` budget, non-blocking `epoll_wait` calls until
+    /// something is ready or the budget is spent; then parks (publishing it, so a control
+    /// message comes with an eventfd wake-up) until an event, the timeout or a wake-up.
+    fn wait(&mut self, timeout: Option<Duration>) -> libc::c_int {
+        let mut timeout = timeout;
+        if !self.busy_poll.is_zero() && timeout != Some(Duration::ZERO) {
+            let start = Instant::now();
+            let budget = timeout.map_or(self.busy_poll, |t| t.min(self.busy_poll));
+            loop {
+                let n = self.epoll_wait(0);
+                if n != 0 || self.waker.is_pending() {
+                    return n;
+                }
+                let spent = start.elapsed();
+                if spent >= budget {
+                    timeout = timeout.map(|t| t.saturating_sub(spent));
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let ms = if self.waker.park_begin() {
+            0
+        } else {
+            match timeout {
+                None => -1,
+                Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+            }
+        };
+        let t0 = Instant::now();
+        let n = self.epoll_wait(ms);
+        self.waker.park_end(t0.elapsed().as_nanos() as u64);
+        n
+    }
+
     fn flush<H: Handler>(&mut self, h: &mut H) {
         loop {
             let actions = std::mem::take(&mut self.io.actions);
@@ -384,6 +440,18 @@ impl EpollDriver {
                             self.update_interest(c);
                         }
                     }
+                }
+            }
+            for l in std::mem::take(&mut self.io.new_listeners) {
+                if let Err(e) = Driver::add_listener(self, l) {
+                    tracing::error!("cannot add a listener: {e}");
+                    self.listeners.push(None); // keeps the ids the handler was given
+                    self.io.listener_count = self.listeners.len() as u32;
+                }
+            }
+            for id in std::mem::take(&mut self.io.closed_listeners) {
+                if let Some(l) = self.listeners.get_mut(id.0 as usize) {
+                    *l = None;
                 }
             }
             if self.io.stop_listening {
@@ -415,6 +483,7 @@ impl Driver for EpollDriver {
             T_LISTENER | id as u64,
         )?;
         self.listeners.push(Some(listener));
+        self.io.listener_count = self.listeners.len() as u32;
         Ok(ListenerId(id))
     }
 
@@ -429,20 +498,8 @@ impl Driver for EpollDriver {
                 timeout = Some(timeout.map_or(t - now, |x| x.min(t - now)));
             }
         }
-        let ms = match timeout {
-            None => -1,
-            Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
-        };
-        self.waits += 1;
-        // SAFETY: epoll_wait writes at most events.len() entries into our live vector.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epfd.as_raw_fd(),
-                self.events.as_mut_ptr(),
-                self.events.len() as i32,
-                ms,
-            )
-        };
+        let n = self.wait(timeout);
+        self.waker.set_waits(self.waits);
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EINTR) {
@@ -460,7 +517,7 @@ impl Driver for EpollDriver {
                     let mut v = 0u64;
                     // SAFETY: reads 8 bytes into a live u64 from our eventfd.
                     unsafe { libc::read(self.waker.raw(), (&mut v as *mut u64).cast(), 8) };
-                    h.on_wake(&mut self.io);
+                    // Only ends the wait: the pending flag is checked after the batch.
                 }
                 _ => {
                     let c = ConnId(token as u32);
@@ -494,6 +551,9 @@ impl Driver for EpollDriver {
                     }
                 }
             }
+        }
+        if self.waker.take_pending() {
+            h.on_wake(&mut self.io);
         }
         self.flush(h);
         Ok(())

@@ -36,6 +36,7 @@ impl UringDriver {
         if res >= 0 {
             let c = ConnId(res as u32);
             self.io.conn_mut(c).open();
+            self.wake.waker.add_accept();
             if self.peer_addrs {
                 self.query_peer(c, id); // on_accept follows its answer
             } else {
@@ -61,21 +62,29 @@ impl UringDriver {
     /// closed once its accept is cancelled.
     pub(super) fn cancel_accepts(&mut self) {
         for id in 0..self.listeners.len() as u32 {
-            let l = &mut self.listeners[id as usize];
-            if l.closing || l.sock.is_none() {
-                continue;
-            }
-            l.closing = true;
-            let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(
-                Kind::Accept,
-                0,
-                id,
-            )))
-            .build()
-            .user_data(pack(Kind::CancelAccept, 0, id));
-            // SAFETY: a cancellation refers to no memory of ours.
-            unsafe { self.push(&e) };
+            self.cancel_accept(id);
         }
+    }
+
+    /// Stops accepting on one listener; its socket is closed once the accept is cancelled.
+    pub(super) fn cancel_accept(&mut self, id: u32) {
+        let Some(l) = self.listeners.get_mut(id as usize) else {
+            return;
+        };
+        if l.closing || l.sock.is_none() {
+            return;
+        }
+        l.closing = true;
+        if !l.armed {
+            l.sock = None; // no accept in flight refers to it
+            return;
+        }
+        let e =
+            opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(Kind::Accept, 0, id)))
+                .build()
+                .user_data(pack(Kind::CancelAccept, 0, id));
+        // SAFETY: a cancellation refers to no memory of ours.
+        unsafe { self.push(&e) };
     }
 
     pub(super) fn complete_cancel_accept(&mut self, id: u32) {

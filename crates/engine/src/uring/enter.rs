@@ -90,6 +90,17 @@ impl Enter {
         to_submit: u32,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
+        self.submit_and_wait_n(to_submit, 1, timeout)
+    }
+
+    /// Submits `to_submit` entries and waits for `min_complete` completions (0: only runs
+    /// the completions the kernel deferred, and returns), at most `timeout`.
+    pub(crate) fn submit_and_wait_n(
+        &self,
+        to_submit: u32,
+        min_complete: u32,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         let mut flags = IORING_ENTER_GETEVENTS;
         if self.registered {
             flags |= IORING_ENTER_REGISTERED_RING;
@@ -124,7 +135,7 @@ impl Enter {
                 libc::SYS_io_uring_enter,
                 self.fd,
                 to_submit,
-                1u32,
+                min_complete,
                 flags,
                 argp,
                 argsz,

@@ -10,6 +10,7 @@ pub(crate) mod bufring;
 mod close;
 mod connect;
 mod enter;
+pub(crate) mod msg;
 pub(crate) mod peer;
 pub(crate) mod pipes;
 pub mod probe;
@@ -65,6 +66,8 @@ pub struct UringDriver {
     peer_addrs: bool,
     /// Per slot: where `SO_PEERNAME` writes, and the listener the connection came from.
     peer_bufs: Vec<(Option<peer::PeerBuf>, u32)>,
+    /// How long to spin on the completion queue before parking (`busy_poll_us`).
+    busy_poll: Duration,
 }
 
 impl UringDriver {
@@ -110,8 +113,11 @@ impl UringDriver {
             sqpoll: cfg.sqpoll.clone(),
             peer_addrs: cfg.peer_addrs,
             peer_bufs: Vec::new(),
+            busy_poll: cfg.busy_poll,
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
+        d.wake
+            .waker_set_ring(std::os::fd::AsRawFd::as_raw_fd(&d.ring));
         d.arm_wake();
         Ok(d)
     }
@@ -164,6 +170,12 @@ impl UringDriver {
             }
             if self.io.actions.is_empty() {
                 self.io.actions = actions;
+            }
+            for l in std::mem::take(&mut self.io.new_listeners) {
+                let _ = Driver::add_listener(self, l);
+            }
+            for id in std::mem::take(&mut self.io.closed_listeners) {
+                self.cancel_accept(id.0);
             }
             if self.io.stop_listening {
                 self.io.stop_listening = false;
@@ -226,7 +238,8 @@ impl UringDriver {
             Kind::Close => self.complete_close(h, ConnId(idx), gen),
             Kind::Shutdown | Kind::CancelRecv => {}
             Kind::CancelAccept => self.complete_cancel_accept(idx),
-            Kind::Wake => self.complete_wake(h, res),
+            Kind::Wake => self.complete_wake(),
+            Kind::Msg => {} // a control wake-up: `check_wake` follows the batch
             Kind::Connect => self.complete_connect(h, ConnId(idx), gen, res),
             Kind::PeerName => self.complete_peer(h, ConnId(idx), gen, res),
         }
@@ -253,14 +266,73 @@ impl UringDriver {
             std::hint::spin_loop();
         }
         self.waits += 1;
-        match timeout {
+        let timeout = if self.wake.waker.park_begin() {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
+        let t0 = std::time::Instant::now();
+        let r = match timeout {
             Some(t) => {
                 let ts = io_uring::types::Timespec::from(t);
                 let args = io_uring::types::SubmitArgs::new().timespec(&ts);
                 self.ring.submitter().submit_with_args(1, &args).map(drop)
             }
             None => self.ring.submit_and_wait(1).map(drop),
+        };
+        self.wake.waker.park_end(t0.elapsed().as_nanos() as u64);
+        r
+    }
+
+    /// Without SQPOLL: submits, then (with a `busy_poll` budget) spins on the completion
+    /// queue, and finally parks in `io_uring_enter` until a completion, the timeout or a
+    /// control wake-up.
+    fn enter_wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let to_submit = self.ring.submission().len() as u32;
+        let mut timeout = timeout;
+        if !self.busy_poll.is_zero() && timeout != Some(Duration::ZERO) {
+            // Submit and run deferred completions without waiting.
+            self.waits += 1;
+            self.enter.submit_and_wait_n(to_submit, 0, None)?;
+            if !self.ring.completion().is_empty() {
+                return Ok(());
+            }
+            let start = std::time::Instant::now();
+            let budget = timeout.map_or(self.busy_poll, |t| t.min(self.busy_poll));
+            loop {
+                // With DEFER_TASKRUN the kernel holds completions until we enter; it raises
+                // IORING_SQ_TASKRUN when it has some.
+                if self.ring.submission().taskrun() {
+                    self.waits += 1;
+                    return self.enter.submit_and_wait_n(0, 0, None);
+                }
+                if !self.ring.completion().is_empty() || self.wake.waker.is_pending() {
+                    return Ok(());
+                }
+                let spent = start.elapsed();
+                if spent >= budget {
+                    timeout = timeout.map(|t| t.saturating_sub(spent));
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            return self.park(0, timeout);
         }
+        self.park(to_submit, timeout)
+    }
+
+    /// Publishes `parked`, blocks in `io_uring_enter`, and counts the time parked.
+    fn park(&mut self, to_submit: u32, timeout: Option<Duration>) -> io::Result<()> {
+        self.waits += 1;
+        let timeout = if self.wake.waker.park_begin() {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
+        let t0 = std::time::Instant::now();
+        let r = self.enter.submit_and_wait(to_submit, timeout);
+        self.wake.waker.park_end(t0.elapsed().as_nanos() as u64);
+        r
     }
 }
 
@@ -274,6 +346,7 @@ impl Driver for UringDriver {
             armed: false,
             closing: false,
         });
+        self.io.listener_count = self.listeners.len() as u32;
         self.arm_accept(id);
         Ok(ListenerId(id))
     }
@@ -293,10 +366,9 @@ impl Driver for UringDriver {
             let spin = sq.spin;
             self.sqpoll_wait(spin, timeout)
         } else {
-            self.waits += 1;
-            let to_submit = self.ring.submission().len() as u32;
-            self.enter.submit_and_wait(to_submit, timeout)
+            self.enter_wait(timeout)
         };
+        self.wake.waker.set_waits(self.waits);
         if let Err(e) = r {
             match e.raw_os_error() {
                 Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => {}
@@ -316,6 +388,7 @@ impl Driver for UringDriver {
         cqes.clear();
         self.cqes = cqes;
         self.bufs.publish();
+        self.check_wake(h);
         self.flush(h);
         Ok(())
     }
@@ -337,6 +410,9 @@ impl Drop for UringDriver {
     fn drop(&mut self) {
         // Take the buffer ring away from the kernel before its memory goes (BufRing::drop).
         let _ = self.ring.submitter().unregister_buf_ring(BGID);
+        // The waker's duplicate of the ring descriptor would keep the ring (and every
+        // connection in its file table) alive.
+        self.waker().clear_ring();
     }
 }
 
@@ -375,7 +451,8 @@ fn build_ring(entries: u32) -> io::Result<IoUring> {
         .setup_submit_all()
         .setup_coop_taskrun()
         .setup_single_issuer()
-        .setup_defer_taskrun();
+        .setup_defer_taskrun()
+        .setup_taskrun_flag();
     match b.build(entries) {
         Ok(r) => Ok(r),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {

@@ -87,6 +87,7 @@ impl UringDriver {
         }
         let open = self.io.conns[c.index()].state == ConnState::Open;
         if res > 0 {
+            self.wake.waker.add_in(res as u64);
             let bid = bid.expect("a receive with data names its buffer");
             if open {
                 let data = self.bufs.get(bid, res as usize);

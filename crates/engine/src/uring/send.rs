@@ -53,6 +53,8 @@ impl UringDriver {
             }
             return self.begin_close(c, Some(crate::sys::errno(res)));
         }
+        conn.sent += res as u64;
+        self.wake.waker.add_out(res as u64);
         if conn.advance(res as u64) {
             conn.pop_front();
         }

@@ -90,6 +90,8 @@ impl UringDriver {
             return self.begin_close(c, Some(crate::sys::errno(res)));
         }
         conn.pipe_fill -= res as u32;
+        conn.sent += res as u64;
+        self.wake.waker.add_out(res as u64);
         let chunk_done =
             matches!(conn.out.front(), Some(Chunk::File { off, end, .. }) if off == end);
         if conn.pipe_fill == 0 && chunk_done {

@@ -22,6 +22,8 @@ pub(crate) enum Kind {
     CancelAccept = 11,
     Connect = 12,
     PeerName = 13,
+    /// A control wake-up posted by another ring (`IORING_OP_MSG_RING`).
+    Msg = 14,
 }
 
 impl Kind {
@@ -41,6 +43,7 @@ impl Kind {
             11 => CancelAccept,
             12 => Connect,
             13 => PeerName,
+            14 => Msg,
             _ => return None,
         })
     }

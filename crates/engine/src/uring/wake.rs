@@ -1,5 +1,7 @@
-//! A read kept armed on the zone's eventfd (`IORING_OP_READ`, Linux 5.6), so another thread
-//! can wake a zone parked in `io_uring_enter`.
+//! A read kept armed on the zone's eventfd (`IORING_OP_READ`, Linux 5.6): the fallback
+//! wake-up for a parked zone when the control side cannot use `IORING_OP_MSG_RING`
+//! ([`super::msg`]). Either completion only ends the wait; the driver then finds the pending
+//! flag set and calls `on_wake` (see [`crate::Waker`]).
 
 use io_uring::{opcode, types};
 
@@ -9,12 +11,17 @@ use crate::handler::Handler;
 use crate::waker::Waker;
 
 pub(super) struct WakeOp {
-    waker: Waker,
+    pub(super) waker: Waker,
     /// The read's target; boxed so its address is stable while the driver moves.
     buf: Box<u64>,
 }
 
 impl WakeOp {
+    /// Lets the control side wake this zone with MSG_RING completions on `ring`.
+    pub(super) fn waker_set_ring(&self, ring: std::os::fd::RawFd) {
+        self.waker.set_ring(ring);
+    }
+
     pub(super) fn new(waker: Waker) -> Self {
         WakeOp {
             waker,
@@ -34,10 +41,19 @@ impl UringDriver {
         unsafe { self.push(&e) };
     }
 
-    pub(super) fn complete_wake<H: Handler>(&mut self, h: &mut H, res: i32) {
+    pub(super) fn complete_wake(&mut self) {
         self.arm_wake();
-        if res >= 0 || res == -libc::EAGAIN {
+    }
+
+    /// Once per loop iteration: one atomic load unless a control message is pending.
+    #[inline]
+    pub(super) fn check_wake<H: Handler>(&mut self, h: &mut H) {
+        if self.wake.waker.take_pending() {
             h.on_wake(&mut self.io);
         }
+    }
+
+    pub(super) fn waker(&self) -> &Waker {
+        &self.wake.waker
     }
 }
