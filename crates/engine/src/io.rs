@@ -288,13 +288,15 @@ impl Io {
             Slots::Fd => ConnId(fd.as_raw_fd() as u32),
             Slots::Reserved(free) => match free.pop() {
                 Some(slot) => ConnId(slot),
-                None => return Err(io::Error::new(
-                    io::ErrorKind::OutOfMemory,
-                    format!(
-                        "connect to {}: all outbound connection slots are in use (raise max_conns)",
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        format!(
+                        "connect to {}: no free outbound connection slot (the zone's max_outbound is reached)",
                         to.addr
                     ),
-                )),
+                    ))
+                }
             },
         };
         let conn = self.conn_mut(c);

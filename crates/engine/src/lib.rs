@@ -106,6 +106,9 @@ pub struct ZoneConfig {
     /// How long an idle zone keeps polling for completions before it parks (blocks in
     /// `io_uring_enter` / `epoll_wait`). Zero: park at once. See [`Waker`].
     pub busy_poll: std::time::Duration,
+    /// Outbound connections ([`Io::connect`]) this zone can hold at once; on io_uring they
+    /// take direct-descriptor slots beside the accepted ones. 0: the zone does not connect.
+    pub max_outbound: u32,
 }
 
 /// `IORING_SETUP_SQPOLL` settings.
@@ -142,6 +145,7 @@ impl Default for ZoneConfig {
             sqpoll: None,
             peer_addrs: false,
             busy_poll: std::time::Duration::ZERO,
+            max_outbound: 0,
         }
     }
 }

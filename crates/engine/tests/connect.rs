@@ -100,6 +100,7 @@ fn relay(
         recv_buffers: 16,
         recv_buffer_size: 4096,
         peer_addrs: true,
+        max_outbound: 64,
         ..ZoneConfig::default()
     };
     let h = Relay {

@@ -117,12 +117,21 @@ pub fn serve(cfg: Config) -> ExitCode {
     };
     let zones = cpus.len();
     // Each zone holds at most this many connections; the registered-file table (accepted
-    // plus as many outbound slots) may not exceed RLIMIT_NOFILE, and the process's other
-    // descriptors need room too.
+    // plus as many outbound slots when something proxies) may not exceed RLIMIT_NOFILE, and
+    // the process's other descriptors need room too.
+    let proxies = !cfg.upstream.is_empty()
+        || !cfg.stream.is_empty()
+        || cfg.server.iter().any(|s| {
+            s.get_ref()
+                .location
+                .iter()
+                .any(|l| l.get_ref().proxy_pass.is_some())
+        });
+    let conns_share = if proxies { 2 } else { 1 };
     let max_conns = cfg
         .runtime
         .max_conns
-        .min((nofile.saturating_sub(64) / 2).max(64) as u32);
+        .min((nofile.saturating_sub(64) / conns_share).max(64) as u32);
 
     let mut upstreams = match crate::proxy::Upstreams::compile(&cfg) {
         Ok(u) => u,
@@ -235,6 +244,7 @@ pub fn serve(cfg: Config) -> ExitCode {
             // Client addresses for X-Forwarded-For and PROXY headers.
             peer_addrs: upstreams.is_some(),
             busy_poll: Duration::ZERO,
+            max_outbound: if upstreams.is_some() { max_conns } else { 0 },
         };
         let (routes, settings, ev_tx, done_tx, ups) = (
             routes.clone(),

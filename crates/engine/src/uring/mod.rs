@@ -77,24 +77,27 @@ impl UringDriver {
             None => build_ring(cfg.ring_entries)?,
             Some(sq) => build_sqpoll_ring(cfg.ring_entries, sq)?,
         };
-        // Slots [0, max_conns) for accepts, [max_conns, 2 max_conns) for outbound connections.
+        // Slots [0, max_conns) for accepts, then max_outbound for outbound connections.
         ring.submitter()
-            .register_files_sparse(cfg.max_conns * 2)
+            .register_files_sparse(cfg.max_conns + cfg.max_outbound)
             .map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!(
                         "register {} direct descriptors: {e} (lower max_conns or raise `ulimit -n`)",
-                        cfg.max_conns
+                        cfg.max_conns + cfg.max_outbound
                     ),
                 )
             })?;
-        let outbound_slots = match connect::limit_alloc_range(&ring, cfg.max_conns) {
-            Ok(()) => (cfg.max_conns..cfg.max_conns * 2).rev().collect(),
-            Err(e) => {
-                tracing::warn!("io_uring file allocation range: {e}; outbound connections unavailable on this zone");
-                Vec::new()
-            }
+        let outbound_slots = match cfg.max_outbound {
+            0 => Vec::new(),
+            n => match connect::limit_alloc_range(&ring, cfg.max_conns) {
+                Ok(()) => (cfg.max_conns..cfg.max_conns + n).rev().collect(),
+                Err(e) => {
+                    tracing::warn!("io_uring file allocation range: {e}; outbound connections unavailable on this zone");
+                    Vec::new()
+                }
+            },
         };
         let bufs = BufRing::new(&ring, BGID, cfg.recv_buffers, cfg.recv_buffer_size)?;
         let enter = enter::Enter::new(&ring);

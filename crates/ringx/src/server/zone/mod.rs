@@ -136,7 +136,9 @@ pub struct HttpZone {
     /// Upstream connections, by handle.
     upc: Vec<Option<UpConn>>,
     up_gen: u32,
-    /// Finished request records, reused (see `try_proxy`).
+    /// Finished request records, reused (see `try_proxy`). Boxed on purpose: the same
+    /// allocations move in and out of `HttpConn::proxy`.
+    #[allow(clippy::vec_box)]
     proxy_pool: Vec<Box<proxy::ProxyReq>>,
 }
 
