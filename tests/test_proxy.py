@@ -512,3 +512,38 @@ http {{ access_log off; keepalive_requests 100000;
     finally:
         p.kill()
         p.wait()
+
+
+def test_head_204_304_have_no_body(ringx, engine, up, port):
+    u = up()
+    ringx.make(proxy_config(engine, port, upstream_block("app", [u.addr]), loc("/", "app")),
+               engine=engine)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    r, d = get(port, "/big?n=5000", method="HEAD", conn=c)
+    assert r.status == 200 and d == b"" and r.getheader("Content-Length") == "5000"
+    for code in (204, 304):
+        r, d = get(port, f"/status/{code}", conn=c)
+        assert r.status == code and d == b""
+    r, d = get(port, "/echo", conn=c)  # the connection is still in step
+    assert r.status == 200 and json.loads(d)["method"] == "GET"
+
+
+def test_graceful_stop_finishes_proxied_request(ringx, engine, up, port):
+    import signal as sig
+    u = up()
+    r = ringx.make(proxy_config(engine, port, upstream_block("app", [u.addr]), loc("/", "app")),
+                   engine=engine)
+    out = {}
+
+    def slow():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", "/slow?ms=700")
+        resp = c.getresponse()
+        out["status"], out["body"], out["conn"] = resp.status, resp.read(), resp.getheader("Connection")
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.2)
+    r.signal(sig.SIGTERM)
+    t.join()
+    assert out["status"] == 200 and out["body"] == b"slow" and out["conn"] == "close"
+    assert r.wait_exit(5) == 0

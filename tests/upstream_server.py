@@ -191,8 +191,12 @@ class UpstreamServer:
         keep = hmap.get("connection", "").lower() != "close"
 
         def send(status: int, payload: bytes, extra: str = "", reason: str = "X") -> None:
+            if status in (204, 304):
+                c.sendall(f"HTTP/1.1 {status} {reason}\r\nX-Upstream: {self.name}\r\n\r\n".encode())
+                return
             c.sendall((f"HTTP/1.1 {status} {reason}\r\nContent-Length: {len(payload)}\r\n"
-                       f"X-Upstream: {self.name}\r\n{extra}\r\n").encode() + payload)
+                       f"X-Upstream: {self.name}\r\n{extra}\r\n").encode()
+                      + (b"" if req["method"] == "HEAD" else payload))
 
         if path == "/echo":
             send(200, json.dumps(req).encode(), "Content-Type: application/json\r\n")
@@ -212,6 +216,8 @@ class UpstreamServer:
         elif path == "/big":
             n = int(q.get("n", "1000000"))
             c.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode())
+            if req["method"] == "HEAD":
+                return keep
             data = pattern(min(n, 1 << 20))
             sent = 0
             while sent < n:
