@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom bench bench-echo bench-proxy clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom bench bench-echo bench-proxy bench-xdp clean fmt
 
 all: release
 
@@ -49,6 +49,7 @@ bench: release
 	python3 bench/run.py $(BENCH_ARGS)
 	python3 bench/steer.py $(filter --quick,$(BENCH_ARGS))
 	python3 bench/proxy.py $(BENCH_ARGS)
+	python3 bench/xdp.py $(filter --quick,$(BENCH_ARGS))
 
 fmt:
 	$(CARGO) fmt --all
@@ -61,3 +62,6 @@ bench-echo: release
 
 bench-proxy: release
 	python3 bench/proxy.py $(BENCH_ARGS)
+
+bench-xdp: release
+	python3 bench/xdp.py $(BENCH_ARGS)

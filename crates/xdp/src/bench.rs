@@ -10,7 +10,7 @@ use crate::{sys, Error, Mode, Result};
 
 static BENCH_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_bench.o"));
 
-/// `xdp_gen`, `xdp_drop` and `xdp_pass` from bpf/xdp_bench.bpf.c, loaded. Attachments live as
+/// `xdp_gen`, `xdp_drop`, `xdp_pass` and `xdp_touch_drop` from bpf/xdp_bench.bpf.c, loaded. Attachments live as
 /// long as this value (they are not pinned).
 pub struct BenchProgs {
     ebpf: Ebpf,
@@ -24,7 +24,7 @@ impl BenchProgs {
             .set_global("gen_ifindex", &gen_ifindex, true)
             .load(BENCH_OBJ)
             .map_err(|e| Error::from_aya("load the bench object", &e))?;
-        for name in ["xdp_gen", "xdp_drop", "xdp_pass"] {
+        for name in ["xdp_gen", "xdp_drop", "xdp_pass", "xdp_touch_drop"] {
             prog(&mut ebpf, name)?
                 .load()
                 .map_err(|e| Error::from_aya(&format!("load {name}"), &e))?;
@@ -32,7 +32,7 @@ impl BenchProgs {
         Ok(BenchProgs { ebpf })
     }
 
-    /// Attaches `name` (`xdp_drop` or `xdp_pass`) to `dev` until this value is dropped.
+    /// Attaches `name` (`xdp_drop`, `xdp_pass` or `xdp_touch_drop`) to `dev` until this value is dropped.
     pub fn attach(&mut self, name: &str, dev: &str, mode: Mode) -> Result<()> {
         let ifindex = sys::ifindex(dev).ok_or_else(|| Error::NoDevice(dev.to_string()))?;
         let flags = match mode {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::abi::{map_names, Counter, LpmV4, LpmV6, Reason, Verdict, PORT_TCP, PORT_UDP};
 use crate::abi::{ORIGIN_API, ORIGIN_CLI, ORIGIN_CONFIG, SIZEOF_RX_COUNTER};
 use crate::abi::{SIZEOF_RX_LPM_V4, SIZEOF_RX_LPM_V6};
-use crate::sys::{MapFd, BPF_ANY};
+use crate::sys::{MapFd, BPF_ANY, BPF_NOEXIST};
 use crate::{Cidr, Error, Result, DEFAULT_PIN_DIR};
 
 /// Who put an entry on a list (the value stored with it).
@@ -71,28 +71,34 @@ struct Tries {
 }
 
 impl Tries {
+    /// Adds `cidr`; false (and the entry left as it was, origin included) when exactly this
+    /// prefix is there already.
     fn insert(&self, cidr: Cidr, origin: Origin) -> Result<bool> {
         let value = origin.value().to_ne_bytes();
-        let existed = self.contains_exact(cidr)?;
+        // LPM tries honour BPF_NOEXIST for the exact prefix (a lookup would match longer
+        // or shorter ones too).
         let r = match (cidr.lpm_v4(), cidr.lpm_v6()) {
-            (Some(k), _) => self.v4.update(&k.to_bytes(), &value, BPF_ANY),
-            (_, Some(k)) => self.v6.update(&k.to_bytes(), &value, BPF_ANY),
+            (Some(k), _) => self.v4.update(&k.to_bytes(), &value, BPF_NOEXIST),
+            (_, Some(k)) => self.v6.update(&k.to_bytes(), &value, BPF_NOEXIST),
             _ => unreachable!("a prefix is IPv4 or IPv6"),
         };
-        r.map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::E2BIG) => Error::Invalid(format!(
-                "cannot add {cidr}: the list is full ({} entries)",
-                if cidr.addr().is_ipv4() {
-                    &self.v4
-                } else {
-                    &self.v6
-                }
-                .info()
-                .max_entries
-            )),
-            _ => Error::io(format!("add {cidr}"), e),
-        })?;
-        Ok(!existed)
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(match e.raw_os_error() {
+                Some(libc::ENOSPC) | Some(libc::E2BIG) => Error::Invalid(format!(
+                    "cannot add {cidr}: the list is full ({} entries)",
+                    if cidr.addr().is_ipv4() {
+                        &self.v4
+                    } else {
+                        &self.v6
+                    }
+                    .info()
+                    .max_entries
+                )),
+                _ => Error::io(format!("add {cidr}"), e),
+            }),
+        }
     }
 
     fn remove(&self, cidr: Cidr) -> Result<bool> {
@@ -102,11 +108,6 @@ impl Tries {
             _ => unreachable!("a prefix is IPv4 or IPv6"),
         };
         r.map_err(|e| Error::io(format!("remove {cidr}"), e))
-    }
-
-    /// Whether exactly this prefix is on the list (not merely covered by a shorter one).
-    fn contains_exact(&self, cidr: Cidr) -> Result<bool> {
-        Ok(self.entries()?.iter().any(|(c, _)| *c == cidr))
     }
 
     fn entries(&self) -> Result<Vec<(Cidr, Origin)>> {
