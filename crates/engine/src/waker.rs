@@ -48,6 +48,8 @@ struct ControlLine {
 #[derive(Default)]
 struct ZoneLine {
     parked: AtomicBool,
+    /// When the current park began, in nanoseconds since [`epoch`].
+    park_start: AtomicU64,
     waits: AtomicU64,
     parks: AtomicU64,
     parked_ns: AtomicU64,
@@ -98,6 +100,12 @@ pub struct WaitStats {
     pub sent_none: u64,
 }
 
+/// The reference point of `park_start`.
+fn epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
 /// Adds to a counter only one thread writes: a plain load and store, no locked instruction.
 #[inline]
 pub(crate) fn bump(a: &AtomicU64, n: u64) {
@@ -107,6 +115,7 @@ pub(crate) fn bump(a: &AtomicU64, n: u64) {
 impl Waker {
     /// A new, unsignalled waker.
     pub fn new() -> io::Result<Self> {
+        epoch();
         // SAFETY: eventfd has no memory arguments; a non-negative result is a new descriptor
         // that nothing else owns, so OwnedFd may take it.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -162,11 +171,18 @@ impl Waker {
         let z = &self.s.zone;
         let c = &self.s.ctl;
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let parked = z.parked.load(Ordering::Relaxed);
+        // The park in progress counts too (an idle zone may have been parked for hours).
+        let current = if parked {
+            (epoch().elapsed().as_nanos() as u64).saturating_sub(r(&z.park_start))
+        } else {
+            0
+        };
         WaitStats {
             waits: r(&z.waits),
             parks: r(&z.parks),
-            parked_ns: r(&z.parked_ns),
-            parked: z.parked.load(Ordering::Relaxed),
+            parked_ns: r(&z.parked_ns) + current,
+            parked,
             wakes: r(&z.wakes),
             bytes_in: r(&z.bytes_in),
             bytes_out: r(&z.bytes_out),
@@ -199,20 +215,27 @@ impl Waker {
     }
 
     /// Zone side, before a wait that may block: publishes `parked` and returns whether a
-    /// control message is already pending (then the wait must not block).
+    /// control message is already pending (then the wait must not block), and when the park
+    /// began (for [`Waker::park_end`]).
     #[inline]
-    pub(crate) fn park_begin(&self) -> bool {
-        self.s.zone.parked.store(true, Ordering::SeqCst);
-        self.s.ctl.pending.load(Ordering::SeqCst)
+    pub(crate) fn park_begin(&self) -> (bool, std::time::Instant) {
+        let now = std::time::Instant::now();
+        let z = &self.s.zone;
+        z.park_start.store(
+            now.saturating_duration_since(epoch()).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        z.parked.store(true, Ordering::SeqCst);
+        (self.s.ctl.pending.load(Ordering::SeqCst), now)
     }
 
-    /// Zone side, after the wait: `parked_ns` spent in it.
+    /// Zone side, after the wait that began at `start`.
     #[inline]
-    pub(crate) fn park_end(&self, parked_ns: u64) {
+    pub(crate) fn park_end(&self, start: std::time::Instant) {
         let z = &self.s.zone;
         z.parked.store(false, Ordering::Relaxed);
         bump(&z.parks, 1);
-        bump(&z.parked_ns, parked_ns);
+        bump(&z.parked_ns, start.elapsed().as_nanos() as u64);
     }
 
     /// Zone side, once per loop iteration: one atomic load while nothing is pending.

@@ -2,16 +2,15 @@
 //!
 //! The main thread binds every zone's listeners (so address errors surface before anything
 //! runs), drops privileges, starts one pinned thread per zone, and then only waits for
-//! signals: SIGTERM/SIGINT drain gracefully, SIGQUIT exits at once.
+//! signals: SIGTERM/SIGINT drain gracefully, SIGQUIT exits at once, SIGHUP reloads the
+//! configuration, SIGUSR1 reopens the access log, SIGUSR2 upgrades the binary (control.rs).
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use ringx_engine::{
-    bind_reuseport, choose_engine, run_zone, EngineKind, ListenOptions, Waker, ZoneConfig,
-};
+use ringx_engine::{choose_engine, run_zone, EngineKind, ListenOptions, Waker, ZoneConfig};
 
 use crate::config::{self, Config, Engine};
 use crate::server::route::Routes;
@@ -93,7 +92,7 @@ fn drop_privileges(user: &str) -> Result<(), String> {
 }
 
 /// Runs the server until a signal stops it.
-pub fn serve(cfg: Config) -> ExitCode {
+pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     init_logging(&cfg.runtime.log_level);
     ringx_engine::sys::ignore_sigpipe();
     let nofile = ringx_engine::sys::raise_nofile();
@@ -162,11 +161,13 @@ pub fn serve(cfg: Config) -> ExitCode {
     };
 
     // Bind every zone's listeners before anything runs: an address error stops start-up.
+    // After a binary upgrade, the sockets of the process this one replaces are used instead.
+    let mut inherited = crate::upgrade::Inherited::take();
     let mut per_zone = Vec::with_capacity(zones);
     for _ in 0..zones {
         let mut ls = Vec::new();
         for addr in &routes.listen {
-            match bind_reuseport(*addr, &lopts) {
+            match inherited.bind(*addr, &lopts) {
                 Ok(l) => ls.push(l),
                 Err(e) => {
                     tracing::error!("cannot listen: {e}");
@@ -183,6 +184,16 @@ pub fn serve(cfg: Config) -> ExitCode {
             ringx_engine::reuseport::steer_zones(&cpus, &per_zone)
         }
         config::steering::ListenSteering::Hash => Vec::new(),
+    };
+    inherited.adopt_leftovers(&mut per_zone);
+    let sockets = crate::control::dup_sockets(&per_zone);
+    // The admin listener and the access log file, opened while privileges last.
+    let mut ops = match crate::ops_wiring::open(&cfg) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
     };
     // The XDP filter ([xdp]), attached while privileges last; dropping the guard (however
     // serve returns) logs its counters and detaches only with detach_on_exit.
@@ -217,6 +228,13 @@ pub fn serve(cfg: Config) -> ExitCode {
     if sqpoll.is_some() && engine != EngineKind::Uring {
         tracing::warn!("sqpoll applies to the io_uring engine only; ignored");
     }
+    let log = match ops.start_log() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("access log: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (ev_tx, ev_rx) = mpsc::channel::<ZoneEvent>();
     let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
     let mut ctls = Vec::new();
@@ -228,10 +246,9 @@ pub fn serve(cfg: Config) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let ctl = Arc::new(ZoneCtl {
-            cmd: AtomicU8::new(0),
-        });
+        let ctl = Arc::new(ZoneCtl::new());
         ctls.push((ctl.clone(), waker.clone()));
+        let zops = ops.zone(&log, &listeners, ev_tx.clone());
         let zcfg = ZoneConfig {
             id,
             cpu: Some(cpus[id]),
@@ -242,8 +259,9 @@ pub fn serve(cfg: Config) -> ExitCode {
             ring_entries: 1024,
             sqpoll: sqpoll.clone(),
             // Client addresses for X-Forwarded-For and PROXY headers.
-            peer_addrs: upstreams.is_some(),
-            busy_poll: Duration::ZERO,
+            // ... and for the access log.
+            peer_addrs: upstreams.is_some() || cfg.http.access_log.is_some(),
+            busy_poll: Duration::from_micros(cfg.runtime.busy_poll_us),
             max_outbound: if upstreams.is_some() { max_conns } else { 0 },
         };
         let (routes, settings, ev_tx, done_tx, ups) = (
@@ -257,7 +275,9 @@ pub fn serve(cfg: Config) -> ExitCode {
             .name(format!("ringx-zone-{id}"))
             .spawn(move || {
                 let mut h = HttpZone::new(id, routes, settings, ctl, ev_tx, ups);
+                h.set_ops(zops);
                 let r = run_zone(&zcfg, listeners, waker, &mut h).map_err(|e| e.to_string());
+                drop(h); // hands its last access log lines to the writer first
                 let _ = done_tx.send((id, r));
             });
         if let Err(e) = spawned {
@@ -280,6 +300,7 @@ pub fn serve(cfg: Config) -> ExitCode {
         }
         match ev_rx.recv_timeout(Duration::from_millis(20)) {
             Ok(ZoneEvent::Ready) => ready += 1,
+            Ok(_) => {}
             Err(mpsc::RecvTimeoutError::Timeout) if start.elapsed() < Duration::from_secs(30) => {}
             Err(_) => {
                 tracing::error!("zones did not start within 30 s");
@@ -294,8 +315,23 @@ pub fn serve(cfg: Config) -> ExitCode {
         addrs.join(", "),
         engine.as_str()
     );
+    let mut control = ops.control(crate::ops_wiring::ControlParts {
+        cfg: &cfg,
+        config_path,
+        zones: &ctls,
+        lopts,
+        sockets,
+        routes: routes.clone(),
+        upstreams: upstreams.clone(),
+        health_stop: health_stop.clone(),
+        engine: engine.as_str(),
+        log,
+    });
 
     loop {
+        while let Ok(ev) = ev_rx.try_recv() {
+            control.event(ev);
+        }
         // A zone that stops on its own is a failure: report it and stop the others.
         if let Ok((id, r)) = done_rx.try_recv() {
             tracing::error!(
@@ -304,25 +340,34 @@ pub fn serve(cfg: Config) -> ExitCode {
             );
             return ExitCode::FAILURE;
         }
-        match wait_signal(&sigs, Some(Duration::from_millis(500))) {
+        // Shorter while zones are applying a reload, to report when they are done.
+        let tick = Duration::from_millis(if control.acks.is_some() { 20 } else { 500 });
+        match wait_signal(&sigs, Some(tick)) {
             Some(libc::SIGTERM) | Some(libc::SIGINT) => {
                 tracing::info!(
                     "shutting down gracefully (draining for up to {:?})",
                     cfg.runtime.drain_timeout.0
                 );
-                return drain(&ctls, &done_rx, zones, cfg.runtime.drain_timeout.0, &sigs);
+                control.begin_drain();
+                let rc = drain(&ctls, &done_rx, zones, cfg.runtime.drain_timeout.0, &sigs);
+                control.finish();
+                return rc;
             }
             Some(libc::SIGQUIT) => {
                 tracing::info!("SIGQUIT: exiting now");
                 return ExitCode::SUCCESS;
             }
-            Some(libc::SIGHUP) => tracing::warn!(
-                "SIGHUP: configuration reload is not supported yet; restart to apply changes"
-            ),
+            Some(libc::SIGHUP) => control.reload(),
             Some(libc::SIGUSR1) => {
-                tracing::info!("SIGUSR1: no log files to reopen (logs go to stderr)")
+                tracing::info!("SIGUSR1: reopening the access log");
+                control.log.reopen();
             }
-            Some(libc::SIGUSR2) => tracing::warn!("SIGUSR2: binary upgrade is not supported yet"),
+            Some(libc::SIGUSR2) if control.upgrade() => {
+                control.begin_drain();
+                let rc = drain(&ctls, &done_rx, zones, cfg.runtime.drain_timeout.0, &sigs);
+                control.finish();
+                return rc;
+            }
             _ => {}
         }
     }

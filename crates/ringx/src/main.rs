@@ -1,13 +1,19 @@
 //! `ringx`: the command line.
 
+mod accesslog;
+mod admin;
 mod cli_rss;
 mod cli_xdp;
 mod config;
+mod control;
 mod echo;
 mod echo_pool;
 mod lifecycle;
+mod metrics;
+mod ops_wiring;
 mod proxy;
 mod server;
+mod upgrade;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +53,14 @@ enum Cmd {
     Xdp(cli_xdp::XdpArgs),
     /// Run the length-prefixed echo server of the netpoll benchmark on the engine.
     Echo(echo::EchoArgs),
+    /// Make the running server reload its configuration (SIGHUP to the pid in its pid_file).
+    Reload {
+        #[arg(short = 'c', long = "config")]
+        config: Option<PathBuf>,
+        /// The pid file to read (default: [runtime] pid_file of the configuration).
+        #[arg(long = "pid-file")]
+        pid_file: Option<PathBuf>,
+    },
 }
 
 fn load(path: &Option<PathBuf>) -> Result<config::Config, config::ConfigError> {
@@ -79,8 +93,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Cmd::Reload { config, pid_file } => ops_wiring::signal_cmd(&config, pid_file, libc::SIGHUP),
         Cmd::Serve { config } => match load(&config) {
-            Ok(cfg) => lifecycle::serve(cfg),
+            Ok(cfg) => lifecycle::serve(cfg, config),
             Err(e) => {
                 eprintln!("ringx: {e}");
                 ExitCode::FAILURE

@@ -414,7 +414,8 @@ impl EpollDriver {
                 std::hint::spin_loop();
             }
         }
-        let ms = if self.waker.park_begin() {
+        let (pending, t0) = self.waker.park_begin();
+        let ms = if pending {
             0
         } else {
             match timeout {
@@ -422,9 +423,8 @@ impl EpollDriver {
                 Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
             }
         };
-        let t0 = Instant::now();
         let n = self.epoll_wait(ms);
-        self.waker.park_end(t0.elapsed().as_nanos() as u64);
+        self.waker.park_end(t0);
         n
     }
 

@@ -269,12 +269,8 @@ impl UringDriver {
             std::hint::spin_loop();
         }
         self.waits += 1;
-        let timeout = if self.wake.waker.park_begin() {
-            Some(Duration::ZERO)
-        } else {
-            timeout
-        };
-        let t0 = std::time::Instant::now();
+        let (pending, t0) = self.wake.waker.park_begin();
+        let timeout = if pending { Some(Duration::ZERO) } else { timeout };
         let r = match timeout {
             Some(t) => {
                 let ts = io_uring::types::Timespec::from(t);
@@ -283,7 +279,7 @@ impl UringDriver {
             }
             None => self.ring.submit_and_wait(1).map(drop),
         };
-        self.wake.waker.park_end(t0.elapsed().as_nanos() as u64);
+        self.wake.waker.park_end(t0);
         r
     }
 
@@ -327,14 +323,10 @@ impl UringDriver {
     /// Publishes `parked`, blocks in `io_uring_enter`, and counts the time parked.
     fn park(&mut self, to_submit: u32, timeout: Option<Duration>) -> io::Result<()> {
         self.waits += 1;
-        let timeout = if self.wake.waker.park_begin() {
-            Some(Duration::ZERO)
-        } else {
-            timeout
-        };
-        let t0 = std::time::Instant::now();
+        let (pending, t0) = self.wake.waker.park_begin();
+        let timeout = if pending { Some(Duration::ZERO) } else { timeout };
         let r = self.enter.submit_and_wait(to_submit, timeout);
-        self.wake.waker.park_end(t0.elapsed().as_nanos() as u64);
+        self.wake.waker.park_end(t0);
         r
     }
 }

@@ -4,6 +4,7 @@
 //! deserialised (so toml reports its position), and checks across values keep the value's
 //! span (`toml::Spanned`) to point at it.
 
+pub mod ops;
 pub mod steering;
 pub mod units;
 pub mod upstream;
@@ -39,6 +40,8 @@ pub struct Config {
     pub steering: steering::Steering,
     /// The XDP filter to attach at start; none without an [xdp] section.
     pub xdp: Option<xdp::Xdp>,
+    /// The admin listener (`/metrics`, `/healthz`); none without an [admin] section.
+    pub admin: Option<ops::Admin>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -86,6 +89,11 @@ pub struct Runtime {
     /// How long a zone spins on its completion queue before sleeping (SQPOLL only).
     #[serde(default = "default_sqpoll_spin")]
     pub sqpoll_spin: Dur,
+    /// Written with the server's pid once it serves; `ringx reload` signals that pid.
+    pub pid_file: Option<Spanned<PathBuf>>,
+    /// Microseconds an idle zone spins on its completion queue before it parks.
+    #[serde(default = "ops::default_busy_poll_us")]
+    pub busy_poll_us: u64,
 }
 
 impl Default for Runtime {
@@ -122,6 +130,10 @@ pub struct Http {
     /// Send the version in the `Server` header (`ringx/0.1.0`) or just `ringx`.
     #[serde(default = "yes")]
     pub server_tokens: bool,
+    /// Access log file (absolute path); none: no access log.
+    pub access_log: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub access_log_format: ops::LogFormat,
 }
 
 impl Default for Http {
@@ -375,6 +387,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         ));
     }
     upstream::validate(cfg, src)?;
+    ops::validate(cfg, src)?;
     for (i, s) in cfg.server.iter().enumerate() {
         for a in &s.get_ref().listen {
             let other = cfg.server[..i].iter().find(|o| {

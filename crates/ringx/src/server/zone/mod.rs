@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -22,16 +21,14 @@ use crate::proxy::Upstreams;
 /// Commands from the control thread, read when the zone is woken (0 = run).
 pub const CMD_DRAIN: u8 = 1;
 
+mod ops;
 mod proxy;
 mod request;
 mod tunnel;
 mod upconn;
 
+pub use ops::{ReloadMsg, ZoneCtl, ZoneMsg, ZoneOps};
 use upconn::{UpConn, UP_KEY};
-
-pub struct ZoneCtl {
-    pub cmd: AtomicU8,
-}
 
 /// Queued output above which a connection stops reading (pipelined requests wait).
 const OUT_HIGH_WATER: u64 = 256 * 1024;
@@ -112,9 +109,10 @@ impl HttpConn {
     }
 }
 
-/// Sent to the control thread once the zone runs.
+/// Sent to the control thread once the zone runs, and after each reload it applied.
 pub enum ZoneEvent {
     Ready,
+    Reloaded { zone: usize, generation: u64 },
 }
 
 pub struct HttpZone {
@@ -140,6 +138,8 @@ pub struct HttpZone {
     /// allocations move in and out of `HttpConn::proxy`.
     #[allow(clippy::vec_box)]
     proxy_pool: Vec<Box<proxy::ProxyReq>>,
+    /// Counters, access log, listener map, pending reload (ops.rs).
+    ops: ZoneOps,
 }
 
 /// What processing a request decided about the rest of the input.
@@ -179,6 +179,7 @@ impl HttpZone {
             upc: Vec::new(),
             up_gen: 0,
             proxy_pool: Vec::new(),
+            ops: ZoneOps::default(),
         }
     }
 
@@ -249,10 +250,11 @@ impl HttpZone {
         }
         self.draining = true;
         io.stop_listening();
-        for (i, conn) in self.conns.iter().enumerate() {
+        for i in 0..self.conns.len() {
             let c = ConnId(i as u32);
+            let conn = &self.conns[i];
             if conn.phase == Phase::Idle && conn.inbuf.is_empty() && io.pending(c) == 0 {
-                io.close(c);
+                self.drain_idle(io, c);
             }
         }
         tracing::debug!(zone = self.id, active = self.active, "draining");
@@ -270,14 +272,16 @@ impl Handler for HttpZone {
             self.conns.resize_with(c.index() + 1, || HttpConn::new(now));
         }
         self.active += 1;
-        let kind = self.routes.listener_kind[listener.0 as usize];
+        self.obs_conns();
+        let li = self.route_listener(listener);
+        let kind = self.routes.listener_kind.get(li as usize).copied();
         let conn = &mut self.conns[c.index()];
         conn.client = io.peer_addr(c);
         conn.proxy = None;
         conn.tunnel = None;
         conn.stream = None;
         conn.gen = conn.gen.wrapping_add(1);
-        conn.listener = listener.0;
+        conn.listener = li;
         conn.phase = Phase::Idle;
         conn.inbuf.clear();
         conn.requests = 0;
@@ -289,9 +293,17 @@ impl Handler for HttpZone {
         conn.in_wheel = false;
         let at = now + self.set.header_timeout;
         self.set_deadline(io, c, at);
-        if self.draining {
-            io.close(c);
+        let Some(kind) = kind else {
+            io.close(c); // accepted on a listener a reload just closed
             return;
+        };
+        if self.draining {
+            // Accepted while the listener was being closed: served (with Connection: close).
+            if matches!(kind, ListenerKind::Stream(_)) {
+                io.close(c);
+                return;
+            }
+            self.drain_idle(io, c);
         }
         match kind {
             ListenerKind::Http {
@@ -409,6 +421,7 @@ impl Handler for HttpZone {
             conn.inbuf.clear();
         }
         self.active -= 1;
+        self.obs_closed(io, c);
         if self.draining && self.active == 0 {
             io.exit();
         }
@@ -463,6 +476,7 @@ impl Handler for HttpZone {
         for u in up_due {
             self.up_expire(io, u);
         }
+        self.ops_tick(io);
         let next = self
             .wheel
             .next_due(now)
@@ -476,8 +490,6 @@ impl Handler for HttpZone {
     }
 
     fn on_wake(&mut self, io: &mut Io) {
-        if self.ctl.cmd.load(Ordering::Acquire) == CMD_DRAIN {
-            self.start_drain(io);
-        }
+        self.ops_wake(io);
     }
 }

@@ -602,10 +602,13 @@ impl HttpZone {
                 self.upstream_failed(io, u, Fail::Reset);
                 return Head::Gone;
             };
+            let before = out.len();
             let framing = ringx_http::upstream::write_response_head(out, &h, p.version, ch.bytes());
+            let head_len = (out.len() - before) as u64;
             p.started = true;
             p.keep = keep_client && framing == ClientFraming::Same;
             let (ui, s) = (p.upstream, p.server);
+            self.obs_status(io, c, h.status, head_len);
             if let Some(z) = self.ups.as_mut() {
                 z.succeeded(ui, s);
             }

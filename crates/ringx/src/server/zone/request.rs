@@ -17,7 +17,9 @@ use crate::server::static_files::{self, FileReply};
 impl HttpZone {
     /// Answers with an error page and closes (lingering) after it.
     pub(super) fn fail(&mut self, io: &mut Io, c: ConnId, status: u16, head_only: bool) {
+        let mut head_len = 0;
         if let Some(out) = io.out_buf(c) {
+            let before = out.len();
             respond::error(
                 out,
                 status,
@@ -28,7 +30,10 @@ impl HttpZone {
                 "",
                 head_only,
             );
+            head_len = super::ops::head_len_of(&out[before..]);
         }
+        self.obs_status(io, c, status, head_len);
+        self.obs_end(io, c);
         let conn = self.conn(c);
         conn.body = None;
         conn.pending = None;
@@ -140,6 +145,7 @@ impl HttpZone {
         req: &Request,
         more_input: bool,
     ) -> Next {
+        self.obs_request(io, c, req);
         let conn = &mut self.conns[c.index()];
         conn.requests += 1;
         let requests = conn.requests;
@@ -186,10 +192,16 @@ impl HttpZone {
         let Some(out) = io.out_buf(c) else {
             return Next::Stop;
         };
+        let before = out.len();
         let (file, bad) = self.respond(out, c, req, ch, head_only);
+        let (status, head_len) = (
+            super::ops::status_of(&out[before..]),
+            super::ops::head_len_of(&out[before..]),
+        );
         if let Some((f, off, len)) = file {
             io.send_file(c, f, off, len);
         }
+        self.obs_status(io, c, status, head_len);
         self.after_response(io, c, !keep || bad, more_input)
     }
 
@@ -329,6 +341,7 @@ impl HttpZone {
             p.close = true;
         }
         io.write(c, &p.bytes);
+        self.obs_response_bytes(io, c, &p.bytes);
         if let Some((f, off, len)) = p.file {
             io.send_file(c, f, off, len);
         }
@@ -342,6 +355,7 @@ impl HttpZone {
         close: bool,
         more_input: bool,
     ) -> Next {
+        self.obs_end(io, c);
         let close = close || self.draining;
         if close {
             if more_input || self.conns[c.index()].requests == 0 {

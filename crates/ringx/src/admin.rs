@@ -1,0 +1,122 @@
+//! The admin listener (`[admin] listen`): `GET /metrics` (Prometheus text format) and
+//! `GET /healthz`, served by one plain blocking thread. It is not on any request path, so it
+//! needs none of the zones' machinery; the socket has `SO_REUSEPORT` so that during a binary
+//! upgrade the old and the new process can both hold it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::metrics::Metrics;
+
+/// Binds the admin address (before privileges are dropped).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let l = ringx_engine::bind_reuseport(addr, &ringx_engine::ListenOptions::default())
+        .map_err(|e| std::io::Error::new(e.kind(), format!("admin listener {addr}: {e}")))?;
+    l.set_nonblocking(false)?;
+    Ok(l)
+}
+
+/// Serves the admin endpoints on `l` in a thread of its own. `healthy` goes false when the
+/// server starts draining (`/healthz` then answers 503).
+pub fn spawn(l: TcpListener, metrics: Arc<Metrics>, healthy: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new()
+        .name("ringx-admin".into())
+        .spawn(move || {
+            for s in l.incoming() {
+                match s {
+                    Ok(s) => {
+                        if let Err(e) = serve_one(s, &metrics, &healthy) {
+                            tracing::debug!("admin: {e}");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("admin accept: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the admin thread: {e}");
+    }
+}
+
+fn serve_one(mut s: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > 16 * 1024 {
+            return respond(&mut s, 431, "text/plain", "request head too large\n", false);
+        }
+    }
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let head = method == "HEAD";
+    if method != "GET" && !head {
+        return respond(&mut s, 405, "text/plain", "GET or HEAD only\n", head);
+    }
+    match target.split('?').next().unwrap_or("") {
+        "/metrics" => {
+            let body = metrics.render();
+            respond(
+                &mut s,
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                &body,
+                head,
+            )
+        }
+        "/healthz" => {
+            if healthy.load(Ordering::Relaxed) {
+                respond(&mut s, 200, "text/plain", "ok\n", head)
+            } else {
+                respond(&mut s, 503, "text/plain", "draining\n", head)
+            }
+        }
+        _ => respond(
+            &mut s,
+            404,
+            "text/plain",
+            "not found: try /metrics or /healthz\n",
+            head,
+        ),
+    }
+}
+
+fn respond(
+    s: &mut TcpStream,
+    status: u16,
+    ctype: &str,
+    body: &str,
+    head_only: bool,
+) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "",
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
+    }
+    s.write_all(&out)
+}

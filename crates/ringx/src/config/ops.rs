@@ -1,0 +1,79 @@
+//! Operations settings: the admin listener (`[admin]`), the access log (`[http] access_log`),
+//! the pid file and the zones' busy-poll budget (`[runtime]`).
+//!
+//! ```toml
+//! [runtime]
+//! pid_file = "/run/ringx.pid"     # written once serving; `ringx reload` signals that pid
+//! busy_poll_us = 0                # spin this long on the completion queue before parking
+//!
+//! [http]
+//! access_log = "/var/log/ringx/access.log"
+//! access_log_format = "combined"  # or "json"
+//!
+//! [admin]
+//! listen = "127.0.0.1:9901"       # GET /metrics (Prometheus text), GET /healthz
+//! ```
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// `[admin]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    pub listen: Spanned<SocketAddr>,
+}
+
+/// `access_log_format`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// nginx's `combined`: `$remote_addr - $remote_user [$time_local] "$request" $status
+    /// $body_bytes_sent "$http_referer" "$http_user_agent"`.
+    #[default]
+    Combined,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The default busy-poll budget, picked by measurement (bench/ops.py): on a machine whose
+/// cores the clients share, spinning takes CPU from them and buys no latency.
+pub fn default_busy_poll_us() -> u64 {
+    0
+}
+
+/// Checks of the operations settings that need more than their type.
+pub fn validate(cfg: &super::Config, src: &super::Source) -> Result<(), super::ConfigError> {
+    if let Some(p) = &cfg.http.access_log {
+        let path = p.get_ref();
+        if !path.is_absolute() {
+            return Err(src.err(
+                p.span(),
+                format!("access_log {} must be an absolute path", path.display()),
+            ));
+        }
+        match path.parent().map(std::fs::metadata) {
+            Some(Ok(m)) if m.is_dir() => {}
+            _ => {
+                return Err(src.err(
+                    p.span(),
+                    format!(
+                        "access_log {}: its directory does not exist",
+                        path.display()
+                    ),
+                ))
+            }
+        }
+    }
+    if let Some(p) = &cfg.runtime.pid_file {
+        if !p.get_ref().is_absolute() {
+            return Err(src.err(p.span(), "pid_file must be an absolute path"));
+        }
+    }
+    if cfg.runtime.busy_poll_us > 1_000_000 {
+        return Err(src.err(0..0, "runtime.busy_poll_us must be at most 1000000 (1 s)"));
+    }
+    Ok(())
+}

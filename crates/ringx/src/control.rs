@@ -1,0 +1,363 @@
+//! The control thread's operations: configuration reload (SIGHUP, `ringx reload`), binary
+//! upgrade (SIGUSR2), access log reopening (SIGUSR1), and the pid file.
+//!
+//! A reload reads and validates the whole configuration first; any error (reported as
+//! `FILE:LINE:COL: message`) leaves everything as it was. A valid one is compiled (routes,
+//! settings, upstreams), its new listen addresses are bound for every zone, and each zone
+//! gets it as a control message (`ZoneMsg::Reload`) that it applies at a safe point (see
+//! `server::zone::ops`). What a reload cannot change ([runtime], [steering], [xdp],
+//! [admin]) needs a binary upgrade or a restart.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ringx_engine::{ListenOptions, Waker};
+
+use crate::accesslog::LogWriter;
+use crate::config::{self, Config};
+use crate::metrics::Metrics;
+use crate::proxy::Upstreams;
+use crate::server::route::Routes;
+use crate::server::settings::Settings;
+use crate::server::zone::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg};
+
+/// How the control thread reaches one zone.
+pub struct ZoneHandle {
+    pub ctl: Arc<ZoneCtl>,
+    pub waker: Waker,
+}
+
+/// Everything a reload or an upgrade needs.
+pub struct Control {
+    pub config_path: Option<PathBuf>,
+    pub zones: Vec<ZoneHandle>,
+    pub lopts: ListenOptions,
+    /// Duplicates of every zone's listening socket, by address: handed to a new binary on
+    /// upgrade. Dropped when draining starts, so closed listeners really close.
+    pub sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
+    pub routes: Arc<Routes>,
+    pub upstreams: Option<Arc<Upstreams>>,
+    pub fingerprint: String,
+    pub health_stop: Arc<AtomicBool>,
+    pub generation: u64,
+    pub metrics: Arc<Metrics>,
+    pub log: LogWriter,
+    pub log_path: Option<PathBuf>,
+    pub drain_timeout: Duration,
+    /// The reload whose acknowledgements are awaited: generation, zones left, since.
+    pub acks: Option<(u64, usize, Instant)>,
+    pub pid_file: Option<PathBuf>,
+    pub upgrade: Option<Child>,
+    /// `/healthz` says ok while this is set; cleared when draining begins.
+    pub healthy: Arc<AtomicBool>,
+}
+
+/// Duplicates of each zone's listeners, grouped by address.
+pub fn dup_sockets(per_zone: &[Vec<TcpListener>]) -> Vec<(SocketAddr, Vec<OwnedFd>)> {
+    let mut out: Vec<(SocketAddr, Vec<OwnedFd>)> = Vec::new();
+    for ls in per_zone {
+        for l in ls {
+            let (Ok(addr), Ok(fd)) = (l.local_addr(), l.try_clone()) else {
+                continue;
+            };
+            let fd = OwnedFd::from(fd);
+            match out.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, v)) => v.push(fd),
+                None => out.push((addr, vec![fd])),
+            }
+        }
+    }
+    out
+}
+
+/// What decides whether zones must rebuild their upstream state: the compiled upstreams
+/// and streams (whose indices requests in flight hold).
+pub fn fingerprint(ups: &Upstreams, routes: &Routes) -> String {
+    let mut s = String::new();
+    for u in &ups.list {
+        s += &format!(
+            "{}|{:?}|{:?}|{}|{:?}|{:?}|{:?}|{:?}|{}|{:?};",
+            u.name,
+            u.policy,
+            u.hash_key,
+            u.keepalive,
+            u.keepalive_timeout,
+            u.connect_timeout,
+            u.read_timeout,
+            u.send_timeout,
+            u.retries,
+            u.proxy_protocol
+        );
+        if let Some(h) = &u.health {
+            s += &format!(
+                "h{:?}|{}|{:?}|{}|{}|{:?};",
+                h.interval, h.path, h.expect, h.rise, h.fall, h.timeout
+            );
+        }
+        for sv in &u.servers {
+            s += &format!(
+                "{}|{}|{}|{}|{:?}|{};",
+                sv.name, sv.addr, sv.weight, sv.max_fails, sv.fail_timeout, sv.backup
+            );
+        }
+        s.push('\n');
+    }
+    for st in &routes.streams {
+        s += &format!(
+            "stream {}|{:?}|{};",
+            st.upstream, st.idle_timeout, st.proxy_protocol
+        );
+    }
+    for (a, k) in routes.listen.iter().zip(&routes.listener_kind) {
+        if let crate::server::route::ListenerKind::Stream(i) = k {
+            s += &format!("{a}->{i};");
+        }
+    }
+    s
+}
+
+/// Writes the pid file.
+pub fn write_pid_file(path: &Path) {
+    if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+        tracing::error!("pid file {}: {e}", path.display());
+    }
+}
+
+/// Removes the pid file if it still names this process (after an upgrade it names the new
+/// one).
+pub fn remove_pid_file(path: &Path) {
+    let ours = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        == Some(std::process::id());
+    if ours {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The pid in a pid file.
+pub fn read_pid_file(path: &Path) -> Result<i32, String> {
+    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    s.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|&p| p > 1)
+        .ok_or_else(|| format!("{}: no pid in it ({:?})", path.display(), s.trim()))
+}
+
+/// Loads the configuration the server was started with.
+fn load(path: &Option<PathBuf>) -> Result<Config, config::ConfigError> {
+    match path {
+        Some(p) => config::load(p),
+        None => config::parse("(embedded default)", config::DEFAULT_CONFIG),
+    }
+}
+
+impl Control {
+    /// SIGHUP: read, validate, compile, and hand the new configuration to the zones. On any
+    /// error nothing changes.
+    pub fn reload(&mut self) {
+        let name = self
+            .config_path
+            .as_ref()
+            .map_or("(embedded default)".to_string(), |p| {
+                p.display().to_string()
+            });
+        match self.try_reload() {
+            Ok(summary) => {
+                self.metrics.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    "SIGHUP: configuration {name} is valid; reload {} sent to {} zones ({summary})",
+                    self.generation,
+                    self.zones.len()
+                );
+            }
+            Err(e) => {
+                self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("reload failed, configuration unchanged: {e}");
+            }
+        }
+    }
+
+    fn try_reload(&mut self) -> Result<String, String> {
+        let cfg = load(&self.config_path).map_err(|e| e.to_string())?;
+        let mut ups = Upstreams::compile(&cfg)?;
+        let routes = Arc::new(Routes::compile(&cfg, &mut ups).map_err(|e| e.to_string())?);
+        let fp = fingerprint(&ups, &routes);
+        let ups_changed = fp != self.fingerprint;
+        let ups = (!ups.list.is_empty()).then(|| Arc::new(ups));
+        let settings = Arc::new(Settings::from_config(
+            &cfg.http,
+            cfg.runtime.recv_buffer_size.0,
+        ));
+        // New addresses: one socket per zone, bound now; any failure cancels the reload.
+        let added: Vec<SocketAddr> = routes
+            .listen
+            .iter()
+            .filter(|a| !self.sockets.iter().any(|(b, _)| b == *a))
+            .copied()
+            .collect();
+        let removed: Vec<SocketAddr> = self
+            .sockets
+            .iter()
+            .map(|(a, _)| *a)
+            .filter(|a| !routes.listen.contains(a))
+            .collect();
+        let mut per_zone: Vec<Vec<(SocketAddr, TcpListener)>> =
+            (0..self.zones.len()).map(|_| Vec::new()).collect();
+        for &addr in &added {
+            for z in per_zone.iter_mut() {
+                let l = ringx_engine::bind_reuseport(addr, &self.lopts)
+                    .map_err(|e| format!("cannot listen: {e}"))?;
+                z.push((addr, l));
+            }
+        }
+        // Committed from here on.
+        for &addr in &added {
+            let mut fds = Vec::new();
+            for z in &per_zone {
+                for (a, l) in z {
+                    if *a == addr {
+                        if let Ok(d) = l.try_clone() {
+                            fds.push(OwnedFd::from(d));
+                        }
+                    }
+                }
+            }
+            self.sockets.push((addr, fds));
+        }
+        self.sockets.retain(|(a, _)| !removed.contains(a));
+        self.generation += 1;
+        let log_format = cfg
+            .http
+            .access_log
+            .as_ref()
+            .map(|_| cfg.http.access_log_format);
+        for (zone, z) in self.zones.iter().zip(per_zone) {
+            let msg = ReloadMsg {
+                generation: self.generation,
+                routes: routes.clone(),
+                settings: settings.clone(),
+                upstreams: ups_changed.then(|| ups.clone()),
+                listeners: z,
+                log: log_format,
+                deadline: self.drain_timeout,
+            };
+            zone.ctl
+                .inbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ZoneMsg::Reload(Box::new(msg)));
+            zone.waker.wake();
+        }
+        self.acks = Some((self.generation, self.zones.len(), Instant::now()));
+        let log_path = cfg.http.access_log.as_ref().map(|p| p.get_ref().clone());
+        if log_path != self.log_path {
+            self.log.set_path(log_path.clone());
+            self.log_path = log_path;
+        }
+        if ups_changed {
+            self.health_stop.store(true, Ordering::Relaxed);
+            self.health_stop = Arc::new(AtomicBool::new(false));
+            if let Some(u) = &ups {
+                let _ = crate::proxy::health::spawn(u.clone(), self.health_stop.clone());
+            }
+            *self
+                .metrics
+                .upstreams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = ups.clone();
+            self.upstreams = ups;
+            self.fingerprint = fp;
+        }
+        self.routes = routes;
+        let list = |v: &[SocketAddr]| {
+            v.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        Ok(format!(
+            "{} servers on {} addresses; added [{}], removed [{}]; upstreams {}",
+            cfg.server.len(),
+            self.routes.listen.len(),
+            list(&added),
+            list(&removed),
+            if ups_changed { "changed" } else { "unchanged" }
+        ))
+    }
+
+    /// Zone events after start-up: reload acknowledgements.
+    pub fn event(&mut self, ev: ZoneEvent) {
+        if let ZoneEvent::Reloaded { zone, generation } = ev {
+            tracing::debug!(zone, generation, "zone applied the reload");
+            if let Some((g, left, since)) = self.acks.as_mut() {
+                if *g == generation {
+                    *left -= 1;
+                    if *left == 0 {
+                        tracing::info!(
+                            "reload {generation} applied by every zone in {:?}",
+                            since.elapsed()
+                        );
+                        self.metrics.generation.store(generation, Ordering::Relaxed);
+                        self.acks = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// SIGUSR2: starts the new binary on the same sockets and waits until it serves. True:
+    /// the caller drains this process now.
+    pub fn upgrade(&mut self) -> bool {
+        if let Some(c) = self.upgrade.as_mut() {
+            if matches!(c.try_wait(), Ok(None)) {
+                tracing::warn!("SIGUSR2: an upgrade to process {} is in progress", c.id());
+                return false;
+            }
+        }
+        let socks: Vec<(SocketAddr, i32)> = self
+            .sockets
+            .iter()
+            .flat_map(|(a, fds)| fds.iter().map(move |f| (*a, f.as_raw_fd())))
+            .collect();
+        tracing::info!(
+            "SIGUSR2: starting the new binary with {} listening sockets",
+            socks.len()
+        );
+        match crate::upgrade::spawn(&socks) {
+            Ok(child) => {
+                tracing::info!(
+                    "binary upgrade: process {} serves; this process ({}) drains and exits",
+                    child.id(),
+                    std::process::id()
+                );
+                self.upgrade = Some(child);
+                true
+            }
+            Err(e) => {
+                tracing::error!("binary upgrade failed, this process keeps serving: {e}");
+                false
+            }
+        }
+    }
+
+    /// Drain begins: let closed listeners really close, and say so on /healthz.
+    pub fn begin_drain(&mut self) {
+        self.healthy.store(false, Ordering::Relaxed);
+        self.sockets.clear();
+    }
+
+    /// At exit: the log writer's last lines, the pid file.
+    pub fn finish(&mut self) {
+        self.log.stop();
+        if let Some(p) = &self.pid_file {
+            remove_pid_file(p);
+        }
+    }
+}

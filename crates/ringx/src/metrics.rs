@@ -1,0 +1,409 @@
+//! Counters and their Prometheus text exposition.
+//!
+//! Each zone owns one [`ZoneCounters`] block, aligned to its own cache lines and written only
+//! by that zone (a Relaxed load and store: no locked instruction, no line shared with another
+//! writer). The admin thread reads every block and sums on read; the engine's per-zone wait
+//! statistics ([`ringx_engine::WaitStats`]) come from the zones' wakers the same way.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ringx_engine::Waker;
+
+use crate::proxy::Upstreams;
+
+/// Adds to a counter only its zone writes.
+#[inline]
+pub fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// Status classes counted: 1xx..5xx and anything else.
+pub const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
+
+/// One zone's HTTP counters (written by the zone only).
+#[repr(align(64))]
+#[derive(Default)]
+pub struct ZoneCounters {
+    pub requests: AtomicU64,
+    /// Responses by [`CLASSES`].
+    pub responses: [AtomicU64; 6],
+    /// Client connections open now (a gauge the zone sets).
+    pub active: AtomicU64,
+    /// Upstream connects, with the source port from the steering table or the kernel's.
+    pub connects_steered: AtomicU64,
+    pub connects_kernel: AtomicU64,
+    pub connect_failures: AtomicU64,
+    /// Access log lines handed to the writer, and dropped because it fell behind.
+    pub log_lines: AtomicU64,
+    pub log_dropped: AtomicU64,
+    /// The configuration generation this zone serves.
+    pub generation: AtomicU64,
+}
+
+impl ZoneCounters {
+    #[inline]
+    pub fn response(&self, status: u16) {
+        let i = match status {
+            100..=599 => (status / 100 - 1) as usize,
+            _ => 5,
+        };
+        bump(&self.responses[i], 1);
+    }
+}
+
+/// Everything `/metrics` shows.
+pub struct Metrics {
+    pub engine: &'static str,
+    pub started: Instant,
+    pub zones: Vec<Arc<ZoneCounters>>,
+    pub wakers: Vec<Waker>,
+    /// The upstreams in use (replaced on reload), for their health.
+    pub upstreams: Mutex<Option<Arc<Upstreams>>>,
+    /// Where the XDP filter's maps are pinned, when `[xdp]` is configured.
+    pub xdp_pin_dir: Option<PathBuf>,
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+    pub generation: AtomicU64,
+    /// Access log bytes written and write errors (by the writer thread).
+    pub log_bytes: Arc<AtomicU64>,
+    pub log_errors: Arc<AtomicU64>,
+}
+
+/// A Prometheus text-format writer.
+struct Out {
+    s: String,
+}
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.s, "# HELP {name} {help}");
+        let _ = writeln!(self.s, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
+        self.s.push_str(name);
+        if !labels.is_empty() {
+            self.s.push('{');
+            for (i, (k, val)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.s.push(',');
+                }
+                let _ = write!(self.s, "{k}=\"{}\"", escape_label(val));
+            }
+            self.s.push('}');
+        }
+        let _ = writeln!(self.s, " {v}");
+    }
+
+    /// One sample per zone.
+    fn per_zone(&mut self, name: &str, kind: &str, help: &str, vals: &[u64]) {
+        self.family(name, kind, help);
+        for (z, v) in vals.iter().enumerate() {
+            self.sample(name, &[("zone", &z.to_string())], v);
+        }
+    }
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Metrics {
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut o = Out {
+            s: String::with_capacity(8192),
+        };
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        o.family("ringx_info", "gauge", "Version and engine of this server.");
+        o.sample(
+            "ringx_info",
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("engine", self.engine),
+            ],
+            1,
+        );
+        o.family(
+            "ringx_uptime_seconds",
+            "gauge",
+            "Seconds since this process started serving.",
+        );
+        o.sample(
+            "ringx_uptime_seconds",
+            &[],
+            format!("{:.3}", self.started.elapsed().as_secs_f64()),
+        );
+        o.family(
+            "ringx_config_generation",
+            "gauge",
+            "Configuration generation (1 at start, +1 per successful reload).",
+        );
+        o.sample("ringx_config_generation", &[], r(&self.generation));
+        o.family(
+            "ringx_reloads_total",
+            "counter",
+            "Configuration reloads by result.",
+        );
+        o.sample(
+            "ringx_reloads_total",
+            &[("result", "ok")],
+            r(&self.reloads_ok),
+        );
+        o.sample(
+            "ringx_reloads_total",
+            &[("result", "error")],
+            r(&self.reloads_failed),
+        );
+
+        let zc = &self.zones;
+        let col = |f: &dyn Fn(&ZoneCounters) -> u64| zc.iter().map(|z| f(z)).collect::<Vec<_>>();
+        o.per_zone(
+            "ringx_requests_total",
+            "counter",
+            "HTTP requests read, per zone.",
+            &col(&|z| r(&z.requests)),
+        );
+        o.family(
+            "ringx_responses_total",
+            "counter",
+            "HTTP responses by status class, per zone.",
+        );
+        for (zi, z) in zc.iter().enumerate() {
+            for (i, class) in CLASSES.iter().enumerate() {
+                o.sample(
+                    "ringx_responses_total",
+                    &[("zone", &zi.to_string()), ("class", class)],
+                    r(&z.responses[i]),
+                );
+            }
+        }
+        o.per_zone(
+            "ringx_connections_active",
+            "gauge",
+            "Client connections open, per zone.",
+            &col(&|z| r(&z.active)),
+        );
+        o.per_zone(
+            "ringx_zone_config_generation",
+            "gauge",
+            "Configuration generation each zone serves.",
+            &col(&|z| r(&z.generation)),
+        );
+
+        let ws: Vec<ringx_engine::WaitStats> = self.wakers.iter().map(Waker::stats).collect();
+        let wcol =
+            |f: &dyn Fn(&ringx_engine::WaitStats) -> u64| ws.iter().map(f).collect::<Vec<_>>();
+        o.per_zone(
+            "ringx_connections_accepted_total",
+            "counter",
+            "Connections accepted, per zone.",
+            &wcol(&|w| w.accepts),
+        );
+        o.per_zone(
+            "ringx_bytes_received_total",
+            "counter",
+            "Bytes received on the zone's sockets (clients and upstreams).",
+            &wcol(&|w| w.bytes_in),
+        );
+        o.per_zone(
+            "ringx_bytes_sent_total",
+            "counter",
+            "Bytes sent on the zone's sockets (clients and upstreams).",
+            &wcol(&|w| w.bytes_out),
+        );
+        o.per_zone(
+            "ringx_zone_wait_syscalls_total",
+            "counter",
+            "io_uring_enter / epoll_wait calls of the zone's event loop.",
+            &wcol(&|w| w.waits),
+        );
+        o.per_zone(
+            "ringx_zone_parks_total",
+            "counter",
+            "Waits in which the zone published that it was parked (could block).",
+            &wcol(&|w| w.parks),
+        );
+        o.family(
+            "ringx_zone_parked_seconds_total",
+            "counter",
+            "Time the zone spent parked (blocked in the kernel), per zone.",
+        );
+        for (zi, w) in ws.iter().enumerate() {
+            o.sample(
+                "ringx_zone_parked_seconds_total",
+                &[("zone", &zi.to_string())],
+                format!("{:.6}", w.parked_ns as f64 / 1e9),
+            );
+        }
+        o.per_zone(
+            "ringx_zone_parked",
+            "gauge",
+            "1 while the zone is parked.",
+            &wcol(&|w| u64::from(w.parked)),
+        );
+        o.per_zone(
+            "ringx_zone_control_messages_total",
+            "counter",
+            "Control messages the zone picked up.",
+            &wcol(&|w| w.wakes),
+        );
+        o.family(
+            "ringx_zone_wakeups_sent_total",
+            "counter",
+            "Control wake-ups by how they reached the zone: msg_ring and eventfd woke a \
+             parked zone; none: the zone was running and only the flag was set.",
+        );
+        for (zi, w) in ws.iter().enumerate() {
+            let z = zi.to_string();
+            for (how, v) in [
+                ("msg_ring", w.sent_msg_ring),
+                ("eventfd", w.sent_eventfd),
+                ("none", w.sent_none),
+            ] {
+                o.sample(
+                    "ringx_zone_wakeups_sent_total",
+                    &[("zone", &z), ("via", how)],
+                    v,
+                );
+            }
+        }
+
+        o.family(
+            "ringx_upstream_connects_total",
+            "counter",
+            "Upstream connections opened, by who chose the source port (steering table or kernel).",
+        );
+        for (zi, z) in zc.iter().enumerate() {
+            let zs = zi.to_string();
+            o.sample(
+                "ringx_upstream_connects_total",
+                &[("zone", &zs), ("source_port", "steered")],
+                r(&z.connects_steered),
+            );
+            o.sample(
+                "ringx_upstream_connects_total",
+                &[("zone", &zs), ("source_port", "kernel")],
+                r(&z.connects_kernel),
+            );
+        }
+        o.per_zone(
+            "ringx_upstream_connect_failures_total",
+            "counter",
+            "Upstream connects that failed to start, per zone.",
+            &col(&|z| r(&z.connect_failures)),
+        );
+        o.family(
+            "ringx_upstream_server_healthy",
+            "gauge",
+            "1 if the upstream server passes its health checks (always 1 without checks).",
+        );
+        if let Some(u) = self
+            .upstreams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            for def in &u.list {
+                for s in &def.servers {
+                    let healthy = s.healthy.load(Ordering::Relaxed);
+                    o.sample(
+                        "ringx_upstream_server_healthy",
+                        &[
+                            ("upstream", &def.name),
+                            ("server", &s.name),
+                            ("addr", &s.addr.to_string()),
+                        ],
+                        u64::from(healthy),
+                    );
+                }
+            }
+        }
+
+        o.per_zone(
+            "ringx_access_log_lines_total",
+            "counter",
+            "Access log lines produced, per zone.",
+            &col(&|z| r(&z.log_lines)),
+        );
+        o.per_zone(
+            "ringx_access_log_dropped_total",
+            "counter",
+            "Access log lines dropped because the writer fell behind, per zone.",
+            &col(&|z| r(&z.log_dropped)),
+        );
+        o.family(
+            "ringx_access_log_written_bytes_total",
+            "counter",
+            "Access log bytes written to the file.",
+        );
+        o.sample(
+            "ringx_access_log_written_bytes_total",
+            &[],
+            r(&self.log_bytes),
+        );
+        o.family(
+            "ringx_access_log_write_errors_total",
+            "counter",
+            "Access log writes or reopenings that failed.",
+        );
+        o.sample(
+            "ringx_access_log_write_errors_total",
+            &[],
+            r(&self.log_errors),
+        );
+
+        self.render_xdp(&mut o);
+        o.s
+    }
+
+    fn render_xdp(&self, o: &mut Out) {
+        let Some(dir) = &self.xdp_pin_dir else { return };
+        o.family(
+            "ringx_xdp_up",
+            "gauge",
+            "1 if the XDP filter's counters could be read.",
+        );
+        let stats = match ringx_xdp::Stats::read(dir) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("metrics: xdp counters: {e}");
+                o.sample("ringx_xdp_up", &[], 0);
+                return;
+            }
+        };
+        o.sample("ringx_xdp_up", &[], 1);
+        o.family(
+            "ringx_xdp_packets_total",
+            "counter",
+            "Packets the XDP filter saw, by verdict and reason.",
+        );
+        for r in ringx_xdp::Reason::ALL {
+            let verdict = format!("{:?}", r.verdict()).to_lowercase();
+            o.sample(
+                "ringx_xdp_packets_total",
+                &[("verdict", &verdict), ("reason", r.name())],
+                stats.get(r).packets,
+            );
+        }
+        o.family(
+            "ringx_xdp_bytes_total",
+            "counter",
+            "Bytes the XDP filter saw, by verdict and reason.",
+        );
+        for r in ringx_xdp::Reason::ALL {
+            let verdict = format!("{:?}", r.verdict()).to_lowercase();
+            o.sample(
+                "ringx_xdp_bytes_total",
+                &[("verdict", &verdict), ("reason", r.name())],
+                stats.get(r).bytes,
+            );
+        }
+    }
+}

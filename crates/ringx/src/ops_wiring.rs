@@ -1,0 +1,209 @@
+//! Start-up wiring of the operations pieces (counters, access log, admin listener, pid file,
+//! control state), kept out of `lifecycle.rs` so that the start-up sequence stays readable:
+//! [`open`] runs while privileges last, [`OpsSetup::zone`] once per zone, and
+//! [`OpsSetup::control`] once every zone serves.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use ringx_engine::{ListenOptions, Waker};
+
+use crate::accesslog::LogWriter;
+use crate::config::ops::LogFormat;
+use crate::config::Config;
+use crate::control::{Control, ZoneHandle};
+use crate::metrics::{Metrics, ZoneCounters};
+use crate::proxy::Upstreams;
+use crate::server::route::Routes;
+use crate::server::zone::{ZoneCtl, ZoneEvent, ZoneOps};
+
+/// What start-up opened for operations.
+pub struct OpsSetup {
+    admin: Option<TcpListener>,
+    log_file: Option<File>,
+    log_path: Option<PathBuf>,
+    log_format: Option<LogFormat>,
+    log_bytes: Arc<AtomicU64>,
+    log_errors: Arc<AtomicU64>,
+    counters: Vec<Arc<ZoneCounters>>,
+    pid_file: Option<PathBuf>,
+}
+
+/// Opens the admin listener and the access log (before privileges are dropped).
+pub fn open(cfg: &Config) -> Result<OpsSetup, String> {
+    let admin = match &cfg.admin {
+        Some(a) => Some(crate::admin::bind(*a.listen.get_ref()).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let log_path = cfg.http.access_log.as_ref().map(|p| p.get_ref().clone());
+    let log_file = match &log_path {
+        Some(p) => Some(
+            crate::accesslog::open(p).map_err(|e| format!("access log {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    Ok(OpsSetup {
+        admin,
+        log_file,
+        log_format: log_path.as_ref().map(|_| cfg.http.access_log_format),
+        log_path,
+        log_bytes: Arc::default(),
+        log_errors: Arc::default(),
+        counters: Vec::new(),
+        pid_file: cfg.runtime.pid_file.as_ref().map(|p| p.get_ref().clone()),
+    })
+}
+
+/// What [`OpsSetup::control`] needs from start-up.
+pub struct ControlParts<'a> {
+    pub cfg: &'a Config,
+    pub config_path: Option<PathBuf>,
+    pub zones: &'a [(Arc<ZoneCtl>, Waker)],
+    pub lopts: ListenOptions,
+    pub sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
+    pub routes: Arc<Routes>,
+    pub upstreams: Option<Arc<Upstreams>>,
+    pub health_stop: Arc<AtomicBool>,
+    pub engine: &'static str,
+    pub log: LogWriter,
+}
+
+impl OpsSetup {
+    /// Starts the access log writer (after the signal mask is set, so it never takes a
+    /// signal; there is always one, so a reload can turn the log on).
+    pub fn start_log(&mut self) -> std::io::Result<LogWriter> {
+        LogWriter::start(
+            self.log_file.take(),
+            self.log_path.clone(),
+            self.log_bytes.clone(),
+            self.log_errors.clone(),
+        )
+    }
+
+    /// One zone's operations state: its counters, its log sink, its listeners' addresses.
+    pub fn zone(
+        &mut self,
+        log: &LogWriter,
+        listeners: &[TcpListener],
+        events: mpsc::Sender<ZoneEvent>,
+    ) -> ZoneOps {
+        let counters = Arc::new(ZoneCounters::default());
+        self.counters.push(counters.clone());
+        let addrs = listeners
+            .iter()
+            .map(|l| {
+                l.local_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+            })
+            .collect();
+        ZoneOps::new(counters, log.sink(), self.log_format, addrs, events)
+    }
+
+    /// Every zone serves: metrics, the admin thread, the pid file, the upgrade handshake.
+    pub fn control(self, p: ControlParts) -> Control {
+        let ups = p.upstreams.clone();
+        let empty = Upstreams { list: Vec::new() };
+        let fingerprint = crate::control::fingerprint(ups.as_deref().unwrap_or(&empty), &p.routes);
+        let metrics = Arc::new(Metrics {
+            engine: p.engine,
+            started: Instant::now(),
+            zones: self.counters,
+            wakers: p.zones.iter().map(|z| z.1.clone()).collect(),
+            upstreams: Mutex::new(ups),
+            xdp_pin_dir: p.cfg.xdp.as_ref().map(|x| x.pin_dir.clone()),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+            generation: AtomicU64::new(1),
+            log_bytes: self.log_bytes,
+            log_errors: self.log_errors,
+        });
+        let healthy = Arc::new(AtomicBool::new(true));
+        if let Some(l) = self.admin {
+            let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            crate::admin::spawn(l, metrics.clone(), healthy.clone());
+            tracing::info!("admin: http://{addr}/metrics and /healthz");
+        }
+        if let Some(pf) = &self.pid_file {
+            crate::control::write_pid_file(pf);
+        }
+        crate::upgrade::notify_ready();
+        healthy.store(true, Ordering::Relaxed);
+        Control {
+            config_path: p.config_path,
+            zones: p
+                .zones
+                .iter()
+                .map(|(ctl, waker)| ZoneHandle {
+                    ctl: ctl.clone(),
+                    waker: waker.clone(),
+                })
+                .collect(),
+            lopts: p.lopts,
+            sockets: p.sockets,
+            routes: p.routes,
+            upstreams: p.upstreams,
+            fingerprint,
+            health_stop: p.health_stop,
+            generation: 1,
+            metrics,
+            log: p.log,
+            log_path: self.log_path,
+            drain_timeout: p.cfg.runtime.drain_timeout.0,
+            acks: None,
+            pid_file: self.pid_file,
+            upgrade: None,
+            healthy,
+        }
+    }
+}
+
+/// `ringx reload`: sends `sig` to the pid in the pid file.
+pub fn signal_cmd(config: &Option<PathBuf>, pid_file: Option<PathBuf>, sig: i32) -> ExitCode {
+    let pid_file = match pid_file {
+        Some(p) => p,
+        None => {
+            let cfg = match config {
+                Some(p) => crate::config::load(p),
+                None => crate::config::parse("(embedded default)", crate::config::DEFAULT_CONFIG),
+            };
+            match cfg {
+                Ok(c) => {
+                    match c.runtime.pid_file {
+                        Some(p) => p.into_inner(),
+                        None => {
+                            eprintln!("ringx: the configuration has no [runtime] pid_file; give --pid-file");
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("ringx: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let pid = match crate::control::read_pid_file(&pid_file) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ringx: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // SAFETY: kill takes integers only.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        eprintln!(
+            "ringx: cannot signal process {pid}: {}",
+            std::io::Error::last_os_error()
+        );
+        return ExitCode::FAILURE;
+    }
+    println!("ringx: signalled process {pid}");
+    ExitCode::SUCCESS
+}

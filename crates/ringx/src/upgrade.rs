@@ -1,0 +1,215 @@
+//! Binary upgrade with nginx's `USR2` semantics: the running process starts the binary now at
+//! its path with the same arguments and hands it every listening socket; the new process
+//! serves on those same sockets (so no connection waiting in an accept queue is lost, and
+//! the kernel keeps accepting throughout), tells the old one it is ready, and the old one
+//! drains and exits. If the new process fails to start, the old one keeps serving.
+//!
+//! The sockets travel as inherited descriptors named in `RINGX_INHERIT_FDS`
+//! (`addr=fd,addr=fd,...`, every zone's socket for every address); readiness comes back as
+//! one byte on a pipe whose write end is named in `RINGX_UPGRADE_READY_FD`.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ringx_engine::{bind_reuseport, ListenOptions};
+
+pub const INHERIT_ENV: &str = "RINGX_INHERIT_FDS";
+pub const READY_ENV: &str = "RINGX_UPGRADE_READY_FD";
+/// How long the old process waits for the new one to serve.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Listening sockets inherited from the process this one replaces, by address.
+#[derive(Default)]
+pub struct Inherited {
+    by_addr: HashMap<SocketAddr, Vec<TcpListener>>,
+}
+
+fn set_cloexec(fd: RawFd, on: bool) -> std::io::Result<()> {
+    // SAFETY: F_SETFD takes an integer flag set; no memory is passed.
+    let r = unsafe { libc::fcntl(fd, libc::F_SETFD, if on { libc::FD_CLOEXEC } else { 0 }) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `fd` is a listening TCP socket bound to `addr`.
+fn is_listener(fd: RawFd, addr: SocketAddr) -> bool {
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes one c_int and its length into live locals.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut on as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || on == 0 {
+        return false;
+    }
+    // SAFETY: a borrowed view of the descriptor, never dropped (ManuallyDrop), only asked
+    // for its address.
+    let view = std::mem::ManuallyDrop::new(unsafe { TcpListener::from_raw_fd(fd) });
+    view.local_addr().is_ok_and(|a| a == addr)
+}
+
+impl Inherited {
+    /// Takes the sockets named in the environment (and clears it, so nothing started later
+    /// sees stale numbers). Anything that is not a listening socket on its address is left
+    /// alone, with a warning.
+    pub fn take() -> Inherited {
+        let mut out = Inherited::default();
+        let Some(spec) = std::env::var_os(INHERIT_ENV) else {
+            return out;
+        };
+        std::env::remove_var(INHERIT_ENV);
+        let spec = spec.to_string_lossy();
+        for item in spec.split(',').filter(|s| !s.is_empty()) {
+            let parsed = item
+                .rsplit_once('=')
+                .and_then(|(a, f)| Some((a.parse::<SocketAddr>().ok()?, f.parse::<RawFd>().ok()?)));
+            let Some((addr, fd)) = parsed else {
+                tracing::warn!("{INHERIT_ENV}: ignoring {item:?}");
+                continue;
+            };
+            if fd < 3 || !is_listener(fd, addr) {
+                tracing::warn!(
+                    "{INHERIT_ENV}: descriptor {fd} is not a socket listening on {addr}; ignored"
+                );
+                continue;
+            }
+            let _ = set_cloexec(fd, true);
+            // SAFETY: the descriptor was handed to this process for it to own, and was just
+            // checked to be a listening socket; nothing else in this process refers to it.
+            let l = unsafe { TcpListener::from_raw_fd(fd) };
+            let _ = l.set_nonblocking(true);
+            out.by_addr.entry(addr).or_default().push(l);
+        }
+        let n: usize = out.by_addr.values().map(Vec::len).sum();
+        if n > 0 {
+            tracing::info!("binary upgrade: inherited {n} listening sockets");
+        }
+        out
+    }
+
+    /// An inherited socket for `addr` if one is left, else a new one.
+    pub fn bind(&mut self, addr: SocketAddr, opts: &ListenOptions) -> std::io::Result<TcpListener> {
+        if let Some(l) = self.by_addr.get_mut(&addr).and_then(Vec::pop) {
+            return Ok(l);
+        }
+        bind_reuseport(addr, opts)
+    }
+
+    /// Sockets left over (the old process ran more zones): spread over the zones as extra
+    /// listeners, so connections queued on them are still accepted.
+    pub fn adopt_leftovers(&mut self, zones: &mut [Vec<TcpListener>]) {
+        if zones.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        for (_, ls) in self.by_addr.drain() {
+            for l in ls {
+                zones[i % zones.len()].push(l);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Tells the process that started this one (binary upgrade) that it serves now.
+pub fn notify_ready() {
+    let Some(fd) = std::env::var_os(READY_ENV) else {
+        return;
+    };
+    std::env::remove_var(READY_ENV);
+    let Some(fd) = fd.to_str().and_then(|s| s.parse::<RawFd>().ok()) else {
+        return;
+    };
+    if fd < 3 {
+        return;
+    }
+    // SAFETY: the descriptor was handed to this process for this one write; we own it now.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: writes one byte from a live array.
+    unsafe { libc::write(fd.as_raw_fd(), b"R".as_ptr().cast(), 1) };
+}
+
+/// Starts the new binary with `sockets` (address, descriptor) and waits until it serves.
+/// Returns the running child; on error the child (if any) has exited or been killed.
+pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, String> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into a live array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: pipe2 just created both descriptors; each is owned once.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let spec: String = sockets.iter().map(|(a, fd)| format!("{a}={fd},")).collect();
+    let mut keep: Vec<RawFd> = sockets.iter().map(|s| s.1).collect();
+    keep.push(w.as_raw_fd());
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map_err(|e| format!("cannot find this binary: {e}"))?;
+    let mut cmd = Command::new(&exe);
+    cmd.args(std::env::args_os().skip(1))
+        .env(INHERIT_ENV, spec)
+        .env(READY_ENV, w.as_raw_fd().to_string())
+        .stdin(Stdio::null());
+    // SAFETY: runs in the child between fork and exec and only calls fcntl, which is
+    // async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &keep {
+                set_cloexec(fd, false)?;
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    drop(w);
+    let start = Instant::now();
+    let mut r = std::fs::File::from(r);
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: r.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll reads and writes one live pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 100) };
+        if n > 0 {
+            let mut b = [0u8; 1];
+            if matches!(r.read(&mut b), Ok(1)) {
+                return Ok(child);
+            }
+            // EOF: the child closed the pipe without saying it was ready.
+            let st = child.wait().map(|s| s.to_string()).unwrap_or_default();
+            return Err(format!(
+                "the new process {} exited before serving ({st})",
+                child.id()
+            ));
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!(
+                "the new process {} exited before serving ({st})",
+                child.id()
+            ));
+        }
+        if start.elapsed() > READY_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "the new process did not serve within {READY_TIMEOUT:?}; killed it"
+            ));
+        }
+    }
+}
