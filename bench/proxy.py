@@ -206,7 +206,8 @@ def report(result, name):
     lines = [f"Run of {result['date']} ({result['mode']}, {result['rounds']} rounds × "
              f"{result['duration_s']} s per peer and workload, {result['elapsed_s']:.0f} s in all) "
              f"on {result['machine']['cpu']}, kernel {result['machine']['kernel']}; "
-             f"{result['versions']['nginx']}, {result['versions']['haproxy']}, {result['versions']['ringx']}. "
+             f"{result['versions']['nginx']}, {result['versions']['haproxy']}, {result['versions']['ringx']}; "
+             f"load average after the run {result.get('load_avg_after', ['?'])[0]:.2f}. "
              f"Raw data: `bench/results/proxy-{name}.json`.", ""]
 
     def cell(s, m):
@@ -298,6 +299,7 @@ def main():
               "mode": "quick" if args.quick else "full", "rounds": rounds, "duration_s": secs,
               "cap_pct": run.CAP_PCT, "elapsed_s": round(time.time() - t0, 1),
               "machine": run.machine(), "versions": versions,
+              "load_avg_after": os.getloadavg(),
               "method": {"proxy_cpu": run.SERVER_CPU, "client_and_upstream_cpu": UPSTREAM_CPU,
                          "cpu": "schedstat run time of the proxy's processes only",
                          "workloads": {k: v[2] for k, v in WORKLOADS.items()}},
