@@ -50,6 +50,7 @@ bench: release
 	python3 bench/steer.py $(filter --quick,$(BENCH_ARGS))
 	python3 bench/proxy.py $(BENCH_ARGS)
 	python3 bench/xdp.py $(filter --quick,$(BENCH_ARGS))
+	python3 bench/ops.py $(filter --quick,$(BENCH_ARGS))
 
 fmt:
 	$(CARGO) fmt --all

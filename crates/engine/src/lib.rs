@@ -104,7 +104,8 @@ pub struct ZoneConfig {
     /// command per connection (Linux 6.7), so it is off unless something needs the address.
     pub peer_addrs: bool,
     /// How long an idle zone keeps polling for completions before it parks (blocks in
-    /// `io_uring_enter` / `epoll_wait`). Zero: park at once. See [`Waker`].
+    /// `io_uring_enter` / `epoll_wait`). Zero: park at once; `Duration::MAX`: never park
+    /// (pure busy polling, for measurements). See [`Waker`].
     pub busy_poll: std::time::Duration,
     /// Outbound connections ([`Io::connect`]) this zone can hold at once; on io_uring they
     /// take direct-descriptor slots beside the accepted ones. 0: the zone does not connect.

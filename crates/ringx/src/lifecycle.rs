@@ -261,7 +261,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             // Client addresses for X-Forwarded-For and PROXY headers.
             // ... and for the access log.
             peer_addrs: upstreams.is_some() || cfg.http.access_log.is_some(),
-            busy_poll: Duration::from_micros(cfg.runtime.busy_poll_us),
+            busy_poll: config::ops::busy_poll(cfg.runtime.busy_poll_us),
             max_outbound: if upstreams.is_some() { max_conns } else { 0 },
         };
         let (routes, settings, ev_tx, done_tx, ups) = (

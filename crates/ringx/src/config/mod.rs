@@ -91,9 +91,9 @@ pub struct Runtime {
     pub sqpoll_spin: Dur,
     /// Written with the server's pid once it serves; `ringx reload` signals that pid.
     pub pid_file: Option<Spanned<PathBuf>>,
-    /// Microseconds an idle zone spins on its completion queue before it parks.
+    /// Microseconds an idle zone spins on its completion queue before it parks; -1: never.
     #[serde(default = "ops::default_busy_poll_us")]
-    pub busy_poll_us: u64,
+    pub busy_poll_us: i64,
 }
 
 impl Default for Runtime {

@@ -4,7 +4,8 @@
 //! ```toml
 //! [runtime]
 //! pid_file = "/run/ringx.pid"     # written once serving; `ringx reload` signals that pid
-//! busy_poll_us = 0                # spin this long on the completion queue before parking
+//! busy_poll_us = 0                # spin this long on the completion queue before parking;
+//!                                 # -1: never park (pure busy polling, for measurements)
 //!
 //! [http]
 //! access_log = "/var/log/ringx/access.log"
@@ -40,7 +41,7 @@ pub enum LogFormat {
 
 /// The default busy-poll budget, picked by measurement (bench/ops.py): on a machine whose
 /// cores the clients share, spinning takes CPU from them and buys no latency.
-pub fn default_busy_poll_us() -> u64 {
+pub fn default_busy_poll_us() -> i64 {
     0
 }
 
@@ -72,8 +73,20 @@ pub fn validate(cfg: &super::Config, src: &super::Source) -> Result<(), super::C
             return Err(src.err(p.span(), "pid_file must be an absolute path"));
         }
     }
-    if cfg.runtime.busy_poll_us > 1_000_000 {
-        return Err(src.err(0..0, "runtime.busy_poll_us must be at most 1000000 (1 s)"));
+    let b = cfg.runtime.busy_poll_us;
+    if b < -1 || b > 1_000_000 {
+        return Err(src.err(
+            0..0,
+            "runtime.busy_poll_us must be between 0 and 1000000 (1 s), or -1 (never park)",
+        ));
     }
     Ok(())
+}
+
+/// The engine's busy-poll budget for `busy_poll_us` (-1: forever).
+pub fn busy_poll(us: i64) -> std::time::Duration {
+    match us {
+        ..=-1 => std::time::Duration::MAX,
+        us => std::time::Duration::from_micros(us as u64),
+    }
 }

@@ -68,3 +68,33 @@ fn errors_point_at_file_line_col() {
         "{e}"
     );
 }
+
+#[test]
+fn ops_settings() {
+    let base = "[[server]]\nlisten = [\"127.0.0.1:1\"]\n[[server.location]]\npath = \"/\"\nreturn = { status = 200 }\n";
+    let c = parse("t", base).unwrap();
+    assert_eq!(c.runtime.busy_poll_us, 0);
+    assert!(c.admin.is_none() && c.http.access_log.is_none());
+    let c = parse(
+        "t",
+        &format!("[runtime]\nbusy_poll_us = -1\n[admin]\nlisten = \"127.0.0.1:9901\"\n[http]\naccess_log = \"/tmp/a.log\"\naccess_log_format = \"json\"\n{base}"),
+    )
+    .unwrap();
+    assert_eq!(
+        super::ops::busy_poll(c.runtime.busy_poll_us),
+        std::time::Duration::MAX
+    );
+    assert_eq!(c.http.access_log_format, super::ops::LogFormat::Json);
+    let e = parse("t", &format!("[http]\naccess_log = \"rel.log\"\n{base}")).unwrap_err();
+    assert_eq!((e.line, e.col), (2, 14), "{e}");
+    assert!(e.message.contains("absolute"), "{e}");
+    let e = parse(
+        "t",
+        &format!("[http]\naccess_log = \"/no/such/dir/a.log\"\n{base}"),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("directory does not exist"), "{e}");
+    assert!(parse("t", &format!("[runtime]\nbusy_poll_us = -2\n{base}")).is_err());
+    let e = parse("t", &format!("[admin]\nlisten = \"nope\"\n{base}")).unwrap_err();
+    assert_eq!(e.line, 2, "{e}");
+}

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Park/wake benchmark (issue #8, seed 000 §3.3/§4.3): what the unified blocking wait costs
+and saves.
+
+1. Idle CPU: ringx (2 zones, parking) vs nginx (2 workers) vs ringx forced to busy-poll,
+   each left idle; CPU of every thread of the server (schedstat, ns) over the window.
+2. Low load: one zone pinned to CPU 0, an open-loop paced client on CPU 1 (one keep-alive
+   connection, latency measured from each request's scheduled send time, so a late
+   response delays the next send but is still charged in full: no coordinated omission),
+   at a few fixed rates, for several `busy_poll_us` budgets: 0 (park at once), small
+   spins, and 1 s (pure busy polling: at these rates the zone never parks). Server CPU%,
+   CPU per request, wait syscalls per request (from /metrics) and latency percentiles.
+   nginx at the same rates for reference.
+
+Writes bench/results/ops-<date>[-quick].json.  Usage: python3 bench/ops.py [--quick]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import cpu_ns, free_port, machine, nginx_bin, proc_tree, versions, wait_port  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+RINGX = os.environ.get("RINGX_BIN", os.path.join(ROOT, "target", "release", "ringx"))
+BODY = "0123456789abcdef" * 4
+REQ = b"GET /r64 HTTP/1.1\r\nHost: bench\r\n\r\n"
+BUSY_US = -1  # never park: pure busy polling
+
+
+class Server:
+    def __init__(self, kind, workdir, zones=1, cpus="0", busy_poll_us=0, engine="uring"):
+        self.kind, self.workdir = kind, workdir
+        self.zones, self.cpus, self.busy, self.engine = zones, cpus, busy_poll_us, engine
+        self.port, self.admin = free_port(), free_port()
+        self.proc = None
+
+    def start(self):
+        log = open(os.path.join(self.workdir, f"{self.kind}-{self.port}.log"), "w")
+        if self.kind == "nginx":
+            conf = os.path.join(self.workdir, f"nginx-{self.port}.conf")
+            w = self.workdir
+            open(conf, "w").write(f"""
+worker_processes {self.zones};
+worker_cpu_affinity auto;
+daemon off;
+pid {w}/nginx-{self.port}.pid;
+error_log {w}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 100000000;
+  client_body_temp_path {w}/nb; proxy_temp_path {w}/np; fastcgi_temp_path {w}/nf;
+  uwsgi_temp_path {w}/nu; scgi_temp_path {w}/ns;
+  server {{ listen 127.0.0.1:{self.port}; location = /r64 {{ return 200 "{BODY}"; }} }}
+}}
+""")
+            cmd = ["taskset", "-c", self.cpus, nginx_bin(), "-c", conf, "-e", f"{w}/nginx-error.log"]
+        else:
+            conf = os.path.join(self.workdir, f"ringx-{self.port}.toml")
+            cpus = ", ".join(self.cpus.split(","))
+            open(conf, "w").write(f"""
+[runtime]
+zones = {self.zones}
+cpus = [{cpus}]
+engine = "{self.engine}"
+log_level = "warn"
+busy_poll_us = {self.busy}
+[http]
+keepalive_requests = 100000000
+[admin]
+listen = "127.0.0.1:{self.admin}"
+[[server]]
+listen = ["127.0.0.1:{self.port}"]
+  [[server.location]]
+  path = "/r64"
+  return = {{ status = 200, body = "{BODY}" }}
+""")
+            cmd = ["taskset", "-c", self.cpus, RINGX, "serve", "-c", conf]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+        wait_port(self.port, self.proc)
+        time.sleep(0.3)
+        return self
+
+    def cpu(self):
+        return cpu_ns(proc_tree(self.proc.pid))
+
+    def waits(self):
+        if self.kind == "nginx":
+            return None
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(ln.split()[-1]) for ln in text.splitlines()
+                   if ln.startswith("ringx_zone_wait_syscalls_total{"))
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT if self.kind == "nginx" else signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def idle_cpu(srv, secs):
+    """CPU% (of one core) of an idle server over `secs`."""
+    srv.start()
+    try:
+        # One request first, so every worker has run its loop at least once.
+        socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+        time.sleep(1)
+        c0, t0 = srv.cpu(), time.monotonic()
+        time.sleep(secs)
+        c1, t1 = srv.cpu(), time.monotonic()
+        return 100.0 * (c1 - c0) / 1e9 / (t1 - t0)
+    finally:
+        srv.stop()
+
+
+def paced(port, rate, secs):
+    """Open-loop client on this thread: one keep-alive connection, a request every
+    1/rate s; latency from the scheduled send time to the end of the response."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    period = 1.0 / rate
+    n = int(rate * secs)
+    lat = []
+    start = time.perf_counter() + 0.05
+    buf = b""
+    for i in range(n):
+        due = start + i * period
+        while True:
+            now = time.perf_counter()
+            if now >= due:
+                break
+            if due - now > 0.0003:
+                time.sleep(due - now - 0.0002)
+        s.sendall(REQ)
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0 and len(buf) >= end + 4 + len(BODY):
+                buf = buf[end + 4 + len(BODY):]
+                break
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("server closed the connection")
+            buf += chunk
+        lat.append(time.perf_counter() - due)
+    s.close()
+    return lat
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p / 100))]
+
+
+def low_load(srv, rate, secs):
+    srv.start()
+    try:
+        # Warm-up, then the measured run.
+        paced(srv.port, rate, 0.5)
+        time.sleep(0.2)
+        c0, w0, t0 = srv.cpu(), srv.waits(), time.monotonic()
+        lat = paced(srv.port, rate, secs)
+        c1, w1, t1 = srv.cpu(), srv.waits(), time.monotonic()
+        n = len(lat)
+        us = [x * 1e6 for x in lat]
+        return {
+            "rate": rate,
+            "requests": n,
+            "cpu_pct": round(100.0 * (c1 - c0) / 1e9 / (t1 - t0), 2),
+            "cpu_us_per_req": round((c1 - c0) / 1e3 / n, 2),
+            "waits_per_req": None if w0 is None else round((w1 - w0) / n, 3),
+            "p50_us": round(pct(us, 50), 1),
+            "p90_us": round(pct(us, 90), 1),
+            "p99_us": round(pct(us, 99), 1),
+            "max_us": round(max(us), 1),
+            "mean_us": round(statistics.mean(us), 1),
+        }
+    finally:
+        srv.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="shorter windows")
+    args = ap.parse_args()
+    idle_secs = 3 if args.quick else 10
+    load_secs = 2 if args.quick else 5
+    rates = [1000, 5000]
+    budgets = [0, 20, 100, BUSY_US]
+    # The client runs on CPU 1 for the whole script; servers are pinned by their configs.
+    os.sched_setaffinity(0, {1})
+    work = tempfile.mkdtemp(prefix="ringx-ops-bench-")
+    res = {
+        "date": datetime.date.today().isoformat(),
+        "quick": args.quick,
+        "machine": machine(),
+        "versions": versions(),
+        "method": {
+            "idle": f"server left idle {idle_secs} s after one connection; CPU = schedstat "
+                    "ns of all its threads / wall time, in % of one core",
+            "low_load": f"1 zone / 1 nginx worker on CPU 0; paced open-loop client (Python, "
+                        f"one keep-alive connection) on CPU 1 for {load_secs} s per rate; "
+                        "latency from scheduled send to end of response (includes the "
+                        "client's own overhead, the same for every row)",
+            "busy_poll_us": "-1 means pure busy polling (the zone never parks)",
+        },
+        "loadavg_start": open("/proc/loadavg").read().split()[:3],
+        "idle": {},
+        "low_load": [],
+    }
+    print(f"idle CPU over {idle_secs} s (% of one core):")
+    for name, srv in [
+        ("ringx (2 zones, busy_poll_us=0)", Server("ringx", work, zones=2, cpus="0,1")),
+        ("nginx (2 workers)", Server("nginx", work, zones=2, cpus="0,1")),
+        (f"ringx busy polling (2 zones, busy_poll_us={BUSY_US})",
+         Server("ringx", work, zones=2, cpus="0,1", busy_poll_us=BUSY_US)),
+        ("ringx epoll (2 zones, busy_poll_us=0)",
+         Server("ringx", work, zones=2, cpus="0,1", engine="epoll")),
+    ]:
+        v = idle_cpu(srv, idle_secs)
+        res["idle"][name] = round(v, 3)
+        print(f"  {name:55s} {v:8.3f} %")
+    print("low load (1 zone on CPU 0, paced client on CPU 1):")
+    hdr = f"  {'server':28s} {'rate':>6s} {'cpu%':>7s} {'cpu us/req':>10s} {'waits/req':>9s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}"
+    print(hdr)
+    for rate in rates:
+        rows = [(f"ringx busy_poll_us={b}" if b != BUSY_US else "ringx pure busy polling",
+                 Server("ringx", work, busy_poll_us=b)) for b in budgets]
+        rows.append(("nginx", Server("nginx", work)))
+        for name, srv in rows:
+            r = low_load(srv, rate, load_secs)
+            r["server"] = name
+            r["busy_poll_us"] = srv.busy if srv.kind == "ringx" else None
+            res["low_load"].append(r)
+            print(f"  {name:28s} {rate:6d} {r['cpu_pct']:7.2f} {r['cpu_us_per_req']:10.2f} "
+                  f"{r['waits_per_req'] if r['waits_per_req'] is not None else '-':>9} "
+                  f"{r['p50_us']:8.1f} {r['p99_us']:8.1f} {r['max_us']:8.1f}")
+    res["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
+    print(f"load average at start {res['loadavg_start']}, at end {res['loadavg_end']}")
+    os.makedirs(RESULTS, exist_ok=True)
+    out = os.path.join(RESULTS, f"ops-{res['date']}{'-quick' if args.quick else ''}.json")
+    with open(out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
