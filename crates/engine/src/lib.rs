@@ -110,6 +110,11 @@ pub struct ZoneConfig {
     /// Outbound connections ([`Io::connect`]) this zone can hold at once; on io_uring they
     /// take direct-descriptor slots beside the accepted ones. 0: the zone does not connect.
     pub max_outbound: u32,
+    /// Adaptive completion batching (io_uring, Linux 6.12): when the last wait returned a
+    /// batch of completions, the next one asks for about half as many again but waits at
+    /// most this long for them before taking whatever came. Fewer `io_uring_enter` calls
+    /// under load; at low load batches are single and nothing waits. Zero: off.
+    pub batch_wait: std::time::Duration,
 }
 
 /// `IORING_SETUP_SQPOLL` settings.
@@ -147,6 +152,7 @@ impl Default for ZoneConfig {
             peer_addrs: false,
             busy_poll: std::time::Duration::ZERO,
             max_outbound: 0,
+            batch_wait: std::time::Duration::ZERO,
         }
     }
 }

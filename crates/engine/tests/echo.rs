@@ -36,8 +36,13 @@ impl Handler for Echo {
 }
 
 fn echo_roundtrip(engine: EngineKind) {
+    echo_roundtrip_with(engine, Duration::ZERO);
+}
+
+fn echo_roundtrip_with(engine: EngineKind, batch_wait: Duration) {
     let cfg = ZoneConfig {
         engine,
+        batch_wait,
         max_conns: 256,
         recv_buffers: 16,
         recv_buffer_size: 4096,
@@ -80,6 +85,12 @@ fn echo_roundtrip(engine: EngineKind) {
 #[test]
 fn echo_uring() {
     echo_roundtrip(EngineKind::Uring);
+}
+
+/// Adaptive completion batching changes when the zone wakes, never what it delivers.
+#[test]
+fn echo_uring_batched() {
+    echo_roundtrip_with(EngineKind::Uring, Duration::from_micros(200));
 }
 
 #[test]

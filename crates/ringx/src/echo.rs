@@ -48,6 +48,10 @@ pub struct EchoArgs {
     /// "hash" (the kernel's reuseport hash); see `[steering] listen`.
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "hash"])]
     steering: String,
+    /// Adaptive completion batching (io_uring): wait up to this many microseconds for about
+    /// half the last batch's completions before taking what came. 0: off.
+    #[arg(long, default_value_t = 0)]
+    batch_wait_us: u64,
 }
 
 #[derive(Default)]
@@ -178,6 +182,7 @@ pub fn run(args: EchoArgs) -> ExitCode {
             cpu: Some(cpu),
             engine,
             sqpoll: sqpoll.clone(),
+            batch_wait: std::time::Duration::from_micros(args.batch_wait_us),
             ..ZoneConfig::default()
         };
         let pooled = match (&mut pool_ends, &pool_parts) {

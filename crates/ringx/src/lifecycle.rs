@@ -263,6 +263,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             peer_addrs: upstreams.is_some() || cfg.http.access_log.is_some(),
             busy_poll: config::ops::busy_poll(cfg.runtime.busy_poll_us),
             max_outbound: if upstreams.is_some() { max_conns } else { 0 },
+            batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
         };
         let (routes, settings, ev_tx, done_tx, ups) = (
             routes.clone(),

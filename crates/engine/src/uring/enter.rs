@@ -101,6 +101,19 @@ impl Enter {
         min_complete: u32,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
+        self.submit_and_wait_batch(to_submit, min_complete, 0, timeout)
+    }
+
+    /// Like [`Enter::submit_and_wait_n`], but waits for `min_complete` completions only for
+    /// `min_wait_usec` microseconds; after that any single completion ends the wait
+    /// (`io_uring_getevents_arg.min_wait_usec`, Linux 6.12). 0: no such bound.
+    pub(crate) fn submit_and_wait_batch(
+        &self,
+        to_submit: u32,
+        min_complete: u32,
+        min_wait_usec: u32,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         let mut flags = IORING_ENTER_GETEVENTS;
         if self.registered {
             flags |= IORING_ENTER_REGISTERED_RING;
@@ -108,16 +121,16 @@ impl Enter {
         let ts;
         let arg;
         let (argp, argsz): (*const libc::c_void, usize) = match timeout {
-            Some(t) => {
-                ts = KernelTimespec {
+            _ if min_wait_usec > 0 || timeout.is_some() => {
+                ts = timeout.map(|t| KernelTimespec {
                     tv_sec: t.as_secs() as i64,
                     tv_nsec: t.subsec_nanos() as i64,
-                };
+                });
                 arg = GeteventsArg {
                     sigmask: 0,
                     sigmask_sz: 0,
-                    min_wait_usec: 0,
-                    ts: &ts as *const _ as u64,
+                    min_wait_usec,
+                    ts: ts.as_ref().map_or(0, |t| t as *const _ as u64),
                 };
                 flags |= IORING_ENTER_EXT_ARG;
                 (
@@ -125,10 +138,10 @@ impl Enter {
                     std::mem::size_of::<GeteventsArg>(),
                 )
             }
-            None => (std::ptr::null(), 0),
+            _ => (std::ptr::null(), 0),
         };
-        // SAFETY: the kernel reads `argsz` bytes at `argp` (a live GeteventsArg whose `ts`
-        // points at a live timespec) only with EXT_ARG; without it both are null/0. The
+        // SAFETY: the kernel reads `argsz` bytes at `argp` (a live GeteventsArg whose `ts` is
+        // 0 or points at a live timespec) only with EXT_ARG; without it both are null/0. The
         // submission-queue tail was published with Release when the entries were pushed.
         let r = unsafe {
             libc::syscall(

@@ -35,6 +35,11 @@ use bufring::BufRing;
 use pipes::PipePool;
 use userdata::{unpack, Kind};
 
+/// Most completions an adaptive batch waits for.
+const MAX_BATCH_WAIT: u32 = 64;
+/// Completions in the last wait from which the next one batches.
+const BATCH_FROM: u32 = 8;
+
 /// Buffer group id of the zone's receive buffer ring.
 const BGID: u16 = 0;
 
@@ -68,6 +73,9 @@ pub struct UringDriver {
     peer_bufs: Vec<(Option<peer::PeerBuf>, u32)>,
     /// How long to spin on the completion queue before parking (`busy_poll_us`).
     busy_poll: Duration,
+    /// Adaptive batching bound in microseconds (0: off), and the last batch's size.
+    batch_wait_us: u32,
+    last_batch: u32,
 }
 
 impl UringDriver {
@@ -117,6 +125,8 @@ impl UringDriver {
             peer_addrs: cfg.peer_addrs,
             peer_bufs: Vec::new(),
             busy_poll: cfg.busy_poll,
+            batch_wait_us: cfg.batch_wait.as_micros().min(u32::MAX as u128) as u32,
+            last_batch: 0,
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
         d.wake
@@ -270,7 +280,11 @@ impl UringDriver {
         }
         self.waits += 1;
         let (pending, t0) = self.wake.waker.park_begin();
-        let timeout = if pending { Some(Duration::ZERO) } else { timeout };
+        let timeout = if pending {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
         let r = match timeout {
             Some(t) => {
                 let ts = io_uring::types::Timespec::from(t);
@@ -324,8 +338,33 @@ impl UringDriver {
     fn park(&mut self, to_submit: u32, timeout: Option<Duration>) -> io::Result<()> {
         self.waits += 1;
         let (pending, t0) = self.wake.waker.park_begin();
-        let timeout = if pending { Some(Duration::ZERO) } else { timeout };
-        let r = self.enter.submit_and_wait(to_submit, timeout);
+        let timeout = if pending {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
+        // Batch only under load: a zone whose last wait brought few completions is not
+        // saturated, and waiting for more would only add latency.
+        let want = if self.batch_wait_us > 0 && !pending && self.last_batch >= BATCH_FROM {
+            self.last_batch.min(MAX_BATCH_WAIT)
+        } else {
+            1
+        };
+        let mut r = if want > 1 {
+            self.enter
+                .submit_and_wait_batch(to_submit, want, self.batch_wait_us, timeout)
+        } else {
+            self.enter.submit_and_wait(to_submit, timeout)
+        };
+        if want > 1
+            && r.as_ref()
+                .is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
+        {
+            // A kernel before 6.12 refuses min_wait_usec: batch no more.
+            tracing::info!("io_uring min_wait is not supported here; completion batching off");
+            self.batch_wait_us = 0;
+            r = self.enter.submit_and_wait(0, timeout);
+        }
         self.wake.waker.park_end(t0);
         r
     }
@@ -377,6 +416,7 @@ impl Driver for UringDriver {
                 .completion()
                 .map(|e: cqueue::Entry| (e.user_data(), e.result(), e.flags())),
         );
+        self.last_batch = cqes.len() as u32;
         for &(ud, res, flags) in &cqes {
             self.dispatch(h, ud, res, flags);
         }

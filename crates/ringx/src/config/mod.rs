@@ -94,6 +94,10 @@ pub struct Runtime {
     /// Microseconds an idle zone spins on its completion queue before it parks; -1: never.
     #[serde(default = "ops::default_busy_poll_us")]
     pub busy_poll_us: i64,
+    /// io_uring adaptive completion batching: under load (many completions per wait) the
+    /// next wait asks for as many again, waiting at most this long for them. 0: off.
+    #[serde(default)]
+    pub batch_wait_us: u32,
 }
 
 impl Default for Runtime {
