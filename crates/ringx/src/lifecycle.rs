@@ -207,6 +207,16 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         },
         None => None,
     };
+    // Active-side steering ([steering] mode): each zone's source-port table, and the XDP
+    // program when steering in software; logs the counters and detaches when it drops.
+    let mut active = match crate::steering::setup(&cfg, &cpus, upstreams.as_deref(), &routes.listen)
+    {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("steering: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if let Some(u) = &cfg.runtime.user {
         if let Err(e) = drop_privileges(u.get_ref()) {
             tracing::error!("cannot drop privileges to {:?}: {e}", u.get_ref());
@@ -265,6 +275,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             max_outbound: if upstreams.is_some() { max_conns } else { 0 },
             batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
         };
+        let connector = active.connector(id, cpus[id], zops.counters.clone());
         let (routes, settings, ev_tx, done_tx, ups) = (
             routes.clone(),
             settings.clone(),
@@ -275,7 +286,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         let spawned = std::thread::Builder::new()
             .name(format!("ringx-zone-{id}"))
             .spawn(move || {
-                let mut h = HttpZone::new(id, routes, settings, ctl, ev_tx, ups);
+                let mut h = HttpZone::new(id, routes, settings, ctl, ev_tx, ups, connector);
                 h.set_ops(zops);
                 let r = run_zone(&zcfg, listeners, waker, &mut h).map_err(|e| e.to_string());
                 drop(h); // hands its last access log lines to the writer first

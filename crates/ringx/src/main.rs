@@ -13,6 +13,7 @@ mod metrics;
 mod ops_wiring;
 mod proxy;
 mod server;
+mod steering;
 mod upgrade;
 
 use std::path::PathBuf;

@@ -37,6 +37,18 @@ pub struct ZoneCounters {
     pub connects_steered: AtomicU64,
     pub connects_kernel: AtomicU64,
     pub connect_failures: AtomicU64,
+    /// Source-port selection (`[steering] mode`, `crate::proxy::connector`): ports from the
+    /// precomputed table, dynamic searches, steering-hash evaluations, connects no port fit
+    /// (the kernel chose), table ports another socket held at bind.
+    pub port_table_hits: AtomicU64,
+    pub port_searches: AtomicU64,
+    pub port_hash_evals: AtomicU64,
+    pub port_fallbacks: AtomicU64,
+    pub port_busy: AtomicU64,
+    /// Upstream connections whose replies arrived on the zone's CPU (`SO_INCOMING_CPU` at
+    /// their first bytes), and elsewhere.
+    pub locality_home: AtomicU64,
+    pub locality_away: AtomicU64,
     /// Access log lines handed to the writer, and dropped because it fell behind.
     pub log_lines: AtomicU64,
     pub log_dropped: AtomicU64,
@@ -71,6 +83,60 @@ pub struct Metrics {
     /// Access log bytes written and write errors (by the writer thread).
     pub log_bytes: Arc<AtomicU64>,
     pub log_errors: Arc<AtomicU64>,
+}
+
+impl Metrics {
+    /// Source-port selection and measured locality of upstream connections (issue #5).
+    fn steering(&self, o: &mut Out, zc: &[Arc<ZoneCounters>]) {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let col = |f: &dyn Fn(&ZoneCounters) -> u64| zc.iter().map(|z| f(z)).collect::<Vec<_>>();
+        o.per_zone(
+            "ringx_steering_table_hits_total",
+            "counter",
+            "Upstream source ports taken from the zone's precomputed table (no hashing).",
+            &col(&|z| r(&z.port_table_hits)),
+        );
+        o.per_zone(
+            "ringx_steering_dynamic_searches_total",
+            "counter",
+            "Dynamic source-port searches (table exhausted, or destination not in it).",
+            &col(&|z| r(&z.port_searches)),
+        );
+        o.per_zone(
+            "ringx_steering_hash_evaluations_total",
+            "counter",
+            "Steering-function evaluations at run time (all in dynamic searches).",
+            &col(&|z| r(&z.port_hash_evals)),
+        );
+        o.per_zone(
+            "ringx_steering_fallbacks_total",
+            "counter",
+            "Upstream connects no steered source port fitted: the kernel chose.",
+            &col(&|z| r(&z.port_fallbacks)),
+        );
+        o.per_zone(
+            "ringx_steering_port_busy_total",
+            "counter",
+            "Table source ports another socket held at bind (EADDRINUSE; the next was tried).",
+            &col(&|z| r(&z.port_busy)),
+        );
+        o.family(
+            "ringx_upstream_locality_total",
+            "counter",
+            "Upstream connections by where their replies were processed (SO_INCOMING_CPU at \
+             the first bytes): on the zone's CPU (home) or another (away).",
+        );
+        for (zi, z) in zc.iter().enumerate() {
+            let zs = zi.to_string();
+            for (cpu, v) in [("home", &z.locality_home), ("away", &z.locality_away)] {
+                o.sample(
+                    "ringx_upstream_locality_total",
+                    &[("zone", &zs), ("cpu", cpu)],
+                    r(v),
+                );
+            }
+        }
+    }
 }
 
 /// A Prometheus text-format writer.
@@ -299,6 +365,7 @@ impl Metrics {
             "Upstream connects that failed to start, per zone.",
             &col(&|z| r(&z.connect_failures)),
         );
+        self.steering(&mut o, zc);
         o.family(
             "ringx_upstream_server_healthy",
             "gauge",

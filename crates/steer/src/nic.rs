@@ -299,11 +299,14 @@ fn check_name(dev: &str) -> Result<[u8; libc::IFNAMSIZ], NicError> {
     {
         return Err(NicError::BadName(dev.to_string()));
     }
-    if !Path::new("/sys/class/net").join(dev).exists() {
-        return Err(NicError::NoDevice(dev.to_string()));
-    }
     let mut name = [0u8; libc::IFNAMSIZ];
     name[..bytes.len()].copy_from_slice(bytes);
+    // The calling thread's network namespace, which /sys/class/net need not show (a process
+    // that entered a namespace with setns keeps the sysfs mounted for its old one).
+    // SAFETY: `name` is NUL-terminated (at most IFNAMSIZ - 1 bytes were copied).
+    if unsafe { libc::if_nametoindex(name.as_ptr().cast()) } == 0 {
+        return Err(NicError::NoDevice(dev.to_string()));
+    }
     Ok(name)
 }
 
@@ -410,6 +413,56 @@ pub fn rss_config(dev: &str) -> Result<RssState, NicError> {
         hfunc: buf.hdr.hfunc,
         indir,
     }))
+}
+
+/// `struct ethtool_drvinfo`.
+#[repr(C)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+
+const _: () = assert!(size_of::<EthtoolDrvinfo>() == 196);
+
+const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+
+/// The device's driver name (`ethtool -i IF`: `veth`, `virtio_net`, `ixgbe`...).
+pub fn driver(dev: &str) -> Result<String, NicError> {
+    let name = check_name(dev)?;
+    let sock = control_socket(dev)?;
+    let mut info = EthtoolDrvinfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        version: [0; 32],
+        fw_version: [0; 32],
+        bus_info: [0; 32],
+        erom_version: [0; 32],
+        reserved2: [0; 12],
+        n_priv_flags: 0,
+        n_stats: 0,
+        testinfo_len: 0,
+        eedump_len: 0,
+        regdump_len: 0,
+    };
+    ethtool(&sock, name, &mut info).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ENODEV) {
+            NicError::NoDevice(dev.to_string())
+        } else {
+            io_err(dev, "ioctl(SIOCETHTOOL, ETHTOOL_GDRVINFO)", e)
+        }
+    })?;
+    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
+    Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
 }
 
 /// The number of RX queues: `ETHTOOL_GCHANNELS` (combined + RX), else sysfs.

@@ -218,6 +218,9 @@ struct DestState {
     /// Table ports not in use, oldest release first; `Some(t)`: in TIME_WAIT until `t`.
     /// Release times only grow, so when the front is not ready nothing behind it is.
     idle: VecDeque<(u16, Option<Instant>)>,
+    /// Table ports released after the peer closed first (no TIME_WAIT on this side): ready
+    /// at once, handed out oldest first when no `idle` port is ready.
+    recycled: VecDeque<u16>,
     /// Ports (offsets in the range) that belong to the table.
     in_table: Bits,
     /// Ports handed out and not yet released.
@@ -239,6 +242,7 @@ impl DestState {
         DestState {
             probe,
             idle: VecDeque::new(),
+            recycled: VecDeque::new(),
             in_table: Bits::new(range_len),
             in_use: Bits::new(range_len),
             cooling: Bits::new(range_len),
@@ -521,6 +525,12 @@ impl PortTable {
                 return Some(port);
             }
         }
+        if let Some(port) = st.recycled.pop_front() {
+            st.in_use.set(usize::from(port - self.range_start));
+            st.in_use_count += 1;
+            self.counters.table_hits += 1;
+            return Some(port);
+        }
         if st.complete && st.table_len > 0 {
             // Every port of the range that maps here is in the table and busy.
             self.counters.kernel_fallbacks += 1;
@@ -581,6 +591,39 @@ impl PortTable {
     /// If `id` was not issued by this table.
     #[inline]
     pub fn release_id(&mut self, id: DestId, port: u16, now: Instant) -> Result<(), ReleaseError> {
+        let off = self.unuse(id, port)?;
+        let st = &mut self.dests[id.0 as usize];
+        let ready = now + self.config.time_wait;
+        if st.in_table.get(off) {
+            st.idle.push_back((port, Some(ready)));
+        } else {
+            st.cooling.set(off);
+            st.cooling_fifo.push_back((port, ready));
+        }
+        Ok(())
+    }
+
+    /// Give `port` back after a connection that the peer closed first: this side went
+    /// through CLOSE_WAIT and LAST_ACK, not TIME_WAIT (the peer holds that), so the port
+    /// needs no quarantine. A table port is handed out again after the other ready ones
+    /// (oldest release first, which keeps the peer's TIME_WAIT entries of the same 4-tuple
+    /// old); a dynamic one is free for the next search. O(1).
+    ///
+    /// # Panics
+    /// If `id` was not issued by this table.
+    #[inline]
+    pub fn release_id_peer_closed(&mut self, id: DestId, port: u16) -> Result<(), ReleaseError> {
+        let off = self.unuse(id, port)?;
+        let st = &mut self.dests[id.0 as usize];
+        if st.in_table.get(off) {
+            st.recycled.push_back(port);
+        }
+        Ok(())
+    }
+
+    /// Marks `port` of `id` not in use; its offset in the range.
+    #[inline]
+    fn unuse(&mut self, id: DestId, port: u16) -> Result<usize, ReleaseError> {
         let off = usize::from(port.wrapping_sub(self.range_start));
         if port < self.range_start || off >= self.range_len {
             return Err(ReleaseError::OutOfRange(port));
@@ -591,14 +634,7 @@ impl PortTable {
         }
         st.in_use.clear(off);
         st.in_use_count -= 1;
-        let ready = now + self.config.time_wait;
-        if st.in_table.get(off) {
-            st.idle.push_back((port, Some(ready)));
-        } else {
-            st.cooling.set(off);
-            st.cooling_fifo.push_back((port, ready));
-        }
-        Ok(())
+        Ok(off)
     }
 }
 
@@ -757,6 +793,51 @@ mod tests {
         assert_eq!(t.counters.hash_evals, 0);
         // After TIME_WAIT it is back.
         assert_eq!(t.take_id(id, t0 + Duration::from_secs(60)), Some(first));
+    }
+
+    #[test]
+    fn peer_closed_ports_need_no_quarantine() {
+        let d = dest("10.0.0.1 10.0.0.2 80");
+        let mut t = PortTableBuilder::new(rss(2), config(40000..=40999))
+            .dest(d)
+            .build(0)
+            .unwrap();
+        let id = t.dest_id(&d).unwrap();
+        let n = t.table_len(id);
+        let t0 = Instant::now();
+        let all: Vec<u16> = (0..n).map(|_| t.take_id(id, t0).unwrap()).collect();
+        // Two closed by us (TIME_WAIT here), two by the peer (none here).
+        t.release_id(id, all[0], t0).unwrap();
+        t.release_id(id, all[1], t0).unwrap();
+        t.release_id_peer_closed(id, all[2]).unwrap();
+        t.release_id_peer_closed(id, all[3]).unwrap();
+        assert_eq!(
+            t.release_id_peer_closed(id, all[3]),
+            Err(ReleaseError::NotInUse(all[3]))
+        );
+        // The peer-closed ones come back at once, oldest first, from the table.
+        assert_eq!(t.take_id(id, t0), Some(all[2]));
+        assert_eq!(t.take_id(id, t0), Some(all[3]));
+        assert_eq!(t.take_id(id, t0), None);
+        assert_eq!(t.counters.table_hits, n as u64 + 2);
+        assert_eq!(t.counters.hash_evals, 0);
+        // TIME_WAIT ones after the quarantine, before recycled ones released later.
+        t.release_id_peer_closed(id, all[2]).unwrap();
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(t.take_id(id, later), Some(all[0]));
+        assert_eq!(t.take_id(id, later), Some(all[1]));
+        assert_eq!(t.take_id(id, later), Some(all[2]));
+        // A dynamic port closed by the peer is free for the next search at once.
+        let cfg = PortTableConfig {
+            max_table_ports: 0,
+            ..config(40000..=40003)
+        };
+        let mut t = PortTableBuilder::new(rss(2), cfg).dest(d).build(0).unwrap();
+        let id = t.dest_id(&d).unwrap();
+        let got: Vec<u16> = std::iter::from_fn(|| t.take_id(id, t0)).collect();
+        assert!(!got.is_empty());
+        t.release_id_peer_closed(id, got[0]).unwrap();
+        assert_eq!(t.take_id(id, t0), Some(got[0]));
     }
 
     #[test]

@@ -40,6 +40,7 @@ mod error;
 mod loader;
 mod maps;
 pub mod packet;
+pub mod steer;
 pub mod sys;
 
 pub use abi::{Counter, Reason, Verdict};

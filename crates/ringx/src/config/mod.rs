@@ -421,6 +421,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             validate_location(l, src)?;
         }
     }
+    steering::validate(cfg, src)?;
     Ok(())
 }
 

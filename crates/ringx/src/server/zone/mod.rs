@@ -158,6 +158,7 @@ impl HttpZone {
         ctl: Arc<ZoneCtl>,
         ready: mpsc::Sender<ZoneEvent>,
         upstreams: Option<Arc<Upstreams>>,
+        connector: Connector,
     ) -> Self {
         let now = Instant::now();
         let mut date = DateCache::new();
@@ -175,7 +176,7 @@ impl HttpZone {
             draining: false,
             ready: Some(ready),
             ups: upstreams.map(|u| ZoneUpstreams::new(u, id)),
-            connector: Connector::new(None),
+            connector,
             upc: Vec::new(),
             up_gen: 0,
             proxy_pool: Vec::new(),
@@ -317,6 +318,7 @@ impl Handler for HttpZone {
     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         self.refresh_date(io.now());
         if self.is_up(c) {
+            self.connector.observe(io, c);
             return self.up_data(io, c, data);
         }
         let conn = &mut self.conns[c.index()];
@@ -366,6 +368,7 @@ impl Handler for HttpZone {
 
     fn on_eof(&mut self, io: &mut Io, c: ConnId) {
         if self.is_up(c) {
+            self.connector.eof(io, c);
             return self.up_eof(io, c);
         }
         let conn = &mut self.conns[c.index()];

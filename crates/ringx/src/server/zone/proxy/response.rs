@@ -281,6 +281,7 @@ impl HttpZone {
             self.set_up_deadline(io, u, now + ka);
         } else {
             up.state = UpState::Closing;
+            self.connector.closing(io, u);
             io.close(u);
         }
         let conn = &mut self.conns[c.index()];
