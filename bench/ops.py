@@ -129,37 +129,25 @@ def idle_cpu(srv, secs):
         srv.stop()
 
 
+CLIENT = None
+
+
+def build_client(work):
+    """Compiles the paced client (bench/ops_client.c)."""
+    global CLIENT
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops_client.c")
+    CLIENT = os.path.join(work, "ops_client")
+    subprocess.run(["cc", "-O2", "-o", CLIENT, src], check=True)
+
+
 def paced(port, rate, secs):
-    """Open-loop client on this thread: one keep-alive connection, a request every
-    1/rate s; latency from the scheduled send time to the end of the response."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    period = 1.0 / rate
-    n = int(rate * secs)
-    lat = []
-    start = time.perf_counter() + 0.05
-    buf = b""
-    for i in range(n):
-        due = start + i * period
-        while True:
-            now = time.perf_counter()
-            if now >= due:
-                break
-            if due - now > 0.0003:
-                time.sleep(due - now - 0.0002)
-        s.sendall(REQ)
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0 and len(buf) >= end + 4 + len(BODY):
-                buf = buf[end + 4 + len(BODY):]
-                break
-            chunk = s.recv(65536)
-            if not chunk:
-                raise RuntimeError("server closed the connection")
-            buf += chunk
-        lat.append(time.perf_counter() - due)
-    s.close()
-    return lat
+    """Open-loop client (ops_client.c, on CPU 1): one keep-alive connection, a request every
+    1/rate s; latency from the scheduled send time to the end of the response, in s."""
+    out = subprocess.run(["taskset", "-c", "1", CLIENT, str(port), str(rate), str(secs),
+                          str(len(BODY))], capture_output=True, text=True, timeout=secs + 30)
+    if out.returncode != 0:
+        raise RuntimeError(f"client failed: {out.stderr}")
+    return [int(x) / 1e9 for x in out.stdout.split()]
 
 
 def pct(xs, p):
@@ -199,12 +187,14 @@ def main():
     ap.add_argument("--quick", action="store_true", help="shorter windows")
     args = ap.parse_args()
     idle_secs = 3 if args.quick else 10
-    load_secs = 2 if args.quick else 5
-    rates = [1000, 5000]
+    load_secs = 2 if args.quick else 4
+    rounds = 1 if args.quick else 3
+    rates = [200, 1000, 5000]
     budgets = [0, 20, 100, BUSY_US]
     # The client runs on CPU 1 for the whole script; servers are pinned by their configs.
     os.sched_setaffinity(0, {1})
     work = tempfile.mkdtemp(prefix="ringx-ops-bench-")
+    build_client(work)
     res = {
         "date": datetime.date.today().isoformat(),
         "quick": args.quick,
@@ -213,10 +203,11 @@ def main():
         "method": {
             "idle": f"server left idle {idle_secs} s after one connection; CPU = schedstat "
                     "ns of all its threads / wall time, in % of one core",
-            "low_load": f"1 zone / 1 nginx worker on CPU 0; paced open-loop client (Python, "
-                        f"one keep-alive connection) on CPU 1 for {load_secs} s per rate; "
-                        "latency from scheduled send to end of response (includes the "
-                        "client's own overhead, the same for every row)",
+            "low_load": f"1 zone / 1 nginx worker on CPU 0; paced open-loop client (C, "
+                        f"bench/ops_client.c, one keep-alive connection) on CPU 1 for {load_secs} s per rate and "
+                        f"server, {rounds} rounds with the servers alternating, medians; "
+                        "latency from scheduled send to end of response (a late response "
+                        "delays the next send and is charged in full)",
             "busy_poll_us": "-1 means pure busy polling (the zone never parks)",
         },
         "loadavg_start": open("/proc/loadavg").read().split()[:3],
@@ -235,21 +226,31 @@ def main():
         v = idle_cpu(srv, idle_secs)
         res["idle"][name] = round(v, 3)
         print(f"  {name:55s} {v:8.3f} %")
-    print("low load (1 zone on CPU 0, paced client on CPU 1):")
-    hdr = f"  {'server':28s} {'rate':>6s} {'cpu%':>7s} {'cpu us/req':>10s} {'waits/req':>9s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}"
+    print(f"low load (1 zone on CPU 0, paced client on CPU 1; medians of {rounds} rounds, "
+          "the servers measured alternately in each round):")
+    hdr = (f"  {'server':28s} {'rate':>6s} {'cpu%':>7s} {'cpu us/req':>10s} {'waits/req':>9s} "
+           f"{'p50 us':>8s} {'p90 us':>8s} {'p99 us':>8s}")
     print(hdr)
+    configs = [(f"ringx busy_poll_us={b}" if b != BUSY_US else "ringx pure busy polling",
+                "ringx", b) for b in budgets] + [("nginx", "nginx", None)]
     for rate in rates:
-        rows = [(f"ringx busy_poll_us={b}" if b != BUSY_US else "ringx pure busy polling",
-                 Server("ringx", work, busy_poll_us=b)) for b in budgets]
-        rows.append(("nginx", Server("nginx", work)))
-        for name, srv in rows:
-            r = low_load(srv, rate, load_secs)
-            r["server"] = name
-            r["busy_poll_us"] = srv.busy if srv.kind == "ringx" else None
-            res["low_load"].append(r)
-            print(f"  {name:28s} {rate:6d} {r['cpu_pct']:7.2f} {r['cpu_us_per_req']:10.2f} "
-                  f"{r['waits_per_req'] if r['waits_per_req'] is not None else '-':>9} "
-                  f"{r['p50_us']:8.1f} {r['p99_us']:8.1f} {r['max_us']:8.1f}")
+        runs = {name: [] for name, _, _ in configs}
+        for _ in range(rounds):
+            for name, kind, b in configs:
+                srv = Server(kind, work, busy_poll_us=b or 0)
+                runs[name].append(low_load(srv, rate, load_secs))
+        for name, kind, b in configs:
+            rs = runs[name]
+            med = {k: statistics.median(r[k] for r in rs)
+                   for k in ("cpu_pct", "cpu_us_per_req", "p50_us", "p90_us", "p99_us",
+                             "max_us", "mean_us")}
+            w = [r["waits_per_req"] for r in rs if r["waits_per_req"] is not None]
+            med["waits_per_req"] = statistics.median(w) if w else None
+            row = {"server": name, "busy_poll_us": b, "rate": rate, **med, "rounds": rs}
+            res["low_load"].append(row)
+            print(f"  {name:28s} {rate:6d} {med['cpu_pct']:7.2f} {med['cpu_us_per_req']:10.2f} "
+                  f"{med['waits_per_req'] if med['waits_per_req'] is not None else '-':>9} "
+                  f"{med['p50_us']:8.1f} {med['p90_us']:8.1f} {med['p99_us']:8.1f}")
     res["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     print(f"load average at start {res['loadavg_start']}, at end {res['loadavg_end']}")
     os.makedirs(RESULTS, exist_ok=True)
