@@ -74,7 +74,7 @@ pub fn validate(cfg: &super::Config, src: &super::Source) -> Result<(), super::C
         }
     }
     let b = cfg.runtime.busy_poll_us;
-    if b < -1 || b > 1_000_000 {
+    if !(-1..=1_000_000).contains(&b) {
         return Err(src.err(
             0..0,
             "runtime.busy_poll_us must be between 0 and 1000000 (1 s), or -1 (never park)",
