@@ -66,7 +66,11 @@ fn park_and_wake(engine: EngineKind, busy_poll: Duration) {
         assert!(t.elapsed() < Duration::from_secs(5), "never accepted");
         std::hint::spin_loop();
     }
-    assert!(t.elapsed() < Duration::from_millis(100), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
     for i in 0..2 {
         wait_parked(&w, i);
         let before = w.stats();
