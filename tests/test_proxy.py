@@ -510,8 +510,12 @@ http {{ access_log off; keepalive_requests 100000;
         assert "Failed requests:        0" in out.stdout, out.stdout
         assert "Non-2xx responses" not in out.stdout, out.stdout
     finally:
-        p.kill()
-        p.wait()
+        p.terminate()  # SIGTERM: the master stops its workers (SIGKILL would orphan them)
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def test_head_204_304_have_no_body(ringx, engine, up, port):
