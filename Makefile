@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom bench bench-echo bench-proxy bench-xdp clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp clean fmt
 
 all: release
 
@@ -45,11 +45,18 @@ loom: deps
 
 test: deps release unit lint loom fuzz integration
 
-bench: release
+# Every benchmark, one after the other (about 30 minutes; BENCH_ARGS=--quick: about 8).
+# Each also runs alone: bench-http (< 10 min, --quick < 2), bench-echo, bench-proxy,
+# bench-steer, bench-xdp, bench-ops.
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-ops
+
+bench-http: release
 	python3 bench/run.py $(BENCH_ARGS)
+
+bench-steer: release
 	python3 bench/steer.py $(filter --quick,$(BENCH_ARGS))
-	python3 bench/proxy.py $(BENCH_ARGS)
-	python3 bench/xdp.py $(filter --quick,$(BENCH_ARGS))
+
+bench-ops: release
 	python3 bench/ops.py $(filter --quick,$(BENCH_ARGS))
 
 fmt:
