@@ -199,12 +199,27 @@ fn is_loopback(dev: &str) -> bool {
 
 /// The zone of each RX queue from the device's IRQ CPUs, and the RSS function.
 fn rss_steering(dev: &str, cpus: &[usize]) -> Result<FlowSteering, String> {
-    let report = nic::discover(dev).map_err(|e| e.to_string())?;
-    if !report.hardware_steering() {
-        return Err(format!("{dev}: {}", report.recommendation()));
-    }
-    let nic::RssState::Available(rss) = &report.rss else {
-        return Err(format!("{dev}: no RSS"));
+    rss_function(&nic::discover(dev).map_err(|e| e.to_string())?, cpus)
+}
+
+/// [`rss_steering`] from what discovery found.
+fn rss_function(report: &nic::NicReport, cpus: &[usize]) -> Result<FlowSteering, String> {
+    let dev = &report.dev;
+    let rss = match &report.rss {
+        nic::RssState::Unavailable(_) => return Err(format!("{dev} has no RSS")),
+        nic::RssState::Available(r) if !r.is_toeplitz() => {
+            return Err(format!(
+                "{dev} hashes with {}, not Toeplitz",
+                r.hash_functions().join("+")
+            ))
+        }
+        nic::RssState::Available(_) if !report.hardware_steering() => {
+            return Err(format!(
+                "{dev} has {} RX queue(s) under RSS",
+                report.rx_queues.count
+            ))
+        }
+        nic::RssState::Available(r) => r,
     };
     let reta = rss.reta().map_err(|e| format!("{dev}: {e}"))?;
     let queues = (report.rx_queues.count as usize).max(
@@ -329,7 +344,15 @@ pub fn setup(
     }
     let (mode, steering, why) = match wanted {
         Mode::Off => unreachable!("handled above"),
-        Mode::Rss => (Mode::Rss, rss_steering(&devs[0], cpus)?, String::new()),
+        Mode::Rss => {
+            let fs = rss_steering(&devs[0], cpus).map_err(|e| {
+                format!(
+                    "mode = \"rss\": {e} (`ringx rss show --dev {}` shows why)",
+                    devs[0]
+                )
+            })?;
+            (Mode::Rss, fs, String::new())
+        }
         Mode::Software => {
             st.xdp = Some(software_steering(cfg, &devs, cpus, &range, listen)?);
             (Mode::Software, software_function(zones), String::new())
@@ -363,11 +386,7 @@ pub fn setup(
                 Err(no_rss) => match software_steering(cfg, &devs, cpus, &range, listen) {
                     Ok(x) => {
                         st.xdp = Some(x);
-                        (
-                            Mode::Software,
-                            software_function(zones),
-                            format!("no hardware steering ({no_rss})"),
-                        )
+                        (Mode::Software, software_function(zones), no_rss)
                     }
                     Err(e) => {
                         off(format!(
@@ -509,6 +528,75 @@ mod tests {
         let c = cfg("mode = \"rss\"\ndevice = \"lo\"", "");
         let e = setup(&c, &[0], None, &[]).err().expect("lo has no RSS");
         assert!(e.contains("lo"), "{e}");
+    }
+
+    #[test]
+    fn rss_zones_follow_the_queues_irq_cpus() {
+        use ringx_steer::toeplitz::{toeplitz, HashInput, DEFAULT_KEY};
+        // 4 queues, queue q's interrupt on CPU q; zones on CPUs 3 and 1.
+        let indir: Vec<u32> = (0..128).map(|i| i % 4).collect();
+        let report = nic::NicReport {
+            dev: "eth9".into(),
+            rss: nic::RssState::Available(nic::RssConfig {
+                key: DEFAULT_KEY.to_vec(),
+                hfunc: 1,
+                indir: indir.clone(),
+            }),
+            rx_queues: nic::RxQueues {
+                count: 4,
+                source: "test",
+            },
+            irqs: (0..4)
+                .map(|q| nic::QueueIrq {
+                    irq: 40 + q,
+                    name: format!("eth9-TxRx-{q}"),
+                    queue: Some(q as u16),
+                    cpus: vec![q as usize],
+                })
+                .collect(),
+        };
+        let fs = rss_function(&report, &[3, 1]).unwrap();
+        let d: Dest = "10.0.0.1 10.0.0.2 80".parse().unwrap();
+        let tables = PortTableBuilder::new(
+            Arc::new(fs),
+            PortTableConfig {
+                range: 40000..=40999,
+                ..PortTableConfig::default()
+            },
+        )
+        .dest(d)
+        .build_all()
+        .unwrap();
+        assert_eq!(tables.len(), 2);
+        for (z, cpu) in [(0usize, 3u32), (1, 1)] {
+            let id = tables[z].dest_id(&d).unwrap();
+            assert!(tables[z].table_len(id) > 150);
+            for p in tables[z].idle_ports(id) {
+                let input = HashInput::with_ports(d.remote, SocketAddr::new(d.local, p)).unwrap();
+                let queue = indir[toeplitz(&DEFAULT_KEY, input.as_bytes()) as usize & 127];
+                assert_eq!(queue, cpu, "zone {z} port {p}");
+            }
+        }
+        // No zone on a queue's CPU, one queue, another hash: refused, saying why.
+        let e = rss_function(&report, &[7]).err().unwrap();
+        assert!(e.contains("no RX queue's interrupt"), "{e}");
+        let mut one = report.clone();
+        one.rx_queues.count = 1;
+        assert!(rss_function(&one, &[0])
+            .err()
+            .unwrap()
+            .contains("1 RX queue"));
+        let mut xor = report.clone();
+        if let nic::RssState::Available(r) = &mut xor.rss {
+            r.hfunc = 2;
+        }
+        assert!(rss_function(&xor, &[0])
+            .err()
+            .unwrap()
+            .contains("xor, not Toeplitz"));
+        let mut none = report;
+        none.rss = nic::RssState::Unavailable("no".into());
+        assert_eq!(rss_function(&none, &[0]).err().unwrap(), "eth9 has no RSS");
     }
 
     #[test]
