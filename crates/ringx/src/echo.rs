@@ -48,9 +48,9 @@ pub struct EchoArgs {
     /// "hash" (the kernel's reuseport hash); see `[steering] listen`.
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "hash"])]
     steering: String,
-    /// Adaptive completion batching (io_uring): wait up to this many microseconds for about
-    /// half the last batch's completions before taking what came. 0: off.
-    #[arg(long, default_value_t = 0)]
+    /// Adaptive completion batching (io_uring): wait up to this many microseconds for as many
+    /// completions as the last (busy) wait brought before taking what came. 0: off.
+    #[arg(long, default_value_t = 200)]
     batch_wait_us: u64,
 }
 
