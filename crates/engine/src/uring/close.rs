@@ -1,6 +1,5 @@
 //! Closing a connection without leaking its slot or freeing memory the kernel still uses:
-//! cancel everything on the descriptor (`IORING_OP_ASYNC_CANCEL` with
-//! `IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL`, Linux 5.19), wait until no send or
+//! cancel its pending receive (or connect) by user_data (`IORING_OP_ASYNC_CANCEL`), wait until no send or
 //! splice owns a buffer, then `IORING_OP_CLOSE` the direct descriptor (Linux 5.15). Only when
 //! that completes is `on_closed` delivered and the slot reusable. Also write shutdown
 //! (`IORING_OP_SHUTDOWN`, Linux 5.11).
@@ -21,12 +20,23 @@ impl UringDriver {
         if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
             return;
         }
+        // The only operations that can stay pending on a connection indefinitely are its
+        // multishot receive and, while connecting, its connect; sends and splices are waited
+        // for (`in_flight`), the rest complete at once. Cancelling that one request by its
+        // user_data is a hash lookup, where cancelling everything on the descriptor
+        // (IORING_ASYNC_CANCEL_FD | ALL) scans every armed poll of the ring, per close.
+        let target = if conn.state == ConnState::Connecting {
+            Kind::Connect
+        } else {
+            Kind::Recv
+        };
         conn.state = ConnState::Closing;
         conn.close_err = err;
         conn.drop_unsent();
-        let e = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fixed(c.0)).all())
-            .build()
-            .user_data(pack(Kind::Cancel, conn.gen, c.0));
+        let e =
+            opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(target, conn.gen, c.0)))
+                .build()
+                .user_data(pack(Kind::Cancel, conn.gen, c.0));
         // SAFETY: a cancellation refers to no memory of ours.
         unsafe { self.push(&e) };
     }
