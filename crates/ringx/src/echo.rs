@@ -50,7 +50,7 @@ pub struct EchoArgs {
     steering: String,
     /// Adaptive completion batching (io_uring): wait up to this many microseconds for as many
     /// completions as the last (busy) wait brought before taking what came. 0: off.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 20)]
     batch_wait_us: u64,
 }
 

@@ -343,13 +343,16 @@ impl UringDriver {
         } else {
             timeout
         };
-        // Batch only under load: a zone whose last wait brought few completions is not
-        // saturated, and waiting for more would only add latency.
-        let want = if self.batch_wait_us > 0 && !pending && self.last_batch >= BATCH_FROM {
-            self.last_batch.min(MAX_BATCH_WAIT)
-        } else {
-            1
-        };
+        // Batch only when saturated: the last wait brought many completions AND more are
+        // already waiting (IORING_SQ_TASKRUN: the kernel holds deferred completions for us).
+        // A zone that would block anyway must not wait for a batch: that is pure latency.
+        let saturated = self.ring.submission().taskrun();
+        let want =
+            if self.batch_wait_us > 0 && !pending && saturated && self.last_batch >= BATCH_FROM {
+                self.last_batch.min(MAX_BATCH_WAIT)
+            } else {
+                1
+            };
         let mut r = if want > 1 {
             self.enter
                 .submit_and_wait_batch(to_submit, want, self.batch_wait_us, timeout)
