@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -174,26 +173,7 @@ def measure(p, wl, secs, cg, capped):
 
 
 def summarise(rows):
-    out = {}
-    for wl in WORKLOADS:
-        out[wl] = {}
-        for peer in PEERS:
-            rs = [r for r in rows if r["workload"] == wl and r["peer"] == peer]
-            if not rs:
-                continue
-            out[wl][peer] = {}
-            for m in ("cpu_us_per_req", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms"):
-                vals = [r[m] for r in rs if r.get(m) is not None]
-                if vals:
-                    out[wl][peer][m] = {"median": statistics.median(vals), "min": min(vals),
-                                        "max": max(vals), "n": len(vals)}
-        for base in ("nginx", "haproxy"):
-            b = out[wl].get(base, {})
-            for peer, ms in out[wl].items():
-                for m, s in ms.items():
-                    if m in b and b[m]["median"]:
-                        s[f"ratio_to_{base}"] = s["median"] / b[m]["median"]
-    return out
+    return run.summarise(rows, WORKLOADS, PEERS, ("nginx", "haproxy"))
 
 
 def report(result, name):

@@ -333,12 +333,14 @@ def machine():
             "hostname_kind": "2-core VM (client and server share it)"}
 
 
-def summarise(rows):
+def summarise(rows, workloads=None, peers=None, bases=("nginx",)):
+    """Median and min-max per workload, peer and metric, with `ratio_to_<base>` for each base
+    peer measured in the same run. Shared with bench/proxy.py."""
     summary = {}
     metrics = ["cpu_us_per_req", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms"]
-    for wl in WORKLOADS:
+    for wl in workloads or WORKLOADS:
         summary[wl] = {}
-        for peer in PEERS:
+        for peer in peers or PEERS:
             rs = [r for r in rows if r["workload"] == wl and r["peer"] == peer]
             if not rs:
                 continue
@@ -347,11 +349,12 @@ def summarise(rows):
                 vals = [r[m] for r in rs if r.get(m) is not None]
                 if vals:
                     summary[wl][peer][m] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
-        base = summary[wl].get("nginx", {})
-        for peer, ms in summary[wl].items():
-            for m, s in ms.items():
-                if m in base and base[m]["median"]:
-                    s["ratio_to_nginx"] = s["median"] / base[m]["median"]
+        for b in bases:
+            base = summary[wl].get(b, {})
+            for peer, ms in summary[wl].items():
+                for m, s in ms.items():
+                    if m in base and base[m]["median"]:
+                        s[f"ratio_to_{b}"] = s["median"] / base[m]["median"]
     return summary
 
 

@@ -61,6 +61,20 @@ pub struct ConnectCounters {
 
 impl ConnectCounters {
     const FIELDS: usize = 11;
+    /// Field names, in `to_array` order (log lines).
+    const NAMES: [&'static str; Self::FIELDS] = [
+        "connects",
+        "steered",
+        "kernel_choice",
+        "failures",
+        "port_busy",
+        "table_hits",
+        "dynamic_searches",
+        "hash_evals",
+        "table_fallbacks",
+        "locality_home",
+        "locality_away",
+    ];
 
     fn to_array(self) -> [u64; Self::FIELDS] {
         [
@@ -141,23 +155,11 @@ impl ConnectCounters {
 
 impl std::fmt::Display for ConnectCounters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "connects={} steered={} kernel_choice={} failures={} port_busy={} table_hits={} \
-             dynamic_searches={} hash_evals={} table_fallbacks={} locality_home={} \
-             locality_away={}",
-            self.connects,
-            self.steered,
-            self.kernel_choice,
-            self.failures,
-            self.port_busy,
-            self.table_hits,
-            self.dynamic_searches,
-            self.hash_evals,
-            self.table_fallbacks,
-            self.locality_home,
-            self.locality_away
-        )
+        for (i, (name, v)) in Self::NAMES.iter().zip(self.to_array()).enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{name}={v}")?;
+        }
+        Ok(())
     }
 }
 
