@@ -54,10 +54,13 @@ fn echo_roundtrip_with(engine: EngineKind, batch_wait: Duration) {
     let addr = zone.addr;
     // Many connections at once, each sending more than all receive buffers together hold,
     // so ENOBUFS re-arming and short writes are exercised.
-    let msg: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let mut handles = Vec::new();
-    for _ in 0..8 {
-        let msg = msg.clone();
+    for k in 0..8u32 {
+        // A different byte sequence per connection, so bytes delivered to the wrong
+        // connection or from the wrong place in a shared receive buffer are caught.
+        let msg: Vec<u8> = (0..300_000u32)
+            .map(|i| ((i + 37 * k) % 251) as u8)
+            .collect();
         handles.push(std::thread::spawn(move || {
             let mut s = TcpStream::connect(addr).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -96,4 +99,55 @@ fn echo_uring_batched() {
 #[test]
 fn echo_epoll() {
     echo_roundtrip(EngineKind::Epoll);
+}
+
+/// Small messages on many connections at once, request after request: with incremental
+/// buffer consumption many connections' bytes share one receive buffer, each at its own offset.
+fn small_messages(engine: EngineKind) {
+    let cfg = ZoneConfig {
+        engine,
+        max_conns: 256,
+        recv_buffers: 8,
+        recv_buffer_size: 1024,
+        ..ZoneConfig::default()
+    };
+    let Some(zone) = common::spawn_zone(cfg, Echo::default(), |h| h.closed) else {
+        return;
+    };
+    let addr = zone.addr;
+    let mut handles = Vec::new();
+    for k in 0..32u32 {
+        handles.push(std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            for n in 0..300u32 {
+                let len = 1 + ((n * 7 + k) % 97) as usize;
+                let msg: Vec<u8> = (0..len as u32).map(|i| (i + n + 31 * k) as u8).collect();
+                s.write_all(&msg).unwrap();
+                let mut got = vec![0u8; len];
+                s.read_exact(&mut got).unwrap();
+                assert_eq!(got, msg, "connection {k} message {n}");
+            }
+            s.shutdown(Shutdown::Write).unwrap();
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).unwrap();
+            assert!(rest.is_empty());
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    zone.waker.wake();
+    let closed = zone.thread.join().unwrap();
+    assert_eq!(closed, 32);
+}
+
+#[test]
+fn small_messages_uring() {
+    small_messages(EngineKind::Uring);
+}
+
+#[test]
+fn small_messages_epoll() {
+    small_messages(EngineKind::Epoll);
 }

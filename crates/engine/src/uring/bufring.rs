@@ -9,6 +9,15 @@
 //! it, the buffers. The kernel reads ring entries up to the tail we publish and writes
 //! received bytes into the buffers they name; we read a buffer only after its completion
 //! arrived and give it back (a new ring entry) only after the handler returned.
+//!
+//! Incremental consumption (`IOU_PBUF_RING_INC`, Linux 6.12) where the kernel has it: a
+//! receive takes only the bytes it fills from the buffer at the head, and the next receive (on
+//! any connection) continues right after them. Small messages then pack into one buffer instead
+//! of each taking the first bytes of a fresh 16 KiB buffer: the bytes the kernel writes and we
+//! parse sit in a few hot cache lines, where FIFO reuse of whole buffers walked the entire
+//! pool (16 MiB by default, every message at a 16 KiB stride, so in the same cache sets) and
+//! missed the cache on each copy. Profiled on 64-byte keep-alive HTTP (perf, cpu-clock): the
+//! kernel's receive copy (`rep_movs_alternative`) fell from 3.2% to 1.1% of the zone's CPU.
 
 use std::io;
 use std::ptr::NonNull;
@@ -26,7 +35,14 @@ pub(crate) struct BufRing {
     /// Our copy of the tail; published to the kernel by `publish`.
     tail: u16,
     published: u16,
+    /// Buffers are consumed incrementally (see the module docs).
+    inc: bool,
+    /// Incremental mode: per buffer, where the next completion's bytes start.
+    cursor: Vec<u32>,
 }
+
+/// `IOU_PBUF_RING_INC` (include/uapi/linux/io_uring.h; not re-exported by the io-uring crate).
+const IOU_PBUF_RING_INC: u16 = 2;
 
 impl BufRing {
     /// Maps and registers `entries` (a power of two, at most 32768) buffers of `buf_size`.
@@ -69,16 +85,35 @@ impl BufRing {
             buf_size,
             tail: 0,
             published: 0,
+            inc: false,
+            cursor: Vec::new(),
         };
         // SAFETY: the ring area is page-aligned, `entries` entries long, zero-filled (so the
         // tail starts at 0), and lives until Drop, which unregisters nothing but unmaps only
         // after the owning driver dropped the io_uring (field order in UringDriver).
-        unsafe {
-            ring.submitter()
-                .register_buf_ring_with_flags(base.as_ptr() as u64, entries, bgid, 0)
-                .map_err(|e| {
-                    io::Error::new(e.kind(), format!("register provided-buffer ring: {e}"))
-                })?;
+        let register = |flags: u16| unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                base.as_ptr() as u64,
+                entries,
+                bgid,
+                flags,
+            )
+        };
+        match register(IOU_PBUF_RING_INC) {
+            Ok(()) => {
+                br.inc = true;
+                br.cursor = vec![0; entries as usize];
+            }
+            // Before Linux 6.12: whole buffers per receive.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => register(0).map_err(|e| {
+                io::Error::new(e.kind(), format!("register provided-buffer ring: {e}"))
+            })?,
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("register provided-buffer ring: {e}"),
+                ))
+            }
         }
         for bid in 0..entries {
             br.push(bid);
@@ -104,19 +139,48 @@ impl BufRing {
         }
     }
 
-    /// The first `len` bytes of buffer `bid`, filled by the completion that named it.
+    /// Accounts for a receive completion that put `len` (> 0) bytes in buffer `bid`: returns
+    /// where in the buffer they start and whether the kernel is done with the buffer, which
+    /// may then be pushed back once the bytes have been handled. Completions must be passed in
+    /// the order they were reaped (the kernel fills a buffer in that order).
+    pub(crate) fn consume(&mut self, bid: u16, len: usize, flags: u32) -> (usize, bool) {
+        if !self.inc {
+            return (0, true);
+        }
+        let cur = &mut self.cursor[bid as usize];
+        let start = *cur as usize;
+        if io_uring::cqueue::buffer_more(flags) {
+            *cur += len as u32;
+            (start, false)
+        } else {
+            *cur = 0;
+            (start, true)
+        }
+    }
+
+    /// Whether a completion naming `bid` with no bytes (end of stream) gave the buffer up. In
+    /// incremental mode it did not: no byte was taken, so the kernel still holds it at the head
+    /// (kernels before the 2026 stable fix report such a completion without BUF_MORE anyway, so
+    /// the flag cannot be trusted here).
+    pub(crate) fn empty_released(&self) -> bool {
+        !self.inc
+    }
+
+    /// Bytes `start..start + len` of buffer `bid`, filled by the completion that named it.
     ///
     /// The returned slice must be dropped before `bid` is pushed back (the borrow of `self`
     /// does not enforce it because recycling goes through `&mut self` only after dispatch).
-    pub(crate) fn get(&self, bid: u16, len: usize) -> &[u8] {
+    pub(crate) fn get(&self, bid: u16, start: usize, len: usize) -> &[u8] {
         assert!(
-            bid < self.entries && len <= self.buf_size as usize,
-            "kernel named buffer {bid} len {len}"
+            bid < self.entries && start + len <= self.buf_size as usize,
+            "kernel named buffer {bid} bytes {start}+{len}"
         );
-        // SAFETY: the buffer lies in our mapping (checked above); the kernel finished writing
-        // it before posting the completion we are handling (the CQE read is Acquire in the
-        // io-uring crate), and it is not in the ring until we push it back.
-        unsafe { std::slice::from_raw_parts(self.buf_ptr(bid), len) }
+        // SAFETY: the range lies in buffer `bid` of our mapping (checked above); the kernel
+        // finished writing it before posting the completion we are handling (the CQE read is
+        // Acquire in the io-uring crate), and the buffer is not pushed back before the handler
+        // returns. In incremental mode the kernel goes on filling the buffer *after* this
+        // range, never inside it.
+        unsafe { std::slice::from_raw_parts(self.buf_ptr(bid).add(start), len) }
     }
 
     /// Gives buffer `bid` back (visible to the kernel at the next `publish`).

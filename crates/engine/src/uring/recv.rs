@@ -64,6 +64,18 @@ impl UringDriver {
         self.arm_recv(c);
     }
 
+    /// Gives back (when the kernel is done with it) a buffer whose bytes nobody reads.
+    fn release_unread(&mut self, bid: u16, res: i32, flags: u32) {
+        let done = if res > 0 {
+            self.bufs.consume(bid, res as usize, flags).1
+        } else {
+            self.bufs.empty_released()
+        };
+        if done {
+            self.bufs.push(bid);
+        }
+    }
+
     pub(super) fn complete_recv<H: Handler>(
         &mut self,
         h: &mut H,
@@ -78,7 +90,7 @@ impl UringDriver {
         if !current {
             // A late completion for an earlier connection in this slot.
             if let Some(bid) = bid {
-                self.bufs.push(bid);
+                self.release_unread(bid, res, flags);
             }
             return;
         }
@@ -89,14 +101,17 @@ impl UringDriver {
         if res > 0 {
             self.wake.waker.add_in(res as u64);
             let bid = bid.expect("a receive with data names its buffer");
+            let (start, done) = self.bufs.consume(bid, res as usize, flags);
             if open {
-                let data = self.bufs.get(bid, res as usize);
+                let data = self.bufs.get(bid, start, res as usize);
                 h.on_data(&mut self.io, c, data);
             }
-            self.bufs.push(bid);
+            if done {
+                self.bufs.push(bid);
+            }
         } else if res == 0 {
             if let Some(bid) = bid {
-                self.bufs.push(bid);
+                self.release_unread(bid, res, flags);
             }
             if open {
                 self.io.conns[c.index()].eof = true;
