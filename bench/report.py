@@ -78,6 +78,13 @@ def write(result, name):
     lines = [BEGIN, "", f"### Latest run: `{name}` ({result['mode']}, {result['rounds']} rounds of {result['duration_s']} s, {result['elapsed_s']} s in all)", ""]
     lines.append(f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_kib'] // 1024} MiB, Linux {mach['kernel']}. "
                  f"Versions: {v.get('ringx')}; {v.get('nginx')}; {v.get('wrk')}; {v.get('ab')}; {v.get('rustc')}.")
+    hs = result.get("host_speed")
+    if hs:
+        b, a = hs["before"], hs["after"]
+        lines.append("")
+        lines.append(f"Host noise: a fixed busy loop on the server's CPU took {b['loop_ms_min']}–{b['loop_ms_max']} ms "
+                     f"before the run and {a['loop_ms_min']}–{a['loop_ms_max']} ms after it (spread {b['spread']}× / {a['spread']}×; "
+                     "1.0× is a quiet host). Absolute figures drift by about that much; ratios come from alternated runs.")
     lines.append("")
     lines.append("Median (min–max) over the rounds; **bold** is the ratio to nginx in the same run.")
     lines.append("")

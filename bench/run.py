@@ -322,6 +322,21 @@ def versions():
     return v
 
 
+def host_speed(samples=7):
+    """Time of a fixed busy loop on the server's CPU, `samples` times: a shared VM's host can
+    slow a vCPU by a third for seconds at a time with no steal time showing. The spread says
+    how much absolute numbers in this run can drift; alternating the peers is what keeps the
+    ratios fair under it."""
+    code = "import time\nt=time.perf_counter()\ns=0\nfor i in range(400000): s+=i\nprint(time.perf_counter()-t)"
+    ms = []
+    for _ in range(samples):
+        out = subprocess.run(["taskset", "-c", SERVER_CPU, sys.executable, "-c", code],
+                             capture_output=True, text=True).stdout
+        ms.append(float(out) * 1000)
+    return {"loop_ms_min": round(min(ms), 2), "loop_ms_max": round(max(ms), 2),
+            "spread": round(max(ms) / min(ms), 2)}
+
+
 def machine():
     cpu = ""
     for line in open("/proc/cpuinfo"):
@@ -366,8 +381,10 @@ def main():
     ap.add_argument("--only", help="comma-separated workloads")
     ap.add_argument("--no-report", action="store_true", help="do not rewrite bench/README.md")
     args = ap.parse_args()
-    rounds = args.rounds or (2 if args.quick else 3)
-    secs = args.duration or (1 if args.quick else 3)
+    # Five short rounds rather than three long ones: on a noisy host the median of more,
+    # finer-alternated samples moves less.
+    rounds = args.rounds or (2 if args.quick else 5)
+    secs = args.duration or (1 if args.quick else 2)
     ab_n = 5000 if args.quick else 20000
     wls = args.only.split(",") if args.only else list(WORKLOADS)
     if os.geteuid() != 0:
@@ -388,6 +405,7 @@ def main():
     servers = {p: Server(p, work, docroot) for p in PEERS}
     rows = []
     started = time.time()
+    speed_before = host_speed()
     try:
         for s in servers.values():
             s.start()
@@ -422,6 +440,7 @@ def main():
         "rounds": rounds, "duration_s": secs, "ab_requests": ab_n, "cap_pct": CAP_PCT,
         "elapsed_s": round(elapsed, 1),
         "machine": machine(), "versions": versions(),
+        "host_speed": {"before": speed_before, "after": host_speed()},
         "method": {"server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU,
                    "cpu": "sum of /proc/PID/task/*/schedstat run time over the server's processes",
                    "workloads": {k: v[4] for k, v in WORKLOADS.items()}},
