@@ -172,17 +172,19 @@ impl Drop for ZoneOps {
 
 /// The status code of a serialised response head (`HTTP/1.1 200 ...`).
 pub(super) fn status_of(resp: &[u8]) -> u16 {
-    resp.get(9..12)
-        .and_then(|d| std::str::from_utf8(d).ok())
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0)
+    match resp.get(9..12) {
+        Some(&[a, b, c]) if [a, b, c].iter().all(u8::is_ascii_digit) => {
+            u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0')
+        }
+        _ => 0,
+    }
 }
 
 /// The length of a serialised response head, CRLF CRLF included.
 pub(super) fn head_len_of(resp: &[u8]) -> u64 {
-    resp.windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(resp.len(), |p| p + 4) as u64
+    // memmem rather than `windows(4)`: this runs for every response, and the byte-at-a-time
+    // scan was 1.3% of a zone's CPU on 64-byte responses.
+    memchr::memmem::find(resp, b"\r\n\r\n").map_or(resp.len(), |p| p + 4) as u64
 }
 
 impl HttpZone {
@@ -504,5 +506,20 @@ impl HttpZone {
             conn.in_wheel = false; // a new, earlier wheel entry; the old one finds it expired
             self.set_deadline(io, c, at);
         }
+    }
+}
+
+#[cfg(test)]
+mod head_tests {
+    use super::{head_len_of, status_of};
+
+    #[test]
+    fn status_and_head_length_of_a_serialised_response() {
+        let r = b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\n\r\n\r\n";
+        assert_eq!(status_of(r), 404);
+        assert_eq!(head_len_of(r), 45);
+        assert_eq!(status_of(b"HTTP/1.1 2x0 OK\r\n\r\n"), 0);
+        assert_eq!(status_of(b"HTTP/1.1 20"), 0);
+        assert_eq!(head_len_of(b"HTTP/1.1 200 OK\r\n"), 17);
     }
 }

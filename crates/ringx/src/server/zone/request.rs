@@ -426,15 +426,53 @@ fn mark_close(resp: &mut Vec<u8>) {
 
 /// Percent-decodes and normalises a request path; borrows it when it is already clean.
 pub(super) fn clean_path(raw: &str) -> Result<Cow<'_, str>, ()> {
-    let simple = raw.starts_with('/')
-        && !raw.contains('%')
-        && !raw.contains("//")
-        && !raw.contains("/.")
-        && !raw.contains('\0');
-    if simple {
+    if is_clean(raw.as_bytes()) {
         return Ok(Cow::Borrowed(raw));
     }
     ringx_http::normalize_path(raw)
         .map(Cow::Owned)
         .map_err(|_| ())
+}
+
+/// Whether a path needs no normalisation: it starts with '/' and holds no '%', NUL, "//" or
+/// "/." (one pass; this runs for every request).
+fn is_clean(raw: &[u8]) -> bool {
+    if raw.first() != Some(&b'/') {
+        return false;
+    }
+    let mut prev = 0u8;
+    for &b in raw {
+        match b {
+            b'%' | 0 => return false,
+            b'/' | b'.' if prev == b'/' => return false,
+            _ => {}
+        }
+        prev = b;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{clean_path, is_clean};
+    use std::borrow::Cow;
+
+    #[test]
+    fn clean_paths_are_borrowed() {
+        for p in ["/", "/r64", "/a/b.c/d", "/a.b/c..d", "/x-y_z~"] {
+            assert!(is_clean(p.as_bytes()), "{p}");
+            assert!(matches!(clean_path(p), Ok(Cow::Borrowed(_))), "{p}");
+        }
+    }
+
+    #[test]
+    fn paths_needing_work_are_not_clean() {
+        for p in [
+            "", "r64", "//a", "/a//b", "/./a", "/a/../b", "/a/.", "/%41", "/a\0b",
+        ] {
+            assert!(!is_clean(p.as_bytes()), "{p:?}");
+        }
+        assert_eq!(clean_path("/a/../b").unwrap(), "/b");
+        assert_eq!(clean_path("/%61").unwrap(), "/a");
+    }
 }
