@@ -182,9 +182,18 @@ pub(super) fn status_of(resp: &[u8]) -> u16 {
 
 /// The length of a serialised response head, CRLF CRLF included.
 pub(super) fn head_len_of(resp: &[u8]) -> u64 {
-    // memmem rather than `windows(4)`: this runs for every response, and the byte-at-a-time
-    // scan was 1.3% of a zone's CPU on 64-byte responses.
-    memchr::memmem::find(resp, b"\r\n\r\n").map_or(resp.len(), |p| p + 4) as u64
+    // Line by line with memchr: this runs for every response, and a head has a handful of
+    // lines (the `windows(4)` scan it replaces was 1.3% of a zone's CPU on 64-byte responses;
+    // `memmem::find` builds a searcher per call, which costs as much on a 150-byte head).
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &resp[from..]) {
+        let nl = from + i;
+        if nl >= 3 && &resp[nl - 3..=nl] == b"\r\n\r\n" {
+            return nl as u64 + 1;
+        }
+        from = nl + 1;
+    }
+    resp.len() as u64
 }
 
 impl HttpZone {
@@ -521,5 +530,7 @@ mod head_tests {
         assert_eq!(status_of(b"HTTP/1.1 2x0 OK\r\n\r\n"), 0);
         assert_eq!(status_of(b"HTTP/1.1 20"), 0);
         assert_eq!(head_len_of(b"HTTP/1.1 200 OK\r\n"), 17);
+        assert_eq!(head_len_of(b"\n\r\n\r\nX"), 5);
+        assert_eq!(head_len_of(b""), 0);
     }
 }
