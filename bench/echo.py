@@ -85,6 +85,13 @@ def build_go(outdir):
 
 
 SQPOLL_IDLE_S = 0.1  # ringx echo's default --sqpoll-idle-ms
+# "Zero system calls in steady state" needs the SQ thread on a core of its own and a zone that
+# polls its completion queue instead of sleeping. This 2-core machine has no spare core, so the
+# steady-state count is taken from a separate server, used only for that count: SQ thread on
+# the client's CPU, zone polling up to 10 ms. Its throughput and CPU are not comparable (it
+# spins two cores) and are not reported.
+STEADY = "ringx-sqpoll-steady"
+STEADY_SPIN_US = 10000
 
 
 def settle(peer):
@@ -105,6 +112,10 @@ class Server:
         addr = f"127.0.0.1:{self.port}"
         if self.name == "go-netpoll":
             return ["taskset", "-c", SERVER_CPU, self.bins["netpoll-server"], "-addr", addr]
+        if self.name == STEADY:
+            return ["taskset", "-c", SERVER_CPU, RINGX, "echo", "--listen", addr, "--zones", "1",
+                    "--cpus", SERVER_CPU, "--engine", "uring", "--sqpoll", "--sqpoll-cpu", CLIENT_CPU,
+                    "--sqpoll-spin-us", str(STEADY_SPIN_US)]
         if self.name == "ringx-sqpoll":
             # io_uring with a kernel SQ thread on the server's CPU (its time counts as the
             # server's: it is a thread of the process).
@@ -121,7 +132,7 @@ class Server:
         self.proc = subprocess.Popen(self.cmd(), stdout=self.log, stderr=self.log, env=env)
         wait_port(self.port, self.proc)
         time.sleep(0.2)
-        if self.name in ("ringx-uring", "ringx-sqpoll") and "using the epoll driver" in open(self.logpath).read():
+        if self.name in ("ringx-uring", "ringx-sqpoll", STEADY) and "using the epoll driver" in open(self.logpath).read():
             raise RuntimeError("ringx-uring fell back to epoll: " + open(self.logpath).read())
 
     def pids(self):
@@ -296,7 +307,9 @@ def main():
     cg = Cgroup("ringx-echo-bench-cap")
     cg.cap(CAP_PCT)
     servers = {p: Server(p, work, bins) for p in PEERS}
-    rows, rates = [], {}
+    if use_perf:
+        servers[STEADY] = Server(STEADY, work, bins)
+    rows, rates, steady = [], {}, {}
     try:
         for s in servers.values():
             s.start()
@@ -331,6 +344,14 @@ def main():
                     print(f"{wl:6s} r{rnd} {peer:12s} msgs/s={row['msgs_per_s']:>9.0f} cpu/msg={row['cpu_us_per_msg']:6.2f}us "
                           f"capped={row['capped_msgs_per_s']:>9.0f} sys/msg={'-' if spm is None else f'{spm:.3f}'}",
                           flush=True)
+            if use_perf:
+                # SQPOLL's steady state (see STEADY): syscalls only, after a warm-up run.
+                time.sleep(SQPOLL_IDLE_S * 3)
+                run_load(bins, servers[STEADY], conns, perf_secs, 0)
+                steady[wl] = [run_load(bins, servers[STEADY], conns, perf_secs, 0, perf_dir=work)["syscalls_per_msg"]
+                              for _ in range(rounds)]
+                print(f"{wl:6s} {STEADY} syscalls/msg {' '.join(f'{x:.4f}' for x in steady[wl])}", flush=True)
+                time.sleep(SQPOLL_IDLE_S * 3)
             # Latency at a fixed rate below saturation, the same for every peer.
             slowest = min(med([r["msgs_per_s"] for r in wrows if r["peer"] == p]) for p in PEERS)
             rate = float(f"{slowest * LAT_FRACTION:.2g}")
@@ -368,6 +389,9 @@ def main():
                    "servers": {p: " ".join(servers[p].cmd()).replace(work, "$TMP") for p in PEERS},
                    "workloads": {k: v[1] for k, v in WORKLOADS.items()}},
         "latency_rates": rates,
+        "sqpoll_steady": {"server": " ".join(servers[STEADY].cmd()).replace(work, "$TMP") if STEADY in servers else None,
+                          "syscalls_per_msg": steady,
+                          "median": {wl: med(v) for wl, v in steady.items()}},
         "rows": rows,
         "summary": summarise(rows, wls),
     }
@@ -421,7 +445,14 @@ full run takes under 8 minutes; root, Go and perf needed). The method is
 - **Peers**: `ringx echo --engine epoll`, `ringx echo --engine uring` (one zone on CPU 0), and
   [`netpoll-server/`](netpoll-server/main.go), a `github.com/cloudwego/netpoll` server that
   decodes, copies and re-encodes each message as the netpoll benchmark's handler does
-  (GOMAXPROCS=1, one poller loop). Every server is pinned to CPU 0.
+  (GOMAXPROCS=1, one poller loop). Every server is pinned to CPU 0. `ringx-sqpoll` is
+  `--engine uring --sqpoll` with its kernel SQ thread on CPU 0 too (its time counts: it is a
+  thread of the process) and a 50 µs completion-queue poll before sleeping.
+- **SQPOLL steady state**: zero system calls needs the SQ thread on a core of its own and a
+  zone that polls its completion queue rather than sleeping. This machine has no third core,
+  so that count comes from a separate server used for nothing else (`--sqpoll-cpu 1`, the
+  client's CPU, and `--sqpoll-spin-us 10000`): syscalls per echo over the same 1 s perf runs,
+  after a warm-up run. It spins two cores, so its throughput and CPU are not compared.
 - **Client**: [`load/`](load/main.go), one thread and one epoll loop over non-blocking sockets,
   pinned to CPU 1. Closed loop (`-rate 0`): one message in flight per connection. Open loop
   (`-rate R`): message *k* scheduled at *k/R* s on connection *k mod N*, latency measured from
@@ -468,8 +499,8 @@ def write_report(result, name):
     L.append("### ringx-uring relative to the other peers (medians, same run)")
     L.append("")
     L.append("| workload | capped echoes/s vs epoll | vs netpoll | echoes per CPU-s vs epoll | vs netpoll "
-             "| syscalls/echo uring / epoll / netpoll | p99 µs uring / epoll / netpoll |")
-    L.append("|---|---|---|---|---|---|---|")
+             "| syscalls/echo uring / epoll / netpoll / sqpoll | SQPOLL steady state | p99 µs uring / epoll / netpoll / sqpoll |")
+    L.append("|---|---|---|---|---|---|---|---|")
 
     def r(w, m, key):
         x = s[w].get("ringx-uring", {}).get(m, {}).get(key)
@@ -482,12 +513,16 @@ def write_report(result, name):
             out.append(f"{x['median']:.{d}f}" if x else "–")
         return " / ".join(out)
 
+    def steady_of(w):
+        x = result.get("sqpoll_steady", {}).get("median", {}).get(w)
+        return "–" if x is None else f"{x:.4f}"
+
     for w in s:
         if not s[w]:
             continue
         L.append(f"| {w} | {r(w, 'capped_msgs_per_s', 'ratio_to_epoll')} | {r(w, 'capped_msgs_per_s', 'ratio_to_netpoll')} "
                  f"| {r(w, 'msgs_per_cpu_s', 'ratio_to_epoll')} | {r(w, 'msgs_per_cpu_s', 'ratio_to_netpoll')} "
-                 f"| {trio(w, 'syscalls_per_msg', 3)} | {trio(w, 'p99_us', 0)} |")
+                 f"| {trio(w, 'syscalls_per_msg', 3)} | {steady_of(w)} | {trio(w, 'p99_us', 0)} |")
     L.append("")
     L.append("### Per workload")
     L.append("")

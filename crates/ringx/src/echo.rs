@@ -40,6 +40,10 @@ pub struct EchoArgs {
     /// Pin the shared SQ thread to this CPU.
     #[arg(long)]
     sqpoll_cpu: Option<u32>,
+    /// With SQPOLL: microseconds a zone polls its completion queue before it sleeps in
+    /// io_uring_enter (the only system call left in steady state).
+    #[arg(long, default_value_t = 50)]
+    sqpoll_spin_us: u64,
     /// Run handlers on a pool of this many threads (Netpoll's model); replies return through
     /// each zone's shared, lock-free, order-preserving send ring. 0: handlers run in the zone.
     #[arg(long, default_value_t = 0)]
@@ -134,7 +138,7 @@ pub fn run(args: EchoArgs) -> ExitCode {
         idle: Duration::from_millis(args.sqpoll_idle_ms),
         cpu: args.sqpoll_cpu,
         share: Some(std::sync::Arc::new(ringx_engine::SqShare::default())),
-        spin: Duration::from_micros(50),
+        spin: Duration::from_micros(args.sqpoll_spin_us),
     });
     // Wakers first: in pool mode the pool threads need every zone's before any zone runs.
     let mut wakers = Vec::new();

@@ -231,7 +231,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
 
     let sqpoll = cfg.runtime.sqpoll.then(|| ringx_engine::SqPoll {
         idle: cfg.runtime.sqpoll_idle.0,
-        cpu: None,
+        cpu: cfg.runtime.sqpoll_cpu.as_ref().map(|c| *c.get_ref()),
         share: Some(Arc::new(ringx_engine::SqShare::default())),
         spin: cfg.runtime.sqpoll_spin.0,
     });

@@ -86,9 +86,12 @@ pub struct Runtime {
     /// How long the SQ thread polls an idle ring before sleeping.
     #[serde(default = "default_sqpoll_idle")]
     pub sqpoll_idle: Dur,
-    /// How long a zone spins on its completion queue before sleeping (SQPOLL only).
+    /// How long a zone spins on its completion queue before sleeping (SQPOLL only). A zone
+    /// that always finds a completion within this time makes no system call at all.
     #[serde(default = "default_sqpoll_spin")]
     pub sqpoll_spin: Dur,
+    /// Pin the shared SQ thread to this CPU (best on a core no zone uses).
+    pub sqpoll_cpu: Option<Spanned<u32>>,
     /// Written with the server's pid once it serves; `ringx reload` signals that pid.
     pub pid_file: Option<Spanned<PathBuf>>,
     /// Microseconds an idle zone spins on its completion queue before it parks; -1: never.
@@ -340,6 +343,18 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
     if let Some(z) = &rt.zones {
         if *z.get_ref() == 0 || *z.get_ref() > 1024 {
             return Err(src.err(z.span(), "zones must be between 1 and 1024"));
+        }
+    }
+    if let Some(cpu) = &rt.sqpoll_cpu {
+        let allowed = ringx_engine::sys::allowed_cpus();
+        if !allowed.contains(&(*cpu.get_ref() as usize)) {
+            return Err(src.err(
+                cpu.span(),
+                format!(
+                    "sqpoll_cpu {} is not available to this process (allowed: {allowed:?})",
+                    cpu.get_ref()
+                ),
+            ));
         }
     }
     if let Some(cpus) = &rt.cpus {

@@ -60,6 +60,11 @@ fn errors_point_at_file_line_col() {
     assert!(e.contains("needs one of"), "{e}");
     let e = err_of("[runtime]\nzones = 2\ncpus = [0]\n");
     assert!(e.starts_with("bad.toml:3:8: "), "{e}");
+    let e = err_of("[runtime]\nsqpoll = true\nsqpoll_cpu = 100000\n");
+    assert!(
+        e.starts_with("bad.toml:3:14: ") && e.contains("sqpoll_cpu 100000 is not available"),
+        "{e}"
+    );
     let e = err_of("");
     assert!(e.contains("no [[server]]"), "{e}");
     let e = err_of("[[server]]\nlisten = [\"127.0.0.1:80\"]\n[[server.location]]\npath=\"/\"\nroot=\"/nonexistent/dir\"\n");
