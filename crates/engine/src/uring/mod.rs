@@ -17,6 +17,7 @@ pub mod probe;
 mod recv;
 mod send;
 mod splice;
+mod sqe;
 pub(crate) mod userdata;
 mod wake;
 
@@ -39,6 +40,13 @@ use userdata::{unpack, Kind};
 const MAX_BATCH_WAIT: u32 = 64;
 /// Completions in the last wait from which the next one batches.
 const BATCH_FROM: u32 = 8;
+
+/// Bytes a multishot receive takes before it ends and is re-armed (Linux 6.17's
+/// `IORING_RECV_MSHOT_LIM`, the `optlen` of the submission): the most a connection can still
+/// receive after its handler paused it, since the pause (a cancellation) takes effect only
+/// after the receives already done. Without it a paused connection could drain its whole
+/// socket buffer (up to `tcp_rmem`'s maximum) into the zone's buffers.
+const RECV_ARM_LIMIT: u32 = 256 * 1024;
 
 /// Buffer group id of the zone's receive buffer ring.
 const BGID: u16 = 0;
@@ -76,6 +84,8 @@ pub struct UringDriver {
     /// Adaptive batching bound in microseconds (0: off), and the last batch's size.
     batch_wait_us: u32,
     last_batch: u32,
+    /// Byte limit of each multishot receive (0: none; dropped on kernels that refuse it).
+    recv_limit: u32,
 }
 
 impl UringDriver {
@@ -127,6 +137,7 @@ impl UringDriver {
             busy_poll: cfg.busy_poll,
             batch_wait_us: cfg.batch_wait.as_micros().min(u32::MAX as u128) as u32,
             last_batch: 0,
+            recv_limit: RECV_ARM_LIMIT,
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
         d.wake

@@ -14,9 +14,6 @@ use crate::handler::Handler;
 use crate::io::{ConnId, ConnState, ListenerId};
 
 const SOCKET_URING_OP_GETSOCKOPT: u32 = 2;
-/// Byte offset of `optlen` (a union with `file_index`) in `struct io_uring_sqe`.
-const SQE_OPTLEN_OFFSET: usize = 44;
-const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
 
 /// Storage for one answer, boxed per slot so its address is stable.
 pub(super) type PeerBuf = Box<libc::sockaddr_storage>;
@@ -29,12 +26,7 @@ fn getsockopt_entry(slot: u32, optname: i32, optval: *mut u8, optlen: u32) -> sq
         .addr(Some(level_optname)) // `level` and `optname` share the `addr` field
         .cmd(cmd) // `optval` is the first word of the command area
         .build();
-    // SAFETY: `Entry` is `#[repr(C)]` around the 64-byte `io_uring_sqe` (size asserted above),
-    // so it can be viewed as bytes; `optlen` lives at a fixed offset the builder leaves zero.
-    let mut bytes: [u8; 64] = unsafe { std::mem::transmute(e) };
-    bytes[SQE_OPTLEN_OFFSET..SQE_OPTLEN_OFFSET + 4].copy_from_slice(&optlen.to_ne_bytes());
-    // SAFETY: the same bytes with one plain integer field set: still a valid entry.
-    unsafe { std::mem::transmute::<[u8; 64], squeue::Entry>(bytes) }
+    super::sqe::with_optlen(e, optlen)
 }
 
 impl UringDriver {

@@ -36,9 +36,11 @@ impl UringDriver {
         }
         let gen = conn.gen;
         self.set_recv_state(c, RECV_ARMED);
-        let e = opcode::RecvMulti::new(types::Fixed(c.0), BGID)
-            .build()
-            .user_data(pack(Kind::Recv, gen, c.0));
+        let mut e = opcode::RecvMulti::new(types::Fixed(c.0), BGID).build();
+        if self.recv_limit > 0 {
+            e = super::sqe::with_optlen(e, self.recv_limit);
+        }
+        let e = e.user_data(pack(Kind::Recv, gen, c.0));
         // SAFETY: the receive writes only into ring buffers, which live as long as the ring;
         // the direct descriptor is closed only after this operation is cancelled.
         unsafe { self.push(&e) };
@@ -123,6 +125,14 @@ impl UringDriver {
             if open {
                 self.rearm_recv.push(c);
             }
+            return;
+        } else if res == -libc::EINVAL && self.recv_limit > 0 {
+            // Before Linux 6.17 a multishot receive refuses a byte limit: arm without one.
+            tracing::info!(
+                "io_uring multishot receive limit not supported here; receiving without it"
+            );
+            self.recv_limit = 0;
+            self.arm_recv(c);
             return;
         } else if res != -libc::ECANCELED {
             if open {
