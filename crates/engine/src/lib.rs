@@ -90,7 +90,10 @@ pub struct ZoneConfig {
     pub engine: EngineKind,
     /// Connections this zone can hold (direct-descriptor slots on io_uring).
     pub max_conns: u32,
-    /// Receive buffers in the provided-buffer ring (a power of two).
+    /// Receive buffers in the provided-buffer ring (a power of two). The pool is the zone's
+    /// whole receive memory, shared by its connections: on Linux 6.12+ receives fill each
+    /// buffer incrementally (many small messages share one buffer), and on 6.17+ a paused
+    /// connection receives at most 256 KiB more before its receive stops.
     pub recv_buffers: u16,
     /// Size of each receive buffer.
     pub recv_buffer_size: u32,
