@@ -471,7 +471,7 @@ impl Io {
         self.timer_at = Some(self.timer_at.map_or(at, |t| t.min(at)));
     }
 
-    /// Makes [`crate::Driver::run`] return after this iteration.
+    /// Makes the zone loop ([`crate::run_zone`]) return after this iteration.
     pub fn exit(&mut self) {
         self.exit = true;
     }

@@ -3,7 +3,7 @@
 //! pipe, and cancellation that closes a slot only once nothing in flight refers to it.
 //!
 //! One file per operation (`accept.rs`, `recv.rs`, ...): each builds its submission and handles
-//! its completion. Completions are routed by [`userdata`].
+//! its completion. Completions are routed by the `userdata` tags.
 
 mod accept;
 pub(crate) mod bufring;
