@@ -40,12 +40,16 @@ fn echo_roundtrip(engine: EngineKind) {
 }
 
 fn echo_roundtrip_with(engine: EngineKind, batch_wait: Duration) {
+    echo_roundtrip_pool(engine, batch_wait, 16, 4096);
+}
+
+fn echo_roundtrip_pool(engine: EngineKind, batch_wait: Duration, bufs: u16, size: u32) {
     let cfg = ZoneConfig {
         engine,
         batch_wait,
         max_conns: 256,
-        recv_buffers: 16,
-        recv_buffer_size: 4096,
+        recv_buffers: bufs,
+        recv_buffer_size: size,
         ..ZoneConfig::default()
     };
     let Some(zone) = common::spawn_zone(cfg, Echo::default(), |h| h.closed) else {
@@ -94,6 +98,13 @@ fn echo_uring() {
 #[test]
 fn echo_uring_batched() {
     echo_roundtrip_with(EngineKind::Uring, Duration::from_micros(200));
+}
+
+/// Many small buffers: each 300 KB stream spans hundreds of them, interleaved with the other
+/// connections', and nothing is lost or reordered.
+#[test]
+fn echo_uring_many_small_buffers() {
+    echo_roundtrip_pool(EngineKind::Uring, Duration::ZERO, 1024, 512);
 }
 
 #[test]
