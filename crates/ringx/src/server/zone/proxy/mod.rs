@@ -74,9 +74,6 @@ impl HttpZone {
         req: &Request,
         keep: bool,
     ) -> Option<Next> {
-        // A recycled request record: its head and retry list keep their capacity, so a
-        // steady stream of proxied requests allocates nothing here.
-        let mut spare = self.proxy_pool.pop();
         let conn = &self.conns[c.index()];
         let ups = self.ups.as_ref()?;
         let routes = &*self.routes;
@@ -85,6 +82,10 @@ impl HttpZone {
         let Some(Action::Proxy(loc)) = server.location(&path).map(|l| &l.action) else {
             return None;
         };
+        // A recycled request record: its head and retry list keep their capacity, so a
+        // steady stream of proxied requests allocates nothing here. (Taken only once the
+        // request is known to be proxied: a request served locally used to drop one.)
+        let mut spare = self.proxy_pool.pop();
         let def = &ups.defs.list[loc.upstream];
         let host = match &loc.host {
             HostMode::Pass => None,
