@@ -1,7 +1,10 @@
 //! Multishot receive into the provided-buffer ring (`IORING_OP_RECV` with
 //! `IORING_RECV_MULTISHOT` and `IOSQE_BUFFER_SELECT`, Linux 6.0): one submission delivers
-//! every arriving segment in a buffer the kernel picks. Each buffer is handed to the handler as
-//! a borrowed slice and returned to the ring as soon as the handler returns.
+//! every arriving segment in a buffer the kernel picks. The bytes are handed to the handler as
+//! a borrowed slice; a buffer goes back to the ring once the handler has returned and the
+//! kernel has finished filling it (with incremental consumption, several receives share one
+//! buffer: see `bufring`). Each arm takes at most `RECV_ARM_LIMIT` bytes, then is re-armed
+//! unless the handler paused the connection.
 
 use io_uring::{cqueue, opcode, types};
 
