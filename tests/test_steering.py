@@ -116,10 +116,11 @@ listen = ["{SERVER_IP}:{port}"]
 """
 
 
-def _clients(cli_ns: str, port: int, cpus: list[int]) -> list[dict]:
-    """PER_CPU requests from a thread pinned to each CPU, inside the client namespace; per
-    connection: the client's CPU, its local port, and its socket's SO_INCOMING_CPU after
-    the whole response arrived."""
+def _clients(cli_ns: str, ip: str, port: int, cpus: list[int], body: bytes = b"") -> list[dict]:
+    """PER_CPU requests to ip:port from a thread pinned to each CPU, inside the client
+    namespace, each answered 200 with a body ending in `body`; per connection: the client's
+    CPU, its local port, and its socket's SO_INCOMING_CPU after the whole response arrived.
+    Shared with test_steering_active."""
     results: list[dict] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -129,12 +130,12 @@ def _clients(cli_ns: str, port: int, cpus: list[int]) -> list[dict]:
             _setns(cli_ns)
             os.sched_setaffinity(0, {cpu})
             for _ in range(PER_CPU):
-                with socket.create_connection((SERVER_IP, port), timeout=5) as s:
+                with socket.create_connection((ip, port), timeout=5) as s:
                     s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
                     data = b""
                     while chunk := s.recv(4096):
                         data += chunk
-                    assert data.startswith(b"HTTP/1.1 200"), data[:100]
+                    assert data.startswith(b"HTTP/1.1 200") and data.endswith(body), data[:200]
                     with lock:
                         results.append({
                             "cpu": cpu,
@@ -182,7 +183,7 @@ def test_namespace_locality(netns_pair, ringx, monkeypatch, engine, listen):
     else:
         assert "steered" not in log, log
 
-    conns = _clients(cli_ns, port, cpus)
+    conns = _clients(cli_ns, SERVER_IP, port, cpus)
 
     # Client side: the zone that answered ran on the client's CPU.
     home = sum(c["incoming"] == c["cpu"] for c in conns)

@@ -42,9 +42,8 @@ import time
 import pytest
 
 from conftest import free_port
-from test_steering import SO_INCOMING_CPU, _cpus, _ip, _setns
+from test_steering import _clients, _cpus, _ip, _server_side, _setns
 
-PER_CPU = 24            # requests per client CPU and case
 C_IP, RC_IP = "10.232.1.2", "10.232.1.1"      # client <-> ringx
 RU_IP, U_IP = "10.232.2.1", "10.232.2.2"      # ringx <-> upstream
 
@@ -169,44 +168,8 @@ listen = ["{RC_IP}:{port}"]
 """
 
 
-def _clients(cli_ns: str, port: int, cpus: list[int]) -> list[dict]:
-    """PER_CPU proxied requests from a thread pinned to each CPU in the client namespace."""
-    results: list[dict] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def run(cpu: int) -> None:
-        try:
-            _setns(cli_ns)
-            os.sched_setaffinity(0, {cpu})
-            for _ in range(PER_CPU):
-                with socket.create_connection((RC_IP, port), timeout=5) as s:
-                    s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                    data = b""
-                    while chunk := s.recv(4096):
-                        data += chunk
-                    assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"upstream ok\n"), data[:200]
-                    with lock:
-                        results.append({"cpu": cpu, "port": s.getsockname()[1],
-                                        "incoming": s.getsockopt(socket.SOL_SOCKET, SO_INCOMING_CPU)})
-        except Exception as e:  # noqa: BLE001 - reported by the caller
-            with lock:
-                errors.append(f"client on CPU {cpu}: {e!r}")
-
-    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in cpus]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "clients did not finish within 60 s"
-    assert not errors, errors
-    assert len(results) == PER_CPU * len(cpus)
-    return results
-
-
 UPSTREAM_LINE = re.compile(
     r"upstream zone_cpu=(\d+) incoming_cpu=(-?\d+) local=[\d.]+:(\d+) peer=\S+ steered=(true|false)")
-ACCEPT_LINE = re.compile(r"accepted zone_cpu=(\d+) incoming_cpu=(-?\d+) listener=\d+ peer=[\d.]+:(\d+)")
 TOTAL_LINE = re.compile(r"steering \((\w+)\): total: (.*?)(?: \(|$)", re.M)
 
 
@@ -281,7 +244,7 @@ def test_upstream_locality(testbed, ringx, monkeypatch, engine, mode):
             assert f"XDP program on {rc}" not in log, log
             assert re.search(rf"steering: mode software \({ru} has no RSS\) on {ru}:", log), log
 
-        conns = _clients(cli_ns, port, cpus)
+        conns = _clients(cli_ns, RC_IP, port, cpus, body=b"upstream ok\n")
         n = len(conns)
         r.wait_log("upstream zone_cpu=", timeout=5)
         deadline = time.monotonic() + 5
@@ -293,7 +256,7 @@ def test_upstream_locality(testbed, ringx, monkeypatch, engine, mode):
         line = f"{engine}/{mode}: upstream: {home}/{n} replies processed on the owning zone's CPU"
 
         if engine == "epoll":
-            seen = {int(p): (int(z), int(i)) for z, i, p in ACCEPT_LINE.findall(r.log())}
+            seen = _server_side(r.log())
             missing = [c["port"] for c in conns if c["port"] not in seen]
             assert not missing, f"no accept locality line for client ports {missing}:\n{r.log()}"
             down_home = sum(seen[c["port"]][0] == seen[c["port"]][1] for c in conns)
