@@ -725,15 +725,22 @@ mod tests {
         assert_eq!(a, b);
     }
 
-    #[test]
-    fn take_and_release_without_hashing() {
+    /// A table for zone `zone` of a 2-queue NIC with one destination: (table, the
+    /// destination, its id, its number of ports).
+    fn one_dest_table(zone: u16) -> (PortTable, Dest, DestId, usize) {
         let d = dest("10.0.0.1 10.0.0.2 80");
-        let mut t = PortTableBuilder::new(rss(2), config(40000..=40999))
+        let t = PortTableBuilder::new(rss(2), config(40000..=40999))
             .dest(d)
-            .build(1)
+            .build(zone)
             .unwrap();
         let id = t.dest_id(&d).unwrap();
         let n = t.table_len(id);
+        (t, d, id, n)
+    }
+
+    #[test]
+    fn take_and_release_without_hashing() {
+        let (mut t, d, id, n) = one_dest_table(1);
         let now = Instant::now();
         let mut got = Vec::new();
         for _ in 0..n {
@@ -772,13 +779,7 @@ mod tests {
 
     #[test]
     fn time_wait_quarantine() {
-        let d = dest("10.0.0.1 10.0.0.2 80");
-        let mut t = PortTableBuilder::new(rss(2), config(40000..=40999))
-            .dest(d)
-            .build(0)
-            .unwrap();
-        let id = t.dest_id(&d).unwrap();
-        let n = t.table_len(id);
+        let (mut t, _, id, n) = one_dest_table(0);
         let t0 = Instant::now();
         let first = t.take_id(id, t0).unwrap();
         t.release_id(id, first, t0).unwrap();
@@ -797,13 +798,7 @@ mod tests {
 
     #[test]
     fn peer_closed_ports_need_no_quarantine() {
-        let d = dest("10.0.0.1 10.0.0.2 80");
-        let mut t = PortTableBuilder::new(rss(2), config(40000..=40999))
-            .dest(d)
-            .build(0)
-            .unwrap();
-        let id = t.dest_id(&d).unwrap();
-        let n = t.table_len(id);
+        let (mut t, d, id, n) = one_dest_table(0);
         let t0 = Instant::now();
         let all: Vec<u16> = (0..n).map(|_| t.take_id(id, t0).unwrap()).collect();
         // Two closed by us (TIME_WAIT here), two by the peer (none here).
