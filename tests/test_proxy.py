@@ -119,6 +119,26 @@ def test_keepalive_reuse(ringx, engine, up, port):
     assert u.connections == 1, f"upstream saw {u.connections} connections for 70 requests"
 
 
+def test_proxied_and_local_locations_on_one_connection(ringx, engine, up, port):
+    """One server with a proxied prefix, a local `return` and no catch-all: each request is
+    routed once and goes to the right place, alternating on one keep-alive connection."""
+    u = up(name="app1")
+    local = ('[[server.location]]\npath = "/local"\nexact = true\n'
+             'return = { status = 200, body = "served here" }\n')
+    ringx.make(proxy_config(engine, port, upstream_block("app", [u.addr]),
+                            loc("/api/", "app") + local), engine=engine)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for i in range(10):
+        resp, data = get(port, f"/api/name?i={i}", conn=c)
+        assert resp.status == 200 and data == b"app1", data
+        resp, data = get(port, "/local", conn=c)
+        assert resp.status == 200 and data == b"served here", data
+        resp, _ = get(port, "/elsewhere", conn=c)
+        assert resp.status == 404
+    c.close()
+    assert [r["target"] for r in u.requests] == [f"/api/name?i={i}" for i in range(10)]
+
+
 def test_pipelined_requests_answered_in_order(ringx, engine, up, port):
     u = up()
     ringx.make(proxy_config(engine, port, upstream_block("app", [u.addr]), loc("/", "app")),

@@ -186,34 +186,38 @@ impl Routes {
         })
     }
 
-    /// The server for a request on `listener` with this Host (port already stripped).
-    pub fn server(&self, listener: usize, host: Option<&str>) -> &VServer {
+    /// The server (an index into `servers`) for a request on `listener` with this Host (port
+    /// already stripped).
+    pub fn server_index(&self, listener: usize, host: Option<&str>) -> usize {
         let cands = &self.by_listener[listener];
         if let Some(h) = host {
             let h = h.trim_end_matches('.');
             for &i in cands {
-                let s = &self.servers[i];
-                if s.names.iter().any(|n| n.eq_ignore_ascii_case(h)) {
-                    return s;
+                if self.servers[i]
+                    .names
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(h))
+                {
+                    return i;
                 }
             }
             for &i in cands {
-                let s = &self.servers[i];
-                if s.suffixes.iter().any(|suf| {
+                if self.servers[i].suffixes.iter().any(|suf| {
                     h.len() > suf.len() && h[h.len() - suf.len()..].eq_ignore_ascii_case(suf)
                 }) {
-                    return s;
+                    return i;
                 }
             }
         }
-        &self.servers[cands[0]]
+        cands[0]
     }
 }
 
 impl VServer {
-    /// Exact match first, then the longest prefix.
-    pub fn location(&self, path: &str) -> Option<&Loc> {
-        self.locations.iter().find(|l| {
+    /// The location (an index into `locations`) for `path`: exact match first, then the
+    /// longest prefix.
+    pub fn location_index(&self, path: &str) -> Option<usize> {
+        self.locations.iter().position(|l| {
             if l.exact {
                 l.path == path
             } else {

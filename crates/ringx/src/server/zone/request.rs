@@ -163,8 +163,10 @@ impl HttpZone {
             self.fail(io, c, 405, head_only);
             return Next::Stop;
         }
+        // Routed once: the proxy and the local responder both take this.
+        let (path, at) = self.route(c, req);
         if self.routes.has_proxy {
-            if let Some(next) = self.try_proxy(io, c, req, keep) {
+            if let Some(next) = self.try_proxy(io, c, req, keep, at) {
                 return next;
             }
         }
@@ -173,7 +175,7 @@ impl HttpZone {
             // The response waits until the body has been read (and 100 Continue, if asked
             // for, goes first).
             let mut bytes = Vec::new();
-            let (file, bad) = self.respond(&mut bytes, c, req, ch, head_only);
+            let (file, bad) = self.respond(&mut bytes, req, &path, at, ch, head_only);
             let conn = &mut self.conns[c.index()];
             conn.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
             conn.pending = Some(Pending {
@@ -193,7 +195,7 @@ impl HttpZone {
             return Next::Stop;
         };
         let before = out.len();
-        let (file, bad) = self.respond(out, c, req, ch, head_only);
+        let (file, bad) = self.respond(out, req, &path, at, ch, head_only);
         let (status, head_len) = (
             super::ops::status_of(&out[before..]),
             super::ops::head_len_of(&out[before..]),
@@ -205,14 +207,32 @@ impl HttpZone {
         self.after_response(io, c, !keep || bad, more_input)
     }
 
-    /// Routes the request and writes its response head (and any in-memory body) into `out`.
-    /// Returns the file part of the body, and whether the request was bad enough that the
-    /// connection must close.
+    /// The request's cleaned path (Err: it cannot be normalised) and where it goes: indices of
+    /// its server and location in the routes (None: no location matches).
+    pub(super) fn route<'r>(
+        &self,
+        c: ConnId,
+        req: &Request<'_, 'r>,
+    ) -> (Result<Cow<'r, str>, ()>, At) {
+        let path = clean_path(req.path);
+        let at = path.as_ref().ok().and_then(|p| {
+            let si = self
+                .routes
+                .server_index(self.conns[c.index()].listener as usize, req.host_name());
+            self.routes.servers[si].location_index(p).map(|li| (si, li))
+        });
+        (path, at)
+    }
+
+    /// Writes the response head (and any in-memory body) of a request routed by `route` into
+    /// `out`. Returns the file part of the body, and whether the request was bad enough that
+    /// the connection must close.
     pub(super) fn respond(
         &self,
         out: &mut Vec<u8>,
-        c: ConnId,
         req: &Request,
+        path: &Result<Cow<'_, str>, ()>,
+        at: At,
         ch: ConnHdr,
         head_only: bool,
     ) -> (Option<(Rc<File>, u64, u64)>, bool) {
@@ -223,18 +243,17 @@ impl HttpZone {
             respond::head(out, 200, &routes.server_header, allow, 0, &self.date, ch);
             return (None, false);
         }
-        let Ok(path) = clean_path(req.path) else {
+        let Ok(path) = path else {
             let (sh, tok) = (&routes.server_header, &routes.server_token);
             respond::error(out, 400, sh, tok, &self.date, ConnHdr::Close, "", head_only);
             return (None, true);
         };
-        let server = routes.server(self.conns[c.index()].listener as usize, req.host_name());
-        match server.location(&path).map(|l| &l.action) {
+        match at.map(|(si, li)| &routes.servers[si].locations[li].action) {
             Some(Action::Return(canned)) => {
                 respond::canned(out, canned, &self.date, ch, head_only);
                 (None, false)
             }
-            Some(Action::Files(root)) => (self.files(out, root, &path, req, ch, head_only), false),
+            Some(Action::Files(root)) => (self.files(out, root, path, req, ch, head_only), false),
             Some(Action::Proxy(_)) => unreachable!("proxied requests are routed in try_proxy"),
             None => {
                 let (sh, tok) = (&routes.server_header, &routes.server_token);
@@ -406,6 +425,10 @@ impl HttpZone {
         }
     }
 }
+
+/// Where a request goes: indices of its server and location in the routes (None: no
+/// location matches, or the path could not be normalised).
+pub(super) type At = Option<(usize, usize)>;
 
 /// Turns a prepared keep-alive response head into one that announces the close.
 fn mark_close(resp: &mut Vec<u8>) {

@@ -73,13 +73,12 @@ impl HttpZone {
         c: ConnId,
         req: &Request,
         keep: bool,
+        at: super::request::At,
     ) -> Option<Next> {
         let conn = &self.conns[c.index()];
         let ups = self.ups.as_ref()?;
-        let routes = &*self.routes;
-        let path = super::request::clean_path(req.path).ok()?;
-        let server = routes.server(conn.listener as usize, req.host_name());
-        let Some(Action::Proxy(loc)) = server.location(&path).map(|l| &l.action) else {
+        let (si, li) = at?;
+        let Action::Proxy(loc) = &self.routes.servers[si].locations[li].action else {
             return None;
         };
         // A recycled request record: its head and retry list keep their capacity, so a
