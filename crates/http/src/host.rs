@@ -16,31 +16,94 @@
 
 use std::net::Ipv6Addr;
 
+/// Byte classes of the host grammar, one table lookup per byte: every request's `Host` is
+/// checked, so this runs once per request on the hot path.
+const REG: u8 = 1; // unreserved / sub-delims: a reg-name byte on its own
+const HEX: u8 = 2;
+const DIGIT: u8 = 4;
+
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let mut c = 0;
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') || is_sub_delim(b) {
+            c |= REG;
+        }
+        if b.is_ascii_hexdigit() {
+            c |= HEX;
+        }
+        if b.is_ascii_digit() {
+            c |= DIGIT;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+#[inline]
+fn class(b: u8) -> u8 {
+    CLASS[b as usize]
+}
+
 /// Whether `s` is a valid `uri-host [ ":" port ]` (no userinfo).
 pub(crate) fn is_valid_host(s: &str) -> bool {
-    let (host, port) = split_port(s);
-    let host_ok = if let Some(literal) = host.strip_prefix('[') {
-        match literal.strip_suffix(']') {
-            Some(inner) => is_ip_literal(inner),
-            None => false,
+    is_valid_host_bytes(s.as_bytes())
+}
+
+/// [`is_valid_host`] on raw header bytes. A valid host is ASCII, so a caller that gets
+/// `true` may treat the bytes as UTF-8.
+pub(crate) fn is_valid_host_bytes(b: &[u8]) -> bool {
+    let port_at = if b.first() == Some(&b'[') {
+        let Some(close) = memchr::memchr(b']', b) else {
+            return false;
+        };
+        if !is_ip_literal(&b[1..close]) {
+            return false;
         }
+        close + 1
     } else {
-        !host.is_empty() && is_reg_name(host)
-    };
-    host_ok
-        && match port {
-            None => true,
-            Some(port) => is_valid_port(port),
+        // reg-name, in one pass up to the port's colon.
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            if class(c) & REG != 0 {
+                i += 1;
+            } else if c == b'%' {
+                let hex = |j: usize| b.get(j).is_some_and(|&h| class(h) & HEX != 0);
+                if !(hex(i + 1) && hex(i + 2)) {
+                    return false;
+                }
+                i += 3;
+            } else if c == b':' {
+                break;
+            } else {
+                return false;
+            }
         }
+        if i == 0 {
+            return false; // the http(s) schemes forbid an empty host
+        }
+        i
+    };
+    match &b[port_at..] {
+        [] => true,
+        [b':', port @ ..] => is_valid_port(port),
+        // Anything other than ":port" after the host.
+        _ => false,
+    }
 }
 
 /// Splits `host[:port]` into the host (IP-literals keep their brackets) and
 /// the port text, if a `:` is present.
 pub(crate) fn split_port(s: &str) -> (&str, Option<&str>) {
-    let host_end = if s.starts_with('[') {
-        s.find(']').map_or(s.len(), |i| i + 1)
+    let b = s.as_bytes();
+    let host_end = if b.first() == Some(&b'[') {
+        memchr::memchr(b']', b).map_or(s.len(), |i| i + 1)
     } else {
-        s.find(':').unwrap_or(s.len())
+        memchr::memchr(b':', b).unwrap_or(s.len())
     };
     let (host, rest) = s.split_at(host_end);
     match rest.strip_prefix(':') {
@@ -51,56 +114,39 @@ pub(crate) fn split_port(s: &str) -> (&str, Option<&str>) {
     }
 }
 
-fn is_valid_port(port: &str) -> bool {
-    port.is_empty()
-        || (port.len() <= 5
-            && port.bytes().all(|b| b.is_ascii_digit())
-            && port.parse::<u32>().is_ok_and(|p| p <= 65535))
+/// Empty, or at most five digits with a value that fits in 16 bits.
+fn is_valid_port(port: &[u8]) -> bool {
+    if port.len() > 5 {
+        return false;
+    }
+    let mut v: u32 = 0;
+    for &d in port {
+        if class(d) & DIGIT == 0 {
+            return false;
+        }
+        v = v * 10 + u32::from(d - b'0');
+    }
+    v <= 65535
 }
 
-fn is_ip_literal(inner: &str) -> bool {
-    if let Some(future) = inner.strip_prefix(['v', 'V']) {
-        let Some((version, rest)) = future.split_once('.') else {
+fn is_ip_literal(inner: &[u8]) -> bool {
+    if let [b'v' | b'V', future @ ..] = inner {
+        let Some(dot) = memchr::memchr(b'.', future) else {
             return false;
         };
+        let (version, rest) = (&future[..dot], &future[dot + 1..]);
         !version.is_empty()
-            && version.bytes().all(|b| b.is_ascii_hexdigit())
+            && version.iter().all(|&b| class(b) & HEX != 0)
             && !rest.is_empty()
-            && rest
-                .bytes()
-                .all(|b| is_unreserved(b) || is_sub_delim(b) || b == b':')
+            && rest.iter().all(|&b| class(b) & REG != 0 || b == b':')
     } else {
         // std's parser implements the RFC 4291 text forms used by RFC 3986
-        // (no zone identifiers).
-        inner.parse::<Ipv6Addr>().is_ok()
+        // (no zone identifiers). It takes text: anything non-ASCII is invalid anyway.
+        inner.is_ascii() && std::str::from_utf8(inner).is_ok_and(|t| t.parse::<Ipv6Addr>().is_ok())
     }
 }
 
-fn is_reg_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let ok = b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
-                    && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit);
-                if !ok {
-                    return false;
-                }
-                i += 3;
-            }
-            c if is_unreserved(c) || is_sub_delim(c) => i += 1,
-            _ => return false,
-        }
-    }
-    true
-}
-
-fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
-}
-
-fn is_sub_delim(b: u8) -> bool {
+const fn is_sub_delim(b: u8) -> bool {
     matches!(
         b,
         b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
@@ -152,6 +198,84 @@ mod tests {
             "ex\u{e4}mple.com",
         ] {
             assert!(!is_valid_host(bad), "{bad}");
+        }
+    }
+
+    /// The grammar written out directly (the implementation before the byte-class table).
+    fn reference(s: &str) -> bool {
+        fn unreserved(b: u8) -> bool {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+        }
+        fn reg_name(s: &str) -> bool {
+            let b = s.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                match b[i] {
+                    b'%' => {
+                        if !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                            && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+                        {
+                            return false;
+                        }
+                        i += 3;
+                    }
+                    c if unreserved(c) || is_sub_delim(c) => i += 1,
+                    _ => return false,
+                }
+            }
+            true
+        }
+        let (host, port) = split_port(s);
+        let host_ok = match host.strip_prefix('[') {
+            Some(literal) => literal.strip_suffix(']').is_some_and(|inner| {
+                match inner.strip_prefix(['v', 'V']) {
+                    Some(future) => future.split_once('.').is_some_and(|(v, rest)| {
+                        !v.is_empty()
+                            && v.bytes().all(|b| b.is_ascii_hexdigit())
+                            && !rest.is_empty()
+                            && rest
+                                .bytes()
+                                .all(|b| unreserved(b) || is_sub_delim(b) || b == b':')
+                    }),
+                    None => inner.parse::<Ipv6Addr>().is_ok(),
+                }
+            }),
+            None => !host.is_empty() && reg_name(host),
+        };
+        host_ok
+            && port.is_none_or(|p| {
+                p.is_empty()
+                    || (p.len() <= 5
+                        && p.bytes().all(|b| b.is_ascii_digit())
+                        && p.parse::<u32>().is_ok_and(|v| v <= 65535))
+            })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn table_matches_the_grammar(s in "[a-zA-Z0-9:%\\[\\].vV~!$&'()*+,;=_@/ -]{0,24}") {
+            proptest::prop_assert_eq!(is_valid_host(&s), reference(&s), "{:?}", s);
+        }
+
+        #[test]
+        fn table_matches_the_grammar_on_any_text(s in "\\PC{0,16}") {
+            proptest::prop_assert_eq!(is_valid_host(&s), reference(&s), "{:?}", s);
+        }
+    }
+
+    #[test]
+    fn ports() {
+        for (p, ok) in [
+            ("", true),
+            ("0", true),
+            ("65535", true),
+            ("65536", false),
+            ("00080", true),
+            ("123456", false),
+            ("8a", false),
+        ] {
+            assert_eq!(is_valid_host(&format!("h:{p}")), ok, "{p}");
+            assert_eq!(reference(&format!("h:{p}")), ok, "{p}");
         }
     }
 

@@ -52,8 +52,9 @@ pub(crate) fn parse_target(method: Method, target: &str) -> Result<Target<'_>, R
 }
 
 fn split_query(s: &str) -> (&str, Option<&str>) {
-    match s.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
+    // memchr rather than `split_once`: every request's target goes through here.
+    match memchr::memchr(b'?', s.as_bytes()) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
         None => (s, None),
     }
 }
