@@ -7,6 +7,7 @@
 
 mod accept;
 pub(crate) mod bufring;
+mod busy;
 mod close;
 mod connect;
 mod enter;
@@ -84,6 +85,8 @@ pub struct UringDriver {
     /// Adaptive batching bound in microseconds (0: off), and the last batch's size.
     batch_wait_us: u32,
     last_batch: u32,
+    /// Share of recent time spent outside the blocking wait (gates batching).
+    busy: busy::Busy,
     /// Byte limit of each multishot receive (0: none; dropped on kernels that refuse it).
     recv_limit: u32,
 }
@@ -137,6 +140,7 @@ impl UringDriver {
             busy_poll: cfg.busy_poll,
             batch_wait_us: cfg.batch_wait.as_micros().min(u32::MAX as u128) as u32,
             last_batch: 0,
+            busy: busy::Busy::new(std::time::Instant::now()),
             recv_limit: RECV_ARM_LIMIT,
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
@@ -358,16 +362,21 @@ impl UringDriver {
         } else {
             timeout
         };
-        // Batch only when saturated: the last wait brought many completions AND more are
-        // already waiting (IORING_SQ_TASKRUN: the kernel holds deferred completions for us).
-        // A zone that would block anyway must not wait for a batch: that is pure latency.
-        let saturated = self.ring.submission().taskrun();
-        let want =
-            if self.batch_wait_us > 0 && !pending && saturated && self.last_batch >= BATCH_FROM {
-                self.last_batch.min(MAX_BATCH_WAIT)
-            } else {
-                1
-            };
+        // Batch only near saturation: the last wait brought many completions and more are
+        // already waiting (IORING_SQ_TASKRUN: the kernel holds deferred completions for us),
+        // or the zone spent most of the last millisecond working and the last wait brought
+        // more than one request's worth. A lightly loaded zone must not wait for a batch:
+        // that is pure latency. Waiting parks the zone, so a batch that does not fill lowers
+        // the busy share and closes the second gate by itself.
+        let want = if self.batch_wait_us == 0 || pending {
+            1
+        } else if self.ring.submission().taskrun() && self.last_batch >= BATCH_FROM {
+            self.last_batch.min(MAX_BATCH_WAIT)
+        } else if self.busy.near_saturation() && self.last_batch > 2 {
+            self.last_batch.clamp(BATCH_FROM, MAX_BATCH_WAIT)
+        } else {
+            1
+        };
         let mut r = if want > 1 {
             self.enter
                 .submit_and_wait_batch(to_submit, want, self.batch_wait_us, timeout)
@@ -384,6 +393,7 @@ impl UringDriver {
             r = self.enter.submit_and_wait(0, timeout);
         }
         self.wake.waker.park_end(t0);
+        self.busy.parked(t0.elapsed());
         r
     }
 }
@@ -428,6 +438,7 @@ impl Driver for UringDriver {
             }
         }
         self.io.now = std::time::Instant::now();
+        self.busy.tick(self.io.now);
         let mut cqes = std::mem::take(&mut self.cqes);
         cqes.extend(
             self.ring
