@@ -113,10 +113,13 @@ pub struct ZoneConfig {
     /// Outbound connections ([`Io::connect`]) this zone can hold at once; on io_uring they
     /// take direct-descriptor slots beside the accepted ones. 0: the zone does not connect.
     pub max_outbound: u32,
-    /// Adaptive completion batching (io_uring, Linux 6.12): when the last wait returned a
-    /// batch of completions, the next one asks for about half as many again but waits at
-    /// most this long for them before taking whatever came. Fewer `io_uring_enter` calls
-    /// under load; at low load batches are single and nothing waits. Zero: off.
+    /// Adaptive completion batching (io_uring, Linux 6.12): near saturation — the last wait
+    /// brought 8 or more completions and the kernel already holds more, or the zone was busy
+    /// at least 80% of the last millisecond and the last wait brought more than two — the
+    /// next wait asks for as many completions as the last one brought (at least 8, at most
+    /// 64), waiting at most this long for them before taking whatever came. Fewer
+    /// `io_uring_enter` calls and wake-ups under load; a lightly loaded zone never waits.
+    /// Zero: off.
     pub batch_wait: std::time::Duration,
 }
 
