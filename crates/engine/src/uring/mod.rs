@@ -331,18 +331,23 @@ impl UringDriver {
             }
             let start = std::time::Instant::now();
             let budget = timeout.map_or(self.busy_poll, |t| t.min(self.busy_poll));
+            // Spinning is waiting: it counts as parked for the busy share, so that a zone
+            // which spins through idle gaps is not taken for a saturated one.
             loop {
                 // With DEFER_TASKRUN the kernel holds completions until we enter; it raises
                 // IORING_SQ_TASKRUN when it has some.
                 if self.ring.submission().taskrun() {
+                    self.busy.parked(start.elapsed());
                     self.waits += 1;
                     return self.enter.submit_and_wait_n(0, 0, None);
                 }
                 if !self.ring.completion().is_empty() || self.wake.waker.is_pending() {
+                    self.busy.parked(start.elapsed());
                     return Ok(());
                 }
                 let spent = start.elapsed();
                 if spent >= budget {
+                    self.busy.parked(spent);
                     timeout = timeout.map(|t| t.saturating_sub(spent));
                     break;
                 }
@@ -364,11 +369,16 @@ impl UringDriver {
         };
         // Batch only near saturation: the last wait brought many completions and more are
         // already waiting (IORING_SQ_TASKRUN: the kernel holds deferred completions for us),
-        // or the zone spent most of the last millisecond working and the last wait brought
-        // more than one request's worth. A lightly loaded zone must not wait for a batch:
+        // or the zone spent most of its last measuring window (about a millisecond) working
+        // and the last wait brought more than two completions (one request and the send of
+        // the previous response are two). A lightly loaded zone must not wait for a batch:
         // that is pure latency. Waiting parks the zone, so a batch that does not fill lowers
         // the busy share and closes the second gate by itself.
-        let want = if self.batch_wait_us == 0 || pending {
+        // A timer due sooner than the batch bound must not wait for it: the kernel's
+        // min-wait timer would hold the wait past the timeout.
+        let timer_soon =
+            timeout.is_some_and(|t| t < Duration::from_micros(u64::from(self.batch_wait_us)));
+        let want = if self.batch_wait_us == 0 || pending || timer_soon {
             1
         } else if self.ring.submission().taskrun() && self.last_batch >= BATCH_FROM {
             self.last_batch.min(MAX_BATCH_WAIT)
