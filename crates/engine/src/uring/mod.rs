@@ -397,10 +397,12 @@ impl UringDriver {
             && r.as_ref()
                 .is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
         {
-            // A kernel before 6.12 refuses min_wait_usec: batch no more.
+            // A kernel before 6.12 refuses min_wait_usec: batch no more. Whatever this call
+            // did not submit goes with the plain wait.
             tracing::info!("io_uring min_wait is not supported here; completion batching off");
             self.batch_wait_us = 0;
-            r = self.enter.submit_and_wait(0, timeout);
+            let to_submit = self.ring.submission().len() as u32;
+            r = self.enter.submit_and_wait(to_submit, timeout);
         }
         self.wake.waker.park_end(t0);
         self.busy.parked(t0.elapsed());
