@@ -2,10 +2,14 @@
 thread for all zones."""
 import os
 import re
+import shutil
 import subprocess
 import time
 
+import pytest
+
 from conftest import free_port, runtime_section
+from test_ops import samples, scrape, total
 
 
 def test_sqpoll_serves_and_shares_one_sq_thread(ringx):
@@ -36,16 +40,8 @@ listen = ["127.0.0.1:{port}"]
 
 
 def _wait_syscalls(admin_port):
-    import urllib.request
-    from prometheus_client.parser import text_string_to_metric_families
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    out = 0
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "ringx_zone_wait_syscalls_total":
-                out += s.value
-    return int(out)
+    """io_uring_enter calls of all zones so far, from ringx's own accounting (/metrics)."""
+    return int(total(samples(scrape(admin_port)[2]), "ringx_zone_wait_syscalls_total"))
 
 
 def test_sqpoll_steady_state_makes_no_system_calls(ringx):
@@ -54,11 +50,8 @@ def test_sqpoll_steady_state_makes_no_system_calls(ringx):
     io_uring_enter calls (/metrics), over a window inside a constant keep-alive load."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
-        import pytest
         pytest.skip(f"needs 2 CPUs (zone and SQ thread apart), this process may use {cpus}")
-    import shutil
     if not shutil.which("wrk"):
-        import pytest
         pytest.skip("wrk not installed (scripts/install-deps.sh installs it)")
     port, admin = free_port(), free_port()
     zone_cpu, other = cpus[0], cpus[1]

@@ -229,13 +229,15 @@ impl Waker {
         (self.s.ctl.pending.load(Ordering::SeqCst), now)
     }
 
-    /// Zone side, after the wait that began at `start`.
+    /// Zone side, after the wait that began at `start`; returns how long it lasted.
     #[inline]
-    pub(crate) fn park_end(&self, start: std::time::Instant) {
+    pub(crate) fn park_end(&self, start: std::time::Instant) -> std::time::Duration {
         let z = &self.s.zone;
         z.parked.store(false, Ordering::Relaxed);
         bump(&z.parks, 1);
-        bump(&z.parked_ns, start.elapsed().as_nanos() as u64);
+        let parked = start.elapsed();
+        bump(&z.parked_ns, parked.as_nanos() as u64);
+        parked
     }
 
     /// Zone side, once per loop iteration: one atomic load while nothing is pending.

@@ -71,13 +71,9 @@ pub(crate) fn analyze<'b>(
     }
 
     let host = match host {
-        // A valid host is ASCII, so the conversion cannot fail after the check.
-        Some(value) => match crate::host::is_valid_host_bytes(value)
-            .then(|| std::str::from_utf8(value).ok())
-            .flatten()
-        {
-            Some(s) => Some(s),
-            None => return Err(RequestError::bad("invalid Host header")),
+        Some(value) => match std::str::from_utf8(value) {
+            Ok(s) if crate::host::is_valid_host(s) => Some(s),
+            _ => return Err(RequestError::bad("invalid Host header")),
         },
         None if version == Version::Http11 => {
             return Err(RequestError::bad("missing Host header"));

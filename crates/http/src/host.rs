@@ -50,12 +50,7 @@ fn class(b: u8) -> u8 {
 
 /// Whether `s` is a valid `uri-host [ ":" port ]` (no userinfo).
 pub(crate) fn is_valid_host(s: &str) -> bool {
-    is_valid_host_bytes(s.as_bytes())
-}
-
-/// [`is_valid_host`] on raw header bytes. A valid host is ASCII, so a caller that gets
-/// `true` may treat the bytes as UTF-8.
-pub(crate) fn is_valid_host_bytes(b: &[u8]) -> bool {
+    let b = s.as_bytes();
     let port_at = if b.first() == Some(&b'[') {
         let Some(close) = memchr::memchr(b']', b) else {
             return false;

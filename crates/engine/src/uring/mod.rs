@@ -404,8 +404,8 @@ impl UringDriver {
             let to_submit = self.ring.submission().len() as u32;
             r = self.enter.submit_and_wait(to_submit, timeout);
         }
-        self.wake.waker.park_end(t0);
-        self.busy.parked(t0.elapsed());
+        let parked = self.wake.waker.park_end(t0);
+        self.busy.parked(parked);
         r
     }
 }
