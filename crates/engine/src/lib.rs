@@ -115,8 +115,8 @@ pub struct ZoneConfig {
     pub max_outbound: u32,
     /// Adaptive completion batching (io_uring, Linux 6.12): near saturation — the last wait
     /// brought 8 or more completions and the kernel already holds more, or the zone was busy
-    /// at least 80% of its last measuring window (about a millisecond; spinning counts as
-    /// idle) and the last wait brought more than two — the
+    /// at least 80% of its last measuring window (its thread's CPU time over 2 ms of wall
+    /// time; busy-poll spinning counts as idle) and the last wait brought more than two — the
     /// next wait asks for as many completions as the last one brought (at least 8, at most
     /// 64), waiting at most this long for them before taking whatever came. Fewer
     /// `io_uring_enter` calls and wake-ups under load; a lightly loaded zone never waits.

@@ -229,15 +229,13 @@ impl Waker {
         (self.s.ctl.pending.load(Ordering::SeqCst), now)
     }
 
-    /// Zone side, after the wait that began at `start`; returns how long it lasted.
+    /// Zone side, after the wait that began at `start`.
     #[inline]
-    pub(crate) fn park_end(&self, start: std::time::Instant) -> std::time::Duration {
+    pub(crate) fn park_end(&self, start: std::time::Instant) {
         let z = &self.s.zone;
         z.parked.store(false, Ordering::Relaxed);
         bump(&z.parks, 1);
-        let parked = start.elapsed();
-        bump(&z.parked_ns, parked.as_nanos() as u64);
-        parked
+        bump(&z.parked_ns, start.elapsed().as_nanos() as u64);
     }
 
     /// Zone side, once per loop iteration: one atomic load while nothing is pending.

@@ -331,23 +331,23 @@ impl UringDriver {
             }
             let start = std::time::Instant::now();
             let budget = timeout.map_or(self.busy_poll, |t| t.min(self.busy_poll));
-            // Spinning is waiting: it counts as parked for the busy share, so that a zone
-            // which spins through idle gaps is not taken for a saturated one.
+            // Spinning is waiting: it is taken off the busy share, so that a zone which
+            // spins through idle gaps is not taken for a saturated one.
             loop {
                 // With DEFER_TASKRUN the kernel holds completions until we enter; it raises
                 // IORING_SQ_TASKRUN when it has some.
                 if self.ring.submission().taskrun() {
-                    self.busy.parked(start.elapsed());
+                    self.busy.spun(start.elapsed());
                     self.waits += 1;
                     return self.enter.submit_and_wait_n(0, 0, None);
                 }
                 if !self.ring.completion().is_empty() || self.wake.waker.is_pending() {
-                    self.busy.parked(start.elapsed());
+                    self.busy.spun(start.elapsed());
                     return Ok(());
                 }
                 let spent = start.elapsed();
                 if spent >= budget {
-                    self.busy.parked(spent);
+                    self.busy.spun(spent);
                     timeout = timeout.map(|t| t.saturating_sub(spent));
                     break;
                 }
@@ -369,11 +369,11 @@ impl UringDriver {
         };
         // Batch only near saturation: the last wait brought many completions and more are
         // already waiting (IORING_SQ_TASKRUN: the kernel holds deferred completions for us),
-        // or the zone spent most of its last measuring window (about a millisecond) working
-        // and the last wait brought more than two completions (one request and the send of
-        // the previous response are two). A lightly loaded zone must not wait for a batch:
-        // that is pure latency. Waiting parks the zone, so a batch that does not fill lowers
-        // the busy share and closes the second gate by itself.
+        // or the zone's thread was on the CPU for most of its last measuring window (2 ms,
+        // busy-poll spinning not counted) and the last wait brought more than two completions
+        // (one request and the send of the previous response are two). A lightly loaded zone
+        // must not wait for a batch: that is pure latency. Waiting parks the zone, so a batch
+        // that does not fill lowers the busy share and closes the second gate by itself.
         // A timer due sooner than the batch bound must not wait for it: the kernel's
         // min-wait timer would hold the wait past the timeout.
         let timer_soon =
@@ -404,8 +404,7 @@ impl UringDriver {
             let to_submit = self.ring.submission().len() as u32;
             r = self.enter.submit_and_wait(to_submit, timeout);
         }
-        let parked = self.wake.waker.park_end(t0);
-        self.busy.parked(parked);
+        self.wake.waker.park_end(t0);
         r
     }
 }
@@ -450,7 +449,11 @@ impl Driver for UringDriver {
             }
         }
         self.io.now = std::time::Instant::now();
-        self.busy.tick(self.io.now);
+        // Only the batching gate reads the busy share, and closing a window costs a system
+        // call: none with SQPOLL (whose steady state makes none) or with batching off.
+        if self.sqpoll.is_none() && self.batch_wait_us > 0 {
+            self.busy.tick(self.io.now);
+        }
         let mut cqes = std::mem::take(&mut self.cqes);
         cqes.extend(
             self.ring
