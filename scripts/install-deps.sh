@@ -26,6 +26,8 @@ have bpftool || [ -x /usr/sbin/bpftool ] || need_apt+=(bpftool)
 have hping3  || [ -x /usr/sbin/hping3 ] || need_apt+=(hping3)
 have iptables || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
 have ethtool || [ -x /usr/sbin/ethtool ] || need_apt+=(ethtool)
+# perf: syscall counts in the SQPOLL test and `make bench` (raw_syscalls:sys_enter).
+have perf    || need_apt+=(linux-perf)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -3,7 +3,11 @@ thread for all zones."""
 import os
 import re
 import shutil
+import signal
+import socket
+import struct
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -80,3 +84,89 @@ listen = ["127.0.0.1:{port}"]
     # The window lies inside the load: no io_uring_enter at all. One is tolerated for a host
     # stall longer than the 50 ms spin (this runs on shared VMs).
     assert after - before <= 1, f"{after - before} io_uring_enter calls in 1.5 s of steady load"
+
+
+def _perf_counts_syscalls():
+    """Whether `perf stat -e raw_syscalls:sys_enter` works here (root or a low
+    perf_event_paranoid, and tracefs)."""
+    if not shutil.which("perf"):
+        return False, "perf not installed (scripts/install-deps.sh installs linux-perf)"
+    r = subprocess.run(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "--", "true"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or "sys_enter" not in r.stderr or "<not" in r.stderr:
+        return False, f"perf cannot count raw_syscalls:sys_enter here: {r.stderr.strip()[:200]}"
+    return True, ""
+
+
+def _echo_wave(port, conns=300, rounds=10):
+    """Opens `conns` connections, echoes `rounds` 1 KB messages on each, closes them all."""
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(conns)]
+    try:
+        msg = struct.pack(">I", 1024) + os.urandom(1024)
+        for _ in range(rounds):
+            for s in socks:
+                s.sendall(msg)
+            for s in socks:
+                got = b""
+                while len(got) < len(msg):
+                    chunk = s.recv(len(msg) - len(got))
+                    assert chunk, "echo server closed the connection"
+                    got += chunk
+                assert got == msg
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_sqpoll_echo_reconnect_wave_makes_no_system_call_at_all(ringx_bin):
+    """Issue #7: zero system calls in steady state with SQPOLL, counting every system call of
+    the server process (perf's raw_syscalls:sys_enter), not only io_uring_enter. A wave of 300
+    connections that connect, echo and close after a warm-up wave of the same: accepts, receives,
+    sends and closes all go through the rings, and the allocator must not trim its heaps after
+    one wave and grow them again in the next (brk/mprotect/madvise were what remained)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip(f"needs 2 CPUs (zone and SQ thread apart), this process may use {cpus}")
+    ok, why = _perf_counts_syscalls()
+    if not ok:
+        pytest.skip(why)
+    zone_cpu, other = cpus[0], cpus[1]
+    port = free_port()
+    # The zone polls its completion queue and the SQ thread its ring for 3 s before sleeping,
+    # longer than the gap between the waves (perf attaching): a sleep would be a system call.
+    proc = subprocess.Popen(["taskset", "-c", str(zone_cpu), ringx_bin, "echo", "--listen", f"127.0.0.1:{port}",
+                             "--zones", "1", "--cpus", str(zone_cpu), "--engine", "uring", "--sqpoll",
+                             "--sqpoll-cpu", str(other), "--sqpoll-idle-ms", "3000", "--sqpoll-spin-us", "3000000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.time() < deadline, "echo server did not start"
+                time.sleep(0.05)
+        _echo_wave(port)  # warm-up: connection table, buffers and heaps reach their high-water mark
+        out = os.path.join(tempfile.mkdtemp(prefix="ringx-sqpoll-perf-"), "perf.txt")
+        perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-o", out,
+                                 "-p", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # attach
+        _echo_wave(port)
+        perf.send_signal(signal.SIGINT)
+        perf.wait(10)
+        text = open(out).read()
+        shutil.rmtree(os.path.dirname(out), ignore_errors=True)
+        m = re.search(r"^(\d+),[^,]*,raw_syscalls:sys_enter", text, re.M)
+        assert m, f"no count in perf's output: {text}"
+        n = int(m.group(1))
+        # One is tolerated for a host stall longer than the 3 s polls (this runs on shared VMs).
+        assert n <= 1, f"{n} system calls while 300 connections connected, echoed 10 messages and closed"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        finally:
+            proc.kill()
+            err = proc.stderr.read().decode()
+            assert "using the epoll driver" not in err, err

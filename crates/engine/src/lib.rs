@@ -125,6 +125,11 @@ pub struct ZoneConfig {
 }
 
 /// `IORING_SETUP_SQPOLL` settings.
+///
+/// With the SQ thread on a core of its own and a `spin` longer than the gaps in the load, a
+/// busy zone makes no system call: accepts, receives, sends and closes all go through the
+/// ring. The allocator can still make some as connections come and go (heap trimming and
+/// regrowth); call [`sys::keep_heap`] at start-up to stop that, as `ringx` does.
 #[derive(Clone, Debug)]
 pub struct SqPoll {
     /// How long the kernel's SQ thread polls before it sleeps (and the next submission needs

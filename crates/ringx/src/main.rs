@@ -72,6 +72,10 @@ fn load(path: &Option<PathBuf>) -> Result<config::Config, config::ConfigError> {
 }
 
 fn main() -> ExitCode {
+    // Freed memory stays with the process (up to 64 MiB of free top per heap) and the main
+    // heap grows 16 MiB at a time: a warmed-up zone then makes no brk/mprotect/madvise calls
+    // as connections come and go (engine::sys::keep_heap).
+    ringx_engine::sys::keep_heap(64 << 20, 16 << 20);
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Rss(cmd) => cli_rss::run(cmd),
