@@ -47,7 +47,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import Cgroup, cpu_ns, proc_tree, free_port, wait_port, sh, machine  # noqa: E402
+from run import Cgroup, cpu_ns, proc_tree, free_port, wait_port, sh, machine, host_speed  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 ECHO = os.path.join(HERE, "echo")
@@ -300,6 +300,7 @@ def main():
     work = tempfile.mkdtemp(prefix="ringx-echo-bench-")
     started = time.time()
     load_before = os.getloadavg()
+    speed_before = host_speed()
     bins = build_go(work)
     use_perf = not args.no_perf and shutil.which("perf") and perf_works(work)
     if not args.no_perf and not use_perf:
@@ -379,6 +380,7 @@ def main():
         "rounds": rounds, "duration_s": secs, "cap_pct": CAP_PCT, "size": SIZE,
         "elapsed_s": round(elapsed, 1),
         "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "host_speed": {"before": speed_before, "after": host_speed()},
         "machine": machine(), "versions": versions(bins),
         "method": {"server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU,
                    "cpu": "sum of /proc/PID/task/*/schedstat run time over the server's threads",
@@ -492,6 +494,14 @@ def write_report(result, name):
     L.append(f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_kib'] // 1024} MiB, Linux {mach['kernel']}. "
              f"Load average before/after: {' '.join(f'{x:.2f}' for x in result['loadavg_before'])} / "
              f"{' '.join(f'{x:.2f}' for x in result['loadavg_after'])} (other work on the machine shares both cores).")
+    hs = result.get("host_speed")
+    if hs:
+        b, a = hs["before"], hs["after"]
+        L.append("")
+        L.append(f"Host noise: a fixed busy loop on the server's CPU took {b['loop_ms_min']}–{b['loop_ms_max']} ms "
+                 f"before the run and {a['loop_ms_min']}–{a['loop_ms_max']} ms after it (about 45 ms on a quiet host; "
+                 f"spread {b['spread']}× / {a['spread']}×). Absolute figures drift by about that much; ratios come "
+                 "from alternated runs.")
     L.append("")
     L.append("Versions: " + "; ".join(f"{k} {val}" if k.startswith(("github", "golang")) else val
                                       for k, val in v.items()) + ".")
