@@ -483,6 +483,7 @@ directory with `go build` on every run. Results: `bench/results/echo-<date>.json
 
 
 def write_report(result, name):
+    from report import host_noise
     files = charts(result, name)
     s = result["summary"]
     v = result["versions"]
@@ -494,14 +495,9 @@ def write_report(result, name):
     L.append(f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_kib'] // 1024} MiB, Linux {mach['kernel']}. "
              f"Load average before/after: {' '.join(f'{x:.2f}' for x in result['loadavg_before'])} / "
              f"{' '.join(f'{x:.2f}' for x in result['loadavg_after'])} (other work on the machine shares both cores).")
-    hs = result.get("host_speed")
-    if hs:
-        b, a = hs["before"], hs["after"]
-        L.append("")
-        L.append(f"Host noise: a fixed busy loop on the server's CPU took {b['loop_ms_min']}–{b['loop_ms_max']} ms "
-                 f"before the run and {a['loop_ms_min']}–{a['loop_ms_max']} ms after it (about 45 ms on a quiet host; "
-                 f"spread {b['spread']}× / {a['spread']}×). Absolute figures drift by about that much; ratios come "
-                 "from alternated runs.")
+    noise = host_noise(result.get("host_speed"))
+    if noise:
+        L += ["", noise]
     L.append("")
     L.append("Versions: " + "; ".join(f"{k} {val}" if k.startswith(("github", "golang")) else val
                                       for k, val in v.items()) + ".")

@@ -13,6 +13,18 @@ METRICS = [
 ]
 
 
+def host_noise(hs):
+    """The report's line on host noise, from a result's `host_speed` (run.host_speed before and
+    after the run), or None if the result has none."""
+    if not hs:
+        return None
+    b, a = hs["before"], hs["after"]
+    return (f"Host noise: a fixed busy loop on the server's CPU took {b['loop_ms_min']}–{b['loop_ms_max']} ms "
+            f"before the run and {a['loop_ms_min']}–{a['loop_ms_max']} ms after it (about 45 ms on a quiet host; "
+            f"spread {b['spread']}× / {a['spread']}×, 1.0× is steady). Absolute figures drift by about that much; "
+            "ratios come from alternated runs.")
+
+
 def fmt(s, m):
     if m not in s:
         return "–"
@@ -78,13 +90,9 @@ def write(result, name):
     lines = [BEGIN, "", f"### Latest run: `{name}` ({result['mode']}, {result['rounds']} rounds of {result['duration_s']} s, {result['elapsed_s']} s in all)", ""]
     lines.append(f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['mem_kib'] // 1024} MiB, Linux {mach['kernel']}. "
                  f"Versions: {v.get('ringx')}; {v.get('nginx')}; {v.get('wrk')}; {v.get('ab')}; {v.get('rustc')}.")
-    hs = result.get("host_speed")
-    if hs:
-        b, a = hs["before"], hs["after"]
-        lines.append("")
-        lines.append(f"Host noise: a fixed busy loop on the server's CPU took {b['loop_ms_min']}–{b['loop_ms_max']} ms "
-                     f"before the run and {a['loop_ms_min']}–{a['loop_ms_max']} ms after it (spread {b['spread']}× / {a['spread']}×; "
-                     "1.0× is a quiet host). Absolute figures drift by about that much; ratios come from alternated runs.")
+    noise = host_noise(result.get("host_speed"))
+    if noise:
+        lines += ["", noise]
     lines.append("")
     lines.append("Median (min–max) over the rounds; **bold** is the ratio to nginx in the same run.")
     lines.append("")

@@ -24,25 +24,26 @@ def read_exact(s, n):
     return buf
 
 
-@pytest.fixture(params=[("uring", 0), ("epoll", 0), ("uring", 2), ("epoll", 3)],
-                ids=["uring", "epoll", "uring-pool2", "epoll-pool3"])
-def echo_server(request, ringx_bin):
-    port = free_port()
-    engine, pool = request.param
-    proc = subprocess.Popen([ringx_bin, "echo", "--listen", f"127.0.0.1:{port}", "--zones", "1", "--engine", engine,
-                             "--pool", str(pool)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def start_echo(ringx_bin, port, args, cpu=None):
+    """Starts `ringx echo --listen 127.0.0.1:PORT ARGS...` (pinned to `cpu` if given) and
+    waits until it accepts connections."""
+    cmd = [ringx_bin, "echo", "--listen", f"127.0.0.1:{port}", *args]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 10
     while time.time() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
+            return proc
         except OSError:
             time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("echo server did not start")
-    yield port, engine
+    proc.kill()
+    pytest.fail("echo server did not start")
+
+
+def stop_echo(proc, engine):
+    """SIGTERM: the server must exit 0, and an io_uring server must not have fallen back."""
     proc.terminate()
     try:
         assert proc.wait(5) == 0
@@ -51,6 +52,16 @@ def echo_server(request, ringx_bin):
         err = proc.stderr.read().decode()
         if engine == "uring":
             assert "using the epoll driver" not in err, err
+
+
+@pytest.fixture(params=[("uring", 0), ("epoll", 0), ("uring", 2), ("epoll", 3)],
+                ids=["uring", "epoll", "uring-pool2", "epoll-pool3"])
+def echo_server(request, ringx_bin):
+    port = free_port()
+    engine, pool = request.param
+    proc = start_echo(ringx_bin, port, ["--zones", "1", "--engine", engine, "--pool", str(pool)])
+    yield port, engine
+    stop_echo(proc, engine)
 
 
 def test_messages_echo_in_order(echo_server):

@@ -5,7 +5,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import tempfile
 import time
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from conftest import free_port, runtime_section
+from test_echo import frame, read_exact, start_echo, stop_echo
 from test_ops import samples, scrape, total
 
 
@@ -102,17 +102,12 @@ def _echo_wave(port, conns=300, rounds=10):
     """Opens `conns` connections, echoes `rounds` 1 KB messages on each, closes them all."""
     socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(conns)]
     try:
-        msg = struct.pack(">I", 1024) + os.urandom(1024)
+        msg = frame(os.urandom(1024))
         for _ in range(rounds):
             for s in socks:
                 s.sendall(msg)
             for s in socks:
-                got = b""
-                while len(got) < len(msg):
-                    chunk = s.recv(len(msg) - len(got))
-                    assert chunk, "echo server closed the connection"
-                    got += chunk
-                assert got == msg
+                assert read_exact(s, len(msg)) == msg
     finally:
         for s in socks:
             s.close()
@@ -134,19 +129,10 @@ def test_sqpoll_echo_reconnect_wave_makes_no_system_call_at_all(ringx_bin):
     port = free_port()
     # The zone polls its completion queue and the SQ thread its ring for 3 s before sleeping,
     # longer than the gap between the waves (perf attaching): a sleep would be a system call.
-    proc = subprocess.Popen(["taskset", "-c", str(zone_cpu), ringx_bin, "echo", "--listen", f"127.0.0.1:{port}",
-                             "--zones", "1", "--cpus", str(zone_cpu), "--engine", "uring", "--sqpoll",
-                             "--sqpoll-cpu", str(other), "--sqpoll-idle-ms", "3000", "--sqpoll-spin-us", "3000000"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_echo(ringx_bin, port, ["--zones", "1", "--cpus", str(zone_cpu), "--engine", "uring", "--sqpoll",
+                                        "--sqpoll-cpu", str(other), "--sqpoll-idle-ms", "3000",
+                                        "--sqpoll-spin-us", "3000000"], cpu=zone_cpu)
     try:
-        deadline = time.time() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.time() < deadline, "echo server did not start"
-                time.sleep(0.05)
         _echo_wave(port)  # warm-up: connection table, buffers and heaps reach their high-water mark
         out = os.path.join(tempfile.mkdtemp(prefix="ringx-sqpoll-perf-"), "perf.txt")
         perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-o", out,
@@ -163,10 +149,4 @@ def test_sqpoll_echo_reconnect_wave_makes_no_system_call_at_all(ringx_bin):
         # One is tolerated for a host stall longer than the 3 s polls (this runs on shared VMs).
         assert n <= 1, f"{n} system calls while 300 connections connected, echoed 10 messages and closed"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        finally:
-            proc.kill()
-            err = proc.stderr.read().decode()
-            assert "using the epoll driver" not in err, err
+        stop_echo(proc, "uring")

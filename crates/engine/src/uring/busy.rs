@@ -1,8 +1,9 @@
-//! How busy a zone has been lately: the share of wall time its thread spent on the CPU
-//! (not counting busy-poll spinning), over windows of two milliseconds. Adaptive completion batching reads it: a zone
-//! that is busy most of the time is close to saturation, where waiting up to `batch_wait_us`
-//! for a fuller batch costs little next to the queueing it already has and saves a wake-up
-//! and a system call per batch. A lightly loaded zone never waits for a batch.
+//! How busy a zone has been lately: the share of wall time its thread spent on the CPU (not
+//! counting busy-poll spinning), over windows of two milliseconds. Adaptive completion
+//! batching reads it: a zone that is busy most of the time is close to saturation, where
+//! waiting up to `batch_wait_us` for a fuller batch costs little next to the queueing it
+//! already has and saves a wake-up and a system call per batch. A lightly loaded zone never
+//! waits for a batch.
 
 use std::time::{Duration, Instant};
 
