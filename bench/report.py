@@ -4,7 +4,7 @@ import os
 HERE = os.path.dirname(os.path.abspath(__file__))
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
-PEER_COLORS = {"nginx": "#4d7ea8", "ringx-epoll": "#c9a227", "ringx-uring": "#c0392b"}
+PEER_COLORS = {"nginx": "#4d7ea8", "ringx-epoll": "#c9a227", "ringx-uring": "#c0392b", "yardstick": "#999999"}
 METRICS = [
     ("cpu_us_per_req", "server CPU per request (µs, lower is better)"),
     ("capped_rps", "requests/s with the server capped at 40% of a core (higher is better)"),
@@ -20,8 +20,9 @@ def host_noise(hs):
         return None
     b, a = hs["before"], hs["after"]
     return (f"Host noise: a fixed busy loop on the server's CPU took {b['loop_ms_min']}–{b['loop_ms_max']} ms "
-            f"before the run and {a['loop_ms_min']}–{a['loop_ms_max']} ms after it (about 45 ms on a quiet host; "
-            f"spread {b['spread']}× / {a['spread']}×, 1.0× is steady). Absolute figures drift by about that much; "
+            f"before the run and {a['loop_ms_min']}–{a['loop_ms_max']} ms after it (spread {b['spread']}× / "
+            f"{a['spread']}×, 1.0× is steady; the same loop took about 45 ms on the host of the first runs and "
+            "23 ms on the host of 2026-11-23's evening runs). Absolute figures drift by about that much; "
             "ratios come from alternated runs.")
 
 
@@ -95,6 +96,10 @@ def write(result, name):
         lines += ["", noise]
     lines.append("")
     lines.append("Median (min–max) over the rounds; **bold** is the ratio to nginx in the same run.")
+    if any("yardstick" in peers for peers in s.values()):
+        lines.append("`yardstick` is `../shared/tools/limit_server.c`, the minimal io_uring responder (no parsing, "
+                     "a canned reply without a Date header), measured alternately with the others on the "
+                     "64-byte keep-alive workloads: what a server that does no HTTP work reaches on this machine.")
     lines.append("")
     for w, peers in s.items():
         if not peers:

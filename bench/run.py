@@ -53,6 +53,14 @@ WORKLOADS = {
     "file1m_c10": ("wrk", "/static/1m.bin", 10, [], "static 1 MB file, keep-alive, 10 connections"),
 }
 PEERS = ["nginx", "ringx-epoll", "ringx-uring"]
+# A reference, not a competitor: the minimal io_uring responder of ../shared/tools (no
+# parsing, a canned 64-byte reply, no Date header), built from there at run time, on the
+# keep-alive 64-byte workloads it can serve. It marks what is reachable on this machine in
+# the same run, so a target below it shows as such.
+YARDSTICK = "yardstick"
+YARDSTICK_SRC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
+                                              "tools", "limit_server.c"))
+YARDSTICK_WLS = ("ka64_c50", "ka64_c500", "ab_c1")
 
 
 def free_port():
@@ -160,6 +168,12 @@ class Server:
         self.docroot = docroot
 
     def start(self):
+        if self.name == YARDSTICK:
+            self.log = open(os.path.join(self.workdir, "yardstick.log"), "w")
+            self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, self.binary, str(self.port)],
+                                         stdout=self.log, stderr=self.log)
+            wait_port(self.port, self.proc)
+            return
         if self.name == "nginx":
             conf = os.path.join(self.workdir, "nginx.conf")
             open(conf, "w").write(f"""
@@ -231,11 +245,25 @@ listen = ["127.0.0.1:{self.port}"]
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT if self.name != "nginx" else signal.SIGTERM)
+            self.proc.send_signal(signal.SIGQUIT if self.name.startswith("ringx") else signal.SIGTERM)
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+def build_yardstick(work):
+    """Compiles ../shared/tools/limit_server.c (liburing); returns its path, or None with the
+    reason printed."""
+    if not os.path.exists(YARDSTICK_SRC):
+        print(f"bench: no yardstick ({YARDSTICK_SRC} not found): its rows are left out", flush=True)
+        return None
+    out = os.path.join(work, "limit_server")
+    r = sh(["gcc", "-O2", "-o", out, YARDSTICK_SRC, "-luring"])
+    if r.returncode != 0:
+        print(f"bench: no yardstick (gcc failed: {r.stderr.strip()[:300]}): its rows are left out", flush=True)
+        return None
+    return out
 
 
 def nginx_bin():
@@ -355,7 +383,7 @@ def summarise(rows, workloads=None, peers=None, bases=("nginx",)):
     metrics = ["cpu_us_per_req", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms"]
     for wl in workloads or WORKLOADS:
         summary[wl] = {}
-        for peer in peers or PEERS:
+        for peer in peers or PEERS + [YARDSTICK]:
             rs = [r for r in rows if r["workload"] == wl and r["peer"] == peer]
             if not rs:
                 continue
@@ -403,6 +431,10 @@ def main():
     cg = Cgroup("ringx-bench-cap")
     cg.cap(CAP_PCT)
     servers = {p: Server(p, work, docroot) for p in PEERS}
+    yardstick = build_yardstick(work) if any(w in YARDSTICK_WLS for w in wls) else None
+    if yardstick:
+        servers[YARDSTICK] = Server(YARDSTICK, work, docroot)
+        servers[YARDSTICK].binary = yardstick
     rows = []
     started = time.time()
     speed_before = host_speed()
@@ -411,7 +443,9 @@ def main():
             s.start()
         for wl in wls:
             for rnd in range(rounds):
-                for peer in PEERS:
+                for peer in servers:
+                    if peer == YARDSTICK and wl not in YARDSTICK_WLS:
+                        continue
                     s = servers[peer]
                     r = measure(s, wl, secs, ab_n, cg, capped=False)
                     row = {"workload": wl, "peer": peer, "round": rnd, **r}

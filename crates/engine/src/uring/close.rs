@@ -3,8 +3,13 @@
 //! splice owns a buffer, then `IORING_OP_CLOSE` the direct descriptor (Linux 5.15). Only when
 //! that completes is `on_closed` delivered and the slot reusable. Also write shutdown
 //! (`IORING_OP_SHUTDOWN`, Linux 5.11).
+//!
+//! A close that waits only for the last send is submitted with it instead
+//! (`close_after_send`): `SEND` →(link) `ASYNC_CANCEL` →(hard link: runs whatever the cancel
+//! found) `CLOSE`. If the send fails, the kernel cancels the other two (`-ECANCELED`) and the
+//! close goes the ordinary way from there.
 
-use io_uring::{opcode, types};
+use io_uring::{opcode, squeue, types};
 
 use super::userdata::{pack, Kind};
 use super::UringDriver;
@@ -13,6 +18,8 @@ use crate::io::{ConnId, ConnState};
 
 const CANCEL_DONE: u32 = 1 << 2;
 const CLOSE_SUBMITTED: u32 = 1 << 3;
+/// The cancel and close were linked behind the last send.
+const CLOSE_LINKED: u32 = 1 << 4;
 
 impl UringDriver {
     pub(super) fn begin_close(&mut self, c: ConnId, err: Option<std::io::Error>) {
@@ -33,16 +40,51 @@ impl UringDriver {
         conn.state = ConnState::Closing;
         conn.close_err = err;
         conn.drop_unsent();
-        let e =
-            opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(target, conn.gen, c.0)))
-                .build()
-                .user_data(pack(Kind::Cancel, conn.gen, c.0));
+        let e = self.cancel_entry(c, target);
         // SAFETY: a cancellation refers to no memory of ours.
         unsafe { self.push(&e) };
     }
 
-    pub(super) fn complete_cancel(&mut self, c: ConnId, _gen: u32) {
-        self.io.conns[c.index()].drv |= CANCEL_DONE;
+    /// Cancels the connection's long-lived request (its multishot receive, or its connect).
+    fn cancel_entry(&self, c: ConnId, target: Kind) -> squeue::Entry {
+        let gen = self.io.conns[c.index()].gen;
+        opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(target, gen, c.0)))
+            .build()
+            .user_data(pack(Kind::Cancel, gen, c.0))
+    }
+
+    /// Submits `send` (the connection's last output) linked to the cancel of its receive and
+    /// the close, and marks the connection closing (module docs).
+    ///
+    /// # Safety
+    ///
+    /// As for `push`: the buffer `send` reads must stay valid until its completion.
+    pub(super) unsafe fn close_after_send(&mut self, c: ConnId, send: &squeue::Entry) {
+        let conn = &mut self.io.conns[c.index()];
+        debug_assert_eq!(conn.state, ConnState::Open);
+        conn.state = ConnState::Closing;
+        conn.drv |= CLOSE_SUBMITTED | CLOSE_LINKED;
+        let gen = conn.gen;
+        let cancel = self
+            .cancel_entry(c, Kind::Recv)
+            .flags(squeue::Flags::IO_HARDLINK);
+        let close = opcode::Close::new(types::Fixed(c.0))
+            .build()
+            .user_data(pack(Kind::Close, gen, c.0));
+        let send = send.clone().flags(squeue::Flags::IO_LINK);
+        // SAFETY: the caller's obligations for the send; the others refer to no memory of ours.
+        unsafe { self.push_chain(&[send, cancel, close]) };
+    }
+
+    pub(super) fn complete_cancel(&mut self, c: ConnId, gen: u32, res: i32) {
+        let conn = &mut self.io.conns[c.index()];
+        if conn.gen != gen {
+            return;
+        }
+        if res == -libc::ECANCELED && conn.drv & CLOSE_LINKED != 0 {
+            return; // the send before it failed; the close's completion takes it from there
+        }
+        conn.drv |= CANCEL_DONE;
         self.try_finish_close(c);
     }
 
@@ -63,8 +105,19 @@ impl UringDriver {
         unsafe { self.push(&e) };
     }
 
-    pub(super) fn complete_close<H: Handler>(&mut self, h: &mut H, c: ConnId, _gen: u32) {
+    pub(super) fn complete_close<H: Handler>(&mut self, h: &mut H, c: ConnId, gen: u32, res: i32) {
         let conn = &mut self.io.conns[c.index()];
+        if conn.gen != gen {
+            return;
+        }
+        if res == -libc::ECANCELED && conn.drv & CLOSE_LINKED != 0 {
+            // The linked send failed and took the cancel and close down with it: close the
+            // ordinary way (the send's completion, which came first, released its buffer).
+            conn.drv &= !(CLOSE_LINKED | CLOSE_SUBMITTED);
+            let e = self.cancel_entry(c, Kind::Recv);
+            // SAFETY: a cancellation refers to no memory of ours.
+            return unsafe { self.push(&e) };
+        }
         conn.state = ConnState::Free;
         conn.out.clear();
         let fill = conn.pipe_fill;

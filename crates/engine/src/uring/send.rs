@@ -1,11 +1,19 @@
 //! Sending queued bytes (`IORING_OP_SEND`, Linux 5.6). One send per connection is in flight
 //! at a time, which keeps bytes in order; a short write resubmits the rest.
+//!
+//! The last send before a close carries the close with it: `SEND` linked to the cancel of the
+//! connection's receive and a `CLOSE` (see `close.rs`), all in one submission, so the FIN
+//! leaves as soon as the bytes do instead of two completion round trips later. That send
+//! uses `MSG_WAITALL` (io_uring retries a short write itself, so only an error cuts the link)
+//! and `MSG_MORE`, so the kernel holds the tail segment and the FIN rides on it: one segment
+//! where nginx (write, then close) sends two. On loopback the delivery of each segment to the
+//! client's socket runs on the server's core.
 
 use io_uring::{opcode, types};
 
 use super::userdata::{pack, Kind};
 use super::UringDriver;
-use crate::io::{Chunk, ConnId, ConnState};
+use crate::io::{AfterFlush, Chunk, ConnId, ConnState};
 
 /// The most one submission sends; larger chunks go in several rounds.
 const MAX_SEND: usize = 1 << 30;
@@ -21,7 +29,17 @@ impl UringDriver {
         // send it in the same segments as the file's first bytes (what TCP_CORK does for
         // nginx's `tcp_nopush`).
         let more = matches!(conn.out.get(1), Some(Chunk::File { .. }));
-        let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
+        // The last bytes before the close: the close goes with them (module docs).
+        let last = conn.out.len() == 1
+            && pos + len == buf.len()
+            && matches!(conn.after_flush, AfterFlush::Close);
+        let flags = libc::MSG_NOSIGNAL
+            | if more { libc::MSG_MORE } else { 0 }
+            | if last {
+                libc::MSG_MORE | libc::MSG_WAITALL
+            } else {
+                0
+            };
         // SAFETY: pos <= buf.len(), so the pointer stays within (or one past) the vector.
         let ptr = unsafe { buf.as_ptr().add(*pos) };
         conn.in_flight = true;
@@ -29,6 +47,10 @@ impl UringDriver {
             .flags(flags)
             .build()
             .user_data(pack(Kind::Send, conn.gen, c.0));
+        if last {
+            // SAFETY: as below, for the send; the cancel and close refer to no memory of ours.
+            return unsafe { self.close_after_send(c, &e) };
+        }
         // SAFETY: the vector is the front chunk of the connection's queue; `in_flight` keeps it
         // from being popped, appended to (which could move it) or dropped until this
         // completion is handled, and close waits for it too.

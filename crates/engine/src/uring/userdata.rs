@@ -60,6 +60,12 @@ pub(crate) fn unpack(ud: u64) -> Option<(Kind, u32, u32)> {
     Some((kind, ((ud >> 32) as u32) & GEN_MASK, ud as u32))
 }
 
+/// True if `ud` belongs to a connection's receive.
+#[inline]
+pub(crate) fn is_recv(ud: u64) -> bool {
+    (ud >> 56) as u8 == Kind::Recv as u8
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
