@@ -121,7 +121,8 @@ pub struct ZoneConfig {
     /// next wait asks for as many completions as the last one brought (at least 8, at most
     /// 64), waiting at most this long for them before taking whatever came. Fewer
     /// `io_uring_enter` calls and wake-ups under load; a lightly loaded zone never waits. After
-    /// a batch that does not fill, the gate stays shut for 1, 2, 4 ... 64 waits.
+    /// a batch that does not fill, the gate stays shut for 1, 2, 4 ... 64 waits; a wait never asks
+    /// for more than half the connections with a receive armed.
     /// Zero: off.
     pub batch_wait: std::time::Duration,
 }

@@ -90,6 +90,8 @@ pub struct UringDriver {
     /// Receives that brought data among them: the arrivals. Bookkeeping completions (sends,
     /// cancels, closes: four per short connection) do not make a zone saturated.
     last_inputs: u32,
+    /// Connections with a receive armed (`recv.rs`).
+    armed_recvs: u32,
     /// Completions the last wait asked for (1: no batching).
     batch_want: u32,
     /// Batching is skipped until `waits` reaches this (see `park`).
@@ -152,6 +154,7 @@ impl UringDriver {
             batch_wait_us: cfg.batch_wait.as_micros().min(u32::MAX as u128) as u32,
             last_batch: 0,
             last_inputs: 0,
+            armed_recvs: 0,
             batch_want: 1,
             batch_skip_until: 0,
             batch_backoff: 1,
@@ -435,6 +438,13 @@ impl UringDriver {
             self.last_batch.clamp(BATCH_FROM, MAX_BATCH_WAIT)
         } else {
             1
+        };
+        // Never more than half the connections that can bring data: with ten connections in
+        // a closed loop, a wait for eight ended on the timer nearly every time (1 KB echo at
+        // 10 connections: 5.0 us per echo with it, 3.9 without batching).
+        let want = match want.min(self.armed_recvs / 2) {
+            0..=2 => 1,
+            w => w,
         };
         self.batch_want = want;
         let mut r = if want > 1 {

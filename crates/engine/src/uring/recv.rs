@@ -25,7 +25,15 @@ impl UringDriver {
 
     fn set_recv_state(&mut self, c: ConnId, s: u32) {
         let d = &mut self.io.conns[c.index()].drv;
+        let was = *d & RECV_MASK;
         *d = (*d & !RECV_MASK) | s;
+        // Receives armed: the connections that can bring an arrival (the batching gate's
+        // bound on how many completions a wait can expect).
+        match (was == RECV_ARMED, s == RECV_ARMED) {
+            (false, true) => self.armed_recvs += 1,
+            (true, false) => self.armed_recvs = self.armed_recvs.saturating_sub(1),
+            _ => {}
+        }
     }
 
     pub(super) fn arm_recv(&mut self, c: ConnId) {
