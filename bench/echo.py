@@ -479,6 +479,25 @@ full run takes under 8 minutes; root, Go and perf needed). The method is
 The Go code is one module (`go.mod`, `go.sum` here); the harness builds it into a temporary
 directory with `go build` on every run. Results: `bench/results/echo-<date>.json`.
 
+## What bounds the io_uring advantage on this machine
+
+Issue #7 asks, at 100 connections, for ringx-uring at 1.15× ringx-epoll's capped throughput,
+1.5× go-netpoll's at equal server CPU and 0.7× epoll's fixed-rate p99. Profiles of both ringx
+drivers at c100 (`perf record -e cpu-clock -C 0`, same throughput, 223k echoes/s) show where
+the room is: the kernel's TCP and loopback work is about 80% of either server's CPU and is the
+same work for both (tcp_sendmsg/recvmsg, the softirq delivery to the client's socket, BBR,
+skb alloc/free). What the epoll driver spends beyond it (epoll_wait's per-item `tcp_poll`,
+syscall entry, libc's send/read wrappers) is about 12% of its CPU; io_uring's own cost (poll
+task work, `llist_reverse_order`, issue) is 6–8%. So even a driver with no overhead at all
+could beat the epoll driver by about 12% per echo here, and io_uring can recover about half of
+that. The host these targets were first measured on (2026-11-22/23, kernel build
+6.18.44-fc-v595) had costlier system calls; the runs below, from 2026-11-23's evening, are on
+kernel build 6.18.44-fc-v669, where a system call is cheap (no page-table isolation: the CPU is
+not affected by Meltdown) and the two drivers land within a few percent of each other. Go
+netpoll pays its runtime on top (scheduler, goroutine switches: 1.24–1.5× ringx's CPU per
+echo). What io_uring does win outright is the system-call count: 0.04–0.06 per echo against
+about 2.1 for epoll and netpoll, and none at all in SQPOLL's steady state.
+
 """
 
 
