@@ -87,6 +87,8 @@ pub(crate) struct ConnIo {
     pub notify_flushed: bool,
     pub paused: bool,
     pub eof: bool,
+    /// The peer will send nothing more ([`Io::peer_done`]).
+    pub peer_done: bool,
     pub dirty: bool,
     pub close_err: Option<io::Error>,
     /// A recycled output vector, so steady keep-alive traffic allocates nothing.
@@ -134,6 +136,7 @@ impl ConnIo {
             notify_flushed: false,
             paused: false,
             eof: false,
+            peer_done: false,
             dirty: false,
             close_err: None,
             spare: Vec::new(),
@@ -155,6 +158,7 @@ impl ConnIo {
         self.notify_flushed = false;
         self.paused = false;
         self.eof = false;
+        self.peer_done = false;
         self.dirty = false;
         self.close_err = None;
         self.drv = 0;
@@ -398,9 +402,28 @@ impl Io {
     }
 
     /// Closes the connection now, dropping unsent output. `on_closed` follows.
+    ///
+    /// Also aborts a close already under way that is still writing its last output (io_uring
+    /// submits the close together with the last send): a peer that stopped reading would
+    /// otherwise hold the connection for as long as it likes.
     pub fn close(&mut self, c: ConnId) {
-        if self.is_open(c) {
+        let closing = self
+            .conns
+            .get(c.index())
+            .is_some_and(|x| x.state == ConnState::Closing && x.in_flight);
+        if self.is_open(c) || closing {
             self.actions.push(Action::Close(c));
+        }
+    }
+
+    /// Says the peer will send nothing more on this connection (it said so in its protocol,
+    /// as an HTTP client does with `Connection: close`). A close after flush then lets the
+    /// kernel hold the last bytes back and send the FIN with them (`MSG_MORE`): one segment
+    /// instead of two. Without this the last bytes leave at once: if data still arrived
+    /// before the close, the kernel would answer with a reset and drop bytes it still held.
+    pub fn peer_done(&mut self, c: ConnId) {
+        if let Some(conn) = self.conns.get_mut(c.index()) {
+            conn.peer_done = true;
         }
     }
 

@@ -247,11 +247,13 @@ impl EpollDriver {
                 Some(Chunk::Bytes { buf, pos }) => {
                     let rest = &buf[*pos..];
                     // A head followed by a file: MSG_MORE coalesces it with the file's bytes.
-                    // The last bytes before a close: MSG_MORE holds the tail segment back
-                    // and the close's FIN rides on it (one segment, not two; see
-                    // uring/send.rs).
+                    // The last bytes before a close to a peer that sends nothing more:
+                    // MSG_MORE holds the tail segment back and the close's FIN rides on it
+                    // (one segment, not two; see `Io::peer_done`).
                     let more = matches!(conn.out.get(1), Some(Chunk::File { .. }))
-                        || (conn.out.len() == 1 && matches!(conn.after_flush, AfterFlush::Close));
+                        || (conn.out.len() == 1
+                            && matches!(conn.after_flush, AfterFlush::Close)
+                            && (conn.peer_done || conn.eof));
                     let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
                     // SAFETY: writes from a live slice of the queued vector.
                     unsafe { libc::send(c.0 as RawFd, rest.as_ptr().cast(), rest.len(), flags) }

@@ -35,6 +35,7 @@ impl UringDriver {
         }
         if res >= 0 {
             let c = ConnId(res as u32);
+            self.forget_recv(c);
             self.io.conn_mut(c).open();
             self.wake.waker.add_accept();
             if self.peer_addrs {

@@ -24,6 +24,13 @@ const CLOSE_LINKED: u32 = 1 << 4;
 impl UringDriver {
     pub(super) fn begin_close(&mut self, c: ConnId, err: Option<std::io::Error>) {
         let conn = &mut self.io.conns[c.index()];
+        if conn.state == ConnState::Closing && conn.in_flight {
+            // An abort (`Io::close`) while the last output is still being written, the close
+            // linked behind it or waiting for it: a peer that stopped reading would hold the
+            // slot for ever. Cancel the write; a linked cancel and close then fail with it
+            // and `complete_close` closes the ordinary way.
+            return self.cancel_output(c);
+        }
         if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
             return;
         }
@@ -43,6 +50,26 @@ impl UringDriver {
         let e = self.cancel_entry(c, target);
         // SAFETY: a cancellation refers to no memory of ours.
         unsafe { self.push(&e) };
+        if self.io.conns[c.index()].in_flight {
+            // Closing now drops unsent output: the write in flight too, or a peer that stopped
+            // reading would keep it (and the slot) pending for ever.
+            self.cancel_output(c);
+        }
+    }
+
+    /// Cancels the connection's write in flight: a send, or one of a splice's two halves
+    /// (whichever is pending; the other cancels find nothing). Its completion, with
+    /// `-ECANCELED` or the bytes it wrote, then lets the close go on.
+    fn cancel_output(&mut self, c: ConnId) {
+        let gen = self.io.conns[c.index()].gen;
+        for kind in [Kind::Send, Kind::SpliceIn, Kind::SpliceOut] {
+            let e =
+                opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(kind, gen, c.0)))
+                    .build()
+                    .user_data(pack(Kind::CancelRecv, gen, c.0));
+            // SAFETY: a cancellation refers to no memory of ours.
+            unsafe { self.push(&e) };
+        }
     }
 
     /// Cancels the connection's long-lived request (its multishot receive, or its connect).

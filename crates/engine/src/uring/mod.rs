@@ -527,7 +527,8 @@ impl Driver for UringDriver {
             .count() as u32;
         if self.batch_want > 1 {
             if self.last_batch < self.batch_want {
-                self.batch_skip_until = self.waits + self.batch_backoff;
+                // `waits` already counts the wait that missed; the next one is `waits + 1`.
+                self.batch_skip_until = self.waits + 1 + self.batch_backoff;
                 self.batch_backoff = (self.batch_backoff * 2).min(MAX_BATCH_BACKOFF);
             } else {
                 self.batch_backoff = 1;

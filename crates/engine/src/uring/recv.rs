@@ -36,6 +36,14 @@ impl UringDriver {
         }
     }
 
+    /// Before a slot is reused: a receive still marked armed (its last completion not seen
+    /// yet) no longer counts.
+    pub(super) fn forget_recv(&mut self, c: ConnId) {
+        if self.recv_state(c) == RECV_ARMED {
+            self.set_recv_state(c, RECV_IDLE);
+        }
+    }
+
     pub(super) fn arm_recv(&mut self, c: ConnId) {
         let conn = &self.io.conns[c.index()];
         if conn.state != ConnState::Open

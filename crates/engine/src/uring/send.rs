@@ -5,9 +5,10 @@
 //! connection's receive and a `CLOSE` (see `close.rs`), all in one submission, so the FIN
 //! leaves as soon as the bytes do instead of two completion round trips later. That send
 //! uses `MSG_WAITALL` (io_uring retries a short write itself, so only an error cuts the link)
-//! and `MSG_MORE`, so the kernel holds the tail segment and the FIN rides on it: one segment
-//! where nginx (write, then close) sends two. On loopback the delivery of each segment to the
-//! client's socket runs on the server's core.
+//! and, when the peer sends nothing more (`Io::peer_done`), `MSG_MORE`, so the kernel holds the
+//! tail segment and the FIN rides on it: one segment where nginx (write, then close) sends
+//! two. On loopback the delivery of each segment to the client's socket runs on the server's
+//! core. Not on SQPOLL rings, whose shared kernel thread may split a chain.
 
 use io_uring::{opcode, types};
 
@@ -29,17 +30,18 @@ impl UringDriver {
         // send it in the same segments as the file's first bytes (what TCP_CORK does for
         // nginx's `tcp_nopush`).
         let more = matches!(conn.out.get(1), Some(Chunk::File { .. }));
-        // The last bytes before the close: the close goes with them (module docs).
+        // The last bytes before the close: the close goes with them (module docs). Not with
+        // SQPOLL: a kernel thread shared by several rings takes at most 8 entries per ring per
+        // round and would cut the chain.
         let last = conn.out.len() == 1
             && pos + len == buf.len()
-            && matches!(conn.after_flush, AfterFlush::Close);
+            && matches!(conn.after_flush, AfterFlush::Close)
+            && self.sqpoll.is_none();
+        // The FIN rides on the tail only if the peer sends nothing more (`Io::peer_done`).
+        let cork = last && (conn.peer_done || conn.eof);
         let flags = libc::MSG_NOSIGNAL
-            | if more { libc::MSG_MORE } else { 0 }
-            | if last {
-                libc::MSG_MORE | libc::MSG_WAITALL
-            } else {
-                0
-            };
+            | if more || cork { libc::MSG_MORE } else { 0 }
+            | if last { libc::MSG_WAITALL } else { 0 };
         // SAFETY: pos <= buf.len(), so the pointer stays within (or one past) the vector.
         let ptr = unsafe { buf.as_ptr().add(*pos) };
         conn.in_flight = true;
@@ -59,13 +61,21 @@ impl UringDriver {
 
     pub(super) fn complete_send(&mut self, c: ConnId, gen: u32, res: i32) {
         let conn = &mut self.io.conns[c.index()];
-        debug_assert_eq!(
-            conn.gen, gen,
-            "a send completes before its slot can be reused"
-        );
+        if conn.gen != gen {
+            debug_assert!(false, "a send completes before its slot can be reused");
+            return;
+        }
         conn.in_flight = false;
+        if res > 0 {
+            conn.sent += res as u64;
+            self.wake.waker.add_out(res as u64);
+        }
+        let conn = &mut self.io.conns[c.index()];
         if conn.state == ConnState::Closing {
             conn.out.clear();
+            if res < 0 && res != -libc::ECANCELED && conn.close_err.is_none() {
+                conn.close_err = Some(crate::sys::errno(res));
+            }
             return self.try_finish_close(c);
         }
         if res < 0 {
@@ -75,8 +85,6 @@ impl UringDriver {
             }
             return self.begin_close(c, Some(crate::sys::errno(res)));
         }
-        conn.sent += res as u64;
-        self.wake.waker.add_out(res as u64);
         if conn.advance(res as u64) {
             conn.pop_front();
         }

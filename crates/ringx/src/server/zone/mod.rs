@@ -71,6 +71,9 @@ struct HttpConn {
     deadline: Instant,
     in_wheel: bool,
     requests: u32,
+    /// The current request asked to close the connection (`Connection: close`, or HTTP/1.0
+    /// without keep-alive): the client sends nothing more after it (RFC 9112 §9.6).
+    client_closes: bool,
     paused: bool,
     eof: bool,
     body: Option<BodyDecoder>,
@@ -96,6 +99,7 @@ impl HttpConn {
             deadline: now,
             in_wheel: false,
             requests: 0,
+            client_closes: false,
             paused: false,
             eof: false,
             body: None,
@@ -286,6 +290,7 @@ impl Handler for HttpZone {
         conn.phase = Phase::Idle;
         conn.inbuf.clear();
         conn.requests = 0;
+        conn.client_closes = false;
         conn.paused = false;
         conn.eof = false;
         conn.body = None;

@@ -148,6 +148,7 @@ impl HttpZone {
         self.obs_request(io, c, req);
         let conn = &mut self.conns[c.index()];
         conn.requests += 1;
+        conn.client_closes = !req.keep_alive;
         let requests = conn.requests;
         let head_only = req.method == Method::Head;
         let v11 = req.version == ringx_http::Version::Http11;
@@ -382,6 +383,10 @@ impl HttpZone {
             } else {
                 // Everything the client sent was read: nothing can turn the close into a reset.
                 self.conns[c.index()].phase = Phase::Lingering;
+                if self.conns[c.index()].client_closes {
+                    // It said it sends nothing more: the FIN may ride on the last segment.
+                    io.peer_done(c);
+                }
                 io.close_after_flush(c);
                 let at = io.now() + self.set.send_timeout;
                 self.set_deadline(io, c, at);
