@@ -114,15 +114,14 @@ pub struct ZoneConfig {
     /// take direct-descriptor slots beside the accepted ones. 0: the zone does not connect.
     pub max_outbound: u32,
     /// Adaptive completion batching (io_uring, Linux 6.12): near saturation — the last wait
-    /// brought 4 or more receives with data and the kernel already holds more completions,
-    /// or the zone was busy
-    /// at least 80% of its last measuring window (its thread's CPU time over 2 ms of wall
-    /// time; busy-poll spinning counts as idle) and the last wait brought more than two — the
-    /// next wait asks for as many completions as the last one brought (at least 8, at most
-    /// 64), waiting at most this long for them before taking whatever came. Fewer
-    /// `io_uring_enter` calls and wake-ups under load; a lightly loaded zone never waits. After
-    /// a batch that does not fill, the gate stays shut for 1, 2, 4 ... 64 waits; a wait never asks
-    /// for more than half the connections with a receive armed.
+    /// brought 4 or more receives with data and the kernel already holds more completions, or
+    /// the zone was busy at least 80% of its last measuring window (its thread's CPU time
+    /// over 2 ms of wall time; busy-poll spinning counts as idle) and the last wait brought
+    /// more than two — the next wait asks for as many completions as the last one brought (at
+    /// least 8, at most 64), waiting at most this long for them before taking whatever came.
+    /// Fewer `io_uring_enter` calls and wake-ups under load; a lightly loaded zone never
+    /// waits. After a batch that does not fill, the gate stays shut for 1, 2, 4 ... 64 waits;
+    /// a wait never asks for more than half the connections with a receive armed.
     /// Zero: off.
     pub batch_wait: std::time::Duration,
 }

@@ -47,7 +47,7 @@ impl UringDriver {
         conn.state = ConnState::Closing;
         conn.close_err = err;
         conn.drop_unsent();
-        let e = self.cancel_entry(c, target);
+        let e = self.cancel_entry(c, target, Kind::Cancel);
         // SAFETY: a cancellation refers to no memory of ours.
         unsafe { self.push(&e) };
         if self.io.conns[c.index()].in_flight {
@@ -61,23 +61,20 @@ impl UringDriver {
     /// (whichever is pending; the other cancels find nothing). Its completion, with
     /// `-ECANCELED` or the bytes it wrote, then lets the close go on.
     fn cancel_output(&mut self, c: ConnId) {
-        let gen = self.io.conns[c.index()].gen;
         for kind in [Kind::Send, Kind::SpliceIn, Kind::SpliceOut] {
-            let e =
-                opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(kind, gen, c.0)))
-                    .build()
-                    .user_data(pack(Kind::CancelRecv, gen, c.0));
+            let e = self.cancel_entry(c, kind, Kind::CancelQuiet);
             // SAFETY: a cancellation refers to no memory of ours.
             unsafe { self.push(&e) };
         }
     }
 
-    /// Cancels the connection's long-lived request (its multishot receive, or its connect).
-    fn cancel_entry(&self, c: ConnId, target: Kind) -> squeue::Entry {
+    /// Cancels the connection's request of kind `target` by its user_data (a hash lookup);
+    /// the cancel's own completion comes back as `done`.
+    pub(super) fn cancel_entry(&self, c: ConnId, target: Kind, done: Kind) -> squeue::Entry {
         let gen = self.io.conns[c.index()].gen;
         opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(target, gen, c.0)))
             .build()
-            .user_data(pack(Kind::Cancel, gen, c.0))
+            .user_data(pack(done, gen, c.0))
     }
 
     /// Submits `send` (the connection's last output) linked to the cancel of its receive and
@@ -93,7 +90,7 @@ impl UringDriver {
         conn.drv |= CLOSE_SUBMITTED | CLOSE_LINKED;
         let gen = conn.gen;
         let cancel = self
-            .cancel_entry(c, Kind::Recv)
+            .cancel_entry(c, Kind::Recv, Kind::Cancel)
             .flags(squeue::Flags::IO_HARDLINK);
         let close = opcode::Close::new(types::Fixed(c.0))
             .build()
@@ -141,7 +138,7 @@ impl UringDriver {
             // The linked send failed and took the cancel and close down with it: close the
             // ordinary way (the send's completion, which came first, released its buffer).
             conn.drv &= !(CLOSE_LINKED | CLOSE_SUBMITTED);
-            let e = self.cancel_entry(c, Kind::Recv);
+            let e = self.cancel_entry(c, Kind::Recv, Kind::Cancel);
             // SAFETY: a cancellation refers to no memory of ours.
             return unsafe { self.push(&e) };
         }

@@ -175,33 +175,27 @@ impl UringDriver {
     /// Every buffer and descriptor `e` refers to must stay valid until its completion (for
     /// multishot operations: the last one, without `IORING_CQE_F_MORE`) has been reaped.
     unsafe fn push(&mut self, e: &squeue::Entry) {
-        loop {
-            // SAFETY: the caller guarantees the entry's resources outlive the operation.
-            if unsafe { self.ring.submission().push(e) }.is_ok() {
-                return;
-            }
-            // The queue is full: hand it to the kernel now. EBUSY means the completion queue
-            // is overflowing; the next wait reaps it, and the queue drains then.
-            if let Err(err) = self.ring.submit() {
-                if err.raw_os_error() != Some(libc::EBUSY) {
-                    tracing::error!("io_uring submit failed: {err}");
-                }
-                return self.reap_for_room(e);
-            }
-        }
+        // SAFETY: the caller's obligations, passed on.
+        unsafe { self.push_chain(std::slice::from_ref(e)) }
     }
 
-    /// Queues a chain of linked entries in one submission batch: a submit between two of them
-    /// would end the chain early and let the rest run on their own.
+    /// Queues entries all at once, making room by submitting if the queue is too full. For a
+    /// chain of linked entries this matters: a submit between two of them would end the chain
+    /// early and let the rest run on their own; and one queue handle publishes them together
+    /// (its tail is written when it is dropped), so an SQPOLL thread cannot see the first
+    /// without the rest.
     ///
     /// # Safety
     ///
     /// As for [`push`](Self::push), for every entry.
     unsafe fn push_chain(&mut self, chain: &[squeue::Entry]) {
-        while {
-            let sq = self.ring.submission();
-            sq.capacity() - sq.len() < chain.len()
-        } {
+        loop {
+            // SAFETY: the caller guarantees the entries' resources outlive the operations.
+            if unsafe { self.ring.submission().push_multiple(chain) }.is_ok() {
+                return;
+            }
+            // The queue is full: hand it to the kernel now. EBUSY means the completion queue
+            // is overflowing: reap until the kernel takes submissions again.
             if let Err(err) = self.ring.submit() {
                 if err.raw_os_error() != Some(libc::EBUSY) {
                     tracing::error!("io_uring submit failed: {err}");
@@ -209,23 +203,6 @@ impl UringDriver {
                 let _ = self.ring.submit_and_wait(1);
             }
         }
-        // One queue handle publishes the whole chain at once (its tail is written when it is
-        // dropped): an SQPOLL thread must not see the first entry without the rest.
-        // SAFETY: the caller's obligations; the loop above left room for the whole chain.
-        if unsafe { self.ring.submission().push_multiple(chain) }.is_err() {
-            unreachable!("room for the chain was made above");
-        }
-    }
-
-    /// Slow path of `push` when the kernel cannot take submissions: wait for completions.
-    fn reap_for_room(&mut self, e: &squeue::Entry) {
-        let _ = self.ring.submit_and_wait(1);
-        // SAFETY: same entry, same obligations as the caller of `push`.
-        unsafe { self.push(e) }
-    }
-
-    fn conn_gen(&self, c: ConnId) -> u32 {
-        self.io.conns[c.index()].gen
     }
 
     /// Carries out queued actions and sends, until nothing new is queued.
@@ -308,7 +285,7 @@ impl UringDriver {
             Kind::SpliceOut => self.complete_splice_out(ConnId(idx), gen, res),
             Kind::Cancel => self.complete_cancel(ConnId(idx), gen, res),
             Kind::Close => self.complete_close(h, ConnId(idx), gen, res),
-            Kind::Shutdown | Kind::CancelRecv => {}
+            Kind::Shutdown | Kind::CancelQuiet => {}
             Kind::CancelAccept => self.complete_cancel_accept(idx),
             Kind::Wake => self.complete_wake(),
             Kind::Msg => {} // a control wake-up: `check_wake` follows the batch
@@ -521,10 +498,6 @@ impl Driver for UringDriver {
                 .map(|e: cqueue::Entry| (e.user_data(), e.result(), e.flags())),
         );
         self.last_batch = cqes.len() as u32;
-        self.last_inputs = cqes
-            .iter()
-            .filter(|&&(ud, res, _)| res > 0 && userdata::is_recv(ud))
-            .count() as u32;
         if self.batch_want > 1 {
             if self.last_batch < self.batch_want {
                 // `waits` already counts the wait that missed; the next one is `waits + 1`.
@@ -535,9 +508,12 @@ impl Driver for UringDriver {
             }
             self.batch_want = 1;
         }
+        let mut inputs = 0;
         for &(ud, res, flags) in &cqes {
+            inputs += u32::from(res > 0 && userdata::is_recv(ud));
             self.dispatch(h, ud, res, flags);
         }
+        self.last_inputs = inputs;
         cqes.clear();
         self.cqes = cqes;
         self.bufs.publish();

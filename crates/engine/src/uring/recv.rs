@@ -67,14 +67,7 @@ impl UringDriver {
 
     pub(super) fn pause_recv(&mut self, c: ConnId) {
         if self.recv_state(c) == RECV_ARMED {
-            let gen = self.conn_gen(c);
-            let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(
-                Kind::Recv,
-                gen,
-                c.0,
-            )))
-            .build()
-            .user_data(pack(Kind::CancelRecv, gen, c.0));
+            let e = self.cancel_entry(c, Kind::Recv, Kind::CancelQuiet);
             // SAFETY: a cancellation refers to no memory of ours.
             unsafe { self.push(&e) };
         }

@@ -18,7 +18,8 @@ pub(crate) enum Kind {
     Close = 7,
     Shutdown = 8,
     Wake = 9,
-    CancelRecv = 10,
+    /// A cancel whose completion needs no handling (pausing a receive, aborting a write).
+    CancelQuiet = 10,
     CancelAccept = 11,
     Connect = 12,
     PeerName = 13,
@@ -39,7 +40,7 @@ impl Kind {
             7 => Close,
             8 => Shutdown,
             9 => Wake,
-            10 => CancelRecv,
+            10 => CancelQuiet,
             11 => CancelAccept,
             12 => Connect,
             13 => PeerName,

@@ -98,9 +98,11 @@ pub struct Runtime {
     #[serde(default = "ops::default_busy_poll_us")]
     pub busy_poll_us: i64,
     /// io_uring adaptive completion batching: near saturation (4 or more receives with data in
-    /// the last wait and more completions already pending, or the zone on the CPU 80% of its last 2 ms and
-    /// more than two completions in the last wait) the next wait asks for as many again (at
-    /// least 8, at most 64), waiting at most this long for them; otherwise nothing waits. 0: off. The default was picked by measurement (bench/README.md).
+    /// the last wait and more completions already pending, or the zone on the CPU 80% of its
+    /// last 2 ms and more than two completions in the last wait) the next wait asks for as many
+    /// again (at least 8, at most 64, at most half the connections), waiting at most this long
+    /// for them; otherwise nothing waits. 0: off. The default was picked by measurement
+    /// (bench/README.md).
     #[serde(default = "default_batch_wait_us")]
     pub batch_wait_us: u32,
 }
