@@ -12,13 +12,16 @@ and saves.
    CPU per request, wait syscalls per request (from /metrics) and latency percentiles.
    nginx at the same rates for reference.
 
-Writes bench/results/ops-<date>[-quick].json.  Usage: python3 bench/ops.py [--quick]
+Writes bench/results/ops-<date>[-quick].json and, for a full run, the tables of the "Park and
+wake" section of bench/README.md (between <!-- ops:begin --> and <!-- ops:end -->).
+Usage: python3 bench/ops.py [--quick] [--no-readme]
 """
 
 import argparse
 import datetime
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -185,6 +188,7 @@ def low_load(srv, rate, secs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="shorter windows")
+    ap.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
     args = ap.parse_args()
     idle_secs = 3 if args.quick else 10
     load_secs = 2 if args.quick else 4
@@ -258,6 +262,82 @@ def main():
     with open(out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"wrote {out}")
+    if not args.quick and not args.no_readme:
+        write_readme(res, os.path.basename(out))
+        print("updated bench/README.md")
+
+
+IDLE_LABELS = {
+    "ringx (2 zones, busy_poll_us=0)": "ringx, 2 zones, io_uring, parking (default)",
+    "ringx epoll (2 zones, busy_poll_us=0)": "ringx, 2 zones, epoll, parking",
+    "nginx (2 workers)": "nginx, 2 workers",
+    f"ringx busy polling (2 zones, busy_poll_us={BUSY_US})":
+        "ringx, 2 zones, pure busy polling (`busy_poll_us = -1`)",
+}
+LOAD_LABELS = {
+    "ringx busy_poll_us=0": "ringx, park at once (default)",
+    "ringx busy_poll_us=20": "ringx, spin 20 µs",
+    "ringx busy_poll_us=100": "ringx, spin 100 µs",
+    "ringx pure busy polling": "ringx, pure busy polling",
+    "nginx": "nginx",
+}
+
+
+def spread(row, key):
+    """`median (min–max)` of one figure over the rounds."""
+    vals = [r[key] for r in row["rounds"]]
+    d = 0 if row[key] >= 100 else (1 if row[key] >= 10 else 2)
+    return f"{row[key]:.{d}f} ({min(vals):.{d}f}–{max(vals):.{d}f})"
+
+
+def write_readme(res, json_name):
+    """Rewrites the generated part of bench/README.md's park-and-wake section: the run, both
+    tables, and the ratios the prose after it discusses."""
+    path = os.path.join(ROOT, "bench", "README.md")
+    text = open(path).read()
+    m, v = res["machine"], res["versions"]
+    idle_rows = [f"| {IDLE_LABELS.get(k, k)} | {val:.3f}% |" for k, val in res["idle"].items()]
+    load_rows = []
+    by = {(r["server"], r["rate"]): r for r in res["low_load"]}
+    for r in res["low_load"]:
+        w = "–" if r["waits_per_req"] is None else f"{r['waits_per_req']:.1f}"
+        load_rows.append(
+            f"| {r['rate']}/s | {LOAD_LABELS.get(r['server'], r['server'])} | {r['cpu_pct']:.2f} | "
+            f"{spread(r, 'cpu_us_per_req')} | {w} | {r['p50_us']:.0f} | {r['p90_us']:.0f} | "
+            f"{spread(r, 'p99_us')} |")
+    bullets = []
+    for rate in sorted({r["rate"] for r in res["low_load"]}):
+        park, busy, ngx = (by.get((n, rate)) for n in
+                           ("ringx busy_poll_us=0", "ringx pure busy polling", "nginx"))
+        if not (park and busy and ngx):
+            continue
+        bullets.append(
+            f"- {rate}/s: parking uses {busy['cpu_us_per_req'] / park['cpu_us_per_req']:.0f}× less CPU "
+            f"per request than pure busy polling and {park['cpu_us_per_req'] / ngx['cpu_us_per_req']:.2f}× "
+            f"nginx's; its median latency is {park['p50_us'] - busy['p50_us']:+.0f} µs against busy "
+            f"polling and {park['p50_us'] - ngx['p50_us']:+.0f} µs against nginx.")
+    body = f"""<!-- ops:begin -->
+Run of {res['date']} (3 rounds, servers alternating; `bench/results/{json_name}`) on {m['cpu']},
+{m['cores']} cores, Linux {m['kernel']}; {v['nginx']}; {v['ringx']}. Load average
+{' '.join(res['loadavg_start'])} at the start, {' '.join(res['loadavg_end'])} at the end.
+Medians, with (min–max) over the rounds where the spread matters.
+
+| idle, % of one core | CPU |
+|---|---:|
+{chr(10).join(idle_rows)}
+
+| rate | server | CPU % of a core | CPU µs/request | waits/request | p50 µs | p90 µs | p99 µs |
+|---:|---|---:|---:|---:|---:|---:|---:|
+{chr(10).join(load_rows)}
+
+{chr(10).join(bullets)}
+<!-- ops:end -->"""
+    if "<!-- ops:begin -->" in text:
+        text = re.sub(r"<!-- ops:begin -->.*?<!-- ops:end -->", lambda _: body, text, flags=re.S)
+    else:
+        print("bench/README.md has no <!-- ops:begin --> marker: tables not written")
+        return
+    open(path, "w").write(text)
 
 
 if __name__ == "__main__":
