@@ -182,18 +182,14 @@ pub(super) fn status_of(resp: &[u8]) -> u16 {
 
 /// The length of a serialised response head, CRLF CRLF included.
 pub(super) fn head_len_of(resp: &[u8]) -> u64 {
-    // Line by line with memchr: this runs for every response, and a head has a handful of
-    // lines (the `windows(4)` scan it replaces was 1.3% of a zone's CPU on 64-byte responses;
-    // `memmem::find` builds a searcher per call, which costs as much on a 150-byte head).
-    let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &resp[from..]) {
-        let nl = from + i;
-        if nl >= 3 && &resp[nl - 3..=nl] == b"\r\n\r\n" {
-            return nl as u64 + 1;
-        }
-        from = nl + 1;
+    // One SIMD pass with a searcher built once per thread: this runs for every response (a
+    // `windows(4)` scan was 1.3% of a zone's CPU on 64-byte responses, a memchr per line about
+    // 0.7%, and `memmem::find` builds a searcher per call, which costs as much on a 150-byte
+    // head).
+    thread_local! {
+        static END: memchr::memmem::Finder<'static> = memchr::memmem::Finder::new(b"\r\n\r\n");
     }
-    resp.len() as u64
+    END.with(|f| f.find(resp)).map_or(resp.len(), |i| i + 4) as u64
 }
 
 impl HttpZone {
