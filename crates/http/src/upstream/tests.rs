@@ -254,3 +254,30 @@ fn response_rewrite() {
     write_response_head(&mut out, &r, Version::Http11, b"");
     assert_eq!(String::from_utf8_lossy(&out), "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: a\r\nConnection: upgrade\r\n\r\n");
 }
+
+#[test]
+fn hop_by_hop_names() {
+    for n in [
+        "Connection",
+        "KEEP-ALIVE",
+        "proxy-connection",
+        "te",
+        "Trailer",
+        "transfer-encoding",
+        "Upgrade",
+        "expect",
+    ] {
+        assert!(is_hop_by_hop(n), "{n}");
+    }
+    for n in [
+        "",
+        "t",
+        "tes",
+        "Host",
+        "Connections",
+        "keep-alivf",
+        "Content-Length",
+    ] {
+        assert!(!is_hop_by_hop(n), "{n}");
+    }
+}
