@@ -164,6 +164,39 @@ def test_pipelined_requests_answered_in_order(ringx, engine, up, port):
     assert order == [f"/echo?n={i}" for i in range(5)] + ["/echo?n=last"]
 
 
+def test_client_keeps_sending_while_upstream_is_slow(ringx, engine, up, port):
+    """While a request without a body waits for the upstream, the client's receive stays armed
+    and what it pipelines meanwhile is buffered; past a request head's worth (here 1 KB) the
+    receive stops for real, and starts again once the response is out. Every request is
+    answered, in order, on the one connection."""
+    u = up()
+    cfg = proxy_config(engine, port, upstream_block("app", [u.addr]), loc("/", "app"))
+    cfg = cfg.replace("[[upstream]]", '[http]\nmax_header_size = "1k"\n\n[[upstream]]', 1)
+    ringx.make(cfg, engine=engine)
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s.sendall(b"GET /slow?ms=300 HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.05)  # the first request is with the upstream now
+    n = 150  # about 6 KB of pipelined requests: several times the 1 KB head limit
+    s.sendall(b"".join(b"GET /echo?n=%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(n))
+              + b"GET /echo?n=last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+    s.close()
+    targets = []
+    while data:
+        head, rest = data.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        n_len = int([ln for ln in head.split(b"\r\n")
+                     if ln.lower().startswith(b"content-length:")][0].split(b":")[1])
+        body, data = rest[:n_len], rest[n_len:]
+        targets.append(json.loads(body)["target"] if body.startswith(b"{") else "slow")
+    assert targets == ["slow"] + [f"/echo?n={i}" for i in range(n)] + ["/echo?n=last"]
+
+
 # -- framing ----------------------------------------------------------------------------
 
 def test_chunked_response_to_http11_and_http10(ringx, engine, up, port):

@@ -344,6 +344,10 @@ impl Handler for HttpZone {
             };
             if conn.inbuf.len() > limit {
                 io.close(c);
+            } else if conn.inbuf.len() > self.set.limits.max_head {
+                // Held without stopping the receive (`wait_for_upstream`), and the client
+                // keeps sending: now stop it (no-op if already stopped).
+                io.pause_recv(c);
             }
             return;
         }

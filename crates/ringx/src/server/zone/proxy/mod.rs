@@ -159,10 +159,19 @@ impl HttpZone {
             };
         self.set_deadline(io, c, at);
         if !has_body {
-            self.hold_client(io, c);
+            self.wait_for_upstream(c);
         }
         self.proxy_send(io, c);
         Some(if has_body { Next::Continue } else { Next::Hold })
+    }
+
+    /// Holds the client's input while its request (which has no body) is with the upstream:
+    /// what it sends meanwhile (pipelined requests) waits in its buffer, but the receive
+    /// stays armed. Stopping the receive and arming it again cost an `ASYNC_CANCEL`, a fresh
+    /// `RECV` with its poll arming and two more completions on every proxied request. Input
+    /// beyond a request head's worth stops the receive for real (`on_data`).
+    pub(in crate::server::zone) fn wait_for_upstream(&mut self, c: ConnId) {
+        self.conns[c.index()].paused = true;
     }
 
     /// Stops reading from the client (pipelined requests wait in its buffer).
