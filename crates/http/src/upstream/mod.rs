@@ -4,6 +4,7 @@
 //! for the receiving side.
 
 use std::fmt::Write as _;
+use std::mem::MaybeUninit;
 use std::net::IpAddr;
 
 use httparse::Header;
@@ -65,7 +66,33 @@ pub fn parse_response<'h, 'b>(
 ) -> Result<Parsed<ResponseHead<'h, 'b>>, UpstreamError> {
     let window = &buf[..buf.len().min(max_head)];
     let mut raw = httparse::Response::new(headers);
-    let head_len = match raw.parse(window) {
+    let r = raw.parse(window);
+    finish_response(window, max_head, head_request, r, raw)
+}
+
+/// [`parse_response`] with uninitialised header storage: the proxy's hot path, which spares
+/// initialising a few kilobytes of headers for every response (128 fields: 4 KiB).
+pub fn parse_response_uninit<'h, 'b>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<Header<'b>>],
+    max_head: usize,
+    head_request: bool,
+) -> Result<Parsed<ResponseHead<'h, 'b>>, UpstreamError> {
+    let window = &buf[..buf.len().min(max_head)];
+    let mut raw = httparse::Response::new(&mut []);
+    let r = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut raw, window, headers);
+    finish_response(window, max_head, head_request, r, raw)
+}
+
+fn finish_response<'h, 'b>(
+    window: &'b [u8],
+    max_head: usize,
+    head_request: bool,
+    r: httparse::Result<usize>,
+    raw: httparse::Response<'h, 'b>,
+) -> Result<Parsed<ResponseHead<'h, 'b>>, UpstreamError> {
+    let head_len = match r {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if window.len() < max_head => return Ok(Parsed::Partial),
         Ok(httparse::Status::Partial) => return Err(UpstreamError("response head too large")),

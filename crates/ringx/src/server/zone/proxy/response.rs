@@ -3,7 +3,9 @@
 //! connection goes back to the pool or closes.
 
 use ringx_engine::{ConnId, Io};
-use ringx_http::upstream::{parse_response, ClientFraming, ResponseBody};
+use std::mem::MaybeUninit;
+
+use ringx_http::upstream::{parse_response_uninit, ClientFraming, ResponseBody};
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Parsed, Version};
 
 use super::super::upconn::UpState;
@@ -123,8 +125,8 @@ impl HttpZone {
             let Some(p) = self.conns[c.index()].proxy.as_ref() else {
                 return Head::Gone;
             };
-            let mut headers = [httparse::EMPTY_HEADER; 128];
-            let h = match parse_response(
+            let mut headers = [const { MaybeUninit::<httparse::Header>::uninit() }; 128];
+            let h = match parse_response_uninit(
                 &input[off..],
                 &mut headers,
                 MAX_RESPONSE_HEAD,
