@@ -124,6 +124,16 @@ pub struct ZoneConfig {
     /// a wait never asks for more than half the connections with a receive armed.
     /// Zero: off.
     pub batch_wait: std::time::Duration,
+    /// With [`batch_wait`](Self::batch_wait): also wait for a batch when the kernel already
+    /// holds completions (the first condition above). That is what takes a closed-loop echo
+    /// to one `io_uring_enter` per twenty messages, but a zone that always has work waiting
+    /// (many connections) then sleeps for batches it would not have slept for, and on a VM a
+    /// sleep and its timer cost more than the calls saved: 64-byte keep-alive HTTP at 500
+    /// connections 3.74 vs 3.36 µs per request with and without, 1 KB echo at 100 connections
+    /// 0.05 vs 0.10 system calls and 3.54 vs 3.45 µs per message. Off: a wait for a batch
+    /// only replaces a sleep the zone takes anyway (nothing pending), so it wakes once for
+    /// several completions instead of once for each.
+    pub batch_when_pending: bool,
 }
 
 /// `IORING_SETUP_SQPOLL` settings.
@@ -167,6 +177,7 @@ impl Default for ZoneConfig {
             busy_poll: std::time::Duration::ZERO,
             max_outbound: 0,
             batch_wait: std::time::Duration::ZERO,
+            batch_when_pending: false,
         }
     }
 }

@@ -56,6 +56,11 @@ pub struct EchoArgs {
     /// completions as the last (busy) wait brought before taking what came. 0: off.
     #[arg(long, default_value_t = 20)]
     batch_wait_us: u64,
+    /// Also wait for a batch when completions are already waiting: the fewest system calls
+    /// (an RPC server's aim, seed 001), at the price of more sleeps. "false" takes waiting
+    /// work at once (the HTTP server's default).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    batch_when_pending: bool,
 }
 
 #[derive(Default)]
@@ -187,6 +192,7 @@ pub fn run(args: EchoArgs) -> ExitCode {
             engine,
             sqpoll: sqpoll.clone(),
             batch_wait: std::time::Duration::from_micros(args.batch_wait_us),
+            batch_when_pending: args.batch_when_pending,
             ..ZoneConfig::default()
         };
         let pooled = match (&mut pool_ends, &pool_parts) {

@@ -274,6 +274,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             busy_poll: config::ops::busy_poll(cfg.runtime.busy_poll_us),
             max_outbound: if upstreams.is_some() { max_conns } else { 0 },
             batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
+            batch_when_pending: cfg.runtime.batch_when_pending,
         };
         let connector = active.connector(id, cpus[id], zops.counters.clone());
         let (routes, settings, ev_tx, done_tx, ups) = (

@@ -86,6 +86,8 @@ pub struct UringDriver {
     busy_poll: Duration,
     /// Adaptive batching bound in microseconds (0: off), and the last batch's size.
     batch_wait_us: u32,
+    /// `ZoneConfig::batch_when_pending`.
+    batch_when_pending: bool,
     last_batch: u32,
     /// Receives that brought data among them: the arrivals. Bookkeeping completions (sends,
     /// cancels, closes: four per short connection) do not make a zone saturated.
@@ -152,6 +154,7 @@ impl UringDriver {
             peer_bufs: Vec::new(),
             busy_poll: cfg.busy_poll,
             batch_wait_us: cfg.batch_wait.as_micros().min(u32::MAX as u128) as u32,
+            batch_when_pending: cfg.batch_when_pending,
             last_batch: 0,
             last_inputs: 0,
             armed_recvs: 0,
@@ -390,7 +393,8 @@ impl UringDriver {
         };
         // Batch only near saturation: the last wait brought at least four receives with data
         // and more completions are already waiting (IORING_SQ_TASKRUN: the kernel holds
-        // deferred completions for us), or the zone's thread was on the CPU for most of its
+        // deferred completions for us; only with `batch_when_pending`, otherwise waiting
+        // work is taken at once), or the zone's thread was on the CPU for most of its
         // last measuring window (2 ms, busy-poll spinning not counted) and the last wait
         // brought more than two completions (one request and the send of the previous
         // response are two). The first gate counts arrivals, not completions: a short
@@ -407,9 +411,13 @@ impl UringDriver {
         let timer_soon =
             timeout.is_some_and(|t| t < Duration::from_micros(u64::from(self.batch_wait_us)));
         let backing_off = self.waits < self.batch_skip_until;
-        let want = if self.batch_wait_us == 0 || pending || timer_soon || backing_off {
+        let work_waiting = self.ring.submission().taskrun();
+        // Without `batch_when_pending`, waiting work is taken at once: the zone never sleeps
+        // for a batch it would not have slept for.
+        let take_now = work_waiting && !self.batch_when_pending;
+        let want = if self.batch_wait_us == 0 || pending || timer_soon || backing_off || take_now {
             1
-        } else if self.ring.submission().taskrun() && self.last_inputs >= BATCH_FROM / 2 {
+        } else if work_waiting && self.last_inputs >= BATCH_FROM / 2 {
             self.last_batch.min(MAX_BATCH_WAIT)
         } else if self.busy.near_saturation() && self.last_batch > 2 {
             self.last_batch.clamp(BATCH_FROM, MAX_BATCH_WAIT)

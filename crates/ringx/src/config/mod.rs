@@ -105,6 +105,10 @@ pub struct Runtime {
     /// (bench/README.md).
     #[serde(default = "default_batch_wait_us")]
     pub batch_wait_us: u32,
+    /// Also wait for a batch when completions are already waiting (fewer io_uring_enter
+    /// calls, more sleeps; see the engine's `ZoneConfig::batch_when_pending`).
+    #[serde(default)]
+    pub batch_when_pending: bool,
 }
 
 impl Default for Runtime {
