@@ -25,14 +25,25 @@ impl ConnHdr {
 }
 
 /// A `return` response: pre-serialised head + Date + Connection + body.
-pub fn canned(out: &mut Vec<u8>, c: &Canned, date: &DateCache, ch: ConnHdr, head_only: bool) {
+/// Returns the length of the head it wrote (the counters and the access log need it; nothing
+/// has to search the bytes for it).
+pub fn canned(
+    out: &mut Vec<u8>,
+    c: &Canned,
+    date: &DateCache,
+    ch: ConnHdr,
+    head_only: bool,
+) -> usize {
+    let before = out.len();
     out.extend_from_slice(&c.head);
     out.extend_from_slice(date.header());
     out.extend_from_slice(ch.bytes());
     out.extend_from_slice(b"\r\n");
+    let head_len = out.len() - before;
     if !head_only {
         out.extend_from_slice(&c.body);
     }
+    head_len
 }
 
 /// A response head with a Content-Length; `extra` holds further header lines (with CRLFs).

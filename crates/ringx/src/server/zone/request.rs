@@ -14,6 +14,9 @@ use crate::server::respond::{self, ConnHdr};
 use crate::server::route::{Action, FileRoot};
 use crate::server::static_files::{self, FileReply};
 
+/// The file part of a response body: the file, the offset and the length to send.
+type FilePart = (Rc<File>, u64, u64);
+
 impl HttpZone {
     /// Answers with an error page and closes (lingering) after it.
     pub(super) fn fail(&mut self, io: &mut Io, c: ConnId, status: u16, head_only: bool) {
@@ -176,7 +179,7 @@ impl HttpZone {
             // The response waits until the body has been read (and 100 Continue, if asked
             // for, goes first).
             let mut bytes = Vec::new();
-            let (file, bad) = self.respond(&mut bytes, req, &path, at, ch, head_only);
+            let (file, bad, _) = self.respond(&mut bytes, req, &path, at, ch, head_only);
             let conn = &mut self.conns[c.index()];
             conn.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
             conn.pending = Some(Pending {
@@ -196,10 +199,10 @@ impl HttpZone {
             return Next::Stop;
         };
         let before = out.len();
-        let (file, bad) = self.respond(out, req, &path, at, ch, head_only);
+        let (file, bad, head_len) = self.respond(out, req, &path, at, ch, head_only);
         let (status, head_len) = (
             super::ops::status_of(&out[before..]),
-            super::ops::head_len_of(&out[before..]),
+            head_len.unwrap_or_else(|| super::ops::head_len_of(&out[before..])),
         );
         if let Some((f, off, len)) = file {
             io.send_file(c, f, off, len);
@@ -226,8 +229,8 @@ impl HttpZone {
     }
 
     /// Writes the response head (and any in-memory body) of a request routed by `route` into
-    /// `out`. Returns the file part of the body, and whether the request was bad enough that
-    /// the connection must close.
+    /// `out`. Returns the file part of the body, whether the request was bad enough that the
+    /// connection must close, and the head's length where it is known without a search.
     pub(super) fn respond(
         &self,
         out: &mut Vec<u8>,
@@ -236,30 +239,33 @@ impl HttpZone {
         at: At,
         ch: ConnHdr,
         head_only: bool,
-    ) -> (Option<(Rc<File>, u64, u64)>, bool) {
+    ) -> (Option<FilePart>, bool, Option<u64>) {
         let routes = &*self.routes;
         if req.path == "*" {
             // OPTIONS * (asterisk-form): what the server supports.
             let allow = "Allow: GET, HEAD, POST, OPTIONS\r\n";
             respond::head(out, 200, &routes.server_header, allow, 0, &self.date, ch);
-            return (None, false);
+            return (None, false, None);
         }
         let Ok(path) = path else {
             let (sh, tok) = (&routes.server_header, &routes.server_token);
             respond::error(out, 400, sh, tok, &self.date, ConnHdr::Close, "", head_only);
-            return (None, true);
+            return (None, true, None);
         };
         match at.map(|(si, li)| &routes.servers[si].locations[li].action) {
             Some(Action::Return(canned)) => {
-                respond::canned(out, canned, &self.date, ch, head_only);
-                (None, false)
+                let head_len = respond::canned(out, canned, &self.date, ch, head_only);
+                (None, false, Some(head_len as u64))
             }
-            Some(Action::Files(root)) => (self.files(out, root, path, req, ch, head_only), false),
+            Some(Action::Files(root)) => {
+                let file = self.files(out, root, path, req, ch, head_only);
+                (file, false, None)
+            }
             Some(Action::Proxy(_)) => unreachable!("proxied requests are routed in try_proxy"),
             None => {
                 let (sh, tok) = (&routes.server_header, &routes.server_token);
                 respond::error(out, 404, sh, tok, &self.date, ch, "", head_only);
-                (None, false)
+                (None, false, None)
             }
         }
     }
