@@ -91,8 +91,6 @@ pub(crate) struct ConnIo {
     pub peer_done: bool,
     pub dirty: bool,
     pub close_err: Option<io::Error>,
-    /// A recycled output vector, so steady keep-alive traffic allocates nothing.
-    pub spare: Vec<u8>,
     /// Driver-private per-connection word (the io_uring driver keeps its receive state here).
     pub drv: u32,
     /// Bytes sitting in this connection's splice pipe (io_uring file sends).
@@ -139,7 +137,6 @@ impl ConnIo {
             peer_done: false,
             dirty: false,
             close_err: None,
-            spare: Vec::new(),
             drv: 0,
             pipe_fill: 0,
             pipe: None,
@@ -149,7 +146,7 @@ impl ConnIo {
         }
     }
 
-    /// Resets for a new connection in this slot; keeps the spare buffer.
+    /// Resets for a new connection in this slot.
     pub(crate) fn open(&mut self) {
         self.gen = self.gen.wrapping_add(1) & crate::uring::userdata::GEN_MASK;
         self.state = ConnState::Open;
@@ -175,21 +172,23 @@ impl ConnIo {
         }
     }
 
-    /// The front chunk was written completely: pop it and keep its vector for reuse.
-    pub(crate) fn pop_front(&mut self) {
+    /// The front chunk was written completely: pop it, and give its vector to the zone's pool
+    /// of spare output vectors (`Io::spares`) for the next response, whichever connection it
+    /// is for.
+    pub(crate) fn pop_front(&mut self, spares: &mut Vec<Vec<u8>>) {
         if let Some(Chunk::Bytes { mut buf, .. }) = self.out.pop_front() {
-            if self.spare.capacity() == 0 && buf.capacity() <= MAX_SPARE {
+            if spares.len() < MAX_SPARES && buf.capacity() <= MAX_SPARE {
                 buf.clear();
-                self.spare = buf;
+                spares.push(buf);
             }
         }
     }
 
     /// Drops output buffers at the front that the handler asked for (`Io::out_buf`) but left
     /// empty, so no driver ever issues a zero-length send.
-    pub(crate) fn skip_empty_front(&mut self) {
+    pub(crate) fn skip_empty_front(&mut self, spares: &mut Vec<Vec<u8>>) {
         while self.out.front().is_some_and(Chunk::is_empty_bytes) {
-            self.pop_front();
+            self.pop_front(spares);
         }
     }
 
@@ -211,6 +210,10 @@ impl ConnIo {
 
 /// Output vectors larger than this are freed rather than kept for reuse.
 const MAX_SPARE: usize = 64 * 1024;
+/// Spare output vectors a zone keeps. They are taken last-in first-out, so the next response
+/// is written into memory the last send has just read: with hundreds of connections, one
+/// spare vector per connection (as before) meant a cold vector for every response.
+const MAX_SPARES: usize = 64;
 
 /// Deferred actions the driver carries out after the handler returns.
 #[derive(Clone, Copy, Debug)]
@@ -224,6 +227,8 @@ pub(crate) enum Action {
 /// The handler's view of a zone's connections: queue output, close, pause reading.
 pub struct Io {
     pub(crate) conns: Vec<ConnIo>,
+    /// Spare output vectors, most recently used last (`ConnIo::pop_front`).
+    pub(crate) spares: Vec<Vec<u8>>,
     pub(crate) dirty: Vec<ConnId>,
     pub(crate) actions: Vec<Action>,
     pub(crate) now: Instant,
@@ -246,6 +251,7 @@ impl Io {
         conns.resize_with(capacity, ConnIo::new);
         Io {
             conns,
+            spares: Vec::new(),
             dirty: Vec::new(),
             actions: Vec::new(),
             now: Instant::now(),
@@ -362,7 +368,7 @@ impl Io {
         let appendable = matches!(conn.out.back(), Some(Chunk::Bytes { .. }))
             && !(conn.in_flight && conn.out.len() == 1);
         if !appendable {
-            let buf = std::mem::take(&mut conn.spare);
+            let buf = self.spares.pop().unwrap_or_default();
             conn.out.push_back(Chunk::Bytes { buf, pos: 0 });
         }
         match conn.out.back_mut() {

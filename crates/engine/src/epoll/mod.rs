@@ -241,7 +241,7 @@ impl EpollDriver {
             if conn.state != ConnState::Open {
                 return;
             }
-            conn.skip_empty_front();
+            conn.skip_empty_front(&mut self.io.spares);
             let r = match conn.out.front() {
                 None => break,
                 Some(Chunk::Bytes { buf, pos }) => {
@@ -269,7 +269,7 @@ impl EpollDriver {
                 conn.sent += r as u64;
                 self.waker.add_out(r as u64);
                 if conn.advance(r as u64) {
-                    conn.pop_front();
+                    conn.pop_front(&mut self.io.spares);
                 }
                 continue;
             }

@@ -248,7 +248,7 @@ impl UringDriver {
         if conn.state != ConnState::Open || conn.in_flight {
             return;
         }
-        conn.skip_empty_front();
+        conn.skip_empty_front(&mut self.io.spares);
         if !conn.out.is_empty() {
             self.start_output(c);
             return;

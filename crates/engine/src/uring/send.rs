@@ -86,7 +86,7 @@ impl UringDriver {
             return self.begin_close(c, Some(crate::sys::errno(res)));
         }
         if conn.advance(res as u64) {
-            conn.pop_front();
+            conn.pop_front(&mut self.io.spares);
         }
         self.io.mark_dirty(c);
     }

@@ -95,7 +95,7 @@ impl UringDriver {
         let chunk_done =
             matches!(conn.out.front(), Some(Chunk::File { off, end, .. }) if off == end);
         if conn.pipe_fill == 0 && chunk_done {
-            conn.pop_front();
+            conn.pop_front(&mut self.io.spares);
             if !matches!(conn.out.front(), Some(Chunk::File { .. })) {
                 if let Some(p) = conn.pipe.take() {
                     self.pipes.put(p, true);
