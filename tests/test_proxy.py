@@ -139,13 +139,9 @@ def test_proxied_and_local_locations_on_one_connection(ringx, engine, up, port):
     assert [r["target"] for r in u.requests] == [f"/api/name?i={i}" for i in range(10)]
 
 
-def test_pipelined_requests_answered_in_order(ringx, engine, up, port):
-    u = up()
-    ringx.make(proxy_config(engine, port, upstream_block("app", [u.addr]), loc("/", "app")),
-               engine=engine)
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    reqs = b"".join(b"GET /echo?n=%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(5))
-    s.sendall(reqs + b"GET /echo?n=last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+def responses_until_close(s):
+    """Reads until the server closes, then splits what came into (head, body) pairs, each body
+    delimited by its Content-Length. Closes the socket."""
     data = b""
     while True:
         d = s.recv(65536)
@@ -153,14 +149,27 @@ def test_pipelined_requests_answered_in_order(ringx, engine, up, port):
             break
         data += d
     s.close()
-    order = []
+    out = []
     while data:
         head, rest = data.split(b"\r\n\r\n", 1)
         n = int([ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")][0]
                 .split(b":")[1])
-        assert head.startswith(b"HTTP/1.1 200")
-        order.append(json.loads(rest[:n])["target"])
+        out.append((head, rest[:n]))
         data = rest[n:]
+    return out
+
+
+def test_pipelined_requests_answered_in_order(ringx, engine, up, port):
+    u = up()
+    ringx.make(proxy_config(engine, port, upstream_block("app", [u.addr]), loc("/", "app")),
+               engine=engine)
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    reqs = b"".join(b"GET /echo?n=%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(5))
+    s.sendall(reqs + b"GET /echo?n=last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    order = []
+    for head, body in responses_until_close(s):
+        assert head.startswith(b"HTTP/1.1 200"), head
+        order.append(json.loads(body)["target"])
     assert order == [f"/echo?n={i}" for i in range(5)] + ["/echo?n=last"]
 
 
@@ -179,20 +188,9 @@ def test_client_keeps_sending_while_upstream_is_slow(ringx, engine, up, port):
     n = 150  # about 6 KB of pipelined requests: several times the 1 KB head limit
     s.sendall(b"".join(b"GET /echo?n=%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(n))
               + b"GET /echo?n=last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    data = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        data += d
-    s.close()
     targets = []
-    while data:
-        head, rest = data.split(b"\r\n\r\n", 1)
+    for head, body in responses_until_close(s):
         assert head.startswith(b"HTTP/1.1 200"), head
-        n_len = int([ln for ln in head.split(b"\r\n")
-                     if ln.lower().startswith(b"content-length:")][0].split(b":")[1])
-        body, data = rest[:n_len], rest[n_len:]
         targets.append(json.loads(body)["target"] if body.startswith(b"{") else "slow")
     assert targets == ["slow"] + [f"/echo?n={i}" for i in range(n)] + ["/echo?n=last"]
 

@@ -2,9 +2,9 @@
 //! re-declared for the client) and its body, relayed with back-pressure; then the upstream
 //! connection goes back to the pool or closes.
 
-use ringx_engine::{ConnId, Io};
 use std::mem::MaybeUninit;
 
+use ringx_engine::{ConnId, Io};
 use ringx_http::upstream::{parse_response_uninit, ClientFraming, ResponseBody};
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Parsed, Version};
 
