@@ -200,10 +200,12 @@ impl HttpZone {
         };
         let before = out.len();
         let (file, bad, head_len) = self.respond(out, req, &path, at, ch, head_only);
-        let (status, head_len) = (
-            super::ops::status_of(&out[before..]),
-            head_len.unwrap_or_else(|| super::ops::head_len_of(&out[before..])),
-        );
+        let status = super::ops::status_of(&out[before..]);
+        let head_len = match head_len {
+            Some(n) => n,
+            None if self.logging() => super::ops::head_len_of(&out[before..]),
+            None => 0, // only the access log reads it
+        };
         if let Some((f, off, len)) = file {
             io.send_file(c, f, off, len);
         }
