@@ -228,3 +228,63 @@ def test_percent_decoded_path_served(srv, site):
     (site["root"] / "static" / "sp ace.txt").write_text("spaced\n")
     r = GET(srv, "/static/sp%20ace.txt")
     assert r.status == 200 and r.body == b"spaced\n", r
+
+
+def test_slow_readers_hold_no_threads_and_others_are_served(srv, site):
+    """Clients that ask for a big file and stop reading must cost socket buffers only: on
+    io_uring a file sent by splice ran in the kernel's worker threads, one blocked thread per
+    such client. Meanwhile other clients are answered."""
+    import socket
+    import time
+    threads = len(os.listdir(f"/proc/{srv.pid}/task"))
+    slow = []
+    try:
+        for _ in range(40):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", srv.port))
+            s.sendall(request("GET", "/static/big.bin"))
+            slow.append(s)
+        time.sleep(1.0)
+        now = len(os.listdir(f"/proc/{srv.pid}/task"))
+        assert now <= threads + 2, f"{now - threads} threads appeared for 40 stalled downloads"
+        t0 = time.monotonic()
+        assert GET(srv, "/static/a.txt").body == TEXT
+        assert time.monotonic() - t0 < 2.0
+        # A stalled download resumes and completes intact once its client reads.
+        s = slow[0]
+        s.settimeout(20)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        while len(body) < BIG_SIZE:
+            chunk = s.recv(1 << 20)
+            assert chunk, "connection closed before the body was complete"
+            body += chunk
+        assert body == (site["root"] / "static" / "big.bin").read_bytes()
+    finally:
+        for s in slow:
+            s.close()
+
+
+def test_file_not_in_page_cache_sent_intact(srv, site, tmp_path):
+    """Bytes the page cache does not hold go by another path on io_uring (splice in the
+    kernel's workers, where waiting for the disk does not stall the zone); the body must come
+    out the same whichever path each part took."""
+    path = site["root"] / "static" / "cold.bin"
+    data = os.urandom(3 * 1024 * 1024 + 77)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # drop it from the page cache
+    finally:
+        os.close(fd)
+    out = tmp_path / "cold.out"
+    cp = subprocess.run(["curl", "-sS", "-o", str(out), "-w", "%{http_code}",
+                         f"http://127.0.0.1:{srv.port}/static/cold.bin"],
+                        capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout == "200"
+    assert hashlib.sha256(out.read_bytes()).digest() == hashlib.sha256(data).digest()

@@ -377,8 +377,9 @@ impl Io {
         }
     }
 
-    /// Queues `len` bytes of `file` from `offset`, sent without copying through user space
-    /// (splice on io_uring, sendfile on epoll).
+    /// Queues `len` bytes of `file` from `offset`. epoll: `sendfile`. io_uring: what the page
+    /// cache holds is read into the output buffer (behind the response head when it fits) and
+    /// sent like bytes; the rest is spliced by the kernel's workers (`uring/file_read.rs`).
     pub fn send_file(&mut self, c: ConnId, file: Rc<File>, offset: u64, len: u64) {
         if len == 0 || !self.is_open(c) {
             return;

@@ -11,6 +11,7 @@ mod busy;
 mod close;
 mod connect;
 mod enter;
+mod file_read;
 pub(crate) mod msg;
 pub(crate) mod peer;
 pub(crate) mod pipes;
@@ -265,13 +266,16 @@ impl UringDriver {
         }
     }
 
-    /// Starts writing the front output chunk.
+    /// Starts writing the front output chunk: bytes (with file bytes from the page cache
+    /// read in behind them, `file_read.rs`) by send, file bytes not cached by splice.
     fn start_output(&mut self, c: ConnId) {
-        let conn = &self.io.conns[c.index()];
-        match conn.out.front() {
-            Some(crate::io::Chunk::Bytes { .. }) => self.submit_send(c),
-            Some(crate::io::Chunk::File { .. }) => self.submit_splice(c),
-            None => {}
+        if self.io.conns[c.index()].out.is_empty() {
+            return;
+        }
+        match self.read_file_ahead(c) {
+            file_read::ReadAhead::Send => self.submit_send(c),
+            file_read::ReadAhead::Splice => self.submit_splice(c),
+            file_read::ReadAhead::Closed => {}
         }
     }
 

@@ -1,0 +1,124 @@
+//! File bodies from the page cache: read into the output buffer and sent like any bytes.
+//!
+//! io_uring runs `IORING_OP_SPLICE` only in its worker threads (it never splices inline), so
+//! every file response sent by splice cost two hand-offs to a kernel thread, and a client that
+//! stopped reading held a worker blocked in the socket for as long as it kept the connection:
+//! 200 such clients made 200 `iou-wrk` threads. A file's bytes that are in the page cache are
+//! instead read here with `preadv2(RWF_NOWAIT)` (one copy, no wait) into the connection's
+//! output buffer, behind the response head when they fit, and go out with `IORING_OP_SEND`,
+//! which waits for socket space with the ring's own poll: no thread, and connections take turns
+//! fairly. Bytes not in the page cache (`EAGAIN`) still go by splice, where the worker's wait
+//! for the disk keeps the zone from blocking, and so do files on file systems that refuse
+//! `RWF_NOWAIT`.
+
+use std::os::fd::AsRawFd;
+
+use super::UringDriver;
+use crate::io::{Chunk, ConnId};
+
+/// The most one read takes: with the head in front, one send's worth; larger files go in
+/// rounds of this size, each read after the last one's send completed.
+pub(super) const FILE_READ_CHUNK: usize = 64 * 1024;
+
+/// What [`UringDriver::read_file_ahead`] did.
+pub(super) enum ReadAhead {
+    /// The front chunk is bytes (possibly with file bytes appended): send it.
+    Send,
+    /// The front chunk is a file whose next bytes are not in the page cache: splice it.
+    Splice,
+    /// Reading failed; the connection is closing.
+    Closed,
+}
+
+impl UringDriver {
+    /// Moves file bytes that are in the page cache into the output queue as bytes: appended to
+    /// a front bytes chunk followed by a file (a response head and its body, one send), or
+    /// read into a new front chunk when the file is first. Called with nothing in flight.
+    pub(super) fn read_file_ahead(&mut self, c: ConnId) -> ReadAhead {
+        let io = &mut self.io;
+        let conn = &mut io.conns[c.index()];
+        match conn.out.front() {
+            Some(Chunk::Bytes { buf, pos }) => {
+                if !matches!(conn.out.get(1), Some(Chunk::File { .. }))
+                    || buf.len() - pos >= FILE_READ_CHUNK
+                {
+                    return ReadAhead::Send;
+                }
+            }
+            Some(Chunk::File { .. }) => {
+                if conn.pipe_fill > 0 {
+                    return ReadAhead::Splice; // finish what the pipe holds first
+                }
+                let buf = io.spares.pop().unwrap_or_default();
+                conn.out.push_front(Chunk::Bytes { buf, pos: 0 });
+            }
+            None => return ReadAhead::Send,
+        }
+        // The front chunk is bytes now, and a file chunk follows it.
+        let (front, rest) = conn.out.as_mut_slices();
+        let (buf, pos, file) = match (front, rest) {
+            ([Chunk::Bytes { buf, pos }, Chunk::File { file, off, end }, ..], _)
+            | ([Chunk::Bytes { buf, pos }], [Chunk::File { file, off, end }, ..]) => {
+                (buf, *pos, (file.as_raw_fd(), off, *end))
+            }
+            _ => unreachable!("bytes then a file at the front of the queue"),
+        };
+        let (fd, off, end) = file;
+        let room = FILE_READ_CHUNK - (buf.len() - pos);
+        let want = (end - *off).min(room as u64) as usize;
+        let front_empty = pos == buf.len();
+        let res = pread_nowait(fd, buf, want, *off);
+        let err = match res {
+            Ok(0) => std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "file shrank while being sent",
+            ),
+            Ok(n) => {
+                *off += n as u64;
+                if *off == end {
+                    conn.out.remove(1);
+                }
+                return ReadAhead::Send;
+            }
+            // EAGAIN: not in the page cache; EOPNOTSUPP: a file system without RWF_NOWAIT.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINTR)
+                ) =>
+            {
+                if !front_empty {
+                    return ReadAhead::Send; // the head goes now, the file after it
+                }
+                // Nothing was cached: the empty chunk goes back, the file is spliced.
+                conn.pop_front(&mut io.spares);
+                return ReadAhead::Splice;
+            }
+            Err(e) => e,
+        };
+        self.begin_close(c, Some(err));
+        ReadAhead::Closed
+    }
+}
+
+/// Reads up to `want` bytes of `fd` at `off` onto the end of `buf`, only from the page cache
+/// (`RWF_NOWAIT`: `EAGAIN` rather than waiting for the disk). Returns the bytes read.
+fn pread_nowait(fd: i32, buf: &mut Vec<u8>, want: usize, off: u64) -> std::io::Result<usize> {
+    buf.reserve(want);
+    let spare = buf.spare_capacity_mut();
+    let iov = libc::iovec {
+        iov_base: spare.as_mut_ptr().cast(),
+        iov_len: want.min(spare.len()),
+    };
+    // SAFETY: the iovec points at `want` bytes of the vector's reserved, unused capacity,
+    // which nothing else references while this synchronous call runs; the kernel writes at
+    // most `iov_len` bytes there. `fd` is the open file of a queued chunk.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, off as libc::off_t, libc::RWF_NOWAIT) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: the kernel initialised the first `n` bytes of the spare capacity (n <= iov_len).
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
