@@ -8,8 +8,10 @@ alike. Every figure is reported as a median with min-max over the rounds and as 
 nginx measured in the same run.
 
 Figures per workload and peer:
-  cpu_us_per_req  server CPU time (user+sys of every thread, from /proc/PID/task/*/schedstat)
-                  divided by the requests served, uncapped run
+  cpu_us_per_req  server CPU time (user+sys of every thread, from the cpu.stat of a cgroup
+                  the server is moved into for the run, so threads that exit during it,
+                  such as io_uring's workers, are counted) divided by the requests served,
+                  uncapped run
   rps             requests/s, uncapped
   capped_rps      requests/s with the server limited to 40% of one core (cgroup CPU quota)
   lat_avg_ms / lat_p99_ms   from wrk --latency (closed loop) or ab -c1 (one connection)
@@ -51,7 +53,9 @@ WORKLOADS = {
     "close64_c50": ("wrk", "/r64", 50, ["-H", "Connection: close"], "64-byte body, a new connection per request (Connection: close), 50 concurrent"),
     "ab_c1": ("ab", "/r64", 1, [], "one connection, request after request (ab -n 20000 -c 1 -k)"),
     "file1m_c10": ("wrk", "/static/1m.bin", 10, [], "static 1 MB file, keep-alive, 10 connections"),
+    "file4k_c50": ("wrk", "/static/4k.bin", 50, [], "static 4 KB file, keep-alive, 50 connections"),
 }
+STATIC_FILES = {"1m.bin": 1 << 20, "4k.bin": 4096}
 PEERS = ["nginx", "ringx-epoll", "ringx-uring"]
 # A reference, not a competitor: the minimal io_uring responder of ../shared/tools (no
 # parsing, a canned 64-byte reply, no Date header), built from there at run time, on the
@@ -115,6 +119,20 @@ class Cgroup:
         else:
             open(f"{self.dir}/cpu.cfs_period_us", "w").write(str(period))
             open(f"{self.dir}/cpu.cfs_quota_us", "w").write(str(quota))
+
+    def usage_ns(self):
+        """CPU time of every task that ran in the cgroup, exited ones included (None where the
+        hierarchy has no such counter: v1 without cpuacct)."""
+        try:
+            if self.v2:
+                for line in open(f"{self.dir}/cpu.stat"):
+                    k, _, v = line.partition(" ")
+                    if k == "usage_usec":
+                        return int(v) * 1000
+                return None
+            return int(open(f"{self.dir}/cpuacct.usage").read())
+        except (OSError, ValueError):
+            return None
 
     def move(self, pids, into=True):
         target = self.dir if into else self.root
@@ -321,21 +339,31 @@ def run_ab(port, path, n):
             "errors": f"failed={failed}" if failed else "", "cmd": " ".join(cmd)}
 
 
-def measure(server, wl, secs, ab_n, cg, capped):
+def server_cpu_ns(pids, cg):
+    """The server's CPU time so far: from the cgroup it was moved into (exited threads
+    included), else the sum over its live threads."""
+    n = cg.usage_ns() if cg is not None else None
+    return n if n is not None else cpu_ns(pids)
+
+
+def measure(server, wl, secs, ab_n, cg, capped, free=None):
+    """One run. The server is moved into `cg` (capped) or `free` (uncapped) for its duration,
+    and its CPU read from that cgroup."""
     tool, path, conns, extra, _ = WORKLOADS[wl]
     pids = server.pids()
-    if capped:
-        cg.move(pids, True)
+    into = cg if capped else free
+    if into is not None:
+        into.move(pids, True)
     try:
-        before = cpu_ns(pids)
+        before = server_cpu_ns(pids, into)
         if tool == "wrk":
             r = run_wrk(server.port, path, conns, secs, extra)
         else:
             r = run_ab(server.port, path, ab_n)
-        after = cpu_ns(pids)
+        after = server_cpu_ns(pids, into)
     finally:
-        if capped:
-            cg.move(pids, False)
+        if into is not None:
+            into.move(pids, False)
     r["cpu_us_per_req"] = (after - before) / 1000 / max(r["requests"], 1)
     return r
 
@@ -422,13 +450,15 @@ def main():
     work = tempfile.mkdtemp(prefix="ringx-bench-")
     docroot = os.path.join(work, "www")
     os.makedirs(os.path.join(docroot, "static"))
-    with open(os.path.join(docroot, "static", "1m.bin"), "wb") as f:
-        f.write(os.urandom(1 << 20))
+    for name, size in STATIC_FILES.items():
+        with open(os.path.join(docroot, "static", name), "wb") as f:
+            f.write(os.urandom(size))
+        os.chmod(os.path.join(docroot, "static", name), 0o644)
     # nginx's workers run as an unprivileged user: the document root must be readable to all.
     for d in (work, docroot, os.path.join(docroot, "static")):
         os.chmod(d, 0o755)
-    os.chmod(os.path.join(docroot, "static", "1m.bin"), 0o644)
     cg = Cgroup("ringx-bench-cap")
+    free = Cgroup("ringx-bench-free")
     cg.cap(CAP_PCT)
     servers = {p: Server(p, work, docroot) for p in PEERS}
     yardstick = build_yardstick(work) if any(w in YARDSTICK_WLS for w in wls) else None
@@ -447,7 +477,7 @@ def main():
                     if peer == YARDSTICK and wl not in YARDSTICK_WLS:
                         continue
                     s = servers[peer]
-                    r = measure(s, wl, secs, ab_n, cg, capped=False)
+                    r = measure(s, wl, secs, ab_n, cg, capped=False, free=free)
                     row = {"workload": wl, "peer": peer, "round": rnd, **r}
                     if WORKLOADS[wl][0] == "wrk":
                         c = measure(s, wl, secs, ab_n, cg, capped=True)
@@ -467,6 +497,7 @@ def main():
         for s in servers.values():
             s.stop()
         cg.remove()
+        free.remove()
     elapsed = time.time() - started
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
