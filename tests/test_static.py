@@ -288,3 +288,56 @@ def test_file_not_in_page_cache_sent_intact(srv, site, tmp_path):
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout == "200"
     assert hashlib.sha256(out.read_bytes()).digest() == hashlib.sha256(data).digest()
+
+
+@pytest.mark.parametrize("first,last", [(100_000, 900_000), (0, 70_000), (BIG_SIZE - 65_537, BIG_SIZE - 1)])
+def test_big_file_ranges_keepalive(srv, site, first, last):
+    """Parts of a large file at offsets (io_uring: sendfile from the range's start, reads for
+    what fits behind the head), then a small file on the same connection."""
+    data = (site["root"] / "static" / "big.bin").read_bytes()
+    with Conn(srv.port, timeout=20) as c:
+        c.send(request("GET", "/static/big.bin", headers={"Range": f"bytes={first}-{last}"})
+               + request("GET", "/static/a.txt"))
+        r = c.read_response()
+        assert r.status == 206, r
+        assert r.body == data[first:last + 1]
+        assert c.read_response().body == TEXT
+
+
+def test_big_file_then_close_delivers_all_and_eof(srv, site):
+    """The connection closes after a large body: every byte arrives, then the FIN (an
+    ordinary descriptor kept for sendfile must not hold the socket open)."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
+    try:
+        s.sendall(request("GET", "/static/big.bin", headers={"Connection": "close"}))
+        data = b""
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        assert body == (site["root"] / "static" / "big.bin").read_bytes()
+    finally:
+        s.close()
+
+
+def test_idle_keepalive_after_big_file_holds_no_descriptor(srv, engine):
+    """io_uring sends large bodies by sendfile on an ordinary descriptor of the socket; it is
+    given back when the body is sent, so idle keep-alive connections cannot fill the
+    descriptor table the server opens files in."""
+    if engine != "uring":
+        pytest.skip("epoll: a connection is its descriptor, by design")
+    fds = len(os.listdir(f"/proc/{srv.pid}/fd"))
+    conns = [Conn(srv.port, timeout=20) for _ in range(20)]
+    try:
+        for c in conns:
+            c.send(request("GET", "/static/big.bin"))
+            assert len(c.read_response().body) == BIG_SIZE
+        now = len(os.listdir(f"/proc/{srv.pid}/fd"))
+        assert now <= fds + 2, f"{now - fds} descriptors held by 20 idle connections"
+    finally:
+        for c in conns:
+            c.close()

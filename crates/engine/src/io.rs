@@ -103,6 +103,9 @@ pub(crate) struct ConnIo {
     pub outbound: Option<Outbound>,
     /// Bytes written to the socket since the connection opened.
     pub sent: u64,
+    /// io_uring: an ordinary, non-blocking descriptor of the socket, installed from the
+    /// direct one for `sendfile` (`uring/sendfile.rs`); dropped before the close.
+    pub sock_fd: Option<OwnedFd>,
 }
 
 /// What an outbound connection keeps beside its handle.
@@ -143,6 +146,7 @@ impl ConnIo {
             peer: None,
             outbound: None,
             sent: 0,
+            sock_fd: None,
         }
     }
 
@@ -162,6 +166,7 @@ impl ConnIo {
         self.pipe_fill = 0;
         self.peer = None;
         self.sent = 0;
+        self.sock_fd = None;
     }
 
     /// Drops queued output that no operation owns.

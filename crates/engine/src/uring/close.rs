@@ -57,11 +57,11 @@ impl UringDriver {
         }
     }
 
-    /// Cancels the connection's write in flight: a send, or one of a splice's two halves
-    /// (whichever is pending; the other cancels find nothing). Its completion, with
+    /// Cancels the connection's write in flight: a send, one of a splice's two halves, or a
+    /// sendfile's wait for room (whichever is pending; the other cancels find nothing). Its completion, with
     /// `-ECANCELED` or the bytes it wrote, then lets the close go on.
     fn cancel_output(&mut self, c: ConnId) {
-        for kind in [Kind::Send, Kind::SpliceIn, Kind::SpliceOut] {
+        for kind in [Kind::Send, Kind::SpliceIn, Kind::SpliceOut, Kind::PollOut] {
             let e = self.cancel_entry(c, kind, Kind::CancelQuiet);
             // SAFETY: a cancellation refers to no memory of ours.
             unsafe { self.push(&e) };
@@ -88,6 +88,8 @@ impl UringDriver {
         debug_assert_eq!(conn.state, ConnState::Open);
         conn.state = ConnState::Closing;
         conn.drv |= CLOSE_SUBMITTED | CLOSE_LINKED;
+        // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
+        conn.sock_fd = None;
         let gen = conn.gen;
         let cancel = self
             .cancel_entry(c, Kind::Recv, Kind::Cancel)
@@ -122,6 +124,8 @@ impl UringDriver {
             return;
         }
         conn.drv |= CLOSE_SUBMITTED;
+        // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
+        conn.sock_fd = None;
         let e = opcode::Close::new(types::Fixed(c.0))
             .build()
             .user_data(pack(Kind::Close, conn.gen, c.0));

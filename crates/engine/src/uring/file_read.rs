@@ -9,7 +9,8 @@
 //! which waits for socket space with the ring's own poll: no thread, and connections take turns
 //! fairly. Bytes not in the page cache (`EAGAIN`) still go by splice, where the worker's wait
 //! for the disk keeps the zone from blocking, and so do files on file systems that refuse
-//! `RWF_NOWAIT`.
+//! `RWF_NOWAIT`. Bodies larger than one read go by `sendfile` instead where the kernel can
+//! give the socket an ordinary descriptor (`sendfile.rs`): no copy at all.
 
 use std::os::fd::AsRawFd;
 
@@ -26,6 +27,8 @@ pub(super) enum ReadAhead {
     Send,
     /// The front chunk is a file whose next bytes are not in the page cache: splice it.
     Splice,
+    /// The front chunk is a large file: sendfile it (`sendfile.rs`).
+    Sendfile,
     /// Reading failed; the connection is closing.
     Closed,
 }
@@ -33,27 +36,38 @@ pub(super) enum ReadAhead {
 impl UringDriver {
     /// Moves file bytes that are in the page cache into the output queue as bytes: appended to
     /// a front bytes chunk followed by a file (a response head and its body, one send), or
-    /// read into a new front chunk when the file is first. Called with nothing in flight.
+    /// read into a new front chunk when the file is first; or says that the front file goes by
+    /// sendfile or splice. Called with nothing in flight.
     pub(super) fn read_file_ahead(&mut self, c: ConnId) -> ReadAhead {
-        let io = &mut self.io;
-        let conn = &mut io.conns[c.index()];
+        let conn = &self.io.conns[c.index()];
         match conn.out.front() {
             Some(Chunk::Bytes { buf, pos }) => {
-                if !matches!(conn.out.get(1), Some(Chunk::File { .. }))
-                    || buf.len() - pos >= FILE_READ_CHUNK
-                {
-                    return ReadAhead::Send;
+                let room = FILE_READ_CHUNK.saturating_sub(buf.len() - pos) as u64;
+                match conn.out.get(1) {
+                    // A body that fits behind the head goes with it in one send; a larger
+                    // one by sendfile after it, or else in reads from here.
+                    Some(f @ Chunk::File { .. })
+                        if room > 0
+                            && (f.remaining() <= room || !self.use_sendfile(c, f.remaining())) => {}
+                    _ => return ReadAhead::Send,
                 }
             }
-            Some(Chunk::File { .. }) => {
+            Some(f @ Chunk::File { .. }) => {
                 if conn.pipe_fill > 0 {
                     return ReadAhead::Splice; // finish what the pipe holds first
                 }
+                if self.use_sendfile(c, f.remaining()) {
+                    return ReadAhead::Sendfile;
+                }
+                let io = &mut self.io;
+                let conn = &mut io.conns[c.index()];
                 let buf = io.spares.pop().unwrap_or_default();
                 conn.out.push_front(Chunk::Bytes { buf, pos: 0 });
             }
             None => return ReadAhead::Send,
         }
+        let io = &mut self.io;
+        let conn = &mut io.conns[c.index()];
         // The front chunk is bytes now, and a file chunk follows it.
         let (front, rest) = conn.out.as_mut_slices();
         let (buf, pos, file) = match (front, rest) {

@@ -18,6 +18,7 @@ pub(crate) mod pipes;
 pub mod probe;
 mod recv;
 mod send;
+mod sendfile;
 mod splice;
 mod sqe;
 pub(crate) mod userdata;
@@ -105,6 +106,9 @@ pub struct UringDriver {
     busy: busy::Busy,
     /// Byte limit of each multishot receive (0: none; dropped on kernels that refuse it).
     recv_limit: u32,
+    /// Large file bodies go by sendfile (`sendfile.rs`); false where the kernel cannot
+    /// install an ordinary descriptor.
+    sendfile_ok: bool,
 }
 
 impl UringDriver {
@@ -164,6 +168,7 @@ impl UringDriver {
             batch_backoff: 1,
             busy: busy::Busy::new(std::time::Instant::now()),
             recv_limit: RECV_ARM_LIMIT,
+            sendfile_ok: true,
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
         d.wake
@@ -275,6 +280,7 @@ impl UringDriver {
         match self.read_file_ahead(c) {
             file_read::ReadAhead::Send => self.submit_send(c),
             file_read::ReadAhead::Splice => self.submit_splice(c),
+            file_read::ReadAhead::Sendfile => self.sendfile_front(c),
             file_read::ReadAhead::Closed => {}
         }
     }
@@ -296,6 +302,8 @@ impl UringDriver {
             Kind::CancelAccept => self.complete_cancel_accept(idx),
             Kind::Wake => self.complete_wake(),
             Kind::Msg => {} // a control wake-up: `check_wake` follows the batch
+            Kind::FdInstall => self.complete_fd_install(ConnId(idx), gen, res),
+            Kind::PollOut => self.complete_poll_out(ConnId(idx), gen, res),
             Kind::Connect => self.complete_connect(h, ConnId(idx), gen, res),
             Kind::PeerName => self.complete_peer(h, ConnId(idx), gen, res),
         }

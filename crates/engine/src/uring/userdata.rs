@@ -25,6 +25,10 @@ pub(crate) enum Kind {
     PeerName = 13,
     /// A control wake-up posted by another ring (`IORING_OP_MSG_RING`).
     Msg = 14,
+    /// `IORING_OP_FIXED_FD_INSTALL`: an ordinary descriptor for `sendfile`.
+    FdInstall = 15,
+    /// `IORING_OP_POLL_ADD` for `POLLOUT`: the socket can take more of a `sendfile`.
+    PollOut = 16,
 }
 
 impl Kind {
@@ -45,6 +49,8 @@ impl Kind {
             12 => Connect,
             13 => PeerName,
             14 => Msg,
+            15 => FdInstall,
+            16 => PollOut,
             _ => return None,
         })
     }
