@@ -341,3 +341,61 @@ def test_idle_keepalive_after_big_file_holds_no_descriptor(srv, engine):
     finally:
         for c in conns:
             c.close()
+
+
+def _cpu_s(pid):
+    """The process's CPU seconds, every thread (exited ones included)."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_stalled_uncached_download_after_sendfile_waits_idle(srv, site):
+    """After a large cached body (io_uring: sendfile, which makes the socket non-blocking), a
+    large body not in the page cache starts by splice and goes on by sendfile once read
+    ahead; while its client does not read, the server must wait idle (no resubmission loop
+    on a full socket), and the body must then arrive intact. (A splice into the full
+    non-blocking socket fails with EAGAIN; on loopback the socket usually takes a whole pipe,
+    so this does not reliably reach that case: `complete_splice_out` handles it by waiting
+    for POLLOUT like sendfile.)"""
+    import socket
+    import time
+    path = site["root"] / "static" / "cold2.bin"
+    data = os.urandom(8 * 1024 * 1024)
+    path.write_bytes(data)
+    big = (site["root"] / "static" / "big.bin").read_bytes()
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(20)
+    s.connect(("127.0.0.1", srv.port))
+    try:
+        s.sendall(request("GET", "/static/big.bin"))
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(65536)
+        body = got.partition(b"\r\n\r\n")[2]
+        while len(body) < BIG_SIZE:
+            body += s.recv(1 << 20)
+        assert body == big
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        s.sendall(request("GET", "/static/cold2.bin"))
+        time.sleep(0.3)
+        t0 = _cpu_s(srv.pid)
+        time.sleep(1.0)
+        spent = _cpu_s(srv.pid) - t0
+        assert spent < 0.3, f"the server used {spent:.2f} s of CPU in 1 s for one stalled client"
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(65536)
+        body = got.partition(b"\r\n\r\n")[2]
+        while len(body) < len(data):
+            chunk = s.recv(1 << 20)
+            assert chunk
+            body += chunk
+        assert body == data
+    finally:
+        s.close()

@@ -255,6 +255,12 @@ impl UringDriver {
             return;
         }
         conn.skip_empty_front(&mut self.io.spares);
+        if conn.sock_fd.is_some()
+            && !matches!(conn.out.front(), Some(crate::io::Chunk::File { .. }))
+        {
+            // Held only while a file is being sent, whichever way it went (`sendfile.rs`).
+            conn.sock_fd = None;
+        }
         if !conn.out.is_empty() {
             self.start_output(c);
             return;

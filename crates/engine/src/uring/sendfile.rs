@@ -8,9 +8,14 @@
 //! per connection from its direct descriptor (`IORING_OP_FIXED_FD_INSTALL`, Linux 6.8) and
 //! made non-blocking: each call sends what the socket buffer takes, and when it is full the
 //! zone waits for room with `IORING_OP_POLL_ADD` (`POLLOUT`), like the epoll driver and
-//! nginx. Before each call one byte at the offset is read with `RWF_NOWAIT`: a file not in the
-//! page cache goes by splice instead, so the zone never waits for the disk. Kernels without
-//! the install opcode keep the read path.
+//! nginx. Each call covers at most `SENDFILE_WINDOW` bytes, and only once `cachestat(2)` says
+//! the page cache holds all of them: a window not cached goes by splice instead, so the zone
+//! does not wait for the disk (nginx's workers do, with sendfile and no aio threads). Kernels
+//! without the install opcode keep the read path.
+//!
+//! The socket's open file stays non-blocking after the descriptor is dropped, which makes a
+//! later splice into it fail with `EAGAIN` when it is full: `complete_splice_out` then waits
+//! for room the same way.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -20,8 +25,8 @@ use super::userdata::{pack, Kind};
 use super::UringDriver;
 use crate::io::{Chunk, ConnId, ConnState};
 
-/// The most one `sendfile` call is asked for (the socket takes less).
-const MAX_SENDFILE: u64 = 1 << 30;
+/// The most one `sendfile` call is asked for (checked to be in the page cache first).
+const SENDFILE_WINDOW: u64 = 1 << 20;
 /// `ConnIo::drv` bit: no descriptor could be installed for this connection (EMFILE...); its
 /// files are read and sent.
 const NO_SENDFILE: u32 = 1 << 8;
@@ -55,11 +60,11 @@ impl UringDriver {
             unreachable!("sendfile_front on a non-file chunk")
         };
         let (fd, start, end) = (file.as_raw_fd(), *off, *end);
-        if !cached(fd, start) {
+        let count = (end - start).min(SENDFILE_WINDOW) as usize;
+        if !cached(fd, start, count as u64) {
             return self.submit_splice(c);
         }
         let mut pos = start as libc::off_t;
-        let count = (end - start).min(MAX_SENDFILE) as usize;
         // SAFETY: both descriptors are open (the socket's is owned by the connection, the
         // file by the queued chunk); `pos` is a live local the kernel updates.
         let n = unsafe { libc::sendfile(sock, fd, &mut pos, count) };
@@ -76,6 +81,8 @@ impl UringDriver {
                         conn.sock_fd = None;
                     }
                     self.io.mark_dirty(c); // the next chunk, or what follows the flush
+                } else if n as usize == count {
+                    self.io.mark_dirty(c); // the next window
                 } else {
                     self.wait_writable(c); // the socket buffer is full
                 }
@@ -95,7 +102,7 @@ impl UringDriver {
     }
 
     /// Waits until the socket can take more (`POLLOUT`), then sends on.
-    fn wait_writable(&mut self, c: ConnId) {
+    pub(super) fn wait_writable(&mut self, c: ConnId) {
         let conn = &mut self.io.conns[c.index()];
         let e = opcode::PollAdd::new(types::Fixed(c.0), libc::POLLOUT as u32)
             .build()
@@ -107,17 +114,18 @@ impl UringDriver {
     }
 
     pub(super) fn complete_fd_install(&mut self, c: ConnId, gen: u32, res: i32) {
+        // SAFETY: the kernel installed a new descriptor for us; nothing else owns it.
+        let fd = (res >= 0).then(|| unsafe { OwnedFd::from_raw_fd(res) });
         let conn = &mut self.io.conns[c.index()];
         if conn.gen != gen {
             debug_assert!(false, "an install completes before its slot can be reused");
-            return;
+            return; // `fd` is closed here
         }
         conn.in_flight = false;
-        if res >= 0 {
-            // SAFETY: the kernel installed a new descriptor for us; nothing else owns it.
-            let fd = unsafe { OwnedFd::from_raw_fd(res) };
-            // SAFETY: fcntl on a descriptor we own. The flag is on the socket's open file,
-            // which io_uring's own sends and receives do not consult (they never block).
+        if let Some(fd) = fd {
+            // SAFETY: fcntl on a descriptor we own. The flag is on the socket's open file:
+            // io_uring's sends and receives do not consult it (they never block), its splices
+            // do (module docs).
             let ok = unsafe {
                 let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
                 fl >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
@@ -166,8 +174,61 @@ impl UringDriver {
     }
 }
 
+/// Whether the page cache holds all of `len` bytes of `fd` from `off`: `cachestat(2)` (Linux
+/// 6.5, older than the install opcode this path needs); where it is refused (a seccomp
+/// filter), one-byte `RWF_NOWAIT` reads of the first and last byte.
+fn cached(fd: i32, off: u64, len: u64) -> bool {
+    /// `struct cachestat_range` and `struct cachestat` of <linux/mman.h>; the libc crate has
+    /// no binding for x86_64 (syscall 451 on every architecture).
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let range = Range { off, len };
+    let mut st = Stat::default();
+    // SAFETY: both pointers are to live, properly laid out locals; the kernel reads `range`
+    // and writes `st` during this synchronous call only.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd,
+            &raw const range,
+            &raw mut st,
+            0 as libc::c_uint,
+        )
+    };
+    if r == 0 {
+        let page = page_size();
+        let pages = (off + len).div_ceil(page) - off / page;
+        return st.nr_cache >= pages;
+    }
+    probe(fd, off) && probe(fd, off + len - 1)
+}
+
+fn page_size() -> u64 {
+    thread_local! {
+        // SAFETY: sysconf has no preconditions.
+        static PAGE: u64 = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            n if n > 0 => n as u64,
+            _ => 4096,
+        };
+    }
+    PAGE.with(|p| *p)
+}
+
 /// Whether the byte of `fd` at `off` is in the page cache (a one-byte `RWF_NOWAIT` read).
-fn cached(fd: i32, off: u64) -> bool {
+fn probe(fd: i32, off: u64) -> bool {
     let mut b = 0u8;
     let iov = libc::iovec {
         iov_base: (&raw mut b).cast(),

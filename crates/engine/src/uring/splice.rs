@@ -82,7 +82,12 @@ impl UringDriver {
         if conn.state == ConnState::Closing {
             return self.try_finish_close(c);
         }
-        if res == -libc::EAGAIN || res == -libc::EINTR || res == 0 {
+        if res == -libc::EAGAIN {
+            // The socket is full and non-blocking (it had a descriptor for sendfile): wait
+            // for room rather than resubmit at once.
+            return self.wait_writable(c);
+        }
+        if res == -libc::EINTR || res == 0 {
             self.io.mark_dirty(c);
             return;
         }
