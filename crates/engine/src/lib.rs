@@ -11,8 +11,9 @@
 //! the handler answers by queueing output on [`Io`]. Both drivers offer the same contract:
 //!
 //! * [`uring::UringDriver`] (default): multishot accept into direct descriptors, multishot
-//!   receive into a provided-buffer ring, sends resumed after short writes, files spliced,
-//!   everything submitted in one `io_uring_enter` per loop iteration.
+//!   receive into a provided-buffer ring, sends resumed after short writes, files read from
+//!   the page cache behind the response head or (large ones) sent with `sendfile`, spliced
+//!   where not cached, everything submitted in one `io_uring_enter` per loop iteration.
 //! * [`epoll::EpollDriver`]: readiness-based fallback, chosen when [`uring::probe::check`]
 //!   says io_uring is refused.
 //!
