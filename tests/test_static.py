@@ -2,7 +2,10 @@
 
 import hashlib
 import os
+import socket
+import struct
 import subprocess
+import time
 
 import pytest
 
@@ -63,6 +66,41 @@ listen = ["127.0.0.1:{p}"]
 
 def GET(srv, path, headers=None, method="GET"):
     return roundtrip(srv.port, request(method, path, headers=headers), head=(method == "HEAD"))[0]
+
+
+def start_download(srv, path, rcvbuf):
+    """A raw connection with a small receive buffer that has asked for `path` and reads
+    nothing yet (a client that stalls the server's writes)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.connect(("127.0.0.1", srv.port))
+    s.sendall(request("GET", path))
+    return s
+
+
+def read_body(s, size):
+    """Reads one response with a `size`-byte body from raw socket `s`; returns the body."""
+    s.settimeout(20)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, "connection closed before the head was complete"
+        data += chunk
+    body = data.partition(b"\r\n\r\n")[2]
+    while len(body) < size:
+        chunk = s.recv(1 << 20)
+        assert chunk, "connection closed before the body was complete"
+        body += chunk
+    return body
+
+
+def drop_from_page_cache(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("name,ctype", [
@@ -171,15 +209,21 @@ def test_post_to_static_405_with_allow(srv):
     assert {"GET", "HEAD"} <= allow, r
 
 
-def test_big_file_with_curl_intact(srv, site, tmp_path):
-    out = tmp_path / "big.out"
+def curl_body(srv, path, tmp_path):
+    """The body curl downloads from `path` (asserting a 200)."""
+    out = tmp_path / "curl.out"
     cp = subprocess.run(["curl", "-sS", "-o", str(out), "-w", "%{http_code}",
-                         f"http://127.0.0.1:{srv.port}/static/big.bin"],
+                         f"http://127.0.0.1:{srv.port}{path}"],
                         capture_output=True, text=True, timeout=30)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout == "200"
-    want = hashlib.sha256((site["root"] / "static" / "big.bin").read_bytes()).hexdigest()
-    assert hashlib.sha256(out.read_bytes()).hexdigest() == want
+    return out.read_bytes()
+
+
+def test_big_file_with_curl_intact(srv, site, tmp_path):
+    want = (site["root"] / "static" / "big.bin").read_bytes()
+    assert hashlib.sha256(curl_body(srv, "/static/big.bin", tmp_path)).digest() == \
+        hashlib.sha256(want).digest()
 
 
 def test_big_file_raw_keepalive_then_next(srv, site):
@@ -234,17 +278,11 @@ def test_slow_readers_hold_no_threads_and_others_are_served(srv, site):
     """Clients that ask for a big file and stop reading must cost socket buffers only: on
     io_uring a file sent by splice ran in the kernel's worker threads, one blocked thread per
     such client. Meanwhile other clients are answered."""
-    import socket
-    import time
     threads = len(os.listdir(f"/proc/{srv.pid}/task"))
     slow = []
     try:
         for _ in range(40):
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            s.connect(("127.0.0.1", srv.port))
-            s.sendall(request("GET", "/static/big.bin"))
-            slow.append(s)
+            slow.append(start_download(srv, "/static/big.bin", 4096))
         time.sleep(1.0)
         now = len(os.listdir(f"/proc/{srv.pid}/task"))
         assert now <= threads + 2, f"{now - threads} threads appeared for 40 stalled downloads"
@@ -252,16 +290,7 @@ def test_slow_readers_hold_no_threads_and_others_are_served(srv, site):
         assert GET(srv, "/static/a.txt").body == TEXT
         assert time.monotonic() - t0 < 2.0
         # A stalled download resumes and completes intact once its client reads.
-        s = slow[0]
-        s.settimeout(20)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += s.recv(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        while len(body) < BIG_SIZE:
-            chunk = s.recv(1 << 20)
-            assert chunk, "connection closed before the body was complete"
-            body += chunk
+        body = read_body(slow[0], BIG_SIZE)
         assert body == (site["root"] / "static" / "big.bin").read_bytes()
     finally:
         for s in slow:
@@ -275,19 +304,9 @@ def test_file_not_in_page_cache_sent_intact(srv, site, tmp_path):
     path = site["root"] / "static" / "cold.bin"
     data = os.urandom(3 * 1024 * 1024 + 77)
     path.write_bytes(data)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # drop it from the page cache
-    finally:
-        os.close(fd)
-    out = tmp_path / "cold.out"
-    cp = subprocess.run(["curl", "-sS", "-o", str(out), "-w", "%{http_code}",
-                         f"http://127.0.0.1:{srv.port}/static/cold.bin"],
-                        capture_output=True, text=True, timeout=30)
-    assert cp.returncode == 0, cp.stderr
-    assert cp.stdout == "200"
-    assert hashlib.sha256(out.read_bytes()).digest() == hashlib.sha256(data).digest()
+    drop_from_page_cache(path)
+    got = curl_body(srv, "/static/cold.bin", tmp_path)
+    assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
 
 
 @pytest.mark.parametrize("first,last", [(100_000, 900_000), (0, 70_000), (BIG_SIZE - 65_537, BIG_SIZE - 1)])
@@ -307,7 +326,6 @@ def test_big_file_ranges_keepalive(srv, site, first, last):
 def test_big_file_then_close_delivers_all_and_eof(srv, site):
     """The connection closes after a large body: every byte arrives, then the FIN (an
     ordinary descriptor kept for sendfile must not hold the socket open)."""
-    import socket
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
     try:
         s.sendall(request("GET", "/static/big.bin", headers={"Connection": "close"}))
@@ -357,46 +375,21 @@ def test_stalled_uncached_download_after_sendfile_waits_idle(srv, site):
     non-blocking socket fails with EAGAIN; on loopback the socket usually takes a whole pipe,
     so this does not reliably reach that case: `complete_splice_out` handles it by waiting
     for POLLOUT like sendfile.)"""
-    import socket
-    import time
     path = site["root"] / "static" / "cold2.bin"
     data = os.urandom(8 * 1024 * 1024)
     path.write_bytes(data)
     big = (site["root"] / "static" / "big.bin").read_bytes()
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.settimeout(20)
-    s.connect(("127.0.0.1", srv.port))
+    s = start_download(srv, "/static/big.bin", 4096)
     try:
-        s.sendall(request("GET", "/static/big.bin"))
-        got = b""
-        while b"\r\n\r\n" not in got:
-            got += s.recv(65536)
-        body = got.partition(b"\r\n\r\n")[2]
-        while len(body) < BIG_SIZE:
-            body += s.recv(1 << 20)
-        assert body == big
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        assert read_body(s, BIG_SIZE) == big
+        drop_from_page_cache(path)
         s.sendall(request("GET", "/static/cold2.bin"))
         time.sleep(0.3)
         t0 = _cpu_s(srv.pid)
         time.sleep(1.0)
         spent = _cpu_s(srv.pid) - t0
         assert spent < 0.3, f"the server used {spent:.2f} s of CPU in 1 s for one stalled client"
-        got = b""
-        while b"\r\n\r\n" not in got:
-            got += s.recv(65536)
-        body = got.partition(b"\r\n\r\n")[2]
-        while len(body) < len(data):
-            chunk = s.recv(1 << 20)
-            assert chunk
-            body += chunk
-        assert body == data
+        assert read_body(s, len(data)) == data
     finally:
         s.close()
 
@@ -406,18 +399,11 @@ def test_aborted_downloads_leave_no_descriptors(srv, site):
     waits for room, some while it writes): every connection is cleaned up, no descriptor is
     left behind (io_uring keeps an ordinary one per connection sending a large file), and the
     server goes on serving."""
-    import socket
-    import struct
-    import time
     fds = len(os.listdir(f"/proc/{srv.pid}/fd"))
     for round_ in range(3):
         socks = []
-        for i in range(30):
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
-            s.connect(("127.0.0.1", srv.port))
-            s.sendall(request("GET", "/static/big.bin"))
-            socks.append(s)
+        for _ in range(30):
+            socks.append(start_download(srv, "/static/big.bin", 8192))
         for i, s in enumerate(socks):
             s.settimeout(5)
             if i % 2:
