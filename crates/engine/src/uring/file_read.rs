@@ -118,7 +118,9 @@ impl UringDriver {
 /// Reads up to `want` bytes of `fd` at `off` onto the end of `buf`, only from the page cache
 /// (`RWF_NOWAIT`: `EAGAIN` rather than waiting for the disk). Returns the bytes read.
 fn pread_nowait(fd: i32, buf: &mut Vec<u8>, want: usize, off: u64) -> std::io::Result<usize> {
-    buf.reserve(want);
+    // Exact: head and body stay within the 64 KiB that the zone's pool of spare output
+    // vectors keeps (`Io::spares`); doubling could leave 128 KiB, freed after every send.
+    buf.reserve_exact(want);
     let spare = buf.spare_capacity_mut();
     let iov = libc::iovec {
         iov_base: spare.as_mut_ptr().cast(),
