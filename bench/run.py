@@ -8,10 +8,10 @@ alike. Every figure is reported as a median with min-max over the rounds and as 
 nginx measured in the same run.
 
 Figures per workload and peer:
-  cpu_us_per_req  server CPU time (user+sys of every thread, from the cpu.stat of a cgroup
-                  the server is moved into for the run, so threads that exit during it,
-                  such as io_uring's workers, are counted) divided by the requests served,
-                  uncapped run
+  cpu_us_per_req  server CPU time (user+sys of every thread, from the CPU counter of a cgroup
+                  the server is moved into for the run, v2 cpu.stat or v1 cpuacct.usage, so
+                  threads that exit during it, such as io_uring's workers, are counted)
+                  divided by the requests served, uncapped run
   rps             requests/s, uncapped
   capped_rps      requests/s with the server limited to 40% of one core (cgroup CPU quota)
   lat_avg_ms / lat_p99_ms   from wrk --latency (closed loop) or ab -c1 (one connection)

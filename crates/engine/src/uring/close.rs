@@ -58,8 +58,8 @@ impl UringDriver {
     }
 
     /// Cancels the connection's write in flight: a send, one of a splice's two halves, or a
-    /// sendfile's wait for room (whichever is pending; the other cancels find nothing). Its completion, with
-    /// `-ECANCELED` or the bytes it wrote, then lets the close go on.
+    /// sendfile's wait for room (whichever is pending; the other cancels find nothing). Its
+    /// completion, with `-ECANCELED` or the bytes it wrote, then lets the close go on.
     fn cancel_output(&mut self, c: ConnId) {
         for kind in [Kind::Send, Kind::SpliceIn, Kind::SpliceOut, Kind::PollOut] {
             let e = self.cancel_entry(c, kind, Kind::CancelQuiet);

@@ -81,12 +81,9 @@ impl UringDriver {
         let room = FILE_READ_CHUNK - (buf.len() - pos);
         let want = (end - *off).min(room as u64) as usize;
         let front_empty = pos == buf.len();
-        let res = pread_nowait(fd, buf, want, *off);
+        let res = append_nowait(fd, buf, want, *off);
         let err = match res {
-            Ok(0) => std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "file shrank while being sent",
-            ),
+            Ok(0) => file_shrank(),
             Ok(n) => {
                 *off += n as u64;
                 if *off == end {
@@ -115,26 +112,41 @@ impl UringDriver {
     }
 }
 
-/// Reads up to `want` bytes of `fd` at `off` onto the end of `buf`, only from the page cache
-/// (`RWF_NOWAIT`: `EAGAIN` rather than waiting for the disk). Returns the bytes read.
-fn pread_nowait(fd: i32, buf: &mut Vec<u8>, want: usize, off: u64) -> std::io::Result<usize> {
+/// The error for a file that ended before the bytes a response announced for it.
+pub(super) fn file_shrank() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "file shrank while being sent",
+    )
+}
+
+/// Reads `want` more bytes of `fd` at `off` onto the end of `buf`, only from the page cache.
+fn append_nowait(fd: i32, buf: &mut Vec<u8>, want: usize, off: u64) -> std::io::Result<usize> {
     // Exact: head and body stay within the 64 KiB that the zone's pool of spare output
     // vectors keeps (`Io::spares`); doubling could leave 128 KiB, freed after every send.
     buf.reserve_exact(want);
-    let spare = buf.spare_capacity_mut();
+    let n = pread_nowait(fd, &mut buf.spare_capacity_mut()[..want], off)?;
+    // SAFETY: `pread_nowait` initialised the first `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// Reads into `dst` from `fd` at `off`, only from the page cache (`RWF_NOWAIT`: `EAGAIN`
+/// rather than waiting for the disk). Returns the bytes read, which are initialised.
+pub(super) fn pread_nowait(
+    fd: i32,
+    dst: &mut [std::mem::MaybeUninit<u8>],
+    off: u64,
+) -> std::io::Result<usize> {
     let iov = libc::iovec {
-        iov_base: spare.as_mut_ptr().cast(),
-        iov_len: want.min(spare.len()),
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
     };
-    // SAFETY: the iovec points at `want` bytes of the vector's reserved, unused capacity,
-    // which nothing else references while this synchronous call runs; the kernel writes at
-    // most `iov_len` bytes there. `fd` is the open file of a queued chunk.
+    // SAFETY: the iovec covers `dst`, memory we hold exclusively for this synchronous call;
+    // the kernel writes at most `iov_len` bytes there. `fd` is the open file of a chunk.
     let n = unsafe { libc::preadv2(fd, &iov, 1, off as libc::off_t, libc::RWF_NOWAIT) };
     if n < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let n = n as usize;
-    // SAFETY: the kernel initialised the first `n` bytes of the spare capacity (n <= iov_len).
-    unsafe { buf.set_len(buf.len() + n) };
-    Ok(n)
+    Ok(n as usize)
 }

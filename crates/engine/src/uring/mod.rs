@@ -258,7 +258,9 @@ impl UringDriver {
         if conn.sock_fd.is_some()
             && !matches!(conn.out.front(), Some(crate::io::Chunk::File { .. }))
         {
-            // Held only while a file is being sent, whichever way it went (`sendfile.rs`).
+            // Held only while a file is being sent, whichever way it went (`sendfile.rs`):
+            // idle keep-alive connections must not fill the descriptor table the zone opens
+            // files in.
             conn.sock_fd = None;
         }
         if !conn.out.is_empty() {

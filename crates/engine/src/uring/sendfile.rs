@@ -75,12 +75,9 @@ impl UringDriver {
                 self.wake.waker.add_out(n);
                 if conn.advance(n) {
                     conn.pop_front(&mut self.io.spares);
-                    if !matches!(conn.out.front(), Some(Chunk::File { .. })) {
-                        // Held only while a file is being sent: idle keep-alive connections
-                        // must not fill the descriptor table the zone opens files in.
-                        conn.sock_fd = None;
-                    }
-                    self.io.mark_dirty(c); // the next chunk, or what follows the flush
+                    // The next chunk, or what follows the flush; `flush_conn` drops the
+                    // descriptor once no file is at the front.
+                    self.io.mark_dirty(c);
                 } else if n as usize == count {
                     self.io.mark_dirty(c); // the next window
                 } else {
@@ -88,10 +85,7 @@ impl UringDriver {
                 }
                 return;
             }
-            0 => std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "file shrank while being sent",
-            ),
+            0 => super::file_read::file_shrank(),
             _ => std::io::Error::last_os_error(),
         };
         match err.raw_os_error() {
@@ -229,11 +223,6 @@ fn page_size() -> u64 {
 
 /// Whether the byte of `fd` at `off` is in the page cache (a one-byte `RWF_NOWAIT` read).
 fn probe(fd: i32, off: u64) -> bool {
-    let mut b = 0u8;
-    let iov = libc::iovec {
-        iov_base: (&raw mut b).cast(),
-        iov_len: 1,
-    };
-    // SAFETY: the iovec points at one live local byte; the call is synchronous.
-    unsafe { libc::preadv2(fd, &iov, 1, off as libc::off_t, libc::RWF_NOWAIT) == 1 }
+    let mut b = [std::mem::MaybeUninit::uninit()];
+    super::file_read::pread_nowait(fd, &mut b, off).is_ok_and(|n| n == 1)
 }

@@ -66,11 +66,7 @@ impl UringDriver {
             }
             n if n == -libc::EAGAIN || n == -libc::EINTR => self.io.mark_dirty(c),
             0 => {
-                let e = std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "file shrank while being sent",
-                );
-                self.begin_close(c, Some(e));
+                self.begin_close(c, Some(super::file_read::file_shrank()));
             }
             n => self.begin_close(c, Some(crate::sys::errno(n))),
         }

@@ -297,6 +297,7 @@ impl HttpZone {
         s.open = true;
         s.status = status;
         if !logging {
+            s.logged &= !fill; // an answer with no request read has nothing for the log
             return;
         }
         s.logged = true;
@@ -340,10 +341,9 @@ impl HttpZone {
         let bytes_out = io.bytes_out(c);
         let ops = &mut self.ops;
         ops.clock.update(now);
-        // The log may have been switched on by a reload while this request was open.
-        let s = ops.log_slot(c);
-        let body = bytes_out.saturating_sub(s.out0).saturating_sub(s.head_len);
+        // `logged`: obs_request or obs_status filled this request's log slot.
         let s = &ops.logs[c.index()];
+        let body = bytes_out.saturating_sub(s.out0).saturating_sub(s.head_len);
         let e = accesslog::Entry {
             client: self.conns.get(c.index()).and_then(|x| x.client),
             request: &s.request,
