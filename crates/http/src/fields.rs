@@ -35,38 +35,49 @@ pub(crate) fn analyze<'b>(
 
     for header in headers {
         let value = header.value;
-        if !value.iter().all(|&b| is_field_vchar(b)) {
-            return Err(RequestError::bad("invalid byte in header value"));
-        }
+        // `httparse` admits only field-vchar / SP / HTAB in a value (its HEADER_VALUE_MAP is
+        // this same set); the property test `values_are_field_vchars` and the parse_request
+        // fuzz target hold it to that, so release builds do not scan every value twice.
+        debug_assert!(value.iter().all(|&b| is_field_vchar(b)));
         let name = header.name;
-        if name.eq_ignore_ascii_case("host") {
-            if host.replace(value).is_some() {
-                return Err(RequestError::bad("multiple Host headers"));
+        // The length picks the one name worth comparing: most fields are none of these.
+        match name.len() {
+            4 if name.eq_ignore_ascii_case("host") => {
+                if host.is_some() {
+                    return Err(RequestError::bad("multiple Host headers"));
+                }
+                host = Some(value);
             }
-        } else if name.eq_ignore_ascii_case("content-length") {
-            if content_length.replace(value).is_some() {
-                return Err(RequestError::bad("multiple Content-Length headers"));
+            14 if name.eq_ignore_ascii_case("content-length") => {
+                if content_length.is_some() {
+                    return Err(RequestError::bad("multiple Content-Length headers"));
+                }
+                content_length = Some(value);
             }
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            codings.present = true;
-            let before = codings.count;
-            parse_transfer_codings(value, &mut codings)?;
-            if codings.count == before {
-                return Err(RequestError::bad("empty Transfer-Encoding"));
+            17 if name.eq_ignore_ascii_case("transfer-encoding") => {
+                codings.present = true;
+                let before = codings.count;
+                parse_transfer_codings(value, &mut codings)?;
+                if codings.count == before {
+                    return Err(RequestError::bad("empty Transfer-Encoding"));
+                }
             }
-        } else if name.eq_ignore_ascii_case("connection") {
-            for token in list_elements(value) {
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+            10 if name.eq_ignore_ascii_case("connection") => {
+                for token in list_elements(value) {
+                    close |= token.eq_ignore_ascii_case(b"close");
+                    keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
             }
-        } else if name.eq_ignore_ascii_case("expect") {
-            let mut all_continue = expect.unwrap_or(true);
-            let mut any = false;
-            for element in list_elements(value) {
-                any = true;
-                all_continue &= element.eq_ignore_ascii_case(b"100-continue");
+            6 if name.eq_ignore_ascii_case("expect") => {
+                let mut all_continue = expect.unwrap_or(true);
+                let mut any = false;
+                for element in list_elements(value) {
+                    any = true;
+                    all_continue &= element.eq_ignore_ascii_case(b"100-continue");
+                }
+                expect = Some(all_continue && any);
             }
-            expect = Some(all_continue && any);
+            _ => {}
         }
     }
 
@@ -125,7 +136,7 @@ pub(crate) fn analyze<'b>(
 }
 
 /// `field-vchar / SP / HTAB`, i.e. any byte but CTLs (other than HTAB) and DEL.
-fn is_field_vchar(b: u8) -> bool {
+pub(crate) fn is_field_vchar(b: u8) -> bool {
     b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80
 }
 

@@ -1,6 +1,7 @@
 //! Raw-byte checks on a request head that complement `httparse`: limits on
 //! incomplete heads, the 400-versus-505 decision for unknown versions, and
-//! defence-in-depth scans for NUL and bare CR.
+//! a scan for NUL and bare CR that debug builds repeat after `httparse` (release builds
+//! rely on `httparse`, which `tests/head_bytes_prop.rs` checks).
 
 use crate::{Limits, RequestError};
 

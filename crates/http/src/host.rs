@@ -51,6 +51,19 @@ fn class(b: u8) -> u8 {
 /// Whether `s` is a valid `uri-host [ ":" port ]` (no userinfo).
 pub(crate) fn is_valid_host(s: &str) -> bool {
     let b = s.as_bytes();
+    // The usual Host, plain reg-name bytes and perhaps ":port", in one tight pass; anything
+    // else (escapes, IP-literals, errors) takes the full walk below.
+    let plain = b
+        .iter()
+        .position(|&c| class(c) & REG == 0)
+        .unwrap_or(b.len());
+    if plain > 0 {
+        match &b[plain..] {
+            [] => return true,
+            [b':', port @ ..] if is_valid_port(port) => return true,
+            _ => {}
+        }
+    }
     let port_at = if b.first() == Some(&b'[') {
         let Some(close) = memchr::memchr(b']', b) else {
             return false;

@@ -172,7 +172,10 @@ fn finish<'h, 'b>(
     if target.len() > limits.max_uri {
         return Err(RequestError::new(414, "request-target too long"));
     }
-    check_raw_bytes(&buf[..head_len])?;
+    // `httparse` rejects NUL and bare CR anywhere in a head; the property test
+    // `head_bytes_prop` and the parse_request fuzz target hold it to that, so release builds
+    // do not scan every head a second time.
+    debug_assert!(check_raw_bytes(&buf[..head_len]).is_ok());
 
     let method = Method::from_token(method_str);
     let target_parts = parse_target(method, target)?;
