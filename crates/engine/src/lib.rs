@@ -45,6 +45,7 @@ pub mod framing;
 mod handler;
 mod io;
 mod listen;
+mod prefetch;
 pub mod reuseport;
 pub mod sys;
 pub mod timer;
@@ -56,6 +57,7 @@ pub use driver::Driver;
 pub use handler::Handler;
 pub use io::{ConnId, Io, ListenerId};
 pub use listen::{bind_reuseport, ListenOptions};
+pub use prefetch::prefetch;
 pub use timer::TimerWheel;
 pub use waker::{WaitStats, Waker};
 

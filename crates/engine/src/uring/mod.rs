@@ -536,6 +536,23 @@ impl Driver for UringDriver {
             }
             self.batch_want = 1;
         }
+        // Start loading the state of every connection with arriving bytes before handling the
+        // first (see `prefetch.rs`).
+        // A send's completion touches only the driver's record.
+        if cqes.len() > 1 {
+            for &(ud, res, _) in &cqes {
+                let recv = res > 0 && userdata::is_recv(ud);
+                if recv || userdata::is_send(ud) {
+                    let c = ConnId(ud as u32);
+                    if let Some(conn) = self.io.conns.get(c.index()) {
+                        crate::prefetch(conn);
+                    }
+                    if recv {
+                        h.prefetch(c);
+                    }
+                }
+            }
+        }
         let mut inputs = 0;
         for &(ud, res, flags) in &cqes {
             inputs += u32::from(res > 0 && userdata::is_recv(ud));

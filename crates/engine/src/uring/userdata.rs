@@ -73,6 +73,12 @@ pub(crate) fn is_recv(ud: u64) -> bool {
     (ud >> 56) as u8 == Kind::Recv as u8
 }
 
+/// True if `ud` belongs to a connection's send.
+#[inline]
+pub(crate) fn is_send(ud: u64) -> bool {
+    (ud >> 56) as u8 == Kind::Send as u8
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

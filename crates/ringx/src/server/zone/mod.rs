@@ -504,4 +504,10 @@ impl Handler for HttpZone {
     fn on_wake(&mut self, io: &mut Io) {
         self.ops_wake(io);
     }
+
+    fn prefetch(&self, c: ConnId) {
+        if let Some(conn) = self.conns.get(c.index()) {
+            ringx_engine::prefetch(conn);
+        }
+    }
 }
