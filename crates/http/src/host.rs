@@ -110,6 +110,8 @@ pub(crate) fn split_port(s: &str) -> (&str, Option<&str>) {
     let b = s.as_bytes();
     let host_end = if b.first() == Some(&b'[') {
         memchr::memchr(b']', b).map_or(s.len(), |i| i + 1)
+    } else if b.len() <= crate::target::SHORT {
+        b.iter().position(|&c| c == b':').unwrap_or(s.len())
     } else {
         memchr::memchr(b':', b).unwrap_or(s.len())
     };

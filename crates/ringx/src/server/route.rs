@@ -186,11 +186,19 @@ impl Routes {
         })
     }
 
-    /// The server (an index into `servers`) for a request on `listener` with this Host (port
-    /// already stripped).
-    pub fn server_index(&self, listener: usize, host: Option<&str>) -> usize {
+    /// The server (an index into `servers`) for a request on `listener` with the Host that
+    /// `host_name` gives (port stripped). A listener with one server needs no Host, and
+    /// `host_name` is not called.
+    pub fn server_index<'h>(
+        &self,
+        listener: usize,
+        host_name: impl FnOnce() -> Option<&'h str>,
+    ) -> usize {
         let cands = &self.by_listener[listener];
-        if let Some(h) = host {
+        if cands.len() == 1 {
+            return cands[0];
+        }
+        if let Some(h) = host_name() {
             let h = h.trim_end_matches('.');
             for &i in cands {
                 if self.servers[i]

@@ -224,7 +224,7 @@ impl HttpZone {
         let at = path.as_ref().ok().and_then(|p| {
             let si = self
                 .routes
-                .server_index(self.conns[c.index()].listener as usize, req.host_name());
+                .server_index(self.conns[c.index()].listener as usize, || req.host_name());
             self.routes.servers[si].location_index(p).map(|li| (si, li))
         });
         (path, at)
