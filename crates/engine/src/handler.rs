@@ -40,9 +40,10 @@ pub trait Handler {
     /// The zone's [`crate::Waker`] was woken (a control message is waiting).
     fn on_wake(&mut self, io: &mut Io);
 
-    /// A completion for `conn` is about to be handled, after the others of its batch: bring
-    /// the connection's state into the cache ([`crate::prefetch`]). A hint only; the default
-    /// does nothing.
+    /// A batch of completions that includes arriving bytes for `conn` is about to be handled
+    /// (called for each such connection before the first completion of the batch): bring the
+    /// connection's state into the cache ([`crate::prefetch`]). A hint only; the default does
+    /// nothing.
     #[inline]
     fn prefetch(&self, _conn: ConnId) {}
 }

@@ -180,6 +180,16 @@ impl ConnIo {
     /// The front chunk was written completely: pop it, and give its vector to the zone's pool
     /// of spare output vectors (`Io::spares`) for the next response, whichever connection it
     /// is for.
+    /// Whether a flush of this connection has anything to do: output queued, an action that
+    /// waits for the queue to drain (close, shutdown), a flush notification, or the
+    /// descriptor a file send held. A keep-alive response that went out whole leaves none.
+    pub(crate) fn flush_has_work(&self) -> bool {
+        !self.out.is_empty()
+            || !matches!(self.after_flush, AfterFlush::Nothing)
+            || self.notify_flushed
+            || self.sock_fd.is_some()
+    }
+
     pub(crate) fn pop_front(&mut self, spares: &mut Vec<Vec<u8>>) {
         if let Some(Chunk::Bytes { mut buf, .. }) = self.out.pop_front() {
             if spares.len() < MAX_SPARES && buf.capacity() <= MAX_SPARE {

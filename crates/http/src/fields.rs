@@ -22,7 +22,8 @@ pub(crate) struct Codings {
     pub last_is_chunked: bool,
 }
 
-/// Checks every field value and interprets the fields listed above.
+/// Interprets the fields listed above and validates the `Host` value. (`httparse` has already
+/// checked the bytes of every value: see the loop.)
 pub(crate) fn analyze<'b>(
     headers: &[Header<'b>],
     version: Version,
@@ -36,7 +37,7 @@ pub(crate) fn analyze<'b>(
     for header in headers {
         let value = header.value;
         // `httparse` admits only field-vchar / SP / HTAB in a value (its HEADER_VALUE_MAP is
-        // this same set); the property test `values_are_field_vchars` and the parse_request
+        // this same set); the property tests of tests/head_bytes_prop.rs and the parse_request
         // fuzz target hold it to that, so release builds do not scan every value twice.
         debug_assert!(value.iter().all(|&b| is_field_vchar(b)));
         let name = header.name;

@@ -9,6 +9,8 @@ use ringx_http::httparse::{Header, EMPTY_HEADER};
 use ringx_http::{parse_request, Limits, Parsed};
 
 /// Bytes that are interesting around the rules: controls, CR/LF, DEL, obs-text, separators.
+/// Targets and values run past 32 bytes, so httparse's vector paths (16- and 32-byte blocks)
+/// see the bad byte at every position of a block, not only its scalar tail.
 fn byte() -> impl Strategy<Value = u8> {
     prop_oneof![
         4 => proptest::sample::select(b"\0\r\n\t \x7f\x80\xff:/?a-Z0".to_vec()),
@@ -17,14 +19,19 @@ fn byte() -> impl Strategy<Value = u8> {
 }
 
 fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
-    proptest::collection::vec(byte(), 0..max)
+    // Mostly harmless bytes with a few interesting ones, so that long runs stay acceptable up
+    // to the byte that matters.
+    proptest::collection::vec(
+        prop_oneof![8 => proptest::sample::select(b"abcXYZ019-._~/".to_vec()), 1 => byte()],
+        0..max,
+    )
 }
 
 /// A request that is well-formed except where the random parts put something else.
 fn head() -> impl Strategy<Value = Vec<u8>> {
     (
-        bytes(8),
-        proptest::collection::vec((bytes(6), bytes(12)), 0..4),
+        bytes(48),
+        proptest::collection::vec((bytes(6), bytes(80)), 0..4),
         prop_oneof![Just(&b"\r\n"[..]), Just(&b"\n"[..]), Just(&b"\r"[..])],
     )
         .prop_map(|(target, fields, end)| {
@@ -80,7 +87,7 @@ proptest! {
     }
 
     #[test]
-    fn any_bytes_after_a_request_line(tail in bytes(48)) {
+    fn any_bytes_after_a_request_line(tail in bytes(120)) {
         let mut buf = b"GET / HTTP/1.1\r\n".to_vec();
         buf.extend_from_slice(&tail);
         check(&buf)?;

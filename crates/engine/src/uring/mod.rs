@@ -251,7 +251,7 @@ impl UringDriver {
     fn flush_conn<H: Handler>(&mut self, h: &mut H, c: ConnId) {
         let conn = &mut self.io.conns[c.index()];
         conn.dirty = false;
-        if conn.state != ConnState::Open || conn.in_flight {
+        if conn.state != ConnState::Open || conn.in_flight || !conn.flush_has_work() {
             return;
         }
         conn.skip_empty_front(&mut self.io.spares);

@@ -88,14 +88,8 @@ impl UringDriver {
         if conn.advance(res as u64) {
             conn.pop_front(&mut self.io.spares);
         }
-        // `flush_conn` has work only if something is queued or waits for the queue to drain
-        // (a close, a shutdown, a flush notification, the descriptor a file send held); a
-        // keep-alive response that went out whole leaves none of these.
-        if !conn.out.is_empty()
-            || !matches!(conn.after_flush, AfterFlush::Nothing)
-            || conn.notify_flushed
-            || conn.sock_fd.is_some()
-        {
+        // `flush_conn` returns at once on the same test.
+        if conn.flush_has_work() {
             self.io.mark_dirty(c);
         }
     }
