@@ -177,9 +177,6 @@ impl ConnIo {
         }
     }
 
-    /// The front chunk was written completely: pop it, and give its vector to the zone's pool
-    /// of spare output vectors (`Io::spares`) for the next response, whichever connection it
-    /// is for.
     /// Whether a flush of this connection has anything to do: output queued, an action that
     /// waits for the queue to drain (close, shutdown), a flush notification, or the
     /// descriptor a file send held. A keep-alive response that went out whole leaves none.
@@ -190,6 +187,9 @@ impl ConnIo {
             || self.sock_fd.is_some()
     }
 
+    /// The front chunk was written completely: pop it, and give its vector to the zone's pool
+    /// of spare output vectors (`Io::spares`) for the next response, whichever connection it
+    /// is for.
     pub(crate) fn pop_front(&mut self, spares: &mut Vec<Vec<u8>>) {
         if let Some(Chunk::Bytes { mut buf, .. }) = self.out.pop_front() {
             if spares.len() < MAX_SPARES && buf.capacity() <= MAX_SPARE {
@@ -392,9 +392,10 @@ impl Io {
         }
     }
 
-    /// Queues `len` bytes of `file` from `offset`. epoll: `sendfile`. io_uring: what the page
-    /// cache holds is read into the output buffer (behind the response head when it fits) and
-    /// sent like bytes; the rest is spliced by the kernel's workers (`uring/file_read.rs`).
+    /// Queues `len` bytes of `file` from `offset`. epoll: `sendfile`. io_uring: a body that fits
+    /// behind the response head is read from the page cache into the output buffer and sent
+    /// with it (`uring/file_read.rs`), a larger one goes by `sendfile` (`uring/sendfile.rs`),
+    /// and bytes not in the page cache are spliced by the kernel's workers.
     pub fn send_file(&mut self, c: ConnId, file: Rc<File>, offset: u64, len: u64) {
         if len == 0 || !self.is_open(c) {
             return;

@@ -137,7 +137,7 @@ pub(crate) fn analyze<'b>(
 }
 
 /// `field-vchar / SP / HTAB`, i.e. any byte but CTLs (other than HTAB) and DEL.
-pub(crate) fn is_field_vchar(b: u8) -> bool {
+fn is_field_vchar(b: u8) -> bool {
     b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80
 }
 

@@ -51,19 +51,6 @@ fn class(b: u8) -> u8 {
 /// Whether `s` is a valid `uri-host [ ":" port ]` (no userinfo).
 pub(crate) fn is_valid_host(s: &str) -> bool {
     let b = s.as_bytes();
-    // The usual Host, plain reg-name bytes and perhaps ":port", in one tight pass; anything
-    // else (escapes, IP-literals, errors) takes the full walk below.
-    let plain = b
-        .iter()
-        .position(|&c| class(c) & REG == 0)
-        .unwrap_or(b.len());
-    if plain > 0 {
-        match &b[plain..] {
-            [] => return true,
-            [b':', port @ ..] if is_valid_port(port) => return true,
-            _ => {}
-        }
-    }
     let port_at = if b.first() == Some(&b'[') {
         let Some(close) = memchr::memchr(b']', b) else {
             return false;
@@ -110,10 +97,8 @@ pub(crate) fn split_port(s: &str) -> (&str, Option<&str>) {
     let b = s.as_bytes();
     let host_end = if b.first() == Some(&b'[') {
         memchr::memchr(b']', b).map_or(s.len(), |i| i + 1)
-    } else if b.len() <= crate::target::SHORT {
-        b.iter().position(|&c| c == b':').unwrap_or(s.len())
     } else {
-        memchr::memchr(b':', b).unwrap_or(s.len())
+        crate::find_byte(b':', b).unwrap_or(s.len())
     };
     let (host, rest) = s.split_at(host_end);
     match rest.strip_prefix(':') {

@@ -51,20 +51,9 @@ pub(crate) fn parse_target(method: Method, target: &str) -> Result<Target<'_>, R
     absolute_form(target)
 }
 
-/// Below this length a byte loop finds a byte sooner than memchr.
-pub(crate) const SHORT: usize = 32;
-
 fn split_query(s: &str) -> (&str, Option<&str>) {
-    // Every request's target goes through here. memchr's vector search pays a set-up of
-    // about 50 instructions per call (callgrind), more than a byte loop spends on a short
-    // path; it is kept for long targets.
-    let b = s.as_bytes();
-    let at = if b.len() <= SHORT {
-        b.iter().position(|&c| c == b'?')
-    } else {
-        memchr::memchr(b'?', b)
-    };
-    match at {
+    // Every request's target goes through here.
+    match crate::find_byte(b'?', s.as_bytes()) {
         Some(i) => (&s[..i], Some(&s[i + 1..])),
         None => (s, None),
     }

@@ -536,9 +536,9 @@ impl Driver for UringDriver {
             }
             self.batch_want = 1;
         }
-        // Start loading the state of every connection with arriving bytes before handling the
-        // first (see `prefetch.rs`).
-        // A send's completion touches only the driver's record.
+        // Start loading the records of every connection the batch names before handling the
+        // first (`prefetch.rs`): the driver's for receives and sends, the handler's for
+        // receives only (a send's completion does not reach the handler).
         if cqes.len() > 1 {
             for &(ud, res, _) in &cqes {
                 let recv = res > 0 && userdata::is_recv(ud);
