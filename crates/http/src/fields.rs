@@ -7,8 +7,8 @@ use httparse::Header;
 /// What the header fields say about the message.
 #[derive(Debug)]
 pub(crate) struct Fields<'b> {
-    /// The `Host` header value, validated.
-    pub host: Option<&'b str>,
+    /// The `Host` header value, validated (so ASCII).
+    pub host: Option<&'b [u8]>,
     pub body: BodyKind,
     pub keep_alive: bool,
     pub expect_continue: bool,
@@ -83,10 +83,8 @@ pub(crate) fn analyze<'b>(
     }
 
     let host = match host {
-        Some(value) => match std::str::from_utf8(value) {
-            Ok(s) if crate::host::is_valid_host(s) => Some(s),
-            _ => return Err(RequestError::bad("invalid Host header")),
-        },
+        Some(value) if crate::host::is_valid_host(value) => Some(value),
+        Some(_) => return Err(RequestError::bad("invalid Host header")),
         None if version == Version::Http11 => {
             return Err(RequestError::bad("missing Host header"));
         }

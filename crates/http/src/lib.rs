@@ -21,7 +21,7 @@
 //! assert_eq!(req.method, Method::Post);
 //! assert_eq!(req.path, "/upload");
 //! assert_eq!(req.query, Some("x=1"));
-//! assert_eq!(req.host_name(), Some("example.com"));
+//! assert_eq!(req.host_name(), Some(&b"example.com"[..])); // validated, so ASCII
 //! assert_eq!(req.body, BodyKind::Length(5));
 //! assert!(req.keep_alive);
 //! assert_eq!(&buf[req.head_len..], b"hello"); // the body starts after the head

@@ -54,8 +54,9 @@ pub struct Request<'h, 'b> {
     /// The protocol version.
     pub version: Version,
     /// The authority of an absolute-form or authority-form target, otherwise
-    /// the `Host` header value (validated, port not stripped).
-    pub host: Option<&'b str>,
+    /// the `Host` header value (validated, port not stripped). Bytes, but
+    /// always ASCII: the host grammar (RFC 3986 §3.2.2) admits nothing else.
+    pub host: Option<&'b [u8]>,
     /// All header fields, in order, values with surrounding whitespace
     /// trimmed.
     pub headers: &'h [Header<'b>],
@@ -82,7 +83,7 @@ impl<'h, 'b> Request<'h, 'b> {
 
     /// [`host`](Self::host) without the port. IP-literals keep their
     /// brackets (`[::1]`). Case is left as sent.
-    pub fn host_name(&self) -> Option<&'b str> {
+    pub fn host_name(&self) -> Option<&'b [u8]> {
         self.host.map(|h| crate::host::split_port(h).0)
     }
 }
@@ -188,7 +189,7 @@ fn finish<'h, 'b>(
         path: target_parts.path,
         query: target_parts.query,
         version,
-        host: target_parts.authority.or(fields.host),
+        host: target_parts.authority.map(str::as_bytes).or(fields.host),
         headers,
         body: fields.body,
         keep_alive: fields.keep_alive,

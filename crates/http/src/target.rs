@@ -64,10 +64,10 @@ fn authority_form(target: &str) -> Result<Target<'_>, RequestError> {
         return Err(RequestError::bad("userinfo in request-target"));
     }
     // authority-form = uri-host ":" port, and CONNECT requires the port.
-    let has_port = crate::host::split_port(target)
+    let has_port = crate::host::split_port(target.as_bytes())
         .1
         .is_some_and(|p| !p.is_empty());
-    if !has_port || !is_valid_host(target) {
+    if !has_port || !is_valid_host(target.as_bytes()) {
         return Err(RequestError::bad("invalid authority-form request-target"));
     }
     Ok(Target {
@@ -95,7 +95,7 @@ fn absolute_form(target: &str) -> Result<Target<'_>, RequestError> {
     if authority.contains('@') {
         return Err(RequestError::bad("userinfo in request-target"));
     }
-    if !is_valid_host(authority) {
+    if !is_valid_host(authority.as_bytes()) {
         return Err(RequestError::bad("invalid authority in request-target"));
     }
     let (path, query) = split_query(path_and_query);

@@ -252,9 +252,9 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
         }
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    let host = f.host.or(req.host);
+    let host = f.host.map(str::as_bytes).or(req.host);
     if let Some(h) = host {
-        put(out, "Host", h.as_bytes());
+        put(out, "Host", h);
     }
     let mut xff: Option<&[u8]> = None;
     for h in req.headers {
@@ -295,7 +295,8 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
             };
             let _ = write!(Bytes(out), "Forwarded: for={node};proto={}", f.proto);
             if let Some(h) = req.host.filter(|h| is_token(h)) {
-                let _ = write!(Bytes(out), ";host={h}");
+                out.extend_from_slice(b";host=");
+                out.extend_from_slice(h);
             }
             out.extend_from_slice(b"\r\n");
         }
@@ -368,10 +369,10 @@ fn put(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn is_token(s: &str) -> bool {
+fn is_token(s: &[u8]) -> bool {
     !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:".contains(&b))
+        && s.iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:".contains(&b))
 }
 
 /// `fmt::Write` into a byte vector.

@@ -30,8 +30,8 @@ impl Owned {
             path: r.path.to_owned(),
             query: r.query.map(str::to_owned),
             version: r.version,
-            host: r.host.map(str::to_owned),
-            host_name: r.host_name().map(str::to_owned),
+            host: r.host.map(ascii),
+            host_name: r.host_name().map(ascii),
             headers: r
                 .headers
                 .iter()
@@ -127,4 +127,13 @@ pub fn feed(
         leftover: pending,
         done: decoder.is_done(),
     })
+}
+
+/// A validated host as text; the parser promises it is ASCII.
+fn ascii(b: &[u8]) -> String {
+    assert!(
+        b.is_ascii(),
+        "a validated host with a non-ASCII byte: {b:?}"
+    );
+    String::from_utf8(b.to_vec()).expect("ASCII is UTF-8")
 }

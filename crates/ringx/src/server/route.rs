@@ -192,26 +192,30 @@ impl Routes {
     pub fn server_index<'h>(
         &self,
         listener: usize,
-        host_name: impl FnOnce() -> Option<&'h str>,
+        host_name: impl FnOnce() -> Option<&'h [u8]>,
     ) -> usize {
         let cands = &self.by_listener[listener];
         if cands.len() == 1 {
             return cands[0];
         }
         if let Some(h) = host_name() {
-            let h = h.trim_end_matches('.');
+            let mut h = h;
+            while let Some(rest) = h.strip_suffix(b".") {
+                h = rest;
+            }
             for &i in cands {
                 if self.servers[i]
                     .names
                     .iter()
-                    .any(|n| n.eq_ignore_ascii_case(h))
+                    .any(|n| n.as_bytes().eq_ignore_ascii_case(h))
                 {
                     return i;
                 }
             }
             for &i in cands {
                 if self.servers[i].suffixes.iter().any(|suf| {
-                    h.len() > suf.len() && h[h.len() - suf.len()..].eq_ignore_ascii_case(suf)
+                    h.len() > suf.len()
+                        && h[h.len() - suf.len()..].eq_ignore_ascii_case(suf.as_bytes())
                 }) {
                     return i;
                 }
