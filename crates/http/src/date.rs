@@ -27,6 +27,9 @@ const PREFIX: &[u8] = b"Date: ";
 /// `"Date: "` + 29-byte IMF-fixdate + CRLF.
 const LINE_LEN: usize = PREFIX.len() + 29 + 2;
 
+/// The length of [`DateCache::header`]'s line: the same for every date.
+pub const DATE_HEADER_LEN: usize = LINE_LEN;
+
 /// A ready-to-send `Date: ...\r\n` header line, recomputed at most once per
 /// second.
 #[derive(Debug, Clone)]
@@ -63,7 +66,7 @@ impl DateCache {
     }
 
     /// The header line, e.g. `b"Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"`.
-    pub fn header(&self) -> &[u8] {
+    pub fn header(&self) -> &[u8; DATE_HEADER_LEN] {
         &self.line
     }
 }

@@ -118,7 +118,7 @@ pub mod upstream;
 mod version;
 
 pub use body::{BodyDecoder, Decoded};
-pub use date::{fmt_http_date, parse_http_date, DateCache};
+pub use date::{fmt_http_date, parse_http_date, DateCache, DATE_HEADER_LEN};
 pub use error::{BodyError, RequestError};
 pub use limits::{BodyLimits, Limits};
 pub use method::Method;

@@ -35,6 +35,12 @@ pub fn canned(
     head_only: bool,
 ) -> usize {
     let before = out.len();
+    if ch == ConnHdr::Keep11 && !head_only {
+        out.extend_from_slice(&c.keep11);
+        let date_at = before + c.head.len();
+        out[date_at..date_at + ringx_http::DATE_HEADER_LEN].copy_from_slice(date.header());
+        return c.head.len() + ringx_http::DATE_HEADER_LEN + 2;
+    }
     out.extend_from_slice(&c.head);
     out.extend_from_slice(date.header());
     out.extend_from_slice(ch.bytes());
@@ -103,4 +109,33 @@ pub fn error(
 
 fn itoa(n: u64) -> String {
     n.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-copy keep-alive form writes exactly what the appends write.
+    #[test]
+    fn canned_forms_agree() {
+        let head = b"HTTP/1.1 200 OK\r\nServer: ringx\r\nContent-Length: 2\r\n".to_vec();
+        let c = Canned::new(head, b"hi".to_vec());
+        let date = DateCache::new();
+        for ch in [ConnHdr::Keep11, ConnHdr::Keep10, ConnHdr::Close] {
+            for head_only in [false, true] {
+                let mut out = b"previous".to_vec();
+                let n = canned(&mut out, &c, &date, ch, head_only);
+                let mut want = b"previous".to_vec();
+                want.extend_from_slice(&c.head);
+                want.extend_from_slice(date.header());
+                want.extend_from_slice(ch.bytes());
+                want.extend_from_slice(b"\r\n");
+                assert_eq!(n, want.len() - 8, "{ch:?} {head_only}");
+                if !head_only {
+                    want.extend_from_slice(&c.body);
+                }
+                assert_eq!(out, want, "{ch:?} {head_only}");
+            }
+        }
+    }
 }

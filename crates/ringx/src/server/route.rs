@@ -81,6 +81,19 @@ pub struct Canned {
     /// Status line and headers, each with CRLF; Date and Connection are added per response.
     pub head: Vec<u8>,
     pub body: Vec<u8>,
+    /// The whole HTTP/1.1 keep-alive response (the common case): `head`, a Date line to be
+    /// overwritten, the empty line, `body`. One copy instead of five appends.
+    pub keep11: Vec<u8>,
+}
+
+impl Canned {
+    pub fn new(head: Vec<u8>, body: Vec<u8>) -> Canned {
+        let mut keep11 = head.clone();
+        keep11.extend_from_slice(&[b'-'; ringx_http::DATE_HEADER_LEN]);
+        keep11.extend_from_slice(b"\r\n");
+        keep11.extend_from_slice(&body);
+        Canned { head, body, keep11 }
+    }
 }
 
 pub struct FileRoot {
@@ -305,7 +318,7 @@ fn canned(r: &Return, server_header: &[u8]) -> Canned {
     for (k, v) in &r.headers {
         head.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
     }
-    Canned { head, body }
+    Canned::new(head, body)
 }
 
 fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
