@@ -454,7 +454,7 @@ def charts(result, name):
 INTRO = """# Echo benchmark: ringx (io_uring, epoll) against Go netpoll
 
 `bench/echo.py` (`make bench-echo`, `BENCH_ARGS=--quick` for a smoke run under 2 minutes; the
-full run takes under 8 minutes; root, Go and perf needed). The method is
+full run takes about 13 minutes with the two yardsticks; root, Go and perf needed). The method is
 `shared/DESIGN.md`'s "How performance is measured here", as `bench/run.py` applies it to HTTP.
 
 - **Protocol** (the netpoll benchmark's): a message is a 4-byte big-endian length and that many
