@@ -29,7 +29,8 @@ Figures per workload (connection count) and peer:
 
 Usage: bench/echo.py [--quick] [--rounds N] [--duration S] [--only c10,c100,...]
 Writes bench/results/echo-<date>[-quick].json, charts bench/results/echo-<date>-*.png and
-bench/echo/README.md. Needs root (cgroup), Go (builds bench/echo/ into a temporary dir).
+bench/echo/README.md. Needs root (cgroup), Go (builds bench/echo/ into a temporary dir), gcc and
+liburing (the yardsticks in bench/echo/yardstick/); `make deps` installs them.
 """
 import argparse
 import datetime
@@ -72,7 +73,7 @@ PEERS = ["ringx-epoll", "ringx-uring", "go-netpoll", "ringx-sqpoll", "min-uring"
 # from a provided-buffer ring, DEFER_TASKRUN, as ringx) and one on epoll (read, write). Their
 # ratio is what io_uring itself gains over epoll on this machine for this workload, whatever a
 # server built on it does.
-YARDSTICKS = {"min-uring": "uring_echo.c", "min-epoll": "epoll_echo.c"}
+YARDSTICKS = {"min-uring": ("uring_echo.c", ["-luring"]), "min-epoll": ("epoll_echo.c", [])}
 BASE = "ringx-epoll"
 METRICS = ["msgs_per_s", "capped_msgs_per_s", "cpu_us_per_msg", "msgs_per_cpu_s", "capped_msgs_per_cpu_s",
            "syscalls_per_msg", "p50_us", "p99_us", "p999_us", "lat_cpu_us_per_msg"]
@@ -87,9 +88,9 @@ def build_go(outdir):
         if r.returncode != 0:
             raise RuntimeError(f"go build ./{pkg} failed:\n{r.stdout}{r.stderr}")
         bins[pkg] = dst
-    for name, src in YARDSTICKS.items():
+    for name, (src, libs) in YARDSTICKS.items():
         dst = os.path.join(outdir, name)
-        r = sh(["gcc", "-O2", "-o", dst, os.path.join(ECHO, "yardstick", src), "-luring"])
+        r = sh(["gcc", "-O2", "-o", dst, os.path.join(ECHO, "yardstick", src)] + libs)
         if r.returncode != 0:
             raise RuntimeError(f"gcc {src} failed:\n{r.stdout}{r.stderr}")
         bins[name] = dst
@@ -465,7 +466,7 @@ full run takes about 13 minutes with the two yardsticks; root, Go and perf neede
   (GOMAXPROCS=1, one poller loop). Every server is pinned to CPU 0. `ringx-sqpoll` is
   `--engine uring --sqpoll` with its kernel SQ thread on CPU 0 too (its time counts: it is a
   thread of the process) and a 50 µs completion-queue poll before sleeping.
-- **Yardsticks** `min-uring` and `min-epoll`: [`yardstick/`](yardstick/), about 80 lines of C
+- **Yardsticks** `min-uring` and `min-epoll`: [`yardstick/`](yardstick/), 80–120 lines of C
   each, compiled by the harness. They echo the received bytes back with no framing work: one
   with io_uring as ringx uses it (multishot receive from a provided-buffer ring,
   DEFER_TASKRUN, one send in flight per connection), one with level-triggered epoll, `read`
@@ -549,11 +550,11 @@ def write_report(result, name):
     L.append("Versions: " + "; ".join(f"{k} {val}" if k.startswith(("github", "golang")) else val
                                       for k, val in v.items()) + ".")
     L.append("")
-    L.append("### ringx-uring relative to the other peers (medians, same run)")
+    L.append("### ringx-uring relative to the other peers, and the two yardsticks (medians, same run)")
     L.append("")
     L.append("| workload | capped echoes/s vs epoll | vs netpoll | echoes per CPU-s vs epoll | vs netpoll "
              "| syscalls/echo uring / epoll / netpoll / sqpoll | SQPOLL steady state | p99 µs uring / epoll / netpoll / sqpoll "
-             "| yardsticks min-uring vs min-epoll: capped / p99 | min-uring vs netpoll capped |")
+             "| yardsticks min-uring vs min-epoll: capped / p99 (lower is better) | min-uring vs netpoll capped |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
 
     def r(w, m, key):
