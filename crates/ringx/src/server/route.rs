@@ -343,3 +343,67 @@ fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
     // SAFETY: `fd` is new and owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Routes for `servers`, each given one `return` location.
+    fn routes(servers: &str) -> Routes {
+        let loc = "\n  [[server.location]]\n  path = \"/\"\n  return = { status = 204 }\n";
+        let toml: String = servers
+            .split("[[server]]")
+            .filter(|body| !body.trim().is_empty())
+            .map(|body| format!("[[server]]{body}{loc}"))
+            .collect();
+        let cfg = crate::config::parse("test.toml", &toml).expect("test config parses");
+        let mut ups = Upstreams::compile(&cfg).expect("no upstreams to resolve");
+        Routes::compile(&cfg, &mut ups).expect("routes compile")
+    }
+
+    /// nginx's choice of server by Host: exact names (any case, trailing dots ignored), then
+    /// `*.suffix` names, then the listener's default server; a listener with one server never
+    /// asks for the Host.
+    #[test]
+    fn server_by_host() {
+        let r = routes(
+            r#"
+[[server]]
+listen = ["127.0.0.1:18901"]
+server_name = ["Example.com"]
+[[server]]
+listen = ["127.0.0.1:18901"]
+server_name = ["*.example.org"]
+[[server]]
+listen = ["127.0.0.1:18901"]
+server_name = ["other.test"]
+default = true
+[[server]]
+listen = ["127.0.0.1:18902"]
+"#,
+        );
+        let pick = |host: &'static str| r.server_index(0, || Some(host.as_bytes()));
+        assert_eq!(pick("example.com"), 0);
+        assert_eq!(pick("EXAMPLE.COM"), 0);
+        assert_eq!(pick("example.com."), 0);
+        assert_eq!(pick("example.com.."), 0);
+        assert_eq!(pick("www.Example.ORG"), 1);
+        assert_eq!(
+            pick("example.org"),
+            2,
+            "a wildcard needs a label before its suffix"
+        );
+        assert_eq!(pick("unknown.test"), 2, "the listener's default server");
+        assert_eq!(r.server_index(0, || None), 2);
+        let asked = std::cell::Cell::new(false);
+        let one = r.server_index(1, || {
+            asked.set(true);
+            Some(&b"example.com"[..])
+        });
+        assert_eq!(one, 3);
+        assert!(
+            !asked.get(),
+            "a listener with one server does not read the Host"
+        );
+    }
+}
