@@ -466,7 +466,7 @@ full run takes about 13 minutes with the two yardsticks; root, Go and perf neede
   (GOMAXPROCS=1, one poller loop). Every server is pinned to CPU 0. `ringx-sqpoll` is
   `--engine uring --sqpoll` with its kernel SQ thread on CPU 0 too (its time counts: it is a
   thread of the process) and a 50 µs completion-queue poll before sleeping.
-- **Yardsticks** `min-uring` and `min-epoll`: [`yardstick/`](yardstick/), 80–120 lines of C
+- **Yardsticks** `min-uring` and `min-epoll`: [`yardstick/`](yardstick/), 83 and 122 lines of C
   each, compiled by the harness. They echo the received bytes back with no framing work: one
   with io_uring as ringx uses it (multishot receive from a provided-buffer ring,
   DEFER_TASKRUN, one send in flight per connection), one with level-triggered epoll, `read`
