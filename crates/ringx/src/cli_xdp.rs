@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::config::xdp::parse_port;
 use clap::{Args, Subcommand};
 use ringx_xdp::{Cidr, Filter, List, Maps, Mode, Origin, Settings, DEFAULT_PIN_DIR};
 
@@ -85,20 +86,6 @@ struct AttachArgs {
 const MOUNT_NOTE: &str = "note: no bpffs was mounted at /sys/fs/bpf, so ringx mounted one; \
     under `ip netns exec` that mount is private to this command and the pins go with it \
     (enter namespaces with `nsenter --net=/run/netns/NAME` instead)";
-
-/// `80`, `80/tcp`, `53/udp`, `443/both` -> (port, tcp, udp).
-pub fn parse_port(s: &str) -> Result<(u16, bool, bool), String> {
-    let (p, proto) = s.split_once('/').unwrap_or((s, "tcp"));
-    let port: u16 = p
-        .parse()
-        .map_err(|_| format!("port {s:?}: expected PORT[/tcp|/udp|/both]"))?;
-    match proto {
-        "tcp" => Ok((port, true, false)),
-        "udp" => Ok((port, false, true)),
-        "both" => Ok((port, true, true)),
-        _ => Err(format!("port {s:?}: the protocol is tcp, udp or both")),
-    }
-}
 
 fn cidrs(v: &[String]) -> Result<Vec<Cidr>, String> {
     v.iter().map(|s| s.parse::<Cidr>()).collect()

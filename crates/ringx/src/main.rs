@@ -1,20 +1,20 @@
 //! `ringx`: the command line.
 
-mod accesslog;
 mod admin;
 mod cli_rss;
 mod cli_xdp;
-mod config;
 mod control;
 mod echo;
 mod echo_pool;
 mod lifecycle;
-mod metrics;
 mod ops_wiring;
-mod proxy;
-mod server;
 mod steering;
 mod upgrade;
+
+// The crates below the binary, under the names this crate's modules use for them.
+use ringx_config as config;
+use ringx_server as server;
+use ringx_server::{accesslog, metrics, upstream as proxy};
 
 use std::path::PathBuf;
 use std::process::ExitCode;

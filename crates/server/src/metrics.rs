@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use ringx_engine::Waker;
 
-use crate::proxy::Upstreams;
+use crate::upstream::Upstreams;
 
 /// Adds to a counter only its zone writes.
 #[inline]
@@ -37,7 +37,7 @@ pub struct ZoneCounters {
     pub connects_steered: AtomicU64,
     pub connects_kernel: AtomicU64,
     pub connect_failures: AtomicU64,
-    /// Source-port selection (`[steering] mode`, `crate::proxy::connector`): ports from the
+    /// Source-port selection (`[steering] mode`, `crate::upstream::connector`): ports from the
     /// precomputed table, dynamic searches, steering-hash evaluations, connects no port fit
     /// (the kernel chose), table ports another socket held at bind.
     pub port_table_hits: AtomicU64,

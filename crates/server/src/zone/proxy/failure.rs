@@ -40,7 +40,7 @@ impl HttpZone {
     /// The upstream connection failed: blame the server (passive health), then retry
     /// elsewhere if nothing reached the client yet, else cut the client off. The record
     /// stays (state `Closing`) until `on_closed`.
-    pub(in crate::server::zone) fn upstream_failed(&mut self, io: &mut Io, u: ConnId, why: Fail) {
+    pub(in crate::zone) fn upstream_failed(&mut self, io: &mut Io, u: ConnId, why: Fail) {
         let Some(up) = self.upc[u.index()].as_mut() else {
             return;
         };
@@ -100,14 +100,14 @@ impl HttpZone {
     }
 
     /// Some server of the request's upstream was not tried yet.
-    pub(in crate::server::zone) fn untried(&self, c: ConnId) -> bool {
+    pub(in crate::zone) fn untried(&self, c: ConnId) -> bool {
         let (Some(p), Some(z)) = (self.conns[c.index()].proxy.as_ref(), self.ups.as_ref()) else {
             return false;
         };
         (0..z.defs.list[p.upstream].servers.len()).any(|s| !p.tried.contains(&s))
     }
 
-    pub(in crate::server::zone) fn upstream_name(&self, u: ConnId) -> String {
+    pub(in crate::zone) fn upstream_name(&self, u: ConnId) -> String {
         match (self.upc[u.index()].as_ref(), self.ups.as_ref()) {
             (Some(up), Some(z)) => {
                 let d = &z.defs.list[up.upstream];
@@ -117,7 +117,7 @@ impl HttpZone {
         }
     }
 
-    pub(in crate::server::zone) fn up_eof(&mut self, io: &mut Io, u: ConnId) {
+    pub(in crate::zone) fn up_eof(&mut self, io: &mut Io, u: ConnId) {
         let Some(up) = self.upc[u.index()].as_mut() else {
             return;
         };
@@ -145,7 +145,7 @@ impl HttpZone {
         }
     }
 
-    pub(in crate::server::zone) fn up_closed(
+    pub(in crate::zone) fn up_closed(
         &mut self,
         io: &mut Io,
         u: ConnId,
@@ -188,7 +188,7 @@ impl HttpZone {
         self.after_failure(io, info, why);
     }
 
-    pub(in crate::server::zone) fn up_expire(&mut self, io: &mut Io, u: ConnId) {
+    pub(in crate::zone) fn up_expire(&mut self, io: &mut Io, u: ConnId) {
         let Some(up) = self.upc[u.index()].as_mut() else {
             return;
         };

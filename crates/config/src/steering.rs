@@ -255,26 +255,25 @@ mod tests {
 
     #[test]
     fn listen_defaults_to_cpu_and_parses_both() {
-        let c = crate::config::parse("t.toml", SERVER).unwrap();
+        let c = crate::parse("t.toml", SERVER).unwrap();
         assert_eq!(c.steering.listen, ListenSteering::Cpu);
-        let c = crate::config::parse(
+        let c = crate::parse(
             "t.toml",
             &format!("[steering]\nlisten = \"hash\"\n{SERVER}"),
         )
         .unwrap();
         assert_eq!(c.steering.listen, ListenSteering::Hash);
-        let c = crate::config::parse("t.toml", &format!("[steering]\nlisten = \"cpu\"\n{SERVER}"))
-            .unwrap();
+        let c = crate::parse("t.toml", &format!("[steering]\nlisten = \"cpu\"\n{SERVER}")).unwrap();
         assert_eq!(c.steering.listen, ListenSteering::Cpu);
     }
 
     #[test]
     fn bad_values_point_at_the_key() {
-        let e = crate::config::parse("t.toml", &format!("[steering]\nlisten = \"rr\"\n{SERVER}"))
+        let e = crate::parse("t.toml", &format!("[steering]\nlisten = \"rr\"\n{SERVER}"))
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("t.toml:2:10: "), "{e}");
-        let e = crate::config::parse("t.toml", &format!("[steering]\nlistne = \"cpu\"\n{SERVER}"))
+        let e = crate::parse("t.toml", &format!("[steering]\nlistne = \"cpu\"\n{SERVER}"))
             .unwrap_err()
             .to_string();
         assert!(
@@ -285,11 +284,11 @@ mod tests {
 
     #[test]
     fn active_side_keys() {
-        let c = crate::config::parse("t.toml", SERVER).unwrap();
+        let c = crate::parse("t.toml", SERVER).unwrap();
         assert_eq!(c.steering.mode(), Mode::Off);
         assert!(c.steering.devices().is_empty());
         assert!(c.steering.time_wait.is_none());
-        let c = crate::config::parse(
+        let c = crate::parse(
             "t.toml",
             &format!(
                 "[steering]\nmode = \"software\"\ndevice = [\"veth0\", \"veth1\"]\n\
@@ -310,7 +309,7 @@ mod tests {
         assert_eq!(st.rss_table.0.len(), 3);
         assert_eq!(st.rss_table.0[2].remote, "10.0.0.4:81".parse().unwrap());
         // One string, F-Stack style, and a pair for the range.
-        let c = crate::config::parse(
+        let c = crate::parse(
             "t.toml",
             &format!(
                 "[steering]\nmode = \"rss\"\ndevice = \"eth0\"\nport_range = [1024, 2047]\n\
@@ -326,8 +325,7 @@ mod tests {
         );
         for m in ["auto", "off"] {
             let c =
-                crate::config::parse("t.toml", &format!("[steering]\nmode = \"{m}\"\n{SERVER}"))
-                    .unwrap();
+                crate::parse("t.toml", &format!("[steering]\nmode = \"{m}\"\n{SERVER}")).unwrap();
             assert_eq!(c.steering.mode().as_str(), m);
         }
     }
@@ -361,12 +359,12 @@ mod tests {
             ("xdp_mode = \"hw\"", "t.toml:2:12: ", "XDP mode"),
             ("time_wait = \"1y\"", "t.toml:2:13: ", "duration"),
         ] {
-            let e = crate::config::parse("t.toml", &format!("[steering]\n{body}\n{SERVER}"))
+            let e = crate::parse("t.toml", &format!("[steering]\n{body}\n{SERVER}"))
                 .unwrap_err()
                 .to_string();
             assert!(e.starts_with(at) && e.contains(want), "{body}: {e}");
         }
-        let e = crate::config::parse(
+        let e = crate::parse(
             "t.toml",
             &format!(
                 "[steering]\nmode = \"software\"\ndevice = \"eth0\"\n[xdp]\ndev = \"eth0\"\n{SERVER}"

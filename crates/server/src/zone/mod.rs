@@ -14,9 +14,9 @@ use ringx_http::{BodyDecoder, DateCache};
 use super::respond::ConnHdr;
 use super::route::{ListenerKind, Routes};
 use super::settings::Settings;
-use crate::proxy::connector::Connector;
-use crate::proxy::zone_state::ZoneUpstreams;
-use crate::proxy::Upstreams;
+use crate::upstream::connector::Connector;
+use crate::upstream::pools::ZoneUpstreams;
+use crate::upstream::Upstreams;
 
 /// Commands from the control thread, read when the zone is woken (0 = run).
 pub const CMD_DRAIN: u8 = 1;

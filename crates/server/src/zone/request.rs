@@ -10,9 +10,9 @@ use ringx_engine::{ConnId, Io};
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request};
 
 use super::{HttpZone, Next, Pending, Phase, MAX_HEADERS_STACK, OUT_HIGH_WATER};
-use crate::server::respond::{self, ConnHdr};
-use crate::server::route::{Action, FileRoot};
-use crate::server::static_files::{self, FileReply};
+use crate::respond::{self, ConnHdr};
+use crate::route::{Action, FileRoot};
+use crate::static_files::{self, FileReply};
 
 /// The file part of a response body: the file, the offset and the length to send.
 type FilePart = (Rc<File>, u64, u64);

@@ -27,12 +27,12 @@ use ringx_http::Request;
 use super::upconn::UpState;
 use super::{HttpZone, Phase, ZoneEvent, CMD_DRAIN};
 use crate::accesslog::{self, LogClock, LogSink};
-use crate::config::ops::LogFormat;
 use crate::metrics::{bump, ZoneCounters};
-use crate::proxy::zone_state::ZoneUpstreams;
-use crate::proxy::Upstreams;
-use crate::server::route::Routes;
-use crate::server::settings::Settings;
+use crate::route::Routes;
+use crate::settings::Settings;
+use crate::upstream::pools::ZoneUpstreams;
+use crate::upstream::Upstreams;
+use ringx_config::ops::LogFormat;
 
 /// A driver listener whose address is not (or no longer) served.
 const NO_ROUTE: u32 = u32::MAX;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use ringx_http::Limits;
 
-use crate::config::Http;
+use ringx_config::Http;
 
 pub struct Settings {
     pub header_timeout: Duration,

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
-use crate::config::{Config, Location, Return};
-use crate::proxy::Upstreams;
+use crate::upstream::Upstreams;
+use ringx_config::{Config, Location, Return};
 
 pub struct Routes {
     /// Unique listen addresses; a zone's `ListenerId(i)` is `listen[i]`.
@@ -356,7 +356,7 @@ mod tests {
             .filter(|body| !body.trim().is_empty())
             .map(|body| format!("[[server]]{body}{loc}"))
             .collect();
-        let cfg = crate::config::parse("test.toml", &toml).expect("test config parses");
+        let cfg = ringx_config::parse("test.toml", &toml).expect("test config parses");
         let mut ups = Upstreams::compile(&cfg).expect("no upstreams to resolve");
         Routes::compile(&cfg, &mut ups).expect("routes compile")
     }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::config::ops::LogFormat;
+use ringx_config::ops::LogFormat;
 
 /// A zone hands its buffer over beyond this size...
 pub const FLUSH_BYTES: usize = 32 * 1024;

@@ -9,7 +9,7 @@ use super::*;
 impl HttpZone {
     /// The request body arriving from the client: forwarded as it comes (chunked framing
     /// passed through unchanged). Returns the bytes consumed, `None` if the exchange ended.
-    pub(in crate::server::zone) fn proxy_body(
+    pub(in crate::zone) fn proxy_body(
         &mut self,
         io: &mut Io,
         c: ConnId,
@@ -84,7 +84,7 @@ impl HttpZone {
     }
 
     /// The request cannot go on (bad body framing, too large): answer and drop the upstream.
-    pub(in crate::server::zone) fn abort_request(&mut self, io: &mut Io, c: ConnId, status: u16) {
+    pub(in crate::zone) fn abort_request(&mut self, io: &mut Io, c: ConnId, status: u16) {
         self.detach_upstream(io, c);
         let conn = &mut self.conns[c.index()];
         let started = conn.proxy.as_ref().is_some_and(|p| p.started);
@@ -99,7 +99,7 @@ impl HttpZone {
     }
 
     /// Closes the client's upstream connection (not reusable: the exchange was cut).
-    pub(in crate::server::zone) fn detach_upstream(&mut self, io: &mut Io, c: ConnId) {
+    pub(in crate::zone) fn detach_upstream(&mut self, io: &mut Io, c: ConnId) {
         let Some(p) = self.conns[c.index()].proxy.as_mut() else {
             return;
         };
@@ -118,7 +118,7 @@ impl HttpZone {
     }
 
     /// Every server was tried (or none is usable): 502/504 to the client.
-    pub(in crate::server::zone) fn give_up(&mut self, io: &mut Io, c: ConnId, status: u16) {
+    pub(in crate::zone) fn give_up(&mut self, io: &mut Io, c: ConnId, status: u16) {
         let conn = &mut self.conns[c.index()];
         conn.proxy = None;
         if conn.stream.is_some() {

@@ -9,7 +9,7 @@ use super::super::{HttpZone, Phase};
 impl HttpZone {
     /// Everything queued to an upstream was written: a client paused for back-pressure
     /// reads again.
-    pub(in crate::server::zone) fn up_flushed(&mut self, io: &mut Io, u: ConnId) {
+    pub(in crate::zone) fn up_flushed(&mut self, io: &mut Io, u: ConnId) {
         let Some((c, cgen)) = self.upc[u.index()].as_ref().and_then(|x| x.client) else {
             return;
         };
@@ -40,11 +40,7 @@ impl HttpZone {
     }
 
     /// The client's queue drained: the upstream paused for back-pressure reads again.
-    pub(in crate::server::zone) fn client_flushed_while_proxying(
-        &mut self,
-        io: &mut Io,
-        c: ConnId,
-    ) {
+    pub(in crate::zone) fn client_flushed_while_proxying(&mut self, io: &mut Io, c: ConnId) {
         let conn = &self.conns[c.index()];
         let u = match conn.phase {
             Phase::Proxy => conn.proxy.as_ref().and_then(|p| p.up),
@@ -64,7 +60,7 @@ impl HttpZone {
     }
 
     /// The client closed its side while its request was being proxied.
-    pub(in crate::server::zone) fn proxy_client_eof(&mut self, io: &mut Io, c: ConnId) {
+    pub(in crate::zone) fn proxy_client_eof(&mut self, io: &mut Io, c: ConnId) {
         let body_missing = self.conns[c.index()]
             .proxy
             .as_ref()
@@ -77,7 +73,7 @@ impl HttpZone {
         // Otherwise the response is still delivered, then the connection closes.
     }
 
-    pub(in crate::server::zone) fn client_closed_while_proxying(&mut self, io: &mut Io, c: ConnId) {
+    pub(in crate::zone) fn client_closed_while_proxying(&mut self, io: &mut Io, c: ConnId) {
         if self.conns.get(c.index()).is_none() {
             return;
         }
@@ -95,7 +91,7 @@ impl HttpZone {
     }
 
     /// The client's deadline passed while proxying.
-    pub(in crate::server::zone) fn proxy_client_timeout(&mut self, io: &mut Io, c: ConnId) {
+    pub(in crate::zone) fn proxy_client_timeout(&mut self, io: &mut Io, c: ConnId) {
         let in_body = self.conns[c.index()]
             .proxy
             .as_ref()

@@ -19,7 +19,7 @@ enum Head {
 }
 
 impl HttpZone {
-    pub(in crate::server::zone) fn up_connected(&mut self, io: &mut Io, u: ConnId) {
+    pub(in crate::zone) fn up_connected(&mut self, io: &mut Io, u: ConnId) {
         let now = io.now();
         let Some(up) = self.upc[u.index()].as_mut() else {
             return;
@@ -52,7 +52,7 @@ impl HttpZone {
         }
     }
 
-    pub(in crate::server::zone) fn up_data(&mut self, io: &mut Io, u: ConnId, data: &[u8]) {
+    pub(in crate::zone) fn up_data(&mut self, io: &mut Io, u: ConnId, data: &[u8]) {
         let now = io.now();
         let Some(up) = self.upc[u.index()].as_mut() else {
             return;
@@ -109,7 +109,7 @@ impl HttpZone {
 
     /// Whether a failed attempt may go to another server: nothing reached the client, the
     /// method is idempotent, the body (if any) can be replayed, tries and servers are left.
-    pub(in crate::server::zone) fn can_retry(&self, c: ConnId) -> bool {
+    pub(in crate::zone) fn can_retry(&self, c: ConnId) -> bool {
         let ok = self.conns[c.index()].proxy.as_ref().is_some_and(|p| {
             !p.started
                 && p.idempotent
@@ -253,7 +253,7 @@ impl HttpZone {
 
     /// The response is complete: pool the upstream connection if it can carry another
     /// request, and let the client go on.
-    pub(in crate::server::zone) fn response_done(
+    pub(in crate::zone) fn response_done(
         &mut self,
         io: &mut Io,
         u: ConnId,

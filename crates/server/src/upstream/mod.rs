@@ -5,7 +5,7 @@
 
 pub mod connector;
 pub mod health;
-pub mod zone_state;
+pub mod pools;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use ringx_balance::{Maglev, Policy, ServerSpec};
 
-use crate::config::upstream::{resolve_addr, Balance, ProxyProtocol, ServerEntry};
-use crate::config::{Config, Source};
+use ringx_config::upstream::{resolve_addr, Balance, ProxyProtocol, ServerEntry};
+use ringx_config::{Config, Source};
 
 /// One server of an upstream.
 pub struct ServerDef {

@@ -12,9 +12,9 @@ use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
 use super::upconn::{UpConn, UpState, UP_KEY};
 use super::{HttpZone, Next, Phase};
-use crate::config::upstream::ProxyProtocol;
-use crate::proxy::HashKey;
-use crate::server::route::{Action, HostMode};
+use crate::route::{Action, HostMode};
+use crate::upstream::HashKey;
+use ringx_config::upstream::ProxyProtocol;
 
 /// Request body kept to replay on another server; a larger body is not retried.
 pub(super) const MAX_REPLAY: usize = 64 * 1024;
@@ -55,7 +55,7 @@ pub(super) struct ProxyReq {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::server::zone) enum Fail {
+pub(in crate::zone) enum Fail {
     Connect,
     Reset,
     Timeout,
@@ -67,7 +67,7 @@ pub(in crate::server::zone) enum Fail {
 
 impl HttpZone {
     /// Starts proxying if the request routes to a `proxy_pass` location.
-    pub(in crate::server::zone) fn try_proxy(
+    pub(in crate::zone) fn try_proxy(
         &mut self,
         io: &mut Io,
         c: ConnId,
@@ -170,18 +170,18 @@ impl HttpZone {
     /// stays armed. Stopping the receive and arming it again cost an `ASYNC_CANCEL`, a fresh
     /// `RECV` with its poll arming and two more completions on every proxied request. Input
     /// beyond a request head's worth stops the receive for real (`on_data`).
-    pub(in crate::server::zone) fn wait_for_upstream(&mut self, c: ConnId) {
+    pub(in crate::zone) fn wait_for_upstream(&mut self, c: ConnId) {
         self.conns[c.index()].paused = true;
     }
 
     /// Stops reading from the client (pipelined requests wait in its buffer).
-    pub(in crate::server::zone) fn hold_client(&mut self, io: &mut Io, c: ConnId) {
+    pub(in crate::zone) fn hold_client(&mut self, io: &mut Io, c: ConnId) {
         self.conns[c.index()].paused = true;
         io.pause_recv(c);
     }
 
     /// Picks a server and hands it the request: head, and the body so far.
-    pub(in crate::server::zone) fn proxy_send(&mut self, io: &mut Io, c: ConnId) {
+    pub(in crate::zone) fn proxy_send(&mut self, io: &mut Io, c: ConnId) {
         loop {
             let now = io.now();
             let ci = c.index();
@@ -273,7 +273,7 @@ impl HttpZone {
         }
     }
 
-    pub(in crate::server::zone) fn set_up_deadline(&mut self, io: &mut Io, u: ConnId, at: Instant) {
+    pub(in crate::zone) fn set_up_deadline(&mut self, io: &mut Io, u: ConnId, at: Instant) {
         let Some(up) = self.upc[u.index()].as_mut() else {
             return;
         };
@@ -287,7 +287,7 @@ impl HttpZone {
         }
     }
 
-    pub(in crate::server::zone) fn up_timeouts(
+    pub(in crate::zone) fn up_timeouts(
         &self,
         u: usize,
     ) -> (std::time::Duration, std::time::Duration) {
@@ -300,7 +300,7 @@ impl HttpZone {
         (def.read_timeout, def.keepalive_timeout)
     }
 
-    pub(in crate::server::zone) fn up_send_timeout(&self, u: usize) -> std::time::Duration {
+    pub(in crate::zone) fn up_send_timeout(&self, u: usize) -> std::time::Duration {
         self.ups
             .as_ref()
             .map_or(std::time::Duration::from_secs(60), |z| {
