@@ -21,10 +21,8 @@ use ringx_engine::{ListenOptions, Waker};
 use crate::accesslog::LogWriter;
 use crate::config::{self, Config};
 use crate::metrics::Metrics;
-use crate::proxy::Upstreams;
-use crate::server::route::Routes;
-use crate::server::settings::Settings;
 use crate::server::zone::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg};
+use crate::server::{Compiled, Error};
 
 /// How the control thread reaches one zone.
 pub struct ZoneHandle {
@@ -40,9 +38,8 @@ pub struct Control {
     /// Duplicates of every zone's listening socket, by address: handed to a new binary on
     /// upgrade. Dropped when draining starts, so closed listeners really close.
     pub sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
-    pub routes: Arc<Routes>,
-    pub upstreams: Option<Arc<Upstreams>>,
-    pub fingerprint: String,
+    /// The configuration the zones serve (the last one sent to them).
+    pub compiled: Compiled,
     pub health_stop: Arc<AtomicBool>,
     pub generation: u64,
     pub metrics: Arc<Metrics>,
@@ -73,52 +70,6 @@ pub fn dup_sockets(per_zone: &[Vec<TcpListener>]) -> Vec<(SocketAddr, Vec<OwnedF
         }
     }
     out
-}
-
-/// What decides whether zones must rebuild their upstream state: the compiled upstreams
-/// and streams (whose indices requests in flight hold).
-pub fn fingerprint(ups: &Upstreams, routes: &Routes) -> String {
-    let mut s = String::new();
-    for u in &ups.list {
-        s += &format!(
-            "{}|{:?}|{:?}|{}|{:?}|{:?}|{:?}|{:?}|{}|{:?};",
-            u.name,
-            u.policy,
-            u.hash_key,
-            u.keepalive,
-            u.keepalive_timeout,
-            u.connect_timeout,
-            u.read_timeout,
-            u.send_timeout,
-            u.retries,
-            u.proxy_protocol
-        );
-        if let Some(h) = &u.health {
-            s += &format!(
-                "h{:?}|{}|{:?}|{}|{}|{:?};",
-                h.interval, h.path, h.expect, h.rise, h.fall, h.timeout
-            );
-        }
-        for sv in &u.servers {
-            s += &format!(
-                "{}|{}|{}|{}|{:?}|{};",
-                sv.name, sv.addr, sv.weight, sv.max_fails, sv.fail_timeout, sv.backup
-            );
-        }
-        s.push('\n');
-    }
-    for st in &routes.streams {
-        s += &format!(
-            "stream {}|{:?}|{};",
-            st.upstream, st.idle_timeout, st.proxy_protocol
-        );
-    }
-    for (a, k) in routes.listen.iter().zip(&routes.listener_kind) {
-        if let crate::server::route::ListenerKind::Stream(i) = k {
-            s += &format!("{a}->{i};");
-        }
-    }
-    s
 }
 
 /// Writes the pid file.
@@ -184,17 +135,15 @@ impl Control {
         }
     }
 
-    fn try_reload(&mut self) -> Result<String, String> {
-        let cfg = load(&self.config_path).map_err(|e| e.to_string())?;
-        let mut ups = Upstreams::compile(&cfg)?;
-        let routes = Arc::new(Routes::compile(&cfg, &mut ups).map_err(|e| e.to_string())?);
-        let fp = fingerprint(&ups, &routes);
-        let ups_changed = fp != self.fingerprint;
-        let ups = (!ups.list.is_empty()).then(|| Arc::new(ups));
-        let settings = Arc::new(Settings::from_config(
-            &cfg.http,
-            cfg.runtime.recv_buffer_size.0,
-        ));
+    fn try_reload(&mut self) -> Result<String, Error> {
+        let cfg = load(&self.config_path)?;
+        let mut next = Compiled::from(&cfg)?;
+        let ups_changed = next.fingerprint != self.compiled.fingerprint;
+        if !ups_changed {
+            // The zones keep their upstream state, built on the upstreams they have.
+            next.upstreams = self.compiled.upstreams.clone();
+        }
+        let routes = next.routes.clone();
         // New addresses: one socket per zone, bound now; any failure cancels the reload.
         let added: Vec<SocketAddr> = routes
             .listen
@@ -213,7 +162,7 @@ impl Control {
         for &addr in &added {
             for z in per_zone.iter_mut() {
                 let l = ringx_engine::bind_reuseport(addr, &self.lopts)
-                    .map_err(|e| format!("cannot listen: {e}"))?;
+                    .map_err(|e| Error::io("cannot listen", e))?;
                 z.push((addr, l));
             }
         }
@@ -233,19 +182,14 @@ impl Control {
         }
         self.sockets.retain(|(a, _)| !removed.contains(a));
         self.generation += 1;
-        let log_format = cfg
-            .http
-            .access_log
-            .as_ref()
-            .map(|_| cfg.http.access_log_format);
         for (zone, z) in self.zones.iter().zip(per_zone) {
             let msg = ReloadMsg {
                 generation: self.generation,
                 routes: routes.clone(),
-                settings: settings.clone(),
-                upstreams: ups_changed.then(|| ups.clone()),
+                settings: next.settings.clone(),
+                upstreams: ups_changed.then(|| next.upstreams.clone()),
                 listeners: z,
-                log: log_format,
+                log: next.log_format,
                 deadline: self.drain_timeout,
             };
             zone.ctl
@@ -256,26 +200,23 @@ impl Control {
             zone.waker.wake();
         }
         self.acks = Some((self.generation, self.zones.len(), Instant::now()));
-        let log_path = cfg.http.access_log.as_ref().map(|p| p.get_ref().clone());
-        if log_path != self.log_path {
-            self.log.set_path(log_path.clone());
-            self.log_path = log_path;
+        if next.log_path != self.log_path {
+            self.log.set_path(next.log_path.clone());
+            self.log_path = next.log_path.clone();
         }
         if ups_changed {
             self.health_stop.store(true, Ordering::Relaxed);
             self.health_stop = Arc::new(AtomicBool::new(false));
-            if let Some(u) = &ups {
+            if let Some(u) = &next.upstreams {
                 let _ = crate::proxy::health::spawn(u.clone(), self.health_stop.clone());
             }
             *self
                 .metrics
                 .upstreams
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()) = ups.clone();
-            self.upstreams = ups;
-            self.fingerprint = fp;
+                .unwrap_or_else(|e| e.into_inner()) = next.upstreams.clone();
         }
-        self.routes = routes;
+        self.compiled = next;
         let list = |v: &[SocketAddr]| {
             v.iter()
                 .map(|a| a.to_string())
@@ -285,7 +226,7 @@ impl Control {
         Ok(format!(
             "{} servers on {} addresses; added [{}], removed [{}]; upstreams {}",
             cfg.server.len(),
-            self.routes.listen.len(),
+            self.compiled.routes.listen.len(),
             list(&added),
             list(&removed),
             if ups_changed { "changed" } else { "unchanged" }

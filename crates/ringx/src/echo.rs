@@ -11,11 +11,10 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::echo_pool;
-use ringx_engine::framing::{encode, Deframer};
 use ringx_engine::{
-    bind_reuseport, choose_engine, run_zone, ConnId, EngineKind, Handler, Io, ListenOptions,
-    ListenerId, Waker, ZoneConfig,
+    bind_reuseport, choose_engine, run_zone, EngineKind, ListenOptions, Waker, ZoneConfig,
 };
+use ringx_server::role::Echo;
 
 #[derive(Args, Debug)]
 pub struct EchoArgs {
@@ -61,47 +60,6 @@ pub struct EchoArgs {
     /// work at once (the HTTP server's default).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     batch_when_pending: bool,
-}
-
-#[derive(Default)]
-struct Echo {
-    conns: Vec<Deframer>,
-}
-
-impl Handler for Echo {
-    fn on_accept(&mut self, _: &mut Io, c: ConnId, _: ListenerId) {
-        if self.conns.len() <= c.index() {
-            self.conns.resize_with(c.index() + 1, Deframer::default);
-        }
-        self.conns[c.index()] = Deframer::default();
-    }
-
-    fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
-        let Some(out) = io.out_buf(c) else { return };
-        // Decode into a new message and encode that back (the benchmark's contract), straight
-        // from the receive buffer when a message arrived whole.
-        let r = self.conns[c.index()].feed(data, |msg| encode(out, msg));
-        if let Err(e) = r {
-            tracing::debug!("echo: {e}; closing");
-            io.close(c);
-        }
-    }
-
-    fn on_eof(&mut self, io: &mut Io, c: ConnId) {
-        io.close_after_flush(c);
-    }
-
-    fn on_closed(&mut self, _: &mut Io, c: ConnId, _: Option<std::io::Error>) {
-        self.conns[c.index()] = Deframer::default();
-    }
-
-    fn on_timer(&mut self, _: &mut Io) -> Option<Duration> {
-        None
-    }
-
-    fn on_wake(&mut self, io: &mut Io) {
-        io.exit();
-    }
 }
 
 pub fn run(args: EchoArgs) -> ExitCode {

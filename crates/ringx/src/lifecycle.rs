@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 use ringx_engine::{choose_engine, run_zone, EngineKind, ListenOptions, Waker, ZoneConfig};
 
 use crate::config::{self, Config, Engine};
-use crate::server::route::Routes;
-use crate::server::settings::Settings;
-use crate::server::zone::{HttpZone, ZoneCtl, ZoneEvent, CMD_DRAIN};
+use crate::server::zone::{Zone, ZoneCtl, ZoneEvent, ZoneSetup, CMD_DRAIN};
+use crate::server::Compiled;
 
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -132,29 +131,20 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         .max_conns
         .min((nofile.saturating_sub(64) / conns_share).max(64) as u32);
 
-    let mut upstreams = match crate::proxy::Upstreams::compile(&cfg) {
-        Ok(u) => u,
+    let compiled = match Compiled::from(&cfg) {
+        Ok(c) => c,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    let routes = match Routes::compile(&cfg, &mut upstreams) {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            tracing::error!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let upstreams = (!upstreams.list.is_empty()).then(|| Arc::new(upstreams));
+    let routes = compiled.routes.clone();
+    let upstreams = compiled.upstreams.clone();
+    let settings = compiled.settings.clone();
     let health_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let _health = upstreams
         .as_ref()
         .and_then(|u| crate::proxy::health::spawn(u.clone(), health_stop.clone()));
-    let settings = Arc::new(Settings::from_config(
-        &cfg.http,
-        cfg.runtime.recv_buffer_size.0,
-    ));
     let lopts = ListenOptions {
         backlog: cfg.runtime.backlog,
         ..ListenOptions::default()
@@ -258,7 +248,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         };
         let ctl = Arc::new(ZoneCtl::new());
         ctls.push((ctl.clone(), waker.clone()));
-        let zops = ops.zone(&log, &listeners, ev_tx.clone());
+        let zops = ops.zone(&log, &listeners);
         let zcfg = ZoneConfig {
             id,
             cpu: Some(cpus[id]),
@@ -287,8 +277,17 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         let spawned = std::thread::Builder::new()
             .name(format!("ringx-zone-{id}"))
             .spawn(move || {
-                let mut h = HttpZone::new(id, routes, settings, ctl, ev_tx, ups, connector);
-                h.set_ops(zops);
+                let mut h = Zone::new(ZoneSetup {
+                    id,
+                    routes,
+                    settings,
+                    upstreams: ups,
+                    ctl,
+                    events: ev_tx,
+                    connector,
+                    log: zops.log,
+                    listeners: zops.addrs,
+                });
                 let r = run_zone(&zcfg, listeners, waker, &mut h).map_err(|e| e.to_string());
                 drop(h); // hands its last access log lines to the writer first
                 let _ = done_tx.send((id, r));
@@ -334,8 +333,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         zones: &ctls,
         lopts,
         sockets,
-        routes: routes.clone(),
-        upstreams: upstreams.clone(),
+        compiled,
         health_stop: health_stop.clone(),
         engine: engine.as_str(),
         log,

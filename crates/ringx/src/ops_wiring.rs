@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ringx_engine::{ListenOptions, Waker};
@@ -19,9 +19,9 @@ use crate::config::ops::LogFormat;
 use crate::config::Config;
 use crate::control::{Control, ZoneHandle};
 use crate::metrics::{Metrics, ZoneCounters};
-use crate::proxy::Upstreams;
-use crate::server::route::Routes;
-use crate::server::zone::{ZoneCtl, ZoneEvent, ZoneOps};
+use crate::server::zone::reqlog::RequestLog;
+use crate::server::zone::ZoneCtl;
+use crate::server::Compiled;
 
 /// What start-up opened for operations.
 pub struct OpsSetup {
@@ -60,6 +60,13 @@ pub fn open(cfg: &Config) -> Result<OpsSetup, String> {
     })
 }
 
+/// One zone's operations state.
+pub struct ZoneOps {
+    pub counters: Arc<ZoneCounters>,
+    pub log: RequestLog,
+    pub addrs: Vec<SocketAddr>,
+}
+
 /// What [`OpsSetup::control`] needs from start-up.
 pub struct ControlParts<'a> {
     pub cfg: &'a Config,
@@ -67,8 +74,8 @@ pub struct ControlParts<'a> {
     pub zones: &'a [(Arc<ZoneCtl>, Waker)],
     pub lopts: ListenOptions,
     pub sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
-    pub routes: Arc<Routes>,
-    pub upstreams: Option<Arc<Upstreams>>,
+    /// The configuration the zones were started with.
+    pub compiled: Compiled,
     pub health_stop: Arc<AtomicBool>,
     pub engine: &'static str,
     pub log: LogWriter,
@@ -86,13 +93,9 @@ impl OpsSetup {
         )
     }
 
-    /// One zone's operations state: its counters, its log sink, its listeners' addresses.
-    pub fn zone(
-        &mut self,
-        log: &LogWriter,
-        listeners: &[TcpListener],
-        events: mpsc::Sender<ZoneEvent>,
-    ) -> ZoneOps {
+    /// One zone's operations state: its request log (with its counters and log sink) and its
+    /// listeners' addresses.
+    pub fn zone(&mut self, log: &LogWriter, listeners: &[TcpListener]) -> ZoneOps {
         let counters = Arc::new(ZoneCounters::default());
         self.counters.push(counters.clone());
         let addrs = listeners
@@ -102,14 +105,16 @@ impl OpsSetup {
                     .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
             })
             .collect();
-        ZoneOps::new(counters, log.sink(), self.log_format, addrs, events)
+        ZoneOps {
+            counters: counters.clone(),
+            log: RequestLog::new(counters, Some(log.sink()), self.log_format),
+            addrs,
+        }
     }
 
     /// Every zone serves: metrics, the admin thread, the pid file, the upgrade handshake.
     pub fn control(self, p: ControlParts) -> Control {
-        let ups = p.upstreams.clone();
-        let empty = Upstreams { list: Vec::new() };
-        let fingerprint = crate::control::fingerprint(ups.as_deref().unwrap_or(&empty), &p.routes);
+        let ups = p.compiled.upstreams.clone();
         let metrics = Arc::new(Metrics {
             engine: p.engine,
             started: Instant::now(),
@@ -146,9 +151,7 @@ impl OpsSetup {
                 .collect(),
             lopts: p.lopts,
             sockets: p.sockets,
-            routes: p.routes,
-            upstreams: p.upstreams,
-            fingerprint,
+            compiled: p.compiled,
             health_stop: p.health_stop,
             generation: 1,
             metrics,

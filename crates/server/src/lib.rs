@@ -2,13 +2,37 @@
 //!
 //! Routing, responses, static files, the reverse proxy, the stream (L4) proxy, metrics and
 //! the access log, run as zone handlers on [`ringx_engine`].
+//!
+//! A connection is a [transport](transport) plus a [role](role): the zone ([`zone::Zone`])
+//! keeps one record per connection and dispatches the engine's events to its role; the roles
+//! share a [`zone::ctx::ZoneCtx`]. See `ARCHITECTURE.md` at the repository's root.
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`compiled`] | the one compile step from a configuration, for start-up and reload |
+//! | [`route`], [`settings`] | virtual servers and locations; the HTTP limits and timeouts |
+//! | [`response`] | the response writer, which reports what it wrote |
+//! | [`static_files`], [`mime`] | files beneath a root, validators, ranges |
+//! | [`role`] | HTTP/1, upstream, tunnel, stream and echo connections; the proxied exchange |
+//! | [`transport`] | the byte layer under a role (plain TCP; TLS next) |
+//! | [`upstream`] | upstream definitions, balancing and pools per zone, health checks, the connector |
+//! | [`zone`] | the zone handler: dispatch, timers, control (drain, reload), the request log |
+//! | [`metrics`], [`accesslog`] | counters and their exposition; the access log writer |
+//! | [`error`] | typed errors: what failed, on which side, whether to retry |
 
 pub mod accesslog;
+pub mod compiled;
+pub mod error;
 pub mod metrics;
 pub mod mime;
-pub mod respond;
+pub mod response;
+pub mod role;
 pub mod route;
 pub mod settings;
 pub mod static_files;
+pub mod transport;
 pub mod upstream;
 pub mod zone;
+
+pub use compiled::Compiled;
+pub use error::{Error, Result};

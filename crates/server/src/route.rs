@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
+use crate::error::Error;
+use crate::response::Responder;
 use crate::upstream::Upstreams;
 use ringx_config::{Config, Location, Return};
 
@@ -78,6 +80,7 @@ pub enum Action {
 
 /// A fixed response, serialised at load time.
 pub struct Canned {
+    pub status: u16,
     /// Status line and headers, each with CRLF; Date and Connection are added per response.
     pub head: Vec<u8>,
     pub body: Vec<u8>,
@@ -87,12 +90,17 @@ pub struct Canned {
 }
 
 impl Canned {
-    pub fn new(head: Vec<u8>, body: Vec<u8>) -> Canned {
+    pub fn new(status: u16, head: Vec<u8>, body: Vec<u8>) -> Canned {
         let mut keep11 = head.clone();
         keep11.extend_from_slice(&[b'-'; ringx_http::DATE_HEADER_LEN]);
         keep11.extend_from_slice(b"\r\n");
         keep11.extend_from_slice(&body);
-        Canned { head, body, keep11 }
+        Canned {
+            status,
+            head,
+            body,
+            keep11,
+        }
     }
 }
 
@@ -105,7 +113,7 @@ pub struct FileRoot {
 }
 
 impl Routes {
-    pub fn compile(cfg: &Config, ups: &mut Upstreams) -> std::io::Result<Routes> {
+    pub fn compile(cfg: &Config, ups: &mut Upstreams) -> Result<Routes, Error> {
         let version = env!("CARGO_PKG_VERSION");
         let token = if cfg.http.server_tokens {
             format!("ringx/{version}")
@@ -168,9 +176,7 @@ impl Routes {
         let mut streams = Vec::new();
         for st in &cfg.stream {
             let st = st.get_ref();
-            let upstream = ups
-                .resolve_target(st.proxy_pass.get_ref())
-                .map_err(std::io::Error::other)?;
+            let upstream = ups.resolve_target(st.proxy_pass.get_ref())?;
             for a in &st.listen {
                 listen.push(*a.get_ref());
                 by_listener.push(Vec::new());
@@ -238,6 +244,17 @@ impl Routes {
     }
 }
 
+impl Routes {
+    /// The response writer for these routes' server identity and the zone's `date`.
+    pub fn responder<'a>(&'a self, date: &'a ringx_http::DateCache) -> Responder<'a> {
+        Responder {
+            server_header: &self.server_header,
+            token: &self.server_token,
+            date,
+        }
+    }
+}
+
 impl VServer {
     /// The location (an index into `locations`) for `path`: exact match first, then the
     /// longest prefix.
@@ -252,16 +269,10 @@ impl VServer {
     }
 }
 
-fn compile_location(
-    l: &Location,
-    server_header: &[u8],
-    ups: &mut Upstreams,
-) -> std::io::Result<Loc> {
+fn compile_location(l: &Location, server_header: &[u8], ups: &mut Upstreams) -> Result<Loc, Error> {
     let path = l.path.get_ref().clone();
     let action = if let Some(target) = &l.proxy_pass {
-        let upstream = ups
-            .resolve_target(target.get_ref())
-            .map_err(std::io::Error::other)?;
+        let upstream = ups.resolve_target(target.get_ref())?;
         let host = match l.proxy_host.as_deref() {
             None | Some("pass") => HostMode::Pass,
             Some("upstream") => HostMode::Upstream,
@@ -318,13 +329,13 @@ fn canned(r: &Return, server_header: &[u8]) -> Canned {
     for (k, v) in &r.headers {
         head.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
     }
-    Canned::new(head, body)
+    Canned::new(status, head, body)
 }
 
-fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
+fn open_dir(p: &Path) -> Result<OwnedFd, Error> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))?;
+        .map_err(|_| Error::config(format!("{}: NUL in path", p.display())))?;
     // SAFETY: open with a valid NUL-terminated path; a non-negative result is a new
     // descriptor we own.
     let fd = unsafe {
@@ -335,10 +346,7 @@ fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
     };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
-        return Err(std::io::Error::new(
-            e.kind(),
-            format!("open {}: {e}", p.display()),
-        ));
+        return Err(Error::io(format!("open {}", p.display()), e));
     }
     // SAFETY: `fd` is new and owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })

@@ -4,6 +4,7 @@
 //! handler uses on the request path without sharing anything with other zones.
 
 pub mod connector;
+pub mod dial;
 pub mod health;
 pub mod pools;
 
@@ -16,6 +17,8 @@ use ringx_balance::{Maglev, Policy, ServerSpec};
 
 use ringx_config::upstream::{resolve_addr, Balance, ProxyProtocol, ServerEntry};
 use ringx_config::{Config, Source};
+
+use crate::error::Error;
 
 /// One server of an upstream.
 pub struct ServerDef {
@@ -82,7 +85,7 @@ pub struct Upstreams {
 
 impl Upstreams {
     /// Compiles `[[upstream]]` and the implicit upstreams of `proxy_pass` values.
-    pub fn compile(cfg: &Config) -> Result<Upstreams, String> {
+    pub fn compile(cfg: &Config) -> Result<Upstreams, Error> {
         let src = Source {
             name: "(config)",
             text: "",
@@ -92,7 +95,7 @@ impl Upstreams {
             let u = u.get_ref();
             let mut servers = Vec::new();
             for s in &u.servers {
-                let r = ServerEntry::resolve(s, &src).map_err(|e| e.message)?;
+                let r = ServerEntry::resolve(s, &src).map_err(|e| Error::config(e.message))?;
                 servers.push(ServerDef {
                     name: r.name,
                     addr: r.addr,
@@ -147,7 +150,7 @@ impl Upstreams {
     }
 
     /// The upstream a `proxy_pass` value names, creating an implicit one for an address.
-    pub fn resolve_target(&mut self, target: &str) -> Result<usize, String> {
+    pub fn resolve_target(&mut self, target: &str) -> Result<usize, Error> {
         if let Some(i) = self.list.iter().position(|u| u.name == target) {
             return Ok(i);
         }
@@ -155,7 +158,7 @@ impl Upstreams {
             .strip_prefix("http://")
             .unwrap_or(target)
             .trim_end_matches('/');
-        let addr = resolve_addr(addr_s)?;
+        let addr = resolve_addr(addr_s).map_err(Error::config)?;
         let name = format!("{addr}");
         if let Some(i) = self.list.iter().position(|u| u.name == name) {
             return Ok(i);

@@ -25,13 +25,13 @@ pub struct PerUpstream {
     pub idle: Vec<Vec<ConnId>>,
 }
 
-pub struct ZoneUpstreams {
+pub struct ZonePools {
     pub defs: Arc<Upstreams>,
     pub per: Vec<PerUpstream>,
 }
 
-impl ZoneUpstreams {
-    pub fn new(defs: Arc<Upstreams>, zone: usize) -> ZoneUpstreams {
+impl ZonePools {
+    pub fn new(defs: Arc<Upstreams>, zone: usize) -> ZonePools {
         let per = defs
             .list
             .iter()
@@ -47,7 +47,7 @@ impl ZoneUpstreams {
                 idle: vec![Vec::new(); u.servers.len()],
             })
             .collect();
-        ZoneUpstreams { defs, per }
+        ZonePools { defs, per }
     }
 
     /// Picks a server not in `tried`; `key` is hashed for `balance = "hash"`.
@@ -125,6 +125,15 @@ impl ZoneUpstreams {
         }
         pool.push(c);
         true
+    }
+
+    /// Empties every idle pool (their connections are being closed).
+    pub fn clear_idle(&mut self) {
+        for p in &mut self.per {
+            for l in &mut p.idle {
+                l.clear();
+            }
+        }
     }
 
     pub fn remove_idle(&mut self, u: usize, s: usize, c: ConnId) {

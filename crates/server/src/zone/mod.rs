@@ -1,460 +1,328 @@
-//! The HTTP/1.1 origin server as a zone [`Handler`]: parse what arrives (straight from the
-//! receive buffers when a request is complete in one segment), route, answer in order,
-//! enforce limits and timeouts, drain on shutdown.
+//! The zone handler: one per zone thread, it keeps a record per connection (a [`Client`] for
+//! accepted connections, an [`UpConn`](crate::role::UpConn) for upstream ones) and dispatches
+//! each engine event to the role that connection plays. Nothing else happens here: the HTTP/1
+//! logic is in [`crate::role::http1`], proxying in [`crate::role::exchange`], relaying in
+//! [`crate::role::tunnel`]; timers fire per connection, and control messages (drain, reload)
+//! are in `control.rs`.
 
-use std::fs::File;
-use std::rc::Rc;
-use std::sync::mpsc;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+pub mod client;
+mod control;
+pub mod ctx;
+pub mod reqlog;
 
-use ringx_engine::{ConnId, Handler, Io, ListenerId, TimerWheel};
-use ringx_http::{BodyDecoder, DateCache};
+use std::net::SocketAddr;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
-use super::respond::ConnHdr;
-use super::route::{ListenerKind, Routes};
-use super::settings::Settings;
+use ringx_engine::{ConnId, Handler, Io, ListenerId};
+
+use crate::role::upstream::{UpEvent, UpTable, UP_KEY};
+use crate::role::{ClientRole, Http1, Stream};
+use crate::route::{ListenerKind, Routes};
+use crate::settings::Settings;
+use crate::transport::Transport;
 use crate::upstream::connector::Connector;
-use crate::upstream::pools::ZoneUpstreams;
+use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
+use client::{Base, Client};
+use control::Listeners;
+pub use control::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg, CMD_DRAIN};
+use ctx::{Cx, ZoneCtx};
+use reqlog::RequestLog;
 
-/// Commands from the control thread, read when the zone is woken (0 = run).
-pub const CMD_DRAIN: u8 = 1;
-
-mod ops;
-mod proxy;
-mod request;
-mod tunnel;
-mod upconn;
-
-pub use ops::{ReloadMsg, ZoneCtl, ZoneMsg, ZoneOps};
-use upconn::{UpConn, UP_KEY};
-
-/// Queued output above which a connection stops reading (pipelined requests wait).
-const OUT_HIGH_WATER: u64 = 256 * 1024;
-/// Input a proxied request may buffer while its reading is paused.
-const PAUSED_BODY_LIMIT: usize = 8 << 20;
-/// Header storage on the stack per parse.
-const MAX_HEADERS_STACK: usize = 128;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Between requests, nothing buffered.
-    Idle,
-    /// Part of a request head has arrived.
-    Head,
-    /// Reading (and discarding) a request body; the response waits in `pending`.
-    Body,
-    /// The last response is queued; reading and discarding until the client closes.
-    Lingering,
-    Closed,
-    /// Waiting for the PROXY protocol header a load balancer sends first.
-    ProxyHeader,
-    /// A request is being proxied: its body streams to the upstream, then the response
-    /// streams back; further requests wait (reading paused).
-    Proxy,
-    /// A byte tunnel to an upstream: WebSocket after 101, or a `[[stream]]` connection.
-    Tunnel,
+/// What a zone is built from.
+pub struct ZoneSetup {
+    pub id: usize,
+    pub routes: Arc<Routes>,
+    pub settings: Arc<Settings>,
+    pub upstreams: Option<Arc<Upstreams>>,
+    pub ctl: Arc<ZoneCtl>,
+    /// Where the zone says it runs, and which reloads it applied.
+    pub events: mpsc::Sender<ZoneEvent>,
+    pub connector: Connector,
+    pub log: RequestLog,
+    /// The addresses of the zone's listeners, in the order they are registered.
+    pub listeners: Vec<SocketAddr>,
 }
 
-struct Pending {
-    bytes: Vec<u8>,
-    file: Option<(Rc<File>, u64, u64)>,
-    close: bool,
-}
-
-struct HttpConn {
-    gen: u32,
-    listener: u32,
-    phase: Phase,
-    inbuf: Vec<u8>,
-    deadline: Instant,
-    in_wheel: bool,
-    requests: u32,
-    /// The current request asked to close the connection (`Connection: close`, or HTTP/1.0
-    /// without keep-alive): the client sends nothing more after it (RFC 9112 §9.6).
-    client_closes: bool,
-    paused: bool,
-    eof: bool,
-    body: Option<BodyDecoder>,
-    pending: Option<Pending>,
-    last_out: u64,
-    /// The client's address (the connection's peer, or what a PROXY header said).
-    client: Option<std::net::SocketAddr>,
-    /// The request being proxied.
-    proxy: Option<Box<proxy::ProxyReq>>,
-    /// The upstream connection of a tunnel.
-    tunnel: Option<ConnId>,
-    /// `[[stream]]` index for stream connections.
-    stream: Option<usize>,
-}
-
-impl HttpConn {
-    fn new(now: Instant) -> Self {
-        HttpConn {
-            gen: 0,
-            listener: 0,
-            phase: Phase::Closed,
-            inbuf: Vec::new(),
-            deadline: now,
-            in_wheel: false,
-            requests: 0,
-            client_closes: false,
-            paused: false,
-            eof: false,
-            body: None,
-            pending: None,
-            last_out: 0,
-            client: None,
-            proxy: None,
-            tunnel: None,
-            stream: None,
-        }
-    }
-}
-
-/// Sent to the control thread once the zone runs, and after each reload it applied.
-pub enum ZoneEvent {
-    Ready,
-    Reloaded { zone: usize, generation: u64 },
-}
-
-pub struct HttpZone {
-    id: usize,
-    routes: Arc<Routes>,
-    set: Arc<Settings>,
+/// One zone's connections and everything they share.
+pub struct Zone {
+    ctx: ZoneCtx,
+    clients: Vec<Client>,
+    ups: UpTable,
     ctl: Arc<ZoneCtl>,
-    conns: Vec<HttpConn>,
-    wheel: TimerWheel,
-    date: DateCache,
-    /// When the wall clock's next second starts: the Date header changes then.
-    date_next: Instant,
-    active: usize,
-    draining: bool,
-    ready: Option<mpsc::Sender<ZoneEvent>>,
-    /// Upstream state of this zone (balancers, pools), when anything proxies.
-    ups: Option<ZoneUpstreams>,
-    connector: Connector,
-    /// Upstream connections, by handle.
-    upc: Vec<Option<UpConn>>,
-    up_gen: u32,
-    /// Finished request records, reused (see `try_proxy`). Boxed on purpose: the same
-    /// allocations move in and out of `HttpConn::proxy`.
-    #[allow(clippy::vec_box)]
-    proxy_pool: Vec<Box<proxy::ProxyReq>>,
-    /// Counters, access log, listener map, pending reload (ops.rs).
-    ops: ZoneOps,
+    listeners: Listeners,
+    events: mpsc::Sender<ZoneEvent>,
+    /// Until the first timer call: say that the zone runs.
+    ready: bool,
+    reload: Option<(Box<ReloadMsg>, std::time::Instant)>,
 }
 
-/// What processing a request decided about the rest of the input.
-enum Next {
-    Continue,
-    Stop,
-    /// Stop here and keep the rest of the input buffered (a proxied request is in progress).
-    Hold,
-}
-
-impl HttpZone {
-    pub fn new(
-        id: usize,
-        routes: Arc<Routes>,
-        set: Arc<Settings>,
-        ctl: Arc<ZoneCtl>,
-        ready: mpsc::Sender<ZoneEvent>,
-        upstreams: Option<Arc<Upstreams>>,
-        connector: Connector,
-    ) -> Self {
-        let now = Instant::now();
-        let mut date = DateCache::new();
-        date.update(SystemTime::now());
-        HttpZone {
-            id,
-            routes,
-            set,
-            ctl,
-            conns: Vec::new(),
-            wheel: TimerWheel::new(now, Duration::from_millis(100), 2048),
-            date,
-            date_next: now,
-            active: 0,
-            draining: false,
-            ready: Some(ready),
-            ups: upstreams.map(|u| ZoneUpstreams::new(u, id)),
-            connector,
-            upc: Vec::new(),
-            up_gen: 0,
-            proxy_pool: Vec::new(),
-            ops: ZoneOps::default(),
+impl Zone {
+    pub fn new(s: ZoneSetup) -> Zone {
+        let pools = s.upstreams.map(|u| ZonePools::new(u, s.id));
+        let listeners = Listeners::new(s.listeners, &s.routes);
+        s.log
+            .counters
+            .generation
+            .store(1, std::sync::atomic::Ordering::Relaxed);
+        Zone {
+            ctx: ZoneCtx::new(s.id, s.routes, s.settings, pools, s.connector, s.log),
+            clients: Vec::new(),
+            ups: UpTable::default(),
+            ctl: s.ctl,
+            listeners,
+            events: s.events,
+            ready: true,
+            reload: None,
         }
     }
 
-    fn is_up(&self, c: ConnId) -> bool {
-        self.upc.get(c.index()).is_some_and(Option::is_some)
-    }
-
-    /// Keeps the Date header current with one comparison per call: the wall clock is read
-    /// only when a new second has begun.
-    fn refresh_date(&mut self, now: Instant) {
-        if now >= self.date_next {
-            let wall = SystemTime::now();
-            self.date.update(wall);
-            let sub = wall
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos());
-            self.date_next = now + Duration::from_nanos(1_000_000_000 - sub as u64);
-        }
-    }
-
-    fn conn(&mut self, c: ConnId) -> &mut HttpConn {
-        &mut self.conns[c.index()]
-    }
-
-    fn set_deadline(&mut self, io: &mut Io, c: ConnId, at: Instant) {
-        let conn = &mut self.conns[c.index()];
-        conn.deadline = at;
-        if !conn.in_wheel {
-            conn.in_wheel = true;
-            self.wheel.insert(at, c.0, conn.gen);
-            io.timer_at(at);
-        }
-    }
-
-    fn conn_hdr(version11: bool, keep: bool) -> ConnHdr {
-        match (keep, version11) {
-            (false, _) => ConnHdr::Close,
-            (true, true) => ConnHdr::Keep11,
-            (true, false) => ConnHdr::Keep10,
-        }
-    }
-
-    fn expire(&mut self, io: &mut Io, c: ConnId) {
-        let pending = io.pending(c);
-        if pending > 0 {
-            // Still sending: close only if nothing moved for a whole send_timeout.
-            let conn = &mut self.conns[c.index()];
-            if pending != conn.last_out {
-                conn.last_out = pending;
-                let at = io.now() + self.set.send_timeout;
-                self.set_deadline(io, c, at);
-                return;
+    /// An event on the upstream connection `u`: to the role of the client that owns it, or
+    /// to the connection itself when no client does.
+    fn upstream_event(&mut self, io: &mut Io, u: ConnId, ev: UpEvent) {
+        let owner = self.ups.get(u).and_then(|x| x.client);
+        let client = owner.and_then(|(c, gen)| {
+            self.clients
+                .get_mut(c.index())
+                .filter(|x| x.base.gen == gen)
+                .map(|x| (c, x))
+        });
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        if let Some((c, Client { base, role })) = client {
+            let next = match role {
+                ClientRole::Http1(h) => h.upstream_event(&mut cx, base, c, u, ev),
+                ClientRole::Stream(s) => s.upstream_event(&mut cx, base, c, u, ev),
+                ClientRole::Tunnel(t) if t.up == u => {
+                    t.upstream_event(&mut cx, base, c, ev);
+                    None
+                }
+                ClientRole::Tunnel(_) | ClientRole::Free => return orphan(cx, u, ev),
+            };
+            if let Some(t) = next {
+                *role = ClientRole::Tunnel(t);
             }
-            io.close(c);
             return;
         }
-        match self.conns[c.index()].phase {
-            Phase::Idle | Phase::Lingering | Phase::Closed | Phase::ProxyHeader => io.close(c),
-            Phase::Head | Phase::Body => self.fail(io, c, 408, false),
-            Phase::Proxy => self.proxy_client_timeout(io, c),
-            Phase::Tunnel => {} // the upstream side's idle timer ends tunnels
-        }
+        orphan(cx, u, ev)
     }
 
-    fn start_drain(&mut self, io: &mut Io) {
-        if self.draining {
-            return;
-        }
-        self.draining = true;
-        io.stop_listening();
-        for i in 0..self.conns.len() {
-            let c = ConnId(i as u32);
-            let conn = &self.conns[i];
-            if conn.phase == Phase::Idle && conn.inbuf.is_empty() && io.pending(c) == 0 {
-                self.drain_idle(io, c);
-            }
-        }
-        tracing::debug!(zone = self.id, active = self.active, "draining");
-        io.timer_at(io.now() + Duration::from_millis(100));
-        if self.active == 0 {
-            io.exit();
-        }
-    }
-}
-
-impl Handler for HttpZone {
-    fn on_accept(&mut self, io: &mut Io, c: ConnId, listener: ListenerId) {
-        let now = io.now();
-        if self.conns.len() <= c.index() {
-            self.conns.resize_with(c.index() + 1, || HttpConn::new(now));
-        }
-        self.active += 1;
-        self.obs_conns();
-        let li = self.route_listener(listener);
-        let kind = self.routes.listener_kind.get(li as usize).copied();
-        let conn = &mut self.conns[c.index()];
-        conn.client = io.peer_addr(c);
-        conn.proxy = None;
-        conn.tunnel = None;
-        conn.stream = None;
-        conn.gen = conn.gen.wrapping_add(1);
-        conn.listener = li;
-        conn.phase = Phase::Idle;
-        conn.inbuf.clear();
-        conn.requests = 0;
-        conn.client_closes = false;
-        conn.paused = false;
-        conn.eof = false;
-        conn.body = None;
-        conn.pending = None;
-        conn.last_out = 0;
-        conn.in_wheel = false;
-        let at = now + self.set.header_timeout;
-        self.set_deadline(io, c, at);
-        let Some(kind) = kind else {
-            io.close(c); // accepted on a listener a reload just closed
+    fn upstream_closed(&mut self, io: &mut Io, u: ConnId, err: Option<std::io::Error>) {
+        let Some(gen) = self.ups.get(u).map(|x| x.gen) else {
             return;
         };
-        if self.draining {
-            // Accepted while the listener was being closed: served (with Connection: close).
-            if matches!(kind, ListenerKind::Stream(_)) {
-                io.close(c);
+        self.ctx.connector.closed(u, io.now());
+        self.upstream_event(io, u, UpEvent::Closed(err));
+        // A retry may have opened a new connection in this very slot: keep that one.
+        if self.ups.get(u).is_some_and(|x| x.gen == gen) {
+            self.ups.take(u);
+        }
+    }
+
+    /// A client connection's deadline passed.
+    fn expire(&mut self, io: &mut Io, c: ConnId) {
+        let Client { base, role } = &mut self.clients[c.index()];
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        let pending = base.tr.pending(cx.io, c);
+        if pending > 0 {
+            // Still sending: close only if nothing moved for a whole send_timeout.
+            if pending != base.last_out {
+                base.last_out = pending;
+                let at = cx.io.now() + cx.ctx.set.send_timeout;
+                cx.ctx.set_deadline(cx.io, base, c, at);
                 return;
             }
-            self.drain_idle(io, c);
+            cx.io.close(c);
+            return;
+        }
+        match role {
+            ClientRole::Http1(h) => h.expire(&mut cx, base, c),
+            ClientRole::Stream(s) => s.expire(&mut cx, c),
+            ClientRole::Tunnel(_) => {} // the upstream side's idle timer ends tunnels
+            ClientRole::Free => cx.io.close(c),
+        }
+    }
+}
+
+/// An event on an upstream connection no client owns.
+fn orphan(cx: Cx, u: ConnId, ev: UpEvent) {
+    if let Some(up) = cx.ups.get_mut(u) {
+        up.on_orphan(cx.io, cx.ctx.pools.as_mut(), u, &ev);
+    }
+}
+
+impl Handler for Zone {
+    fn on_accept(&mut self, io: &mut Io, c: ConnId, listener: ListenerId) {
+        let now = io.now();
+        if self.clients.len() <= c.index() {
+            self.clients.resize_with(c.index() + 1, || Client {
+                base: Base::new(now),
+                role: ClientRole::Free,
+            });
+        }
+        self.ctx.active += 1;
+        self.ctx.log.active(self.ctx.active);
+        let li = self.listeners.route(listener);
+        let kind = self.ctx.routes.listener_kind.get(li as usize).copied();
+        let Client { base, role } = &mut self.clients[c.index()];
+        base.open(li, io.peer_addr(c), Transport::Plain);
+        // Until the listener's kind says otherwise: a connection closed now goes the usual way.
+        *role = ClientRole::Http1(Http1::new(false));
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        let at = now + cx.ctx.set.header_timeout;
+        cx.ctx.set_deadline(cx.io, base, c, at);
+        let Some(kind) = kind else {
+            cx.io.close(c); // accepted on a listener a reload just closed
+            return;
+        };
+        if cx.ctx.draining {
+            // Accepted while the listener was being closed: served (with Connection: close).
+            if matches!(kind, ListenerKind::Stream(_)) {
+                cx.io.close(c);
+                return;
+            }
+            let at = now + crate::role::http1::DRAIN_IDLE_GRACE;
+            cx.ctx.advance_deadline(cx.io, base, c, at);
         }
         match kind {
-            ListenerKind::Http {
-                proxy_protocol: true,
-            } => self.conns[c.index()].phase = Phase::ProxyHeader,
-            ListenerKind::Http { .. } => {}
-            ListenerKind::Stream(i) => self.stream_accept(io, c, i),
+            ListenerKind::Http { proxy_protocol } => {
+                *role = ClientRole::Http1(Http1::new(proxy_protocol));
+            }
+            ListenerKind::Stream(i) => {
+                *role = ClientRole::Stream(Stream::accept(&mut cx, base, c, i));
+            }
         }
     }
 
     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
-        self.refresh_date(io.now());
-        if self.is_up(c) {
-            self.connector.observe(io, c);
-            return self.up_data(io, c, data);
+        self.ctx.refresh_date(io.now());
+        if self.ups.contains(c) {
+            self.ctx.connector.observe(io, c);
+            return self.upstream_event(io, c, UpEvent::Data(data));
         }
-        let conn = &mut self.conns[c.index()];
-        match conn.phase {
-            Phase::Lingering | Phase::Closed => return,
-            Phase::Tunnel => return self.tunnel_client_data(io, c, data),
-            Phase::ProxyHeader => return self.proxy_header_data(io, c, data),
-            _ => {}
-        }
-        if conn.paused {
-            conn.inbuf.extend_from_slice(data);
-            // Pausing takes effect at the next submission: a proxied body may deliver what
-            // the socket had queued meanwhile (bounded by the socket's receive buffer).
-            let limit = if conn.phase == Phase::Proxy {
-                PAUSED_BODY_LIMIT
-            } else {
-                self.set.max_buffered
-            };
-            if conn.inbuf.len() > limit {
-                io.close(c);
-            } else if conn.inbuf.len() > self.set.limits.max_head {
-                // Held without stopping the receive (`wait_for_upstream`), and the client
-                // keeps sending: now stop it (no-op if already stopped).
-                io.pause_recv(c);
-            }
+        let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
             return;
-        }
-        if conn.inbuf.is_empty() {
-            // The common case: parse straight from the receive buffer, keep only a tail.
-            let used = self.process(io, c, data);
-            let conn = &mut self.conns[c.index()];
-            if used < data.len() && conn.phase != Phase::Closed && conn.phase != Phase::Lingering {
-                conn.inbuf.extend_from_slice(&data[used..]);
-            }
-        } else {
-            conn.inbuf.extend_from_slice(data);
-            self.process_buffered(io, c);
-        }
-        let conn = &self.conns[c.index()];
-        if conn.inbuf.len() > self.set.max_buffered {
-            // Only reachable while paused or with a huge partial head (431 handles that).
-            io.close(c);
+        };
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        match role {
+            ClientRole::Http1(h) => h.on_data(&mut cx, base, c, data),
+            ClientRole::Tunnel(t) => t.client_data(&mut cx, base, c, data),
+            ClientRole::Stream(s) => s.client_data(&mut cx, base, c, data),
+            ClientRole::Free => {}
         }
     }
 
     fn on_connected(&mut self, io: &mut Io, c: ConnId) {
-        if self.is_up(c) {
-            self.up_connected(io, c);
+        if self.ups.contains(c) {
+            self.upstream_event(io, c, UpEvent::Connected);
         }
     }
 
     fn on_eof(&mut self, io: &mut Io, c: ConnId) {
-        if self.is_up(c) {
-            self.connector.eof(io, c);
-            return self.up_eof(io, c);
+        if self.ups.contains(c) {
+            self.ctx.connector.eof(io, c);
+            return self.upstream_event(io, c, UpEvent::Eof);
         }
-        let conn = &mut self.conns[c.index()];
-        conn.eof = true;
-        match conn.phase {
-            Phase::Tunnel => self.tunnel_client_eof(io, c),
-            Phase::Proxy => self.proxy_client_eof(io, c),
-            Phase::Lingering => {
-                if io.pending(c) == 0 {
-                    io.close(c)
-                } else {
-                    io.close_after_flush(c)
-                }
-            }
-            Phase::Body | Phase::Head => io.close(c),
-            Phase::Idle if conn.paused => {} // finishes in on_flushed
-            _ => io.close_after_flush(c),
+        let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
+            return;
+        };
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        base.eof = true;
+        match role {
+            ClientRole::Http1(h) => h.on_eof(&mut cx, base, c),
+            ClientRole::Tunnel(t) => t.client_eof(&mut cx, base, c),
+            ClientRole::Stream(s) => s.client_eof(&mut cx, base, c),
+            ClientRole::Free => {}
         }
     }
 
     fn on_flushed(&mut self, io: &mut Io, c: ConnId) {
-        if self.is_up(c) {
-            return self.up_flushed(io, c);
+        if self.ups.contains(c) {
+            return self.upstream_event(io, c, UpEvent::Flushed);
         }
-        let conn = &mut self.conns[c.index()];
-        if matches!(conn.phase, Phase::Proxy | Phase::Tunnel) {
-            return self.client_flushed_while_proxying(io, c);
-        }
-        if conn.paused {
-            conn.paused = false;
-            if !conn.eof {
-                io.resume_recv(c);
-            }
-            self.process_buffered(io, c);
+        let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
+            return;
+        };
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        match role {
+            ClientRole::Http1(h) => h.on_flushed(&mut cx, base, c),
+            ClientRole::Tunnel(t) => t.client_flushed(&mut cx),
+            ClientRole::Stream(_) | ClientRole::Free => {}
         }
     }
 
     fn on_closed(&mut self, io: &mut Io, c: ConnId, err: Option<std::io::Error>) {
-        if self.is_up(c) {
-            return self.up_closed(io, c, err);
+        if self.ups.contains(c) {
+            return self.upstream_closed(io, c, err);
+        }
+        let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
+            return;
+        };
+        if matches!(role, ClientRole::Free) {
+            return;
         }
         if let Some(e) = err {
-            tracing::debug!(zone = self.id, conn = c.0, "connection error: {e}");
+            tracing::debug!(zone = self.ctx.id, conn = c.0, "connection error: {e}");
         }
-        self.client_closed_while_proxying(io, c);
-        let conn = &mut self.conns[c.index()];
-        conn.phase = Phase::Closed;
-        conn.body = None;
-        conn.pending = None;
-        if conn.inbuf.capacity() > 64 * 1024 {
-            conn.inbuf = Vec::new();
-        } else {
-            conn.inbuf.clear();
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        match role {
+            ClientRole::Http1(h) => h.on_closed(&mut cx),
+            ClientRole::Tunnel(t) => t.client_closed(&mut cx),
+            ClientRole::Stream(s) => s.client_closed(&mut cx),
+            ClientRole::Free => {}
         }
-        self.active -= 1;
-        self.obs_closed(io, c);
-        if self.draining && self.active == 0 {
+        *role = ClientRole::Free;
+        base.release();
+        let ctx = &mut self.ctx;
+        ctx.active -= 1;
+        ctx.log.end(io, c, base.addr, ctx.id);
+        ctx.log.active(ctx.active);
+        if ctx.draining && ctx.active == 0 {
             io.exit();
         }
     }
 
     fn on_timer(&mut self, io: &mut Io) -> Option<Duration> {
-        if let Some(tx) = self.ready.take() {
-            let _ = tx.send(ZoneEvent::Ready);
+        if std::mem::take(&mut self.ready) {
+            let _ = self.events.send(ZoneEvent::Ready);
         }
         let now = io.now();
-        self.refresh_date(now);
+        self.ctx.refresh_date(now);
         let mut due = Vec::new();
         let mut up_due = Vec::new();
-        let conns = &mut self.conns;
-        let upc = &mut self.upc;
-        self.wheel.advance(now, |wheel, key, gen| {
+        let (clients, ups) = (&mut self.clients, &mut self.ups);
+        self.ctx.wheel.advance(now, |wheel, key, gen| {
             if key & UP_KEY != 0 {
-                let k = key & !UP_KEY;
-                let Some(Some(up)) = upc.get_mut(k as usize) else {
-                    return;
-                };
+                let u = ConnId(key & !UP_KEY);
+                let Some(up) = ups.get_mut(u) else { return };
                 if up.gen != gen {
                     return;
                 }
@@ -465,20 +333,20 @@ impl Handler for HttpZone {
                     }
                 } else {
                     up.wheel_at = None;
-                    up_due.push(ConnId(k));
+                    up_due.push(u);
                 }
                 return;
             }
-            let Some(conn) = conns.get_mut(key as usize) else {
+            let Some(cl) = clients.get_mut(key as usize) else {
                 return;
             };
-            if conn.gen != gen || conn.phase == Phase::Closed {
+            if cl.base.gen != gen || matches!(cl.role, ClientRole::Free) {
                 return;
             }
-            if conn.deadline > now {
-                wheel.insert(conn.deadline, key, gen);
+            if cl.base.deadline > now {
+                wheel.insert(cl.base.deadline, key, gen);
             } else {
-                conn.in_wheel = false;
+                cl.base.in_wheel = false;
                 due.push(ConnId(key));
             }
         });
@@ -486,14 +354,18 @@ impl Handler for HttpZone {
             self.expire(io, c);
         }
         for u in up_due {
-            self.up_expire(io, u);
+            self.upstream_event(io, u, UpEvent::Timeout);
         }
-        self.ops_tick(io);
+        self.ctx.log.tick(now);
+        if self.reload.is_some() {
+            self.try_reload(io);
+        }
         let next = self
+            .ctx
             .wheel
             .next_due(now)
             .map(|d| d.max(Duration::from_millis(10)));
-        if self.draining {
+        if self.ctx.draining {
             return Some(next.map_or(Duration::from_millis(100), |d| {
                 d.min(Duration::from_millis(100))
             }));
@@ -502,12 +374,12 @@ impl Handler for HttpZone {
     }
 
     fn on_wake(&mut self, io: &mut Io) {
-        self.ops_wake(io);
+        self.control(io);
     }
 
     fn prefetch(&self, c: ConnId) {
-        if let Some(conn) = self.conns.get(c.index()) {
-            ringx_engine::prefetch(conn);
+        if let Some(cl) = self.clients.get(c.index()) {
+            ringx_engine::prefetch(cl);
         }
     }
 }

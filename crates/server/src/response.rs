@@ -1,0 +1,306 @@
+//! The one response writer: every response ringx makes itself (error pages, `return`
+//! locations, static file heads) is written here into a connection's output buffer, and
+//! each writer returns what it wrote — the status, the length of the head, the file part of
+//! the body — so nothing downstream parses the bytes back.
+
+use std::fs::File;
+use std::rc::Rc;
+
+use ringx_http::DateCache;
+
+use crate::route::Canned;
+
+/// The `Connection` header a response carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnHdr {
+    /// HTTP/1.1 keep-alive: nothing to say.
+    Keep11,
+    /// HTTP/1.0 keep-alive must be confirmed.
+    Keep10,
+    Close,
+}
+
+impl ConnHdr {
+    /// The header for a response to a request of this version that keeps (or not) the
+    /// connection.
+    pub fn new(version11: bool, keep: bool) -> ConnHdr {
+        match (keep, version11) {
+            (false, _) => ConnHdr::Close,
+            (true, true) => ConnHdr::Keep11,
+            (true, false) => ConnHdr::Keep10,
+        }
+    }
+
+    pub fn bytes(self) -> &'static [u8] {
+        match self {
+            ConnHdr::Keep11 => b"",
+            ConnHdr::Keep10 => b"Connection: keep-alive\r\n",
+            ConnHdr::Close => b"Connection: close\r\n",
+        }
+    }
+}
+
+/// The file part of a response body: the file, the offset and the length to send.
+pub type FilePart = (Rc<File>, u64, u64);
+
+/// What a writer wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub status: u16,
+    /// Bytes of the head (status line to the empty line), for the access log.
+    pub head_len: u32,
+}
+
+/// A response written into a buffer: what was written, the file part of its body still to be
+/// sent, and whether the connection must close after it (the request could not be framed).
+pub struct Reply {
+    pub written: Written,
+    pub file: Option<FilePart>,
+    pub close: bool,
+}
+
+impl Reply {
+    pub fn bytes(written: Written) -> Reply {
+        Reply {
+            written,
+            file: None,
+            close: false,
+        }
+    }
+}
+
+/// Writes responses for one server identity (`Server:` header, error-page token) with the
+/// zone's current `Date`.
+#[derive(Clone, Copy)]
+pub struct Responder<'a> {
+    /// `Server:` header line, with CRLF.
+    pub server_header: &'a [u8],
+    /// The name on error pages.
+    pub token: &'a [u8],
+    pub date: &'a DateCache,
+}
+
+impl Responder<'_> {
+    /// A response head with a Content-Length; `extra` holds further header lines (with
+    /// CRLFs).
+    pub fn head(
+        &self,
+        out: &mut Vec<u8>,
+        status: u16,
+        extra: &str,
+        len: u64,
+        ch: ConnHdr,
+    ) -> Written {
+        let before = out.len();
+        ringx_http::write_status_line(out, status);
+        out.extend_from_slice(self.server_header);
+        out.extend_from_slice(self.date.header());
+        out.extend_from_slice(extra.as_bytes());
+        if status != 304 && status != 204 {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(len.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(ch.bytes());
+        out.extend_from_slice(b"\r\n");
+        Written {
+            status,
+            head_len: (out.len() - before) as u32,
+        }
+    }
+
+    /// An nginx-style HTML error page (the body is left out for HEAD).
+    pub fn error(&self, out: &mut Vec<u8>, page: ErrorPage<'_>) -> Written {
+        let status = page.status;
+        let reason = ringx_http::reason(status);
+        let token = String::from_utf8_lossy(self.token);
+        let body = format!(
+            "<html>\r\n<head><title>{status} {reason}</title></head>\r\n<body>\r\n<center><h1>{status} {reason}</h1></center>\r\n<hr><center>{token}</center>\r\n</body>\r\n</html>\r\n"
+        );
+        let extra = format!("Content-Type: text/html\r\n{}", page.extra);
+        let w = self.head(out, status, &extra, body.len() as u64, page.conn);
+        if !page.head_only {
+            out.extend_from_slice(body.as_bytes());
+        }
+        w
+    }
+
+    /// A `return` response: its pre-serialised head, Date, Connection, body.
+    pub fn canned(&self, out: &mut Vec<u8>, c: &Canned, ch: ConnHdr, head_only: bool) -> Written {
+        let before = out.len();
+        if ch == ConnHdr::Keep11 && !head_only {
+            // One copy of the prepared keep-alive response, the Date written over its
+            // placeholder.
+            out.extend_from_slice(&c.keep11);
+            let date_at = before + c.head.len();
+            out[date_at..date_at + ringx_http::DATE_HEADER_LEN].copy_from_slice(self.date.header());
+            return Written {
+                status: c.status,
+                head_len: (c.head.len() + ringx_http::DATE_HEADER_LEN + 2) as u32,
+            };
+        }
+        out.extend_from_slice(&c.head);
+        out.extend_from_slice(self.date.header());
+        out.extend_from_slice(ch.bytes());
+        out.extend_from_slice(b"\r\n");
+        let head_len = (out.len() - before) as u32;
+        if !head_only {
+            out.extend_from_slice(&c.body);
+        }
+        Written {
+            status: c.status,
+            head_len,
+        }
+    }
+}
+
+/// What an error page says: its status, extra header lines (with CRLFs), the Connection
+/// header, and whether the request was HEAD.
+#[derive(Clone, Copy)]
+pub struct ErrorPage<'a> {
+    pub status: u16,
+    pub extra: &'a str,
+    pub conn: ConnHdr,
+    pub head_only: bool,
+}
+
+impl ErrorPage<'static> {
+    /// An error page that closes the connection.
+    pub fn closing(status: u16) -> ErrorPage<'static> {
+        ErrorPage {
+            status,
+            extra: "",
+            conn: ConnHdr::Close,
+            head_only: false,
+        }
+    }
+}
+
+impl<'a> ErrorPage<'a> {
+    pub fn new(status: u16, conn: ConnHdr, head_only: bool) -> ErrorPage<'a> {
+        ErrorPage {
+            status,
+            extra: "",
+            conn,
+            head_only,
+        }
+    }
+
+    pub fn extra(self, extra: &'a str) -> ErrorPage<'a> {
+        ErrorPage { extra, ..self }
+    }
+
+    pub fn head_only(self, head_only: bool) -> ErrorPage<'a> {
+        ErrorPage { head_only, ..self }
+    }
+}
+
+/// Turns a prepared response head of `head_len` bytes (`Connection: keep-alive` or no
+/// Connection header) into one that announces the close: a response written before a drain
+/// began, sent after it.
+pub fn mark_close(resp: &mut Vec<u8>, head_len: usize) {
+    const KEEP10: &[u8] = b"Connection: keep-alive\r\n";
+    const CLOSE: &[u8] = b"Connection: close\r\n";
+    let Some(end) = head_len.checked_sub(2) else {
+        return;
+    };
+    let head = &resp[..end];
+    if let Some(i) = head.windows(KEEP10.len()).position(|w| w == KEEP10) {
+        resp.splice(i..i + KEEP10.len(), CLOSE.iter().copied());
+    } else if !head.windows(CLOSE.len()).any(|w| w == CLOSE) {
+        resp.splice(end..end, CLOSE.iter().copied());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn responder(date: &DateCache) -> Responder<'_> {
+        Responder {
+            server_header: b"Server: ringx\r\n",
+            token: b"ringx",
+            date,
+        }
+    }
+
+    /// The one-copy keep-alive form writes exactly what the appends write, and both report
+    /// the head they wrote.
+    #[test]
+    fn canned_forms_agree() {
+        let head = b"HTTP/1.1 200 OK\r\nServer: ringx\r\nContent-Length: 2\r\n".to_vec();
+        let c = Canned::new(200, head, b"hi".to_vec());
+        let date = DateCache::new();
+        let r = responder(&date);
+        for ch in [ConnHdr::Keep11, ConnHdr::Keep10, ConnHdr::Close] {
+            for head_only in [false, true] {
+                let mut out = b"previous".to_vec();
+                let w = r.canned(&mut out, &c, ch, head_only);
+                let mut want = b"previous".to_vec();
+                want.extend_from_slice(&c.head);
+                want.extend_from_slice(date.header());
+                want.extend_from_slice(ch.bytes());
+                want.extend_from_slice(b"\r\n");
+                assert_eq!(w.head_len as usize, want.len() - 8, "{ch:?} {head_only}");
+                assert_eq!(w.status, 200);
+                if !head_only {
+                    want.extend_from_slice(&c.body);
+                }
+                assert_eq!(out, want, "{ch:?} {head_only}");
+            }
+        }
+    }
+
+    /// Each writer reports the status and the exact head length it wrote.
+    #[test]
+    fn writers_report_what_they_wrote() {
+        let date = DateCache::new();
+        let r = responder(&date);
+        let mut out = b"x".to_vec();
+        let page = ErrorPage::new(404, ConnHdr::Keep11, false).extra("X-A: b\r\n");
+        let w = r.error(&mut out, page);
+        assert_eq!(w.status, 404);
+        let head = &out[1..1 + w.head_len as usize];
+        assert!(head.starts_with(b"HTTP/1.1 404 Not Found\r\n"));
+        assert!(
+            head.ends_with(b"X-A: b\r\nContent-Length: 146\r\n\r\n"),
+            "{head:?}"
+        );
+        assert_eq!(out.len() - 1 - w.head_len as usize, 146);
+        let mut out = Vec::new();
+        let w = r.error(&mut out, ErrorPage::new(405, ConnHdr::Close, true));
+        assert_eq!(
+            (w.status, w.head_len as usize),
+            (405, out.len()),
+            "HEAD: head only"
+        );
+        let mut out = Vec::new();
+        let w = r.head(&mut out, 304, "ETag: \"1\"\r\n", 10, ConnHdr::Keep10);
+        assert_eq!(w.head_len as usize, out.len());
+        assert!(
+            !out.windows(14).any(|x| x == b"Content-Length"),
+            "no length on 304"
+        );
+        assert!(out.ends_with(b"Connection: keep-alive\r\n\r\n"));
+    }
+
+    #[test]
+    fn marking_a_prepared_response_closed() {
+        let date = DateCache::new();
+        let r = responder(&date);
+        for ch in [ConnHdr::Keep11, ConnHdr::Keep10, ConnHdr::Close] {
+            let mut out = Vec::new();
+            let w = r.error(&mut out, ErrorPage::new(404, ch, false));
+            mark_close(&mut out, w.head_len as usize);
+            let text = String::from_utf8(out).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            assert_eq!(
+                head.matches("Connection: close").count(),
+                1,
+                "{ch:?}: {head}"
+            );
+            assert!(!head.contains("keep-alive"), "{ch:?}");
+            assert!(body.contains("<h1>404 Not Found</h1>"), "{ch:?}");
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! An exchange: one HTTP request being proxied, from the moment its head is routed to a
+//! `proxy_pass` location until its response is complete (nginx's `ngx_http_upstream_t`).
+//!
+//! The HTTP/1 role owns it; events on the upstream connection it uses are delivered to it
+//! through that role. It picks a server ([`Dial`]), sends the head and the body so far,
+//! retries idempotent requests elsewhere after failures that left the client untouched, and
+//! relays the response head and body (`response.rs`), returning an [`Outcome`] the client
+//! role acts on.
+
+mod response;
+
+use ringx_engine::{ConnId, Io};
+use ringx_http::{BodyDecoder, Version};
+
+use crate::error::{Error, Kind, Side};
+use crate::role::upstream::{attach, UpConn, UpState};
+use crate::upstream::dial::Dial;
+use crate::upstream::pools::ZonePools;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+/// Request body kept to replay on another server; a larger body is not retried.
+pub const MAX_REPLAY: usize = 64 * 1024;
+/// Bytes queued towards one side of a proxied exchange before the other side stops reading.
+pub const PROXY_HIGH_WATER: u64 = 256 * 1024;
+/// Largest upstream response head.
+pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// A request being proxied.
+pub struct Exchange {
+    pub dial: Dial,
+    /// The upstream connection of the current attempt.
+    pub up: Option<ConnId>,
+    /// The head sent upstream (again on a retry).
+    pub head: Vec<u8>,
+    /// `proxy_host = "upstream"`: the Host line follows the chosen server.
+    pub host_upstream: bool,
+    /// Body bytes forwarded so far, for a retry; `None` once too large.
+    pub replay: Option<Vec<u8>>,
+    /// The request body still arriving.
+    pub req_body: Option<BodyDecoder>,
+    pub idempotent: bool,
+    pub head_request: bool,
+    pub version: Version,
+    /// The client connection stays open after the response.
+    pub keep: bool,
+    pub upgrade: bool,
+    /// Response bytes went to the client: no retry, and a failure now cuts the response.
+    pub started: bool,
+    /// Reading from the client stopped because the upstream's queue is full.
+    pub body_paused: bool,
+}
+
+impl Default for Exchange {
+    fn default() -> Exchange {
+        Exchange {
+            dial: Dial::default(),
+            up: None,
+            head: Vec::new(),
+            host_upstream: false,
+            replay: None,
+            req_body: None,
+            idempotent: false,
+            head_request: false,
+            version: Version::Http11,
+            keep: false,
+            upgrade: false,
+            started: false,
+            body_paused: false,
+        }
+    }
+}
+
+/// What the client role does after an exchange event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing: more is to come from one side or the other.
+    Pending,
+    /// The response is complete; the client connection goes on (or closes) as the exchange
+    /// says ([`Exchange::client_closes`]).
+    Done,
+    /// No response was sent and none can be had: answer with this status.
+    GiveUp(u16),
+    /// Part of the response went out and the exchange broke: the client must see it cut.
+    Cut,
+    /// The upstream answered 101: from now on the two connections are a byte tunnel.
+    Upgrade(ConnId),
+}
+
+impl Exchange {
+    /// Whether a failed attempt may go to another server: nothing reached the client, the
+    /// method is idempotent, the body (if any) can be replayed, tries and servers are left.
+    pub fn can_retry(&self, pools: &ZonePools) -> bool {
+        !self.started
+            && self.idempotent
+            && self.dial.tries_left > 0
+            && (self.req_body.is_none() || self.replay.is_some())
+            && self.dial.untried(pools)
+    }
+
+    /// Whether the client connection must close once the response is complete.
+    pub fn client_closes(&self, base: &Base) -> bool {
+        !self.keep || self.req_body.is_some() || base.eof
+    }
+
+    /// Reaches a server and hands it the request: the PROXY header (a new connection to a
+    /// server that wants one), the head, and the body so far.
+    pub fn send(&mut self, cx: &mut Cx, base: &Base, c: ConnId) -> Result<(), Error> {
+        let now = cx.io.now();
+        let ctx = &mut *cx.ctx;
+        let pools = ctx.pools.as_mut().expect("a zone that proxies has pools");
+        let reached = self
+            .dial
+            .reach(cx.io, pools, &mut ctx.connector, true, now)?;
+        let (u, reused) = (reached.conn, reached.reused);
+        let def = &pools.defs.list[self.dial.upstream];
+        let timeout = if reused {
+            def.read_timeout
+        } else {
+            def.connect_timeout
+        };
+        if self.host_upstream {
+            rehost(&mut self.head, &def.servers[self.dial.server].name);
+        }
+        let rec = attach(cx.io, cx.ctx, cx.ups, base, c, &self.dial, reached);
+        rec.tr.write(cx.io, u, &self.head);
+        if let Some(r) = &self.replay {
+            rec.tr.write(cx.io, u, r);
+        }
+        self.up = Some(u);
+        cx.ctx.set_up_deadline(cx.io, rec, u, now + timeout);
+        Ok(())
+    }
+
+    /// Sends the request again after a failure, or says why it cannot go on.
+    fn resend(&mut self, cx: &mut Cx, base: &Base, c: ConnId) -> Outcome {
+        match self.send(cx, base, c) {
+            Ok(()) => Outcome::Pending,
+            Err(_) => Outcome::GiveUp(502),
+        }
+    }
+
+    /// Closes the exchange's upstream connection (not reusable: the exchange was cut).
+    pub fn detach(&mut self, cx: &mut Cx) {
+        let Some(u) = self.up.take() else { return };
+        let Some(up) = cx.ups.get_mut(u) else { return };
+        if up.state != UpState::Closing {
+            up.abandon(cx.io, u);
+            if let Some(p) = cx.ctx.pools.as_mut() {
+                p.per[self.dial.upstream].bal.finished(self.dial.server);
+            }
+        }
+    }
+
+    /// The attempt on `u` failed (`why`): the server is blamed (passive health) unless it
+    /// was the keep-alive race, then the request goes to another server if nothing reached
+    /// the client, or the client gets 502/504, or sees its response cut.
+    pub fn upstream_failed(
+        &mut self,
+        cx: &mut Cx,
+        base: &Base,
+        c: ConnId,
+        u: ConnId,
+        why: Error,
+    ) -> Outcome {
+        let Some(up) = cx.ups.get_mut(u) else {
+            return Outcome::Pending;
+        };
+        if up.state == UpState::Closing {
+            return Outcome::Pending;
+        }
+        let f = Failed::take(up);
+        cx.io.close(u);
+        self.after_failure(cx, base, c, f, why)
+    }
+
+    /// The upstream connection `u` closed under the exchange (its record is still in the
+    /// table, and leaves it after this).
+    pub fn upstream_closed(
+        &mut self,
+        cx: &mut Cx,
+        base: &Base,
+        c: ConnId,
+        u: ConnId,
+        err: Option<std::io::Error>,
+    ) -> Outcome {
+        let Some(up) = cx.ups.get_mut(u) else {
+            return Outcome::Pending;
+        };
+        let name = self.dial.name(cx.ctx.pools());
+        let kind = match up.state {
+            UpState::Connecting => Kind::Connect,
+            UpState::Busy | UpState::Tunnel => Kind::Reset,
+            UpState::Idle | UpState::Closing => return Outcome::Pending,
+        };
+        let mut why = Error::new(kind, Side::Upstream).context(format!("upstream {name}"));
+        if let Some(e) = err {
+            why = why.cause(e);
+        }
+        if kind == Kind::Connect {
+            tracing::warn!("{why}");
+        } else {
+            tracing::debug!(zone = cx.ctx.id, "{why}");
+        }
+        let f = Failed::take(up);
+        self.after_failure(cx, base, c, f, why)
+    }
+
+    /// The upstream connection's deadline passed (connect or read timeout).
+    pub fn upstream_timeout(&mut self, cx: &mut Cx, base: &Base, c: ConnId, u: ConnId) -> Outcome {
+        let busy = cx
+            .ups
+            .get(u)
+            .is_some_and(|x| matches!(x.state, UpState::Connecting | UpState::Busy));
+        if !busy {
+            return Outcome::Pending;
+        }
+        let why = Error::new(Kind::Timeout, Side::Upstream)
+            .context(format!("upstream {}", self.dial.name(cx.ctx.pools())));
+        tracing::warn!("{why}");
+        self.upstream_failed(cx, base, c, u, why)
+    }
+
+    /// The client side of a failure: retry, 502/504, or cut the response off.
+    fn after_failure(
+        &mut self,
+        cx: &mut Cx,
+        base: &Base,
+        c: ConnId,
+        f: Failed,
+        why: Error,
+    ) -> Outcome {
+        let now = cx.io.now();
+        let silent = f.reused && !f.got_bytes && matches!(why.kind, Kind::Reset | Kind::Connect);
+        let pools = cx.ctx.pools();
+        if f.was_busy {
+            pools.per[f.upstream].bal.finished(f.server);
+        }
+        // A 502/503 answer is the server's word, not a fault of the connection; and a client
+        // that went away is not the server's fault.
+        if !silent && !matches!(why.kind, Kind::Status(_)) && why.side == Side::Upstream {
+            pools.failed(f.upstream, f.server, now);
+        }
+        if f.client.is_none_or(|(x, g)| x != c || g != base.gen) {
+            return Outcome::Pending; // it no longer served this exchange
+        }
+        self.up = None;
+        if self.started {
+            return Outcome::Cut;
+        }
+        if silent {
+            // The keep-alive race: the server closed an idle connection as we reused it.
+            self.dial.tried.retain(|&x| x != f.server);
+            return self.resend(cx, base, c);
+        }
+        if self.can_retry(cx.ctx.pools()) {
+            self.dial.tries_left -= 1;
+            return self.resend(cx, base, c);
+        }
+        Outcome::GiveUp(why.status())
+    }
+}
+
+/// What a failure handler needs of the upstream connection's record.
+struct Failed {
+    upstream: usize,
+    server: usize,
+    reused: bool,
+    got_bytes: bool,
+    was_busy: bool,
+    client: Option<(ConnId, u32)>,
+}
+
+impl Failed {
+    /// Reads the record and marks it closing (detached from its client).
+    fn take(up: &mut UpConn) -> Failed {
+        let was_busy = matches!(
+            up.state,
+            UpState::Busy | UpState::Connecting | UpState::Tunnel
+        );
+        up.state = UpState::Closing;
+        Failed {
+            upstream: up.upstream,
+            server: up.server,
+            reused: up.reused,
+            got_bytes: up.got_bytes,
+            was_busy,
+            client: up.client.take(),
+        }
+    }
+}
+
+/// Replaces the `Host` line (the first header line) of a forwarded head.
+fn rehost(head: &mut Vec<u8>, host: &str) {
+    let Some(eol) = head.windows(2).position(|w| w == b"\r\n") else {
+        return;
+    };
+    let start = eol + 2;
+    if !head[start..].starts_with(b"Host: ") {
+        return;
+    }
+    let Some(len) = head[start..].windows(2).position(|w| w == b"\r\n") else {
+        return;
+    };
+    let line = format!("Host: {host}");
+    head.splice(start..start + len, line.into_bytes());
+}
+
+/// The read and keep-alive timeouts of an upstream.
+pub(crate) fn up_timeouts(
+    pools: &ZonePools,
+    upstream: usize,
+) -> (std::time::Duration, std::time::Duration) {
+    let d = &pools.defs.list[upstream];
+    (d.read_timeout, d.keepalive_timeout)
+}
+
+/// Pauses reading from the upstream `u` until the client's queue drains.
+pub(crate) fn pause_upstream(io: &mut Io, up: &mut UpConn, u: ConnId) {
+    if !up.paused {
+        up.paused = true;
+        io.pause_recv(u);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rehost;
+
+    #[test]
+    fn rehost_replaces_only_the_host_line() {
+        let mut h = b"GET / HTTP/1.1\r\nHost: client.test\r\nX: y\r\n\r\n".to_vec();
+        rehost(&mut h, "10.0.0.5:8080");
+        assert_eq!(h, b"GET / HTTP/1.1\r\nHost: 10.0.0.5:8080\r\nX: y\r\n\r\n");
+        let mut h = b"GET / HTTP/1.1\r\nX: y\r\n\r\n".to_vec();
+        rehost(&mut h, "a");
+        assert_eq!(
+            h, b"GET / HTTP/1.1\r\nX: y\r\n\r\n",
+            "no Host line first: unchanged"
+        );
+    }
+}

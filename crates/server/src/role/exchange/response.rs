@@ -1,0 +1,300 @@
+//! The upstream's side of an exchange: the connect completing, the response head (interim
+//! responses skipped, 502/503 retried, framing re-declared for the client) and its body,
+//! relayed with back-pressure; then the upstream connection goes back to the pool or closes.
+
+use std::mem::MaybeUninit;
+
+use ringx_engine::ConnId;
+use ringx_http::upstream::{parse_response_uninit, ClientFraming, ResponseBody};
+use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Parsed, Version};
+
+use super::{pause_upstream, up_timeouts, Exchange, Outcome, MAX_RESPONSE_HEAD, PROXY_HIGH_WATER};
+use crate::error::{Error, Kind, Side};
+use crate::response::{ConnHdr, Written};
+use crate::role::upstream::UpState;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+/// Where parsing a response head left the input.
+enum Head {
+    /// More bytes are needed (kept in the upstream's buffer).
+    Partial,
+    /// The head was relayed; its body starts at this offset of the input.
+    Body(usize),
+    /// The exchange ended or changed course (done, failed, upgraded).
+    Ended(Outcome),
+}
+
+impl Exchange {
+    /// The connect of `u` completed.
+    pub fn upstream_connected(&mut self, cx: &mut Cx, u: ConnId) {
+        let now = cx.io.now();
+        let (rt, _) = up_timeouts(cx.ctx.pools(), self.dial.upstream);
+        let Some(up) = cx.ups.get_mut(u) else { return };
+        if up.state == UpState::Connecting {
+            up.state = UpState::Busy;
+            cx.ctx.set_up_deadline(cx.io, up, u, now + rt);
+        }
+    }
+
+    /// Response bytes from `u`.
+    pub fn upstream_data(
+        &mut self,
+        cx: &mut Cx,
+        base: &mut Base,
+        c: ConnId,
+        u: ConnId,
+        data: &[u8],
+    ) -> Outcome {
+        let now = cx.io.now();
+        let (rt, _) = up_timeouts(cx.ctx.pools(), self.dial.upstream);
+        let Some(up) = cx.ups.get_mut(u) else {
+            return Outcome::Pending;
+        };
+        up.got_bytes = true;
+        match up.state {
+            UpState::Busy => {}
+            UpState::Closing => return Outcome::Pending,
+            // Bytes before the connect completed, or in a state an exchange never leaves
+            // its connection in: it cannot be trusted.
+            _ => {
+                let why = Error::new(Kind::Malformed, Side::Upstream);
+                return self.upstream_failed(cx, base, c, u, why);
+            }
+        }
+        up.deadline = now + rt;
+        if up.head_done {
+            return self.response_body(cx, base, c, u, data);
+        }
+        let mut buf = std::mem::take(&mut up.inbuf);
+        let input: &[u8] = if buf.is_empty() {
+            data
+        } else {
+            buf.extend_from_slice(data);
+            &buf
+        };
+        match self.response_head(cx, base, c, u, input) {
+            Head::Partial => {
+                if let Some(up) = cx.ups.get_mut(u) {
+                    if buf.is_empty() {
+                        up.inbuf.extend_from_slice(data);
+                    } else {
+                        up.inbuf = buf;
+                    }
+                }
+                Outcome::Pending
+            }
+            Head::Body(off) if off < input.len() => {
+                self.response_body(cx, base, c, u, &input[off..])
+            }
+            Head::Body(_) => Outcome::Pending,
+            Head::Ended(o) => o,
+        }
+    }
+
+    /// The server closed its write side.
+    pub fn upstream_eof(&mut self, cx: &mut Cx, base: &mut Base, c: ConnId, u: ConnId) -> Outcome {
+        let Some(up) = cx.ups.get_mut(u) else {
+            return Outcome::Pending;
+        };
+        up.eof = true;
+        match up.state {
+            // The response runs until the server closes: this is its end.
+            UpState::Busy if up.head_done && up.until_close => self.response_done(cx, u, false),
+            UpState::Busy | UpState::Connecting => {
+                let why = Error::new(Kind::Reset, Side::Upstream);
+                self.upstream_failed(cx, base, c, u, why)
+            }
+            _ => Outcome::Pending,
+        }
+    }
+
+    fn response_head(
+        &mut self,
+        cx: &mut Cx,
+        base: &mut Base,
+        c: ConnId,
+        u: ConnId,
+        input: &[u8],
+    ) -> Head {
+        let mut off = 0;
+        loop {
+            let mut headers = [const { MaybeUninit::<httparse::Header>::uninit() }; 128];
+            let h = match parse_response_uninit(
+                &input[off..],
+                &mut headers,
+                MAX_RESPONSE_HEAD,
+                self.head_request,
+            ) {
+                Ok(Parsed::Partial) if off > 0 => {
+                    // Interim responses were consumed: keep only the rest.
+                    if let Some(up) = cx.ups.get_mut(u) {
+                        up.inbuf = input[off..].to_vec();
+                    }
+                    return Head::Ended(Outcome::Pending);
+                }
+                Ok(Parsed::Partial) => return Head::Partial,
+                Err(e) => {
+                    let why = Error::new(Kind::Malformed, Side::Upstream)
+                        .context(format!("upstream {}", self.dial.name(cx.ctx.pools())))
+                        .cause(e.to_string());
+                    tracing::warn!("{why}");
+                    return Head::Ended(self.upstream_failed(cx, base, c, u, why));
+                }
+                Ok(Parsed::Complete(h)) => h,
+            };
+            if (100..200).contains(&h.status) && h.status != 101 {
+                off += h.head_len; // interim responses are not passed on (100 Continue was sent)
+                continue;
+            }
+            if h.status == 101 && !self.upgrade {
+                let why = Error::new(Kind::Malformed, Side::Upstream)
+                    .context("101 Switching Protocols to a request that asked for no upgrade");
+                return Head::Ended(self.upstream_failed(cx, base, c, u, why));
+            }
+            if matches!(h.status, 502 | 503) && self.can_retry(cx.ctx.pools()) {
+                let why = Error::new(Kind::Status(h.status), Side::Upstream).retry(true);
+                return Head::Ended(self.upstream_failed(cx, base, c, u, why));
+            }
+            let keep_client = self.keep && !cx.ctx.draining && h.body != ResponseBody::UntilClose;
+            let ch = ConnHdr::new(self.version == Version::Http11, keep_client);
+            let Some(out) = base.tr.out_buf(cx.io, c) else {
+                let why = Error::new(Kind::Reset, Side::Client);
+                return Head::Ended(self.upstream_failed(cx, base, c, u, why));
+            };
+            let before = out.len();
+            let framing =
+                ringx_http::upstream::write_response_head(out, &h, self.version, ch.bytes());
+            let head_len = (out.len() - before) as u32;
+            self.started = true;
+            self.keep = keep_client && framing == ClientFraming::Same;
+            let (ui, s) = (self.dial.upstream, self.dial.server);
+            let written = Written {
+                status: h.status,
+                head_len,
+            };
+            cx.ctx.log.status(cx.io, c, written);
+            cx.ctx.pools().succeeded(ui, s);
+            let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
+            up.head_done = true;
+            up.framing = framing;
+            up.keep = h.keep_alive && !up.tied;
+            let end = off + h.head_len;
+            if h.status == 101 {
+                if end < input.len() {
+                    base.tr.write(cx.io, c, &input[end..]);
+                }
+                up.state = UpState::Tunnel;
+                cx.ctx.pools().per[ui].bal.finished(s);
+                self.up = None;
+                return Head::Ended(Outcome::Upgrade(u));
+            }
+            match h.body {
+                ResponseBody::None => {
+                    let clean = end == input.len();
+                    return Head::Ended(self.response_done(cx, u, clean));
+                }
+                ResponseBody::Length(n) => {
+                    up.body = Some(BodyDecoder::new(BodyKind::Length(n), BodyLimits::default()))
+                }
+                ResponseBody::Chunked => {
+                    up.body = Some(BodyDecoder::new(BodyKind::Chunked, BodyLimits::default()))
+                }
+                ResponseBody::UntilClose => up.until_close = true,
+            }
+            return Head::Body(end);
+        }
+    }
+
+    fn response_body(
+        &mut self,
+        cx: &mut Cx,
+        base: &mut Base,
+        c: ConnId,
+        u: ConnId,
+        input: &[u8],
+    ) -> Outcome {
+        let Some(up) = cx.ups.get_mut(u) else {
+            return Outcome::Pending;
+        };
+        if up.until_close {
+            base.tr.write(cx.io, c, input);
+        } else {
+            let framing = up.framing;
+            let Some(dec) = up.body.as_mut() else {
+                return Outcome::Pending;
+            };
+            let mut pos = 0;
+            while pos < input.len() {
+                let d = match dec.decode(&input[pos..]) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let why = Error::new(Kind::Malformed, Side::Upstream)
+                            .context("upstream response body")
+                            .cause(format!("{e:?}"));
+                        tracing::warn!("{why}");
+                        return self.upstream_failed(cx, base, c, u, why);
+                    }
+                };
+                match framing {
+                    ClientFraming::Same => base.tr.write(cx.io, c, &input[pos..pos + d.consumed]),
+                    ClientFraming::Close => base.tr.write(cx.io, c, d.data),
+                }
+                pos += d.consumed;
+                if d.done {
+                    let clean = pos == input.len();
+                    return self.response_done(cx, u, clean);
+                }
+                if d.consumed == 0 {
+                    break;
+                }
+            }
+        }
+        // A slow client: stop reading from the upstream until the client's queue drains.
+        if base.tr.pending(cx.io, c) > PROXY_HIGH_WATER {
+            if let Some(up) = cx.ups.get_mut(u) {
+                if !up.paused {
+                    pause_upstream(cx.io, up, u);
+                    cx.io.notify_when_flushed(c);
+                }
+            }
+        }
+        Outcome::Pending
+    }
+
+    /// The response is complete: the upstream connection goes back to the pool if it can
+    /// carry another request (`clean`: nothing followed the response), else it closes.
+    fn response_done(&mut self, cx: &mut Cx, u: ConnId, clean: bool) -> Outcome {
+        let now = cx.io.now();
+        let draining = cx.ctx.draining;
+        let Some(up) = cx.ups.get_mut(u) else {
+            return Outcome::Done;
+        };
+        let (ui, s) = (up.upstream, up.server);
+        up.client = None;
+        let reusable = clean && up.keep && !up.eof && !draining;
+        let pools = cx
+            .ctx
+            .pools
+            .as_mut()
+            .expect("a zone that proxies has pools");
+        let pooled = reusable && pools.put_idle(ui, s, u);
+        pools.per[ui].bal.finished(s);
+        let (_, ka) = up_timeouts(pools, ui);
+        self.up = None;
+        if pooled {
+            up.state = UpState::Idle;
+            up.reset_for_request();
+            if up.paused {
+                up.paused = false;
+                cx.io.resume_recv(u);
+            }
+            cx.ctx.set_up_deadline(cx.io, up, u, now + ka);
+        } else {
+            up.state = UpState::Closing;
+            cx.ctx.connector.closing(cx.io, u);
+            cx.io.close(u);
+        }
+        Outcome::Done
+    }
+}

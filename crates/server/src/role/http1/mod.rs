@@ -1,0 +1,497 @@
+//! The HTTP/1 client connection role: parse what arrives (straight from the receive buffer
+//! when a request is complete in one segment), route it, answer in order (pipelining), apply
+//! the limits and timeouts, keep the connection alive or close it cleanly (lingering).
+//!
+//! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
+//! answered here through the response writer (`local.rs`).
+
+pub mod local;
+mod proxy;
+
+use std::mem::MaybeUninit;
+
+use ringx_engine::ConnId;
+use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
+
+use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
+use crate::role::exchange::Exchange;
+use crate::role::proxy_header::{self, Step};
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+/// Queued output above which a connection stops reading (pipelined requests wait).
+const OUT_HIGH_WATER: u64 = 256 * 1024;
+/// Input a proxied request may buffer while its reading is paused.
+const PAUSED_BODY_LIMIT: usize = 8 << 20;
+/// Header storage on the stack per parse.
+const MAX_HEADERS_STACK: usize = 128;
+/// During a drain, idle keep-alive connections get this long for one more request (answered
+/// with `Connection: close`) before they are closed: closing them at once would race with a
+/// request the client already sent.
+pub const DRAIN_IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Between requests, nothing buffered.
+    Idle,
+    /// Part of a request head has arrived.
+    Head,
+    /// Reading (and discarding) a request body; the response waits in `pending`.
+    Body,
+    /// The last response is queued; reading and discarding until the client closes.
+    Lingering,
+    /// Waiting for the PROXY protocol header a load balancer sends first.
+    ProxyHeader,
+    /// A request is being proxied: its body streams to the upstream, then the response
+    /// streams back; further requests wait (reading paused).
+    Proxy,
+}
+
+/// A response prepared before its request's body was read.
+struct Pending {
+    bytes: Vec<u8>,
+    written: Written,
+    file: Option<FilePart>,
+    close: bool,
+}
+
+/// What processing a request decided about the rest of the input.
+enum Next {
+    Continue,
+    Stop,
+    /// Stop here and keep the rest of the input buffered (a proxied request is in progress).
+    Hold,
+}
+
+/// An HTTP/1.x client connection.
+pub struct Http1 {
+    pub(crate) phase: Phase,
+    requests: u32,
+    /// The current request asked to close the connection (`Connection: close`, or HTTP/1.0
+    /// without keep-alive): the client sends nothing more after it (RFC 9112 §9.6).
+    client_closes: bool,
+    body: Option<BodyDecoder>,
+    pending: Option<Pending>,
+    /// The request being proxied.
+    pub(crate) exchange: Option<Box<Exchange>>,
+}
+
+impl Http1 {
+    /// A new connection; `proxy_header`: a PROXY protocol header comes first.
+    pub fn new(proxy_header: bool) -> Http1 {
+        Http1 {
+            phase: if proxy_header {
+                Phase::ProxyHeader
+            } else {
+                Phase::Idle
+            },
+            requests: 0,
+            client_closes: false,
+            body: None,
+            pending: None,
+            exchange: None,
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Between requests with nothing buffered or queued: a keep-alive connection at rest.
+    pub fn is_idle(&self, b: &Base, io: &ringx_engine::Io, c: ConnId) -> bool {
+        self.phase == Phase::Idle && b.inbuf.is_empty() && b.tr.pending(io, c) == 0
+    }
+
+    /// The request in progress is this connection's last (its listener goes away).
+    pub fn last_request(&mut self) {
+        self.requests = self.requests.max(u32::MAX - 1);
+    }
+
+    pub fn on_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
+        match self.phase {
+            Phase::Lingering => return,
+            Phase::ProxyHeader => return self.proxy_header_data(cx, b, c, data),
+            _ => {}
+        }
+        if b.paused {
+            b.inbuf.extend_from_slice(data);
+            // Pausing takes effect at the next submission: a proxied body may deliver what
+            // the socket had queued meanwhile (bounded by the socket's receive buffer).
+            let limit = if self.phase == Phase::Proxy {
+                PAUSED_BODY_LIMIT
+            } else {
+                cx.ctx.set.max_buffered
+            };
+            if b.inbuf.len() > limit {
+                cx.io.close(c);
+            } else if b.inbuf.len() > cx.ctx.set.limits.max_head {
+                // Held without stopping the receive (a request waiting for its upstream), and
+                // the client keeps sending: now stop it (no-op if already stopped).
+                cx.io.pause_recv(c);
+            }
+            return;
+        }
+        if b.inbuf.is_empty() {
+            // The common case: parse straight from the receive buffer, keep only a tail.
+            let used = self.process(cx, b, c, data);
+            if used < data.len() && self.phase != Phase::Lingering {
+                b.inbuf.extend_from_slice(&data[used..]);
+            }
+        } else {
+            b.inbuf.extend_from_slice(data);
+            self.process_buffered(cx, b, c);
+        }
+        if b.inbuf.len() > cx.ctx.set.max_buffered {
+            // Only reachable while paused or with a huge partial head (431 handles that).
+            cx.io.close(c);
+        }
+    }
+
+    pub fn on_eof(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        b.eof = true;
+        match self.phase {
+            Phase::Proxy => self.proxy_client_eof(cx, b, c),
+            Phase::Lingering if b.tr.pending(cx.io, c) == 0 => cx.io.close(c),
+            Phase::Lingering => b.tr.close_after_flush(cx.io, c),
+            Phase::Body | Phase::Head => cx.io.close(c),
+            Phase::Idle if b.paused => {} // finishes in on_flushed
+            _ => b.tr.close_after_flush(cx.io, c),
+        }
+    }
+
+    pub fn on_flushed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.phase == Phase::Proxy {
+            return self.proxy_client_flushed(cx);
+        }
+        if b.paused {
+            b.paused = false;
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            self.process_buffered(cx, b, c);
+        }
+    }
+
+    pub fn on_closed(&mut self, cx: &mut Cx) {
+        self.proxy_client_closed(cx);
+        self.body = None;
+        self.pending = None;
+    }
+
+    /// The connection's deadline passed with nothing left to send.
+    pub fn expire(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        match self.phase {
+            Phase::Idle | Phase::Lingering | Phase::ProxyHeader => cx.io.close(c),
+            Phase::Head | Phase::Body => self.fail(cx, b, c, 408, false),
+            Phase::Proxy => self.proxy_client_timeout(cx, b, c),
+        }
+    }
+
+    /// Answers with an error page and closes (lingering) after it.
+    pub(crate) fn fail(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        status: u16,
+        head_only: bool,
+    ) {
+        let page = ErrorPage::closing(status).head_only(head_only);
+        let w = match b.tr.out_buf(cx.io, c) {
+            Some(out) => cx.ctx.responder().error(out, page),
+            None => Written {
+                status,
+                head_len: 0,
+            },
+        };
+        cx.ctx.log.status(cx.io, c, w);
+        cx.ctx.log.end(cx.io, c, b.addr, cx.ctx.id);
+        self.body = None;
+        self.pending = None;
+        self.linger(cx, b, c);
+    }
+
+    /// Half-closes after the queued output and discards input until the client closes, so
+    /// unread input cannot turn into a reset that destroys the response.
+    fn linger(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        self.phase = Phase::Lingering;
+        b.inbuf = Vec::new();
+        b.tr.shutdown_after_flush(cx.io, c);
+        let at = cx.io.now() + cx.ctx.set.lingering_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        if b.eof {
+            b.tr.close_after_flush(cx.io, c);
+        }
+    }
+
+    /// Consumes what it can of `input`; returns the bytes consumed.
+    fn process(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, input: &[u8]) -> usize {
+        let mut pos = 0;
+        loop {
+            if b.paused {
+                break;
+            }
+            match self.phase {
+                Phase::Lingering => return input.len(),
+                Phase::Proxy => {
+                    // The request body streams to the upstream; anything after it waits.
+                    match self.proxy_body(cx, b, c, &input[pos..]) {
+                        Some(n) => pos += n,
+                        None => return input.len(),
+                    }
+                    break;
+                }
+                Phase::ProxyHeader => break,
+                Phase::Body => {
+                    let dec = self.body.as_mut().expect("a body phase has a decoder");
+                    match dec.decode(&input[pos..]) {
+                        Err(_) => {
+                            self.fail(cx, b, c, 400, false);
+                            return input.len();
+                        }
+                        Ok(d) => {
+                            pos += d.consumed;
+                            if dec.received() > cx.ctx.set.max_body {
+                                self.fail(cx, b, c, 413, false);
+                                return input.len();
+                            }
+                            if d.done {
+                                self.finish_body(cx, b, c);
+                                continue;
+                            }
+                            if d.consumed == 0 || pos == input.len() {
+                                b.deadline = cx.io.now() + cx.ctx.set.body_timeout;
+                                break;
+                            }
+                        }
+                    }
+                }
+                Phase::Idle | Phase::Head => {
+                    if pos == input.len() {
+                        break;
+                    }
+                    let mut storage =
+                        [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS_STACK];
+                    let n = cx.ctx.set.limits.max_headers.min(MAX_HEADERS_STACK);
+                    match ringx_http::parse_request_uninit(
+                        &input[pos..],
+                        &mut storage[..n],
+                        &cx.ctx.set.limits,
+                    ) {
+                        Ok(Parsed::Partial) => {
+                            if self.phase == Phase::Idle {
+                                self.phase = Phase::Head;
+                                let at = cx.io.now() + cx.ctx.set.header_timeout;
+                                cx.ctx.set_deadline(cx.io, b, c, at);
+                            }
+                            break;
+                        }
+                        Err(e) => {
+                            self.fail(cx, b, c, e.status, false);
+                            return input.len();
+                        }
+                        Ok(Parsed::Complete(req)) => {
+                            pos += req.head_len;
+                            let more_input = pos < input.len();
+                            match self.handle(cx, b, c, &req, more_input) {
+                                Next::Continue => continue,
+                                Next::Stop => return input.len(),
+                                Next::Hold => return pos,
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        pos
+    }
+
+    /// Routes one request and writes (or prepares) its response.
+    fn handle(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        more_input: bool,
+    ) -> Next {
+        cx.ctx.log.request(cx.io, c, req);
+        self.requests += 1;
+        self.client_closes = !req.keep_alive;
+        let set = &cx.ctx.set;
+        let head_only = req.method == Method::Head;
+        let keep = req.keep_alive && !cx.ctx.draining && self.requests < set.keepalive_requests;
+        let has_body = !matches!(req.body, BodyKind::None);
+        if matches!(req.body, BodyKind::Length(n) if n > set.max_body) {
+            self.fail(cx, b, c, 413, head_only);
+            return Next::Stop;
+        }
+        if req.method == Method::Connect {
+            self.fail(cx, b, c, 405, head_only);
+            return Next::Stop;
+        }
+        // Routed once: the proxy and the local responder both take this.
+        let (path, at) = local::route(&cx.ctx.routes, b.listener as usize, req);
+        if cx.ctx.routes.has_proxy {
+            if let Some(next) = self.try_proxy(cx, b, c, req, keep, at) {
+                return next;
+            }
+        }
+        let ch = ConnHdr::new(req.version == Version::Http11, keep);
+        if has_body {
+            let mut bytes = Vec::new();
+            let r = local::respond(
+                &cx.ctx.routes,
+                cx.ctx.responder(),
+                &mut bytes,
+                req,
+                &path,
+                at,
+                ch,
+            );
+            if r.written.status >= 400 {
+                // A refusal does not wait for the body (a client trickling it would hold the
+                // connection): it goes out now, the connection closes, what still arrives is
+                // discarded while lingering.
+                return self.refuse_now(cx, b, c, bytes, r.written);
+            }
+            self.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
+            self.pending = Some(Pending {
+                bytes,
+                written: r.written,
+                file: r.file,
+                close: !keep || r.close,
+            });
+            self.phase = Phase::Body;
+            if req.expect_continue {
+                b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
+            }
+            let at = cx.io.now() + cx.ctx.set.body_timeout;
+            cx.ctx.set_deadline(cx.io, b, c, at);
+            return Next::Continue;
+        }
+        let Some(out) = b.tr.out_buf(cx.io, c) else {
+            return Next::Stop;
+        };
+        let r = local::respond(&cx.ctx.routes, cx.ctx.responder(), out, req, &path, at, ch);
+        if let Some((f, off, len)) = r.file {
+            b.tr.send_file(cx.io, c, f, off, len);
+        }
+        cx.ctx.log.status(cx.io, c, r.written);
+        self.after_response(cx, b, c, !keep || r.close, more_input)
+    }
+
+    /// Sends a prepared error response at once, saying close, and lingers.
+    fn refuse_now(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut bytes: Vec<u8>,
+        w: Written,
+    ) -> Next {
+        let before = bytes.len();
+        mark_close(&mut bytes, w.head_len as usize);
+        let w = Written {
+            head_len: w.head_len + (bytes.len() - before) as u32,
+            ..w
+        };
+        b.tr.write(cx.io, c, &bytes);
+        cx.ctx.log.status(cx.io, c, w);
+        cx.ctx.log.end(cx.io, c, b.addr, cx.ctx.id);
+        self.linger(cx, b, c);
+        Next::Stop
+    }
+
+    /// The body was read completely: send the response that waited for it.
+    fn finish_body(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        self.body = None;
+        self.phase = Phase::Idle;
+        let Some(mut p) = self.pending.take() else {
+            return;
+        };
+        if cx.ctx.draining && !p.close {
+            // The response was prepared before the drain began: it must now say close.
+            let before = p.bytes.len();
+            mark_close(&mut p.bytes, p.written.head_len as usize);
+            p.written.head_len += (p.bytes.len() - before) as u32;
+            p.close = true;
+        }
+        b.tr.write(cx.io, c, &p.bytes);
+        cx.ctx.log.status(cx.io, c, p.written);
+        if let Some((f, off, len)) = p.file {
+            b.tr.send_file(cx.io, c, f, off, len);
+        }
+        self.after_response(cx, b, c, p.close, true);
+    }
+
+    /// A response is queued: count and log it, then close (lingering if the client may
+    /// still send) or wait for the next request.
+    fn after_response(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        close: bool,
+        more_input: bool,
+    ) -> Next {
+        cx.ctx.log.end(cx.io, c, b.addr, cx.ctx.id);
+        let now = cx.io.now();
+        if close || cx.ctx.draining {
+            if more_input || self.requests == 0 {
+                self.linger(cx, b, c);
+            } else {
+                // Everything the client sent was read: nothing can turn the close into a reset.
+                self.phase = Phase::Lingering;
+                if self.client_closes {
+                    // It said it sends nothing more: the FIN may ride on the last segment.
+                    cx.io.peer_done(c);
+                }
+                b.tr.close_after_flush(cx.io, c);
+                let at = now + cx.ctx.set.send_timeout;
+                cx.ctx.set_deadline(cx.io, b, c, at);
+            }
+            return Next::Stop;
+        }
+        self.phase = Phase::Idle;
+        let at = now + cx.ctx.set.keepalive_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        if b.tr.pending(cx.io, c) > OUT_HIGH_WATER {
+            b.paused = true;
+            cx.io.pause_recv(c);
+            cx.io.notify_when_flushed(c);
+        }
+        // `process` sees `paused` and keeps the rest buffered.
+        Next::Continue
+    }
+
+    /// Runs `process` over the connection's buffered input.
+    fn process_buffered(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let buf = std::mem::take(&mut b.inbuf);
+        let used = self.process(cx, b, c, &buf);
+        let mut buf = buf;
+        buf.drain(..used);
+        if !b.inbuf.is_empty() {
+            buf.extend_from_slice(&b.inbuf);
+        }
+        b.inbuf = buf;
+        if b.eof && !b.paused && !matches!(self.phase, Phase::Body | Phase::Proxy) {
+            b.tr.close_after_flush(cx.io, c);
+        }
+    }
+
+    /// Bytes before the PROXY header is complete.
+    fn proxy_header_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
+        match proxy_header::feed(b, data) {
+            Step::Partial => {}
+            Step::Refused => {
+                self.phase = Phase::Lingering;
+                cx.io.close(c);
+            }
+            Step::Done => {
+                self.phase = Phase::Idle;
+                self.process_buffered(cx, b, c);
+            }
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! The HTTP/1 role's side of proxying: starting an [`Exchange`] for a request routed to
+//! `proxy_pass`, streaming the request body to it with back-pressure, acting on what the
+//! exchange reports from the upstream, and the client going away or stalling meanwhile.
+
+use ringx_engine::ConnId;
+use ringx_http::upstream::{upgrade_request, write_request_head, Forward};
+use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
+
+use super::local::At;
+use super::{Http1, Next, Phase};
+use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
+use crate::role::tunnel::Tunnel;
+use crate::role::upstream::UpEvent;
+use crate::route::{Action, HostMode};
+use crate::upstream::dial::Dial;
+use crate::upstream::HashKey;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+impl Http1 {
+    /// Starts proxying if the request routes to a `proxy_pass` location.
+    pub(super) fn try_proxy(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        keep: bool,
+        at: At,
+    ) -> Option<Next> {
+        let (si, li) = at?;
+        let ctx = &mut *cx.ctx;
+        ctx.pools.as_ref()?;
+        if !matches!(
+            ctx.routes.servers[si].locations[li].action,
+            Action::Proxy(_)
+        ) {
+            return None;
+        }
+        // A recycled record (taken only once the request is known to be proxied): its head
+        // and retry list keep their capacity.
+        let mut ex = ctx.take_exchange().unwrap_or_default();
+        let Action::Proxy(loc) = &ctx.routes.servers[si].locations[li].action else {
+            unreachable!("checked above");
+        };
+        let def = &ctx.pools.as_ref().expect("checked above").defs.list[loc.upstream];
+        let host = match &loc.host {
+            HostMode::Pass => None,
+            HostMode::Upstream => Some(def.servers[0].name.as_str()),
+            HostMode::Fixed(h) => Some(h.as_str()),
+        };
+        let upgrade = upgrade_request(req);
+        let mut head = std::mem::take(&mut ex.head);
+        head.clear();
+        head.reserve(256 + req.head_len);
+        write_request_head(
+            &mut head,
+            req,
+            &Forward {
+                client: b.addr.map(|a| a.ip()),
+                proto: "http",
+                host,
+                forwarded_headers: loc.forwarded_headers,
+                close: false,
+                upgrade,
+            },
+        );
+        let key = match &def.hash_key {
+            _ if def.maglev.is_none() => None,
+            HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
+            HashKey::Uri => Some(req.target.as_bytes().to_vec()),
+            HashKey::Header(h) => req.header(h).map(<[u8]>::to_vec),
+        };
+        let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
+        let tried = std::mem::take(&mut ex.dial.tried);
+        *ex = Exchange {
+            dial: Dial::new(loc.upstream, def.retries, key, tried),
+            up: None,
+            head,
+            host_upstream: matches!(loc.host, HostMode::Upstream),
+            replay: has_body.then(Vec::new),
+            req_body: has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default())),
+            idempotent: matches!(
+                req.method,
+                Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
+            ) || req.method_str == "TRACE",
+            head_request: req.method == Method::Head,
+            version: req.version,
+            keep: keep && upgrade.is_none(),
+            upgrade: upgrade.is_some(),
+            started: false,
+            body_paused: false,
+        };
+        if has_body && req.expect_continue {
+            b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        self.exchange = Some(ex);
+        self.phase = Phase::Proxy;
+        let wait = if has_body {
+            cx.ctx.set.body_timeout
+        } else {
+            cx.ctx.set.send_timeout
+        };
+        let at = cx.io.now() + wait;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        if !has_body {
+            // Input that arrives while the request is with the upstream (pipelined requests)
+            // waits in the buffer, but the receive stays armed: stopping and re-arming it on
+            // every proxied request costs a cancel, a new receive and two more completions.
+            // Input beyond a request head's worth stops the receive for real (`on_data`).
+            b.paused = true;
+        }
+        self.send(cx, b, c);
+        Some(if has_body { Next::Continue } else { Next::Hold })
+    }
+
+    /// Hands the request to a server; answers 502 when none can be reached.
+    fn send(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let Some(ex) = self.exchange.as_mut() else {
+            return;
+        };
+        if ex.send(cx, b, c).is_err() {
+            self.give_up(cx, b, c, 502);
+        }
+    }
+
+    /// The request body arriving from the client: forwarded as it comes (chunked framing
+    /// passed through unchanged). Returns the bytes consumed, `None` if the exchange ended.
+    pub(super) fn proxy_body(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        input: &[u8],
+    ) -> Option<usize> {
+        let max_body = cx.ctx.set.max_body;
+        let ex = self.exchange.as_mut()?;
+        let Some(dec) = ex.req_body.as_mut() else {
+            return Some(0);
+        };
+        let u = ex.up;
+        let mut pos = 0;
+        let mut done = false;
+        loop {
+            let d = match dec.decode(&input[pos..]) {
+                Ok(d) => d,
+                Err(_) => {
+                    self.abort_request(cx, b, c, 400);
+                    return None;
+                }
+            };
+            let raw = &input[pos..pos + d.consumed];
+            if let Some(up) = u.and_then(|u| cx.ups.get_mut(u).map(|x| (u, x))) {
+                up.1.tr.write(cx.io, up.0, raw);
+            }
+            if let Some(r) = ex.replay.as_mut() {
+                if r.len() + raw.len() <= MAX_REPLAY {
+                    r.extend_from_slice(raw);
+                } else {
+                    ex.replay = None;
+                }
+            }
+            pos += d.consumed;
+            if dec.received() > max_body {
+                self.abort_request(cx, b, c, 413);
+                return None;
+            }
+            if d.done {
+                done = true;
+                break;
+            }
+            if d.consumed == 0 || pos == input.len() {
+                break;
+            }
+        }
+        let now = cx.io.now();
+        if done {
+            ex.req_body = None;
+            b.paused = true;
+            cx.io.pause_recv(c);
+            b.deadline = now + cx.ctx.set.send_timeout;
+        } else {
+            b.deadline = now + cx.ctx.set.body_timeout;
+        }
+        if let Some(u) = u {
+            let send = cx
+                .ctx
+                .pools
+                .as_ref()
+                .map(|p| p.defs.list[ex.dial.upstream].send_timeout);
+            if let (Some(up), Some(st)) = (cx.ups.get_mut(u), send) {
+                up.deadline = now + st; // the upstream is busy receiving, not idle
+            }
+            if !done && cx.io.pending(u) > PROXY_HIGH_WATER {
+                b.paused = true;
+                cx.io.pause_recv(c);
+                ex.body_paused = true;
+                cx.io.notify_when_flushed(u);
+            }
+        }
+        Some(pos)
+    }
+
+    /// The request cannot go on (bad body framing, too large): answer and drop the upstream.
+    fn abort_request(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        let started = self.exchange.as_ref().is_some_and(|x| x.started);
+        self.end_exchange(cx);
+        self.phase = Phase::Idle;
+        if started {
+            self.phase = Phase::Lingering;
+            cx.io.close(c);
+        } else {
+            self.fail(cx, b, c, status, false);
+        }
+    }
+
+    /// Drops the exchange, closing its upstream connection if it still has one.
+    fn end_exchange(&mut self, cx: &mut Cx) {
+        if let Some(mut ex) = self.exchange.take() {
+            ex.detach(cx);
+            cx.ctx.recycle_exchange(ex);
+        }
+    }
+
+    /// No response can be had: `status` (502, 504) to the client.
+    fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        self.end_exchange(cx);
+        self.phase = Phase::Idle;
+        b.paused = false;
+        self.fail(cx, b, c, status, false);
+    }
+
+    /// An event on the exchange's upstream connection `u`. Returns the tunnel this
+    /// connection becomes when the upstream switched protocols.
+    pub fn upstream_event(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        u: ConnId,
+        ev: UpEvent,
+    ) -> Option<Tunnel> {
+        let Some(ex) = self.exchange.as_mut() else {
+            // An upstream this connection no longer uses.
+            if let Some(up) = cx.ups.get_mut(u) {
+                up.abandon(cx.io, u);
+            }
+            return None;
+        };
+        let outcome = match ev {
+            UpEvent::Connected => {
+                ex.upstream_connected(cx, u);
+                Outcome::Pending
+            }
+            UpEvent::Data(d) => ex.upstream_data(cx, b, c, u, d),
+            UpEvent::Eof => ex.upstream_eof(cx, b, c, u),
+            UpEvent::Flushed => {
+                self.upstream_flushed(cx, b, c);
+                Outcome::Pending
+            }
+            UpEvent::Closed(err) => ex.upstream_closed(cx, b, c, u, err),
+            UpEvent::Timeout => ex.upstream_timeout(cx, b, c, u),
+        };
+        match outcome {
+            Outcome::Pending => None,
+            Outcome::Done => {
+                self.response_done(cx, b, c);
+                None
+            }
+            Outcome::GiveUp(status) => {
+                self.give_up(cx, b, c, status);
+                None
+            }
+            Outcome::Cut => {
+                // Part of the response is out: end the connection so the client sees it cut.
+                self.end_exchange(cx);
+                self.phase = Phase::Lingering;
+                b.tr.close_after_flush(cx.io, c);
+                None
+            }
+            Outcome::Upgrade(u) => {
+                self.end_exchange(cx);
+                Some(Tunnel::upgrade(cx, b, c, u))
+            }
+        }
+    }
+
+    /// The response is complete: the connection goes on with the next request, or closes.
+    fn response_done(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let Some(ex) = self.exchange.take() else {
+            return;
+        };
+        self.phase = Phase::Idle;
+        b.paused = false;
+        let close = ex.client_closes(b);
+        cx.ctx.recycle_exchange(ex);
+        let more = !b.inbuf.is_empty();
+        self.after_response(cx, b, c, close, more);
+        if close {
+            return;
+        }
+        if !b.paused {
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            self.process_buffered(cx, b, c);
+        }
+    }
+
+    /// Everything queued to the upstream was written: a client paused for back-pressure
+    /// reads again.
+    fn upstream_flushed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let resume = self.exchange.as_mut().is_some_and(|ex| {
+            let was = ex.body_paused;
+            ex.body_paused = false;
+            was && ex.req_body.is_some()
+        });
+        if resume {
+            b.paused = false;
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            self.process_buffered(cx, b, c);
+        }
+    }
+
+    /// The client's queue drained: an upstream paused for back-pressure reads again.
+    pub(super) fn proxy_client_flushed(&mut self, cx: &mut Cx) {
+        let Some(u) = self.exchange.as_ref().and_then(|x| x.up) else {
+            return;
+        };
+        if let Some(up) = cx.ups.get_mut(u) {
+            if up.paused {
+                up.paused = false;
+                if !up.eof {
+                    cx.io.resume_recv(u);
+                }
+            }
+        }
+    }
+
+    /// The client closed its side while its request was being proxied.
+    pub(super) fn proxy_client_eof(&mut self, cx: &mut Cx, _b: &mut Base, c: ConnId) {
+        let body_missing = self.exchange.as_ref().is_some_and(|x| x.req_body.is_some());
+        if body_missing {
+            self.end_exchange(cx);
+            cx.io.close(c);
+        }
+        // Otherwise the response is still delivered, then the connection closes.
+    }
+
+    pub(super) fn proxy_client_closed(&mut self, cx: &mut Cx) {
+        self.end_exchange(cx);
+    }
+
+    /// The client's deadline passed while proxying.
+    pub(super) fn proxy_client_timeout(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let in_body = self
+            .exchange
+            .as_ref()
+            .is_some_and(|x| x.req_body.is_some() && !x.body_paused);
+        if in_body {
+            return self.abort_request(cx, b, c, 408);
+        }
+        // Waiting for the upstream: its read timeout decides.
+        let at = cx.io.now() + cx.ctx.set.send_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+    }
+}

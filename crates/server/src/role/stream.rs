@@ -1,0 +1,189 @@
+//! The stream role: a connection accepted on a `[[stream]]` listener (nginx's stream module),
+//! from its PROXY header (when the listener expects one) until its upstream connection is up.
+//! A server is picked by the upstream's balancer (the client address is the hash key for
+//! `balance = "hash"`), connect failures are retried on other servers, and what the client
+//! sends meanwhile is held (bounded). Once connected, the connection becomes a [`Tunnel`].
+
+use ringx_engine::ConnId;
+
+use crate::role::exchange::PROXY_HIGH_WATER;
+use crate::role::proxy_header::{self, Step};
+use crate::role::tunnel::Tunnel;
+use crate::role::upstream::{attach, UpEvent, UpState};
+use crate::upstream::dial::Dial;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+pub struct Stream {
+    /// Index of the `[[stream]]`.
+    pub index: usize,
+    /// Waiting for the PROXY header.
+    header: bool,
+    dial: Dial,
+    /// The upstream connection being connected.
+    up: Option<ConnId>,
+}
+
+impl Stream {
+    /// A connection accepted on the listener of `[[stream]]` number `index`.
+    pub fn accept(cx: &mut Cx, b: &mut Base, c: ConnId, index: usize) -> Stream {
+        let mut s = Stream {
+            index,
+            header: cx.ctx.routes.streams[index].proxy_protocol,
+            dial: Dial::default(),
+            up: None,
+        };
+        if !s.header {
+            s.start(cx, b, c);
+        }
+        s
+    }
+
+    /// Picks a server and connects.
+    fn start(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let upstream = cx.ctx.routes.streams[self.index].upstream;
+        let Some(pools) = cx.ctx.pools.as_ref() else {
+            cx.io.close(c);
+            return;
+        };
+        let def = &pools.defs.list[upstream];
+        let key = def
+            .maglev
+            .as_ref()
+            .and(b.addr)
+            .map(|a| a.ip().to_string().into_bytes());
+        self.dial = Dial::new(upstream, def.retries, key, Vec::new());
+        self.connect(cx, b, c);
+    }
+
+    /// Opens a new connection to the next server (never a pooled one: a stream's bytes are
+    /// its own). No server left: the client connection closes.
+    fn connect(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let now = cx.io.now();
+        let ctx = &mut *cx.ctx;
+        let pools = ctx.pools.as_mut().expect("checked in start");
+        let timeout = pools.defs.list[self.dial.upstream].connect_timeout;
+        match self
+            .dial
+            .reach(cx.io, pools, &mut ctx.connector, false, now)
+        {
+            Ok(r) => {
+                let rec = attach(cx.io, cx.ctx, cx.ups, b, c, &self.dial, r);
+                rec.state = UpState::Connecting;
+                cx.ctx.set_up_deadline(cx.io, rec, r.conn, now + timeout);
+                self.up = Some(r.conn);
+            }
+            Err(_) => cx.io.close(c),
+        }
+    }
+
+    pub fn client_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
+        if self.header {
+            match proxy_header::feed(b, data) {
+                Step::Partial => {}
+                Step::Refused => cx.io.close(c),
+                Step::Done => {
+                    self.header = false;
+                    self.start(cx, b, c);
+                }
+            }
+            return;
+        }
+        // Still connecting: keep it (bounded) for the upstream.
+        b.inbuf.extend_from_slice(data);
+        if b.inbuf.len() as u64 > PROXY_HIGH_WATER {
+            b.paused = true;
+            cx.io.pause_recv(c);
+        }
+    }
+
+    /// The client closed its side: before the PROXY header that ends it; while connecting,
+    /// the FIN is passed on once the upstream is up ([`Tunnel::connected`]).
+    pub fn client_eof(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.header {
+            b.tr.close_after_flush(cx.io, c);
+        }
+    }
+
+    /// The client's deadline passed: only a PROXY header that never came ends the
+    /// connection here (the connect has its own timeout).
+    pub fn expire(&mut self, cx: &mut Cx, c: ConnId) {
+        if self.header {
+            cx.io.close(c);
+        }
+    }
+
+    /// The client connection is gone: so is the connect.
+    pub fn client_closed(&mut self, cx: &mut Cx) {
+        if let Some(u) = self.up.take() {
+            if let Some(up) = cx.ups.get_mut(u) {
+                up.abandon(cx.io, u);
+                if let Some(p) = cx.ctx.pools.as_mut() {
+                    p.per[self.dial.upstream].bal.finished(self.dial.server);
+                }
+            }
+        }
+    }
+
+    /// An event on the connection being connected. Returns the tunnel this connection
+    /// becomes once it is up.
+    pub fn upstream_event(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        u: ConnId,
+        ev: UpEvent,
+    ) -> Option<Tunnel> {
+        match ev {
+            UpEvent::Connected => {
+                self.up = None;
+                let pools = cx.ctx.pools.as_mut().expect("a stream's zone has pools");
+                pools.succeeded(self.dial.upstream, self.dial.server);
+                pools.per[self.dial.upstream].bal.finished(self.dial.server);
+                let idle = cx.ctx.routes.streams[self.index].idle_timeout;
+                Some(Tunnel::connected(cx, b, c, u, self.index, idle))
+            }
+            UpEvent::Closed(err) => {
+                if let Some(e) = err {
+                    tracing::warn!("stream upstream {}: {e}", self.dial.name(cx.ctx.pools()));
+                }
+                self.failed(cx, b, c, u);
+                None
+            }
+            UpEvent::Timeout => {
+                tracing::warn!(
+                    "stream upstream {}: connect timed out",
+                    self.dial.name(cx.ctx.pools())
+                );
+                if let Some(up) = cx.ups.get_mut(u) {
+                    up.state = UpState::Closing;
+                    up.client = None;
+                    cx.io.close(u);
+                }
+                self.failed(cx, b, c, u);
+                None
+            }
+            // Nothing is sent or received before the connect completes.
+            UpEvent::Data(_) | UpEvent::Eof | UpEvent::Flushed => None,
+        }
+    }
+
+    /// The connect failed: the server is blamed, and the next one tried while tries are left.
+    fn failed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, u: ConnId) {
+        if self.up != Some(u) {
+            return;
+        }
+        self.up = None;
+        let now = cx.io.now();
+        let pools = cx.ctx.pools();
+        pools.per[self.dial.upstream].bal.finished(self.dial.server);
+        pools.failed(self.dial.upstream, self.dial.server, now);
+        if self.dial.tries_left > 0 && self.dial.untried(pools) {
+            self.dial.tries_left -= 1;
+            self.connect(cx, b, c);
+        } else {
+            cx.io.close(c);
+        }
+    }
+}

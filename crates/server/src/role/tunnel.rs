@@ -1,0 +1,205 @@
+//! The tunnel role: a client connection relayed byte for byte to an upstream connection —
+//! WebSocket (any `Upgrade`) after the upstream's 101, or a `[[stream]]` connection once its
+//! upstream is connected. Each direction has a bounded queue: the sending side stops reading
+//! while the other side's queue is full. A FIN from one side is passed on as a FIN to the
+//! other (half-close); the tunnel closes once both sides finished, when either side fails,
+//! or after `idle` without a byte either way (the upstream connection's deadline).
+
+use std::time::Duration;
+
+use ringx_engine::ConnId;
+
+use crate::role::exchange::PROXY_HIGH_WATER;
+use crate::role::upstream::{UpEvent, UpState};
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+pub struct Tunnel {
+    /// The upstream connection.
+    pub up: ConnId,
+    /// How long the tunnel may stay silent.
+    pub idle: Duration,
+    /// The `[[stream]]` it belongs to (None: an upgraded HTTP connection).
+    pub stream: Option<usize>,
+}
+
+impl Tunnel {
+    /// The upstream answered 101 on `u`: from now on both directions are opaque bytes. The
+    /// tunnel may stay silent for the upstream's `read_timeout`.
+    pub fn upgrade(cx: &mut Cx, b: &mut Base, c: ConnId, u: ConnId) -> Tunnel {
+        let idle = cx
+            .ups
+            .get(u)
+            .and_then(|up| {
+                cx.ctx
+                    .pools
+                    .as_ref()
+                    .map(|p| p.defs.list[up.upstream].read_timeout)
+            })
+            .unwrap_or(Duration::from_secs(60));
+        let t = Tunnel {
+            up: u,
+            idle,
+            stream: None,
+        };
+        b.paused = false;
+        if !b.eof {
+            cx.io.resume_recv(c);
+        }
+        t.open(cx, b);
+        t
+    }
+
+    /// A stream's upstream connection `u` is up: relay what the client sent meanwhile.
+    pub fn connected(
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        u: ConnId,
+        stream: usize,
+        idle: Duration,
+    ) -> Tunnel {
+        if let Some(up) = cx.ups.get_mut(u) {
+            up.state = UpState::Tunnel;
+        }
+        let t = Tunnel {
+            up: u,
+            idle,
+            stream: Some(stream),
+        };
+        if b.paused {
+            b.paused = false;
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+        }
+        if b.eof {
+            if let Some(up) = cx.ups.get_mut(u) {
+                up.tr.shutdown_after_flush(cx.io, u);
+            }
+        }
+        t.open(cx, b);
+        t
+    }
+
+    /// Sends what the client sent before the tunnel existed, and starts the idle timer.
+    fn open(&self, cx: &mut Cx, b: &mut Base) {
+        self.flush_client_buffer(cx, b);
+        let at = cx.io.now() + self.idle;
+        if let Some(up) = cx.ups.get_mut(self.up) {
+            cx.ctx.set_up_deadline(cx.io, up, self.up, at);
+        }
+    }
+
+    /// Client bytes held back go to the upstream.
+    fn flush_client_buffer(&self, cx: &mut Cx, b: &mut Base) {
+        if b.inbuf.is_empty() {
+            return;
+        }
+        let buf = std::mem::take(&mut b.inbuf);
+        if let Some(up) = cx.ups.get_mut(self.up) {
+            up.tr.write(cx.io, self.up, &buf);
+        }
+    }
+
+    pub fn client_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
+        let at = cx.io.now() + self.idle;
+        let Some(up) = cx.ups.get_mut(self.up) else {
+            return;
+        };
+        up.tr.write(cx.io, self.up, data);
+        up.deadline = at;
+        if up.tr.pending(cx.io, self.up) > PROXY_HIGH_WATER {
+            b.paused = true;
+            cx.io.pause_recv(c);
+            cx.io.notify_when_flushed(self.up);
+        }
+    }
+
+    pub fn client_eof(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let Some(up) = cx.ups.get_mut(self.up) else {
+            return;
+        };
+        up.tr.shutdown_after_flush(cx.io, self.up);
+        if up.eof {
+            self.close(cx, b, c);
+        }
+    }
+
+    /// The client's queue drained: an upstream paused for back-pressure reads again.
+    pub fn client_flushed(&mut self, cx: &mut Cx) {
+        if let Some(up) = cx.ups.get_mut(self.up) {
+            if up.paused {
+                up.paused = false;
+                if !up.eof {
+                    cx.io.resume_recv(self.up);
+                }
+            }
+        }
+    }
+
+    /// The client connection is gone: the upstream closes once its queue is written.
+    pub fn client_closed(&mut self, cx: &mut Cx) {
+        if let Some(up) = cx.ups.get_mut(self.up) {
+            if up.state != UpState::Closing {
+                up.state = UpState::Closing;
+                up.client = None;
+                up.tr.close_after_flush(cx.io, self.up);
+            }
+        }
+    }
+
+    pub fn upstream_event(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, ev: UpEvent) {
+        let u = self.up;
+        match ev {
+            UpEvent::Data(data) => {
+                b.tr.write(cx.io, c, data);
+                let at = cx.io.now() + self.idle;
+                let Some(up) = cx.ups.get_mut(u) else { return };
+                up.got_bytes = true;
+                up.deadline = at;
+                if b.tr.pending(cx.io, c) > PROXY_HIGH_WATER && !up.paused {
+                    up.paused = true;
+                    cx.io.pause_recv(u);
+                    cx.io.notify_when_flushed(c);
+                }
+            }
+            UpEvent::Eof => {
+                if let Some(up) = cx.ups.get_mut(u) {
+                    up.eof = true;
+                }
+                b.tr.shutdown_after_flush(cx.io, c);
+                if b.eof {
+                    self.close(cx, b, c);
+                }
+            }
+            UpEvent::Flushed => {
+                if b.paused {
+                    b.paused = false;
+                    if !b.eof {
+                        cx.io.resume_recv(c);
+                    }
+                    self.flush_client_buffer(cx, b);
+                }
+            }
+            UpEvent::Closed(_) => b.tr.close_after_flush(cx.io, c),
+            UpEvent::Timeout => {
+                if let Some(up) = cx.ups.get_mut(u) {
+                    up.abandon(cx.io, u);
+                }
+                b.tr.close_after_flush(cx.io, c);
+            }
+            UpEvent::Connected => {}
+        }
+    }
+
+    /// Both sides finished: each closes once its queue is written.
+    fn close(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if let Some(up) = cx.ups.get_mut(self.up) {
+            up.state = UpState::Closing;
+            up.client = None;
+            up.tr.close_after_flush(cx.io, self.up);
+        }
+        b.tr.close_after_flush(cx.io, c);
+    }
+}

@@ -1,0 +1,78 @@
+//! A client connection: what every role needs of it ([`Base`]: handle generation, listener,
+//! client address, transport, deadline, input held back, pause and EOF) and the role it plays.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::role::ClientRole;
+use crate::transport::Transport;
+
+/// An accepted connection.
+pub struct Client {
+    pub base: Base,
+    pub role: ClientRole,
+}
+
+/// The part of a client connection that does not depend on its role.
+pub struct Base {
+    /// Bumped for each connection in this slot: timers and upstream records name a
+    /// connection by (handle, generation), so nothing reaches a successor by mistake.
+    pub gen: u32,
+    /// Index of the listen address in `routes.listen` (it is re-indexed on reload).
+    pub listener: u32,
+    /// The client's address: the connection's peer, or what a PROXY header said.
+    pub addr: Option<SocketAddr>,
+    pub tr: Transport,
+    pub deadline: Instant,
+    /// The timer wheel holds an entry for this connection.
+    pub in_wheel: bool,
+    /// Input received and not consumed yet (a partial head, pipelined requests, bytes for a
+    /// tunnel that is still connecting).
+    pub inbuf: Vec<u8>,
+    /// The role stopped reading (or holds input back): arriving bytes are buffered.
+    pub paused: bool,
+    /// The client closed its write side.
+    pub eof: bool,
+    /// Output pending at the last send-timeout check: a deadline passes only when nothing
+    /// moved for a whole `send_timeout`.
+    pub last_out: u64,
+}
+
+impl Base {
+    pub fn new(now: Instant) -> Base {
+        Base {
+            gen: 0,
+            listener: 0,
+            addr: None,
+            tr: Transport::Plain,
+            deadline: now,
+            in_wheel: false,
+            inbuf: Vec::new(),
+            paused: false,
+            eof: false,
+            last_out: 0,
+        }
+    }
+
+    /// Resets the slot for a new connection.
+    pub fn open(&mut self, listener: u32, addr: Option<SocketAddr>, tr: Transport) {
+        self.gen = self.gen.wrapping_add(1);
+        self.listener = listener;
+        self.addr = addr;
+        self.tr = tr;
+        self.in_wheel = false;
+        self.inbuf.clear();
+        self.paused = false;
+        self.eof = false;
+        self.last_out = 0;
+    }
+
+    /// Drops buffered input when the connection closes (a large buffer is freed, not kept).
+    pub fn release(&mut self) {
+        if self.inbuf.capacity() > 64 * 1024 {
+            self.inbuf = Vec::new();
+        } else {
+            self.inbuf.clear();
+        }
+    }
+}
