@@ -111,7 +111,8 @@ pub(crate) struct ConnIo {
 /// What an outbound connection keeps beside its handle.
 pub(crate) struct Outbound {
     /// The ordinary descriptor (io_uring: also installed as the direct descriptor, kept so
-    /// socket options can still be read; epoll: moved into the driver at connect).
+    /// socket options can still be read; epoll: moved into the driver at connect; the test
+    /// driver: none).
     pub fd: Option<OwnedFd>,
     /// The peer address, boxed: the kernel reads it while the connect is in flight.
     pub sa: Box<socket2::SockAddr>,
@@ -124,6 +125,27 @@ pub(crate) enum Slots {
     /// Direct-descriptor slots reserved for outbound connections (accepts allocate below
     /// them), free ones on a stack.
     Reserved(Vec<u32>),
+    /// No kernel under the zone (the test driver, [`crate::testio`]): handles reserved for
+    /// outbound connections as with `Reserved`, and each connect recorded, not made (no
+    /// socket is created).
+    Virtual {
+        free: Vec<u32>,
+        connects: Vec<(ConnId, ConnectTo)>,
+    },
+}
+
+/// Takes a free outbound slot, or says that the zone's `max_outbound` is reached.
+fn take_slot(free: &mut Vec<u32>, to: &ConnectTo) -> io::Result<ConnId> {
+    match free.pop() {
+        Some(slot) => Ok(ConnId(slot)),
+        None => Err(io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!(
+                "connect to {}: no free outbound connection slot (the zone's max_outbound is reached)",
+                to.addr
+            ),
+        )),
+    }
 }
 
 impl ConnIo {
@@ -297,7 +319,7 @@ impl Io {
     }
 
     /// Open, or connecting (output may be queued before the connect completes).
-    fn is_open(&self, c: ConnId) -> bool {
+    pub(crate) fn is_open(&self, c: ConnId) -> bool {
         self.conns
             .get(c.index())
             .is_some_and(|x| matches!(x.state, ConnState::Open | ConnState::Connecting))
@@ -308,28 +330,28 @@ impl Io {
     /// is called, or, if the connect fails, [`Handler::on_closed`](crate::Handler::on_closed)
     /// with the error. Errors returned here (socket, bind) mean nothing was opened.
     pub fn connect(&mut self, to: &ConnectTo) -> io::Result<ConnId> {
-        let fd = crate::connect::socket_for(to)?;
-        let c = match &mut self.slots {
-            Slots::Fd => ConnId(fd.as_raw_fd() as u32),
-            Slots::Reserved(free) => match free.pop() {
-                Some(slot) => ConnId(slot),
-                None => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::OutOfMemory,
-                        format!(
-                        "connect to {}: no free outbound connection slot (the zone's max_outbound is reached)",
-                        to.addr
-                    ),
-                    ))
-                }
-            },
+        // The socket first: an error creating or binding it means nothing was opened.
+        let (c, fd) = match &mut self.slots {
+            Slots::Fd => {
+                let fd = crate::connect::socket_for(to)?;
+                (ConnId(fd.as_raw_fd() as u32), Some(fd))
+            }
+            Slots::Reserved(free) => {
+                let fd = crate::connect::socket_for(to)?;
+                (take_slot(free, to)?, Some(fd))
+            }
+            Slots::Virtual { free, connects } => {
+                let c = take_slot(free, to)?;
+                connects.push((c, *to));
+                (c, None)
+            }
         };
         let conn = self.conn_mut(c);
         conn.open();
         conn.state = ConnState::Connecting;
         conn.peer = Some(to.addr);
         conn.outbound = Some(Outbound {
-            fd: Some(fd),
+            fd,
             sa: crate::connect::sockaddr(to.addr),
         });
         self.actions.push(Action::Connect(c));
@@ -344,7 +366,8 @@ impl Io {
     /// An ordinary descriptor for the connection, to read socket options
     /// (`SO_INCOMING_CPU`...): the connection's own on epoll, outbound connections' on
     /// io_uring; `None` for io_uring's accepted connections, which exist only as direct
-    /// descriptors. Never close it or change its blocking mode.
+    /// descriptors, and for every connection of the test driver ([`crate::testio`]). Never
+    /// close it or change its blocking mode.
     pub fn raw_fd(&self, c: ConnId) -> Option<RawFd> {
         let conn = self.conns.get(c.index())?;
         if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
@@ -354,6 +377,7 @@ impl Io {
             (Slots::Fd, _) => Some(c.0 as RawFd),
             (Slots::Reserved(_), Some(o)) => o.fd.as_ref().map(|f| f.as_raw_fd()),
             (Slots::Reserved(_), None) => None,
+            (Slots::Virtual { .. }, _) => None,
         }
     }
 
