@@ -76,7 +76,9 @@ pub(crate) enum ConnState {
     Closing,
 }
 
-/// Per-connection state shared by both drivers.
+/// Per-connection state shared by every driver: what the handler's calls on [`Io`] read and
+/// write. What only one driver needs stays in that driver, in its own table indexed by the
+/// same handle (io_uring: `uring/conn.rs`; epoll: its interest bits).
 pub(crate) struct ConnIo {
     pub gen: u32,
     pub state: ConnState,
@@ -91,21 +93,15 @@ pub(crate) struct ConnIo {
     pub peer_done: bool,
     pub dirty: bool,
     pub close_err: Option<io::Error>,
-    /// Driver-private per-connection word (the io_uring driver keeps its receive state here).
-    pub drv: u32,
-    /// Bytes sitting in this connection's splice pipe (io_uring file sends).
-    pub pipe_fill: u32,
-    pub pipe: Option<crate::uring::pipes::Pipe>,
     /// The peer's address: the upstream for outbound connections; for accepted ones when the
     /// zone asked for peer addresses.
     pub peer: Option<SocketAddr>,
     /// Set for connections opened with [`Io::connect`].
     pub outbound: Option<Outbound>,
-    /// Bytes written to the socket since the connection opened.
+    /// Bytes taken off the output queue since the connection opened: written to the socket,
+    /// or handed to the kernel on their way there (io_uring's splice pipe, whose bytes a
+    /// close that drops them takes back off). [`Io::bytes_out`] is this plus what is queued.
     pub sent: u64,
-    /// io_uring: an ordinary, non-blocking descriptor of the socket, installed from the
-    /// direct one for `sendfile` (`uring/sendfile.rs`); dropped before the close.
-    pub sock_fd: Option<OwnedFd>,
 }
 
 /// What an outbound connection keeps beside its handle.
@@ -162,19 +158,15 @@ impl ConnIo {
             peer_done: false,
             dirty: false,
             close_err: None,
-            drv: 0,
-            pipe_fill: 0,
-            pipe: None,
             peer: None,
             outbound: None,
             sent: 0,
-            sock_fd: None,
         }
     }
 
     /// Resets for a new connection in this slot.
     pub(crate) fn open(&mut self) {
-        self.gen = self.gen.wrapping_add(1) & crate::uring::userdata::GEN_MASK;
+        self.gen = crate::slot::next_gen(self.gen);
         self.state = ConnState::Open;
         debug_assert!(self.out.is_empty() && !self.in_flight);
         self.after_flush = AfterFlush::Nothing;
@@ -184,11 +176,8 @@ impl ConnIo {
         self.peer_done = false;
         self.dirty = false;
         self.close_err = None;
-        self.drv = 0;
-        self.pipe_fill = 0;
         self.peer = None;
         self.sent = 0;
-        self.sock_fd = None;
     }
 
     /// Drops queued output that no operation owns.
@@ -200,13 +189,13 @@ impl ConnIo {
     }
 
     /// Whether a flush of this connection has anything to do: output queued, an action that
-    /// waits for the queue to drain (close, shutdown), a flush notification, or the
-    /// descriptor a file send held. A keep-alive response that went out whole leaves none.
+    /// waits for the queue to drain (close, shutdown), or a flush notification. A keep-alive
+    /// response that went out whole leaves none. (The io_uring driver adds its own reason,
+    /// the descriptor a file send held: `uring/conn.rs`.)
     pub(crate) fn flush_has_work(&self) -> bool {
         !self.out.is_empty()
             || !matches!(self.after_flush, AfterFlush::Nothing)
             || self.notify_flushed
-            || self.sock_fd.is_some()
     }
 
     /// The front chunk was written completely: pop it, and give its vector to the zone's pool
@@ -529,10 +518,7 @@ impl Io {
 
     /// Bytes of this connection's output so far: written plus still queued.
     pub fn bytes_out(&self, c: ConnId) -> u64 {
-        self.conns
-            .get(c.index())
-            .map_or(0, |x| x.sent + x.pipe_fill as u64)
-            + self.pending(c)
+        self.conns.get(c.index()).map_or(0, |x| x.sent) + self.pending(c)
     }
 
     /// Asks for [`Handler::on_timer`](crate::Handler::on_timer) to be called at `at` (or

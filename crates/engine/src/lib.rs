@@ -84,6 +84,7 @@
 //! assert!(d.closed(a));
 //! ```
 
+mod addr;
 mod connect;
 pub mod driver;
 pub mod epoll;
@@ -93,6 +94,7 @@ mod io;
 mod listen;
 mod prefetch;
 pub mod reuseport;
+mod slot;
 pub mod sys;
 pub mod testio;
 pub mod timer;

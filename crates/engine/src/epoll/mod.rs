@@ -20,9 +20,9 @@ const T_LISTENER: u64 = 1 << 62;
 const T_WAKE: u64 = 2 << 62;
 const T_MASK: u64 = 3 << 62;
 
-/// Interest bits kept in `ConnIo::drv`.
-const WANT_IN: u32 = 1;
-const WANT_OUT: u32 = 2;
+/// Interest bits registered for a connection (`EpollDriver::interest`).
+const WANT_IN: u8 = 1;
+const WANT_OUT: u8 = 2;
 
 /// Reads per readable event before other connections get a turn.
 const READ_BUDGET: usize = 16;
@@ -31,6 +31,8 @@ const READ_BUDGET: usize = 16;
 pub struct EpollDriver {
     epfd: OwnedFd,
     io: Io,
+    /// The interest bits registered for each connection, indexed like `io.conns`.
+    interest: Vec<u8>,
     listeners: Vec<Option<TcpListener>>,
     waker: Waker,
     events: Vec<libc::epoll_event>,
@@ -59,6 +61,7 @@ impl EpollDriver {
         let d = EpollDriver {
             epfd,
             io: Io::new(1024),
+            interest: vec![0; 1024],
             listeners: Vec::new(),
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
             rbuf: vec![0; cfg.recv_buffer_size as usize],
@@ -86,6 +89,17 @@ impl EpollDriver {
         T_CONN | ((self.io.conns[c.index()].gen as u64) << 32) | c.0 as u64
     }
 
+    fn interest(&self, c: ConnId) -> u8 {
+        self.interest.get(c.index()).copied().unwrap_or(0)
+    }
+
+    fn set_interest(&mut self, c: ConnId, want: u8) {
+        if self.interest.len() <= c.index() {
+            self.interest.resize(c.index() + 1, 0);
+        }
+        self.interest[c.index()] = want;
+    }
+
     /// Brings the kernel's interest set in line with what the connection needs.
     fn update_interest(&mut self, c: ConnId) {
         let conn = &self.io.conns[c.index()];
@@ -96,7 +110,7 @@ impl EpollDriver {
         if conn.in_flight {
             want |= WANT_OUT;
         }
-        if want == conn.drv {
+        if want == self.interest(c) {
             return;
         }
         let mut ev = 0u32;
@@ -113,7 +127,7 @@ impl EpollDriver {
             self.io.actions.push(Action::Close(c));
             return;
         }
-        self.io.conns[c.index()].drv = want;
+        self.set_interest(c, want);
     }
 
     fn accept<H: Handler>(&mut self, h: &mut H, id: u32) {
@@ -151,8 +165,8 @@ impl EpollDriver {
             let c = ConnId(fd as u32);
             self.io.conn_mut(c).open();
             self.waker.add_accept();
-            self.io.conns[c.index()].drv = WANT_IN;
-            self.io.conns[c.index()].peer = crate::uring::peer::to_addr(&sa, sa_len as usize);
+            self.set_interest(c, WANT_IN);
+            self.io.conns[c.index()].peer = crate::addr::to_addr(&sa, sa_len as usize);
             if tracing::enabled!(target: crate::reuseport::LOCALITY_LOG, tracing::Level::DEBUG) {
                 crate::reuseport::log_locality(fd, id, self.io.conns[c.index()].peer);
             }
@@ -288,7 +302,7 @@ impl EpollDriver {
                 _ => return self.close_now(c, Some(e), h),
             }
         }
-        if self.io.conns[c.index()].drv & WANT_OUT != 0 {
+        if self.interest(c) & WANT_OUT != 0 {
             self.update_interest(c);
         }
         let conn = &mut self.io.conns[c.index()];
@@ -326,7 +340,7 @@ impl EpollDriver {
             let e = io::Error::new(e.kind(), format!("connect to {}: {e}", peer_str(conn)));
             return self.close_now(c, Some(e), h);
         }
-        conn.drv = WANT_OUT;
+        self.set_interest(c, WANT_OUT);
         let token = self.token(c);
         let ev = libc::EPOLLOUT as u32 | libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32;
         if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, fd, ev, token) {
@@ -361,7 +375,7 @@ impl EpollDriver {
             return self.close_now(c, Some(e), h);
         }
         conn.state = ConnState::Open;
-        conn.drv = WANT_IN | WANT_OUT; // recomputed below
+        self.set_interest(c, WANT_IN | WANT_OUT); // recomputed below
         self.update_interest(c);
         self.io.mark_dirty(c);
         h.on_connected(&mut self.io, c);
@@ -527,7 +541,7 @@ impl Driver for EpollDriver {
                 }
                 _ => {
                     let c = ConnId(token as u32);
-                    let gen = ((token >> 32) as u32) & crate::uring::userdata::GEN_MASK;
+                    let gen = ((token >> 32) as u32) & crate::slot::GEN_MASK;
                     let Some(conn) = self.io.conns.get(c.index()) else {
                         continue;
                     };
