@@ -132,8 +132,9 @@ fn epoll_zones_run_and_exit() {
 
 #[test]
 fn a_panic_and_a_timeout_are_reported() {
+    let cpu = ringx_engine::sys::allowed_cpus()[0];
     let plan = ZonePoolBuilder::new(EngineKind::Epoll)
-        .placement(Placement::Cpus(vec![0, 0]))
+        .placement(Placement::Cpus(vec![cpu, cpu]))
         .plan()
         .unwrap();
     let (_, ls) = listeners(2);
