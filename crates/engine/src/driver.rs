@@ -27,23 +27,57 @@ pub trait Driver {
     fn waits(&self) -> u64;
 }
 
+/// When the handler's [`Handler::on_timer`] is due next: the interval it last returned, or
+/// an earlier [`Io::timer_at`] request. One implementation for [`run`] and the test driver
+/// ([`crate::testio`]), so the two cannot disagree about when timers fire.
+pub(crate) struct TimerDue {
+    next: Option<Instant>,
+}
+
+impl TimerDue {
+    /// Nothing due until `at` (`None`: until a [`Io::timer_at`] request).
+    pub(crate) fn new(at: Option<Instant>) -> Self {
+        TimerDue { next: at }
+    }
+
+    /// Calls `on_timer` if it is due at `io.now`, then takes in the handler's `timer_at`
+    /// request, if any.
+    #[inline]
+    pub(crate) fn tick<H: Handler>(&mut self, io: &mut Io, handler: &mut H) {
+        let now = io.now;
+        if self.next.is_some_and(|t| t <= now) {
+            self.next = handler.on_timer(io).map(|d| now + d);
+        }
+        self.merge(io);
+    }
+
+    /// Takes in the handler's `timer_at` request, if any.
+    #[inline]
+    pub(crate) fn merge(&mut self, io: &mut Io) {
+        if let Some(t) = io.timer_at.take() {
+            self.next = Some(self.next.map_or(t, |n| n.min(t)));
+        }
+    }
+
+    /// When `on_timer` is due next.
+    #[inline]
+    pub(crate) fn next(&self) -> Option<Instant> {
+        self.next
+    }
+}
+
 /// Runs `handler` on `driver` until the handler calls [`Io::exit`].
 pub fn run<D: Driver, H: Handler>(driver: &mut D, handler: &mut H) -> io::Result<()> {
-    let mut next_timer = Some(Instant::now());
+    let mut timer = TimerDue::new(Some(Instant::now()));
     driver.io().now = Instant::now();
     loop {
         // `poll` reads the clock once after each wait; that reading serves the whole iteration.
         let now = driver.io().now;
-        if next_timer.is_some_and(|t| t <= now) {
-            next_timer = handler.on_timer(driver.io()).map(|d| now + d);
-        }
-        if let Some(t) = driver.io().timer_at.take() {
-            next_timer = Some(next_timer.map_or(t, |n| n.min(t)));
-        }
+        timer.tick(driver.io(), handler);
         if driver.io().exit {
             return Ok(());
         }
-        let timeout = next_timer.map(|t| t.saturating_duration_since(now));
+        let timeout = timer.next().map(|t| t.saturating_duration_since(now));
         driver.poll(handler, timeout)?;
         if driver.io().exit {
             return Ok(());

@@ -76,7 +76,9 @@ pub(crate) enum ConnState {
     Closing,
 }
 
-/// Per-connection state shared by both drivers.
+/// Per-connection state shared by every driver: what the handler's calls on [`Io`] read and
+/// write. What only one driver needs stays in that driver, in its own table indexed by the
+/// same handle (io_uring: `uring/conn.rs`; epoll: its interest bits).
 pub(crate) struct ConnIo {
     pub gen: u32,
     pub state: ConnState,
@@ -91,27 +93,22 @@ pub(crate) struct ConnIo {
     pub peer_done: bool,
     pub dirty: bool,
     pub close_err: Option<io::Error>,
-    /// Driver-private per-connection word (the io_uring driver keeps its receive state here).
-    pub drv: u32,
-    /// Bytes sitting in this connection's splice pipe (io_uring file sends).
-    pub pipe_fill: u32,
-    pub pipe: Option<crate::uring::pipes::Pipe>,
     /// The peer's address: the upstream for outbound connections; for accepted ones when the
     /// zone asked for peer addresses.
     pub peer: Option<SocketAddr>,
     /// Set for connections opened with [`Io::connect`].
     pub outbound: Option<Outbound>,
-    /// Bytes written to the socket since the connection opened.
+    /// Bytes taken off the output queue since the connection opened: written to the socket,
+    /// or handed to the kernel on their way there (io_uring's splice pipe, whose bytes a
+    /// close that drops them takes back off). [`Io::bytes_out`] is this plus what is queued.
     pub sent: u64,
-    /// io_uring: an ordinary, non-blocking descriptor of the socket, installed from the
-    /// direct one for `sendfile` (`uring/sendfile.rs`); dropped before the close.
-    pub sock_fd: Option<OwnedFd>,
 }
 
 /// What an outbound connection keeps beside its handle.
 pub(crate) struct Outbound {
     /// The ordinary descriptor (io_uring: also installed as the direct descriptor, kept so
-    /// socket options can still be read; epoll: moved into the driver at connect).
+    /// socket options can still be read; epoll: moved into the driver at connect; the test
+    /// driver: none).
     pub fd: Option<OwnedFd>,
     /// The peer address, boxed: the kernel reads it while the connect is in flight.
     pub sa: Box<socket2::SockAddr>,
@@ -124,6 +121,27 @@ pub(crate) enum Slots {
     /// Direct-descriptor slots reserved for outbound connections (accepts allocate below
     /// them), free ones on a stack.
     Reserved(Vec<u32>),
+    /// No kernel under the zone (the test driver, [`crate::testio`]): handles reserved for
+    /// outbound connections as with `Reserved`, and each connect recorded, not made (no
+    /// socket is created).
+    Virtual {
+        free: Vec<u32>,
+        connects: Vec<(ConnId, ConnectTo)>,
+    },
+}
+
+/// Takes a free outbound slot, or says that the zone's `max_outbound` is reached.
+fn take_slot(free: &mut Vec<u32>, to: &ConnectTo) -> io::Result<ConnId> {
+    match free.pop() {
+        Some(slot) => Ok(ConnId(slot)),
+        None => Err(io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!(
+                "connect to {}: no free outbound connection slot (the zone's max_outbound is reached)",
+                to.addr
+            ),
+        )),
+    }
 }
 
 impl ConnIo {
@@ -140,19 +158,15 @@ impl ConnIo {
             peer_done: false,
             dirty: false,
             close_err: None,
-            drv: 0,
-            pipe_fill: 0,
-            pipe: None,
             peer: None,
             outbound: None,
             sent: 0,
-            sock_fd: None,
         }
     }
 
     /// Resets for a new connection in this slot.
     pub(crate) fn open(&mut self) {
-        self.gen = self.gen.wrapping_add(1) & crate::uring::userdata::GEN_MASK;
+        self.gen = crate::slot::next_gen(self.gen);
         self.state = ConnState::Open;
         debug_assert!(self.out.is_empty() && !self.in_flight);
         self.after_flush = AfterFlush::Nothing;
@@ -162,11 +176,8 @@ impl ConnIo {
         self.peer_done = false;
         self.dirty = false;
         self.close_err = None;
-        self.drv = 0;
-        self.pipe_fill = 0;
         self.peer = None;
         self.sent = 0;
-        self.sock_fd = None;
     }
 
     /// Drops queued output that no operation owns.
@@ -178,13 +189,13 @@ impl ConnIo {
     }
 
     /// Whether a flush of this connection has anything to do: output queued, an action that
-    /// waits for the queue to drain (close, shutdown), a flush notification, or the
-    /// descriptor a file send held. A keep-alive response that went out whole leaves none.
+    /// waits for the queue to drain (close, shutdown), or a flush notification. A keep-alive
+    /// response that went out whole leaves none. (The io_uring driver adds its own reason,
+    /// the descriptor a file send held: `uring/conn.rs`.)
     pub(crate) fn flush_has_work(&self) -> bool {
         !self.out.is_empty()
             || !matches!(self.after_flush, AfterFlush::Nothing)
             || self.notify_flushed
-            || self.sock_fd.is_some()
     }
 
     /// The front chunk was written completely: pop it, and give its vector to the zone's pool
@@ -297,7 +308,7 @@ impl Io {
     }
 
     /// Open, or connecting (output may be queued before the connect completes).
-    fn is_open(&self, c: ConnId) -> bool {
+    pub(crate) fn is_open(&self, c: ConnId) -> bool {
         self.conns
             .get(c.index())
             .is_some_and(|x| matches!(x.state, ConnState::Open | ConnState::Connecting))
@@ -308,28 +319,28 @@ impl Io {
     /// is called, or, if the connect fails, [`Handler::on_closed`](crate::Handler::on_closed)
     /// with the error. Errors returned here (socket, bind) mean nothing was opened.
     pub fn connect(&mut self, to: &ConnectTo) -> io::Result<ConnId> {
-        let fd = crate::connect::socket_for(to)?;
-        let c = match &mut self.slots {
-            Slots::Fd => ConnId(fd.as_raw_fd() as u32),
-            Slots::Reserved(free) => match free.pop() {
-                Some(slot) => ConnId(slot),
-                None => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::OutOfMemory,
-                        format!(
-                        "connect to {}: no free outbound connection slot (the zone's max_outbound is reached)",
-                        to.addr
-                    ),
-                    ))
-                }
-            },
+        // The socket first: an error creating or binding it means nothing was opened.
+        let (c, fd) = match &mut self.slots {
+            Slots::Fd => {
+                let fd = crate::connect::socket_for(to)?;
+                (ConnId(fd.as_raw_fd() as u32), Some(fd))
+            }
+            Slots::Reserved(free) => {
+                let fd = crate::connect::socket_for(to)?;
+                (take_slot(free, to)?, Some(fd))
+            }
+            Slots::Virtual { free, connects } => {
+                let c = take_slot(free, to)?;
+                connects.push((c, *to));
+                (c, None)
+            }
         };
         let conn = self.conn_mut(c);
         conn.open();
         conn.state = ConnState::Connecting;
         conn.peer = Some(to.addr);
         conn.outbound = Some(Outbound {
-            fd: Some(fd),
+            fd,
             sa: crate::connect::sockaddr(to.addr),
         });
         self.actions.push(Action::Connect(c));
@@ -344,7 +355,8 @@ impl Io {
     /// An ordinary descriptor for the connection, to read socket options
     /// (`SO_INCOMING_CPU`...): the connection's own on epoll, outbound connections' on
     /// io_uring; `None` for io_uring's accepted connections, which exist only as direct
-    /// descriptors. Never close it or change its blocking mode.
+    /// descriptors, and for every connection of the test driver ([`crate::testio`]). Never
+    /// close it or change its blocking mode.
     pub fn raw_fd(&self, c: ConnId) -> Option<RawFd> {
         let conn = self.conns.get(c.index())?;
         if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
@@ -354,6 +366,7 @@ impl Io {
             (Slots::Fd, _) => Some(c.0 as RawFd),
             (Slots::Reserved(_), Some(o)) => o.fd.as_ref().map(|f| f.as_raw_fd()),
             (Slots::Reserved(_), None) => None,
+            (Slots::Virtual { .. }, _) => None,
         }
     }
 
@@ -505,10 +518,7 @@ impl Io {
 
     /// Bytes of this connection's output so far: written plus still queued.
     pub fn bytes_out(&self, c: ConnId) -> u64 {
-        self.conns
-            .get(c.index())
-            .map_or(0, |x| x.sent + x.pipe_fill as u64)
-            + self.pending(c)
+        self.conns.get(c.index()).map_or(0, |x| x.sent) + self.pending(c)
     }
 
     /// Asks for [`Handler::on_timer`](crate::Handler::on_timer) to be called at `at` (or

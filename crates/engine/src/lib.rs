@@ -37,7 +37,54 @@
 //! let cfg = ZoneConfig { engine: EngineKind::Uring, ..ZoneConfig::default() };
 //! run_zone(&cfg, vec![listener], Waker::new().unwrap(), &mut Echo).unwrap();
 //! ```
+//!
+//! ## Testing a handler without sockets
+//!
+//! [`testio::TestDriver`] is a driver with no kernel under it: it owns a real [`Io`], so the
+//! handler runs through the same API as on a zone, while the test scripts what the kernel
+//! would report (accepts, bytes, FINs, resets, connects, the clock) and reads back what the
+//! peers received. Each call carries out what the handler queued before it returns.
+//!
+//! ```
+//! use ringx_engine::testio::TestDriver;
+//! use ringx_engine::{ConnId, Handler, Io, ListenerId};
+//! use std::time::Duration;
+//!
+//! /// Echoes every byte back; closes idle connections after a second.
+//! #[derive(Default)]
+//! struct Echo { idle: Vec<ConnId> }
+//! impl Handler for Echo {
+//!     fn on_accept(&mut self, _: &mut Io, c: ConnId, _: ListenerId) { self.idle.push(c) }
+//!     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
+//!         self.idle.retain(|&x| x != c);
+//!         io.write(c, data)
+//!     }
+//!     fn on_eof(&mut self, io: &mut Io, c: ConnId) { io.close_after_flush(c) }
+//!     fn on_closed(&mut self, _: &mut Io, _: ConnId, _: Option<std::io::Error>) {}
+//!     fn on_timer(&mut self, io: &mut Io) -> Option<Duration> {
+//!         for c in self.idle.drain(..) { io.close(c) }
+//!         Some(Duration::from_secs(1))
+//!     }
+//!     fn on_wake(&mut self, io: &mut Io) { io.exit() }
+//! }
+//!
+//! let (mut d, mut h) = (TestDriver::new(), Echo::default());
+//! d.start(&mut h); // the first on_timer, as a zone makes it
+//! let a = d.accept(&mut h, ListenerId(0), None);
+//! let b = d.accept(&mut h, ListenerId(0), None);
+//! d.set_window(a, Some(3)); // the peer reads three bytes, then stops
+//! d.recv(&mut h, a, b"hello");
+//! assert_eq!(d.take_output(a), b"hel");
+//! assert_eq!(d.io().pending(a), 2);
+//! d.advance(&mut h, Duration::from_secs(1)); // b never sent anything
+//! assert!(d.closed(b) && d.is_open(a));
+//! d.set_window(a, None);
+//! d.eof(&mut h, a); // the FIN: the rest goes out, then the close
+//! assert_eq!(d.take_output(a), b"lo");
+//! assert!(d.closed(a));
+//! ```
 
+mod addr;
 mod connect;
 pub mod driver;
 pub mod epoll;
@@ -45,9 +92,12 @@ pub mod framing;
 mod handler;
 mod io;
 mod listen;
+mod pool;
 mod prefetch;
 pub mod reuseport;
+mod slot;
 pub mod sys;
+pub mod testio;
 pub mod timer;
 pub mod uring;
 mod waker;
@@ -57,6 +107,7 @@ pub use driver::Driver;
 pub use handler::Handler;
 pub use io::{ConnId, Io, ListenerId};
 pub use listen::{bind_reuseport, ListenOptions};
+pub use pool::{Placement, ZoneExit, ZonePlan, ZonePool, ZonePoolBuilder, ZoneStart};
 pub use prefetch::prefetch;
 pub use timer::TimerWheel;
 pub use waker::{WaitStats, Waker};

@@ -68,6 +68,21 @@ pub fn raise_nofile() -> u64 {
     lim.rlim_cur
 }
 
+/// A signal set holding `signals`: for [`crate::ZonePoolBuilder::block_signals`] and the
+/// `sigwait` that receives them.
+pub fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises the live local and sigaddset
+    // sets bits inside it (an invalid number makes it fail with EINVAL and change nothing).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
 /// Ignores SIGPIPE: a write to a reset connection must return EPIPE, not kill the process.
 pub fn ignore_sigpipe() {
     // SAFETY: installs the SIG_IGN disposition; no handler code runs.

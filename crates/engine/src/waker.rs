@@ -4,10 +4,11 @@
 //! A zone that has nothing to do blocks in `io_uring_enter` (or `epoll_wait`) and gives the
 //! CPU back. Before it blocks it publishes `parked`; a control thread that has a message for
 //! it sets the user-space flag `pending` (seed 000's flag *U*) and sends a wake-up **only if
-//! the zone is parked**: an `IORING_OP_MSG_RING` completion posted into the zone's ring from
-//! a small sender ring (io_uring), or an eventfd write (epoll, or a kernel that refuses
-//! MSG_RING). A running zone checks `pending` with one atomic load per loop iteration and
-//! never makes a system call to look for control messages.
+//! the zone is parked**: the wake-up its driver registered ([`DirectWake`]; io_uring posts an
+//! `IORING_OP_MSG_RING` completion into the zone's ring from a small sender ring), or else an
+//! eventfd write (epoll, or a kernel that refuses MSG_RING). A running zone checks `pending`
+//! with one atomic load per loop iteration and never makes a system call to look for control
+//! messages.
 //!
 //! The handshake is the store-load pattern of Dekker's algorithm, with sequentially
 //! consistent operations on both sides:
@@ -35,7 +36,7 @@ use std::sync::{Arc, Mutex};
 struct ControlLine {
     /// A control message is waiting (seed 000's flag *U*).
     pending: AtomicBool,
-    /// Wake-ups sent as MSG_RING completions.
+    /// Wake-ups sent by the driver's own way ([`DirectWake`]: MSG_RING on io_uring).
     sent_msg_ring: AtomicU64,
     /// Wake-ups sent as eventfd writes.
     sent_eventfd: AtomicU64,
@@ -64,9 +65,21 @@ struct Shared {
     zone: ZoneLine,
     /// An eventfd the zone's driver keeps a read armed on (io_uring) or registered (epoll).
     fd: OwnedFd,
-    /// A duplicate of the zone's ring descriptor, for MSG_RING; set by the io_uring driver,
-    /// cleared when it is dropped (so the ring's resources are not held past its zone).
-    ring: Mutex<Option<OwnedFd>>,
+    /// The driver's own wake-up, tried before the eventfd; set by a driver that has one,
+    /// cleared when it is dropped (it may hold the driver's resources: io_uring's holds a
+    /// duplicate of the ring descriptor, which keeps the ring and its connections alive).
+    direct: Mutex<Option<Box<dyn DirectWake>>>,
+}
+
+/// A driver's own way to end its zone's blocking wait from another thread, used instead of
+/// the eventfd write when it works (io_uring: a completion posted into the zone's ring with
+/// `IORING_OP_MSG_RING`, `uring/msg.rs`: no eventfd read to re-arm on the zone's side).
+pub(crate) trait DirectWake: Send {
+    /// Ends the zone's wait; an error makes the waker fall back to the eventfd.
+    fn wake(&self) -> io::Result<()>;
+
+    /// What the wake-up is, for logs ("MSG_RING").
+    fn name(&self) -> &'static str;
 }
 
 /// A zone's wake-up handle and statistics. Cloneable and `Send`: the control thread keeps
@@ -94,7 +107,8 @@ pub struct WaitStats {
     pub bytes_out: u64,
     /// Connections accepted.
     pub accepts: u64,
-    /// Wake-ups sent by MSG_RING, by eventfd, and wakes that needed none (zone running).
+    /// Wake-ups sent by the driver's own way (MSG_RING on io_uring), by eventfd, and wakes
+    /// that needed none (zone running).
     pub sent_msg_ring: u64,
     pub sent_eventfd: u64,
     pub sent_none: u64,
@@ -129,7 +143,7 @@ impl Waker {
                 ctl: ControlLine::default(),
                 zone: ZoneLine::default(),
                 fd,
-                ring: Mutex::new(None),
+                direct: Mutex::new(None),
             }),
         })
     }
@@ -142,17 +156,19 @@ impl Waker {
             self.s.ctl.sent_none.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let ring = self.s.ring.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = ring.as_ref() {
-            match crate::uring::msg::send(r.as_raw_fd()) {
+        // Held while the wake-up is sent: the driver's `clear_direct` waits for it, so what
+        // the wake-up uses (io_uring: its ring descriptor) stays valid until it returns.
+        let direct = self.s.direct.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = direct.as_ref() {
+            match d.wake() {
                 Ok(()) => {
                     self.s.ctl.sent_msg_ring.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
-                Err(e) => tracing::debug!("MSG_RING wake-up failed ({e}); using the eventfd"),
+                Err(e) => tracing::debug!("{} wake-up failed ({e}); using the eventfd", d.name()),
             }
         }
-        drop(ring);
+        drop(direct);
         self.s.ctl.sent_eventfd.fetch_add(1, Ordering::Relaxed);
         self.signal_eventfd();
     }
@@ -197,21 +213,22 @@ impl Waker {
         self.s.fd.as_raw_fd()
     }
 
-    /// Lets the controller wake this zone with MSG_RING completions on `ring` (the zone's
-    /// ring; the waker keeps a duplicate until [`Waker::clear_ring`]).
-    pub(crate) fn set_ring(&self, ring: RawFd) {
-        // SAFETY: F_DUPFD_CLOEXEC takes an integer; a non-negative result is a new descriptor
-        // nothing else owns.
-        let fd = unsafe { libc::fcntl(ring, libc::F_DUPFD_CLOEXEC, 0) };
-        if fd >= 0 {
-            // SAFETY: see above.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            *self.s.ring.lock().unwrap_or_else(|e| e.into_inner()) = Some(fd);
-        }
+    /// Lets the controller wake this zone the driver's own way (kept until
+    /// [`Waker::clear_direct`]).
+    pub(crate) fn set_direct(&self, wake: Box<dyn DirectWake>) {
+        *self.s.direct.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake);
     }
 
-    pub(crate) fn clear_ring(&self) {
-        self.s.ring.lock().unwrap_or_else(|e| e.into_inner()).take();
+    /// Drops the driver's wake-up (its driver is going away); wakes from then on use the
+    /// eventfd. Waits for a wake-up being sent to finish.
+    pub(crate) fn clear_direct(&self) {
+        let old = self
+            .s
+            .direct
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(old);
     }
 
     /// Zone side, before a wait that may block: publishes `parked` and returns whether a

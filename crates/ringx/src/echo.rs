@@ -12,7 +12,7 @@ use clap::Args;
 
 use crate::echo_pool;
 use ringx_engine::{
-    bind_reuseport, choose_engine, run_zone, EngineKind, ListenOptions, Waker, ZoneConfig,
+    bind_reuseport, EngineKind, ListenOptions, Placement, ZoneConfig, ZonePoolBuilder,
 };
 use ringx_server::role::Echo;
 
@@ -76,57 +76,45 @@ pub fn run(args: EchoArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (engine, why) = choose_engine(requested);
-    if let Some(why) = why {
-        tracing::warn!("io_uring is unavailable ({why}); using the epoll driver");
-    }
-    let allowed = ringx_engine::sys::allowed_cpus();
-    let cpus = args.cpus.clone().unwrap_or_else(|| {
-        (0..args.zones.unwrap_or(allowed.len()))
-            .map(|i| allowed[i % allowed.len()])
-            .collect()
-    });
-    // Block SIGTERM/SIGINT before the zones start, so only the wait below receives them.
-    // SAFETY: builds a signal set in a live local and blocks it in this thread (inherited by
-    // the zones spawned next).
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
+    // SIGTERM/SIGINT are blocked before any thread starts (the pool's too), so only the wait
+    // below receives them.
+    let set = ringx_engine::sys::sigset(&[libc::SIGTERM, libc::SIGINT]);
     let sqpoll = args.sqpoll.then(|| ringx_engine::SqPoll {
         idle: Duration::from_millis(args.sqpoll_idle_ms),
         cpu: args.sqpoll_cpu,
-        share: Some(std::sync::Arc::new(ringx_engine::SqShare::default())),
+        share: None,
         spin: Duration::from_micros(args.sqpoll_spin_us),
     });
-    // Wakers first: in pool mode the pool threads need every zone's before any zone runs.
-    let mut wakers = Vec::new();
-    for _ in &cpus {
-        match Waker::new() {
-            Ok(w) => wakers.push(w),
-            Err(e) => {
-                eprintln!("ringx echo: eventfd: {e}");
-                return ExitCode::FAILURE;
-            }
+    let plan = ZonePoolBuilder::new(requested)
+        .placement(Placement::new(args.cpus.clone(), args.zones))
+        .config(ZoneConfig {
+            batch_wait: Duration::from_micros(args.batch_wait_us),
+            batch_when_pending: args.batch_when_pending,
+            ..ZoneConfig::default()
+        })
+        .sqpoll(sqpoll)
+        .block_signals(set)
+        .plan();
+    let plan = match plan {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ringx echo: {e}");
+            return ExitCode::FAILURE;
         }
-    }
+    };
+    let (engine, cpus) = (plan.engine(), plan.cpus().to_vec());
     let stop = Arc::new(AtomicBool::new(false));
+    // In pool mode the pool threads need every zone's waker before any zone runs.
     let mut pool_parts = None;
     if args.pool > 0 {
-        let ends: Vec<_> = wakers
+        let ends: Vec<_> = plan
+            .wakers()
             .iter()
             .map(|w| echo_pool::zone_ends(w.clone(), 4096))
             .collect();
         let jobs = echo_pool::start_pool(args.pool, ends.iter().map(|e| e.link.clone()).collect());
         pool_parts = Some((ends, jobs));
     }
-    let mut pool_ends = pool_parts
-        .as_mut()
-        .map(|(ends, _)| std::mem::take(ends).into_iter());
     let mut listeners = Vec::new();
     for _ in &cpus {
         match bind_reuseport(args.listen, &ListenOptions::default()) {
@@ -141,35 +129,24 @@ pub fn run(args: EchoArgs) -> ExitCode {
         "cpu" => ringx_engine::reuseport::steer_zones(&cpus, &listeners),
         _ => Vec::new(),
     };
-    let mut threads = Vec::new();
-    for ((id, &cpu), l) in cpus.iter().enumerate().zip(listeners) {
-        let waker = wakers[id].clone();
-        let cfg = ZoneConfig {
-            id,
-            cpu: Some(cpu),
-            engine,
-            sqpoll: sqpoll.clone(),
-            batch_wait: std::time::Duration::from_micros(args.batch_wait_us),
-            batch_when_pending: args.batch_when_pending,
-            ..ZoneConfig::default()
-        };
-        let pooled = match (&mut pool_ends, &pool_parts) {
-            (Some(ends), Some((_, jobs))) => {
+    let zones = match pool_parts {
+        Some((ends, jobs)) => {
+            let mut ends = ends.into_iter();
+            plan.spawn(listeners, |z| {
                 let e = ends.next().expect("one set of ends per zone");
-                Some(echo_pool::PooledEcho::new(
-                    id,
-                    e,
-                    jobs.clone(),
-                    stop.clone(),
-                ))
-            }
-            _ => None,
-        };
-        threads.push(std::thread::spawn(move || match pooled {
-            Some(mut h) => run_zone(&cfg, l, waker, &mut h),
-            None => run_zone(&cfg, l, waker, &mut Echo::default()),
-        }));
-    }
+                let (id, jobs, stop) = (z.id, jobs.clone(), stop.clone());
+                move || echo_pool::PooledEcho::new(id, e, jobs, stop)
+            })
+        }
+        None => plan.spawn(listeners, |_| Echo::default),
+    };
+    let mut zones = match zones {
+        Ok(z) => z,
+        Err(e) => {
+            eprintln!("ringx echo: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     tracing::info!(
         "ringx echo listening on {} ({} zones on CPUs {cpus:?}, engine {})",
         args.listen,
@@ -181,12 +158,10 @@ pub fn run(args: EchoArgs) -> ExitCode {
     // SAFETY: sigwait reads the live set and writes one c_int.
     unsafe { libc::sigwait(&set, &mut sig) };
     stop.store(true, Ordering::Release);
-    for w in &wakers {
-        w.wake();
-    }
-    for t in threads {
-        if let Ok(Err(e)) = t.join() {
-            eprintln!("ringx echo: zone failed: {e}");
+    zones.wake_all();
+    for exit in zones.join(None) {
+        if let Err(e) = exit.result {
+            eprintln!("ringx echo: zone {} failed: {e}", exit.id);
             return ExitCode::FAILURE;
         }
     }

@@ -3,6 +3,12 @@
 //! scratch buffer handed to the handler as a borrowed slice (the same contract as the
 //! io_uring buffer ring); writes are attempted at once and wait for `EPOLLOUT` only when the
 //! socket is full; files go out with `sendfile(2)`.
+//!
+//! A connection's handle is its descriptor, so the connection tables are indexed by
+//! descriptor and reach as far as the highest one (the process's other descriptors, other
+//! zones' connections included, take numbers too); how many connections the zone holds is
+//! bounded by counting: at `max_conns` accepted connections the listeners leave the epoll set
+//! until one closes, and new connections wait in the kernel's accept queue meanwhile.
 
 use std::io;
 use std::net::TcpListener;
@@ -20,9 +26,9 @@ const T_LISTENER: u64 = 1 << 62;
 const T_WAKE: u64 = 2 << 62;
 const T_MASK: u64 = 3 << 62;
 
-/// Interest bits kept in `ConnIo::drv`.
-const WANT_IN: u32 = 1;
-const WANT_OUT: u32 = 2;
+/// Interest bits registered for a connection (`EpollDriver::interest`).
+const WANT_IN: u8 = 1;
+const WANT_OUT: u8 = 2;
 
 /// Reads per readable event before other connections get a turn.
 const READ_BUDGET: usize = 16;
@@ -31,7 +37,17 @@ const READ_BUDGET: usize = 16;
 pub struct EpollDriver {
     epfd: OwnedFd,
     io: Io,
+    /// The interest bits registered for each connection, indexed like `io.conns`.
+    interest: Vec<u8>,
     listeners: Vec<Option<TcpListener>>,
+    /// The listeners are in the epoll set: not taken out by a full table or a lack of
+    /// descriptors.
+    listeners_armed: bool,
+    /// Accepted connections open now, and the most the zone holds (`ZoneConfig::max_conns`).
+    accepted: u32,
+    max_conns: u32,
+    /// `max_conns` reached: accepting resumes when an accepted connection closes.
+    table_full: bool,
     waker: Waker,
     events: Vec<libc::epoll_event>,
     rbuf: Vec<u8>,
@@ -58,8 +74,14 @@ impl EpollDriver {
         let epfd = unsafe { OwnedFd::from_raw_fd(fd) };
         let d = EpollDriver {
             epfd,
+            // Indexed by descriptor: grows to the highest one (module docs).
             io: Io::new(1024),
+            interest: vec![0; 1024],
             listeners: Vec::new(),
+            listeners_armed: true,
+            accepted: 0,
+            max_conns: cfg.max_conns,
+            table_full: false,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
             rbuf: vec![0; cfg.recv_buffer_size as usize],
             waker,
@@ -86,6 +108,17 @@ impl EpollDriver {
         T_CONN | ((self.io.conns[c.index()].gen as u64) << 32) | c.0 as u64
     }
 
+    fn interest(&self, c: ConnId) -> u8 {
+        self.interest.get(c.index()).copied().unwrap_or(0)
+    }
+
+    fn set_interest(&mut self, c: ConnId, want: u8) {
+        if self.interest.len() <= c.index() {
+            self.interest.resize(c.index() + 1, 0);
+        }
+        self.interest[c.index()] = want;
+    }
+
     /// Brings the kernel's interest set in line with what the connection needs.
     fn update_interest(&mut self, c: ConnId) {
         let conn = &self.io.conns[c.index()];
@@ -96,7 +129,7 @@ impl EpollDriver {
         if conn.in_flight {
             want |= WANT_OUT;
         }
-        if want == conn.drv {
+        if want == self.interest(c) {
             return;
         }
         let mut ev = 0u32;
@@ -113,11 +146,20 @@ impl EpollDriver {
             self.io.actions.push(Action::Close(c));
             return;
         }
-        self.io.conns[c.index()].drv = want;
+        self.set_interest(c, want);
     }
 
     fn accept<H: Handler>(&mut self, h: &mut H, id: u32) {
-        for _ in 0..64 {
+        for i in 0..64 {
+            if self.accepted >= self.max_conns {
+                // Readable with the table already full (not filled by this loop): a
+                // connection is waiting. Otherwise a waiting one makes the listener readable
+                // again at the next wait (level-triggered).
+                if i == 0 {
+                    self.table_full();
+                }
+                return;
+            }
             let Some(l) = self.listeners[id as usize].as_ref() else {
                 return;
             };
@@ -150,9 +192,10 @@ impl EpollDriver {
             }
             let c = ConnId(fd as u32);
             self.io.conn_mut(c).open();
+            self.accepted += 1;
             self.waker.add_accept();
-            self.io.conns[c.index()].drv = WANT_IN;
-            self.io.conns[c.index()].peer = crate::uring::peer::to_addr(&sa, sa_len as usize);
+            self.set_interest(c, WANT_IN);
+            self.io.conns[c.index()].peer = crate::addr::to_addr(&sa, sa_len as usize);
             if tracing::enabled!(target: crate::reuseport::LOCALITY_LOG, tracing::Level::DEBUG) {
                 crate::reuseport::log_locality(fd, id, self.io.conns[c.index()].peer);
             }
@@ -167,14 +210,45 @@ impl EpollDriver {
                 // SAFETY: closes the descriptor accept4 just gave us; nothing else has it.
                 unsafe { libc::close(fd) };
                 self.io.conns[c.index()].state = ConnState::Free;
+                self.accepted -= 1;
                 continue;
             }
             h.on_accept(&mut self.io, c, ListenerId(id));
         }
     }
 
+    /// `max_conns` connections are open: stop accepting until one closes (`close_now`).
+    /// New connections wait in the kernel's accept queue meanwhile. (On io_uring the
+    /// direct-descriptor table is the limit, and the log line the same.)
+    fn table_full(&mut self) {
+        if self.table_full {
+            return;
+        }
+        self.table_full = true;
+        tracing::warn!(
+            "accept: {} connections open: connection table full; raise max_conns (accepting again shortly)",
+            self.accepted
+        );
+        self.disarm_listeners();
+    }
+
+    /// Out of descriptors: stop accepting for a while.
     fn pause_accepts(&mut self) {
         self.accept_paused_until = Some(Instant::now() + Duration::from_millis(100));
+        self.disarm_listeners();
+    }
+
+    fn resume_accepts(&mut self) {
+        self.accept_paused_until = None;
+        self.arm_listeners();
+    }
+
+    /// Takes the listeners out of the epoll set.
+    fn disarm_listeners(&mut self) {
+        if !self.listeners_armed {
+            return;
+        }
+        self.listeners_armed = false;
         for l in self.listeners.iter().flatten() {
             // SAFETY: removes a descriptor we own from our epoll set.
             unsafe {
@@ -188,8 +262,13 @@ impl EpollDriver {
         }
     }
 
-    fn resume_accepts(&mut self) {
-        self.accept_paused_until = None;
+    /// Puts the listeners back into the epoll set, unless the table is full or accepting is
+    /// paused for lack of descriptors.
+    fn arm_listeners(&mut self) {
+        if self.listeners_armed || self.table_full || self.accept_paused_until.is_some() {
+            return;
+        }
+        self.listeners_armed = true;
         for (id, l) in self.listeners.iter().enumerate() {
             if let Some(l) = l {
                 let _ = self.ctl(
@@ -288,7 +367,7 @@ impl EpollDriver {
                 _ => return self.close_now(c, Some(e), h),
             }
         }
-        if self.io.conns[c.index()].drv & WANT_OUT != 0 {
+        if self.interest(c) & WANT_OUT != 0 {
             self.update_interest(c);
         }
         let conn = &mut self.io.conns[c.index()];
@@ -326,7 +405,7 @@ impl EpollDriver {
             let e = io::Error::new(e.kind(), format!("connect to {}: {e}", peer_str(conn)));
             return self.close_now(c, Some(e), h);
         }
-        conn.drv = WANT_OUT;
+        self.set_interest(c, WANT_OUT);
         let token = self.token(c);
         let ev = libc::EPOLLOUT as u32 | libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32;
         if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, fd, ev, token) {
@@ -361,7 +440,7 @@ impl EpollDriver {
             return self.close_now(c, Some(e), h);
         }
         conn.state = ConnState::Open;
-        conn.drv = WANT_IN | WANT_OUT; // recomputed below
+        self.set_interest(c, WANT_IN | WANT_OUT); // recomputed below
         self.update_interest(c);
         self.io.mark_dirty(c);
         h.on_connected(&mut self.io, c);
@@ -372,8 +451,13 @@ impl EpollDriver {
         if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
             return;
         }
-        if let Some(fd) = conn.outbound.take().and_then(|o| o.fd) {
-            let _ = fd.into_raw_fd(); // the same descriptor as the handle, closed below
+        match conn.outbound.take() {
+            Some(o) => {
+                if let Some(fd) = o.fd {
+                    let _ = fd.into_raw_fd(); // the same descriptor as the handle, closed below
+                }
+            }
+            None => self.accepted -= 1,
         }
         conn.state = ConnState::Free;
         conn.in_flight = false;
@@ -382,6 +466,10 @@ impl EpollDriver {
         // SAFETY: closes the connection's descriptor, which we own; close also removes it
         // from the epoll set.
         unsafe { libc::close(c.0 as RawFd) };
+        if self.table_full && self.accepted < self.max_conns {
+            self.table_full = false;
+            self.arm_listeners();
+        }
         h.on_closed(&mut self.io, c, err);
     }
 
@@ -482,12 +570,15 @@ impl EpollDriver {
 impl Driver for EpollDriver {
     fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId> {
         let id = self.listeners.len() as u32;
-        self.ctl(
-            libc::EPOLL_CTL_ADD,
-            listener.as_raw_fd(),
-            libc::EPOLLIN as u32,
-            T_LISTENER | id as u64,
-        )?;
+        // While accepting is stopped, `arm_listeners` adds it with the others.
+        if self.listeners_armed {
+            self.ctl(
+                libc::EPOLL_CTL_ADD,
+                listener.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                T_LISTENER | id as u64,
+            )?;
+        }
         self.listeners.push(Some(listener));
         self.io.listener_count = self.listeners.len() as u32;
         Ok(ListenerId(id))
@@ -527,7 +618,7 @@ impl Driver for EpollDriver {
                 }
                 _ => {
                     let c = ConnId(token as u32);
-                    let gen = ((token >> 32) as u32) & crate::uring::userdata::GEN_MASK;
+                    let gen = ((token >> 32) as u32) & crate::slot::GEN_MASK;
                     let Some(conn) = self.io.conns.get(c.index()) else {
                         continue;
                     };

@@ -35,7 +35,7 @@ impl UringDriver {
         }
         if res >= 0 {
             let c = ConnId(res as u32);
-            self.forget_recv(c);
+            self.open_slot(c);
             self.io.conn_mut(c).open();
             self.wake.waker.add_accept();
             if self.peer_addrs {
@@ -47,6 +47,8 @@ impl UringDriver {
         } else if res != -libc::ECANCELED {
             let e = crate::sys::errno(res);
             match -res {
+                // ENFILE: no free slot. The kernel had accepted the connection already and
+                // closed it (the client sees a reset); the accept is re-armed next iteration.
                 libc::ENFILE | libc::EMFILE | libc::ENOMEM | libc::ENOBUFS => {
                     tracing::warn!("accept: {e}: connection table full; raise max_conns (accepting again shortly)");
                     self.accept_backoff = true;

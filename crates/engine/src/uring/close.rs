@@ -87,10 +87,11 @@ impl UringDriver {
         let conn = &mut self.io.conns[c.index()];
         debug_assert_eq!(conn.state, ConnState::Open);
         conn.state = ConnState::Closing;
-        conn.drv |= CLOSE_SUBMITTED | CLOSE_LINKED;
-        // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
-        conn.sock_fd = None;
         let gen = conn.gen;
+        let u = &mut self.uconns[c.index()];
+        u.flags |= CLOSE_SUBMITTED | CLOSE_LINKED;
+        // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
+        u.sock_fd = None;
         let cancel = self
             .cancel_entry(c, Kind::Recv, Kind::Cancel)
             .flags(squeue::Flags::IO_HARDLINK);
@@ -103,29 +104,30 @@ impl UringDriver {
     }
 
     pub(super) fn complete_cancel(&mut self, c: ConnId, gen: u32, res: i32) {
-        let conn = &mut self.io.conns[c.index()];
-        if conn.gen != gen {
+        if self.io.conns[c.index()].gen != gen {
             return;
         }
-        if res == -libc::ECANCELED && conn.drv & CLOSE_LINKED != 0 {
+        let u = &mut self.uconns[c.index()];
+        if res == -libc::ECANCELED && u.flags & CLOSE_LINKED != 0 {
             return; // the send before it failed; the close's completion takes it from there
         }
-        conn.drv |= CANCEL_DONE;
+        u.flags |= CANCEL_DONE;
         self.try_finish_close(c);
     }
 
     pub(super) fn try_finish_close(&mut self, c: ConnId) {
-        let conn = &mut self.io.conns[c.index()];
+        let conn = &self.io.conns[c.index()];
+        let u = &mut self.uconns[c.index()];
         if conn.state != ConnState::Closing
             || conn.in_flight
-            || conn.drv & CANCEL_DONE == 0
-            || conn.drv & CLOSE_SUBMITTED != 0
+            || u.flags & CANCEL_DONE == 0
+            || u.flags & CLOSE_SUBMITTED != 0
         {
             return;
         }
-        conn.drv |= CLOSE_SUBMITTED;
+        u.flags |= CLOSE_SUBMITTED;
         // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
-        conn.sock_fd = None;
+        u.sock_fd = None;
         let e = opcode::Close::new(types::Fixed(c.0))
             .build()
             .user_data(pack(Kind::Close, conn.gen, c.0));
@@ -138,19 +140,22 @@ impl UringDriver {
         if conn.gen != gen {
             return;
         }
-        if res == -libc::ECANCELED && conn.drv & CLOSE_LINKED != 0 {
+        let u = &mut self.uconns[c.index()];
+        if res == -libc::ECANCELED && u.flags & CLOSE_LINKED != 0 {
             // The linked send failed and took the cancel and close down with it: close the
             // ordinary way (the send's completion, which came first, released its buffer).
-            conn.drv &= !(CLOSE_LINKED | CLOSE_SUBMITTED);
+            u.flags &= !(CLOSE_LINKED | CLOSE_SUBMITTED);
             let e = self.cancel_entry(c, Kind::Recv, Kind::Cancel);
             // SAFETY: a cancellation refers to no memory of ours.
             return unsafe { self.push(&e) };
         }
         conn.state = ConnState::Free;
         conn.out.clear();
-        let fill = conn.pipe_fill;
-        conn.pipe_fill = 0;
-        let pipe = conn.pipe.take();
+        // Bytes left in the pipe never reached the peer: they no longer count as sent.
+        let fill = std::mem::take(&mut u.pipe_fill);
+        debug_assert!(conn.sent >= u64::from(fill));
+        conn.sent = conn.sent.saturating_sub(u64::from(fill));
+        let pipe = u.pipe.take();
         let err = conn.close_err.take();
         if let Some(p) = pipe {
             self.pipes.put(p, fill == 0);

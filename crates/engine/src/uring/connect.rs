@@ -52,10 +52,11 @@ pub(super) fn limit_alloc_range(ring: &IoUring, len: u32) -> io::Result<()> {
 impl UringDriver {
     /// Installs the outbound socket in its slot and starts the connect.
     pub(super) fn start_connect(&mut self, c: ConnId) {
-        let conn = &self.io.conns[c.index()];
-        if conn.state != ConnState::Connecting {
+        if self.io.conns[c.index()].state != ConnState::Connecting {
             return;
         }
+        self.open_slot(c);
+        let conn = &self.io.conns[c.index()];
         let Some(out) = conn.outbound.as_ref() else {
             return;
         };

@@ -53,7 +53,7 @@ impl UringDriver {
                 }
             }
             Some(f @ Chunk::File { .. }) => {
-                if conn.pipe_fill > 0 {
+                if self.uconns[c.index()].pipe_fill > 0 {
                     return ReadAhead::Splice; // finish what the pipe holds first
                 }
                 if self.use_sendfile(c, f.remaining()) {

@@ -6,22 +6,23 @@
 //! its completion. Completions are routed by the `userdata` tags.
 
 mod accept;
-pub(crate) mod bufring;
+mod bufring;
 mod busy;
 mod close;
+mod conn;
 mod connect;
 mod enter;
 mod file_read;
-pub(crate) mod msg;
-pub(crate) mod peer;
-pub(crate) mod pipes;
+mod msg;
+mod peer;
+mod pipes;
 pub mod probe;
 mod recv;
 mod send;
 mod sendfile;
 mod splice;
 mod sqe;
-pub(crate) mod userdata;
+mod userdata;
 mod wake;
 
 use std::io;
@@ -69,6 +70,8 @@ pub struct UringDriver {
     ring: IoUring,
     bufs: BufRing,
     io: Io,
+    /// The driver's own state of each connection, indexed like `io.conns` (`conn.rs`).
+    uconns: Vec<conn::UringConn>,
     listeners: Vec<Listener>,
     wake: wake::WakeOp,
     cqes: Vec<(u64, i32, u32)>,
@@ -146,6 +149,9 @@ impl UringDriver {
             ring,
             bufs,
             io: Io::new(cfg.max_conns as usize),
+            uconns: std::iter::repeat_with(conn::UringConn::default)
+                .take((cfg.max_conns + cfg.max_outbound) as usize)
+                .collect(),
             listeners: Vec::new(),
             wake: wake::WakeOp::new(waker),
             cqes: Vec::with_capacity(1024),
@@ -251,17 +257,16 @@ impl UringDriver {
     fn flush_conn<H: Handler>(&mut self, h: &mut H, c: ConnId) {
         let conn = &mut self.io.conns[c.index()];
         conn.dirty = false;
-        if conn.state != ConnState::Open || conn.in_flight || !conn.flush_has_work() {
+        let u = &mut self.uconns[c.index()];
+        if conn.state != ConnState::Open || conn.in_flight || !conn::flush_has_work(conn, u) {
             return;
         }
         conn.skip_empty_front(&mut self.io.spares);
-        if conn.sock_fd.is_some()
-            && !matches!(conn.out.front(), Some(crate::io::Chunk::File { .. }))
-        {
+        if u.sock_fd.is_some() && !matches!(conn.out.front(), Some(crate::io::Chunk::File { .. })) {
             // Held only while a file is being sent, whichever way it went (`sendfile.rs`):
             // idle keep-alive connections must not fill the descriptor table the zone opens
             // files in.
-            conn.sock_fd = None;
+            u.sock_fd = None;
         }
         if !conn.out.is_empty() {
             self.start_output(c);
@@ -537,8 +542,9 @@ impl Driver for UringDriver {
             self.batch_want = 1;
         }
         // Start loading the records of every connection the batch names before handling the
-        // first (`prefetch.rs`): the driver's for receives and sends, the handler's for
-        // receives only (a send's completion does not reach the handler).
+        // first (`prefetch.rs`): the driver's two (`Io`'s and `conn.rs`'s) for receives and
+        // sends, the handler's for receives only (a send's completion does not reach the
+        // handler).
         if cqes.len() > 1 {
             for &(ud, res, _) in &cqes {
                 let recv = res > 0 && userdata::is_recv(ud);
@@ -546,6 +552,9 @@ impl Driver for UringDriver {
                     let c = ConnId(ud as u32);
                     if let Some(conn) = self.io.conns.get(c.index()) {
                         crate::prefetch(conn);
+                    }
+                    if let Some(u) = self.uconns.get(c.index()) {
+                        crate::prefetch(u);
                     }
                     if recv {
                         h.prefetch(c);
@@ -586,7 +595,7 @@ impl Drop for UringDriver {
         let _ = self.ring.submitter().unregister_buf_ring(BGID);
         // The waker's duplicate of the ring descriptor would keep the ring (and every
         // connection in its file table) alive.
-        self.waker().clear_ring();
+        self.waker().clear_direct();
     }
 }
 

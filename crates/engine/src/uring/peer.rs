@@ -4,12 +4,11 @@
 //! `SOCKET_URING_OP_GETSOCKOPT` with `SOL_SOCKET`/`SO_PEERNAME` (Linux 6.7). Receiving starts
 //! only after it answered, so the handler has the address before the first byte.
 
-use std::net::SocketAddr;
-
 use io_uring::{opcode, squeue, types};
 
 use super::userdata::{pack, Kind};
 use super::UringDriver;
+use crate::addr::to_addr;
 use crate::handler::Handler;
 use crate::io::{ConnId, ConnState, ListenerId};
 
@@ -72,31 +71,5 @@ impl UringDriver {
         }
         self.arm_recv(c);
         h.on_accept(&mut self.io, c, ListenerId(id));
-    }
-}
-
-/// Reads a kernel-filled `sockaddr_in`/`sockaddr_in6` of `len` bytes.
-pub(crate) fn to_addr(s: &libc::sockaddr_storage, len: usize) -> Option<SocketAddr> {
-    let p = s as *const libc::sockaddr_storage;
-    match s.ss_family as i32 {
-        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the storage holds a sockaddr_in, fully written (len);
-            // sockaddr_storage is aligned for every address type.
-            let a = unsafe { &*p.cast::<libc::sockaddr_in>() };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddr::from((ip, u16::from_be(a.sin_port))))
-        }
-        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for sockaddr_in6.
-            let a = unsafe { &*p.cast::<libc::sockaddr_in6>() };
-            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
-                ip,
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
     }
 }

@@ -13,18 +13,18 @@ use super::{UringDriver, BGID};
 use crate::handler::Handler;
 use crate::io::{ConnId, ConnState};
 
-/// Receive states kept in the low bits of `ConnIo::drv`.
+/// Receive states kept in the low bits of `UringConn::flags`.
 pub(super) const RECV_IDLE: u32 = 0;
 pub(super) const RECV_ARMED: u32 = 1;
 pub(super) const RECV_MASK: u32 = 3;
 
 impl UringDriver {
     fn recv_state(&self, c: ConnId) -> u32 {
-        self.io.conns[c.index()].drv & RECV_MASK
+        self.uconns[c.index()].flags & RECV_MASK
     }
 
     fn set_recv_state(&mut self, c: ConnId, s: u32) {
-        let d = &mut self.io.conns[c.index()].drv;
+        let d = &mut self.uconns[c.index()].flags;
         let was = *d & RECV_MASK;
         *d = (*d & !RECV_MASK) | s;
         // Receives armed: the connections that can bring an arrival (the batching gate's

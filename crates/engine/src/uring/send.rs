@@ -89,7 +89,7 @@ impl UringDriver {
             conn.pop_front(&mut self.io.spares);
         }
         // `flush_conn` returns at once on the same test.
-        if conn.flush_has_work() {
+        if super::conn::flush_has_work(conn, &self.uconns[c.index()]) {
             self.io.mark_dirty(c);
         }
     }

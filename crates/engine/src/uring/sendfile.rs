@@ -27,7 +27,7 @@ use crate::io::{Chunk, ConnId, ConnState};
 
 /// The most one `sendfile` call is asked for (checked to be in the page cache first).
 const SENDFILE_WINDOW: u64 = 1 << 20;
-/// `ConnIo::drv` bit: no descriptor could be installed for this connection (EMFILE...); its
+/// `UringConn::flags` bit: no descriptor could be installed for this connection (EMFILE...); its
 /// files are read and sent.
 const NO_SENDFILE: u32 = 1 << 8;
 
@@ -37,17 +37,21 @@ impl UringDriver {
     /// when no file is queued, so it costs a descriptor per file being sent, not per
     /// connection; where none is left, EMFILE, the connection's files are read and sent).
     pub(super) fn use_sendfile(&self, c: ConnId, remaining: u64) -> bool {
-        let conn = &self.io.conns[c.index()];
+        let u = &self.uconns[c.index()];
         self.sendfile_ok
-            && conn.drv & NO_SENDFILE == 0
-            && (conn.sock_fd.is_some() || remaining > super::file_read::FILE_READ_CHUNK as u64)
+            && u.flags & NO_SENDFILE == 0
+            && (u.sock_fd.is_some() || remaining > super::file_read::FILE_READ_CHUNK as u64)
     }
 
     /// Sends the front file chunk by sendfile as far as the socket takes it. Called with
     /// nothing in flight.
     pub(super) fn sendfile_front(&mut self, c: ConnId) {
         let conn = &mut self.io.conns[c.index()];
-        let Some(sock) = conn.sock_fd.as_ref().map(AsRawFd::as_raw_fd) else {
+        let Some(sock) = self.uconns[c.index()]
+            .sock_fd
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+        else {
             let e = opcode::FixedFdInstall::new(types::Fixed(c.0), 0)
                 .build()
                 .user_data(pack(Kind::FdInstall, conn.gen, c.0));
@@ -116,6 +120,7 @@ impl UringDriver {
             return; // `fd` is closed here
         }
         conn.in_flight = false;
+        let u = &mut self.uconns[c.index()];
         if let Some(fd) = fd {
             // SAFETY: fcntl on a descriptor we own. The flag is on the socket's open file:
             // io_uring's sends and receives do not consult it (they never block), its splices
@@ -125,13 +130,13 @@ impl UringDriver {
                 fl >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
             };
             if ok {
-                conn.sock_fd = Some(fd);
+                u.sock_fd = Some(fd);
             } else {
-                conn.drv |= NO_SENDFILE;
+                u.flags |= NO_SENDFILE;
             }
         } else if res == -libc::EINVAL || res == -libc::EOPNOTSUPP {
             // Before Linux 6.8: the read path serves files from now on.
-            conn.drv |= NO_SENDFILE;
+            u.flags |= NO_SENDFILE;
             if self.sendfile_ok {
                 tracing::info!(
                     "io_uring cannot install descriptors here (Linux 6.8); file bodies are read and sent"
@@ -141,7 +146,7 @@ impl UringDriver {
         } else {
             // EMFILE, ENFILE...: this connection's files are read and sent.
             tracing::debug!("no descriptor for sendfile: {}", crate::sys::errno(res));
-            conn.drv |= NO_SENDFILE;
+            u.flags |= NO_SENDFILE;
         }
         let conn = &mut self.io.conns[c.index()];
         if conn.state == ConnState::Closing {

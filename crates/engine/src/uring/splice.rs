@@ -12,24 +12,25 @@ use crate::io::{Chunk, ConnId, ConnState};
 impl UringDriver {
     /// Continues sending the file chunk at the front of the queue.
     pub(super) fn submit_splice(&mut self, c: ConnId) {
-        if self.io.conns[c.index()].pipe.is_none() {
+        if self.uconns[c.index()].pipe.is_none() {
             match self.pipes.get() {
-                Ok(p) => self.io.conns[c.index()].pipe = Some(p),
+                Ok(p) => self.uconns[c.index()].pipe = Some(p),
                 Err(e) => return self.begin_close(c, Some(e)),
             }
         }
         let conn = &mut self.io.conns[c.index()];
-        let pipe = conn.pipe.as_ref().expect("set above");
+        let u = &self.uconns[c.index()];
+        let pipe = u.pipe.as_ref().expect("set above");
         let Some(Chunk::File { file, off, end }) = conn.out.front() else {
             unreachable!("submit_splice on a non-file chunk")
         };
-        let e = if conn.pipe_fill > 0 {
+        let e = if u.pipe_fill > 0 {
             opcode::Splice::new(
                 types::Fd(pipe.r.as_raw_fd()),
                 -1,
                 types::Fixed(c.0),
                 -1,
-                conn.pipe_fill,
+                u.pipe_fill,
             )
             .build()
             .user_data(pack(Kind::SpliceOut, conn.gen, c.0))
@@ -60,7 +61,9 @@ impl UringDriver {
         }
         match res {
             n if n > 0 => {
-                conn.pipe_fill = n as u32;
+                // Off the queue and into the pipe: counted as taken (`ConnIo::sent`).
+                self.uconns[c.index()].pipe_fill = n as u32;
+                conn.sent += n as u64;
                 conn.advance(n as u64);
                 self.io.mark_dirty(c);
             }
@@ -90,15 +93,16 @@ impl UringDriver {
         if res < 0 {
             return self.begin_close(c, Some(crate::sys::errno(res)));
         }
-        conn.pipe_fill -= res as u32;
-        conn.sent += res as u64;
+        // `ConnIo::sent` counted these bytes when they entered the pipe.
+        let u = &mut self.uconns[c.index()];
+        u.pipe_fill -= res as u32;
         self.wake.waker.add_out(res as u64);
         let chunk_done =
             matches!(conn.out.front(), Some(Chunk::File { off, end, .. }) if off == end);
-        if conn.pipe_fill == 0 && chunk_done {
+        if u.pipe_fill == 0 && chunk_done {
             conn.pop_front(&mut self.io.spares);
             if !matches!(conn.out.front(), Some(Chunk::File { .. })) {
-                if let Some(p) = conn.pipe.take() {
+                if let Some(p) = u.pipe.take() {
                     self.pipes.put(p, true);
                 }
             }

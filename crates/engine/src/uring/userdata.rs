@@ -2,9 +2,9 @@
 //!
 //! `kind:8 | gen:24 | index:32`. The generation is bumped each time a slot gets a new
 //! connection, so a completion that arrives for a connection already closed (a cancelled
-//! multishot receive, say) can never be mistaken for one of its successor's.
+//! multishot receive, say) can never be mistaken for one of its successor's (`crate::slot`).
 
-pub(crate) const GEN_MASK: u32 = (1 << 24) - 1;
+use crate::slot::GEN_MASK;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

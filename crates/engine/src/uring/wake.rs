@@ -19,7 +19,7 @@ pub(super) struct WakeOp {
 impl WakeOp {
     /// Lets the control side wake this zone with MSG_RING completions on `ring`.
     pub(super) fn waker_set_ring(&self, ring: std::os::fd::RawFd) {
-        self.waker.set_ring(ring);
+        super::msg::register(&self.waker, ring);
     }
 
     pub(super) fn new(waker: Waker) -> Self {

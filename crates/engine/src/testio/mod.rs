@@ -1,0 +1,515 @@
+//! A driver with no kernel under it, for unit tests of handlers.
+//!
+//! [`TestDriver`] owns a real [`Io`], so a handler under test queues output and actions
+//! through exactly the API the io_uring and epoll drivers give it. The test plays the kernel
+//! and the peers: it scripts what happens (a connection accepted, bytes arriving, a FIN, a
+//! reset, a connect completing, the clock moving, a control wake-up) and reads back what the
+//! handler did (the bytes each peer received, closes, shutdowns, paused receives, connects,
+//! listeners). No socket, no thread, no wait: every call runs to completion before it
+//! returns.
+//!
+//! After each scripted event the driver carries out what the handler queued, in order, as the
+//! real drivers' `flush` does: `close` ends in one `on_closed(None)` (unsent output dropped),
+//! output is written as far as the peer's window allows ([`TestDriver::set_window`]),
+//! `close_after_flush` and `shutdown_after_flush` take effect once the queue is empty,
+//! `notify_when_flushed` calls `on_flushed` once it is, and then any timer that is due runs.
+//! A handle becomes reusable once `on_closed` has been delivered for it, as on the real
+//! drivers: accepted connections get the lowest free handle below `max_conns` (io_uring's
+//! slot allocation), outbound ones a handle from a separate range above it, taken from a
+//! free list (io_uring's reserved outbound slots).
+//!
+//! Calls a test makes on [`TestDriver::io`] directly (outside a callback) are carried out by
+//! the next event, or by [`TestDriver::flush`].
+//!
+//! Events a real driver cannot deliver are dropped as the real drivers drop late completions:
+//! bytes or a FIN for a connection that is not open (the handler closed it meanwhile) or that
+//! already saw its FIN, a completing connect for a connection that is no longer connecting.
+//! Accepting on a listener the handler closed (or after `stop_listening`), or with every
+//! handle below `max_conns` taken, is a mistake in the test and panics.
+
+use std::fs::File;
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use crate::connect::ConnectTo;
+use crate::driver::TimerDue;
+use crate::handler::Handler;
+use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId, Slots};
+
+#[cfg(test)]
+mod tests;
+
+/// `on_timer` calls at one instant before [`TestDriver::advance`] gives up: a handler that
+/// keeps asking to be called again at once would spin the real zone too.
+const SAME_INSTANT_LIMIT: u32 = 10_000;
+
+/// The most one read of a queued file takes.
+const FILE_READ: u64 = 64 * 1024;
+
+/// What the peer at the other end of one handle saw.
+#[derive(Default)]
+struct Peer {
+    /// Bytes received and not yet taken by the test.
+    output: Vec<u8>,
+    /// Bytes the peer still reads (`None`: unlimited).
+    window: Option<u64>,
+    write_shut: bool,
+    closed: bool,
+}
+
+/// A zone driver with no kernel under it: the test scripts completions and reads back what
+/// the handler queued. See the [module docs](self).
+pub struct TestDriver {
+    io: Io,
+    max_conns: u32,
+    timer: TimerDue,
+    peers: Vec<Peer>,
+    listening: bool,
+    /// Every listener closed so far (accepts on them are refused).
+    gone: Vec<ListenerId>,
+    added: Vec<ListenerId>,
+    closed_listeners: Vec<ListenerId>,
+}
+
+impl Default for TestDriver {
+    fn default() -> Self {
+        TestDriver::new()
+    }
+}
+
+impl TestDriver {
+    /// A zone with `max_conns` 1024 and `max_outbound` 1024.
+    pub fn new() -> TestDriver {
+        TestDriver::with_limits(1024, 1024)
+    }
+
+    /// A zone that holds `max_conns` accepted and `max_outbound` outbound connections
+    /// ([`crate::ZoneConfig`]'s fields of those names). Outbound handles are
+    /// `max_conns..max_conns + max_outbound`, as io_uring reserves them above the accepted
+    /// ones.
+    pub fn with_limits(max_conns: u32, max_outbound: u32) -> TestDriver {
+        let mut io = Io::new(max_conns as usize);
+        io.slots = Slots::Virtual {
+            free: (max_conns..max_conns.saturating_add(max_outbound))
+                .rev()
+                .collect(),
+            connects: Vec::new(),
+        };
+        io.now = Instant::now();
+        TestDriver {
+            io,
+            max_conns,
+            timer: TimerDue::new(None),
+            peers: Vec::new(),
+            listening: true,
+            gone: Vec::new(),
+            added: Vec::new(),
+            closed_listeners: Vec::new(),
+        }
+    }
+
+    /// The zone's [`Io`], for calls a test makes itself (they are carried out by the next
+    /// event, or by [`flush`](Self::flush)).
+    pub fn io(&mut self) -> &mut Io {
+        &mut self.io
+    }
+
+    /// The scripted clock: what `io.now()` returns. It moves only with
+    /// [`advance`](Self::advance).
+    pub fn now(&self) -> Instant {
+        self.io.now
+    }
+
+    /// When `on_timer` is due next (the interval it last returned, or an earlier
+    /// [`Io::timer_at`] request); `None` if the handler asked for none.
+    pub fn next_timer(&self) -> Option<Instant> {
+        let asked = self.io.timer_at;
+        match (self.timer.next(), asked) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The initial `on_timer` call `driver::run` makes before the first wait. Without it, the
+    /// handler's timer runs only once it asks with [`Io::timer_at`].
+    pub fn start<H: Handler>(&mut self, h: &mut H) {
+        self.timer = TimerDue::new(Some(self.io.now));
+        self.settle(h);
+    }
+
+    /// A listener the zone started with (`run_zone`'s `listeners`, in order), so that ids
+    /// the handler gets from [`Io::add_listener`] follow it as on a real zone. Returns its id.
+    pub fn start_listener(&mut self) -> ListenerId {
+        let id = ListenerId(self.io.listener_count);
+        self.io.listener_count += 1;
+        id
+    }
+
+    /// A connection accepted on `listener` (`peer`: the address [`Io::peer_addr`] reports,
+    /// as with [`crate::ZoneConfig::peer_addrs`]): `on_accept`, then what the handler queued
+    /// is carried out. Returns its handle: the lowest free one below `max_conns`, as io_uring
+    /// allocates direct-descriptor slots.
+    ///
+    /// # Panics
+    ///
+    /// If the listener was closed, the zone stopped listening, or `max_conns` connections are
+    /// open: a real zone accepts nothing then.
+    pub fn accept<H: Handler>(
+        &mut self,
+        h: &mut H,
+        listener: ListenerId,
+        peer: Option<SocketAddr>,
+    ) -> ConnId {
+        assert!(
+            self.listening && !self.gone.contains(&listener),
+            "accept on {listener:?}: the zone no longer listens there"
+        );
+        let free = (0..self.max_conns).find(|&i| {
+            self.io
+                .conns
+                .get(i as usize)
+                .is_none_or(|x| x.state == ConnState::Free)
+        });
+        let c = ConnId(free.unwrap_or_else(|| {
+            panic!(
+                "accept: every handle below max_conns ({}) is taken",
+                self.max_conns
+            )
+        }));
+        self.io.conn_mut(c).open();
+        self.io.conns[c.index()].peer = peer;
+        *self.peer_mut(c) = Peer::default();
+        h.on_accept(&mut self.io, c, listener);
+        self.settle(h);
+        c
+    }
+
+    /// Bytes arrive on `c`: `on_data`, then what the handler queued is carried out. Delivered
+    /// even if the handler paused the receive (a paused real connection may still get a
+    /// little data: receives already done when the pause takes effect).
+    pub fn recv<H: Handler>(&mut self, h: &mut H, c: ConnId, data: &[u8]) {
+        if self.receiving(c) {
+            h.on_data(&mut self.io, c, data);
+        }
+        self.settle(h);
+    }
+
+    /// The peer's FIN (a read returned 0): `on_eof`, then what the handler queued is carried
+    /// out.
+    pub fn eof<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        if self.receiving(c) {
+            self.io.conns[c.index()].eof = true;
+            h.on_eof(&mut self.io, c);
+        }
+        self.settle(h);
+    }
+
+    /// The connection fails (a reset, a receive or send error): unsent output is dropped,
+    /// `on_closed(Some(err))`, and the handle is free.
+    pub fn reset<H: Handler>(&mut self, h: &mut H, c: ConnId, err: io::Error) {
+        self.close_now(h, c, Some(err));
+        self.settle(h);
+    }
+
+    /// Outbound connects the handler asked for ([`Io::connect`]) since the last call, in
+    /// order: the handle and where to. Nothing is connected until [`connected`](Self::connected)
+    /// or [`connect_failed`](Self::connect_failed).
+    pub fn take_connects(&mut self) -> Vec<(ConnId, ConnectTo)> {
+        match &mut self.io.slots {
+            Slots::Virtual { connects, .. } => std::mem::take(connects),
+            _ => unreachable!("the test driver's slots are virtual"),
+        }
+    }
+
+    /// An outbound connect completes: the connection is open, `on_connected`, then the output
+    /// queued while it was connecting goes out.
+    pub fn connected<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        if self.state(c) == Some(ConnState::Connecting) {
+            self.io.conns[c.index()].state = ConnState::Open;
+            self.io.mark_dirty(c);
+            h.on_connected(&mut self.io, c);
+        }
+        self.settle(h);
+    }
+
+    /// An outbound connect fails: `on_closed(Some(err))`, with the error worded as the real
+    /// drivers word it ("connect to ADDR: err").
+    pub fn connect_failed<H: Handler>(&mut self, h: &mut H, c: ConnId, err: io::Error) {
+        if self.state(c) == Some(ConnState::Connecting) {
+            let peer = self.io.conns[c.index()]
+                .peer
+                .map_or_else(String::new, |p| p.to_string());
+            let err = io::Error::new(err.kind(), format!("connect to {peer}: {err}"));
+            self.close_now(h, c, Some(err));
+        }
+        self.settle(h);
+    }
+
+    /// The zone's [`crate::Waker`] fired (a control message is waiting): `on_wake`, then what
+    /// the handler queued is carried out.
+    pub fn wake<H: Handler>(&mut self, h: &mut H) {
+        if !self.io.exit {
+            h.on_wake(&mut self.io);
+        }
+        self.settle(h);
+    }
+
+    /// Moves the scripted clock forward by `by`, calling `on_timer` at each due time on the
+    /// way as `driver::run` would (at the interval `on_timer` returned, or earlier when the
+    /// handler asked with [`Io::timer_at`]), each call seeing `io.now()` equal to its due
+    /// time, and carrying out what each call queued.
+    ///
+    /// # Panics
+    ///
+    /// If `on_timer` keeps asking to be called again at the same instant (a real zone would
+    /// spin).
+    pub fn advance<H: Handler>(&mut self, h: &mut H, by: Duration) {
+        let end = self.io.now + by;
+        let mut same = 0;
+        loop {
+            self.timer.merge(&mut self.io);
+            match self.timer.next() {
+                Some(t) if t <= end && !self.io.exit => {
+                    let at = t.max(self.io.now);
+                    same = if at == self.io.now { same + 1 } else { 0 };
+                    assert!(
+                        same < SAME_INSTANT_LIMIT,
+                        "on_timer keeps asking to run again at the same instant"
+                    );
+                    self.io.now = at;
+                    self.timer.tick(&mut self.io, h);
+                    self.flush(h);
+                }
+                _ => break,
+            }
+        }
+        self.io.now = end;
+    }
+
+    /// Everything written to `c` since the last call, as the peer received it (queued file
+    /// chunks read from their file). Empty once the connection's handle was reused.
+    pub fn take_output(&mut self, c: ConnId) -> Vec<u8> {
+        self.peers
+            .get_mut(c.index())
+            .map_or_else(Vec::new, |p| std::mem::take(&mut p.output))
+    }
+
+    /// The peer reads at most `bytes` more (`None`: unlimited, the default): output beyond
+    /// that stays queued ([`Io::pending`] > 0), as when a real peer stops reading and the
+    /// socket buffer fills, so back-pressure, `on_flushed` and send timeouts can be tested.
+    /// Call [`flush`](Self::flush) after raising it to let the queued output go.
+    pub fn set_window(&mut self, c: ConnId, bytes: Option<u64>) {
+        self.peer_mut(c).window = bytes;
+        if self.io.is_open(c) {
+            self.io.mark_dirty(c);
+        }
+    }
+
+    /// Carries out what the handler queued: actions in order (closes, pauses, listeners),
+    /// then each connection's output as far as its window allows, with what follows a drained
+    /// queue (close, shutdown, `on_flushed`), until nothing new is queued. The real drivers
+    /// do the same after each batch of completions.
+    pub fn flush<H: Handler>(&mut self, h: &mut H) {
+        loop {
+            for a in std::mem::take(&mut self.io.actions) {
+                match a {
+                    Action::Close(c) => self.close_now(h, c, None),
+                    // The paused flag on `Io` is the state (`recv_paused`); the connect was
+                    // recorded by `Io::connect` and completes when the test says so.
+                    Action::PauseRecv(_) | Action::ResumeRecv(_) | Action::Connect(_) => {}
+                }
+            }
+            for l in std::mem::take(&mut self.io.new_listeners) {
+                drop(l);
+                let id = ListenerId(self.io.listener_count);
+                self.io.listener_count += 1;
+                self.added.push(id);
+            }
+            for id in std::mem::take(&mut self.io.closed_listeners) {
+                self.gone.push(id);
+                self.closed_listeners.push(id);
+            }
+            if self.io.stop_listening {
+                self.io.stop_listening = false;
+                self.listening = false;
+            }
+            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+                break;
+            }
+            while let Some(c) = self.io.dirty.pop() {
+                self.flush_conn(h, c);
+            }
+        }
+    }
+
+    /// Open, or connecting.
+    pub fn is_open(&self, c: ConnId) -> bool {
+        self.io.is_open(c)
+    }
+
+    /// The connection was closed (`on_closed` delivered) since it was last opened.
+    pub fn closed(&self, c: ConnId) -> bool {
+        self.peers.get(c.index()).is_some_and(|p| p.closed)
+    }
+
+    /// The write side was shut down (`shutdown_after_flush` took effect: the FIN was sent)
+    /// since the connection was opened.
+    pub fn write_shut(&self, c: ConnId) -> bool {
+        self.peers.get(c.index()).is_some_and(|p| p.write_shut)
+    }
+
+    /// The handler paused receiving on `c` and has not resumed.
+    pub fn recv_paused(&self, c: ConnId) -> bool {
+        self.io.is_open(c) && self.io.conns[c.index()].paused
+    }
+
+    /// [`Io::exit`] was called.
+    pub fn exited(&self) -> bool {
+        self.io.exit
+    }
+
+    /// False once the handler called [`Io::stop_listening`].
+    pub fn listening(&self) -> bool {
+        self.listening
+    }
+
+    /// Listeners the handler added ([`Io::add_listener`]) since the last call, with the ids
+    /// it was given.
+    pub fn added_listeners(&mut self) -> Vec<ListenerId> {
+        std::mem::take(&mut self.added)
+    }
+
+    /// Listeners the handler closed ([`Io::close_listener`]) since the last call.
+    pub fn closed_listeners(&mut self) -> Vec<ListenerId> {
+        std::mem::take(&mut self.closed_listeners)
+    }
+
+    fn state(&self, c: ConnId) -> Option<ConnState> {
+        self.io.conns.get(c.index()).map(|x| x.state)
+    }
+
+    /// Open, and the peer has not sent its FIN.
+    fn receiving(&self, c: ConnId) -> bool {
+        self.io
+            .conns
+            .get(c.index())
+            .is_some_and(|x| x.state == ConnState::Open && !x.eof)
+    }
+
+    fn peer_mut(&mut self, c: ConnId) -> &mut Peer {
+        if self.peers.len() <= c.index() {
+            self.peers.resize_with(c.index() + 1, Peer::default);
+        }
+        &mut self.peers[c.index()]
+    }
+
+    /// Carries out what the handler queued, then runs `on_timer` while it is due at the
+    /// current time (the top of `driver::run`'s loop).
+    fn settle<H: Handler>(&mut self, h: &mut H) {
+        self.flush(h);
+        let mut n = 0;
+        loop {
+            self.timer.merge(&mut self.io);
+            if self.io.exit || self.timer.next().is_none_or(|t| t > self.io.now) {
+                return;
+            }
+            n += 1;
+            assert!(
+                n < SAME_INSTANT_LIMIT,
+                "on_timer keeps asking to run again at the same instant"
+            );
+            self.timer.tick(&mut self.io, h);
+            self.flush(h);
+        }
+    }
+
+    /// Closes at once (epoll's `close_now`; io_uring's close once its cancels completed):
+    /// unsent output dropped, the handle freed, `on_closed`.
+    fn close_now<H: Handler>(&mut self, h: &mut H, c: ConnId, err: Option<io::Error>) {
+        if !self.io.is_open(c) {
+            return;
+        }
+        let conn = &mut self.io.conns[c.index()];
+        conn.state = ConnState::Free;
+        conn.in_flight = false;
+        conn.out.clear();
+        let err = err.or_else(|| conn.close_err.take());
+        if conn.outbound.take().is_some() {
+            if let Slots::Virtual { free, .. } = &mut self.io.slots {
+                free.push(c.0);
+            }
+        }
+        self.peer_mut(c).closed = true;
+        h.on_closed(&mut self.io, c, err);
+    }
+
+    /// Writes `c`'s queued output as far as the peer's window allows, then what follows a
+    /// drained queue (the real drivers' `flush_conn` / `write_out`).
+    fn flush_conn<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        let conn = &mut self.io.conns[c.index()];
+        conn.dirty = false;
+        if conn.state != ConnState::Open {
+            return; // connecting: the output goes once connected
+        }
+        if self.peers.len() <= c.index() {
+            self.peers.resize_with(c.index() + 1, Peer::default);
+        }
+        let peer = &mut self.peers[c.index()];
+        loop {
+            conn.skip_empty_front(&mut self.io.spares);
+            let room = peer.window.unwrap_or(u64::MAX);
+            let n = match conn.out.front() {
+                None => break,
+                Some(_) if room == 0 => return, // stays queued, as in a full socket buffer
+                Some(Chunk::Bytes { buf, pos }) => {
+                    let n = (buf.len() - pos).min(room.min(usize::MAX as u64) as usize);
+                    peer.output.extend_from_slice(&buf[*pos..pos + n]);
+                    n as u64
+                }
+                Some(Chunk::File { file, off, end }) => {
+                    let want = (end - off).min(room).min(FILE_READ);
+                    match read_file(file, *off, want, &mut peer.output) {
+                        Ok(n) => n,
+                        Err(e) => return self.close_now(h, c, Some(e)),
+                    }
+                }
+            };
+            if let Some(w) = &mut peer.window {
+                *w -= n;
+            }
+            conn.sent += n;
+            if conn.advance(n) {
+                conn.pop_front(&mut self.io.spares);
+            }
+        }
+        match std::mem::replace(&mut conn.after_flush, AfterFlush::Nothing) {
+            AfterFlush::Nothing => {}
+            AfterFlush::Close => return self.close_now(h, c, None),
+            AfterFlush::ShutdownWrite => peer.write_shut = true,
+        }
+        if conn.notify_flushed {
+            conn.notify_flushed = false;
+            h.on_flushed(&mut self.io, c);
+        }
+    }
+}
+
+/// Appends `len` bytes of `file` from `off` to `out`. A file that ends before them fails as
+/// on the real drivers ("file shrank while being sent").
+fn read_file(file: &File, off: u64, len: u64, out: &mut Vec<u8>) -> io::Result<u64> {
+    let start = out.len();
+    out.resize(start + len as usize, 0);
+    let r = file.read_at(&mut out[start..], off);
+    let n = *r.as_ref().unwrap_or(&0);
+    out.truncate(start + n);
+    match r {
+        Ok(0) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "file shrank while being sent",
+        )),
+        Ok(n) => Ok(n as u64),
+        Err(e) => Err(e),
+    }
+}
