@@ -34,5 +34,8 @@ pub mod transport;
 pub mod upstream;
 pub mod zone;
 
+#[cfg(test)]
+mod testkit;
+
 pub use compiled::Compiled;
 pub use error::{Error, Result};

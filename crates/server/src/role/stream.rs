@@ -187,3 +187,7 @@ impl Stream {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

@@ -308,7 +308,7 @@ mod tests {
         let mut t = TestDriver::new();
         let mut h = Orphans {
             table: UpTable::default(),
-            pools: crate::upstream::pools::tests::one_server_pools(4),
+            pools: crate::testkit::pools(1, 4),
         };
         let u = t
             .io()

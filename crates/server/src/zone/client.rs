@@ -24,8 +24,10 @@ pub struct Base {
     pub addr: Option<SocketAddr>,
     pub tr: Transport,
     pub deadline: Instant,
-    /// The timer wheel holds an entry for this connection.
-    pub in_wheel: bool,
+    /// When the connection's timer-wheel entry fires (None: it has none). An entry that
+    /// fires before the deadline is filed again at the deadline; a deadline earlier than the
+    /// entry gets an entry of its own.
+    pub wheel_at: Option<Instant>,
     /// Input received and not consumed yet (a partial head, pipelined requests, bytes for a
     /// tunnel that is still connecting).
     pub inbuf: Vec<u8>,
@@ -46,7 +48,7 @@ impl Base {
             addr: None,
             tr: Transport::Plain,
             deadline: now,
-            in_wheel: false,
+            wheel_at: None,
             inbuf: Vec::new(),
             paused: false,
             eof: false,
@@ -60,7 +62,7 @@ impl Base {
         self.listener = listener;
         self.addr = addr;
         self.tr = tr;
-        self.in_wheel = false;
+        self.wheel_at = None;
         self.inbuf.clear();
         self.paused = false;
         self.eof = false;

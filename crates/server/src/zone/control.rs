@@ -157,8 +157,8 @@ impl Zone {
         for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
             let c = ConnId(i as u32);
             if let ClientRole::Http1(h) = role {
-                if h.is_idle(base, io, c) {
-                    self.ctx.advance_deadline(io, base, c, at);
+                if h.is_idle(base, io, c) && base.deadline > at {
+                    self.ctx.set_deadline(io, base, c, at);
                 }
             }
         }

@@ -101,24 +101,16 @@ impl ZoneCtx {
         self.routes.responder(&self.date)
     }
 
-    /// Sets a client connection's deadline. The wheel holds one entry per connection; an
-    /// entry that fires before the deadline is filed again (`Zone::on_timer`).
+    /// Sets a client connection's deadline. The wheel holds an entry per connection, filed
+    /// again when it fires before the deadline (`Zone::on_timer`); only a deadline earlier
+    /// than that entry needs a new one, so pushing a deadline later costs nothing.
     #[inline]
     pub fn set_deadline(&mut self, io: &mut Io, base: &mut Base, c: ConnId, at: Instant) {
         base.deadline = at;
-        if !base.in_wheel {
-            base.in_wheel = true;
+        if base.wheel_at.is_none_or(|w| at < w) {
+            base.wheel_at = Some(at);
             self.wheel.insert(at, c.0, base.gen);
             io.timer_at(at);
-        }
-    }
-
-    /// Sets a deadline earlier than the current one, which needs its own wheel entry (the
-    /// wheel only ever files entries again later).
-    pub fn advance_deadline(&mut self, io: &mut Io, base: &mut Base, c: ConnId, at: Instant) {
-        if base.deadline > at {
-            base.in_wheel = false; // the old entry finds its deadline moved and is dropped
-            self.set_deadline(io, base, c, at);
         }
     }
 

@@ -194,7 +194,7 @@ impl Handler for Zone {
                 return;
             }
             let at = now + crate::role::http1::DRAIN_IDLE_GRACE;
-            cx.ctx.advance_deadline(cx.io, base, c, at);
+            cx.ctx.set_deadline(cx.io, base, c, at);
         }
         match kind {
             ListenerKind::Http { proxy_protocol } => {
@@ -343,10 +343,15 @@ impl Handler for Zone {
             if cl.base.gen != gen || matches!(cl.role, ClientRole::Free) {
                 return;
             }
-            if cl.base.deadline > now {
-                wheel.insert(cl.base.deadline, key, gen);
+            let b = &mut cl.base;
+            if b.deadline > now {
+                // Filed again unless an entry for an earlier deadline is still pending.
+                if b.wheel_at.is_none_or(|w| w <= now) {
+                    b.wheel_at = Some(b.deadline);
+                    wheel.insert(b.deadline, key, gen);
+                }
             } else {
-                cl.base.in_wheel = false;
+                b.wheel_at = None;
                 due.push(ConnId(key));
             }
         });
@@ -383,3 +388,6 @@ impl Handler for Zone {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

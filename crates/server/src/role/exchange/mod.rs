@@ -35,7 +35,9 @@ pub struct Exchange {
     pub head: Vec<u8>,
     /// `proxy_host = "upstream"`: the Host line follows the chosen server.
     pub host_upstream: bool,
-    /// Body bytes forwarded so far, for a retry; `None` once too large.
+    /// The request has a body.
+    pub has_body: bool,
+    /// Body bytes forwarded so far, for a retry; `None` once too large (or without a body).
     pub replay: Option<Vec<u8>>,
     /// The request body still arriving.
     pub req_body: Option<BodyDecoder>,
@@ -58,6 +60,7 @@ impl Default for Exchange {
             up: None,
             head: Vec::new(),
             host_upstream: false,
+            has_body: false,
             replay: None,
             req_body: None,
             idempotent: false,
@@ -94,7 +97,7 @@ impl Exchange {
         !self.started
             && self.idempotent
             && self.dial.tries_left > 0
-            && (self.req_body.is_none() || self.replay.is_some())
+            && (!self.has_body || self.replay.is_some())
             && self.dial.untried(pools)
     }
 
@@ -324,7 +327,10 @@ pub(crate) fn pause_upstream(io: &mut Io, up: &mut UpConn, u: ConnId) {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests;
+
+#[cfg(test)]
+mod rehost_tests {
     use super::rehost;
 
     #[test]

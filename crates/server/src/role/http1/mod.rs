@@ -260,7 +260,8 @@ impl Http1 {
                                 continue;
                             }
                             if d.consumed == 0 || pos == input.len() {
-                                b.deadline = cx.io.now() + cx.ctx.set.body_timeout;
+                                let at = cx.io.now() + cx.ctx.set.body_timeout;
+                                cx.ctx.set_deadline(cx.io, b, c, at);
                                 break;
                             }
                         }

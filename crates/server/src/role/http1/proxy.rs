@@ -78,6 +78,7 @@ impl Http1 {
             up: None,
             head,
             host_upstream: matches!(loc.host, HostMode::Upstream),
+            has_body,
             replay: has_body.then(Vec::new),
             req_body: has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default())),
             idempotent: matches!(
@@ -178,9 +179,11 @@ impl Http1 {
             ex.req_body = None;
             b.paused = true;
             cx.io.pause_recv(c);
-            b.deadline = now + cx.ctx.set.send_timeout;
+            let at = now + cx.ctx.set.send_timeout;
+            cx.ctx.set_deadline(cx.io, b, c, at);
         } else {
-            b.deadline = now + cx.ctx.set.body_timeout;
+            let at = now + cx.ctx.set.body_timeout;
+            cx.ctx.set_deadline(cx.io, b, c, at);
         }
         if let Some(u) = u {
             let send = cx

@@ -1,0 +1,137 @@
+//! `[[stream]]` connections and tunnels through a zone driven by the test driver.
+
+use std::time::Duration;
+
+use crate::testkit::Harness;
+
+fn streams(extra: &str) -> Harness {
+    Harness::new(&format!(
+        r#"
+[[stream]]
+listen = ["127.0.0.1:5432"]
+proxy_pass = "db"
+idle_timeout = "30s"
+{extra}
+[[upstream]]
+name = "db"
+servers = ["127.0.0.1:9001", "127.0.0.1:9002"]
+retries = 1
+connect_timeout = "5s"
+"#
+    ))
+}
+
+#[test]
+fn a_stream_relays_bytes_both_ways() {
+    let mut h = streams("");
+    let c = h.client();
+    let (u, _) = h.accept_upstream();
+    h.send(c, b"client says");
+    assert_eq!(h.upstream_got(u), b"client says");
+    h.send(u, b"server says");
+    assert_eq!(h.output(c), b"server says");
+}
+
+#[test]
+fn bytes_sent_before_the_upstream_is_up_are_delivered_once_it_is() {
+    let mut h = streams("");
+    let c = h.client();
+    h.send(c, b"early");
+    let (u, _) = h.accept_upstream();
+    assert_eq!(h.upstream_got(u), b"early");
+}
+
+#[test]
+fn a_refused_stream_connect_goes_to_the_next_server_then_gives_up() {
+    let mut h = streams("");
+    let c = h.client();
+    let (u1, a1) = h.connects()[0];
+    h.upstream_refuses(u1);
+    let (u2, a2) = h.connects()[0];
+    assert_ne!(a1, a2);
+    assert!(h.t.is_open(c));
+    h.upstream_refuses(u2);
+    assert!(
+        h.t.closed(c),
+        "no server left: the client connection closes"
+    );
+    assert!(h.output(c).is_empty(), "nothing is said on an L4 stream");
+}
+
+#[test]
+fn a_stream_connect_that_hangs_times_out_and_moves_on() {
+    let mut h = streams("");
+    let c = h.client();
+    assert_eq!(h.connects().len(), 1);
+    h.advance(Duration::from_secs(6));
+    let (u2, _) = h.connects()[0];
+    h.t.connected(&mut h.z, u2);
+    h.send(c, b"x");
+    assert_eq!(h.upstream_got(u2), b"x");
+}
+
+#[test]
+fn a_stream_behind_a_load_balancer_reads_its_proxy_header_first() {
+    let mut h = streams("proxy_protocol = true");
+    let c = h.client();
+    assert!(h.connects().is_empty(), "no connect before the header");
+    h.send(c, b"PROXY TCP4 203.0.113.9 10.0.0.1 5555 5432\r\nhello");
+    let (u, _) = h.accept_upstream();
+    assert_eq!(h.upstream_got(u), b"hello", "the header is not forwarded");
+}
+
+#[test]
+fn a_stream_without_its_proxy_header_is_closed() {
+    let mut h = streams("proxy_protocol = true");
+    let c = h.client();
+    h.send(c, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(h.t.closed(c));
+    assert!(h.connects().is_empty());
+}
+
+#[test]
+fn a_fin_is_passed_on_and_the_tunnel_closes_when_both_sides_finished() {
+    let mut h = streams("");
+    let c = h.client();
+    let (u, _) = h.accept_upstream();
+    h.eof(c);
+    assert!(h.t.write_shut(u), "the client's FIN reaches the server");
+    assert!(h.t.is_open(c), "half-closed: the server may still answer");
+    h.send(u, b"last words");
+    assert_eq!(h.output(c), b"last words");
+    h.eof(u);
+    assert!(h.t.closed(c) && h.t.closed(u));
+}
+
+#[test]
+fn a_silent_tunnel_is_closed_after_its_idle_timeout() {
+    let mut h = streams("");
+    let c = h.client();
+    let (u, _) = h.accept_upstream();
+    h.advance(Duration::from_secs(20));
+    h.send(c, b"keep"); // activity moves the idle deadline
+    h.advance(Duration::from_secs(20));
+    assert!(h.t.is_open(c) && h.t.is_open(u));
+    h.advance(Duration::from_secs(11));
+    assert!(h.t.closed(c) && h.t.closed(u));
+}
+
+#[test]
+fn a_server_closing_the_tunnel_closes_the_client_after_what_it_sent() {
+    let mut h = streams("");
+    let c = h.client();
+    let (u, _) = h.accept_upstream();
+    h.send(u, b"bye");
+    h.reset(u);
+    assert_eq!(h.output(c), b"bye");
+    assert!(h.t.closed(c));
+}
+
+#[test]
+fn a_client_leaving_closes_the_upstream() {
+    let mut h = streams("");
+    let c = h.client();
+    let (u, _) = h.accept_upstream();
+    h.reset(c);
+    assert!(h.t.closed(u));
+}

@@ -1,0 +1,305 @@
+//! Unit-test harness: a [`Zone`] built from a configuration text, driven through the engine's
+//! [`TestDriver`] (no socket, no thread, a scripted clock), with helpers that play the client
+//! and the upstream servers and parse what each of them received.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use ringx_engine::testio::TestDriver;
+use ringx_engine::{ConnId, ListenerId};
+
+use crate::metrics::ZoneCounters;
+use crate::upstream::connector::Connector;
+use crate::zone::reqlog::RequestLog;
+use crate::zone::{Zone, ZoneCtl, ZoneEvent, ZoneSetup};
+use crate::Compiled;
+
+/// The client address the harness's connections come from.
+pub const PEER: &str = "192.0.2.10:40000";
+
+/// A zone under test.
+pub struct Harness {
+    pub t: TestDriver,
+    pub z: Zone,
+    pub ctl: Arc<ZoneCtl>,
+    pub events: mpsc::Receiver<ZoneEvent>,
+    pub counters: Arc<ZoneCounters>,
+    /// Upstream connections by the address they were opened to, in order.
+    pub dialed: Vec<(ConnId, SocketAddr)>,
+}
+
+impl Harness {
+    /// A zone serving `toml` (its listen addresses are not bound: connections are accepted
+    /// on listener `i` for the `i`-th distinct address).
+    pub fn new(toml: &str) -> Harness {
+        let cfg = ringx_config::parse("test.toml", toml).unwrap_or_else(|e| panic!("{e}"));
+        let c = Compiled::from(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let (tx, events) = mpsc::channel();
+        let ctl = Arc::new(ZoneCtl::new());
+        let counters = Arc::new(ZoneCounters::default());
+        let listeners = c.routes.listen.len();
+        let mut z = Zone::new(ZoneSetup {
+            id: 0,
+            routes: c.routes,
+            settings: c.settings,
+            upstreams: c.upstreams,
+            ctl: ctl.clone(),
+            events: tx,
+            connector: Connector::new(None, None, Some(counters.clone())),
+            log: RequestLog::new(counters.clone(), None, None),
+            listeners: Vec::new(),
+        });
+        let mut t = TestDriver::new();
+        for _ in 0..listeners {
+            t.start_listener();
+        }
+        t.start(&mut z);
+        Harness {
+            t,
+            z,
+            ctl,
+            events,
+            counters,
+            dialed: Vec::new(),
+        }
+    }
+
+    /// A client connection on the first listener.
+    pub fn client(&mut self) -> ConnId {
+        self.client_on(0)
+    }
+
+    pub fn client_on(&mut self, listener: u32) -> ConnId {
+        let peer: SocketAddr = PEER.parse().expect("valid");
+        self.t.accept(&mut self.z, ListenerId(listener), Some(peer))
+    }
+
+    pub fn send(&mut self, c: ConnId, bytes: &[u8]) {
+        self.t.recv(&mut self.z, c, bytes);
+    }
+
+    pub fn eof(&mut self, c: ConnId) {
+        self.t.eof(&mut self.z, c);
+    }
+
+    pub fn reset(&mut self, c: ConnId) {
+        self.t.reset(
+            &mut self.z,
+            c,
+            std::io::Error::from_raw_os_error(libc::ECONNRESET),
+        );
+    }
+
+    pub fn advance(&mut self, by: Duration) {
+        self.t.advance(&mut self.z, by);
+    }
+
+    pub fn flush(&mut self) {
+        self.t.flush(&mut self.z);
+    }
+
+    /// Bytes the peer of `c` received since the last call.
+    pub fn output(&mut self, c: ConnId) -> Vec<u8> {
+        self.t.take_output(c)
+    }
+
+    /// The complete responses `c` received since the last call.
+    pub fn responses(&mut self, c: ConnId) -> Vec<Resp> {
+        parse_responses(&self.t.take_output(c))
+    }
+
+    /// The one response `c` received since the last call.
+    pub fn response(&mut self, c: ConnId) -> Resp {
+        let mut r = self.responses(c);
+        assert_eq!(r.len(), 1, "expected one response, got {r:?}");
+        r.remove(0)
+    }
+
+    /// Upstream connects asked for since the last call (recorded in `dialed` too).
+    pub fn connects(&mut self) -> Vec<(ConnId, SocketAddr)> {
+        let new: Vec<_> = self
+            .t
+            .take_connects()
+            .into_iter()
+            .map(|(u, to)| (u, to.addr))
+            .collect();
+        self.dialed.extend(&new);
+        new
+    }
+
+    /// The one new upstream connect, completed.
+    pub fn accept_upstream(&mut self) -> (ConnId, SocketAddr) {
+        let mut c = self.connects();
+        assert_eq!(c.len(), 1, "expected one upstream connect, got {c:?}");
+        let (u, a) = c.remove(0);
+        self.t.connected(&mut self.z, u);
+        (u, a)
+    }
+
+    pub fn upstream_refuses(&mut self, u: ConnId) {
+        self.t.connect_failed(
+            &mut self.z,
+            u,
+            std::io::Error::from_raw_os_error(libc::ECONNREFUSED),
+        );
+    }
+
+    /// Requests upstream connection `u` received since the last call.
+    pub fn upstream_got(&mut self, u: ConnId) -> Vec<u8> {
+        self.t.take_output(u)
+    }
+}
+
+/// A temporary directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(files: &[(&str, &[u8])]) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("ringx-unit-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for (name, body) in files {
+            let p = dir.join(name);
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).expect("dirs");
+            }
+            std::fs::write(p, body).expect("write");
+        }
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A response as a client parses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resp {
+    pub status: u16,
+    /// Header names in lowercase, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether the response announces the close of its connection.
+    pub fn closes(&self) -> bool {
+        self.header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Every complete response in `buf` (bodies framed by Content-Length, chunked, or for 1xx,
+/// 204, 304 none; a body without framing runs to the end of `buf`).
+pub fn parse_responses(mut buf: &[u8]) -> Vec<Resp> {
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut r = httparse::Response::new(&mut headers);
+        let Ok(httparse::Status::Complete(n)) = r.parse(buf) else {
+            break;
+        };
+        let status = r.code.expect("status");
+        let hs: Vec<(String, String)> = r
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        let map: HashMap<_, _> = hs.iter().cloned().collect();
+        buf = &buf[n..];
+        let body = if (100..200).contains(&status) || status == 204 || status == 304 {
+            Vec::new()
+        } else if let Some(len) = map.get("content-length") {
+            let len: usize = len.parse().expect("length");
+            let b = buf[..len.min(buf.len())].to_vec();
+            buf = &buf[len.min(buf.len())..];
+            b
+        } else if map
+            .get("transfer-encoding")
+            .is_some_and(|v| v.contains("chunked"))
+        {
+            let mut body = Vec::new();
+            while let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") {
+                let size = usize::from_str_radix(
+                    std::str::from_utf8(&buf[..eol])
+                        .expect("size")
+                        .split(';')
+                        .next()
+                        .expect("x"),
+                    16,
+                )
+                .expect("hex size");
+                buf = &buf[eol + 2..];
+                if size == 0 {
+                    let end = buf
+                        .windows(2)
+                        .position(|w| w == b"\r\n")
+                        .expect("trailer end");
+                    buf = &buf[end + 2..];
+                    break;
+                }
+                body.extend_from_slice(&buf[..size]);
+                buf = &buf[size + 2..];
+            }
+            body
+        } else {
+            let b = buf.to_vec();
+            buf = &[];
+            b
+        };
+        out.push(Resp {
+            status,
+            headers: hs,
+            body,
+        });
+    }
+    out
+}
+
+/// A GET request for `path` with `Host: h.test`.
+pub fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: h.test\r\n\r\n").into_bytes()
+}
+
+/// Per-zone pools of an upstream `app` with `servers` servers (127.0.0.1:9001...) keeping
+/// `keepalive` idle connections each.
+pub fn pools(servers: usize, keepalive: u32) -> crate::upstream::pools::ZonePools {
+    let list: Vec<String> = (0..servers)
+        .map(|i| format!("\"127.0.0.1:{}\"", 9001 + i))
+        .collect();
+    let toml = format!(
+        "[[server]]\nlisten = [\"127.0.0.1:8080\"]\n[[server.location]]\npath = \"/\"\nproxy_pass = \"app\"\n\
+         [[upstream]]\nname = \"app\"\nservers = [{}]\nkeepalive = {keepalive}\n",
+        list.join(", ")
+    );
+    let cfg = ringx_config::parse("t.toml", &toml).unwrap_or_else(|e| panic!("{e}"));
+    let c = Compiled::from(&cfg).unwrap_or_else(|e| panic!("{e}"));
+    crate::upstream::pools::ZonePools::new(c.upstreams.expect("an upstream"), 0)
+}
