@@ -147,6 +147,29 @@ impl Harness {
         );
     }
 
+    /// Sends the zone a reload to `toml` (generation `generation`); `upstreams`: whether the
+    /// upstreams changed (the zone then rebuilds its upstream state); `deadline`: how long
+    /// requests in flight may go on with the old upstreams.
+    pub fn reload(&mut self, toml: &str, generation: u64, upstreams: bool, deadline: Duration) {
+        let cfg = ringx_config::parse("t.toml", toml).unwrap_or_else(|e| panic!("{e}"));
+        let c = Compiled::from(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let msg = crate::zone::ReloadMsg {
+            generation,
+            routes: c.routes,
+            settings: c.settings,
+            upstreams: upstreams.then_some(c.upstreams),
+            listeners: Vec::new(),
+            log: None,
+            deadline,
+        };
+        self.ctl
+            .inbox
+            .lock()
+            .expect("inbox")
+            .push(crate::zone::ZoneMsg::Reload(Box::new(msg)));
+        self.t.wake(&mut self.z);
+    }
+
     /// Requests upstream connection `u` received since the last call.
     pub fn upstream_got(&mut self, u: ConnId) -> Vec<u8> {
         self.t.take_output(u)

@@ -15,44 +15,56 @@ use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
 pub struct Stream {
-    /// Index of the `[[stream]]`.
+    /// Index of the `[[stream]]` (in the routes it was accepted under).
     pub index: usize,
     /// Waiting for the PROXY header.
     header: bool,
+    /// How long the tunnel may stay silent once connected.
+    idle: std::time::Duration,
     dial: Dial,
     /// The upstream connection being connected.
     up: Option<ConnId>,
 }
 
 impl Stream {
-    /// A connection accepted on the listener of `[[stream]]` number `index`.
+    /// A connection accepted on the listener of `[[stream]]` number `index`. What it needs of
+    /// the configuration is taken now: a reload before its upstream answers does not move it.
     pub fn accept(cx: &mut Cx, b: &mut Base, c: ConnId, index: usize) -> Stream {
+        let def = &cx.ctx.routes.streams[index];
         let mut s = Stream {
             index,
-            header: cx.ctx.routes.streams[index].proxy_protocol,
+            header: def.proxy_protocol,
+            idle: def.idle_timeout,
             dial: Dial::default(),
             up: None,
         };
+        let upstream = def.upstream;
+        let Some((pools, gen)) = cx.ctx.current_pools() else {
+            cx.io.close(c);
+            return s;
+        };
+        s.dial = Dial::new(
+            gen,
+            upstream,
+            pools.defs.list[upstream].retries,
+            None,
+            Vec::new(),
+        );
         if !s.header {
             s.start(cx, b, c);
         }
         s
     }
 
-    /// Picks a server and connects.
+    /// Picks a server (the client address is the hash key for `balance = "hash"`) and
+    /// connects.
     fn start(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        let upstream = cx.ctx.routes.streams[self.index].upstream;
-        let Some(pools) = cx.ctx.pools.as_ref() else {
-            cx.io.close(c);
-            return;
-        };
-        let def = &pools.defs.list[upstream];
-        let key = def
+        let def = &cx.ctx.pools(self.dial.gen).defs.list[self.dial.upstream];
+        self.dial.key = def
             .maglev
             .as_ref()
             .and(b.addr)
             .map(|a| a.ip().to_string().into_bytes());
-        self.dial = Dial::new(upstream, def.retries, key, Vec::new());
         self.connect(cx, b, c);
     }
 
@@ -60,13 +72,9 @@ impl Stream {
     /// its own). No server left: the client connection closes.
     fn connect(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         let now = cx.io.now();
-        let ctx = &mut *cx.ctx;
-        let pools = ctx.pools.as_mut().expect("checked in start");
+        let (pools, connector) = cx.ctx.dial_parts(self.dial.gen);
         let timeout = pools.defs.list[self.dial.upstream].connect_timeout;
-        match self
-            .dial
-            .reach(cx.io, pools, &mut ctx.connector, false, now)
-        {
+        match self.dial.reach(cx.io, pools, connector, false, now) {
             Ok(r) => {
                 let rec = attach(cx.io, cx.ctx, cx.ups, b, c, &self.dial, r);
                 rec.state = UpState::Connecting;
@@ -118,9 +126,8 @@ impl Stream {
         if let Some(u) = self.up.take() {
             if let Some(up) = cx.ups.get_mut(u) {
                 up.abandon(cx.io, u);
-                if let Some(p) = cx.ctx.pools.as_mut() {
-                    p.per[self.dial.upstream].bal.finished(self.dial.server);
-                }
+                let p = cx.ctx.pools(self.dial.gen);
+                p.per[self.dial.upstream].bal.finished(self.dial.server);
             }
         }
     }
@@ -138,15 +145,17 @@ impl Stream {
         match ev {
             UpEvent::Connected => {
                 self.up = None;
-                let pools = cx.ctx.pools.as_mut().expect("a stream's zone has pools");
+                let pools = cx.ctx.pools(self.dial.gen);
                 pools.succeeded(self.dial.upstream, self.dial.server);
                 pools.per[self.dial.upstream].bal.finished(self.dial.server);
-                let idle = cx.ctx.routes.streams[self.index].idle_timeout;
-                Some(Tunnel::connected(cx, b, c, u, self.index, idle))
+                Some(Tunnel::connected(cx, b, c, u, self.index, self.idle))
             }
             UpEvent::Closed(err) => {
                 if let Some(e) = err {
-                    tracing::warn!("stream upstream {}: {e}", self.dial.name(cx.ctx.pools()));
+                    tracing::warn!(
+                        "stream upstream {}: {e}",
+                        self.dial.name(cx.ctx.pools(self.dial.gen))
+                    );
                 }
                 self.failed(cx, b, c, u);
                 None
@@ -154,7 +163,7 @@ impl Stream {
             UpEvent::Timeout => {
                 tracing::warn!(
                     "stream upstream {}: connect timed out",
-                    self.dial.name(cx.ctx.pools())
+                    self.dial.name(cx.ctx.pools(self.dial.gen))
                 );
                 if let Some(up) = cx.ups.get_mut(u) {
                     up.state = UpState::Closing;
@@ -176,7 +185,7 @@ impl Stream {
         }
         self.up = None;
         let now = cx.io.now();
-        let pools = cx.ctx.pools();
+        let pools = cx.ctx.pools(self.dial.gen);
         pools.per[self.dial.upstream].bal.finished(self.dial.server);
         pools.failed(self.dial.upstream, self.dial.server, now);
         if self.dial.tries_left > 0 && self.dial.untried(pools) {

@@ -27,16 +27,10 @@ impl Tunnel {
     /// The upstream answered 101 on `u`: from now on both directions are opaque bytes. The
     /// tunnel may stay silent for the upstream's `read_timeout`.
     pub fn upgrade(cx: &mut Cx, b: &mut Base, c: ConnId, u: ConnId) -> Tunnel {
-        let idle = cx
-            .ups
-            .get(u)
-            .and_then(|up| {
-                cx.ctx
-                    .pools
-                    .as_ref()
-                    .map(|p| p.defs.list[up.upstream].read_timeout)
-            })
-            .unwrap_or(Duration::from_secs(60));
+        let idle = match cx.ups.get(u) {
+            Some(up) => cx.ctx.pools(up.pools_gen).defs.list[up.upstream].read_timeout,
+            None => Duration::from_secs(60),
+        };
         let t = Tunnel {
             up: u,
             idle,

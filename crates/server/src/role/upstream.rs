@@ -55,6 +55,8 @@ pub enum UpEvent<'a> {
 /// One upstream connection.
 pub struct UpConn {
     pub gen: u32,
+    /// Generation of the upstream state `upstream` indexes (see `ZoneCtx::pools`).
+    pub pools_gen: u32,
     pub upstream: usize,
     pub server: usize,
     /// The client connection it serves, with that connection's generation.
@@ -87,6 +89,7 @@ impl UpConn {
     pub fn new(gen: u32, upstream: usize, server: usize, now: Instant) -> UpConn {
         UpConn {
             gen,
+            pools_gen: 0,
             upstream,
             server,
             client: None,
@@ -168,21 +171,19 @@ impl UpConn {
 /// the header first.
 pub fn attach<'t>(
     io: &mut Io,
-    ctx: &ZoneCtx,
+    ctx: &mut ZoneCtx,
     ups: &'t mut UpTable,
     b: &Base,
     c: ConnId,
     dial: &Dial,
     r: Reached,
 ) -> &'t mut UpConn {
-    let pp = ctx.pools.as_ref().map_or(ProxyProtocol::Off, |p| {
-        p.defs.list[dial.upstream].proxy_protocol
-    });
+    let pp = ctx.pools(dial.gen).defs.list[dial.upstream].proxy_protocol;
     let rec = ups.open(r.conn, dial.upstream, dial.server, r.reused, io.now());
     rec.client = Some((c, b.gen));
+    rec.pools_gen = dial.gen;
     if !r.reused && pp != ProxyProtocol::Off {
-        if let Some(src) = b.addr {
-            let dst = ctx.routes.listen[b.listener as usize];
+        if let (Some(src), Some(dst)) = (b.addr, b.local) {
             if let Some(out) = rec.tr.out_buf(io, r.conn) {
                 match pp {
                     ProxyProtocol::V1 => ringx_http::proxy_protocol::write_v1(out, src, dst),

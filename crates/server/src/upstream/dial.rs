@@ -13,6 +13,8 @@ use crate::error::{Error, Kind, Side};
 /// One request's (or stream's) way to a server.
 #[derive(Default)]
 pub struct Dial {
+    /// Generation of the upstream state (`ZoneCtx::pools`) `upstream` indexes.
+    pub gen: u32,
     pub upstream: usize,
     /// The server of the current attempt.
     pub server: usize,
@@ -33,9 +35,16 @@ pub struct Reached {
 
 impl Dial {
     /// A dial for `upstream` with `retries` further attempts, reusing `tried`'s allocation.
-    pub fn new(upstream: usize, retries: u32, key: Option<Vec<u8>>, mut tried: Vec<usize>) -> Dial {
+    pub fn new(
+        gen: u32,
+        upstream: usize,
+        retries: u32,
+        key: Option<Vec<u8>>,
+        mut tried: Vec<usize>,
+    ) -> Dial {
         tried.clear();
         Dial {
+            gen,
             upstream,
             server: 0,
             tried,
@@ -55,6 +64,12 @@ impl Dial {
         pooled: bool,
         now: Instant,
     ) -> Result<Reached, Error> {
+        if pools.expired {
+            return Err(Error::new(Kind::Connect, Side::Internal).context(format!(
+                "upstream {}: replaced by a reload, no new connection",
+                self.name(pools)
+            )));
+        }
         loop {
             let Some(s) = pools.pick(self.upstream, self.key.as_deref(), &self.tried, now) else {
                 return Err(Error::new(Kind::Connect, Side::Upstream).context(format!(

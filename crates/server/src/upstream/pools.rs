@@ -28,6 +28,8 @@ pub struct PerUpstream {
 pub struct ZonePools {
     pub defs: Arc<Upstreams>,
     pub per: Vec<PerUpstream>,
+    /// Retired by a reload and past its drain time: no new connection is opened from it.
+    pub expired: bool,
 }
 
 impl ZonePools {
@@ -47,7 +49,11 @@ impl ZonePools {
                 idle: vec![Vec::new(); u.servers.len()],
             })
             .collect();
-        ZonePools { defs, per }
+        ZonePools {
+            defs,
+            per,
+            expired: false,
+        }
     }
 
     /// Picks a server not in `tried`; `key` is hashed for `balance = "hash"`.

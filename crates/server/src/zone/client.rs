@@ -22,6 +22,8 @@ pub struct Base {
     pub listener: u32,
     /// The client's address: the connection's peer, or what a PROXY header said.
     pub addr: Option<SocketAddr>,
+    /// The listen address it was accepted on.
+    pub local: Option<SocketAddr>,
     pub tr: Transport,
     pub deadline: Instant,
     /// When the connection's timer-wheel entry fires (None: it has none). An entry that
@@ -46,6 +48,7 @@ impl Base {
             gen: 0,
             listener: 0,
             addr: None,
+            local: None,
             tr: Transport::Plain,
             deadline: now,
             wheel_at: None,
@@ -57,10 +60,17 @@ impl Base {
     }
 
     /// Resets the slot for a new connection.
-    pub fn open(&mut self, listener: u32, addr: Option<SocketAddr>, tr: Transport) {
+    pub fn open(
+        &mut self,
+        listener: u32,
+        addr: Option<SocketAddr>,
+        local: Option<SocketAddr>,
+        tr: Transport,
+    ) {
         self.gen = self.gen.wrapping_add(1);
         self.listener = listener;
         self.addr = addr;
+        self.local = local;
         self.tr = tr;
         self.wheel_at = None;
         self.inbuf.clear();

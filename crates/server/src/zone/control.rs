@@ -3,13 +3,13 @@
 //! ([`ringx_engine::Waker::wake`]).
 //!
 //! **Reloads.** The control thread parses and validates the new configuration, compiles it
-//! and binds new listen addresses, then sends each zone a [`ReloadMsg`]. The zone swaps its
-//! routes, settings and upstreams between two callbacks once nothing in flight depends on the
-//! old ones: connections on a removed address must be gone (idle ones are closed at once,
-//! busy ones finish their request and close), and when the upstreams change, no upstream
-//! connection may remain (idle ones are closed; requests being proxied finish first). Until
-//! then the old configuration serves, requests in flight included. Past `drain_timeout` the
-//! connections that still hold the swap back are closed.
+//! and binds new listen addresses, then sends each zone a [`ReloadMsg`]. The zone applies it
+//! at once: the next request on any connection is routed by the new routes. What is in
+//! flight keeps what it already resolved: its location, and the upstream state (balancers,
+//! pools, the upstream list its indices refer to) when the upstreams changed, kept as a
+//! retired generation until the last exchange, tunnel or stream using it ends, or until
+//! `drain_timeout` (then those are cut). Connections on an address no longer served finish
+//! their request and close; idle ones close at once. Nothing waits for the slowest request.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -22,7 +22,7 @@ use ringx_engine::{ConnId, Io, ListenerId};
 use super::client::Client;
 use super::Zone;
 use crate::role::http1::{Phase, DRAIN_IDLE_GRACE};
-use crate::role::upstream::UpState;
+use crate::role::upstream::{UpEvent, UpState};
 use crate::role::ClientRole;
 use crate::route::Routes;
 use crate::settings::Settings;
@@ -33,8 +33,8 @@ use crate::upstream::Upstreams;
 pub const CMD_DRAIN: u8 = 1;
 /// A driver listener whose address is not (or no longer) served.
 const NO_ROUTE: u32 = u32::MAX;
-/// How often a zone re-checks a reload that waits for its safe point.
-const RELOAD_POLL: Duration = Duration::from_millis(50);
+/// How often a zone looks whether retired upstream state is still in use.
+const RETIRE_POLL: Duration = Duration::from_millis(100);
 
 /// Control commands and messages for a zone. `cmd` and the inbox are read when the zone is
 /// woken.
@@ -70,7 +70,7 @@ pub struct ReloadMsg {
     /// This zone's sockets for addresses that were not served before.
     pub listeners: Vec<(SocketAddr, TcpListener)>,
     pub log: Option<LogFormat>,
-    /// After this long, connections holding the swap back are closed.
+    /// How long requests in flight may go on with the upstreams this reload replaces.
     pub deadline: Duration,
 }
 
@@ -131,15 +131,7 @@ impl Zone {
         let msgs = std::mem::take(&mut *self.ctl.inbox.lock().unwrap_or_else(|e| e.into_inner()));
         for m in msgs {
             match m {
-                ZoneMsg::Reload(r) => {
-                    let deadline = io.now() + r.deadline;
-                    if let Some((old, _)) = self.reload.take() {
-                        // A newer reload replaces one still waiting; its new sockets go.
-                        tracing::debug!(zone = self.ctx.id, "reload {} superseded", old.generation);
-                    }
-                    self.reload = Some((r, deadline));
-                    self.try_reload(io);
-                }
+                ZoneMsg::Reload(r) => self.reload(io, *r),
             }
         }
     }
@@ -169,76 +161,12 @@ impl Zone {
         }
     }
 
-    /// Applies the pending reload if nothing in flight depends on what it changes; else
-    /// prepares (closes what can go) and checks again shortly.
-    pub(super) fn try_reload(&mut self, io: &mut Io) {
-        let Some((msg, deadline)) = self.reload.as_ref() else {
-            return;
-        };
-        let now = io.now();
-        let forced = now >= *deadline;
-        let ups_change = msg.upstreams.is_some();
-        let new_listen = msg.routes.listen.clone();
-        // Stop accepting on addresses that are gone.
-        let l = &mut self.listeners;
-        for (id, addr) in l.addrs.iter().enumerate() {
-            if !l.closed[id] && !new_listen.contains(addr) {
-                l.closed[id] = true;
-                io.close_listener(ListenerId(id as u32));
-            }
-        }
-        let mut blocked = 0usize;
-        for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
-            let c = ConnId(i as u32);
-            let proxied = match role {
-                ClientRole::Free => continue,
-                ClientRole::Http1(h) => h.phase() == Phase::Proxy,
-                ClientRole::Tunnel(_) | ClientRole::Stream(_) => true,
-            };
-            let addr = self.ctx.routes.listen.get(base.listener as usize);
-            let removed = addr.is_none_or(|a| !new_listen.contains(a));
-            if !(removed || ups_change && proxied) {
-                continue;
-            }
-            blocked += 1;
-            let (idle, at_rest) = match role {
-                ClientRole::Http1(h) => (
-                    h.is_idle(base, io, c),
-                    h.phase() == Phase::Idle && base.inbuf.is_empty(),
-                ),
-                _ => (false, false),
-            };
-            if idle || forced {
-                io.close(c);
-            } else if removed && at_rest {
-                io.close_after_flush(c); // its last response is still being sent
-            } else if let (true, ClientRole::Http1(h)) = (removed, role) {
-                h.last_request();
-            }
-        }
-        if ups_change {
-            for (u, up) in self.ups.iter_mut() {
-                blocked += 1;
-                if up.state == UpState::Idle || (forced && up.state != UpState::Closing) {
-                    io.close(u);
-                }
-            }
-            // The pooled ones just closed must leave the pools too.
-            if let Some(p) = self.ctx.pools.as_mut() {
-                p.clear_idle();
-            }
-        }
-        if blocked > 0 {
-            io.timer_at(now + RELOAD_POLL);
-            return;
-        }
-        let Some((msg, _)) = self.reload.take() else {
-            return;
-        };
-        self.apply_reload(io, *msg);
-    }
-
-    fn apply_reload(&mut self, io: &mut Io, msg: ReloadMsg) {
+    /// Applies a new configuration at once: the next request on any connection is routed by
+    /// it. What is in flight keeps what it resolved under the old one — its location, and,
+    /// when the upstreams changed, the old upstream state (`ZoneCtx::replace_pools`) until it
+    /// finishes or `drain_timeout` passes. Connections on an address that is no longer served
+    /// finish their request and close; idle ones close now.
+    fn reload(&mut self, io: &mut Io, msg: ReloadMsg) {
         let ReloadMsg {
             generation,
             routes,
@@ -246,29 +174,61 @@ impl Zone {
             upstreams,
             listeners,
             log,
-            deadline: _,
+            deadline,
         } = msg;
-        // Client connections keep their address, under its new index.
-        for cl in self.clients.iter_mut() {
-            if matches!(cl.role, ClientRole::Free) {
-                continue;
-            }
-            if let Some(a) = self.ctx.routes.listen.get(cl.base.listener as usize) {
-                if let Some(i) = routes.listen.iter().position(|x| x == a) {
-                    cl.base.listener = i as u32;
-                }
+        let now = io.now();
+        // Stop accepting on addresses that are gone.
+        let l = &mut self.listeners;
+        for (id, addr) in l.addrs.iter().enumerate() {
+            if !l.closed[id] && !routes.listen.contains(addr) {
+                l.closed[id] = true;
+                io.close_listener(ListenerId(id as u32));
             }
         }
-        let l = &mut self.listeners;
-        for (addr, sock) in listeners {
-            let id = io.add_listener(sock);
-            debug_assert_eq!(id.0 as usize, l.addrs.len());
+        for (id, (addr, sock)) in listeners.into_iter().enumerate() {
+            let got = io.add_listener(sock);
+            debug_assert_eq!(got.0 as usize, l.addrs.len(), "listener {id}");
             l.addrs.push(addr);
             l.closed.push(false);
         }
         l.remap(&routes);
+        // Client connections keep their address, under its index in the new routes.
+        for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
+            if matches!(role, ClientRole::Free) {
+                continue;
+            }
+            let c = ConnId(i as u32);
+            match base
+                .local
+                .and_then(|a| routes.listen.iter().position(|x| *x == a))
+            {
+                Some(li) => base.listener = li as u32,
+                None => {
+                    base.listener = NO_ROUTE;
+                    if let ClientRole::Http1(h) = role {
+                        if h.is_idle(base, io, c) {
+                            io.close(c);
+                        } else if h.phase() == Phase::Idle && base.inbuf.is_empty() {
+                            io.close_after_flush(c); // its last response is still being sent
+                        } else {
+                            h.last_request();
+                        }
+                    }
+                    // A tunnel or a stream on a removed address runs until it ends.
+                }
+            }
+        }
         if let Some(u) = upstreams {
-            self.ctx.pools = u.map(|u| ZonePools::new(u, self.ctx.id));
+            let next = u.map(|u| ZonePools::new(u, self.ctx.id));
+            if let Some(old) = self.ctx.replace_pools(next, now + deadline) {
+                // Idle pooled connections of the old state carry nothing: close them.
+                for (u, up) in self.ups.iter_mut() {
+                    if up.pools_gen == old && up.state == UpState::Idle {
+                        up.abandon(io, u);
+                    }
+                }
+                io.timer_at(now + RETIRE_POLL);
+            }
         }
         self.ctx.routes = routes;
         self.ctx.set = settings;
@@ -283,5 +243,39 @@ impl Zone {
             zone: self.ctx.id,
             generation,
         });
+    }
+
+    /// Timer work while old upstream states are retired: forget those nothing uses; past
+    /// their drain time, end what still uses them (its clients get 502 or see the response
+    /// cut, tunnels close).
+    pub(super) fn check_retired(&mut self, io: &mut Io) {
+        let now = io.now();
+        let retired: Vec<(u32, std::time::Instant)> = self.ctx.retired().collect();
+        for (gen, until) in retired {
+            let users: Vec<(ConnId, bool)> = self
+                .ups
+                .iter_mut()
+                .filter(|(_, up)| up.pools_gen == gen)
+                .map(|(u, up)| (u, up.state != UpState::Closing))
+                .collect();
+            if users.is_empty() {
+                self.ctx.drop_retired(gen);
+                continue;
+            }
+            if now >= until {
+                self.ctx.pools(gen).expired = true;
+                for (u, live) in users {
+                    if live {
+                        self.upstream_event(io, u, UpEvent::Timeout);
+                        if let Some(up) = self.ups.get_mut(u).filter(|x| x.pools_gen == gen) {
+                            up.abandon(io, u);
+                        }
+                    }
+                }
+            }
+        }
+        if self.ctx.retired().next().is_some() {
+            io.timer_at(now + RETIRE_POLL);
+        }
     }
 }

@@ -33,8 +33,13 @@ pub struct ZoneCtx {
     date_next: Instant,
     pub wheel: TimerWheel,
     pub draining: bool,
-    /// Per-zone upstream state (balancers, passive health, idle pools), when anything proxies.
-    pub pools: Option<ZonePools>,
+    /// Per-zone upstream state (balancers, passive health, idle pools) of the configuration
+    /// served now, when anything proxies, and its generation.
+    pools: Option<ZonePools>,
+    pools_gen: u32,
+    /// Upstream states of earlier configurations that exchanges, tunnels and streams in
+    /// flight still use (a reload applies to new requests at once), and until when.
+    retired: Vec<(u32, ZonePools, Instant)>,
     pub connector: Connector,
     pub log: RequestLog,
     /// Client connections open.
@@ -74,6 +79,8 @@ impl ZoneCtx {
             wheel: TimerWheel::new(now, Duration::from_millis(100), 2048),
             draining: false,
             pools,
+            pools_gen: 1,
+            retired: Vec::new(),
             connector,
             log,
             active: 0,
@@ -136,11 +143,61 @@ impl ZoneCtx {
         }
     }
 
-    /// The upstream pools (only zones that proxy have them, and only they have upstream
-    /// connections).
-    pub fn pools(&mut self) -> &mut ZonePools {
-        self.pools
-            .as_mut()
-            .expect("upstream connections exist only in zones that proxy")
+    /// The upstream state new requests use, and its generation (None: nothing proxies).
+    pub fn current_pools(&self) -> Option<(&ZonePools, u32)> {
+        self.pools.as_ref().map(|p| (p, self.pools_gen))
+    }
+
+    /// The upstream state of generation `gen`: the current one, or a retired one still in use
+    /// by the exchange, tunnel or stream that names it.
+    pub fn pools(&mut self, gen: u32) -> &mut ZonePools {
+        self.dial_parts(gen).0
+    }
+
+    /// The upstream state of generation `gen` and the connector: what reaching a server takes.
+    pub fn dial_parts(&mut self, gen: u32) -> (&mut ZonePools, &mut Connector) {
+        let retired = match (gen == self.pools_gen, self.pools.is_some()) {
+            (true, true) => None,
+            _ => Some(
+                self.retired
+                    .iter()
+                    .position(|r| r.0 == gen)
+                    .expect("upstream state is retired only once nothing uses it"),
+            ),
+        };
+        let pools = match retired {
+            None => self.pools.as_mut().expect("checked"),
+            Some(i) => &mut self.retired[i].1,
+        };
+        (pools, &mut self.connector)
+    }
+
+    /// A reload changed the upstreams: new requests use `next` (None: nothing proxies any
+    /// more), requests in flight keep the current state until they finish or `until`.
+    /// Returns the generation retired, if any.
+    pub fn replace_pools(&mut self, next: Option<ZonePools>, until: Instant) -> Option<u32> {
+        let old = std::mem::replace(&mut self.pools, next).map(|mut p| {
+            p.clear_idle();
+            self.retired.push((self.pools_gen, p, until));
+            self.pools_gen
+        });
+        self.pools_gen += 1;
+        old
+    }
+
+    /// Whether `gen` is the upstream state new requests use (connections of a retired one
+    /// are not pooled).
+    pub fn is_current(&self, gen: u32) -> bool {
+        gen == self.pools_gen && self.pools.is_some()
+    }
+
+    /// Retired generations: (generation, until).
+    pub fn retired(&self) -> impl Iterator<Item = (u32, Instant)> + '_ {
+        self.retired.iter().map(|r| (r.0, r.2))
+    }
+
+    /// Forgets a retired generation nothing uses any more.
+    pub fn drop_retired(&mut self, gen: u32) {
+        self.retired.retain(|r| r.0 != gen);
     }
 }

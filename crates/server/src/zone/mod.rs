@@ -55,7 +55,6 @@ pub struct Zone {
     events: mpsc::Sender<ZoneEvent>,
     /// Until the first timer call: say that the zone runs.
     ready: bool,
-    reload: Option<(Box<ReloadMsg>, std::time::Instant)>,
 }
 
 impl Zone {
@@ -74,13 +73,18 @@ impl Zone {
             listeners,
             events: s.events,
             ready: true,
-            reload: None,
         }
+    }
+
+    /// Upstream states of replaced configurations still in use (tests).
+    #[cfg(test)]
+    pub fn retired_generations(&self) -> usize {
+        self.ctx.retired().count()
     }
 
     /// An event on the upstream connection `u`: to the role of the client that owns it, or
     /// to the connection itself when no client does.
-    fn upstream_event(&mut self, io: &mut Io, u: ConnId, ev: UpEvent) {
+    pub(super) fn upstream_event(&mut self, io: &mut Io, u: ConnId, ev: UpEvent) {
         let owner = self.ups.get(u).and_then(|x| x.client);
         let client = owner.and_then(|(c, gen)| {
             self.clients
@@ -155,7 +159,8 @@ impl Zone {
 /// An event on an upstream connection no client owns.
 fn orphan(cx: Cx, u: ConnId, ev: UpEvent) {
     if let Some(up) = cx.ups.get_mut(u) {
-        up.on_orphan(cx.io, cx.ctx.pools.as_mut(), u, &ev);
+        let pools = cx.ctx.pools(up.pools_gen);
+        up.on_orphan(cx.io, Some(pools), u, &ev);
     }
 }
 
@@ -172,8 +177,9 @@ impl Handler for Zone {
         self.ctx.log.active(self.ctx.active);
         let li = self.listeners.route(listener);
         let kind = self.ctx.routes.listener_kind.get(li as usize).copied();
+        let local = self.ctx.routes.listen.get(li as usize).copied();
         let Client { base, role } = &mut self.clients[c.index()];
-        base.open(li, io.peer_addr(c), Transport::Plain);
+        base.open(li, io.peer_addr(c), local, Transport::Plain);
         // Until the listener's kind says otherwise: a connection closed now goes the usual way.
         *role = ClientRole::Http1(Http1::new(false));
         let mut cx = Cx {
@@ -362,8 +368,8 @@ impl Handler for Zone {
             self.upstream_event(io, u, UpEvent::Timeout);
         }
         self.ctx.log.tick(now);
-        if self.reload.is_some() {
-            self.try_reload(io);
+        if self.ctx.retired().next().is_some() {
+            self.check_retired(io);
         }
         let next = self
             .ctx

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::testkit::{get, Harness, TempDir};
-use crate::zone::{ReloadMsg, ZoneMsg, CMD_DRAIN};
-use crate::Compiled;
+use crate::zone::CMD_DRAIN;
 
 const HTTP: &str = r#"
 [http]
@@ -568,23 +567,7 @@ fn a_request_in_the_drain_grace_is_answered_with_close() {
 }
 
 fn reload(h: &mut Harness, toml: &str) {
-    let cfg = ringx_config::parse("t.toml", toml).expect("parses");
-    let c = Compiled::from(&cfg).expect("compiles");
-    let msg = ReloadMsg {
-        generation: 2,
-        routes: c.routes,
-        settings: c.settings,
-        upstreams: None,
-        listeners: Vec::new(),
-        log: None,
-        deadline: Duration::from_secs(30),
-    };
-    h.ctl
-        .inbox
-        .lock()
-        .expect("inbox")
-        .push(ZoneMsg::Reload(Box::new(msg)));
-    h.t.wake(&mut h.z);
+    h.reload(toml, 2, false, Duration::from_secs(30));
 }
 
 #[test]

@@ -110,11 +110,8 @@ impl Exchange {
     /// server that wants one), the head, and the body so far.
     pub fn send(&mut self, cx: &mut Cx, base: &Base, c: ConnId) -> Result<(), Error> {
         let now = cx.io.now();
-        let ctx = &mut *cx.ctx;
-        let pools = ctx.pools.as_mut().expect("a zone that proxies has pools");
-        let reached = self
-            .dial
-            .reach(cx.io, pools, &mut ctx.connector, true, now)?;
+        let (pools, connector) = cx.ctx.dial_parts(self.dial.gen);
+        let reached = self.dial.reach(cx.io, pools, connector, true, now)?;
         let (u, reused) = (reached.conn, reached.reused);
         let def = &pools.defs.list[self.dial.upstream];
         let timeout = if reused {
@@ -149,9 +146,8 @@ impl Exchange {
         let Some(up) = cx.ups.get_mut(u) else { return };
         if up.state != UpState::Closing {
             up.abandon(cx.io, u);
-            if let Some(p) = cx.ctx.pools.as_mut() {
-                p.per[self.dial.upstream].bal.finished(self.dial.server);
-            }
+            let p = cx.ctx.pools(self.dial.gen);
+            p.per[self.dial.upstream].bal.finished(self.dial.server);
         }
     }
 
@@ -190,7 +186,7 @@ impl Exchange {
         let Some(up) = cx.ups.get_mut(u) else {
             return Outcome::Pending;
         };
-        let name = self.dial.name(cx.ctx.pools());
+        let name = self.dial.name(cx.ctx.pools(self.dial.gen));
         let kind = match up.state {
             UpState::Connecting => Kind::Connect,
             UpState::Busy | UpState::Tunnel => Kind::Reset,
@@ -218,8 +214,10 @@ impl Exchange {
         if !busy {
             return Outcome::Pending;
         }
-        let why = Error::new(Kind::Timeout, Side::Upstream)
-            .context(format!("upstream {}", self.dial.name(cx.ctx.pools())));
+        let why = Error::new(Kind::Timeout, Side::Upstream).context(format!(
+            "upstream {}",
+            self.dial.name(cx.ctx.pools(self.dial.gen))
+        ));
         tracing::warn!("{why}");
         self.upstream_failed(cx, base, c, u, why)
     }
@@ -235,7 +233,7 @@ impl Exchange {
     ) -> Outcome {
         let now = cx.io.now();
         let silent = f.reused && !f.got_bytes && matches!(why.kind, Kind::Reset | Kind::Connect);
-        let pools = cx.ctx.pools();
+        let pools = cx.ctx.pools(self.dial.gen);
         if f.was_busy {
             pools.per[f.upstream].bal.finished(f.server);
         }
@@ -256,7 +254,7 @@ impl Exchange {
             self.dial.tried.retain(|&x| x != f.server);
             return self.resend(cx, base, c);
         }
-        if self.can_retry(cx.ctx.pools()) {
+        if self.can_retry(cx.ctx.pools(self.dial.gen)) {
             self.dial.tries_left -= 1;
             return self.resend(cx, base, c);
         }

@@ -29,7 +29,7 @@ impl Exchange {
     /// The connect of `u` completed.
     pub fn upstream_connected(&mut self, cx: &mut Cx, u: ConnId) {
         let now = cx.io.now();
-        let (rt, _) = up_timeouts(cx.ctx.pools(), self.dial.upstream);
+        let (rt, _) = up_timeouts(cx.ctx.pools(self.dial.gen), self.dial.upstream);
         let Some(up) = cx.ups.get_mut(u) else { return };
         if up.state == UpState::Connecting {
             up.state = UpState::Busy;
@@ -47,7 +47,7 @@ impl Exchange {
         data: &[u8],
     ) -> Outcome {
         let now = cx.io.now();
-        let (rt, _) = up_timeouts(cx.ctx.pools(), self.dial.upstream);
+        let (rt, _) = up_timeouts(cx.ctx.pools(self.dial.gen), self.dial.upstream);
         let Some(up) = cx.ups.get_mut(u) else {
             return Outcome::Pending;
         };
@@ -136,7 +136,10 @@ impl Exchange {
                 Ok(Parsed::Partial) => return Head::Partial,
                 Err(e) => {
                     let why = Error::new(Kind::Malformed, Side::Upstream)
-                        .context(format!("upstream {}", self.dial.name(cx.ctx.pools())))
+                        .context(format!(
+                            "upstream {}",
+                            self.dial.name(cx.ctx.pools(self.dial.gen))
+                        ))
                         .cause(e.to_string());
                     tracing::warn!("{why}");
                     return Head::Ended(self.upstream_failed(cx, base, c, u, why));
@@ -152,7 +155,7 @@ impl Exchange {
                     .context("101 Switching Protocols to a request that asked for no upgrade");
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             }
-            if matches!(h.status, 502 | 503) && self.can_retry(cx.ctx.pools()) {
+            if matches!(h.status, 502 | 503) && self.can_retry(cx.ctx.pools(self.dial.gen)) {
                 let why = Error::new(Kind::Status(h.status), Side::Upstream).retry(true);
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             }
@@ -174,7 +177,7 @@ impl Exchange {
                 head_len,
             };
             cx.ctx.log.status(cx.io, c, written);
-            cx.ctx.pools().succeeded(ui, s);
+            cx.ctx.pools(self.dial.gen).succeeded(ui, s);
             let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
             up.head_done = true;
             up.framing = framing;
@@ -185,7 +188,7 @@ impl Exchange {
                     base.tr.write(cx.io, c, &input[end..]);
                 }
                 up.state = UpState::Tunnel;
-                cx.ctx.pools().per[ui].bal.finished(s);
+                cx.ctx.pools(self.dial.gen).per[ui].bal.finished(s);
                 self.up = None;
                 return Head::Ended(Outcome::Upgrade(u));
             }
@@ -266,18 +269,14 @@ impl Exchange {
     /// carry another request (`clean`: nothing followed the response), else it closes.
     fn response_done(&mut self, cx: &mut Cx, u: ConnId, clean: bool) -> Outcome {
         let now = cx.io.now();
-        let draining = cx.ctx.draining;
+        let draining = cx.ctx.draining || !cx.ctx.is_current(self.dial.gen);
         let Some(up) = cx.ups.get_mut(u) else {
             return Outcome::Done;
         };
         let (ui, s) = (up.upstream, up.server);
         up.client = None;
         let reusable = clean && up.keep && !up.eof && !draining;
-        let pools = cx
-            .ctx
-            .pools
-            .as_mut()
-            .expect("a zone that proxies has pools");
+        let pools = cx.ctx.pools(self.dial.gen);
         let pooled = reusable && pools.put_idle(ui, s, u);
         pools.per[ui].bal.finished(s);
         let (_, ka) = up_timeouts(pools, ui);

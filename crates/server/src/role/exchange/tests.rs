@@ -547,3 +547,76 @@ fn a_client_waiting_for_a_slow_upstream_is_not_timed_out_by_its_own_deadline() {
     h.send(u, OK);
     assert!(ok_body(&h.response(c)));
 }
+
+// ---- reloads: what is in flight keeps its upstream, new requests take the new one ---------
+
+fn cfg_to(server: &str) -> String {
+    format!(
+        "[[server]]\nlisten = [\"127.0.0.1:8080\"]\n[[server.location]]\npath = \"/\"\nproxy_pass = \"app\"\n\
+         [[upstream]]\nname = \"app\"\nservers = [\"{server}\"]\nretries = 0\n"
+    )
+}
+
+#[test]
+fn a_reload_does_not_wait_for_a_proxied_request_and_that_request_finishes() {
+    let mut h = Harness::new(&cfg_to("127.0.0.1:9001"));
+    let (c, u) = start(&mut h, &get("/slow"));
+    h.upstream_got(u);
+    h.reload(&cfg_to("127.0.0.1:9009"), 2, true, Duration::from_secs(30));
+    let events: Vec<_> = h.events.try_iter().collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, crate::zone::ZoneEvent::Reloaded { .. })),
+        "applied at once, with a request in flight"
+    );
+    // A new request goes to the new upstream now.
+    let c2 = h.client();
+    h.send(c2, &get("/new"));
+    let (u2, a2) = h.accept_upstream();
+    assert_eq!(a2.port(), 9009);
+    h.send(u2, OK);
+    assert!(ok_body(&h.response(c2)));
+    // The request in flight finishes on the old one, whole.
+    h.send(u, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nold");
+    assert_eq!(h.response(c).text(), "old");
+    assert!(h.t.closed(u), "the old upstream's connection is not pooled");
+    h.advance(Duration::from_millis(200));
+    assert_eq!(
+        h.z.retired_generations(),
+        0,
+        "the old upstream state is forgotten"
+    );
+}
+
+#[test]
+fn a_request_still_on_replaced_upstreams_after_drain_timeout_is_cut() {
+    let mut h = Harness::new(&cfg_to("127.0.0.1:9001"));
+    let (c, u) = start(&mut h, &get("/forever"));
+    h.reload(&cfg_to("127.0.0.1:9009"), 2, true, Duration::from_secs(3));
+    h.advance(Duration::from_secs(2));
+    assert!(h.t.is_open(u));
+    h.advance(Duration::from_secs(2));
+    assert!(h.t.closed(u), "past drain_timeout");
+    assert!(
+        h.connects().is_empty(),
+        "no new connection from replaced upstreams"
+    );
+    assert_eq!(h.response(c).status, 504);
+}
+
+#[test]
+fn a_reload_that_keeps_the_upstreams_keeps_the_pool() {
+    let mut h = Harness::new(&cfg_to("127.0.0.1:9001"));
+    let (c, u) = start(&mut h, &get("/1"));
+    h.upstream_got(u);
+    h.send(u, OK);
+    h.response(c);
+    h.reload(&cfg_to("127.0.0.1:9001"), 2, false, Duration::from_secs(3));
+    h.send(c, &get("/2"));
+    assert!(
+        h.connects().is_empty(),
+        "the pooled connection serves the next request"
+    );
+    assert!(h.upstream_got(u).starts_with(b"GET /2 "));
+}

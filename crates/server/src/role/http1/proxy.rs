@@ -30,7 +30,7 @@ impl Http1 {
     ) -> Option<Next> {
         let (si, li) = at?;
         let ctx = &mut *cx.ctx;
-        ctx.pools.as_ref()?;
+        let (_, gen) = ctx.current_pools()?;
         if !matches!(
             ctx.routes.servers[si].locations[li].action,
             Action::Proxy(_)
@@ -43,7 +43,7 @@ impl Http1 {
         let Action::Proxy(loc) = &ctx.routes.servers[si].locations[li].action else {
             unreachable!("checked above");
         };
-        let def = &ctx.pools.as_ref().expect("checked above").defs.list[loc.upstream];
+        let def = &ctx.current_pools().expect("checked above").0.defs.list[loc.upstream];
         let host = match &loc.host {
             HostMode::Pass => None,
             HostMode::Upstream => Some(def.servers[0].name.as_str()),
@@ -74,7 +74,7 @@ impl Http1 {
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         let tried = std::mem::take(&mut ex.dial.tried);
         *ex = Exchange {
-            dial: Dial::new(loc.upstream, def.retries, key, tried),
+            dial: Dial::new(gen, loc.upstream, def.retries, key, tried),
             up: None,
             head,
             host_upstream: matches!(loc.host, HostMode::Upstream),
@@ -186,11 +186,7 @@ impl Http1 {
             cx.ctx.set_deadline(cx.io, b, c, at);
         }
         if let Some(u) = u {
-            let send = cx
-                .ctx
-                .pools
-                .as_ref()
-                .map(|p| p.defs.list[ex.dial.upstream].send_timeout);
+            let send = Some(cx.ctx.pools(ex.dial.gen).defs.list[ex.dial.upstream].send_timeout);
             if let (Some(up), Some(st)) = (cx.ups.get_mut(u), send) {
                 up.deadline = now + st; // the upstream is busy receiving, not idle
             }
