@@ -35,7 +35,7 @@ integration: release
 FUZZ_SECS ?= 15
 fuzz: deps
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
-	cd crates/http/fuzz && for t in parse_request chunked proxy_protocol parse_response; do \
+	cd crates/http/fuzz && for t in parse_request chunked proxy_protocol parse_response forward_request forward_response; do \
 	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) -dict=dict/http.dict || exit 1; \
 	done
 

@@ -8,6 +8,7 @@ pub mod ops;
 pub mod steering;
 pub mod units;
 pub mod upstream;
+mod vhost;
 pub mod xdp;
 
 use std::collections::BTreeMap;
@@ -162,11 +163,11 @@ impl Default for Http {
 pub struct Server {
     pub listen: Vec<Spanned<SocketAddr>>,
     #[serde(default)]
-    pub server_name: Vec<String>,
+    pub server_name: Vec<Spanned<String>>,
     /// The server for requests whose Host matches no server_name on its addresses
     /// (otherwise the first server listed for the address).
-    #[serde(default)]
-    pub default: bool,
+    #[serde(default = "not_default")]
+    pub default: Spanned<bool>,
     #[serde(default)]
     pub location: Vec<Spanned<Location>>,
     /// Expect a PROXY protocol header (v1 or v2) from a load balancer in front, on every
@@ -206,13 +207,16 @@ pub struct Return {
     pub status: Spanned<u16>,
     #[serde(default)]
     pub body: String,
-    pub content_type: Option<String>,
+    pub content_type: Option<Spanned<String>>,
     /// For redirects: the Location header (nginx `return 301 URL`).
-    pub location: Option<String>,
+    pub location: Option<Spanned<String>>,
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub headers: BTreeMap<Spanned<String>, String>,
 }
 
+fn not_default() -> Spanned<bool> {
+    Spanned::new(0..0, false)
+}
 fn default_engine() -> Engine {
     Engine::Uring
 }
@@ -447,6 +451,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             validate_location(l, src)?;
         }
     }
+    vhost::validate_servers(cfg, src)?;
     steering::validate(cfg, src)?;
     Ok(())
 }
@@ -482,28 +487,7 @@ fn validate_location(l: &Spanned<Location>, src: &Source) -> Result<(), ConfigEr
         }
     }
     if let Some(r) = &loc.ret {
-        let st = *r.status.get_ref();
-        if !(100..=999).contains(&st) || (100..200).contains(&st) {
-            return Err(src.err(
-                r.status.span(),
-                format!("return status {st} must be 200..999"),
-            ));
-        }
-        if (300..400).contains(&st) && r.location.is_none() && r.body.is_empty() {
-            return Err(src.err(
-                r.status.span(),
-                format!("return {st} is a redirect: give it a `location`"),
-            ));
-        }
-        for (k, v) in &r.headers {
-            let ok = !k.is_empty()
-                && k.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-                && v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f));
-            if !ok {
-                return Err(src.err(l.span(), format!("invalid header {k:?}: {v:?}")));
-            }
-        }
+        vhost::validate_return(r, src)?;
     }
     for dir in [&loc.root, &loc.alias].into_iter().flatten() {
         let p = dir.get_ref();

@@ -103,3 +103,133 @@ fn ops_settings() {
     let e = parse("t", &format!("[admin]\nlisten = \"nope\"\n{base}")).unwrap_err();
     assert_eq!(e.line, 2, "{e}");
 }
+
+/// Issue 26: each of these was accepted. (config text, the offending entry: the error must point
+/// at the last place this text occurs, words of the message)
+#[test]
+fn ambiguous_or_injecting_servers_are_refused() {
+    let srv = |extra: &str, ret: &str| {
+        format!(
+            "[[server]]\nlisten = [\"127.0.0.1:80\"]\n{extra}[[server.location]]\npath = \"/\"\nreturn = {ret}\n"
+        )
+    };
+    let ok = srv("", "{ status = 200 }");
+    let table: Vec<(String, &str, &str)> = vec![
+        (
+            srv("", "{ status = 301, location = \"/x\\r\\nSet-Cookie: a=b\" }"),
+            "\"/x\\r",
+            "return location \"/x\\r\\nSet-Cookie: a=b\" contains a control character",
+        ),
+        (
+            srv("", "{ status = 200, content_type = \"text/html\\nX: y\" }"),
+            "\"text/html\\n",
+            "return content_type",
+        ),
+        (
+            srv("", "{ status = 200, content_type = \"text/html\\u0000\" }"),
+            "\"text/html\\u0000",
+            "control character",
+        ),
+        (
+            srv("", "{ status = 200, headers = { \"Content-Length\" = \"0\" } }"),
+            "\"Content-Length\"",
+            "header \"Content-Length\" cannot be set in `headers`",
+        ),
+        (
+            srv("", "{ status = 200, headers = { transfer-encoding = \"chunked\" } }"),
+            "transfer-encoding",
+            "cannot be set",
+        ),
+        (
+            srv("", "{ status = 200, headers = { Connection = \"close\" } }"),
+            "Connection",
+            "cannot be set",
+        ),
+        (
+            srv("", "{ status = 200, headers = { X = \"a\\rb\" } }"),
+            "X =",
+            "invalid header",
+        ),
+        (srv("", "{ status = 600 }"), "600", "return status 600 must be between 200 and 599"),
+        (srv("", "{ status = 99 }"), "99", "must be between 200 and 599"),
+        (srv("", "{ status = 101 }"), "101", "must be between 200 and 599"),
+        (
+            format!("{ok}[[server.location]]\npath = \"/\"\nreturn = {{ status = 204 }}\n"),
+            "\"/\"\nreturn = { status = 204",
+            "duplicate location \"/\" in this server: already defined at line 4",
+        ),
+        (
+            format!(
+                "{ok}[[server.location]]\npath = \"/a\"\nexact = true\nreturn = {{ status = 204 }}\n\
+                 [[server.location]]\npath = \"/a\"\nexact = true\nroot = \"/\"\n"
+            ),
+            "\"/a\"\nexact = true\nroot",
+            "duplicate location \"/a\" (exact) in this server: already defined at line 7",
+        ),
+        (
+            format!("{}{}", srv("server_name = [\"a.test\"]\n", "{ status = 200 }"),
+                    srv("server_name = [\"b.test\", \"A.Test\"]\n", "{ status = 200 }")),
+            "\"A.Test\"",
+            "server_name \"A.Test\" on 127.0.0.1:80 is already claimed by the server at line 3",
+        ),
+        (
+            format!("{}{}", srv("default = true\n", "{ status = 200 }"),
+                    srv("default = true\n", "{ status = 200 }")),
+            "true",
+            "a second default server on 127.0.0.1:80: the server at line 3 is already its default",
+        ),
+    ];
+    for (text, entry, words) in &table {
+        let (line, col) = line_col(text, text.rfind(entry).expect("the entry is in the text"));
+        let e = err_of(text);
+        assert!(
+            e.starts_with(&format!("bad.toml:{line}:{col}: ")) && e.contains(words),
+            "want {line}:{col}: ...{words}...\ngot  {e}\nfor\n{text}"
+        );
+    }
+}
+
+/// What the checks above must still let through.
+#[test]
+fn unambiguous_servers_pass() {
+    let dir = std::env::temp_dir();
+    let text = format!(
+        r#"
+[[server]]
+listen = ["127.0.0.1:80", "127.0.0.1:81", "127.0.0.1:80"]
+server_name = ["a.test", "*.a.test"]
+default = true
+  [[server.location]]
+  path = "/"
+  return = {{ status = 302, location = "https://a.test/", content_type = "text/html; charset=utf-8", headers = {{ X-Frame-Options = "DENY", Cache-Control = "no-store" }} }}
+  [[server.location]]
+  path = "/"
+  exact = true
+  return = {{ status = 599 }}
+  [[server.location]]
+  path = "/s/"
+  root = "{}"
+[[server]]
+listen = ["127.0.0.1:80"]
+server_name = ["b.test"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+[[server]]
+listen = ["127.0.0.1:81"]
+server_name = ["b.test"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+[[server]]
+listen = ["127.0.0.1:82"]
+server_name = ["a.test"]
+default = true
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+"#,
+        dir.display()
+    );
+    parse("t.toml", &text).unwrap();
+}

@@ -30,6 +30,30 @@ fn request_line(buf: &[u8]) -> (&[u8], bool) {
     }
 }
 
+/// The longest method token accepted. RFC 9112 §3: "A server that receives a method longer than
+/// any that it implements SHOULD respond with a 501 (Not Implemented)". ringx forwards methods
+/// it does not know, so the bound is not the longest it implements but twice the longest one
+/// registered with IANA (`UPDATEREDIRECTREF`, 17 bytes). For a 10 KB method nginx 1.22 answers
+/// 414 (its request line overflows `large_client_header_buffers`) and HAProxy 2.6 forwards it
+/// (the head fits its 16 KB buffer): 501 is the status RFC 9112 names, and it comes after 33
+/// bytes rather than after a buffer's worth.
+pub const MAX_METHOD_LEN: usize = 32;
+
+/// 501 if the method seen so far is already longer than [`MAX_METHOD_LEN`]. Checked before
+/// anything else in the request line, so the verdict is the same however the input is split.
+pub(crate) fn check_method_len(buf: &[u8]) -> Result<(), RequestError> {
+    let line = &buf[request_line_start(buf)..];
+    let run = line
+        .iter()
+        .take(MAX_METHOD_LEN + 1)
+        .take_while(|&&b| crate::fields::is_tchar(b))
+        .count();
+    if run > MAX_METHOD_LEN {
+        return Err(RequestError::new(501, "method too long"));
+    }
+    Ok(())
+}
+
 /// 414 if the request-target seen so far is already longer than `max_uri`.
 pub(crate) fn check_target_len(buf: &[u8], limits: &Limits) -> Result<(), RequestError> {
     let (line, _) = request_line(buf);
@@ -58,6 +82,7 @@ pub(crate) fn check_target_len(buf: &[u8], limits: &Limits) -> Result<(), Reques
 /// Limits for a head that `httparse` found incomplete. `window` is the
 /// input truncated to `max_head` bytes.
 pub(crate) fn check_partial(window: &[u8], limits: &Limits) -> Result<(), RequestError> {
+    check_method_len(window)?;
     check_target_len(window, limits)?;
     if window.len() >= limits.max_head {
         return Err(RequestError::new(431, "request head too large"));

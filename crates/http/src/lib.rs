@@ -45,6 +45,7 @@
 //! * HTTP/1.1 needs exactly one valid `Host`; absolute-form targets must be
 //!   `http`/`https` without userinfo and then provide the host;
 //! * `*` only with `OPTIONS`, `host:port` only (and always) with `CONNECT`;
+//! * a method longer than [`MAX_METHOD_LEN`] is 501 (RFC 9112 §3);
 //! * unknown `HTTP/x.y` versions are 505, `Expect` other than
 //!   `100-continue` is 417, too-long targets 414 and too-large heads or too
 //!   many fields 431 (see [`Limits`]).
@@ -120,6 +121,7 @@ mod version;
 pub use body::{BodyDecoder, Decoded};
 pub use date::{fmt_http_date, parse_http_date, DateCache, DATE_HEADER_LEN};
 pub use error::{BodyError, RequestError};
+pub use head::MAX_METHOD_LEN;
 pub use limits::{BodyLimits, Limits};
 pub use method::Method;
 pub use path::{normalize_path, PathError};

@@ -1,7 +1,9 @@
 //! The request head: [`parse_request`] and the [`Request`] it produces.
 
 use crate::fields::analyze;
-use crate::head::{check_partial, check_raw_bytes, check_target_len, classify_version_error};
+use crate::head::{
+    check_method_len, check_partial, check_raw_bytes, check_target_len, classify_version_error,
+};
 use crate::target::parse_target;
 use crate::{Limits, Method, RequestError, Version};
 use std::mem::MaybeUninit;
@@ -139,16 +141,19 @@ fn finish<'h, 'b>(
             return Ok(Parsed::Partial);
         }
         Err(httparse::Error::Version) => {
+            check_method_len(window)?;
             check_target_len(window, limits)?;
             classify_version_error(window)?;
             check_partial(window, limits)?;
             return Ok(Parsed::Partial);
         }
         Err(httparse::Error::TooManyHeaders) => {
+            check_method_len(window)?;
             check_target_len(window, limits)?;
             return Err(RequestError::new(431, "too many header fields"));
         }
         Err(e) => {
+            check_method_len(window)?;
             check_target_len(window, limits)?;
             return Err(RequestError::bad(httparse_reason(e)));
         }
@@ -163,6 +168,7 @@ fn finish<'h, 'b>(
     let (Some(method_str), Some(target), Some(version)) = (method, path, version) else {
         return Err(RequestError::bad("incomplete request line"));
     };
+    check_method_len(method_str.as_bytes())?;
     let version = match version {
         0 => Version::Http10,
         1 => Version::Http11,

@@ -134,6 +134,11 @@ fn cases() -> Vec<(&'static str, Vec<u8>, u16)> {
         ("head too large, incomplete", big("GET / HTTP/1.1\r\nHost: a\r\nX: ", 16384, ""), 431),
         ("endless leading empty lines", b"\r\n".repeat(8193), 431),
         ("too many headers", many_headers(101), 431),
+        // --- method length (RFC 9112 §3; issue 26: a 10 KB method was forwarded) ---
+        ("10 KB method", big("", 10240, " / HTTP/1.1\r\nHost: a\r\n\r\n"), 501),
+        ("33-byte method, request line incomplete", big("", 33, ""), 501),
+        ("long method before a long target", big(&"M".repeat(40), 9000, " HTTP/1.1\r\n\r\n"), 501),
+        ("long method before an invalid byte", big("", 40, "( / HTTP/1.1\r\n\r\n"), 501),
     ]
 }
 
@@ -252,4 +257,22 @@ fn fuzz_regressions() {
             }
         }
     }
+}
+
+#[test]
+fn method_length_bound() {
+    let at = |n: usize| format!("{} / HTTP/1.1\r\nHost: a\r\n\r\n", "M".repeat(n));
+    assert_eq!(ringx_http::MAX_METHOD_LEN, 32);
+    assert!(parse_with(at(32).as_bytes(), &Limits::default())
+        .unwrap()
+        .is_some());
+    let e = parse_with(at(33).as_bytes(), &Limits::default()).unwrap_err();
+    assert_eq!((e.status, e.reason), (501, "method too long"));
+    // Known to no one yet registered: still forwarded (the proxy passes extension methods on).
+    assert!(parse_with(
+        b"UPDATEREDIRECTREF / HTTP/1.1\r\nHost: a\r\n\r\n",
+        &Limits::default()
+    )
+    .unwrap()
+    .is_some());
 }

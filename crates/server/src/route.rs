@@ -136,7 +136,7 @@ impl Routes {
                         listen.len() - 1
                     }
                 };
-                if s.default {
+                if *s.default.get_ref() {
                     by_listener[li].insert(0, si);
                 } else {
                     by_listener[li].push(si);
@@ -145,7 +145,7 @@ impl Routes {
             let mut names = Vec::new();
             let mut suffixes = Vec::new();
             for n in &s.server_name {
-                let n = n.to_ascii_lowercase();
+                let n = n.get_ref().to_ascii_lowercase();
                 match n.strip_prefix('*') {
                     Some(rest) => suffixes.push(rest.to_string()),
                     None => names.push(n),
@@ -312,8 +312,8 @@ fn canned(r: &Return, server_header: &[u8]) -> Canned {
     let body = r.body.clone().into_bytes();
     let ctype = r
         .content_type
-        .clone()
-        .unwrap_or_else(|| "text/plain".into());
+        .as_ref()
+        .map_or("text/plain", |c| c.get_ref());
     if status != 204 && status != 304 {
         head.extend_from_slice(
             format!(
@@ -324,10 +324,10 @@ fn canned(r: &Return, server_header: &[u8]) -> Canned {
         );
     }
     if let Some(loc) = &r.location {
-        head.extend_from_slice(format!("Location: {loc}\r\n").as_bytes());
+        head.extend_from_slice(format!("Location: {}\r\n", loc.get_ref()).as_bytes());
     }
     for (k, v) in &r.headers {
-        head.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
+        head.extend_from_slice(format!("{}: {v}\r\n", k.get_ref()).as_bytes());
     }
     Canned::new(status, head, body)
 }

@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ringx_http::{Method, Request};
+use ringx_http::{parse_http_date, Method, Request};
 
 use super::mime;
 use super::route::FileRoot;
@@ -153,8 +153,10 @@ pub fn serve(root: &FileRoot, path: &str, query: Option<&str>, req: &Request) ->
         "Content-Type: {}\r\nLast-Modified: {last_modified}\r\nETag: {tag}\r\nAccept-Ranges: bytes\r\n",
         mime::content_type(&served_path)
     );
-    if not_modified(req, &tag, mtime) {
-        return FileReply::NotModified { headers };
+    match preconditions(req, &tag, mtime, SystemTime::now()) {
+        Precondition::Proceed => {}
+        Precondition::NotModified => return FileReply::NotModified { headers },
+        Precondition::Failed => return FileReply::Error(412),
     }
     let (status, off, len) = match range(req, size, &tag, &last_modified) {
         RangeSel::Full => (200, 0, size),
@@ -179,26 +181,77 @@ fn header_str<'b>(req: &Request<'_, 'b>, name: &str) -> Option<&'b str> {
         .map(str::trim)
 }
 
-/// RFC 9110 §13.1.2/13.1.3: If-None-Match wins over If-Modified-Since.
-fn not_modified(req: &Request, tag: &str, mtime: SystemTime) -> bool {
+/// What the conditional fields say about a GET or HEAD.
+#[derive(Debug, PartialEq, Eq)]
+enum Precondition {
+    Proceed,
+    /// 304.
+    NotModified,
+    /// 412.
+    Failed,
+}
+
+/// The preconditions in RFC 9110 §13.2.2's order: If-Match, else If-Unmodified-Since (412 when
+/// false); then If-None-Match, else If-Modified-Since (304 when false). A field whose value is
+/// not a valid HTTP-date is ignored (§13.1.3, §13.1.4).
+fn preconditions(req: &Request, tag: &str, mtime: SystemTime, now: SystemTime) -> Precondition {
+    if let Some(im) = header_str(req, "if-match") {
+        // §13.1.1: strong comparison, so a weak tag never matches.
+        if !(im == "*" || im.split(',').any(|t| t.trim() == tag)) {
+            return Precondition::Failed;
+        }
+    } else if let Some(t) = header_str(req, "if-unmodified-since").and_then(parse_http_date) {
+        if mtime > t {
+            return Precondition::Failed;
+        }
+    }
     if let Some(inm) = header_str(req, "if-none-match") {
-        return inm == "*"
+        // §13.1.2: weak comparison.
+        let matched = inm == "*"
             || inm
                 .split(',')
                 .any(|t| t.trim().trim_start_matches("W/") == tag);
+        return if matched {
+            Precondition::NotModified
+        } else {
+            Precondition::Proceed
+        };
     }
-    if let Some(ims) = header_str(req, "if-modified-since") {
-        if let Some(t) = ringx_http::parse_http_date(ims) {
-            return mtime <= t;
+    if let Some(t) = header_str(req, "if-modified-since").and_then(parse_http_date) {
+        // A date ahead of the server's clock is no Last-Modified the client was sent (RFC 2616
+        // §14.25 calls it invalid; RFC 9110 §13.1.3 reads the date on the server's clock), so
+        // it is ignored rather than taken as "newer than the file".
+        if t <= now && mtime <= t {
+            return Precondition::NotModified;
         }
     }
-    false
+    Precondition::Proceed
 }
 
+#[derive(Debug, PartialEq, Eq)]
 enum RangeSel {
     Full,
     Part(u64, u64),
     Unsatisfiable,
+}
+
+/// One side of a byte range.
+enum Num {
+    Empty,
+    Value(u64),
+    /// `1*DIGIT` beyond u64::MAX.
+    Overflow,
+    Invalid,
+}
+
+fn num(s: &str) -> Num {
+    if s.is_empty() {
+        Num::Empty
+    } else if !s.bytes().all(|c| c.is_ascii_digit()) {
+        Num::Invalid
+    } else {
+        s.parse().map_or(Num::Overflow, Num::Value)
+    }
 }
 
 /// One byte range (RFC 9110 §14); several ranges or a stale If-Range give the full body.
@@ -223,34 +276,141 @@ fn range(req: &Request, size: u64, tag: &str, last_modified: &str) -> RangeSel {
     let Some((a, b)) = set.trim().split_once('-') else {
         return RangeSel::Full;
     };
-    let num = |s: &str| -> Option<u64> {
-        if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
-            None
-        } else {
-            s.parse().ok()
-        }
+    // A position too large for a u64 is named by a valid range-spec, but no file reaches it.
+    // RFC 9110 §14.1.2 would read a last-pos (or suffix-length) beyond the end as "to the
+    // end"; ringx refuses it instead, as nginx 1.22 does (416 for any position it cannot
+    // represent), rather than serve a reading of a number it cannot hold. A first-pos that
+    // large is plainly unsatisfiable (§14.1.1).
+    let (a, b) = match (num(a), num(b)) {
+        (Num::Invalid, _) | (_, Num::Invalid) => return RangeSel::Full,
+        (Num::Overflow, _) | (_, Num::Overflow) => return RangeSel::Unsatisfiable,
+        other => other,
     };
-    match (a.is_empty(), num(a), num(b)) {
-        (true, _, Some(n)) => {
+    match (a, b) {
+        (Num::Empty, Num::Value(n)) => {
             if n == 0 || size == 0 {
                 RangeSel::Unsatisfiable
             } else {
                 RangeSel::Part(size.saturating_sub(n), size - 1)
             }
         }
-        (false, Some(start), end) => {
-            if !b.is_empty() && end.is_none() {
-                return RangeSel::Full;
-            }
+        (Num::Value(start), end @ (Num::Value(_) | Num::Empty)) => {
             if start >= size {
                 return RangeSel::Unsatisfiable;
             }
-            let end = end.map_or(size - 1, |e| e.min(size - 1));
+            let end = match end {
+                Num::Value(e) => e.min(size - 1),
+                _ => size - 1,
+            };
             if end < start {
                 return RangeSel::Full;
             }
             RangeSel::Part(start, end)
         }
         _ => RangeSel::Full,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringx_http::{httparse, parse_request, Limits, Parsed};
+
+    fn with_fields<T>(fields: &str, f: impl FnOnce(&Request) -> T) -> T {
+        let raw = format!("GET /f HTTP/1.1\r\nHost: h\r\n{fields}\r\n");
+        let mut h = [httparse::EMPTY_HEADER; 16];
+        let Ok(Parsed::Complete(req)) = parse_request(raw.as_bytes(), &mut h, &Limits::default())
+        else {
+            panic!("{raw}")
+        };
+        f(&req)
+    }
+
+    /// Issue 26: a future If-Modified-Since gave 304 and If-Unmodified-Since was ignored.
+    #[test]
+    fn preconditions_in_rfc_order() {
+        use Precondition::*;
+        const TAG: &str = "\"5e0be100-17\"";
+        let mtime = UNIX_EPOCH + Duration::from_secs(1_577_836_800); // 2020-01-01
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000); // 2023-11-14
+        let (before, at, after, future) = (
+            "Tue, 01 Jan 2019 00:00:00 GMT",
+            "Wed, 01 Jan 2020 00:00:00 GMT",
+            "Fri, 01 Jan 2021 00:00:00 GMT",
+            "Fri, 01 Jan 2100 00:00:00 GMT",
+        );
+        let table = [
+            (String::new(), Proceed),
+            (format!("If-Modified-Since: {at}"), NotModified),
+            (format!("If-Modified-Since: {after}"), NotModified),
+            (format!("If-Modified-Since: {before}"), Proceed),
+            (format!("If-Modified-Since: {future}"), Proceed),
+            ("If-Modified-Since: yesterday".into(), Proceed),
+            (format!("If-Unmodified-Since: {before}"), Failed),
+            (format!("If-Unmodified-Since: {at}"), Proceed),
+            (format!("If-Unmodified-Since: {after}"), Proceed),
+            ("If-Unmodified-Since: yesterday".into(), Proceed),
+            (format!("If-Unmodified-Since: {before}, {before}"), Proceed),
+            (format!("If-Match: {TAG}"), Proceed),
+            (format!("If-Match: \"x\", {TAG}"), Proceed),
+            ("If-Match: *".into(), Proceed),
+            ("If-Match: \"x\"".into(), Failed),
+            (format!("If-Match: W/{TAG}"), Failed),
+            // If-Match present: If-Unmodified-Since is not evaluated.
+            (
+                format!("If-Match: {TAG}\r\nIf-Unmodified-Since: {before}"),
+                Proceed,
+            ),
+            // 412 is decided before 304.
+            (
+                format!("If-None-Match: {TAG}\r\nIf-Unmodified-Since: {before}"),
+                Failed,
+            ),
+            (format!("If-None-Match: W/{TAG}"), NotModified),
+            (
+                format!("If-None-Match: \"x\"\r\nIf-Modified-Since: {at}"),
+                Proceed,
+            ),
+            (
+                format!("If-Unmodified-Since: {after}\r\nIf-Modified-Since: {at}"),
+                NotModified,
+            ),
+        ];
+        for (fields, want) in table {
+            let fields = if fields.is_empty() {
+                fields
+            } else {
+                fields + "\r\n"
+            };
+            let got = with_fields(&fields, |r| preconditions(r, TAG, mtime, now));
+            assert_eq!(got, want, "{fields}");
+        }
+    }
+
+    /// Issue 26: a position beyond u64 gave 200; nginx 1.22 answers 416 to each of these.
+    #[test]
+    fn byte_ranges() {
+        use RangeSel::*;
+        let table = [
+            ("bytes=0-18446744073709551616", Unsatisfiable),
+            ("bytes=18446744073709551616-", Unsatisfiable),
+            ("bytes=-18446744073709551616", Unsatisfiable),
+            ("bytes=0-99999999999999999999999", Unsatisfiable),
+            ("bytes=0-18446744073709551615", Part(0, 22)),
+            ("bytes=a-18446744073709551616", Full),
+            ("bytes=0-4", Part(0, 4)),
+            ("bytes=-5", Part(18, 22)),
+            ("bytes=20-", Part(20, 22)),
+            ("bytes=23-", Unsatisfiable),
+            ("bytes=-0", Unsatisfiable),
+            ("bytes=5-3", Full),
+            ("bytes=0-1,3-4", Full),
+            ("bytes=x", Full),
+            ("items=0-1", Full),
+        ];
+        for (spec, want) in table {
+            let got = with_fields(&format!("Range: {spec}\r\n"), |r| range(r, 23, "t", "d"));
+            assert_eq!(got, want, "{spec}");
+        }
     }
 }

@@ -140,8 +140,18 @@ pub fn ephemeral_low() -> u16 {
         .unwrap_or(32768)
 }
 
+/// The lock file around mounting a bpffs at /sys/fs/bpf (see [`ensure_pin_dir`]). Outside
+/// /sys/fs/bpf, which is not writable before the mount.
+pub const BPFFS_LOCK: &str = "/run/ringx-bpffs.lock";
+
 /// Makes sure `dir` exists on a bpffs, mounting one at /sys/fs/bpf when none is (as bpftool
-/// does); true when it mounted one.
+/// does); true when this call mounted it.
+///
+/// Safe against concurrent callers, threads and processes alike (parallel tests, `ringx serve`
+/// next to `ringx xdp`): the check and the mount happen under an exclusive `flock` of
+/// [`BPFFS_LOCK`], and a bpffs already there counts as success. Without it two loaders starting
+/// together each found none and each mounted one, stacking two bpffs on /sys/fs/bpf; the second
+/// hid the pin directory the first had just made.
 ///
 /// Such a mount belongs to the caller's mount namespace. `ip netns exec` gives every command a
 /// mount namespace of its own with a fresh /sys, so pins made under it vanish with the
@@ -151,8 +161,7 @@ pub fn ensure_pin_dir(dir: &Path) -> Result<bool> {
     let root = Path::new("/sys/fs/bpf");
     let mut mounted = false;
     if dir.starts_with(root) && root.is_dir() && !sys::is_bpffs(root).unwrap_or(false) {
-        sys::mount_bpffs(root).map_err(|e| Error::io("mount a bpffs at /sys/fs/bpf", e))?;
-        mounted = true;
+        mounted = mount_bpffs_once(root)?;
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
     if !sys::is_bpffs(dir).map_err(|e| Error::io(format!("statfs {}", dir.display()), e))? {
@@ -163,6 +172,31 @@ pub fn ensure_pin_dir(dir: &Path) -> Result<bool> {
         )));
     }
     Ok(mounted)
+}
+
+/// Mounts a bpffs at `root` unless one is there by the time the lock is held; true when it did.
+fn mount_bpffs_once(root: &Path) -> Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(BPFFS_LOCK)
+        .map_err(|e| {
+            Error::io(
+                format!("open {BPFFS_LOCK} (the lock around mounting a bpffs at /sys/fs/bpf)"),
+                e,
+            )
+        })?;
+    sys::flock_exclusive(&lock).map_err(|e| Error::io(format!("flock {BPFFS_LOCK}"), e))?;
+    // Again, under the lock: another loader may have mounted it since the first look.
+    if sys::is_bpffs(root).map_err(|e| Error::io(format!("statfs {}", root.display()), e))? {
+        return Ok(false);
+    }
+    sys::mount_bpffs(root).map_err(|e| Error::io("mount a bpffs at /sys/fs/bpf", e))?;
+    // Dropping `lock` releases the flock: the next holder sees this mount.
+    Ok(true)
 }
 
 /// (type, key size, value size, minimum entries) of each map, to check pins against.

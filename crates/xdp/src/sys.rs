@@ -456,6 +456,21 @@ pub fn mount_bpffs(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// `flock(fd, LOCK_EX)`: waits for an exclusive lock on `file`, released when the descriptor is
+/// closed. Locks taken through separate `open`s conflict even within one process.
+pub fn flock_exclusive(file: &std::fs::File) -> io::Result<()> {
+    loop {
+        // SAFETY: flock takes a descriptor that `file` keeps open for the call, and a flag word.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// `if_nametoindex(3)`: None when there is no such device in this network namespace.
 pub fn ifindex(dev: &str) -> Option<u32> {
     let c = CString::new(dev).ok()?;

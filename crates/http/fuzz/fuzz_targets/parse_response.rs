@@ -1,11 +1,11 @@
 //! Fuzz the upstream response parser and the proxy's response rewriting: never panics, a
 //! complete head is within the input, every prefix of a complete head is partial (or an
 //! error that the whole input also gives), and the rewritten head for the client parses back
-//! with the same status and no hop-by-hop fields.
+//! with the same status and no hop-by-hop fields but the proxy's own `Connection` line.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringx_http::upstream::{parse_response, write_response_head, ResponseBody};
+use ringx_http::upstream::{parse_response, write_response_head, ClientFraming, ResponseBody};
 use ringx_http::{httparse, Parsed, Version};
 
 fuzz_target!(|data: &[u8]| {
@@ -27,9 +27,13 @@ fuzz_target!(|data: &[u8]| {
             panic!("a strict prefix of a head parsed as complete");
         }
     }
-    let version = if flags & 2 == 0 { Version::Http11 } else { Version::Http10 };
+    let version = if flags & 2 == 0 {
+        Version::Http11
+    } else {
+        Version::Http10
+    };
     let mut out = Vec::new();
-    write_response_head(&mut out, &r, version, b"");
+    let framing = write_response_head(&mut out, &r, version, b"");
     let mut h3 = [httparse::EMPTY_HEADER; 40];
     let mut again = httparse::Response::new(&mut h3);
     match again.parse(&out) {
@@ -38,9 +42,30 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(again.code, Some(r.status));
     for f in again.headers.iter() {
-        for hop in ["connection", "keep-alive", "te", "trailer", "proxy-connection"] {
+        // The proxy's own Connection line: `upgrade` for a 101, `close` where the body ends
+        // with the connection; the upstream's is never passed on.
+        if f.name.eq_ignore_ascii_case("connection") {
+            let own = if r.status == 101 {
+                &b"upgrade"[..]
+            } else {
+                assert_eq!(
+                    framing,
+                    ClientFraming::Close,
+                    "the upstream's Connection passed on"
+                );
+                b"close"
+            };
+            assert_eq!(
+                f.value,
+                own,
+                "Connection: {:?}",
+                String::from_utf8_lossy(f.value)
+            );
+            continue;
+        }
+        for hop in ["keep-alive", "te", "trailer", "proxy-connection"] {
             assert!(
-                !f.name.eq_ignore_ascii_case(hop) || (f.name.eq_ignore_ascii_case("connection") && r.status == 101),
+                !f.name.eq_ignore_ascii_case(hop),
                 "hop-by-hop {hop} passed on"
             );
         }

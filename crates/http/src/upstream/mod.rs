@@ -180,8 +180,8 @@ fn finish_response<'h, 'b>(
     }))
 }
 
-/// Fields that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the framing
-/// fields the proxy re-declares itself.
+/// Fields that describe one connection, never forwarded (RFC 9110 §7.6.1). `Transfer-Encoding`
+/// is one of them here because the proxy re-declares the framing itself (see [`is_framing`]).
 fn is_hop_by_hop(name: &str) -> bool {
     const HOP: [&str; 8] = [
         "connection",
@@ -194,6 +194,14 @@ fn is_hop_by_hop(name: &str) -> bool {
         "expect",
     ];
     HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// The fields that delimit a message's body. The proxy never copies them from one side to the
+/// other: it declares the framing it will actually send, from what it parsed, so the next hop
+/// reads exactly the body the proxy relays. A `Connection` option naming one of them therefore
+/// changes nothing (it used to remove the length and let the body be read as a second request).
+fn is_framing(name: &str) -> bool {
+    name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("transfer-encoding")
 }
 
 /// Whether `name` is listed in any `Connection` field of `headers`.
@@ -238,6 +246,16 @@ pub struct Forward<'a> {
 }
 
 /// Writes the head of `req` as forwarded to an upstream (HTTP/1.1 always).
+///
+/// The proxy owns four things about the forwarded message, and no field sent by the client can
+/// change them: its framing (`Content-Length: n` or `Transfer-Encoding: chunked`, from
+/// [`Request::body`], which is how the proxy relays the body), `Host` ([`Forward::host`] or the
+/// client's validated one), `Upgrade` ([`Forward::upgrade`]) and `Connection`. So a request that
+/// lists one of them in `Connection` (`Connection: Content-Length`) is forwarded with its
+/// framing re-declared, not refused: the upstream reads exactly one request with exactly the
+/// body the proxy sends, which is what refusing (RFC 9110 §7.6.1 allows it) would protect, and
+/// clients that name such fields by mistake keep working, as they do through nginx, which
+/// ignores `Connection` options altogether. Other fields named by `Connection` are dropped.
 pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>) {
     out.extend_from_slice(req.method_str.as_bytes());
     out.push(b' ');
@@ -259,10 +277,11 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
     let mut xff: Option<&[u8]> = None;
     for h in req.headers {
         let n = h.name;
-        if is_hop_by_hop(n) || named_by_connection(req.headers, n) {
+        // The proxy's own fields first, so that `Connection` cannot name them away.
+        if is_hop_by_hop(n) || is_framing(n) || n.eq_ignore_ascii_case("host") {
             continue;
         }
-        if n.eq_ignore_ascii_case("host") {
+        if named_by_connection(req.headers, n) {
             continue;
         }
         if f.forwarded_headers {
@@ -278,7 +297,10 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
     }
     match req.body {
         crate::BodyKind::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        crate::BodyKind::Length(_) | crate::BodyKind::None => {} // Content-Length was copied
+        crate::BodyKind::Length(n) => {
+            let _ = write!(Bytes(out), "Content-Length: {n}\r\n");
+        }
+        crate::BodyKind::None => {}
     }
     if f.forwarded_headers {
         if let Some(ip) = f.client {
@@ -315,15 +337,25 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
 /// How the response travels to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientFraming {
-    /// As the upstream framed it (Content-Length or chunked, passed through unchanged).
+    /// As the upstream framed it: the body's bytes (chunked framing included) pass through
+    /// unchanged, and the head declares the same `Content-Length` or chunked coding.
     Same,
-    /// The body is de-chunked and delimited by closing (HTTP/1.0 client, chunked upstream).
+    /// Delimited by closing the client's connection, which must not carry another response:
+    /// a chunked body de-chunked for an HTTP/1.0 client, or a body the upstream itself
+    /// delimits by closing ([`ResponseBody::UntilClose`]), passed through as it comes.
     Close,
 }
 
 /// Writes the response head for the client: the upstream's fields without hop-by-hop ones,
-/// framing declared for the client, then `conn` (a `Connection: ...\r\n` line or nothing).
+/// framing declared for the client, then `conn` (a `Connection: ...\r\n` line or nothing), or
+/// `Connection: close` instead where the body is delimited by closing ([`ClientFraming::Close`]).
 /// Returns how the body must be passed on.
+///
+/// As for requests ([`write_request_head`]), the framing the head declares is the proxy's, from
+/// [`ResponseHead::body`] and the returned [`ClientFraming`], never a copy of the upstream's
+/// fields, so a `Connection` option naming `Content-Length` cannot leave a kept-alive client
+/// without the body's length. The one length copied is that of a response without a body
+/// (HEAD, 304): there it describes the representation, not this message.
 pub fn write_response_head(
     out: &mut Vec<u8>,
     resp: &ResponseHead<'_, '_>,
@@ -331,7 +363,9 @@ pub fn write_response_head(
     conn: &[u8],
 ) -> ClientFraming {
     let framing = match (resp.body, client) {
-        (ResponseBody::Chunked, Version::Http10) => ClientFraming::Close,
+        (ResponseBody::Chunked, Version::Http10) | (ResponseBody::UntilClose, _) => {
+            ClientFraming::Close
+        }
         _ => ClientFraming::Same,
     };
     crate::write_status_line_reason(out, resp.status, resp.reason);
@@ -342,11 +376,8 @@ pub fn write_response_head(
             put(out, n, h.value);
             continue;
         }
-        if is_hop_by_hop(n) || named_by_connection(resp.headers, n) {
+        if is_hop_by_hop(n) || is_framing(n) || named_by_connection(resp.headers, n) {
             continue;
-        }
-        if n.eq_ignore_ascii_case("content-length") && resp.body == ResponseBody::Chunked {
-            continue; // Transfer-Encoding overrides it; never send both
         }
         put(out, n, h.value);
     }
@@ -354,12 +385,35 @@ pub fn write_response_head(
         out.extend_from_slice(b"Connection: upgrade\r\n\r\n");
         return framing;
     }
-    if resp.body == ResponseBody::Chunked && framing == ClientFraming::Same {
-        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    match (resp.body, framing) {
+        (ResponseBody::Length(n), _) => {
+            let _ = write!(Bytes(out), "Content-Length: {n}\r\n");
+        }
+        (ResponseBody::Chunked, ClientFraming::Same) => {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        // RFC 9110 §8.6: never a Content-Length in a 1xx or 204 response.
+        (ResponseBody::None, _) if resp.status >= 200 && resp.status != 204 => {
+            if let Some(n) = declared_length(resp.headers) {
+                let _ = write!(Bytes(out), "Content-Length: {n}\r\n");
+            }
+        }
+        _ => {}
     }
-    out.extend_from_slice(conn);
+    out.extend_from_slice(match framing {
+        ClientFraming::Same => conn,
+        ClientFraming::Close => b"Connection: close\r\n",
+    });
     out.extend_from_slice(b"\r\n");
     framing
+}
+
+/// The `Content-Length` of a parsed head (already validated: every copy has the same value).
+fn declared_length(headers: &[Header<'_>]) -> Option<u64> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .and_then(|h| parse_content_length(h.value).ok())
 }
 
 fn put(out: &mut Vec<u8>, name: &str, value: &[u8]) {

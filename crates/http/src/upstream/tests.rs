@@ -281,3 +281,90 @@ fn hop_by_hop_names() {
         assert!(!is_hop_by_hop(n), "{n}");
     }
 }
+
+/// Issue 26: `Connection: Content-Length` used to remove the length from the forwarded head, so
+/// the upstream read the body as a second request. The framing is the proxy's own.
+#[test]
+fn connection_cannot_name_away_the_framing() {
+    let smuggled = "GET /secret/x HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let raw = format!(
+        "POST /api/a HTTP/1.1\r\nHost: h\r\nConnection: Content-Length, Host, Upgrade, X-Hop\r\n\
+         X-Hop: 1\r\nContent-Length: {}\r\n\r\n",
+        smuggled.len()
+    );
+    let f = Forward {
+        forwarded_headers: false,
+        ..fwd()
+    };
+    assert_eq!(
+        forward(raw.as_bytes(), &f),
+        format!(
+            "POST /api/a HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
+            smuggled.len()
+        )
+    );
+    let raw = "POST /a HTTP/1.1\r\nHost: h\r\nConnection: transfer-encoding\r\n\
+               Transfer-Encoding: chunked\r\n\r\n";
+    assert_eq!(
+        forward(raw.as_bytes(), &f),
+        "POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    // The length is the parsed one, not a copy of the client's digits.
+    let raw = "PUT /a HTTP/1.1\r\nContent-Length: 007\r\nHost: h\r\n\r\n";
+    assert_eq!(
+        forward(raw.as_bytes(), &f),
+        "PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 7\r\n\r\n"
+    );
+}
+
+fn rewrite(raw: &[u8], head: bool, client: Version, conn: &[u8]) -> (String, ClientFraming) {
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    let Ok(Parsed::Complete(r)) = parse_response(raw, &mut h, 8192, head) else {
+        panic!("response")
+    };
+    let mut out = Vec::new();
+    let f = write_response_head(&mut out, &r, client, conn);
+    (String::from_utf8(out).unwrap(), f)
+}
+
+/// Issue 26: an upstream's `Connection: Content-Length` used to strip the length from the head
+/// a kept-alive client got, so the next response ran into this body.
+#[test]
+fn response_framing_is_the_proxys() {
+    let raw = b"HTTP/1.1 200 OK\r\nConnection: Content-Length, Transfer-Encoding\r\nContent-Length: 5\r\n\r\nhello";
+    assert_eq!(
+        rewrite(raw, false, Version::Http11, b""),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".to_string(),
+            ClientFraming::Same
+        )
+    );
+    // HEAD and 304 keep the representation's length; 204 never has one.
+    let raw = b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 99\r\n\r\n";
+    assert_eq!(
+        rewrite(raw, true, Version::Http11, b"").0,
+        "HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n"
+    );
+    let raw = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(
+        rewrite(raw, false, Version::Http11, b"").0,
+        "HTTP/1.1 204 No Content\r\n\r\n"
+    );
+    // A body delimited by closing says so, whatever connection line the caller offered.
+    let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_eq!(
+        rewrite(raw, false, Version::Http10, b"Connection: keep-alive\r\n"),
+        (
+            "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_string(),
+            ClientFraming::Close
+        )
+    );
+    let raw = b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\n";
+    assert_eq!(
+        rewrite(raw, false, Version::Http11, b""),
+        (
+            "HTTP/1.1 200 OK\r\nServer: x\r\nConnection: close\r\n\r\n".to_string(),
+            ClientFraming::Close
+        )
+    );
+}

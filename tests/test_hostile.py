@@ -1,0 +1,427 @@
+"""Hostile probes: attacks and operator mistakes that once got through (issue 26), kept as
+fixed classes so they stay fixed. One section per probe class; add new classes as new sections.
+
+Proxied probes run against RawUpstream, a socket server written here that logs exactly the
+bytes it receives and reads them with strict HTTP/1.1 framing, so a smuggled request shows up
+as a request of its own.
+
+Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_hostile.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from conftest import runtime_section
+from util_http import Conn, request, roundtrip
+
+SMUGGLED = b"GET /secret/x HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+
+# --------------------------------------------------------------------------- raw upstream
+
+@dataclass
+class Seen:
+    """One request as the upstream's strict parser framed it."""
+    method: str
+    target: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        vals = [v for k, v in self.headers if k.lower() == name.lower()]
+        return vals[0] if vals else None
+
+
+@dataclass
+class UpConn:
+    raw: bytearray = field(default_factory=bytearray)  # every byte received, in order
+    leftover: bytes = b""  # bytes after the last complete request when the connection ended
+
+
+def default_answer(req: Seen) -> bytes:
+    body = f"{req.method} {req.target}".encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+class RawUpstream:
+    """An HTTP/1.1 upstream on raw sockets: logs the bytes of each connection, frames requests
+    strictly (Transfer-Encoding: chunked, else Content-Length, else no body) and answers each
+    with `answer(request) -> bytes` (default: 200, body "METHOD TARGET"), keeping the
+    connection open for the next."""
+
+    def __init__(self, answer=default_answer):
+        self.answer = answer
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.conns: list[UpConn] = []
+        self.requests: list[Seen] = []
+        self.lock = threading.Lock()
+        self.live: set[socket.socket] = set()
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.stopped = True
+        for s in [self.sock, *list(self.live)]:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def _accept(self) -> None:
+        while not self.stopped:
+            try:
+                s, _ = self.sock.accept()
+            except OSError:
+                return
+            c = UpConn()
+            with self.lock:
+                self.conns.append(c)
+                self.live.add(s)
+            threading.Thread(target=self._serve, args=(s, c), daemon=True).start()
+
+    def _serve(self, s: socket.socket, c: UpConn) -> None:
+        buf = b""
+
+        def more() -> bool:
+            nonlocal buf
+            try:
+                d = s.recv(65536)
+            except OSError:
+                return False
+            if not d:
+                return False
+            with self.lock:
+                c.raw += d
+            buf += d
+            return True
+
+        def take_until(marker: bytes) -> bytes | None:
+            nonlocal buf
+            while marker not in buf:
+                if not more():
+                    return None
+            i = buf.index(marker) + len(marker)
+            out, buf = buf[:i], buf[i:]
+            return out
+
+        def take(n: int) -> bytes | None:
+            nonlocal buf
+            while len(buf) < n:
+                if not more():
+                    return None
+            out, buf = buf[:n], buf[n:]
+            return out
+
+        s.settimeout(10)
+        try:
+            while True:
+                head = take_until(b"\r\n\r\n")
+                if head is None:
+                    break
+                lines = head[:-4].decode("latin-1").split("\r\n")
+                method, target, _version = lines[0].split(" ", 2)
+                headers = [tuple(x.strip() for x in ln.split(":", 1)) for ln in lines[1:]]
+                names = {k.lower(): v for k, v in headers}
+                body = b""
+                if "chunked" in names.get("transfer-encoding", "").lower():
+                    while True:
+                        size_line = take_until(b"\r\n")
+                        if size_line is None:
+                            raise EOFError
+                        size = int(size_line.split(b";")[0], 16)
+                        if size == 0:
+                            while take_until(b"\r\n") not in (b"\r\n", None):
+                                pass
+                            break
+                        body += take(size) or b""
+                        take(2)
+                elif "content-length" in names:
+                    body = take(int(names["content-length"])) or b""
+                req = Seen(method, target, headers, body)
+                with self.lock:
+                    self.requests.append(req)
+                s.sendall(self.answer(req))
+        except (OSError, EOFError, ValueError):
+            pass
+        finally:
+            with self.lock:
+                c.leftover = buf
+                self.live.discard(s)
+            s.close()
+
+
+@pytest.fixture
+def raw_upstream():
+    made: list[RawUpstream] = []
+
+    def make(answer=default_answer) -> RawUpstream:
+        u = RawUpstream(answer)
+        made.append(u)
+        return u
+
+    yield make
+    for u in made:
+        u.close()
+
+
+def proxy_config(port: int, upstream: str) -> str:
+    """/api/ goes to the upstream; /secret/ is refused by ringx itself (a smuggled request
+    reaching the upstream would bypass that)."""
+    return (runtime_section(None) +
+            f'[[upstream]]\nname = "app"\nservers = ["{upstream}"]\n'
+            f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n'
+            '[[server.location]]\npath = "/api/"\nproxy_pass = "app"\n'
+            '[[server.location]]\npath = "/secret/"\nreturn = { status = 403 }\n')
+
+
+def wait_for(pred, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
+# --------------------------------------------------------------------------- defect 1
+
+def chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+
+
+class TestRequestSmugglingThroughConnection:
+    """`Connection` naming a framing field once removed it from the forwarded head: the body
+    (a second request) reached the upstream as a request of its own, past ringx's routing.
+    ringx now forwards the request with the framing it parsed (see write_request_head), so the
+    upstream reads exactly one request carrying the body, and a later client's request on the
+    pooled connection is its own."""
+
+    CASES = [
+        ("Content-Length", b"Content-Length: %d\r\n" % len(SMUGGLED), SMUGGLED),
+        ("content-length, Host, Upgrade, X-Other",
+         b"Content-Length: %d\r\n" % len(SMUGGLED), SMUGGLED),
+        ("Transfer-Encoding", b"Transfer-Encoding: chunked\r\n", chunked(SMUGGLED)),
+    ]
+
+    @pytest.mark.parametrize("conn,framing,body", CASES, ids=["cl", "cl-host-upgrade", "te"])
+    def test_one_request_with_its_body_reaches_the_upstream(self, ringx, raw_upstream, port,
+                                                            conn, framing, body):
+        up = raw_upstream()
+        ringx.make(proxy_config(port, up.addr))
+        probe = (b"POST /api/a HTTP/1.1\r\nHost: localhost\r\nConnection: " + conn.encode() +
+                 b"\r\n" + framing + b"\r\n" + body)
+        with Conn(port) as c:
+            c.send(probe)
+            r = c.read_response()
+            assert r.status == 200 and r.body == b"POST /api/a", r
+        # Another client, which the pool may give the same upstream connection.
+        r = roundtrip(port, request("GET", "/api/b"))[0]
+        assert r.status == 200 and r.body == b"GET /api/b", r
+        assert wait_for(lambda: len(up.requests) >= 2)
+        time.sleep(0.2)  # anything smuggled would be parsed by now
+        seen = [(q.method, q.target, q.body) for q in up.requests]
+        assert seen == [("POST", "/api/a", SMUGGLED), ("GET", "/api/b", b"")], seen
+        post = up.requests[0]
+        assert post.header("Connection") is None
+        if "Transfer" in conn:
+            assert post.header("Transfer-Encoding") == "chunked" and post.header("Content-Length") is None
+        else:
+            assert post.header("Content-Length") == str(len(SMUGGLED))
+        assert post.header("Host") == "localhost"
+        assert all(not c.leftover for c in up.conns), [bytes(c.raw) for c in up.conns]
+
+    def test_the_smuggled_path_is_refused_by_ringx(self, ringx, raw_upstream, port):
+        """What the smuggled request would have bypassed."""
+        up = raw_upstream()
+        ringx.make(proxy_config(port, up.addr))
+        r = roundtrip(port, SMUGGLED)[0]
+        assert r.status == 403 and up.requests == []
+
+
+# --------------------------------------------------------------------------- defect 2
+
+def framing_answer(req: Seen) -> bytes:
+    if req.target == "/api/cl":
+        return b"HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 5\r\n\r\nhello"
+    if req.target == "/api/chunked":
+        return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    return default_answer(req)
+
+
+class TestResponseFramingFromUpstream:
+    """An upstream's `Connection: Content-Length` once stripped the length from the response a
+    kept-alive client got, so the next response ran into this one's body."""
+
+    def test_length_survives_connection_option(self, ringx, raw_upstream, port):
+        up = raw_upstream(framing_answer)
+        ringx.make(proxy_config(port, up.addr))
+        with Conn(port, timeout=3) as c:
+            c.send(request("GET", "/api/cl"))
+            r = c.read_response()
+            assert r.status == 200 and r.header("Content-Length") == "5" and r.body == b"hello", r
+            assert "content-length" not in r.connection_tokens()
+            c.send(request("GET", "/api/next"))
+            r = c.read_response()
+            assert r.status == 200 and r.body == b"GET /api/next", r
+
+    def test_http10_keepalive_client_of_chunked_upstream_is_told_close(self, ringx,
+                                                                       raw_upstream, port):
+        """The body is de-chunked and ends with the connection: the head must say so."""
+        up = raw_upstream(framing_answer)
+        ringx.make(proxy_config(port, up.addr))
+        with Conn(port, timeout=3) as c:
+            c.send(b"GET /api/chunked HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n")
+            r = c.read_response()
+            assert r.status == 200 and r.body == b"hello", r
+            assert r.header("Transfer-Encoding") is None and r.header("Content-Length") is None
+            assert "close" in r.connection_tokens() and "keep-alive" not in r.connection_tokens(), r
+
+
+# --------------------------------------------------------------------------- defect 8
+
+def server(extra: str = "", ret: str = "{ status = 200 }", port: int = 18080) -> str:
+    """A [[server]] for `ringx check`, which binds nothing: the port is never opened."""
+    return (f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n{extra}'
+            f'[[server.location]]\npath = "/"\nreturn = {ret}\n')
+
+
+CHECK_CASES = [
+    # id, config, text of the offending entry (the error points at its last occurrence), words
+    ("location_crlf", server(ret='{ status = 301, location = "/x\\r\\nSet-Cookie: a=b" }'),
+     '"/x\\r', "return location"),
+    ("content_type_lf", server(ret='{ status = 200, content_type = "text/html\\nX: y" }'),
+     '"text/html', "return content_type"),
+    ("headers_content_length", server(ret='{ status = 200, headers = { Content-Length = "0" } }'),
+     "Content-Length", "cannot be set in `headers`"),
+    ("headers_transfer_encoding",
+     server(ret='{ status = 200, headers = { Transfer-Encoding = "chunked" } }'),
+     "Transfer-Encoding", "cannot be set in `headers`"),
+    ("headers_connection", server(ret='{ status = 200, headers = { Connection = "close" } }'),
+     "Connection", "cannot be set in `headers`"),
+    ("duplicate_location",
+     server() + '[[server.location]]\npath = "/"\nreturn = { status = 204 }\n',
+     '"/"\nreturn = { status = 204', "duplicate location"),
+    ("duplicate_server_name",
+     server('server_name = ["a.test"]\n') + server('server_name = ["A.test"]\n'),
+     '"A.test"', "already claimed"),
+    ("two_defaults", server("default = true\n") + server("default = true\n"),
+     "true", "a second default server"),
+    ("status_600", server(ret="{ status = 600 }"), "600", "between 200 and 599"),
+    ("status_99", server(ret="{ status = 99 }"), "99", "between 200 and 599"),
+]
+
+
+class TestCheckRefuses:
+    """`ringx check` accepted each of these."""
+
+    @pytest.mark.parametrize("text,entry,words", [c[1:] for c in CHECK_CASES],
+                             ids=[c[0] for c in CHECK_CASES])
+    def test_refused_at_the_entry(self, ringx_bin, tmp_path, text, entry, words):
+        f = tmp_path / "bad.toml"
+        f.write_text(text)
+        at = text.rindex(entry)
+        line = text.count("\n", 0, at) + 1
+        col = at - (text.rfind("\n", 0, at) + 1) + 1
+        cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True,
+                            timeout=10)
+        assert cp.returncode == 1, (cp.returncode, cp.stdout, cp.stderr)
+        assert re.search(rf"{re.escape(str(f))}:{line}:{col}: .*{re.escape(words)}", cp.stderr), \
+            (line, col, cp.stderr)
+
+    def test_same_name_on_other_addresses_passes(self, ringx_bin, tmp_path):
+        f = tmp_path / "ok.toml"
+        f.write_text(server('server_name = ["a.test"]\ndefault = true\n', port=18081) +
+                     server('server_name = ["a.test"]\ndefault = true\n', port=18082))
+        cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True,
+                            timeout=10)
+        assert cp.returncode == 0, cp.stderr
+
+
+# --------------------------------------------------------------------------- defect 9
+
+MTIME = 1_577_836_800  # 2020-01-01 00:00:00 GMT
+TEXT = b"hello world 0123456789\n"
+
+
+@pytest.fixture
+def files(ringx, raw_upstream, port, tmp_path):
+    """A static root with one file modified at MTIME, and /api/ proxied to a raw upstream."""
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "f.txt").write_bytes(TEXT)
+    os.utime(root / "f.txt", (MTIME, MTIME))
+    up = raw_upstream()
+    ringx.make(runtime_section(None) +
+               f'[[upstream]]\nname = "app"\nservers = ["{up.addr}"]\n'
+               f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n'
+               f'[[server.location]]\npath = "/"\nroot = "{root}"\n'
+               '[[server.location]]\npath = "/api/"\nproxy_pass = "app"\n')
+    return port, up
+
+
+def status(port: int, raw: bytes) -> int:
+    return roundtrip(port, raw)[0].status
+
+
+class TestHttpDeviations:
+    """Answers that differed from RFC 9110 / RFC 9112; nginx 1.22's answer to the same probe
+    is noted with each."""
+
+    def test_future_if_modified_since_is_ignored(self, files):
+        port, _ = files
+        # nginx: 200. (ringx answered 304.)
+        assert status(port, request("GET", "/f.txt", headers={
+            "If-Modified-Since": "Fri, 01 Jan 2100 00:00:00 GMT"})) == 200
+        assert status(port, request("GET", "/f.txt", headers={
+            "If-Modified-Since": "Wed, 01 Jan 2020 00:00:00 GMT"})) == 304
+
+    def test_if_unmodified_since(self, files):
+        port, _ = files
+        # nginx: 412. (ringx ignored the field: 200.)
+        assert status(port, request("GET", "/f.txt", headers={
+            "If-Unmodified-Since": "Tue, 01 Jan 2019 00:00:00 GMT"})) == 412
+        # nginx: 200.
+        assert status(port, request("GET", "/f.txt", headers={
+            "If-Unmodified-Since": "Wed, 01 Jan 2020 00:00:00 GMT"})) == 200
+        # An invalid date is ignored (RFC 9110 §13.1.4); nginx answers 412 here.
+        assert status(port, request("GET", "/f.txt", headers={
+            "If-Unmodified-Since": "yesterday"})) == 200
+
+    def test_10kb_method_is_501_and_not_forwarded(self, files):
+        port, up = files
+        # nginx: 414 (request line beyond its buffers); HAProxy 2.6 forwards it.
+        # (ringx forwarded it to the upstream, and answered 405 on a static location.)
+        for path in ("/api/x", "/f.txt"):
+            r, closed = roundtrip(port, request("A" * 10240, path), close_wait=3)
+            assert r.status == 501 and closed, r
+        time.sleep(0.2)
+        assert up.requests == [] and all(not c.raw for c in up.conns)
+        # The longest method accepted (32 bytes) still reaches the upstream.
+        assert status(port, request("M" * 32, "/api/x")) == 200
+        assert [q.method for q in up.requests] == ["M" * 32]
+
+    @pytest.mark.parametrize("spec", ["bytes=0-18446744073709551616",
+                                      "bytes=18446744073709551616-",
+                                      "bytes=-18446744073709551616"])
+    def test_overflowing_range_is_416(self, files, spec):
+        port, _ = files
+        # nginx: 416 for each. (ringx answered 200.)
+        r = roundtrip(port, request("GET", "/f.txt", headers={"Range": spec}))[0]
+        assert r.status == 416 and r.header("Content-Range") == f"bytes */{len(TEXT)}", r
+
+    def test_invalid_range_is_still_ignored(self, files):
+        port, _ = files
+        assert status(port, request("GET", "/f.txt", headers={"Range": "bytes=a-18446744073709551616"})) == 200
