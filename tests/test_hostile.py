@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -425,3 +427,219 @@ class TestHttpDeviations:
     def test_invalid_range_is_still_ignored(self, files):
         port, _ = files
         assert status(port, request("GET", "/f.txt", headers={"Range": "bytes=a-18446744073709551616"})) == 200
+
+
+# --------------------------------------------------------------------------- defect 3
+
+class TestUnsolicitedUpstreamBytes:
+    """A pooled upstream connection that receives bytes nobody asked for must leave the pool:
+    the next request written to it would never be answered (17 of 40 clients hung for
+    read_timeout before the fix)."""
+
+    def test_no_client_hangs_behind_a_chatty_upstream(self, ringx, raw_upstream, port):
+        def chatty(req: Seen) -> bytes:
+            body = b"ok"
+            # A response, then bytes no request asked for, on the kept-alive connection.
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n" + body + b"HTTP/1.1 200 OK\r\n\r\n"
+
+        up = raw_upstream(chatty)
+        ringx.make(proxy_config(port, up.addr).replace(
+            'servers = ["%s"]' % up.addr, 'servers = ["%s"]\nread_timeout = "20s"' % up.addr))
+        started = time.monotonic()
+        for i in range(40):
+            r = roundtrip(port, request("GET", f"/api/{i}"), timeout=5)[0]
+            assert r.status == 200 and r.body == b"ok", f"request {i}: {r}"
+        assert time.monotonic() - started < 15, "a client waited for read_timeout"
+
+
+# --------------------------------------------------------------------------- defect 4
+
+class TestIdleFlood:
+    """Idle connections must not lock new clients out: near max_conns the longest idle ones
+    are closed (as nginx reuses its idle connections), so 14 new clients are served after an
+    idle flood four times the zones' capacity."""
+
+    def test_new_clients_are_served_after_an_idle_flood(self, ringx, port):
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 4096:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+        cfg = (runtime_section(None, zones=2, extra="max_conns = 200\n") +
+               f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n'
+               '[[server.location]]\npath = "/"\nreturn = { status = 200, body = "served" }\n')
+        srv = ringx.make(cfg)
+        idle = []
+        try:
+            for _ in range(800):
+                try:
+                    idle.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+                except OSError:
+                    pass
+            time.sleep(0.5)
+            served = 0
+            for _ in range(14):
+                try:
+                    r = roundtrip(port, request("GET", "/"), timeout=3)[0]
+                    served += r.status == 200 and r.body == b"served"
+                except (OSError, AssertionError):
+                    pass
+            assert served == 14, f"{served} of 14 new clients served\n{srv.log()[-2000:]}"
+            assert "connection limit near (max_conns 200)" in srv.log()
+            assert "Too many open files" not in srv.log()
+        finally:
+            for s in idle:
+                s.close()
+
+
+# --------------------------------------------------------------------------- defect 5
+
+class TestReloadInFlight:
+    """A reload applies to new requests at once, while a slow proxied response in flight
+    finishes whole (nginx served the new configuration after 1 s; ringx used to hold the zone
+    on the old one for drain_timeout and then cut the response)."""
+
+    def test_new_config_at_once_and_the_slow_response_finishes(self, ringx, port):
+        import socketserver
+
+        class Slow(socketserver.BaseRequestHandler):
+            def handle(self):
+                self.request.recv(65536)
+                self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n")
+                for _ in range(8):
+                    time.sleep(0.4)
+                    self.request.sendall(b"x" * 5)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        up = Server(("127.0.0.1", 0), Slow)
+        threading.Thread(target=up.serve_forever, daemon=True).start()
+        try:
+            def cfg(body: str) -> str:
+                return (runtime_section(None) +
+                        f'[[upstream]]\nname = "slow"\nservers = ["127.0.0.1:{up.server_address[1]}"]\n'
+                        f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n'
+                        '[[server.location]]\npath = "/slow"\nproxy_pass = "slow"\n'
+                        f'[[server.location]]\npath = "/v"\nreturn = {{ status = 200, body = "{body}" }}\n')
+
+            srv = ringx.make(cfg("old"))
+            with Conn(port, timeout=10) as slow:
+                slow.send(request("GET", "/slow"))
+                time.sleep(0.3)
+                srv.config_path.write_text(cfg("new"))
+                srv.signal(signal.SIGHUP)
+                started = time.monotonic()
+                while time.monotonic() - started < 1.0:
+                    if roundtrip(port, request("GET", "/v"))[0].body == b"new":
+                        break
+                    time.sleep(0.05)
+                assert roundtrip(port, request("GET", "/v"))[0].body == b"new", \
+                    "the new configuration did not serve within 1 s of SIGHUP"
+                r = slow.read_response(timeout=10)
+                assert r.status == 200 and r.body == b"x" * 40, f"the response in flight was cut: {r}"
+        finally:
+            up.shutdown()
+            up.server_close()
+
+
+# --------------------------------------------------------------------------- defect 6
+
+class TestPrivilegeDropFiles:
+    """With `user = "nobody"` the pid file and the access log are made before the drop and
+    stay usable after it: `ringx reload` finds the pid, SIGUSR1 reopens the log."""
+
+    def test_pid_file_and_log_reopen_after_the_drop(self, ringx_bin, port):
+        if os.geteuid() != 0:
+            pytest.skip("needs root: the server drops privileges to nobody")
+        import pwd
+        import shutil
+        import tempfile
+        from conftest import Ringx
+        # Everything the server reads after the drop (the configuration, on reload) must be
+        # reachable by nobody: a directory of its own under /tmp, owned by root, 0755, so
+        # nobody may not create or remove files in it.
+        run = Path(tempfile.mkdtemp(prefix="ringx-priv-", dir="/tmp"))
+        os.chmod(run, 0o755)
+        srv = None
+        try:
+            pid_file, log = run / "ringx.pid", run / "access.log"
+            cfg = (runtime_section(None, extra=f'user = "nobody"\npid_file = "{pid_file}"\n') +
+                   f'[http]\naccess_log = "{log}"\n'
+                   f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n'
+                   '[[server.location]]\npath = "/"\nreturn = { status = 200, body = "ok" }\n')
+            srv = Ringx(ringx_bin, run, cfg).start()
+            assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() == str(srv.pid))
+            nobody = pwd.getpwnam("nobody")
+            assert log.stat().st_uid == nobody.pw_uid, "the log belongs to the server's user"
+            roundtrip(port, request("GET", "/first"))
+            assert wait_for(lambda: b"/first" in log.read_bytes())
+            # logrotate with `create`: the old file moves away, a new one owned by the
+            # server's user takes its place, then SIGUSR1.
+            os.rename(log, run / "access.log.1")
+            log.touch()
+            os.chown(log, nobody.pw_uid, nobody.pw_gid)
+            srv.signal(signal.SIGUSR1)
+            time.sleep(0.3)
+            roundtrip(port, request("GET", "/second"))
+            assert wait_for(lambda: b"/second" in log.read_bytes()), srv.log()
+            # A rotation that leaves no file in a directory nobody cannot write: the log goes
+            # on in the file it had rather than stopping for good.
+            os.rename(log, run / "access.log.2")
+            srv.signal(signal.SIGUSR1)
+            time.sleep(0.3)
+            roundtrip(port, request("GET", "/third"))
+            assert wait_for(lambda: b"/third" in (run / "access.log.2").read_bytes()), srv.log()
+            r = subprocess.run([ringx_bin, "reload", "--pid-file", str(pid_file)],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            srv.wait_log("reload 2 sent", timeout=5)
+            srv.signal(signal.SIGTERM)
+            assert srv.wait_exit(10) == 0
+            assert not pid_file.exists() or pid_file.read_text().strip() == "", \
+                "the pid file still names a process that exited"
+        finally:
+            if srv is not None:
+                srv.stop()
+            shutil.rmtree(run, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- defect 7
+
+class TestCoBinding:
+    """SO_REUSEPORT must not let a second, unrelated ringx share the ports of a running one
+    (/metrics was then answered by both): the second refuses to start, as nginx does."""
+
+    def test_a_second_server_on_the_same_ports_refuses_to_start(self, ringx, port):
+        admin = socket.socket()
+        admin.bind(("127.0.0.1", 0))
+        admin_port = admin.getsockname()[1]
+        admin.close()
+        cfg = (runtime_section(None) +
+               f'[admin]\nlisten = "127.0.0.1:{admin_port}"\n'
+               f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n'
+               '[[server.location]]\npath = "/"\nreturn = { status = 200, body = "first" }\n')
+        first = ringx.make(cfg, name="first")
+        second = ringx.make(cfg.replace('"first"', '"second"'), name="second", start=False)
+        second.start(wait=False)
+        rc = second.wait_exit(10)
+        assert rc not in (None, 0), "the second server started"
+        assert "already in use by another process" in second.log(), second.log()
+        for _ in range(20):
+            assert roundtrip(port, request("GET", "/"))[0].body == b"first"
+        # Only the admin port taken: refused too.
+        other = free_port_pair()
+        cfg2 = cfg.replace(f"127.0.0.1:{port}", f"127.0.0.1:{other}").replace('"first"', '"third"')
+        third = ringx.make(cfg2, name="third", start=False)
+        third.start(wait=False)
+        assert third.wait_exit(10) not in (None, 0)
+        assert "admin listener" in third.log() and "already in use" in third.log(), third.log()
+        assert first.proc.poll() is None
+
+
+def free_port_pair() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p

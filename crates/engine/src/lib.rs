@@ -106,7 +106,7 @@ pub use connect::ConnectTo;
 pub use driver::Driver;
 pub use handler::Handler;
 pub use io::{ConnId, Io, ListenerId};
-pub use listen::{bind_reuseport, ListenOptions};
+pub use listen::{bind_reuseport, ensure_unclaimed, ListenOptions};
 pub use pool::{Placement, ZoneExit, ZonePlan, ZonePool, ZonePoolBuilder, ZoneStart};
 pub use prefetch::prefetch;
 pub use timer::TimerWheel;

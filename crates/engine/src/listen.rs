@@ -30,6 +30,37 @@ impl Default for ListenOptions {
     }
 }
 
+/// Fails with `AddrInUse` when a socket is already bound to `addr`. Listeners are bound with
+/// `SO_REUSEPORT` so that the zones of one process (and the two processes of a binary
+/// upgrade) share a port; without this check an unrelated second server would silently share
+/// it too and take part of the connections. The probe is bound without `SO_REUSEPORT` (with
+/// `SO_REUSEADDR`, so connections in TIME_WAIT do not count) and closed at once: call it
+/// before binding an address this process does not hold yet.
+pub fn ensure_unclaimed(addr: SocketAddr) -> io::Result<()> {
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    match sock.bind(&addr.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "{addr} is already in use by another process (another ringx, or another \
+                 server): stop it, or choose another address; ringx shares a port only among \
+                 its own zones and with the process it upgrades"
+            ),
+        )),
+        // Anything else (EACCES for a low port, EADDRNOTAVAIL) is reported by the real bind.
+        Err(_) => Ok(()),
+    }
+}
+
 /// Binds a non-blocking listener with `SO_REUSEADDR` and `SO_REUSEPORT`. Errors name the
 /// address and what to check.
 pub fn bind_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<TcpListener> {
@@ -93,6 +124,20 @@ mod tests {
         let addr = a.local_addr().unwrap();
         let b = bind_reuseport(addr, &ListenOptions::default()).unwrap();
         assert_eq!(b.local_addr().unwrap(), addr);
+    }
+
+    #[test]
+    fn a_port_another_socket_holds_is_refused_one_we_share_is_not() {
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = other.local_addr().unwrap();
+        let e = ensure_unclaimed(addr).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        assert!(e.to_string().contains("another process"), "{e}");
+        drop(other);
+        ensure_unclaimed(addr).unwrap();
+        let ours = bind_reuseport(addr, &ListenOptions::default()).unwrap();
+        assert!(ensure_unclaimed(addr).is_err(), "our own listener counts too: probe first");
+        drop(ours);
     }
 
     #[test]

@@ -13,6 +13,11 @@ use crate::metrics::Metrics;
 
 /// Binds the admin address (before privileges are dropped).
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    // During a binary upgrade the old process holds the admin address until this one serves.
+    if !crate::upgrade::is_upgrade() {
+        ringx_engine::ensure_unclaimed(addr)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("admin listener: {e}")))?;
+    }
     let l = ringx_engine::bind_reuseport(addr, &ringx_engine::ListenOptions::default())
         .map_err(|e| std::io::Error::new(e.kind(), format!("admin listener {addr}: {e}")))?;
     l.set_nonblocking(false)?;

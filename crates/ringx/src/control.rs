@@ -10,7 +10,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,7 +48,7 @@ pub struct Control {
     pub drain_timeout: Duration,
     /// The reload whose acknowledgements are awaited: generation, zones left, since.
     pub acks: Option<(u64, usize, Instant)>,
-    pub pid_file: Option<PathBuf>,
+    pub pid_file: Option<crate::pidfile::PidFile>,
     pub upgrade: Option<Child>,
     /// `/healthz` says ok while this is set; cleared when draining begins.
     pub healthy: Arc<AtomicBool>,
@@ -70,35 +70,6 @@ pub fn dup_sockets(per_zone: &[Vec<TcpListener>]) -> Vec<(SocketAddr, Vec<OwnedF
         }
     }
     out
-}
-
-/// Writes the pid file.
-pub fn write_pid_file(path: &Path) {
-    if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
-        tracing::error!("pid file {}: {e}", path.display());
-    }
-}
-
-/// Removes the pid file if it still names this process (after an upgrade it names the new
-/// one).
-pub fn remove_pid_file(path: &Path) {
-    let ours = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        == Some(std::process::id());
-    if ours {
-        let _ = std::fs::remove_file(path);
-    }
-}
-
-/// The pid in a pid file.
-pub fn read_pid_file(path: &Path) -> Result<i32, String> {
-    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    s.trim()
-        .parse::<i32>()
-        .ok()
-        .filter(|&p| p > 1)
-        .ok_or_else(|| format!("{}: no pid in it ({:?})", path.display(), s.trim()))
 }
 
 /// Loads the configuration the server was started with.
@@ -160,6 +131,7 @@ impl Control {
         let mut per_zone: Vec<Vec<(SocketAddr, TcpListener)>> =
             (0..self.zones.len()).map(|_| Vec::new()).collect();
         for &addr in &added {
+            ringx_engine::ensure_unclaimed(addr).map_err(|e| Error::io("cannot listen", e))?;
             for z in per_zone.iter_mut() {
                 let l = ringx_engine::bind_reuseport(addr, &self.lopts)
                     .map_err(|e| Error::io("cannot listen", e))?;
@@ -298,7 +270,7 @@ impl Control {
     pub fn finish(&mut self) {
         self.log.stop();
         if let Some(p) = &self.pid_file {
-            remove_pid_file(p);
+            p.remove();
         }
     }
 }

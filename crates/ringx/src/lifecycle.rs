@@ -153,6 +153,15 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // Bind every zone's listeners before anything runs: an address error stops start-up.
     // After a binary upgrade, the sockets of the process this one replaces are used instead.
     let mut inherited = crate::upgrade::Inherited::take();
+    // An address this process does not inherit must be free: no other server may share it.
+    for addr in &routes.listen {
+        if !inherited.holds(addr) {
+            if let Err(e) = ringx_engine::ensure_unclaimed(*addr) {
+                tracing::error!("cannot listen: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let mut per_zone = Vec::with_capacity(zones);
     for _ in 0..zones {
         let mut ls = Vec::new();
@@ -287,6 +296,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                     connector,
                     log: zops.log,
                     listeners: zops.addrs,
+                    max_conns,
                 });
                 let r = run_zone(&zcfg, listeners, waker, &mut h).map_err(|e| e.to_string());
                 drop(h); // hands its last access log lines to the writer first

@@ -8,6 +8,7 @@ mod echo;
 mod echo_pool;
 mod lifecycle;
 mod ops_wiring;
+mod pidfile;
 mod steering;
 mod upgrade;
 

@@ -32,11 +32,20 @@ pub struct OpsSetup {
     log_bytes: Arc<AtomicU64>,
     log_errors: Arc<AtomicU64>,
     counters: Vec<Arc<ZoneCounters>>,
-    pid_file: Option<PathBuf>,
+    pid_file: Option<crate::pidfile::PidFile>,
 }
 
-/// Opens the admin listener and the access log (before privileges are dropped).
+/// Opens the admin listener, the access log and the pid file (before privileges are
+/// dropped); the files are given to the `[runtime] user` the server will run as, so that
+/// reopening the log and naming the process in the pid file work after the drop.
 pub fn open(cfg: &Config) -> Result<OpsSetup, String> {
+    let owner = match &cfg.runtime.user {
+        Some(u) => Some(
+            crate::config::lookup_user(u.get_ref())
+                .ok_or_else(|| format!("no such user {:?}", u.get_ref()))?,
+        ),
+        None => None,
+    };
     let admin = match &cfg.admin {
         Some(a) => Some(crate::admin::bind(*a.listen.get_ref()).map_err(|e| e.to_string())?),
         None => None,
@@ -44,7 +53,8 @@ pub fn open(cfg: &Config) -> Result<OpsSetup, String> {
     let log_path = cfg.http.access_log.as_ref().map(|p| p.get_ref().clone());
     let log_file = match &log_path {
         Some(p) => Some(
-            crate::accesslog::open(p).map_err(|e| format!("access log {}: {e}", p.display()))?,
+            crate::accesslog::open_for(p, owner)
+                .map_err(|e| format!("access log {}: {e}", p.display()))?,
         ),
         None => None,
     };
@@ -56,7 +66,12 @@ pub fn open(cfg: &Config) -> Result<OpsSetup, String> {
         log_bytes: Arc::default(),
         log_errors: Arc::default(),
         counters: Vec::new(),
-        pid_file: cfg.runtime.pid_file.as_ref().map(|p| p.get_ref().clone()),
+        pid_file: match &cfg.runtime.pid_file {
+            Some(p) => Some(
+                crate::pidfile::PidFile::open(p.get_ref(), owner).map_err(|e| e.to_string())?,
+            ),
+            None => None,
+        },
     })
 }
 
@@ -135,7 +150,7 @@ impl OpsSetup {
             tracing::info!("admin: http://{addr}/metrics and /healthz");
         }
         if let Some(pf) = &self.pid_file {
-            crate::control::write_pid_file(pf);
+            pf.write();
         }
         crate::upgrade::notify_ready();
         healthy.store(true, Ordering::Relaxed);
@@ -192,7 +207,7 @@ pub fn signal_cmd(config: &Option<PathBuf>, pid_file: Option<PathBuf>, sig: i32)
             }
         }
     };
-    let pid = match crate::control::read_pid_file(&pid_file) {
+    let pid = match crate::pidfile::read_pid_file(&pid_file) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("ringx: {e}");

@@ -124,6 +124,19 @@ impl Inherited {
     }
 }
 
+/// Whether this process was started by a running ringx to replace it (binary upgrade): the
+/// old process still holds its addresses until this one serves.
+pub fn is_upgrade() -> bool {
+    std::env::var_os(READY_ENV).is_some()
+}
+
+/// An inherited socket is waiting for `addr`.
+impl Inherited {
+    pub fn holds(&self, addr: &SocketAddr) -> bool {
+        self.by_addr.get(addr).is_some_and(|v| !v.is_empty())
+    }
+}
+
 /// Tells the process that started this one (binary upgrade) that it serves now.
 pub fn notify_ready() {
     let Some(fd) = std::env::var_os(READY_ENV) else {

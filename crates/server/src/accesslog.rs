@@ -55,6 +55,17 @@ pub fn open(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Opens a log file while privileges last and gives it to `owner` (uid, gid), the user the
+/// server will run as, so that reopening it on SIGUSR1 works after the drop (nginx chowns its
+/// logs to the worker user the same way).
+pub fn open_for(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<File> {
+    let f = open(path)?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
+    }
+    Ok(f)
+}
+
 impl LogWriter {
     /// Starts the writer thread on `file`, opened at `path` (by [`open`], before privileges
     /// were dropped). `bytes` and `errors` count what it wrote and what failed.
@@ -72,15 +83,24 @@ impl LogWriter {
         let thread = std::thread::Builder::new()
             .name("ringx-log".into())
             .spawn(move || {
+                // A file that cannot be opened (after privileges were dropped, a rotation that
+                // left no file in a directory this process cannot write) keeps the old one:
+                // lines go on to the file logrotate moved rather than nowhere.
                 let reopen = |path: &Option<PathBuf>, file: &mut Option<File>| {
-                    *file = None;
-                    if let Some(p) = path {
-                        match open(p) {
-                            Ok(f) => *file = Some(f),
-                            Err(e) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                                tracing::error!("access log {}: {e}", p.display());
-                            }
+                    let Some(p) = path else {
+                        *file = None;
+                        return;
+                    };
+                    match open(p) {
+                        Ok(f) => *file = Some(f),
+                        Err(e) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            let still = if file.is_some() {
+                                "; still writing to the file open before"
+                            } else {
+                                ""
+                            };
+                            tracing::error!("access log {}: cannot open: {e}{still}", p.display());
                         }
                     }
                 };

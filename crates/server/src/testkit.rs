@@ -35,6 +35,11 @@ impl Harness {
     /// A zone serving `toml` (its listen addresses are not bound: connections are accepted
     /// on listener `i` for the `i`-th distinct address).
     pub fn new(toml: &str) -> Harness {
+        Harness::with_max_conns(toml, 1024)
+    }
+
+    /// A zone holding at most `max_conns` client connections.
+    pub fn with_max_conns(toml: &str, max_conns: u32) -> Harness {
         let cfg = ringx_config::parse("test.toml", toml).unwrap_or_else(|e| panic!("{e}"));
         let c = Compiled::from(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let (tx, events) = mpsc::channel();
@@ -51,8 +56,9 @@ impl Harness {
             connector: Connector::new(None, None, Some(counters.clone())),
             log: RequestLog::new(counters.clone(), None, None),
             listeners: Vec::new(),
+            max_conns,
         });
-        let mut t = TestDriver::new();
+        let mut t = TestDriver::with_limits(max_conns, 1024);
         for _ in 0..listeners {
             t.start_listener();
         }

@@ -37,6 +37,9 @@ pub struct Base {
     pub paused: bool,
     /// The client closed its write side.
     pub eof: bool,
+    /// Since when the connection waits for a request (accepted, or its last response
+    /// queued): the oldest idle ones are closed first when the zone runs short of slots.
+    pub idle_since: Instant,
     /// Output pending at the last send-timeout check: a deadline passes only when nothing
     /// moved for a whole `send_timeout`.
     pub last_out: u64,
@@ -56,6 +59,7 @@ impl Base {
             paused: false,
             eof: false,
             last_out: 0,
+            idle_since: now,
         }
     }
 
@@ -66,7 +70,9 @@ impl Base {
         addr: Option<SocketAddr>,
         local: Option<SocketAddr>,
         tr: Transport,
+        now: Instant,
     ) {
+        self.idle_since = now;
         self.gen = self.gen.wrapping_add(1);
         self.listener = listener;
         self.addr = addr;

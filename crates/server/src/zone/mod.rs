@@ -43,6 +43,8 @@ pub struct ZoneSetup {
     pub log: RequestLog,
     /// The addresses of the zone's listeners, in the order they are registered.
     pub listeners: Vec<SocketAddr>,
+    /// The most client connections the zone holds (its `ZoneConfig::max_conns`).
+    pub max_conns: u32,
 }
 
 /// One zone's connections and everything they share.
@@ -55,6 +57,7 @@ pub struct Zone {
     events: mpsc::Sender<ZoneEvent>,
     /// Until the first timer call: say that the zone runs.
     ready: bool,
+    max_conns: u32,
 }
 
 impl Zone {
@@ -73,6 +76,7 @@ impl Zone {
             listeners,
             events: s.events,
             ready: true,
+            max_conns: s.max_conns.max(1),
         }
     }
 
@@ -127,6 +131,41 @@ impl Zone {
         }
     }
 
+    /// The zone is close to its connection limit: the connections that wait longest for a
+    /// request — idle keep-alive ones, and new ones that have sent nothing — are closed,
+    /// oldest first, so that new clients are served rather than turned away (nginx drains
+    /// its reusable connections the same way). A keep-alive client whose connection is
+    /// reclaimed opens a new one for its next request.
+    fn reclaim_idle(&mut self, io: &mut Io) {
+        let want = reserve(self.max_conns) as usize;
+        let mut idle: Vec<(std::time::Instant, ConnId)> = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter_map(|(i, cl)| match &cl.role {
+                ClientRole::Http1(h) if h.is_idle(&cl.base, io, ConnId(i as u32)) => {
+                    Some((cl.base.idle_since, ConnId(i as u32)))
+                }
+                _ => None,
+            })
+            .collect();
+        if idle.len() > want {
+            idle.select_nth_unstable(want);
+            idle.truncate(want);
+        }
+        if !idle.is_empty() {
+            tracing::info!(
+                zone = self.ctx.id,
+                "connection limit near (max_conns {}): closing the {} longest idle connections",
+                self.max_conns,
+                idle.len()
+            );
+        }
+        for (_, c) in idle {
+            io.close(c);
+        }
+    }
+
     /// A client connection's deadline passed.
     fn expire(&mut self, io: &mut Io, c: ConnId) {
         let Client { base, role } = &mut self.clients[c.index()];
@@ -156,6 +195,12 @@ impl Zone {
     }
 }
 
+/// Slots a zone keeps free for new connections: reaching `max_conns - reserve` open client
+/// connections makes it close this many of the longest idle ones.
+fn reserve(max_conns: u32) -> u32 {
+    (max_conns / 32).clamp(1, 256)
+}
+
 /// An event on an upstream connection no client owns.
 fn orphan(cx: Cx, u: ConnId, ev: UpEvent) {
     if let Some(up) = cx.ups.get_mut(u) {
@@ -167,6 +212,9 @@ fn orphan(cx: Cx, u: ConnId, ev: UpEvent) {
 impl Handler for Zone {
     fn on_accept(&mut self, io: &mut Io, c: ConnId, listener: ListenerId) {
         let now = io.now();
+        if self.ctx.active as u32 + reserve(self.max_conns) >= self.max_conns {
+            self.reclaim_idle(io);
+        }
         if self.clients.len() <= c.index() {
             self.clients.resize_with(c.index() + 1, || Client {
                 base: Base::new(now),
@@ -179,7 +227,7 @@ impl Handler for Zone {
         let kind = self.ctx.routes.listener_kind.get(li as usize).copied();
         let local = self.ctx.routes.listen.get(li as usize).copied();
         let Client { base, role } = &mut self.clients[c.index()];
-        base.open(li, io.peer_addr(c), local, Transport::Plain);
+        base.open(li, io.peer_addr(c), local, Transport::Plain, now);
         // Until the listener's kind says otherwise: a connection closed now goes the usual way.
         *role = ClientRole::Http1(Http1::new(false));
         let mut cx = Cx {

@@ -617,3 +617,44 @@ fn requests_are_counted_by_status_class() {
     assert_eq!(c.responses[1].load(Ordering::Relaxed), 1, "2xx");
     assert_eq!(c.responses[3].load(Ordering::Relaxed), 1, "4xx");
 }
+
+// ---- the connection limit ------------------------------------------------------------------
+
+/// Near max_conns, the longest idle connections make room: new clients are served, never
+/// turned away while connections merely wait (nginx reuses its idle connections the same
+/// way).
+#[test]
+fn near_the_connection_limit_the_longest_idle_connections_make_room() {
+    let mut h = Harness::with_max_conns(&format!("{HTTP}{SERVERS}"), 64);
+    let mut conns = Vec::new();
+    for i in 0..300 {
+        let c = h.client();
+        if i % 2 == 0 {
+            h.send(c, &get("/"));
+            h.responses(c);
+        }
+        conns.push(c);
+        h.advance(Duration::from_millis(1));
+    }
+    let c = h.client();
+    h.send(c, &get("/a/"));
+    assert_eq!(h.response(c).text(), "a", "a new client is served");
+    let open: Vec<bool> = conns.iter().map(|&c| h.t.is_open(c)).collect();
+    assert!(open[open.len() - 20..].iter().all(|&o| o), "the newest stay");
+    assert!(h.counters.active.load(Ordering::Relaxed) <= 64);
+}
+
+/// A connection with a request in progress is never reclaimed.
+#[test]
+fn busy_connections_are_not_reclaimed() {
+    let mut h = Harness::with_max_conns(&format!("{HTTP}{SERVERS}"), 32);
+    let busy = h.client();
+    h.send(busy, b"POST /a/ HTTP/1.1\r\nHost: h.test\r\nContent-Length: 4\r\n\r\n01");
+    for _ in 0..100 {
+        h.client();
+        h.advance(Duration::from_millis(1));
+    }
+    assert!(h.t.is_open(busy), "the oldest, but its request is in progress");
+    h.send(busy, b"23");
+    assert_eq!(h.response(busy).text(), "a");
+}

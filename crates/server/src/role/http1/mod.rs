@@ -455,6 +455,7 @@ impl Http1 {
             return Next::Stop;
         }
         self.phase = Phase::Idle;
+        b.idle_since = now;
         let at = now + cx.ctx.set.keepalive_timeout;
         cx.ctx.set_deadline(cx.io, b, c, at);
         if b.tr.pending(cx.io, c) > OUT_HIGH_WATER {
