@@ -38,6 +38,14 @@
 //! run_zone(&cfg, vec![listener], Waker::new().unwrap(), &mut Echo).unwrap();
 //! ```
 //!
+//! A process with several zones starts them with [`ZonePoolBuilder`]: engine choice, CPU
+//! placement, signal mask, shared SQPOLL thread, wakers, and one pinned thread per zone
+//! (its docs show the whole sequence).
+//!
+//! The drivers share one neutral layer ([`Io`], [`Handler`], [`Waker`], the timer schedule
+//! of [`driver::run`]) that imports neither of them; what only one driver needs per
+//! connection stays in that driver.
+//!
 //! ## Testing a handler without sockets
 //!
 //! [`testio::TestDriver`] is a driver with no kernel under it: it owns a real [`Io`], so the

@@ -1,108 +1,4 @@
-//! Starting a process's zones: one place for what every server built on the engine does
-//! before its zones run, in the manner of glommio's `LocalExecutorPoolBuilder`.
-//!
-//! Two steps, because the caller has work of its own between them:
-//!
-//! 1. [`ZonePoolBuilder::plan`] settles what does not depend on sockets: the engine (io_uring,
-//!    or epoll with one warning line when io_uring is refused), which CPU each zone runs on,
-//!    the control signals blocked in the calling thread (so that every thread started from
-//!    then on inherits the mask and only the caller's `sigwait` receives them), one SQPOLL
-//!    thread shared by all zones, and one [`Waker`] per zone, all created up front (a worker
-//!    pool or a control thread needs every zone's before any zone runs).
-//! 2. The caller binds each zone's listeners (or inherits them across a binary upgrade) and
-//!    steers connections to zones by CPU, both of which need the plan's CPUs; then
-//!    [`ZonePlan::spawn`] starts one named thread per zone (`ringx-zone-N`) that pins itself,
-//!    builds its handler there (handlers may be `!Send`: the caller hands over a `Send`
-//!    closure that makes one), runs [`run_zone`] on its listeners, drops the handler and
-//!    reports how it ended.
-//!
-//! [`ZonePool`] then wakes the zones and waits for them, with a timeout when the caller
-//! drains against a deadline.
-//!
-//! ```no_run
-//! use ringx_engine::{bind_reuseport, ConnId, EngineKind, Handler, Io, ListenOptions,
-//!                    ListenerId, Placement, ZoneConfig, ZonePoolBuilder};
-//! use std::time::Duration;
-//!
-//! /// Echoes every byte back; exits when woken.
-//! struct Echo;
-//! impl Handler for Echo {
-//!     fn on_accept(&mut self, _: &mut Io, _: ConnId, _: ListenerId) {}
-//!     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) { io.write(c, data) }
-//!     fn on_eof(&mut self, io: &mut Io, c: ConnId) { io.close_after_flush(c) }
-//!     fn on_closed(&mut self, _: &mut Io, _: ConnId, _: Option<std::io::Error>) {}
-//!     fn on_timer(&mut self, _: &mut Io) -> Option<Duration> { None }
-//!     fn on_wake(&mut self, io: &mut Io) { io.exit() }
-//! }
-//!
-//! let signals = ringx_engine::sys::sigset(&[libc::SIGTERM, libc::SIGINT]);
-//! let plan = ZonePoolBuilder::new(EngineKind::Uring)
-//!     .placement(Placement::Zones(2))
-//!     .config(ZoneConfig { max_conns: 4096, ..ZoneConfig::default() })
-//!     .block_signals(signals)
-//!     .plan()?;
-//! let addr = "127.0.0.1:7000".parse().unwrap();
-//! let mut listeners = Vec::new();
-//! for _ in plan.cpus() {
-//!     listeners.push(vec![bind_reuseport(addr, &ListenOptions::default())?]);
-//! }
-//! let mut pool = plan.spawn(listeners, |_zone| || Echo)?;
-//! let mut sig = 0;
-//! // SAFETY: sigwait reads a live, initialised set and writes one c_int.
-//! unsafe { libc::sigwait(&signals, &mut sig) };
-//! pool.wake_all();
-//! for exit in pool.join(Some(Duration::from_secs(5))) {
-//!     if let Err(e) = exit.result {
-//!         eprintln!("zone {}: {e}", exit.id);
-//!     }
-//! }
-//! # Ok::<(), std::io::Error>(())
-//! ```
-//!
-//! `ringx serve` uses it the same way, with more between the two steps:
-//!
-//! ```ignore
-//! let plan = ZonePoolBuilder::new(requested)            // [runtime] engine
-//!     .placement(Placement::new(cpus, zones))           // [runtime] cpus / zones
-//!     .config(ZoneConfig { max_conns, recv_buffers, recv_buffer_size, peer_addrs,
-//!                          busy_poll, max_outbound, batch_wait, batch_when_pending,
-//!                          ..ZoneConfig::default() })
-//!     .sqpoll(cfg.runtime.sqpoll.then(|| SqPoll { idle, cpu, share: None, spin }))
-//!     .block_signals(signal_set())                      // TERM INT QUIT HUP USR1 USR2
-//!     .plan()?;
-//! // Bind every zone's listeners (inherited sockets after a binary upgrade), steer new
-//! // connections to the zone on their CPU, open the admin listener and access log, attach
-//! // XDP, drop privileges:
-//! let per_zone: Vec<Vec<TcpListener>> = plan.cpus().iter().map(|_| bind_all(..)).collect();
-//! let _steering = reuseport::steer_zones(plan.cpus(), &per_zone);
-//! let mut ctls = Vec::new();
-//! let mut pool = plan.spawn(per_zone, |z| {
-//!     // On this thread: what the zone needs from the control side.
-//!     let ctl = Arc::new(ZoneCtl::new());
-//!     ctls.push((ctl.clone(), z.waker.clone()));
-//!     let zops = ops.zone(&log, z.listeners, ev_tx.clone());
-//!     let (id, routes, settings, ev_tx, ups) =
-//!         (z.id, routes.clone(), settings.clone(), ev_tx.clone(), ups.clone());
-//!     let connector = active.connector(z.id, z.cpu, zops.counters.clone());
-//!     // On the zone's thread: the handler.
-//!     move || {
-//!         let mut h = HttpZone::new(id, routes, settings, ctl, ev_tx, ups, connector);
-//!         h.set_ops(zops);
-//!         h // dropped before the zone reports its exit: its last log lines go first
-//!     }
-//! })?;
-//! // A zone that stops on its own is a failure; a drain waits until a deadline.
-//! if let Some(exit) = pool.wait_exit(Duration::ZERO) { /* report exit.id, exit.result */ }
-//! let deadline = Instant::now() + drain_timeout;
-//! while pool.running() > 0 {
-//!     let left = deadline.saturating_duration_since(Instant::now());
-//!     if left.is_zero() { break } // "drain timeout: exiting with N zones still busy"
-//!     if let Some(ZoneExit { id, result: Err(e) }) = pool.wait_exit(left.min(TICK)) {
-//!         tracing::error!("zone {id}: {e}");
-//!     }
-//!     // SIGQUIT between waits exits at once.
-//! }
-//! ```
+//! Starting a process's zones: [`ZonePoolBuilder`], [`ZonePlan`], [`ZonePool`].
 
 use std::io;
 use std::net::TcpListener;
@@ -156,8 +52,111 @@ impl Placement {
     }
 }
 
-/// Settings for a process's zones; [`plan`](Self::plan) settles them. See the
-/// [module docs](self).
+/// Starting a process's zones: one place for what every server built on the engine does
+/// before its zones run, in the manner of glommio's `LocalExecutorPoolBuilder`.
+///
+/// Two steps, because the caller has work of its own between them:
+///
+/// 1. [`ZonePoolBuilder::plan`] settles what does not depend on sockets: the engine (io_uring,
+///    or epoll with one warning line when io_uring is refused), which CPU each zone runs on,
+///    the control signals blocked in the calling thread (so that every thread started from
+///    then on inherits the mask and only the caller's `sigwait` receives them), one SQPOLL
+///    thread shared by all zones, and one [`Waker`] per zone, all created up front (a worker
+///    pool or a control thread needs every zone's before any zone runs).
+/// 2. The caller binds each zone's listeners (or inherits them across a binary upgrade) and
+///    steers connections to zones by CPU, both of which need the plan's CPUs; then
+///    [`ZonePlan::spawn`] starts one named thread per zone (`ringx-zone-N`) that pins itself,
+///    builds its handler there (handlers may be `!Send`: the caller hands over a `Send`
+///    closure that makes one), runs [`run_zone`] on its listeners, drops the handler and
+///    reports how it ended.
+///
+/// [`ZonePool`] then wakes the zones and waits for them, with a timeout when the caller
+/// drains against a deadline.
+///
+/// ```no_run
+/// use ringx_engine::{bind_reuseport, ConnId, EngineKind, Handler, Io, ListenOptions,
+///                    ListenerId, Placement, ZoneConfig, ZonePoolBuilder};
+/// use std::time::Duration;
+///
+/// /// Echoes every byte back; exits when woken.
+/// struct Echo;
+/// impl Handler for Echo {
+///     fn on_accept(&mut self, _: &mut Io, _: ConnId, _: ListenerId) {}
+///     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) { io.write(c, data) }
+///     fn on_eof(&mut self, io: &mut Io, c: ConnId) { io.close_after_flush(c) }
+///     fn on_closed(&mut self, _: &mut Io, _: ConnId, _: Option<std::io::Error>) {}
+///     fn on_timer(&mut self, _: &mut Io) -> Option<Duration> { None }
+///     fn on_wake(&mut self, io: &mut Io) { io.exit() }
+/// }
+///
+/// let signals = ringx_engine::sys::sigset(&[libc::SIGTERM, libc::SIGINT]);
+/// let plan = ZonePoolBuilder::new(EngineKind::Uring)
+///     .placement(Placement::Zones(2))
+///     .config(ZoneConfig { max_conns: 4096, ..ZoneConfig::default() })
+///     .block_signals(signals)
+///     .plan()?;
+/// let addr = "127.0.0.1:7000".parse().unwrap();
+/// let mut listeners = Vec::new();
+/// for _ in plan.cpus() {
+///     listeners.push(vec![bind_reuseport(addr, &ListenOptions::default())?]);
+/// }
+/// let mut pool = plan.spawn(listeners, |_zone| || Echo)?;
+/// let mut sig = 0;
+/// // SAFETY: sigwait reads a live, initialised set and writes one c_int.
+/// unsafe { libc::sigwait(&signals, &mut sig) };
+/// pool.wake_all();
+/// for exit in pool.join(Some(Duration::from_secs(5))) {
+///     if let Err(e) = exit.result {
+///         eprintln!("zone {}: {e}", exit.id);
+///     }
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// `ringx serve` uses it the same way, with more between the two steps:
+///
+/// ```ignore
+/// let plan = ZonePoolBuilder::new(requested)            // [runtime] engine
+///     .placement(Placement::new(cpus, zones))           // [runtime] cpus / zones
+///     .config(ZoneConfig { max_conns, recv_buffers, recv_buffer_size, peer_addrs,
+///                          busy_poll, max_outbound, batch_wait, batch_when_pending,
+///                          ..ZoneConfig::default() })
+///     .sqpoll(cfg.runtime.sqpoll.then(|| SqPoll { idle, cpu, share: None, spin }))
+///     .block_signals(signal_set())                      // TERM INT QUIT HUP USR1 USR2
+///     .plan()?;
+/// // Bind every zone's listeners (inherited sockets after a binary upgrade), steer new
+/// // connections to the zone on their CPU, open the admin listener and access log, attach
+/// // XDP, drop privileges:
+/// let per_zone: Vec<Vec<TcpListener>> = plan.cpus().iter().map(|_| bind_all(..)).collect();
+/// let _steering = reuseport::steer_zones(plan.cpus(), &per_zone);
+/// let mut ctls = Vec::new();
+/// let mut pool = plan.spawn(per_zone, |z| {
+///     // On this thread: what the zone needs from the control side.
+///     let ctl = Arc::new(ZoneCtl::new());
+///     ctls.push((ctl.clone(), z.waker.clone()));
+///     let zops = ops.zone(&log, z.listeners, ev_tx.clone());
+///     let (id, routes, settings, ev_tx, ups) =
+///         (z.id, routes.clone(), settings.clone(), ev_tx.clone(), ups.clone());
+///     let connector = active.connector(z.id, z.cpu, zops.counters.clone());
+///     // On the zone's thread: the handler.
+///     move || {
+///         let mut h = HttpZone::new(id, routes, settings, ctl, ev_tx, ups, connector);
+///         h.set_ops(zops);
+///         h // dropped before the zone reports its exit: its last log lines go first
+///     }
+/// })?;
+/// // A zone that stops on its own is a failure; a drain waits until a deadline.
+/// if let Some(exit) = pool.wait_exit(Duration::ZERO) { /* report exit.id, exit.result */ }
+/// let deadline = Instant::now() + drain_timeout;
+/// while pool.running() > 0 {
+///     let left = deadline.saturating_duration_since(Instant::now());
+///     if left.is_zero() { break } // "drain timeout: exiting with N zones still busy"
+///     if let Some(ZoneExit { id, result: Err(e) }) = pool.wait_exit(left.min(TICK)) {
+///         tracing::error!("zone {id}: {e}");
+///     }
+///     // SIGQUIT between waits exits at once.
+/// }
+/// ```
 pub struct ZonePoolBuilder {
     engine: EngineKind,
     placement: Placement,

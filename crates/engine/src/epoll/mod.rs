@@ -10,6 +10,9 @@
 //! bounded by counting: at `max_conns` accepted connections the listeners leave the epoll set
 //! until one closes, and new connections wait in the kernel's accept queue meanwhile.
 
+mod connect;
+mod listeners;
+
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -216,71 +219,6 @@ impl EpollDriver {
             h.on_accept(&mut self.io, c, ListenerId(id));
         }
     }
-
-    /// `max_conns` connections are open: stop accepting until one closes (`close_now`).
-    /// New connections wait in the kernel's accept queue meanwhile. (On io_uring the
-    /// direct-descriptor table is the limit, and the log line the same.)
-    fn table_full(&mut self) {
-        if self.table_full {
-            return;
-        }
-        self.table_full = true;
-        tracing::warn!(
-            "accept: {} connections open: connection table full; raise max_conns (accepting again shortly)",
-            self.accepted
-        );
-        self.disarm_listeners();
-    }
-
-    /// Out of descriptors: stop accepting for a while.
-    fn pause_accepts(&mut self) {
-        self.accept_paused_until = Some(Instant::now() + Duration::from_millis(100));
-        self.disarm_listeners();
-    }
-
-    fn resume_accepts(&mut self) {
-        self.accept_paused_until = None;
-        self.arm_listeners();
-    }
-
-    /// Takes the listeners out of the epoll set.
-    fn disarm_listeners(&mut self) {
-        if !self.listeners_armed {
-            return;
-        }
-        self.listeners_armed = false;
-        for l in self.listeners.iter().flatten() {
-            // SAFETY: removes a descriptor we own from our epoll set.
-            unsafe {
-                libc::epoll_ctl(
-                    self.epfd.as_raw_fd(),
-                    libc::EPOLL_CTL_DEL,
-                    l.as_raw_fd(),
-                    std::ptr::null_mut(),
-                );
-            }
-        }
-    }
-
-    /// Puts the listeners back into the epoll set, unless the table is full or accepting is
-    /// paused for lack of descriptors.
-    fn arm_listeners(&mut self) {
-        if self.listeners_armed || self.table_full || self.accept_paused_until.is_some() {
-            return;
-        }
-        self.listeners_armed = true;
-        for (id, l) in self.listeners.iter().enumerate() {
-            if let Some(l) = l {
-                let _ = self.ctl(
-                    libc::EPOLL_CTL_ADD,
-                    l.as_raw_fd(),
-                    libc::EPOLLIN as u32,
-                    T_LISTENER | id as u64,
-                );
-            }
-        }
-    }
-
     fn readable<H: Handler>(&mut self, h: &mut H, c: ConnId) {
         for _ in 0..READ_BUDGET {
             let conn = &self.io.conns[c.index()];
@@ -385,67 +323,6 @@ impl EpollDriver {
             h.on_flushed(&mut self.io, c);
         }
     }
-
-    /// Starts a non-blocking connect on an outbound socket; completion is `EPOLLOUT`.
-    fn start_connect<H: Handler>(&mut self, h: &mut H, c: ConnId) {
-        let conn = &mut self.io.conns[c.index()];
-        if conn.state != ConnState::Connecting {
-            return;
-        }
-        let Some(out) = conn.outbound.as_mut() else {
-            return;
-        };
-        // From here the descriptor is owned by the connection table (closed in `close_now`).
-        let fd = out.fd.take().map_or(c.0 as RawFd, |f| f.into_raw_fd());
-        let (ptr, len) = (out.sa.as_ptr(), out.sa.len());
-        // SAFETY: connect reads `len` bytes of a live, boxed socket address.
-        let r = unsafe { libc::connect(fd, ptr.cast(), len) };
-        let e = io::Error::last_os_error();
-        if r < 0 && e.raw_os_error() != Some(libc::EINPROGRESS) {
-            let e = io::Error::new(e.kind(), format!("connect to {}: {e}", peer_str(conn)));
-            return self.close_now(c, Some(e), h);
-        }
-        self.set_interest(c, WANT_OUT);
-        let token = self.token(c);
-        let ev = libc::EPOLLOUT as u32 | libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32;
-        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, fd, ev, token) {
-            self.close_now(c, Some(e), h);
-        }
-    }
-
-    /// The connect of `c` finished (writable or failed).
-    fn connected<H: Handler>(&mut self, h: &mut H, c: ConnId) {
-        let mut err: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: getsockopt writes one c_int into a live local and its length into another.
-        let r = unsafe {
-            libc::getsockopt(
-                c.0 as RawFd,
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        let e = if r < 0 {
-            Some(io::Error::last_os_error())
-        } else if err != 0 {
-            Some(io::Error::from_raw_os_error(err))
-        } else {
-            None
-        };
-        let conn = &mut self.io.conns[c.index()];
-        if let Some(e) = e {
-            let e = io::Error::new(e.kind(), format!("connect to {}: {e}", peer_str(conn)));
-            return self.close_now(c, Some(e), h);
-        }
-        conn.state = ConnState::Open;
-        self.set_interest(c, WANT_IN | WANT_OUT); // recomputed below
-        self.update_interest(c);
-        self.io.mark_dirty(c);
-        h.on_connected(&mut self.io, c);
-    }
-
     fn close_now<H: Handler>(&mut self, c: ConnId, err: Option<io::Error>, h: &mut H) {
         let conn = &mut self.io.conns[c.index()];
         if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
@@ -667,10 +544,6 @@ impl Driver for EpollDriver {
     fn waits(&self) -> u64 {
         self.waits
     }
-}
-
-fn peer_str(conn: &crate::io::ConnIo) -> String {
-    conn.peer.map_or_else(|| "?".to_string(), |p| p.to_string())
 }
 
 impl Drop for EpollDriver {

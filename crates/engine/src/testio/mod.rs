@@ -316,9 +316,11 @@ impl TestDriver {
             for a in std::mem::take(&mut self.io.actions) {
                 match a {
                     Action::Close(c) => self.close_now(h, c, None),
-                    // The paused flag on `Io` is the state (`recv_paused`); the connect was
-                    // recorded by `Io::connect` and completes when the test says so.
-                    Action::PauseRecv(_) | Action::ResumeRecv(_) | Action::Connect(_) => {}
+                    // A new outbound connection (recorded by `Io::connect`; it completes when
+                    // the test says so): its peer starts afresh, as an accepted one's does.
+                    Action::Connect(c) => *self.peer_mut(c) = Peer::default(),
+                    // The paused flag on `Io` is the state (`recv_paused`).
+                    Action::PauseRecv(_) | Action::ResumeRecv(_) => {}
                 }
             }
             for l in std::mem::take(&mut self.io.new_listeners) {

@@ -299,8 +299,13 @@ fn outbound_connects() {
         .as_deref()
         .unwrap()
         .starts_with("connect to 192.0.2.7:80: "));
+    assert!(d.closed(u2));
     d.recv(&mut h, c, b"connect");
     assert_eq!(d.take_connects()[0].0, u2);
+    assert!(
+        !d.closed(u2) && d.is_open(u2),
+        "the reused handle is a new connection"
+    );
     // Both outbound slots are taken: the next connect fails at once.
     d.recv(&mut h, c, b"connect");
     assert!(d.take_connects().is_empty());
