@@ -136,7 +136,10 @@ mod tests {
         drop(other);
         ensure_unclaimed(addr).unwrap();
         let ours = bind_reuseport(addr, &ListenOptions::default()).unwrap();
-        assert!(ensure_unclaimed(addr).is_err(), "our own listener counts too: probe first");
+        assert!(
+            ensure_unclaimed(addr).is_err(),
+            "our own listener counts too: probe first"
+        );
         drop(ours);
     }
 

@@ -1,10 +1,7 @@
-//! `max_conns` holds on epoll: a zone with four connection slots and ten clients accepts at
-//! most four at once; the others wait in the kernel's accept queue and are served as soon as
-//! earlier ones close.
-//!
-//! Not run on io_uring, where the limit is the direct-descriptor table and behaves otherwise:
-//! a multishot accept takes every queued connection, and one with no free slot is closed by
-//! the kernel (the client sees a reset; `uring/accept.rs`).
+//! `max_conns` holds on both engines: a zone with four connection slots and ten clients
+//! accepts at most four at once; the others wait in the kernel's accept queue (none is
+//! refused) and are served as soon as earlier ones close. On io_uring, accepts near the limit
+//! are single-shot so that the kernel never accepts a connection it has no slot for.
 
 mod common;
 
@@ -127,4 +124,13 @@ fn holds_max_conns(engine: EngineKind) {
 #[test]
 fn epoll_holds_max_conns() {
     holds_max_conns(EngineKind::Epoll);
+}
+
+#[test]
+fn uring_holds_max_conns_and_refuses_none() {
+    if let Err(why) = ringx_engine::uring::probe::check() {
+        println!("skipped: io_uring is unavailable here ({why})");
+        return;
+    }
+    holds_max_conns(EngineKind::Uring);
 }

@@ -67,9 +67,9 @@ pub fn open(cfg: &Config) -> Result<OpsSetup, String> {
         log_errors: Arc::default(),
         counters: Vec::new(),
         pid_file: match &cfg.runtime.pid_file {
-            Some(p) => Some(
-                crate::pidfile::PidFile::open(p.get_ref(), owner).map_err(|e| e.to_string())?,
-            ),
+            Some(p) => {
+                Some(crate::pidfile::PidFile::open(p.get_ref(), owner).map_err(|e| e.to_string())?)
+            }
             None => None,
         },
     })

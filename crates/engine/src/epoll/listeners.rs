@@ -9,16 +9,15 @@ use super::{EpollDriver, T_LISTENER};
 
 impl EpollDriver {
     /// `max_conns` connections are open: stop accepting until one closes (`close_now`).
-    /// New connections wait in the kernel's accept queue meanwhile. (On io_uring the
-    /// direct-descriptor table is the limit, and the log line the same.)
+    /// New connections wait in the kernel's accept queue meanwhile, as on io_uring.
     pub(super) fn table_full(&mut self) {
         if self.table_full {
             return;
         }
         self.table_full = true;
         tracing::warn!(
-            "accept: {} connections open: connection table full; raise max_conns (accepting again shortly)",
-            self.accepted
+            "connection limit reached (max_conns {}): new connections wait in the listen queue until one closes",
+            self.max_conns
         );
         self.disarm_listeners();
     }

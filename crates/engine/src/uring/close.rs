@@ -160,6 +160,9 @@ impl UringDriver {
         if let Some(p) = pipe {
             self.pipes.put(p, fill == 0);
         }
+        if c.0 < self.max_conns {
+            self.accepted_closed();
+        }
         self.release_outbound(c);
         h.on_closed(&mut self.io, c, err);
     }

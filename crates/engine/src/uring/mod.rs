@@ -61,6 +61,8 @@ struct Listener {
     sock: Option<TcpListener>,
     v6: bool,
     armed: bool,
+    /// The armed accept is multishot (else one connection, then re-armed).
+    multishot: bool,
     closing: bool,
 }
 
@@ -79,6 +81,11 @@ pub struct UringDriver {
     /// buffers are back in the ring. No data is lost: it waits in the socket.
     rearm_recv: Vec<ConnId>,
     accept_backoff: bool,
+    /// Accepted connections open now (slots in use below `max_conns`), and the limit.
+    accepted: u32,
+    max_conns: u32,
+    /// `max_conns` connections are open: accepting waits for one to close.
+    at_limit: bool,
     pipes: PipePool,
     waits: u64,
     enter: enter::Enter,
@@ -157,6 +164,9 @@ impl UringDriver {
             cqes: Vec::with_capacity(1024),
             rearm_recv: Vec::new(),
             accept_backoff: false,
+            accepted: 0,
+            max_conns: cfg.max_conns,
+            at_limit: false,
             pipes: PipePool::default(),
             waits: 0,
             enter,
@@ -487,6 +497,7 @@ impl Driver for UringDriver {
             v6,
             sock: Some(listener),
             armed: false,
+            multishot: false,
             closing: false,
         });
         self.io.listener_count = self.listeners.len() as u32;

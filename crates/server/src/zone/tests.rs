@@ -640,7 +640,10 @@ fn near_the_connection_limit_the_longest_idle_connections_make_room() {
     h.send(c, &get("/a/"));
     assert_eq!(h.response(c).text(), "a", "a new client is served");
     let open: Vec<bool> = conns.iter().map(|&c| h.t.is_open(c)).collect();
-    assert!(open[open.len() - 20..].iter().all(|&o| o), "the newest stay");
+    assert!(
+        open[open.len() - 20..].iter().all(|&o| o),
+        "the newest stay"
+    );
     assert!(h.counters.active.load(Ordering::Relaxed) <= 64);
 }
 
@@ -649,12 +652,18 @@ fn near_the_connection_limit_the_longest_idle_connections_make_room() {
 fn busy_connections_are_not_reclaimed() {
     let mut h = Harness::with_max_conns(&format!("{HTTP}{SERVERS}"), 32);
     let busy = h.client();
-    h.send(busy, b"POST /a/ HTTP/1.1\r\nHost: h.test\r\nContent-Length: 4\r\n\r\n01");
+    h.send(
+        busy,
+        b"POST /a/ HTTP/1.1\r\nHost: h.test\r\nContent-Length: 4\r\n\r\n01",
+    );
     for _ in 0..100 {
         h.client();
         h.advance(Duration::from_millis(1));
     }
-    assert!(h.t.is_open(busy), "the oldest, but its request is in progress");
+    assert!(
+        h.t.is_open(busy),
+        "the oldest, but its request is in progress"
+    );
     h.send(busy, b"23");
     assert_eq!(h.response(busy).text(), "a");
 }
