@@ -6,7 +6,6 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
 use crate::error::Error;
-use crate::response::Responder;
 use crate::upstream::Upstreams;
 use ringx_config::{Config, Location, Return};
 
@@ -241,17 +240,6 @@ impl Routes {
             }
         }
         cands[0]
-    }
-}
-
-impl Routes {
-    /// The response writer for these routes' server identity and the zone's `date`.
-    pub fn responder<'a>(&'a self, date: &'a ringx_http::DateCache) -> Responder<'a> {
-        Responder {
-            server_header: &self.server_header,
-            token: &self.server_token,
-            date,
-        }
     }
 }
 

@@ -73,10 +73,11 @@ impl Stream {
     fn connect(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         let now = cx.io.now();
         let (pools, connector) = cx.ctx.dial_parts(self.dial.gen);
-        let timeout = pools.defs.list[self.dial.upstream].connect_timeout;
+        let def = &pools.defs.list[self.dial.upstream];
+        let (timeout, pp) = (def.connect_timeout, def.proxy_protocol);
         match self.dial.reach(cx.io, pools, connector, false, now) {
             Ok(r) => {
-                let rec = attach(cx.io, cx.ctx, cx.ups, b, c, &self.dial, r);
+                let rec = attach(cx.io, cx.ups, b, c, &self.dial, r, pp);
                 rec.state = UpState::Connecting;
                 cx.ctx.set_up_deadline(cx.io, rec, r.conn, now + timeout);
                 self.up = Some(r.conn);

@@ -16,7 +16,6 @@ use crate::transport::Transport;
 use crate::upstream::dial::{Dial, Reached};
 use crate::upstream::pools::ZonePools;
 use crate::zone::client::Base;
-use crate::zone::ctx::ZoneCtx;
 use ringx_config::upstream::ProxyProtocol;
 
 /// Timer-wheel keys of upstream connections carry this bit (client connections do not).
@@ -167,18 +166,17 @@ impl UpConn {
 }
 
 /// Opens the record of the connection `r` reached for the client connection `c` (`b`) and,
-/// for a new connection to an upstream that announces its clients (PROXY protocol), writes
-/// the header first.
+/// for a new connection to an upstream that announces its clients (`pp`: its PROXY protocol
+/// setting), writes the header first.
 pub fn attach<'t>(
     io: &mut Io,
-    ctx: &mut ZoneCtx,
     ups: &'t mut UpTable,
     b: &Base,
     c: ConnId,
     dial: &Dial,
     r: Reached,
+    pp: ProxyProtocol,
 ) -> &'t mut UpConn {
-    let pp = ctx.pools(dial.gen).defs.list[dial.upstream].proxy_protocol;
     let rec = ups.open(r.conn, dial.upstream, dial.server, r.reused, io.now());
     rec.client = Some((c, b.gen));
     rec.pools_gen = dial.gen;

@@ -1,17 +1,10 @@
-//! A client connection: what every role needs of it ([`Base`]: handle generation, listener,
-//! client address, transport, deadline, input held back, pause and EOF) and the role it plays.
+//! What every role needs of a client connection ([`Base`]: handle generation, listener,
+//! client address, transport, deadline, input held back, pause and EOF).
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use crate::role::ClientRole;
 use crate::transport::Transport;
-
-/// An accepted connection.
-pub struct Client {
-    pub base: Base,
-    pub role: ClientRole,
-}
 
 /// The part of a client connection that does not depend on its role.
 pub struct Base {

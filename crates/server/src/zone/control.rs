@@ -11,115 +11,22 @@
 //! `drain_timeout` (then those are cut). Connections on an address no longer served finish
 //! their request and close; idle ones close at once. Nothing waits for the slowest request.
 
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ringx_config::ops::LogFormat;
 use ringx_engine::{ConnId, Io, ListenerId};
 
-use super::client::Client;
+use super::ctl::{ReloadMsg, ZoneEvent, ZoneMsg, CMD_DRAIN};
+use super::listeners::NO_ROUTE;
+use super::Client;
 use super::Zone;
 use crate::role::http1::{Phase, DRAIN_IDLE_GRACE};
 use crate::role::upstream::{UpEvent, UpState};
 use crate::role::ClientRole;
-use crate::route::Routes;
-use crate::settings::Settings;
 use crate::upstream::pools::ZonePools;
-use crate::upstream::Upstreams;
 
-/// Commands from the control thread, read when the zone is woken (0 = run).
-pub const CMD_DRAIN: u8 = 1;
-/// A driver listener whose address is not (or no longer) served.
-const NO_ROUTE: u32 = u32::MAX;
 /// How often a zone looks whether retired upstream state is still in use.
 const RETIRE_POLL: Duration = Duration::from_millis(100);
-
-/// Control commands and messages for a zone. `cmd` and the inbox are read when the zone is
-/// woken.
-#[derive(Default)]
-pub struct ZoneCtl {
-    pub cmd: AtomicU8,
-    pub inbox: Mutex<Vec<ZoneMsg>>,
-}
-
-impl ZoneCtl {
-    pub fn new() -> ZoneCtl {
-        ZoneCtl::default()
-    }
-}
-
-pub enum ZoneMsg {
-    Reload(Box<ReloadMsg>),
-}
-
-/// Sent to the control thread once the zone runs, and after each reload it applied.
-pub enum ZoneEvent {
-    Ready,
-    Reloaded { zone: usize, generation: u64 },
-}
-
-/// A compiled configuration for one zone.
-pub struct ReloadMsg {
-    pub generation: u64,
-    pub routes: Arc<Routes>,
-    pub settings: Arc<Settings>,
-    /// `Some`: the upstreams changed (to these); `None`: keep the zone's upstream state.
-    pub upstreams: Option<Option<Arc<Upstreams>>>,
-    /// This zone's sockets for addresses that were not served before.
-    pub listeners: Vec<(SocketAddr, TcpListener)>,
-    pub log: Option<LogFormat>,
-    /// How long requests in flight may go on with the upstreams this reload replaces.
-    pub deadline: Duration,
-}
-
-/// The zone's listeners: their addresses in registration order, and which address of the
-/// routes each serves now.
-pub(super) struct Listeners {
-    addrs: Vec<SocketAddr>,
-    map: Vec<u32>,
-    /// Closed by a reload (their address is gone).
-    closed: Vec<bool>,
-}
-
-impl Listeners {
-    pub(super) fn new(addrs: Vec<SocketAddr>, routes: &Routes) -> Listeners {
-        let mut l = Listeners {
-            closed: vec![false; addrs.len()],
-            addrs,
-            map: Vec::new(),
-        };
-        l.remap(routes);
-        l
-    }
-
-    fn remap(&mut self, routes: &Routes) {
-        self.map = self
-            .addrs
-            .iter()
-            .zip(&self.closed)
-            .map(|(a, &closed)| match closed {
-                true => NO_ROUTE,
-                false => routes
-                    .listen
-                    .iter()
-                    .position(|x| x == a)
-                    .map_or(NO_ROUTE, |i| i as u32),
-            })
-            .collect();
-    }
-
-    /// The index in `routes.listen` of what `listener` serves (`u32::MAX`: nothing now).
-    pub(super) fn route(&self, listener: ListenerId) -> u32 {
-        match self.map.get(listener.0 as usize) {
-            Some(&i) => i,
-            // Without addresses (tests), listeners are registered in routes order.
-            None if self.addrs.is_empty() => listener.0,
-            None => NO_ROUTE,
-        }
-    }
-}
 
 impl Zone {
     /// The zone was woken: drain, or messages in the inbox.

@@ -14,15 +14,11 @@ use ringx_http::DateCache;
 use super::client::Base;
 use super::reqlog::RequestLog;
 use crate::response::Responder;
-use crate::role::exchange::Exchange;
 use crate::role::upstream::{UpConn, UpTable, UP_KEY};
 use crate::route::Routes;
 use crate::settings::Settings;
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
-
-/// Exchange records kept for reuse per zone.
-const EXCHANGE_POOL: usize = 256;
 
 pub struct ZoneCtx {
     pub id: usize,
@@ -44,11 +40,6 @@ pub struct ZoneCtx {
     pub log: RequestLog,
     /// Client connections open.
     pub active: usize,
-    /// Finished exchanges, reused: their head and retry vectors keep their capacity, so a
-    /// steady stream of proxied requests allocates nothing for them. Boxed on purpose: the
-    /// same allocations move in and out of the HTTP/1 role.
-    #[allow(clippy::vec_box)]
-    exchanges: Vec<Box<Exchange>>,
 }
 
 /// A role callback's view of its zone.
@@ -84,7 +75,6 @@ impl ZoneCtx {
             connector,
             log,
             active: 0,
-            exchanges: Vec::new(),
         }
     }
 
@@ -105,7 +95,11 @@ impl ZoneCtx {
     /// The response writer for this zone's routes and clock.
     #[inline]
     pub fn responder(&self) -> Responder<'_> {
-        self.routes.responder(&self.date)
+        Responder {
+            server_header: &self.routes.server_header,
+            token: &self.routes.server_token,
+            date: &self.date,
+        }
     }
 
     /// Sets a client connection's deadline. The wheel holds an entry per connection, filed
@@ -128,18 +122,6 @@ impl ZoneCtx {
             up.wheel_at = Some(at);
             self.wheel.insert(at, u.0 | UP_KEY, up.gen);
             io.timer_at(at);
-        }
-    }
-
-    /// A recycled exchange record, if one is kept.
-    pub fn take_exchange(&mut self) -> Option<Box<Exchange>> {
-        self.exchanges.pop()
-    }
-
-    /// Keeps a finished exchange's allocations for the next one.
-    pub fn recycle_exchange(&mut self, ex: Box<Exchange>) {
-        if self.exchanges.len() < EXCHANGE_POOL && ex.head.capacity() <= 64 * 1024 {
-            self.exchanges.push(ex);
         }
     }
 

@@ -7,7 +7,9 @@
 
 pub mod client;
 mod control;
+pub mod ctl;
 pub mod ctx;
+mod listeners;
 pub mod reqlog;
 
 use std::net::SocketAddr;
@@ -24,11 +26,17 @@ use crate::transport::Transport;
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
-use client::{Base, Client};
-use control::Listeners;
-pub use control::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg, CMD_DRAIN};
+use client::Base;
+pub use ctl::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg, CMD_DRAIN};
 use ctx::{Cx, ZoneCtx};
+use listeners::Listeners;
 use reqlog::RequestLog;
+
+/// An accepted connection: what every role needs of it, and the role it plays.
+pub struct Client {
+    pub base: Base,
+    pub role: ClientRole,
+}
 
 /// What a zone is built from.
 pub struct ZoneSetup {

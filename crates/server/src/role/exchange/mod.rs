@@ -122,7 +122,8 @@ impl Exchange {
         if self.host_upstream {
             rehost(&mut self.head, &def.servers[self.dial.server].name);
         }
-        let rec = attach(cx.io, cx.ctx, cx.ups, base, c, &self.dial, reached);
+        let pp = def.proxy_protocol;
+        let rec = attach(cx.io, cx.ups, base, c, &self.dial, reached, pp);
         rec.tr.write(cx.io, u, &self.head);
         if let Some(r) = &self.replay {
             rec.tr.write(cx.io, u, r);

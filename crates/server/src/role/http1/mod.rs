@@ -74,6 +74,10 @@ pub struct Http1 {
     pending: Option<Pending>,
     /// The request being proxied.
     pub(crate) exchange: Option<Box<Exchange>>,
+    /// The last exchange of this connection, kept for the next proxied request: its head
+    /// and retry vectors keep their capacity, so a keep-alive connection whose requests are
+    /// proxied allocates nothing for them after the first.
+    spare: Option<Box<Exchange>>,
 }
 
 impl Http1 {
@@ -90,6 +94,7 @@ impl Http1 {
             body: None,
             pending: None,
             exchange: None,
+            spare: None,
         }
     }
 

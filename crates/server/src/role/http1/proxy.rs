@@ -39,7 +39,7 @@ impl Http1 {
         }
         // A recycled record (taken only once the request is known to be proxied): its head
         // and retry list keep their capacity.
-        let mut ex = ctx.take_exchange().unwrap_or_default();
+        let mut ex = self.spare.take().unwrap_or_default();
         let Action::Proxy(loc) = &ctx.routes.servers[si].locations[li].action else {
             unreachable!("checked above");
         };
@@ -217,7 +217,14 @@ impl Http1 {
     fn end_exchange(&mut self, cx: &mut Cx) {
         if let Some(mut ex) = self.exchange.take() {
             ex.detach(cx);
-            cx.ctx.recycle_exchange(ex);
+            self.recycle(ex);
+        }
+    }
+
+    /// Keeps a finished exchange's allocations for the connection's next proxied request.
+    fn recycle(&mut self, ex: Box<Exchange>) {
+        if ex.head.capacity() <= 64 * 1024 {
+            self.spare = Some(ex);
         }
     }
 
@@ -292,7 +299,7 @@ impl Http1 {
         self.phase = Phase::Idle;
         b.paused = false;
         let close = ex.client_closes(b);
-        cx.ctx.recycle_exchange(ex);
+        self.recycle(ex);
         let more = !b.inbuf.is_empty();
         self.after_response(cx, b, c, close, more);
         if close {
