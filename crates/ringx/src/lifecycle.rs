@@ -181,7 +181,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // set up before privileges are dropped (eBPF needs them), kept for the server's life.
     let _listen_steering = match cfg.steering.listen {
         config::steering::ListenSteering::Cpu => {
-            ringx_engine::reuseport::steer_zones(&cpus, &per_zone)
+            ringx_steer::reuseport::steer_zones(&cpus, &per_zone)
         }
         config::steering::ListenSteering::Hash => Vec::new(),
     };

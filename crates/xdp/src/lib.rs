@@ -32,6 +32,11 @@
 //! [`BlockList::open_pinned`], [`Maps::open_pinned`], [`Stats::read`].
 //!
 //! Everything here needs root (or CAP_BPF with CAP_NET_ADMIN); the errors say so.
+//!
+//! This crate is also where BPF is handled once for the workspace: [`sys`] is the one raw
+//! `bpf(2)` layer (what aya cannot do; its module doc says why), and `build.rs` the one place
+//! that finds clang and the BPF headers (`ringx-steer`'s build uses them). The steering
+//! programs (reuseport by CPU, XDP software steering) live in `ringx-steer`.
 
 pub mod abi;
 pub mod bench;
@@ -40,7 +45,6 @@ mod error;
 mod loader;
 mod maps;
 pub mod packet;
-pub mod steer;
 pub mod sys;
 
 pub use abi::{Counter, Reason, Verdict};

@@ -153,8 +153,8 @@ impl EpollDriver {
             self.waker.add_accept();
             self.io.conns[c.index()].drv = WANT_IN;
             self.io.conns[c.index()].peer = crate::uring::peer::to_addr(&sa, sa_len as usize);
-            if tracing::enabled!(target: crate::reuseport::LOCALITY_LOG, tracing::Level::DEBUG) {
-                crate::reuseport::log_locality(fd, id, self.io.conns[c.index()].peer);
+            if tracing::enabled!(target: crate::locality::LOCALITY_LOG, tracing::Level::DEBUG) {
+                crate::locality::log_locality(fd, id, self.io.conns[c.index()].peer);
             }
             let token = self.token(c);
             if let Err(e) = self.ctl(
