@@ -198,7 +198,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // The XDP filter ([xdp]), attached while privileges last; dropping the guard (however
     // serve returns) logs its counters and detaches only with detach_on_exit.
     let _xdp = match &cfg.xdp {
-        Some(x) => match crate::cli_xdp::ServeXdp::start(x, &routes.listen) {
+        Some(x) => match crate::serve_xdp::ServeXdp::start(x, &routes.listen) {
             Ok(guard) => Some(guard),
             Err(e) => {
                 tracing::error!("xdp: {e}");

@@ -12,6 +12,7 @@ mod lifecycle;
 mod metrics;
 mod ops_wiring;
 mod proxy;
+mod serve_xdp;
 mod server;
 mod steering;
 mod upgrade;

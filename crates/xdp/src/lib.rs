@@ -45,6 +45,7 @@ mod error;
 mod loader;
 mod maps;
 pub mod packet;
+mod port;
 pub mod sys;
 
 pub use abi::{Counter, Reason, Verdict};
@@ -55,7 +56,14 @@ pub use loader::{
     Mode, Settings, DEFAULT_PIN_DIR,
 };
 pub use maps::{BlockList, List, Maps, Origin, Stats};
+pub use port::ServedPort;
 pub use sys::TestRun;
+
+/// What to tell the user when loading mounted a bpffs at /sys/fs/bpf
+/// ([`Filter::mounted_bpffs`]; see [`ensure_pin_dir`]).
+pub const MOUNT_NOTE: &str = "no bpffs was mounted at /sys/fs/bpf, so ringx mounted one; \
+    under `ip netns exec` that mount is private to this command and the pins go with it \
+    (enter namespaces with `nsenter --net=/run/netns/NAME` instead)";
 
 /// Why BPF cannot be used here, or None when it can: not root, or the kernel refuses a
 /// trivial map. For tests to skip with a reason.

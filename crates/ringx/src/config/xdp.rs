@@ -117,8 +117,12 @@ impl<'de> Deserialize<'de> for Port {
                 })
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Port, E> {
-                let (port, tcp, udp) = crate::cli_xdp::parse_port(v).map_err(E::custom)?;
-                Ok(Port { port, tcp, udp })
+                let p: ringx_xdp::ServedPort = v.parse().map_err(E::custom)?;
+                Ok(Port {
+                    port: p.port,
+                    tcp: p.tcp,
+                    udp: p.udp,
+                })
             }
         }
         d.deserialize_any(V)
