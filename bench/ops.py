@@ -32,7 +32,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import cpu_ns, free_port, machine, nginx_bin, proc_tree, versions, wait_port  # noqa: E402
+from lib import cpu_ns, free_port, machine, nginx_bin, proc_tree, versions, wait_port  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")

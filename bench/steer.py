@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
-from run import machine  # noqa: E402
+from lib import machine  # noqa: E402
 import steer_proxy  # noqa: E402
 
 TARGET_NS = 50.0

@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
-from run import machine  # noqa: E402
+from lib import machine  # noqa: E402
 
 TAG = str(os.getpid() % 100000)
 GEN_NS, RX_NS = f"rxbg{TAG}", f"rxbt{TAG}"
