@@ -297,7 +297,7 @@ def summarise(rows, wls):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="2 rounds of 1 s: a smoke run in under 2 minutes")
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 1 s: a smoke run")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int, help="seconds per run")
     ap.add_argument("--only", help="comma-separated workloads (" + ",".join(WORKLOADS) + ")")
@@ -454,8 +454,8 @@ def charts(result, name):
 
 INTRO = """# Echo benchmark: ringx (io_uring, epoll) against Go netpoll
 
-`bench/echo.py` (`make bench-echo`, `BENCH_ARGS=--quick` for a smoke run under 2 minutes; the
-full run takes about 13 minutes with the two yardsticks; root, Go and perf needed). The method is
+`bench/echo.py` (`make bench-echo`, `BENCH_ARGS=--quick` for a smoke run; how long each takes
+is in [bench/README.md](../README.md); root, Go and perf needed). The method is
 [bench/README.md](../README.md)'s (the design brief's "How performance is measured here"), as
 `bench/http_bench.py` applies it to HTTP.
 

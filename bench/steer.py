@@ -284,6 +284,7 @@ def main():
         "rustc": subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip(),
         "command": " ".join(cmd),
         "loadavg": [load_before, load_after],
+        "elapsed_s": round(time.time() - start, 1),
         "target": {"table_ns_below": TARGET_NS, "table_hash_evals": 0},
         "benches": benches,
         "derived": derived,

@@ -369,7 +369,7 @@ def update_readme(text):
     head = "## XDP filter (issue #6)"
     intro = f"""{head}
 
-`python3 bench/xdp.py` (part of `make bench`; `make bench-xdp` alone; about 2 minutes) measures
+`python3 bench/xdp.py` (part of `make bench`; `make bench-xdp` alone) measures
 the XDP filter of `crates/xdp`: its cost per packet through BPF_PROG_TEST_RUN, and on a veth
 pair the packets per second it drops against an iptables raw-table DROP rule and against no
 rule, plus what an XDP_PASS program adds to ordinary traffic.
