@@ -45,13 +45,12 @@ loom: deps
 
 test: deps release unit lint loom fuzz integration
 
-# Every benchmark, one after the other (about 30 minutes; BENCH_ARGS=--quick: about 8).
-# Each also runs alone: bench-http (< 10 min, --quick < 2), bench-echo, bench-proxy,
-# bench-steer, bench-xdp, bench-ops.
+# Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
+# bench-proxy, bench-echo, bench-xdp, bench-ops). How long each takes: bench/README.md.
 bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-ops
 
 bench-http: release
-	python3 bench/run.py $(BENCH_ARGS)
+	python3 bench/http_bench.py $(BENCH_ARGS)
 
 bench-steer: release
 	python3 bench/steer.py $(filter --quick,$(BENCH_ARGS))

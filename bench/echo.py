@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Echo benchmark: ringx's echo server (io_uring and epoll drivers) against Go netpoll, on one
-2-core machine, the way bench/run.py measures HTTP.
+2-core machine, the way bench/http_bench.py measures HTTP.
 
 Protocol (the netpoll benchmark's): each message is a 4-byte big-endian length and that many
 bytes; the server answers with a new message framed the same way. Payload 1 KB.
@@ -48,7 +48,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import Cgroup, cpu_ns, proc_tree, free_port, wait_port, sh, machine, host_speed  # noqa: E402
+from lib import Cgroup, cpu_ns, proc_tree, free_port, wait_port, sh, machine, host_speed  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 ECHO = os.path.join(HERE, "echo")
@@ -297,7 +297,7 @@ def summarise(rows, wls):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="2 rounds of 1 s: a smoke run in under 2 minutes")
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 1 s: a smoke run")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int, help="seconds per run")
     ap.add_argument("--only", help="comma-separated workloads (" + ",".join(WORKLOADS) + ")")
@@ -454,9 +454,10 @@ def charts(result, name):
 
 INTRO = """# Echo benchmark: ringx (io_uring, epoll) against Go netpoll
 
-`bench/echo.py` (`make bench-echo`, `BENCH_ARGS=--quick` for a smoke run under 2 minutes; the
-full run takes about 13 minutes with the two yardsticks; root, Go and perf needed). The method is
-`shared/DESIGN.md`'s "How performance is measured here", as `bench/run.py` applies it to HTTP.
+`bench/echo.py` (`make bench-echo`, `BENCH_ARGS=--quick` for a smoke run; how long each takes
+is in [bench/README.md](../README.md); root, Go and perf needed). The method is
+[bench/README.md](../README.md)'s (the design brief's "How performance is measured here"), as
+`bench/http_bench.py` applies it to HTTP.
 
 - **Protocol** (the netpoll benchmark's): a message is a 4-byte big-endian length and that many
   bytes; the server answers with a new message framed the same way. Payload 1 KB.

@@ -32,7 +32,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import cpu_ns, free_port, machine, nginx_bin, proc_tree, versions, wait_port  # noqa: E402
+from lib import cpu_ns, free_port, machine, nginx_bin, proc_tree, versions, wait_port  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -197,6 +197,7 @@ def main():
     budgets = [0, 20, 100, BUSY_US]
     # The client runs on CPU 1 for the whole script; servers are pinned by their configs.
     os.sched_setaffinity(0, {1})
+    started = time.time()
     work = tempfile.mkdtemp(prefix="ringx-ops-bench-")
     build_client(work)
     res = {
@@ -256,6 +257,7 @@ def main():
                   f"{med['waits_per_req'] if med['waits_per_req'] is not None else '-':>9} "
                   f"{med['p50_us']:8.1f} {med['p90_us']:8.1f} {med['p99_us']:8.1f}")
     res["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
+    res["elapsed_s"] = round(time.time() - started, 1)
     print(f"load average at start {res['loadavg_start']}, at end {res['loadavg_end']}")
     os.makedirs(RESULTS, exist_ok=True)
     out = os.path.join(RESULTS, f"ops-{res['date']}{'-quick' if args.quick else ''}.json")

@@ -2,7 +2,7 @@
 """Reverse-proxy benchmark: ringx vs nginx `proxy_pass` vs HAProxy, with keep-alive upstream
 connections, 64-byte and 1 KB responses, on one 2-core machine.
 
-Same method as bench/run.py (../shared/DESIGN.md): each proxy is pinned to CPU 0 (one zone,
+Same method as bench/http_bench.py (bench/README.md): each proxy is pinned to CPU 0 (one zone,
 one nginx worker, one HAProxy thread); the client (wrk) and the shared upstream (nginx
 `return 200`, one worker) to CPU 1. Peers are measured alternately, A B C A B C ..., at least
 3 rounds. The figure that matters is the proxy's own CPU per proxied request (every thread of
@@ -29,11 +29,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import run  # noqa: E402  (shared helpers: cgroup cap, CPU accounting, wrk parsing)
+import lib  # noqa: E402  (shared helpers: cgroup cap, CPU accounting, wrk parsing)
 
-ROOT = run.ROOT
-RESULTS = run.RESULTS
-UPSTREAM_CPU = run.CLIENT_CPU
+ROOT = lib.ROOT
+RESULTS = lib.RESULTS
+UPSTREAM_CPU = lib.CLIENT_CPU
 WORKLOADS = {
     "proxy64_c50": ("/r64", 50, "64-byte response, keep-alive, 50 client connections"),
     "proxy1k_c50": ("/r1k", 50, "1 KB response, keep-alive, 50 client connections"),
@@ -46,7 +46,7 @@ class Upstream:
     """nginx answering /r64 and /r1k, pinned to the client's CPU."""
 
     def __init__(self, work):
-        self.port = run.free_port()
+        self.port = lib.free_port()
         self.work = work
 
     def start(self):
@@ -60,13 +60,13 @@ http {{ access_log off; keepalive_timeout 300s; keepalive_requests 10000000;
   fastcgi_temp_path {self.work}/up-fcgi; uwsgi_temp_path {self.work}/up-uwsgi;
   scgi_temp_path {self.work}/up-scgi;
   server {{ listen 127.0.0.1:{self.port} backlog=4096;
-    location = /r64 {{ return 200 "{run.BODY64}"; }}
-    location = /r1k {{ return 200 "{run.BODY1K}"; }} }} }}
+    location = /r64 {{ return 200 "{lib.BODY64}"; }}
+    location = /r1k {{ return 200 "{lib.BODY1K}"; }} }} }}
 """)
-        self.proc = subprocess.Popen(["taskset", "-c", UPSTREAM_CPU, run.nginx_bin(), "-c", conf,
+        self.proc = subprocess.Popen(["taskset", "-c", UPSTREAM_CPU, lib.nginx_bin(), "-c", conf,
                                       "-e", f"{self.work}/upstream-error.log"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        run.wait_port(self.port, self.proc)
+        lib.wait_port(self.port, self.proc)
 
     def stop(self):
         if getattr(self, "proc", None) is not None and self.proc.poll() is None:
@@ -77,10 +77,10 @@ http {{ access_log off; keepalive_timeout 300s; keepalive_requests 10000000;
 class Proxy:
     def __init__(self, name, work, up_port):
         self.name, self.work, self.up = name, work, up_port
-        self.port = run.free_port()
+        self.port = lib.free_port()
 
     def start(self):
-        w, cpu = self.work, run.SERVER_CPU
+        w, cpu = self.work, lib.SERVER_CPU
         if self.name == "nginx":
             conf = os.path.join(w, "px-nginx.conf")
             open(conf, "w").write(f"""
@@ -94,7 +94,7 @@ http {{ access_log off; keepalive_timeout 75s; keepalive_requests 1000;
     location / {{ proxy_pass http://app; proxy_http_version 1.1;
                  proxy_set_header Connection ""; proxy_set_header Host $host; }} }} }}
 """)
-            cmd = [run.nginx_bin(), "-c", conf, "-e", f"{w}/px-nginx-error.log"]
+            cmd = [lib.nginx_bin(), "-c", conf, "-e", f"{w}/px-nginx-error.log"]
         elif self.name == "haproxy":
             conf = os.path.join(w, "haproxy.cfg")
             open(conf, "w").write(f"""
@@ -139,13 +139,13 @@ listen = ["127.0.0.1:{self.port}"]
   proxy_pass = "app"
   forwarded_headers = false
 """)
-            cmd = [run.RINGX, "serve", "-c", conf]
+            cmd = [lib.RINGX, "serve", "-c", conf]
         self.log = open(os.path.join(w, f"px-{self.name}.log"), "w")
         self.proc = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=self.log, stderr=self.log)
-        run.wait_port(self.port, self.proc)
+        lib.wait_port(self.port, self.proc)
 
     def pids(self):
-        return run.proc_tree(self.proc.pid)
+        return lib.proc_tree(self.proc.pid)
 
     def stop(self):
         if getattr(self, "proc", None) is not None and self.proc.poll() is None:
@@ -162,9 +162,9 @@ def measure(p, wl, secs, cg, capped):
     if capped:
         cg.move(pids, True)
     try:
-        before = run.cpu_ns(pids)
-        r = run.run_wrk(p.port, path, conns, secs, [])
-        after = run.cpu_ns(pids)
+        before = lib.cpu_ns(pids)
+        r = lib.run_wrk(p.port, path, conns, secs, [])
+        after = lib.cpu_ns(pids)
     finally:
         if capped:
             cg.move(pids, False)
@@ -173,7 +173,7 @@ def measure(p, wl, secs, cg, capped):
 
 
 def summarise(rows):
-    return run.summarise(rows, WORKLOADS, PEERS, ("nginx", "haproxy"))
+    return lib.summarise(rows, WORKLOADS, PEERS, ("nginx", "haproxy"))
 
 
 def report(result, name):
@@ -241,8 +241,8 @@ def main():
         sys.exit("bench/proxy: haproxy missing (scripts/install-deps.sh installs it)")
     work = tempfile.mkdtemp(prefix="ringx-proxy-bench-")
     os.chmod(work, 0o755)
-    cg = run.Cgroup("ringx-proxy-bench-cap")
-    cg.cap(run.CAP_PCT)
+    cg = lib.Cgroup("ringx-proxy-bench-cap")
+    cg.cap(lib.CAP_PCT)
     up = Upstream(work)
     proxies = {p: Proxy(p, work, up.port) for p in PEERS}
     rows = []
@@ -254,14 +254,14 @@ def main():
         time.sleep(0.3)
         for wl in WORKLOADS:
             for p in proxies.values():  # warm the upstream pools
-                run.run_wrk(p.port, WORKLOADS[wl][0], 10, 1, [])
+                lib.run_wrk(p.port, WORKLOADS[wl][0], 10, 1, [])
             for rnd in range(rounds):
                 for name in PEERS:
                     p = proxies[name]
                     r = measure(p, wl, secs, cg, False)
                     c = measure(p, wl, secs, cg, True)
                     row = {"workload": wl, "peer": name, "round": rnd, **r, "capped_rps": c["rps"],
-                           "capped_cmd": f"cgroup cpu quota {run.CAP_PCT}% + " + c["cmd"]}
+                           "capped_cmd": f"cgroup cpu quota {lib.CAP_PCT}% + " + c["cmd"]}
                     errs = (r["errors"] + c["errors"]).strip()
                     if errs:
                         raise RuntimeError(f"{name} on {wl}: {errs}")
@@ -273,14 +273,14 @@ def main():
             p.stop()
         up.stop()
         cg.remove()
-    versions = run.versions()
-    versions["haproxy"] = run.sh(["haproxy", "-v"]).stdout.splitlines()[0].strip()
+    versions = lib.versions()
+    versions["haproxy"] = lib.sh(["haproxy", "-v"]).stdout.splitlines()[0].strip()
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "mode": "quick" if args.quick else "full", "rounds": rounds, "duration_s": secs,
-              "cap_pct": run.CAP_PCT, "elapsed_s": round(time.time() - t0, 1),
-              "machine": run.machine(), "versions": versions,
+              "cap_pct": lib.CAP_PCT, "elapsed_s": round(time.time() - t0, 1),
+              "machine": lib.machine(), "versions": versions,
               "load_avg_after": os.getloadavg(),
-              "method": {"proxy_cpu": run.SERVER_CPU, "client_and_upstream_cpu": UPSTREAM_CPU,
+              "method": {"proxy_cpu": lib.SERVER_CPU, "client_and_upstream_cpu": UPSTREAM_CPU,
                          "cpu": "schedstat run time of the proxy's processes only",
                          "workloads": {k: v[2] for k, v in WORKLOADS.items()}},
               "rows": rows, "summary": summarise(rows)}

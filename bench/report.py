@@ -1,4 +1,6 @@
-"""Turns a bench/run.py result into charts (PNG) and the results section of bench/README.md."""
+"""Turns a bench/http_bench.py result into charts (PNG) and the results section of
+bench/README.md (between its results markers); the chart helper is shared with echo.py and
+proxy.py."""
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -14,15 +16,14 @@ METRICS = [
 
 
 def host_noise(hs):
-    """The report's line on host noise, from a result's `host_speed` (run.host_speed before and
+    """The report's line on host noise, from a result's `host_speed` (lib.host_speed before and
     after the run), or None if the result has none."""
     if not hs:
         return None
     b, a = hs["before"], hs["after"]
     return (f"Host noise: a fixed busy loop on the server's CPU took {b['loop_ms_min']}–{b['loop_ms_max']} ms "
             f"before the run and {a['loop_ms_min']}–{a['loop_ms_max']} ms after it (spread {b['spread']}× / "
-            f"{a['spread']}×, 1.0× is steady; the same loop took about 45 ms on the host of the first runs and "
-            "23 ms on the host of 2026-11-23's evening runs). Absolute figures drift by about that much; "
+            f"{a['spread']}×, 1.0× is steady). Absolute figures drift by about that much; "
             "ratios come from alternated runs.")
 
 
@@ -97,8 +98,8 @@ def write(result, name):
     lines.append("")
     lines.append("Median (min–max) over the rounds; **bold** is the ratio to nginx in the same run.")
     if any("yardstick" in peers for peers in s.values()):
-        lines.append("`yardstick` is `../shared/tools/limit_server.c`, the minimal io_uring responder (no parsing, "
-                     "a canned reply without a Date header), measured alternately with the others on the "
+        lines.append("`yardstick` is [`yardstick/http_uring.c`](yardstick/http_uring.c), a minimal io_uring responder "
+                     "(no parsing, a canned reply without a Date header), measured alternately with the others on the "
                      "64-byte keep-alive workloads: what a server that does no HTTP work reaches on this machine.")
     lines.append("")
     for w, peers in s.items():

@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
-from run import machine  # noqa: E402
+from lib import machine  # noqa: E402
 import steer_proxy  # noqa: E402
 
 TARGET_NS = 50.0
@@ -284,6 +284,7 @@ def main():
         "rustc": subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip(),
         "command": " ".join(cmd),
         "loadavg": [load_before, load_after],
+        "elapsed_s": round(time.time() - start, 1),
         "target": {"table_ns_below": TARGET_NS, "table_hash_evals": 0},
         "benches": benches,
         "derived": derived,

@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
-from run import machine  # noqa: E402
+from lib import machine  # noqa: E402
 
 TAG = str(os.getpid() % 100000)
 GEN_NS, RX_NS = f"rxbg{TAG}", f"rxbt{TAG}"
@@ -369,7 +369,7 @@ def update_readme(text):
     head = "## XDP filter (issue #6)"
     intro = f"""{head}
 
-`python3 bench/xdp.py` (part of `make bench`; `make bench-xdp` alone; about 2 minutes) measures
+`python3 bench/xdp.py` (part of `make bench`; `make bench-xdp` alone) measures
 the XDP filter of `crates/xdp`: its cost per packet through BPF_PROG_TEST_RUN, and on a veth
 pair the packets per second it drops against an iptables raw-table DROP rule and against no
 rule, plus what an XDP_PASS program adds to ordinary traffic.

@@ -26,7 +26,7 @@ have bpftool || [ -x /usr/sbin/bpftool ] || need_apt+=(bpftool)
 have hping3  || [ -x /usr/sbin/hping3 ] || need_apt+=(hping3)
 have iptables || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
 have ethtool || [ -x /usr/sbin/ethtool ] || need_apt+=(ethtool)
-# liburing: `make bench` builds the io_uring yardsticks (../shared/tools/limit_server.c, bench/echo/yardstick/).
+# liburing: `make bench` builds the io_uring yardsticks (bench/yardstick/, bench/echo/yardstick/).
 [ -f /usr/include/liburing.h ] || need_apt+=(liburing-dev)
 # perf: syscall counts in the SQPOLL test and `make bench` (raw_syscalls:sys_enter).
 have perf    || need_apt+=(linux-perf)

@@ -1,6 +1,8 @@
 """Fixtures for the ringx integration tests.
 
-Run:  RINGX_BIN=/work/main/target/release/ringx python3 -m pytest -q -rs tests/
+Run:  python3 -m pytest -q -rs tests/
+The binary is this repository's target/release/ringx (`cargo build --release -p ringx`);
+RINGX_BIN=/path/to/ringx tests another one.
 """
 
 from __future__ import annotations
@@ -17,14 +19,21 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-DEFAULT_BIN = "/work/main/target/release/ringx"
+# The repository's own release binary, found from this file (tests/ is at the root).
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_BIN = str(REPO / "target" / "release" / "ringx")
 FALLBACK_LINE = "using the epoll driver"
 ENGINES = ["uring", "epoll"]
 
 
+def ringx_path() -> str:
+    """The binary under test: $RINGX_BIN, else the repository's release build."""
+    return os.environ.get("RINGX_BIN", DEFAULT_BIN)
+
+
 @pytest.fixture(scope="session")
 def ringx_bin() -> str:
-    path = os.environ.get("RINGX_BIN", DEFAULT_BIN)
+    path = ringx_path()
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         pytest.fail(f"ringx binary not found at {path} (set RINGX_BIN or run "
                     f"`cargo build --release -p ringx`)")

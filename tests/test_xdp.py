@@ -26,6 +26,8 @@ import time
 
 import pytest
 
+from conftest import ringx_path
+
 TAG = f"{os.getpid() % 100000}"
 NS = {k: f"rx{k}{TAG}" for k in ("s", "c", "a", "w")}
 SRV, CLI, ATK = "10.77.0.1", "10.77.0.2", "10.77.0.3"
@@ -139,7 +141,7 @@ def server(topo, ringx_module):
 
 
 def xdp(*args, check=True):
-    binary = os.environ.get("RINGX_BIN", "/work/main/target/release/ringx")
+    binary = ringx_path()
     return ns("s", binary, "xdp", "--pin-dir", PIN, *args, check=check)
 
 

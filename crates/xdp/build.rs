@@ -2,6 +2,11 @@
 //! the crate embeds, and generates `$OUT_DIR/abi_gen.rs` from `bpf/ringx_xdp.h`: the reasons
 //! (counter indices), the numeric `#define RX_*` constants and the struct sizes the header
 //! asserts. The Rust side therefore cannot drift from the C side without failing to build.
+//!
+//! It also hands the toolchain it found to the build scripts of the crates that depend on this
+//! one (Cargo's `links` metadata: `DEP_RINGX_XDP_CLANG`, `_CFLAGS`, `_INCLUDE`), so that
+//! `ringx-steer` compiles its program with the same clang, flags and shared headers
+//! (`bpf/parsing.h`).
 
 use std::env;
 use std::fmt::Write as _;
@@ -11,6 +16,11 @@ use std::process::Command;
 
 const HELP: &str = "run scripts/install-deps.sh (as root) to install clang, libbpf-dev and the \
                     kernel headers, or set RINGX_CLANG to a clang that can target BPF";
+
+/// How every BPF program of the workspace is compiled.
+const CFLAGS: [&str; 7] = [
+    "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror",
+];
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
@@ -32,6 +42,11 @@ fn main() {
     if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
         panic!("ringx-xdp: /usr/include/bpf/bpf_helpers.h is missing (libbpf-dev); {HELP}");
     }
+    // For dependents' build scripts (see the top): the include directories as a path list.
+    let include = env::join_paths(&includes).expect("include paths without ':'");
+    println!("cargo:clang={clang}");
+    println!("cargo:cflags={}", CFLAGS.join(" "));
+    println!("cargo:include={}", include.to_string_lossy());
     let mut sources: Vec<PathBuf> = fs::read_dir(&bpf)
         .expect("read bpf/")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -46,9 +61,7 @@ fn main() {
             .replace(".bpf.c", ".o");
         let obj = out.join(&name);
         let mut cmd = Command::new(&clang);
-        cmd.args([
-            "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror",
-        ]);
+        cmd.args(CFLAGS);
         for i in &includes {
             cmd.arg("-I").arg(i);
         }

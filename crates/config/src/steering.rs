@@ -19,10 +19,10 @@
 //! that processed its SYN — an eBPF reuseport program, or `SO_INCOMING_CPU` on the listeners
 //! where eBPF is refused; a CPU without a (live) zone listener falls back to the kernel's
 //! hash, so no connection is refused when a zone is gone. `"hash"` leaves the choice to the
-//! kernel's 4-tuple hash (plain `SO_REUSEPORT`). See `ringx_engine::reuseport`.
+//! kernel's 4-tuple hash (plain `SO_REUSEPORT`). See `ringx_steer::reuseport`.
 //!
 //! `mode` is the active side: the source port of each upstream connection is chosen so that
-//! the upstream's replies arrive on the connecting zone's CPU (see `crate::steering`).
+//! the upstream's replies arrive on the connecting zone's CPU (see `ringx_steer::active`).
 //! `"rss"`: the device's RSS (Toeplitz key, indirection table, queue IRQ CPUs) decides, and
 //! per-zone port tables are computed from it. `"software"`: ringx attaches an XDP program to
 //! each device that sends every TCP packet to its zone's CPU (replies by local port
@@ -34,6 +34,8 @@
 use std::fmt;
 use std::ops::RangeInclusive;
 
+/// `steering.mode`: the active side (its vocabulary is the steering crate's).
+pub use ringx_steer::active::Mode;
 use ringx_steer::ports::{parse_dest_list, Dest};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -62,7 +64,7 @@ pub struct Steering {
     /// Local ports to use; default: this namespace's `ip_local_port_range`.
     pub port_range: Option<Spanned<PortRange>>,
     /// How long a port rests after a connection this side closed first (TIME_WAIT);
-    /// default: see `crate::steering`.
+    /// default: see `ringx_steer::active::default_time_wait`.
     pub time_wait: Option<Dur>,
     /// Most precomputed ports per zone and destination (memory: about 24 bytes each).
     pub table_ports: Option<usize>,
@@ -89,32 +91,6 @@ pub enum ListenSteering {
     Cpu,
     /// The kernel's reuseport hash of the 4-tuple.
     Hash,
-}
-
-/// `steering.mode`: the active side.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// RSS if the device has it over more than one queue, else software, else off.
-    Auto,
-    /// The NIC's RSS: port tables from its key, indirection table and queue CPUs.
-    Rss,
-    /// An XDP program steers by port (devices without RSS).
-    Software,
-    /// The kernel chooses source ports.
-    #[default]
-    Off,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Auto => "auto",
-            Mode::Rss => "rss",
-            Mode::Software => "software",
-            Mode::Off => "off",
-        }
-    }
 }
 
 /// `steering.device`: one name or a list.

@@ -117,8 +117,12 @@ impl<'de> Deserialize<'de> for Port {
                 })
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Port, E> {
-                let (port, tcp, udp) = parse_port(v).map_err(E::custom)?;
-                Ok(Port { port, tcp, udp })
+                let p: ringx_xdp::ServedPort = v.parse().map_err(E::custom)?;
+                Ok(Port {
+                    port: p.port,
+                    tcp: p.tcp,
+                    udp: p.udp,
+                })
             }
         }
         d.deserialize_any(V)
@@ -134,20 +138,6 @@ impl Xdp {
             port_filter: self.port_filter,
             ..ringx_xdp::Settings::default()
         }
-    }
-}
-
-/// `80`, `80/tcp`, `53/udp`, `443/both` -> (port, tcp, udp).
-pub fn parse_port(s: &str) -> Result<(u16, bool, bool), String> {
-    let (p, proto) = s.split_once('/').unwrap_or((s, "tcp"));
-    let port: u16 = p
-        .parse()
-        .map_err(|_| format!("port {s:?}: expected PORT[/tcp|/udp|/both]"))?;
-    match proto {
-        "tcp" => Ok((port, true, false)),
-        "udp" => Ok((port, false, true)),
-        "both" => Ok((port, true, true)),
-        _ => Err(format!("port {s:?}: the protocol is tcp, udp or both")),
     }
 }
 

@@ -238,7 +238,7 @@ impl ConnIo {
 const MAX_SPARE: usize = 64 * 1024;
 /// Spare output vectors a zone keeps. They are taken last-in first-out, so the next response
 /// is written into memory the last send has just read: with hundreds of connections, one
-/// spare vector per connection (as before) meant a cold vector for every response.
+/// spare vector per connection would mean a cold vector for every response.
 const MAX_SPARES: usize = 64;
 
 /// Deferred actions the driver carries out after the handler returns.

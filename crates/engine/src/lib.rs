@@ -100,9 +100,9 @@ pub mod framing;
 mod handler;
 mod io;
 mod listen;
+pub mod locality;
 mod pool;
 mod prefetch;
-pub mod reuseport;
 mod slot;
 pub mod sys;
 pub mod testio;
@@ -190,9 +190,9 @@ pub struct ZoneConfig {
     /// holds completions (the first condition above). That is what takes a closed-loop echo
     /// to one `io_uring_enter` per twenty messages, but a zone that always has work waiting
     /// (many connections) then sleeps for batches it would not have slept for, and on a VM a
-    /// sleep and its timer cost more than the calls saved: 64-byte keep-alive HTTP at 500
-    /// connections 3.74 vs 3.36 µs per request with and without, 1 KB echo at 100 connections
-    /// 0.05 vs 0.10 system calls and 3.54 vs 3.45 µs per message. Off: a wait for a batch
+    /// sleep and its timer cost more CPU than the calls saved. It pays off for few connections
+    /// that each wait for their answer (closed-loop echo); the measurements are in
+    /// bench/NOTEBOOK.md. Off: a wait for a batch
     /// only replaces a sleep the zone takes anyway (nothing pending), so it wakes once for
     /// several completions instead of once for each.
     pub batch_when_pending: bool,

@@ -2,8 +2,8 @@
 //!
 //! A zone handles the completions of one wait as a batch: with hundreds of connections, the
 //! state of the connection each completion names is cold, and the first touch of it stalls
-//! (profiled at 500 keep-alive connections: the first loads of the driver's and the HTTP
-//! zone's connection records were 40–60% of their functions' samples). The driver announces
+//! (under many keep-alive connections those first loads dominate the functions that make
+//! them; the profile is in bench/NOTEBOOK.md). The driver announces
 //! every connection of a batch before handling the first ([`crate::Handler::prefetch`]), so
 //! the loads overlap instead of following one another.
 

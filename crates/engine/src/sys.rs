@@ -95,8 +95,8 @@ pub fn ignore_sigpipe() {
 ///
 /// By default glibc trims a heap whose free top passes 128 KiB (`madvise`/`brk`) and grows it
 /// again a page (`mprotect`, thread arenas) or 132 KiB (`brk`) at a time. Connections that come
-/// and go make that a steady trickle of system calls: the only ones an SQPOLL zone still made
-/// (`perf trace`: `brk`, `mprotect`, `madvise` while 500 connections reconnected). After this,
+/// and go make that a steady trickle of system calls (`brk`, `mprotect`, `madvise`), the only
+/// ones an SQPOLL zone would still make. After this,
 /// heaps keep up to `trim_threshold` bytes of free top and the main heap grows in `top_pad`
 /// steps, so a warmed-up server makes none. The cost is memory: freed memory stays with the
 /// process up to that much per heap, as with nginx's pools. Process-wide; call it at start-up,

@@ -139,8 +139,7 @@ pub use httparse;
 
 /// The first `needle` in `hay`. Heads' short fields (a target's query mark, a Host's port) are
 /// searched on every request: below 32 bytes a byte loop finishes before memchr's vector
-/// search has paid its set-up (about 50 instructions a call, callgrind), so memchr is kept for
-/// longer input only.
+/// search has paid its set-up, so memchr is kept for longer input only.
 pub(crate) fn find_byte(needle: u8, hay: &[u8]) -> Option<usize> {
     if hay.len() <= 32 {
         hay.iter().position(|&b| b == needle)

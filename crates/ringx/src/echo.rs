@@ -126,7 +126,7 @@ pub fn run(args: EchoArgs) -> ExitCode {
         }
     }
     let _steering = match args.steering.as_str() {
-        "cpu" => ringx_engine::reuseport::steer_zones(&cpus, &listeners),
+        "cpu" => ringx_steer::reuseport::steer_zones(&cpus, &listeners),
         _ => Vec::new(),
     };
     let zones = match pool_parts {

@@ -180,7 +180,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // set up before privileges are dropped (eBPF needs them), kept for the server's life.
     let _listen_steering = match cfg.steering.listen {
         config::steering::ListenSteering::Cpu => {
-            ringx_engine::reuseport::steer_zones(&cpus, &per_zone)
+            ringx_steer::reuseport::steer_zones(&cpus, &per_zone)
         }
         config::steering::ListenSteering::Hash => Vec::new(),
     };
@@ -197,7 +197,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // The XDP filter ([xdp]), attached while privileges last; dropping the guard (however
     // serve returns) logs its counters and detaches only with detach_on_exit.
     let _xdp = match &cfg.xdp {
-        Some(x) => match crate::cli_xdp::ServeXdp::start(x, &routes.listen) {
+        Some(x) => match crate::serve_xdp::ServeXdp::start(x, &routes.listen) {
             Ok(guard) => Some(guard),
             Err(e) => {
                 tracing::error!("xdp: {e}");

@@ -9,6 +9,7 @@ mod echo_pool;
 mod lifecycle;
 mod ops_wiring;
 mod pidfile;
+mod serve_xdp;
 mod steering;
 mod upgrade;
 

@@ -1,19 +1,31 @@
 //! Connection locality for ringx: make the packets of every connection arrive on the core
-//! whose zone owns it.
+//! whose zone owns it. Everything about steering lives here; ringx only passes its
+//! configuration in.
 //!
-//! Passive connections are steered by per-zone `SO_REUSEPORT` listeners. Active (upstream)
-//! connections need more: the NIC chooses the receive queue of the replies from a hash of the
-//! inbound 4-tuple, and the only free variable is our source port. This crate
+//! Passive connections (clients connecting to ringx) are steered by per-zone `SO_REUSEPORT`
+//! listeners: [`reuseport`] hands each new connection to the listener of the zone on the CPU
+//! that processed its SYN (an eBPF reuseport program, else `SO_INCOMING_CPU`).
+//!
+//! Active (upstream) connections need more: the NIC chooses the receive queue of the replies
+//! from a hash of the inbound 4-tuple, and the only free variable is our source port. This
+//! crate
 //!
 //! 1. computes that hash exactly as RSS NICs do ([`toeplitz`], checked against Microsoft's
 //!    published verification suite);
 //! 2. models the NIC's indirection table and the queue → zone map, or, where the NIC has no
-//!    RSS, Fastsocket's software steering by local port ([`steering`]);
+//!    RSS, Fastsocket's software steering by local port ([`steering`]), which the XDP program
+//!    of [`xdp`] enforces;
 //! 3. precomputes, per zone, the source ports whose replies come home, and hands them out in
 //!    O(1) with a TIME_WAIT quarantine and a dynamic fallback, like F-Stack's
 //!    `ff_rss_check_tbl` ([`ports`]);
 //! 4. reads what the NIC really does: key, hash function, indirection table, queues and IRQ
-//!    affinity ([`nic`]).
+//!    affinity ([`nic`]);
+//! 5. decides at start which of these applies and builds every zone's table ([`active`]).
+//!
+//! BPF goes through `ringx-xdp`: the C programs load through aya, and what aya cannot do
+//! (the reuseport program, test runs) through `ringx_xdp::sys`, the workspace's one raw
+//! `bpf(2)` layer. The engine knows nothing of steering; it only reports where a connection's
+//! packets were processed (`ringx_engine::locality`).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -42,7 +54,10 @@
 //! assert_eq!(zone1.counters.hash_evals, 0);
 //! ```
 
+pub mod active;
 pub mod nic;
 pub mod ports;
+pub mod reuseport;
 pub mod steering;
 pub mod toeplitz;
+pub mod xdp;

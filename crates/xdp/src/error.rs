@@ -43,8 +43,9 @@ impl Error {
         }
     }
 
-    /// Classifies an error from aya by the OS error at the bottom of its chain.
-    pub(crate) fn from_aya(op: &str, e: &(dyn std::error::Error + 'static)) -> Error {
+    /// Classifies an error from aya by the OS error at the bottom of its chain (also for the
+    /// steering program `ringx-steer` loads through aya).
+    pub fn from_aya(op: &str, e: &(dyn std::error::Error + 'static)) -> Error {
         let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
         let mut text = e.to_string();
         while let Some(err) = cur {

@@ -32,6 +32,11 @@
 //! [`BlockList::open_pinned`], [`Maps::open_pinned`], [`Stats::read`].
 //!
 //! Everything here needs root (or CAP_BPF with CAP_NET_ADMIN); the errors say so.
+//!
+//! This crate is also where BPF is handled once for the workspace: [`sys`] is the one raw
+//! `bpf(2)` layer (what aya cannot do; its module doc says why), and `build.rs` the one place
+//! that finds clang and the BPF headers (`ringx-steer`'s build uses them). The steering
+//! programs (reuseport by CPU, XDP software steering) live in `ringx-steer`.
 
 pub mod abi;
 pub mod bench;
@@ -40,7 +45,7 @@ mod error;
 mod loader;
 mod maps;
 pub mod packet;
-pub mod steer;
+mod port;
 pub mod sys;
 
 pub use abi::{Counter, Reason, Verdict};
@@ -51,7 +56,14 @@ pub use loader::{
     Mode, Settings, BPFFS_LOCK, DEFAULT_PIN_DIR,
 };
 pub use maps::{BlockList, List, Maps, Origin, Stats};
+pub use port::ServedPort;
 pub use sys::TestRun;
+
+/// What to tell the user when loading mounted a bpffs at /sys/fs/bpf
+/// ([`Filter::mounted_bpffs`]; see [`ensure_pin_dir`]).
+pub const MOUNT_NOTE: &str = "no bpffs was mounted at /sys/fs/bpf, so ringx mounted one; \
+    under `ip netns exec` that mount is private to this command and the pins go with it \
+    (enter namespaces with `nsenter --net=/run/netns/NAME` instead)";
 
 /// Why BPF cannot be used here, or None when it can: not root, or the kernel refuses a
 /// trivial map. For tests to skip with a reason.

@@ -1,20 +1,39 @@
-//! The few `bpf(2)` commands the loader's users need beyond what aya exposes: opening pinned
-//! objects, map element operations on a shared descriptor (`&self`, so a map handle can be
-//! used from many threads), `BPF_PROG_TEST_RUN`, `BPF_LINK_DETACH` and object info. Each
-//! `bpf_attr` variant is a `#[repr(C)]` prefix of the kernel's union; the kernel accepts a
-//! shorter attr and zero-fills the rest.
+//! The one raw `bpf(2)` layer of the workspace: every BPF system call that does not go
+//! through aya goes through here, for the XDP filter (this crate) and for steering
+//! (`ringx-steer`: its reuseport program and the XDP steering program's test runs).
+//!
+//! aya loads the programs written in C (`bpf/*.bpf.c`, compiled by clang): it parses their
+//! ELF objects, creates their BTF-defined maps, fills their `const volatile` globals and
+//! attaches them through bpf_links. This layer exists beside it because aya 0.13 (the last
+//! release on the workspace's Rust 1.80) cannot do the rest:
+//!
+//! * load a `BPF_PROG_TYPE_SK_REUSEPORT` program or create a
+//!   `BPF_MAP_TYPE_REUSEPORT_SOCKARRAY` map: aya-obj lists `sk_reuseport` among its
+//!   unsupported sections and has no such map type (aya-rs/aya#215), so the reuseport
+//!   steering program is assembled by hand and loaded with [`prog_load`];
+//! * `BPF_PROG_TEST_RUN` ([`prog_test_run`]), which the packet tests and the benchmarks use;
+//! * map element operations on a shared descriptor (`&self`, so one map handle serves many
+//!   threads; aya's map types need `&mut` to write);
+//! * opening any pinned object and reading its info (to refuse incompatible pinned maps
+//!   before aya reuses them blindly), and `BPF_LINK_DETACH`.
+//!
+//! Replacing aya by this layer would mean writing an ELF, BTF and relocation loader; using aya
+//! alone is not possible until it learns the above. Each `bpf_attr` variant is a `#[repr(C)]`
+//! prefix of the kernel's union; the kernel accepts a shorter attr and zero-fills the rest.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 // Commands (include/uapi/linux/bpf.h, enum bpf_cmd).
+const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
@@ -35,6 +54,12 @@ pub mod map_type {
     pub const PERCPU_ARRAY: u32 = 6;
     pub const LRU_HASH: u32 = 9;
     pub const LPM_TRIE: u32 = 11;
+    pub const REUSEPORT_SOCKARRAY: u32 = 20;
+}
+
+/// `BPF_PROG_TYPE_*` values of the programs loaded through [`prog_load`].
+pub mod prog_type {
+    pub const SK_REUSEPORT: u32 = 21;
 }
 
 /// Issues one bpf(2) command.
@@ -177,6 +202,146 @@ pub fn link_detach(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: LINK_DETACH reads only the descriptor number.
     unsafe { bpf(BPF_LINK_DETACH, &mut attr)? };
     Ok(())
+}
+
+/// A 16-byte object name as the kernel stores it (truncated to 15 bytes, NUL-terminated).
+fn name16(s: &str) -> [u8; 16] {
+    let mut n = [0u8; 16];
+    let len = s.len().min(15);
+    n[..len].copy_from_slice(&s.as_bytes()[..len]);
+    n
+}
+
+/// `BPF_MAP_CREATE` (the leading fields of `union bpf_attr`): a map with no BTF, for the
+/// programs loaded through [`prog_load`] (aya creates the C programs' maps).
+pub fn map_create(
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    name: &str,
+) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    struct Attr {
+        map_type: u32,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+        map_flags: u32,
+        inner_map_fd: u32,
+        numa_node: u32,
+        map_name: [u8; 16],
+    }
+    let mut attr = Attr {
+        map_type,
+        key_size,
+        value_size,
+        max_entries,
+        map_flags: 0,
+        inner_map_fd: 0,
+        numa_node: 0,
+        map_name: name16(name),
+    };
+    // SAFETY: a MAP_CREATE attribute holds no pointers.
+    let fd = unsafe { bpf(BPF_MAP_CREATE, &mut attr)? };
+    // SAFETY: on success the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// One eBPF instruction (`struct bpf_insn`), for programs assembled in Rust.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    pub code: u8,
+    /// dst_reg in the low nibble, src_reg in the high one.
+    pub regs: u8,
+    pub off: i16,
+    pub imm: i32,
+}
+
+const _: () = assert!(size_of::<Insn>() == 8, "struct bpf_insn is 8 bytes");
+
+impl Insn {
+    /// `code` with registers `dst` and `src`, offset `off` and immediate `imm`.
+    pub const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn {
+            code,
+            regs: (dst & 0xf) | (src << 4),
+            off,
+            imm,
+        }
+    }
+}
+
+/// `BPF_PROG_LOAD` of `insns` as a program of type `prog_type` (see [`prog_type`]). When the
+/// verifier refuses it, loads it once more with the verifier's log and puts the log's last
+/// line into the error.
+pub fn prog_load(
+    prog_type: u32,
+    insns: &[Insn],
+    license: &CStr,
+    name: &str,
+) -> io::Result<OwnedFd> {
+    /// `union bpf_attr` for `BPF_PROG_LOAD`, up to `expected_attach_type`.
+    #[repr(C)]
+    struct Attr {
+        prog_type: u32,
+        insn_cnt: u32,
+        insns: u64,
+        license: u64,
+        log_level: u32,
+        log_size: u32,
+        log_buf: u64,
+        kern_version: u32,
+        prog_flags: u32,
+        prog_name: [u8; 16],
+        prog_ifindex: u32,
+        expected_attach_type: u32,
+    }
+    let insn_cnt = u32::try_from(insns.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "program too long"))?;
+    let load = |log: Option<&mut Vec<u8>>| {
+        let (log_level, log_size, log_buf) = match log {
+            Some(buf) => (1, buf.len() as u32, buf.as_mut_ptr() as u64),
+            None => (0, 0, 0),
+        };
+        let mut attr = Attr {
+            prog_type,
+            insn_cnt,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level,
+            log_size,
+            log_buf,
+            kern_version: 0,
+            prog_flags: 0,
+            prog_name: name16(name),
+            prog_ifindex: 0,
+            expected_attach_type: 0,
+        };
+        // SAFETY: `insns` (insn_cnt instructions of the kernel's layout, asserted above),
+        // the NUL-terminated license and the optional log buffer are live for the call with
+        // the lengths given; the kernel writes at most log_size bytes into the log.
+        unsafe { bpf(BPF_PROG_LOAD, &mut attr) }
+    };
+    let fd = match load(None) {
+        Ok(fd) => fd,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EACCES)) => {
+            // The verifier refused it: load again with its log to say why.
+            let mut log = vec![0u8; 64 * 1024];
+            let _ = load(Some(&mut log));
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]);
+            let last = text.lines().rev().find(|l| !l.trim().is_empty());
+            return Err(match last {
+                Some(line) => io::Error::new(e.kind(), format!("{e}; verifier: {line}")),
+                None => e,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    // SAFETY: on success the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// A map descriptor with the sizes the kernel will read and write through it, so that

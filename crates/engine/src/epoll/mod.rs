@@ -199,8 +199,8 @@ impl EpollDriver {
             self.waker.add_accept();
             self.set_interest(c, WANT_IN);
             self.io.conns[c.index()].peer = crate::addr::to_addr(&sa, sa_len as usize);
-            if tracing::enabled!(target: crate::reuseport::LOCALITY_LOG, tracing::Level::DEBUG) {
-                crate::reuseport::log_locality(fd, id, self.io.conns[c.index()].peer);
+            if tracing::enabled!(target: crate::locality::LOCALITY_LOG, tracing::Level::DEBUG) {
+                crate::locality::log_locality(fd, id, self.io.conns[c.index()].peer);
             }
             let token = self.token(c);
             if let Err(e) = self.ctl(

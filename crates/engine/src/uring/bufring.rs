@@ -16,8 +16,7 @@
 //! of each taking the first bytes of a fresh 16 KiB buffer: the bytes the kernel writes and we
 //! parse sit in a few hot cache lines, where FIFO reuse of whole buffers walked the entire
 //! pool (16 MiB by default, every message at a 16 KiB stride, so in the same cache sets) and
-//! missed the cache on each copy. Profiled on 64-byte keep-alive HTTP (perf, cpu-clock): the
-//! kernel's receive copy (`rep_movs_alternative`) fell from 3.2% to 1.1% of the zone's CPU.
+//! missed the cache on each copy (the profile that showed it is in bench/NOTEBOOK.md).
 
 use std::io;
 use std::ptr::NonNull;

@@ -16,8 +16,9 @@ pub(super) const NEAR_SATURATION: u32 = 800;
 
 /// The busy share is the thread's CPU time over wall time, not wall time outside the wait:
 /// with DEFER_TASKRUN the kernel does the zone's receive and send work inside the waiting
-/// `io_uring_enter`, so time "in the wait" was mostly work, and a saturated zone read as 10%
-/// busy. Spinning under `busy_poll_us` burns CPU but is waiting; it is taken off.
+/// `io_uring_enter`, so time "in the wait" is mostly work, and wall time outside the wait
+/// would read a saturated zone as mostly idle. Spinning under `busy_poll_us` burns CPU but is
+/// waiting; it is taken off.
 pub(super) struct Busy {
     window_start: Instant,
     cpu_start: Duration,

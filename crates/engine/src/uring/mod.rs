@@ -436,7 +436,7 @@ impl UringDriver {
         // connection brings six (accept, receive, send, cancel, the cancelled receive,
         // close), and counting them all opened the gate at half load, where every batch
         // ended on the kernel's min-wait timer (a timer interrupt, a VM exit on a virtual
-        // machine): close64 cost 10.9 us per request with it, 8.8 without. A lightly loaded
+        // machine), which cost short connections more CPU than batching saved. A lightly loaded
         // zone must not wait for a batch: that is pure latency. Waiting parks the zone, so a
         // batch that does not fill lowers the busy share and closes the second gate by
         // itself; and after each batch that does not fill, the gate stays shut for twice as
@@ -460,8 +460,8 @@ impl UringDriver {
             1
         };
         // Never more than half the connections that can bring data: with ten connections in
-        // a closed loop, a wait for eight ended on the timer nearly every time (1 KB echo at
-        // 10 connections: 5.0 us per echo with it, 3.9 without batching).
+        // a closed loop, a wait for eight ended on the timer nearly every time, and batching
+        // then cost more CPU per message than it saved.
         let want = match want.min(self.armed_recvs / 2) {
             0..=2 => 1,
             w => w,

@@ -3,7 +3,7 @@
 //!
 //! io_uring has no sendfile, and its splice always runs in `iou-wrk` workers. Reading into
 //! the output buffer (`file_read.rs`) costs two copies of every byte, which for a 1 MB file
-//! was about 350 µs per response against the epoll driver's 214 with sendfile. So bodies
+//! costs far more CPU than the epoll driver's sendfile (bench/NOTEBOOK.md). So bodies
 //! larger than one read go by sendfile on an ordinary descriptor of the socket, installed once
 //! per connection from its direct descriptor (`IORING_OP_FIXED_FD_INSTALL`, Linux 6.8) and
 //! made non-blocking: each call sends what the socket buffer takes, and when it is full the

@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ringx_engine::reuseport::LOCALITY_LOG;
+use ringx_engine::locality::LOCALITY_LOG;
 use ringx_engine::{ConnId, ConnectTo, Io};
 use ringx_steer::ports::{Dest, DestId, PortTable};
 

@@ -12,8 +12,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use ringx_engine::reuseport::{self, CpuSteering, Method};
+use ringx_engine::locality::incoming_cpu;
 use ringx_engine::{bind_reuseport, ListenOptions};
+use ringx_steer::reuseport::{self, CpuSteering, Method};
 
 /// Connections per CPU and case: enough that hash selection would put some on the other
 /// listener with probability 1 - 2^-N.
@@ -52,7 +53,7 @@ fn accepted_by(listeners: &[Option<&TcpListener>], peer: SocketAddr) -> (usize, 
             match l.accept() {
                 Ok((s, from)) => {
                     assert_eq!(from, peer, "listener {i} accepted an unexpected connection");
-                    let cpu = reuseport::incoming_cpu(s.as_raw_fd()).unwrap();
+                    let cpu = incoming_cpu(s.as_raw_fd()).unwrap();
                     return (i, cpu);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}

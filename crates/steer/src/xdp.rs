@@ -11,13 +11,17 @@
 //!   has the zone on that CPU accept it.
 //! * Anything else passes untouched.
 //!
-//! Unlike the DDoS filter (`crate::Filter`) nothing here is pinned: the program, its maps and
+//! Unlike the DDoS filter (`ringx_xdp::Filter`) nothing here is pinned: the program, its maps and
 //! its bpf_link belong to the process that loaded it and vanish with it (steering without the
 //! zones that own the ports would only move packets around). A device runs one XDP program
 //! at a time, so this and the filter cannot share a device.
 //!
+//! The program is loaded through aya, as the filter is; its test runs go through
+//! `ringx_xdp::sys`, the one raw `bpf(2)` layer. `build.rs` compiles the C with the clang and
+//! headers `ringx-xdp`'s build found.
+//!
 //! ```no_run
-//! use ringx_xdp::steer::{Steer, SteerSettings};
+//! use ringx_steer::xdp::{Steer, SteerSettings};
 //! use ringx_xdp::Mode;
 //! let settings = SteerSettings {
 //!     zone_cpus: vec![0, 1],
@@ -37,8 +41,8 @@ use aya::maps::{Array, CpuMap, PerCpuArray};
 use aya::programs::{Xdp, XdpFlags};
 use aya::{Ebpf, EbpfLoader};
 
-use crate::sys::{self, TestRun};
-use crate::{Error, Mode, Result};
+use ringx_xdp::sys::{self, TestRun};
+use ringx_xdp::{Error, Mode, Result};
 
 /// The compiled program (bpf/ringx_steer.bpf.c).
 static STEER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringx_steer.o"));

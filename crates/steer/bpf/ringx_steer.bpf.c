@@ -43,7 +43,7 @@
 
 char LICENSE[] SEC("license") = "Apache-2.0";
 
-/* ---- settings (written by the loader, see src/steer.rs) ---- */
+/* ---- settings (written by the loader, see src/xdp.rs) ---- */
 
 /* Number of zones. */
 const volatile __u32 rs_zones = 1;
@@ -54,7 +54,7 @@ const volatile __u32 rs_port_lo = 1;
 const volatile __u32 rs_port_hi = 0;
 
 /* Counter slots; per-zone redirect counts follow at RS_STAT_ZONE + zone. Keep in step with
- * src/steer.rs. */
+ * src/xdp.rs. */
 #define RS_STAT_NOT_TCP 0     /* not TCP over IPv4/IPv6, or a non-first fragment */
 #define RS_STAT_MALFORMED 1   /* truncated or inconsistent headers */
 #define RS_STAT_OTHER_PORT 2  /* TCP to a port that is neither listening nor in the range */

@@ -29,25 +29,20 @@
 //! (zones pinned to distinct CPUs), and the NIC's queues (RSS) or RPS delivering each flow to
 //! one CPU. Where nothing else decides, the CPU that processes a SYN is the one the packet
 //! arrived on: on loopback and veth, the sender's.
+//!
+//! The program and its map go through `ringx_xdp::sys`, the workspace's one raw `bpf(2)`
+//! layer: aya cannot load `SK_REUSEPORT` programs (see that module for why it exists).
 
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-/// `SO_INCOMING_CPU` (the generic socket option value; not alpha, mips, parisc or sparc).
-pub const SO_INCOMING_CPU: libc::c_int = 49;
+use ringx_xdp::sys::{self, map_type, prog_type, Insn, MapFd, BPF_ANY};
+
 /// `SO_ATTACH_REUSEPORT_EBPF`.
 const SO_ATTACH_REUSEPORT_EBPF: libc::c_int = 52;
 /// `SO_DETACH_REUSEPORT_BPF`.
 const SO_DETACH_REUSEPORT_BPF: libc::c_int = 68;
-
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_MAP_TYPE_REUSEPORT_SOCKARRAY: u32 = 20;
-const BPF_PROG_TYPE_SK_REUSEPORT: u32 = 21;
-const BPF_ANY: u64 = 0;
 
 /// How listeners are steered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +75,7 @@ impl Method {
 pub struct CpuSteering {
     method: Method,
     /// The sockarray (eBPF only).
-    map: Option<OwnedFd>,
+    map: Option<MapFd>,
     /// The loaded program (eBPF only); kept so it can be attached to a re-created group.
     prog: Option<OwnedFd>,
     max_entries: u32,
@@ -122,7 +117,7 @@ impl CpuSteering {
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU number too large"))?
             .max(possible_cpus());
         let map = map_create(max_entries)?;
-        let prog = prog_load(map.as_raw_fd())?;
+        let prog = prog_load(map.as_fd().as_raw_fd())?;
         let s = CpuSteering {
             method: Method::Ebpf,
             map: Some(map),
@@ -152,7 +147,7 @@ impl CpuSteering {
         for &(cpu, l) in listeners {
             let cpu = libc::c_int::try_from(cpu)
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "CPU number too large"))?;
-            setsockopt_int(l.as_raw_fd(), SO_INCOMING_CPU, cpu)
+            setsockopt_int(l.as_raw_fd(), libc::SO_INCOMING_CPU, cpu)
                 .map_err(|e| ctx("setsockopt(SO_INCOMING_CPU)", e))?;
         }
         Ok(CpuSteering {
@@ -180,15 +175,16 @@ impl CpuSteering {
         match &self.map {
             Some(map) => {
                 let key = self.key(cpu)?;
+                // A socket descriptor in (the kernel stores the socket, not the number).
                 let fd = listener.as_raw_fd() as u64;
-                map_update(map.as_raw_fd(), key, fd)
+                map.update(&key.to_ne_bytes(), &fd.to_ne_bytes(), BPF_ANY)
                     .map_err(|e| ctx(&format!("bpf(BPF_MAP_UPDATE_ELEM) for CPU {cpu}"), e))
             }
             None => {
                 let cpu = libc::c_int::try_from(cpu).map_err(|_| {
                     io::Error::new(io::ErrorKind::InvalidInput, "CPU number too large")
                 })?;
-                setsockopt_int(listener.as_raw_fd(), SO_INCOMING_CPU, cpu)
+                setsockopt_int(listener.as_raw_fd(), libc::SO_INCOMING_CPU, cpu)
                     .map_err(|e| ctx("setsockopt(SO_INCOMING_CPU)", e))
             }
         }
@@ -201,10 +197,9 @@ impl CpuSteering {
             return Ok(());
         };
         let key = self.key(cpu)?;
-        match map_delete(map.as_raw_fd(), key) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-            r => r.map_err(|e| ctx("bpf(BPF_MAP_DELETE_ELEM)", e)),
-        }
+        map.delete(&key.to_ne_bytes())
+            .map(drop)
+            .map_err(|e| ctx("bpf(BPF_MAP_DELETE_ELEM)", e))
     }
 
     fn key(&self, cpu: usize) -> io::Result<u32> {
@@ -281,44 +276,6 @@ pub fn detach(listener: &TcpListener) -> io::Result<()> {
         .map_err(|e| ctx("setsockopt(SO_DETACH_REUSEPORT_BPF)", e))
 }
 
-/// The CPU that last processed a packet of this socket (`SO_INCOMING_CPU`); for a freshly
-/// accepted connection, the CPU that processed its handshake.
-pub fn incoming_cpu(fd: RawFd) -> io::Result<usize> {
-    let mut v: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into the live c_int and updates `len`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            SO_INCOMING_CPU,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    usize::try_from(v).map_err(|_| io::Error::other("no incoming CPU yet"))
-}
-
-/// The log target of the per-connection locality line (`RUST_LOG=ringx::locality=debug`).
-pub const LOCALITY_LOG: &str = "ringx::locality";
-
-/// Logs, at debug level on [`LOCALITY_LOG`], where a just-accepted connection `fd` (from
-/// listener `listener`) was handled: the zone's CPU (the calling thread is the pinned zone)
-/// and the CPU that processed its handshake (`SO_INCOMING_CPU`). Equal numbers are locality.
-/// Only the epoll driver can ask: io_uring's direct descriptors have no `fd`.
-pub fn log_locality(fd: RawFd, listener: u32, peer: Option<std::net::SocketAddr>) {
-    let zone_cpu = crate::sys::current_cpu().map_or(-1, |c| c as i64);
-    let incoming = incoming_cpu(fd).map_or(-1, |c| c as i64);
-    let peer = peer.map_or_else(|| "?".to_string(), |p| p.to_string());
-    tracing::debug!(
-        target: LOCALITY_LOG,
-        "accepted zone_cpu={zone_cpu} incoming_cpu={incoming} listener={listener} peer={peer}"
-    );
-}
-
 fn check_distinct(listeners: &[(usize, &TcpListener)]) -> io::Result<()> {
     for (i, &(cpu, _)) in listeners.iter().enumerate() {
         if listeners[..i].iter().any(|&(c, _)| c == cpu) {
@@ -359,135 +316,22 @@ fn setsockopt_int(fd: RawFd, opt: libc::c_int, v: libc::c_int) -> io::Result<()>
     Ok(())
 }
 
-/// `bpf(2)` with one of the attribute structs below.
-///
-/// # Safety
-///
-/// `attr` must be the attribute layout the kernel expects for `cmd`, and every pointer in it
-/// must be valid for what `cmd` reads or writes through it for the duration of the call.
-unsafe fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
-    // SAFETY: the caller vouches for the layout and the pointers; the size is `T`'s, which
-    // the kernel accepts as long as any bytes beyond the fields it knows are zero.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            (attr as *mut T).cast::<libc::c_void>(),
-            std::mem::size_of::<T>() as libc::c_uint,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(r)
-}
-
-/// `union bpf_attr` for `BPF_MAP_CREATE` (the leading fields).
-#[repr(C)]
-#[derive(Default)]
-struct MapCreateAttr {
-    map_type: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-    map_flags: u32,
-    inner_map_fd: u32,
-    numa_node: u32,
-    map_name: [u8; 16],
-}
-
-/// `union bpf_attr` for `BPF_MAP_*_ELEM`.
-#[repr(C)]
-#[derive(Default)]
-struct MapElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
-
-/// `union bpf_attr` for `BPF_PROG_LOAD` (up to `expected_attach_type`).
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-}
-
-fn name16(s: &str) -> [u8; 16] {
-    let mut n = [0u8; 16];
-    n[..s.len().min(15)].copy_from_slice(&s.as_bytes()[..s.len().min(15)]);
-    n
-}
-
-fn map_create(max_entries: u32) -> io::Result<OwnedFd> {
-    let mut attr = MapCreateAttr {
-        map_type: BPF_MAP_TYPE_REUSEPORT_SOCKARRAY,
-        key_size: 4,
-        // A socket descriptor in, its cookie out (a u64 value lets lookups read the cookie).
-        value_size: 8,
+fn map_create(max_entries: u32) -> io::Result<MapFd> {
+    // Key: the CPU. Value: a socket descriptor in, its cookie out (a u64 value lets lookups
+    // read the cookie).
+    let fd = sys::map_create(
+        map_type::REUSEPORT_SOCKARRAY,
+        4,
+        8,
         max_entries,
-        map_name: name16("ringx_cpu_lsn"),
-        ..MapCreateAttr::default()
-    };
-    // SAFETY: a MAP_CREATE attribute with no pointers.
-    let fd = unsafe { sys_bpf(BPF_MAP_CREATE, &mut attr) }
-        .map_err(|e| ctx("bpf(BPF_MAP_CREATE, REUSEPORT_SOCKARRAY)", e))?;
-    // SAFETY: a successful MAP_CREATE returns a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-fn map_update(map_fd: RawFd, key: u32, sock_fd: u64) -> io::Result<()> {
-    let mut attr = MapElemAttr {
-        map_fd: map_fd as u32,
-        key: (&key as *const u32) as u64,
-        value: (&sock_fd as *const u64) as u64,
-        flags: BPF_ANY,
-        ..MapElemAttr::default()
-    };
-    // SAFETY: key and value point to live locals of the map's key and value sizes.
-    unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
-}
-
-fn map_delete(map_fd: RawFd, key: u32) -> io::Result<()> {
-    let mut attr = MapElemAttr {
-        map_fd: map_fd as u32,
-        key: (&key as *const u32) as u64,
-        ..MapElemAttr::default()
-    };
-    // SAFETY: key points to a live local of the map's key size; DELETE reads no value.
-    unsafe { sys_bpf(BPF_MAP_DELETE_ELEM, &mut attr) }.map(drop)
-}
-
-/// One eBPF instruction (`struct bpf_insn`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Insn {
-    code: u8,
-    /// dst_reg in the low nibble, src_reg in the high one.
-    regs: u8,
-    off: i16,
-    imm: i32,
+        "ringx_cpu_lsn",
+    )
+    .map_err(|e| ctx("bpf(BPF_MAP_CREATE, REUSEPORT_SOCKARRAY)", e))?;
+    MapFd::new(fd).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD) of the steering map", e))
 }
 
 const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        regs: dst | (src << 4),
-        off,
-        imm,
-    }
+    Insn::new(code, dst, src, off, imm)
 }
 
 const R0: u8 = 0;
@@ -530,7 +374,7 @@ const SK_PASS: i32 = 1;
 /// bpf_sk_select_reuseport(ctx, map, &key, 0)   ; fails if the CPU has no listener
 /// return SK_PASS                           ; no selection made: the kernel's hash decides
 /// ```
-pub(crate) fn program(map_fd: RawFd) -> Vec<Insn> {
+fn program(map_fd: RawFd) -> Vec<Insn> {
     vec![
         insn(MOV64_REG, R6, R1, 0, 0),
         insn(CALL, 0, 0, 0, FN_GET_SMP_PROCESSOR_ID),
@@ -548,65 +392,19 @@ pub(crate) fn program(map_fd: RawFd) -> Vec<Insn> {
 }
 
 fn prog_load(map_fd: RawFd) -> io::Result<OwnedFd> {
-    let insns = program(map_fd);
-    let license = c"Apache-2.0";
-    let load = |log: Option<&mut Vec<u8>>| {
-        let (log_level, log_size, log_buf) = match log {
-            Some(buf) => (1, buf.len() as u32, buf.as_mut_ptr() as u64),
-            None => (0, 0, 0),
-        };
-        let mut attr = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_SK_REUSEPORT,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            log_level,
-            log_size,
-            log_buf,
-            prog_name: name16("ringx_cpu_steer"),
-            ..ProgLoadAttr::default()
-        };
-        // SAFETY: insns, license and the optional log buffer are live for the call, with the
-        // lengths given; the kernel writes at most log_size bytes into the log.
-        unsafe { sys_bpf(BPF_PROG_LOAD, &mut attr) }
-    };
-    let fd = match load(None) {
-        Ok(fd) => fd,
-        Err(e)
-            if e.raw_os_error() == Some(libc::EINVAL) || e.raw_os_error() == Some(libc::EACCES) =>
-        {
-            // The verifier refused it: load again with its log to say why.
-            let mut log = vec![0u8; 64 * 1024];
-            let _ = load(Some(&mut log));
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            let text = String::from_utf8_lossy(&log[..end]);
-            let last = text
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            return Err(ctx(
-                "bpf(BPF_PROG_LOAD, SK_REUSEPORT)",
-                io::Error::new(e.kind(), format!("{e}; verifier: {last}")),
-            ));
-        }
-        Err(e) => return Err(ctx("bpf(BPF_PROG_LOAD, SK_REUSEPORT)", e)),
-    };
-    // SAFETY: a successful PROG_LOAD returns a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    sys::prog_load(
+        prog_type::SK_REUSEPORT,
+        &program(map_fd),
+        c"Apache-2.0",
+        "ringx_cpu_steer",
+    )
+    .map_err(|e| ctx("bpf(BPF_PROG_LOAD, SK_REUSEPORT)", e))
 }
 
-/// The number of CPUs the kernel may bring online (`/sys/devices/system/cpu/possible`).
+/// The number of CPUs the kernel may bring online (`/sys/devices/system/cpu/possible`); 1
+/// when it cannot be read (the map is then sized by the zones' CPUs alone).
 fn possible_cpus() -> u32 {
-    std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|s| {
-            s.trim()
-                .split(',')
-                .filter_map(|r| r.rsplit('-').next()?.parse::<u32>().ok())
-                .max()
-        })
-        .map_or(1, |m| m + 1)
+    sys::possible_cpus().map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX).max(1))
 }
 
 /// The running kernel's (major, minor).
@@ -645,16 +443,16 @@ mod tests {
 
     #[test]
     fn duplicate_cpus_are_refused() {
-        let opts = crate::ListenOptions::default();
-        let a = crate::bind_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap();
-        let b = crate::bind_reuseport(a.local_addr().unwrap(), &opts).unwrap();
+        let opts = ringx_engine::ListenOptions::default();
+        let a = ringx_engine::bind_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap();
+        let b = ringx_engine::bind_reuseport(a.local_addr().unwrap(), &opts).unwrap();
         let e = CpuSteering::attach(&[(0, &a), (0, &b)]).unwrap_err();
         assert!(e.to_string().contains("two zones on CPU 0"), "{e}");
     }
 
     #[test]
     fn possible_cpus_is_at_least_online() {
-        assert!(possible_cpus() as usize >= crate::sys::allowed_cpus().len());
+        assert!(possible_cpus() as usize >= ringx_engine::sys::allowed_cpus().len());
         assert!(kernel_version() >= (3, 0));
     }
 }

@@ -7,8 +7,8 @@ mod common;
 
 use std::net::SocketAddr;
 
+use ringx_steer::xdp::{fold_addr, passive_zone, Steer, SteerSettings, SteerStats};
 use ringx_xdp::packet::{PacketBuilder, ETH_P_8021Q, TCP_ACK};
-use ringx_xdp::steer::{fold_addr, passive_zone, Steer, SteerSettings, SteerStats};
 use ringx_xdp::{Error, Mode};
 
 const XDP_PASS: u32 = 2;

@@ -1,0 +1,298 @@
+"""The benchmark harness the scripts in bench/ share: pinning and process trees, the cgroup
+CPU cap and CPU meter, wrk and ab runs with their figures parsed, C yardsticks built with gcc,
+host noise, the machine's description, and medians with ratios to a base peer.
+
+Not a benchmark itself: bench/http_bench.py (HTTP against nginx), proxy.py, echo.py, ops.py,
+steer.py and xdp.py import it. Method: see bench/README.md.
+"""
+import os
+import re
+import shutil
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "bench")
+RESULTS = os.path.join(BENCH, "results")
+RINGX = os.environ.get("RINGX_BIN", os.path.join(ROOT, "target", "release", "ringx"))
+CAP_PCT = 40
+SERVER_CPU = "0"
+CLIENT_CPU = "1"
+
+# The response bodies the HTTP and proxy benchmarks serve.
+BODY64 = "0123456789abcdef" * 4
+BODY1K = ("0123456789abcdef" * 64)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open")
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+class Cgroup:
+    """A cgroup for the CPU cap and the CPU meter: v2 if mounted at /sys/fs/cgroup; else v1,
+    where the cap is in the cpu hierarchy and the meter (cpuacct.usage) in the cpuacct one,
+    which may be mounted with it ("cpu,cpuacct") or apart."""
+
+    def __init__(self, name):
+        self.acct_root = self.acct_dir = None
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            self.root = "/sys/fs/cgroup"
+            self.dir = f"{self.root}/{name}"
+            os.makedirs(self.dir, exist_ok=True)
+            try:
+                open(f"{self.root}/cgroup.subtree_control", "w").write("+cpu")
+            except OSError:
+                pass
+            self.v2 = True
+        else:
+            self.root = "/sys/fs/cgroup/cpu"
+            self.dir = f"{self.root}/{name}"
+            os.makedirs(self.dir, exist_ok=True)
+            self.v2 = False
+            acct = "/sys/fs/cgroup/cpuacct"
+            if os.path.exists(f"{self.dir}/cpuacct.usage"):
+                pass  # co-mounted: the same directory counts
+            elif os.path.exists(f"{acct}/cpuacct.usage"):
+                self.acct_root, self.acct_dir = acct, f"{acct}/{name}"
+                os.makedirs(self.acct_dir, exist_ok=True)
+
+    def cap(self, pct):
+        period = 100000
+        quota = period * pct // 100
+        if self.v2:
+            open(f"{self.dir}/cpu.max", "w").write(f"{quota} {period}")
+        else:
+            open(f"{self.dir}/cpu.cfs_period_us", "w").write(str(period))
+            open(f"{self.dir}/cpu.cfs_quota_us", "w").write(str(quota))
+
+    def usage_ns(self):
+        """CPU time of every task that ran in the cgroup, exited ones included (None where the
+        hierarchy has no such counter)."""
+        try:
+            if self.v2:
+                for line in open(f"{self.dir}/cpu.stat"):
+                    k, _, v = line.partition(" ")
+                    if k == "usage_usec":
+                        return int(v) * 1000
+                return None
+            return int(open(f"{self.acct_dir or self.dir}/cpuacct.usage").read())
+        except (OSError, ValueError):
+            return None
+
+    def move(self, pids, into=True):
+        pairs = [(self.dir, self.root)]
+        if self.acct_dir:
+            pairs.append((self.acct_dir, self.acct_root))
+        for d, root in pairs:
+            target = d if into else root
+            for p in pids:
+                try:
+                    open(f"{target}/cgroup.procs", "w").write(str(p))
+                except OSError as e:
+                    raise RuntimeError(f"cannot move {p} to {target}: {e}")
+
+    def remove(self):
+        for d in (self.dir, self.acct_dir):
+            if d:
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
+
+
+def proc_tree(pid):
+    """pid and its descendants."""
+    out = [pid]
+    try:
+        kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        kids = []
+    for k in kids:
+        out += proc_tree(int(k))
+    return out
+
+
+def cpu_ns(pids):
+    """On-CPU time of every thread of `pids` (schedstat: ns, exact, includes kernel work done
+    in the task's context such as io_uring task work)."""
+    total = 0
+    for p in pids:
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                try:
+                    total += int(open(f"/proc/{p}/task/{t}/schedstat").read().split()[0])
+                except OSError:
+                    pass
+        except OSError:
+            pass
+    return total
+
+
+def build_c(src, out, libs=()):
+    """Compiles one C file of the repository (`src`, relative to bench/) with gcc -O2 into
+    `out`; returns `out`, or None with gcc's complaint printed."""
+    path = os.path.join(BENCH, src)
+    r = sh(["gcc", "-O2", "-Wall", "-o", out, path, *libs])
+    if r.returncode != 0:
+        print(f"bench: gcc {src} failed: {(r.stdout + r.stderr).strip()[:400]}", flush=True)
+        return None
+    return out
+
+
+def nginx_bin():
+    return shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def to_ms(v):
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", v)
+    if not m:
+        return None
+    x, u = float(m.group(1)), m.group(2)
+    return x / 1000 if u == "us" else x if u == "ms" else x * 1000 if u == "s" else x * 60000
+
+
+def run_wrk(port, path, conns, secs, extra):
+    cmd = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{conns}", f"-d{secs}s", "--latency", *extra,
+           f"http://127.0.0.1:{port}{path}"]
+    res = sh(cmd, timeout=secs + 30)
+    out = res.stdout
+    m = re.search(r"(\d+) requests in", out)
+    if not m:
+        raise RuntimeError(f"wrk gave no result: {' '.join(cmd)}\n{out}\n{res.stderr}")
+    reqs = int(m.group(1))
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    lat = re.search(r"Latency\s+(\S+)", out)
+    p99 = re.search(r"99%\s+(\S+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"requests": reqs, "rps": rps, "lat_avg_ms": to_ms(lat.group(1)) if lat else None,
+            "lat_p99_ms": to_ms(p99.group(1)) if p99 else None,
+            "errors": (errors.group(1) if errors else "") + (f" non2xx={non2xx.group(1)}" if non2xx else ""),
+            "cmd": " ".join(cmd)}
+
+
+def run_ab(port, path, n):
+    csv = tempfile.mktemp(prefix="ringx-ab-", suffix=".csv")
+    cmd = ["taskset", "-c", CLIENT_CPU, "ab", "-q", "-n", str(n), "-c", "1", "-k", "-e", csv, f"http://127.0.0.1:{port}{path}"]
+    out = sh(cmd, timeout=120).stdout
+    p99 = None
+    try:
+        for line in open(csv):
+            k, _, v = line.strip().partition(",")
+            if k == "99":
+                p99 = float(v)
+        os.unlink(csv)
+    except (OSError, ValueError):
+        pass
+    reqs = int(re.search(r"Complete requests:\s+(\d+)", out).group(1))
+    failed = int(re.search(r"Failed requests:\s+(\d+)", out).group(1))
+    rps = float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
+    # At one connection the mean time per request is the inverse of the rate; ab prints it
+    # rounded to microseconds, so it is computed from the rate instead. p99 from ab's -e table.
+    mean = 1000.0 / rps
+    return {"requests": reqs, "rps": rps, "lat_avg_ms": mean, "lat_p99_ms": p99,
+            "errors": f"failed={failed}" if failed else "", "cmd": " ".join(cmd)}
+
+
+METER_FALLBACK = False
+
+
+def server_cpu_ns(pids, cg):
+    """The server's CPU time so far: from the cgroup it was moved into (exited threads
+    included), else the sum over its live threads."""
+    n = cg.usage_ns() if cg is not None else None
+    if n is None:
+        global METER_FALLBACK
+        if not METER_FALLBACK:
+            print("bench: no cgroup CPU counter here; summing live threads' schedstat "
+                  "(threads that exit during a run are missed)", file=sys.stderr)
+        METER_FALLBACK = True
+        return cpu_ns(pids)
+    return n
+
+
+def versions():
+    v = {}
+    v["nginx"] = sh([nginx_bin(), "-v"]).stderr.strip()
+    v["ringx"] = sh([RINGX, "--version"]).stdout.strip()
+    v["wrk"] = (sh(["wrk", "-v"]).stdout + sh(["wrk", "-v"]).stderr).splitlines()[0].strip()
+    v["ab"] = sh(["ab", "-V"]).stdout.splitlines()[0].strip()
+    v["rustc"] = sh(["rustc", "--version"]).stdout.strip()
+    return v
+
+
+def host_speed(samples=7):
+    """Time of a fixed busy loop on the server's CPU, `samples` times: a shared VM's host can
+    slow a vCPU by a third for seconds at a time with no steal time showing. The spread says
+    how much absolute numbers in this run can drift; alternating the peers is what keeps the
+    ratios fair under it."""
+    code = "import time\nt=time.perf_counter()\ns=0\nfor i in range(400000): s+=i\nprint(time.perf_counter()-t)"
+    ms = []
+    for _ in range(samples):
+        out = subprocess.run(["taskset", "-c", SERVER_CPU, sys.executable, "-c", code],
+                             capture_output=True, text=True).stdout
+        ms.append(float(out) * 1000)
+    return {"loop_ms_min": round(min(ms), 2), "loop_ms_max": round(max(ms), 2),
+            "spread": round(max(ms) / min(ms), 2)}
+
+
+def machine():
+    cpu = ""
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = open("/proc/meminfo").readline().split()[1]
+    return {"cpu": cpu, "cores": os.cpu_count(), "mem_kib": int(mem), "kernel": platform.release(),
+            "hostname_kind": "2-core VM (client and server share it)"}
+
+
+def summarise(rows, workloads, peers, bases=("nginx",)):
+    """Median and min-max per workload, peer and metric, with `ratio_to_<base>` for each base
+    peer measured in the same run."""
+    summary = {}
+    metrics = ["cpu_us_per_req", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms"]
+    for wl in workloads:
+        summary[wl] = {}
+        for peer in peers:
+            rs = [r for r in rows if r["workload"] == wl and r["peer"] == peer]
+            if not rs:
+                continue
+            summary[wl][peer] = {}
+            for m in metrics:
+                vals = [r[m] for r in rs if r.get(m) is not None]
+                if vals:
+                    summary[wl][peer][m] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+        for b in bases:
+            base = summary[wl].get(b, {})
+            for peer, ms in summary[wl].items():
+                for m, s in ms.items():
+                    if m in base and base[m]["median"]:
+                        s[f"ratio_to_{b}"] = s["median"] / base[m]["median"]
+    return summary

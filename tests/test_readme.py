@@ -1,0 +1,65 @@
+"""The README's configuration example is a configuration `ringx check` accepts.
+
+The README shows one TOML block with every section. It is checked as written, except for
+what depends on the machine: the CPUs named (`cpus`, `sqpoll_cpu`) become CPUs this process
+may use, and the paths that must exist (the static `root`, the access log's directory) move
+into a temporary directory. Each of these substitutions must still find its text, so a README
+change that drops one shows up here rather than passing unchecked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_toml() -> str:
+    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
+    assert len(blocks) == 1, f"expected one ```toml block in README.md, found {len(blocks)}"
+    return blocks[0]
+
+
+def localise(text: str, tmp: Path) -> str:
+    """The README's block with its machine-dependent values replaced (see the module doc)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    zones = cpus[:2]
+    www = tmp / "www"
+    www.mkdir()
+    logs = tmp / "log"
+    logs.mkdir()
+    subs = [
+        (r"(?m)^zones = \d+", f"zones = {len(zones)}"),
+        (r"(?m)^cpus = \[[^\]]*\]", f"cpus = {zones}"),
+        (r"(?m)^sqpoll_cpu = \d+", f"sqpoll_cpu = {cpus[-1]}"),
+        (r'root = "/srv/www"', f'root = "{www}"'),
+        (r'access_log = "/var/log/ringx/access.log"', f'access_log = "{logs}/access.log"'),
+    ]
+    for pattern, repl in subs:
+        text, n = re.subn(pattern, repl, text)
+        assert n == 1, f"README's TOML block: {pattern!r} matched {n} times, not once"
+    return text
+
+
+def test_readme_config_passes_check(ringx_bin, tmp_path):
+    cfg = tmp_path / "readme.toml"
+    cfg.write_text(localise(readme_toml(), tmp_path))
+    r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, f"ringx check rejects the README's example:\n{r.stderr}"
+    assert "is valid" in r.stderr + r.stdout
+
+
+def test_an_undefined_upstream_is_still_caught(ringx_bin, tmp_path):
+    """The check above can fail: the README's [[stream]] without its upstream is rejected."""
+    text = localise(readme_toml(), tmp_path)
+    broken, n = re.subn(r'(?m)^name = "db"$', 'name = "db-other"', text)
+    assert n == 1
+    cfg = tmp_path / "broken.toml"
+    cfg.write_text(broken)
+    r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0 and "db" in r.stderr, r.stderr
