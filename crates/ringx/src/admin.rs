@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::metrics::Metrics;
+use ringx_server::metrics::Metrics;
 
 /// Binds the admin address (before privileges are dropped).
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {

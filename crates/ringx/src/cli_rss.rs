@@ -1,5 +1,6 @@
 //! `ringx rss`: compute RSS hashes and show what a NIC does with them.
 
+use ringx_server::error::Error;
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
@@ -37,7 +38,7 @@ pub struct HashArgs {
 }
 
 /// An endpoint: `IP:PORT`, `[V6]:PORT`, or (when `port_optional`) `IP`, `V6`, `[V6]`.
-fn parse_endpoint(what: &str, s: &str, port_optional: bool) -> Result<(IpAddr, u16), String> {
+fn parse_endpoint(what: &str, s: &str, port_optional: bool) -> Result<(IpAddr, u16), Error> {
     if let Ok(sa) = s.parse::<SocketAddr>() {
         return Ok((sa.ip(), sa.port()));
     }
@@ -47,16 +48,16 @@ fn parse_endpoint(what: &str, s: &str, port_optional: bool) -> Result<(IpAddr, u
         .unwrap_or(s);
     match bare.parse::<IpAddr>() {
         Ok(ip) if port_optional => Ok((ip, 0)),
-        Ok(_) => Err(format!(
+        Ok(_) => Err(Error::invalid(format!(
             "{what} {s:?} has no port: write IP:PORT ([IPv6]:PORT), or pass --ip-only"
-        )),
-        Err(_) => Err(format!(
+        ))),
+        Err(_) => Err(Error::invalid(format!(
             "{what} {s:?} is not IP:PORT (IPv6 in brackets: [2001:db8::1]:80)"
-        )),
+        ))),
     }
 }
 
-fn hash(args: &HashArgs) -> Result<u32, String> {
+fn hash(args: &HashArgs) -> Result<u32, Error> {
     let key = match &args.key {
         Some(k) => parse_key(k)?,
         None => DEFAULT_KEY.to_vec(),
@@ -71,11 +72,11 @@ fn hash(args: &HashArgs) -> Result<u32, String> {
     .ok_or_else(|| "--src and --dst must both be IPv4 or both IPv6".to_string())?;
     let need = input.as_bytes().len() + 4;
     if key.len() < need {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "key of {} bytes is too short: hashing {} input bytes needs at least {need}",
             key.len(),
             input.as_bytes().len()
-        ));
+        )));
     }
     Ok(toeplitz(&key, input.as_bytes()))
 }

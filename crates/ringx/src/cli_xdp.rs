@@ -2,6 +2,7 @@
 //! counters. The lists and counters are the maps pinned under `--pin-dir`, shared with
 //! `ringx serve`'s `[xdp]` section (the serve-time guard is in `serve_xdp.rs`).
 
+use ringx_server::error::{Error, Kind, Side};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -84,8 +85,10 @@ struct AttachArgs {
     ports: Vec<String>,
 }
 
-fn cidrs(v: &[String]) -> Result<Vec<Cidr>, String> {
-    v.iter().map(|s| s.parse::<Cidr>()).collect()
+fn cidrs(v: &[String]) -> Result<Vec<Cidr>, Error> {
+    v.iter()
+        .map(|s| s.parse::<Cidr>().map_err(Error::invalid))
+        .collect()
 }
 
 pub fn run(args: XdpArgs) -> ExitCode {
@@ -98,9 +101,9 @@ pub fn run(args: XdpArgs) -> ExitCode {
     }
 }
 
-fn exec(args: XdpArgs) -> Result<(), String> {
+fn exec(args: XdpArgs) -> Result<(), Error> {
     let dir = args.pin_dir;
-    let es = |e: ringx_xdp::Error| e.to_string();
+    let es = |e: ringx_xdp::Error| Error::new(Kind::Io, Side::Internal).cause(e);
     match args.cmd {
         XdpCmd::Attach(a) => {
             let ports = a
@@ -225,23 +228,28 @@ fn exec(args: XdpArgs) -> Result<(), String> {
     }
 }
 
-fn edit(dir: &std::path::Path, list: List, cidrs: &[Cidr], add: bool) -> Result<(), String> {
-    let m = Maps::open_pinned(dir).map_err(|e| e.to_string())?;
+fn edit(dir: &std::path::Path, list: List, cidrs: &[Cidr], add: bool) -> Result<(), Error> {
+    let m = Maps::open_pinned(dir).map_err(|e| Error::new(Kind::Io, Side::Internal).cause(e))?;
     let name = match list {
         List::Block => "block",
         List::Allow => "allow",
     };
     for c in cidrs {
         if add {
-            let new = m.add(list, *c, Origin::Cli).map_err(|e| e.to_string())?;
+            let new = m
+                .add(list, *c, Origin::Cli)
+                .map_err(|e| Error::new(Kind::Io, Side::Internal).cause(e))?;
             println!("{name} {c}{}", if new { "" } else { " (already listed)" });
-        } else if m.remove(list, *c).map_err(|e| e.to_string())? {
+        } else if m
+            .remove(list, *c)
+            .map_err(|e| Error::new(Kind::Io, Side::Internal).cause(e))?
+        {
             println!("un{name} {c}");
         } else {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{c} is not on the {name} list (entries are removed exactly as added; see \
                  `ringx xdp list`)"
-            ));
+            )));
         }
     }
     Ok(())

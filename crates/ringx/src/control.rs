@@ -5,7 +5,7 @@
 //! `FILE:LINE:COL: message`) leaves everything as it was. A valid one is compiled (routes,
 //! settings, upstreams), its new listen addresses are bound for every zone, and each zone
 //! gets it as a control message (`ZoneMsg::Reload`) that it applies at a safe point (see
-//! `server::zone::ops`). What a reload cannot change ([runtime], [steering], [xdp],
+//! `ringx_server::zone::ops`). What a reload cannot change ([runtime], [steering], [xdp],
 //! [admin]) needs a binary upgrade or a restart.
 
 use std::net::{SocketAddr, TcpListener};
@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use ringx_engine::{ListenOptions, Waker};
 
-use crate::accesslog::LogWriter;
-use crate::config::{self, Config};
-use crate::metrics::Metrics;
-use crate::server::zone::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg};
-use crate::server::{Compiled, Error};
+use ringx_config::Config;
+use ringx_server::accesslog::LogWriter;
+use ringx_server::metrics::Metrics;
+use ringx_server::zone::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg};
+use ringx_server::{Compiled, Error};
 
 /// How the control thread reaches one zone.
 pub struct ZoneHandle {
@@ -73,10 +73,10 @@ pub fn dup_sockets(per_zone: &[Vec<TcpListener>]) -> Vec<(SocketAddr, Vec<OwnedF
 }
 
 /// Loads the configuration the server was started with.
-fn load(path: &Option<PathBuf>) -> Result<Config, config::ConfigError> {
+fn load(path: &Option<PathBuf>) -> Result<Config, ringx_config::ConfigError> {
     match path {
-        Some(p) => config::load(p),
-        None => config::parse("(embedded default)", config::DEFAULT_CONFIG),
+        Some(p) => ringx_config::load(p),
+        None => ringx_config::parse("(embedded default)", ringx_config::DEFAULT_CONFIG),
     }
 }
 
@@ -180,7 +180,7 @@ impl Control {
             self.health_stop.store(true, Ordering::Relaxed);
             self.health_stop = Arc::new(AtomicBool::new(false));
             if let Some(u) = &next.upstreams {
-                let _ = crate::proxy::health::spawn(u.clone(), self.health_stop.clone());
+                let _ = ringx_server::upstream::health::spawn(u.clone(), self.health_stop.clone());
             }
             *self
                 .metrics

@@ -10,11 +10,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use ringx_engine::{choose_engine, run_zone, EngineKind, ListenOptions, Waker, ZoneConfig};
+use ringx_engine::{
+    EngineKind, ListenOptions, Placement, Waker, ZoneConfig, ZoneExit, ZonePool, ZonePoolBuilder,
+};
 
-use crate::config::{self, Config, Engine};
-use crate::server::zone::{Zone, ZoneCtl, ZoneEvent, ZoneSetup, CMD_DRAIN};
-use crate::server::Compiled;
+use ringx_config::{Config, Engine};
+use ringx_server::zone::{Zone, ZoneCtl, ZoneEvent, ZoneSetup, CMD_DRAIN};
+use ringx_server::{Compiled, Error};
 
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -63,28 +65,21 @@ fn wait_signal(set: &libc::sigset_t, timeout: Option<Duration>) -> Option<i32> {
     (r > 0).then_some(r)
 }
 
-fn drop_privileges(user: &str) -> Result<(), String> {
-    let (uid, gid) = config::lookup_user(user).ok_or_else(|| format!("no such user {user:?}"))?;
+fn drop_privileges(user: &str) -> Result<(), Error> {
+    let (uid, gid) = ringx_config::lookup_user(user)
+        .ok_or_else(|| Error::invalid(format!("no such user {user:?}")))?;
+    let os = |call: String| Error::io(call, std::io::Error::last_os_error());
     // SAFETY: setgroups reads one gid from a live local; setgid/setuid take integers. glibc
     // applies them to every thread of the process.
     unsafe {
         if libc::setgroups(1, &gid) != 0 {
-            return Err(format!(
-                "setgroups({gid}): {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(os(format!("setgroups({gid})")));
         }
         if libc::setgid(gid) != 0 {
-            return Err(format!(
-                "setgid({gid}): {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(os(format!("setgid({gid})")));
         }
         if libc::setuid(uid) != 0 {
-            return Err(format!(
-                "setuid({uid}): {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(os(format!("setuid({uid})")));
         }
     }
     Ok(())
@@ -100,20 +95,6 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         Engine::Uring => EngineKind::Uring,
         Engine::Epoll => EngineKind::Epoll,
     };
-    let (engine, why) = choose_engine(requested);
-    if let Some(why) = why {
-        tracing::warn!("io_uring is unavailable ({why}); using the epoll driver");
-    }
-
-    let allowed = ringx_engine::sys::allowed_cpus();
-    let cpus: Vec<usize> = match (&cfg.runtime.cpus, &cfg.runtime.zones) {
-        (Some(c), _) => c.get_ref().clone(),
-        (None, Some(z)) => (0..*z.get_ref())
-            .map(|i| allowed[i % allowed.len()])
-            .collect(),
-        (None, None) => allowed.clone(),
-    };
-    let zones = cpus.len();
     // Each zone holds at most this many connections; the registered-file table (accepted
     // plus as many outbound slots when something proxies) may not exceed RLIMIT_NOFILE, and
     // the process's other descriptors need room too.
@@ -130,6 +111,45 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         .runtime
         .max_conns
         .min((nofile.saturating_sub(64) / conns_share).max(64) as u32);
+    let sigs = signal_set();
+    // The engine, the zones' CPUs and wakers; the control signals are blocked from here on,
+    // so every thread started later (health checks, the log writer, the zones) leaves them
+    // to `wait_signal` below.
+    let plan = ZonePoolBuilder::new(requested)
+        .placement(Placement::new(
+            cfg.runtime.cpus.as_ref().map(|c| c.get_ref().clone()),
+            cfg.runtime.zones.as_ref().map(|z| *z.get_ref()),
+        ))
+        .config(ZoneConfig {
+            max_conns,
+            recv_buffers: (*cfg.runtime.recv_buffers.get_ref()) as u16,
+            recv_buffer_size: cfg.runtime.recv_buffer_size.0 as u32,
+            ring_entries: 1024,
+            // Client addresses for X-Forwarded-For, PROXY headers and the access log.
+            peer_addrs: proxies || cfg.http.access_log.is_some(),
+            busy_poll: ringx_config::ops::busy_poll(cfg.runtime.busy_poll_us),
+            max_outbound: if proxies { max_conns } else { 0 },
+            batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
+            batch_when_pending: cfg.runtime.batch_when_pending,
+            ..ZoneConfig::default()
+        })
+        .sqpoll(cfg.runtime.sqpoll.then(|| ringx_engine::SqPoll {
+            idle: cfg.runtime.sqpoll_idle.0,
+            cpu: cfg.runtime.sqpoll_cpu.as_ref().map(|c| *c.get_ref()),
+            share: None,
+            spin: cfg.runtime.sqpoll_spin.0,
+        }))
+        .block_signals(sigs)
+        .plan();
+    let plan = match plan {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!("cannot start the zones: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (engine, cpus) = (plan.engine(), plan.cpus().to_vec());
+    let zones = cpus.len();
 
     let compiled = match Compiled::from(&cfg) {
         Ok(c) => c,
@@ -144,7 +164,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     let health_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let _health = upstreams
         .as_ref()
-        .and_then(|u| crate::proxy::health::spawn(u.clone(), health_stop.clone()));
+        .and_then(|u| ringx_server::upstream::health::spawn(u.clone(), health_stop.clone()));
     let lopts = ListenOptions {
         backlog: cfg.runtime.backlog,
         ..ListenOptions::default()
@@ -179,15 +199,15 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // Each new connection to the zone on the CPU that processed its SYN ([steering] listen);
     // set up before privileges are dropped (eBPF needs them), kept for the server's life.
     let _listen_steering = match cfg.steering.listen {
-        config::steering::ListenSteering::Cpu => {
+        ringx_config::steering::ListenSteering::Cpu => {
             ringx_steer::reuseport::steer_zones(&cpus, &per_zone)
         }
-        config::steering::ListenSteering::Hash => Vec::new(),
+        ringx_config::steering::ListenSteering::Hash => Vec::new(),
     };
     inherited.adopt_leftovers(&mut per_zone);
     let sockets = crate::control::dup_sockets(&per_zone);
-    // The admin listener and the access log file, opened while privileges last.
-    let mut ops = match crate::ops_wiring::open(&cfg) {
+    // The admin listener, the access log file and the pid file, opened while privileges last.
+    let mut ops = match crate::services::open(&cfg) {
         Ok(o) => o,
         Err(e) => {
             tracing::error!("{e}");
@@ -222,21 +242,6 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-
-    let sigs = signal_set();
-    // SAFETY: blocks the signals in this thread; threads spawned afterwards inherit the mask,
-    // so only `wait_signal` here ever receives them.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &sigs, std::ptr::null_mut()) };
-
-    let sqpoll = cfg.runtime.sqpoll.then(|| ringx_engine::SqPoll {
-        idle: cfg.runtime.sqpoll_idle.0,
-        cpu: cfg.runtime.sqpoll_cpu.as_ref().map(|c| *c.get_ref()),
-        share: Some(Arc::new(ringx_engine::SqShare::default())),
-        spin: cfg.runtime.sqpoll_spin.0,
-    });
-    if sqpoll.is_some() && engine != EngineKind::Uring {
-        tracing::warn!("sqpoll applies to the io_uring engine only; ignored");
-    }
     let log = match ops.start_log() {
         Ok(l) => l,
         Err(e) => {
@@ -245,78 +250,44 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         }
     };
     let (ev_tx, ev_rx) = mpsc::channel::<ZoneEvent>();
-    let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
-    let mut ctls = Vec::new();
-    for (id, listeners) in per_zone.into_iter().enumerate() {
-        let waker = match Waker::new() {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::error!("eventfd: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let ctl = Arc::new(ZoneCtl::new());
-        ctls.push((ctl.clone(), waker.clone()));
-        let zops = ops.zone(&log, &listeners);
-        let zcfg = ZoneConfig {
-            id,
-            cpu: Some(cpus[id]),
-            engine,
+    let ctls: Vec<(Arc<ZoneCtl>, Waker)> = plan
+        .wakers()
+        .iter()
+        .map(|w| (Arc::new(ZoneCtl::new()), w.clone()))
+        .collect();
+    let spawned = plan.spawn(per_zone, |z| {
+        let zops = ops.zone(&log, z.listeners);
+        let setup = ZoneSetup {
+            id: z.id,
+            routes: routes.clone(),
+            settings: settings.clone(),
+            upstreams: upstreams.clone(),
+            ctl: ctls[z.id].0.clone(),
+            events: ev_tx.clone(),
+            connector: active.connector(z.id, z.cpu, zops.counters.clone()),
+            log: zops.log,
+            listeners: zops.addrs,
             max_conns,
-            recv_buffers: (*cfg.runtime.recv_buffers.get_ref()) as u16,
-            recv_buffer_size: cfg.runtime.recv_buffer_size.0 as u32,
-            ring_entries: 1024,
-            sqpoll: sqpoll.clone(),
-            // Client addresses for X-Forwarded-For and PROXY headers.
-            // ... and for the access log.
-            peer_addrs: upstreams.is_some() || cfg.http.access_log.is_some(),
-            busy_poll: config::ops::busy_poll(cfg.runtime.busy_poll_us),
-            max_outbound: if upstreams.is_some() { max_conns } else { 0 },
-            batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
-            batch_when_pending: cfg.runtime.batch_when_pending,
         };
-        let connector = active.connector(id, cpus[id], zops.counters.clone());
-        let (routes, settings, ev_tx, done_tx, ups) = (
-            routes.clone(),
-            settings.clone(),
-            ev_tx.clone(),
-            done_tx.clone(),
-            upstreams.clone(),
-        );
-        let spawned = std::thread::Builder::new()
-            .name(format!("ringx-zone-{id}"))
-            .spawn(move || {
-                let mut h = Zone::new(ZoneSetup {
-                    id,
-                    routes,
-                    settings,
-                    upstreams: ups,
-                    ctl,
-                    events: ev_tx,
-                    connector,
-                    log: zops.log,
-                    listeners: zops.addrs,
-                    max_conns,
-                });
-                let r = run_zone(&zcfg, listeners, waker, &mut h).map_err(|e| e.to_string());
-                drop(h); // hands its last access log lines to the writer first
-                let _ = done_tx.send((id, r));
-            });
-        if let Err(e) = spawned {
-            tracing::error!("cannot start zone {id}: {e}");
+        move || Zone::new(setup)
+    });
+    let mut pool = match spawned {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!("cannot start the zones: {e}");
             return ExitCode::FAILURE;
         }
-    }
-    drop(done_tx);
+    };
 
     // Wait until every zone runs (or one fails to start).
     let mut ready = 0;
     let start = Instant::now();
     while ready < zones {
-        if let Ok((id, r)) = done_rx.try_recv() {
+        if let Some(exit) = pool.wait_exit(Duration::ZERO) {
             tracing::error!(
-                "zone {id} stopped during start-up: {}",
-                r.err().unwrap_or_default()
+                "zone {} stopped during start-up: {}",
+                exit.id,
+                outcome(&exit)
             );
             return ExitCode::FAILURE;
         }
@@ -337,7 +308,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         addrs.join(", "),
         engine.as_str()
     );
-    let mut control = ops.control(crate::ops_wiring::ControlParts {
+    let mut control = ops.control(crate::services::ControlParts {
         cfg: &cfg,
         config_path,
         zones: &ctls,
@@ -354,11 +325,8 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             control.event(ev);
         }
         // A zone that stops on its own is a failure: report it and stop the others.
-        if let Ok((id, r)) = done_rx.try_recv() {
-            tracing::error!(
-                "zone {id} stopped: {}",
-                r.err().unwrap_or_else(|| "exited".into())
-            );
+        if let Some(exit) = pool.wait_exit(Duration::ZERO) {
+            tracing::error!("zone {} stopped: {}", exit.id, outcome(&exit));
             return ExitCode::FAILURE;
         }
         // Shorter while zones are applying a reload, to report when they are done.
@@ -370,7 +338,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                     cfg.runtime.drain_timeout.0
                 );
                 control.begin_drain();
-                let rc = drain(&ctls, &done_rx, zones, cfg.runtime.drain_timeout.0, &sigs);
+                let rc = drain(&ctls, &mut pool, cfg.runtime.drain_timeout.0, &sigs);
                 control.finish();
                 return rc;
             }
@@ -385,7 +353,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             }
             Some(libc::SIGUSR2) if control.upgrade() => {
                 control.begin_drain();
-                let rc = drain(&ctls, &done_rx, zones, cfg.runtime.drain_timeout.0, &sigs);
+                let rc = drain(&ctls, &mut pool, cfg.runtime.drain_timeout.0, &sigs);
                 control.finish();
                 return rc;
             }
@@ -398,8 +366,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
 /// drain timeout passes. SIGQUIT during the drain exits at once.
 fn drain(
     ctls: &[(Arc<ZoneCtl>, Waker)],
-    done_rx: &mpsc::Receiver<(usize, Result<(), String>)>,
-    zones: usize,
+    pool: &mut ZonePool,
     timeout: Duration,
     sigs: &libc::sigset_t,
 ) -> ExitCode {
@@ -408,22 +375,19 @@ fn drain(
         waker.wake();
     }
     let deadline = Instant::now() + timeout;
-    let mut done = 0;
-    while done < zones {
+    while pool.running() > 0 {
         let now = Instant::now();
         if now >= deadline {
             tracing::warn!(
                 "drain timeout: exiting with {} zones still busy",
-                zones - done
+                pool.running()
             );
             return ExitCode::SUCCESS;
         }
-        if let Ok((id, r)) = done_rx.recv_timeout((deadline - now).min(Duration::from_millis(100)))
-        {
-            if let Err(e) = r {
-                tracing::error!("zone {id}: {e}");
+        if let Some(exit) = pool.wait_exit((deadline - now).min(Duration::from_millis(100))) {
+            if let Err(e) = &exit.result {
+                tracing::error!("zone {}: {e}", exit.id);
             }
-            done += 1;
         }
         if wait_signal(sigs, Some(Duration::ZERO)) == Some(libc::SIGQUIT) {
             tracing::info!("SIGQUIT during drain: exiting now");
@@ -432,4 +396,12 @@ fn drain(
     }
     tracing::info!("all zones drained; bye");
     ExitCode::SUCCESS
+}
+
+/// How a zone ended, for the log.
+fn outcome(exit: &ZoneExit) -> String {
+    match &exit.result {
+        Ok(()) => "exited".into(),
+        Err(e) => e.to_string(),
+    }
 }

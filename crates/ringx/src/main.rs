@@ -7,16 +7,11 @@ mod control;
 mod echo;
 mod echo_pool;
 mod lifecycle;
-mod ops_wiring;
 mod pidfile;
 mod serve_xdp;
+mod services;
 mod steering;
 mod upgrade;
-
-// The crates below the binary, under the names this crate's modules use for them.
-use ringx_config as config;
-use ringx_server as server;
-use ringx_server::{accesslog, metrics, upstream as proxy};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,10 +61,10 @@ enum Cmd {
     },
 }
 
-fn load(path: &Option<PathBuf>) -> Result<config::Config, config::ConfigError> {
+fn load(path: &Option<PathBuf>) -> Result<ringx_config::Config, ringx_config::ConfigError> {
     match path {
-        Some(p) => config::load(p),
-        None => config::parse("(embedded default)", config::DEFAULT_CONFIG),
+        Some(p) => ringx_config::load(p),
+        None => ringx_config::parse("(embedded default)", ringx_config::DEFAULT_CONFIG),
     }
 }
 
@@ -84,7 +79,7 @@ fn main() -> ExitCode {
         Cmd::Xdp(args) => cli_xdp::run(args),
         Cmd::Echo(args) => echo::run(args),
         Cmd::DefaultConfig => {
-            print!("{}", config::DEFAULT_CONFIG);
+            print!("{}", ringx_config::DEFAULT_CONFIG);
             ExitCode::SUCCESS
         }
         Cmd::Check { config } => match load(&config) {
@@ -100,7 +95,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::Reload { config, pid_file } => ops_wiring::signal_cmd(&config, pid_file, libc::SIGHUP),
+        Cmd::Reload { config, pid_file } => services::signal_cmd(&config, pid_file, libc::SIGHUP),
         Cmd::Serve { config } => match load(&config) {
             Ok(cfg) => lifecycle::serve(cfg, config),
             Err(e) => {

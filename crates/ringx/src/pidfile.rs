@@ -67,13 +67,20 @@ impl PidFile {
 }
 
 /// The pid in a pid file.
-pub fn read_pid_file(path: &Path) -> Result<i32, String> {
-    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn read_pid_file(path: &Path) -> Result<i32, Error> {
+    let s = std::fs::read_to_string(path)
+        .map_err(|e| Error::io(format!("pid file {}", path.display()), e))?;
     s.trim()
         .parse::<i32>()
         .ok()
         .filter(|&p| p > 1)
-        .ok_or_else(|| format!("{}: no pid in it ({:?})", path.display(), s.trim()))
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "pid file {}: no pid in it ({:?}); is the server running?",
+                path.display(),
+                s.trim()
+            ))
+        })
 }
 
 #[cfg(test)]
@@ -85,9 +92,13 @@ mod tests {
         let p = std::env::temp_dir().join(format!("ringx-pid-{}", std::process::id()));
         std::fs::write(&p, "12345\n").unwrap();
         let f = PidFile::open(&p, None).unwrap();
-        assert_eq!(read_pid_file(&p), Ok(12345), "opening does not change it");
+        assert_eq!(
+            read_pid_file(&p).ok(),
+            Some(12345),
+            "opening does not change it"
+        );
         f.write();
-        assert_eq!(read_pid_file(&p), Ok(std::process::id() as i32));
+        assert_eq!(read_pid_file(&p).ok(), Some(std::process::id() as i32));
         f.remove();
         assert!(!p.exists());
     }
@@ -98,7 +109,7 @@ mod tests {
         let f = PidFile::open(&p, None).unwrap();
         std::fs::write(&p, "12345\n").unwrap();
         f.remove();
-        assert_eq!(read_pid_file(&p), Ok(12345));
+        assert_eq!(read_pid_file(&p).ok(), Some(12345));
         let _ = std::fs::remove_file(&p);
     }
 }

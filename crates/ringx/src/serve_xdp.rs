@@ -1,9 +1,10 @@
 //! The XDP filter `ringx serve` runs for its `[xdp]` section (crate ringx-xdp; the same
 //! pinned maps `ringx xdp` edits).
 
+use ringx_server::error::{Error, Kind, Side};
 use ringx_xdp::{Filter, List, Maps, Origin, MOUNT_NOTE};
 
-use crate::config::xdp::Xdp;
+use ringx_config::xdp::Xdp;
 
 /// The filter `ringx serve` runs for its `[xdp]` section: loaded and attached at start
 /// (before privileges are dropped), its counters logged at exit. Dropping it logs the
@@ -18,8 +19,12 @@ pub struct ServeXdp {
 impl ServeXdp {
     /// Loads the filter, makes the configured lists and ports current, attaches.
     /// `listen`: the server's addresses, whose ports the port filter always serves.
-    pub fn start(cfg: &Xdp, listen: &[std::net::SocketAddr]) -> Result<ServeXdp, String> {
-        let es = |e: ringx_xdp::Error| e.to_string();
+    pub fn start(cfg: &Xdp, listen: &[std::net::SocketAddr]) -> Result<ServeXdp, Error> {
+        let es = |e: ringx_xdp::Error| {
+            Error::new(Kind::Io, Side::Internal)
+                .context("[xdp]")
+                .cause(e)
+        };
         let mut filter = Filter::load(&cfg.settings(), &cfg.pin_dir).map_err(es)?;
         if filter.mounted_bpffs() {
             tracing::warn!("xdp: note: {MOUNT_NOTE}");

@@ -6,16 +6,17 @@
 //! The counters (table hits, dynamic searches, hash evaluations, fallbacks, and the measured
 //! locality of upstream connections) are logged per zone when ringx exits.
 
+use ringx_server::error::{Error, Kind, Side};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use ringx_steer::active::{self, Active, Mode, Request};
 use ringx_steer::ports::{Dest, PortTable};
 
-use crate::config::Config;
-use crate::metrics::ZoneCounters;
-use crate::proxy::connector::{route_source, ConnectCounters};
-use crate::proxy::Upstreams;
+use ringx_config::Config;
+use ringx_server::metrics::ZoneCounters;
+use ringx_server::upstream::connector::{route_source, ConnectCounters};
+use ringx_server::upstream::Upstreams;
 
 /// What start-up decided, the zones' tables until they take them, and the XDP program.
 pub struct ActiveSteering {
@@ -37,9 +38,13 @@ impl ActiveSteering {
         zone: usize,
         cpu: usize,
         metrics: Arc<ZoneCounters>,
-    ) -> crate::proxy::connector::Connector {
+    ) -> ringx_server::upstream::connector::Connector {
         self.zones.push(metrics.clone());
-        crate::proxy::connector::Connector::new(self.take_table(zone), Some(cpu), Some(metrics))
+        ringx_server::upstream::connector::Connector::new(
+            self.take_table(zone),
+            Some(cpu),
+            Some(metrics),
+        )
     }
 
     /// Every zone's latest counters.
@@ -119,7 +124,7 @@ pub fn setup(
     cpus: &[usize],
     upstreams: Option<&Upstreams>,
     listen: &[SocketAddr],
-) -> Result<ActiveSteering, String> {
+) -> Result<ActiveSteering, Error> {
     let st = &cfg.steering;
     let mode = st.mode();
     let dests = if mode == Mode::Off {
@@ -140,6 +145,11 @@ pub fn setup(
         time_wait: st.time_wait.map(|d| d.0),
         table_ports: st.table_ports,
         listen_ports: &listen_ports,
+    })
+    .map_err(|e| {
+        Error::new(Kind::Config, Side::Internal)
+            .context("[steering]")
+            .cause(e)
     })?;
     Ok(ActiveSteering {
         active,
@@ -152,7 +162,7 @@ mod tests {
     use super::*;
 
     fn cfg(steering: &str, upstream: &str) -> Config {
-        crate::config::parse(
+        ringx_config::parse(
             "t.toml",
             &format!(
                 "[steering]\n{steering}\n{upstream}\n[[server]]\nlisten = [\"127.0.0.1:1\"]\n\
@@ -177,7 +187,7 @@ mod tests {
             "[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:9\"]",
         );
         let mut ups = Upstreams::compile(&c).unwrap();
-        let _ = crate::server::route::Routes::compile(&c, &mut ups);
+        let _ = ringx_server::route::Routes::compile(&c, &mut ups);
         let mut st = setup(&c, &[0, 1], Some(&ups), &[]).unwrap();
         assert_eq!(st.active.mode, Mode::Off);
         assert!(st.take_table(1).is_none());
@@ -206,6 +216,6 @@ mod tests {
     fn explicit_rss_without_rss_is_an_error() {
         let c = cfg("mode = \"rss\"\ndevice = \"lo\"", "");
         let e = setup(&c, &[0], None, &[]).err().expect("lo has no RSS");
-        assert!(e.contains("lo"), "{e}");
+        assert!(e.to_string().contains("lo"), "{e}");
     }
 }

@@ -17,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ringx_engine::{bind_reuseport, ListenOptions};
+use ringx_server::error::{Error, Kind, Side};
 
 pub const INHERIT_ENV: &str = "RINGX_INHERIT_FDS";
 pub const READY_ENV: &str = "RINGX_UPGRADE_READY_FD";
@@ -157,11 +158,11 @@ pub fn notify_ready() {
 
 /// Starts the new binary with `sockets` (address, descriptor) and waits until it serves.
 /// Returns the running child; on error the child (if any) has exited or been killed.
-pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, String> {
+pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, Error> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2 writes two descriptors into a live array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        return Err(Error::io("pipe", std::io::Error::last_os_error()));
     }
     // SAFETY: pipe2 just created both descriptors; each is owned once.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
@@ -169,7 +170,7 @@ pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, String> {
     let mut keep: Vec<RawFd> = sockets.iter().map(|s| s.1).collect();
     keep.push(w.as_raw_fd());
     let exe = std::fs::read_link("/proc/self/exe")
-        .map_err(|e| format!("cannot find this binary: {e}"))?;
+        .map_err(|e| Error::io("cannot find this binary (/proc/self/exe)", e))?;
     let mut cmd = Command::new(&exe);
     cmd.args(std::env::args_os().skip(1))
         .env(INHERIT_ENV, spec)
@@ -187,7 +188,7 @@ pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, String> {
     }
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        .map_err(|e| Error::io(format!("cannot start {}", exe.display()), e))?;
     drop(w);
     let start = Instant::now();
     let mut r = std::fs::File::from(r);
@@ -206,23 +207,23 @@ pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, String> {
             }
             // EOF: the child closed the pipe without saying it was ready.
             let st = child.wait().map(|s| s.to_string()).unwrap_or_default();
-            return Err(format!(
+            return Err(Error::new(Kind::Io, Side::Internal).context(format!(
                 "the new process {} exited before serving ({st})",
                 child.id()
-            ));
+            )));
         }
         if let Ok(Some(st)) = child.try_wait() {
-            return Err(format!(
+            return Err(Error::new(Kind::Io, Side::Internal).context(format!(
                 "the new process {} exited before serving ({st})",
                 child.id()
-            ));
+            )));
         }
         if start.elapsed() > READY_TIMEOUT {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
+            return Err(Error::new(Kind::Io, Side::Internal).context(format!(
                 "the new process did not serve within {READY_TIMEOUT:?}; killed it"
-            ));
+            )));
         }
     }
 }

@@ -36,6 +36,9 @@ pub enum Kind {
     Refused(u16),
     /// The configuration is invalid (reported before anything changes).
     Config,
+    /// An argument or input the operator gave cannot be used (a command-line value, a pid
+    /// file that names no process).
+    Invalid,
     /// A system call failed.
     Io,
 }
@@ -70,6 +73,11 @@ impl Error {
     /// A configuration error: `message` says what is wrong and where.
     pub fn config(message: impl Into<Cow<'static, str>>) -> Error {
         Error::new(Kind::Config, Side::Internal).context(message)
+    }
+
+    /// An operator's argument or input that cannot be used: `message` says which and why.
+    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Error {
+        Error::new(Kind::Invalid, Side::Internal).context(message)
     }
 
     /// A failed system call on ringx's side (`what`: the operation and its object).
@@ -117,6 +125,7 @@ impl fmt::Display for Kind {
             Kind::Status(s) => write!(f, "answered {s}"),
             Kind::Refused(s) => write!(f, "refused with {s}"),
             Kind::Config => f.write_str("invalid configuration"),
+            Kind::Invalid => f.write_str("invalid"),
             Kind::Io => f.write_str("system call failed"),
         }
     }
@@ -126,7 +135,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.context, self.kind) {
             // A configuration error's context is the whole message.
-            (Some(c), Kind::Config) => f.write_str(c)?,
+            (Some(c), Kind::Config | Kind::Invalid) => f.write_str(c)?,
             (Some(c), k) => write!(f, "{c}: {k}")?,
             (None, k) => write!(f, "{k}")?,
         }
@@ -142,6 +151,19 @@ impl std::error::Error for Error {
         self.cause
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// A message about an operator's input (a command-line value that cannot be used).
+impl From<String> for Error {
+    fn from(message: String) -> Error {
+        Error::invalid(message)
+    }
+}
+
+impl From<&'static str> for Error {
+    fn from(message: &'static str) -> Error {
+        Error::invalid(message)
     }
 }
 

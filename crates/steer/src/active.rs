@@ -26,6 +26,26 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Why active steering could not be set up as configured (a device without RSS, a queue
+/// layout that does not fit the zones, an XDP program the device refused): start-up stops,
+/// on ringx's side, and retrying without a configuration change fails the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupError(pub String);
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+impl From<String> for SetupError {
+    fn from(s: String) -> SetupError {
+        SetupError(s)
+    }
+}
+
 use crate::nic;
 use crate::ports::{Dest, PortTable, PortTableBuilder, PortTableConfig};
 use crate::steering::{FlowSteering, PortMask, ZoneMap};
@@ -181,30 +201,33 @@ pub fn is_loopback(dev: &str) -> bool {
 }
 
 /// The zone of each RX queue from the device's IRQ CPUs, and the RSS function.
-fn rss_steering(dev: &str, cpus: &[usize]) -> Result<FlowSteering, String> {
-    rss_function(&nic::discover(dev).map_err(|e| e.to_string())?, cpus)
+fn rss_steering(dev: &str, cpus: &[usize]) -> Result<FlowSteering, SetupError> {
+    rss_function(
+        &nic::discover(dev).map_err(|e| SetupError(e.to_string()))?,
+        cpus,
+    )
 }
 
 /// [`rss_steering`] from what discovery found.
-fn rss_function(report: &nic::NicReport, cpus: &[usize]) -> Result<FlowSteering, String> {
+fn rss_function(report: &nic::NicReport, cpus: &[usize]) -> Result<FlowSteering, SetupError> {
     let dev = &report.dev;
     let rss = match &report.rss {
-        nic::RssState::Unavailable(_) => return Err(format!("{dev} has no RSS")),
+        nic::RssState::Unavailable(_) => return Err(SetupError(format!("{dev} has no RSS"))),
         nic::RssState::Available(r) if !r.is_toeplitz() => {
-            return Err(format!(
+            return Err(SetupError(format!(
                 "{dev} hashes with {}, not Toeplitz",
                 r.hash_functions().join("+")
-            ))
+            )))
         }
         nic::RssState::Available(_) if !report.hardware_steering() => {
-            return Err(format!(
+            return Err(SetupError(format!(
                 "{dev} has {} RX queue(s) under RSS",
                 report.rx_queues.count
-            ))
+            )))
         }
         nic::RssState::Available(r) => r,
     };
-    let reta = rss.reta().map_err(|e| format!("{dev}: {e}"))?;
+    let reta = rss.reta().map_err(|e| SetupError(format!("{dev}: {e}")))?;
     let queues = (report.rx_queues.count as usize).max(
         reta.table
             .iter()
@@ -222,11 +245,11 @@ fn rss_function(report: &nic::NicReport, cpus: &[usize]) -> Result<FlowSteering,
     }
     let zones = ZoneMap::from_cpus(&queue_cpu, cpus);
     if zones.zones() == 0 {
-        return Err(format!(
+        return Err(SetupError(format!(
             "{dev}: no RX queue's interrupt is served by a zone's CPU (zones on {cpus:?}; \
              queues' CPUs {queue_cpu:?}): pin the IRQs to the zones' CPUs (see `ringx rss show \
              --dev {dev}`)"
-        ));
+        )));
     }
     let served: Vec<usize> = (0..queues as u16)
         .filter_map(|q| zones.zone_of(q).map(usize::from))
@@ -246,14 +269,14 @@ fn software_steering(
     req: &Request,
     devs: &[String],
     range: &RangeInclusive<u16>,
-) -> Result<Steer, String> {
+) -> Result<Steer, SetupError> {
     if let Some(why) = ringx_xdp::bpf_unavailable() {
-        return Err(why);
+        return Err(SetupError(why));
     }
     if let Some(dev) = req.filter_dev.filter(|d| devs.iter().any(|x| x == d)) {
-        return Err(format!(
+        return Err(SetupError(format!(
             "{dev} already runs the [xdp] filter (one XDP program per device)"
-        ));
+        )));
     }
     let mut ports = req.listen_ports.to_vec();
     ports.sort_unstable();
@@ -266,7 +289,7 @@ fn software_steering(
         listen_ports: ports,
         qsize: CPUMAP_QSIZE,
     };
-    let mut steer = Steer::load(&settings).map_err(|e| e.to_string())?;
+    let mut steer = Steer::load(&settings).map_err(|e| SetupError(e.to_string()))?;
     for dev in devs {
         let mode = match req.xdp_mode {
             Some(m) => m,
@@ -275,7 +298,7 @@ fn software_steering(
         };
         steer
             .attach(dev, mode)
-            .map_err(|e| format!("attach to {dev}: {e}"))?;
+            .map_err(|e| SetupError(format!("attach to {dev}: {e}")))?;
         tracing::info!(
             "steering: XDP program on {dev} ({} mode): TCP packets to their zone's CPU",
             mode.as_str()
@@ -286,7 +309,7 @@ fn software_steering(
 
 /// Decides the mode, attaches XDP when steering in software, and builds every zone's table.
 /// Errors (an explicit mode that cannot work) stop start-up; `auto` never fails.
-pub fn setup(req: &Request) -> Result<Active, String> {
+pub fn setup(req: &Request) -> Result<Active, SetupError> {
     let cpus = req.cpus;
     let zones = cpus.len();
     let mut st = Active::off(zones);
@@ -340,7 +363,10 @@ pub fn setup(req: &Request) -> Result<Active, String> {
             let rss = if devs.len() == 1 {
                 rss_steering(&devs[0], cpus)
             } else {
-                Err(format!("{} devices: RSS tables model one", devs.len()))
+                Err(SetupError(format!(
+                    "{} devices: RSS tables model one",
+                    devs.len()
+                )))
             };
             match rss {
                 Ok(fs) => (
@@ -351,7 +377,7 @@ pub fn setup(req: &Request) -> Result<Active, String> {
                 Err(no_rss) => match software_steering(req, &devs, &range) {
                     Ok(x) => {
                         st.xdp = Some(x);
-                        (Mode::Software, software_function(zones), no_rss)
+                        (Mode::Software, software_function(zones), no_rss.0)
                     }
                     Err(e) => {
                         off(format!(
@@ -371,9 +397,13 @@ pub fn setup(req: &Request) -> Result<Active, String> {
         ..PortTableConfig::default()
     };
     let builder = PortTableBuilder::new(Arc::new(steering), config).dests(dests.iter().copied());
-    let mut tables = builder.build_all().map_err(|e| e.to_string())?;
+    let mut tables = builder.build_all().map_err(|e| SetupError(e.to_string()))?;
     for z in tables.len()..zones {
-        tables.push(builder.build(z as u16).map_err(|e| e.to_string())?);
+        tables.push(
+            builder
+                .build(z as u16)
+                .map_err(|e| SetupError(e.to_string()))?,
+        );
     }
     tables.truncate(zones);
     let sizes: Vec<usize> = tables
@@ -470,7 +500,7 @@ mod tests {
             ..Request::default()
         })
         .expect_err("lo has no RSS");
-        assert!(e.contains("lo"), "{e}");
+        assert!(e.0.contains("lo"), "{e}");
     }
 
     #[test]
@@ -522,12 +552,13 @@ mod tests {
         }
         // No zone on a queue's CPU, one queue, another hash: refused, saying why.
         let e = rss_function(&report, &[7]).err().unwrap();
-        assert!(e.contains("no RX queue's interrupt"), "{e}");
+        assert!(e.0.contains("no RX queue's interrupt"), "{e}");
         let mut one = report.clone();
         one.rx_queues.count = 1;
         assert!(rss_function(&one, &[0])
             .err()
             .unwrap()
+            .0
             .contains("1 RX queue"));
         let mut xor = report.clone();
         if let nic::RssState::Available(r) = &mut xor.rss {
@@ -536,10 +567,14 @@ mod tests {
         assert!(rss_function(&xor, &[0])
             .err()
             .unwrap()
+            .0
             .contains("xor, not Toeplitz"));
         let mut none = report;
         none.rss = nic::RssState::Unavailable("no".into());
-        assert_eq!(rss_function(&none, &[0]).err().unwrap(), "eth9 has no RSS");
+        assert_eq!(
+            rss_function(&none, &[0]).err().unwrap().0,
+            "eth9 has no RSS"
+        );
     }
 
     #[test]

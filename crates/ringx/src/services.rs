@@ -14,14 +14,14 @@ use std::time::Instant;
 
 use ringx_engine::{ListenOptions, Waker};
 
-use crate::accesslog::LogWriter;
-use crate::config::ops::LogFormat;
-use crate::config::Config;
 use crate::control::{Control, ZoneHandle};
-use crate::metrics::{Metrics, ZoneCounters};
-use crate::server::zone::reqlog::RequestLog;
-use crate::server::zone::ZoneCtl;
-use crate::server::Compiled;
+use ringx_config::ops::LogFormat;
+use ringx_config::Config;
+use ringx_server::accesslog::LogWriter;
+use ringx_server::metrics::{Metrics, ZoneCounters};
+use ringx_server::zone::reqlog::RequestLog;
+use ringx_server::zone::ZoneCtl;
+use ringx_server::{Compiled, Error};
 
 /// What start-up opened for operations.
 pub struct OpsSetup {
@@ -38,23 +38,25 @@ pub struct OpsSetup {
 /// Opens the admin listener, the access log and the pid file (before privileges are
 /// dropped); the files are given to the `[runtime] user` the server will run as, so that
 /// reopening the log and naming the process in the pid file work after the drop.
-pub fn open(cfg: &Config) -> Result<OpsSetup, String> {
+pub fn open(cfg: &Config) -> Result<OpsSetup, Error> {
     let owner = match &cfg.runtime.user {
         Some(u) => Some(
-            crate::config::lookup_user(u.get_ref())
-                .ok_or_else(|| format!("no such user {:?}", u.get_ref()))?,
+            ringx_config::lookup_user(u.get_ref())
+                .ok_or_else(|| Error::invalid(format!("no such user {:?}", u.get_ref())))?,
         ),
         None => None,
     };
     let admin = match &cfg.admin {
-        Some(a) => Some(crate::admin::bind(*a.listen.get_ref()).map_err(|e| e.to_string())?),
+        Some(a) => Some(
+            crate::admin::bind(*a.listen.get_ref()).map_err(|e| Error::io("admin listener", e))?,
+        ),
         None => None,
     };
     let log_path = cfg.http.access_log.as_ref().map(|p| p.get_ref().clone());
     let log_file = match &log_path {
         Some(p) => Some(
-            crate::accesslog::open_for(p, owner)
-                .map_err(|e| format!("access log {}: {e}", p.display()))?,
+            ringx_server::accesslog::open_for(p, owner)
+                .map_err(|e| Error::io(format!("access log {}", p.display()), e))?,
         ),
         None => None,
     };
@@ -67,9 +69,7 @@ pub fn open(cfg: &Config) -> Result<OpsSetup, String> {
         log_errors: Arc::default(),
         counters: Vec::new(),
         pid_file: match &cfg.runtime.pid_file {
-            Some(p) => {
-                Some(crate::pidfile::PidFile::open(p.get_ref(), owner).map_err(|e| e.to_string())?)
-            }
+            Some(p) => Some(crate::pidfile::PidFile::open(p.get_ref(), owner)?),
             None => None,
         },
     })
@@ -187,8 +187,8 @@ pub fn signal_cmd(config: &Option<PathBuf>, pid_file: Option<PathBuf>, sig: i32)
         Some(p) => p,
         None => {
             let cfg = match config {
-                Some(p) => crate::config::load(p),
-                None => crate::config::parse("(embedded default)", crate::config::DEFAULT_CONFIG),
+                Some(p) => ringx_config::load(p),
+                None => ringx_config::parse("(embedded default)", ringx_config::DEFAULT_CONFIG),
             };
             match cfg {
                 Ok(c) => {
