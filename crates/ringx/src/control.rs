@@ -260,9 +260,23 @@ impl Control {
         }
     }
 
-    /// Drain begins: let closed listeners really close, and say so on /healthz.
-    pub fn begin_drain(&mut self) {
+    /// Drain begins: say so on /healthz, and let closed listeners really close. With
+    /// `stop_accepting` (a graceful stop, not an upgrade whose new process serves on the very
+    /// same sockets) every listening socket is shut down first, at once for all zones: from
+    /// the moment this returns no connection is accepted any more (connections still in the
+    /// accept queues are reset, as nginx's closed listeners do), where the zones' own
+    /// cancellations would take effect only once each zone has handled its drain message.
+    pub fn begin_drain(&mut self, stop_accepting: bool) {
         self.healthy.store(false, Ordering::Relaxed);
+        if stop_accepting {
+            for (_, fds) in &self.sockets {
+                for fd in fds {
+                    // SAFETY: shutdown on a listening socket we hold a descriptor of; it
+                    // takes no pointer. Failure (already shut down) changes nothing.
+                    unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RD) };
+                }
+            }
+        }
         self.sockets.clear();
     }
 

@@ -333,12 +333,13 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         let tick = Duration::from_millis(if control.acks.is_some() { 20 } else { 500 });
         match wait_signal(&sigs, Some(tick)) {
             Some(libc::SIGTERM) | Some(libc::SIGINT) => {
+                control.begin_drain(true);
+                tell_zones_to_drain(&ctls);
                 tracing::info!(
-                    "shutting down gracefully (draining for up to {:?})",
+                    "shutting down gracefully: no longer accepting; draining for up to {:?}",
                     cfg.runtime.drain_timeout.0
                 );
-                control.begin_drain();
-                let rc = drain(&ctls, &mut pool, cfg.runtime.drain_timeout.0, &sigs);
+                let rc = drain(&mut pool, cfg.runtime.drain_timeout.0, &sigs);
                 control.finish();
                 return rc;
             }
@@ -352,8 +353,9 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                 control.log.reopen();
             }
             Some(libc::SIGUSR2) if control.upgrade() => {
-                control.begin_drain();
-                let rc = drain(&ctls, &mut pool, cfg.runtime.drain_timeout.0, &sigs);
+                control.begin_drain(false);
+                tell_zones_to_drain(&ctls);
+                let rc = drain(&mut pool, cfg.runtime.drain_timeout.0, &sigs);
                 control.finish();
                 return rc;
             }
@@ -362,18 +364,17 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     }
 }
 
-/// Stops accepting, lets requests in flight finish, exits when all zones are idle or the
-/// drain timeout passes. SIGQUIT during the drain exits at once.
-fn drain(
-    ctls: &[(Arc<ZoneCtl>, Waker)],
-    pool: &mut ZonePool,
-    timeout: Duration,
-    sigs: &libc::sigset_t,
-) -> ExitCode {
+/// Every zone stops accepting and finishes what is in flight (`Zone`'s drain).
+fn tell_zones_to_drain(ctls: &[(Arc<ZoneCtl>, Waker)]) {
     for (ctl, waker) in ctls {
         ctl.cmd.store(CMD_DRAIN, Ordering::Release);
         waker.wake();
     }
+}
+
+/// Waits until every zone has finished what was in flight, or the drain timeout passes.
+/// SIGQUIT during the drain exits at once.
+fn drain(pool: &mut ZonePool, timeout: Duration, sigs: &libc::sigset_t) -> ExitCode {
     let deadline = Instant::now() + timeout;
     while pool.running() > 0 {
         let now = Instant::now();

@@ -189,6 +189,9 @@ impl EpollDriver {
                         tracing::warn!("accept: {e}: out of descriptors; raise `ulimit -n` (accepting again shortly)");
                         self.pause_accepts();
                     }
+                    // The socket no longer listens (shut down for a graceful stop): closing
+                    // it also takes it out of the epoll set.
+                    Some(libc::EINVAL) => self.listeners[id as usize] = None,
                     _ => tracing::debug!("accept: {e}"),
                 }
                 return;

@@ -84,6 +84,15 @@ impl UringDriver {
                     tracing::warn!("accept: {e}: out of descriptors or memory; raise `ulimit -n` (accepting again shortly)");
                     self.accept_backoff = true;
                 }
+                // The socket no longer listens (shut down for a graceful stop): accepting on
+                // it is over.
+                libc::EINVAL => {
+                    let l = &mut self.listeners[id as usize];
+                    l.closing = true;
+                    if !l.armed {
+                        l.sock = None;
+                    }
+                }
                 _ => tracing::debug!("accept: {e}"),
             }
         }
