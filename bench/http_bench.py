@@ -20,8 +20,11 @@ Figures per workload and peer:
   lat_avg_ms / lat_p99_ms   from wrk --latency (closed loop) or ab -c1 (one connection)
 
 Usage: bench/http_bench.py [--quick] [--rounds N] [--duration S] [--only WORKLOAD,...]
+                           [--base BIN]
 Writes bench/results/<date>.json and regenerates the results part of bench/README.md and the
-charts in bench/results/.
+charts in bench/results/. With --base BIN, another ringx build runs beside this one on both
+engines (peers base-uring and base-epoll), alternated with the others: an A/B of two builds
+in one run, written to bench/results/<date>-ab.json without touching the README.
 """
 import argparse
 import datetime
@@ -62,8 +65,9 @@ YARDSTICK_WLS = ("ka64_c50", "ka64_c500")  # ab -k needs a Connection: keep-aliv
 
 
 class Server:
-    def __init__(self, name, workdir, docroot):
+    def __init__(self, name, workdir, docroot, base=None):
         self.name = name
+        self.base = base
         self.port = free_port()
         self.proc = None
         self.workdir = workdir
@@ -132,22 +136,22 @@ listen = ["127.0.0.1:{self.port}"]
   path = "/static/"
   root = "{self.docroot}"
 """)
-            cmd = ["taskset", "-c", SERVER_CPU, RINGX, "serve", "-c", conf]
+            cmd = ["taskset", "-c", SERVER_CPU, lib.ringx_binary(self.name, self.base), "serve", "-c", conf]
         self.log = open(os.path.join(self.workdir, f"{self.name}.log"), "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
         wait_port(self.port, self.proc)
-        if self.name.startswith("ringx"):
+        if self.name.startswith(("ringx", "base")):
             time.sleep(0.2)
             txt = open(os.path.join(self.workdir, f"{self.name}.log")).read()
-            if "using the epoll driver" in txt and self.name == "ringx-uring":
-                raise RuntimeError("ringx-uring fell back to epoll: " + txt)
+            if "using the epoll driver" in txt and self.name.endswith("-uring"):
+                raise RuntimeError(f"{self.name} fell back to epoll: " + txt)
 
     def pids(self):
         return proc_tree(self.proc.pid)
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT if self.name.startswith("ringx") else signal.SIGTERM)
+            self.proc.send_signal(signal.SIGQUIT if self.name.startswith(("ringx", "base")) else signal.SIGTERM)
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -193,6 +197,7 @@ def main():
     ap.add_argument("--duration", type=int)
     ap.add_argument("--only", help="comma-separated workloads")
     ap.add_argument("--no-report", action="store_true", help="do not rewrite bench/README.md")
+    ap.add_argument("--base", help="another ringx binary to alternate with this tree's (A/B)")
     args = ap.parse_args()
     # Five short rounds rather than three long ones: on a noisy host the median of more,
     # finer-alternated samples moves less.
@@ -217,7 +222,8 @@ def main():
     cg = Cgroup("ringx-bench-cap")
     free = Cgroup("ringx-bench-free")
     cg.cap(CAP_PCT)
-    servers = {p: Server(p, work, docroot) for p in PEERS}
+    peers = PEERS + lib.base_peers(args.base)
+    servers = {p: Server(p, work, docroot, args.base) for p in peers}
     yardstick = build_yardstick(work) if any(w in YARDSTICK_WLS for w in wls) else None
     if yardstick:
         servers[YARDSTICK] = Server(YARDSTICK, work, docroot)
@@ -270,14 +276,15 @@ def main():
                            "(v2 cpu.stat usage_usec, v1 cpuacct.usage): exited threads included"),
                    "workloads": {k: v[4] for k, v in WORKLOADS.items()}},
         "rows": rows,
-        "summary": summarise(rows, WORKLOADS, PEERS + [YARDSTICK]),
+        "summary": summarise(rows, WORKLOADS, peers + [YARDSTICK]),
+        "base": args.base,
     }
     os.makedirs(RESULTS, exist_ok=True)
-    name = datetime.date.today().isoformat() + ("-quick" if args.quick else "")
+    name = datetime.date.today().isoformat() + ("-quick" if args.quick else "") + ("-ab" if args.base else "")
     path = os.path.join(RESULTS, f"{name}.json")
     json.dump(result, open(path, "w"), indent=1)
     print(f"bench: wrote {path} in {elapsed:.0f} s")
-    if not args.no_report:
+    if not args.no_report and not args.base:
         import report
         report.write(result, name)
     shutil.rmtree(work, ignore_errors=True)

@@ -29,6 +29,21 @@ BODY64 = "0123456789abcdef" * 4
 BODY1K = ("0123456789abcdef" * 64)
 
 
+def ringx_binary(peer, base=None):
+    """The ringx build a peer runs: `ringx-*` this tree's, `base-*` the one given with
+    --base (an A/B run of two builds alternated in one run)."""
+    if peer.startswith("base-"):
+        if not base:
+            raise RuntimeError(f"{peer}: no --base binary given")
+        return base
+    return RINGX
+
+
+def base_peers(base, engines=("uring", "epoll")):
+    """The peers --base adds: the other build on each engine."""
+    return [f"base-{e}" for e in engines] if base else []
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -14,8 +14,10 @@ All three do the same work: HTTP/1.1 keep-alive to the client and to the upstrea
 idle connections), no access log, no added forwarding headers (nginx and HAProxy add none by
 default; ringx with `forwarded_headers = false`).
 
-Usage: bench/proxy.py [--quick] [--rounds N] [--duration S]
+Usage: bench/proxy.py [--quick] [--rounds N] [--duration S] [--base BIN]
 Writes bench/results/proxy-<date>.json, charts, and the proxy section of bench/README.md.
+With --base BIN, another ringx build runs beside this one on both engines (peers base-uring
+and base-epoll), alternated with the others, written to proxy-<date>-ab.json only.
 """
 import argparse
 import datetime
@@ -77,6 +79,7 @@ http {{ access_log off; keepalive_timeout 300s; keepalive_requests 10000000;
 class Proxy:
     def __init__(self, name, work, up_port):
         self.name, self.work, self.up = name, work, up_port
+        self.base = None
         self.port = lib.free_port()
 
     def start(self):
@@ -139,7 +142,7 @@ listen = ["127.0.0.1:{self.port}"]
   proxy_pass = "app"
   forwarded_headers = false
 """)
-            cmd = [lib.RINGX, "serve", "-c", conf]
+            cmd = [lib.ringx_binary(self.name, self.base), "serve", "-c", conf]
         self.log = open(os.path.join(w, f"px-{self.name}.log"), "w")
         self.proc = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=self.log, stderr=self.log)
         lib.wait_port(self.port, self.proc)
@@ -149,7 +152,7 @@ listen = ["127.0.0.1:{self.port}"]
 
     def stop(self):
         if getattr(self, "proc", None) is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT if self.name.startswith("ringx") else signal.SIGTERM)
+            self.proc.send_signal(signal.SIGQUIT if self.name.startswith(("ringx", "base")) else signal.SIGTERM)
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -172,8 +175,8 @@ def measure(p, wl, secs, cg, capped):
     return r
 
 
-def summarise(rows):
-    return lib.summarise(rows, WORKLOADS, PEERS, ("nginx", "haproxy"))
+def summarise(rows, peers=PEERS):
+    return lib.summarise(rows, WORKLOADS, peers, ("nginx", "haproxy"))
 
 
 def report(result, name):
@@ -232,6 +235,7 @@ def main():
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int)
     ap.add_argument("--no-report", action="store_true")
+    ap.add_argument("--base", help="another ringx binary to alternate with this tree's (A/B)")
     args = ap.parse_args()
     rounds = args.rounds or (2 if args.quick else 3)
     secs = args.duration or (1 if args.quick else 3)
@@ -244,7 +248,10 @@ def main():
     cg = lib.Cgroup("ringx-proxy-bench-cap")
     cg.cap(lib.CAP_PCT)
     up = Upstream(work)
-    proxies = {p: Proxy(p, work, up.port) for p in PEERS}
+    peers = PEERS + lib.base_peers(args.base)
+    proxies = {p: Proxy(p, work, up.port) for p in peers}
+    for p in proxies.values():
+        p.base = args.base
     rows = []
     t0 = time.time()
     try:
@@ -256,7 +263,7 @@ def main():
             for p in proxies.values():  # warm the upstream pools
                 lib.run_wrk(p.port, WORKLOADS[wl][0], 10, 1, [])
             for rnd in range(rounds):
-                for name in PEERS:
+                for name in peers:
                     p = proxies[name]
                     r = measure(p, wl, secs, cg, False)
                     c = measure(p, wl, secs, cg, True)
@@ -283,13 +290,13 @@ def main():
               "method": {"proxy_cpu": lib.SERVER_CPU, "client_and_upstream_cpu": UPSTREAM_CPU,
                          "cpu": "schedstat run time of the proxy's processes only",
                          "workloads": {k: v[2] for k, v in WORKLOADS.items()}},
-              "rows": rows, "summary": summarise(rows)}
+              "rows": rows, "summary": summarise(rows, peers), "base": args.base}
     os.makedirs(RESULTS, exist_ok=True)
-    name = datetime.date.today().isoformat() + ("-quick" if args.quick else "")
+    name = datetime.date.today().isoformat() + ("-quick" if args.quick else "") + ("-ab" if args.base else "")
     path = os.path.join(RESULTS, f"proxy-{name}.json")
     json.dump(result, open(path, "w"), indent=1)
     print(f"bench/proxy: wrote {path}")
-    if not args.no_report:
+    if not args.no_report and not args.base:
         report(result, name)
     shutil.rmtree(work, ignore_errors=True)
 
