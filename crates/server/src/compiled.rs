@@ -133,16 +133,22 @@ servers = ["127.0.0.1:18912"]
         assert!(a.upstreams.is_some() && a.log_format.is_none());
     }
 
+    /// A root that passed validation but is gone when the configuration is compiled (a
+    /// reload racing a deployment): the compile step fails, naming it, before anything changes.
     #[test]
     fn a_missing_root_is_an_error_naming_it() {
+        let dir = crate::testkit::TempDir::new(&[]);
+        let root = dir.path().to_string();
         let cfg = ringx_config::parse(
             "t.toml",
-            "[[server]]\nlisten = [\"127.0.0.1:18914\"]\n[[server.location]]\npath = \"/\"\nroot = \"/nonexistent/ringx-test\"\n",
-        );
-        let e = match cfg {
-            Ok(cfg) => Compiled::from(&cfg).err().expect("fails").to_string(),
+            &format!("[[server]]\nlisten = [\"127.0.0.1:18914\"]\n[[server.location]]\npath = \"/\"\nroot = \"{root}\"\n"),
+        )
+        .expect("the root exists when the configuration is validated");
+        drop(dir);
+        let e = match Compiled::from(&cfg) {
+            Ok(_) => panic!("compiled with a root that is gone"),
             Err(e) => e.to_string(),
         };
-        assert!(e.contains("/nonexistent/ringx-test"), "{e}");
+        assert!(e.contains(&root), "{e}");
     }
 }

@@ -1,6 +1,13 @@
 //! Unit-test harness: a [`Zone`] built from a configuration text, driven through the engine's
 //! [`TestDriver`] (no socket, no thread, a scripted clock), with helpers that play the client
 //! and the upstream servers and parse what each of them received.
+//!
+//! **Do the tests catch what they guard?** `make mutants` (`scripts/mutation_check.py`) runs
+//! each unit test of the roles and the zone against a mutation of the production code that
+//! breaks the behaviour the test guards (a dropped statement, a loosened condition, an
+//! off-by-one, the wrong timeout) and expects it to fail; the results are kept in
+//! `scripts/mutation_check.json`. A new test gets an entry in the script's table;
+//! `python3 scripts/mutation_check.py --only NAME` checks one.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

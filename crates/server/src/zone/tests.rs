@@ -644,7 +644,10 @@ fn near_the_connection_limit_the_longest_idle_connections_make_room() {
         open[open.len() - 20..].iter().all(|&o| o),
         "the newest stay"
     );
-    assert!(h.counters.active.load(Ordering::Relaxed) <= 64);
+    // Each reclaim closes only the reserve (max_conns / 32 = 2) longest idle connections: the
+    // zone stays near its limit instead of dropping every idle keep-alive connection.
+    let active = h.counters.active.load(Ordering::Relaxed);
+    assert!((60..=64).contains(&active), "{active} connections open");
 }
 
 /// A connection with a request in progress is never reclaimed.

@@ -483,15 +483,29 @@ fn unsolicited_bytes_on_a_pooled_connection_keep_the_next_request_off_it() {
     assert!(ok_body(&h.response(c)));
 }
 
+/// `proxy_host = "upstream"`: the Host is the address of the server the request goes to, on
+/// a retry too (the head is rewritten for the next server).
 #[test]
 fn proxy_host_upstream_sends_the_server_address_as_host() {
     let mut h = proxy_with(
-        "servers = [\"127.0.0.1:9001\"]",
+        "servers = [\"127.0.0.1:9001\", \"127.0.0.1:9002\"]\nretries = 1",
         "proxy_host = \"upstream\"",
     );
-    let (_, u) = start(&mut h, &get("/"));
-    let got = String::from_utf8(h.upstream_got(u)).unwrap();
-    assert!(got.contains("\r\nHost: 127.0.0.1:9001\r\n"), "{got}");
+    let (c, u1) = start(&mut h, &get("/"));
+    let p1 = port(&h, u1);
+    let got = String::from_utf8(h.upstream_got(u1)).unwrap();
+    assert!(
+        got.contains(&format!("\r\nHost: 127.0.0.1:{p1}\r\n")),
+        "{got}"
+    );
+    h.reset(u1);
+    let (u2, a2) = h.accept_upstream();
+    assert_ne!(a2.port(), p1, "the retry goes to the other server");
+    let got = String::from_utf8(h.upstream_got(u2)).unwrap();
+    let want = format!("\r\nHost: {a2}\r\n");
+    assert!(got.contains(&want), "the retry names its own server: {got}");
+    h.send(u2, OK);
+    assert!(ok_body(&h.response(c)));
 }
 
 #[test]

@@ -1,0 +1,858 @@
+#!/usr/bin/env python3
+"""Checks that ringx-server's unit tests fail when the behaviour they guard is broken.
+
+Each entry of MUTATIONS names one unit test and one change to the production code that breaks
+what that test guards (a dropped statement, an inverted or loosened condition, an off-by-one,
+the wrong timeout...). For each entry the script
+
+  1. checks that the snippet occurs exactly once in the file, outside test code;
+  2. applies the change and builds the tests (`cargo test -p ringx-server --lib --no-run`):
+     a mutation that does not compile is not a valid mutation and is reported as such;
+  3. runs `cargo test -p ringx-server --lib <test> -- --exact` with a timeout, and expects
+     it to FAIL (a test that hangs until the timeout counts as failing);
+  4. restores the file, always (try/finally, Ctrl-C and SIGTERM included), and verifies it is
+     byte-identical to what it was. A copy of the original waits in target/mutation-check/
+     while the file is mutated, so even a killed run is repaired by the next one.
+
+Before any mutation, the unmutated crate is built and the selected tests must pass.
+
+At the end it prints a table and writes scripts/mutation_check.json (for a run with --only,
+the entries it ran are merged into the file's existing results). The exit status is non-zero
+if a test survived its mutation, a snippet is missing or ambiguous, a mutation does not
+compile, or a test does not exist or fails unmutated.
+
+    python3 scripts/mutation_check.py                 # every entry (about 5 minutes on 2 cores)
+    python3 scripts/mutation_check.py --only retried  # the entries whose test name has it
+    python3 scripts/mutation_check.py --list          # the table, nothing run
+    python3 scripts/mutation_check.py --check         # snippets only, nothing built
+
+Python 3.8+, no packages beyond the standard library.
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "scripts" / "mutation_check.json"
+BACKUPS = ROOT / "target" / "mutation-check"
+CARGO = os.environ.get("CARGO", "cargo")
+BUILD = [CARGO, "test", "-p", "ringx-server", "--lib", "--no-run"]
+S = "crates/server/src/"
+
+# fmt: off
+MUTATIONS = [
+    # ---- zone::tests: routing -----------------------------------------------------------
+    dict(test="zone::tests::a_return_location_answers_with_its_status_and_body",
+         file=S + "route.rs",
+         find='"Content-Type: {ctype}\\r\\nContent-Length: {}\\r\\n",\n                body.len()',
+         replace='"Content-Type: {ctype}\\r\\nContent-Length: {}\\r\\n",\n                body.len() + 1',
+         why="a return location's Content-Length is off by one"),
+    dict(test="zone::tests::the_longest_prefix_wins",
+         file=S + "route.rs",
+         find="b.exact.cmp(&a.exact).then(b.path.len().cmp(&a.path.len()))",
+         replace="b.exact.cmp(&a.exact).then(a.path.len().cmp(&b.path.len()))",
+         why="locations are sorted shortest prefix first"),
+    dict(test="zone::tests::an_exact_location_matches_only_its_path",
+         file=S + "route.rs",
+         find="                l.path == path\n",
+         replace="                path.starts_with(&l.path)\n",
+         why="an exact location matches as a prefix"),
+    dict(test="zone::tests::the_host_picks_the_server",
+         file=S + "route.rs",
+         find=".any(|n| n.as_bytes().eq_ignore_ascii_case(h))",
+         replace=".any(|n| n.as_bytes() == h)",
+         why="server names are compared case-sensitively"),
+    dict(test="zone::tests::no_matching_location_is_404",
+         file=S + "role/http1/local.rs",
+         find="None => Reply::bytes(r.error(out, ErrorPage::new(404, ch, head_only))),",
+         replace="None => Reply::bytes(r.error(out, ErrorPage::new(404, ConnHdr::Close, head_only))),",
+         why="a 404 announces the close of a keep-alive connection"),
+    dict(test="zone::tests::paths_are_normalised_before_routing",
+         file=S + "role/http1/local.rs",
+         find="b'/' | b'.' if prev == b'/' => return false,",
+         replace="b'.' if prev == b'/' => return false,",
+         why="a path with '//' is taken as clean and routed unnormalised"),
+    dict(test="zone::tests::a_path_above_the_root_is_400_and_closes",
+         file=S + "role/http1/local.rs",
+         find="            file: None,\n            close: true,",
+         replace="            file: None,\n            close: false,",
+         why="the 400 for a path that cannot be normalised keeps the connection open"),
+    dict(test="zone::tests::head_gets_the_head_only",
+         file=S + "response.rs",
+         find="if ch == ConnHdr::Keep11 && !head_only {",
+         replace="if ch == ConnHdr::Keep11 {",
+         why="the one-copy keep-alive form of a return response sends the body to HEAD"),
+    dict(test="zone::tests::options_asterisk_lists_the_methods",
+         file=S + "role/http1/local.rs",
+         find='if req.path == "*" {',
+         replace='if req.path == "/*" {',
+         why="OPTIONS * is not recognised (asterisk-form compared with the wrong form)"),
+    dict(test="zone::tests::connect_is_405",
+         file=S + "role/http1/mod.rs",
+         find="if req.method == Method::Connect {",
+         replace="if req.method == Method::Connect && has_body {",
+         why="CONNECT without a body is routed instead of refused with 405"),
+    dict(test="zone::tests::static_files_are_served_with_validators_and_missing_ones_are_404",
+         file=S + "static_files.rs",
+         find="(206, a, b - a + 1)",
+         replace="(206, a, b - a)",
+         why="a byte range is one byte short (inclusive end taken as exclusive)"),
+    dict(test="zone::tests::a_post_to_a_static_location_is_refused_at_once",
+         file=S + "role/http1/mod.rs",
+         find="if r.written.status >= 400 {",
+         replace="if r.written.status >= 500 {",
+         why="a 4xx refusal waits for the request body instead of going out at once"),
+    # ---- zone::tests: keep-alive and pipelining ---------------------------------------------
+    dict(test="zone::tests::a_keep_alive_connection_serves_request_after_request",
+         file=S + "role/http1/mod.rs",
+         find="self.after_response(cx, b, c, !keep || r.close, more_input)",
+         replace="self.after_response(cx, b, c, keep || r.close, more_input)",
+         why="a keep-alive response closes the connection after it (inverted condition)"),
+    dict(test="zone::tests::pipelined_requests_are_answered_in_order",
+         file=S + "role/http1/mod.rs",
+         find="Next::Continue => continue,",
+         replace="Next::Continue => break,",
+         why="parsing stops after the first request of a burst"),
+    dict(test="zone::tests::pipelined_requests_split_anywhere_give_the_same_responses",
+         file=S + "role/http1/mod.rs",
+         find="if used < data.len() && self.phase != Phase::Lingering {",
+         replace="if used < data.len() && self.phase == Phase::Idle {",
+         why="the tail of a receive is kept only between requests: a partial head is lost"),
+    dict(test="zone::tests::connection_close_is_honoured",
+         file=S + "role/http1/mod.rs",
+         find="let keep = req.keep_alive && !cx.ctx.draining && self.requests < set.keepalive_requests;",
+         replace="let keep = !cx.ctx.draining && self.requests < set.keepalive_requests;",
+         why="the request's Connection: close is ignored"),
+    dict(test="zone::tests::http10_closes_unless_it_asks_for_keep_alive",
+         file=S + "response.rs",
+         find="(true, false) => ConnHdr::Keep10,",
+         replace="(true, false) => ConnHdr::Keep11,",
+         why="HTTP/1.0 keep-alive is not confirmed with Connection: keep-alive"),
+    dict(test="zone::tests::keepalive_requests_limits_a_connection",
+         file=S + "role/http1/mod.rs",
+         find="self.requests < set.keepalive_requests;",
+         replace="self.requests <= set.keepalive_requests;",
+         why="keepalive_requests is off by one (one request too many)"),
+    dict(test="zone::tests::a_request_body_is_read_before_the_next_request",
+         file=S + "role/http1/mod.rs",
+         find="let has_body = !matches!(req.body, BodyKind::None);",
+         replace="let has_body = matches!(req.body, BodyKind::Chunked);",
+         why="a Content-Length body is not read: the response goes out before it"),
+    dict(test="zone::tests::a_chunked_body_is_read_before_the_next_request",
+         file=S + "role/http1/mod.rs",
+         find="let has_body = !matches!(req.body, BodyKind::None);",
+         replace="let has_body = matches!(req.body, BodyKind::Length(_));",
+         why="a chunked body is not read: its chunks are parsed as the next request"),
+    dict(test="zone::tests::expect_continue_gets_100_before_the_body_is_sent",
+         file=S + "role/http1/mod.rs",
+         find="if req.expect_continue {",
+         replace="if !req.expect_continue {",
+         why="100 Continue is sent when not asked for, and not when asked for"),
+    dict(test="zone::tests::a_body_over_the_limit_is_413",
+         file=S + "role/http1/mod.rs",
+         find="if dec.received() > cx.ctx.set.max_body {",
+         replace="if d.done && dec.received() > cx.ctx.set.max_body {",
+         why="a streamed body is measured against the limit only once complete"),
+    dict(test="zone::tests::a_head_over_the_limit_is_431",
+         file=S + "role/http1/mod.rs",
+         find="&cx.ctx.set.limits,",
+         replace="&ringx_http::Limits::default(),",
+         why="the parser gets the default limits, not the configured max_header_size"),
+    dict(test="zone::tests::a_malformed_request_is_400_and_nothing_after_it_is_answered",
+         file=S + "role/http1/mod.rs",
+         find="        self.phase = Phase::Lingering;\n        b.inbuf = Vec::new();",
+         replace="        b.inbuf = Vec::new();",
+         why="lingering does not enter the Lingering phase: input after a 400 is answered"),
+    dict(test="zone::tests::a_slow_reader_stops_the_reading_of_its_requests",
+         file=S + "role/http1/mod.rs",
+         find="            cx.io.pause_recv(c);\n            cx.io.notify_when_flushed(c);\n",
+         replace="            cx.io.pause_recv(c);\n",
+         why="a connection paused for its output queue is never told it drained: it never reads again"),
+    dict(test="zone::tests::a_client_fin_after_a_response_closes_the_connection",
+         file=S + "role/http1/mod.rs",
+         find="Phase::Idle if b.paused => {}",
+         replace="Phase::Idle => {}",
+         why="a FIN on an idle keep-alive connection is ignored (dropped guard)"),
+    # ---- zone::tests: timeouts ----------------------------------------------------------------
+    dict(test="zone::tests::an_idle_keep_alive_connection_closes_after_keepalive_timeout",
+         file=S + "role/http1/mod.rs",
+         find="let at = now + cx.ctx.set.keepalive_timeout;",
+         replace="let at = now + cx.ctx.set.header_timeout;",
+         why="an idle keep-alive connection gets client_header_timeout instead of keepalive_timeout"),
+    dict(test="zone::tests::a_new_connection_must_send_its_head_within_client_header_timeout",
+         file=S + "zone/mod.rs",
+         find="let at = now + cx.ctx.set.header_timeout;",
+         replace="let at = now + cx.ctx.set.keepalive_timeout;",
+         why="a new connection gets keepalive_timeout instead of client_header_timeout"),
+    dict(test="zone::tests::a_partial_head_times_out_with_408",
+         file=S + "role/http1/mod.rs",
+         find="            Phase::Idle | Phase::Lingering | Phase::ProxyHeader => cx.io.close(c),\n"
+              "            Phase::Head | Phase::Body => self.fail(cx, b, c, 408, false),",
+         replace="            Phase::Idle | Phase::Head | Phase::Lingering | Phase::ProxyHeader => cx.io.close(c),\n"
+                 "            Phase::Body => self.fail(cx, b, c, 408, false),",
+         why="a partial head that times out is closed silently instead of answered 408"),
+    dict(test="zone::tests::a_stalled_body_times_out_with_408",
+         file=S + "role/http1/mod.rs",
+         find="                            if d.consumed == 0 || pos == input.len() {\n"
+              "                                let at = cx.io.now() + cx.ctx.set.body_timeout;\n"
+              "                                cx.ctx.set_deadline(cx.io, b, c, at);\n"
+              "                                break;",
+         replace="                            if d.consumed == 0 || pos == input.len() {\n"
+                 "                                break;",
+         why="body progress does not move the client_body_timeout deadline"),
+    dict(test="zone::tests::a_reader_that_stops_is_closed_after_send_timeout_without_progress",
+         file=S + "zone/mod.rs",
+         find="                base.last_out = pending;\n",
+         replace="",
+         why="the send-progress mark is never updated: a stalled reader is never closed"),
+    dict(test="zone::tests::a_lingering_connection_closes_after_lingering_timeout",
+         file=S + "role/http1/mod.rs",
+         find="let at = cx.io.now() + cx.ctx.set.lingering_timeout;",
+         replace="let at = cx.io.now() + cx.ctx.set.send_timeout;",
+         why="a lingering connection gets send_timeout instead of lingering_timeout"),
+    # ---- zone::tests: drain, reload, counters -------------------------------------------------
+    dict(test="zone::tests::a_drain_stops_listening_gives_idle_connections_a_grace_and_exits_when_empty",
+         file=S + "zone/mod.rs",
+         find="if ctx.draining && ctx.active == 0 {",
+         replace="if ctx.draining && ctx.active <= 1 {",
+         why="a draining zone exits while one connection is still open"),
+    dict(test="zone::tests::a_request_in_the_drain_grace_is_answered_with_close",
+         file=S + "role/http1/mod.rs",
+         find="let keep = req.keep_alive && !cx.ctx.draining && self.requests",
+         replace="let keep = req.keep_alive && self.requests",
+         why="a response during a drain does not announce the close"),
+    dict(test="zone::tests::a_reload_serves_new_requests_from_the_new_routes",
+         file=S + "zone/control.rs",
+         find="        self.ctx.routes = routes;\n",
+         replace="",
+         why="a reload keeps serving the old routes"),
+    dict(test="zone::tests::a_reload_that_removes_an_address_closes_its_idle_connections",
+         file=S + "zone/control.rs",
+         find="                        if h.is_idle(base, io, c) {\n"
+              "                            io.close(c);\n"
+              "                        } else if h.phase() == Phase::Idle && base.inbuf.is_empty() {\n"
+              "                            io.close_after_flush(c); // its last response is still being sent\n"
+              "                        } else {\n"
+              "                            h.last_request();\n"
+              "                        }\n",
+         replace="                        h.last_request();\n",
+         why="an idle connection on an address the reload removes stays open for one more request"),
+    dict(test="zone::tests::requests_are_counted_by_status_class",
+         file=S + "role/http1/mod.rs",
+         find="cx.ctx.log.status(cx.io, c, r.written);",
+         replace="",
+         why="a locally answered request's status is not recorded (counted as 499)"),
+    # ---- zone::tests: the connection limit ---------------------------------------------------
+    dict(test="zone::tests::near_the_connection_limit_the_longest_idle_connections_make_room",
+         file=S + "zone/mod.rs",
+         find="            idle.truncate(want);\n",
+         replace="",
+         why="near max_conns every idle connection is closed, not only the longest idle ones"),
+    dict(test="zone::tests::busy_connections_are_not_reclaimed",
+         file=S + "zone/mod.rs",
+         find="ClientRole::Http1(h) if h.is_idle(&cl.base, io, ConnId(i as u32)) => {",
+         replace="ClientRole::Http1(_) => {",
+         why="near max_conns a connection with a request in progress is reclaimed too"),
+    # ---- role::exchange::tests: forwarding and pooling ------------------------------------------
+    dict(test="role::exchange::tests::a_request_is_forwarded_with_the_client_address_and_its_response_relayed",
+         file=S + "role/http1/proxy.rs",
+         find="client: b.addr.map(|a| a.ip()),",
+         replace="client: None,",
+         why="the client's address is not forwarded (X-Forwarded-For, X-Real-IP)"),
+    dict(test="role::exchange::tests::an_upstream_connection_goes_back_to_the_pool_and_carries_the_next_request",
+         file=S + "role/exchange/mod.rs",
+         find="self.dial.reach(cx.io, pools, connector, true, now)?;",
+         replace="self.dial.reach(cx.io, pools, connector, false, now)?;",
+         why="an exchange never takes a pooled connection"),
+    dict(test="role::exchange::tests::a_pipelined_request_waits_for_the_proxied_one",
+         file=S + "role/http1/proxy.rs",
+         find="            self.process_buffered(cx, b, c);\n        }\n    }\n\n    /// Everything queued to the upstream",
+         replace="        }\n    }\n\n    /// Everything queued to the upstream",
+         why="the request waiting behind a proxied one is not picked up once its response is done"),
+    dict(test="role::exchange::tests::unsolicited_bytes_on_a_pooled_connection_keep_the_next_request_off_it",
+         file=S + "role/exchange/response.rs",
+         find="        up.client = None;\n        let reusable",
+         replace="        let reusable",
+         why="a pooled connection stays owned by its last client, so its events bypass the pool"),
+    dict(test="role::exchange::tests::proxy_host_upstream_sends_the_server_address_as_host",
+         file=S + "role/exchange/mod.rs",
+         find="        if self.host_upstream {\n            rehost(&mut self.head, &def.servers[self.dial.server].name);\n        }\n",
+         replace="",
+         why="proxy_host = \"upstream\" is not re-applied for the server a retry goes to"),
+    dict(test="role::exchange::rehost_tests::rehost_replaces_only_the_host_line",
+         file=S + "role/exchange/mod.rs",
+         find='    if !head[start..].starts_with(b"Host: ") {\n        return;\n    }\n',
+         replace="",
+         why="rehost replaces the first header line whatever it is"),
+    dict(test="role::exchange::tests::a_head_request_gets_no_body_and_keeps_both_connections",
+         file=S + "role/http1/proxy.rs",
+         find="head_request: req.method == Method::Head,",
+         replace="head_request: false,",
+         why="the response to a proxied HEAD is read as if it had a body"),
+    dict(test="role::exchange::tests::interim_responses_are_not_passed_on",
+         file=S + "role/exchange/response.rs",
+         find="if (100..200).contains(&h.status) && h.status != 101 {",
+         replace="if h.status == 100 {",
+         why="only 100 Continue is skipped: other 1xx reach the client"),
+    dict(test="role::exchange::tests::a_101_turns_the_connections_into_a_tunnel",
+         file=S + "role/exchange/response.rs",
+         find="                if end < input.len() {\n                    base.tr.write(cx.io, c, &input[end..]);\n                }\n",
+         replace="",
+         why="bytes that follow a 101 in the same read are dropped"),
+    # ---- role::exchange::tests: retries and failures --------------------------------------------
+    dict(test="role::exchange::tests::a_refused_connect_is_retried_on_the_next_server",
+         file=S + "role/exchange/mod.rs",
+         find="&& self.dial.tries_left > 0",
+         replace="&& self.dial.tries_left > 1",
+         why="retries are counted off by one: retries = 1 gives up at once"),
+    dict(test="role::exchange::tests::every_server_refusing_is_502",
+         file=S + "role/exchange/mod.rs",
+         find="UpState::Connecting => Kind::Connect,",
+         replace="UpState::Connecting => Kind::Timeout,",
+         why="a refused connect is classed as a timeout (504 instead of 502)"),
+    dict(test="role::exchange::tests::a_reset_before_any_response_byte_is_retried_for_an_idempotent_request",
+         file=S + "role/http1/proxy.rs",
+         find="Method::Get | Method::Head | Method::Options",
+         replace="Method::Head | Method::Options",
+         why="GET is missing from the idempotent methods: it is not retried"),
+    dict(test="role::exchange::tests::a_post_is_not_retried_after_a_reset",
+         file=S + "role/exchange/mod.rs",
+         find="            && self.idempotent\n",
+         replace="",
+         why="requests are retried whatever their method"),
+    dict(test="role::exchange::tests::a_pooled_connection_closed_before_any_byte_is_retried_silently",
+         file=S + "role/exchange/mod.rs",
+         find="matches!(why.kind, Kind::Reset | Kind::Connect)",
+         replace="matches!(why.kind, Kind::Connect)",
+         why="the keep-alive race (a reused connection closed before any byte) is not retried silently"),
+    dict(test="role::exchange::tests::a_502_answer_is_retried_on_another_server",
+         file=S + "role/exchange/response.rs",
+         find="if matches!(h.status, 502 | 503) && self.can_retry(cx.ctx.pools(self.dial.gen)) {",
+         replace="if matches!(h.status, 503) && self.can_retry(cx.ctx.pools(self.dial.gen)) {",
+         why="a 502 answer is passed on instead of retried"),
+    dict(test="role::exchange::tests::a_502_answer_with_no_retry_left_is_passed_on",
+         file=S + "role/exchange/response.rs",
+         find="if matches!(h.status, 502 | 503) && self.can_retry(cx.ctx.pools(self.dial.gen)) {",
+         replace="if matches!(h.status, 502 | 503) {",
+         why="a 502 answer with no retry left is replaced by ringx's own 502 page"),
+    dict(test="role::exchange::tests::a_response_cut_midway_closes_the_client_connection",
+         file=S + "role/http1/proxy.rs",
+         find="                self.phase = Phase::Lingering;\n                b.tr.close_after_flush(cx.io, c);\n",
+         replace="                self.phase = Phase::Lingering;\n",
+         why="a response cut midway leaves the client connection open"),
+    dict(test="role::exchange::tests::an_unparsable_response_is_blamed_on_its_server",
+         file=S + "role/exchange/mod.rs",
+         find="!matches!(why.kind, Kind::Status(_)) && why.side == Side::Upstream",
+         replace="!matches!(why.kind, Kind::Status(_) | Kind::Malformed) && why.side == Side::Upstream",
+         why="a malformed answer is not counted against its server (passive health)"),
+    dict(test="role::exchange::tests::a_body_too_large_to_replay_is_not_retried",
+         file=S + "role/exchange/mod.rs",
+         find="            && (!self.has_body || self.replay.is_some())\n",
+         replace="",
+         why="a request whose body cannot be replayed is retried"),
+    dict(test="role::exchange::tests::a_small_body_is_replayed_to_the_next_server",
+         file=S + "role/exchange/mod.rs",
+         find="        if let Some(r) = &self.replay {\n            rec.tr.write(cx.io, u, r);\n        }\n",
+         replace="",
+         why="a retry sends the head without the body kept for replay"),
+    dict(test="role::exchange::tests::a_request_body_streams_to_the_upstream",
+         file=S + "role/http1/proxy.rs",
+         find="                up.1.tr.write(cx.io, up.0, raw);\n",
+         replace="",
+         why="request body bytes arriving after the head are not forwarded"),
+    dict(test="role::exchange::tests::a_client_leaving_mid_body_closes_the_upstream_connection",
+         file=S + "role/exchange/mod.rs",
+         find="            up.abandon(cx.io, u);\n",
+         replace="",
+         why="a cut exchange leaves its upstream connection open"),
+    dict(test="role::exchange::tests::a_chunked_response_reaches_an_http10_client_unchunked_and_closed",
+         file=S + "role/exchange/response.rs",
+         find="ClientFraming::Close => base.tr.write(cx.io, c, d.data),",
+         replace="ClientFraming::Close => base.tr.write(cx.io, c, &input[pos..pos + d.consumed]),",
+         why="a chunked body goes to an HTTP/1.0 client with its chunk framing"),
+    dict(test="role::exchange::tests::a_chunked_response_reaches_an_http11_client_as_it_came",
+         file=S + "role/exchange/response.rs",
+         find="ClientFraming::Same => base.tr.write(cx.io, c, &input[pos..pos + d.consumed]),",
+         replace="ClientFraming::Same => base.tr.write(cx.io, c, d.data),",
+         why="a chunked body relayed as chunked loses its chunk framing"),
+    dict(test="role::exchange::tests::a_response_until_close_ends_at_the_server_fin",
+         file=S + "role/exchange/response.rs",
+         find="UpState::Busy if up.head_done && up.until_close => self.response_done(cx, u, false),",
+         replace="UpState::Busy if up.head_done && up.until_close => Outcome::Pending,",
+         why="the server's FIN does not end a response framed by the close"),
+    # ---- role::exchange::tests: timeouts and back-pressure --------------------------------------
+    dict(test="role::exchange::tests::an_upstream_that_does_not_answer_gets_504_after_read_timeout",
+         file=S + "role/exchange/response.rs",
+         find="            up.state = UpState::Busy;\n            cx.ctx.set_up_deadline(cx.io, up, u, now + rt);\n",
+         replace="            up.state = UpState::Busy;\n",
+         why="the read timeout is not armed when the connect completes (connect_timeout stays)"),
+    dict(test="role::exchange::tests::a_connect_that_hangs_is_retried_then_504",
+         file=S + "role/exchange/mod.rs",
+         find="matches!(x.state, UpState::Connecting | UpState::Busy)",
+         replace="matches!(x.state, UpState::Busy)",
+         why="a connect that times out is ignored"),
+    dict(test="role::exchange::tests::a_client_waiting_for_a_slow_upstream_is_not_timed_out_by_its_own_deadline",
+         file=S + "role/http1/proxy.rs",
+         find=".is_some_and(|x| x.req_body.is_some() && !x.body_paused);",
+         replace=".is_some_and(|x| !x.body_paused);",
+         why="a client waiting for the upstream is timed out as if it were sending its body"),
+    dict(test="role::exchange::tests::a_slow_client_pauses_the_upstream_until_it_reads",
+         file=S + "role/exchange/response.rs",
+         find="                    pause_upstream(cx.io, up, u);\n",
+         replace="",
+         why="a full client queue does not stop reading from the upstream"),
+    dict(test="role::exchange::tests::a_slow_upstream_pauses_the_client_body",
+         file=S + "role/http1/proxy.rs",
+         find="                ex.body_paused = true;\n",
+         replace="",
+         why="the body pause is not recorded, so the client is never resumed"),
+    # ---- role::exchange::tests: reloads -------------------------------------------------------
+    dict(test="role::exchange::tests::a_reload_does_not_wait_for_a_proxied_request_and_that_request_finishes",
+         file=S + "role/exchange/response.rs",
+         find="let draining = cx.ctx.draining || !cx.ctx.is_current(self.dial.gen);",
+         replace="let draining = cx.ctx.draining;",
+         why="a connection of replaced upstreams goes back to their pool, which then never retires"),
+    dict(test="role::exchange::tests::a_request_still_on_replaced_upstreams_after_drain_timeout_is_cut",
+         file=S + "zone/control.rs",
+         find="                        self.upstream_event(io, u, UpEvent::Timeout);\n",
+         replace="",
+         why="past drain_timeout a request on replaced upstreams loses its connection, its client is never answered"),
+    dict(test="role::exchange::tests::a_reload_that_keeps_the_upstreams_keeps_the_pool",
+         file=S + "zone/control.rs",
+         find="if let Some(u) = upstreams {",
+         replace="if let Some(u) = upstreams.or(Some(self.ctx.current_pools().map(|p| p.0.defs.clone()))) {",
+         why="every reload rebuilds the upstream state, closing the pooled connections"),
+    # ---- role::stream::tests --------------------------------------------------------------------
+    dict(test="role::stream::tests::a_stream_relays_bytes_both_ways",
+         file=S + "role/tunnel.rs",
+         find="        up.tr.write(cx.io, self.up, data);\n",
+         replace="",
+         why="a tunnel does not relay the client's bytes"),
+    dict(test="role::stream::tests::bytes_sent_before_the_upstream_is_up_are_delivered_once_it_is",
+         file=S + "role/tunnel.rs",
+         find="        self.flush_client_buffer(cx, b);\n        let at",
+         replace="        let at",
+         why="bytes held while connecting are not sent once the tunnel opens"),
+    dict(test="role::stream::tests::a_refused_stream_connect_goes_to_the_next_server_then_gives_up",
+         file=S + "role/stream.rs",
+         find="if self.dial.tries_left > 0 && self.dial.untried(pools) {",
+         replace="if self.dial.tries_left > 1 && self.dial.untried(pools) {",
+         why="stream retries are counted off by one: retries = 1 gives up at once"),
+    dict(test="role::stream::tests::a_stream_connect_that_hangs_times_out_and_moves_on",
+         file=S + "role/stream.rs",
+         find="                cx.ctx.set_up_deadline(cx.io, rec, r.conn, now + timeout);\n",
+         replace="",
+         why="a stream's connect has no timeout"),
+    dict(test="role::stream::tests::a_stream_behind_a_load_balancer_reads_its_proxy_header_first",
+         file=S + "role/stream.rs",
+         find="header: def.proxy_protocol,",
+         replace="header: false,",
+         why="a stream listener's proxy_protocol is ignored"),
+    dict(test="role::stream::tests::a_stream_without_its_proxy_header_is_closed",
+         file=S + "role/stream.rs",
+         find="Step::Refused => cx.io.close(c),",
+         replace="Step::Refused => {}",
+         why="a stream whose PROXY header is refused stays open"),
+    dict(test="role::stream::tests::a_fin_is_passed_on_and_the_tunnel_closes_when_both_sides_finished",
+         file=S + "role/tunnel.rs",
+         find="        up.tr.shutdown_after_flush(cx.io, self.up);\n        if up.eof {",
+         replace="        if up.eof {",
+         why="the client's FIN is not passed on to the server"),
+    dict(test="role::stream::tests::a_silent_tunnel_is_closed_after_its_idle_timeout",
+         file=S + "role/tunnel.rs",
+         find="        up.tr.write(cx.io, self.up, data);\n        up.deadline = at;\n",
+         replace="        up.tr.write(cx.io, self.up, data);\n",
+         why="client activity does not move the tunnel's idle deadline"),
+    dict(test="role::stream::tests::a_server_closing_the_tunnel_closes_the_client_after_what_it_sent",
+         file=S + "role/tunnel.rs",
+         find="UpEvent::Closed(_) => b.tr.close_after_flush(cx.io, c),",
+         replace="UpEvent::Closed(_) => {}",
+         why="the upstream closing a tunnel is not passed on to the client"),
+    dict(test="role::stream::tests::a_client_leaving_closes_the_upstream",
+         file=S + "role/tunnel.rs",
+         find="                up.client = None;\n                up.tr.close_after_flush(cx.io, self.up);\n            }\n        }\n    }\n\n    pub fn upstream_event",
+         replace="                up.client = None;\n            }\n        }\n    }\n\n    pub fn upstream_event",
+         why="a tunnel whose client is gone leaves its upstream connection open"),
+    # ---- role::upstream::tests ------------------------------------------------------------------
+    dict(test="role::upstream::tests::bytes_on_an_idle_connection_take_it_out_of_the_pool",
+         file=S + "role/upstream.rs",
+         find="            (UpState::Idle, _) => {\n"
+              "                if let Some(p) = pools {\n"
+              "                    p.remove_idle(self.upstream, self.server, u);\n"
+              "                }\n"
+              "                self.abandon(io, u);",
+         replace="            (UpState::Idle, _) => {\n"
+                 "                self.abandon(io, u);",
+         why="an idle connection that gets bytes is closed but left in the pool"),
+    dict(test="role::upstream::tests::a_server_closing_an_idle_connection_takes_it_out_of_the_pool",
+         file=S + "role/upstream.rs",
+         find="            (UpState::Idle, _) => {",
+         replace="            (UpState::Idle, UpEvent::Data(_)) => {",
+         why="a FIN on an idle connection closes it but leaves it in the pool"),
+    dict(test="role::upstream::tests::a_reset_idle_connection_leaves_the_pool",
+         file=S + "role/upstream.rs",
+         find="            (UpState::Idle, UpEvent::Closed(..)) => {\n"
+              "                if let Some(p) = pools {\n"
+              "                    p.remove_idle(self.upstream, self.server, u);\n"
+              "                }\n"
+              "            }",
+         replace="            (UpState::Idle, UpEvent::Closed(..)) => {}",
+         why="a reset idle connection stays in the pool"),
+    dict(test="role::upstream::tests::reopening_a_pooled_record_resets_it",
+         file=S + "role/upstream.rs",
+         find="        self.keep = false;\n",
+         replace="",
+         why="a pooled record reused for a new request keeps the last response's keep flag"),
+    # ---- role::echo::tests ----------------------------------------------------------------------
+    dict(test="role::echo::tests::messages_split_anywhere_come_back_whole_and_in_order",
+         file=S + "role/echo.rs",
+         find="let r = self.conns[c.index()].feed(data, |msg| encode(out, msg));",
+         replace="let r = Deframer::default().feed(data, |msg| encode(out, msg));",
+         why="a message split across receives is forgotten between them"),
+    dict(test="role::echo::tests::an_oversized_frame_closes_the_connection",
+         file=S + "role/echo.rs",
+         find='            tracing::debug!("echo: {e}; closing");\n            io.close(c);\n',
+         replace='            tracing::debug!("echo: {e}; closing");\n',
+         why="an oversized frame is logged but the connection stays open"),
+    dict(test="role::echo::tests::eof_closes_after_the_last_reply",
+         file=S + "role/echo.rs",
+         find="io.close_after_flush(c);",
+         replace="io.close(c);",
+         why="a FIN closes at once, dropping replies not yet written"),
+    dict(test="role::echo::tests::a_wake_stops_the_zone",
+         file=S + "role/echo.rs",
+         find="    fn on_wake(&mut self, io: &mut Io) {\n        io.exit();\n    }",
+         replace="    fn on_wake(&mut self, _io: &mut Io) {}",
+         why="a wake does not stop the echo zone"),
+    # ---- role::proxy_header::tests --------------------------------------------------------------
+    dict(test="role::proxy_header::tests::a_header_in_pieces_sets_the_client_address_and_keeps_what_follows",
+         file=S + "role/proxy_header.rs",
+         find="                base.addr = Some(src);\n",
+         replace="",
+         why="the PROXY header's source address does not replace the peer's"),
+    dict(test="role::proxy_header::tests::garbage_and_endless_headers_are_refused",
+         file=S + "role/proxy_header.rs",
+         find='            tracing::debug!("PROXY protocol header refused: {e}");\n            Step::Refused\n',
+         replace='            tracing::debug!("PROXY protocol header refused: {e}");\n            Step::Partial\n',
+         why="bytes the parser refuses are waited on as an incomplete header"),
+    # ---- role::http1::local::tests --------------------------------------------------------------
+    dict(test="role::http1::local::tests::clean_paths_are_borrowed",
+         file=S + "role/http1/local.rs",
+         find="return Some(Cow::Borrowed(raw));",
+         replace="return Some(Cow::Owned(raw.to_owned()));",
+         why="a clean path is copied instead of borrowed (an allocation per request)"),
+    dict(test="role::http1::local::tests::paths_needing_work_are_not_clean",
+         file=S + "role/http1/local.rs",
+         find="b'%' | 0 => return false,",
+         replace="b'%' => return false,",
+         why="a path with a NUL byte is taken as clean"),
+    # ---- response.rs, compiled.rs, error.rs, route.rs -------------------------------------------
+    dict(test="response::tests::canned_forms_agree",
+         file=S + "response.rs",
+         find="head_len: (c.head.len() + ringx_http::DATE_HEADER_LEN + 2) as u32,",
+         replace="head_len: (c.head.len() + ringx_http::DATE_HEADER_LEN) as u32,",
+         why="the one-copy form reports a head two bytes short (the empty line forgotten)"),
+    dict(test="response::tests::writers_report_what_they_wrote",
+         file=S + "response.rs",
+         find="if status != 304 && status != 204 {",
+         replace="if status != 204 {",
+         why="a 304 head carries a Content-Length"),
+    dict(test="response::tests::marking_a_prepared_response_closed",
+         file=S + "response.rs",
+         find="} else if !head.windows(CLOSE.len()).any(|w| w == CLOSE) {",
+         replace="} else {",
+         why="marking a response closed adds a second Connection: close"),
+    dict(test="compiled::tests::the_fingerprint_follows_upstreams_not_routes",
+         file=S + "compiled.rs",
+         find="            u.read_timeout,\n            u.send_timeout,",
+         replace="            u.send_timeout,\n            u.send_timeout,",
+         why="read_timeout is left out of the upstream fingerprint (a reload keeps stale pools)"),
+    dict(test="compiled::tests::a_missing_root_is_an_error_naming_it",
+         file=S + "route.rs",
+         find='Err(Error::io(format!("open {}", p.display()), e))',
+         replace='Err(Error::io("open root directory", e))',
+         why="the error for a root that cannot be opened does not name it"),
+    dict(test="error::tests::statuses_follow_the_side_at_fault",
+         file=S + "error.rs",
+         find="(Kind::Timeout, Side::Upstream) => 504,",
+         replace="(Kind::Timeout, _) => 504,",
+         why="a client timeout is answered 504 instead of 408"),
+    dict(test="error::tests::display_names_the_context_and_the_cause",
+         file=S + "error.rs",
+         find='        if let Some(e) = &self.cause {\n            write!(f, ": {e}")?;\n        }\n',
+         replace="",
+         why="an error's display leaves out its cause"),
+    dict(test="route::tests::server_by_host",
+         file=S + "route.rs",
+         find='while let Some(rest) = h.strip_suffix(b".") {',
+         replace='if let Some(rest) = h.strip_suffix(b".") {',
+         why="only one trailing dot is stripped from the Host"),
+]
+# fmt: on
+
+# Files that are test code as a whole.
+TEST_FILES = re.compile(r"(^|/)(tests?\.rs|[^/]*_tests\.rs|testkit\.rs)$|/tests/")
+
+
+class Interrupted(Exception):
+    pass
+
+
+def on_signal(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def backup_path(rel):
+    return BACKUPS / (urllib.parse.quote(rel, safe="") + ".orig")
+
+
+def recover():
+    """Restores files a killed run left mutated (their originals wait in BACKUPS)."""
+    if not BACKUPS.is_dir():
+        return
+    for b in sorted(BACKUPS.glob("*.orig")):
+        rel = urllib.parse.unquote(b.name[: -len(".orig")])
+        print(f"recovering {rel} from an interrupted run", file=sys.stderr)
+        (ROOT / rel).write_bytes(b.read_bytes())
+        b.unlink()
+
+
+def check_snippet(m):
+    """None if the mutation can be applied, else why not."""
+    path = ROOT / m["file"]
+    if not path.is_file():
+        return f"no file {m['file']}"
+    if TEST_FILES.search(m["file"]):
+        return "the file is test code"
+    if m["find"] == m["replace"]:
+        return "the replacement is the snippet itself"
+    text = path.read_text()
+    n = text.count(m["find"])
+    if n != 1:
+        return f"snippet found {n} times (needs exactly 1)"
+    at = text.index(m["find"])
+    cfg_test = re.search(r"^#\[cfg\(test\)\]", text, re.M)
+    if cfg_test and at > cfg_test.start():
+        return "the snippet is in test code (after #[cfg(test)])"
+    return None
+
+
+def run(cmd, timeout):
+    """(exit status or None on timeout, output, seconds); the whole process group is killed
+    on timeout or interruption."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out.decode(errors="replace"), time.monotonic() - t0
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        return None, out.decode(errors="replace"), time.monotonic() - t0
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+
+
+def test_cmd(test):
+    return [CARGO, "test", "-p", "ringx-server", "--lib", test, "--", "--exact"]
+
+
+def verdict(code, out):
+    """What one test run says: killed, survived, or not-run (no such test)."""
+    if code is None:
+        return "killed", "timed out"
+    m = re.search(r"test result: \w+\. (\d+) passed; (\d+) failed", out)
+    if not m:
+        return "error", "no test result in cargo's output"
+    passed, failed = int(m.group(1)), int(m.group(2))
+    if failed:
+        # Where and why the test failed: the first panic's location and message.
+        p = re.search(r"panicked at ([^\n]*?):\n([^\n]*)", out)
+        return "killed", f"failed at {p.group(1)}: {p.group(2)[:200]}" if p else "failed"
+    if passed:
+        return "survived", "passed"
+    return "not-run", "no test of that name ran"
+
+
+def mutate_and_test(m, build_timeout, test_timeout):
+    rel = m["file"]
+    path = ROOT / rel
+    orig = path.read_bytes()
+    digest = sha(orig)
+    bak = backup_path(rel)
+    BACKUPS.mkdir(parents=True, exist_ok=True)
+    bak.write_bytes(orig)
+    t0 = time.monotonic()
+    try:
+        text = orig.decode()
+        path.write_bytes(text.replace(m["find"], m["replace"], 1).encode())
+        code, out, _ = run(BUILD, build_timeout)
+        if code is None:
+            return "error", "the build timed out", time.monotonic() - t0
+        if code != 0:
+            errs = [line for line in out.splitlines() if line.startswith("error")]
+            return "invalid", "does not compile: " + "; ".join(errs[:2]), time.monotonic() - t0
+        code, out, _ = run(test_cmd(m["test"]), test_timeout)
+        result, detail = verdict(code, out)
+        return result, detail, time.monotonic() - t0
+    finally:
+        path.write_bytes(orig)
+        if sha(path.read_bytes()) != digest:
+            raise SystemExit(f"FATAL: {rel} differs from its original after restoring")
+        bak.unlink()
+
+
+def baseline(tests, build_timeout):
+    """Builds the unmutated crate and runs its tests: the names it has, and which of `tests`
+    fail unmutated."""
+    code, out, _ = run(BUILD, build_timeout)
+    if code != 0:
+        sys.exit("the unmutated crate does not build:\n" + out[-4000:])
+    code, out, _ = run([CARGO, "test", "-p", "ringx-server", "--lib", "--", "--list"], 600)
+    names = set(re.findall(r"^(\S+): test$", out, re.M))
+    code, out, _ = run([CARGO, "test", "-p", "ringx-server", "--lib"], build_timeout)
+    ok = set(re.findall(r"^test (\S+) \.\.\. ok$", out, re.M))
+    return names, [t for t in tests if t in names and t not in ok]
+
+
+def git_head():
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return ""
+
+
+def table(rows):
+    w = max([len(r["test"]) for r in rows] + [4])
+    lines = [f"{'test':<{w}}  {'result':<8}  {'secs':>5}  mutation"]
+    for r in rows:
+        lines.append(f"{r['test']:<{w}}  {r['result']:<8}  {r['seconds']:>5.0f}  {r['why']}")
+    return "\n".join(lines)
+
+
+def write_results(rows, selected_all, total, command):
+    results = {}
+    if not selected_all and RESULTS.is_file():
+        try:
+            for r in json.loads(RESULTS.read_text()).get("results", []):
+                results[r["test"]] = r
+        except (ValueError, KeyError):
+            results = {}
+    for r in rows:
+        results[r["test"]] = r
+    order = [m["test"] for m in MUTATIONS]
+    merged = [results[t] for t in order if t in results]
+    count = {}
+    for r in merged:
+        count[r["result"]] = count.get(r["result"], 0) + 1
+    doc = {
+        "what": "each unit test run against a mutation of the production code that breaks "
+        "the behaviour it guards; every test must fail (killed)",
+        "command": command,
+        "commit": git_head(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "last_run_seconds": round(total),
+        "mutations": len(merged),
+        "counts": count,
+        "results": merged,
+    }
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", metavar="SUBSTRING", help="entries whose test name contains it")
+    ap.add_argument("--list", action="store_true", help="print the table of mutations and exit")
+    ap.add_argument("--check", action="store_true", help="check the snippets only, build nothing")
+    ap.add_argument("--test-timeout", type=int, default=120, help="seconds per test run (120)")
+    ap.add_argument("--build-timeout", type=int, default=1800, help="seconds per build (1800)")
+    ap.add_argument("--no-json", action="store_true", help="do not write the results file")
+    args = ap.parse_args()
+
+    sel = [m for m in MUTATIONS if not args.only or args.only in m["test"]]
+    if not sel:
+        sys.exit(f"no entry's test name contains {args.only!r}")
+    dup = {m["test"] for m in MUTATIONS if sum(x["test"] == m["test"] for x in MUTATIONS) > 1}
+    if dup:
+        sys.exit(f"tests with more than one entry: {sorted(dup)}")
+    if args.list:
+        for m in sel:
+            print(f"{m['test']}\n    {m['file']}: {m['why']}")
+        print(f"{len(sel)} entries")
+        return 0
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignoring it
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    recover()
+    bad = [(m, why) for m in sel for why in [check_snippet(m)] if why]
+    for m, why in bad:
+        print(f"BAD ENTRY {m['test']} ({m['file']}): {why}", file=sys.stderr)
+    if args.check:
+        print(f"{len(sel) - len(bad)} of {len(sel)} entries can be applied")
+        return 1 if bad else 0
+
+    t_start = time.monotonic()
+    print(f"baseline: building and running the unmutated tests ({' '.join(BUILD)})", flush=True)
+    names, failing = baseline([m["test"] for m in sel], args.build_timeout)
+    rows = []
+    for m in sel:
+        why_bad = dict((id(b), w) for b, w in bad).get(id(m))
+        if m["test"] not in names:
+            why_bad = "no such test"
+        elif m["test"] in failing:
+            why_bad = "the test fails without the mutation"
+        if why_bad:
+            rows.append(dict(test=m["test"], file=m["file"], why=m["why"], result="error",
+                             detail=why_bad, seconds=0.0))
+    todo = [m for m in sel if m["test"] not in {r["test"] for r in rows}]
+    try:
+        for i, m in enumerate(todo, 1):
+            print(f"[{i}/{len(todo)}] {m['test']}: {m['why']} ... ", end="", flush=True)
+            result, detail, secs = mutate_and_test(m, args.build_timeout, args.test_timeout)
+            print(f"{result} ({detail}, {secs:.0f} s)", flush=True)
+            rows.append(dict(test=m["test"], file=m["file"], why=m["why"], result=result,
+                             detail=detail, seconds=round(secs, 1)))
+    except (KeyboardInterrupt, Interrupted) as e:
+        print(f"\ninterrupted ({str(e) or 'Ctrl-C'}): every file was restored", file=sys.stderr)
+        return 130
+    total = time.monotonic() - t_start
+    order = {m["test"]: i for i, m in enumerate(MUTATIONS)}
+    rows.sort(key=lambda r: order[r["test"]])
+    print()
+    print(table(rows))
+    killed = sum(r["result"] == "killed" for r in rows)
+    print(f"\n{killed} of {len(rows)} tests killed by their mutation in {total / 60:.1f} min")
+    if not args.no_json:
+        command = "python3 scripts/mutation_check.py" + (f" --only {args.only}" if args.only else "")
+        write_results(rows, args.only is None, total, command)
+        print(f"results: {RESULTS.relative_to(ROOT)}")
+    return 0 if killed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
