@@ -708,3 +708,47 @@ class TestRefusalDoesNotWaitForTheBody:
             r = c.read_response(timeout=2)
             assert r.status == 405 and time.monotonic() - started < 1.0, r
             assert "close" in r.connection_tokens(), "the unread body ends the connection"
+
+
+class TestFullZoneHandsOff:
+    """A zone full of busy connections (nothing idle to reclaim) with `listen = "cpu"` must
+    not keep its CPU's new clients waiting while another zone has room: its steering slot is
+    cleared and they take the kernel's hash over every zone."""
+
+    def test_a_full_zone_hands_its_cpu_to_the_others(self, ringx, port):
+        if os.geteuid() != 0:
+            pytest.skip("needs root: eBPF reuseport steering")
+        if len(os.sched_getaffinity(0)) < 2:
+            pytest.skip("needs 2 CPUs")
+        cfg = (runtime_section(None, zones=2, extra="cpus = [0, 1]\nmax_conns = 64\n") +
+               '[steering]\nlisten = "cpu"\n'
+               f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n'
+               '[[server.location]]\npath = "/"\nreturn = { status = 200, body = "ok" }\n')
+        srv = ringx.make(cfg)
+        if "eBPF reuseport program" not in srv.log():
+            pytest.skip("eBPF reuseport steering unavailable here: " + srv.log()[-300:])
+        old = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {0})  # every SYN of ours is processed on CPU 0: zone 0's
+        busy = []
+        try:
+            for _ in range(64):
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx")
+                busy.append(s)
+            srv.wait_log("zone 0 is full", timeout=5)
+            # In parallel: a client hashed to the full zone waits (in its listen queue), the
+            # others are served by zone 1 at once.
+            import concurrent.futures
+            def one(_):
+                try:
+                    return roundtrip(port, request("GET", "/"), timeout=1.5)[0].status == 200
+                except (OSError, AssertionError, TimeoutError):
+                    return False
+            with concurrent.futures.ThreadPoolExecutor(40) as ex:
+                served = sum(ex.map(one, range(40)))
+            assert served >= 8, f"{served} of 40 new clients of a full zone's CPU served"
+        finally:
+            for s in busy:
+                s.close()
+            os.sched_setaffinity(0, old)
+        srv.wait_log("zone 0 has room again", timeout=5)

@@ -58,6 +58,8 @@ struct ZoneLine {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     accepts: AtomicU64,
+    /// The zone holds `max_conns` connections: new ones wait in its listen queue.
+    full: AtomicBool,
 }
 
 struct Shared {
@@ -290,5 +292,16 @@ impl Waker {
     #[inline]
     pub(crate) fn add_accept(&self) {
         bump(&self.s.zone.accepts, 1);
+    }
+
+    /// The driver reached (`true`) or left (`false`) its connection limit.
+    pub(crate) fn set_full(&self, full: bool) {
+        self.s.zone.full.store(full, Ordering::Relaxed);
+    }
+
+    /// Whether the zone holds `max_conns` connections now (a control thread may then steer
+    /// its CPU's new connections to another zone).
+    pub fn is_full(&self) -> bool {
+        self.s.zone.full.load(Ordering::Relaxed)
     }
 }

@@ -198,12 +198,20 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     }
     // Each new connection to the zone on the CPU that processed its SYN ([steering] listen);
     // set up before privileges are dropped (eBPF needs them), kept for the server's life.
-    let _listen_steering = match cfg.steering.listen {
+    let listen_steering = match cfg.steering.listen {
         ringx_config::steering::ListenSteering::Cpu => {
-            ringx_steer::reuseport::steer_zones(&cpus, &per_zone)
+            ringx_steer::reuseport::steer_zones_by_address(&cpus, &per_zone)
         }
         ringx_config::steering::ListenSteering::Hash => Vec::new(),
     };
+    // A full zone's CPU hands its new connections to the kernel's hash (handoff.rs).
+    let mut handoff = crate::handoff::HandOff::new(
+        listen_steering
+            .into_iter()
+            .filter_map(|(a, s)| Some((per_zone.first()?.get(a)?.local_addr().ok()?, s)))
+            .collect(),
+        &cpus,
+    );
     inherited.adopt_leftovers(&mut per_zone);
     let sockets = crate::control::dup_sockets(&per_zone);
     // The admin listener, the access log file and the pid file, opened while privileges last.
@@ -320,17 +328,20 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         log,
     });
 
+    let wakers = pool.wakers().to_vec();
     loop {
         while let Ok(ev) = ev_rx.try_recv() {
             control.event(ev);
         }
+        handoff.check(&wakers, &control.sockets);
         // A zone that stops on its own is a failure: report it and stop the others.
         if let Some(exit) = pool.wait_exit(Duration::ZERO) {
             tracing::error!("zone {} stopped: {}", exit.id, outcome(&exit));
             return ExitCode::FAILURE;
         }
-        // Shorter while zones are applying a reload, to report when they are done.
-        let tick = Duration::from_millis(if control.acks.is_some() { 20 } else { 500 });
+        // Each tick also looks for zones that became full or have room again (handoff.rs);
+        // shorter while zones are applying a reload, to report when they are done.
+        let tick = Duration::from_millis(if control.acks.is_some() { 20 } else { 100 });
         match wait_signal(&sigs, Some(tick)) {
             Some(libc::SIGTERM) | Some(libc::SIGINT) => {
                 control.begin_drain(true);

@@ -6,6 +6,7 @@ mod cli_xdp;
 mod control;
 mod echo;
 mod echo_pool;
+mod handoff;
 mod lifecycle;
 mod pidfile;
 mod serve_xdp;

@@ -172,6 +172,12 @@ impl CpuSteering {
     /// Makes `listener` the one for `cpu` (a zone that re-created its listener). A listener
     /// holds one CPU's slot at most (the kernel answers `EBUSY` otherwise).
     pub fn set(&self, cpu: usize, listener: &TcpListener) -> io::Result<()> {
+        self.set_fd(cpu, listener.as_fd())
+    }
+
+    /// [`CpuSteering::set`] for a listener known by a descriptor (a duplicate the caller
+    /// holds).
+    pub fn set_fd(&self, cpu: usize, listener: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
         match &self.map {
             Some(map) => {
                 let key = self.key(cpu)?;
@@ -221,6 +227,18 @@ impl CpuSteering {
 /// that got one; an address that got none keeps the kernel's hash (logged with the reason).
 /// With fewer than two zones there is nothing to steer.
 pub fn steer_zones(cpus: &[usize], zones: &[Vec<TcpListener>]) -> Vec<CpuSteering> {
+    steer_zones_by_address(cpus, zones)
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect()
+}
+
+/// [`steer_zones`], each steering with the index of its address in the zones' listener lists
+/// (for a caller that changes the CPU → listener map later, as a full zone's hand-off does).
+pub fn steer_zones_by_address(
+    cpus: &[usize],
+    zones: &[Vec<TcpListener>],
+) -> Vec<(usize, CpuSteering)> {
     let n = zones.first().map_or(0, Vec::len);
     if zones.len() < 2 || cpus.len() < zones.len() {
         return Vec::new();
@@ -247,7 +265,7 @@ pub fn steer_zones(cpus: &[usize], zones: &[Vec<TcpListener>]) -> Vec<CpuSteerin
                         s.method().describe()
                     ),
                 };
-                out.push(s);
+                out.push((a, s));
                 (what, true)
             }
             Err(e) => (

@@ -15,6 +15,7 @@ impl EpollDriver {
             return;
         }
         self.table_full = true;
+        self.waker.set_full(true);
         tracing::warn!(
             "connection limit reached (max_conns {}): new connections wait in the listen queue until one closes",
             self.max_conns

@@ -348,6 +348,7 @@ impl EpollDriver {
         unsafe { libc::close(c.0 as RawFd) };
         if self.table_full && self.accepted < self.max_conns {
             self.table_full = false;
+            self.waker.set_full(false);
             self.arm_listeners();
         }
         h.on_closed(&mut self.io, c, err);

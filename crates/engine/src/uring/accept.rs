@@ -107,6 +107,7 @@ impl UringDriver {
         let free = self.max_conns.saturating_sub(self.accepted);
         if free == 0 && !self.at_limit {
             self.at_limit = true;
+            self.wake.waker.set_full(true);
             tracing::warn!(
                 "connection limit reached (max_conns {}): new connections wait in the listen queue until one closes",
                 self.max_conns
@@ -132,6 +133,7 @@ impl UringDriver {
         self.accepted = self.accepted.saturating_sub(1);
         if self.at_limit {
             self.at_limit = false;
+            self.wake.waker.set_full(false);
             tracing::info!(
                 "below the connection limit (max_conns {}) again: accepting",
                 self.max_conns
