@@ -27,6 +27,7 @@ unit: deps
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 scripts/check_layout.py
 
 integration: release
 	RINGX_BIN=$(CURDIR)/$(BIN) python3 -m pytest -q -rs tests/
