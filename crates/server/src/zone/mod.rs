@@ -88,6 +88,23 @@ impl Zone {
         }
     }
 
+    /// Every pooled upstream connection, with whether its record says it is idle (tests).
+    #[cfg(test)]
+    pub fn pooled(&mut self) -> Vec<(ConnId, bool)> {
+        use crate::role::upstream::UpState;
+        let Some((pools, _)) = self.ctx.current_pools() else {
+            return Vec::new();
+        };
+        let ids: Vec<ConnId> = pools
+            .per
+            .iter()
+            .flat_map(|p| p.idle.iter().flatten().copied())
+            .collect();
+        ids.into_iter()
+            .map(|u| (u, self.ups.get(u).is_some_and(|x| x.state == UpState::Idle)))
+            .collect()
+    }
+
     /// Upstream states of replaced configurations still in use (tests).
     #[cfg(test)]
     pub fn retired_generations(&self) -> usize {

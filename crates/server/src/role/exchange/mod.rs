@@ -326,6 +326,8 @@ pub(crate) fn pause_upstream(io: &mut Io, up: &mut UpConn, u: ConnId) {
 }
 
 #[cfg(test)]
+mod pool_prop;
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]
