@@ -35,7 +35,7 @@ use crate::driver::Driver;
 use crate::handler::Handler;
 use crate::io::{Action, ConnId, ConnState, Io, ListenerId};
 use crate::waker::Waker;
-use crate::ZoneConfig;
+use crate::zone::ZoneConfig;
 use bufring::BufRing;
 use pipes::PipePool;
 use userdata::{unpack, Kind};
@@ -89,7 +89,7 @@ pub struct UringDriver {
     pipes: PipePool,
     waits: u64,
     enter: enter::Enter,
-    sqpoll: Option<crate::SqPoll>,
+    sqpoll: Option<crate::zone::SqPoll>,
     /// Ask for peer addresses before `on_accept`.
     peer_addrs: bool,
     /// Per slot: where `SO_PEERNAME` writes, and the listener the connection came from.
@@ -612,7 +612,7 @@ impl Drop for UringDriver {
 
 /// Creates a ring whose submissions a kernel thread polls, attached to the zones' shared SQ
 /// thread when asked.
-fn build_sqpoll_ring(entries: u32, sq: &crate::SqPoll) -> io::Result<IoUring> {
+fn build_sqpoll_ring(entries: u32, sq: &crate::zone::SqPoll) -> io::Result<IoUring> {
     let mut first = sq
         .share
         .as_ref()
