@@ -16,9 +16,12 @@
 //! ```
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use toml::Spanned;
+
+use crate::error::{ConfigError, Source};
 
 /// `[admin]`.
 #[derive(Debug, Deserialize)]
@@ -45,9 +48,15 @@ pub fn default_busy_poll_us() -> i64 {
     0
 }
 
-/// Checks of the operations settings that need more than their type.
-pub fn validate(cfg: &super::Config, src: &super::Source) -> Result<(), super::ConfigError> {
-    if let Some(p) = &cfg.http.access_log {
+/// Checks of the operations settings that need more than their type: `[http] access_log`,
+/// `[runtime] pid_file` and `[runtime] busy_poll_us`.
+pub fn validate(
+    access_log: Option<&Spanned<PathBuf>>,
+    pid_file: Option<&Spanned<PathBuf>>,
+    busy_poll_us: i64,
+    src: &Source,
+) -> Result<(), ConfigError> {
+    if let Some(p) = access_log {
         let path = p.get_ref();
         if !path.is_absolute() {
             return Err(src.err(
@@ -68,12 +77,12 @@ pub fn validate(cfg: &super::Config, src: &super::Source) -> Result<(), super::C
             }
         }
     }
-    if let Some(p) = &cfg.runtime.pid_file {
+    if let Some(p) = pid_file {
         if !p.get_ref().is_absolute() {
             return Err(src.err(p.span(), "pid_file must be an absolute path"));
         }
     }
-    let b = cfg.runtime.busy_poll_us;
+    let b = busy_poll_us;
     if !(-1..=1_000_000).contains(&b) {
         return Err(src.err(
             0..0,

@@ -41,9 +41,9 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::units::Dur;
-use super::xdp::{DevName, XdpMode};
-use super::{ConfigError, Source};
+use crate::error::{ConfigError, Source};
+use crate::units::Dur;
+use crate::xdp::{DevName, Xdp, XdpMode};
 
 /// The `[steering]` section.
 #[derive(Debug, Default, Deserialize)]
@@ -183,8 +183,7 @@ impl<'de> Deserialize<'de> for PortRange {
 
 /// Checks across keys: rss needs one device, software at least one; the XDP filter and
 /// software steering cannot share a device.
-pub(super) fn validate(cfg: &super::Config, src: &Source) -> Result<(), ConfigError> {
-    let st = &cfg.steering;
+pub(crate) fn validate(st: &Steering, xdp: Option<&Xdp>, src: &Source) -> Result<(), ConfigError> {
     let Some(mode) = &st.mode else {
         return Ok(());
     };
@@ -206,7 +205,7 @@ pub(super) fn validate(cfg: &super::Config, src: &Source) -> Result<(), ConfigEr
         }
         _ => {}
     }
-    if let (Mode::Software, Some(x)) = (mode.get_ref(), &cfg.xdp) {
+    if let (Mode::Software, Some(x)) = (mode.get_ref(), xdp) {
         if devs.contains(&x.dev) {
             return Err(src.err(
                 st.device.as_ref().map_or(mode.span(), |d| d.span()),

@@ -1,4 +1,5 @@
 use super::*;
+use crate::error::line_col;
 
 #[test]
 fn default_config_is_valid() {

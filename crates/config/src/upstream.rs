@@ -33,8 +33,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::units::Dur;
-use super::{ConfigError, Source};
+use crate::error::{ConfigError, Source};
+use crate::units::Dur;
+use crate::vhost::Server;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -204,9 +205,15 @@ pub fn resolve_addr(a: &str) -> Result<SocketAddr, String> {
     }
 }
 
-pub(super) fn validate(cfg: &super::Config, src: &Source) -> Result<(), ConfigError> {
+/// Checks across the upstreams, the streams and the servers' `proxy_pass` targets.
+pub(crate) fn validate(
+    upstreams: &[Spanned<Upstream>],
+    streams: &[Spanned<Stream>],
+    servers: &[Spanned<Server>],
+    src: &Source,
+) -> Result<(), ConfigError> {
     let mut names: Vec<&str> = Vec::new();
-    for u in &cfg.upstream {
+    for u in upstreams {
         let up = u.get_ref();
         let name = up.name.get_ref();
         if name.is_empty() || name.contains("://") || name.contains(':') {
@@ -283,21 +290,21 @@ pub(super) fn validate(cfg: &super::Config, src: &Source) -> Result<(), ConfigEr
             .map(drop)
             .map_err(|m| src.err(target.span(), m))
     };
-    for s in &cfg.server {
+    for s in servers {
         for l in &s.get_ref().location {
             if let Some(p) = &l.get_ref().proxy_pass {
                 known(p, "proxy_pass")?;
             }
         }
     }
-    for st in &cfg.stream {
+    for st in streams {
         let s = st.get_ref();
         if s.listen.is_empty() {
             return Err(src.err(st.span(), "stream has an empty listen list"));
         }
         known(&s.proxy_pass, "stream")?;
         for a in &s.listen {
-            let clash = cfg.server.iter().any(|sv| {
+            let clash = servers.iter().any(|sv| {
                 sv.get_ref()
                     .listen
                     .iter()

@@ -1,12 +1,81 @@
-//! Checks on `[[server]]` sections across each other, and on `return` responses: what would
-//! make a request's server or location ambiguous, or a canned response malformed.
+//! `[[server]]` sections, their locations and `return` responses, with the checks across
+//! them: what would make a request's server or location ambiguous, or a canned response
+//! malformed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
+use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Config, ConfigError, Return, Source};
+use crate::error::{ConfigError, Source};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    pub listen: Vec<Spanned<SocketAddr>>,
+    #[serde(default)]
+    pub server_name: Vec<Spanned<String>>,
+    /// The server for requests whose Host matches no server_name on its addresses
+    /// (otherwise the first server listed for the address).
+    #[serde(default = "not_default")]
+    pub default: Spanned<bool>,
+    #[serde(default)]
+    pub location: Vec<Spanned<Location>>,
+    /// Expect a PROXY protocol header (v1 or v2) from a load balancer in front, on every
+    /// connection to this server's listen addresses.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Location {
+    pub path: Spanned<String>,
+    /// Match the path exactly instead of as a prefix (nginx `location = /x`).
+    #[serde(default)]
+    pub exact: bool,
+    #[serde(rename = "return")]
+    pub ret: Option<Return>,
+    /// Static files: the request path is appended to this directory (nginx `root`).
+    pub root: Option<Spanned<PathBuf>>,
+    /// Static files: the location's prefix is replaced by this directory (nginx `alias`).
+    pub alias: Option<Spanned<PathBuf>>,
+    #[serde(default = "default_index")]
+    pub index: Vec<String>,
+    /// Reverse proxy: an `[[upstream]]` name or `http://host:port`.
+    pub proxy_pass: Option<Spanned<String>>,
+    /// The `Host` sent upstream: `"pass"` (the client's, default), `"upstream"` (the server's
+    /// address) or a literal value.
+    pub proxy_host: Option<String>,
+    /// Add `X-Forwarded-For`, `X-Real-IP`, `X-Forwarded-Proto` and `Forwarded`.
+    #[serde(default = "yes")]
+    pub forwarded_headers: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Return {
+    pub status: Spanned<u16>,
+    #[serde(default)]
+    pub body: String,
+    pub content_type: Option<Spanned<String>>,
+    /// For redirects: the Location header (nginx `return 301 URL`).
+    pub location: Option<Spanned<String>>,
+    #[serde(default)]
+    pub headers: BTreeMap<Spanned<String>, String>,
+}
+
+fn not_default() -> Spanned<bool> {
+    Spanned::new(0..0, false)
+}
+fn yes() -> bool {
+    true
+}
+fn default_index() -> Vec<String> {
+    vec!["index.html".into()]
+}
 
 /// Fields a `return`'s `headers` may not set: ringx writes the framing (`Content-Length`) and
 /// the connection handling of every response itself, and a second copy would contradict it.
@@ -33,7 +102,7 @@ fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-pub(super) fn validate_return(r: &Return, src: &Source) -> Result<(), ConfigError> {
+pub(crate) fn validate_return(r: &Return, src: &Source) -> Result<(), ConfigError> {
     let st = *r.status.get_ref();
     // 1xx are interim responses: a `return` is the final one.
     if !(200..=599).contains(&st) {
@@ -86,8 +155,40 @@ fn line_of(src: &Source, span: std::ops::Range<usize>) -> usize {
 /// Within a server, no two locations with the same path and exactness (the second could never
 /// be chosen); on a listen address, no two servers claiming the same name or both `default`
 /// (which one answers would depend on the order of the file).
-pub(super) fn validate_servers(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
-    for s in &cfg.server {
+pub(crate) fn validate_servers(
+    servers: &[Spanned<Server>],
+    src: &Source,
+) -> Result<(), ConfigError> {
+    for (i, s) in servers.iter().enumerate() {
+        for a in &s.get_ref().listen {
+            let other = servers[..i].iter().find(|o| {
+                o.get_ref()
+                    .listen
+                    .iter()
+                    .any(|b| b.get_ref() == a.get_ref())
+                    && o.get_ref().proxy_protocol != s.get_ref().proxy_protocol
+            });
+            if other.is_some() {
+                return Err(src.err(
+                    a.span(),
+                    format!("servers on {} disagree about proxy_protocol", a.get_ref()),
+                ));
+            }
+        }
+    }
+    for s in servers {
+        let sv = s.get_ref();
+        if sv.listen.is_empty() {
+            return Err(src.err(s.span(), "server has an empty listen list"));
+        }
+        if sv.location.is_empty() {
+            return Err(src.err(s.span(), "server has no [[server.location]]"));
+        }
+        for l in &sv.location {
+            validate_location(l, src)?;
+        }
+    }
+    for s in servers {
         let mut seen: HashMap<(&str, bool), &Spanned<String>> = HashMap::new();
         for l in &s.get_ref().location {
             let l = l.get_ref();
@@ -106,7 +207,7 @@ pub(super) fn validate_servers(cfg: &Config, src: &Source) -> Result<(), ConfigE
     }
     let mut names: HashMap<(SocketAddr, String), &Spanned<String>> = HashMap::new();
     let mut defaults: HashMap<SocketAddr, &Spanned<bool>> = HashMap::new();
-    for s in &cfg.server {
+    for s in servers {
         let sv = s.get_ref();
         let mut addrs: Vec<SocketAddr> = sv.listen.iter().map(|a| *a.get_ref()).collect();
         addrs.sort();
@@ -137,6 +238,56 @@ pub(super) fn validate_servers(cfg: &Config, src: &Source) -> Result<(), ConfigE
                     ));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+fn validate_location(l: &Spanned<Location>, src: &Source) -> Result<(), ConfigError> {
+    let loc = l.get_ref();
+    let path = loc.path.get_ref();
+    if !path.starts_with('/') {
+        return Err(src.err(
+            loc.path.span(),
+            format!("location path {path:?} must start with '/'"),
+        ));
+    }
+    let actions = [
+        loc.ret.is_some(),
+        loc.root.is_some(),
+        loc.alias.is_some(),
+        loc.proxy_pass.is_some(),
+    ];
+    match actions.iter().filter(|&&x| x).count() {
+        1 => {}
+        0 => {
+            return Err(src.err(
+                l.span(),
+                "location needs one of `return`, `root`, `alias` or `proxy_pass`",
+            ))
+        }
+        _ => {
+            return Err(src.err(
+                l.span(),
+                "location has more than one of `return`, `root`, `alias`, `proxy_pass`",
+            ))
+        }
+    }
+    if let Some(r) = &loc.ret {
+        validate_return(r, src)?;
+    }
+    for dir in [&loc.root, &loc.alias].into_iter().flatten() {
+        let p = dir.get_ref();
+        if !p.is_absolute() {
+            return Err(src.err(
+                dir.span(),
+                format!("{} must be an absolute path", p.display()),
+            ));
+        }
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(src.err(dir.span(), format!("{} is not a directory", p.display()))),
+            Err(e) => return Err(src.err(dir.span(), format!("{}: {e}", p.display()))),
         }
     }
     Ok(())

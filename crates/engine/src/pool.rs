@@ -8,8 +8,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::handler::Handler;
+use crate::run::{choose_engine, run_zone};
 use crate::waker::Waker;
-use crate::{choose_engine, run_zone, EngineKind, SqPoll, SqShare, ZoneConfig};
+use crate::zone::{EngineKind, SqPoll, SqShare, ZoneConfig};
 
 /// Which CPUs the zones run on, one zone per entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

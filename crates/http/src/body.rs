@@ -1,8 +1,20 @@
-//! Message body framing: [`BodyDecoder`] for `Content-Length` and chunked
-//! request bodies.
+//! Message body framing: [`BodyKind`], what the head says about it, and [`BodyDecoder`] for
+//! `Content-Length` and chunked request bodies.
 
 use crate::chunked::Chunked;
-use crate::{BodyError, BodyKind, BodyLimits};
+use crate::error::BodyError;
+use crate::limits::BodyLimits;
+
+/// How the message body is framed (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// No `Content-Length` or `Transfer-Encoding`: the body is empty.
+    None,
+    /// `Content-Length: n` (possibly 0).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
 
 /// Output of one [`BodyDecoder::decode`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,8 +17,8 @@
 //! Whitespace before the size, whitespace after the size or an extension
 //! that is not followed by `;`, and obs-fold in trailers are errors too.
 
-use crate::fields::{is_qdtext, is_tchar};
-use crate::BodyLimits;
+use crate::bytes::{is_qdtext, is_tchar};
+use crate::limits::BodyLimits;
 
 /// Most significant hex digits a chunk size may have (u64).
 const MAX_SIGNIFICANT_DIGITS: u32 = 16;

@@ -34,7 +34,7 @@ impl fmt::Display for RequestError {
             f,
             "{} {}: {}",
             self.status,
-            crate::reason(self.status),
+            crate::status::reason(self.status),
             self.reason
         )
     }

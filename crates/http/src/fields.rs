@@ -1,7 +1,10 @@
 //! Header fields that affect framing and connection handling (RFC 9112 §6,
 //! §9.3; RFC 9110 §7.2, §7.6.1, §10.1.1).
 
-use crate::{BodyKind, RequestError, Version};
+use crate::body::BodyKind;
+use crate::bytes::{is_qdtext, is_tchar};
+use crate::error::RequestError;
+use crate::version::Version;
 use httparse::Header;
 
 /// What the header fields say about the message.
@@ -265,38 +268,6 @@ impl<'a> Cursor<'a> {
             }
         }
     }
-}
-
-/// `tchar` (RFC 9110 §5.6.2).
-pub(crate) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'!' | b'#'
-                | b'$'
-                | b'%'
-                | b'&'
-                | b'\''
-                | b'*'
-                | b'+'
-                | b'-'
-                | b'.'
-                | b'^'
-                | b'_'
-                | b'`'
-                | b'|'
-                | b'~'
-        )
-}
-
-/// `qdtext = HTAB / SP / %x21 / %x23-5B / %x5D-7E / obs-text`
-pub(crate) fn is_qdtext(b: u8) -> bool {
-    b == b'\t'
-        || b == b' '
-        || b == 0x21
-        || (0x23..=0x5b).contains(&b)
-        || (0x5d..=0x7e).contains(&b)
-        || b >= 0x80
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! a scan for NUL and bare CR that debug builds repeat after `httparse` (release builds
 //! rely on `httparse`, which `tests/head_bytes_prop.rs` checks).
 
-use crate::{Limits, RequestError};
+use crate::bytes::is_tchar;
+use crate::error::RequestError;
+use crate::limits::Limits;
 
 /// Index of the first byte after any leading empty lines (CRLF or LF) —
 /// RFC 9112 §2.2. Stops at a CR that is not (yet) followed by LF.
@@ -46,7 +48,7 @@ pub(crate) fn check_method_len(buf: &[u8]) -> Result<(), RequestError> {
     let run = line
         .iter()
         .take(MAX_METHOD_LEN + 1)
-        .take_while(|&&b| crate::fields::is_tchar(b))
+        .take_while(|&&b| is_tchar(b))
         .count();
     if run > MAX_METHOD_LEN {
         return Err(RequestError::new(501, "method too long"));
@@ -62,7 +64,7 @@ pub(crate) fn check_target_len(buf: &[u8], limits: &Limits) -> Result<(), Reques
     };
     // Only a target that follows a valid method counts; otherwise the line
     // is rejected (400) for its method, whatever comes after.
-    if sp == 0 || !line[..sp].iter().all(|&b| crate::fields::is_tchar(b)) {
+    if sp == 0 || !line[..sp].iter().all(|&b| is_tchar(b)) {
         return Ok(());
     }
     let rest = &line[sp + 1..];

@@ -98,7 +98,7 @@ pub(crate) fn split_port(b: &[u8]) -> (&[u8], Option<&[u8]>) {
     let host_end = if b.first() == Some(&b'[') {
         memchr::memchr(b']', b).map_or(b.len(), |i| i + 1)
     } else {
-        crate::find_byte(b':', b).unwrap_or(b.len())
+        crate::bytes::find_byte(b':', b).unwrap_or(b.len())
     };
     let (host, rest) = b.split_at(host_end);
     match rest.strip_prefix(b":") {

@@ -101,6 +101,7 @@
 #![warn(missing_docs)]
 
 mod body;
+mod bytes;
 mod chunked;
 mod date;
 mod error;
@@ -118,14 +119,14 @@ mod target;
 pub mod upstream;
 mod version;
 
-pub use body::{BodyDecoder, Decoded};
+pub use body::{BodyDecoder, BodyKind, Decoded};
 pub use date::{fmt_http_date, parse_http_date, DateCache, DATE_HEADER_LEN};
 pub use error::{BodyError, RequestError};
 pub use head::MAX_METHOD_LEN;
 pub use limits::{BodyLimits, Limits};
 pub use method::Method;
 pub use path::{normalize_path, PathError};
-pub use request::{parse_request, parse_request_uninit, BodyKind, Parsed, Request};
+pub use request::{parse_request, parse_request_uninit, Parsed, Request};
 pub use response::{
     write_chunk, write_error_response, write_last_chunk, write_status_line,
     write_status_line_reason,
@@ -136,14 +137,3 @@ pub use version::Version;
 /// Re-exported so callers can name [`Request::headers`] and build header
 /// storage (`[httparse::EMPTY_HEADER; N]`) without their own dependency.
 pub use httparse;
-
-/// The first `needle` in `hay`. Heads' short fields (a target's query mark, a Host's port) are
-/// searched on every request: below 32 bytes a byte loop finishes before memchr's vector
-/// search has paid its set-up, so memchr is kept for longer input only.
-pub(crate) fn find_byte(needle: u8, hay: &[u8]) -> Option<usize> {
-    if hay.len() <= 32 {
-        hay.iter().position(|&b| b == needle)
-    } else {
-        memchr::memchr(needle, hay)
-    }
-}

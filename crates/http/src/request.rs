@@ -1,25 +1,18 @@
 //! The request head: [`parse_request`] and the [`Request`] it produces.
 
+use crate::body::BodyKind;
+use crate::error::RequestError;
 use crate::fields::analyze;
 use crate::head::{
     check_method_len, check_partial, check_raw_bytes, check_target_len, classify_version_error,
 };
+use crate::limits::Limits;
+use crate::method::Method;
 use crate::target::parse_target;
-use crate::{Limits, Method, RequestError, Version};
+use crate::version::Version;
 use std::mem::MaybeUninit;
 
 use httparse::Header;
-
-/// How the message body is framed (RFC 9112 §6.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyKind {
-    /// No `Content-Length` or `Transfer-Encoding`: the body is empty.
-    None,
-    /// `Content-Length: n` (possibly 0).
-    Length(u64),
-    /// `Transfer-Encoding: chunked`.
-    Chunked,
-}
 
 /// Result of an incremental parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Response serialisation: status line, chunked encoder and error pages.
 
-use crate::{reason, DateCache};
+use crate::date::DateCache;
+use crate::status::reason;
 
 /// Appends `HTTP/1.1 <status> <reason>\r\n`.
 ///

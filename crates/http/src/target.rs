@@ -1,7 +1,8 @@
 //! Request-target forms (RFC 9112 §3.2).
 
+use crate::error::RequestError;
 use crate::host::is_valid_host;
-use crate::{Method, RequestError};
+use crate::method::Method;
 
 /// The pieces of a request-target that [`Request`](crate::Request) exposes.
 #[derive(Debug)]
@@ -53,7 +54,7 @@ pub(crate) fn parse_target(method: Method, target: &str) -> Result<Target<'_>, R
 
 fn split_query(s: &str) -> (&str, Option<&str>) {
     // Every request's target goes through here.
-    match crate::find_byte(b'?', s.as_bytes()) {
+    match crate::bytes::find_byte(b'?', s.as_bytes()) {
         Some(i) => (&s[..i], Some(&s[i + 1..])),
         None => (s, None),
     }

@@ -6,7 +6,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use aya::programs::{Xdp, XdpFlags};
 use aya::{Ebpf, EbpfLoader};
 
-use crate::{sys, Error, Mode, Result};
+use crate::error::{Error, Result};
+use crate::loader::Mode;
+use crate::sys;
 
 static BENCH_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_bench.o"));
 

@@ -53,9 +53,9 @@ pub use cidr::Cidr;
 pub use error::{Error, Result};
 pub use loader::{
     attachments, detach, ensure_pin_dir, ephemeral_low, purge, Attachment, Filter, LinkStatus,
-    Mode, Settings, BPFFS_LOCK, DEFAULT_PIN_DIR,
+    Mode, Settings, BPFFS_LOCK,
 };
-pub use maps::{BlockList, List, Maps, Origin, Stats};
+pub use maps::{BlockList, List, Maps, Origin, Stats, DEFAULT_PIN_DIR};
 pub use port::ServedPort;
 pub use sys::TestRun;
 

@@ -1,7 +1,8 @@
 //! Loading the filter, attaching it through a pinned bpf_link, replacing it atomically, and
 //! detaching it.
 //!
-//! Pins (all under one directory, [`DEFAULT_PIN_DIR`] unless told otherwise):
+//! Pins (all under one directory, [`DEFAULT_PIN_DIR`](crate::maps::DEFAULT_PIN_DIR) unless told
+//! otherwise):
 //!
 //! ```text
 //! /sys/fs/bpf/ringx/rx_block_v4 ... rx_stats   the maps, shared by every program version,
@@ -27,11 +28,9 @@ use aya::{Ebpf, EbpfLoader};
 
 use crate::abi::{map_names, Reason, SIZEOF_RX_BUCKET, SIZEOF_RX_COUNTER, SIZEOF_RX_LPM_V4};
 use crate::abi::{SIZEOF_RX_LPM_V6, SIZEOF_RX_RATE_KEY, TOKEN};
+use crate::error::{Error, Result};
+use crate::maps::Maps;
 use crate::sys::{self, map_type, MapFd, TestRun};
-use crate::{Error, Maps, Result};
-
-/// Where `ringx serve` and `ringx xdp` pin the maps and links unless told otherwise.
-pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringx";
 
 /// The compiled filter (bpf/ringx_xdp.bpf.c).
 static FILTER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringx_xdp.o"));

@@ -9,8 +9,12 @@ use std::path::{Path, PathBuf};
 use crate::abi::{map_names, Counter, LpmV4, LpmV6, Reason, Verdict, PORT_TCP, PORT_UDP};
 use crate::abi::{ORIGIN_API, ORIGIN_CLI, ORIGIN_CONFIG, SIZEOF_RX_COUNTER};
 use crate::abi::{SIZEOF_RX_LPM_V4, SIZEOF_RX_LPM_V6};
+use crate::cidr::Cidr;
+use crate::error::{Error, Result};
 use crate::sys::{MapFd, BPF_ANY, BPF_NOEXIST};
-use crate::{Cidr, Error, Result, DEFAULT_PIN_DIR};
+
+/// Where `ringx serve` and `ringx xdp` pin the maps and links unless told otherwise.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringx";
 
 /// Who put an entry on a list (the value stored with it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

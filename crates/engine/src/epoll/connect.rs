@@ -32,7 +32,7 @@ impl EpollDriver {
         self.set_interest(c, WANT_OUT);
         let token = self.token(c);
         let ev = libc::EPOLLOUT as u32 | libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32;
-        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, fd, ev, token) {
+        if let Err(e) = self.set.ctl(libc::EPOLL_CTL_ADD, fd, ev, token) {
             self.close_now(c, Some(e), h);
         }
     }

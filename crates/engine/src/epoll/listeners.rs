@@ -2,67 +2,145 @@
 //! accepted connections are open (until one closes) or while the process is out of
 //! descriptors (for a moment); connections wait in the kernel's accept queue meanwhile.
 
+use std::io;
+use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::{EpollDriver, T_LISTENER};
+use super::set::{EpollSet, T_LISTENER};
 
-impl EpollDriver {
-    /// `max_conns` connections are open: stop accepting until one closes (`close_now`).
+/// The zone's listening sockets, indexed by listener id, and whether they are in the epoll
+/// set.
+pub(super) struct Listeners {
+    socks: Vec<Option<TcpListener>>,
+    /// The listeners are in the epoll set: not taken out by a full table or a lack of
+    /// descriptors.
+    armed: bool,
+    /// `max_conns` reached: accepting resumes when an accepted connection closes.
+    table_full: bool,
+    /// Out of descriptors: accepting resumes at this time.
+    paused_until: Option<Instant>,
+}
+
+impl Listeners {
+    pub(super) fn new() -> Self {
+        Listeners {
+            socks: Vec::new(),
+            armed: true,
+            table_full: false,
+            paused_until: None,
+        }
+    }
+
+    /// How many ids have been given out (closed listeners keep theirs).
+    pub(super) fn len(&self) -> usize {
+        self.socks.len()
+    }
+
+    pub(super) fn get(&self, id: u32) -> Option<&TcpListener> {
+        self.socks.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// Adds a listener under the next id, in the epoll set unless accepting is stopped
+    /// (`arm` adds it with the others then).
+    pub(super) fn add(&mut self, set: &EpollSet, listener: TcpListener) -> io::Result<u32> {
+        let id = self.socks.len() as u32;
+        if self.armed {
+            set.ctl(
+                libc::EPOLL_CTL_ADD,
+                listener.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                T_LISTENER | id as u64,
+            )?;
+        }
+        self.socks.push(Some(listener));
+        Ok(id)
+    }
+
+    /// Takes an id for a listener that could not be added, so that the ids the handler was
+    /// given stay valid.
+    pub(super) fn add_none(&mut self) {
+        self.socks.push(None);
+    }
+
+    /// Closes listener `id` (closing the socket also removes it from the epoll set).
+    pub(super) fn close(&mut self, id: u32) {
+        if let Some(l) = self.socks.get_mut(id as usize) {
+            *l = None;
+        }
+    }
+
+    /// Closes every listener.
+    pub(super) fn close_all(&mut self) {
+        for l in self.socks.iter_mut() {
+            *l = None;
+        }
+    }
+
+    /// When accepting resumes after a lack of descriptors, if it is paused.
+    pub(super) fn paused_until(&self) -> Option<Instant> {
+        self.paused_until
+    }
+
+    /// `max_conns` connections are open: stop accepting until one closes (`closed`).
     /// New connections wait in the kernel's accept queue meanwhile, as on io_uring.
-    pub(super) fn table_full(&mut self) {
+    /// Whether `max_conns` connections are open (accepting waits for one to close).
+    pub(super) fn is_full(&self) -> bool {
+        self.table_full
+    }
+
+    pub(super) fn table_full(&mut self, set: &EpollSet, max_conns: u32) {
         if self.table_full {
             return;
         }
         self.table_full = true;
-        self.waker.set_full(true);
         tracing::warn!(
-            "connection limit reached (max_conns {}): new connections wait in the listen queue until one closes",
-            self.max_conns
+            "connection limit reached (max_conns {max_conns}): new connections wait in the listen queue until one closes"
         );
-        self.disarm_listeners();
+        self.disarm(set);
+    }
+
+    /// An accepted connection closed, leaving `accepted` of `max_conns`: accepting resumes
+    /// if the table was full.
+    pub(super) fn closed(&mut self, set: &EpollSet, accepted: u32, max_conns: u32) {
+        if self.table_full && accepted < max_conns {
+            self.table_full = false;
+            self.arm(set);
+        }
     }
 
     /// Out of descriptors: stop accepting for a while.
-    pub(super) fn pause_accepts(&mut self) {
-        self.accept_paused_until = Some(Instant::now() + Duration::from_millis(100));
-        self.disarm_listeners();
+    pub(super) fn pause(&mut self, set: &EpollSet) {
+        self.paused_until = Some(Instant::now() + Duration::from_millis(100));
+        self.disarm(set);
     }
 
-    pub(super) fn resume_accepts(&mut self) {
-        self.accept_paused_until = None;
-        self.arm_listeners();
+    pub(super) fn resume(&mut self, set: &EpollSet) {
+        self.paused_until = None;
+        self.arm(set);
     }
 
     /// Takes the listeners out of the epoll set.
-    pub(super) fn disarm_listeners(&mut self) {
-        if !self.listeners_armed {
+    fn disarm(&mut self, set: &EpollSet) {
+        if !self.armed {
             return;
         }
-        self.listeners_armed = false;
-        for l in self.listeners.iter().flatten() {
-            // SAFETY: removes a descriptor we own from our epoll set.
-            unsafe {
-                libc::epoll_ctl(
-                    self.epfd.as_raw_fd(),
-                    libc::EPOLL_CTL_DEL,
-                    l.as_raw_fd(),
-                    std::ptr::null_mut(),
-                );
-            }
+        self.armed = false;
+        for l in self.socks.iter().flatten() {
+            set.remove(l.as_raw_fd());
         }
     }
 
     /// Puts the listeners back into the epoll set, unless the table is full or accepting is
     /// paused for lack of descriptors.
-    pub(super) fn arm_listeners(&mut self) {
-        if self.listeners_armed || self.table_full || self.accept_paused_until.is_some() {
+    fn arm(&mut self, set: &EpollSet) {
+        if self.armed || self.table_full || self.paused_until.is_some() {
             return;
         }
-        self.listeners_armed = true;
-        for (id, l) in self.listeners.iter().enumerate() {
+        self.armed = true;
+        for (id, l) in self.socks.iter().enumerate() {
             if let Some(l) = l {
-                let _ = self.ctl(
+                let _ = set.ctl(
                     libc::EPOLL_CTL_ADD,
                     l.as_raw_fd(),
                     libc::EPOLLIN as u32,

@@ -12,22 +12,20 @@
 
 mod connect;
 mod listeners;
+mod set;
 
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::driver::Driver;
 use crate::handler::Handler;
 use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId};
 use crate::waker::Waker;
-use crate::ZoneConfig;
-
-const T_CONN: u64 = 0;
-const T_LISTENER: u64 = 1 << 62;
-const T_WAKE: u64 = 2 << 62;
-const T_MASK: u64 = 3 << 62;
+use crate::zone::ZoneConfig;
+use listeners::Listeners;
+use set::{EpollSet, T_CONN, T_LISTENER, T_MASK, T_WAKE};
 
 /// Interest bits registered for a connection (`EpollDriver::interest`).
 const WANT_IN: u8 = 1;
@@ -38,73 +36,46 @@ const READ_BUDGET: usize = 16;
 
 /// A zone's epoll back end.
 pub struct EpollDriver {
-    epfd: OwnedFd,
+    set: EpollSet,
     io: Io,
     /// The interest bits registered for each connection, indexed like `io.conns`.
     interest: Vec<u8>,
-    listeners: Vec<Option<TcpListener>>,
-    /// The listeners are in the epoll set: not taken out by a full table or a lack of
-    /// descriptors.
-    listeners_armed: bool,
+    listeners: Listeners,
     /// Accepted connections open now, and the most the zone holds (`ZoneConfig::max_conns`).
     accepted: u32,
     max_conns: u32,
-    /// `max_conns` reached: accepting resumes when an accepted connection closes.
-    table_full: bool,
     waker: Waker,
     events: Vec<libc::epoll_event>,
     rbuf: Vec<u8>,
     waits: u64,
-    accept_paused_until: Option<Instant>,
     /// How long to poll without blocking before parking (`busy_poll_us`).
     busy_poll: Duration,
-}
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
 }
 
 impl EpollDriver {
     /// Creates the epoll instance of one zone.
     pub fn new(cfg: &ZoneConfig, waker: Waker) -> io::Result<Self> {
-        // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new descriptor.
-        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: `fd` was just created and is owned by nothing else.
-        let epfd = unsafe { OwnedFd::from_raw_fd(fd) };
         let d = EpollDriver {
-            epfd,
+            set: EpollSet::new()?,
             // Indexed by descriptor: grows to the highest one (module docs).
             io: Io::new(1024),
             interest: vec![0; 1024],
-            listeners: Vec::new(),
-            listeners_armed: true,
+            listeners: Listeners::new(),
             accepted: 0,
             max_conns: cfg.max_conns,
-            table_full: false,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
             rbuf: vec![0; cfg.recv_buffer_size as usize],
             waker,
             waits: 0,
-            accept_paused_until: None,
             busy_poll: cfg.busy_poll,
         };
-        d.ctl(
+        d.set.ctl(
             libc::EPOLL_CTL_ADD,
             d.waker.raw(),
             libc::EPOLLIN as u32,
             T_WAKE,
         )?;
         Ok(d)
-    }
-
-    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events, u64: token };
-        // SAFETY: epoll_ctl reads one live epoll_event; both descriptors are ours.
-        cvt(unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd, &mut ev) }).map(drop)
     }
 
     fn token(&self, c: ConnId) -> u64 {
@@ -143,7 +114,7 @@ impl EpollDriver {
             ev |= libc::EPOLLOUT as u32;
         }
         let token = self.token(c);
-        if let Err(e) = self.ctl(libc::EPOLL_CTL_MOD, c.0 as RawFd, ev, token) {
+        if let Err(e) = self.set.ctl(libc::EPOLL_CTL_MOD, c.0 as RawFd, ev, token) {
             // Closed by `flush`, which has the handler to tell.
             self.io.conns[c.index()].close_err = Some(e);
             self.io.actions.push(Action::Close(c));
@@ -159,11 +130,12 @@ impl EpollDriver {
                 // connection is waiting. Otherwise a waiting one makes the listener readable
                 // again at the next wait (level-triggered).
                 if i == 0 {
-                    self.table_full();
+                    self.listeners.table_full(&self.set, self.max_conns);
+                    self.waker.set_full(true);
                 }
                 return;
             }
-            let Some(l) = self.listeners[id as usize].as_ref() else {
+            let Some(l) = self.listeners.get(id) else {
                 return;
             };
             // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
@@ -187,11 +159,11 @@ impl EpollDriver {
                     Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS)
                     | Some(libc::ENOMEM) => {
                         tracing::warn!("accept: {e}: out of descriptors; raise `ulimit -n` (accepting again shortly)");
-                        self.pause_accepts();
+                        self.listeners.pause(&self.set);
                     }
                     // The socket no longer listens (shut down for a graceful stop): closing
                     // it also takes it out of the epoll set.
-                    Some(libc::EINVAL) => self.listeners[id as usize] = None,
+                    Some(libc::EINVAL) => self.listeners.close(id),
                     _ => tracing::debug!("accept: {e}"),
                 }
                 return;
@@ -206,7 +178,7 @@ impl EpollDriver {
                 crate::locality::log_locality(fd, id, self.io.conns[c.index()].peer);
             }
             let token = self.token(c);
-            if let Err(e) = self.ctl(
+            if let Err(e) = self.set.ctl(
                 libc::EPOLL_CTL_ADD,
                 fd,
                 libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32,
@@ -346,26 +318,16 @@ impl EpollDriver {
         // SAFETY: closes the connection's descriptor, which we own; close also removes it
         // from the epoll set.
         unsafe { libc::close(c.0 as RawFd) };
-        if self.table_full && self.accepted < self.max_conns {
-            self.table_full = false;
-            self.waker.set_full(false);
-            self.arm_listeners();
-        }
+        self.listeners
+            .closed(&self.set, self.accepted, self.max_conns);
+        self.waker.set_full(self.listeners.is_full());
         h.on_closed(&mut self.io, c, err);
     }
 
     /// One `epoll_wait` into `events`.
     fn epoll_wait(&mut self, ms: i32) -> libc::c_int {
         self.waits += 1;
-        // SAFETY: epoll_wait writes at most events.len() entries into our live vector.
-        unsafe {
-            libc::epoll_wait(
-                self.epfd.as_raw_fd(),
-                self.events.as_mut_ptr(),
-                self.events.len() as i32,
-                ms,
-            )
-        }
+        self.set.wait(&mut self.events, ms)
     }
 
     /// Waits for events: with a `busy_poll` budget, non-blocking `epoll_wait` calls until
@@ -420,20 +382,16 @@ impl EpollDriver {
             for l in std::mem::take(&mut self.io.new_listeners) {
                 if let Err(e) = Driver::add_listener(self, l) {
                     tracing::error!("cannot add a listener: {e}");
-                    self.listeners.push(None); // keeps the ids the handler was given
+                    self.listeners.add_none(); // keeps the ids the handler was given
                     self.io.listener_count = self.listeners.len() as u32;
                 }
             }
             for id in std::mem::take(&mut self.io.closed_listeners) {
-                if let Some(l) = self.listeners.get_mut(id.0 as usize) {
-                    *l = None;
-                }
+                self.listeners.close(id.0);
             }
             if self.io.stop_listening {
                 self.io.stop_listening = false;
-                for l in self.listeners.iter_mut() {
-                    *l = None; // closing the socket also removes it from the epoll set
-                }
+                self.listeners.close_all();
             }
             if self.io.dirty.is_empty() && self.io.actions.is_empty() {
                 break;
@@ -450,17 +408,7 @@ impl EpollDriver {
 
 impl Driver for EpollDriver {
     fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId> {
-        let id = self.listeners.len() as u32;
-        // While accepting is stopped, `arm_listeners` adds it with the others.
-        if self.listeners_armed {
-            self.ctl(
-                libc::EPOLL_CTL_ADD,
-                listener.as_raw_fd(),
-                libc::EPOLLIN as u32,
-                T_LISTENER | id as u64,
-            )?;
-        }
-        self.listeners.push(Some(listener));
+        let id = self.listeners.add(&self.set, listener)?;
         self.io.listener_count = self.listeners.len() as u32;
         Ok(ListenerId(id))
     }
@@ -468,10 +416,10 @@ impl Driver for EpollDriver {
     fn poll<H: Handler>(&mut self, h: &mut H, timeout: Option<Duration>) -> io::Result<()> {
         self.flush(h);
         let mut timeout = timeout;
-        if let Some(t) = self.accept_paused_until {
+        if let Some(t) = self.listeners.paused_until() {
             let now = Instant::now();
             if t <= now {
-                self.resume_accepts();
+                self.listeners.resume(&self.set);
             } else {
                 timeout = Some(timeout.map_or(t - now, |x| x.min(t - now)));
             }

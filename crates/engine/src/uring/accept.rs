@@ -1,16 +1,19 @@
 //! Multishot accept into direct descriptors (`IORING_OP_ACCEPT` with
 //! `IORING_ACCEPT_MULTISHOT` and `IORING_FILE_INDEX_ALLOC`, Linux 5.19): one submission
 //! accepts connection after connection, each straight into a free slot of the zone's
-//! registered-file table. The slot number is the connection's handle.
+//! registered-file table. The slot number is the connection's handle. Where the handler
+//! wants peer addresses, `on_accept` waits for the answer of a `SO_PEERNAME` query
+//! (`peer.rs`).
 
 use std::os::fd::AsRawFd;
 
 use io_uring::{cqueue, opcode, types};
 
+use super::recv;
+use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use super::UringDriver;
 use crate::handler::Handler;
-use crate::io::{ConnId, ListenerId};
+use crate::io::{ConnId, ConnState, ListenerId};
 
 /// At or below this many free slots, accepts are single-shot: a multishot accept takes every
 /// connection queued on the listener in one go (the kernel loops until the queue is empty),
@@ -22,159 +25,187 @@ fn single_below(max_conns: u32) -> u32 {
     (max_conns / 8).max(64)
 }
 
-impl UringDriver {
-    pub(super) fn arm_accept(&mut self, id: u32) {
-        let free = self.max_conns.saturating_sub(self.accepted);
-        let multishot = free > single_below(self.max_conns);
-        let l = &mut self.listeners[id as usize];
-        let Some(sock) = l.sock.as_ref() else { return };
-        if l.armed || l.closing || free == 0 {
-            return;
-        }
-        l.armed = true;
-        l.multishot = multishot;
-        let fd = types::Fd(sock.as_raw_fd());
-        let e = if multishot {
-            opcode::AcceptMulti::new(fd)
-                .allocate_file_index(true)
-                .build()
-        } else {
-            opcode::Accept::new(fd, std::ptr::null_mut(), std::ptr::null_mut())
-                .file_index(Some(types::DestinationSlot::auto_target()))
-                .build()
-        }
-        .user_data(pack(Kind::Accept, 0, id));
-        // SAFETY: the entry refers to the listening socket only (no address buffer), which
-        // stays open until the accept's last completion (`complete_cancel_accept` drops it
-        // after cancellation).
-        unsafe { self.push(&e) };
+pub(super) fn arm(d: &mut UringDriver, id: u32) {
+    let free = d.max_conns.saturating_sub(d.accepted);
+    let multishot = free > single_below(d.max_conns);
+    let l = &mut d.listeners[id as usize];
+    let Some(sock) = l.sock.as_ref() else { return };
+    if l.armed || l.closing || free == 0 {
+        return;
     }
-
-    pub(super) fn complete_accept<H: Handler>(&mut self, h: &mut H, id: u32, res: i32, flags: u32) {
-        if !cqueue::more(flags) {
-            self.listeners[id as usize].armed = false;
-        }
-        if res >= 0 {
-            let c = ConnId(res as u32);
-            self.accepted += 1;
-            self.near_limit(id);
-            self.open_slot(c);
-            self.io.conn_mut(c).open();
-            self.wake.waker.add_accept();
-            if self.peer_addrs {
-                self.query_peer(c, id); // on_accept follows its answer
-            } else {
-                self.arm_recv(c);
-                h.on_accept(&mut self.io, c, ListenerId(id));
-            }
-        } else if res != -libc::ECANCELED {
-            let e = crate::sys::errno(res);
-            match -res {
-                // ENFILE: no free slot (another ring's connections share nothing with ours,
-                // so this is our own table). The kernel had accepted the connection already
-                // and closed it (the client sees a reset); accepting resumes shortly.
-                libc::ENFILE => {
-                    tracing::warn!(
-                        "connection limit reached (max_conns {}): a connection was refused",
-                        self.max_conns
-                    );
-                    self.accept_backoff = true;
-                }
-                libc::EMFILE | libc::ENOMEM | libc::ENOBUFS => {
-                    tracing::warn!("accept: {e}: out of descriptors or memory; raise `ulimit -n` (accepting again shortly)");
-                    self.accept_backoff = true;
-                }
-                // The socket no longer listens (shut down for a graceful stop): accepting on
-                // it is over.
-                libc::EINVAL => {
-                    let l = &mut self.listeners[id as usize];
-                    l.closing = true;
-                    if !l.armed {
-                        l.sock = None;
-                    }
-                }
-                _ => tracing::debug!("accept: {e}"),
-            }
-        }
-        if !cqueue::more(flags) && !self.listeners[id as usize].closing && !self.accept_backoff {
-            self.arm_accept(id);
-        }
-    }
-
-    /// After an accept: a multishot accept stops once few slots are left (single-shot ones
-    /// follow), and none is armed at the limit.
-    fn near_limit(&mut self, id: u32) {
-        let free = self.max_conns.saturating_sub(self.accepted);
-        if free == 0 && !self.at_limit {
-            self.at_limit = true;
-            self.wake.waker.set_full(true);
-            tracing::warn!(
-                "connection limit reached (max_conns {}): new connections wait in the listen queue until one closes",
-                self.max_conns
-            );
-        }
-        let l = &self.listeners[id as usize];
-        if l.armed && l.multishot && free <= single_below(self.max_conns) {
-            let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(
-                Kind::Accept,
-                0,
-                id,
-            )))
+    l.armed = true;
+    l.multishot = multishot;
+    let fd = types::Fd(sock.as_raw_fd());
+    let e = if multishot {
+        opcode::AcceptMulti::new(fd)
+            .allocate_file_index(true)
             .build()
-            .user_data(pack(Kind::CancelQuiet, 0, id));
-            // SAFETY: a cancellation refers to no memory of ours. The accept's final
-            // completion (ECANCELED) re-arms it, single-shot.
-            unsafe { self.push(&e) };
+    } else {
+        opcode::Accept::new(fd, std::ptr::null_mut(), std::ptr::null_mut())
+            .file_index(Some(types::DestinationSlot::auto_target()))
+            .build()
+    }
+    .user_data(pack(Kind::Accept, 0, id));
+    // SAFETY: the entry refers to the listening socket only (no address buffer), which
+    // stays open until the accept's last completion (`complete_cancel` drops it after
+    // cancellation).
+    unsafe { d.push(&e) };
+}
+
+pub(super) fn complete<H: Handler>(d: &mut UringDriver, h: &mut H, id: u32, res: i32, flags: u32) {
+    if !cqueue::more(flags) {
+        d.listeners[id as usize].armed = false;
+    }
+    if res >= 0 {
+        let c = ConnId(res as u32);
+        d.accepted += 1;
+        near_limit(d, id);
+        d.open_slot(c);
+        d.io.conn_mut(c).open();
+        d.wake.waker.add_accept();
+        if d.peer_addrs {
+            query_peer(d, c, id); // on_accept follows its answer
+        } else {
+            recv::arm(d, c);
+            h.on_accept(&mut d.io, c, ListenerId(id));
+        }
+    } else if res != -libc::ECANCELED {
+        let e = crate::sys::errno(res);
+        match -res {
+            // ENFILE: no free slot (another ring's connections share nothing with ours,
+            // so this is our own table). The kernel had accepted the connection already
+            // and closed it (the client sees a reset); accepting resumes shortly.
+            libc::ENFILE => {
+                tracing::warn!(
+                    "connection limit reached (max_conns {}): a connection was refused",
+                    d.max_conns
+                );
+                d.accept_backoff = true;
+            }
+            libc::EMFILE | libc::ENOMEM | libc::ENOBUFS => {
+                tracing::warn!("accept: {e}: out of descriptors or memory; raise `ulimit -n` (accepting again shortly)");
+                d.accept_backoff = true;
+            }
+            // The socket no longer listens (shut down for a graceful stop): accepting on it
+            // is over.
+            libc::EINVAL => {
+                let l = &mut d.listeners[id as usize];
+                l.closing = true;
+                if !l.armed {
+                    l.sock = None;
+                }
+            }
+            _ => tracing::debug!("accept: {e}"),
         }
     }
-
-    /// An accepted connection closed: a slot is free again.
-    pub(super) fn accepted_closed(&mut self) {
-        self.accepted = self.accepted.saturating_sub(1);
-        if self.at_limit {
-            self.at_limit = false;
-            self.wake.waker.set_full(false);
-            tracing::info!(
-                "below the connection limit (max_conns {}) again: accepting",
-                self.max_conns
-            );
-        }
-        for id in 0..self.listeners.len() as u32 {
-            self.arm_accept(id);
-        }
+    if !cqueue::more(flags) && !d.listeners[id as usize].closing && !d.accept_backoff {
+        arm(d, id);
     }
+}
 
-    /// Stops accepting on every listener (graceful shutdown). Each listening socket is
-    /// closed once its accept is cancelled.
-    pub(super) fn cancel_accepts(&mut self) {
-        for id in 0..self.listeners.len() as u32 {
-            self.cancel_accept(id);
-        }
+/// After an accept: a multishot accept stops once few slots are left (single-shot ones
+/// follow), and none is armed at the limit.
+fn near_limit(d: &mut UringDriver, id: u32) {
+    let free = d.max_conns.saturating_sub(d.accepted);
+    if free == 0 && !d.at_limit {
+        d.at_limit = true;
+        d.wake.waker.set_full(true);
+        tracing::warn!(
+            "connection limit reached (max_conns {}): new connections wait in the listen queue until one closes",
+            d.max_conns
+        );
     }
-
-    /// Stops accepting on one listener; its socket is closed once the accept is cancelled.
-    pub(super) fn cancel_accept(&mut self, id: u32) {
-        let Some(l) = self.listeners.get_mut(id as usize) else {
-            return;
-        };
-        if l.closing || l.sock.is_none() {
-            return;
-        }
-        l.closing = true;
-        if !l.armed {
-            l.sock = None; // no accept in flight refers to it
-            return;
-        }
+    let l = &d.listeners[id as usize];
+    if l.armed && l.multishot && free <= single_below(d.max_conns) {
         let e =
             opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(Kind::Accept, 0, id)))
                 .build()
-                .user_data(pack(Kind::CancelAccept, 0, id));
-        // SAFETY: a cancellation refers to no memory of ours.
-        unsafe { self.push(&e) };
+                .user_data(pack(Kind::CancelQuiet, 0, id));
+        // SAFETY: a cancellation refers to no memory of ours. The accept's final
+        // completion (ECANCELED) re-arms it, single-shot.
+        unsafe { d.push(&e) };
     }
+}
 
-    pub(super) fn complete_cancel_accept(&mut self, id: u32) {
-        // The accept's final completion is posted before the cancel's: the socket is unused.
-        self.listeners[id as usize].sock = None;
+/// Asks for the peer address of a just-accepted connection on listener `id`.
+fn query_peer(d: &mut UringDriver, c: ConnId, id: u32) {
+    let v6 = d.listeners[id as usize].v6;
+    let gen = d.io.conns[c.index()].gen;
+    let e = d.peers.entry(c, gen, id, v6);
+    // SAFETY: the kernel writes at most the entry's length into the slot's boxed storage in
+    // `d.peers`, which is never freed while the driver lives (`PeerQueries`); the slot is
+    // closed only after cancellation.
+    unsafe { d.push(&e) };
+}
+
+/// The peer address query answered: the connection starts receiving, and the handler
+/// learns of it.
+pub(super) fn complete_peer<H: Handler>(
+    d: &mut UringDriver,
+    h: &mut H,
+    c: ConnId,
+    gen: u32,
+    res: i32,
+) {
+    let id = d.peers.listener(c);
+    let conn = &d.io.conns[c.index()];
+    if conn.gen != gen || conn.state != ConnState::Open {
+        return;
     }
+    if res > 0 {
+        d.io.conns[c.index()].peer = d.peers.addr(c, res as usize);
+    } else if res != -libc::ENOTCONN {
+        tracing::debug!("SO_PEERNAME: {}", crate::sys::errno(res));
+    }
+    recv::arm(d, c);
+    h.on_accept(&mut d.io, c, ListenerId(id));
+}
+
+/// An accepted connection closed: a slot is free again.
+pub(super) fn slot_freed(d: &mut UringDriver) {
+    d.accepted = d.accepted.saturating_sub(1);
+    if d.at_limit {
+        d.at_limit = false;
+        d.wake.waker.set_full(false);
+        tracing::info!(
+            "below the connection limit (max_conns {}) again: accepting",
+            d.max_conns
+        );
+    }
+    for id in 0..d.listeners.len() as u32 {
+        arm(d, id);
+    }
+}
+
+/// Stops accepting on every listener (graceful shutdown). Each listening socket is
+/// closed once its accept is cancelled.
+pub(super) fn cancel_all(d: &mut UringDriver) {
+    for id in 0..d.listeners.len() as u32 {
+        cancel(d, id);
+    }
+}
+
+/// Stops accepting on one listener; its socket is closed once the accept is cancelled.
+pub(super) fn cancel(d: &mut UringDriver, id: u32) {
+    let Some(l) = d.listeners.get_mut(id as usize) else {
+        return;
+    };
+    if l.closing || l.sock.is_none() {
+        return;
+    }
+    l.closing = true;
+    if !l.armed {
+        l.sock = None; // no accept in flight refers to it
+        return;
+    }
+    let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(Kind::Accept, 0, id)))
+        .build()
+        .user_data(pack(Kind::CancelAccept, 0, id));
+    // SAFETY: a cancellation refers to no memory of ours.
+    unsafe { d.push(&e) };
+}
+
+pub(super) fn complete_cancel(d: &mut UringDriver, id: u32) {
+    // The accept's final completion is posted before the cancel's: the socket is unused.
+    d.listeners[id as usize].sock = None;
 }

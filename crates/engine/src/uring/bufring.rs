@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use io_uring::types::BufRingEntry;
 use io_uring::IoUring;
 
+/// Buffer group id of the zone's receive buffer ring.
+pub(super) const BGID: u16 = 0;
+
 pub(crate) struct BufRing {
     base: NonNull<u8>,
     map_len: usize,

@@ -1,8 +1,8 @@
 //! Closing a connection without leaking its slot or freeing memory the kernel still uses:
 //! cancel its pending receive (or connect) by user_data (`IORING_OP_ASYNC_CANCEL`), wait until no send or
 //! splice owns a buffer, then `IORING_OP_CLOSE` the direct descriptor (Linux 5.15). Only when
-//! that completes is `on_closed` delivered and the slot reusable. Also write shutdown
-//! (`IORING_OP_SHUTDOWN`, Linux 5.11).
+//! that completes is `on_closed` delivered and the slot reusable (`UringDriver::closed`).
+//! Also write shutdown (`IORING_OP_SHUTDOWN`, Linux 5.11).
 //!
 //! A close that waits only for the last send is submitted with it instead
 //! (`close_after_send`): `SEND` →(link) `ASYNC_CANCEL` →(hard link: runs whatever the cancel
@@ -11,9 +11,8 @@
 
 use io_uring::{opcode, squeue, types};
 
+use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use super::UringDriver;
-use crate::handler::Handler;
 use crate::io::{ConnId, ConnState};
 
 const CANCEL_DONE: u32 = 1 << 2;
@@ -21,161 +20,162 @@ const CLOSE_SUBMITTED: u32 = 1 << 3;
 /// The cancel and close were linked behind the last send.
 const CLOSE_LINKED: u32 = 1 << 4;
 
-impl UringDriver {
-    pub(super) fn begin_close(&mut self, c: ConnId, err: Option<std::io::Error>) {
-        let conn = &mut self.io.conns[c.index()];
-        if conn.state == ConnState::Closing && conn.in_flight {
-            // An abort (`Io::close`) while the last output is still being written, the close
-            // linked behind it or waiting for it: a peer that stopped reading would hold the
-            // slot for ever. Cancel the write; a linked cancel and close then fail with it
-            // and `complete_close` closes the ordinary way.
-            return self.cancel_output(c);
-        }
-        if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
-            return;
-        }
-        // The only operations that can stay pending on a connection indefinitely are its
-        // multishot receive and, while connecting, its connect; sends and splices are waited
-        // for (`in_flight`), the rest complete at once. Cancelling that one request by its
-        // user_data is a hash lookup, where cancelling everything on the descriptor
-        // (IORING_ASYNC_CANCEL_FD | ALL) scans every armed poll of the ring, per close.
-        let target = if conn.state == ConnState::Connecting {
-            Kind::Connect
-        } else {
-            Kind::Recv
-        };
-        conn.state = ConnState::Closing;
-        conn.close_err = err;
-        conn.drop_unsent();
-        let e = self.cancel_entry(c, target, Kind::Cancel);
+pub(super) fn begin(d: &mut UringDriver, c: ConnId, err: Option<std::io::Error>) {
+    let conn = &mut d.io.conns[c.index()];
+    if conn.state == ConnState::Closing && conn.in_flight {
+        // An abort (`Io::close`) while the last output is still being written, the close
+        // linked behind it or waiting for it: a peer that stopped reading would hold the
+        // slot for ever. Cancel the write; a linked cancel and close then fail with it
+        // and `complete` closes the ordinary way.
+        return cancel_output(d, c);
+    }
+    if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {
+        return;
+    }
+    // The only operations that can stay pending on a connection indefinitely are its
+    // multishot receive and, while connecting, its connect; sends and splices are waited
+    // for (`in_flight`), the rest complete at once. Cancelling that one request by its
+    // user_data is a hash lookup, where cancelling everything on the descriptor
+    // (IORING_ASYNC_CANCEL_FD | ALL) scans every armed poll of the ring, per close.
+    let target = if conn.state == ConnState::Connecting {
+        Kind::Connect
+    } else {
+        Kind::Recv
+    };
+    conn.state = ConnState::Closing;
+    conn.close_err = err;
+    conn.drop_unsent();
+    let e = cancel_entry(d, c, target, Kind::Cancel);
+    // SAFETY: a cancellation refers to no memory of ours.
+    unsafe { d.push(&e) };
+    if d.io.conns[c.index()].in_flight {
+        // Closing now drops unsent output: the write in flight too, or a peer that stopped
+        // reading would keep it (and the slot) pending for ever.
+        cancel_output(d, c);
+    }
+}
+
+/// Cancels the connection's write in flight: a send, one of a splice's two halves, or a
+/// sendfile's wait for room (whichever is pending; the other cancels find nothing). Its
+/// completion, with `-ECANCELED` or the bytes it wrote, then lets the close go on.
+fn cancel_output(d: &mut UringDriver, c: ConnId) {
+    for kind in [Kind::Send, Kind::SpliceIn, Kind::SpliceOut, Kind::PollOut] {
+        let e = cancel_entry(d, c, kind, Kind::CancelQuiet);
         // SAFETY: a cancellation refers to no memory of ours.
-        unsafe { self.push(&e) };
-        if self.io.conns[c.index()].in_flight {
-            // Closing now drops unsent output: the write in flight too, or a peer that stopped
-            // reading would keep it (and the slot) pending for ever.
-            self.cancel_output(c);
-        }
+        unsafe { d.push(&e) };
     }
+}
 
-    /// Cancels the connection's write in flight: a send, one of a splice's two halves, or a
-    /// sendfile's wait for room (whichever is pending; the other cancels find nothing). Its
-    /// completion, with `-ECANCELED` or the bytes it wrote, then lets the close go on.
-    fn cancel_output(&mut self, c: ConnId) {
-        for kind in [Kind::Send, Kind::SpliceIn, Kind::SpliceOut, Kind::PollOut] {
-            let e = self.cancel_entry(c, kind, Kind::CancelQuiet);
-            // SAFETY: a cancellation refers to no memory of ours.
-            unsafe { self.push(&e) };
-        }
-    }
+/// Cancels the connection's request of kind `target` by its user_data (a hash lookup);
+/// the cancel's own completion comes back as `done`.
+pub(super) fn cancel_entry(d: &UringDriver, c: ConnId, target: Kind, done: Kind) -> squeue::Entry {
+    let gen = d.io.conns[c.index()].gen;
+    opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(target, gen, c.0)))
+        .build()
+        .user_data(pack(done, gen, c.0))
+}
 
-    /// Cancels the connection's request of kind `target` by its user_data (a hash lookup);
-    /// the cancel's own completion comes back as `done`.
-    pub(super) fn cancel_entry(&self, c: ConnId, target: Kind, done: Kind) -> squeue::Entry {
-        let gen = self.io.conns[c.index()].gen;
-        opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(target, gen, c.0)))
-            .build()
-            .user_data(pack(done, gen, c.0))
-    }
+/// Submits `send` (the connection's last output) linked to the cancel of its receive and
+/// the close, and marks the connection closing (module docs).
+///
+/// # Safety
+///
+/// As for `UringDriver::push`: the buffer `send` reads must stay valid until its completion.
+pub(super) unsafe fn close_after_send(d: &mut UringDriver, c: ConnId, send: &squeue::Entry) {
+    let conn = &mut d.io.conns[c.index()];
+    debug_assert_eq!(conn.state, ConnState::Open);
+    conn.state = ConnState::Closing;
+    let gen = conn.gen;
+    let u = &mut d.uconns[c.index()];
+    u.flags |= CLOSE_SUBMITTED | CLOSE_LINKED;
+    // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
+    u.sock_fd = None;
+    let cancel = cancel_entry(d, c, Kind::Recv, Kind::Cancel).flags(squeue::Flags::IO_HARDLINK);
+    let close = opcode::Close::new(types::Fixed(c.0))
+        .build()
+        .user_data(pack(Kind::Close, gen, c.0));
+    let send = send.clone().flags(squeue::Flags::IO_LINK);
+    // SAFETY: the caller's obligations for the send; the others refer to no memory of ours.
+    unsafe { d.push_chain(&[send, cancel, close]) };
+}
 
-    /// Submits `send` (the connection's last output) linked to the cancel of its receive and
-    /// the close, and marks the connection closing (module docs).
-    ///
-    /// # Safety
-    ///
-    /// As for `push`: the buffer `send` reads must stay valid until its completion.
-    pub(super) unsafe fn close_after_send(&mut self, c: ConnId, send: &squeue::Entry) {
-        let conn = &mut self.io.conns[c.index()];
-        debug_assert_eq!(conn.state, ConnState::Open);
-        conn.state = ConnState::Closing;
-        let gen = conn.gen;
-        let u = &mut self.uconns[c.index()];
-        u.flags |= CLOSE_SUBMITTED | CLOSE_LINKED;
-        // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
-        u.sock_fd = None;
-        let cancel = self
-            .cancel_entry(c, Kind::Recv, Kind::Cancel)
-            .flags(squeue::Flags::IO_HARDLINK);
-        let close = opcode::Close::new(types::Fixed(c.0))
-            .build()
-            .user_data(pack(Kind::Close, gen, c.0));
-        let send = send.clone().flags(squeue::Flags::IO_LINK);
-        // SAFETY: the caller's obligations for the send; the others refer to no memory of ours.
-        unsafe { self.push_chain(&[send, cancel, close]) };
+pub(super) fn complete_cancel(d: &mut UringDriver, c: ConnId, gen: u32, res: i32) {
+    if d.io.conns[c.index()].gen != gen {
+        return;
     }
+    let u = &mut d.uconns[c.index()];
+    if res == -libc::ECANCELED && u.flags & CLOSE_LINKED != 0 {
+        return; // the send before it failed; the close's completion takes it from there
+    }
+    u.flags |= CANCEL_DONE;
+    try_finish(d, c);
+}
 
-    pub(super) fn complete_cancel(&mut self, c: ConnId, gen: u32, res: i32) {
-        if self.io.conns[c.index()].gen != gen {
-            return;
-        }
-        let u = &mut self.uconns[c.index()];
-        if res == -libc::ECANCELED && u.flags & CLOSE_LINKED != 0 {
-            return; // the send before it failed; the close's completion takes it from there
-        }
-        u.flags |= CANCEL_DONE;
-        self.try_finish_close(c);
+/// Submits the close once the cancel is done and nothing is in flight.
+pub(super) fn try_finish(d: &mut UringDriver, c: ConnId) {
+    let conn = &d.io.conns[c.index()];
+    let u = &mut d.uconns[c.index()];
+    if conn.state != ConnState::Closing
+        || conn.in_flight
+        || u.flags & CANCEL_DONE == 0
+        || u.flags & CLOSE_SUBMITTED != 0
+    {
+        return;
     }
+    u.flags |= CLOSE_SUBMITTED;
+    // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
+    u.sock_fd = None;
+    let e = opcode::Close::new(types::Fixed(c.0))
+        .build()
+        .user_data(pack(Kind::Close, conn.gen, c.0));
+    // SAFETY: closing a slot refers to no memory of ours; nothing in flight uses it.
+    unsafe { d.push(&e) };
+}
 
-    pub(super) fn try_finish_close(&mut self, c: ConnId) {
-        let conn = &self.io.conns[c.index()];
-        let u = &mut self.uconns[c.index()];
-        if conn.state != ConnState::Closing
-            || conn.in_flight
-            || u.flags & CANCEL_DONE == 0
-            || u.flags & CLOSE_SUBMITTED != 0
-        {
-            return;
-        }
-        u.flags |= CLOSE_SUBMITTED;
-        // An ordinary descriptor (sendfile) would keep the socket open past the CLOSE.
-        u.sock_fd = None;
-        let e = opcode::Close::new(types::Fixed(c.0))
-            .build()
-            .user_data(pack(Kind::Close, conn.gen, c.0));
-        // SAFETY: closing a slot refers to no memory of ours; nothing in flight uses it.
-        unsafe { self.push(&e) };
+/// The close's completion. `Some` with the connection's error once the slot is closed: the
+/// caller (`UringDriver::closed`) then frees the slot and tells the handler.
+pub(super) fn complete(
+    d: &mut UringDriver,
+    c: ConnId,
+    gen: u32,
+    res: i32,
+) -> Option<Option<std::io::Error>> {
+    let conn = &mut d.io.conns[c.index()];
+    if conn.gen != gen {
+        return None;
     }
+    let u = &mut d.uconns[c.index()];
+    if res == -libc::ECANCELED && u.flags & CLOSE_LINKED != 0 {
+        // The linked send failed and took the cancel and close down with it: close the
+        // ordinary way (the send's completion, which came first, released its buffer).
+        u.flags &= !(CLOSE_LINKED | CLOSE_SUBMITTED);
+        let e = cancel_entry(d, c, Kind::Recv, Kind::Cancel);
+        // SAFETY: a cancellation refers to no memory of ours.
+        unsafe { d.push(&e) };
+        return None;
+    }
+    conn.state = ConnState::Free;
+    conn.out.clear();
+    // Bytes left in the pipe never reached the peer: they no longer count as sent.
+    let fill = std::mem::take(&mut u.pipe_fill);
+    debug_assert!(conn.sent >= u64::from(fill));
+    conn.sent = conn.sent.saturating_sub(u64::from(fill));
+    let pipe = u.pipe.take();
+    let err = conn.close_err.take();
+    if let Some(p) = pipe {
+        d.pipes.put(p, fill == 0);
+    }
+    Some(err)
+}
 
-    pub(super) fn complete_close<H: Handler>(&mut self, h: &mut H, c: ConnId, gen: u32, res: i32) {
-        let conn = &mut self.io.conns[c.index()];
-        if conn.gen != gen {
-            return;
-        }
-        let u = &mut self.uconns[c.index()];
-        if res == -libc::ECANCELED && u.flags & CLOSE_LINKED != 0 {
-            // The linked send failed and took the cancel and close down with it: close the
-            // ordinary way (the send's completion, which came first, released its buffer).
-            u.flags &= !(CLOSE_LINKED | CLOSE_SUBMITTED);
-            let e = self.cancel_entry(c, Kind::Recv, Kind::Cancel);
-            // SAFETY: a cancellation refers to no memory of ours.
-            return unsafe { self.push(&e) };
-        }
-        conn.state = ConnState::Free;
-        conn.out.clear();
-        // Bytes left in the pipe never reached the peer: they no longer count as sent.
-        let fill = std::mem::take(&mut u.pipe_fill);
-        debug_assert!(conn.sent >= u64::from(fill));
-        conn.sent = conn.sent.saturating_sub(u64::from(fill));
-        let pipe = u.pipe.take();
-        let err = conn.close_err.take();
-        if let Some(p) = pipe {
-            self.pipes.put(p, fill == 0);
-        }
-        if c.0 < self.max_conns {
-            self.accepted_closed();
-        }
-        self.release_outbound(c);
-        h.on_closed(&mut self.io, c, err);
+pub(super) fn shutdown(d: &mut UringDriver, c: ConnId) {
+    let conn = &d.io.conns[c.index()];
+    if conn.state != ConnState::Open {
+        return;
     }
-
-    pub(super) fn shutdown(&mut self, c: ConnId) {
-        let conn = &self.io.conns[c.index()];
-        if conn.state != ConnState::Open {
-            return;
-        }
-        let e = opcode::Shutdown::new(types::Fixed(c.0), libc::SHUT_WR)
-            .build()
-            .user_data(pack(Kind::Shutdown, conn.gen, c.0));
-        // SAFETY: refers to no memory of ours; the slot outlives it (close cancels it first).
-        unsafe { self.push(&e) };
-    }
+    let e = opcode::Shutdown::new(types::Fixed(c.0), libc::SHUT_WR)
+        .build()
+        .user_data(pack(Kind::Shutdown, conn.gen, c.0));
+    // SAFETY: refers to no memory of ours; the slot outlives it (close cancels it first).
+    unsafe { d.push(&e) };
 }

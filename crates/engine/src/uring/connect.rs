@@ -9,8 +9,9 @@ use std::os::fd::AsRawFd;
 
 use io_uring::{opcode, types, IoUring};
 
+use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use super::UringDriver;
+use super::{close, recv};
 use crate::handler::Handler;
 use crate::io::{ConnId, ConnState, Slots};
 
@@ -49,60 +50,52 @@ pub(super) fn limit_alloc_range(ring: &IoUring, len: u32) -> io::Result<()> {
     Ok(())
 }
 
-impl UringDriver {
-    /// Installs the outbound socket in its slot and starts the connect.
-    pub(super) fn start_connect(&mut self, c: ConnId) {
-        if self.io.conns[c.index()].state != ConnState::Connecting {
-            return;
-        }
-        self.open_slot(c);
-        let conn = &self.io.conns[c.index()];
-        let Some(out) = conn.outbound.as_ref() else {
-            return;
-        };
-        let raw = out.fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-        if let Err(e) = self.ring.submitter().register_files_update(c.0, &[raw]) {
-            let e = io::Error::new(e.kind(), format!("install outbound socket: {e}"));
-            return self.begin_close(c, Some(e));
-        }
-        let (ptr, len) = (out.sa.as_ptr(), out.sa.len());
-        let e = opcode::Connect::new(types::Fixed(c.0), ptr.cast(), len)
-            .build()
-            .user_data(pack(Kind::Connect, conn.gen, c.0));
-        // SAFETY: the address is boxed in the connection's `Outbound`, which is dropped only
-        // after the slot is closed, and a close cancels (and waits for) the connect first.
-        unsafe { self.push(&e) };
+/// Installs the outbound socket in its slot and starts the connect.
+pub(super) fn start(d: &mut UringDriver, c: ConnId) {
+    if d.io.conns[c.index()].state != ConnState::Connecting {
+        return;
     }
-
-    pub(super) fn complete_connect<H: Handler>(
-        &mut self,
-        h: &mut H,
-        c: ConnId,
-        gen: u32,
-        res: i32,
-    ) {
-        let conn = &mut self.io.conns[c.index()];
-        if conn.gen != gen || conn.state != ConnState::Connecting {
-            return;
-        }
-        if res < 0 {
-            let e = crate::sys::errno(res);
-            let peer = conn.peer.map_or(String::new(), |p| p.to_string());
-            let e = io::Error::new(e.kind(), format!("connect to {peer}: {e}"));
-            return self.begin_close(c, Some(e));
-        }
-        conn.state = ConnState::Open;
-        self.arm_recv(c);
-        self.io.mark_dirty(c);
-        h.on_connected(&mut self.io, c);
+    d.open_slot(c);
+    let conn = &d.io.conns[c.index()];
+    let Some(out) = conn.outbound.as_ref() else {
+        return;
+    };
+    let raw = out.fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+    if let Err(e) = d.ring.submitter().register_files_update(c.0, &[raw]) {
+        let e = io::Error::new(e.kind(), format!("install outbound socket: {e}"));
+        return close::begin(d, c, Some(e));
     }
+    let (ptr, len) = (out.sa.as_ptr(), out.sa.len());
+    let e = opcode::Connect::new(types::Fixed(c.0), ptr.cast(), len)
+        .build()
+        .user_data(pack(Kind::Connect, conn.gen, c.0));
+    // SAFETY: the address is boxed in the connection's `Outbound`, which is dropped only
+    // after the slot is closed, and a close cancels (and waits for) the connect first.
+    unsafe { d.push(&e) };
+}
 
-    /// Gives an outbound connection's slot back once its descriptor is closed.
-    pub(super) fn release_outbound(&mut self, c: ConnId) {
-        if self.io.conns[c.index()].outbound.take().is_some() {
-            if let Slots::Reserved(free) = &mut self.io.slots {
-                free.push(c.0);
-            }
+pub(super) fn complete<H: Handler>(d: &mut UringDriver, h: &mut H, c: ConnId, gen: u32, res: i32) {
+    let conn = &mut d.io.conns[c.index()];
+    if conn.gen != gen || conn.state != ConnState::Connecting {
+        return;
+    }
+    if res < 0 {
+        let e = crate::sys::errno(res);
+        let peer = conn.peer.map_or(String::new(), |p| p.to_string());
+        let e = io::Error::new(e.kind(), format!("connect to {peer}: {e}"));
+        return close::begin(d, c, Some(e));
+    }
+    conn.state = ConnState::Open;
+    recv::arm(d, c);
+    d.io.mark_dirty(c);
+    h.on_connected(&mut d.io, c);
+}
+
+/// Gives an outbound connection's slot back once its descriptor is closed.
+pub(super) fn release(d: &mut UringDriver, c: ConnId) {
+    if d.io.conns[c.index()].outbound.take().is_some() {
+        if let Slots::Reserved(free) = &mut d.io.slots {
+            free.push(c.0);
         }
     }
 }

@@ -14,14 +14,17 @@
 
 use std::os::fd::AsRawFd;
 
-use super::UringDriver;
+use super::close;
+use super::pagecache::{file_shrank, pread_nowait};
+use super::sendfile::NO_SENDFILE;
+use super::state::UringDriver;
 use crate::io::{Chunk, ConnId};
 
 /// The most one read takes: with the head in front, one send's worth; larger files go in
 /// rounds of this size, each read after the last one's send completed.
-pub(super) const FILE_READ_CHUNK: usize = 64 * 1024;
+const FILE_READ_CHUNK: usize = 64 * 1024;
 
-/// What [`UringDriver::read_file_ahead`] did.
+/// What [`read_ahead`] did.
 pub(super) enum ReadAhead {
     /// The front chunk is bytes (possibly with file bytes appended): send it.
     Send,
@@ -33,91 +36,92 @@ pub(super) enum ReadAhead {
     Closed,
 }
 
-impl UringDriver {
-    /// Moves file bytes that are in the page cache into the output queue as bytes: appended to
-    /// a front bytes chunk followed by a file (a response head and its body, one send), or
-    /// read into a new front chunk when the file is first; or says that the front file goes by
-    /// sendfile or splice. Called with nothing in flight.
-    pub(super) fn read_file_ahead(&mut self, c: ConnId) -> ReadAhead {
-        let conn = &self.io.conns[c.index()];
-        match conn.out.front() {
-            Some(Chunk::Bytes { buf, pos }) => {
-                let room = FILE_READ_CHUNK.saturating_sub(buf.len() - pos) as u64;
-                match conn.out.get(1) {
-                    // A body that fits behind the head goes with it in one send; a larger
-                    // one by sendfile after it, or else in reads from here.
-                    Some(f @ Chunk::File { .. })
-                        if room > 0
-                            && (f.remaining() <= room || !self.use_sendfile(c, f.remaining())) => {}
-                    _ => return ReadAhead::Send,
-                }
+/// Moves file bytes that are in the page cache into the output queue as bytes: appended to
+/// a front bytes chunk followed by a file (a response head and its body, one send), or
+/// read into a new front chunk when the file is first; or says that the front file goes by
+/// sendfile or splice. Called with nothing in flight.
+pub(super) fn read_ahead(d: &mut UringDriver, c: ConnId) -> ReadAhead {
+    let conn = &d.io.conns[c.index()];
+    match conn.out.front() {
+        Some(Chunk::Bytes { buf, pos }) => {
+            let room = FILE_READ_CHUNK.saturating_sub(buf.len() - pos) as u64;
+            match conn.out.get(1) {
+                // A body that fits behind the head goes with it in one send; a larger
+                // one by sendfile after it, or else in reads from here.
+                Some(f @ Chunk::File { .. })
+                    if room > 0
+                        && (f.remaining() <= room || !use_sendfile(d, c, f.remaining())) => {}
+                _ => return ReadAhead::Send,
             }
-            Some(f @ Chunk::File { .. }) => {
-                if self.uconns[c.index()].pipe_fill > 0 {
-                    return ReadAhead::Splice; // finish what the pipe holds first
-                }
-                if self.use_sendfile(c, f.remaining()) {
-                    return ReadAhead::Sendfile;
-                }
-                let io = &mut self.io;
-                let conn = &mut io.conns[c.index()];
-                let buf = io.spares.pop().unwrap_or_default();
-                conn.out.push_front(Chunk::Bytes { buf, pos: 0 });
-            }
-            None => return ReadAhead::Send,
         }
-        let io = &mut self.io;
-        let conn = &mut io.conns[c.index()];
-        // The front chunk is bytes now, and a file chunk follows it.
-        let (front, rest) = conn.out.as_mut_slices();
-        let (buf, pos, file) = match (front, rest) {
-            ([Chunk::Bytes { buf, pos }, Chunk::File { file, off, end }, ..], _)
-            | ([Chunk::Bytes { buf, pos }], [Chunk::File { file, off, end }, ..]) => {
-                (buf, *pos, (file.as_raw_fd(), off, *end))
+        Some(f @ Chunk::File { .. }) => {
+            if d.uconns[c.index()].pipe_fill > 0 {
+                return ReadAhead::Splice; // finish what the pipe holds first
             }
-            _ => unreachable!("bytes then a file at the front of the queue"),
-        };
-        let (fd, off, end) = file;
-        let room = FILE_READ_CHUNK - (buf.len() - pos);
-        let want = (end - *off).min(room as u64) as usize;
-        let front_empty = pos == buf.len();
-        let res = append_nowait(fd, buf, want, *off);
-        let err = match res {
-            Ok(0) => file_shrank(),
-            Ok(n) => {
-                *off += n as u64;
-                if *off == end {
-                    conn.out.remove(1);
-                }
-                return ReadAhead::Send;
+            if use_sendfile(d, c, f.remaining()) {
+                return ReadAhead::Sendfile;
             }
-            // EAGAIN: not in the page cache; EOPNOTSUPP: a file system without RWF_NOWAIT.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINTR)
-                ) =>
-            {
-                if !front_empty {
-                    return ReadAhead::Send; // the head goes now, the file after it
-                }
-                // Nothing was cached: the empty chunk goes back, the file is spliced.
-                conn.pop_front(&mut io.spares);
-                return ReadAhead::Splice;
-            }
-            Err(e) => e,
-        };
-        self.begin_close(c, Some(err));
-        ReadAhead::Closed
+            let io = &mut d.io;
+            let conn = &mut io.conns[c.index()];
+            let buf = io.spares.pop().unwrap_or_default();
+            conn.out.push_front(Chunk::Bytes { buf, pos: 0 });
+        }
+        None => return ReadAhead::Send,
     }
+    let io = &mut d.io;
+    let conn = &mut io.conns[c.index()];
+    // The front chunk is bytes now, and a file chunk follows it.
+    let (front, rest) = conn.out.as_mut_slices();
+    let (buf, pos, file) = match (front, rest) {
+        ([Chunk::Bytes { buf, pos }, Chunk::File { file, off, end }, ..], _)
+        | ([Chunk::Bytes { buf, pos }], [Chunk::File { file, off, end }, ..]) => {
+            (buf, *pos, (file.as_raw_fd(), off, *end))
+        }
+        _ => unreachable!("bytes then a file at the front of the queue"),
+    };
+    let (fd, off, end) = file;
+    let room = FILE_READ_CHUNK - (buf.len() - pos);
+    let want = (end - *off).min(room as u64) as usize;
+    let front_empty = pos == buf.len();
+    let res = append_nowait(fd, buf, want, *off);
+    let err = match res {
+        Ok(0) => file_shrank(),
+        Ok(n) => {
+            *off += n as u64;
+            if *off == end {
+                conn.out.remove(1);
+            }
+            return ReadAhead::Send;
+        }
+        // EAGAIN: not in the page cache; EOPNOTSUPP: a file system without RWF_NOWAIT.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINTR)
+            ) =>
+        {
+            if !front_empty {
+                return ReadAhead::Send; // the head goes now, the file after it
+            }
+            // Nothing was cached: the empty chunk goes back, the file is spliced.
+            conn.pop_front(&mut io.spares);
+            return ReadAhead::Splice;
+        }
+        Err(e) => e,
+    };
+    close::begin(d, c, Some(err));
+    ReadAhead::Closed
 }
 
-/// The error for a file that ended before the bytes a response announced for it.
-pub(super) fn file_shrank() -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::UnexpectedEof,
-        "file shrank while being sent",
-    )
+/// Whether `remaining` bytes of a file go by sendfile on connection `c`: bodies larger
+/// than one read, and all of them while the connection has its descriptor (it is dropped
+/// when no file is queued, so it costs a descriptor per file being sent, not per
+/// connection; where none is left, EMFILE, the connection's files are read and sent).
+fn use_sendfile(d: &UringDriver, c: ConnId, remaining: u64) -> bool {
+    let u = &d.uconns[c.index()];
+    d.sendfile_ok
+        && u.flags & NO_SENDFILE == 0
+        && (u.sock_fd.is_some() || remaining > FILE_READ_CHUNK as u64)
 }
 
 /// Reads `want` more bytes of `fd` at `off` onto the end of `buf`, only from the page cache.
@@ -129,24 +133,4 @@ fn append_nowait(fd: i32, buf: &mut Vec<u8>, want: usize, off: u64) -> std::io::
     // SAFETY: `pread_nowait` initialised the first `n` bytes of the spare capacity.
     unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
-}
-
-/// Reads into `dst` from `fd` at `off`, only from the page cache (`RWF_NOWAIT`: `EAGAIN`
-/// rather than waiting for the disk). Returns the bytes read, which are initialised.
-pub(super) fn pread_nowait(
-    fd: i32,
-    dst: &mut [std::mem::MaybeUninit<u8>],
-    off: u64,
-) -> std::io::Result<usize> {
-    let iov = libc::iovec {
-        iov_base: dst.as_mut_ptr().cast(),
-        iov_len: dst.len(),
-    };
-    // SAFETY: the iovec covers `dst`, memory we hold exclusively for this synchronous call;
-    // the kernel writes at most `iov_len` bytes there. `fd` is the open file of a chunk.
-    let n = unsafe { libc::preadv2(fd, &iov, 1, off as libc::off_t, libc::RWF_NOWAIT) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(n as usize)
 }

@@ -3,7 +3,12 @@
 //! pipe, and cancellation that closes a slot only once nothing in flight refers to it.
 //!
 //! One file per operation (`accept.rs`, `recv.rs`, ...): each builds its submission and handles
-//! its completion. Completions are routed by the `userdata` tags.
+//! its completion, as functions over the driver's state (`state.rs`) or, where the operation
+//! owns its buffer, as a type of its own (`wake::WakeOp`, `peer::PeerQueries`). This file runs
+//! the loop: it carries out what the handler queued, waits, and routes completions by their
+//! `userdata` tags. Operations call only operations below them (`close.rs` is called by all
+//! and calls none); what follows a close (a free accept slot, an outbound slot back, the
+//! handler's `on_closed`) is sequenced here.
 
 mod accept;
 mod bufring;
@@ -14,30 +19,36 @@ mod connect;
 mod enter;
 mod file_read;
 mod msg;
+mod pagecache;
 mod peer;
 mod pipes;
+mod poll;
 pub mod probe;
 mod recv;
 mod send;
 mod sendfile;
 mod splice;
 mod sqe;
+mod state;
 mod userdata;
 mod wake;
+
+pub use state::UringDriver;
 
 use std::io;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use io_uring::{cqueue, squeue, IoUring};
+use io_uring::{cqueue, IoUring};
 
 use crate::driver::Driver;
 use crate::handler::Handler;
 use crate::io::{Action, ConnId, ConnState, Io, ListenerId};
 use crate::waker::Waker;
-use crate::ZoneConfig;
-use bufring::BufRing;
+use crate::zone::{SqPoll, ZoneConfig};
+use bufring::{BufRing, BGID};
 use pipes::PipePool;
+use state::Listener;
 use userdata::{unpack, Kind};
 
 /// Most completions an adaptive batch waits for.
@@ -46,80 +57,6 @@ const MAX_BATCH_WAIT: u32 = 64;
 const BATCH_FROM: u32 = 8;
 /// Most waits the batching gate stays shut after batches that did not fill.
 const MAX_BATCH_BACKOFF: u64 = 64;
-
-/// Bytes a multishot receive takes before it ends and is re-armed (Linux 6.17's
-/// `IORING_RECV_MSHOT_LIM`, the `optlen` of the submission): the most a connection can still
-/// receive after its handler paused it, since the pause (a cancellation) takes effect only
-/// after the receives already done. Without it a paused connection could drain its whole
-/// socket buffer (up to `tcp_rmem`'s maximum) into the zone's buffers.
-const RECV_ARM_LIMIT: u32 = 256 * 1024;
-
-/// Buffer group id of the zone's receive buffer ring.
-const BGID: u16 = 0;
-
-struct Listener {
-    sock: Option<TcpListener>,
-    v6: bool,
-    armed: bool,
-    /// The armed accept is multishot (else one connection, then re-armed).
-    multishot: bool,
-    closing: bool,
-}
-
-/// A zone's io_uring back end. Field order matters: the ring is dropped before the buffer
-/// memory it was told about.
-pub struct UringDriver {
-    ring: IoUring,
-    bufs: BufRing,
-    io: Io,
-    /// The driver's own state of each connection, indexed like `io.conns` (`conn.rs`).
-    uconns: Vec<conn::UringConn>,
-    listeners: Vec<Listener>,
-    wake: wake::WakeOp,
-    cqes: Vec<(u64, i32, u32)>,
-    /// Connections whose multishot receive ended with ENOBUFS: re-armed after this batch's
-    /// buffers are back in the ring. No data is lost: it waits in the socket.
-    rearm_recv: Vec<ConnId>,
-    accept_backoff: bool,
-    /// Accepted connections open now (slots in use below `max_conns`), and the limit.
-    accepted: u32,
-    max_conns: u32,
-    /// `max_conns` connections are open: accepting waits for one to close.
-    at_limit: bool,
-    pipes: PipePool,
-    waits: u64,
-    enter: enter::Enter,
-    sqpoll: Option<crate::SqPoll>,
-    /// Ask for peer addresses before `on_accept`.
-    peer_addrs: bool,
-    /// Per slot: where `SO_PEERNAME` writes, and the listener the connection came from.
-    peer_bufs: Vec<(Option<peer::PeerBuf>, u32)>,
-    /// How long to spin on the completion queue before parking (`busy_poll_us`).
-    busy_poll: Duration,
-    /// Adaptive batching bound in microseconds (0: off), and the last batch's size.
-    batch_wait_us: u32,
-    /// `ZoneConfig::batch_when_pending`.
-    batch_when_pending: bool,
-    last_batch: u32,
-    /// Receives that brought data among them: the arrivals. Bookkeeping completions (sends,
-    /// cancels, closes: four per short connection) do not make a zone saturated.
-    last_inputs: u32,
-    /// Connections with a receive armed (`recv.rs`).
-    armed_recvs: u32,
-    /// Completions the last wait asked for (1: no batching).
-    batch_want: u32,
-    /// Batching is skipped until `waits` reaches this (see `park`).
-    batch_skip_until: u64,
-    /// Waits to skip after the next batch that does not fill; doubles per miss.
-    batch_backoff: u64,
-    /// Share of recent time spent outside the blocking wait (gates batching).
-    busy: busy::Busy,
-    /// Byte limit of each multishot receive (0: none; dropped on kernels that refuse it).
-    recv_limit: u32,
-    /// Large file bodies go by sendfile (`sendfile.rs`); false where the kernel cannot
-    /// install an ordinary descriptor.
-    sendfile_ok: bool,
-}
 
 impl UringDriver {
     /// Sets up the ring, the direct-descriptor table and the receive buffers of one zone.
@@ -172,7 +109,7 @@ impl UringDriver {
             enter,
             sqpoll: cfg.sqpoll.clone(),
             peer_addrs: cfg.peer_addrs,
-            peer_bufs: Vec::new(),
+            peers: peer::PeerQueries::default(),
             busy_poll: cfg.busy_poll,
             batch_wait_us: cfg.batch_wait.as_micros().min(u32::MAX as u128) as u32,
             batch_when_pending: cfg.batch_when_pending,
@@ -183,7 +120,7 @@ impl UringDriver {
             batch_skip_until: 0,
             batch_backoff: 1,
             busy: busy::Busy::new(std::time::Instant::now()),
-            recv_limit: RECV_ARM_LIMIT,
+            recv_limit: recv::RECV_ARM_LIMIT,
             sendfile_ok: true,
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
@@ -193,53 +130,16 @@ impl UringDriver {
         Ok(d)
     }
 
-    /// Queues a submission, making room by submitting if the queue is full.
-    ///
-    /// # Safety
-    ///
-    /// Every buffer and descriptor `e` refers to must stay valid until its completion (for
-    /// multishot operations: the last one, without `IORING_CQE_F_MORE`) has been reaped.
-    unsafe fn push(&mut self, e: &squeue::Entry) {
-        // SAFETY: the caller's obligations, passed on.
-        unsafe { self.push_chain(std::slice::from_ref(e)) }
-    }
-
-    /// Queues entries all at once, making room by submitting if the queue is too full. For a
-    /// chain of linked entries this matters: a submit between two of them would end the chain
-    /// early and let the rest run on their own; and one queue handle publishes them together
-    /// (its tail is written when it is dropped), so an SQPOLL thread cannot see the first
-    /// without the rest.
-    ///
-    /// # Safety
-    ///
-    /// As for [`push`](Self::push), for every entry.
-    unsafe fn push_chain(&mut self, chain: &[squeue::Entry]) {
-        loop {
-            // SAFETY: the caller guarantees the entries' resources outlive the operations.
-            if unsafe { self.ring.submission().push_multiple(chain) }.is_ok() {
-                return;
-            }
-            // The queue is full: hand it to the kernel now. EBUSY means the completion queue
-            // is overflowing: reap until the kernel takes submissions again.
-            if let Err(err) = self.ring.submit() {
-                if err.raw_os_error() != Some(libc::EBUSY) {
-                    tracing::error!("io_uring submit failed: {err}");
-                }
-                let _ = self.ring.submit_and_wait(1);
-            }
-        }
-    }
-
     /// Carries out queued actions and sends, until nothing new is queued.
     fn flush<H: Handler>(&mut self, h: &mut H) {
         loop {
             let mut actions = std::mem::take(&mut self.io.actions);
             for a in actions.drain(..) {
                 match a {
-                    Action::Close(c) => self.begin_close(c, None),
-                    Action::PauseRecv(c) => self.pause_recv(c),
-                    Action::ResumeRecv(c) => self.resume_recv(c),
-                    Action::Connect(c) => self.start_connect(c),
+                    Action::Close(c) => close::begin(self, c, None),
+                    Action::PauseRecv(c) => recv::pause(self, c),
+                    Action::ResumeRecv(c) => recv::resume(self, c),
+                    Action::Connect(c) => connect::start(self, c),
                 }
             }
             if self.io.actions.is_empty() {
@@ -249,11 +149,11 @@ impl UringDriver {
                 let _ = Driver::add_listener(self, l);
             }
             for id in std::mem::take(&mut self.io.closed_listeners) {
-                self.cancel_accept(id.0);
+                accept::cancel(self, id.0);
             }
             if self.io.stop_listening {
                 self.io.stop_listening = false;
-                self.cancel_accepts();
+                accept::cancel_all(self);
             }
             if self.io.dirty.is_empty() && self.io.actions.is_empty() {
                 break;
@@ -284,8 +184,8 @@ impl UringDriver {
         }
         match std::mem::replace(&mut conn.after_flush, crate::io::AfterFlush::Nothing) {
             crate::io::AfterFlush::Nothing => {}
-            crate::io::AfterFlush::Close => return self.begin_close(c, None),
-            crate::io::AfterFlush::ShutdownWrite => self.shutdown(c),
+            crate::io::AfterFlush::Close => return close::begin(self, c, None),
+            crate::io::AfterFlush::ShutdownWrite => close::shutdown(self, c),
         }
         let conn = &mut self.io.conns[c.index()];
         if conn.notify_flushed {
@@ -300,10 +200,10 @@ impl UringDriver {
         if self.io.conns[c.index()].out.is_empty() {
             return;
         }
-        match self.read_file_ahead(c) {
-            file_read::ReadAhead::Send => self.submit_send(c),
-            file_read::ReadAhead::Splice => self.submit_splice(c),
-            file_read::ReadAhead::Sendfile => self.sendfile_front(c),
+        match file_read::read_ahead(self, c) {
+            file_read::ReadAhead::Send => send::submit(self, c),
+            file_read::ReadAhead::Splice => splice::submit(self, c),
+            file_read::ReadAhead::Sendfile => sendfile::send_front(self, c),
             file_read::ReadAhead::Closed => {}
         }
     }
@@ -314,21 +214,53 @@ impl UringDriver {
             return;
         };
         match kind {
-            Kind::Accept => self.complete_accept(h, idx, res, flags),
-            Kind::Recv => self.complete_recv(h, ConnId(idx), gen, res, flags),
-            Kind::Send => self.complete_send(ConnId(idx), gen, res),
-            Kind::SpliceIn => self.complete_splice_in(ConnId(idx), gen, res),
-            Kind::SpliceOut => self.complete_splice_out(ConnId(idx), gen, res),
-            Kind::Cancel => self.complete_cancel(ConnId(idx), gen, res),
-            Kind::Close => self.complete_close(h, ConnId(idx), gen, res),
+            Kind::Accept => accept::complete(self, h, idx, res, flags),
+            Kind::Recv => recv::complete(self, h, ConnId(idx), gen, res, flags),
+            Kind::Send => send::complete(self, ConnId(idx), gen, res),
+            Kind::SpliceIn => splice::complete_in(self, ConnId(idx), gen, res),
+            Kind::SpliceOut => splice::complete_out(self, ConnId(idx), gen, res),
+            Kind::Cancel => close::complete_cancel(self, ConnId(idx), gen, res),
+            Kind::Close => {
+                if let Some(err) = close::complete(self, ConnId(idx), gen, res) {
+                    self.closed(h, ConnId(idx), err);
+                }
+            }
             Kind::Shutdown | Kind::CancelQuiet => {}
-            Kind::CancelAccept => self.complete_cancel_accept(idx),
-            Kind::Wake => self.complete_wake(),
+            Kind::CancelAccept => accept::complete_cancel(self, idx),
+            Kind::Wake => self.arm_wake(),
             Kind::Msg => {} // a control wake-up: `check_wake` follows the batch
-            Kind::FdInstall => self.complete_fd_install(ConnId(idx), gen, res),
-            Kind::PollOut => self.complete_poll_out(ConnId(idx), gen, res),
-            Kind::Connect => self.complete_connect(h, ConnId(idx), gen, res),
-            Kind::PeerName => self.complete_peer(h, ConnId(idx), gen, res),
+            Kind::FdInstall => sendfile::complete_fd_install(self, ConnId(idx), gen, res),
+            Kind::PollOut => poll::complete(self, ConnId(idx), gen, res),
+            Kind::Connect => connect::complete(self, h, ConnId(idx), gen, res),
+            Kind::PeerName => accept::complete_peer(self, h, ConnId(idx), gen, res),
+        }
+    }
+
+    /// Slot `c` is closed (`close::complete`): an accepted connection's slot is free for the
+    /// next accept, an outbound one goes back to the reserved range, and the handler hears of
+    /// it.
+    fn closed<H: Handler>(&mut self, h: &mut H, c: ConnId, err: Option<io::Error>) {
+        if c.0 < self.max_conns {
+            accept::slot_freed(self);
+        }
+        connect::release(self, c);
+        h.on_closed(&mut self.io, c, err);
+    }
+
+    /// Arms the eventfd read (`wake.rs`); again at each of its completions.
+    fn arm_wake(&mut self) {
+        let e = self.wake.entry();
+        // SAFETY: the read's target is the boxed u64 of `self.wake` and its descriptor the
+        // waker's eventfd, both owned by the driver, which outlives the ring's operations (the
+        // ring is dropped first); one read is armed at a time.
+        unsafe { self.push(&e) };
+    }
+
+    /// Once per loop iteration: one atomic load unless a control message is pending.
+    #[inline]
+    fn check_wake<H: Handler>(&mut self, h: &mut H) {
+        if self.wake.waker.take_pending() {
+            h.on_wake(&mut self.io);
         }
     }
 }
@@ -501,7 +433,7 @@ impl Driver for UringDriver {
             closing: false,
         });
         self.io.listener_count = self.listeners.len() as u32;
-        self.arm_accept(id);
+        accept::arm(self, id);
         Ok(ListenerId(id))
     }
 
@@ -510,11 +442,11 @@ impl Driver for UringDriver {
         if self.accept_backoff {
             self.accept_backoff = false;
             for id in 0..self.listeners.len() as u32 {
-                self.arm_accept(id);
+                accept::arm(self, id);
             }
         }
         for c in std::mem::take(&mut self.rearm_recv) {
-            self.arm_recv(c);
+            recv::arm(self, c);
         }
         let r = if let Some(sq) = &self.sqpoll {
             let spin = sq.spin;
@@ -606,13 +538,13 @@ impl Drop for UringDriver {
         let _ = self.ring.submitter().unregister_buf_ring(BGID);
         // The waker's duplicate of the ring descriptor would keep the ring (and every
         // connection in its file table) alive.
-        self.waker().clear_direct();
+        self.wake.waker.clear_direct();
     }
 }
 
 /// Creates a ring whose submissions a kernel thread polls, attached to the zones' shared SQ
 /// thread when asked.
-fn build_sqpoll_ring(entries: u32, sq: &crate::SqPoll) -> io::Result<IoUring> {
+fn build_sqpoll_ring(entries: u32, sq: &SqPoll) -> io::Result<IoUring> {
     let mut first = sq
         .share
         .as_ref()

@@ -12,85 +12,85 @@
 
 use io_uring::{opcode, types};
 
+use super::close;
+use super::conn::flush_has_work;
+use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use super::UringDriver;
 use crate::io::{AfterFlush, Chunk, ConnId, ConnState};
 
 /// The most one submission sends; larger chunks go in several rounds.
 const MAX_SEND: usize = 1 << 30;
 
-impl UringDriver {
-    pub(super) fn submit_send(&mut self, c: ConnId) {
-        let conn = &mut self.io.conns[c.index()];
-        let Some(Chunk::Bytes { buf, pos }) = conn.out.front() else {
-            unreachable!("submit_send on a non-bytes chunk")
-        };
-        let len = (buf.len() - pos).min(MAX_SEND);
-        // A response head followed by a file body: let the kernel hold the head back and
-        // send it in the same segments as the file's first bytes (what TCP_CORK does for
-        // nginx's `tcp_nopush`).
-        let more = matches!(conn.out.get(1), Some(Chunk::File { .. }));
-        // The last bytes before the close: the close goes with them (module docs). Not with
-        // SQPOLL: a kernel thread shared by several rings takes at most 8 entries per ring per
-        // round and would cut the chain.
-        let last = conn.out.len() == 1
-            && pos + len == buf.len()
-            && matches!(conn.after_flush, AfterFlush::Close)
-            && self.sqpoll.is_none();
-        // The FIN rides on the tail only if the peer sends nothing more (`Io::peer_done`).
-        let cork = last && (conn.peer_done || conn.eof);
-        let flags = libc::MSG_NOSIGNAL
-            | if more || cork { libc::MSG_MORE } else { 0 }
-            | if last { libc::MSG_WAITALL } else { 0 };
-        // SAFETY: pos <= buf.len(), so the pointer stays within (or one past) the vector.
-        let ptr = unsafe { buf.as_ptr().add(*pos) };
-        conn.in_flight = true;
-        let e = opcode::Send::new(types::Fixed(c.0), ptr, len as u32)
-            .flags(flags)
-            .build()
-            .user_data(pack(Kind::Send, conn.gen, c.0));
-        if last {
-            // SAFETY: as below, for the send; the cancel and close refer to no memory of ours.
-            return unsafe { self.close_after_send(c, &e) };
-        }
-        // SAFETY: the vector is the front chunk of the connection's queue; `in_flight` keeps it
-        // from being popped, appended to (which could move it) or dropped until this
-        // completion is handled, and close waits for it too.
-        unsafe { self.push(&e) };
+pub(super) fn submit(d: &mut UringDriver, c: ConnId) {
+    let conn = &mut d.io.conns[c.index()];
+    let Some(Chunk::Bytes { buf, pos }) = conn.out.front() else {
+        unreachable!("send::submit on a non-bytes chunk")
+    };
+    let len = (buf.len() - pos).min(MAX_SEND);
+    // A response head followed by a file body: let the kernel hold the head back and
+    // send it in the same segments as the file's first bytes (what TCP_CORK does for
+    // nginx's `tcp_nopush`).
+    let more = matches!(conn.out.get(1), Some(Chunk::File { .. }));
+    // The last bytes before the close: the close goes with them (module docs). Not with
+    // SQPOLL: a kernel thread shared by several rings takes at most 8 entries per ring per
+    // round and would cut the chain.
+    let last = conn.out.len() == 1
+        && pos + len == buf.len()
+        && matches!(conn.after_flush, AfterFlush::Close)
+        && d.sqpoll.is_none();
+    // The FIN rides on the tail only if the peer sends nothing more (`Io::peer_done`).
+    let cork = last && (conn.peer_done || conn.eof);
+    let flags = libc::MSG_NOSIGNAL
+        | if more || cork { libc::MSG_MORE } else { 0 }
+        | if last { libc::MSG_WAITALL } else { 0 };
+    // SAFETY: pos <= buf.len(), so the pointer stays within (or one past) the vector.
+    let ptr = unsafe { buf.as_ptr().add(*pos) };
+    conn.in_flight = true;
+    let e = opcode::Send::new(types::Fixed(c.0), ptr, len as u32)
+        .flags(flags)
+        .build()
+        .user_data(pack(Kind::Send, conn.gen, c.0));
+    if last {
+        // SAFETY: as below, for the send; the cancel and close refer to no memory of ours.
+        return unsafe { close::close_after_send(d, c, &e) };
     }
+    // SAFETY: the vector is the front chunk of the connection's queue; `in_flight` keeps it
+    // from being popped, appended to (which could move it) or dropped until this
+    // completion is handled, and close waits for it too.
+    unsafe { d.push(&e) };
+}
 
-    pub(super) fn complete_send(&mut self, c: ConnId, gen: u32, res: i32) {
-        let conn = &mut self.io.conns[c.index()];
-        if conn.gen != gen {
-            debug_assert!(false, "a send completes before its slot can be reused");
+pub(super) fn complete(d: &mut UringDriver, c: ConnId, gen: u32, res: i32) {
+    let conn = &mut d.io.conns[c.index()];
+    if conn.gen != gen {
+        debug_assert!(false, "a send completes before its slot can be reused");
+        return;
+    }
+    conn.in_flight = false;
+    if res > 0 {
+        conn.sent += res as u64;
+        d.wake.waker.add_out(res as u64);
+    }
+    let conn = &mut d.io.conns[c.index()];
+    if conn.state == ConnState::Closing {
+        conn.out.clear();
+        if res < 0 && res != -libc::ECANCELED && conn.close_err.is_none() {
+            conn.close_err = Some(crate::sys::errno(res));
+        }
+        return close::try_finish(d, c);
+    }
+    if res < 0 {
+        if res == -libc::EAGAIN || res == -libc::EINTR {
+            d.io.mark_dirty(c);
             return;
         }
-        conn.in_flight = false;
-        if res > 0 {
-            conn.sent += res as u64;
-            self.wake.waker.add_out(res as u64);
-        }
-        let conn = &mut self.io.conns[c.index()];
-        if conn.state == ConnState::Closing {
-            conn.out.clear();
-            if res < 0 && res != -libc::ECANCELED && conn.close_err.is_none() {
-                conn.close_err = Some(crate::sys::errno(res));
-            }
-            return self.try_finish_close(c);
-        }
-        if res < 0 {
-            if res == -libc::EAGAIN || res == -libc::EINTR {
-                self.io.mark_dirty(c);
-                return;
-            }
-            return self.begin_close(c, Some(crate::sys::errno(res)));
-        }
-        if conn.advance(res as u64) {
-            conn.pop_front(&mut self.io.spares);
-        }
-        // `flush_conn` returns at once on the same test.
-        if super::conn::flush_has_work(conn, &self.uconns[c.index()]) {
-            self.io.mark_dirty(c);
-        }
+        return close::begin(d, c, Some(crate::sys::errno(res)));
+    }
+    if conn.advance(res as u64) {
+        conn.pop_front(&mut d.io.spares);
+    }
+    // `flush_conn` returns at once on the same test.
+    if flush_has_work(conn, &d.uconns[c.index()]) {
+        d.io.mark_dirty(c);
     }
 }

@@ -9,8 +9,10 @@ use std::net::IpAddr;
 
 use httparse::Header;
 
+use crate::body::BodyKind;
 use crate::fields::{list_elements, parse_content_length, parse_transfer_codings, Codings};
-use crate::{Parsed, Request, Version};
+use crate::request::{Parsed, Request};
+use crate::version::Version;
 
 /// How an upstream response's body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,11 +298,11 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
         put(out, n, h.value);
     }
     match req.body {
-        crate::BodyKind::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        crate::BodyKind::Length(n) => {
+        BodyKind::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        BodyKind::Length(n) => {
             let _ = write!(Bytes(out), "Content-Length: {n}\r\n");
         }
-        crate::BodyKind::None => {}
+        BodyKind::None => {}
     }
     if f.forwarded_headers {
         if let Some(ip) = f.client {
@@ -368,7 +370,7 @@ pub fn write_response_head(
         }
         _ => ClientFraming::Same,
     };
-    crate::write_status_line_reason(out, resp.status, resp.reason);
+    crate::response::write_status_line_reason(out, resp.status, resp.reason);
     let switching = resp.status == 101;
     for h in resp.headers {
         let n = h.name;

@@ -1,0 +1,206 @@
+//! The configuration's top level: [`Config`] and the `[runtime]` and `[http]` sections. Each
+//! other section has its own module, which owns its types and the checks across its values.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::ops;
+use crate::steering;
+use crate::units::{Dur, Size};
+use crate::upstream;
+use crate::vhost::Server;
+use crate::xdp;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub runtime: Runtime,
+    #[serde(default)]
+    pub http: Http,
+    #[serde(default)]
+    pub server: Vec<Spanned<Server>>,
+    #[serde(default)]
+    pub upstream: Vec<Spanned<upstream::Upstream>>,
+    #[serde(default)]
+    pub stream: Vec<Spanned<upstream::Stream>>,
+    #[serde(default)]
+    pub steering: steering::Steering,
+    /// The XDP filter to attach at start; none without an [xdp] section.
+    pub xdp: Option<xdp::Xdp>,
+    /// The admin listener (`/metrics`, `/healthz`); none without an [admin] section.
+    pub admin: Option<ops::Admin>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    Uring,
+    Epoll,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// Zones (pinned threads); default: one per CPU this process may use.
+    pub zones: Option<Spanned<usize>>,
+    /// CPUs to pin zones to, in order; default: the allowed CPUs in order.
+    pub cpus: Option<Spanned<Vec<usize>>>,
+    #[serde(default = "default_engine")]
+    pub engine: Engine,
+    /// Drop privileges to this user after binding the listeners.
+    pub user: Option<Spanned<String>>,
+    /// Connections one zone can hold.
+    #[serde(default = "default_max_conns")]
+    pub max_conns: u32,
+    /// Receive buffers per zone (a power of two) and their size.
+    #[serde(default = "default_recv_buffers")]
+    pub recv_buffers: Spanned<u32>,
+    #[serde(default = "default_recv_buffer_size")]
+    pub recv_buffer_size: Size,
+    /// How long SIGTERM waits for requests in flight before exiting anyway.
+    #[serde(default = "default_drain_timeout")]
+    pub drain_timeout: Dur,
+    /// `error`, `warn`, `info`, `debug` or `trace`; `RUST_LOG` overrides it.
+    #[serde(default = "default_log_level")]
+    pub log_level: String,
+    /// Listen queue length.
+    #[serde(default = "default_backlog")]
+    pub backlog: i32,
+    /// io_uring kernel submission polling: one kernel thread shared by all zones picks up
+    /// submissions, so a busy zone makes no system calls. Costs that thread's CPU.
+    #[serde(default)]
+    pub sqpoll: bool,
+    /// How long the SQ thread polls an idle ring before sleeping.
+    #[serde(default = "default_sqpoll_idle")]
+    pub sqpoll_idle: Dur,
+    /// How long a zone spins on its completion queue before sleeping (SQPOLL only). A zone
+    /// that always finds a completion within this time makes no system call at all.
+    #[serde(default = "default_sqpoll_spin")]
+    pub sqpoll_spin: Dur,
+    /// Pin the shared SQ thread to this CPU (best on a core no zone uses).
+    pub sqpoll_cpu: Option<Spanned<u32>>,
+    /// Written with the server's pid once it serves; `ringx reload` signals that pid.
+    pub pid_file: Option<Spanned<PathBuf>>,
+    /// Microseconds an idle zone spins on its completion queue before it parks; -1: never.
+    #[serde(default = "ops::default_busy_poll_us")]
+    pub busy_poll_us: i64,
+    /// io_uring adaptive completion batching: near saturation (4 or more receives with data in
+    /// the last wait and more completions already pending, or the zone on the CPU 80% of its
+    /// last 2 ms and more than two completions in the last wait) the next wait asks for as many
+    /// again (at least 8, at most 64, at most half the connections), waiting at most this long
+    /// for them; otherwise nothing waits. 0: off. The default was picked by measurement
+    /// (bench/README.md).
+    #[serde(default = "default_batch_wait_us")]
+    pub batch_wait_us: u32,
+    /// Also wait for a batch when completions are already waiting (fewer io_uring_enter
+    /// calls, more sleeps; see the engine's `ZoneConfig::batch_when_pending`).
+    #[serde(default)]
+    pub batch_when_pending: bool,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults deserialise")
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Http {
+    #[serde(default = "d60")]
+    pub client_header_timeout: Dur,
+    #[serde(default = "d60")]
+    pub client_body_timeout: Dur,
+    #[serde(default = "d75")]
+    pub keepalive_timeout: Dur,
+    #[serde(default = "d60")]
+    pub send_timeout: Dur,
+    /// How long a closing connection keeps reading (and discarding) what the client sends, so
+    /// the response is not destroyed by a reset (nginx's lingering_timeout).
+    #[serde(default = "d5")]
+    pub lingering_timeout: Dur,
+    #[serde(default = "default_keepalive_requests")]
+    pub keepalive_requests: u32,
+    #[serde(default = "default_max_body")]
+    pub client_max_body_size: Size,
+    #[serde(default = "default_max_head")]
+    pub max_header_size: Size,
+    #[serde(default = "default_max_uri")]
+    pub max_uri_size: Size,
+    #[serde(default = "default_max_headers")]
+    pub max_headers: usize,
+    /// Send the version in the `Server` header (`ringx/0.1.0`) or just `ringx`.
+    #[serde(default = "yes")]
+    pub server_tokens: bool,
+    /// Access log file (absolute path); none: no access log.
+    pub access_log: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub access_log_format: ops::LogFormat,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults deserialise")
+    }
+}
+
+fn default_engine() -> Engine {
+    Engine::Uring
+}
+fn default_max_conns() -> u32 {
+    16384
+}
+fn default_recv_buffers() -> Spanned<u32> {
+    Spanned::new(0..0, 1024)
+}
+fn default_recv_buffer_size() -> Size {
+    Size(16384)
+}
+fn default_drain_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(30))
+}
+fn default_log_level() -> String {
+    "info".into()
+}
+fn default_sqpoll_idle() -> Dur {
+    Dur(std::time::Duration::from_millis(100))
+}
+fn default_sqpoll_spin() -> Dur {
+    Dur(std::time::Duration::from_micros(50))
+}
+fn default_batch_wait_us() -> u32 {
+    20
+}
+fn default_backlog() -> i32 {
+    4096
+}
+fn d5() -> Dur {
+    Dur(std::time::Duration::from_secs(5))
+}
+fn d60() -> Dur {
+    Dur(std::time::Duration::from_secs(60))
+}
+fn d75() -> Dur {
+    Dur(std::time::Duration::from_secs(75))
+}
+fn default_keepalive_requests() -> u32 {
+    1000
+}
+fn default_max_body() -> Size {
+    Size(1 << 20)
+}
+fn default_max_head() -> Size {
+    Size(16 << 10)
+}
+fn default_max_uri() -> Size {
+    Size(8 << 10)
+}
+fn default_max_headers() -> usize {
+    100
+}
+fn yes() -> bool {
+    true
+}
