@@ -29,8 +29,9 @@
 //!
 //! A [`Parsed::Partial`] result means "read more and call again". An error
 //! carries the status to answer with ([`RequestError::status`]); after it,
-//! write an error page with [`write_error_response`] and close the
-//! connection, because the framing of anything that follows is unknown.
+//! answer with that status (ringx's error pages are written by its server
+//! crate's response writer) and close the connection, because the framing
+//! of anything that follows is unknown.
 //!
 //! The parser follows RFC 9112 strictly and rejects anything ambiguous, in
 //! particular everything used for request smuggling:
@@ -127,10 +128,7 @@ pub use limits::{BodyLimits, Limits};
 pub use method::Method;
 pub use path::{normalize_path, PathError};
 pub use request::{parse_request, parse_request_uninit, Parsed, Request};
-pub use response::{
-    write_chunk, write_error_response, write_last_chunk, write_status_line,
-    write_status_line_reason,
-};
+pub use response::{write_chunk, write_last_chunk, write_status_line, write_status_line_reason};
 pub use status::reason;
 pub use version::Version;
 

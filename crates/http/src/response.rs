@@ -1,6 +1,5 @@
 //! Response serialisation: status line, chunked encoder and error pages.
 
-use crate::date::DateCache;
 use crate::status::reason;
 
 /// Appends `HTTP/1.1 <status> <reason>\r\n`.
@@ -83,59 +82,4 @@ pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
 /// Appends the last chunk and an empty trailer section: `0\r\n\r\n`.
 pub fn write_last_chunk(out: &mut Vec<u8>) {
     out.extend_from_slice(b"0\r\n\r\n");
-}
-
-/// Appends a complete error response with a small HTML page, like nginx's:
-///
-/// ```text
-/// HTTP/1.1 400 Bad Request
-/// Server: ringx
-/// Date: Sun, 06 Nov 1994 08:49:37 GMT
-/// Content-Type: text/html
-/// Content-Length: 138
-/// Connection: close            (only when `close`)
-///
-/// <html><head><title>400 Bad Request</title></head><body><center><h1>400 Bad Request</h1></center><hr><center>ringx</center></body></html>
-/// ```
-///
-/// `server` is written verbatim into the `Server` header and the page, so it
-/// must be a trusted constant (no CR/LF, no HTML).
-pub fn write_error_response(
-    out: &mut Vec<u8>,
-    status: u16,
-    date: &DateCache,
-    server: &[u8],
-    close: bool,
-) {
-    let mut title = Vec::with_capacity(40);
-    push_status(&mut title, status);
-    title.push(b' ');
-    title.extend_from_slice(reason(status).as_bytes());
-
-    let body_len = b"<html><head><title></title></head><body><center><h1></h1></center><hr><center></center></body></html>\r\n".len()
-        + 2 * title.len()
-        + server.len();
-
-    write_status_line(out, status);
-    out.extend_from_slice(b"Server: ");
-    out.extend_from_slice(server);
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(date.header());
-    out.extend_from_slice(b"Content-Type: text/html\r\nContent-Length: ");
-    push_decimal(out, body_len as u64);
-    out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-
-    let start = out.len();
-    out.extend_from_slice(b"<html><head><title>");
-    out.extend_from_slice(&title);
-    out.extend_from_slice(b"</title></head><body><center><h1>");
-    out.extend_from_slice(&title);
-    out.extend_from_slice(b"</h1></center><hr><center>");
-    out.extend_from_slice(server);
-    out.extend_from_slice(b"</center></body></html>\r\n");
-    debug_assert_eq!(out.len() - start, body_len);
 }

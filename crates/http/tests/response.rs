@@ -1,8 +1,8 @@
 //! Status lines, reason phrases, chunked encoding, error pages and dates.
 
 use ringx_http::{
-    fmt_http_date, parse_http_date, reason, write_chunk, write_error_response, write_last_chunk,
-    write_status_line, BodyDecoder, BodyKind, BodyLimits, DateCache,
+    fmt_http_date, parse_http_date, reason, write_chunk, write_last_chunk, write_status_line,
+    BodyDecoder, BodyKind, BodyLimits, DateCache,
 };
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -121,32 +121,4 @@ fn chunk_encoder_round_trips() {
     }
     assert!(input.is_empty());
     assert_eq!(body, [&b"hello"[..], &big].concat());
-}
-
-#[test]
-fn error_pages() {
-    let mut date = DateCache::new();
-    date.update(at(RFC_EXAMPLE));
-    let page = "<html><head><title>400 Bad Request</title></head><body><center><h1>400 Bad Request</h1></center><hr><center>ringx</center></body></html>\r\n";
-
-    let mut out = Vec::new();
-    write_error_response(&mut out, 400, &date, b"ringx", true);
-    let want = format!(
-        "HTTP/1.1 400 Bad Request\r\nServer: ringx\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
-         Content-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
-        page.len()
-    );
-    assert_eq!(String::from_utf8(out).unwrap(), want);
-
-    let mut out = Vec::new();
-    write_error_response(&mut out, 404, &date, b"x", false);
-    let text = String::from_utf8(out).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 404 Not Found\r\n"));
-    assert!(!head.contains("Connection"));
-    assert!(
-        head.contains(&format!("Content-Length: {}\r\n", body.len()))
-            || head.ends_with(&format!("Content-Length: {}", body.len()))
-    );
-    assert!(body.contains("<title>404 Not Found</title>") && body.contains("<center>x</center>"));
 }
