@@ -5,6 +5,7 @@ use crate::error::RequestError;
 use crate::fields::analyze;
 use crate::head::{
     check_method_len, check_partial, check_raw_bytes, check_target_len, classify_version_error,
+    MAX_METHOD_LEN,
 };
 use crate::limits::Limits;
 use crate::method::Method;
@@ -161,7 +162,10 @@ fn finish<'h, 'b>(
     let (Some(method_str), Some(target), Some(version)) = (method, path, version) else {
         return Err(RequestError::bad("incomplete request line"));
     };
-    check_method_len(method_str.as_bytes())?;
+    // `httparse` accepted the method as a token, so only its length is left to check.
+    if method_str.len() > MAX_METHOD_LEN {
+        return Err(RequestError::new(501, "method too long"));
+    }
     let version = match version {
         0 => Version::Http10,
         1 => Version::Http11,

@@ -164,14 +164,18 @@ pub(super) fn complete_peer<H: Handler>(
 /// An accepted connection closed: a slot is free again.
 pub(super) fn slot_freed(d: &mut UringDriver) {
     d.accepted = d.accepted.saturating_sub(1);
-    if d.at_limit {
-        d.at_limit = false;
-        d.wake.waker.set_full(false);
-        tracing::info!(
-            "below the connection limit (max_conns {}) again: accepting",
-            d.max_conns
-        );
+    // Below the limit every listener is armed already (each accept's last completion re-arms
+    // it, `complete`), except in a back-off, which `poll` ends; only at the limit were
+    // accepts left unarmed.
+    if !d.at_limit {
+        return;
     }
+    d.at_limit = false;
+    d.wake.waker.set_full(false);
+    tracing::info!(
+        "below the connection limit (max_conns {}) again: accepting",
+        d.max_conns
+    );
     for id in 0..d.listeners.len() as u32 {
         arm(d, id);
     }

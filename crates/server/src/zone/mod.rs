@@ -253,8 +253,15 @@ impl Handler for Zone {
         let local = self.ctx.routes.listen.get(li as usize).copied();
         let Client { base, role } = &mut self.clients[c.index()];
         base.open(li, io.peer_addr(c), local, Transport::Plain, now);
-        // Until the listener's kind says otherwise: a connection closed now goes the usual way.
-        *role = ClientRole::Http1(Http1::new(false));
+        // A stream listener's role replaces this one below; until then, and for a connection
+        // closed now, it is an HTTP/1 connection, closed the usual way.
+        let proxy_header = matches!(
+            kind,
+            Some(ListenerKind::Http {
+                proxy_protocol: true
+            })
+        );
+        *role = ClientRole::Http1(Http1::new(proxy_header));
         let mut cx = Cx {
             io,
             ctx: &mut self.ctx,
@@ -275,13 +282,8 @@ impl Handler for Zone {
             let at = now + crate::role::http1::DRAIN_IDLE_GRACE;
             cx.ctx.set_deadline(cx.io, base, c, at);
         }
-        match kind {
-            ListenerKind::Http { proxy_protocol } => {
-                *role = ClientRole::Http1(Http1::new(proxy_protocol));
-            }
-            ListenerKind::Stream(i) => {
-                *role = ClientRole::Stream(Stream::accept(&mut cx, base, c, i));
-            }
+        if let ListenerKind::Stream(i) = kind {
+            *role = ClientRole::Stream(Stream::accept(&mut cx, base, c, i));
         }
     }
 

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""A/B of two ringx builds by what does not drift with the host: user-space instructions per
+request (callgrind) and system calls per request (perf's raw_syscalls:sys_enter), on 64-byte
+`return` responses (keep-alive with 50 and 500 connections, and a new connection per request)
+and on 64-byte proxied responses.
+
+On a shared VM, CPU time per request swings by 10-20% from one minute to the next (other
+tenants, steal); instruction and system call counts do not, so a change that must not cost
+anything on the request path is shown with them, beside the timed benchmarks
+(`http_bench.py --base`, `proxy.py --base`).
+
+Method: one zone on CPU 0 (io_uring), wrk (-t1, 50 or 500 connections) on CPU 1; for the proxy, an nginx
+upstream on CPU 1 as in proxy.py. Each build is measured in turn, round after round. For
+instructions the server runs under `valgrind --tool=callgrind --instr-atstart=no`, is warmed
+up for 2 s, and counts while wrk runs for `--duration` seconds; Ir over the requests wrk
+completed. For system calls the server runs natively and `perf stat -e raw_syscalls:sys_enter`
+counts its threads while wrk runs. Callgrind counts user space only: the kernel's share (most of
+the CPU time of a new connection) shows in the system calls, not in Ir.
+
+Usage: bench/instructions.py --base BIN [--rounds N] [--duration S] [--only WORKLOAD,...]
+Writes bench/results/instructions-<date>.json.
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lib  # noqa: E402
+
+BODY = "x" * 64
+
+# name: (proxied to nginx?, wrk connections, extra wrk arguments)
+WORKLOADS = {
+    "return64_c50": (False, 50, []),
+    "return64_c500": (False, 500, []),
+    "close64_c50": (False, 50, ["-H", "Connection: close"]),
+    "proxy64_c50": (True, 50, []),
+}
+
+
+def ringx_config(port, upstream=None):
+    loc = (f'proxy_pass = "app"\n  forwarded_headers = false' if upstream
+           else f'return = {{ status = 200, body = "{BODY}" }}')
+    ups = f'[[upstream]]\nname = "app"\nservers = ["127.0.0.1:{upstream}"]\nkeepalive = 64\n' if upstream else ""
+    return (f'[runtime]\nzones = 1\ncpus = [{lib.SERVER_CPU}]\nengine = "uring"\nlog_level = "warn"\n'
+            f'[http]\nkeepalive_timeout = "75s"\nkeepalive_requests = 1000000\n{ups}'
+            f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n  [[server.location]]\n  path = "/"\n  {loc}\n')
+
+
+def start_upstream(work):
+    port = lib.free_port()
+    conf = os.path.join(work, "upstream.conf")
+    open(conf, "w").write(f"""
+worker_processes 1; daemon off; pid {work}/up.pid; error_log {work}/up-error.log warn;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_timeout 300s; keepalive_requests 10000000;
+  client_body_temp_path {work}/b; proxy_temp_path {work}/p; fastcgi_temp_path {work}/f;
+  uwsgi_temp_path {work}/u; scgi_temp_path {work}/s;
+  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "{BODY}"; }} }} }}
+""")
+    p = subprocess.Popen(["taskset", "-c", lib.CLIENT_CPU, lib.nginx_bin(), "-c", conf],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lib.wait_port(port, p)
+    return p, port
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+
+
+def instructions(binary, work, tag, upstream, conns, extra, secs):
+    port = lib.free_port()
+    conf = os.path.join(work, f"{tag}.toml")
+    open(conf, "w").write(ringx_config(port, upstream))
+    out = os.path.join(work, f"cg.{tag}.out")
+    for f in glob.glob(out + "*"):
+        os.remove(f)
+    p = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, "valgrind", "--tool=callgrind",
+                          "--instr-atstart=no", f"--callgrind-out-file={out}", binary, "serve", "-c", conf],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lib.wait_port(port, p, timeout=60)
+        lib.run_wrk(port, "/", conns, 2, extra)  # warm-up, not counted
+        subprocess.run(["callgrind_control", "-i", "on", str(p.pid)], capture_output=True)
+        r = lib.run_wrk(port, "/", conns, secs, extra)
+        subprocess.run(["callgrind_control", "-i", "off", str(p.pid)], capture_output=True)
+        subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True)
+        time.sleep(1)
+    finally:
+        stop(p)
+    ir = 0
+    for f in glob.glob(out + "*"):
+        # A dump has a `summary:` line and a `totals:` line; one of them may be 0.
+        counts = [int(m.group(2)) for m in re.finditer(r"^(summary|totals): (\d+)", open(f).read(), re.M)]
+        ir += max(counts, default=0)
+    return ir / max(r["requests"], 1), r["requests"]
+
+
+def syscalls(binary, work, tag, upstream, conns, extra, secs):
+    port = lib.free_port()
+    conf = os.path.join(work, f"{tag}-sys.toml")
+    open(conf, "w").write(ringx_config(port, upstream))
+    p = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, binary, "serve", "-c", conf],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lib.wait_port(port, p)
+        lib.run_wrk(port, "/", conns, 1, extra)
+        perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(p.pid)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.2)
+        r = lib.run_wrk(port, "/", conns, secs, extra)
+        perf.send_signal(signal.SIGINT)
+        err = perf.communicate()[1]
+    finally:
+        stop(p)
+    n = next((int(line.split(",")[0]) for line in err.splitlines()
+              if "raw_syscalls" in line and line.split(",")[0].isdigit()), None)
+    return (n / max(r["requests"], 1)) if n is not None else None, r["requests"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", required=True, help="the other ringx build")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=6)
+    ap.add_argument("--only", help="comma-separated workloads: " + ", ".join(WORKLOADS))
+    args = ap.parse_args()
+    wls = args.only.split(",") if args.only else list(WORKLOADS)
+    unknown = [w for w in wls if w not in WORKLOADS]
+    if unknown:
+        sys.exit(f"bench/instructions: unknown workload {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+    for tool in ("valgrind", "callgrind_control", "perf", "wrk"):
+        if not shutil.which(tool):
+            sys.exit(f"bench/instructions: {tool} missing (apt-get install valgrind linux-perf wrk)")
+    work = tempfile.mkdtemp(prefix="ringx-instr-")
+    os.chmod(work, 0o755)
+    builds = {"ringx": lib.RINGX, "base": args.base}
+    up, up_port = start_upstream(work)
+    rows = []
+    t0 = time.time()
+    try:
+        for rnd in range(args.rounds):
+            for wl in wls:
+                proxied, conns, extra = WORKLOADS[wl]
+                upstream = up_port if proxied else None
+                for name, binary in builds.items():
+                    tag = f"{name}-{wl}-{rnd}"
+                    ir, n = instructions(binary, work, tag, upstream, conns, extra, args.duration)
+                    sc, n2 = syscalls(binary, work, tag, upstream, conns, extra, args.duration)
+                    row = {"workload": wl, "build": name, "round": rnd, "ir_per_req": round(ir, 1),
+                           "requests_under_callgrind": n,
+                           "syscalls_per_req": None if sc is None else round(sc, 4), "requests": n2}
+                    rows.append(row)
+                    print(f"{wl:13s} r{rnd} {name:6s} Ir/req={row['ir_per_req']:8.1f} "
+                          f"syscalls/req={row['syscalls_per_req']}", flush=True)
+    finally:
+        stop(up)
+    summary = {}
+    for wl in wls:
+        s = {}
+        for name in builds:
+            vals = sorted(r["ir_per_req"] for r in rows if r["workload"] == wl and r["build"] == name)
+            scs = sorted(r["syscalls_per_req"] for r in rows if r["workload"] == wl and r["build"] == name
+                         and r["syscalls_per_req"] is not None)
+            s[name] = {"ir_per_req_median": vals[len(vals) // 2], "ir_min": vals[0], "ir_max": vals[-1],
+                       "syscalls_per_req_median": scs[len(scs) // 2] if scs else None}
+        s["ir_ratio"] = round(s["ringx"]["ir_per_req_median"] / s["base"]["ir_per_req_median"], 4)
+        summary[wl] = s
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "rounds": args.rounds, "duration_s": args.duration, "elapsed_s": round(time.time() - t0, 1),
+              "machine": lib.machine(), "versions": lib.versions(), "base": args.base,
+              "rows": rows, "summary": summary}
+    os.makedirs(lib.RESULTS, exist_ok=True)
+    path = os.path.join(lib.RESULTS, f"instructions-{datetime.date.today().isoformat()}.json")
+    json.dump(result, open(path, "w"), indent=1)
+    print(json.dumps(summary, indent=1))
+    print(f"bench/instructions: wrote {path}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
