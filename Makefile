@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-ab clean fmt
 
 all: release
 
@@ -55,6 +55,11 @@ mutants: deps
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
 # bench-proxy, bench-echo, bench-xdp, bench-ops). How long each takes: bench/README.md.
 bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-ops
+
+# An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
+# request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
+bench-ab: release
+	python3 bench/ab.py --rev $(or $(REV),$(error give REV=<commit>)) $(if $(TIMED),--timed)
 
 bench-http: release
 	python3 bench/http_bench.py $(BENCH_ARGS)

@@ -30,6 +30,8 @@ have ethtool || [ -x /usr/sbin/ethtool ] || need_apt+=(ethtool)
 [ -f /usr/include/liburing.h ] || need_apt+=(liburing-dev)
 # perf: syscall counts in the SQPOLL test and `make bench` (raw_syscalls:sys_enter).
 have perf    || need_apt+=(linux-perf)
+# valgrind: instructions per request in `make bench-ab` (bench/instructions.py).
+have valgrind || need_apt+=(valgrind)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
