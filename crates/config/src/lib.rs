@@ -6,13 +6,14 @@
 //!
 //! The top level and `[runtime]`/`[http]` are in `schema`, errors in `error`; each other
 //! section is a module of its own with its types and its checks (`upstream`, `steering`,
-//! `xdp`, `ops`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
+//! `xdp`, `ops`, `tls`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
 mod error;
 pub mod ops;
 mod schema;
 pub mod steering;
+pub mod tls;
 pub mod units;
 pub mod upstream;
 mod vhost;
@@ -128,6 +129,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         src,
     )?;
     vhost::validate_servers(&cfg.server, src)?;
+    tls::validate(&cfg.tls, &cfg.server, src)?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
     Ok(())
 }
@@ -161,3 +163,6 @@ fn unsafe_zeroed_passwd() -> libc::passwd {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tls_tests;

@@ -8,6 +8,7 @@ use toml::Spanned;
 
 use crate::ops;
 use crate::steering;
+use crate::tls;
 use crate::units::{Dur, Size};
 use crate::upstream;
 use crate::vhost::Server;
@@ -32,6 +33,9 @@ pub struct Config {
     pub xdp: Option<xdp::Xdp>,
     /// The admin listener (`/metrics`, `/healthz`); none without an [admin] section.
     pub admin: Option<ops::Admin>,
+    /// TLS sessions and handshakes, for every server with `tls`.
+    #[serde(default)]
+    pub tls: tls::Tls,
 }
 
 #[derive(Debug, Deserialize)]

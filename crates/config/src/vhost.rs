@@ -27,6 +27,9 @@ pub struct Server {
     /// connection to this server's listen addresses.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// TLS on every listen address of this server: its certificates, and client
+    /// certificates to ask for (`crate::tls`).
+    pub tls: Option<Spanned<crate::tls::TlsValue>>,
 }
 
 #[derive(Debug, Deserialize)]

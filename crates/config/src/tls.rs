@@ -1,0 +1,295 @@
+//! TLS settings: a `[[server]]`'s `tls` (certificates, client certificates) and the global
+//! `[tls]` section (sessions, handshake budget).
+//!
+//! ```toml
+//! [[server]]
+//! listen = ["0.0.0.0:443"]
+//! server_name = ["example.com", "*.example.com"]
+//! tls = { cert = "/etc/ringx/example.pem", key = "/etc/ringx/example.key" }
+//! # or an RSA and an ECDSA certificate for the same names, chosen per client:
+//! # tls = [{ cert = "rsa.pem", key = "rsa.key" }, { cert = "ec.pem", key = "ec.key" }]
+//! # or the full form, with client certificates (mTLS):
+//! # tls = { certs = [{ cert = "ec.pem", key = "ec.key" }], client_ca = "ca.pem", verify = "required" }
+//!
+//! [tls]
+//! session_cache = 20000        # TLS sessions remembered per zone (session IDs)
+//! session_tickets = true       # stateless resumption, valid in every zone
+//! ticket_key_rotate = "6h"     # a ticket key encrypts this long, then decrypts as long again
+//! handshake_share = 0.5        # most of a zone's time that handshakes may take
+//! ```
+//!
+//! The files are only named here; reading and checking them (a key that does not match its
+//! certificate, an expired certificate, a chain out of order) is the server's, with the span of
+//! the entry kept for `FILE:LINE:COL`.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::error::{ConfigError, Source};
+use crate::units::Dur;
+use crate::vhost::Server;
+
+/// A certificate chain (leaf first) and its private key, PEM files.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertKey {
+    pub cert: Spanned<PathBuf>,
+    pub key: Spanned<PathBuf>,
+}
+
+/// A server's `tls` value as written: one pair, a list of pairs, or the full table.
+#[derive(Debug)]
+pub enum TlsValue {
+    List(Vec<Spanned<CertKey>>),
+    Table(TlsTable),
+}
+
+// Not `#[serde(untagged)]`: an untagged enum buffers the value first, and toml's `Spanned`
+// (which the file positions in errors come from) cannot be read back from that buffer.
+impl<'de> Deserialize<'de> for TlsValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = TlsValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a table { cert = \"...\", key = \"...\" } or a list of them")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<TlsValue, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = seq.next_element()? {
+                    v.push(e);
+                }
+                Ok(TlsValue::List(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<TlsValue, A::Error> {
+                TlsTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(TlsValue::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsTable {
+    pub cert: Option<Spanned<PathBuf>>,
+    pub key: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub certs: Vec<Spanned<CertKey>>,
+    /// CA certificates that client certificates must chain to.
+    pub client_ca: Option<Spanned<PathBuf>>,
+    /// `"required"`: no handshake without a valid client certificate; `"optional"`: one is
+    /// asked for and verified if sent.
+    pub verify: Option<Spanned<String>>,
+}
+
+/// Whether and how client certificates are verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientVerify {
+    Required,
+    Optional,
+}
+
+/// A server's TLS settings, checked.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// Where `tls` is in the file (for errors about its files).
+    pub span: std::ops::Range<usize>,
+    pub certs: Vec<Spanned<CertKey>>,
+    pub client_ca: Option<Spanned<PathBuf>>,
+    pub verify: Option<ClientVerify>,
+}
+
+impl TlsValue {
+    /// The settings, or what is wrong with them.
+    pub fn resolve(
+        &self,
+        span: std::ops::Range<usize>,
+        src: &Source,
+    ) -> Result<ServerTls, ConfigError> {
+        let t = match self {
+            TlsValue::List(certs) => return ServerTls::check(span, certs.clone(), None, None, src),
+            TlsValue::Table(t) => t,
+        };
+        let mut certs = t.certs.clone();
+        match (&t.cert, &t.key) {
+            (Some(c), Some(k)) => certs.insert(
+                0,
+                Spanned::new(
+                    c.span().start..k.span().end.max(c.span().end),
+                    CertKey {
+                        cert: c.clone(),
+                        key: k.clone(),
+                    },
+                ),
+            ),
+            (Some(c), None) => {
+                return Err(src.err(c.span(), "tls has a cert but no key: add key = \"...\""))
+            }
+            (None, Some(k)) => {
+                return Err(src.err(k.span(), "tls has a key but no cert: add cert = \"...\""))
+            }
+            (None, None) => {}
+        }
+        let verify = match &t.verify {
+            None => None,
+            Some(v) => Some(match v.get_ref().as_str() {
+                "required" => ClientVerify::Required,
+                "optional" => ClientVerify::Optional,
+                other => {
+                    return Err(src.err(
+                        v.span(),
+                        format!("verify = {other:?}: use \"required\" or \"optional\""),
+                    ))
+                }
+            }),
+        };
+        ServerTls::check(span, certs, t.client_ca.clone(), verify, src)
+    }
+}
+
+impl ServerTls {
+    fn check(
+        span: std::ops::Range<usize>,
+        certs: Vec<Spanned<CertKey>>,
+        client_ca: Option<Spanned<PathBuf>>,
+        verify: Option<ClientVerify>,
+        src: &Source,
+    ) -> Result<ServerTls, ConfigError> {
+        if certs.is_empty() {
+            return Err(src.err(
+                span,
+                "tls names no certificate: write tls = { cert = \"fullchain.pem\", key = \"key.pem\" }",
+            ));
+        }
+        if certs.len() > 8 {
+            return Err(src.err(span, "tls lists more than 8 certificates for one server"));
+        }
+        let verify = match (verify, &client_ca) {
+            (Some(_), None) => {
+                return Err(src.err(
+                    span,
+                    "tls has verify but no client_ca: name the CA file client certificates must chain to",
+                ))
+            }
+            (None, Some(_)) => Some(ClientVerify::Required),
+            (v, _) => v,
+        };
+        for ck in &certs {
+            for p in [&ck.get_ref().cert, &ck.get_ref().key] {
+                if p.get_ref().as_os_str().is_empty() {
+                    return Err(src.err(p.span(), "empty file name"));
+                }
+            }
+        }
+        Ok(ServerTls {
+            span,
+            certs,
+            client_ca,
+            verify,
+        })
+    }
+}
+
+/// The `[tls]` section.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// TLS sessions each zone remembers for session-ID resumption (TLS 1.2 clients without
+    /// tickets, TLS 1.3 when tickets are off). 0: none.
+    #[serde(default = "default_cache")]
+    pub session_cache: usize,
+    /// Stateless session tickets (every zone can resume every ticket).
+    #[serde(default = "yes")]
+    pub session_tickets: bool,
+    /// How long one ticket key encrypts new tickets; it decrypts for as long again, then is
+    /// erased.
+    #[serde(default = "default_rotate")]
+    pub ticket_key_rotate: Spanned<Dur>,
+    /// The most of a zone's time that TLS handshakes may take (0.05 to 1). When handshakes
+    /// use up their share, further handshake work waits for the next tick and established
+    /// connections are served first.
+    #[serde(default = "default_share")]
+    pub handshake_share: Spanned<f64>,
+}
+
+impl Default for Tls {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults deserialise")
+    }
+}
+
+fn default_cache() -> usize {
+    20_000
+}
+fn yes() -> bool {
+    true
+}
+fn default_rotate() -> Spanned<Dur> {
+    Spanned::new(0..0, Dur(std::time::Duration::from_secs(6 * 3600)))
+}
+fn default_share() -> Spanned<f64> {
+    Spanned::new(0..0, 0.5)
+}
+
+/// Checks `[tls]`, and that the servers sharing an address agree on TLS.
+pub(crate) fn validate(
+    tls: &Tls,
+    servers: &[Spanned<Server>],
+    src: &Source,
+) -> Result<(), ConfigError> {
+    let share = *tls.handshake_share.get_ref();
+    if !(0.05..=1.0).contains(&share) {
+        return Err(src.err(
+            tls.handshake_share.span(),
+            "handshake_share must be between 0.05 and 1",
+        ));
+    }
+    let rotate = tls.ticket_key_rotate.get_ref().0.as_secs();
+    if !(60..=7 * 86400).contains(&rotate) {
+        return Err(src.err(
+            tls.ticket_key_rotate.span(),
+            "ticket_key_rotate must be between 1m and 168h",
+        ));
+    }
+    for s in servers {
+        if let Some(t) = &s.get_ref().tls {
+            t.get_ref().resolve(t.span(), src)?;
+        }
+    }
+    for (i, s) in servers.iter().enumerate() {
+        for a in &s.get_ref().listen {
+            let other = servers[..i].iter().find(|o| {
+                o.get_ref()
+                    .listen
+                    .iter()
+                    .any(|b| b.get_ref() == a.get_ref())
+                    && o.get_ref().tls.is_some() != s.get_ref().tls.is_some()
+            });
+            if let Some(o) = other {
+                let line = src.err(o.span(), "").line;
+                let (theirs, ours) = if s.get_ref().tls.is_some() {
+                    ("none", "has tls")
+                } else {
+                    ("tls", "has none")
+                };
+                return Err(src.err(
+                    a.span(),
+                    format!(
+                        "servers on {} disagree about TLS: the server at line {line} has {theirs} \
+                         and this one {ours}; a listen address is either TLS or plain (a site on \
+                         ports 80 and 443 is two [[server]] blocks)",
+                        a.get_ref()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

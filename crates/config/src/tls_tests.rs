@@ -1,0 +1,115 @@
+use crate::tls::ClientVerify;
+use crate::{parse, Source};
+
+fn server(tls: &str, listen: &str) -> String {
+    format!(
+        "[[server]]\nlisten = [\"{listen}\"]\n{tls}\n  [[server.location]]\n  path = \"/\"\n  return = {{ status = 200 }}\n"
+    )
+}
+
+fn resolved(text: &str) -> crate::tls::ServerTls {
+    let c = parse("t.toml", text).unwrap();
+    let t = c.server[0].get_ref().tls.as_ref().unwrap();
+    let src = Source {
+        name: "t.toml",
+        text,
+    };
+    t.get_ref().resolve(t.span(), &src).unwrap()
+}
+
+#[test]
+fn the_three_forms_name_the_same_pairs() {
+    let one = resolved(&server(
+        "tls = { cert = \"a.pem\", key = \"a.key\" }",
+        "127.0.0.1:443",
+    ));
+    assert_eq!(one.certs.len(), 1);
+    assert_eq!(
+        one.certs[0].get_ref().cert.get_ref().to_str(),
+        Some("a.pem")
+    );
+    assert_eq!(one.verify, None);
+    let list = resolved(&server(
+        "tls = [{ cert = \"r.pem\", key = \"r.key\" }, { cert = \"e.pem\", key = \"e.key\" }]",
+        "127.0.0.1:443",
+    ));
+    assert_eq!(list.certs.len(), 2);
+    assert_eq!(
+        list.certs[1].get_ref().key.get_ref().to_str(),
+        Some("e.key")
+    );
+    let full = resolved(&server(
+        "tls = { certs = [{ cert = \"e.pem\", key = \"e.key\" }], client_ca = \"ca.pem\", verify = \"optional\" }",
+        "127.0.0.1:443",
+    ));
+    assert_eq!(full.verify, Some(ClientVerify::Optional));
+    let ca_only = resolved(&server(
+        "tls = { cert = \"e.pem\", key = \"e.key\", client_ca = \"ca.pem\" }",
+        "127.0.0.1:443",
+    ));
+    assert_eq!(ca_only.verify, Some(ClientVerify::Required));
+}
+
+fn err(text: &str) -> String {
+    parse("bad.toml", text).unwrap_err().to_string()
+}
+
+#[test]
+fn mistakes_are_placed_and_explained() {
+    let e = err(&server("tls = { cert = \"a.pem\" }", "127.0.0.1:443"));
+    assert!(e.starts_with("bad.toml:3:") && e.contains("no key"), "{e}");
+    let e = err(&server("tls = []", "127.0.0.1:443"));
+    assert!(e.contains("names no certificate"), "{e}");
+    let e = err(&server(
+        "tls = { cert = \"a.pem\", key = \"a.key\", verify = \"always\" }",
+        "127.0.0.1:443",
+    ));
+    assert!(e.contains("\"required\" or \"optional\""), "{e}");
+    let e = err(&server(
+        "tls = { cert = \"a.pem\", key = \"a.key\", verify = \"required\" }",
+        "127.0.0.1:443",
+    ));
+    assert!(e.contains("no client_ca"), "{e}");
+    let e = err(&server(
+        "tls = { cert = \"a.pem\", key = \"a.key\", crt = 1 }",
+        "127.0.0.1:443",
+    ));
+    assert!(e.contains("crt"), "{e}");
+    let e = err(&format!(
+        "[tls]\nhandshake_share = 2.0\n{}",
+        server(
+            "tls = { cert = \"a.pem\", key = \"a.key\" }",
+            "127.0.0.1:443"
+        )
+    ));
+    assert!(
+        e.starts_with("bad.toml:2:") && e.contains("handshake_share"),
+        "{e}"
+    );
+}
+
+#[test]
+fn servers_sharing_an_address_agree_on_tls() {
+    let text = format!(
+        "{}{}",
+        server(
+            "tls = { cert = \"a.pem\", key = \"a.key\" }",
+            "127.0.0.1:443"
+        ),
+        server("server_name = [\"b\"]", "127.0.0.1:443")
+    );
+    let e = err(&text);
+    assert!(
+        e.contains("disagree about TLS") && e.contains("line 1"),
+        "{e}"
+    );
+    let ok = format!(
+        "{}{}",
+        server(
+            "tls = { cert = \"a.pem\", key = \"a.key\" }",
+            "127.0.0.1:443"
+        ),
+        server("", "127.0.0.1:80")
+    );
+    assert!(parse("ok.toml", &ok).is_ok());
+}
