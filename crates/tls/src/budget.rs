@@ -1,0 +1,91 @@
+//! The zone's handshake budget: the CPU that TLS handshakes may take, as a share of the
+//! zone's time. Public-key operations (a signature, a key exchange) cost 50–1000 µs each, the
+//! work of hundreds of keep-alive requests, and arrive in bursts; unchecked, a flood of new
+//! connections fills every event batch and established connections wait behind it.
+//!
+//! A token bucket in nanoseconds: it fills at `share` of wall time, up to a burst of
+//! `share` × 4 ms, and every expensive handshake step is charged what it took (measured,
+//! not estimated). A step that finds the bucket empty waits (the zone keeps the bytes and
+//! retries on its next timer tick, every millisecond while anything waits); established
+//! connections are never charged and never wait.
+
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+pub struct Budget {
+    share: f64,
+    tokens_ns: i64,
+    cap_ns: i64,
+    last: Instant,
+    /// Nanoseconds spent in handshake steps since start.
+    pub spent_ns: u64,
+    /// Handshake steps that had to wait for the bucket.
+    pub waits: u64,
+}
+
+/// The burst a full bucket allows, at share 1.
+const BURST: Duration = Duration::from_millis(4);
+
+impl Budget {
+    pub fn new(share: f64, now: Instant) -> Budget {
+        let share = share.clamp(0.01, 1.0);
+        let cap_ns = (BURST.as_nanos() as f64 * share) as i64;
+        Budget {
+            share,
+            tokens_ns: cap_ns,
+            cap_ns,
+            last: now,
+            spent_ns: 0,
+            waits: 0,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.last).as_nanos() as f64;
+        self.last = now;
+        self.tokens_ns = (self.tokens_ns + (dt * self.share) as i64).min(self.cap_ns);
+    }
+
+    /// Whether a handshake step may run now (counted as a wait when not).
+    pub fn admit(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        if self.tokens_ns > 0 {
+            return true;
+        }
+        self.waits += 1;
+        false
+    }
+
+    /// Charges a step's measured time.
+    pub fn charge(&mut self, took: Duration) {
+        let ns = took.as_nanos().min(i64::MAX as u128) as i64;
+        self.tokens_ns -= ns;
+        self.spent_ns += ns as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_of_wall_time_with_a_bounded_burst() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(0.5, t0);
+        // The burst: 2 ms of work at share 0.5.
+        assert!(b.admit(t0));
+        b.charge(Duration::from_millis(2));
+        assert!(!b.admit(t0), "an empty bucket makes the next step wait");
+        assert_eq!(b.waits, 1);
+        // 1 ms of wall time refills 0.5 ms.
+        assert!(b.admit(t0 + Duration::from_millis(1)));
+        b.charge(Duration::from_micros(600));
+        assert!(!b.admit(t0 + Duration::from_millis(1)));
+        // A long idle time refills no more than the burst.
+        let later = t0 + Duration::from_secs(10);
+        assert!(b.admit(later));
+        b.charge(Duration::from_micros(2100));
+        assert!(!b.admit(later));
+        assert_eq!(b.spent_ns, 4_700_000);
+    }
+}

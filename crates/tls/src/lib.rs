@@ -1,0 +1,31 @@
+//! TLS for ringx zones, on rustls.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`material`] | certificates and keys from PEM files, and the checks `ringx check` reports |
+//! | [`select`] | one server's certificates, chosen by what the client can verify (RSA / ECDSA) |
+//! | [`sni`] | which server's settings a handshake gets, by SNI |
+//! | [`sites`] | the rustls configurations of every TLS server; each zone's copy |
+//! | [`tickets`] | session ticket keys rotated on a schedule, shared by the zones |
+//! | [`conn`] | one connection driven sans-I/O on the zone's buffers |
+//! | [`budget`] | the share of a zone's time that handshakes may take |
+//! | [`provider`] | aws-lc-rs or ring |
+//!
+//! The server crate's `transport` puts a [`conn::TlsConn`] under a connection's role.
+
+pub mod budget;
+pub mod conn;
+pub mod material;
+pub mod provider;
+pub mod select;
+pub mod sites;
+pub mod sni;
+pub mod tickets;
+
+pub use budget::Budget;
+pub use conn::{Recv, TlsConn};
+pub use provider::Provider;
+pub use sites::Sites;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+//! The TLS settings of every server, as rustls configurations, and which of them a listener
+//! offers by SNI. Built once per configuration (start-up, reload); each zone then takes its
+//! own copy with a session cache of its own ([`Sites::for_zone`]), so that nothing a
+//! handshake touches is shared between zones except the ticket keys, which every zone must
+//! know to resume every ticket.
+
+use std::sync::Arc;
+
+use rustls::server::{ProducesTickets, ServerSessionMemoryCache, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
+
+use crate::provider::Provider;
+use crate::select::CertSet;
+use crate::sni::SniMap;
+use crate::tickets;
+
+/// Session resumption settings.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    /// Session IDs each zone remembers (0: none).
+    pub cache: usize,
+    /// Ticket key lifetime in seconds; `None`: no tickets.
+    pub ticket_rotate_s: Option<u32>,
+}
+
+/// Client certificates a server asks for.
+pub struct ClientAuth {
+    pub roots: RootCertStore,
+    pub required: bool,
+}
+
+/// One server's TLS, as configured.
+pub struct SiteSpec {
+    pub keys: Vec<Arc<CertifiedKey>>,
+    pub client: Option<ClientAuth>,
+}
+
+/// Every TLS server's rustls configuration and each listener's SNI map.
+#[derive(Clone)]
+pub struct Sites {
+    /// Per server (`None`: a plain server).
+    configs: Vec<Option<Arc<ServerConfig>>>,
+    /// Per listener (`None`: a plain listener).
+    listeners: Vec<Option<SniMap>>,
+    cache: usize,
+}
+
+/// ALPN protocols offered, in preference order.
+pub const ALPN: &[&[u8]] = &[b"http/1.1"];
+
+impl Sites {
+    /// Builds the configurations. `servers[i]` is server i's TLS (`None`: plain);
+    /// `listeners[l]` maps SNI names to server indices for listener l.
+    pub fn build(
+        provider: Provider,
+        sessions: &Sessions,
+        servers: Vec<Option<SiteSpec>>,
+        listeners: Vec<Option<SniMap>>,
+    ) -> Result<Sites, String> {
+        let crypto = provider.crypto();
+        let ticketer: Option<Arc<dyn ProducesTickets>> = match sessions.ticket_rotate_s {
+            Some(s) => Some(tickets::rotating(provider, s).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let mut configs = Vec::with_capacity(servers.len());
+        for spec in servers {
+            let Some(spec) = spec else {
+                configs.push(None);
+                continue;
+            };
+            let builder = ServerConfig::builder_with_provider(crypto.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS versions: {e}"))?;
+            let builder = match spec.client {
+                None => builder.with_no_client_auth(),
+                Some(ca) => {
+                    let v = WebPkiClientVerifier::builder_with_provider(
+                        Arc::new(ca.roots),
+                        crypto.clone(),
+                    );
+                    let v = if ca.required {
+                        v
+                    } else {
+                        v.allow_unauthenticated()
+                    };
+                    builder.with_client_cert_verifier(
+                        v.build().map_err(|e| format!("client CA: {e}"))?,
+                    )
+                }
+            };
+            let mut cfg = builder.with_cert_resolver(Arc::new(CertSet::new(spec.keys)));
+            cfg.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+            // 0-RTT stays off (rustls's default, max_early_data_size 0): early data can be
+            // replayed, and a replayed POST would run twice.
+            cfg.max_early_data_size = 0;
+            cfg.send_tls13_tickets = if ticketer.is_some() { 2 } else { 0 };
+            if let Some(t) = &ticketer {
+                cfg.ticketer = t.clone();
+            }
+            configs.push(Some(Arc::new(cfg)));
+        }
+        Ok(Sites {
+            configs,
+            listeners,
+            cache: sessions.cache,
+        })
+    }
+
+    /// A zone's copy: the same settings and ticket keys, its own session cache.
+    pub fn for_zone(&self) -> Sites {
+        let configs = self
+            .configs
+            .iter()
+            .map(|c| {
+                c.as_ref().map(|c| {
+                    let mut z = ServerConfig::clone(c);
+                    z.session_storage = if self.cache > 0 {
+                        ServerSessionMemoryCache::new(self.cache)
+                    } else {
+                        Arc::new(rustls::server::NoServerSessionStorage {})
+                    };
+                    Arc::new(z)
+                })
+            })
+            .collect();
+        Sites {
+            configs,
+            listeners: self.listeners.clone(),
+            cache: self.cache,
+        }
+    }
+
+    /// Whether listener `l` speaks TLS.
+    pub fn is_tls(&self, l: usize) -> bool {
+        matches!(self.listeners.get(l), Some(Some(_)))
+    }
+
+    /// The configuration for a handshake on listener `l` with this SNI name.
+    pub fn config(&self, l: usize, sni: Option<&str>) -> Option<Arc<ServerConfig>> {
+        let map = self.listeners.get(l)?.as_ref()?;
+        let i = map.pick(sni);
+        self.configs.get(i)?.clone()
+    }
+}
