@@ -32,7 +32,7 @@ impl SniMap {
                 }
             }
         }
-        m.wildcard.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        m.wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
         m
     }
 
@@ -66,9 +66,9 @@ mod tests {
 
     #[test]
     fn exact_then_longest_wildcard_then_default() {
-        let a = vec!["example.com".to_string(), "*.example.com".to_string()];
-        let b = vec!["*.api.example.com".to_string()];
-        let c = vec!["Other.org".to_string()];
+        let a = ["example.com".to_string(), "*.example.com".to_string()];
+        let b = ["*.api.example.com".to_string()];
+        let c = ["Other.org".to_string()];
         let m = SniMap::new([(0, &a[..]), (1, &b[..]), (2, &c[..])], 2);
         assert_eq!(m.pick(Some("example.com")), 0);
         assert_eq!(m.pick(Some("WWW.example.com")), 0);
