@@ -20,7 +20,7 @@ mod vhost;
 pub mod xdp;
 
 pub use error::{ConfigError, Source};
-pub use schema::{Config, Engine, Http, Runtime};
+pub use schema::{Config, Engine, Http, Origin, Runtime};
 pub use units::{Dur, Size};
 pub use vhost::{Location, Return, Server};
 
@@ -30,11 +30,15 @@ pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 /// Parses and validates a configuration.
 pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
     let src = Source { name, text };
-    let cfg: Config = toml::from_str(text).map_err(|e| {
+    let mut cfg: Config = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
         src.err(span, e.message().trim().to_string())
     })?;
     validate(&cfg, &src)?;
+    cfg.origin = schema::Origin {
+        name: name.to_string(),
+        text: text.to_string(),
+    };
     Ok(cfg)
 }
 

@@ -36,6 +36,32 @@ pub struct Config {
     /// TLS sessions and handshakes, for every server with `tls`.
     #[serde(default)]
     pub tls: tls::Tls,
+    /// The file this configuration was read from, to place errors found after parsing
+    /// (a certificate that does not load) at `FILE:LINE:COL`.
+    #[serde(skip)]
+    pub origin: Origin,
+}
+
+/// A configuration's source file: its name and text.
+#[derive(Debug, Default, Clone)]
+pub struct Origin {
+    pub name: String,
+    pub text: String,
+}
+
+impl Config {
+    /// `FILE:LINE:COL` of a span of the source, with `message` after it.
+    pub fn error_at(
+        &self,
+        span: std::ops::Range<usize>,
+        message: impl Into<String>,
+    ) -> crate::ConfigError {
+        crate::Source {
+            name: &self.origin.name,
+            text: &self.origin.text,
+        }
+        .err(span, message)
+    }
 }
 
 #[derive(Debug, Deserialize)]

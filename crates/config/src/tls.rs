@@ -14,6 +14,7 @@
 //! [tls]
 //! session_cache = 20000        # TLS sessions remembered per zone (session IDs)
 //! session_tickets = true       # stateless resumption, valid in every zone
+//! provider = "aws-lc-rs"       # or "ring"
 //! ticket_key_rotate = "6h"     # a ticket key encrypts this long, then decrypts as long again
 //! handshake_share = 0.5        # most of a zone's time that handshakes may take
 //! ```
@@ -217,6 +218,9 @@ pub struct Tls {
     /// connections are served first.
     #[serde(default = "default_share")]
     pub handshake_share: Spanned<f64>,
+    /// The cryptography under rustls: `"aws-lc-rs"` (default) or `"ring"`.
+    #[serde(default = "default_provider")]
+    pub provider: Spanned<String>,
 }
 
 impl Default for Tls {
@@ -233,6 +237,9 @@ fn yes() -> bool {
 }
 fn default_rotate() -> Spanned<Dur> {
     Spanned::new(0..0, Dur(std::time::Duration::from_secs(6 * 3600)))
+}
+fn default_provider() -> Spanned<String> {
+    Spanned::new(0..0, "aws-lc-rs".into())
 }
 fn default_share() -> Spanned<f64> {
     Spanned::new(0..0, 0.5)
@@ -252,10 +259,19 @@ pub(crate) fn validate(
         ));
     }
     let rotate = tls.ticket_key_rotate.get_ref().0.as_secs();
-    if !(60..=7 * 86400).contains(&rotate) {
+    if !(60..=6 * 3600).contains(&rotate) {
         return Err(src.err(
             tls.ticket_key_rotate.span(),
-            "ticket_key_rotate must be between 1m and 168h",
+            "ticket_key_rotate must be between 1m and 6h",
+        ));
+    }
+    if !matches!(tls.provider.get_ref().as_str(), "aws-lc-rs" | "ring") {
+        return Err(src.err(
+            tls.provider.span(),
+            format!(
+                "provider = {:?}: use \"aws-lc-rs\" or \"ring\"",
+                tls.provider.get_ref()
+            ),
         ));
     }
     for s in servers {

@@ -163,6 +163,7 @@ impl Control {
                 listeners: z,
                 log: next.log_format,
                 deadline: self.drain_timeout,
+                tls: next.tls.clone(),
             };
             zone.ctl
                 .inbox

@@ -161,6 +161,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     let routes = compiled.routes.clone();
     let upstreams = compiled.upstreams.clone();
     let settings = compiled.settings.clone();
+    let tls = compiled.tls.clone();
     let health_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let _health = upstreams
         .as_ref()
@@ -276,6 +277,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             log: zops.log,
             listeners: zops.addrs,
             max_conns,
+            tls: tls.clone(),
         };
         move || Zone::new(setup)
     });

@@ -12,6 +12,7 @@ use ringx_config::Config;
 use crate::error::Error;
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
+use crate::tls::TlsSetup;
 use crate::upstream::Upstreams;
 
 /// A configuration compiled for the zones.
@@ -26,6 +27,8 @@ pub struct Compiled {
     pub log_path: Option<PathBuf>,
     /// The access log's format, when there is one.
     pub log_format: Option<LogFormat>,
+    /// TLS settings, when a server has `tls` (certificates loaded and checked).
+    pub tls: Option<Arc<TlsSetup>>,
 }
 
 impl Compiled {
@@ -35,6 +38,7 @@ impl Compiled {
     pub fn from(cfg: &Config) -> Result<Compiled, Error> {
         let mut ups = Upstreams::compile(cfg)?;
         let routes = Routes::compile(cfg, &mut ups)?;
+        let tls = crate::tls::compile(cfg, &routes)?.map(Arc::new);
         let fingerprint = fingerprint(&ups, &routes);
         let log_path = cfg.http.access_log.as_ref().map(|p| p.get_ref().clone());
         Ok(Compiled {
@@ -47,6 +51,7 @@ impl Compiled {
             fingerprint,
             log_format: log_path.as_ref().map(|_| cfg.http.access_log_format),
             log_path,
+            tls,
         })
     }
 }

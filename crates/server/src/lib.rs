@@ -30,6 +30,7 @@ pub mod role;
 pub mod route;
 pub mod settings;
 pub mod static_files;
+pub mod tls;
 pub mod transport;
 pub mod upstream;
 pub mod zone;

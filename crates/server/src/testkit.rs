@@ -64,6 +64,7 @@ impl Harness {
             log: RequestLog::new(counters.clone(), None, None),
             listeners: Vec::new(),
             max_conns,
+            tls: c.tls,
         });
         let mut t = TestDriver::with_limits(max_conns, 1024);
         for _ in 0..listeners {
@@ -174,6 +175,7 @@ impl Harness {
             listeners: Vec::new(),
             log: None,
             deadline,
+            tls: c.tls,
         };
         self.ctl
             .inbox

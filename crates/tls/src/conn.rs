@@ -256,6 +256,18 @@ impl TlsConn {
         self.flush_tls(out);
     }
 
+    /// Encrypts `data` (after everything staged) and appends the records to `out`.
+    pub fn seal_bytes(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        if let State::Open(c) = &mut self.state {
+            if !self.staged.is_empty() {
+                let _ = c.writer().write_all(&self.staged);
+                self.staged.clear();
+            }
+            let _ = c.writer().write_all(data);
+        }
+        self.flush_tls(out);
+    }
+
     /// Queues close_notify (after everything sealed before it).
     pub fn close_notify(&mut self, out: &mut Vec<u8>) {
         self.seal(out);

@@ -155,7 +155,7 @@ impl Tunnel {
                 if b.tr.pending(cx.io, c) > PROXY_HIGH_WATER && !up.paused {
                     up.paused = true;
                     cx.io.pause_recv(u);
-                    cx.io.notify_when_flushed(c);
+                    b.tr.notify_when_flushed(cx.io, c);
                 }
             }
             UpEvent::Eof => {

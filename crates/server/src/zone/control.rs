@@ -82,8 +82,13 @@ impl Zone {
             listeners,
             log,
             deadline,
+            tls,
         } = msg;
         let now = io.now();
+        match (&mut self.ctx.tls, tls) {
+            (Some(z), Some(t)) => z.replace(&t, now),
+            (z, t) => *z = t.map(|t| crate::tls::ZoneTls::new(&t, now)),
+        }
         // Stop accepting on addresses that are gone.
         let l = &mut self.listeners;
         for (id, addr) in l.addrs.iter().enumerate() {
@@ -116,7 +121,7 @@ impl Zone {
                         if h.is_idle(base, io, c) {
                             io.close(c);
                         } else if h.phase() == Phase::Idle && base.inbuf.is_empty() {
-                            io.close_after_flush(c); // its last response is still being sent
+                            base.tr.close_after_flush(io, c); // its last response is still being sent
                         } else {
                             h.last_request();
                         }

@@ -51,4 +51,6 @@ pub struct ReloadMsg {
     pub log: Option<LogFormat>,
     /// How long requests in flight may go on with the upstreams this reload replaces.
     pub deadline: Duration,
+    /// The new TLS settings (certificates reread): new handshakes use them.
+    pub tls: Option<Arc<crate::tls::TlsSetup>>,
 }

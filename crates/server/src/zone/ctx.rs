@@ -40,6 +40,8 @@ pub struct ZoneCtx {
     pub log: RequestLog,
     /// Client connections open.
     pub active: usize,
+    /// TLS: this zone's configurations, handshake budget and waiting handshakes.
+    pub tls: Option<crate::tls::ZoneTls>,
 }
 
 /// A role callback's view of its zone.
@@ -75,6 +77,7 @@ impl ZoneCtx {
             connector,
             log,
             active: 0,
+            tls: None,
         }
     }
 

@@ -11,6 +11,7 @@ pub mod ctl;
 pub mod ctx;
 mod listeners;
 pub mod reqlog;
+mod tls_in;
 
 use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
@@ -22,7 +23,8 @@ use crate::role::upstream::{UpEvent, UpTable, UP_KEY};
 use crate::role::{ClientRole, Http1, Stream};
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
-use crate::transport::Transport;
+use crate::tls::{TlsSetup, ZoneTls};
+use crate::transport::{TlsTransport, Transport};
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
@@ -53,6 +55,8 @@ pub struct ZoneSetup {
     pub listeners: Vec<SocketAddr>,
     /// The most client connections the zone holds (its `ZoneConfig::max_conns`).
     pub max_conns: u32,
+    /// TLS settings, when a server has `tls`.
+    pub tls: Option<Arc<TlsSetup>>,
 }
 
 /// One zone's connections and everything they share.
@@ -76,8 +80,10 @@ impl Zone {
             .counters
             .generation
             .store(1, std::sync::atomic::Ordering::Relaxed);
+        let mut ctx = ZoneCtx::new(s.id, s.routes, s.settings, pools, s.connector, s.log);
+        ctx.tls = s.tls.map(|t| ZoneTls::new(&t, std::time::Instant::now()));
         Zone {
-            ctx: ZoneCtx::new(s.id, s.routes, s.settings, pools, s.connector, s.log),
+            ctx,
             clients: Vec::new(),
             ups: UpTable::default(),
             ctl: s.ctl,
@@ -139,6 +145,7 @@ impl Zone {
             if let Some(t) = next {
                 *role = ClientRole::Tunnel(t);
             }
+            base.tr.seal(cx.io, c);
             return;
         }
         orphan(cx, u, ev)
@@ -199,6 +206,11 @@ impl Zone {
             ctx: &mut self.ctx,
             ups: &mut self.ups,
         };
+        if base.tr.is_tls() && base.tr.tls_info().is_none() {
+            // A handshake that did not finish in time: nothing to answer in.
+            cx.io.close(c);
+            return;
+        }
         let pending = base.tr.pending(cx.io, c);
         if pending > 0 {
             // Still sending: close only if nothing moved for a whole send_timeout.
@@ -217,6 +229,66 @@ impl Zone {
             ClientRole::Tunnel(_) => {} // the upstream side's idle timer ends tunnels
             ClientRole::Free => cx.io.close(c),
         }
+        base.tr.seal(cx.io, c);
+    }
+
+    /// Bytes on a TLS client connection (`None`: go on with what waited for the budget).
+    fn tls_data(&mut self, io: &mut Io, c: ConnId, data: Option<&[u8]>) {
+        let (Some(z), Some(cl)) = (self.ctx.tls.as_mut(), self.clients.get_mut(c.index())) else {
+            io.close(c);
+            return;
+        };
+        let (plain, eof) = match tls_in::receive(io, z, &mut cl.base, c, data) {
+            tls_in::Next::Nothing => return,
+            tls_in::Next::Data(p) => (p, false),
+            tls_in::Next::Eof(p) => (p, true),
+        };
+        if !plain.is_empty() {
+            self.client_data(io, c, &plain);
+        }
+        let Some(cl) = self.clients.get_mut(c.index()) else {
+            return;
+        };
+        tls_in::give_back(&mut cl.base, plain);
+        if eof {
+            self.on_eof(io, c);
+        }
+    }
+
+    /// Handshakes that waited for the budget go on, as far as it allows.
+    fn tls_retry(&mut self, io: &mut Io) {
+        let Some(z) = self.ctx.tls.as_mut() else {
+            return;
+        };
+        let waiting = std::mem::take(&mut z.waiting);
+        for (c, gen) in waiting {
+            if self
+                .clients
+                .get(c.index())
+                .is_some_and(|x| x.base.gen == gen)
+            {
+                self.tls_data(io, c, None);
+            }
+        }
+    }
+
+    /// Plaintext for a client connection's role.
+    fn client_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
+        let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
+            return;
+        };
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        match role {
+            ClientRole::Http1(h) => h.on_data(&mut cx, base, c, data),
+            ClientRole::Tunnel(t) => t.client_data(&mut cx, base, c, data),
+            ClientRole::Stream(s) => s.client_data(&mut cx, base, c, data),
+            ClientRole::Free => {}
+        }
+        base.tr.seal(cx.io, c);
     }
 }
 
@@ -251,8 +323,12 @@ impl Handler for Zone {
         let li = self.listeners.route(listener);
         let kind = self.ctx.routes.listener_kind.get(li as usize).copied();
         let local = self.ctx.routes.listen.get(li as usize).copied();
+        let tr = match &self.ctx.tls {
+            Some(z) if z.sites.is_tls(li as usize) => Transport::Tls(Box::new(TlsTransport::new())),
+            _ => Transport::Plain,
+        };
         let Client { base, role } = &mut self.clients[c.index()];
-        base.open(li, io.peer_addr(c), local, Transport::Plain, now);
+        base.open(li, io.peer_addr(c), local, tr, now);
         // A stream listener's role replaces this one below; until then, and for a connection
         // closed now, it is an HTTP/1 connection, closed the usual way.
         let proxy_header = matches!(
@@ -296,6 +372,9 @@ impl Handler for Zone {
         let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
             return;
         };
+        if base.tr.is_tls() {
+            return self.tls_data(io, c, Some(data));
+        }
         let mut cx = Cx {
             io,
             ctx: &mut self.ctx,
@@ -335,6 +414,7 @@ impl Handler for Zone {
             ClientRole::Stream(s) => s.client_eof(&mut cx, base, c),
             ClientRole::Free => {}
         }
+        base.tr.seal(cx.io, c);
     }
 
     fn on_flushed(&mut self, io: &mut Io, c: ConnId) {
@@ -344,6 +424,15 @@ impl Handler for Zone {
         let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
             return;
         };
+        if let Transport::Tls(t) = &mut base.tr {
+            // More of a file to encrypt, or the role did not ask: not the role's event.
+            if t.has_queue() {
+                return t.seal(io, c);
+            }
+            if !std::mem::take(&mut t.notify) {
+                return;
+            }
+        }
         let mut cx = Cx {
             io,
             ctx: &mut self.ctx,
@@ -354,6 +443,7 @@ impl Handler for Zone {
             ClientRole::Tunnel(t) => t.client_flushed(&mut cx),
             ClientRole::Stream(_) | ClientRole::Free => {}
         }
+        base.tr.seal(cx.io, c);
     }
 
     fn on_closed(&mut self, io: &mut Io, c: ConnId, err: Option<std::io::Error>) {
@@ -397,6 +487,9 @@ impl Handler for Zone {
         }
         let now = io.now();
         self.ctx.refresh_date(now);
+        if self.ctx.tls.as_ref().is_some_and(|z| !z.waiting.is_empty()) {
+            self.tls_retry(io);
+        }
         let mut due = Vec::new();
         let mut up_due = Vec::new();
         let (clients, ups) = (&mut self.clients, &mut self.ups);

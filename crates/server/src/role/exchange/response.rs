@@ -258,7 +258,7 @@ impl Exchange {
             if let Some(up) = cx.ups.get_mut(u) {
                 if !up.paused {
                     pause_upstream(cx.io, up, u);
-                    cx.io.notify_when_flushed(c);
+                    base.tr.notify_when_flushed(cx.io, c);
                 }
             }
         }

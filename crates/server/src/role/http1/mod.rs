@@ -466,7 +466,7 @@ impl Http1 {
         if b.tr.pending(cx.io, c) > OUT_HIGH_WATER {
             b.paused = true;
             cx.io.pause_recv(c);
-            cx.io.notify_when_flushed(c);
+            b.tr.notify_when_flushed(cx.io, c);
         }
         // `process` sees `paused` and keeps the rest buffered.
         Next::Continue

@@ -6,26 +6,28 @@
 //! engine's own call, inlined, so a plain connection costs exactly what it did before
 //! transports existed.
 //!
-//! **How TLS slots in.** A `Tls` variant holds the rustls connection (sans-I/O, driven on
-//! the zone's own buffers). The zone feeds what arrives to rustls before it dispatches, and
-//! hands the role the plaintext; [`out_buf`](Transport::out_buf) returns a plaintext staging buffer
-//! instead of the socket's output; after each callback the zone seals what was staged on the
-//! connections the callback wrote to (a `seal` method: encrypt into the engine's output).
-//! `send_file` reads the file through the page cache into the staging buffer (or, with kTLS,
-//! hands the record layer to the kernel and becomes the plain call again). The roles above
-//! do not change: they write plaintext, they receive plaintext.
+//! **TLS** ([`tls`]): a [`Transport::Tls`] connection's role writes plaintext into a staging
+//! buffer (what [`out_buf`](Transport::out_buf) returns) and the zone seals it after each
+//! callback ([`Transport::seal`]); what arrives is decrypted before the role sees it. A plain
+//! connection pays one compare of the variant per call, which the instruction counts of
+//! `bench/instructions.py` show.
 
 use std::fs::File;
 use std::rc::Rc;
 
 use ringx_engine::{ConnId, Io};
 
+pub mod tls;
+
+pub use tls::{TlsInfo, TlsTransport};
+
 /// The byte layer under a connection's role.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Default)]
 pub enum Transport {
     /// TCP as it is.
     #[default]
     Plain,
+    Tls(Box<TlsTransport>),
 }
 
 impl Transport {
@@ -35,6 +37,10 @@ impl Transport {
     pub fn out_buf<'a>(&'a mut self, io: &'a mut Io, c: ConnId) -> Option<&'a mut Vec<u8>> {
         match self {
             Transport::Plain => io.out_buf(c),
+            Transport::Tls(t) => {
+                io.out_buf(c)?;
+                Some(&mut t.conn.staged)
+            }
         }
     }
 
@@ -43,6 +49,7 @@ impl Transport {
     pub fn write(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         match self {
             Transport::Plain => io.write(c, data),
+            Transport::Tls(t) => t.conn.staged.extend_from_slice(data),
         }
     }
 
@@ -51,6 +58,7 @@ impl Transport {
     pub fn send_file(&mut self, io: &mut Io, c: ConnId, file: Rc<File>, off: u64, len: u64) {
         match self {
             Transport::Plain => io.send_file(c, file, off, len),
+            Transport::Tls(t) => t.send_file(file, off, len),
         }
     }
 
@@ -59,6 +67,7 @@ impl Transport {
     pub fn pending(&self, io: &Io, c: ConnId) -> u64 {
         match self {
             Transport::Plain => io.pending(c),
+            Transport::Tls(t) => io.pending(c) + t.unsealed(),
         }
     }
 
@@ -67,6 +76,8 @@ impl Transport {
     pub fn close_after_flush(&mut self, io: &mut Io, c: ConnId) {
         match self {
             Transport::Plain => io.close_after_flush(c),
+            Transport::Tls(t) if t.plain => io.close_after_flush(c),
+            Transport::Tls(t) => t.close_after_flush(),
         }
     }
 
@@ -75,6 +86,39 @@ impl Transport {
     pub fn shutdown_after_flush(&mut self, io: &mut Io, c: ConnId) {
         match self {
             Transport::Plain => io.shutdown_after_flush(c),
+            Transport::Tls(t) if t.plain => io.shutdown_after_flush(c),
+            Transport::Tls(t) => t.shutdown_after_flush(),
+        }
+    }
+
+    /// Asks for the role's `on_flushed` once everything it queued is written.
+    #[inline]
+    pub fn notify_when_flushed(&mut self, io: &mut Io, c: ConnId) {
+        if let Transport::Tls(t) = self {
+            t.notify = true;
+        }
+        io.notify_when_flushed(c);
+    }
+
+    /// Encrypts what the role queued (TLS; nothing to do on a plain connection).
+    #[inline]
+    pub fn seal(&mut self, io: &mut Io, c: ConnId) {
+        if let Transport::Tls(t) = self {
+            t.seal(io, c);
+        }
+    }
+
+    /// Whether the connection is TLS.
+    #[inline]
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Transport::Tls(_))
+    }
+
+    /// What the TLS handshake agreed (None: plain, or still handshaking).
+    pub fn tls_info(&self) -> Option<&TlsInfo> {
+        match self {
+            Transport::Tls(t) => t.info.as_deref(),
+            Transport::Plain => None,
         }
     }
 }

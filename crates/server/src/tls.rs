@@ -1,0 +1,180 @@
+//! TLS for the servers that have it: their certificates loaded and checked (errors at the
+//! `FILE:LINE:COL` of the `tls` entry, with the PEM path), the rustls configurations built
+//! ([`ringx_tls::Sites`]), and each zone's share of it ([`ZoneTls`]: its copy of the
+//! configurations, its handshake budget, and the connections whose handshake waits for it).
+
+use std::time::{Duration, Instant};
+
+use ringx_config::Config;
+use ringx_engine::ConnId;
+use ringx_tls::material;
+use ringx_tls::sites::{ClientAuth, Sessions, SiteSpec};
+use ringx_tls::sni::SniMap;
+use ringx_tls::{Budget, Provider, Sites};
+use rustls_pki_types::UnixTime;
+
+use crate::error::Error;
+use crate::route::Routes;
+
+/// The TLS part of a compiled configuration.
+pub struct TlsSetup {
+    pub sites: Sites,
+    pub share: f64,
+}
+
+/// Loads every server's certificates and builds the configurations; `None` when no server
+/// has `tls`.
+pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error> {
+    if cfg.server.iter().all(|s| s.get_ref().tls.is_none()) {
+        return Ok(None);
+    }
+    let provider = Provider::parse(cfg.tls.provider.get_ref()).unwrap_or_default();
+    let crypto = provider.crypto();
+    let now = UnixTime::now();
+    let src = ringx_config::Source {
+        name: &cfg.origin.name,
+        text: &cfg.origin.text,
+    };
+    let mut specs = Vec::with_capacity(cfg.server.len());
+    for s in &cfg.server {
+        let Some(t) = &s.get_ref().tls else {
+            specs.push(None);
+            continue;
+        };
+        let st = t.get_ref().resolve(t.span(), &src)?;
+        let mut keys = Vec::new();
+        for ck in &st.certs {
+            let ck = ck.get_ref();
+            let m =
+                material::load(ck.cert.get_ref(), ck.key.get_ref(), &crypto, now).map_err(|e| {
+                    let span = if e.path == *ck.key.get_ref() {
+                        ck.key.span()
+                    } else {
+                        ck.cert.span()
+                    };
+                    Error::config(cfg.error_at(span, e.to_string()).to_string())
+                })?;
+            let left = m.not_after - now.as_secs() as i64;
+            if left < 14 * 86400 {
+                tracing::warn!(
+                    "{}: the certificate ({}) expires in {} days",
+                    ck.cert.get_ref().display(),
+                    m.subject,
+                    left / 86400
+                );
+            }
+            keys.push(m.key);
+        }
+        let client = match &st.client_ca {
+            None => None,
+            Some(ca) => Some(ClientAuth {
+                roots: material::load_roots(ca.get_ref()).map_err(|e| {
+                    Error::config(cfg.error_at(ca.span(), e.to_string()).to_string())
+                })?,
+                required: st.verify != Some(ringx_config::tls::ClientVerify::Optional),
+            }),
+        };
+        specs.push(Some(SiteSpec { keys, client }));
+    }
+    let names: Vec<Vec<String>> = cfg
+        .server
+        .iter()
+        .map(|s| {
+            s.get_ref()
+                .server_name
+                .iter()
+                .map(|n| n.get_ref().clone())
+                .collect()
+        })
+        .collect();
+    let listeners = routes
+        .by_listener
+        .iter()
+        .map(|servers| {
+            let first = *servers.first()?;
+            specs[first].as_ref()?;
+            Some(SniMap::new(
+                servers.iter().map(|&i| (i, &names[i][..])),
+                first,
+            ))
+        })
+        .collect();
+    let sessions = Sessions {
+        cache: cfg.tls.session_cache,
+        ticket_rotate_s: cfg
+            .tls
+            .session_tickets
+            .then(|| cfg.tls.ticket_key_rotate.get_ref().0.as_secs() as u32),
+    };
+    let sites = Sites::build(provider, &sessions, specs, listeners).map_err(Error::config)?;
+    Ok(Some(TlsSetup {
+        sites,
+        share: *cfg.tls.handshake_share.get_ref(),
+    }))
+}
+
+/// One zone's TLS state.
+pub struct ZoneTls {
+    pub sites: Sites,
+    pub budget: Budget,
+    /// Connections whose handshake waits for the budget, with their generation.
+    pub waiting: Vec<(ConnId, u32)>,
+    /// Handshakes completed, and how many of them resumed a session (metrics).
+    pub handshakes: u64,
+    pub resumed: u64,
+    /// Handshakes that failed (bad ClientHello, verification, plain HTTP).
+    pub failed: u64,
+}
+
+/// How often a zone retries handshakes that wait for the budget.
+pub const RETRY: Duration = Duration::from_millis(1);
+
+impl ZoneTls {
+    pub fn new(setup: &TlsSetup, now: Instant) -> ZoneTls {
+        ZoneTls {
+            sites: setup.sites.for_zone(),
+            budget: Budget::new(setup.share, now),
+            waiting: Vec::new(),
+            handshakes: 0,
+            resumed: 0,
+            failed: 0,
+        }
+    }
+
+    /// A reload: new handshakes use the new certificates; connections keep theirs.
+    pub fn replace(&mut self, setup: &TlsSetup, now: Instant) {
+        self.sites = setup.sites.for_zone();
+        self.budget = Budget::new(setup.share, now);
+    }
+}
+
+/// The body nginx sends for plain HTTP on a TLS port.
+pub const PLAIN_HTTP_BODY: &str = "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was sent to HTTPS port</center>\r\n</body>\r\n</html>\r\n";
+
+/// What a connection's handshake agreed.
+pub fn info_of(conn: &rustls::ServerConnection) -> crate::transport::TlsInfo {
+    let protocol = match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "-",
+    };
+    let cipher = conn
+        .negotiated_cipher_suite()
+        .and_then(|s| s.suite().as_str())
+        .unwrap_or("-");
+    let client_dn = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|der| {
+            x509_parser::parse_x509_certificate(der.as_ref())
+                .ok()
+                .map(|(_, c)| c.subject().to_string())
+        });
+    crate::transport::TlsInfo {
+        protocol,
+        cipher,
+        sni: conn.server_name().map(str::to_string),
+        client_dn,
+        resumed: matches!(conn.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
+    }
+}

@@ -1,0 +1,99 @@
+//! What arrives on a TLS client connection, before its role sees it: the handshake (under
+//! the zone's budget), then records decrypted into plaintext for the role. Plain HTTP on the
+//! TLS port gets nginx's 400; a failed handshake its alert and a close.
+
+use ringx_engine::{ConnId, Io};
+use ringx_tls::Recv;
+
+use super::client::Base;
+use crate::tls::{ZoneTls, PLAIN_HTTP_BODY, RETRY};
+use crate::transport::Transport;
+
+/// What the role gets.
+pub enum Next {
+    Nothing,
+    /// Plaintext (taken from the connection; hand the buffer back with [`give_back`]).
+    Data(Vec<u8>),
+    /// Plaintext, then the end of the client's data (close_notify).
+    Eof(Vec<u8>),
+}
+
+/// Feeds `data` (or, with `None`, goes on with bytes that waited for the budget).
+pub fn receive(
+    io: &mut Io,
+    z: &mut ZoneTls,
+    base: &mut Base,
+    c: ConnId,
+    data: Option<&[u8]>,
+) -> Next {
+    let Transport::Tls(t) = &mut base.tr else {
+        return Next::Nothing;
+    };
+    if t.plain {
+        return Next::Nothing; // answered already; what follows is discarded
+    }
+    let li = base.listener as usize;
+    let sites = &z.sites;
+    let config = |sni: Option<&str>| {
+        sites
+            .config(li, sni)
+            .or_else(|| sites.config(li, None))
+            .expect("a TLS connection's listener has TLS settings")
+    };
+    let now = io.now();
+    let was_handshaking = t.conn.handshaking();
+    let Some(out) = io.out_buf(c) else {
+        return Next::Nothing;
+    };
+    let r = match data {
+        Some(d) => t.conn.receive(d, &config, &mut z.budget, now, out),
+        None => t.conn.resume(&config, &mut z.budget, now, out),
+    };
+    if was_handshaking {
+        if let Some(s) = t.conn.session() {
+            let info = crate::tls::info_of(s);
+            z.handshakes += 1;
+            z.resumed += info.resumed as u64;
+            t.info = Some(Box::new(info));
+        }
+    }
+    match r {
+        Recv::Handshaking => Next::Nothing,
+        Recv::Waiting => {
+            z.waiting.push((c, base.gen));
+            io.timer_at(now + RETRY);
+            Next::Nothing
+        }
+        Recv::Data => Next::Data(std::mem::take(&mut t.conn.plain)),
+        Recv::Closed => Next::Eof(std::mem::take(&mut t.conn.plain)),
+        Recv::PlainHttp => {
+            z.failed += 1;
+            t.plain = true;
+            let head = format!(
+                "HTTP/1.1 400 Bad Request\r\nServer: ringx\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                PLAIN_HTTP_BODY.len()
+            );
+            io.write(c, head.as_bytes());
+            io.write(c, PLAIN_HTTP_BODY.as_bytes());
+            io.close_after_flush(c);
+            Next::Nothing
+        }
+        Recv::Failed(why) => {
+            z.failed += 1;
+            tracing::debug!(conn = c.0, addr = ?base.addr, "TLS: {why}");
+            t.plain = true; // nothing more is sealed: the alert is the last word
+            io.close_after_flush(c);
+            Next::Nothing
+        }
+    }
+}
+
+/// Hands a plaintext buffer back to its connection for the next records.
+pub fn give_back(base: &mut Base, mut buf: Vec<u8>) {
+    if let Transport::Tls(t) = &mut base.tr {
+        if t.conn.plain.is_empty() && buf.capacity() <= 64 * 1024 {
+            buf.clear();
+            t.conn.plain = buf;
+        }
+    }
+}
