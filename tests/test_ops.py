@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -119,7 +120,8 @@ def test_metrics_parse_and_count(engine, ringx):
 
 def test_idle_zone_parks_and_wakes_fast(engine, ringx):
     """Idle: under 1% of a CPU for the whole process; a parked zone answers a new
-    connection within 1 ms (median of 20, each after the zones parked again)."""
+    connection within 1 ms of a blocked-accept yardstick (median of 20, each after the zones
+    parked again)."""
     p, a = free_port(), free_port()
     srv = ringx.make(config(p, admin=a, engine=engine, zones=2), engine=engine)
     get(p, "/")
@@ -135,29 +137,59 @@ def test_idle_zone_parks_and_wakes_fast(engine, ringx):
     parked_s = total(smp, "ringx_zone_parked_seconds_total")
     assert parked_s > 2 * 4.5, f"zones parked only {parked_s:.2f} s of 2 x 5 s"
 
-    # On a shared machine another process can hold the CPU the zone wakes on; up to three
-    # rounds of 20, and the best round's median counts.
-    medians = []
-    for _ in range(3):
-        lat = []
-        for _ in range(20):
-            time.sleep(0.05)
-            wait_for(lambda: total(samples(scrape(a)[2]), "ringx_zone_parked") == 2,
-                     what="zones parked")
-            t = time.perf_counter()
-            s = socket.create_connection(("127.0.0.1", p), timeout=2)
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            first = s.recv(1)
-            lat.append(time.perf_counter() - t)
-            s.close()
-            assert first == b"H"
-        lat.sort()
-        medians.append(lat[len(lat) // 2])
-        if medians[-1] < 0.001:
-            break
-    assert min(medians) < 0.001, (
-        f"connect-to-first-byte on a parked zone: medians {[round(m * 1e6) for m in medians]} us")
+    # On a shared machine another process can hold the CPU the zone wakes on, and a loaded
+    # host delays every wake-up by milliseconds: each connection to ringx is paired with one to
+    # a yardstick in this process (a thread blocked in accept(), which the kernel wakes
+    # directly), and the parked zone must answer within 1 ms of the yardstick's median. A zone
+    # that woke only on a timer would miss that by its timer's period. Up to three rounds of
+    # 20; the best round counts.
+    yard = socket.socket()
+    yard.bind(("127.0.0.1", 0))
+    yard.listen(64)
+
+    def answer():
+        while True:
+            try:
+                c, _ = yard.accept()
+            except OSError:
+                return
+            c.recv(256)
+            c.sendall(b"H")
+            c.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+
+    def first_byte(port):
+        t = time.perf_counter()
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        first = s.recv(1)
+        took = time.perf_counter() - t
+        s.close()
+        assert first == b"H"
+        return took
+
+    excess = []
+    try:
+        for _ in range(3):
+            lat, floor = [], []
+            for _ in range(20):
+                time.sleep(0.05)
+                wait_for(lambda: total(samples(scrape(a)[2]), "ringx_zone_parked") == 2,
+                         what="zones parked")
+                floor.append(first_byte(yard.getsockname()[1]))
+                lat.append(first_byte(p))
+            lat.sort()
+            floor.sort()
+            excess.append((lat[len(lat) // 2], floor[len(floor) // 2]))
+            if excess[-1][0] - excess[-1][1] < 0.001:
+                break
+    finally:
+        yard.close()
+    assert min(x - y for x, y in excess) < 0.001, (
+        "connect-to-first-byte on a parked zone against the yardstick's (us): "
+        f"{[(round(x * 1e6), round(y * 1e6)) for x, y in excess]}")
 
 
 def test_control_wakeup_reaches_parked_zone(engine, ringx):

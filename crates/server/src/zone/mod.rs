@@ -324,7 +324,7 @@ impl Handler for Zone {
         let kind = self.ctx.routes.listener_kind.get(li as usize).copied();
         let local = self.ctx.routes.listen.get(li as usize).copied();
         let tr = match &self.ctx.tls {
-            Some(z) if z.sites.is_tls(li as usize) => Transport::Tls(Box::new(TlsTransport::new())),
+            Some(z) if z.sites.is_tls(li as usize) => Transport::Tls(Box::default()),
             _ => Transport::Plain,
         };
         let Client { base, role } = &mut self.clients[c.index()];
