@@ -56,7 +56,8 @@ fi
 # Python packages the tests and the benchmark report use.
 py_missing=$(python3 - <<'PY'
 import importlib.util
-mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib"}
+mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib",
+        "cryptography": "cryptography"}
 print(" ".join(p for m, p in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )

@@ -175,6 +175,21 @@ pub fn info_of(conn: &rustls::ServerConnection) -> crate::transport::TlsInfo {
         cipher,
         sni: conn.server_name().map(str::to_string),
         client_dn,
+        client_auth: false,
         resumed: matches!(conn.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
     }
+}
+
+/// A certificate field as it may go into a header or a log line: printable ASCII, anything
+/// else (a CR or LF in a subject would split a header) as `\xHH`.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'\\' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out
 }

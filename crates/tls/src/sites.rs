@@ -43,6 +43,8 @@ pub struct Sites {
     configs: Vec<Option<Arc<ServerConfig>>>,
     /// Per listener (`None`: a plain listener).
     listeners: Vec<Option<SniMap>>,
+    /// Per server: it asks for client certificates.
+    client_auth: Vec<bool>,
     cache: usize,
 }
 
@@ -64,6 +66,10 @@ impl Sites {
             None => None,
         };
         let mut configs = Vec::with_capacity(servers.len());
+        let client_auth = servers
+            .iter()
+            .map(|s| s.as_ref().is_some_and(|s| s.client.is_some()))
+            .collect();
         for spec in servers {
             let Some(spec) = spec else {
                 configs.push(None);
@@ -103,6 +109,7 @@ impl Sites {
         Ok(Sites {
             configs,
             listeners,
+            client_auth,
             cache: sessions.cache,
         })
     }
@@ -127,6 +134,7 @@ impl Sites {
         Sites {
             configs,
             listeners: self.listeners.clone(),
+            client_auth: self.client_auth.clone(),
             cache: self.cache,
         }
     }
@@ -134,6 +142,18 @@ impl Sites {
     /// Whether listener `l` speaks TLS.
     pub fn is_tls(&self, l: usize) -> bool {
         matches!(self.listeners.get(l), Some(Some(_)))
+    }
+
+    /// Whether the server a handshake on listener `l` with this SNI name gets asks for
+    /// client certificates.
+    pub fn asks_client_cert(&self, l: usize, sni: Option<&str>) -> bool {
+        let Some(Some(map)) = self.listeners.get(l) else {
+            return false;
+        };
+        self.client_auth
+            .get(map.pick(sni))
+            .copied()
+            .unwrap_or(false)
     }
 
     /// The configuration for a handshake on listener `l` with this SNI name.

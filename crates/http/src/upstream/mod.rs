@@ -245,6 +245,11 @@ pub struct Forward<'a> {
     pub close: bool,
     /// Forward this `Upgrade` (a protocol switch was asked for).
     pub upgrade: Option<&'a [u8]>,
+    /// The client came over TLS: `Some(Some(subject))` with a verified client certificate
+    /// (`X-SSL-Client-Verify: SUCCESS` and `X-SSL-Client-S-DN`), `Some(None)` without one
+    /// (`X-SSL-Client-Verify: NONE`). With `forwarded_headers`, these fields sent by the
+    /// client are always dropped, so an upstream can trust them.
+    pub tls_client: Option<Option<&'a str>>,
 }
 
 /// Writes the head of `req` as forwarded to an upstream (HTTP/1.1 always).
@@ -291,7 +296,11 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
                 xff = Some(h.value); // extended below (several fields: the last one wins)
                 continue;
             }
-            if n.eq_ignore_ascii_case("x-real-ip") || n.eq_ignore_ascii_case("x-forwarded-proto") {
+            if n.eq_ignore_ascii_case("x-real-ip")
+                || n.eq_ignore_ascii_case("x-forwarded-proto")
+                || n.eq_ignore_ascii_case("x-ssl-client-verify")
+                || n.eq_ignore_ascii_case("x-ssl-client-s-dn")
+            {
                 continue; // replaced below
             }
         }
@@ -323,6 +332,15 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
                 out.extend_from_slice(h);
             }
             out.extend_from_slice(b"\r\n");
+        }
+        match f.tls_client {
+            None => {}
+            Some(None) => out.extend_from_slice(b"X-SSL-Client-Verify: NONE\r\n"),
+            Some(Some(dn)) => {
+                out.extend_from_slice(b"X-SSL-Client-Verify: SUCCESS\r\n");
+                // The subject was made printable ASCII when the handshake finished.
+                put(out, "X-SSL-Client-S-DN", dn.as_bytes());
+            }
         }
     }
     match (f.upgrade, f.close) {

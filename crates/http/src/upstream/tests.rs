@@ -160,6 +160,7 @@ fn fwd() -> Forward<'static> {
         forwarded_headers: true,
         close: false,
         upgrade: None,
+        tls_client: None,
     }
 }
 
@@ -215,6 +216,7 @@ fn upgrade_passes() {
         &req,
         &Forward {
             upgrade: up,
+            tls_client: None,
             forwarded_headers: false,
             ..fwd()
         },

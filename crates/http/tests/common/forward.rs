@@ -105,6 +105,7 @@ pub fn check_request(input: &[u8], o: ForwardOpts<'_>) -> Result<bool, String> {
             forwarded_headers: o.forwarded_headers,
             close: o.close,
             upgrade,
+            tls_client: None,
         },
     );
     let head_len = out.len();

@@ -42,6 +42,8 @@ pub struct TlsInfo {
     pub sni: Option<String>,
     /// The verified client certificate's subject (mTLS).
     pub client_dn: Option<String>,
+    /// The server asked for a client certificate.
+    pub client_auth: bool,
     pub resumed: bool,
 }
 

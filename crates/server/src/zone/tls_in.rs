@@ -51,7 +51,8 @@ pub fn receive(
     };
     if was_handshaking {
         if let Some(s) = t.conn.session() {
-            let info = crate::tls::info_of(s);
+            let mut info = crate::tls::info_of(s);
+            info.client_auth = z.sites.asks_client_cert(li, info.sni.as_deref());
             z.handshakes += 1;
             z.resumed += info.resumed as u64;
             t.info = Some(Box::new(info));

@@ -58,11 +58,16 @@ impl Http1 {
             req,
             &Forward {
                 client: b.addr.map(|a| a.ip()),
-                proto: "http",
+                proto: if b.tr.is_tls() { "https" } else { "http" },
                 host,
                 forwarded_headers: loc.forwarded_headers,
                 close: false,
                 upgrade,
+                tls_client: b
+                    .tr
+                    .tls_info()
+                    .filter(|i| i.client_auth)
+                    .map(|i| i.client_dn.as_deref()),
             },
         );
         let key = match &def.hash_key {

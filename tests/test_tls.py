@@ -1,0 +1,408 @@
+"""HTTPS termination (issue 21): real clients (curl, openssl s_client, Python's ssl) against the
+real binary, with certificates made by tests/tls_pki.py.
+
+Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_tls.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port, runtime_section
+from tls_pki import Pki
+from upstream_server import UpstreamServer
+
+BIG = 10 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def site(ringx_module, tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls")
+    pki = Pki(d / "pki")
+    a_rsa = pki.leaf("a-rsa", ["a.test", "*.a.test"], kind="rsa")
+    a_ec = pki.leaf("a-ec", ["a.test", "*.a.test"], kind="ec")
+    b_ec = pki.leaf("b", ["b.test"])
+    m_ec = pki.leaf("m", ["m.test"])
+    clients = Pki(d / "clients", name="client CA")
+    alice = clients.leaf("alice", ["alice"], client=True, cn="alice")
+    www = d / "www"
+    www.mkdir()
+    data = os.urandom(BIG)
+    (www / "big.bin").write_bytes(data)
+    up = UpstreamServer("up")
+    p, q, r = free_port(), free_port(), free_port()
+    cfg = runtime_section(None, zones=1, extra="") + f"""
+[http]
+client_header_timeout = "2s"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+server_name = ["a.test", "*.a.test"]
+tls = [{{ cert = "{a_rsa[0]}", key = "{a_rsa[1]}" }}, {{ cert = "{a_ec[0]}", key = "{a_ec[1]}" }}]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "site a\\n" }}
+  [[server.location]]
+  path = "/f/"
+  alias = "{www}/"
+  [[server.location]]
+  path = "/up/"
+  proxy_pass = "http://{up.addr}"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+server_name = ["b.test"]
+tls = {{ cert = "{b_ec[0]}", key = "{b_ec[1]}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "site b\\n" }}
+[[server]]
+listen = ["127.0.0.1:{q}"]
+server_name = ["m.test"]
+tls = {{ cert = "{m_ec[0]}", key = "{m_ec[1]}", client_ca = "{clients.ca_path}", verify = "required" }}
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://{up.addr}"
+[[server]]
+listen = ["127.0.0.1:{r}"]
+server_name = ["m.test"]
+tls = {{ cert = "{m_ec[0]}", key = "{m_ec[1]}", client_ca = "{clients.ca_path}", verify = "optional" }}
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://{up.addr}"
+"""
+    srv = ringx_module.make(cfg, name="tls")
+    yield dict(p=p, q=q, r=r, pki=pki, clients=clients, alice=alice, srv=srv, up=up,
+               sha=hashlib.sha256(data).hexdigest(), dir=d)
+    up.close()
+
+
+def curl(*args, timeout=20):
+    return subprocess.run(["curl", "-sS", "--max-time", "15", *args], capture_output=True,
+                          timeout=timeout)
+
+
+def s_client(port, *args, stdin=b"", timeout=15):
+    r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", *args],
+                       input=stdin, capture_output=True, timeout=timeout)
+    return r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
+
+
+def ctx(pki: Pki, cert=None) -> ssl.SSLContext:
+    c = ssl.create_default_context(cafile=str(pki.ca_path))
+    if cert:
+        c.load_cert_chain(str(cert[0]), str(cert[1]))
+    return c
+
+
+def get(port, host, path="/", context=None, pki=None, headers=b""):
+    """One HTTPS GET with Python's ssl; returns (status line, headers, body, the ssl socket's
+    version and peer certificate)."""
+    context = context or ctx(pki)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=host) as s:
+            s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + host.encode()
+                      + b"\r\nConnection: close\r\n" + headers + b"\r\n")
+            buf = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            head, _, body = buf.partition(b"\r\n\r\n")
+            return head.decode(), body, s.version(), s.getpeercert()
+
+
+def cn_of(cert) -> str:
+    return dict(x[0] for x in cert["subject"])["commonName"]
+
+
+# -- names, versions, key types -------------------------------------------------------------
+
+
+def test_curl_gets_each_name_its_certificate(site):
+    ca = str(site["pki"].ca_path)
+    for host, body, cn in [("a.test", "site a", "a.test"), ("www.a.test", "site a", "a.test"),
+                           ("b.test", "site b", "b.test")]:
+        r = curl("-v", "--cacert", ca, "--resolve", f"{host}:{site['p']}:127.0.0.1",
+                 f"https://{host}:{site['p']}/")
+        err = r.stderr.decode()
+        assert r.returncode == 0, err
+        assert r.stdout.decode().strip() == body
+        assert re.search(rf"subject: CN={re.escape(cn)}\b", err), err
+    # An unknown name gets the listener's default server (a.test), whose certificate curl
+    # rejects for that name.
+    r = curl("--cacert", ca, "--resolve", f"nope.test:{site['p']}:127.0.0.1",
+             f"https://nope.test:{site['p']}/")
+    assert r.returncode == 60, r.stderr
+
+
+def test_tls12_and_tls13_with_alpn(site):
+    for flag, want in [("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")]:
+        out = s_client(site["p"], "-servername", "b.test", flag, "-alpn", "http/1.1",
+                       "-CAfile", str(site["pki"].ca_path))
+        assert f"Protocol  : {want}" in out or f"New, {want}" in out, out
+        assert "ALPN protocol: http/1.1" in out, out
+        assert "Verify return code: 0 (ok)" in out, out
+
+
+def test_rsa_or_ecdsa_by_what_the_client_verifies(site):
+    ec = s_client(site["p"], "-servername", "a.test", "-sigalgs", "ECDSA+SHA256")
+    assert "Server public key is 256 bit" in ec, ec
+    rsa = s_client(site["p"], "-servername", "a.test", "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256")
+    assert "Server public key is 2048 bit" in rsa, rsa
+
+
+def test_python_ssl_and_the_forwarded_scheme(site):
+    head, body, version, cert = get(site["p"], "a.test", "/up/x", pki=site["pki"])
+    assert head.startswith("HTTP/1.1 200"), head
+    assert version == "TLSv1.3" and cn_of(cert) == "a.test"
+    seen = site["up"].requests[-1]
+    hdrs = {k.lower(): v for k, v in seen["headers"]}
+    assert hdrs.get("x-forwarded-proto") == "https", seen
+    assert "x-ssl-client-verify" not in hdrs, "no client certificates on this server"
+
+
+# -- resumption -----------------------------------------------------------------------------
+
+
+def test_resumption_by_ticket_and_by_session_id(site, tmp_path):
+    sess = tmp_path / "sess.pem"
+    req = b"GET / HTTP/1.1\r\nHost: b.test\r\nConnection: close\r\n\r\n"
+    for version, extra in [("-tls1_3", []), ("-tls1_2", []), ("-tls1_2", ["-no_ticket"])]:
+        first = s_client(site["p"], "-servername", "b.test", version, *extra, "-ign_eof",
+                         "-sess_out", str(sess), stdin=req)
+        assert "New, TLSv1." in first, first
+        second = s_client(site["p"], "-servername", "b.test", version, *extra, "-ign_eof",
+                          "-sess_in", str(sess), stdin=req)
+        assert "Reused, TLSv1." in second, (version, extra, second)
+        assert "site b" in second
+
+
+# -- bytes ----------------------------------------------------------------------------------
+
+
+def test_ten_megabytes_byte_exact(site, tmp_path):
+    out = tmp_path / "got"
+    r = curl("--cacert", str(site["pki"].ca_path), "--resolve", f"a.test:{site['p']}:127.0.0.1",
+             "-o", str(out), f"https://a.test:{site['p']}/f/big.bin", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == site["sha"]
+
+
+# -- client certificates --------------------------------------------------------------------
+
+
+def test_mtls_required_and_optional(site):
+    pki, alice = site["pki"], site["alice"]
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        head, *_ = get(site["q"], "m.test", pki=pki)
+        # TLS 1.3: the client learns of the refusal on its first read.
+        assert not head.startswith("HTTP/1.1 200"), head
+    head, *_ = get(site["q"], "m.test", "/who", context=ctx(pki, alice),
+                   headers=b"X-SSL-Client-S-DN: CN=admin\r\n")
+    assert head.startswith("HTTP/1.1 200"), head
+    hdrs = {k.lower(): v for k, v in site["up"].requests[-1]["headers"]}
+    assert hdrs["x-ssl-client-verify"] == "SUCCESS" and hdrs["x-ssl-client-s-dn"] == "CN=alice", hdrs
+    head, *_ = get(site["r"], "m.test", "/anon", pki=pki,
+                   headers=b"X-SSL-Client-Verify: SUCCESS\r\n")
+    assert head.startswith("HTTP/1.1 200"), head
+    hdrs = {k.lower(): v for k, v in site["up"].requests[-1]["headers"]}
+    assert hdrs["x-ssl-client-verify"] == "NONE" and "x-ssl-client-s-dn" not in hdrs, hdrs
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+def client_hello(host="b.test") -> bytes:
+    """A real ClientHello, from Python's ssl over memory BIOs."""
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ssl.create_default_context().wrap_bio(inc, out, server_hostname=host)
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    return out.read()
+
+
+def read_until_closed(s: socket.socket, limit: float) -> tuple[bytes, float]:
+    t0, got = time.monotonic(), b""
+    s.settimeout(limit)
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except ConnectionResetError:
+        pass
+    return got, time.monotonic() - t0
+
+
+def test_plain_http_on_the_tls_port_gets_nginx_400(site):
+    with socket.create_connection(("127.0.0.1", site["p"]), timeout=5) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        got, took = read_until_closed(s, 5)
+    assert got.startswith(b"HTTP/1.1 400 Bad Request\r\n"), got
+    assert b"The plain HTTP request was sent to HTTPS port" in got and took < 4
+
+
+def test_garbage_and_a_truncated_hello_are_closed(site):
+    with socket.create_connection(("127.0.0.1", site["p"]), timeout=5) as s:
+        s.sendall(b"\x16\x03\x01\x00\x10" + os.urandom(16))
+        got, took = read_until_closed(s, 5)
+    assert took < 4 and (got == b"" or got[0] == 0x15), got  # nothing, or an alert record
+    hello = client_hello()
+    with socket.create_connection(("127.0.0.1", site["p"]), timeout=5) as s:
+        s.sendall(hello[: len(hello) // 2])
+        got, took = read_until_closed(s, 8)
+    # client_header_timeout (2 s) ends a handshake that stopped.
+    assert got == b"" and 1.5 < took < 6, (got, took)
+
+
+def test_a_client_hello_byte_by_byte(site):
+    hello = client_hello()
+    with socket.create_connection(("127.0.0.1", site["p"]), timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(hello)):
+            s.send(hello[i:i + 1])
+            if i % 64 == 0:
+                time.sleep(0.001)
+        s.settimeout(5)
+        first = s.recv(5)
+    assert first[:1] == b"\x16" and first[1:3] == b"\x03\x03", first  # a ServerHello record
+
+
+def test_ten_thousand_client_hellos_from_one_source(site):
+    """Each connection sends a ClientHello and closes at once; the zone keeps serving and its
+    memory stays bounded."""
+    hello = client_hello()
+    pid = site["srv"].pid
+    rss0 = rss_kb(pid)
+    sent = 0
+    for _ in range(50):
+        socks = []
+        for _ in range(200):
+            s = socket.create_connection(("127.0.0.1", site["p"]), timeout=5)
+            s.sendall(hello)
+            socks.append(s)
+        for s in socks:
+            s.close()
+        sent += len(socks)
+    assert sent == 10_000
+    head, body, *_ = get(site["p"], "b.test", pki=site["pki"])
+    assert head.startswith("HTTP/1.1 200") and body == b"site b\n"
+    time.sleep(0.5)
+    grown = rss_kb(pid) - rss0
+    assert grown < 64 * 1024, f"RSS grew by {grown} KiB over 10k ClientHellos"
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+# -- reload and check -----------------------------------------------------------------------
+
+
+def test_reload_swaps_the_certificate_while_a_download_runs(ringx, tmp_path):
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("site", ["s.test"], cn="s.test old")
+    www = tmp_path / "www"
+    www.mkdir()
+    data = os.urandom(BIG)
+    (www / "big.bin").write_bytes(data)
+    p = free_port()
+    srv = ringx.make(runtime_section(None) + f"""
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{cert}", key = "{key}" }}
+  [[server.location]]
+  path = "/"
+  alias = "{www}/"
+""")
+    c = ctx(pki)
+    raw = socket.create_connection(("127.0.0.1", p), timeout=10)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    s = c.wrap_socket(raw, server_hostname="s.test")
+    assert cn_of(s.getpeercert()) == "s.test old"
+    s.sendall(b"GET /big.bin HTTP/1.1\r\nHost: s.test\r\nConnection: close\r\n\r\n")
+    got = s.recv(65536)
+    # New certificate and key under the same names, then SIGHUP.
+    pki.leaf("site", ["s.test"], cn="s.test new")
+    srv.signal(signal.SIGHUP)
+    srv.wait_log("reload", timeout=10)
+    deadline = time.monotonic() + 10
+    while True:
+        _, _, _, cert_now = get(p, "s.test", "/big.bin", context=ctx(pki))
+        if cn_of(cert_now) == "s.test new" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert cn_of(cert_now) == "s.test new"
+    while True:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    body = got.partition(b"\r\n\r\n")[2]
+    assert hashlib.sha256(body).hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def check(ringx_bin, path: Path) -> tuple[int, str]:
+    r = subprocess.run([ringx_bin, "check", "-c", str(path)], capture_output=True, timeout=20)
+    return r.returncode, (r.stdout + r.stderr).decode()
+
+
+def test_check_names_the_entry_and_the_file(ringx_bin, tmp_path):
+    pki = Pki(tmp_path / "pki")
+    good = pki.leaf("good", ["g.test"])
+    other = pki.leaf("other", ["o.test"])
+    old = pki.leaf("old", ["old.test"], days=(-30, -1))
+    future = pki.leaf("future", ["f.test"], days=(2, 30))
+    swapped = pki.swapped(good[0])
+    cases = [
+        ((good[0], other[1]), other[1], "does not match"),
+        ((old[0], old[1]), old[0], "has expired"),
+        ((future[0], future[1]), future[0], "not valid yet"),
+        ((tmp_path / "missing.pem", good[1]), tmp_path / "missing.pem", "cannot read"),
+        ((swapped, good[1]), swapped, "out of order"),
+    ]
+    for (c, k), named, what in cases:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f"""[[server]]
+listen = ["127.0.0.1:{free_port()}"]
+tls = {{ cert = "{c}", key = "{k}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+""")
+        rc, out = check(ringx_bin, cfg)
+        assert rc == 1, out
+        assert f"{cfg}:3:" in out and str(named) in out and what in out, out
+    cfg = tmp_path / "mixed.toml"
+    port = free_port()
+    cfg.write_text(f"""[[server]]
+listen = ["127.0.0.1:{port}"]
+tls = {{ cert = "{good[0]}", key = "{good[1]}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+[[server]]
+listen = ["127.0.0.1:{port}"]
+server_name = ["plain.test"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+""")
+    rc, out = check(ringx_bin, cfg)
+    assert rc == 1 and "disagree about TLS" in out and f"{cfg}:8:" in out, out
