@@ -24,7 +24,7 @@ use crate::role::{ClientRole, Http1, Stream};
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
 use crate::tls::{TlsSetup, ZoneTls};
-use crate::transport::{TlsTransport, Transport};
+use crate::transport::Transport;
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
