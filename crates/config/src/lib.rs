@@ -133,7 +133,11 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         src,
     )?;
     vhost::validate_servers(&cfg.server, src)?;
-    tls::validate(&cfg.tls, &cfg.server, src)?;
+    tls::validate(
+        &cfg.tls,
+        cfg.server.iter().filter_map(|s| s.get_ref().tls.as_ref()),
+        src,
+    )?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
     Ok(())
 }

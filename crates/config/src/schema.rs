@@ -55,8 +55,8 @@ impl Config {
         &self,
         span: std::ops::Range<usize>,
         message: impl Into<String>,
-    ) -> crate::ConfigError {
-        crate::Source {
+    ) -> crate::error::ConfigError {
+        crate::error::Source {
             name: &self.origin.name,
             text: &self.origin.text,
         }

@@ -30,7 +30,6 @@ use toml::Spanned;
 
 use crate::error::{ConfigError, Source};
 use crate::units::Dur;
-use crate::vhost::Server;
 
 /// A certificate chain (leaf first) and its private key, PEM files.
 #[derive(Debug, Clone, Deserialize)]
@@ -51,8 +50,8 @@ pub enum TlsValue {
 // (which the file positions in errors come from) cannot be read back from that buffer.
 impl<'de> Deserialize<'de> for TlsValue {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
+        struct TlsValueVisitor;
+        impl<'de> serde::de::Visitor<'de> for TlsValueVisitor {
             type Value = TlsValue;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a table { cert = \"...\", key = \"...\" } or a list of them")
@@ -72,7 +71,7 @@ impl<'de> Deserialize<'de> for TlsValue {
                     .map(TlsValue::Table)
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(TlsValueVisitor)
     }
 }
 
@@ -245,10 +244,10 @@ fn default_share() -> Spanned<f64> {
     Spanned::new(0..0, 0.5)
 }
 
-/// Checks `[tls]`, and that the servers sharing an address agree on TLS.
-pub(crate) fn validate(
+/// Checks `[tls]` and each server's `tls` value.
+pub(crate) fn validate<'a>(
     tls: &Tls,
-    servers: &[Spanned<Server>],
+    servers: impl Iterator<Item = &'a Spanned<TlsValue>>,
     src: &Source,
 ) -> Result<(), ConfigError> {
     let share = *tls.handshake_share.get_ref();
@@ -274,38 +273,8 @@ pub(crate) fn validate(
             ),
         ));
     }
-    for s in servers {
-        if let Some(t) = &s.get_ref().tls {
-            t.get_ref().resolve(t.span(), src)?;
-        }
-    }
-    for (i, s) in servers.iter().enumerate() {
-        for a in &s.get_ref().listen {
-            let other = servers[..i].iter().find(|o| {
-                o.get_ref()
-                    .listen
-                    .iter()
-                    .any(|b| b.get_ref() == a.get_ref())
-                    && o.get_ref().tls.is_some() != s.get_ref().tls.is_some()
-            });
-            if let Some(o) = other {
-                let line = src.err(o.span(), "").line;
-                let (theirs, ours) = if s.get_ref().tls.is_some() {
-                    ("none", "has tls")
-                } else {
-                    ("tls", "has none")
-                };
-                return Err(src.err(
-                    a.span(),
-                    format!(
-                        "servers on {} disagree about TLS: the server at line {line} has {theirs} \
-                         and this one {ours}; a listen address is either TLS or plain (a site on \
-                         ports 80 and 443 is two [[server]] blocks)",
-                        a.get_ref()
-                    ),
-                ));
-            }
-        }
+    for t in servers {
+        t.get_ref().resolve(t.span(), src)?;
     }
     Ok(())
 }

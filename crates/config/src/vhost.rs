@@ -179,6 +179,35 @@ pub(crate) fn validate_servers(
             }
         }
     }
+    // A listen address is TLS or plain, whichever server names it.
+    for (i, s) in servers.iter().enumerate() {
+        for a in &s.get_ref().listen {
+            let other = servers[..i].iter().find(|o| {
+                o.get_ref()
+                    .listen
+                    .iter()
+                    .any(|b| b.get_ref() == a.get_ref())
+                    && o.get_ref().tls.is_some() != s.get_ref().tls.is_some()
+            });
+            if let Some(o) = other {
+                let line = src.err(o.span(), "").line;
+                let (theirs, ours) = if s.get_ref().tls.is_some() {
+                    ("none", "has tls")
+                } else {
+                    ("tls", "has none")
+                };
+                return Err(src.err(
+                    a.span(),
+                    format!(
+                        "servers on {} disagree about TLS: the server at line {line} has {theirs} \
+                         and this one {ours}; a listen address is either TLS or plain (a site on \
+                         ports 80 and 443 is two [[server]] blocks)",
+                        a.get_ref()
+                    ),
+                ));
+            }
+        }
+    }
     for s in servers {
         let sv = s.get_ref();
         if sv.listen.is_empty() {
