@@ -1,0 +1,130 @@
+"""Helpers of tests/test_preload.py: the library beside the binary, `ringx run` command lines,
+an unmodified Debian nginx in a network namespace, and the counters the library writes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from test_steering import _setns
+
+
+def preload_lib(ringx_bin: str) -> Path:
+    """libringx_preload.so beside the binary under test (cargo puts both in target/PROFILE)."""
+    lib = Path(ringx_bin).parent / "libringx_preload.so"
+    if not lib.is_file():
+        pytest.fail(f"{lib} is missing: build it with `cargo build --release -p ringx-preload`")
+    return lib
+
+
+def nginx_bin() -> str:
+    for p in (shutil.which("nginx"), "/usr/sbin/nginx"):
+        if p and os.access(p, os.X_OK):
+            return p
+    pytest.skip("nginx is not installed (scripts/install-deps.sh installs nginx-light)")
+
+
+def nginx_conf(tmp: Path, listen: str, affinity: bool) -> Path:
+    """2 workers, one reuseport listener each; every response body is the worker's pid."""
+    for d in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (tmp / d).mkdir(parents=True, exist_ok=True)
+    conf = tmp / "nginx.conf"
+    conf.write_text(f"""
+daemon off;
+master_process on;
+worker_processes 2;
+{"worker_cpu_affinity auto;" if affinity else ""}
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log info;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen {listen} reuseport;
+        location / {{ return 200 "$pid\\n"; }}
+    }}
+}}
+""")
+    return conf
+
+
+class Nginx:
+    """nginx (optionally under `ringx run`) in network namespace `ns`."""
+
+    def __init__(self, tmp: Path, ns: str, conf: Path, wrapper: list[str] | None):
+        self.tmp, self.ns, self.conf = tmp, ns, conf
+        self.log = open(tmp / "nginx.stderr", "wb")
+        cmd = [*(wrapper or []), nginx_bin(), "-p", str(tmp), "-c", str(conf)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=self.log, preexec_fn=lambda: _setns(ns))
+
+    def stderr(self) -> str:
+        return (self.tmp / "nginx.stderr").read_text(errors="replace")
+
+    def master_pid(self) -> int:
+        return int((self.tmp / "nginx.pid").read_text().strip())
+
+    def workers(self) -> set[int]:
+        out = subprocess.run(["pgrep", "-P", str(self.master_pid())], capture_output=True,
+                             text=True).stdout
+        return {int(p) for p in out.split()}
+
+    def wait_ready(self, port: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"nginx exited {self.proc.returncode}: {self.stderr()}")
+            try:
+                if len(self.workers()) == 2:
+                    out = subprocess.run(["nsenter", f"--net=/run/netns/{self.ns}", "ss", "-Htln",
+                                          f"sport = :{port}"], capture_output=True, text=True)
+                    if out.stdout.count("\n") >= 2:
+                        return
+            except (FileNotFoundError, ValueError):
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"nginx did not start 2 workers on :{port}: {self.stderr()}")
+
+    def reload(self, timeout: float = 10.0) -> None:
+        """`nginx -s reload`, then waits until only the new workers remain."""
+        old = self.workers()
+        subprocess.run([nginx_bin(), "-p", str(self.tmp), "-c", str(self.conf), "-s", "reload"],
+                       check=True, capture_output=True, preexec_fn=lambda: _setns(self.ns))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            now = self.workers()
+            if len(now) == 2 and not (now & old):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"old workers {old} still there after reload: {self.workers()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def read_stats(d: Path) -> dict[str, int]:
+    """The library's counters, summed over every process that wrote some."""
+    total: dict[str, int] = {}
+    for f in d.glob("ringx-preload.*"):
+        for line in f.read_text().splitlines():
+            k, v = line.split()
+            total[k] = total.get(k, 0) + int(v)
+    return total
