@@ -128,3 +128,53 @@ def read_stats(d: Path) -> dict[str, int]:
             k, v = line.split()
             total[k] = total.get(k, 0) + int(v)
     return total
+
+
+# An HTTP/1.0 server whose body is the client's port; run pinned to one CPU, so without
+# steering every reply is processed there (veth receives on the sending CPU).
+PORT_ECHO_SERVER = r"""
+import socket, sys, threading
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((sys.argv[1], int(sys.argv[2])))
+srv.listen(512)
+def serve(c, peer):
+    with c:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        body = b"%d\n" % peer[1]
+        c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+while True:
+    c, peer = srv.accept()
+    threading.Thread(target=serve, args=(c, peer), daemon=True).start()
+"""
+
+# An unmodified client: a thread pinned to each CPU given makes N requests; prints one line
+# per connection: client CPU, SO_INCOMING_CPU after the response, local port.
+PINNED_CLIENT = r"""
+import os, socket, sys, threading
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cpus = [int(c) for c in sys.argv[4].split(",")]
+out, lock = [], threading.Lock()
+def run(cpu):
+    os.sched_setaffinity(0, {cpu})
+    for _ in range(n):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+            assert data.startswith(b"HTTP/1.0 200"), data
+            assert int(data.rsplit(b"\r\n\r\n", 1)[1]) == s.getsockname()[1]
+            with lock:
+                out.append((cpu, s.getsockopt(socket.SOL_SOCKET, 49), s.getsockname()[1]))
+ts = [threading.Thread(target=run, args=(c,)) for c in cpus]
+for t in ts: t.start()
+for t in ts: t.join()
+for cpu, incoming, lport in out:
+    print(cpu, incoming, lport)
+"""

@@ -23,15 +23,18 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import free_port
-from preload_util import Nginx, nginx_conf, preload_lib, read_stats
+from preload_util import (PINNED_CLIENT, PORT_ECHO_SERVER, Nginx, nginx_conf, preload_lib,
+                          read_stats)
 from test_steering import CLIENT_IP, SERVER_IP, SO_INCOMING_CPU, _cpus, _setns, netns_pair  # noqa: F401
 
 PER_CPU = 40
@@ -119,3 +122,67 @@ def test_nginx_accepts_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path, preload)
     # after the reload.
     assert st.get("listeners_steered", 0) >= 2, st
     assert st.get("listener_claims", 0) >= 4, st
+
+
+def _start_server(ns: str, port: int, cpu: int) -> subprocess.Popen:
+    def pre():
+        _setns(ns)
+        os.sched_setaffinity(0, {cpu})
+
+    p = subprocess.Popen([sys.executable, "-c", PORT_ECHO_SERVER, SERVER_IP, str(port)],
+                         preexec_fn=pre, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        out = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "ss", "-Htln",
+                              f"sport = :{port}"], capture_output=True, text=True)
+        if str(port) in out.stdout:
+            return p
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.05)
+    p.kill()
+    raise AssertionError("the server did not start listening")
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["plain", "ringx-run"])
+def test_client_replies_on_the_connecting_cpu(netns_pair, ringx_bin, tmp_path, preload):  # noqa: F811
+    srv, cli = netns_pair
+    if not os.path.isdir("/sys/fs/bpf"):
+        pytest.skip("software steering needs BPF (/sys/fs/bpf is missing)")
+    cpus = _cpus()[:2]
+    preload_lib(ringx_bin)
+    port = free_port()
+    server = _start_server(srv, port, cpus[0])
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    run = [ringx_bin, "run", "--mode", "software", "--cpus", ",".join(map(str, cpus)),
+           "--rss-table", f"{CLIENT_IP} {SERVER_IP} {port}", "--stats", str(stats), "--"]
+    try:
+        cmd = [sys.executable, "-c", PINNED_CLIENT, SERVER_IP, str(port), str(PER_CPU),
+               ",".join(map(str, cpus))]
+        p = subprocess.run([*(run if preload else []), *cmd], capture_output=True, text=True,
+                           timeout=120, preexec_fn=lambda: _setns(cli))
+        assert p.returncode == 0, p.stderr
+        rows = [tuple(map(int, ln.split())) for ln in p.stdout.splitlines()]
+        assert len(rows) == PER_CPU * len(cpus), p.stdout
+        home = sum(cpu == incoming for cpu, incoming, _ in rows)
+        print(f"\nclient {'under ringx run --mode software' if preload else 'alone'}: "
+              f"{home}/{len(rows)} connections' replies processed on the connecting CPU")
+        if not preload:
+            assert 0 < home < len(rows)
+            return
+        assert "XDP program on" in p.stderr, p.stderr
+        assert home == len(rows), rows
+        # Each connection's port is of its zone's residue (zone i on cpus[i]).
+        assert all(lport & 1 == cpus.index(cpu) for cpu, _, lport in rows), rows
+        st = read_stats(stats)
+        assert st["connects_steered"] == len(rows) and st["table_hits"] == len(rows), st
+        assert st["ports_released"] == len(rows) and st["connects_fallback"] == 0, st
+        # curl, pinned to the second CPU: its port is that zone's.
+        c = subprocess.run([*run, "taskset", "-c", str(cpus[1]), "curl", "-sS",
+                            f"http://{SERVER_IP}:{port}/"], capture_output=True, text=True,
+                           timeout=30, preexec_fn=lambda: _setns(cli))
+        assert c.returncode == 0, c.stderr
+        assert int(c.stdout) & 1 == 1, c.stdout
+    finally:
+        server.kill()
+        server.wait()
