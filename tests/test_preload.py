@@ -186,3 +186,40 @@ def test_client_replies_on_the_connecting_cpu(netns_pair, ringx_bin, tmp_path, p
     finally:
         server.kill()
         server.wait()
+
+
+def test_differential(netns_pair, ringx_bin, tmp_path):  # noqa: F811
+    """The same script, with and without the library: identical transcripts, and the library
+    did steer (its counters)."""
+    srv, _ = netns_pair
+    preload_lib(ringx_bin)
+    port, closed, port6 = free_port(), free_port(), free_port()
+    script = Path(__file__).parent / "preload_diff.py"
+    stats = tmp_path / "stats"
+    stats.mkdir()
+
+    def transcript(wrapper: list[str]) -> str:
+        udir = tempfile.mkdtemp(dir=tmp_path)
+        p = subprocess.run([*wrapper, sys.executable, str(script), SERVER_IP, str(port),
+                            str(closed), str(port6), udir], capture_output=True, text=True,
+                           timeout=60, preexec_fn=lambda: _setns(srv))
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.endswith("done\n"), p.stdout
+        return p.stdout
+
+    plain = transcript([])
+    steered = transcript([
+        ringx_bin, "run", "--listen", "cpu", "--pin", "--mode", "software",
+        "--rss-table", f"{SERVER_IP} {SERVER_IP} {port}",
+        "--rss-table", f"{SERVER_IP} {SERVER_IP} {closed}",
+        "--rss-table", f"::1 ::1 {port6}", "--xdp-mode", "generic", "--stats", str(stats), "--"])
+    print("\n" + plain)
+    assert steered == plain
+    st = read_stats(stats)
+    print({k: v for k, v in st.items() if v})
+    # 2 + 1 reuseport listeners grouped. Table connects: blocking, non-blocking, refused,
+    # non-blocking refused, IPv6, raw; passed by: the second connect of a connected socket and
+    # the one bound first.
+    assert st["listeners_steered"] == 3, st
+    assert st["connects_steered"] == 6 and st["connects_prebound"] == 2, st
+    assert st["ports_released"] == 6 and st["table_hits"] == 6, st
