@@ -86,8 +86,11 @@ def _share(conns: list[dict]) -> tuple[int, int]:
     return home, len(conns)
 
 
-@pytest.mark.parametrize("preload", [False, True], ids=["plain", "ringx-run"])
-def test_nginx_accepts_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path, preload):  # noqa: F811
+@pytest.mark.parametrize("preload,pin", [(False, False), (True, False), (True, True)],
+                         ids=["plain", "ringx-run", "ringx-run-pin"])
+def test_nginx_accepts_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path, preload, pin):  # noqa: F811
+    """nginx pins its workers (`worker_cpu_affinity auto`), or, with --pin and no affinity
+    directive, the library pins each worker to a free CPU as it adds its listener."""
     srv, cli = netns_pair
     cpus = _cpus()[:2]
     preload_lib(ringx_bin)
@@ -95,14 +98,15 @@ def test_nginx_accepts_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path, preload)
     # nginx workers run as nobody: their counters go to a directory they can reach.
     stats = Path(tempfile.mkdtemp(prefix="ringx-preload-"))
     stats.chmod(0o777)
-    conf = nginx_conf(tmp_path, f"{SERVER_IP}:{port}", affinity=True)
-    wrapper = ([ringx_bin, "run", "--cpus", ",".join(map(str, cpus)), "--stats", str(stats), "--"]
-               if preload else None)
+    conf = nginx_conf(tmp_path, f"{SERVER_IP}:{port}", affinity=not pin)
+    wrapper = ([ringx_bin, "run", "--cpus", ",".join(map(str, cpus)), "--stats", str(stats),
+                *(["--pin"] if pin else []), "--"] if preload else None)
     ng = Nginx(tmp_path, srv, conf, wrapper)
     try:
         ng.wait_ready(port)
         home, total = _share(_requests(cli, port, cpus))
-        print(f"\nnginx {'under ringx run' if preload else 'alone'}: {home}/{total} connections "
+        print(f"\nnginx {'under ringx run' if preload else 'alone'}{' --pin' if pin else ''}: "
+              f"{home}/{total} connections "
               f"accepted by the worker on the SYN's CPU")
         if not preload:
             # The kernel's hash: about half; all or none has probability 2^-79.
@@ -122,6 +126,7 @@ def test_nginx_accepts_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path, preload)
     # after the reload.
     assert st.get("listeners_steered", 0) >= 2, st
     assert st.get("listener_claims", 0) >= 4, st
+    assert st.get("threads_pinned", 0) == (4 if pin else 0), st
 
 
 def _start_server(ns: str, port: int, cpu: int) -> subprocess.Popen:

@@ -71,7 +71,9 @@ pub fn get(fd: libc::c_int) -> FdState {
     // Relaxed: a descriptor's state is written by the thread that created, bound or closed
     // it, and a program that hands a descriptor to another thread orders that hand-off
     // itself (the kernel's fd table does not order our table).
-    slot(fd).map_or(FdState::None, |s| FdState::decode(s.load(Ordering::Relaxed)))
+    slot(fd).map_or(FdState::None, |s| {
+        FdState::decode(s.load(Ordering::Relaxed))
+    })
 }
 
 /// Sets the state of `fd`; false when `fd` is out of range.
@@ -88,7 +90,9 @@ pub fn set(fd: libc::c_int, st: FdState) -> bool {
 /// Clears the state of `fd` (it is being closed) and returns what it was.
 pub fn take(fd: libc::c_int) -> FdState {
     // A swap: of two threads closing one descriptor at once, one gets the state.
-    slot(fd).map_or(FdState::None, |s| FdState::decode(s.swap(0, Ordering::Relaxed)))
+    slot(fd).map_or(FdState::None, |s| {
+        FdState::decode(s.swap(0, Ordering::Relaxed))
+    })
 }
 
 #[cfg(test)]

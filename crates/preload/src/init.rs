@@ -42,7 +42,9 @@ fn start() {
         Ok(Some(s)) => s,
         Ok(None) => return,
         Err(e) => {
-            log::emit(format_args!("ignoring the settings ({e}); every call passes through"));
+            log::emit(format_args!(
+                "ignoring the settings ({e}); every call passes through"
+            ));
             return;
         }
     };

@@ -52,6 +52,7 @@ pub fn emit(msg: fmt::Arguments<'_>) {
 }
 
 /// A message that is written once per process (tree, for what happens before a fork).
+#[derive(Default)]
 pub struct Once(AtomicBool);
 
 impl Once {

@@ -45,7 +45,10 @@ impl Outbound {
     /// The tables for `s` (None when the mode is off); the error says why they cannot be built.
     pub fn build(s: &Settings) -> Result<Option<Outbound>, String> {
         let zones = s.cpus.len();
-        let range = s.ports.clone().unwrap_or_else(steer_active::local_port_range);
+        let range = s
+            .ports
+            .clone()
+            .unwrap_or_else(steer_active::local_port_range);
         let tables = match s.mode {
             Mode::Off | Mode::Auto => return Ok(None),
             Mode::Software => {
@@ -54,8 +57,9 @@ impl Outbound {
                     time_wait: steer_active::default_time_wait(),
                     ..PortTableConfig::default()
                 };
-                let b = PortTableBuilder::new(Arc::new(steer_active::software_function(zones)), config)
-                    .dests(s.dests.iter().copied());
+                let b =
+                    PortTableBuilder::new(Arc::new(steer_active::software_function(zones)), config)
+                        .dests(s.dests.iter().copied());
                 (0..zones)
                     .map(|z| b.build(z as u16).map_err(|e| e.to_string()))
                     .collect::<Result<Vec<_>, _>>()?
@@ -235,7 +239,10 @@ mod tests {
         assert_eq!(dest, 0);
         assert!((41000..=41999).contains(&port));
         // Software steering: the zone is the port's residue.
-        assert_eq!(usize::from(port) % zones.next_power_of_two(), usize::from(zone));
+        assert_eq!(
+            usize::from(port) % zones.next_power_of_two(),
+            usize::from(zone)
+        );
         let bound = sock::local_addr(s.as_raw_fd()).unwrap();
         assert_eq!(bound.port(), port);
         // SO_REUSEADDR is back as the program had it.
@@ -260,18 +267,31 @@ mod tests {
             .unwrap()
             .unwrap();
         // Another destination.
-        assert_eq!(o.bind_for(tcp().as_raw_fd(), "127.0.0.1:10".parse().unwrap()), None);
+        assert_eq!(
+            o.bind_for(tcp().as_raw_fd(), "127.0.0.1:10".parse().unwrap()),
+            None
+        );
         // A socket the program bound.
         let s = tcp();
-        s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
-        assert_eq!(o.bind_for(s.as_raw_fd(), "127.0.0.1:9".parse().unwrap()), None);
+        s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        assert_eq!(
+            o.bind_for(s.as_raw_fd(), "127.0.0.1:9".parse().unwrap()),
+            None
+        );
         // UDP.
         let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(o.bind_for(u.as_raw_fd(), "127.0.0.1:9".parse().unwrap()), None);
+        assert_eq!(
+            o.bind_for(u.as_raw_fd(), "127.0.0.1:9".parse().unwrap()),
+            None
+        );
         // A CPU that is no zone's.
         let off = Outbound::build(&settings("127.0.0.1 127.0.0.1 9", vec![100_000]))
             .unwrap()
             .unwrap();
-        assert_eq!(off.bind_for(tcp().as_raw_fd(), "127.0.0.1:9".parse().unwrap()), None);
+        assert_eq!(
+            off.bind_for(tcp().as_raw_fd(), "127.0.0.1:9".parse().unwrap()),
+            None
+        );
     }
 }

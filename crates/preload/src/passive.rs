@@ -60,7 +60,10 @@ pub fn on_listen(fd: libc::c_int) {
     }
     let key = AddrKey::of(addr);
     let mut local = GROUPS_LOCAL.lock();
-    let index = match local.iter().position(|g| g.as_ref().is_some_and(|g| g.key == key)) {
+    let index = match local
+        .iter()
+        .position(|g| g.as_ref().is_some_and(|g| g.key == key))
+    {
         Some(i) => i,
         None => match open_group(key) {
             Ok((i, steering)) => {

@@ -55,7 +55,10 @@ struct Page {
     entries: [Entry; GROUPS],
 }
 
-const _: () = assert!(std::mem::size_of::<Page>() <= 4096, "the registry fits one page");
+const _: () = assert!(
+    std::mem::size_of::<Page>() <= 4096,
+    "the registry fits one page"
+);
 
 static PAGE: AtomicPtr<Page> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -92,7 +95,11 @@ fn page() -> Option<&'static Page> {
 /// What the registry holds for a key.
 pub enum Found {
     /// Group `index`, with the program and map ids another process recorded.
-    Known { index: usize, prog_id: u32, map_id: u32 },
+    Known {
+        index: usize,
+        prog_id: u32,
+        map_id: u32,
+    },
     /// The key is new; `index` is free and now reserved for it (call [`Locked::record`]).
     New { index: usize },
 }
@@ -132,7 +139,11 @@ impl Locked {
                 free = free.or(Some(index));
                 continue;
             }
-            let words = [w0, e.key[1].load(Ordering::Relaxed), e.key[2].load(Ordering::Relaxed)];
+            let words = [
+                w0,
+                e.key[1].load(Ordering::Relaxed),
+                e.key[2].load(Ordering::Relaxed),
+            ];
             if words == key.0 {
                 return Some(Found::Known {
                     index,
@@ -186,17 +197,14 @@ mod tests {
         // another thread could hold: the registry lock is free) and leaves with _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            let ok = match Locked::lock().and_then(|l| {
-                let f = l.find(key);
-                if let Some(Found::New { index }) = f {
+            let recorded = Locked::lock().is_some_and(|l| match l.find(key) {
+                Some(Found::New { index }) => {
                     l.record(index, key, 11, 22);
-                    return Some(true);
+                    true
                 }
-                Some(false)
-            }) {
-                Some(true) => 0,
-                _ => 1,
-            };
+                _ => false,
+            });
+            let ok = if recorded { 0 } else { 1 };
             // SAFETY: ends the child without running the parent's atexit handlers.
             unsafe { libc::_exit(ok) };
         }

@@ -160,7 +160,8 @@ mod tests {
             let back = unsafe { from_raw((&ss as *const sockaddr_storage).cast(), len) };
             assert_eq!(back, Some(a));
             // SAFETY: as above; a shorter length is refused, not over-read.
-            assert_eq!(unsafe { from_raw((&ss as *const sockaddr_storage).cast(), len - 1) }, None);
+            let short = unsafe { from_raw((&ss as *const sockaddr_storage).cast(), len - 1) };
+            assert_eq!(short, None);
         }
         // SAFETY: null is allowed.
         assert_eq!(unsafe { from_raw(std::ptr::null(), 16) }, None);

@@ -87,7 +87,10 @@ mod tests {
         assert_eq!(NAMES.len(), N);
         add(Counter::FdTooHigh);
         let r = render(&[("table_hits", 7)]);
-        assert!(r.contains("fd_too_high 1\n") || r.contains("fd_too_high "), "{r}");
+        assert!(
+            r.contains("fd_too_high 1\n") || r.contains("fd_too_high "),
+            "{r}"
+        );
         assert!(r.ends_with("table_hits 7\n"));
         assert_eq!(r.lines().count(), N + 1);
     }

@@ -128,7 +128,11 @@ fn plan(a: &RunArgs) -> Result<Plan, String> {
     let cpus: Vec<usize> = match &a.cpus {
         Some(s) => s
             .split(',')
-            .map(|c| c.trim().parse().map_err(|_| format!("--cpus {s:?}: not a CPU list")))
+            .map(|c| {
+                c.trim()
+                    .parse()
+                    .map_err(|_| format!("--cpus {s:?}: not a CPU list"))
+            })
             .collect::<Result<_, _>>()?,
         None => ringx_engine::sys::allowed_cpus(),
     };
@@ -148,7 +152,10 @@ fn plan(a: &RunArgs) -> Result<Plan, String> {
         None => active::local_port_range(),
     };
     if mode != Mode::Off && dests.is_empty() {
-        return Err(format!("--mode {}: give the destinations with --rss-table", a.mode));
+        return Err(format!(
+            "--mode {}: give the destinations with --rss-table",
+            a.mode
+        ));
     }
     let xdp_mode = a
         .xdp_mode
@@ -178,7 +185,10 @@ fn plan(a: &RunArgs) -> Result<Plan, String> {
         ("RINGX_PRELOAD_MODE".to_string(), mode.as_str().to_string()),
         (
             "RINGX_PRELOAD_CPUS".to_string(),
-            cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+            cpus.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
         ),
         (
             "RINGX_PRELOAD_PORTS".to_string(),
@@ -226,7 +236,9 @@ pub fn run(a: RunArgs) -> ExitCode {
         preload.push(old);
     }
     let mut cmd = Command::new(&a.cmd[0]);
-    cmd.args(&a.cmd[1..]).env("LD_PRELOAD", preload).envs(plan.env.iter().cloned());
+    cmd.args(&a.cmd[1..])
+        .env("LD_PRELOAD", preload)
+        .envs(plan.env.iter().cloned());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -238,7 +250,12 @@ pub fn run(a: RunArgs) -> ExitCode {
     for sig in FORWARDED {
         // SAFETY: installs a handler that only loads an atomic and calls kill (both
         // async-signal-safe); the handler is a plain extern "C" fn that lives forever.
-        unsafe { libc::signal(sig, forward as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+        unsafe {
+            libc::signal(
+                sig,
+                forward as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
     }
     let status = match child.wait() {
         Ok(s) => s,
@@ -275,8 +292,16 @@ mod tests {
 
     #[test]
     fn environment_for_the_library() {
-        let p = plan(&args(&["--pin", "--cpus", "1,0", "--ports", "40000-40999", "--", "true"]))
-            .unwrap();
+        let p = plan(&args(&[
+            "--pin",
+            "--cpus",
+            "1,0",
+            "--ports",
+            "40000-40999",
+            "--",
+            "true",
+        ]))
+        .unwrap();
         let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("RINGX_PRELOAD_LISTEN"), Some("cpu"));
         assert_eq!(get("RINGX_PRELOAD_PIN"), Some("1"));
