@@ -178,3 +178,31 @@ for t in ts: t.join()
 for cpu, incoming, lport in out:
     print(cpu, incoming, lport)
 """
+
+
+def haproxy_bin() -> str:
+    for p in (shutil.which("haproxy"), "/usr/sbin/haproxy"):
+        if p and os.access(p, os.X_OK):
+            return p
+    pytest.skip("haproxy is not installed (scripts/install-deps.sh installs it)")
+
+
+def haproxy_conf(tmp: Path, listen: str, cpus: list[int]) -> Path:
+    """2 threads pinned to `cpus`, each with its own listener on `listen` (haproxy binds with
+    SO_REUSEPORT: one reuseport group served by two threads); the body is the thread's number."""
+    conf = tmp / "haproxy.cfg"
+    conf.write_text(f"""
+global
+    nbthread 2
+    cpu-map auto:1/1-2 {cpus[0]}-{cpus[1]}
+defaults
+    mode http
+    timeout client 10s
+    timeout connect 10s
+    timeout server 10s
+frontend f
+    bind {listen} thread 1
+    bind {listen} thread 2
+    http-request return status 200 content-type text/plain lf-string "%[thread]\\n"
+""")
+    return conf

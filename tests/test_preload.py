@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
-from preload_util import (PINNED_CLIENT, PORT_ECHO_SERVER, Nginx, nginx_conf, preload_lib,
-                          read_stats)
+from preload_util import (PINNED_CLIENT, PORT_ECHO_SERVER, Nginx, haproxy_bin, haproxy_conf,
+                          nginx_conf, preload_lib, read_stats)
 from test_steering import CLIENT_IP, SERVER_IP, SO_INCOMING_CPU, _cpus, _setns, netns_pair  # noqa: F401
 
 PER_CPU = 40
@@ -42,7 +42,8 @@ PER_CPU = 40
 
 def _requests(cli_ns: str, port: int, cpus: list[int]) -> list[dict]:
     """PER_CPU requests from a thread pinned to each CPU; per connection: the client's CPU,
-    the CPU that processed the response (SO_INCOMING_CPU) and the pid that answered."""
+    the CPU that processed the response (SO_INCOMING_CPU) and the number in the body (nginx:
+    the worker's pid; haproxy: the thread's number)."""
     results, errors, lock = [], [], threading.Lock()
 
     def run(cpu: int) -> None:
@@ -56,10 +57,10 @@ def _requests(cli_ns: str, port: int, cpus: list[int]) -> list[dict]:
                     while chunk := s.recv(4096):
                         data += chunk
                     assert data.startswith(b"HTTP/1.1 200"), data[:200]
-                    pid = int(data.rsplit(b"\r\n\r\n", 1)[1])
+                    answer = int(data.rsplit(b"\r\n\r\n", 1)[1])
                     incoming = s.getsockopt(socket.SOL_SOCKET, SO_INCOMING_CPU)
                     with lock:
-                        results.append({"cpu": cpu, "incoming": incoming, "pid": pid})
+                        results.append({"cpu": cpu, "incoming": incoming, "answer": answer})
         except Exception as e:  # noqa: BLE001 - reported below
             with lock:
                 errors.append(f"client on CPU {cpu}: {e!r}")
@@ -75,10 +76,11 @@ def _requests(cli_ns: str, port: int, cpus: list[int]) -> list[dict]:
 
 
 def _share(conns: list[dict]) -> tuple[int, int]:
-    """(connections answered by the worker on the client's CPU, total); both measures agree."""
+    """(connections answered by the nginx worker on the client's CPU, total); both measures
+    agree."""
     home = 0
     for c in conns:
-        worker_cpus = os.sched_getaffinity(c["pid"])
+        worker_cpus = os.sched_getaffinity(c["answer"])
         by_pid = worker_cpus == {c["cpu"]}
         by_incoming = c["incoming"] == c["cpu"]
         assert by_pid == by_incoming, (c, worker_cpus)
@@ -228,3 +230,44 @@ def test_differential(netns_pair, ringx_bin, tmp_path):  # noqa: F811
     assert st["listeners_steered"] == 3, st
     assert st["connects_steered"] == 6 and st["connects_prebound"] == 2, st
     assert st["ports_released"] == 6 and st["table_hits"] == 6, st
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["plain", "ringx-run"])
+def test_haproxy_threads_accept_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path, preload):  # noqa: F811
+    """A second unmodified server, multi-threaded rather than multi-process: haproxy with two
+    threads pinned to the two CPUs (`cpu-map`), each owning one reuseport listener of the
+    address. Each thread adds its listener to its own epoll, which claims it for its CPU."""
+    srv, cli = netns_pair
+    cpus = _cpus()[:2]
+    preload_lib(ringx_bin)
+    port = free_port()
+    conf = haproxy_conf(tmp_path, f"{SERVER_IP}:{port}", cpus)
+    log = open(tmp_path / "haproxy.stderr", "wb")
+    cmd = [haproxy_bin(), "-db", "-f", str(conf)]
+    if preload:
+        cmd = [ringx_bin, "run", "--cpus", ",".join(map(str, cpus)), "--", *cmd]
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         preexec_fn=lambda: _setns(srv))
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            out = subprocess.run(["nsenter", f"--net=/run/netns/{srv}", "ss", "-Htln",
+                                  f"sport = :{port}"], capture_output=True, text=True).stdout
+            if out.count("\n") >= 2:
+                break
+            assert p.poll() is None, (tmp_path / "haproxy.stderr").read_text()
+            time.sleep(0.05)
+        conns = _requests(cli, port, cpus)
+        home = sum(c["incoming"] == c["cpu"] for c in conns)
+        # The thread that answered is the one pinned to the CPU that processed its response.
+        assert all(cpus[c["answer"]] == c["incoming"] for c in conns), conns
+        print(f"\nhaproxy {'under ringx run' if preload else 'alone'}: {home}/{len(conns)} "
+              f"connections accepted by the thread on the SYN's CPU")
+        if preload:
+            assert home == len(conns)
+        else:
+            assert 0 < home < len(conns)
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        log.close()
