@@ -128,7 +128,6 @@ impl Outbound {
             return None;
         };
         let table = self.tables.get(zone)?;
-        let reuse = sock::opt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR).unwrap_or(0);
         for _ in 0..BIND_TRIES {
             let port = {
                 let mut t = table.lock();
@@ -138,7 +137,7 @@ impl Outbound {
                     None => break,
                 }
             };
-            match bind(fd, SocketAddr::new(dest.local, port), reuse) {
+            match bind(fd, SocketAddr::new(dest.local, port)) {
                 Ok(()) => {
                     stats::add(Counter::ConnectsSteered);
                     return Some(FdState::Active {
@@ -178,24 +177,31 @@ impl Outbound {
     }
 }
 
-/// Binds `fd` to `local`, with `SO_REUSEADDR` for the call when the program had not set it
-/// (a table port may still be in TIME_WAIT towards another peer; the 4-tuple decides, as in
-/// ringx's own connects), and the option as it was afterwards. The errno of bind on failure.
-fn bind(fd: libc::c_int, local: SocketAddr, reuse: libc::c_int) -> Result<(), libc::c_int> {
-    if reuse == 0 {
-        sock::set_opt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
-    }
+/// Binds `fd` to `local`; the errno of bind on failure. A port refused as in use may still be
+/// in TIME_WAIT towards another peer: then, if the program had not set `SO_REUSEADDR`, the
+/// bind is tried once more with it set for the call (the 4-tuple decides, as in ringx's own
+/// connects) and the option is put back as it was.
+fn bind(fd: libc::c_int, local: SocketAddr) -> Result<(), libc::c_int> {
     let (ss, len) = sock::to_raw(local);
-    // SAFETY: bind reads `len` bytes of the live, initialised storage.
-    let r = unsafe { libc::bind(fd, (&ss as *const libc::sockaddr_storage).cast(), len) };
-    let err = crate::errno::get();
-    if reuse == 0 {
-        sock::set_opt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 0);
-    }
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(err)
+    let once = || {
+        // SAFETY: bind reads `len` bytes of the live, initialised storage.
+        let r = unsafe { libc::bind(fd, (&ss as *const libc::sockaddr_storage).cast(), len) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(crate::errno::get())
+        }
+    };
+    match once() {
+        Err(libc::EADDRINUSE)
+            if sock::opt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR) == Some(0) =>
+        {
+            sock::set_opt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
+            let r = once();
+            sock::set_opt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 0);
+            r
+        }
+        r => r,
     }
 }
 
@@ -256,6 +262,29 @@ mod tests {
         let t = o.tables[usize::from(zone)].lock();
         let id = t.dest_id(&o.dests()[0]).unwrap();
         assert_eq!(t.in_use(id), 0);
+    }
+
+    #[test]
+    fn a_port_in_use_is_bound_with_reuseaddr_for_the_call() {
+        // Another socket holds the address with SO_REUSEADDR and does not listen (a connection
+        // of the past, towards another peer): a plain bind is refused, the retry succeeds.
+        let holder = tcp();
+        holder.set_reuse_address(true).unwrap();
+        holder
+            .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let at = holder.local_addr().unwrap().as_socket().unwrap();
+        let s = tcp();
+        assert_eq!(bind(s.as_raw_fd(), at), Ok(()));
+        assert_eq!(sock::local_addr(s.as_raw_fd()), Some(at));
+        assert_eq!(
+            sock::opt_int(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR),
+            Some(0)
+        );
+        // A listener holds it: refused, with bind's errno.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        assert_eq!(bind(tcp().as_raw_fd(), at), Err(libc::EADDRINUSE));
     }
 
     #[test]
