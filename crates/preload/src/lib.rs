@@ -19,6 +19,17 @@
 //! `fork` never leaves taken in the child; a fresh start after `exec`; nothing at all when
 //! the settings are absent; one stderr line for what it attached or why it could not
 //! ([`log`]). Counters are written at exit when asked ([`stats`]).
+//!
+//! Limits, by design or not yet lifted:
+//!
+//! * a listener is claimed when a thread adds it to an epoll set or first accepts on it;
+//!   a program that waits with `poll`/`select` claims at its first `accept`;
+//! * at most [`registry::GROUPS`] listening addresses per process tree are steered;
+//! * a steered connection's port comes back at `close`; a descriptor replaced by
+//!   `dup2`/`dup3` or closed by `close_range` keeps its port out of the table until the
+//!   process exits (the kernel still frees the socket: locality is lost, nothing else);
+//! * descriptors at or above [`fdstate::MAX_FDS`] are never steered (counted);
+//! * counters are written by processes that exit through `exit`, not by those killed.
 
 pub mod errno;
 pub mod fdstate;
