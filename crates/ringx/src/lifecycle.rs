@@ -18,7 +18,7 @@ use ringx_config::{Config, Engine};
 use ringx_server::zone::{Zone, ZoneCtl, ZoneEvent, ZoneSetup, CMD_DRAIN};
 use ringx_server::{Compiled, Error};
 
-fn init_logging(level: &str) {
+pub(crate) fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()

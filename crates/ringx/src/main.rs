@@ -9,6 +9,7 @@ mod echo_pool;
 mod handoff;
 mod lifecycle;
 mod pidfile;
+mod run;
 mod serve_xdp;
 mod services;
 mod steering;
@@ -52,6 +53,8 @@ enum Cmd {
     Xdp(cli_xdp::XdpArgs),
     /// Run the length-prefixed echo server of the netpoll benchmark on the engine.
     Echo(echo::EchoArgs),
+    /// Run an unmodified program with ringx's connection locality (libringx_preload.so).
+    Run(run::RunArgs),
     /// Make the running server reload its configuration (SIGHUP to the pid in its pid_file).
     Reload {
         #[arg(short = 'c', long = "config")]
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
         Cmd::Rss(cmd) => cli_rss::run(cmd),
         Cmd::Xdp(args) => cli_xdp::run(args),
         Cmd::Echo(args) => echo::run(args),
+        Cmd::Run(args) => run::run(args),
         Cmd::DefaultConfig => {
             print!("{}", ringx_config::DEFAULT_CONFIG);
             ExitCode::SUCCESS

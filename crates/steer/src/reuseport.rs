@@ -208,6 +208,104 @@ impl CpuSteering {
             .map_err(|e| ctx("bpf(BPF_MAP_DELETE_ELEM)", e))
     }
 
+    /// eBPF steering for listeners another program creates (`libringx_preload.so`): the
+    /// program and an empty CPU → listener map covering every possible CPU, attached to no
+    /// group yet ([`CpuSteering::attach_group`] attaches it, [`CpuSteering::set_fd`] and
+    /// [`CpuSteering::set_fd_if_empty`] fill it).
+    pub fn ebpf_detached() -> io::Result<CpuSteering> {
+        let max_entries = possible_cpus();
+        let map = map_create(max_entries)?;
+        let prog = prog_load(map.as_fd().as_raw_fd())?;
+        Ok(CpuSteering {
+            method: Method::Ebpf,
+            map: Some(map),
+            prog: Some(prog),
+            max_entries,
+            fallback_reason: None,
+        })
+    }
+
+    /// The eBPF steering another process created, by the ids [`CpuSteering::ids`] gave
+    /// there (`BPF_*_GET_FD_BY_ID`: needs `CAP_SYS_ADMIN`).
+    pub fn ebpf_by_ids(prog_id: u32, map_id: u32) -> io::Result<CpuSteering> {
+        let prog = sys::prog_fd_by_id(prog_id).map_err(|e| ctx("bpf(BPF_PROG_GET_FD_BY_ID)", e))?;
+        let map = sys::map_fd_by_id(map_id).map_err(|e| ctx("bpf(BPF_MAP_GET_FD_BY_ID)", e))?;
+        let map = MapFd::new(map).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
+        let max_entries = map.info().max_entries;
+        Ok(CpuSteering {
+            method: Method::Ebpf,
+            map: Some(map),
+            prog: Some(prog),
+            max_entries,
+            fallback_reason: None,
+        })
+    }
+
+    /// (program id, map id) of eBPF steering, which another process can open
+    /// ([`CpuSteering::ebpf_by_ids`]).
+    pub fn ids(&self) -> Option<(u32, u32)> {
+        let prog = sys::prog_info(self.prog.as_ref()?.as_fd()).ok()?.id;
+        Some((prog, self.map.as_ref()?.info().id))
+    }
+
+    /// The CPUs the map has a slot for (eBPF only; 0 otherwise).
+    pub fn cpus(&self) -> usize {
+        self.max_entries as usize
+    }
+
+    /// Attaches the program to the reuseport group of `listener` (any of its members): new
+    /// connections to that group are steered by this value's map from now on (eBPF only).
+    pub fn attach_group(&self, listener: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+        let Some(prog) = &self.prog else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "SO_INCOMING_CPU steering has no program to attach",
+            ));
+        };
+        setsockopt_int(
+            listener.as_raw_fd(),
+            SO_ATTACH_REUSEPORT_EBPF,
+            prog.as_raw_fd(),
+        )
+        .map_err(|e| ctx("setsockopt(SO_ATTACH_REUSEPORT_EBPF)", e))
+    }
+
+    /// The socket cookie (`SO_COOKIE`) of the listener in `cpu`'s slot; `None` when the slot
+    /// is empty (eBPF only).
+    pub fn cookie_at(&self, cpu: usize) -> io::Result<Option<u64>> {
+        let Some(map) = &self.map else {
+            return Ok(None);
+        };
+        let key = self.key(cpu)?;
+        let mut v = [0u8; 8];
+        let found = map
+            .lookup(&key.to_ne_bytes(), &mut v)
+            .map_err(|e| ctx("bpf(BPF_MAP_LOOKUP_ELEM)", e))?;
+        Ok(found.then(|| u64::from_ne_bytes(v)))
+    }
+
+    /// [`CpuSteering::set_fd`] only if `cpu`'s slot is empty: false when another listener
+    /// holds it (two processes choosing a CPU at once: one wins). eBPF only.
+    pub fn set_fd_if_empty(
+        &self,
+        cpu: usize,
+        listener: std::os::fd::BorrowedFd<'_>,
+    ) -> io::Result<bool> {
+        let Some(map) = &self.map else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "SO_INCOMING_CPU steering has no map",
+            ));
+        };
+        let key = self.key(cpu)?;
+        let fd = listener.as_raw_fd() as u64;
+        match map.update(&key.to_ne_bytes(), &fd.to_ne_bytes(), sys::BPF_NOEXIST) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(ctx(&format!("bpf(BPF_MAP_UPDATE_ELEM) for CPU {cpu}"), e)),
+        }
+    }
+
     fn key(&self, cpu: usize) -> io::Result<u32> {
         u32::try_from(cpu)
             .ok()

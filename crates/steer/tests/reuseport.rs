@@ -198,3 +198,59 @@ fn attach_picks_a_method() {
         Err(e) => eprintln!("SKIP attach: no steering here: {e}"),
     }
 }
+
+/// The API of programs ringx does not own (`libringx_preload.so`): a detached program and
+/// empty map, attached to a group after the fact, opened again by id (as another process
+/// would), slots filled only when empty, and listeners known by their socket cookies.
+#[test]
+fn detached_steering_is_shared_by_id() {
+    let Some(cpus) = two_cpus() else { return };
+    let (l0, l1, addr) = group();
+    let a = match CpuSteering::ebpf_detached() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("SKIP detached eBPF steering: {e}");
+            return;
+        }
+    };
+    assert_eq!(a.method(), Method::Ebpf);
+    assert!(a.cpus() > cpus[1]);
+    let (prog, map) = a.ids().expect("eBPF steering has ids");
+    let b = CpuSteering::ebpf_by_ids(prog, map).expect("open by id (root)");
+    assert_eq!(b.ids(), Some((prog, map)));
+    use std::os::fd::AsFd;
+    b.attach_group(l1.as_fd()).unwrap();
+    // Nothing claimed yet: the kernel's hash, nothing refused.
+    let (_c, local) = connect_from(cpus[0], addr);
+    accepted_by(&[Some(&l0), Some(&l1)], local);
+    // Filled through one handle, seen through the other.
+    assert!(a.set_fd_if_empty(cpus[0], l0.as_fd()).unwrap());
+    assert!(!b.set_fd_if_empty(cpus[0], l1.as_fd()).unwrap());
+    assert!(b.set_fd_if_empty(cpus[1], l1.as_fd()).unwrap());
+    let cookie = |l: &TcpListener| {
+        let mut v = 0u64;
+        let mut len = 8 as libc::socklen_t;
+        // SAFETY: getsockopt writes at most 8 bytes into the live local.
+        let r = unsafe {
+            libc::getsockopt(
+                l.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_COOKIE,
+                (&mut v as *mut u64).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0);
+        v
+    };
+    assert_eq!(b.cookie_at(cpus[0]).unwrap(), Some(cookie(&l0)));
+    assert_eq!(a.cookie_at(cpus[1]).unwrap(), Some(cookie(&l1)));
+    for (zone, &cpu) in cpus.iter().enumerate() {
+        for _ in 0..N {
+            let (_c, local) = connect_from(cpu, addr);
+            assert_eq!(accepted_by(&[Some(&l0), Some(&l1)], local).0, zone);
+        }
+    }
+    a.clear(cpus[1]).unwrap();
+    assert_eq!(b.cookie_at(cpus[1]).unwrap(), None);
+}

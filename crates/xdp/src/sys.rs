@@ -36,6 +36,8 @@ const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_DETACH: libc::c_long = 34;
 
@@ -202,6 +204,36 @@ pub fn link_detach(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: LINK_DETACH reads only the descriptor number.
     unsafe { bpf(BPF_LINK_DETACH, &mut attr)? };
     Ok(())
+}
+
+/// `BPF_PROG_GET_FD_BY_ID` / `BPF_MAP_GET_FD_BY_ID` (4.13, `CAP_SYS_ADMIN`): a descriptor of
+/// the object with this id, for a process that did not create it.
+fn fd_by_id(cmd: libc::c_long, id: u32) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    struct Attr {
+        id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    let mut attr = Attr {
+        id,
+        next_id: 0,
+        open_flags: 0,
+    };
+    // SAFETY: GET_FD_BY_ID reads the id and flags only; the attr holds no pointer.
+    let fd = unsafe { bpf(cmd, &mut attr)? };
+    // SAFETY: on success the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A descriptor of the program with id `id` (see [`prog_info`] for a program's id).
+pub fn prog_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+    fd_by_id(BPF_PROG_GET_FD_BY_ID, id)
+}
+
+/// A descriptor of the map with id `id` (see [`map_info`] for a map's id).
+pub fn map_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+    fd_by_id(BPF_MAP_GET_FD_BY_ID, id)
 }
 
 /// A 16-byte object name as the kernel stores it (truncated to 15 bytes, NUL-terminated).
