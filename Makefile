@@ -54,12 +54,15 @@ mutants: deps
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
 # bench-proxy, bench-echo, bench-xdp, bench-ops). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-ops bench-preload
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-ops bench-preload bench-tls
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
 bench-ab: release
 	python3 bench/ab.py --rev $(or $(REV),$(error give REV=<commit>)) $(if $(TIMED),--timed)
+
+bench-tls: release
+	python3 bench/tls.py $(BENCH_ARGS)
 
 bench-http: release
 	python3 bench/http_bench.py $(BENCH_ARGS)

@@ -406,3 +406,23 @@ server_name = ["plain.test"]
 """)
     rc, out = check(ringx_bin, cfg)
     assert rc == 1 and "disagree about TLS" in out and f"{cfg}:8:" in out, out
+
+
+def test_keep_alive_after_a_large_file(site):
+    """The next request on a connection that just received 10 MB over TLS is answered (the
+    file's last piece re-arms the role's flush notification)."""
+    c = ctx(site["pki"])
+    with socket.create_connection(("127.0.0.1", site["p"]), timeout=10) as raw:
+        with c.wrap_socket(raw, server_hostname="a.test") as s:
+            for _ in range(2):
+                s.sendall(b"GET /f/big.bin HTTP/1.1\r\nHost: a.test\r\n\r\n")
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    buf += s.recv(65536)
+                head, _, body = buf.partition(b"\r\n\r\n")
+                n = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+                while len(body) < n:
+                    chunk = s.recv(1 << 20)
+                    assert chunk, "closed mid-body"
+                    body += chunk
+                assert hashlib.sha256(body).hexdigest() == site["sha"]

@@ -159,7 +159,14 @@ impl TlsTransport {
         }
         let Some(out) = io.out_buf(c) else { return };
         match self.end {
-            End::Open => self.conn.seal(out),
+            End::Open => {
+                self.conn.seal(out);
+                if self.notify {
+                    // The flush event that drained the queue was the transport's; the role
+                    // still waits for its own.
+                    io.notify_when_flushed(c);
+                }
+            }
             End::Close => {
                 self.conn.close_notify(out);
                 io.close_after_flush(c);

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""HTTPS benchmark: ringx (rustls on aws-lc-rs, and on ring) against nginx with OpenSSL 3, the
+same certificates (ECDSA P-256 and RSA 2048), on one 2-core machine.
+
+Method as bench/http_bench.py (bench/README.md): the server pinned to CPU 0 (one zone, one
+nginx worker), clients to CPU 1, peers alternated A B C A B C ... for `--rounds` rounds, and
+the figure that matters is the server's own CPU (every thread, schedstat) per request or per
+handshake, so a client slower than the server does not decide the result. Ratios are to nginx
+measured in the same run.
+
+Workloads:
+  ka64_c50, ka64_c500   HTTPS keep-alive, 64 B, 50 / 500 connections (wrk): CPU per request
+  full_ec, full_rsa     a new TLS 1.3 connection per request (openssl s_time -new): CPU per
+                        full handshake, ECDSA P-256 and RSA 2048 certificates
+  resumed_ec            the same, resuming the session (s_time -reuse)
+  file1m_c10            a 1 MB file over HTTPS, keep-alive, 10 connections: CPU per request
+  flood                 p99 of 10 keep-alive clients (wrk) alone, then while s_time clients
+                        open new TLS connections as fast as they can; ringx with its handshake
+                        budget (share 0.5, the default) and with none (share 1)
+
+Usage: bench/tls.py [--quick] [--rounds N] [--duration S]
+Writes bench/results/tls-<date>.json and the HTTPS section of bench/README.md.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lib  # noqa: E402
+
+PEERS = ["nginx", "ringx-aws-lc-rs", "ringx-ring"]
+WORKLOADS = {
+    "ka64_c50": "HTTPS keep-alive, 64 B, 50 connections: CPU µs per request",
+    "ka64_c500": "HTTPS keep-alive, 64 B, 500 connections: CPU µs per request",
+    "full_ec": "full TLS 1.3 handshake, ECDSA P-256: CPU µs per connection",
+    "full_rsa": "full TLS 1.3 handshake, RSA 2048: CPU µs per connection",
+    "resumed_ec": "resumed TLS 1.3 handshake (ticket): CPU µs per connection",
+    "file1m_c10": "1 MB file over HTTPS, keep-alive, 10 connections: CPU µs per request",
+}
+
+
+def certs(work):
+    """An ECDSA P-256 and an RSA 2048 self-signed certificate for bench.test."""
+    out = {}
+    for kind, args in [("ec", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]),
+                       ("rsa", ["-newkey", "rsa:2048"])]:
+        c, k = os.path.join(work, f"{kind}.pem"), os.path.join(work, f"{kind}.key")
+        lib.sh(["openssl", "req", "-x509", *args, "-nodes", "-keyout", k, "-out", c, "-days", "30",
+                "-subj", "/CN=bench.test", "-addext", "subjectAltName=DNS:bench.test"], check=True)
+        out[kind] = (c, k)
+    return out
+
+
+class Server:
+    def __init__(self, name, work, certs, share=0.5):
+        self.name, self.work, self.certs, self.share = name, work, certs, share
+        self.ec_port, self.rsa_port = lib.free_port(), lib.free_port()
+
+    def start(self):
+        w, (ec, eck), (rsa, rsak) = self.work, self.certs["ec"], self.certs["rsa"]
+        if self.name == "nginx":
+            conf = os.path.join(w, "nginx-tls.conf")
+            open(conf, "w").write(f"""
+worker_processes 1; daemon off; pid {w}/nginx-tls.pid; error_log {w}/nginx-tls-error.log warn;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_timeout 75s; keepalive_requests 100000000;
+  client_body_temp_path {w}/b; proxy_temp_path {w}/p; fastcgi_temp_path {w}/f;
+  uwsgi_temp_path {w}/u; scgi_temp_path {w}/s;
+  ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m; ssl_session_tickets on;
+  server {{ listen 127.0.0.1:{self.ec_port} ssl backlog=4096;
+    ssl_certificate {ec}; ssl_certificate_key {eck};
+    location = /r64 {{ return 200 "{lib.BODY64}"; }}
+    location /static/ {{ alias {w}/www/; }} }}
+  server {{ listen 127.0.0.1:{self.rsa_port} ssl backlog=4096;
+    ssl_certificate {rsa}; ssl_certificate_key {rsak};
+    location = /r64 {{ return 200 "{lib.BODY64}"; }} }} }}
+""")
+            cmd = [lib.nginx_bin(), "-c", conf, "-e", f"{w}/nginx-tls-error.log"]
+        else:
+            provider = self.name.split("-", 1)[1]
+            conf = os.path.join(w, f"{self.name}-{self.share}.toml")
+            open(conf, "w").write(f"""
+[runtime]
+zones = 1
+cpus = [{lib.SERVER_CPU}]
+log_level = "warn"
+[http]
+keepalive_timeout = "75s"
+keepalive_requests = 100000000
+[tls]
+provider = "{provider}"
+handshake_share = {self.share}
+[[server]]
+listen = ["127.0.0.1:{self.ec_port}"]
+tls = {{ cert = "{ec}", key = "{eck}" }}
+  [[server.location]]
+  path = "/r64"
+  exact = true
+  return = {{ status = 200, body = "{lib.BODY64}" }}
+  [[server.location]]
+  path = "/static/"
+  alias = "{w}/www/"
+[[server]]
+listen = ["127.0.0.1:{self.rsa_port}"]
+tls = {{ cert = "{rsa}", key = "{rsak}" }}
+  [[server.location]]
+  path = "/r64"
+  exact = true
+  return = {{ status = 200, body = "{lib.BODY64}" }}
+""")
+            cmd = [lib.RINGX, "serve", "-c", conf]
+        self.log = open(os.path.join(w, f"{self.name}.log"), "w")
+        self.proc = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, *cmd],
+                                     stdout=self.log, stderr=self.log)
+        lib.wait_port(self.ec_port, self.proc)
+        return self
+
+    def cpu(self):
+        return lib.cpu_ns(lib.proc_tree(self.proc.pid))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT if self.name != "nginx" else signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def wrk(port, path, conns, secs):
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, "wrk", "-t1", f"-c{conns}", f"-d{secs}s", "--latency",
+           f"https://127.0.0.1:{port}{path}"]
+    out = lib.sh(cmd, timeout=secs + 60).stdout
+    m = re.search(r"(\d+) requests in", out)
+    if not m:
+        raise RuntimeError(f"wrk gave no result: {' '.join(cmd)}\n{out}")
+    p99 = re.search(r"99%\s+(\S+)", out)
+    return {"requests": int(m.group(1)), "lat_p99_ms": lib.to_ms(p99.group(1)) if p99 else None,
+            "cmd": " ".join(cmd)}
+
+
+def s_time(port, secs, reuse, procs=1, nice=0):
+    """Connections made by `procs` openssl s_time clients in `secs` (TLS 1.3, no page fetch
+    for -new; -reuse fetches / so the ticket arrives)."""
+    mode = ["-reuse", "-www", "/r64"] if reuse else ["-new"]
+    cmd = ["nice", "-n", str(nice), "taskset", "-c", lib.CLIENT_CPU, "openssl", "s_time", "-connect", f"127.0.0.1:{port}",
+           "-tls1_3", "-time", str(secs), *mode]
+    ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+          for _ in range(procs)]
+    total = 0
+    for p in ps:
+        out = p.communicate(timeout=secs + 60)[0]
+        m = re.findall(r"(\d+) connections in [\d.]+ real seconds", out) or \
+            re.findall(r"(\d+) connections in [\d.]+s", out)
+        if not m:
+            raise RuntimeError(f"s_time gave no result: {' '.join(cmd)}\n{out}")
+        total += int(m[-1])
+    return {"requests": total, "cmd": " ".join(cmd)}
+
+
+def measure(srv, wl, secs):
+    before = srv.cpu()
+    if wl == "ka64_c50":
+        r = wrk(srv.ec_port, "/r64", 50, secs)
+    elif wl == "ka64_c500":
+        r = wrk(srv.ec_port, "/r64", 500, secs)
+    elif wl == "file1m_c10":
+        r = wrk(srv.ec_port, "/static/1m.bin", 10, secs)
+    elif wl == "full_ec":
+        r = s_time(srv.ec_port, secs, False)
+    elif wl == "full_rsa":
+        r = s_time(srv.rsa_port, secs, False)
+    else:
+        r = s_time(srv.ec_port, secs, True)
+    r["cpu_us_per_req"] = (srv.cpu() - before) / 1000 / max(r["requests"], 1)
+    return r
+
+
+def flood(work, c, secs):
+    """Keep-alive p99 quiet and under a handshake flood, per server (and budget)."""
+    rows = []
+    for name, share in [("nginx", None), ("ringx-aws-lc-rs", 0.5), ("ringx-aws-lc-rs", 1.0)]:
+        srv = Server(name, work, c, share or 0.5).start()
+        try:
+            wrk(srv.ec_port, "/r64", 10, 1)
+            quiet = wrk(srv.ec_port, "/r64", 10, secs)
+            fl = subprocess.Popen([sys.executable, __file__, "--s-time-child", str(srv.ec_port),
+                                   str(secs + 2)], stdout=subprocess.PIPE, text=True)
+            time.sleep(1)
+            loaded = wrk(srv.ec_port, "/r64", 10, secs)
+            conns = int(fl.communicate(timeout=secs + 60)[0].strip() or 0)
+        finally:
+            srv.stop()
+        rows.append({"peer": name if share is None else f"{name} share {share}",
+                     "quiet_p99_ms": quiet["lat_p99_ms"], "flood_p99_ms": loaded["lat_p99_ms"],
+                     "quiet_rps": quiet["requests"] / secs, "flood_rps": loaded["requests"] / secs,
+                     "handshakes_per_s": conns / (secs + 2),
+                     "p99_ratio": (loaded["lat_p99_ms"] or 0) / max(quiet["lat_p99_ms"] or 1e-9, 1e-9)})
+        print(f"bench/tls flood {rows[-1]}", flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--duration", type=int)
+    ap.add_argument("--s-time-child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.s_time_child:
+        port, secs = int(args.s_time_child[0]), int(args.s_time_child[1])
+        # Niced: the flood takes the client CPU only when the measured keep-alive client
+        # (wrk) leaves it, so what wrk's latency shows is the server's doing.
+        print(s_time(port, secs, False, procs=3, nice=19)["requests"])
+        return
+    rounds = args.rounds or (1 if args.quick else 3)
+    secs = args.duration or (2 if args.quick else 5)
+    t0 = time.time()
+    work = tempfile.mkdtemp(prefix="ringx-bench-tls-")
+    os.makedirs(os.path.join(work, "www"))
+    with open(os.path.join(work, "www", "1m.bin"), "wb") as f:
+        f.write(os.urandom(1 << 20))
+    c = certs(work)
+    speed0 = lib.host_speed(3)
+    rows = []
+    for rnd in range(rounds):
+        for wl in WORKLOADS:
+            for peer in PEERS:
+                srv = Server(peer, work, c).start()
+                try:
+                    if wl.startswith("ka") or wl.startswith("file"):
+                        wrk(srv.ec_port, "/r64", 10, 1)  # warm up
+                    r = measure(srv, wl, secs)
+                finally:
+                    srv.stop()
+                r.update(peer=peer, workload=wl, round=rnd)
+                rows.append(r)
+                print(f"bench/tls round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.1f} µs/req "
+                      f"({r['requests']} in {secs} s)", flush=True)
+    fl = flood(work, c, secs * 2)
+    summary = lib.summarise(rows, WORKLOADS, PEERS)
+    result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
+              "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
+              "machine": lib.machine(), "versions": {**lib.versions(),
+                                                     "openssl": lib.sh(["openssl", "version"]).stdout.strip()},
+              "host_speed_before": speed0, "host_speed_after": lib.host_speed(3),
+              "workloads": WORKLOADS, "rows": rows, "summary": summary, "flood": fl}
+    name = f"tls-{result['date']}" + ("-quick" if args.quick else "")
+    os.makedirs(lib.RESULTS, exist_ok=True)
+    with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"bench/tls: wrote bench/results/{name}.json", flush=True)
+    for wl in WORKLOADS:
+        cells = []
+        for p in PEERS:
+            s = summary[wl].get(p, {}).get("cpu_us_per_req")
+            if s:
+                cells.append(f"{p} {s['median']:.1f} ({s.get('ratio_to_nginx', 1):.2f}×)")
+        print(f"  {wl}: " + ", ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
