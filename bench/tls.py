@@ -143,6 +143,9 @@ def wrk(port, path, conns, secs):
     if not m:
         raise RuntimeError(f"wrk gave no result: {' '.join(cmd)}\n{out}")
     p99 = re.search(r"99%\s+(\S+)", out)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if bad:
+        raise RuntimeError(f"{bad.group(1)} non-2xx responses: {' '.join(cmd)}\n{out}")
     return {"requests": int(m.group(1)), "lat_p99_ms": lib.to_ms(p99.group(1)) if p99 else None,
             "cmd": " ".join(cmd)}
 
@@ -228,6 +231,10 @@ def main():
     os.makedirs(os.path.join(work, "www"))
     with open(os.path.join(work, "www", "1m.bin"), "wb") as f:
         f.write(os.urandom(1 << 20))
+    # nginx's worker runs as nobody: it must be able to read the files and the certificates.
+    for d in (work, os.path.join(work, "www")):
+        os.chmod(d, 0o755)
+    os.chmod(os.path.join(work, "www", "1m.bin"), 0o644)
     c = certs(work)
     speed0 = lib.host_speed(3)
     rows = []
