@@ -1,7 +1,8 @@
 """The README's configuration example is a configuration `ringx check` accepts.
 
-The README shows one TOML block with every section. It is checked as written, except for
-what depends on the machine: the CPUs named (`cpus`, `sqpoll_cpu`) become CPUs this process
+The README shows a TOML block with every section, and one for HTTPS. Each is checked as written,
+except for what depends on the machine (the HTTPS block's certificate paths become
+certificates made for the test), and for the first: the CPUs named (`cpus`, `sqpoll_cpu`) become CPUs this process
 may use, and the paths that must exist (the static `root`, the access log's directory) move
 into a temporary directory. Each of these substitutions must still find its text, so a README
 change that drops one shows up here rather than passing unchecked.
@@ -17,10 +18,14 @@ from pathlib import Path
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def readme_toml() -> str:
+def readme_blocks() -> list[str]:
     blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
-    assert len(blocks) == 1, f"expected one ```toml block in README.md, found {len(blocks)}"
-    return blocks[0]
+    assert len(blocks) == 2, f"expected two ```toml blocks in README.md, found {len(blocks)}"
+    return blocks
+
+
+def readme_toml() -> str:
+    return readme_blocks()[0]
 
 
 def localise(text: str, tmp: Path) -> str:
@@ -63,3 +68,26 @@ def test_an_undefined_upstream_is_still_caught(ringx_bin, tmp_path):
     r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode != 0 and "db" in r.stderr, r.stderr
+
+
+def test_readme_https_example_passes_check(ringx_bin, tmp_path):
+    from tls_pki import Pki
+    pki = Pki(tmp_path / "pki")
+    text = readme_blocks()[1]
+    for kind in ("ec", "rsa"):
+        cert, key = pki.leaf(kind, ["example.com", "*.example.com"], kind=kind)
+        for old, new in ((f"/etc/ringx/{kind}.pem", cert), (f"/etc/ringx/{kind}.key", key)):
+            text, n = re.subn(re.escape(old), str(new), text)
+            assert n == 1, f"README's HTTPS block: {old} found {n} times, not once"
+    text, n = re.subn(r'"0\.0\.0\.0:443"', '"127.0.0.1:0"', text)
+    assert n == 1
+    cfg = tmp_path / "https.toml"
+    cfg.write_text(text)
+    r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, f"ringx check rejects the README's HTTPS example:\n{r.stderr}"
+    # And the check can fail: a key that is not the certificate's.
+    cfg.write_text(text.replace(str(pki.dir / "ec.key"), str(pki.dir / "rsa.key")))
+    r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0 and "does not match" in r.stderr, r.stderr
