@@ -175,7 +175,7 @@ MUTATIONS = [
          why="lingering does not enter the Lingering phase: input after a 400 is answered"),
     dict(test="zone::tests::a_slow_reader_stops_the_reading_of_its_requests",
          file=S + "role/http1/mod.rs",
-         find="            cx.io.pause_recv(c);\n            cx.io.notify_when_flushed(c);\n",
+         find="            cx.io.pause_recv(c);\n            b.tr.notify_when_flushed(cx.io, c);\n",
          replace="            cx.io.pause_recv(c);\n",
          why="a connection paused for its output queue is never told it drained: it never reads again"),
     dict(test="zone::tests::a_client_fin_after_a_response_closes_the_connection",
@@ -241,7 +241,7 @@ MUTATIONS = [
          find="                        if h.is_idle(base, io, c) {\n"
               "                            io.close(c);\n"
               "                        } else if h.phase() == Phase::Idle && base.inbuf.is_empty() {\n"
-              "                            io.close_after_flush(c); // its last response is still being sent\n"
+              "                            base.tr.close_after_flush(io, c); // its last response is still being sent\n"
               "                        } else {\n"
               "                            h.last_request();\n"
               "                        }\n",
