@@ -426,3 +426,67 @@ def test_keep_alive_after_a_large_file(site):
                     assert chunk, "closed mid-body"
                     body += chunk
                 assert hashlib.sha256(body).hexdigest() == site["sha"]
+
+
+def test_access_log_has_the_tls_fields_and_plaintext_bytes(ringx, tmp_path):
+    import json
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("site", ["s.test"])
+    log = tmp_path / "access.log"
+    p = free_port()
+    srv = ringx.make(runtime_section(None) + f"""
+[http]
+access_log = "{log}"
+access_log_format = "json"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{cert}", key = "{key}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "0123456789" }}
+""")
+    head, body, *_ = get(p, "s.test", "/x", pki=pki)
+    assert body == b"0123456789"
+    srv.signal(signal.SIGUSR1)  # reopen flushes what the zone holds
+    deadline = time.monotonic() + 5
+    while (not log.exists() or not log.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    line = json.loads(log.read_text().strip().splitlines()[-1])
+    assert line["ssl_protocol"] == "TLSv1.3" and line["ssl_cipher"].startswith("TLS13_"), line
+    assert line["ssl_server_name"] == "s.test" and line["ssl_session_reused"] == ".", line
+    assert line["body_bytes_sent"] == 10, line
+
+
+def test_metrics_count_handshakes_by_result(ringx, tmp_path):
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("site", ["s.test"])
+    p, a = free_port(), free_port()
+    ringx.make(runtime_section(None) + f"""
+[admin]
+listen = "127.0.0.1:{a}"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{cert}", key = "{key}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+""")
+    sess = tmp_path / "sess.pem"
+    req = b"GET / HTTP/1.1\r\nHost: s.test\r\nConnection: close\r\n\r\n"
+    s_client(p, "-servername", "s.test", "-ign_eof", "-sess_out", str(sess), stdin=req)
+    out = s_client(p, "-servername", "s.test", "-ign_eof", "-sess_in", str(sess), stdin=req)
+    assert "Reused" in out, out
+    with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+        s.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        read_until_closed(s, 5)
+    with urllib.request.urlopen(f"http://127.0.0.1:{a}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    got = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == "ringx_tls_handshakes_total":
+                got[smp.labels["result"]] = smp.value
+    assert got == {"full": 1, "resumed": 1, "failed": 1}, got
+    assert "ringx_tls_handshake_cpu_seconds_total" in text

@@ -246,6 +246,9 @@ impl LogClock {
 /// What one line says.
 pub struct Entry<'a> {
     pub client: Option<SocketAddr>,
+    /// What the TLS handshake agreed (JSON: `ssl_protocol`, `ssl_cipher`,
+    /// `ssl_session_reused`, `ssl_server_name`, `ssl_client_s_dn`, as nginx names them).
+    pub tls: Option<&'a crate::transport::TlsInfo>,
     /// The request line as received (`GET /x HTTP/1.1`); empty when none was read.
     pub request: &'a [u8],
     pub status: u16,
@@ -322,6 +325,21 @@ pub fn format(out: &mut Vec<u8>, fmt: LogFormat, clock: &LogClock, e: &Entry) {
             json_escape(out, e.referer);
             out.extend_from_slice(b"\",\"http_user_agent\":\"");
             json_escape(out, e.user_agent);
+            if let Some(t) = e.tls {
+                out.extend_from_slice(b"\",\"ssl_protocol\":\"");
+                out.extend_from_slice(t.protocol.as_bytes());
+                out.extend_from_slice(b"\",\"ssl_cipher\":\"");
+                out.extend_from_slice(t.cipher.as_bytes());
+                out.extend_from_slice(if t.resumed {
+                    b"\",\"ssl_session_reused\":\"r"
+                } else {
+                    b"\",\"ssl_session_reused\":\"."
+                });
+                out.extend_from_slice(b"\",\"ssl_server_name\":\"");
+                json_escape(out, t.sni.as_deref().unwrap_or("").as_bytes());
+                out.extend_from_slice(b"\",\"ssl_client_s_dn\":\"");
+                json_escape(out, t.client_dn.as_deref().unwrap_or("").as_bytes());
+            }
             out.extend_from_slice(format!("\",\"zone\":{}}}\n", e.zone).as_bytes());
         }
     }
@@ -342,6 +360,7 @@ mod tests {
     fn entry<'a>(req: &'a [u8], ua: &'a [u8]) -> Entry<'a> {
         Entry {
             client: Some("127.0.0.1:5555".parse().unwrap()),
+            tls: None,
             request: req,
             status: 200,
             body_bytes: 2326,

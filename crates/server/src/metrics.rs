@@ -54,6 +54,14 @@ pub struct ZoneCounters {
     pub log_dropped: AtomicU64,
     /// The configuration generation this zone serves.
     pub generation: AtomicU64,
+    /// TLS handshakes completed (full, resumed) and failed (bad input, verification, plain
+    /// HTTP on a TLS port); handshake steps that waited for the budget, and the CPU time
+    /// handshakes took (ns).
+    pub tls_full: AtomicU64,
+    pub tls_resumed: AtomicU64,
+    pub tls_failed: AtomicU64,
+    pub tls_budget_waits: AtomicU64,
+    pub tls_handshake_ns: AtomicU64,
 }
 
 impl ZoneCounters {
@@ -249,6 +257,42 @@ impl Metrics {
                     r(&z.responses[i]),
                 );
             }
+        }
+        o.family(
+            "ringx_tls_handshakes_total",
+            "counter",
+            "TLS handshakes by result (full, resumed, failed), per zone.",
+        );
+        for (zi, z) in zc.iter().enumerate() {
+            for (result, v) in [
+                ("full", &z.tls_full),
+                ("resumed", &z.tls_resumed),
+                ("failed", &z.tls_failed),
+            ] {
+                o.sample(
+                    "ringx_tls_handshakes_total",
+                    &[("zone", &zi.to_string()), ("result", result)],
+                    r(v),
+                );
+            }
+        }
+        o.per_zone(
+            "ringx_tls_budget_waits_total",
+            "counter",
+            "TLS handshake steps that waited for the zone's handshake budget, per zone.",
+            &col(&|z| r(&z.tls_budget_waits)),
+        );
+        o.family(
+            "ringx_tls_handshake_cpu_seconds_total",
+            "counter",
+            "CPU time TLS handshakes took (measured around their public-key steps), per zone.",
+        );
+        for (zi, z) in zc.iter().enumerate() {
+            o.sample(
+                "ringx_tls_handshake_cpu_seconds_total",
+                &[("zone", &zi.to_string())],
+                format!("{:.6}", r(&z.tls_handshake_ns) as f64 / 1e9),
+            );
         }
         o.per_zone(
             "ringx_connections_active",

@@ -119,11 +119,6 @@ pub struct ZoneTls {
     pub budget: Budget,
     /// Connections whose handshake waits for the budget, with their generation.
     pub waiting: Vec<(ConnId, u32)>,
-    /// Handshakes completed, and how many of them resumed a session (metrics).
-    pub handshakes: u64,
-    pub resumed: u64,
-    /// Handshakes that failed (bad ClientHello, verification, plain HTTP).
-    pub failed: u64,
 }
 
 /// How often a zone retries handshakes that wait for the budget.
@@ -135,16 +130,17 @@ impl ZoneTls {
             sites: setup.sites.for_zone(),
             budget: Budget::new(setup.share, now),
             waiting: Vec::new(),
-            handshakes: 0,
-            resumed: 0,
-            failed: 0,
         }
     }
 
     /// A reload: new handshakes use the new certificates; connections keep theirs.
     pub fn replace(&mut self, setup: &TlsSetup, now: Instant) {
         self.sites = setup.sites.for_zone();
+        let (waits, spent) = (self.budget.waits, self.budget.spent_ns);
         self.budget = Budget::new(setup.share, now);
+        // The counters go on across reloads.
+        self.budget.waits = waits;
+        self.budget.spent_ns = spent;
     }
 }
 

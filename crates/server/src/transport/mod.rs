@@ -108,6 +108,17 @@ impl Transport {
         }
     }
 
+    /// Bytes the role wrote so far, written or queued (over TLS: plaintext, as nginx's
+    /// `$bytes_sent` counts them).
+    #[inline]
+    pub fn bytes_out(&self, io: &Io, c: ConnId) -> u64 {
+        match self {
+            Transport::Plain => io.bytes_out(c),
+            Transport::Tls(t) if t.plain => io.bytes_out(c),
+            Transport::Tls(t) => t.sealed + t.unsealed(),
+        }
+    }
+
     /// Whether the connection is TLS.
     #[inline]
     pub fn is_tls(&self) -> bool {

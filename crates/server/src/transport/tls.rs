@@ -59,6 +59,8 @@ pub struct TlsTransport {
     pub plain: bool,
     /// Scratch for file pieces.
     piece: Vec<u8>,
+    /// Plaintext bytes encrypted so far.
+    pub sealed: u64,
 }
 
 impl TlsTransport {
@@ -71,6 +73,7 @@ impl TlsTransport {
             info: None,
             plain: false,
             piece: Vec::new(),
+            sealed: 0,
         }
     }
 
@@ -127,6 +130,7 @@ impl TlsTransport {
             match front {
                 Piece::Bytes(b) => {
                     let Some(out) = io.out_buf(c) else { return };
+                    self.sealed += (self.conn.staged.len() + b.len()) as u64;
                     self.conn.seal_bytes(b, out);
                     self.queue.pop_front();
                 }
@@ -146,6 +150,7 @@ impl TlsTransport {
                         };
                         *off += got as u64;
                         let Some(out) = io.out_buf(c) else { return };
+                        self.sealed += (self.conn.staged.len() + got) as u64;
                         self.conn.seal_bytes(&self.piece[..got], out);
                     }
                     if *off < *end {
@@ -158,6 +163,7 @@ impl TlsTransport {
             }
         }
         let Some(out) = io.out_buf(c) else { return };
+        self.sealed += self.conn.staged.len() as u64;
         match self.end {
             End::Open => {
                 self.conn.seal(out);

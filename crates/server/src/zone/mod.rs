@@ -238,7 +238,8 @@ impl Zone {
             io.close(c);
             return;
         };
-        let (plain, eof) = match tls_in::receive(io, z, &mut cl.base, c, data) {
+        let counters = &self.ctx.log.counters;
+        let (plain, eof) = match tls_in::receive(io, z, counters, &mut cl.base, c, data) {
             tls_in::Next::Nothing => return,
             tls_in::Next::Data(p) => (p, false),
             tls_in::Next::Eof(p) => (p, true),
@@ -474,7 +475,7 @@ impl Handler for Zone {
         base.release();
         let ctx = &mut self.ctx;
         ctx.active -= 1;
-        ctx.log.end(io, c, base.addr, ctx.id);
+        ctx.log.end(io, c, base, ctx.id);
         ctx.log.active(ctx.active);
         if ctx.draining && ctx.active == 0 {
             io.exit();

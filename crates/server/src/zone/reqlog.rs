@@ -4,7 +4,6 @@
 //! formats the access log line into the zone's buffer). A connection that closes with a
 //! record open logs it then (499 if no response had begun, as nginx does).
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use ringx_config::ops::LogFormat;
 use ringx_engine::{ConnId, Io};
 use ringx_http::Request;
 
+use super::client::Base;
 use crate::accesslog::{self, LogClock, LogSink};
 use crate::metrics::{bump, ZoneCounters};
 use crate::response::Written;
@@ -31,7 +31,8 @@ struct Slot {
 /// What the access log needs of an open request.
 #[derive(Default)]
 struct LogSlot {
-    /// `Io::bytes_out` when the request arrived, and the response head's length.
+    /// The connection's bytes out (its transport's count, plaintext over TLS) when the
+    /// request arrived, and the response head's length.
     out0: u64,
     head_len: u64,
     start: Option<Instant>,
@@ -112,7 +113,7 @@ impl RequestLog {
     }
 
     /// A request head was read on `c`.
-    pub fn request(&mut self, io: &Io, c: ConnId, req: &Request) {
+    pub fn request(&mut self, io: &Io, c: ConnId, req: &Request, out0: u64) {
         bump(&self.counters.requests, 1);
         let logging = self.logging();
         *self.slot(c) = Slot {
@@ -123,7 +124,6 @@ impl RequestLog {
         if !logging {
             return;
         }
-        let out0 = io.bytes_out(c);
         let s = self.log_slot(c);
         s.head_len = 0;
         s.out0 = out0;
@@ -145,7 +145,7 @@ impl RequestLog {
     }
 
     /// The response head was committed, as its writer reported it.
-    pub fn status(&mut self, io: &Io, c: ConnId, w: Written) {
+    pub fn status(&mut self, io: &Io, c: ConnId, w: Written, out0: u64) {
         let logging = self.logging();
         let s = self.slot(c);
         let fill = !s.open || !s.logged;
@@ -157,7 +157,7 @@ impl RequestLog {
         }
         s.logged = true;
         let head_len = u64::from(w.head_len);
-        let (now, out0) = (io.now(), io.bytes_out(c));
+        let now = io.now();
         let s = self.log_slot(c);
         if fill {
             // An answer with no request read (400, 408 on a partial head...), or a request
@@ -171,8 +171,9 @@ impl RequestLog {
         s.head_len = head_len;
     }
 
-    /// The response is complete (queued): count it, log it. `client`: the address logged.
-    pub fn end(&mut self, io: &mut Io, c: ConnId, client: Option<SocketAddr>, zone: usize) {
+    /// The response is complete (queued): count it, log it, with the connection's client
+    /// address and TLS parameters.
+    pub fn end(&mut self, io: &mut Io, c: ConnId, b: &Base, zone: usize) {
         let Some(s) = self.slots.get_mut(c.index()) else {
             return;
         };
@@ -188,13 +189,14 @@ impl RequestLog {
             return; // it ended before anything of it was recorded for the log
         }
         let now = io.now();
-        let bytes_out = io.bytes_out(c);
+        let bytes_out = b.tr.bytes_out(io, c);
         self.clock.update(now);
         // `logged`: `request` or `status` filled this request's log slot.
         let s = &self.logs[c.index()];
         let body = bytes_out.saturating_sub(s.out0).saturating_sub(s.head_len);
         let e = accesslog::Entry {
-            client,
+            client: b.addr,
+            tls: b.tr.tls_info(),
             request: &s.request,
             status,
             body_bytes: body,

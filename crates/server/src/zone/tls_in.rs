@@ -5,7 +5,10 @@
 use ringx_engine::{ConnId, Io};
 use ringx_tls::Recv;
 
+use std::sync::atomic::Ordering;
+
 use super::client::Base;
+use crate::metrics::{bump, ZoneCounters};
 use crate::tls::{ZoneTls, PLAIN_HTTP_BODY, RETRY};
 use crate::transport::Transport;
 
@@ -22,6 +25,7 @@ pub enum Next {
 pub fn receive(
     io: &mut Io,
     z: &mut ZoneTls,
+    counters: &ZoneCounters,
     base: &mut Base,
     c: ConnId,
     data: Option<&[u8]>,
@@ -53,11 +57,24 @@ pub fn receive(
         if let Some(s) = t.conn.session() {
             let mut info = crate::tls::info_of(s);
             info.client_auth = z.sites.asks_client_cert(li, info.sni.as_deref());
-            z.handshakes += 1;
-            z.resumed += info.resumed as u64;
+            bump(
+                if info.resumed {
+                    &counters.tls_resumed
+                } else {
+                    &counters.tls_full
+                },
+                1,
+            );
             t.info = Some(Box::new(info));
         }
     }
+    // The zone is the only writer of its counters.
+    counters
+        .tls_budget_waits
+        .store(z.budget.waits, Ordering::Relaxed);
+    counters
+        .tls_handshake_ns
+        .store(z.budget.spent_ns, Ordering::Relaxed);
     match r {
         Recv::Handshaking => Next::Nothing,
         Recv::Waiting => {
@@ -68,7 +85,7 @@ pub fn receive(
         Recv::Data => Next::Data(std::mem::take(&mut t.conn.plain)),
         Recv::Closed => Next::Eof(std::mem::take(&mut t.conn.plain)),
         Recv::PlainHttp => {
-            z.failed += 1;
+            bump(&counters.tls_failed, 1);
             t.plain = true;
             let head = format!(
                 "HTTP/1.1 400 Bad Request\r\nServer: ringx\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -80,7 +97,7 @@ pub fn receive(
             Next::Nothing
         }
         Recv::Failed(why) => {
-            z.failed += 1;
+            bump(&counters.tls_failed, 1);
             tracing::debug!(conn = c.0, addr = ?base.addr, "TLS: {why}");
             t.plain = true; // nothing more is sealed: the alert is the last word
             io.close_after_flush(c);

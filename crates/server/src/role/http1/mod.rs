@@ -209,8 +209,8 @@ impl Http1 {
                 head_len: 0,
             },
         };
-        cx.ctx.log.status(cx.io, c, w);
-        cx.ctx.log.end(cx.io, c, b.addr, cx.ctx.id);
+        cx.ctx.log.status(cx.io, c, w, b.tr.bytes_out(cx.io, c));
+        cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         self.body = None;
         self.pending = None;
         self.linger(cx, b, c);
@@ -321,7 +321,7 @@ impl Http1 {
         req: &Request,
         more_input: bool,
     ) -> Next {
-        cx.ctx.log.request(cx.io, c, req);
+        cx.ctx.log.request(cx.io, c, req, b.tr.bytes_out(cx.io, c));
         self.requests += 1;
         self.client_closes = !req.keep_alive;
         let set = &cx.ctx.set;
@@ -383,7 +383,9 @@ impl Http1 {
         if let Some((f, off, len)) = r.file {
             b.tr.send_file(cx.io, c, f, off, len);
         }
-        cx.ctx.log.status(cx.io, c, r.written);
+        cx.ctx
+            .log
+            .status(cx.io, c, r.written, b.tr.bytes_out(cx.io, c));
         self.after_response(cx, b, c, !keep || r.close, more_input)
     }
 
@@ -403,8 +405,8 @@ impl Http1 {
             ..w
         };
         b.tr.write(cx.io, c, &bytes);
-        cx.ctx.log.status(cx.io, c, w);
-        cx.ctx.log.end(cx.io, c, b.addr, cx.ctx.id);
+        cx.ctx.log.status(cx.io, c, w, b.tr.bytes_out(cx.io, c));
+        cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         self.linger(cx, b, c);
         Next::Stop
     }
@@ -424,7 +426,9 @@ impl Http1 {
             p.close = true;
         }
         b.tr.write(cx.io, c, &p.bytes);
-        cx.ctx.log.status(cx.io, c, p.written);
+        cx.ctx
+            .log
+            .status(cx.io, c, p.written, b.tr.bytes_out(cx.io, c));
         if let Some((f, off, len)) = p.file {
             b.tr.send_file(cx.io, c, f, off, len);
         }
@@ -441,7 +445,7 @@ impl Http1 {
         close: bool,
         more_input: bool,
     ) -> Next {
-        cx.ctx.log.end(cx.io, c, b.addr, cx.ctx.id);
+        cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         let now = cx.io.now();
         if close || cx.ctx.draining {
             if more_input || self.requests == 0 {
