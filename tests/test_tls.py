@@ -490,3 +490,85 @@ tls = {{ cert = "{cert}", key = "{key}" }}
                 got[smp.labels["result"]] = smp.value
     assert got == {"full": 1, "resumed": 1, "failed": 1}, got
     assert "ringx_tls_handshake_cpu_seconds_total" in text
+
+
+class TlsBackend:
+    """A Python TLS server answering each connection with its name and closing."""
+
+    def __init__(self, name: str, cert, key):
+        self.name = name
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(str(cert), str(key))
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.served = 0
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def loop(self):
+        while True:
+            try:
+                raw, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                with self.ctx.wrap_socket(raw, server_side=True) as s:
+                    s.settimeout(5)
+                    s.recv(100)
+                    s.sendall(self.name.encode())
+                    self.served += 1
+            except (OSError, ssl.SSLError):
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
+def test_streams_route_tls_by_sni_without_terminating(ringx, tmp_path):
+    pki = Pki(tmp_path / "pki")
+    a = TlsBackend("backend-a", *pki.leaf("a", ["a.test"]))
+    b = TlsBackend("backend-b", *pki.leaf("b", ["x.b.test", "d.test"]))
+    p = free_port()
+    try:
+        ringx.make(runtime_section(None) + f"""
+[http]
+client_header_timeout = "2s"
+[[stream]]
+listen = ["127.0.0.1:{p}"]
+proxy_pass = "dflt"
+sni = {{ "a.test" = "A", "*.b.test" = "B" }}
+[[upstream]]
+name = "A"
+servers = ["127.0.0.1:{a.port}"]
+[[upstream]]
+name = "B"
+servers = ["127.0.0.1:{b.port}"]
+[[upstream]]
+name = "dflt"
+servers = ["127.0.0.1:{b.port}"]
+""")
+        c = ctx(pki)
+        for host, want in [("a.test", "backend-a"), ("x.b.test", "backend-b"), ("d.test", "backend-b")]:
+            with socket.create_connection(("127.0.0.1", p), timeout=5) as raw:
+                with c.wrap_socket(raw, server_hostname=host) as s:
+                    # The certificate is the backend's own: TLS went through untouched.
+                    assert host in [v for k, v in s.getpeercert()["subjectAltName"]]
+                    s.sendall(b"hi")
+                    assert s.recv(100).decode() == want
+        assert a.served == 1 and b.served == 2
+        # Not TLS: closed without reaching a backend; a ClientHello cut short: closed at the
+        # header timeout.
+        with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+            s.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            got, took = read_until_closed(s, 5)
+            assert got == b"" and took < 2
+        hello = client_hello("a.test")
+        with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+            s.sendall(hello[:-3])
+            got, took = read_until_closed(s, 8)
+            assert got == b"" and 1.5 < took < 6, took
+        assert a.served == 1 and b.served == 2
+    finally:
+        a.close()
+        b.close()

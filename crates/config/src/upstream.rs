@@ -26,6 +26,11 @@
 //! proxy_pass = "db"          # an upstream's name or "host:port"
 //! idle_timeout = "10m"
 //! proxy_protocol = false     # expect a PROXY header from a load balancer in front
+//!
+//! [[stream]]                  # TLS passed through, routed by the ClientHello's SNI name
+//! listen = ["0.0.0.0:443"]
+//! proxy_pass = "default_tls"  # SNI absent or matching no name
+//! sni = { "a.example.com" = "site_a", "*.b.example.com" = "site_b" }
 //! ```
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -135,6 +140,11 @@ pub struct Stream {
     /// Expect a PROXY protocol header (v1 or v2) at the start of each connection.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// Route by the TLS ClientHello's server name without terminating TLS (nginx's
+    /// `ssl_preread`, HAProxy's `req.ssl_sni`): name (exact or `*.suffix`) → upstream;
+    /// `proxy_pass` takes what matches none. The bytes are forwarded untouched.
+    #[serde(default)]
+    pub sni: std::collections::BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 /// A server with its address resolved.
@@ -303,6 +313,22 @@ pub(crate) fn validate(
             return Err(src.err(st.span(), "stream has an empty listen list"));
         }
         known(&s.proxy_pass, "stream")?;
+        for (name, target) in &s.sni {
+            let n = name.get_ref();
+            let bare = n.strip_prefix("*.").unwrap_or(n);
+            if bare.is_empty()
+                || bare.contains('*')
+                || !bare
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+            {
+                return Err(src.err(
+                    name.span(),
+                    format!("sni name {n:?}: write a host name or *.suffix"),
+                ));
+            }
+            known(target, "sni")?;
+        }
         for a in &s.listen {
             let clash = servers.iter().any(|sv| {
                 sv.get_ref()

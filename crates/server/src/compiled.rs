@@ -89,8 +89,8 @@ fn fingerprint(ups: &Upstreams, routes: &Routes) -> String {
     }
     for st in &routes.streams {
         s += &format!(
-            "stream {}|{:?}|{};",
-            st.upstream, st.idle_timeout, st.proxy_protocol
+            "stream {}|{:?}|{}|{:?};",
+            st.upstream, st.idle_timeout, st.proxy_protocol, st.sni
         );
     }
     for (a, k) in routes.listen.iter().zip(&routes.listener_kind) {

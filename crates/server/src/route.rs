@@ -39,6 +39,8 @@ pub struct StreamDef {
     pub upstream: usize,
     pub idle_timeout: std::time::Duration,
     pub proxy_protocol: bool,
+    /// Routing by the ClientHello's SNI name (to upstream indices; `upstream` for none).
+    pub sni: Option<ringx_tls::sni::SniMap>,
 }
 
 /// A `proxy_pass` location.
@@ -181,10 +183,21 @@ impl Routes {
                 by_listener.push(Vec::new());
                 listener_kind.push(ListenerKind::Stream(streams.len()));
             }
+            let mut by_name: Vec<(usize, Vec<String>)> = Vec::new();
+            for (name, target) in &st.sni {
+                by_name.push((
+                    ups.resolve_target(target.get_ref())?,
+                    vec![name.get_ref().clone()],
+                ));
+            }
+            let sni = (!by_name.is_empty()).then(|| {
+                ringx_tls::sni::SniMap::new(by_name.iter().map(|(i, n)| (*i, &n[..])), upstream)
+            });
             streams.push(StreamDef {
                 upstream,
                 idle_timeout: st.idle_timeout.0,
                 proxy_protocol: st.proxy_protocol,
+                sni,
             });
         }
         let has_proxy = servers.iter().any(|s: &VServer| {

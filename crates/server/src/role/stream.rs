@@ -3,6 +3,12 @@
 //! A server is picked by the upstream's balancer (the client address is the hash key for
 //! `balance = "hash"`), connect failures are retried on other servers, and what the client
 //! sends meanwhile is held (bounded). Once connected, the connection becomes a [`Tunnel`].
+//!
+//! With `sni` routes the upstream is picked by the TLS ClientHello's server name, read without
+//! terminating TLS (nginx's `ssl_preread`): the bytes are held as they arrive and a copy is
+//! parsed by rustls's `Acceptor` (which reassembles a ClientHello split over records and
+//! segments); they go to the upstream untouched. A ClientHello over 16 KiB, or bytes that are
+//! not one, close the connection; one that never completes ends at the header timeout.
 
 use ringx_engine::ConnId;
 
@@ -24,7 +30,12 @@ pub struct Stream {
     dial: Dial,
     /// The upstream connection being connected.
     up: Option<ConnId>,
+    /// Reading the ClientHello to route by SNI.
+    preread: Option<Box<rustls::server::Acceptor>>,
 }
+
+/// The most a ClientHello may take before a stream routed by SNI gives up on it.
+const MAX_HELLO: usize = 16 * 1024;
 
 impl Stream {
     /// A connection accepted on the listener of `[[stream]]` number `index`. What it needs of
@@ -37,6 +48,7 @@ impl Stream {
             idle: def.idle_timeout,
             dial: Dial::default(),
             up: None,
+            preread: def.sni.is_some().then(Box::default),
         };
         let upstream = def.upstream;
         let Some((pools, gen)) = cx.ctx.current_pools() else {
@@ -50,10 +62,46 @@ impl Stream {
             None,
             Vec::new(),
         );
-        if !s.header {
+        if !s.header && s.preread.is_none() {
             s.start(cx, b, c);
         }
         s
+    }
+
+    /// Feeds what arrived from `b.inbuf[from..]` to the ClientHello reader; once it is whole,
+    /// routes by its server name and connects.
+    fn sniff(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, from: usize) {
+        let Some(acc) = self.preread.as_mut() else {
+            return;
+        };
+        let mut rd = &b.inbuf[from..];
+        while !rd.is_empty() {
+            if acc.read_tls(&mut rd).is_err() {
+                return cx.io.close(c);
+            }
+        }
+        let name = match acc.accept() {
+            Ok(None) if b.inbuf.len() > MAX_HELLO => return cx.io.close(c),
+            Ok(None) => return,
+            Ok(Some(hello)) => hello
+                .client_hello()
+                .server_name()
+                .map(str::to_ascii_lowercase),
+            Err(_) => {
+                tracing::debug!(conn = c.0, addr = ?b.addr, "stream: not a TLS ClientHello");
+                return cx.io.close(c);
+            }
+        };
+        self.preread = None;
+        let def = &cx.ctx.routes.streams[self.index];
+        let upstream = def
+            .sni
+            .as_ref()
+            .map_or(def.upstream, |m| m.pick(name.as_deref()));
+        let gen = self.dial.gen;
+        let retries = cx.ctx.pools(gen).defs.list[upstream].retries;
+        self.dial = Dial::new(gen, upstream, retries, None, Vec::new());
+        self.start(cx, b, c);
     }
 
     /// Picks a server (the client address is the hash key for `balance = "hash"`) and
@@ -91,12 +139,21 @@ impl Stream {
             match proxy_header::feed(b, data) {
                 Step::Partial => {}
                 Step::Refused => cx.io.close(c),
+                Step::Done if self.preread.is_some() => {
+                    self.header = false;
+                    self.sniff(cx, b, c, 0);
+                }
                 Step::Done => {
                     self.header = false;
                     self.start(cx, b, c);
                 }
             }
             return;
+        }
+        if self.preread.is_some() {
+            let from = b.inbuf.len();
+            b.inbuf.extend_from_slice(data);
+            return self.sniff(cx, b, c, from);
         }
         // Still connecting: keep it (bounded) for the upstream.
         b.inbuf.extend_from_slice(data);
@@ -109,15 +166,15 @@ impl Stream {
     /// The client closed its side: before the PROXY header that ends it; while connecting,
     /// the FIN is passed on once the upstream is up ([`Tunnel::connected`]).
     pub fn client_eof(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        if self.header {
+        if self.header || self.preread.is_some() {
             b.tr.close_after_flush(cx.io, c);
         }
     }
 
-    /// The client's deadline passed: only a PROXY header that never came ends the
-    /// connection here (the connect has its own timeout).
+    /// The client's deadline passed: only a PROXY header or a ClientHello that never came
+    /// ends the connection here (the connect has its own timeout).
     pub fn expire(&mut self, cx: &mut Cx, c: ConnId) {
-        if self.header {
+        if self.header || self.preread.is_some() {
             cx.io.close(c);
         }
     }

@@ -135,3 +135,74 @@ fn a_client_leaving_closes_the_upstream() {
     h.reset(c);
     assert!(h.t.closed(u));
 }
+
+/// A real ClientHello for `name`, from a rustls client.
+fn client_hello(name: &str) -> Vec<u8> {
+    use std::sync::Arc;
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    let server = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(cfg), server).unwrap();
+    let mut out = Vec::new();
+    conn.write_tls(&mut out).unwrap();
+    out
+}
+
+fn sni_streams() -> Harness {
+    streams(
+        r#"sni = { "a.test" = "site_a", "*.b.test" = "site_b" }
+[[upstream]]
+name = "site_a"
+servers = ["127.0.0.1:9101"]
+[[upstream]]
+name = "site_b"
+servers = ["127.0.0.1:9201"]"#,
+    )
+}
+
+#[test]
+fn a_stream_routes_by_the_client_hello_and_forwards_it_untouched() {
+    for (name, ports) in [
+        ("a.test", &[9101][..]),
+        ("x.b.test", &[9201]),
+        ("other.test", &[9001, 9002]), // proxy_pass's upstream
+    ] {
+        let mut h = sni_streams();
+        let c = h.client();
+        assert!(
+            h.connects().is_empty(),
+            "nothing is dialled before the ClientHello"
+        );
+        let hello = client_hello(name);
+        // Split in three segments: the name is read only once the message is whole.
+        let (a, rest) = hello.split_at(7);
+        let (b, d) = rest.split_at(rest.len() / 2);
+        h.send(c, a);
+        h.send(c, b);
+        assert!(h.connects().is_empty());
+        h.send(c, d);
+        let (u, addr) = h.accept_upstream();
+        assert!(ports.contains(&addr.port()), "{name}: {addr}");
+        assert_eq!(h.upstream_got(u), hello, "the bytes go on as they came");
+    }
+}
+
+#[test]
+fn a_stream_routed_by_sni_closes_on_what_is_not_a_client_hello() {
+    let mut h = sni_streams();
+    let c = h.client();
+    h.send(c, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(h.t.closed(c) && h.connects().is_empty());
+    // A ClientHello that never completes ends at the header timeout.
+    let mut h = sni_streams();
+    let c = h.client();
+    let hello = client_hello("a.test");
+    h.send(c, &hello[..hello.len() - 1]);
+    h.advance(Duration::from_secs(61));
+    assert!(h.t.closed(c) && h.connects().is_empty());
+}
