@@ -572,3 +572,36 @@ servers = ["127.0.0.1:{b.port}"]
     finally:
         a.close()
         b.close()
+
+
+def test_a_stream_terminates_tls_and_forwards_plain_bytes(ringx, tmp_path):
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("s", ["db.test"])
+    back = socket.socket()
+    back.bind(("127.0.0.1", 0))
+    back.listen(8)
+    seen = []
+
+    def echo():
+        c, _ = back.accept()
+        with c:
+            data = c.recv(100)
+            seen.append(data)
+            c.sendall(b"plain:" + data)
+
+    threading.Thread(target=echo, daemon=True).start()
+    p = free_port()
+    try:
+        ringx.make(runtime_section(None) + f"""
+[[stream]]
+listen = ["127.0.0.1:{p}"]
+proxy_pass = "127.0.0.1:{back.getsockname()[1]}"
+tls = {{ cert = "{cert}", key = "{key}" }}
+""")
+        with socket.create_connection(("127.0.0.1", p), timeout=5) as raw:
+            with ctx(pki).wrap_socket(raw, server_hostname="db.test") as s:
+                s.sendall(b"hello")
+                assert s.recv(100) == b"plain:hello"
+        assert seen == [b"hello"], "the backend got the plaintext"
+    finally:
+        back.close()

@@ -135,7 +135,10 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
     vhost::validate_servers(&cfg.server, src)?;
     tls::validate(
         &cfg.tls,
-        cfg.server.iter().filter_map(|s| s.get_ref().tls.as_ref()),
+        cfg.server
+            .iter()
+            .filter_map(|s| s.get_ref().tls.as_ref())
+            .chain(cfg.stream.iter().filter_map(|s| s.get_ref().tls.as_ref())),
         src,
     )?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;

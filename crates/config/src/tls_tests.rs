@@ -113,3 +113,18 @@ fn servers_sharing_an_address_agree_on_tls() {
     );
     assert!(parse("ok.toml", &ok).is_ok());
 }
+
+#[test]
+fn a_stream_cannot_both_pass_tls_through_and_terminate_it() {
+    let e = err(
+        "[[stream]]\nlisten = [\"127.0.0.1:9443\"]\nproxy_pass = \"127.0.0.1:1\"\nsni = { \"a.test\" = \"127.0.0.1:2\" }\ntls = { cert = \"a.pem\", key = \"a.key\" }\n",
+    );
+    assert!(
+        e.starts_with("bad.toml:5:") && e.contains("cannot also terminate"),
+        "{e}"
+    );
+    let e = err(
+        "[[stream]]\nlisten = [\"127.0.0.1:9443\"]\nproxy_pass = \"127.0.0.1:1\"\nsni = { \"a*.test\" = \"127.0.0.1:2\" }\n",
+    );
+    assert!(e.contains("sni name"), "{e}");
+}

@@ -145,6 +145,8 @@ pub struct Stream {
     /// `proxy_pass` takes what matches none. The bytes are forwarded untouched.
     #[serde(default)]
     pub sni: std::collections::BTreeMap<Spanned<String>, Spanned<String>>,
+    /// Terminate TLS and forward the plain bytes (same forms as `[[server]] tls`).
+    pub tls: Option<Spanned<crate::tls::TlsValue>>,
 }
 
 /// A server with its address resolved.
@@ -313,6 +315,13 @@ pub(crate) fn validate(
             return Err(src.err(st.span(), "stream has an empty listen list"));
         }
         known(&s.proxy_pass, "stream")?;
+        if let (Some(t), false) = (&s.tls, s.sni.is_empty()) {
+            return Err(src.err(
+                t.span(),
+                "a stream with sni passes TLS through and cannot also terminate it (tls): \
+                 drop one",
+            ));
+        }
         for (name, target) in &s.sni {
             let n = name.get_ref();
             let bare = n.strip_prefix("*.").unwrap_or(n);

@@ -25,7 +25,14 @@ pub struct TlsSetup {
 /// Loads every server's certificates and builds the configurations; `None` when no server
 /// has `tls`.
 pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error> {
-    if cfg.server.iter().all(|s| s.get_ref().tls.is_none()) {
+    let streams_tls = cfg.stream.iter().map(|s| s.get_ref().tls.as_ref());
+    let values: Vec<_> = cfg
+        .server
+        .iter()
+        .map(|s| s.get_ref().tls.as_ref())
+        .chain(streams_tls)
+        .collect();
+    if values.iter().all(Option::is_none) {
         return Ok(None);
     }
     let provider = Provider::parse(cfg.tls.provider.get_ref()).unwrap_or_default();
@@ -35,9 +42,10 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
         name: &cfg.origin.name,
         text: &cfg.origin.text,
     };
-    let mut specs = Vec::with_capacity(cfg.server.len());
-    for s in &cfg.server {
-        let Some(t) = &s.get_ref().tls else {
+    // Servers first, then streams (stream i is entry `cfg.server.len() + i`).
+    let mut specs = Vec::with_capacity(values.len());
+    for t in values {
+        let Some(t) = t else {
             specs.push(None);
             continue;
         };
@@ -90,7 +98,13 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
     let listeners = routes
         .by_listener
         .iter()
-        .map(|servers| {
+        .zip(&routes.listener_kind)
+        .map(|(servers, kind)| {
+            if let crate::route::ListenerKind::Stream(i) = kind {
+                let at = cfg.server.len() + i;
+                specs[at].as_ref()?;
+                return Some(SniMap::new(std::iter::empty(), at));
+            }
             let first = *servers.first()?;
             specs[first].as_ref()?;
             Some(SniMap::new(
