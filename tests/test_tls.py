@@ -605,3 +605,105 @@ tls = {{ cert = "{cert}", key = "{key}" }}
         assert seen == [b"hello"], "the backend got the plaintext"
     finally:
         back.close()
+
+
+class HttpsUpstream:
+    """A Python HTTPS/1.1 server (keep-alive) answering `up:<path>`; counts TLS connections."""
+
+    def __init__(self, cert, key):
+        import http.server
+        outer = self
+        self.connections = 0
+        self.requests = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                outer.connections += 1
+                super().setup()
+
+            def do_GET(self):
+                outer.requests.append((self.path, dict(self.headers)))
+                body = f"up:{self.path}".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        c.load_cert_chain(str(cert), str(key))
+        self.httpd.socket = c.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def plain_get(port, path):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        got, _ = read_until_closed(s, 10)
+    head, _, body = got.partition(b"\r\n\r\n")
+    return head.decode(errors="replace"), body
+
+
+def test_proxying_to_an_https_upstream(ringx, tmp_path):
+    pki = Pki(tmp_path / "pki")
+    other = Pki(tmp_path / "other", name="other CA")
+    up = HttpsUpstream(*pki.leaf("up", ["up.test"]))
+    p = free_port()
+    try:
+        srv = ringx.make(runtime_section(None) + f"""
+[[upstream]]
+name = "secure"
+servers = ["127.0.0.1:{up.port}"]
+tls = {{ sni = "up.test", ca = "{pki.ca_path}" }}
+[[upstream]]
+name = "wrong_ca"
+servers = ["127.0.0.1:{up.port}"]
+retries = 0
+tls = {{ sni = "up.test", ca = "{other.ca_path}" }}
+[[upstream]]
+name = "unverified"
+servers = ["127.0.0.1:{up.port}"]
+tls = {{ sni = "up.test", verify = false }}
+[[server]]
+listen = ["127.0.0.1:{p}"]
+  [[server.location]]
+  path = "/ok/"
+  proxy_pass = "secure"
+  [[server.location]]
+  path = "/bad/"
+  proxy_pass = "wrong_ca"
+  [[server.location]]
+  path = "/any/"
+  proxy_pass = "unverified"
+  [[server.location]]
+  path = "/direct/"
+  proxy_pass = "https://127.0.0.1:{up.port}"
+""")
+        for i in range(3):
+            head, body = plain_get(p, f"/ok/{i}")
+            assert head.startswith("HTTP/1.1 200"), head
+            assert body == f"up:/ok/{i}".encode()
+        assert up.connections == 1, "the upstream connection is kept and reused over TLS"
+        head, _ = plain_get(p, "/bad/x")
+        assert head.startswith("HTTP/1.1 502"), head
+        srv.wait_log("TLS failed", timeout=5)
+        assert "UnknownIssuer" in srv.log() or "certificate" in srv.log(), srv.log()
+        head, body = plain_get(p, "/any/y")
+        assert head.startswith("HTTP/1.1 200") and body == b"up:/any/y", head
+        # https:// in proxy_pass verifies against the system CAs, which do not know the
+        # test CA: 502.
+        head, _ = plain_get(p, "/direct/z")
+        assert head.startswith("HTTP/1.1 502"), head
+        assert all(path != "/bad/x" and path != "/direct/z" for path, _ in up.requests)
+    finally:
+        up.close()

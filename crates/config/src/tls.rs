@@ -278,3 +278,20 @@ pub(crate) fn validate<'a>(
     }
     Ok(())
 }
+
+/// `[[upstream]] tls`: TLS to the upstream's servers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// The name sent as SNI and verified in the certificate (default: the server's host
+    /// name as written in `servers`).
+    pub sni: Option<String>,
+    /// CA certificates to verify against (default: the system bundle).
+    pub ca: Option<Spanned<PathBuf>>,
+    /// Verify the server's certificate (on by default).
+    #[serde(default = "yes")]
+    pub verify: bool,
+    /// A client certificate and key for upstreams that ask for one (mTLS).
+    pub cert: Option<Spanned<PathBuf>>,
+    pub key: Option<Spanned<PathBuf>>,
+}

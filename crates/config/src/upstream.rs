@@ -68,6 +68,8 @@ pub struct Upstream {
     #[serde(default)]
     pub proxy_protocol: ProxyProtocol,
     pub health: Option<Health>,
+    /// TLS to the servers (`proxy_pass = "https://..."` turns it on with the defaults).
+    pub tls: Option<Spanned<crate::tls::UpstreamTls>>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
@@ -285,17 +287,22 @@ pub(crate) fn validate(
         if names.contains(&t.as_str()) {
             return Ok(());
         }
-        let addr = t.strip_prefix("http://").unwrap_or(t);
-        if what == "proxy_pass" && !t.starts_with("http://") && !t.contains(':') {
+        let addr =
+            https_addr(t).unwrap_or_else(|| t.strip_prefix("http://").unwrap_or(t).to_string());
+        if what == "proxy_pass"
+            && !t.starts_with("http://")
+            && !t.starts_with("https://")
+            && !t.contains(':')
+        {
             return Err(src.err(
                 target.span(),
                 format!("no [[upstream]] named {t:?} (or write \"http://host:port\")"),
             ));
         }
-        if t.starts_with("https://") {
+        if t.starts_with("https://") && what != "proxy_pass" {
             return Err(src.err(
                 target.span(),
-                "https upstreams are not supported yet: use http://",
+                "https:// is for proxy_pass; a stream to a TLS upstream names an [[upstream]] with tls",
             ));
         }
         resolve_addr(addr.trim_end_matches('/'))
@@ -397,4 +404,18 @@ fn d60() -> Dur {
 }
 fn d600() -> Dur {
     secs(600)
+}
+
+/// `https://host[:port][/]` → `host:port` (443 when none is written).
+pub fn https_addr(target: &str) -> Option<String> {
+    let rest = target.strip_prefix("https://")?.trim_end_matches('/');
+    let has_port = match rest.strip_prefix('[') {
+        Some(v6) => v6.contains("]:"),
+        None => rest.contains(':'),
+    };
+    Some(if has_port {
+        rest.to_string()
+    } else {
+        format!("{rest}:443")
+    })
 }

@@ -9,11 +9,13 @@
 //! | [`tickets`] | session ticket keys rotated on a schedule, shared by the zones |
 //! | [`conn`] | one connection driven sans-I/O on the zone's buffers |
 //! | [`budget`] | the share of a zone's time that handshakes may take |
+//! | [`client`] | TLS to upstreams: the client configuration and connection |
 //! | [`provider`] | aws-lc-rs or ring |
 //!
 //! The server crate's `transport` puts a [`conn::TlsConn`] under a connection's role.
 
 pub mod budget;
+pub mod client;
 pub mod conn;
 pub mod material;
 pub mod provider;

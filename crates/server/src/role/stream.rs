@@ -15,7 +15,7 @@ use ringx_engine::ConnId;
 use crate::role::exchange::PROXY_HIGH_WATER;
 use crate::role::proxy_header::{self, Step};
 use crate::role::tunnel::Tunnel;
-use crate::role::upstream::{attach, UpEvent, UpState};
+use crate::role::upstream::{attach, Opening, UpEvent, UpState};
 use crate::upstream::dial::Dial;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
@@ -125,7 +125,12 @@ impl Stream {
         let (timeout, pp) = (def.connect_timeout, def.proxy_protocol);
         match self.dial.reach(cx.io, pools, connector, false, now) {
             Ok(r) => {
-                let rec = attach(cx.io, cx.ups, b, c, &self.dial, r, pp);
+                let def = &pools.defs.list[self.dial.upstream];
+                let tls = def.tls.as_ref().and_then(|t| {
+                    t.name_for(&def.servers[self.dial.server])
+                        .map(|n| (t.config.clone(), n))
+                });
+                let rec = attach(cx.io, cx.ups, b, c, &self.dial, r, Opening { pp, tls });
                 rec.state = UpState::Connecting;
                 cx.ctx.set_up_deadline(cx.io, rec, r.conn, now + timeout);
                 self.up = Some(r.conn);

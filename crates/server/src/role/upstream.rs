@@ -12,7 +12,7 @@ use ringx_engine::{ConnId, Io};
 use ringx_http::upstream::ClientFraming;
 use ringx_http::BodyDecoder;
 
-use crate::transport::Transport;
+use crate::transport::{TlsUpTransport, Transport};
 use crate::upstream::dial::{Dial, Reached};
 use crate::upstream::pools::ZonePools;
 use crate::zone::client::Base;
@@ -165,9 +165,15 @@ impl UpConn {
     }
 }
 
-/// Opens the record of the connection `r` reached for the client connection `c` (`b`) and,
-/// for a new connection to an upstream that announces its clients (`pp`: its PROXY protocol
-/// setting), writes the header first.
+/// How a new connection to an upstream server starts: a PROXY header first (`pp`, its
+/// `proxy_protocol` setting), then a TLS handshake (`tls`).
+pub struct Opening {
+    pub pp: ProxyProtocol,
+    pub tls: Option<UpTlsStart>,
+}
+
+/// Opens the record of the connection `r` reached for the client connection `c` (`b`); a new
+/// connection starts as `how` says.
 pub fn attach<'t>(
     io: &mut Io,
     ups: &'t mut UpTable,
@@ -175,8 +181,9 @@ pub fn attach<'t>(
     c: ConnId,
     dial: &Dial,
     r: Reached,
-    pp: ProxyProtocol,
+    how: Opening,
 ) -> &'t mut UpConn {
+    let Opening { pp, tls } = how;
     let rec = ups.open(r.conn, dial.upstream, dial.server, r.reused, io.now());
     rec.client = Some((c, b.gen));
     rec.pools_gen = dial.gen;
@@ -191,8 +198,30 @@ pub fn attach<'t>(
             rec.tied = true;
         }
     }
+    if !r.reused {
+        if let Some((config, name)) = tls {
+            // After any PROXY header: the ClientHello goes out first on the TLS stream.
+            let Some(out) = io.out_buf(r.conn) else {
+                return rec;
+            };
+            match ringx_tls::client::TlsUpConn::new(config, name, out) {
+                Ok(t) => rec.tr = Transport::TlsUp(Box::new(TlsUpTransport::new(t))),
+                Err(e) => {
+                    tracing::warn!("upstream TLS could not start: {e}");
+                    io.close(r.conn);
+                }
+            }
+        }
+    }
     rec
 }
+
+/// What a new TLS connection to an upstream server starts from: its configuration and the
+/// name it sends and verifies.
+pub type UpTlsStart = (
+    std::sync::Arc<rustls::ClientConfig>,
+    rustls::pki_types::ServerName<'static>,
+);
 
 /// The zone's upstream connections, by handle.
 #[derive(Default)]

@@ -18,8 +18,10 @@ use std::rc::Rc;
 use ringx_engine::{ConnId, Io};
 
 pub mod tls;
+pub mod tls_up;
 
 pub use tls::{TlsInfo, TlsTransport};
+pub use tls_up::TlsUpTransport;
 
 /// The byte layer under a connection's role.
 #[derive(Default)]
@@ -28,6 +30,8 @@ pub enum Transport {
     #[default]
     Plain,
     Tls(Box<TlsTransport>),
+    /// TLS to an upstream (an outbound connection).
+    TlsUp(Box<TlsUpTransport>),
 }
 
 impl Transport {
@@ -41,6 +45,10 @@ impl Transport {
                 io.out_buf(c)?;
                 Some(&mut t.conn.staged)
             }
+            Transport::TlsUp(t) => {
+                io.out_buf(c)?;
+                Some(&mut t.staged)
+            }
         }
     }
 
@@ -50,6 +58,7 @@ impl Transport {
         match self {
             Transport::Plain => io.write(c, data),
             Transport::Tls(t) => t.conn.staged.extend_from_slice(data),
+            Transport::TlsUp(t) => t.write(io, c, data),
         }
     }
 
@@ -59,6 +68,8 @@ impl Transport {
         match self {
             Transport::Plain => io.send_file(c, file, off, len),
             Transport::Tls(t) => t.send_file(file, off, len),
+            // Nothing sends a file to an upstream.
+            Transport::TlsUp(_) => io.close(c),
         }
     }
 
@@ -68,6 +79,7 @@ impl Transport {
         match self {
             Transport::Plain => io.pending(c),
             Transport::Tls(t) => io.pending(c) + t.unsealed(),
+            Transport::TlsUp(t) => io.pending(c) + t.staged.len() as u64,
         }
     }
 
@@ -78,6 +90,10 @@ impl Transport {
             Transport::Plain => io.close_after_flush(c),
             Transport::Tls(t) if t.plain => io.close_after_flush(c),
             Transport::Tls(t) => t.close_after_flush(),
+            Transport::TlsUp(t) => {
+                t.close_notify(io, c);
+                io.close_after_flush(c)
+            }
         }
     }
 
@@ -88,6 +104,10 @@ impl Transport {
             Transport::Plain => io.shutdown_after_flush(c),
             Transport::Tls(t) if t.plain => io.shutdown_after_flush(c),
             Transport::Tls(t) => t.shutdown_after_flush(),
+            Transport::TlsUp(t) => {
+                t.close_notify(io, c);
+                io.shutdown_after_flush(c)
+            }
         }
     }
 
@@ -103,8 +123,10 @@ impl Transport {
     /// Encrypts what the role queued (TLS; nothing to do on a plain connection).
     #[inline]
     pub fn seal(&mut self, io: &mut Io, c: ConnId) {
-        if let Transport::Tls(t) = self {
-            t.seal(io, c);
+        match self {
+            Transport::Plain => {}
+            Transport::Tls(t) => t.seal(io, c),
+            Transport::TlsUp(t) => t.seal(io, c),
         }
     }
 
@@ -116,6 +138,7 @@ impl Transport {
             Transport::Plain => io.bytes_out(c),
             Transport::Tls(t) if t.plain => io.bytes_out(c),
             Transport::Tls(t) => t.sealed + t.unsealed(),
+            Transport::TlsUp(t) => t.written + t.staged.len() as u64,
         }
     }
 
@@ -129,7 +152,7 @@ impl Transport {
     pub fn tls_info(&self) -> Option<&TlsInfo> {
         match self {
             Transport::Tls(t) => t.info.as_deref(),
-            Transport::Plain => None,
+            Transport::Plain | Transport::TlsUp(_) => None,
         }
     }
 }

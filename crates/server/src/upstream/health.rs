@@ -9,7 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{HealthDef, ServerDef, Upstreams};
+use super::{HealthDef, ServerDef, UpTls, Upstreams};
+
+/// A plain or a TLS stream to check a server over.
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
 
 /// Starts the checker if any upstream has `[upstream.health]`. It stops when `stop` is set.
 pub fn spawn(ups: Arc<Upstreams>, stop: Arc<AtomicBool>) -> Option<std::thread::JoinHandle<()>> {
@@ -51,7 +55,7 @@ fn run(ups: &Upstreams, stop: &AtomicBool) {
             let Some(h) = &u.health else { continue };
             for (s, t) in u.servers.iter().zip(tracks.iter_mut()) {
                 if t.next <= now {
-                    let ok = check(s, h);
+                    let ok = check(s, h, u.tls.as_ref());
                     record(&u.name, s, h, t, ok);
                     t.next = Instant::now() + h.interval;
                 }
@@ -85,13 +89,25 @@ fn record(up: &str, s: &ServerDef, h: &HealthDef, t: &mut Track, ok: bool) {
     }
 }
 
-/// One check: connect, `GET path`, read the status line.
-pub fn check(s: &ServerDef, h: &HealthDef) -> bool {
-    let Ok(mut c) = TcpStream::connect_timeout(&s.addr, h.timeout) else {
+/// One check: connect (with TLS for a TLS upstream), `GET path`, read the status line.
+pub fn check(s: &ServerDef, h: &HealthDef, tls: Option<&UpTls>) -> bool {
+    let Ok(tcp) = TcpStream::connect_timeout(&s.addr, h.timeout) else {
         return false;
     };
-    let _ = c.set_read_timeout(Some(h.timeout));
-    let _ = c.set_write_timeout(Some(h.timeout));
+    let _ = tcp.set_read_timeout(Some(h.timeout));
+    let _ = tcp.set_write_timeout(Some(h.timeout));
+    let mut c: Box<dyn ReadWrite> = match tls {
+        None => Box::new(tcp),
+        Some(t) => {
+            let Some(name) = t.name_for(s) else {
+                return false;
+            };
+            let Ok(conn) = rustls::ClientConnection::new(t.config.clone(), name) else {
+                return false;
+            };
+            Box::new(rustls::StreamOwned::new(conn, tcp))
+        }
+    };
     let req = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ringx-health\r\nConnection: close\r\n\r\n",
         h.path, s.name

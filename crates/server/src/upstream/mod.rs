@@ -49,6 +49,32 @@ pub struct HealthDef {
     pub timeout: Duration,
 }
 
+/// TLS to an upstream's servers.
+pub struct UpTls {
+    pub config: Arc<rustls::ClientConfig>,
+    /// The name to send and verify (default: each server's host as written).
+    pub sni: Option<String>,
+}
+
+impl UpTls {
+    /// The name a connection to `server` sends as SNI and verifies.
+    pub fn name_for(&self, server: &ServerDef) -> Option<rustls::pki_types::ServerName<'static>> {
+        let host = match &self.sni {
+            Some(n) => n.as_str(),
+            None => host_of(&server.name),
+        };
+        rustls::pki_types::ServerName::try_from(host.to_string()).ok()
+    }
+}
+
+/// The host of `host:port` (`[v6]:port` → `v6`).
+fn host_of(name: &str) -> &str {
+    if let Some(v6) = name.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6);
+    }
+    name.rsplit_once(':').map_or(name, |(h, _)| h)
+}
+
 pub struct UpstreamDef {
     pub name: String,
     pub servers: Vec<ServerDef>,
@@ -63,6 +89,7 @@ pub struct UpstreamDef {
     pub retries: u32,
     pub proxy_protocol: ProxyProtocol,
     pub health: Option<HealthDef>,
+    pub tls: Option<UpTls>,
 }
 
 impl UpstreamDef {
@@ -81,6 +108,10 @@ impl UpstreamDef {
 /// `http://host:port` / `host:port` written directly in a `proxy_pass`.
 pub struct Upstreams {
     pub list: Vec<UpstreamDef>,
+    /// The crypto provider for TLS upstreams, and the configuration of `https://` targets
+    /// (system CAs, verified), built when the first is met.
+    provider: ringx_tls::Provider,
+    https_default: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Upstreams {
@@ -90,6 +121,7 @@ impl Upstreams {
             name: "(config)",
             text: "",
         };
+        let provider = ringx_tls::Provider::parse(cfg.tls.provider.get_ref()).unwrap_or_default();
         let mut list = Vec::new();
         for u in &cfg.upstream {
             let u = u.get_ref();
@@ -144,9 +176,17 @@ impl Upstreams {
                     fall: h.fall,
                     timeout: h.timeout.0,
                 }),
+                tls: match &u.tls {
+                    None => None,
+                    Some(t) => Some(client_tls(cfg, provider, t.get_ref(), t.span())?),
+                },
             });
         }
-        Ok(Upstreams { list })
+        Ok(Upstreams {
+            list,
+            provider,
+            https_default: None,
+        })
     }
 
     /// The upstream a `proxy_pass` value names, creating an implicit one for an address.
@@ -154,12 +194,40 @@ impl Upstreams {
         if let Some(i) = self.list.iter().position(|u| u.name == target) {
             return Ok(i);
         }
-        let addr_s = target
-            .strip_prefix("http://")
-            .unwrap_or(target)
-            .trim_end_matches('/');
+        let https = ringx_config::upstream::https_addr(target);
+        let addr_s = match &https {
+            Some(a) => a.as_str(),
+            None => target
+                .strip_prefix("http://")
+                .unwrap_or(target)
+                .trim_end_matches('/'),
+        };
         let addr = resolve_addr(addr_s).map_err(Error::config)?;
-        let name = format!("{addr}");
+        let name = match https {
+            Some(_) => format!("https://{addr}"),
+            None => format!("{addr}"),
+        };
+        let tls = match https {
+            None => None,
+            Some(_) => {
+                let config = match &self.https_default {
+                    Some(c) => c.clone(),
+                    None => {
+                        let spec = ringx_tls::client::ClientSpec {
+                            ca: None,
+                            verify: true,
+                            cert: None,
+                        };
+                        let c = ringx_tls::client::config(self.provider, &spec).map_err(|e| {
+                            Error::config(format!("proxy_pass {target}: {e} (name a CA with an [[upstream]] tls = {{ ca = ... }})"))
+                        })?;
+                        self.https_default = Some(c.clone());
+                        c
+                    }
+                };
+                Some(UpTls { config, sni: None })
+            }
+        };
         if let Some(i) = self.list.iter().position(|u| u.name == name) {
             return Ok(i);
         }
@@ -185,7 +253,38 @@ impl Upstreams {
             retries: 2,
             proxy_protocol: ProxyProtocol::Off,
             health: None,
+            tls,
         });
         Ok(self.list.len() - 1)
     }
+}
+
+/// The client TLS of an `[[upstream]] tls`, errors placed at the entry.
+fn client_tls(
+    cfg: &Config,
+    provider: ringx_tls::Provider,
+    u: &ringx_config::tls::UpstreamTls,
+    span: std::ops::Range<usize>,
+) -> Result<UpTls, Error> {
+    let cert = match (&u.cert, &u.key) {
+        (Some(c), Some(k)) => Some((c.get_ref().as_path(), k.get_ref().as_path())),
+        (None, None) => None,
+        _ => {
+            return Err(Error::config(
+                cfg.error_at(span, "tls needs both cert and key for a client certificate")
+                    .to_string(),
+            ))
+        }
+    };
+    let spec = ringx_tls::client::ClientSpec {
+        ca: u.ca.as_ref().map(|c| c.get_ref().as_path()),
+        verify: u.verify,
+        cert,
+    };
+    let config = ringx_tls::client::config(provider, &spec)
+        .map_err(|e| Error::config(cfg.error_at(span, e.to_string()).to_string()))?;
+    Ok(UpTls {
+        config,
+        sni: u.sni.clone(),
+    })
 }

@@ -366,9 +366,41 @@ impl Handler for Zone {
 
     fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         self.ctx.refresh_date(io.now());
-        if self.ups.contains(c) {
+        if let Some(up) = self.ups.get_mut(c) {
             self.ctx.connector.observe(io, c);
-            return self.upstream_event(io, c, UpEvent::Data(data));
+            return match tls_in::upstream_receive(io, &mut up.tr, c, data) {
+                None => self.upstream_event(io, c, UpEvent::Data(data)),
+                Some(tls_in::UpNext::Nothing) => {}
+                Some(tls_in::UpNext::Data(plain)) => {
+                    self.upstream_event(io, c, UpEvent::Data(&plain));
+                    if let Some(crate::transport::Transport::TlsUp(t)) =
+                        self.ups.get_mut(c).map(|x| &mut x.tr)
+                    {
+                        if t.conn.plain.is_empty() {
+                            t.conn.plain = plain;
+                            t.conn.plain.clear();
+                        }
+                    }
+                }
+                Some(tls_in::UpNext::Failed(why)) => {
+                    let up = self.ups.get(c).map(|x| x.upstream);
+                    let name = up
+                        .and_then(|i| self.ctx.current_pools().map(|(p, _)| (p, i)))
+                        .map(|(p, i)| {
+                            p.defs
+                                .list
+                                .get(i)
+                                .map_or("?", |d| d.name.as_str())
+                                .to_string()
+                        });
+                    tracing::warn!(
+                        "upstream {} ({:?}): TLS failed: {why}",
+                        name.as_deref().unwrap_or("?"),
+                        io.peer_addr(c)
+                    );
+                    io.close(c);
+                }
+            };
         }
         let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
             return;

@@ -115,3 +115,25 @@ pub fn give_back(base: &mut Base, mut buf: Vec<u8>) {
         }
     }
 }
+
+/// What arrived on a TLS upstream connection, for its exchange.
+pub enum UpNext {
+    Nothing,
+    Data(Vec<u8>),
+    /// The handshake or a record failed (why): the connection closes, and its exchange
+    /// answers 502 or tries another server as for any connection lost before a response.
+    Failed(String),
+}
+
+/// Decrypts what an upstream connection sent (plain connections: `None`, use `data`).
+pub fn upstream_receive(io: &mut Io, tr: &mut Transport, u: ConnId, data: &[u8]) -> Option<UpNext> {
+    let Transport::TlsUp(t) = tr else {
+        return None;
+    };
+    let out = io.out_buf(u)?;
+    Some(match t.conn.receive(data, out) {
+        Ok(()) if t.conn.plain.is_empty() => UpNext::Nothing,
+        Ok(()) => UpNext::Data(std::mem::take(&mut t.conn.plain)),
+        Err(e) => UpNext::Failed(e),
+    })
+}

@@ -13,7 +13,7 @@ use ringx_engine::{ConnId, Io};
 use ringx_http::{BodyDecoder, Version};
 
 use crate::error::{Error, Kind, Side};
-use crate::role::upstream::{attach, UpConn, UpState};
+use crate::role::upstream::{attach, Opening, UpConn, UpState};
 use crate::upstream::dial::Dial;
 use crate::upstream::pools::ZonePools;
 use crate::zone::client::Base;
@@ -123,7 +123,19 @@ impl Exchange {
             rehost(&mut self.head, &def.servers[self.dial.server].name);
         }
         let pp = def.proxy_protocol;
-        let rec = attach(cx.io, cx.ups, base, c, &self.dial, reached, pp);
+        let tls = def.tls.as_ref().and_then(|t| {
+            t.name_for(&def.servers[self.dial.server])
+                .map(|n| (t.config.clone(), n))
+        });
+        let rec = attach(
+            cx.io,
+            cx.ups,
+            base,
+            c,
+            &self.dial,
+            reached,
+            Opening { pp, tls },
+        );
         rec.tr.write(cx.io, u, &self.head);
         if let Some(r) = &self.replay {
             rec.tr.write(cx.io, u, r);
