@@ -383,91 +383,93 @@ impl Filter {
     /// pins it. The link outlives this process (it is pinned); see [`Attachment::detach`] and
     /// [`detach`].
     pub fn attach(&mut self, dev: &str, mode: Mode) -> Result<Attachment> {
-        let ifindex = sys::ifindex(dev).ok_or_else(|| Error::NoDevice(dev.to_string()))?;
         let pin = link_pin(&self.pin_dir, dev);
-        let mut replaced = false;
-        if let Ok(fd) = sys::obj_get(&pin) {
-            let info = sys::link_info(fd.as_fd()).map_err(|e| Error::io("link info", e))?;
-            if info.link_type != sys::BPF_LINK_TYPE_XDP {
-                return Err(Error::Invalid(format!(
-                    "{} is not an XDP link (type {})",
-                    pin.display(),
-                    info.link_type
-                )));
-            }
-            if info.ifindex == 0 {
-                // Defunct: its device was removed (or its namespace). Start afresh.
-                let _ = std::fs::remove_file(&pin);
-            } else if info.ifindex != ifindex {
-                return Err(Error::Invalid(format!(
-                    "{} holds the link of ifindex {} ({}), not of {dev} (ifindex {ifindex}); \
-                     detach it first",
-                    pin.display(),
-                    info.ifindex,
-                    sys::ifname(info.ifindex).unwrap_or_else(|| "gone".into())
-                )));
-            } else {
-                let link = PinnedLink::from_pin(&pin)
-                    .map_err(|e| Error::from_aya(&format!("open {}", pin.display()), &e))?;
-                let link = aya::programs::xdp::XdpLink::try_from(FdLink::from(link))
-                    .map_err(|e| Error::from_aya("XDP link", &e))?;
-                xdp_prog(&mut self.ebpf)?
-                    .attach_to_link(link)
-                    .map_err(|e| {
-                        Error::from_aya(
-                            &format!("replace the program on {dev} (BPF_LINK_UPDATE)"),
-                            &e,
-                        )
-                    })?;
-                replaced = true;
-            }
-        }
-        if !replaced {
-            let prog = xdp_prog(&mut self.ebpf)?;
-            let id = prog
-                .attach_to_if_index(ifindex, mode.flags())
-                .map_err(|e| {
-                    let attach = || format!("attach XDP to {dev} in {} mode", mode.as_str());
-                    let errno = std::iter::successors(
-                        Some(&e as &(dyn std::error::Error + 'static)),
-                        |e| e.source(),
-                    )
-                    .find_map(|e| e.downcast_ref::<std::io::Error>()?.raw_os_error());
-                    match errno {
-                        Some(libc::EOPNOTSUPP) if mode == Mode::Native => {
-                            Error::NativeUnsupported {
-                                dev: dev.to_string(),
-                            }
-                        }
-                        Some(libc::EBUSY) | Some(libc::EEXIST) => Error::Busy {
-                            dev: dev.to_string(),
-                        },
-                        _ => Error::from_aya(&attach(), &e),
-                    }
-                })?;
-            let link = prog
-                .take_link(id)
-                .map_err(|e| Error::from_aya("take the XDP link", &e))?;
-            let link = FdLink::try_from(link).map_err(|e| Error::from_aya("XDP link", &e))?;
-            // Dropping the PinnedLink closes this descriptor; the pin keeps the link.
-            drop(
-                link.pin(&pin)
-                    .map_err(|e| Error::from_aya(&format!("pin {}", pin.display()), &e))?,
-            );
-        }
-        let link =
-            sys::obj_get(&pin).map_err(|e| Error::io(format!("open {}", pin.display()), e))?;
-        let info = sys::link_info(link.as_fd()).map_err(|e| Error::io("link info", e))?;
-        Ok(Attachment {
-            dev: dev.to_string(),
-            ifindex,
-            replaced,
-            link_id: info.id,
-            prog_id: info.prog_id,
-            link,
-            pin,
-        })
+        attach_program(xdp_prog(&mut self.ebpf)?, &pin, dev, mode)
     }
+}
+
+/// Attaches a loaded XDP program to `dev` through the bpf_link pinned at `pin`: replaces the
+/// program of that link atomically when it exists (BPF_LINK_UPDATE; the link's mode stays),
+/// otherwise creates a link in `mode` and pins it there. [`Filter::attach`] and the other
+/// XDP programs of the workspace (the load balancer) attach through this.
+pub fn attach_program(prog: &mut Xdp, pin: &Path, dev: &str, mode: Mode) -> Result<Attachment> {
+    let ifindex = sys::ifindex(dev).ok_or_else(|| Error::NoDevice(dev.to_string()))?;
+    let mut replaced = false;
+    if let Ok(fd) = sys::obj_get(pin) {
+        let info = sys::link_info(fd.as_fd()).map_err(|e| Error::io("link info", e))?;
+        if info.link_type != sys::BPF_LINK_TYPE_XDP {
+            return Err(Error::Invalid(format!(
+                "{} is not an XDP link (type {})",
+                pin.display(),
+                info.link_type
+            )));
+        }
+        if info.ifindex == 0 {
+            // Defunct: its device was removed (or its namespace). Start afresh.
+            let _ = std::fs::remove_file(pin);
+        } else if info.ifindex != ifindex {
+            return Err(Error::Invalid(format!(
+                "{} holds the link of ifindex {} ({}), not of {dev} (ifindex {ifindex}); \
+                 detach it first",
+                pin.display(),
+                info.ifindex,
+                sys::ifname(info.ifindex).unwrap_or_else(|| "gone".into())
+            )));
+        } else {
+            let link = PinnedLink::from_pin(pin)
+                .map_err(|e| Error::from_aya(&format!("open {}", pin.display()), &e))?;
+            let link = aya::programs::xdp::XdpLink::try_from(FdLink::from(link))
+                .map_err(|e| Error::from_aya("XDP link", &e))?;
+            prog.attach_to_link(link).map_err(|e| {
+                Error::from_aya(
+                    &format!("replace the program on {dev} (BPF_LINK_UPDATE)"),
+                    &e,
+                )
+            })?;
+            replaced = true;
+        }
+    }
+    if !replaced {
+        let id = prog
+            .attach_to_if_index(ifindex, mode.flags())
+            .map_err(|e| {
+                let attach = || format!("attach XDP to {dev} in {} mode", mode.as_str());
+                let errno =
+                    std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
+                        e.source()
+                    })
+                    .find_map(|e| e.downcast_ref::<std::io::Error>()?.raw_os_error());
+                match errno {
+                    Some(libc::EOPNOTSUPP) if mode == Mode::Native => Error::NativeUnsupported {
+                        dev: dev.to_string(),
+                    },
+                    Some(libc::EBUSY) | Some(libc::EEXIST) => Error::Busy {
+                        dev: dev.to_string(),
+                    },
+                    _ => Error::from_aya(&attach(), &e),
+                }
+            })?;
+        let link = prog
+            .take_link(id)
+            .map_err(|e| Error::from_aya("take the XDP link", &e))?;
+        let link = FdLink::try_from(link).map_err(|e| Error::from_aya("XDP link", &e))?;
+        // Dropping the PinnedLink closes this descriptor; the pin keeps the link.
+        drop(
+            link.pin(pin)
+                .map_err(|e| Error::from_aya(&format!("pin {}", pin.display()), &e))?,
+        );
+    }
+    let link = sys::obj_get(pin).map_err(|e| Error::io(format!("open {}", pin.display()), e))?;
+    let info = sys::link_info(link.as_fd()).map_err(|e| Error::io("link info", e))?;
+    Ok(Attachment {
+        dev: dev.to_string(),
+        ifindex,
+        replaced,
+        link_id: info.id,
+        prog_id: info.prog_id,
+        link,
+        pin: pin.to_path_buf(),
+    })
 }
 
 fn xdp_prog(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
