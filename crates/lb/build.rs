@@ -56,9 +56,12 @@ fn main() {
     }
 }
 
+/// One X(name, verdict, description) line.
+type Item = (String, String, String);
+
 /// Rust for the header's two reason lists, its numbers and its asserted sizes.
 fn generate_abi(h: &str) -> String {
-    let mut lists: Vec<(String, Vec<(String, String, String)>)> = Vec::new();
+    let mut lists: Vec<(String, Vec<Item>)> = Vec::new();
     let mut consts = Vec::new();
     let mut sizes = Vec::new();
     for line in h.lines().map(str::trim) {

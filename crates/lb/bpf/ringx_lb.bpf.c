@@ -60,9 +60,11 @@ struct icmp_hdr {
 const volatile __u32 lb_encap = LB_ENCAP_GUE;
 /* GUE: the backends' UDP port (network order). */
 const volatile __u16 lb_gue_port = 0;
-/* The outer source addresses (this balancer's own). */
-const volatile __u8 lb_src_v4[4] = {};
-const volatile __u8 lb_src_v6[16] = {};
+/* The outer source addresses (this balancer's own), in network order. Read element by
+ * element: copying them with a cast that drops `volatile` would let clang fold in the zero
+ * initialiser instead of what the loader wrote. */
+const volatile __u32 lb_src_v4 = 0;
+const volatile __u32 lb_src_v6[4] = {};
 
 /* ---- maps (pinned by name under the loader's pin directory) ---- */
 
@@ -394,7 +396,7 @@ static __always_inline void outer4(struct iphdr *o, const struct lb_backend *b, 
 	o->ttl = 64;
 	o->protocol = proto;
 	o->check = 0;
-	__builtin_memcpy(&o->saddr, (const void *)lb_src_v4, 4);
+	o->saddr = lb_src_v4;
 	__builtin_memcpy(&o->daddr, b->addr, 4);
 #pragma unroll
 	for (int i = 0; i < 10; i++)
@@ -414,7 +416,10 @@ static __always_inline void outer6(struct ipv6hdr *o, const struct lb_backend *b
 	o->payload_len = bpf_htons(plen);
 	o->nexthdr = nh;
 	o->hop_limit = 64;
-	__builtin_memcpy(&o->saddr, (const void *)lb_src_v6, 16);
+	o->saddr.in6_u.u6_addr32[0] = lb_src_v6[0];
+	o->saddr.in6_u.u6_addr32[1] = lb_src_v6[1];
+	o->saddr.in6_u.u6_addr32[2] = lb_src_v6[2];
+	o->saddr.in6_u.u6_addr32[3] = lb_src_v6[3];
 	__builtin_memcpy(&o->daddr, b->addr, 16);
 }
 

@@ -63,7 +63,10 @@ pub unsafe trait Pod: Copy + Default {
     fn as_bytes(&self) -> &[u8] {
         // SAFETY: Pod types have no padding, so all size_of::<Self>() bytes are initialised.
         unsafe {
-            std::slice::from_raw_parts(self as *const Self as *const u8, std::mem::size_of::<Self>())
+            std::slice::from_raw_parts(
+                self as *const Self as *const u8,
+                std::mem::size_of::<Self>(),
+            )
         }
     }
 

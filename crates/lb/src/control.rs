@@ -114,9 +114,9 @@ pub fn apply(
         let i = match old {
             Some(i) => i,
             None => {
-                let i = (0..max_backends).find(|i| !used.contains(i)).ok_or_else(|| {
-                    Error::Invalid(format!("more than {max_backends} backends"))
-                })?;
+                let i = (0..max_backends)
+                    .find(|i| !used.contains(i))
+                    .ok_or_else(|| Error::Invalid(format!("more than {max_backends} backends")))?;
                 used.insert(i);
                 index.insert(*a, i);
                 maps.reset_counters(None, Some(i))?;
@@ -167,9 +167,9 @@ pub fn apply(
             Some(id) => (*id, false),
             None => {
                 let taken: BTreeSet<u32> = ids.values().copied().collect();
-                let id = (0..max_vips).find(|i| !taken.contains(i)).ok_or_else(|| {
-                    Error::Invalid(format!("more than {max_vips} services"))
-                })?;
+                let id = (0..max_vips)
+                    .find(|i| !taken.contains(i))
+                    .ok_or_else(|| Error::Invalid(format!("more than {max_vips} services")))?;
                 ids.insert(*k, id);
                 maps.reset_counters(Some(id), None)?;
                 (id, true)
@@ -186,7 +186,13 @@ pub fn apply(
             }
         }
         for (b, w) in &members {
-            maps.set_member(&MemberKey { vip: id, backend: *b }, *w)?;
+            maps.set_member(
+                &MemberKey {
+                    vip: id,
+                    backend: *b,
+                },
+                *w,
+            )?;
         }
         rebuild(maps, id, !new)?;
         if new {

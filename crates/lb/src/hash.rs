@@ -45,11 +45,20 @@ mod tests {
         };
         let h = flow_hash(&base);
         let variants = [
-            FlowKey { sport: 1001u16.to_be(), ..base },
-            FlowKey { dport: 81u16.to_be(), ..base },
+            FlowKey {
+                sport: 1001u16.to_be(),
+                ..base
+            },
+            FlowKey {
+                dport: 81u16.to_be(),
+                ..base
+            },
             FlowKey { proto: 17, ..base },
             FlowKey { family: 6, ..base },
-            FlowKey { src: [10, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], ..base },
+            FlowKey {
+                src: [10, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                ..base
+            },
         ];
         for v in variants {
             assert_ne!(flow_hash(&v), h, "{v:?}");

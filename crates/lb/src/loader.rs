@@ -91,7 +91,12 @@ fn expected(name: &str) -> (u32, usize, usize, u32) {
             size_of::<abi::VipValue>(),
             MAX_VIPS as u32,
         ),
-        map_names::VIP_ADDRS => (map_type::HASH, size_of::<abi::AddrKey>(), 4, MAX_VIPS as u32),
+        map_names::VIP_ADDRS => (
+            map_type::HASH,
+            size_of::<abi::AddrKey>(),
+            4,
+            MAX_VIPS as u32,
+        ),
         map_names::BACKENDS => (
             map_type::ARRAY,
             4,
@@ -117,9 +122,12 @@ fn expected(name: &str) -> (u32, usize, usize, u32) {
             size_of::<abi::Counter>(),
             MAX_BACKENDS as u32,
         ),
-        map_names::STATS | map_names::DECAP_STATS => {
-            (map_type::PERCPU_ARRAY, 4, size_of::<abi::ReasonCounter>(), 64)
-        }
+        map_names::STATS | map_names::DECAP_STATS => (
+            map_type::PERCPU_ARRAY,
+            4,
+            size_of::<abi::ReasonCounter>(),
+            64,
+        ),
         map_names::CONNS => (
             map_type::LRU_HASH,
             size_of::<abi::FlowKey>(),
@@ -241,8 +249,11 @@ impl Balancer {
             }
             Encap::Ipip => (ENCAP_IPIP as u32, 0),
         };
-        let src4 = settings.source_v4.octets();
-        let src6 = settings.source_v6.octets();
+        // Network order, as the program copies them into headers.
+        let src4 = u32::from_ne_bytes(settings.source_v4.octets());
+        let o6 = settings.source_v6.octets();
+        let src6: [u32; 4] =
+            std::array::from_fn(|i| u32::from_ne_bytes(o6[4 * i..4 * i + 4].try_into().unwrap()));
         let mut loader = EbpfLoader::new();
         loader
             .btf(None)

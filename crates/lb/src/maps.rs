@@ -133,7 +133,11 @@ impl LbMaps {
         let mut out = Vec::new();
         for k in self.vips.keys().map_err(es("list", map_names::VIPS))? {
             let mut v = [0u8; std::mem::size_of::<VipValue>()];
-            if self.vips.lookup(&k, &mut v).map_err(es("read", map_names::VIPS))? {
+            if self
+                .vips
+                .lookup(&k, &mut v)
+                .map_err(es("read", map_names::VIPS))?
+            {
                 out.push((VipKey::from_bytes(&k), VipValue::from_bytes(&v)));
             }
         }
@@ -207,7 +211,11 @@ impl LbMaps {
     /// Every (service, backend) pair and its weight.
     pub fn members(&self) -> Result<Vec<(MemberKey, u32)>> {
         let mut out = Vec::new();
-        for k in self.members.keys().map_err(es("list", map_names::MEMBERS))? {
+        for k in self
+            .members
+            .keys()
+            .map_err(es("list", map_names::MEMBERS))?
+        {
             let mut v = [0u8; 4];
             if self
                 .members

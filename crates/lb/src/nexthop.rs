@@ -23,7 +23,10 @@ pub struct Route {
 
 fn ip(args: &[&str]) -> io::Result<String> {
     let out = Command::new("ip").args(args).output().map_err(|e| {
-        io::Error::new(e.kind(), format!("run ip (iproute2) {}: {e}", args.join(" ")))
+        io::Error::new(
+            e.kind(),
+            format!("run ip (iproute2) {}: {e}", args.join(" ")),
+        )
     })?;
     if !out.status.success() {
         return Err(io::Error::other(format!(
@@ -109,7 +112,11 @@ pub fn resolve(addr: IpAddr) -> io::Result<NextHop> {
         }
         if !provoked {
             // Any datagram makes the kernel resolve the next hop.
-            let bind = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+            let bind = if addr.is_ipv4() {
+                "0.0.0.0:0"
+            } else {
+                "[::]:0"
+            };
             if let Ok(s) = UdpSocket::bind(bind) {
                 let _ = s.send_to(b"", (addr, 9));
             }
@@ -141,11 +148,14 @@ mod tests {
 
     #[test]
     fn parses_routes() {
-        let r = parse_route("10.0.0.2 via 10.0.1.1 dev veth0 src 10.0.1.2 uid 0 \\    cache").unwrap();
+        let r =
+            parse_route("10.0.0.2 via 10.0.1.1 dev veth0 src 10.0.1.2 uid 0 \\    cache").unwrap();
         assert_eq!(r.dev, "veth0");
         assert_eq!(r.via, Some("10.0.1.1".parse().unwrap()));
         assert_eq!(r.src, Some("10.0.1.2".parse().unwrap()));
-        let r = parse_route("fd00::2 from :: dev lb0 proto kernel src fd00::1 metric 256 pref medium").unwrap();
+        let r =
+            parse_route("fd00::2 from :: dev lb0 proto kernel src fd00::1 metric 256 pref medium")
+                .unwrap();
         assert_eq!((r.dev.as_str(), r.via), ("lb0", None));
         assert_eq!(r.src, Some("fd00::1".parse().unwrap()));
         assert_eq!(parse_route("unreachable"), None);
@@ -158,7 +168,10 @@ mod tests {
             Some([2, 0, 0, 0, 0, 10])
         );
         assert_eq!(parse_neigh("10.0.1.1  INCOMPLETE\n"), None);
-        assert_eq!(parse_neigh("10.0.1.1 lladdr 02:00:00:00:00:0a FAILED\n"), None);
+        assert_eq!(
+            parse_neigh("10.0.1.1 lladdr 02:00:00:00:00:0a FAILED\n"),
+            None
+        );
         assert_eq!(parse_neigh(""), None);
         assert_eq!(parse_mac("02:00:00:00:00"), None);
         assert_eq!(parse_mac("02:00:00:00:00:0a:0b"), None);

@@ -40,7 +40,12 @@ pub fn build(members: &[Member]) -> Result<Vec<u32>, String> {
     let weights: Vec<u32> = members.iter().map(|b| b.weight).collect();
     let table = Maglev::new(&names, &weights);
     let slots = table.slots();
-    assert_eq!(slots.len(), m, "Maglev table size for {} backends", members.len());
+    assert_eq!(
+        slots.len(),
+        m,
+        "Maglev table size for {} backends",
+        members.len()
+    );
     let mut ring = vec![NO_BACKEND as u32; m];
     // Backwards twice round: `next` is the nearest usable owner after each slot.
     let mut next = NO_BACKEND as u32;
@@ -78,15 +83,36 @@ mod tests {
 
     #[test]
     fn weights_give_shares() {
-        let ring = build(&members(&[("10.0.0.1", 1, true), ("10.0.0.2", 2, true), ("10.0.0.3", 1, true)])).unwrap();
-        assert!((share(&ring, 10) - 0.25).abs() < 0.01, "{}", share(&ring, 10));
-        assert!((share(&ring, 11) - 0.50).abs() < 0.01, "{}", share(&ring, 11));
-        assert!((share(&ring, 12) - 0.25).abs() < 0.01, "{}", share(&ring, 12));
+        let ring = build(&members(&[
+            ("10.0.0.1", 1, true),
+            ("10.0.0.2", 2, true),
+            ("10.0.0.3", 1, true),
+        ]))
+        .unwrap();
+        assert!(
+            (share(&ring, 10) - 0.25).abs() < 0.01,
+            "{}",
+            share(&ring, 10)
+        );
+        assert!(
+            (share(&ring, 11) - 0.50).abs() < 0.01,
+            "{}",
+            share(&ring, 11)
+        );
+        assert!(
+            (share(&ring, 12) - 0.25).abs() < 0.01,
+            "{}",
+            share(&ring, 12)
+        );
     }
 
     #[test]
     fn taking_one_out_moves_only_its_slots_and_back_restores() {
-        let all = members(&[("10.0.0.1", 1, true), ("10.0.0.2", 1, true), ("10.0.0.3", 1, true)]);
+        let all = members(&[
+            ("10.0.0.1", 1, true),
+            ("10.0.0.2", 1, true),
+            ("10.0.0.3", 1, true),
+        ]);
         let before = build(&all).unwrap();
         let mut out = all.clone();
         out[1].usable = false;
@@ -99,7 +125,11 @@ mod tests {
             }
         }
         // Its slots are shared by the two others, about evenly.
-        assert!((share(&after, 10) - 0.5).abs() < 0.03, "{}", share(&after, 10));
+        assert!(
+            (share(&after, 10) - 0.5).abs() < 0.03,
+            "{}",
+            share(&after, 10)
+        );
         assert_eq!(build(&all).unwrap(), before);
     }
 
@@ -110,7 +140,10 @@ mod tests {
         b.reverse();
         assert_eq!(build(&a).unwrap(), build(&b).unwrap());
         let down = members(&[("10.0.0.1", 1, false)]);
-        assert!(build(&down).unwrap().iter().all(|&x| x == NO_BACKEND as u32));
+        assert!(build(&down)
+            .unwrap()
+            .iter()
+            .all(|&x| x == NO_BACKEND as u32));
         assert!(build(&[]).unwrap().iter().all(|&x| x == NO_BACKEND as u32));
     }
 }
