@@ -10,6 +10,7 @@
 //! and re-exports the types.
 
 mod error;
+pub mod lb;
 pub mod ops;
 mod schema;
 pub mod steering;
@@ -114,10 +115,10 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             return Err(src.err(u.span(), format!("no such user {:?}", u.get_ref())));
         }
     }
-    if cfg.server.is_empty() && cfg.stream.is_empty() {
+    if cfg.server.is_empty() && cfg.stream.is_empty() && cfg.lb.is_none() {
         return Err(src.err(
             0..0,
-            "no [[server]] or [[stream]]: define at least one with a listen address",
+            "no [[server]], [[stream]] or [lb]: define at least one",
         ));
     }
     upstream::validate(&cfg.upstream, &cfg.stream, &cfg.server, src)?;
@@ -129,6 +130,9 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
     )?;
     vhost::validate_servers(&cfg.server, src)?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
+    if let Some(lb) = &cfg.lb {
+        lb::validate(lb, cfg.xdp.as_ref(), src)?;
+    }
     Ok(())
 }
 /// uid and gid of a user name.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::lb;
 use crate::ops;
 use crate::steering;
 use crate::units::{Dur, Size};
@@ -32,6 +33,8 @@ pub struct Config {
     pub xdp: Option<xdp::Xdp>,
     /// The admin listener (`/metrics`, `/healthz`); none without an [admin] section.
     pub admin: Option<ops::Admin>,
+    /// The XDP load balancer (`ringx lb`); none without an [lb] section.
+    pub lb: Option<lb::Lb>,
 }
 
 #[derive(Debug, Deserialize)]
