@@ -107,8 +107,8 @@ pub struct Backend {
 
 impl<'de> Deserialize<'de> for Backend {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
+        struct BackendVisitor;
+        impl<'de> Visitor<'de> for BackendVisitor {
             type Value = Backend;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an address (\"10.0.0.11\") or { addr = \"10.0.0.11\", weight = 2 }")
@@ -137,16 +137,14 @@ impl<'de> Deserialize<'de> for Backend {
                             }
                             weight = w as u32;
                         }
-                        other => {
-                            return Err(de::Error::unknown_field(other, &["addr", "weight"]))
-                        }
+                        other => return Err(de::Error::unknown_field(other, &["addr", "weight"])),
                     }
                 }
                 let addr = addr.ok_or_else(|| de::Error::missing_field("addr"))?;
                 Ok(Backend { addr, weight })
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(BackendVisitor)
     }
 }
 
@@ -228,7 +226,10 @@ pub(crate) fn validate(
     let mut devs = BTreeSet::new();
     for d in &lb.devices {
         if !devs.insert(&d.get_ref().0) {
-            return Err(src.err(d.span(), format!("device {} is listed twice", d.get_ref().0)));
+            return Err(src.err(
+                d.span(),
+                format!("device {} is listed twice", d.get_ref().0),
+            ));
         }
         if xdp.is_some_and(|x| x.dev.0 == d.get_ref().0) {
             return Err(src.err(
@@ -327,25 +328,65 @@ backends = ["fd00::11"]
         assert_eq!(lb.services.len(), 2);
         let s = lb.services[0].get_ref();
         assert_eq!(s.backends[1].get_ref().weight, 2);
-        assert_eq!(s.health.as_ref().unwrap().get_ref().check, super::Check::Http);
+        assert_eq!(
+            s.health.as_ref().unwrap().get_ref().check,
+            super::Check::Http
+        );
         assert_eq!(lb.encap, super::Encap::Ipip);
     }
 
     #[test]
     fn errors_point_at_the_value() {
         let cases = [
-            (OK.replace("\"10.0.0.11\", {", "\"10.0.0.11:80\", {"), "lb.toml:9:13: backend \"10.0.0.11:80\" is not an IP address"),
-            (OK.replace("weight = 2", "weight = 0"), "lb.toml:9:26: weight 0: between 1 and 100"),
-            (OK.replace("weight = 2", "wait = 2"), "lb.toml:9:26: unknown field `wait`"),
-            (OK.replace("\"fd00::11\"", "\"fd00::11\", \"fd00::11\""), "lb.toml:15:25: backend fd00::11 is listed twice"),
-            (OK.replace("[2001:db8::1]:53", "198.51.100.1:80").replace("proto = \"udp\"\n", ""), "lb.toml:13:7: service 198.51.100.1:80 is defined twice"),
-            (OK.replace("198.51.100.1:80", "198.51.100.1:0"), "lb.toml:8:7: vip 198.51.100.1:0"),
-            (OK.replace("backends = [\"fd00::11\"]", "backends = []"), "lb.toml:12:1: service [2001:db8::1]:53 has no backends"),
-            (OK.replace("encap = \"ipip\"", "encap = \"gre\""), "lb.toml:4:9: unknown variant `gre`"),
-            (OK.replace("devices = [\"eth0\"]", "devices = [\"eth0\", \"eth0\"]"), "lb.toml:3:20: device eth0 is listed twice"),
-            (OK.replace("interval = \"200ms\"", "interval = \"0s\""), "lb.toml:10:10: health: interval and timeout"),
-            (format!("{OK}\n[xdp]\ndev = \"eth0\"\n"), "lb.toml:3:12: eth0 already runs the [xdp] filter"),
-            ("[lb]\n".to_string(), "lb.toml:1:1: [lb] has no [[lb.service]]"),
+            (
+                OK.replace("\"10.0.0.11\", {", "\"10.0.0.11:80\", {"),
+                "lb.toml:9:13: backend \"10.0.0.11:80\" is not an IP address",
+            ),
+            (
+                OK.replace("weight = 2", "weight = 0"),
+                "lb.toml:9:26: weight 0: between 1 and 100",
+            ),
+            (
+                OK.replace("weight = 2", "wait = 2"),
+                "lb.toml:9:26: unknown field `wait`",
+            ),
+            (
+                OK.replace("\"fd00::11\"", "\"fd00::11\", \"fd00::11\""),
+                "lb.toml:15:25: backend fd00::11 is listed twice",
+            ),
+            (
+                OK.replace("[2001:db8::1]:53", "198.51.100.1:80")
+                    .replace("proto = \"udp\"\n", ""),
+                "lb.toml:13:7: service 198.51.100.1:80 is defined twice",
+            ),
+            (
+                OK.replace("198.51.100.1:80", "198.51.100.1:0"),
+                "lb.toml:8:7: vip 198.51.100.1:0",
+            ),
+            (
+                OK.replace("backends = [\"fd00::11\"]", "backends = []"),
+                "lb.toml:12:1: service [2001:db8::1]:53 has no backends",
+            ),
+            (
+                OK.replace("encap = \"ipip\"", "encap = \"gre\""),
+                "lb.toml:4:9: unknown variant `gre`",
+            ),
+            (
+                OK.replace("devices = [\"eth0\"]", "devices = [\"eth0\", \"eth0\"]"),
+                "lb.toml:3:20: device eth0 is listed twice",
+            ),
+            (
+                OK.replace("interval = \"200ms\"", "interval = \"0s\""),
+                "lb.toml:10:10: health: interval and timeout",
+            ),
+            (
+                format!("{OK}\n[xdp]\ndev = \"eth0\"\n"),
+                "lb.toml:3:12: eth0 already runs the [xdp] filter",
+            ),
+            (
+                "[lb]\n".to_string(),
+                "lb.toml:1:1: [lb] has no [[lb.service]]",
+            ),
         ];
         for (text, want) in cases {
             let got = err(&text);

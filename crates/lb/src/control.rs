@@ -325,3 +325,27 @@ pub fn services(maps: &LbMaps) -> Result<Vec<(u32, SocketAddr, Proto)>> {
         })
         .collect())
 }
+
+/// Looks every backend's next hop up again and writes those that changed (a neighbour's new
+/// MAC, a route moved to another device). A backend that cannot be resolved now keeps what
+/// it had. Returns how many changed.
+pub fn refresh_next_hops(
+    maps: &LbMaps,
+    resolve: &dyn Fn(IpAddr) -> Option<NextHop>,
+) -> Result<usize> {
+    let mut changed = 0;
+    for (i, mut b) in maps.backends()? {
+        let Some(h) = resolve(addr_from(&b.addr, b.family)) else {
+            continue;
+        };
+        if (b.ifindex, b.mtu, b.dmac, b.smac) != (h.ifindex, h.mtu, h.dmac, h.smac) {
+            b.ifindex = h.ifindex;
+            b.mtu = h.mtu;
+            b.dmac = h.dmac;
+            b.smac = h.smac;
+            maps.set_backend(i, &b)?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
