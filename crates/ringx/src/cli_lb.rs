@@ -64,6 +64,9 @@ enum LbCmd {
         /// Detach it instead.
         #[arg(long)]
         detach: bool,
+        /// Print its counters (JSON) instead.
+        #[arg(long)]
+        stats: bool,
     },
     /// Stop new flows to a backend (established flows keep it); --undo takes it back.
     Drain {
@@ -109,10 +112,27 @@ fn exec(args: LbArgs) -> Res<()> {
             gue_port,
             mode,
             detach,
+            stats,
         } => {
             let dir = args
                 .pin_dir
                 .unwrap_or_else(|| PathBuf::from(ringx_lb::DEFAULT_DECAP_PIN_DIR));
+            if stats {
+                let c = ringx_lb::decap_stats_pinned(&dir).map_err(es)?;
+                let v: Vec<String> = c
+                    .iter()
+                    .map(|(r, c)| {
+                        format!(
+                            "\"{}\":{{\"packets\":{},\"bytes\":{}}}",
+                            r.name(),
+                            c.packets,
+                            c.bytes
+                        )
+                    })
+                    .collect();
+                println!("{{{}}}", v.join(","));
+                return Ok(());
+            }
             if detach {
                 ringx_xdp::detach(&dir, &dev).map_err(es)?;
                 ringx_lb::purge(&dir).map_err(es)?;

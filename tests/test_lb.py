@@ -1,0 +1,318 @@
+"""The XDP load balancer end to end, in network namespaces this test creates (one-armed, as
+Katran runs: the balancer's one device faces a router, which also carries the answers):
+
+    lbc (client 10.88.1.2) ──┐
+                             │        ┌── lbl (balancer 10.88.2.2, XDP ringx_lb on l0)
+                    lbr (router, forwards; VIP 10.88.100.1 routed to the balancer)
+                             │        ├── lb1 (backend 10.88.11.2, ringx, VIP on lo, XDP decap)
+                             │        ├── lb2 (backend 10.88.12.2, weight 2)
+                             │        └── lb3 (backend 10.88.13.2)
+
+A client's packet to the VIP goes router -> balancer, which encapsulates it (GUE) and sends
+it back out of the same device (XDP_TX) to the router, which routes it to the backend; the
+backend's XDP program takes the outer headers off, ringx answers from the VIP, and the
+answer goes router -> client without passing the balancer (direct server return).
+
+Commands enter the namespaces with `nsenter --net` (not `ip netns exec`, which remounts /sys
+and would hide the pins). Needs root, netns, XDP, ethtool, iptables and curl; skips with the
+reason otherwise. Everything it makes (namespaces, pins, processes) is removed at the end.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import ringx_path
+
+TAG = f"{os.getpid() % 100000}"
+NAMES = ("c", "r", "l", "b1", "b2", "b3")
+NS = {k: f"lb{k}{TAG}" for k in NAMES}
+VIP = "10.88.100.1"
+PORT = 8080
+CLI, LB = "10.88.1.2", "10.88.2.2"
+BACKENDS = {"b1": "10.88.11.2", "b2": "10.88.12.2", "b3": "10.88.13.2"}
+WEIGHTS = {"b1": 1, "b2": 2, "b3": 1}
+PIN = f"/sys/fs/bpf/ringx-lbtest-{TAG}"
+CLONE_NEWNET = 0x40000000
+
+
+def sh(*args, check=True, timeout=60, **kw):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check,
+                          timeout=timeout, **kw)
+
+
+def ns(name, *args, **kw):
+    """Runs a command in namespace `name` (network only; mounts are the host's)."""
+    return sh("nsenter", f"--net=/run/netns/{NS[name]}", *args, **kw)
+
+
+def skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "not root (XDP and network namespaces need root)"
+    for tool in ("ip", "nsenter", "curl", "ethtool", "iptables"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (scripts/install-deps.sh installs it)"
+    if not os.path.isdir("/sys/fs/bpf"):
+        return "no /sys/fs/bpf"
+    probe = subprocess.run(["ip", "netns", "add", f"lbprobe{TAG}"], capture_output=True,
+                           text=True)
+    if probe.returncode != 0:
+        return f"cannot create a network namespace: {probe.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", f"lbprobe{TAG}"], capture_output=True)
+    return None
+
+
+def ringx(*args, check=True, where="l"):
+    return ns(where, ringx_path(), *args, check=check)
+
+
+def lb(*args, check=True):
+    return ringx("lb", "--pin-dir", f"{PIN}/lb", *args, check=check)
+
+
+def lb_stats() -> dict:
+    return json.loads(lb("stats", "--json").stdout)
+
+
+def veth(a: str, a_dev: str, a_addr: str, b: str, b_dev: str, b_addr: str, mtu: int):
+    sh("ip", "link", "add", f"t{a_dev}{TAG}", "type", "veth", "peer", "name", f"t{b_dev}{TAG}")
+    for k, dev, addr in ((a, a_dev, a_addr), (b, b_dev, b_addr)):
+        sh("ip", "link", "set", f"t{dev}{TAG}", "netns", NS[k])
+        sh("ip", "-n", NS[k], "link", "set", f"t{dev}{TAG}", "name", dev)
+        sh("ip", "-n", NS[k], "link", "set", dev, "mtu", mtu)
+        sh("ip", "-n", NS[k], "addr", "add", addr, "dev", dev)
+        sh("ip", "-n", NS[k], "link", "set", dev, "up")
+        # Full checksums in software: a frame the balancer re-sends with XDP_TX is a new
+        # frame, so a checksum left for the NIC to finish would stay unfinished.
+        ns(k, "ethtool", "-K", dev, "tx", "off", check=False)
+
+
+def teardown():
+    for n in NS.values():
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    shutil.rmtree(PIN, ignore_errors=True)
+
+
+def backend_config(name: str) -> str:
+    return f"""
+[runtime]
+zones = 1
+[[server]]
+listen = ["0.0.0.0:{PORT}"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "{name}\\n" }}
+"""
+
+
+def lb_config(backends=("b1", "b2", "b3"), health=False) -> str:
+    bl = ", ".join(f'{{ addr = "{BACKENDS[b]}", weight = {WEIGHTS[b]} }}' for b in backends)
+    h = ('health = { check = "http", interval = "200ms", timeout = "200ms", rise = 2, '
+         'fall = 2 }') if health else ""
+    return f"""
+[lb]
+devices = ["l0"]
+mode = "native"
+encap = "gue"
+gue_port = 6080
+source_v4 = "{LB}"
+pin_dir = "{PIN}/lb"
+conn_table_size = 65536
+
+[[lb.service]]
+vip = "{VIP}:{PORT}"
+backends = [{bl}]
+{h}
+"""
+
+
+def setns_to(name):
+    """A preexec_fn that moves the child into the network namespace `name` only."""
+    path = f"/run/netns/{NS[name]}"
+
+    def enter():
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+        os.close(fd)
+    return enter
+
+
+def in_ns(name, fn, *args):
+    """Runs fn(*args) on a thread inside namespace `name` (setns(CLONE_NEWNET) moves only
+    the calling thread); sockets it makes stay in that namespace."""
+    out = {}
+
+    def body():
+        try:
+            setns_to(name)()
+            out["v"] = fn(*args)
+        except BaseException as e:  # handed to the caller
+            out["e"] = e
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    if "e" in out:
+        raise out["e"]
+    return out["v"]
+
+
+@pytest.fixture(scope="module")
+def bed(ringx_module, tmp_path_factory):
+    why = skip_reason()
+    if why:
+        print(f"skipped: {why}")
+        pytest.skip(why)
+    teardown()
+    servers = {}
+    try:
+        for n in NS.values():
+            sh("ip", "netns", "add", n)
+        for k in NS:
+            sh("ip", "-n", NS[k], "link", "set", "lo", "up")
+        veth("c", "c0", f"{CLI}/24", "r", "rc", "10.88.1.1/24", 1500)
+        # Links that carry encapsulated packets have room for the outer headers.
+        veth("l", "l0", f"{LB}/24", "r", "rl", "10.88.2.1/24", 1600)
+        for i, b in enumerate(("b1", "b2", "b3"), 1):
+            veth(b, f"{b}0", f"{BACKENDS[b]}/24", "r", f"r{b}", f"10.88.1{i}.1/24", 1600)
+            sh("ip", "-n", NS[b], "route", "add", "default", "via", f"10.88.1{i}.1")
+            sh("ip", "-n", NS[b], "addr", "add", f"{VIP}/32", "dev", "lo")
+            # The answer leaves from the VIP, which no route here says arrives on b*0.
+            ns(b, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
+            ns(b, "sysctl", "-qw", f"net.ipv4.conf.{b}0.rp_filter=0")
+        sh("ip", "-n", NS["c"], "route", "add", "default", "via", "10.88.1.1")
+        sh("ip", "-n", NS["l"], "route", "add", "default", "via", "10.88.2.1")
+        ns("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        for conf in ("all", "default", "rc", "rl", "rb1", "rb2", "rb3"):
+            ns("r", "sysctl", "-qw", f"net.ipv4.conf.{conf}.rp_filter=0")
+        sh("ip", "-n", NS["r"], "route", "add", f"{VIP}/32", "via", LB)
+        # A veth delivers frames its peer sent with XDP_TX only when it runs an XDP program
+        # itself (GRO alone is not enough on this kernel): the router runs ringx's filter,
+        # with no rules, on the balancer's link.
+        ringx("xdp", "--pin-dir", f"{PIN}/r", "attach", "--dev", "rl", where="r")
+        # Counters of the path: answers from the VIP forwarded backend -> client by the
+        # router, and anything from the VIP reaching the balancer's stack.
+        for b in ("b1", "b2", "b3"):
+            ns("r", "iptables", "-A", "FORWARD", "-s", VIP, "-i", f"r{b}", "-o", "rc")
+        ns("r", "iptables", "-A", "FORWARD", "-s", VIP, "-i", "rl")
+        ns("l", "iptables", "-t", "raw", "-A", "PREROUTING", "-s", VIP)
+        for b in ("b1", "b2", "b3"):
+            ringx("lb", "--pin-dir", f"{PIN}/{b}", "backend", "--dev", f"{b}0", "--gue-port",
+                  "6080", where=b)
+            r = ringx_module.make(backend_config(b), name=f"lb-{b}", preexec_fn=setns_to(b))
+            servers[b] = r
+        cfg = tmp_path_factory.mktemp("lb") / "lb.toml"
+        cfg.write_text(lb_config())
+        out = lb("attach", "--dev", "l0", "-c", cfg)
+        assert "attached the balancer to l0" in out.stdout, out.stdout + out.stderr
+        yield {"servers": servers, "cfg": cfg, "factory": ringx_module,
+               "tmp": tmp_path_factory}
+    finally:
+        for r in servers.values():
+            r.stop()
+        teardown()
+
+
+def get(conn: socket.socket | None = None, timeout=3.0) -> tuple[str, socket.socket]:
+    """GET / on `conn` (kept alive) or on a new connection to the VIP; returns the body
+    (the backend's name) and the connection."""
+    if conn is None:
+        conn = socket.create_connection((VIP, PORT), timeout=timeout)
+    conn.sendall(b"GET / HTTP/1.1\r\nHost: vip\r\n\r\n")
+    buf = b""
+    while True:
+        head, sep, body = buf.partition(b"\r\n\r\n")
+        if sep:
+            length = int([h.split(b":")[1] for h in head.split(b"\r\n")
+                          if h.lower().startswith(b"content-length")][0])
+            if len(body) >= length:
+                assert head.startswith(b"HTTP/1.1 200"), head
+                return body[:length].decode().strip(), conn
+        chunk = conn.recv(4096)
+        if not chunk:
+            raise ConnectionError(f"closed after {buf!r}")
+        buf += chunk
+
+
+def one_request(_i: int) -> str:
+    body, conn = get()
+    conn.close()
+    return body
+
+
+def many(n: int, workers: int = 16) -> collections.Counter:
+    """n connections from the client namespace, one request each; the backends that
+    answered, counted."""
+    def run():
+        with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+            return collections.Counter(ex.map(one_request, range(n)))
+    return in_ns("c", run)
+
+
+def test_10k_connections_spread_by_weight_with_direct_return(bed):
+    s0 = lb_stats()
+    fwd_iptables0 = router_counts()
+    n = 10_000
+    got = many(n)
+    assert sum(got.values()) == n, got
+    total_w = sum(WEIGHTS.values())
+    for b, w in WEIGHTS.items():
+        share = got[b] / n
+        want = w / total_w
+        assert abs(share - want) <= 0.05 * want, (b, share, want, got)
+    s1 = lb_stats()
+    svc0, svc1 = s0["services"][0], s1["services"][0]
+    assert svc1["new_flows"] - svc0["new_flows"] >= n
+    fwd = s1["reasons"]["fwd"]["packets"] - s0["reasons"]["fwd"]["packets"]
+    # At least SYN, request and ACK/FIN packets per connection went through the balancer.
+    assert fwd >= 3 * n, fwd
+    by_addr = {b["addr"]: b for b in s1["backends"]}
+    for b in BACKENDS:
+        assert by_addr[BACKENDS[b]]["new_flows"] > 0
+    # Direct return: the answers went backend -> router -> client, never via the balancer.
+    r1 = router_counts()
+    for b in BACKENDS:
+        assert r1[b] - fwd_iptables0[b] >= got[b], (b, r1, got)
+    assert r1["via_lb"] == 0, r1
+    assert lb_stack_saw_vip() == 0
+    # Each backend decapsulated its share.
+    for b in BACKENDS:
+        d = json.loads(ringx("lb", "--pin-dir", f"{PIN}/{b}", "backend", "--dev", f"{b}0",
+                             "--stats", where=b).stdout)
+        assert d["decap_gue"]["packets"] >= 3 * got[b], (b, d)
+
+
+def router_counts() -> dict:
+    out = ns("r", "iptables", "-L", "FORWARD", "-v", "-x", "-n").stdout
+    counts = {"via_lb": 0}
+    for line in out.splitlines():
+        f = line.split()
+        if VIP not in line or len(f) < 8:
+            continue
+        for b in BACKENDS:
+            if f"r{b}" in f:
+                counts[b] = int(f[0])
+        if "rl" in f:
+            counts["via_lb"] = int(f[0])
+    return counts
+
+
+def lb_stack_saw_vip() -> int:
+    out = ns("l", "iptables", "-t", "raw", "-L", "PREROUTING", "-v", "-x", "-n").stdout
+    for line in out.splitlines():
+        if VIP in line:
+            return int(line.split()[0])
+    raise AssertionError(out)
