@@ -316,3 +316,101 @@ def lb_stack_saw_vip() -> int:
         if VIP in line:
             return int(line.split()[0])
     raise AssertionError(out)
+
+
+def open_conns(n: int) -> list[tuple[str, socket.socket]]:
+    """n keep-alive connections from the client namespace, each with one answer."""
+    def run():
+        return [get() for _ in range(n)]
+    return in_ns("c", run)
+
+
+def again(conns) -> list[str]:
+    """Another request on each kept-alive connection (from any thread: the sockets are
+    already in the client namespace)."""
+    return [get(c)[0] for _, c in conns]
+
+
+def apply_config(bed, text: str):
+    bed["cfg"].write_text(text)
+    out = lb("attach", "--dev", "l0", "-c", bed["cfg"])
+    assert "swapped the balancer on l0" in out.stdout, out.stdout + out.stderr
+
+
+def test_drain_keeps_established_flows_and_removal_moves_only_its_own(bed):
+    conns = open_conns(90)
+    first = [b for b, _ in conns]
+    assert set(first) == set(BACKENDS), collections.Counter(first)
+    b2 = BACKENDS["b2"]
+    try:
+        out = lb("drain", b2)
+        assert "drained" in out.stdout
+        # New flows avoid the drained backend; established ones keep it, without a reset.
+        fresh = many(400)
+        assert fresh["b2"] == 0 and sum(fresh.values()) == 400, fresh
+        assert again(conns) == first
+        s = lb_stats()
+        assert [b["drained"] for b in s["backends"] if b["addr"] == b2] == [True]
+        # The drained backend's connections finish; then it leaves the configuration.
+        for b, c in conns:
+            if b == "b2":
+                c.close()
+        kept = [(b, c) for b, c in conns if b != "b2"]
+        apply_config(bed, lb_config(("b1", "b3")))
+        # The others' established connections are untouched by the new ring.
+        assert again(kept) == [b for b, _ in kept]
+        after = many(2000)
+        assert after["b2"] == 0 and sum(after.values()) == 2000, after
+        assert abs(after["b1"] / 2000 - 0.5) < 0.05 * 0.5 * 2, after
+    finally:
+        for _, c in conns:
+            c.close()
+        apply_config(bed, lb_config())
+    # Back in the configuration, the backend takes new flows again (not drained: a new entry).
+    back = many(800)
+    assert back["b2"] > 0, back
+
+
+def test_health_failure_takes_a_backend_out_and_recovery_brings_it_back(bed):
+    bed["cfg"].write_text(lb_config(health=True))
+    log = bed["tmp"].mktemp("lbrun") / "run.log"
+    with open(log, "w") as f:
+        run = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{NS['l']}", ringx_path(), "lb", "--pin-dir",
+             f"{PIN}/lb", "run", "-c", str(bed["cfg"])], stdout=f, stderr=subprocess.STDOUT)
+
+    def wait_for(needle, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = log.read_text()
+            if needle in text:
+                return time.monotonic()
+            assert run.poll() is None, text
+            time.sleep(0.02)
+        raise AssertionError(f"no {needle!r} in {timeout}s:\n{log.read_text()}")
+
+    b3 = bed["servers"]["b3"]
+    try:
+        wait_for("ringx lb: running", 10)
+        assert many(400)["b3"] > 0
+        t0 = time.monotonic()
+        b3.stop()
+        # Checked every 200 ms, out after 2 failures (each at most the 200 ms timeout).
+        t_out = wait_for(f"backend {BACKENDS['b3']} is down", 5)
+        assert t_out - t0 < 1.5, t_out - t0
+        during = many(400)
+        assert during["b3"] == 0 and sum(during.values()) == 400, during
+        assert [b["down"] for b in lb_stats()["backends"]
+                if b["addr"] == BACKENDS["b3"]] == [True]
+        b3.start()
+        wait_for(f"backend {BACKENDS['b3']} is up again", 5)
+        assert many(400)["b3"] > 0
+    finally:
+        if b3.proc is None or b3.proc.poll() is not None:
+            b3.start()
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(10) == 0, log.read_text()
+    text = log.read_text()
+    assert "the balancer stays attached" in text, text
+    # Still forwarding after the control plane stopped.
+    assert sum(many(100).values()) == 100
