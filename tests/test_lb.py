@@ -414,3 +414,38 @@ def test_health_failure_takes_a_backend_out_and_recovery_brings_it_back(bed):
     assert "the balancer stays attached" in text, text
     # Still forwarding after the control plane stopped.
     assert sum(many(100).values()) == 100
+
+
+def test_filter_stage_in_front_keeps_blocked_sources_out(bed):
+    blocked = "10.88.1.3"
+    ns("c", "ip", "addr", "add", f"{blocked}/24", "dev", "c0")
+    fpin = f"{PIN}/f"
+    # The balancer leaves its own link, the filter takes the device, the balancer goes in
+    # the filter's chain slot.
+    lb("detach", "--dev", "l0")
+    ringx("xdp", "--pin-dir", fpin, "attach", "--dev", "l0", "--chain")
+    out = lb("attach", "-c", bed["cfg"], "--behind-filter", fpin)
+    assert "is behind the filter" in out.stdout, out.stdout + out.stderr
+    ringx("xdp", "--pin-dir", fpin, "block", blocked)
+    f0 = json.loads(ringx("xdp", "--pin-dir", fpin, "stats", "--json").stdout)
+    s0 = lb_stats()
+
+    def from_blocked():
+        try:
+            socket.create_connection((VIP, PORT), timeout=1.0, source_address=(blocked, 0))
+        except OSError:
+            return False
+        return True
+    assert not in_ns("c", from_blocked)
+    got = many(600)
+    assert sum(got.values()) == 600 and set(got) == set(BACKENDS), got
+    f1 = json.loads(ringx("xdp", "--pin-dir", fpin, "stats", "--json").stdout)
+    s1 = lb_stats()
+    assert (f1["reasons"]["drop_block"]["packets"] - f0["reasons"]["drop_block"]["packets"]
+            >= 1), f1
+    assert s1["services"][0]["new_flows"] - s0["services"][0]["new_flows"] >= 600
+    # The balancer stage is replaced in place, and balancing goes on.
+    out = lb("attach", "-c", bed["cfg"], "--behind-filter", fpin)
+    assert "swapped the stage behind the filter" in out.stdout, out.stdout
+    assert sum(many(200).values()) == 200
+    assert not in_ns("c", from_blocked)

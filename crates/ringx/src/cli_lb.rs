@@ -39,13 +39,19 @@ enum LbCmd {
     /// Load the balancer with the configuration's [lb] and attach it to a device; where it
     /// is attached already, swap the program atomically.
     Attach {
-        #[arg(long)]
-        dev: String,
+        /// The device (unless --behind-filter).
+        #[arg(long, required_unless_present = "behind_filter")]
+        dev: Option<String>,
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
         /// native or generic (default: [lb].mode).
         #[arg(long)]
         mode: Option<Mode>,
+        /// Instead of a device of its own, go behind the XDP filter pinned in this directory
+        /// (attached with `ringx xdp attach --chain`): what the filter passes is balanced.
+        /// A second call replaces the stage in one step.
+        #[arg(long, value_name = "FILTER_PIN_DIR")]
+        behind_filter: Option<PathBuf>,
     },
     /// Attach to [lb].devices, then check the backends' health and refresh their next hops
     /// until SIGTERM or SIGINT.
@@ -100,10 +106,35 @@ pub fn run(args: LbArgs) -> ExitCode {
 
 fn exec(args: LbArgs) -> Res<()> {
     match args.cmd {
-        LbCmd::Attach { dev, config, mode } => {
+        LbCmd::Attach {
+            dev,
+            config,
+            mode,
+            behind_filter,
+        } => {
             let lb = load_lb(&config)?;
             let dir = pin_dir(&args.pin_dir, Some(&lb));
-            bring_up(&lb, &dir, &[(dev, mode.unwrap_or(lb.mode.0))])?;
+            let devs: Vec<_> = dev
+                .into_iter()
+                .map(|d| (d, mode.unwrap_or(lb.mode.0)))
+                .collect();
+            let b = bring_up(&lb, &dir, &devs)?;
+            if let Some(fdir) = behind_filter {
+                let before = ringx_xdp::chain_prog_id(&fdir).map_err(es)?;
+                ringx_xdp::chain_next(&fdir, b.prog_fd().map_err(es)?).map_err(es)?;
+                let now = ringx_xdp::chain_prog_id(&fdir).map_err(es)?.unwrap_or(0);
+                match before {
+                    Some(old) => println!(
+                        "ringx lb: swapped the stage behind the filter in {} (program {old} -> \
+                         {now})",
+                        fdir.display()
+                    ),
+                    None => println!(
+                        "ringx lb: the balancer (program {now}) is behind the filter in {}",
+                        fdir.display()
+                    ),
+                }
+            }
             Ok(())
         }
         LbCmd::Run { config } => crate::lb_run::run(&config, args.pin_dir),
