@@ -392,6 +392,10 @@ impl Floor {
     pub fn test_run(&self, packet: &[u8], repeat: u32) -> Result<TestRun> {
         self.prog.test_run(packet, repeat)
     }
+
+    pub fn prog_fd(&self) -> Result<BorrowedFd<'_>> {
+        self.prog.fd()
+    }
 }
 
 /// Removes the balancer's (or a decapsulation program's) map pins under `pin_dir`, and the

@@ -1,0 +1,168 @@
+//! The measuring half of `make bench-lb`'s first part (bench/lb.py drives it): ns per packet
+//! of the balancer's forwarding path beside the floor, a minimal XDP_TX program (swap the
+//! MACs, transmit), both timed by the kernel in BPF_PROG_TEST_RUN.
+//!
+//! ```text
+//! lb_bench testrun [--flows K] [--rounds R] [--repeat N]
+//! ```
+//!
+//! Each round: K different SYNs, one run each (new flows: table miss, ring lookup, insert);
+//! the K ACKs of the same flows (established: table hit); the floor on the same ACKs. One
+//! run per call for all three, so the harness's fixed cost per call (timer, frame set-up),
+//! which stands in for a driver's, is in each figure alike. Medians over the rounds.
+//!
+//! Why not one frame with `repeat`: without live frames every run after the first sees the
+//! frame the previous run encapsulated; with live frames (BPF_F_TEST_XDP_LIVE_FRAMES) the
+//! kernel resets the frame's pointers between runs but not its bytes, and the balancer
+//! writes its outer headers over the original Ethernet header. Only the floor, which swaps
+//! the MACs in place, survives that; its live-frame figure is reported beside (N runs).
+//!
+//! Prints one JSON object. Needs root.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use ringx_lb::{
+    control, BackendSpec, Balancer, Encap, Floor, LbSettings, NextHop, Proto, Reason, Service,
+};
+use ringx_xdp::packet::PacketBuilder;
+use ringx_xdp::sys::{prog_test_run, BPF_F_TEST_XDP_LIVE_FRAMES};
+
+type R<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let r = match args.first().map(String::as_str) {
+        Some("testrun") => testrun(&args),
+        _ => {
+            eprintln!("usage: lb_bench testrun [--flows K] [--rounds R] [--repeat N]");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = r {
+        eprintln!("lb_bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn testrun(args: &[String]) -> R<()> {
+    let repeat: u32 = arg(args, "--repeat").map_or(Ok(1_000_000), |s| s.parse())?;
+    let flows: u32 = arg(args, "--flows").map_or(Ok(20_000), |s| s.parse())?;
+    let rounds: u32 = arg(args, "--rounds").map_or(Ok(5), |s| s.parse())?;
+    let dir = PathBuf::from(format!("/sys/fs/bpf/ringx-bench-lb-{}", std::process::id()));
+    let out = measure(&dir, repeat, flows, rounds);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("{}", out?);
+    Ok(())
+}
+
+fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<String> {
+    let settings = LbSettings {
+        encap: Encap::Gue { port: 6080 },
+        source_v4: "10.255.0.1".parse()?,
+        source_v6: "fd00:ff::1".parse()?,
+        conn_table_size: 1 << 20,
+    };
+    let lb = Balancer::load(&settings, dir)?;
+    let vip: SocketAddr = "198.51.100.1:80".parse()?;
+    let backends = (1..=3)
+        .map(|i| BackendSpec {
+            addr: format!("10.0.0.{i}").parse().unwrap(),
+            weight: 1,
+        })
+        .collect();
+    control::apply(
+        lb.maps(),
+        &[Service {
+            addr: vip,
+            proto: Proto::Tcp,
+            backends,
+        }],
+        &|_| {
+            Some(NextHop {
+                ifindex: 0,
+                mtu: 1500,
+                dmac: [2, 0xbe, 0, 0, 0, 1],
+                smac: [0; 6],
+            })
+        },
+    )?;
+    let floor = Floor::load()?;
+    let frames = |syn: bool| -> Vec<Vec<u8>> {
+        (0..flows)
+            .map(|i| {
+                let src = format!(
+                    "192.0.{}.{}:{}",
+                    2 + i / 60000 % 200,
+                    1 + i % 250,
+                    1024 + i % 60000
+                );
+                let b = PacketBuilder::tcp(src.parse().unwrap(), vip);
+                if syn {
+                    b.syn().build()
+                } else {
+                    b.payload(&[0u8; 10]).build()
+                }
+            })
+            .collect()
+    };
+    let (syns, acks) = (frames(true), frames(false));
+    // Mean kernel-timed ns of one run per frame.
+    let mean = |frames: &[Vec<u8>], run: &dyn Fn(&[u8]) -> ringx_xdp::Result<u32>| -> R<f64> {
+        let mut sum = 0u64;
+        for p in frames {
+            sum += u64::from(run(p)?);
+        }
+        Ok(sum as f64 / frames.len() as f64)
+    };
+    let fwd = || -> R<u64> { Ok(lb.maps().reasons()?[Reason::Fwd as usize].1.packets) };
+    let (mut new_flow, mut established, mut flo) = (Vec::new(), Vec::new(), Vec::new());
+    let mut misses = 0;
+    let fwd0 = fwd()?;
+    for _ in 0..rounds {
+        // Each round starts with an empty table: the SYNs are new flows, the ACKs that follow
+        // are the same flows, established.
+        lb.maps().clear_flows()?;
+        let m0 = lb.maps().vip_counter(0)?.lru_misses;
+        new_flow.push(mean(&syns, &|p| lb.test_run(p, 1).map(|r| r.duration_ns))?);
+        misses += lb.maps().vip_counter(0)?.lru_misses - m0;
+        established.push(mean(&acks, &|p| lb.test_run(p, 1).map(|r| r.duration_ns))?);
+        flo.push(mean(&acks, &|p| {
+            floor.test_run(p, 1).map(|r| r.duration_ns)
+        })?);
+    }
+    let all_forwarded = fwd()? - fwd0 == 2 * u64::from(flows) * u64::from(rounds);
+    let misses_ok = misses == u64::from(flows) * u64::from(rounds);
+    // The floor with repeat and live frames (the frame is reset between runs, which the
+    // balancer's in-place encapsulation defeats: see the module doc).
+    let live = prog_test_run(
+        floor.prog_fd()?,
+        &acks[0],
+        repeat,
+        BPF_F_TEST_XDP_LIVE_FRAMES,
+        0,
+    )?;
+    let (nf, es, fl) = (median(new_flow), median(established), median(flo));
+    Ok(format!(
+        "{{\"flows\":{flows},\"rounds\":{rounds},\"frame_bytes\":{},\
+         \"established_ns\":{es:.1},\"new_flow_ns\":{nf:.1},\"floor_ns\":{fl:.1},\
+         \"established_ratio\":{:.3},\"new_flow_ratio\":{:.3},\
+         \"all_forwarded\":{all_forwarded},\"new_flows_missed\":{misses_ok},\
+         \"floor_live_repeat\":{repeat},\"floor_live_ns\":{}}}",
+        acks[0].len(),
+        es / fl,
+        nf / fl,
+        live.duration_ns
+    ))
+}
