@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb clean fmt
 
 all: release
 
@@ -53,8 +53,8 @@ mutants: deps
 	python3 scripts/mutation_check.py $(if $(ONLY),--only $(ONLY))
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
-# bench-proxy, bench-echo, bench-xdp, bench-ops). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-ops
+# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops). How long each takes: bench/README.md.
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops
 
 bench-http: release
 	python3 bench/http_bench.py $(BENCH_ARGS)
@@ -79,3 +79,7 @@ bench-proxy: release
 
 bench-xdp: release
 	python3 bench/xdp.py $(BENCH_ARGS)
+
+bench-lb: release
+	$(CARGO) build --release -p ringx-lb --example lb_bench
+	python3 bench/lb.py $(BENCH_ARGS)

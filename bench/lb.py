@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""XDP load balancer benchmark (issue #24), as root.
+
+1. The forwarding path's cost per packet, timed by the kernel in BPF_PROG_TEST_RUN
+   (crates/lb/examples/lb_bench.rs): new flows (table miss, ring lookup, insert) and
+   established flows (table hit), beside the floor, a minimal XDP_TX program that swaps the
+   MACs. One run per call for all three (why not `repeat`: see the example's doc).
+2. The balancer tier's CPU on the veth test bed of tests/test_lb.py (client -> router ->
+   balancer -> three ringx backends), for the same fixed work through four set-ups, alternated
+   in every round:
+     direct   the router sends the VIP straight to one backend (no balancer): the baseline;
+     xdp      ringx's XDP balancer (GUE, direct server return);
+     dnat     iptables DNAT with conntrack in the balancer's namespace (the answers come back
+              through it, as DNAT needs);
+     haproxy  HAProxy in TCP mode in the balancer's namespace.
+   Work: `ab -k` (keep-alive: packets of established flows) and `ab` without -k (one new
+   connection per request). CPU: the whole machine's (user + system + softirq, /proc/stat),
+   minus the direct set-up's for the same work, so each balancer's figure is what it adds.
+   Per forwarded packet: divided by the packets the router handed the balancer (its veth's
+   tx counter: the client's packets, and for dnat and haproxy the backends' answers too).
+
+The machine is shared (2 cores; other work shows in the load average recorded): medians over
+the rounds, and ratios taken inside each round.
+
+Usage: bench/lb.py [--quick] [--rounds N] [--no-readme]
+Writes bench/results/lb-<date>[-quick].json and the "Latest run" block of the load balancer
+section of bench/README.md (between <!-- lb:begin --> and <!-- lb:end -->).
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, HERE)
+from lib import machine  # noqa: E402
+
+RINGX = os.environ.get("RINGX_BIN", os.path.join(ROOT, "target", "release", "ringx"))
+LB_BENCH = os.path.join(ROOT, "target", "release", "examples", "lb_bench")
+TAG = str(os.getpid() % 100000)
+NAMES = ("c", "r", "l", "b1", "b2", "b3")
+NS = {k: f"lbz{k}{TAG}" for k in NAMES}
+VIP, PORT = "10.88.100.1", 8080
+CLI, LB = "10.88.1.2", "10.88.2.2"
+BACKENDS = {"b1": "10.88.11.2", "b2": "10.88.12.2", "b3": "10.88.13.2"}
+PIN = f"/sys/fs/bpf/ringx-bench-lb-{TAG}"
+SETUPS = ("direct", "xdp", "dnat", "haproxy")
+TMP = tempfile.mkdtemp(prefix="ringx-bench-lb-")
+PROCS = []
+
+
+def sh(*args, check=True, timeout=120):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, args))}: {r.stderr.strip()}")
+    return r
+
+
+def ns(name, *args, **kw):
+    return sh("nsenter", f"--net=/run/netns/{NS[name]}", *args, **kw)
+
+
+def spawn(name, *args, log):
+    p = subprocess.Popen(["nsenter", f"--net=/run/netns/{NS[name]}", *map(str, args)],
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    PROCS.append(p)
+    return p
+
+
+def veth(a, a_dev, a_addr, b, b_dev, b_addr, mtu):
+    sh("ip", "link", "add", f"z{a_dev}{TAG}", "type", "veth", "peer", "name", f"z{b_dev}{TAG}")
+    for k, dev, addr in ((a, a_dev, a_addr), (b, b_dev, b_addr)):
+        sh("ip", "link", "set", f"z{dev}{TAG}", "netns", NS[k])
+        sh("ip", "-n", NS[k], "link", "set", f"z{dev}{TAG}", "name", dev)
+        sh("ip", "-n", NS[k], "link", "set", dev, "mtu", mtu)
+        sh("ip", "-n", NS[k], "addr", "add", addr, "dev", dev)
+        sh("ip", "-n", NS[k], "link", "set", dev, "up")
+        # Full checksums in software: a frame re-sent with XDP_TX is a new frame.
+        ns(k, "ethtool", "-K", dev, "tx", "off", check=False)
+
+
+def setup():
+    for n in NS.values():
+        sh("ip", "netns", "add", n)
+    for k in NS:
+        sh("ip", "-n", NS[k], "link", "set", "lo", "up")
+        for s in ("net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
+                  "net.ipv4.tcp_tw_reuse=1", "net.ipv4.ip_local_port_range=1024 65000"):
+            ns(k, "sysctl", "-qw", s)
+    veth("c", "c0", f"{CLI}/24", "r", "rc", "10.88.1.1/24", 1500)
+    veth("l", "l0", f"{LB}/24", "r", "rl", "10.88.2.1/24", 1600)
+    for i, b in enumerate(BACKENDS, 1):
+        veth(b, f"{b}0", f"{BACKENDS[b]}/24", "r", f"r{b}", f"10.88.1{i}.1/24", 1600)
+        sh("ip", "-n", NS[b], "route", "add", "default", "via", f"10.88.1{i}.1")
+        sh("ip", "-n", NS[b], "addr", "add", f"{VIP}/32", "dev", "lo")
+        ns(b, "sysctl", "-qw", f"net.ipv4.conf.{b}0.rp_filter=0")
+    sh("ip", "-n", NS["c"], "route", "add", "default", "via", "10.88.1.1")
+    sh("ip", "-n", NS["l"], "route", "add", "default", "via", "10.88.2.1")
+    ns("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    for d in ("rc", "rl", "rb1", "rb2", "rb3"):
+        ns("r", "sysctl", "-qw", f"net.ipv4.conf.{d}.rp_filter=0")
+    ns("l", "sysctl", "-qw", "net.ipv4.conf.l0.rp_filter=0")
+    # A veth delivers its peer's XDP_TX frames only when it runs an XDP program itself.
+    ns("r", RINGX, "xdp", "--pin-dir", f"{PIN}/r", "attach", "--dev", "rl")
+    for b in BACKENDS:
+        ns(b, RINGX, "lb", "--pin-dir", f"{PIN}/{b}", "backend", "--dev", f"{b}0")
+        cfg = os.path.join(TMP, f"{b}.toml")
+        open(cfg, "w").write(f"""[runtime]
+zones = 1
+[[server]]
+listen = ["0.0.0.0:{PORT}"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "{b}\\n" }}
+""")
+        spawn(b, RINGX, "serve", "-c", cfg, log=os.path.join(TMP, f"{b}.log"))
+    lbcfg = os.path.join(TMP, "lb.toml")
+    bl = ", ".join(f'"{a}"' for a in BACKENDS.values())
+    open(lbcfg, "w").write(f"""[lb]
+devices = ["l0"]
+source_v4 = "{LB}"
+pin_dir = "{PIN}/lb"
+[[lb.service]]
+vip = "{VIP}:{PORT}"
+backends = [{bl}]
+""")
+    hcfg = os.path.join(TMP, "haproxy.cfg")
+    servers = "\n".join(f"  server {b} {a}:{PORT}" for b, a in BACKENDS.items())
+    open(hcfg, "w").write(f"""global
+  maxconn 50000
+  nbthread 1
+defaults
+  mode tcp
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+listen vip
+  bind {VIP}:{PORT}
+  balance roundrobin
+{servers}
+""")
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if all(ns(b, "ss", "-ltn", f"sport = :{PORT}").stdout.count("LISTEN") for b in BACKENDS):
+            break
+        time.sleep(0.1)
+    return lbcfg, hcfg
+
+
+def teardown():
+    for p in PROCS:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    for n in NS.values():
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    shutil.rmtree(PIN, ignore_errors=True)
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+class Setup:
+    """Puts the bed into one set-up and back out of it."""
+
+    def __init__(self, lbcfg, hcfg):
+        self.lbcfg, self.hcfg, self.haproxy = lbcfg, hcfg, None
+
+    def enter(self, s):
+        if s == "direct":
+            ns("r", "ip", "route", "replace", f"{VIP}/32", "via", BACKENDS["b1"])
+            return
+        ns("r", "ip", "route", "replace", f"{VIP}/32", "via", LB)
+        if s == "xdp":
+            ns("l", RINGX, "lb", "attach", "--dev", "l0", "-c", self.lbcfg)
+        elif s == "dnat":
+            ns("l", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            n = len(BACKENDS)
+            for i, a in enumerate(BACKENDS.values()):
+                rule = ["iptables", "-t", "nat", "-A", "PREROUTING", "-d", VIP, "-p", "tcp",
+                        "--dport", str(PORT)]
+                if i < n - 1:  # 1/3, then 1/2 of the rest, then the rest
+                    rule += ["-m", "statistic", "--mode", "random", "--probability",
+                             f"{1 / (n - i):.6f}"]
+                ns("l", *rule, "-j", "DNAT", "--to-destination", f"{a}:{PORT}")
+            # The answers must come back through the balancer to be translated back.
+            for b in BACKENDS:
+                ns("r", "ip", "rule", "add", "iif", f"r{b}", "lookup", "100")
+            ns("r", "ip", "route", "add", "default", "via", LB, "table", "100")
+        elif s == "haproxy":
+            ns("l", "ip", "addr", "add", f"{VIP}/32", "dev", "lo")
+            self.haproxy = spawn("l", "haproxy", "-f", self.hcfg, "-db",
+                                 log=os.path.join(TMP, "haproxy.log"))
+            deadline = time.time() + 10
+            while "LISTEN" not in ns("l", "ss", "-ltn", f"sport = :{PORT}").stdout:
+                if time.time() > deadline or self.haproxy.poll() is not None:
+                    raise RuntimeError(open(os.path.join(TMP, "haproxy.log")).read())
+                time.sleep(0.05)
+
+    def leave(self, s):
+        if s == "xdp":
+            ns("l", RINGX, "lb", "--pin-dir", f"{PIN}/lb", "detach", "--dev", "l0")
+        elif s == "dnat":
+            ns("l", "iptables", "-t", "nat", "-F", "PREROUTING")
+            ns("l", "sysctl", "-qw", "net.ipv4.ip_forward=0")
+            for b in BACKENDS:
+                ns("r", "ip", "rule", "del", "iif", f"r{b}", "lookup", "100")
+            ns("r", "ip", "route", "flush", "table", "100")
+        elif s == "haproxy":
+            self.haproxy.terminate()
+            self.haproxy.wait(10)
+            ns("l", "ip", "addr", "del", f"{VIP}/32", "dev", "lo")
+
+
+def busy_ticks():
+    f = open("/proc/stat").readline().split()[1:]
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, f[:8])
+    return user + nice + system + irq + softirq + steal
+
+
+def lb_packets():
+    return int(ns("r", "cat", "/sys/class/net/rl/statistics/tx_packets").stdout)
+
+
+def measure(workload, n, conc):
+    args = ["ab", "-q", "-n", str(n), "-c", str(conc)]
+    if workload == "keepalive":
+        args.append("-k")
+    p0, t0, w0 = lb_packets(), busy_ticks(), time.monotonic()
+    out = ns("c", *args, f"http://{VIP}:{PORT}/", timeout=300).stdout
+    t1, w1, p1 = busy_ticks(), time.monotonic(), lb_packets()
+    done = int(re.search(r"Complete requests:\s+(\d+)", out).group(1))
+    failed = int(re.search(r"Failed requests:\s+(\d+)", out).group(1))
+    non2xx = re.search(r"Non-2xx responses:\s+(\d+)", out)
+    hz = os.sysconf("SC_CLK_TCK")
+    return {"requests": done, "failed": failed + (int(non2xx.group(1)) if non2xx else 0),
+            "cpu_s": (t1 - t0) / hz, "wall_s": w1 - w0, "lb_packets": p1 - p0}
+
+
+def testrun(quick):
+    out = sh(LB_BENCH, "testrun", "--flows", "5000" if quick else "20000",
+             "--rounds", "3" if quick else "5", timeout=600).stdout
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--no-readme", action="store_true")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/lb.py needs root (BPF, network namespaces)")
+    for tool in ("ip", "nsenter", "ethtool", "iptables", "haproxy", "ab", "ss"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is missing: run scripts/install-deps.sh")
+    for b in (RINGX, LB_BENCH):
+        if not os.access(b, os.X_OK):
+            sys.exit(f"{b} is missing: make bench-lb builds it")
+    rounds = args.rounds or (1 if args.quick else 3)
+    sizes = {"keepalive": (4000, 16) if args.quick else (20000, 16),
+             "connections": (1000, 8) if args.quick else (4000, 8)}
+    t_start = time.time()
+    res = {"name": "lb", "date": datetime.date.today().isoformat(),
+           "mode": "quick" if args.quick else "full", "machine": machine(), "rounds": rounds,
+           "ringx": sh(RINGX, "--version").stdout.strip(),
+           "haproxy": sh("haproxy", "-v").stdout.splitlines()[0],
+           "iptables": sh("iptables", "--version").stdout.strip(),
+           "loadavg_before": open("/proc/loadavg").read().split()[:3], "sizes": sizes}
+    print("+ testrun", flush=True)
+    res["testrun"] = testrun(args.quick)
+    t = res["testrun"]
+    print(f"  established {t['established_ns']} ns, new flow {t['new_flow_ns']} ns, floor "
+          f"{t['floor_ns']} ns: {t['established_ratio']}x and {t['new_flow_ratio']}x", flush=True)
+    rows = []
+    teardown_needed = True
+    try:
+        lbcfg, hcfg = setup()
+        st = Setup(lbcfg, hcfg)
+        for rnd in range(rounds):
+            order = list(SETUPS[rnd % len(SETUPS):] + SETUPS[:rnd % len(SETUPS)])
+            for s in order:
+                st.enter(s)
+                try:
+                    ns("c", "ab", "-q", "-n", "200", "-c", "4", f"http://{VIP}:{PORT}/")  # warm
+                    for w, (n, conc) in sizes.items():
+                        r = measure(w, n, conc)
+                        r.update(round=rnd, setup=s, workload=w)
+                        rows.append(r)
+                        print(f"  round {rnd} {s:<8} {w:<11} {r['requests']} requests "
+                              f"({r['failed']} failed) {r['cpu_s']:.2f} s CPU, "
+                              f"{r['lb_packets']} packets to the balancer", flush=True)
+                finally:
+                    st.leave(s)
+    finally:
+        if teardown_needed:
+            teardown()
+    res["rows"] = rows
+    res["summary"] = summarise(rows, rounds)
+    res["seconds"] = round(time.time() - t_start, 1)
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"lb-{res['date']}{'-quick' if args.quick else ''}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"wrote {path}")
+    print(json.dumps(res["summary"], indent=1))
+    if not args.no_readme:
+        readme(res)
+
+
+def summarise(rows, rounds):
+    """Per workload and balancer: CPU added over direct, per request and per packet handed to
+    the balancer (ratios inside each round, then medians)."""
+    out = {}
+    for w in ("keepalive", "connections"):
+        per = {s: {"cpu_us_per_request": [], "cpu_ns_per_packet": [], "packets_per_request": []}
+               for s in SETUPS if s != "direct"}
+        ratios = {"xdp_vs_dnat": [], "xdp_vs_haproxy": []}
+        for rnd in range(rounds):
+            got = {r["setup"]: r for r in rows if r["round"] == rnd and r["workload"] == w}
+            base = got["direct"]["cpu_s"] / got["direct"]["requests"]
+            pkt = {}
+            for s in per:
+                r = got[s]
+                added = r["cpu_s"] / r["requests"] - base  # seconds per request
+                per[s]["cpu_us_per_request"].append(added * 1e6)
+                ppr = r["lb_packets"] / r["requests"]
+                per[s]["packets_per_request"].append(ppr)
+                pkt[s] = added * 1e9 / ppr if ppr else float("nan")
+                per[s]["cpu_ns_per_packet"].append(pkt[s])
+            ratios["xdp_vs_dnat"].append(pkt["xdp"] / pkt["dnat"] if pkt["dnat"] > 0 else None)
+            ratios["xdp_vs_haproxy"].append(pkt["xdp"] / pkt["haproxy"]
+                                            if pkt["haproxy"] > 0 else None)
+        med = {s: {k: round(statistics.median(v), 2) for k, v in m.items()} for s, m in per.items()}
+        for k, v in ratios.items():
+            v = [x for x in v if x is not None]
+            med[k] = round(statistics.median(v), 3) if v else None
+        out[w] = med
+    return out
+
+
+def readme(res):
+    path = os.path.join(HERE, "README.md")
+    text = open(path).read()
+    t, s = res["testrun"], res["summary"]
+    lines = [f"### Latest run: `{res['date']}` ({res['mode']}, {res['rounds']} rounds, "
+             f"{res['seconds']} s in all)", "",
+             f"Machine: {res['machine']['cpu']}, {res['machine']['cores']} cores, Linux "
+             f"{res['machine']['kernel']}. {res['ringx']}; {res['haproxy']}; {res['iptables']}. "
+             f"Load average before: {' '.join(res['loadavg_before'])}.", "",
+             "| forwarding path (BPF_PROG_TEST_RUN, one run per call) | ns/packet | x floor |",
+             "|---|---:|---:|",
+             f"| floor: swap MACs, XDP_TX | {t['floor_ns']} | 1 |",
+             f"| established flow (table hit), GUE | {t['established_ns']} | "
+             f"{t['established_ratio']} |",
+             f"| new flow (miss, ring, insert), GUE | {t['new_flow_ns']} | "
+             f"{t['new_flow_ratio']} |", "",
+             "| work | balancer | CPU added per request (us) | per packet to it (ns) | "
+             "packets per request |", "|---|---|---:|---:|---:|"]
+    for w, m in s.items():
+        for b in ("xdp", "dnat", "haproxy"):
+            lines.append(f"| {w} | {b} | {m[b]['cpu_us_per_request']} | "
+                         f"{m[b]['cpu_ns_per_packet']} | {m[b]['packets_per_request']} |")
+    lines += ["", "Per packet, ringx XDP / iptables DNAT: " + ", ".join(
+        f"{w} {m['xdp_vs_dnat']}" for w, m in s.items()) + "; ringx XDP / HAProxy: " + ", ".join(
+        f"{w} {m['xdp_vs_haproxy']}" for w, m in s.items()) + "."]
+    block = "<!-- lb:begin -->\n" + "\n".join(lines) + "\n<!-- lb:end -->"
+    if "<!-- lb:begin -->" in text:
+        text = re.sub(r"<!-- lb:begin -->.*?<!-- lb:end -->", lambda _: block, text, flags=re.S)
+    else:
+        text += "\n" + block + "\n"
+    open(path, "w").write(text)
+    print(f"updated {path}")
+
+
+if __name__ == "__main__":
+    main()
