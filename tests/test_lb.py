@@ -371,6 +371,40 @@ def test_drain_keeps_established_flows_and_removal_moves_only_its_own(bed):
     assert back["b2"] > 0, back
 
 
+def test_counters_on_metrics(bed):
+    """ringx serve with [lb] in its configuration shows the balancer's counters per service
+    and per backend on /metrics (read from the pinned maps)."""
+    many(300)
+    cfg = lb_config().replace("[lb]", f"""[runtime]
+zones = 1
+[[server]]
+listen = ["127.0.0.1:{PORT}"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "lb host\\n" }}
+[admin]
+listen = "127.0.0.1:9901"
+
+[lb]""")
+    r = bed["factory"].make(cfg, name="lb-metrics", preexec_fn=setns_to("l"))
+    try:
+        text = ns("l", "curl", "-s", "-m", "3", "http://127.0.0.1:9901/metrics").stdout
+    finally:
+        r.stop()
+    assert "ringx_lb_up 1" in text, text
+    s = lb_stats()
+    flows = s["services"][0]["new_flows"]
+    line = f'ringx_lb_service_new_flows_total{{vip="{VIP}:{PORT}",proto="tcp"}}'
+    got = [ln for ln in text.splitlines() if ln.startswith(line)]
+    assert got and 0 < int(got[0].split()[-1]) <= flows, (got, flows)
+    for b, a in BACKENDS.items():
+        assert f'ringx_lb_backend_up{{backend="{a}"}} 1' in text, text
+        pk = [ln for ln in text.splitlines()
+              if ln.startswith(f'ringx_lb_backend_packets_total{{backend="{a}"}}')]
+        assert pk and int(pk[0].split()[-1]) > 0, pk
+    assert 'ringx_lb_packets_total{verdict="forward",reason="fwd"}' in text
+
+
 def test_health_failure_takes_a_backend_out_and_recovery_brings_it_back(bed):
     bed["cfg"].write_text(lb_config(health=True))
     log = bed["tmp"].mktemp("lbrun") / "run.log"
