@@ -319,6 +319,15 @@ fn verdicts_and_frames() {
         enc,
     );
 
+    // IPv4 options travel inside, whole.
+    let opts = PacketBuilder::tcp(sa("192.0.2.9:5"), sa(VIP4))
+        .syn()
+        .ip_options(&[1, 1, 1, 1])
+        .build();
+    let fo4 = flow(sa("192.0.2.9:5"), sa(VIP4), Proto::Tcp);
+    let (_, out) = run(&lb, "v4 options", &opts, Reason::Fwd);
+    check_sent("v4 options", &out, &opts, rings.backend_of(sa(VIP4), Proto::Tcp, &fo4), enc);
+
     // -- ICMP: errors about a service's flow go to the flow's backend, without a table entry
     let err = icmp_error(ipa("203.0.113.1"), sa(VIP4), c4);
     let (_, out) = run(&lb, "frag needed", &err, Reason::FwdIcmp);
@@ -361,6 +370,14 @@ fn verdicts_and_frames() {
     arp.extend_from_slice(&[0u8; 20]);
     let pass: Vec<(&str, Vec<u8>, Reason)> = vec![
         ("arp", arp, Reason::PassNotIp),
+        (
+            "vlan-tagged (not balanced: the outer frame could not keep the tag)",
+            PacketBuilder::tcp(c4, sa(VIP4))
+                .syn()
+                .vlan(ringx_xdp::packet::ETH_P_8021Q, 7)
+                .build(),
+            Reason::PassNotIp,
+        ),
         (
             "v4 not a service address",
             PacketBuilder::tcp(c4, sa("198.51.100.9:80")).syn().build(),
