@@ -326,7 +326,13 @@ fn verdicts_and_frames() {
         .build();
     let fo4 = flow(sa("192.0.2.9:5"), sa(VIP4), Proto::Tcp);
     let (_, out) = run(&lb, "v4 options", &opts, Reason::Fwd);
-    check_sent("v4 options", &out, &opts, rings.backend_of(sa(VIP4), Proto::Tcp, &fo4), enc);
+    check_sent(
+        "v4 options",
+        &out,
+        &opts,
+        rings.backend_of(sa(VIP4), Proto::Tcp, &fo4),
+        enc,
+    );
 
     // -- ICMP: errors about a service's flow go to the flow's backend, without a table entry
     let err = icmp_error(ipa("203.0.113.1"), sa(VIP4), c4);
