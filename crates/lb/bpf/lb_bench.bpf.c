@@ -25,3 +25,31 @@ int lb_floor_tx(struct xdp_md *ctx)
 	__builtin_memcpy(eth->h_source, tmp, ETH_ALEN);
 	return XDP_TX;
 }
+
+/* The flood's generator (run with BPF_PROG_RUN and live frames, as bench/xdp.py's): writes
+ * the whole 64-byte frame from lbg_frame before sending it out of lbg_ifindex. Live frames
+ * get their pointers reset between runs but not their bytes, and the balancer rewrites the
+ * frames it forwards in place (so does DNAT): without the rewrite, recycled pages would carry
+ * the previous run's encapsulated frame. Read word by word: see lb_src_v6 in ringx_lb.bpf.c. */
+const volatile __u64 lbg_frame[8] = {};
+const volatile __u32 lbg_ifindex = 0;
+
+SEC("xdp")
+int lb_gen(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u64 *w = data;
+
+	if (data + 64 > end)
+		return XDP_ABORTED;
+	w[0] = lbg_frame[0];
+	w[1] = lbg_frame[1];
+	w[2] = lbg_frame[2];
+	w[3] = lbg_frame[3];
+	w[4] = lbg_frame[4];
+	w[5] = lbg_frame[5];
+	w[6] = lbg_frame[6];
+	w[7] = lbg_frame[7];
+	return bpf_redirect(lbg_ifindex, 0);
+}

@@ -4,6 +4,14 @@
 //!
 //! ```text
 //! lb_bench testrun [--flows K] [--rounds R] [--repeat N]
+//! lb_bench gen --dev IF --src IP:PORT --dst VIP:PORT --dst-mac MAC --seconds S
+//!                       send one TCP flow's ACKs (64-byte frames) out of IF for S s (live
+//!                       frames redirected by an XDP program that rewrites each whole, as
+//!                       the balancer and DNAT change the frames they forward in place)
+//! lb_bench hold --dev IF --seconds S [--floor DIR]
+//!                       attach a trivial XDP_DROP to IF for S s (the sink of the flood), or
+//!                       with --floor the floor (swap MACs, XDP_TX), its link pinned in DIR as
+//!                       link_<IF> (`ringx xdp --pin-dir DIR detach --dev IF` removes it)
 //! ```
 //!
 //! Each round: K different SYNs, one run each (new flows: table miss, ring lookup, insert);
@@ -40,8 +48,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let r = match args.first().map(String::as_str) {
         Some("testrun") => testrun(&args),
+        Some("gen") => gen(&args),
+        Some("hold") => hold(&args),
         _ => {
-            eprintln!("usage: lb_bench testrun [--flows K] [--rounds R] [--repeat N]");
+            eprintln!("usage: lb_bench testrun|gen|hold ... (see the source)");
             std::process::exit(2);
         }
     };
@@ -165,4 +175,55 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
         nf / fl,
         live.duration_ns
     ))
+}
+
+fn need(args: &[String], name: &str) -> R<String> {
+    arg(args, name).ok_or_else(|| format!("missing {name}").into())
+}
+
+fn gen(args: &[String]) -> R<()> {
+    let dev = need(args, "--dev")?;
+    let ifindex = ringx_xdp::sys::ifindex(&dev).ok_or(format!("no device {dev}"))?;
+    let src: SocketAddr = need(args, "--src")?.parse()?;
+    let dst: SocketAddr = need(args, "--dst")?.parse()?;
+    let dst_mac = ringx_lb::nexthop::parse_mac(&need(args, "--dst-mac")?).ok_or("bad MAC")?;
+    let secs: f64 = need(args, "--seconds")?.parse()?;
+    let pkt = PacketBuilder::tcp(src, dst)
+        .payload(&[0u8; 10]) // 64-byte frames (without FCS)
+        .macs([0x02, 0, 0, 0, 0, 0x10], dst_mac)
+        .build();
+    let gen = ringx_lb::Generator::load(ifindex, &pkt)?;
+    let start = std::time::Instant::now();
+    let mut sent: u64 = 0;
+    while start.elapsed().as_secs_f64() < secs {
+        gen.send(100_000, 64)?;
+        sent += 100_000;
+    }
+    let el = start.elapsed().as_secs_f64();
+    println!(
+        "{{\"sent\":{sent},\"seconds\":{el:.4},\"pps\":{:.0},\"frame_len\":{}}}",
+        sent as f64 / el,
+        pkt.len()
+    );
+    Ok(())
+}
+
+fn hold(args: &[String]) -> R<()> {
+    let dev = need(args, "--dev")?;
+    let secs: f64 = need(args, "--seconds")?.parse()?;
+    if let Some(dir) = arg(args, "--floor") {
+        let dir = std::path::PathBuf::from(dir);
+        ringx_xdp::ensure_pin_dir(&dir)?;
+        let mut floor = Floor::load()?;
+        let att = floor.attach(&dev, &dir.join(format!("link_{dev}")))?;
+        println!("{{\"attached\":\"lb_floor_tx\",\"dev\":{dev:?}}}");
+        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+        att.detach()?;
+        return Ok(());
+    }
+    let mut progs = ringx_xdp::bench::BenchProgs::load(0)?;
+    progs.attach("xdp_drop", &dev, ringx_xdp::Mode::Native)?;
+    println!("{{\"attached\":\"xdp_drop\",\"dev\":{dev:?}}}");
+    std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+    Ok(())
 }

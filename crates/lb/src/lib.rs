@@ -49,6 +49,7 @@ pub mod ring;
 pub use abi::{Counter, DecapReason, Reason, ReasonCounter, Verdict};
 pub use control::{BackendSpec, NextHop, Service};
 pub use loader::{
-    decap_stats_pinned, purge, Balancer, Decap, Encap, Floor, LbSettings, DEFAULT_DECAP_PIN_DIR,
+    decap_stats_pinned, purge, Balancer, Decap, Encap, Floor, Generator, LbSettings,
+    DEFAULT_DECAP_PIN_DIR,
 };
 pub use maps::{addr_key, vip_key, LbMaps, Proto, DEFAULT_LB_PIN_DIR};

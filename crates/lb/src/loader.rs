@@ -396,6 +396,51 @@ impl Floor {
     pub fn prog_fd(&self) -> Result<BorrowedFd<'_>> {
         self.prog.fd()
     }
+
+    /// Attaches it to `dev` through a link pinned at `pin` (for the flood benchmark's floor).
+    pub fn attach(&mut self, dev: &str, pin: &Path) -> Result<Attachment> {
+        attach_program(self.prog.xdp()?, pin, dev, Mode::Native)
+    }
+}
+
+/// The flood's generator (bpf/lb_bench.bpf.c `lb_gen`): sends a 64-byte frame out of a
+/// device with live frames, rewriting it whole on every run.
+pub struct Generator {
+    prog: Loaded,
+    frame: [u8; 64],
+}
+
+impl Generator {
+    pub fn load(ifindex: u32, frame: &[u8]) -> Result<Generator> {
+        let frame: [u8; 64] = frame
+            .try_into()
+            .map_err(|_| Error::Invalid(format!("a 64-byte frame, not {}", frame.len())))?;
+        let words: [u64; 8] = std::array::from_fn(|i| {
+            u64::from_ne_bytes(frame[8 * i..8 * i + 8].try_into().unwrap())
+        });
+        let mut loader = EbpfLoader::new();
+        loader
+            .btf(None)
+            .set_global("lbg_frame", &words, true)
+            .set_global("lbg_ifindex", &ifindex, true);
+        Ok(Generator {
+            prog: Loaded::load(BENCH_OBJ, "lb_gen", loader)?,
+            frame,
+        })
+    }
+
+    /// Sends `count` frames in batches of `batch`, on the calling CPU.
+    pub fn send(&self, count: u32, batch: u32) -> Result<()> {
+        sys::prog_test_run(
+            self.prog.fd()?,
+            &self.frame,
+            count,
+            sys::BPF_F_TEST_XDP_LIVE_FRAMES,
+            batch,
+        )
+        .map(drop)
+        .map_err(|e| Error::io("BPF_PROG_RUN (live frames)", e))
+    }
 }
 
 /// Removes the balancer's (or a decapsulation program's) map pins under `pin_dir`, and the

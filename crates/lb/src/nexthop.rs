@@ -87,8 +87,21 @@ pub fn route(addr: IpAddr) -> io::Result<Route> {
         .ok_or_else(|| io::Error::other(format!("no device in `ip route get {a}`: {out}")))
 }
 
-fn read_sys(dev: &str, what: &str) -> io::Result<String> {
-    std::fs::read_to_string(format!("/sys/class/net/{dev}/{what}")).map(|s| s.trim().to_string())
+/// The MTU and MAC address of a device from one line of `ip -o link show` (pure, for tests).
+/// Read through netlink rather than /sys/class/net, which shows the network namespace /sys
+/// was mounted in, not necessarily the caller's (`nsenter --net` keeps the host's /sys).
+pub fn parse_link(line: &str) -> (Option<u32>, Option<[u8; 6]>) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let after = |key: &str| {
+        words
+            .iter()
+            .position(|w| *w == key)
+            .and_then(|i| words.get(i + 1).copied())
+    };
+    (
+        after("mtu").and_then(|m| m.parse().ok()),
+        after("link/ether").and_then(parse_mac),
+    )
 }
 
 /// The next hop towards `addr`: device, MACs, MTU. Errors when the route or the neighbour
@@ -124,14 +137,9 @@ pub fn resolve(addr: IpAddr) -> io::Result<NextHop> {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let smac = read_sys(&r.dev, "address")
-        .ok()
-        .and_then(|m| parse_mac(&m))
-        .unwrap_or_default();
-    let mtu = read_sys(&r.dev, "mtu")
-        .ok()
-        .and_then(|m| m.parse::<u32>().ok())
-        .map_or(0, |m| m.min(u16::MAX as u32) as u16);
+    let (mtu, smac) = parse_link(&ip(&["-o", "link", "show", "dev", &r.dev])?);
+    let smac = smac.unwrap_or_default();
+    let mtu = mtu.map_or(0, |m| m.min(u32::from(u16::MAX)) as u16);
     let ifindex = ringx_xdp::sys::ifindex(&r.dev)
         .ok_or_else(|| io::Error::other(format!("device {} vanished", r.dev)))?;
     Ok(NextHop {
@@ -159,6 +167,21 @@ mod tests {
         assert_eq!((r.dev.as_str(), r.via), ("lb0", None));
         assert_eq!(r.src, Some("fd00::1".parse().unwrap()));
         assert_eq!(parse_route("unreachable"), None);
+    }
+
+    #[test]
+    fn parses_links() {
+        let l = "84: l0@if83: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1600 qdisc noqueue state UP \
+                 mode DEFAULT group default qlen 1000\\    link/ether 4e:53:b5:79:0d:4a brd \
+                 ff:ff:ff:ff:ff:ff link-netns lbr1";
+        assert_eq!(
+            parse_link(l),
+            (Some(1600), Some([0x4e, 0x53, 0xb5, 0x79, 0x0d, 0x4a]))
+        );
+        assert_eq!(
+            parse_link("1: lo: <LOOPBACK> mtu 65536 link/loopback 00:00:00:00:00:00"),
+            (Some(65536), None)
+        );
     }
 
     #[test]
