@@ -13,8 +13,9 @@
  *   3. ICMP frag-needed / ICMPv6 packet-too-big about a
  *      VIP's flow                                      -> the flow's backend (FWD_ICMP)
  *      other ICMP                                      -> PASS (PASS_ICMP)
- *   4. TCP/UDP not to a VIP                            -> PASS (PASS_NOT_VIP), untouched
- *   5. the flow in the connection table (LRU)          -> its backend
+ *   4. the flow in the connection table (LRU), its
+ *      service still the same                          -> its backend
+ *   5. TCP/UDP not to a VIP                            -> PASS (PASS_NOT_VIP), untouched
  *      else the service's Maglev ring at hash(5-tuple) -> a backend, remembered
  *   6. encapsulate (GUE over UDP, or IP-in-IP) to the backend's next hop (resolved by
  *      the control plane), XDP_TX, or XDP_REDIRECT to
@@ -79,6 +80,10 @@ const volatile __u32 lb_src_v6[4] = {};
 
 LB_MAP(lb_vips, BPF_MAP_TYPE_HASH, struct lb_vip_key, struct lb_vip, LB_MAX_VIPS);
 LB_MAP(lb_vip_addrs, BPF_MAP_TYPE_HASH, struct lb_addr, __u32, LB_MAX_VIPS);
+/* Service id -> its key (family 0: no service): a flow found in the connection table is
+ * checked against it, an array lookup the verifier inlines, instead of looking the service
+ * up by key (a hash lookup, a call) first. */
+LB_MAP(lb_vip_keys, BPF_MAP_TYPE_ARRAY, __u32, struct lb_vip_key, LB_MAX_VIPS);
 LB_MAP(lb_backends, BPF_MAP_TYPE_ARRAY, __u32, struct lb_backend, LB_MAX_BACKENDS);
 /* vip id * LB_RING_SIZE + slot -> backend index. */
 LB_MAP(lb_ring, BPF_MAP_TYPE_ARRAY, __u32, __u32, LB_MAX_VIPS * LB_RING_SIZE);
@@ -343,29 +348,39 @@ static __always_inline struct lb_backend *backend(__u32 idx)
 	return b && (b->flags & LB_BACKEND_PRESENT) ? b : 0;
 }
 
-/* The flow's backend: from the connection table, else from the service's ring (and then
- * remembered, except for ICMP errors, which are not packets of the flow). */
-static __always_inline int pick(struct pkt *p, const struct lb_vip *vip, __u64 hash,
-				__u32 *out, int *miss)
+/* An established flow's backend: the table entry's service still has this flow's address,
+ * port and protocol, and its backend is still configured; NULL otherwise (a service id
+ * reused by another service, a removed backend: then the flow is a miss). */
+static __always_inline struct lb_backend *established(const struct lb_flow *f,
+						       const struct pkt *p)
 {
-	struct lb_flow *f = bpf_map_lookup_elem(&lb_conns, &p->flow);
+	__u32 id = f->vip;
+	struct lb_vip_key *k = bpf_map_lookup_elem(&lb_vip_keys, &id);
+	const __u32 *a, *b;
+
+	if (!k || k->family != p->flow.family || k->port != p->flow.dport ||
+	    k->proto != p->flow.proto)
+		return 0;
+	a = (const __u32 *)k->addr;
+	b = (const __u32 *)p->flow.dst;
+	if ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]))
+		return 0;
+	return backend(f->backend);
+}
+
+/* A new flow's backend (or one the table does not know): the service's ring at the flow's
+ * hash, remembered, except for ICMP errors, which are not packets of the flow. */
+static __always_inline int pick(const struct pkt *p, __u32 vid, __u64 hash, __u32 *out)
+{
 	__u32 slot, *be;
 
-	/* A table entry of a backend that has since been removed, or of a service id that
-	 * was reused, is a miss. */
-	if (f && f->vip == vip->id && backend(f->backend)) {
-		*out = f->backend;
-		*miss = 0;
-		return 0;
-	}
-	*miss = 1;
-	slot = vip->id * LB_RING_SIZE + (__u32)(hash % LB_RING_SIZE);
+	slot = vid * LB_RING_SIZE + (__u32)(hash % LB_RING_SIZE);
 	be = bpf_map_lookup_elem(&lb_ring, &slot);
 	if (!be || *be == LB_NO_BACKEND || !backend(*be))
 		return LB_DROP_NO_BACKEND;
 	*out = *be;
 	if (!p->icmp) {
-		struct lb_flow nf = { .backend = *be, .vip = vip->id };
+		struct lb_flow nf = { .backend = *be, .vip = vid };
 
 		bpf_map_update_elem(&lb_conns, &p->flow, &nf, BPF_ANY);
 	}
@@ -517,7 +532,8 @@ int ringx_lb(struct xdp_md *ctx)
 	struct pkt p = {};
 	struct lb_vip_key vk = {};
 	struct lb_vip *vip;
-	__u32 be = 0, bytes = ctx->data_end - ctx->data;
+	struct lb_flow *f;
+	__u32 be = 0, vid = 0, bytes = ctx->data_end - ctx->data;
 	int r, miss = 0, verdict;
 	__u64 hash;
 	struct lb_backend *b;
@@ -533,24 +549,35 @@ int ringx_lb(struct xdp_md *ctx)
 	if (r)
 		goto stop;
 
-	/* The service: the flow's destination (for an ICMP error, the quoted packet's source). */
-	__builtin_memcpy(vk.addr, p.flow.dst, 16);
-	vk.port = p.flow.dport;
-	vk.proto = p.flow.proto;
-	vk.family = p.flow.family;
-	vip = bpf_map_lookup_elem(&lb_vips, &vk);
-	if (!vip) {
-		r = p.icmp ? LB_PASS_ICMP : LB_PASS_NOT_VIP;
-		goto stop;
-	}
 	hash = flow_hash(&p.flow);
-	r = pick(&p, vip, hash, &be, &miss);
-	if (r)
-		goto stop;
-	b = backend(be);
-	if (!b) {
-		r = LB_DROP_NO_BACKEND;
-		goto stop;
+	/* An established flow first: one hash lookup on the common path. */
+	f = bpf_map_lookup_elem(&lb_conns, &p.flow);
+	b = f ? established(f, &p) : 0;
+	if (b) {
+		vid = f->vip;
+		be = f->backend;
+	} else {
+		/* The service: the flow's destination (for an ICMP error, the quoted packet's
+		 * source). */
+		__builtin_memcpy(vk.addr, p.flow.dst, 16);
+		vk.port = p.flow.dport;
+		vk.proto = p.flow.proto;
+		vk.family = p.flow.family;
+		vip = bpf_map_lookup_elem(&lb_vips, &vk);
+		if (!vip) {
+			r = p.icmp ? LB_PASS_ICMP : LB_PASS_NOT_VIP;
+			goto stop;
+		}
+		vid = vip->id;
+		miss = 1;
+		r = pick(&p, vid, hash, &be);
+		if (r)
+			goto stop;
+		b = backend(be);
+		if (!b) {
+			r = LB_DROP_NO_BACKEND;
+			goto stop;
+		}
 	}
 	verdict = encap_send(ctx, &p, b, hash);
 	if (verdict != XDP_TX && verdict != XDP_REDIRECT) {
@@ -560,7 +587,7 @@ int ringx_lb(struct xdp_md *ctx)
 	{
 		int fresh = miss && !p.icmp && (p.flow.proto == IPPROTO_UDP || p.syn);
 
-		count_flow(&lb_vip_stats, vip->id, bytes, miss, fresh);
+		count_flow(&lb_vip_stats, vid, bytes, miss, fresh);
 		count_flow(&lb_backend_stats, be, bytes, miss, fresh);
 	}
 	{

@@ -216,6 +216,7 @@ const _: () = {
 pub mod map_names {
     pub const VIPS: &str = "lb_vips";
     pub const VIP_ADDRS: &str = "lb_vip_addrs";
+    pub const VIP_KEYS: &str = "lb_vip_keys";
     pub const BACKENDS: &str = "lb_backends";
     pub const RING: &str = "lb_ring";
     pub const MEMBERS: &str = "lb_members";
@@ -225,9 +226,10 @@ pub mod map_names {
     pub const CONNS: &str = "lb_conns";
     pub const DECAP_STATS: &str = "lbd_stats";
     /// The balancer's maps (the decapsulation program has only [`DECAP_STATS`]).
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 10] = [
         VIPS,
         VIP_ADDRS,
+        VIP_KEYS,
         BACKENDS,
         RING,
         MEMBERS,

@@ -91,6 +91,12 @@ fn expected(name: &str) -> (u32, usize, usize, u32) {
             size_of::<abi::VipValue>(),
             MAX_VIPS as u32,
         ),
+        map_names::VIP_KEYS => (
+            map_type::ARRAY,
+            4,
+            size_of::<abi::VipKey>(),
+            MAX_VIPS as u32,
+        ),
         map_names::VIP_ADDRS => (
             map_type::HASH,
             size_of::<abi::AddrKey>(),

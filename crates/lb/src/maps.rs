@@ -88,6 +88,7 @@ fn es(op: &str, name: &str) -> impl FnOnce(std::io::Error) -> Error {
 pub struct LbMaps {
     pub(crate) vips: MapFd,
     pub(crate) vip_addrs: MapFd,
+    vip_keys: MapFd,
     pub(crate) backends: MapFd,
     pub(crate) ring: MapFd,
     pub(crate) members: MapFd,
@@ -110,6 +111,7 @@ impl LbMaps {
         Ok(LbMaps {
             vips: open(map_names::VIPS)?,
             vip_addrs: open(map_names::VIP_ADDRS)?,
+            vip_keys: open(map_names::VIP_KEYS)?,
             backends: open(map_names::BACKENDS)?,
             ring: open(map_names::RING)?,
             members: open(map_names::MEMBERS)?,
@@ -146,6 +148,9 @@ impl LbMaps {
     }
 
     pub fn set_vip(&self, k: &VipKey, v: &VipValue) -> Result<()> {
+        self.vip_keys
+            .update(&v.id.to_ne_bytes(), k.as_bytes(), BPF_ANY)
+            .map_err(es("write", map_names::VIP_KEYS))?;
         self.vips
             .update(k.as_bytes(), v.as_bytes(), BPF_ANY)
             .map_err(es("write", map_names::VIPS))?;
@@ -162,9 +167,19 @@ impl LbMaps {
     /// Removes a service, and its address from the fragment list when no other service
     /// has it.
     pub fn remove_vip(&self, k: &VipKey) -> Result<()> {
+        let id = self
+            .vips()
+            .ok()
+            .and_then(|all| all.into_iter().find(|(key, _)| key == k).map(|(_, v)| v.id));
         self.vips
             .delete(k.as_bytes())
             .map_err(es("delete from", map_names::VIPS))?;
+        // Its connection-table entries no longer match a service.
+        if let Some(id) = id {
+            self.vip_keys
+                .update(&id.to_ne_bytes(), VipKey::default().as_bytes(), BPF_ANY)
+                .map_err(es("write", map_names::VIP_KEYS))?;
+        }
         let still = self
             .vips()?
             .iter()

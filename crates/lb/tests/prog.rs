@@ -926,3 +926,34 @@ fn spread_follows_weights_and_removal_moves_only_its_flows() {
     );
     assert!(third.iter().all(|b| *b != out));
 }
+
+#[test]
+fn a_removed_service_leaves_no_forwarding_behind() {
+    let Some((lb, _dir)) = common::load("gone", Encap::Gue { port: GUE }) else {
+        return;
+    };
+    let maps = lb.maps();
+    let svcs = services();
+    control::apply(maps, &svcs[..1], &resolve).unwrap();
+    let c = sa("192.0.2.77:5000");
+    let ack = PacketBuilder::tcp(c, sa(VIP4)).build();
+    run(&lb, "before", &ack, Reason::Fwd);
+    assert!(maps.flow(&flow(c, sa(VIP4), Proto::Tcp)).unwrap().is_some());
+    // The service goes; its flow's table entry stays until evicted, and must not forward.
+    control::apply(maps, &[], &resolve).unwrap();
+    let (_, out) = run(&lb, "service removed", &ack, Reason::PassNotVip);
+    assert_eq!(out, ack);
+    // Another service takes the freed id: the old flow's entry names that id, and still
+    // must not forward a packet of the old service.
+    control::apply(maps, &svcs[2..3], &resolve).unwrap();
+    let id = maps.vips().unwrap()[0].1.id;
+    assert_eq!(
+        maps.flow(&flow(c, sa(VIP4), Proto::Tcp))
+            .unwrap()
+            .map(|f| f.vip),
+        Some(id),
+        "the stale entry names the reused id"
+    );
+    let (_, out) = run(&lb, "id reused", &ack, Reason::PassNotVip);
+    assert_eq!(out, ack);
+}
