@@ -14,16 +14,22 @@
 //!                       link_<IF> (`ringx xdp --pin-dir DIR detach --dev IF` removes it)
 //! ```
 //!
-//! Each round: K different SYNs, one run each (new flows: table miss, ring lookup, insert);
-//! the K ACKs of the same flows (established: table hit); the floor on the same ACKs. One
-//! run per call for all three, so the harness's fixed cost per call (timer, frame set-up),
-//! which stands in for a driver's, is in each figure alike. Medians over the rounds.
+//! `testrun` measures, with `repeat` (N runs per call, the kernel's mean), alternated over R
+//! rounds, medians:
 //!
-//! Why not one frame with `repeat`: without live frames every run after the first sees the
-//! frame the previous run encapsulated; with live frames (BPF_F_TEST_XDP_LIVE_FRAMES) the
-//! kernel resets the frame's pointers between runs but not its bytes, and the balancer
-//! writes its outer headers over the original Ethernet header. Only the floor, which swaps
-//! the MACs in place, survives that; its live-frame figure is reported beside (N runs).
+//! * established: one flow's ACK, a table hit every run;
+//! * new flow: a SYN with a source address and port of its own every run (table miss, ring
+//!   lookup, insert; the table fills and evicts as it would under a flood of new flows);
+//! * the floor: swap the MACs, XDP_TX.
+//!
+//! All three run behind the same harness program (`lb_wrap` in bpf/lb_bench.bpf.c), which
+//! rewrites the frame before tail-calling the program measured: with live frames
+//! (BPF_F_TEST_XDP_LIVE_FRAMES) the kernel resets a frame's pointers between runs but not its
+//! bytes, and the balancer encapsulates in place. The harness's few stores and tail call are
+//! in every figure alike.
+//!
+//! Beside them, the same three with one run per call over K different flows (a cold path:
+//! every call is a system call, and K flows do not stay in the caches).
 //!
 //! Prints one JSON object. Needs root.
 
@@ -120,7 +126,7 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
                 );
                 let b = PacketBuilder::tcp(src.parse().unwrap(), vip);
                 if syn {
-                    b.syn().build()
+                    b.syn().payload(&[0u8; 10]).build()
                 } else {
                     b.payload(&[0u8; 10]).build()
                 }
@@ -164,13 +170,36 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
         0,
     )?;
     let (nf, es, fl) = (median(new_flow), median(established), median(flo));
+
+    // With repeat, behind the harness (see the module doc).
+    let est_w = ringx_lb::Wrapped::load(lb.prog_fd()?, &acks[0], false)?;
+    let new_w = ringx_lb::Wrapped::load(lb.prog_fd()?, &syns[0], true)?;
+    let floor_w = ringx_lb::Wrapped::load(floor.prog_fd()?, &acks[0], false)?;
+    lb.test_run(&acks[0], 1)?; // the established flow is in the table
+    let (mut re, mut rn, mut rf) = (Vec::new(), Vec::new(), Vec::new());
+    let f0 = fwd()?;
+    let m0 = lb.maps().vip_counter(0)?.lru_misses;
+    for _ in 0..rounds {
+        re.push(f64::from(est_w.run(repeat)?));
+        rn.push(f64::from(new_w.run(repeat)?));
+        rf.push(f64::from(floor_w.run(repeat)?));
+    }
+    let runs = u64::from(repeat) * u64::from(rounds);
+    let repeat_forwarded = fwd()? - f0 == 2 * runs;
+    let repeat_misses = lb.maps().vip_counter(0)?.lru_misses - m0;
+    let (re, rn, rf) = (median(re), median(rn), median(rf));
     Ok(format!(
-        "{{\"flows\":{flows},\"rounds\":{rounds},\"frame_bytes\":{},\
-         \"established_ns\":{es:.1},\"new_flow_ns\":{nf:.1},\"floor_ns\":{fl:.1},\
+        "{{\"repeat\":{repeat},\"rounds\":{rounds},\"frame_bytes\":{},\
+         \"established_ns\":{re:.1},\"new_flow_ns\":{rn:.1},\"floor_ns\":{rf:.1},\
          \"established_ratio\":{:.3},\"new_flow_ratio\":{:.3},\
-         \"all_forwarded\":{all_forwarded},\"new_flows_missed\":{misses_ok},\
-         \"floor_live_repeat\":{repeat},\"floor_live_ns\":{}}}",
+         \"repeat_all_forwarded\":{repeat_forwarded},\"repeat_new_flow_misses\":{repeat_misses},\
+         \"cold\":{{\"flows\":{flows},\"established_ns\":{es:.1},\"new_flow_ns\":{nf:.1},\
+         \"floor_ns\":{fl:.1},\"established_ratio\":{:.3},\"new_flow_ratio\":{:.3},\
+         \"all_forwarded\":{all_forwarded},\"new_flows_missed\":{misses_ok}}},\
+         \"floor_bare_live_ns\":{}}}",
         acks[0].len(),
+        re / rf,
+        rn / rf,
         es / fl,
         nf / fl,
         live.duration_ns

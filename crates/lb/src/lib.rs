@@ -49,7 +49,7 @@ pub mod ring;
 pub use abi::{Counter, DecapReason, Reason, ReasonCounter, Verdict};
 pub use control::{BackendSpec, NextHop, Service};
 pub use loader::{
-    decap_stats_pinned, purge, Balancer, Decap, Encap, Floor, Generator, LbSettings,
+    decap_stats_pinned, purge, Balancer, Decap, Encap, Floor, Generator, LbSettings, Wrapped,
     DEFAULT_DECAP_PIN_DIR,
 };
 pub use maps::{addr_key, vip_key, LbMaps, Proto, DEFAULT_LB_PIN_DIR};

@@ -10,7 +10,7 @@
 //! ```
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use aya::programs::Xdp;
@@ -446,6 +446,60 @@ impl Generator {
         )
         .map(drop)
         .map_err(|e| Error::io("BPF_PROG_RUN (live frames)", e))
+    }
+}
+
+/// The `repeat` harness (bpf/lb_bench.bpf.c `lb_wrap`): rewrites a 64-byte frame on every
+/// run of a live-frame BPF_PROG_TEST_RUN and tail-calls the program measured.
+pub struct Wrapped {
+    prog: Loaded,
+    frame: [u8; 64],
+}
+
+impl Wrapped {
+    /// Wraps the program `target` (an XDP program's descriptor); with `vary`, every run is a
+    /// new flow.
+    pub fn load(target: BorrowedFd<'_>, frame: &[u8], vary: bool) -> Result<Wrapped> {
+        let frame: [u8; 64] = frame
+            .try_into()
+            .map_err(|_| Error::Invalid(format!("a 64-byte frame, not {}", frame.len())))?;
+        let words: [u64; 8] = std::array::from_fn(|i| {
+            u64::from_ne_bytes(frame[8 * i..8 * i + 8].try_into().unwrap())
+        });
+        let vary = u32::from(vary);
+        let mut loader = EbpfLoader::new();
+        loader
+            .btf(None)
+            .set_global("lbg_frame", &words, true)
+            .set_global("lbw_vary", &vary, true);
+        let prog = Loaded::load(BENCH_OBJ, "lb_wrap", loader)?;
+        let next = prog
+            .ebpf
+            .map("lbw_next")
+            .ok_or_else(|| Error::Load("no map lbw_next".into()))?;
+        let fd = match next {
+            aya::maps::Map::ProgramArray(m) => m.fd().as_fd().try_clone_to_owned(),
+            _ => return Err(Error::Load("lbw_next is not a program array".into())),
+        }
+        .map_err(|e| Error::io("dup lbw_next", e))?;
+        let next = MapFd::new(fd).map_err(|e| Error::io("lbw_next", e))?;
+        let t = target.as_raw_fd() as u32;
+        next.update(&0u32.to_ne_bytes(), &t.to_ne_bytes(), sys::BPF_ANY)
+            .map_err(|e| Error::io("set lbw_next", e))?;
+        Ok(Wrapped { prog, frame })
+    }
+
+    /// `repeat` runs with live frames; the kernel's mean ns per run.
+    pub fn run(&self, repeat: u32) -> Result<u32> {
+        sys::prog_test_run(
+            self.prog.fd()?,
+            &self.frame,
+            repeat,
+            sys::BPF_F_TEST_XDP_LIVE_FRAMES,
+            0,
+        )
+        .map(|r| r.duration_ns)
+        .map_err(|e| Error::io("BPF_PROG_TEST_RUN (live frames)", e))
     }
 }
 
