@@ -371,9 +371,11 @@ def test_drain_keeps_established_flows_and_removal_moves_only_its_own(bed):
     assert back["b2"] > 0, back
 
 
-def test_counters_on_metrics(bed):
-    """ringx serve with [lb] in its configuration shows the balancer's counters per service
-    and per backend on /metrics (read from the pinned maps)."""
+def test_serve_attaches_and_shows_counters_on_metrics(bed):
+    """ringx serve with [lb] (and devices) in its configuration attaches the balancer at
+    start (here: swaps the program in the link `ringx lb attach` made), keeps it attached
+    when it stops, and shows the counters per service and per backend on /metrics (read
+    from the pinned maps)."""
     many(300)
     cfg = lb_config().replace("[lb]", f"""[runtime]
 zones = 1
@@ -388,9 +390,15 @@ listen = "127.0.0.1:9901"
 [lb]""")
     r = bed["factory"].make(cfg, name="lb-metrics", preexec_fn=setns_to("l"))
     try:
+        r.wait_log("swapped the balancer on l0", timeout=10)
+        assert sum(many(300).values()) == 300
         text = ns("l", "curl", "-s", "-m", "3", "http://127.0.0.1:9901/metrics").stdout
+        r.signal(signal.SIGTERM)
+        assert r.wait_exit(10) == 0, r.log()
     finally:
         r.stop()
+    assert "the balancer stays attached" in r.log(), r.log()
+    assert sum(many(100).values()) == 100
     assert "ringx_lb_up 1" in text, text
     s = lb_stats()
     flows = s["services"][0]["new_flows"]

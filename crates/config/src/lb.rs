@@ -1,10 +1,11 @@
-//! `[lb]`: the XDP L4 load balancer (crate ringx-lb), run by `ringx lb run` and edited by the
-//! other `ringx lb` commands. A file may hold only `[lb]` (a balancer host serves nothing
-//! itself), or `[lb]` beside the rest of a configuration.
+//! `[lb]`: the XDP L4 load balancer (crate ringx-lb), run by `ringx lb run` (or by `ringx
+//! serve`, beside [[server]]s, when it lists devices) and edited by the other `ringx lb`
+//! commands. A file may hold only `[lb]` (a balancer host serves nothing itself), or `[lb]`
+//! beside the rest of a configuration.
 //!
 //! ```toml
 //! [lb]
-//! devices = ["eth0"]           # where `ringx lb run` attaches the balancer
+//! devices = ["eth0"]           # where `ringx lb run` (or `ringx serve`) attaches it
 //! mode = "native"              # or "generic"
 //! encap = "gue"                # or "ipip" (backends: `ringx lb backend`, or ipip/fou devices)
 //! gue_port = 6080
@@ -39,7 +40,7 @@ pub const MAX_SERVICES: usize = 64;
 pub const MAX_BACKENDS_PER_SERVICE: usize = 655;
 pub const MAX_WEIGHT: u32 = 100;
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Lb {
     #[serde(default)]
@@ -88,7 +89,7 @@ pub enum Proto {
     Udp,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Service {
     pub vip: Spanned<SocketAddr>,

@@ -118,7 +118,7 @@ fn exec(args: LbArgs) -> Res<()> {
                 .into_iter()
                 .map(|d| (d, mode.unwrap_or(lb.mode.0)))
                 .collect();
-            let b = bring_up(&lb, &dir, &devs)?;
+            let b = bring_up(&lb, &dir, &devs, &|l| println!("{l}"))?;
             if let Some(fdir) = behind_filter {
                 let before = ringx_xdp::chain_prog_id(&fdir).map_err(es)?;
                 ringx_xdp::chain_next(&fdir, b.prog_fd().map_err(es)?).map_err(es)?;

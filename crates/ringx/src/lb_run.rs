@@ -1,20 +1,22 @@
-//! `ringx lb run`: the balancer's control plane as a process. It attaches the balancer to
-//! [lb].devices with the configuration's services, then until SIGTERM or SIGINT checks each
-//! backend's health (a TCP connect, or the upstream checker's HTTP request) and takes a
-//! backend out of its services' rings after `fall` failures and back after `rise` successes,
-//! and refreshes the backends' next hops. The balancer keeps forwarding when this process
-//! stops: its link is pinned (unless `detach_on_exit`).
+//! The balancer's control plane as a process (`ringx lb run`) or beside the server (`ringx
+//! serve` with [lb].devices): attach the balancer to [lb].devices with the configuration's
+//! services, then check each backend's health (a TCP connect, or the upstream checker's HTTP
+//! request), take a backend out of its services' rings after `fall` failures and back after
+//! `rise` successes, and refresh the backends' next hops. The balancer keeps forwarding when
+//! the control plane stops: its link is pinned (unless `detach_on_exit`).
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringx_config::lb as cfg;
 use ringx_lb::control::{self, Out};
+use ringx_lb::LbMaps;
 use ringx_server::upstream::health;
 
-use crate::lb_setup::{bring_up, load_lb, resolve};
+use crate::lb_setup::{bring_up, es, load_lb, resolve, Res};
 
 /// How often next hops are looked up again.
 const REFRESH: Duration = Duration::from_secs(5);
@@ -57,35 +59,112 @@ fn check(t: &Target) -> bool {
     }
 }
 
-/// The backends to check: one target per backend address, with the health settings of the
-/// first service that checks it.
-fn targets(lb: &cfg::Lb) -> Vec<Target> {
-    let mut out: Vec<Target> = Vec::new();
-    let now = Instant::now();
-    for s in &lb.services {
-        let s = s.get_ref();
-        let Some(h) = &s.health else { continue };
-        let h = h.get_ref();
-        for b in &s.backends {
-            let addr = b.get_ref().addr;
-            if out.iter().any(|t| t.addr == addr) {
-                continue;
-            }
-            out.push(Target {
-                addr,
-                at: SocketAddr::new(addr, h.port.unwrap_or(s.vip.get_ref().port())),
-                health: h.clone(),
-                ok_run: 0,
-                fail_run: 0,
-                healthy: true,
-                next: now,
-            });
-        }
-    }
-    out
+/// The health checks and next-hop refreshes over the pinned maps.
+struct Checker {
+    maps: LbMaps,
+    targets: Vec<Target>,
+    next_refresh: Instant,
 }
 
-pub fn run(config: &Path, pin: Option<PathBuf>) -> Result<(), String> {
+impl Checker {
+    /// One target per backend address, with the health settings of the first service that
+    /// checks it, starting from what the maps say (a backend that was down stays down until
+    /// it passes `rise` checks).
+    fn new(lb: &cfg::Lb, maps: LbMaps) -> Res<Checker> {
+        let mut targets: Vec<Target> = Vec::new();
+        let now = Instant::now();
+        for s in &lb.services {
+            let s = s.get_ref();
+            let Some(h) = &s.health else { continue };
+            let h = h.get_ref();
+            for b in &s.backends {
+                let addr = b.get_ref().addr;
+                if targets.iter().any(|t| t.addr == addr) {
+                    continue;
+                }
+                targets.push(Target {
+                    addr,
+                    at: SocketAddr::new(addr, h.port.unwrap_or(s.vip.get_ref().port())),
+                    health: h.clone(),
+                    ok_run: 0,
+                    fail_run: 0,
+                    healthy: true,
+                    next: now,
+                });
+            }
+        }
+        for st in control::backend_states(&maps).map_err(es)? {
+            if let Some(t) = targets.iter_mut().find(|t| t.addr == st.addr) {
+                t.healthy = !st.down;
+            }
+        }
+        Ok(Checker {
+            maps,
+            targets,
+            next_refresh: now + REFRESH,
+        })
+    }
+
+    /// Runs the checks that are due; returns when the next one is.
+    fn step(&mut self, say: &dyn Fn(String)) -> Instant {
+        let now = Instant::now();
+        for t in self.targets.iter_mut().filter(|t| t.next <= now) {
+            if check(t) {
+                t.ok_run += 1;
+                t.fail_run = 0;
+            } else {
+                t.fail_run += 1;
+                t.ok_run = 0;
+            }
+            let flip = (t.healthy && t.fail_run >= t.health.fall)
+                || (!t.healthy && t.ok_run >= t.health.rise);
+            if flip {
+                t.healthy = !t.healthy;
+                match control::set_out(&self.maps, t.addr, Out::Down, !t.healthy) {
+                    Ok(_) if t.healthy => say(format!("ringx lb: backend {} is up again", t.addr)),
+                    Ok(_) => say(format!(
+                        "ringx lb: backend {} is down ({} failed checks of {}): out of its \
+                         services' rings",
+                        t.addr, t.fail_run, t.at
+                    )),
+                    Err(e) => say(format!("ringx lb: backend {}: {e}", t.addr)),
+                }
+            }
+            t.next = Instant::now() + t.health.interval.0;
+        }
+        if Instant::now() >= self.next_refresh {
+            if let Err(e) = control::refresh_next_hops(&self.maps, &resolve) {
+                say(format!("ringx lb: refreshing next hops: {e}"));
+            }
+            self.next_refresh = Instant::now() + REFRESH;
+        }
+        self.targets
+            .iter()
+            .map(|t| t.next)
+            .min()
+            .unwrap_or(self.next_refresh)
+            .min(self.next_refresh)
+    }
+}
+
+fn devices(lb: &cfg::Lb) -> Vec<(String, ringx_xdp::Mode)> {
+    lb.devices
+        .iter()
+        .map(|d| (d.get_ref().0.clone(), lb.mode.0))
+        .collect()
+}
+
+fn detach_all(lb: &cfg::Lb, dir: &Path, say: &dyn Fn(String)) {
+    for (dev, _) in devices(lb) {
+        match ringx_xdp::detach(dir, &dev) {
+            Ok(()) => say(format!("ringx lb: detached the balancer from {dev}")),
+            Err(e) => say(format!("ringx lb: detach from {dev}: {e}")),
+        }
+    }
+}
+
+/// `ringx lb run`.
+pub fn run(config: &Path, pin: Option<PathBuf>) -> Res<()> {
     let lb = load_lb(config)?;
     let dir = pin.unwrap_or_else(|| lb.pin_dir.clone());
     if lb.devices.is_empty() {
@@ -98,64 +177,15 @@ pub fn run(config: &Path, pin: Option<PathBuf>) -> Result<(), String> {
     let set = ringx_engine::sys::sigset(&[libc::SIGTERM, libc::SIGINT]);
     // SAFETY: blocks signals for this thread only; `set` is a live, initialised sigset.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    let devs: Vec<(String, ringx_xdp::Mode)> = lb
-        .devices
-        .iter()
-        .map(|d| (d.get_ref().0.clone(), lb.mode.0))
-        .collect();
-    let b = bring_up(&lb, &dir, &devs)?;
-    let maps = b.maps();
-    let mut targets = targets(&lb);
-    // Start from what the maps say (a restart keeps a backend that was down, down).
-    for st in control::backend_states(maps).map_err(|e| e.to_string())? {
-        if let Some(t) = targets.iter_mut().find(|t| t.addr == st.addr) {
-            t.healthy = !st.down;
-        }
-    }
+    let say = |l: String| println!("{l}");
+    bring_up(&lb, &dir, &devices(&lb), &say)?;
+    let mut checker = Checker::new(&lb, LbMaps::open_pinned(&dir).map_err(es)?)?;
     println!(
         "ringx lb: running; {} backends health-checked; SIGTERM or SIGINT to stop",
-        targets.len()
+        checker.targets.len()
     );
-    let mut next_refresh = Instant::now() + REFRESH;
     loop {
-        let now = Instant::now();
-        for t in targets.iter_mut().filter(|t| t.next <= now) {
-            let ok = check(t);
-            if ok {
-                t.ok_run += 1;
-                t.fail_run = 0;
-            } else {
-                t.fail_run += 1;
-                t.ok_run = 0;
-            }
-            let flip = (t.healthy && t.fail_run >= t.health.fall)
-                || (!t.healthy && t.ok_run >= t.health.rise);
-            if flip {
-                t.healthy = !t.healthy;
-                match control::set_out(maps, t.addr, Out::Down, !t.healthy) {
-                    Ok(_) if t.healthy => println!("ringx lb: backend {} is up again", t.addr),
-                    Ok(_) => println!(
-                        "ringx lb: backend {} is down ({} failed checks of {}): out of its \
-                         services' rings",
-                        t.addr, t.fail_run, t.at
-                    ),
-                    Err(e) => eprintln!("ringx lb: backend {}: {e}", t.addr),
-                }
-            }
-            t.next = Instant::now() + t.health.interval.0;
-        }
-        if Instant::now() >= next_refresh {
-            if let Err(e) = control::refresh_next_hops(maps, &resolve) {
-                eprintln!("ringx lb: refreshing next hops: {e}");
-            }
-            next_refresh = Instant::now() + REFRESH;
-        }
-        let due = targets
-            .iter()
-            .map(|t| t.next)
-            .min()
-            .unwrap_or(next_refresh)
-            .min(next_refresh);
+        let due = checker.step(&say);
         let wait = due
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(200));
@@ -170,14 +200,59 @@ pub fn run(config: &Path, pin: Option<PathBuf>) -> Result<(), String> {
         }
     }
     if lb.detach_on_exit {
-        for (dev, _) in &devs {
-            if let Err(e) = ringx_xdp::detach(&dir, dev) {
-                eprintln!("ringx lb: detach from {dev}: {e}");
-            }
-        }
-        println!("ringx lb: detached; stopping");
+        detach_all(&lb, &dir, &say);
+        println!("ringx lb: stopping");
     } else {
         println!("ringx lb: stopping; the balancer stays attached (its link is pinned)");
     }
     Ok(())
+}
+
+/// The balancer `ringx serve` runs for [lb] with devices: attached at start (while
+/// privileges last; the maps it keeps open work after they are dropped), the checks on a
+/// thread of their own; dropping it stops them and detaches with `detach_on_exit`.
+pub struct ServeLb {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    detach: Option<(cfg::Lb, PathBuf)>,
+}
+
+impl ServeLb {
+    pub fn start(lb: cfg::Lb) -> Res<ServeLb> {
+        let dir = lb.pin_dir.clone();
+        let say = |l: String| tracing::info!("{l}");
+        bring_up(&lb, &dir, &devices(&lb), &say)?;
+        let mut checker = Checker::new(&lb, LbMaps::open_pinned(&dir).map_err(es)?)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ringx-lb".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    let due = checker.step(&|l| tracing::info!("{l}"));
+                    let wait = due.saturating_duration_since(Instant::now());
+                    std::thread::sleep(wait.min(Duration::from_millis(100)));
+                }
+            })
+            .map_err(|e| format!("spawn the balancer's control thread: {e}"))?;
+        let detach = lb.detach_on_exit.then_some((lb, dir));
+        Ok(ServeLb {
+            stop,
+            thread: Some(thread),
+            detach,
+        })
+    }
+}
+
+impl Drop for ServeLb {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        match &self.detach {
+            Some((lb, dir)) => detach_all(lb, dir, &|l| tracing::info!("{l}")),
+            None => tracing::info!("ringx lb: the balancer stays attached (its link is pinned)"),
+        }
+    }
 }

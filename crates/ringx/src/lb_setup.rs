@@ -112,15 +112,21 @@ pub fn resolve(a: IpAddr) -> Option<ringx_lb::NextHop> {
     }
 }
 
-/// Loads the balancer, applies [lb], attaches to `devs`. Returns the loaded balancer.
-pub fn bring_up(lb: &cfg::Lb, dir: &Path, devs: &[(String, Mode)]) -> Res<Balancer> {
+/// Loads the balancer, applies [lb], attaches to `devs`. Returns the loaded balancer; `say`
+/// gets a line for each thing done (stdout for the CLI, the log for `ringx serve`).
+pub fn bring_up(
+    lb: &cfg::Lb,
+    dir: &Path,
+    devs: &[(String, Mode)],
+    say: &dyn Fn(String),
+) -> Res<Balancer> {
     let settings = settings(lb)?;
     let mut b = Balancer::load(&settings, dir).map_err(es)?;
     if b.mounted_bpffs() {
-        eprintln!("note: {MOUNT_NOTE}");
+        say(format!("note: {MOUNT_NOTE}"));
     }
     let a = control::apply(b.maps(), &services(lb), &resolve).map_err(es)?;
-    println!(
+    say(format!(
         "ringx lb: {} services, {} backends ({} unresolved), encapsulation {}, outer sources {} \
          and {}",
         a.services,
@@ -129,17 +135,17 @@ pub fn bring_up(lb: &cfg::Lb, dir: &Path, devs: &[(String, Mode)]) -> Res<Balanc
         settings.encap,
         settings.source_v4,
         settings.source_v6
-    );
+    ));
     for (dev, mode) in devs {
         let att = b.attach(dev, *mode).map_err(es)?;
-        println!(
+        say(format!(
             "ringx lb: {} the balancer {} {dev} (link {}, program {}), pinned at {}",
             if att.replaced { "swapped" } else { "attached" },
             if att.replaced { "on" } else { "to" },
             att.link_id,
             att.prog_id,
             dir.display()
-        );
+        ));
     }
     Ok(b)
 }
