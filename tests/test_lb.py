@@ -486,8 +486,10 @@ def test_filter_stage_in_front_keeps_blocked_sources_out(bed):
     assert (f1["reasons"]["drop_block"]["packets"] - f0["reasons"]["drop_block"]["packets"]
             >= 1), f1
     assert s1["services"][0]["new_flows"] - s0["services"][0]["new_flows"] >= 600
-    # The balancer stage is replaced in place, and balancing goes on.
-    out = lb("attach", "-c", bed["cfg"], "--behind-filter", fpin)
+    # The balancer stage is replaced in place, and balancing goes on; this time the
+    # configuration says where it goes ([lb] behind_filter instead of devices).
+    bed["cfg"].write_text(lb_config().replace('devices = ["l0"]', f'behind_filter = "{fpin}"'))
+    out = lb("attach", "-c", bed["cfg"])
     assert "swapped the stage behind the filter" in out.stdout, out.stdout
     assert sum(many(200).values()) == 200
     assert not in_ns("c", from_blocked)

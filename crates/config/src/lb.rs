@@ -14,6 +14,7 @@
 //! conn_table_size = 262144
 //! pin_dir = "/sys/fs/bpf/ringx-lb"
 //! detach_on_exit = false
+//! behind_filter = "/sys/fs/bpf/ringx"   # instead of devices: in the [xdp] filter's chain slot
 //!
 //! [[lb.service]]
 //! vip = "198.51.100.1:80"
@@ -59,6 +60,10 @@ pub struct Lb {
     pub pin_dir: PathBuf,
     #[serde(default)]
     pub detach_on_exit: bool,
+    /// Run behind the XDP filter pinned in this directory (loaded with `chain`: `[xdp]
+    /// chain = true`, or `ringx xdp attach --chain`), in its chain slot, on the filter's
+    /// device: filter -> balancer -> pass.
+    pub behind_filter: Option<Spanned<PathBuf>>,
     #[serde(default, rename = "service")]
     pub services: Vec<Spanned<Service>>,
 }
@@ -149,6 +154,10 @@ impl<'de> Deserialize<'de> for Backend {
     }
 }
 
+fn x_pin(xdp: Option<&crate::xdp::Xdp>) -> String {
+    xdp.map_or(String::new(), |x| x.pin_dir.display().to_string())
+}
+
 fn parse_addr<E: de::Error>(v: &str) -> Result<IpAddr, E> {
     v.parse().map_err(|_| {
         E::custom(format!(
@@ -204,6 +213,7 @@ fn two() -> u32 {
 pub(crate) fn validate(
     lb: &Lb,
     xdp: Option<&crate::xdp::Xdp>,
+    steering_software_on_filter: bool,
     src: &Source,
 ) -> Result<(), ConfigError> {
     if lb.services.is_empty() {
@@ -236,11 +246,30 @@ pub(crate) fn validate(
             return Err(src.err(
                 d.span(),
                 format!(
-                    "{} already runs the [xdp] filter: put the filter in front of the balancer \
-                     on the same device with `ringx lb attach --filter`, or balance on another \
-                     device",
-                    d.get_ref().0
+                    "{} already runs the [xdp] filter: to balance behind it on the same device, \
+                     set chain = true in [xdp] and behind_filter = \"{}\" here instead of \
+                     listing the device",
+                    d.get_ref().0,
+                    x_pin(xdp)
                 ),
+            ));
+        }
+    }
+    if let Some(bf) = &lb.behind_filter {
+        if let Some(x) = xdp.filter(|x| x.pin_dir == *bf.get_ref()) {
+            if !x.chain {
+                return Err(src.err(
+                    bf.span(),
+                    "behind_filter names the [xdp] filter, which has no chain slot: set \
+                     chain = true in [xdp]",
+                ));
+            }
+        }
+        if steering_software_on_filter {
+            return Err(src.err(
+                bf.span(),
+                "the filter's chain slot holds one program, and [steering] mode = \"software\" \
+                 on the filter's device takes it: balance on another device",
             ));
         }
     }
@@ -334,6 +363,26 @@ backends = ["fd00::11"]
             super::Check::Http
         );
         assert_eq!(lb.encap, super::Encap::Ipip);
+    }
+
+    #[test]
+    fn behind_the_filter() {
+        let text = format!(
+            "{}\n[xdp]\ndev = \"eth1\"\npin_dir = \"/sys/fs/bpf/f\"\nchain = true\n",
+            OK.replace("source_v4", "behind_filter = \"/sys/fs/bpf/f\"\nsource_v4")
+        );
+        let c = parse("lb.toml", &text).unwrap();
+        assert_eq!(
+            c.lb.unwrap().behind_filter.unwrap().get_ref(),
+            &std::path::PathBuf::from("/sys/fs/bpf/f")
+        );
+        // Software steering on the filter's device would take the same slot.
+        let e = err(&format!(
+            "{text}[steering]\nmode = \"software\"\ndevice = \"eth1\"\n[[server]]\n\
+             listen = [\"127.0.0.1:80\"]\n[[server.location]]\npath = \"/\"\n\
+             return = {{ status = 200 }}\n"
+        ));
+        assert!(e.contains("chain slot holds one program"), "{e}");
     }
 
     #[test]

@@ -40,7 +40,7 @@ enum LbCmd {
     /// is attached already, swap the program atomically.
     Attach {
         /// The device (unless --behind-filter).
-        #[arg(long, required_unless_present = "behind_filter")]
+        #[arg(long)]
         dev: Option<String>,
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
@@ -49,7 +49,7 @@ enum LbCmd {
         mode: Option<Mode>,
         /// Instead of a device of its own, go behind the XDP filter pinned in this directory
         /// (attached with `ringx xdp attach --chain`): what the filter passes is balanced.
-        /// A second call replaces the stage in one step.
+        /// A second call replaces the stage in one step. Default: [lb].behind_filter.
         #[arg(long, value_name = "FILTER_PIN_DIR")]
         behind_filter: Option<PathBuf>,
     },
@@ -118,23 +118,12 @@ fn exec(args: LbArgs) -> Res<()> {
                 .into_iter()
                 .map(|d| (d, mode.unwrap_or(lb.mode.0)))
                 .collect();
-            let b = bring_up(&lb, &dir, &devs, &|l| println!("{l}"))?;
-            if let Some(fdir) = behind_filter {
-                let before = ringx_xdp::chain_prog_id(&fdir).map_err(es)?;
-                ringx_xdp::chain_next(&fdir, b.prog_fd().map_err(es)?).map_err(es)?;
-                let now = ringx_xdp::chain_prog_id(&fdir).map_err(es)?.unwrap_or(0);
-                match before {
-                    Some(old) => println!(
-                        "ringx lb: swapped the stage behind the filter in {} (program {old} -> \
-                         {now})",
-                        fdir.display()
-                    ),
-                    None => println!(
-                        "ringx lb: the balancer (program {now}) is behind the filter in {}",
-                        fdir.display()
-                    ),
-                }
+            let behind =
+                behind_filter.or_else(|| lb.behind_filter.as_ref().map(|b| b.get_ref().clone()));
+            if devs.is_empty() && behind.is_none() {
+                return Err("give --dev, or --behind-filter (or behind_filter in [lb])".into());
             }
+            bring_up(&lb, &dir, &devs, behind.as_deref(), &|l| println!("{l}"))?;
             Ok(())
         }
         LbCmd::Run { config } => crate::lb_run::run(&config, args.pin_dir),

@@ -154,6 +154,10 @@ fn devices(lb: &cfg::Lb) -> Vec<(String, ringx_xdp::Mode)> {
         .collect()
 }
 
+fn behind(lb: &cfg::Lb) -> Option<&Path> {
+    lb.behind_filter.as_ref().map(|b| b.get_ref().as_path())
+}
+
 fn detach_all(lb: &cfg::Lb, dir: &Path, say: &dyn Fn(String)) {
     for (dev, _) in devices(lb) {
         match ringx_xdp::detach(dir, &dev) {
@@ -167,9 +171,10 @@ fn detach_all(lb: &cfg::Lb, dir: &Path, say: &dyn Fn(String)) {
 pub fn run(config: &Path, pin: Option<PathBuf>) -> Res<()> {
     let lb = load_lb(config)?;
     let dir = pin.unwrap_or_else(|| lb.pin_dir.clone());
-    if lb.devices.is_empty() {
+    if lb.devices.is_empty() && lb.behind_filter.is_none() {
         return Err(format!(
-            "[lb] in {} lists no devices to attach to (devices = [\"eth0\"])",
+            "[lb] in {} lists no devices to attach to (devices = [\"eth0\"]) and no filter \
+             to go behind (behind_filter)",
             config.display()
         ));
     }
@@ -178,7 +183,7 @@ pub fn run(config: &Path, pin: Option<PathBuf>) -> Res<()> {
     // SAFETY: blocks signals for this thread only; `set` is a live, initialised sigset.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     let say = |l: String| println!("{l}");
-    bring_up(&lb, &dir, &devices(&lb), &say)?;
+    bring_up(&lb, &dir, &devices(&lb), behind(&lb), &say)?;
     let mut checker = Checker::new(&lb, LbMaps::open_pinned(&dir).map_err(es)?)?;
     println!(
         "ringx lb: running; {} backends health-checked; SIGTERM or SIGINT to stop",
@@ -208,7 +213,7 @@ pub fn run(config: &Path, pin: Option<PathBuf>) -> Res<()> {
     Ok(())
 }
 
-/// The balancer `ringx serve` runs for [lb] with devices: attached at start (while
+/// The balancer `ringx serve` runs for [lb] with devices (or behind_filter): attached at start (while
 /// privileges last; the maps it keeps open work after they are dropped), the checks on a
 /// thread of their own; dropping it stops them and detaches with `detach_on_exit`.
 pub struct ServeLb {
@@ -221,7 +226,7 @@ impl ServeLb {
     pub fn start(lb: cfg::Lb) -> Res<ServeLb> {
         let dir = lb.pin_dir.clone();
         let say = |l: String| tracing::info!("{l}");
-        bring_up(&lb, &dir, &devices(&lb), &say)?;
+        bring_up(&lb, &dir, &devices(&lb), behind(&lb), &say)?;
         let mut checker = Checker::new(&lb, LbMaps::open_pinned(&dir).map_err(es)?)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();

@@ -118,6 +118,7 @@ pub fn bring_up(
     lb: &cfg::Lb,
     dir: &Path,
     devs: &[(String, Mode)],
+    behind_filter: Option<&Path>,
     say: &dyn Fn(String),
 ) -> Res<Balancer> {
     let settings = settings(lb)?;
@@ -146,6 +147,21 @@ pub fn bring_up(
             att.prog_id,
             dir.display()
         ));
+    }
+    if let Some(fdir) = behind_filter {
+        let before = ringx_xdp::chain_prog_id(fdir).map_err(es)?;
+        ringx_xdp::chain_next(fdir, b.prog_fd().map_err(es)?).map_err(es)?;
+        let now = ringx_xdp::chain_prog_id(fdir).map_err(es)?.unwrap_or(0);
+        say(match before {
+            Some(old) => format!(
+                "ringx lb: swapped the stage behind the filter in {} (program {old} -> {now})",
+                fdir.display()
+            ),
+            None => format!(
+                "ringx lb: the balancer (program {now}) is behind the filter in {}",
+                fdir.display()
+            ),
+        });
     }
     Ok(b)
 }
