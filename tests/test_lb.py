@@ -13,6 +13,9 @@ it back out of the same device (XDP_TX) to the router, which routes it to the ba
 backend's XDP program takes the outer headers off, ringx answers from the VIP, and the
 answer goes router -> client without passing the balancer (direct server return).
 
+Every link also carries IPv6 (fd88::/16), for an IPv6 service with IPv6 backends (GUE over
+IPv6).
+
 Commands enter the namespaces with `nsenter --net` (not `ip netns exec`, which remounts /sys
 and would hide the pins). Needs root, netns, XDP, ethtool, iptables and curl; skips with the
 reason otherwise. Everything it makes (namespaces, pins, processes) is removed at the end.
@@ -43,14 +46,20 @@ VIP = "10.88.100.1"
 PORT = 8080
 CLI, LB = "10.88.1.2", "10.88.2.2"
 BACKENDS = {"b1": "10.88.11.2", "b2": "10.88.12.2", "b3": "10.88.13.2"}
+VIP6, CLI6, LB6 = "fd88:100::1", "fd88:1::2", "fd88:2::2"
+BACKENDS6 = {"b1": "fd88:11::2", "b2": "fd88:12::2", "b3": "fd88:13::2"}
 WEIGHTS = {"b1": 1, "b2": 2, "b3": 1}
 PIN = f"/sys/fs/bpf/ringx-lbtest-{TAG}"
 CLONE_NEWNET = 0x40000000
 
 
 def sh(*args, check=True, timeout=60, **kw):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check,
-                          timeout=timeout, **kw)
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                       **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, args))} exited with {r.returncode}:\n"
+                             f"{r.stdout}{r.stderr}")
+    return r
 
 
 def ns(name, *args, **kw):
@@ -86,13 +95,15 @@ def lb_stats() -> dict:
     return json.loads(lb("stats", "--json").stdout)
 
 
-def veth(a: str, a_dev: str, a_addr: str, b: str, b_dev: str, b_addr: str, mtu: int):
+def veth(a: str, a_dev: str, a_addr: str, b: str, b_dev: str, b_addr: str, mtu: int,
+         a6: str, b6: str):
     sh("ip", "link", "add", f"t{a_dev}{TAG}", "type", "veth", "peer", "name", f"t{b_dev}{TAG}")
-    for k, dev, addr in ((a, a_dev, a_addr), (b, b_dev, b_addr)):
+    for k, dev, addr, addr6 in ((a, a_dev, a_addr, a6), (b, b_dev, b_addr, b6)):
         sh("ip", "link", "set", f"t{dev}{TAG}", "netns", NS[k])
         sh("ip", "-n", NS[k], "link", "set", f"t{dev}{TAG}", "name", dev)
         sh("ip", "-n", NS[k], "link", "set", dev, "mtu", mtu)
         sh("ip", "-n", NS[k], "addr", "add", addr, "dev", dev)
+        sh("ip", "-n", NS[k], "addr", "add", addr6, "dev", dev, "nodad")
         sh("ip", "-n", NS[k], "link", "set", dev, "up")
         # Full checksums in software: a frame the balancer re-sends with XDP_TX is a new
         # frame, so a checksum left for the NIC to finish would stay unfinished.
@@ -110,14 +121,14 @@ def backend_config(name: str) -> str:
 [runtime]
 zones = 1
 [[server]]
-listen = ["0.0.0.0:{PORT}"]
+listen = ["0.0.0.0:{PORT}", "[::]:{PORT}"]
   [[server.location]]
   path = "/"
   return = {{ status = 200, body = "{name}\\n" }}
 """
 
 
-def lb_config(backends=("b1", "b2", "b3"), health=False) -> str:
+def lb_config(backends=("b1", "b2", "b3"), health=False, v6=False) -> str:
     bl = ", ".join(f'{{ addr = "{BACKENDS[b]}", weight = {WEIGHTS[b]} }}' for b in backends)
     h = ('health = { check = "http", interval = "200ms", timeout = "200ms", rise = 2, '
          'fall = 2 }') if health else ""
@@ -128,6 +139,7 @@ mode = "native"
 encap = "gue"
 gue_port = 6080
 source_v4 = "{LB}"
+source_v6 = "{LB6}"
 pin_dir = "{PIN}/lb"
 conn_table_size = 65536
 
@@ -135,7 +147,11 @@ conn_table_size = 65536
 vip = "{VIP}:{PORT}"
 backends = [{bl}]
 {h}
-"""
+""" + ("" if not v6 else f"""
+[[lb.service]]
+vip = "[{VIP6}]:{PORT}"
+backends = [{", ".join(f'"{BACKENDS6[b]}"' for b in backends)}]
+""")
 
 
 def setns_to(name):
@@ -183,18 +199,27 @@ def bed(ringx_module, tmp_path_factory):
             sh("ip", "netns", "add", n)
         for k in NS:
             sh("ip", "-n", NS[k], "link", "set", "lo", "up")
-        veth("c", "c0", f"{CLI}/24", "r", "rc", "10.88.1.1/24", 1500)
+        veth("c", "c0", f"{CLI}/24", "r", "rc", "10.88.1.1/24", 1500, f"{CLI6}/64",
+             "fd88:1::1/64")
         # Links that carry encapsulated packets have room for the outer headers.
-        veth("l", "l0", f"{LB}/24", "r", "rl", "10.88.2.1/24", 1600)
+        veth("l", "l0", f"{LB}/24", "r", "rl", "10.88.2.1/24", 1600, f"{LB6}/64",
+             "fd88:2::1/64")
         for i, b in enumerate(("b1", "b2", "b3"), 1):
-            veth(b, f"{b}0", f"{BACKENDS[b]}/24", "r", f"r{b}", f"10.88.1{i}.1/24", 1600)
+            veth(b, f"{b}0", f"{BACKENDS[b]}/24", "r", f"r{b}", f"10.88.1{i}.1/24", 1600,
+                 f"{BACKENDS6[b]}/64", f"fd88:1{i}::1/64")
             sh("ip", "-n", NS[b], "route", "add", "default", "via", f"10.88.1{i}.1")
+            sh("ip", "-n", NS[b], "-6", "route", "add", "default", "via", f"fd88:1{i}::1")
             sh("ip", "-n", NS[b], "addr", "add", f"{VIP}/32", "dev", "lo")
+            sh("ip", "-n", NS[b], "addr", "add", f"{VIP6}/128", "dev", "lo", "nodad")
             # The answer leaves from the VIP, which no route here says arrives on b*0.
             ns(b, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
             ns(b, "sysctl", "-qw", f"net.ipv4.conf.{b}0.rp_filter=0")
         sh("ip", "-n", NS["c"], "route", "add", "default", "via", "10.88.1.1")
         sh("ip", "-n", NS["l"], "route", "add", "default", "via", "10.88.2.1")
+        sh("ip", "-n", NS["c"], "-6", "route", "add", "default", "via", "fd88:1::1")
+        sh("ip", "-n", NS["l"], "-6", "route", "add", "default", "via", "fd88:2::1")
+        ns("r", "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+        sh("ip", "-n", NS["r"], "-6", "route", "add", f"{VIP6}/128", "via", LB6)
         ns("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
         for conf in ("all", "default", "rc", "rl", "rb1", "rb2", "rb3"):
             ns("r", "sysctl", "-qw", f"net.ipv4.conf.{conf}.rp_filter=0")
@@ -226,11 +251,11 @@ def bed(ringx_module, tmp_path_factory):
         teardown()
 
 
-def get(conn: socket.socket | None = None, timeout=3.0) -> tuple[str, socket.socket]:
+def get(conn: socket.socket | None = None, timeout=3.0, vip=VIP) -> tuple[str, socket.socket]:
     """GET / on `conn` (kept alive) or on a new connection to the VIP; returns the body
     (the backend's name) and the connection."""
     if conn is None:
-        conn = socket.create_connection((VIP, PORT), timeout=timeout)
+        conn = socket.create_connection((vip, PORT), timeout=timeout)
     conn.sendall(b"GET / HTTP/1.1\r\nHost: vip\r\n\r\n")
     buf = b""
     while True:
@@ -247,18 +272,18 @@ def get(conn: socket.socket | None = None, timeout=3.0) -> tuple[str, socket.soc
         buf += chunk
 
 
-def one_request(_i: int) -> str:
-    body, conn = get()
+def one_request(vip: str) -> str:
+    body, conn = get(vip=vip)
     conn.close()
     return body
 
 
-def many(n: int, workers: int = 16) -> collections.Counter:
+def many(n: int, workers: int = 16, vip: str = VIP) -> collections.Counter:
     """n connections from the client namespace, one request each; the backends that
     answered, counted."""
     def run():
         with concurrent.futures.ThreadPoolExecutor(workers) as ex:
-            return collections.Counter(ex.map(one_request, range(n)))
+            return collections.Counter(ex.map(one_request, [vip] * n))
     return in_ns("c", run)
 
 
@@ -458,6 +483,25 @@ def test_health_failure_takes_a_backend_out_and_recovery_brings_it_back(bed):
     assert sum(many(100).values()) == 100
 
 
+def test_ipv6_service_end_to_end(bed):
+    """An IPv6 VIP with IPv6 backends: GUE over IPv6, decapsulated on the backends, answered
+    from the VIP directly."""
+    apply_config(bed, lb_config(v6=True))
+    try:
+        got = many(1500, vip=VIP6)
+        assert sum(got.values()) == 1500 and set(got) == set(BACKENDS), got
+        s = lb_stats()
+        v6 = [x for x in s["services"] if x["vip"] == f"[{VIP6}]:{PORT}"]
+        assert v6 and v6[0]["new_flows"] >= 1500, s["services"]
+        by_addr = {b["addr"]: b for b in s["backends"]}
+        for b in BACKENDS6.values():
+            assert by_addr[b]["new_flows"] > 0 and by_addr[b]["resolved"], by_addr[b]
+        assert s["reasons"]["drop_too_big"]["packets"] == 0
+    finally:
+        apply_config(bed, lb_config())
+
+
+# Last: it leaves the filter on the balancer's device.
 def test_filter_stage_in_front_keeps_blocked_sources_out(bed):
     blocked = "10.88.1.3"
     ns("c", "ip", "addr", "add", f"{blocked}/24", "dev", "c0")
