@@ -501,6 +501,48 @@ def test_ipv6_service_end_to_end(bed):
         apply_config(bed, lb_config())
 
 
+def test_path_mtu_discovery_through_the_balancer(bed):
+    """Room for the outer headers runs out (the balancer's link MTU is lowered): a client's
+    full-size segment with DF gets fragmentation-needed back from the balancer, its TCP
+    lowers the segment size, and a large request still completes."""
+    s0 = lb_stats()
+    ns("l", "ip", "link", "set", "dev", "l0", "mtu", "1500")
+    try:
+        apply_config(bed, lb_config())  # the next hops' MTU is read again
+
+        def big_post():
+            c = socket.create_connection((VIP, PORT), timeout=5)
+            body = b"x" * 60000
+            c.sendall(b"POST / HTTP/1.1\r\nHost: vip\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+            got = b""
+            while True:
+                head, sep, rest = got.partition(b"\r\n\r\n")
+                if sep:
+                    n = int([h.split(b":")[1] for h in head.split(b"\r\n")
+                             if h.lower().startswith(b"content-length")][0])
+                    if len(rest) >= n:
+                        break
+                chunk = c.recv(4096)
+                assert chunk, got
+                got += chunk
+            # The next request on the connection is answered only once the server has
+            # read the whole body: the full-size segments got through.
+            name, _ = get(c)
+            c.close()
+            return head, name
+        head, name = in_ns("c", big_post)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert name in BACKENDS, name
+        s1 = lb_stats()
+        sent = s1["reasons"]["tx_icmp_too_big"]["packets"] - s0["reasons"]["tx_icmp_too_big"][
+            "packets"]
+        assert sent >= 1, s1["reasons"]
+    finally:
+        ns("l", "ip", "link", "set", "dev", "l0", "mtu", "1600")
+        apply_config(bed, lb_config())
+
+
 # Last: it leaves the filter on the balancer's device.
 def test_filter_stage_in_front_keeps_blocked_sources_out(bed):
     blocked = "10.88.1.3"

@@ -107,14 +107,19 @@ struct {
 
 /* ---- counting ---- */
 
-static __always_inline void count_reason(struct xdp_md *ctx, __u32 reason)
+static __always_inline void count_reason_n(__u32 reason, __u64 bytes)
 {
 	struct lb_reason_counter *c = bpf_map_lookup_elem(&lb_stats, &reason);
 
 	if (c) { /* per-CPU value: plain adds */
 		c->packets++;
-		c->bytes += ctx->data_end - ctx->data;
+		c->bytes += bytes;
 	}
+}
+
+static __always_inline void count_reason(struct xdp_md *ctx, __u32 reason)
+{
+	count_reason_n(reason, ctx->data_end - ctx->data);
 }
 
 static __always_inline int pass(struct xdp_md *ctx, __u32 reason)
@@ -177,6 +182,7 @@ struct pkt {
 	__u32 ip_off;  /* the IP header's offset in the frame */
 	__u32 ip_len;  /* the IP packet's length (its header says so; any padding excluded) */
 	__u8 tos;      /* for the outer header */
+	__u8 df;       /* IPv4 with don't-fragment (IPv6: never fragmented on the way) */
 	__u8 family;   /* of the inner packet: 4 or 6 */
 	__u8 syn;      /* TCP SYN without ACK */
 	__u8 icmp;     /* an ICMP error about the flow, not a packet of it */
@@ -279,6 +285,7 @@ static __always_inline int parse4(struct cursor *c, void *data, struct pkt *p)
 	p->ip_off = (void *)ip - data;
 	p->ip_len = tot;
 	p->tos = ip->tos;
+	p->df = !!(ip->frag_off & bpf_htons(0x4000));
 	p->family = 4;
 	p->flow.family = 4;
 	__builtin_memcpy(p->flow.src, &ip->saddr, 4);
@@ -451,9 +458,84 @@ static __always_inline int route(const struct lb_backend *b, __u32 tot, __u8 *dm
 	return 0;
 }
 
-/* Puts the outer headers in front of the inner IP packet and sends the frame. */
+/* The answer to an IPv4 packet with DF that would exceed the path's MTU once encapsulated:
+ * ICMP destination unreachable / fragmentation needed back to the client (RFC 1191), with
+ * the MTU left for the inner packet, from the address the client sent to, so that its TCP
+ * lowers the segment size instead of losing these packets silently. The quoted part is the
+ * client's IP header (without options; with options the packet is dropped) and 8 bytes,
+ * already in place after growing the head by the new headers. Returns LB_TX_ICMP_TOO_BIG
+ * (send the frame back with XDP_TX), or the reason to drop the packet. */
+static __always_inline int too_big4(struct xdp_md *ctx, __u32 mtu)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *in = data + sizeof(*eth);
+	__u8 dst[6], src[6];
+	__u32 saddr, daddr, sum = 0;
+	struct iphdr *o;
+	struct icmp_hdr *ic;
+	__u16 *w;
+	int len;
+
+	if ((void *)(in + 1) + 8 > end || in->ihl != 5)
+		return LB_DROP_TOO_BIG;
+	__builtin_memcpy(dst, eth->h_source, 6);
+	__builtin_memcpy(src, eth->h_dest, 6);
+	saddr = in->daddr;
+	daddr = in->saddr;
+	/* [eth][ip 20][icmp 8] in front of the quoted 28 bytes, then nothing after them. */
+	if (bpf_xdp_adjust_head(ctx, 0 - (int)(sizeof(struct iphdr) + sizeof(*ic))))
+		return LB_DROP_TOO_BIG;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	len = end - data;
+	if (bpf_xdp_adjust_tail(ctx, 14 + 20 + 8 + 28 - len))
+		return LB_DROP_TOO_BIG;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (data + 14 + 20 + 8 + 28 > end)
+		return LB_DROP_TOO_BIG;
+	eth = data;
+	__builtin_memcpy(eth->h_dest, dst, 6);
+	__builtin_memcpy(eth->h_source, src, 6);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	o = (void *)(eth + 1);
+	o->version = 4;
+	o->ihl = 5;
+	o->tos = 0;
+	o->tot_len = bpf_htons(20 + 8 + 28);
+	o->id = 0;
+	o->frag_off = 0;
+	o->ttl = 64;
+	o->protocol = IPPROTO_ICMP;
+	o->check = 0;
+	o->saddr = saddr;
+	o->daddr = daddr;
+	w = (__u16 *)o;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += w[i];
+	o->check = csum_fold(sum);
+	ic = (void *)(o + 1);
+	ic->type = ICMP_DEST_UNREACH;
+	ic->code = ICMP_FRAG_NEEDED;
+	ic->check = 0;
+	ic->rest = bpf_htonl(mtu & 0xffff); /* unused (2 bytes), next-hop MTU (2 bytes) */
+	w = (__u16 *)ic;
+	sum = 0;
+#pragma unroll
+	for (int i = 0; i < (8 + 28) / 2; i++)
+		sum += w[i];
+	ic->check = csum_fold(sum);
+	return LB_TX_ICMP_TOO_BIG;
+}
+
+/* Puts the outer headers in front of the inner IP packet; 0 with the action to send the
+ * frame with in `*action`, LB_TX_ICMP_TOO_BIG with XDP_TX (the frame is now the ICMP error),
+ * or the reason to drop it. */
 static __always_inline int encap_send(struct xdp_md *ctx, const struct pkt *p,
-				      const struct lb_backend *b, __u64 hash)
+				      const struct lb_backend *b, __u64 hash, int *action)
 {
 	int gue = lb_encap == LB_ENCAP_GUE;
 	__u32 iplen = b->family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
@@ -475,6 +557,11 @@ static __always_inline int encap_send(struct xdp_md *ctx, const struct pkt *p,
 		return LB_DROP_MALFORMED;
 	__builtin_memcpy(smac, eth->h_dest, 6);
 	r = route(b, tot, dmac, smac);
+	if (r == LB_DROP_TOO_BIG && p->family == 4 && p->df && !p->icmp) {
+		r = too_big4(ctx, b->mtu - olen);
+		*action = XDP_TX;
+		return r;
+	}
 	if (r)
 		return r;
 	/* Anything before the IP header other than a plain Ethernet header was refused by
@@ -519,8 +606,10 @@ static __always_inline int encap_send(struct xdp_md *ctx, const struct pkt *p,
 		}
 	}
 	if (!b->ifindex || b->ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect(b->ifindex, 0);
+		*action = XDP_TX;
+	else
+		*action = bpf_redirect(b->ifindex, 0);
+	return 0;
 }
 
 SEC("xdp")
@@ -534,7 +623,7 @@ int ringx_lb(struct xdp_md *ctx)
 	struct lb_vip *vip;
 	struct lb_flow *f;
 	__u32 be = 0, vid = 0, bytes = ctx->data_end - ctx->data;
-	int r, miss = 0, verdict;
+	int r, miss = 0, verdict = XDP_DROP;
 	__u64 hash;
 	struct lb_backend *b;
 
@@ -579,11 +668,13 @@ int ringx_lb(struct xdp_md *ctx)
 			goto stop;
 		}
 	}
-	verdict = encap_send(ctx, &p, b, hash);
-	if (verdict != XDP_TX && verdict != XDP_REDIRECT) {
-		r = verdict;
-		goto stop;
+	r = encap_send(ctx, &p, b, hash, &verdict);
+	if (r == LB_TX_ICMP_TOO_BIG) {
+		count_reason_n(r, bytes);
+		return XDP_TX;
 	}
+	if (r)
+		goto stop;
 	{
 		int fresh = miss && !p.icmp && (p.flow.proto == IPPROTO_UDP || p.syn);
 

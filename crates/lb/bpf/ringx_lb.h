@@ -27,6 +27,7 @@
 	X(DROP_NO_ROUTE, DROP, "no route or no resolved neighbour towards the backend") \
 	X(DROP_TOO_BIG, DROP, "encapsulated packet larger than the route's MTU") \
 	X(DROP_ENCAP, DROP, "no room in the frame for the outer headers") \
+	X(TX_ICMP_TOO_BIG, FWD, "IPv4 with DF too big once encapsulated: fragmentation-needed sent back to the client") \
 	/* end of LB_REASONS */
 
 /* The backends' decapsulation program (ringx_lb_decap), counters in lbd_stats. */

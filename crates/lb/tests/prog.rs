@@ -706,7 +706,46 @@ fn next_hops_redirect_mtu_and_unresolved() {
     })
     .unwrap();
     lb.maps().clear_flows().unwrap();
-    run(&lb, "too big", &syn, Reason::DropTooBig);
+    // With DF (PacketBuilder sets it): fragmentation needed goes back to the client.
+    let (act, out) = run(&lb, "too big, DF", &syn, Reason::TxIcmpTooBig);
+    assert_eq!(act, 3, "XDP_TX");
+    assert_eq!(out.len(), 14 + 20 + 8 + 28);
+    assert_eq!(out[0..6], syn[6..12], "back to where the frame came from");
+    assert_eq!(out[6..12], syn[0..6]);
+    assert_eq!(out[12..14], [0x08, 0x00]);
+    let ip = &out[14..34];
+    assert_eq!((ip[0], ip[9]), (0x45, 1), "IPv4, ICMP");
+    assert_eq!(csum(ip), 0, "IP checksum");
+    assert_eq!(u16::from_be_bytes([ip[2], ip[3]]), 56);
+    assert_eq!(
+        ip[12..16],
+        syn[30..34],
+        "from the address the client sent to"
+    );
+    assert_eq!(ip[16..20], syn[26..30], "to the client");
+    let icmp = &out[34..];
+    assert_eq!(
+        (icmp[0], icmp[1]),
+        (3, 4),
+        "destination unreachable, fragmentation needed"
+    );
+    assert_eq!(csum(icmp), 0, "ICMP checksum");
+    let mtu = u16::from_be_bytes([icmp[6], icmp[7]]);
+    assert_eq!(mtu, small - 28, "the MTU left for the inner packet");
+    assert_eq!(
+        icmp[8..],
+        syn[14..14 + 28],
+        "quotes the client's header and 8 bytes"
+    );
+    // Without DF: dropped (counted), nothing to tell the client.
+    let no_df = patch(syn.clone(), 14 + 6, &[0, 0]);
+    run(&lb, "too big, no DF", &no_df, Reason::DropTooBig);
+    // With IP options the quote would not fit the fixed reply: dropped.
+    let opts = PacketBuilder::tcp(sa("192.0.2.1:1234"), sa(VIP4))
+        .syn()
+        .ip_options(&[1, 1, 1, 1])
+        .build();
+    run(&lb, "too big, options", &opts, Reason::DropTooBig);
     // No neighbour for the next hop.
     let a = control::apply(lb.maps(), &[svc("10.0.0.11")], &|_| None).unwrap();
     assert_eq!(a.unresolved, vec![ipa("10.0.0.11")]);
