@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-ab bench-preload bench-tls clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-tls clean fmt
 
 all: release
 
@@ -53,8 +53,8 @@ mutants: deps
 	python3 scripts/mutation_check.py $(if $(ONLY),--only $(ONLY))
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
-# bench-proxy, bench-echo, bench-xdp, bench-ops). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-ops bench-preload bench-tls
+# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-tls). How long each takes: bench/README.md.
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-tls
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -91,3 +91,7 @@ bench-xdp: release
 # libringx_preload.so: ns per connect and accept against the plain calls (bench/preload.py).
 bench-preload: release
 	python3 bench/preload.py $(filter --quick,$(BENCH_ARGS))
+
+bench-lb: release
+	$(CARGO) build --release -p ringx-lb --example lb_bench
+	python3 bench/lb.py $(BENCH_ARGS)

@@ -129,6 +129,12 @@ impl Maglev {
         self.table.len()
     }
 
+    /// The table itself: slot -> server index. For users that ship it elsewhere (the XDP load
+    /// balancer copies it into a BPF map and indexes it by its own hash).
+    pub fn slots(&self) -> &[u32] {
+        &self.table
+    }
+
     /// The server owning `hash`'s slot (0 if the table is empty).
     pub fn lookup(&self, hash: u64) -> usize {
         match self.table.len() {

@@ -10,6 +10,7 @@
 //! and re-exports the types.
 
 mod error;
+pub mod lb;
 pub mod ops;
 mod schema;
 pub mod steering;
@@ -119,10 +120,10 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             return Err(src.err(u.span(), format!("no such user {:?}", u.get_ref())));
         }
     }
-    if cfg.server.is_empty() && cfg.stream.is_empty() {
+    if cfg.server.is_empty() && cfg.stream.is_empty() && cfg.lb.is_none() {
         return Err(src.err(
             0..0,
-            "no [[server]] or [[stream]]: define at least one with a listen address",
+            "no [[server]], [[stream]] or [lb]: define at least one",
         ));
     }
     upstream::validate(&cfg.upstream, &cfg.stream, &cfg.server, src)?;
@@ -142,6 +143,15 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         src,
     )?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
+    if let Some(lb) = &cfg.lb {
+        let st = &cfg.steering;
+        let steering_on_filter = st.mode() == steering::Mode::Software
+            && cfg
+                .xdp
+                .as_ref()
+                .is_some_and(|x| st.devices().contains(&x.dev));
+        lb::validate(lb, cfg.xdp.as_ref(), steering_on_filter, src)?;
+    }
     Ok(())
 }
 /// uid and gid of a user name.

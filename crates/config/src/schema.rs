@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::lb;
 use crate::ops;
 use crate::steering;
 use crate::tls;
@@ -40,6 +41,8 @@ pub struct Config {
     /// (a certificate that does not load) at `FILE:LINE:COL`.
     #[serde(skip)]
     pub origin: Origin,
+    /// The XDP load balancer (`ringx lb`); none without an [lb] section.
+    pub lb: Option<lb::Lb>,
 }
 
 /// A configuration's source file: its name and text.

@@ -206,12 +206,12 @@ pub(crate) fn validate(st: &Steering, xdp: Option<&Xdp>, src: &Source) -> Result
         _ => {}
     }
     if let (Mode::Software, Some(x)) = (mode.get_ref(), xdp) {
-        if devs.contains(&x.dev) {
+        if devs.contains(&x.dev) && !x.chain {
             return Err(src.err(
                 st.device.as_ref().map_or(mode.span(), |d| d.span()),
                 format!(
-                    "{} already runs the [xdp] filter, and a device runs one XDP program: \
-                     steer in software on another device, or use mode = \"rss\"",
+                    "{} already runs the [xdp] filter: set chain = true in [xdp] to steer \
+                     behind it, steer in software on another device, or use mode = \"rss\"",
                     x.dev.0
                 ),
             ));
@@ -351,5 +351,14 @@ mod tests {
             e.starts_with("t.toml:3:10: ") && e.contains("already runs the [xdp] filter"),
             "{e}"
         );
+        // Behind the filter, in its chain slot.
+        crate::parse(
+            "t.toml",
+            &format!(
+                "[steering]\nmode = \"software\"\ndevice = \"eth0\"\n[xdp]\ndev = \"eth0\"\n\
+                 chain = true\n{SERVER}"
+            ),
+        )
+        .unwrap();
     }
 }

@@ -11,6 +11,7 @@
 //! block = ["203.0.113.0/24"]   # sources to drop
 //! allow = ["192.0.2.10"]       # sources to pass before any other rule
 //! detach_on_exit = false       # default: the filter stays attached after ringx exits
+//! chain = false                # true: what it passes goes on to software steering on dev
 //! pin_dir = "/sys/fs/bpf/ringx"
 //! ```
 //!
@@ -48,6 +49,10 @@ pub struct Xdp {
     /// restart (which replaces the program atomically) leaves no unprotected moment.
     #[serde(default)]
     pub detach_on_exit: bool,
+    /// Hand what the filter passes on to a next stage on the same device (software
+    /// steering, or `ringx lb attach --behind-filter`): filter -> stage -> pass.
+    #[serde(default)]
+    pub chain: bool,
 }
 
 fn default_pin_dir() -> PathBuf {
@@ -136,6 +141,7 @@ impl Xdp {
             syn_rate: self.syn_rate,
             syn_burst: self.syn_burst,
             port_filter: self.port_filter,
+            chain: self.chain,
             ..ringx_xdp::Settings::default()
         }
     }

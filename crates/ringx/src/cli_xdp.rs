@@ -83,6 +83,10 @@ struct AttachArgs {
     /// A served port for --port-filter: 80 (TCP), 53/udp, 443/both. Repeatable.
     #[arg(long = "port")]
     ports: Vec<String>,
+    /// Send what the filter passes on to the next stage in its chain slot (the load
+    /// balancer: `ringx lb attach --behind-filter`).
+    #[arg(long)]
+    chain: bool,
 }
 
 fn cidrs(v: &[String]) -> Result<Vec<Cidr>, Error> {
@@ -122,6 +126,7 @@ fn exec(args: XdpArgs) -> Result<(), Error> {
                 syn_rate: a.syn_rate,
                 syn_burst: a.syn_burst,
                 port_filter: a.port_filter,
+                chain: a.chain,
                 ..Settings::default()
             };
             let before = ringx_xdp::attachments(&dir).unwrap_or_default();

@@ -235,6 +235,23 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         },
         None => None,
     };
+    // The XDP load balancer ([lb] with devices or behind_filter), attached while privileges
+    // last and after the filter, whose chain slot it may take; its health checks run on a
+    // thread until serve returns.
+    let _lb = match cfg
+        .lb
+        .as_ref()
+        .filter(|l| !l.devices.is_empty() || l.behind_filter.is_some())
+    {
+        Some(l) => match crate::lb_run::ServeLb::start(l.clone()) {
+            Ok(guard) => Some(guard),
+            Err(e) => {
+                tracing::error!("lb: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     // Active-side steering ([steering] mode): each zone's source-port table, and the XDP
     // program when steering in software; logs the counters and detaches when it drops.
     let mut active = match crate::steering::setup(&cfg, &cpus, upstreams.as_deref(), &routes.listen)

@@ -1,12 +1,15 @@
 //! `ringx`: the command line.
 
 mod admin;
+mod cli_lb;
 mod cli_rss;
 mod cli_xdp;
 mod control;
 mod echo;
 mod echo_pool;
 mod handoff;
+mod lb_run;
+mod lb_setup;
 mod lifecycle;
 mod pidfile;
 mod run;
@@ -51,6 +54,8 @@ enum Cmd {
     Rss(cli_rss::RssCmd),
     /// XDP filter: attach, detach, block and allow lists, counters.
     Xdp(cli_xdp::XdpArgs),
+    /// XDP L4 load balancer: attach, run (health checks), backends, drain, counters.
+    Lb(cli_lb::LbArgs),
     /// Run the length-prefixed echo server of the netpoll benchmark on the engine.
     Echo(echo::EchoArgs),
     /// Run an unmodified program with ringx's connection locality (libringx_preload.so).
@@ -81,6 +86,7 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Rss(cmd) => cli_rss::run(cmd),
         Cmd::Xdp(args) => cli_xdp::run(args),
+        Cmd::Lb(args) => cli_lb::run(args),
         Cmd::Echo(args) => echo::run(args),
         Cmd::Run(args) => run::run(args),
         Cmd::DefaultConfig => {
@@ -108,6 +114,13 @@ fn main() -> ExitCode {
         },
         Cmd::Reload { config, pid_file } => services::signal_cmd(&config, pid_file, libc::SIGHUP),
         Cmd::Serve { config } => match load(&config) {
+            Ok(cfg) if cfg.server.is_empty() && cfg.stream.is_empty() => {
+                eprintln!(
+                    "ringx: the configuration has only [lb], nothing to serve: run the \
+                     balancer with `ringx lb run -c FILE`"
+                );
+                ExitCode::FAILURE
+            }
             Ok(cfg) => lifecycle::serve(cfg, config),
             Err(e) => {
                 eprintln!("ringx: {e}");

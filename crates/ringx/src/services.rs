@@ -137,6 +137,7 @@ impl OpsSetup {
             wakers: p.zones.iter().map(|z| z.1.clone()).collect(),
             upstreams: Mutex::new(ups),
             xdp_pin_dir: p.cfg.xdp.as_ref().map(|x| x.pin_dir.clone()),
+            lb_pin_dir: p.cfg.lb.as_ref().map(|l| l.pin_dir.clone()),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             generation: AtomicU64::new(1),

@@ -141,6 +141,11 @@ pub fn setup(
         devices: &devices,
         xdp_mode: st.xdp_mode.map(|m| m.0),
         filter_dev: cfg.xdp.as_ref().map(|x| x.dev.0.as_str()),
+        filter_chain: cfg
+            .xdp
+            .as_ref()
+            .filter(|x| x.chain)
+            .map(|x| x.pin_dir.as_path()),
         port_range: st.port_range.as_ref().map(|r| r.get_ref().0.clone()),
         time_wait: st.time_wait.map(|d| d.0),
         table_ports: st.table_ports,

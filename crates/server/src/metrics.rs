@@ -85,6 +85,8 @@ pub struct Metrics {
     pub upstreams: Mutex<Option<Arc<Upstreams>>>,
     /// Where the XDP filter's maps are pinned, when `[xdp]` is configured.
     pub xdp_pin_dir: Option<PathBuf>,
+    /// Where the XDP load balancer's maps are pinned, when `[lb]` is configured.
+    pub lb_pin_dir: Option<PathBuf>,
     pub reloads_ok: AtomicU64,
     pub reloads_failed: AtomicU64,
     pub generation: AtomicU64,
@@ -471,7 +473,92 @@ impl Metrics {
         );
 
         self.render_xdp(&mut o);
+        self.render_lb(&mut o);
         o.s
+    }
+
+    /// The load balancer's counters from its pinned maps (`ringx lb stats` shows the same).
+    fn render_lb(&self, o: &mut Out) {
+        let Some(dir) = &self.lb_pin_dir else { return };
+        o.family(
+            "ringx_lb_up",
+            "gauge",
+            "1 if the XDP load balancer's counters could be read.",
+        );
+        let read = || -> ringx_xdp::Result<_> {
+            let maps = ringx_lb::LbMaps::open_pinned(dir)?;
+            let reasons = maps.reasons()?;
+            let mut svcs = Vec::new();
+            for (id, addr, proto) in ringx_lb::control::services(&maps)? {
+                svcs.push((format!("{addr}"), proto.as_str(), maps.vip_counter(id)?));
+            }
+            let mut backends = Vec::new();
+            for b in ringx_lb::control::backend_states(&maps)? {
+                backends.push((
+                    b.addr.to_string(),
+                    b.drained || b.down,
+                    maps.backend_counter(b.index)?,
+                ));
+            }
+            Ok((reasons, svcs, backends))
+        };
+        let (reasons, svcs, backends) = match read() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!("metrics: lb counters: {e}");
+                o.sample("ringx_lb_up", &[], 0);
+                return;
+            }
+        };
+        o.sample("ringx_lb_up", &[], 1);
+        for (what, unit) in [("packets", "Packets"), ("bytes", "Bytes")] {
+            let name = format!("ringx_lb_{what}_total");
+            o.family(
+                &name,
+                "counter",
+                &format!("{unit} the XDP load balancer saw, by verdict and reason."),
+            );
+            for (r, c) in &reasons {
+                let verdict = format!("{:?}", r.verdict()).to_lowercase();
+                let v = if what == "packets" {
+                    c.packets
+                } else {
+                    c.bytes
+                };
+                o.sample(&name, &[("verdict", &verdict), ("reason", r.name())], v);
+            }
+        }
+        type Field = fn(&ringx_lb::Counter) -> u64;
+        let fields: [(&str, &str, Field); 4] = [
+            ("packets", "Packets forwarded", |c| c.packets),
+            ("bytes", "Bytes forwarded", |c| c.bytes),
+            (
+                "new_flows",
+                "New flows (TCP SYNs, UDP flows) given a backend",
+                |c| c.new_flows,
+            ),
+            ("lru_misses", "Connection-table misses", |c| c.lru_misses),
+        ];
+        for (f, help, get) in fields {
+            let name = format!("ringx_lb_service_{f}_total");
+            o.family(&name, "counter", &format!("{help}, per virtual service."));
+            for (vip, proto, c) in &svcs {
+                o.sample(&name, &[("vip", vip), ("proto", proto)], get(c));
+            }
+            let name = format!("ringx_lb_backend_{f}_total");
+            o.family(&name, "counter", &format!("{help}, per backend."));
+            for (addr, _, c) in &backends {
+                o.sample(&name, &[("backend", addr)], get(c));
+            }
+        }
+        o.family(
+            "ringx_lb_backend_up",
+            "gauge",
+            "1 if the backend takes new flows (not drained, not failed).",
+        );
+        for (addr, out, _) in &backends {
+            o.sample("ringx_lb_backend_up", &[("backend", addr)], u8::from(!out));
+        }
     }
 
     fn render_xdp(&self, o: &mut Out) {

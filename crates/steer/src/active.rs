@@ -99,6 +99,9 @@ pub struct Request<'a> {
     pub xdp_mode: Option<ringx_xdp::Mode>,
     /// The device the XDP filter runs on, if any (a device runs one XDP program).
     pub filter_dev: Option<&'a str>,
+    /// Where the filter is pinned when it hands what it passes on to a next stage (its
+    /// `chain` setting): steering on its device goes there instead of failing.
+    pub filter_chain: Option<&'a std::path::Path>,
     /// Local ports to use; None: this namespace's `ip_local_port_range`.
     pub port_range: Option<RangeInclusive<u16>>,
     /// How long a port this side closed first rests; None: [`default_time_wait`].
@@ -273,9 +276,10 @@ fn software_steering(
     if let Some(why) = ringx_xdp::bpf_unavailable() {
         return Err(SetupError(why));
     }
-    if let Some(dev) = req.filter_dev.filter(|d| devs.iter().any(|x| x == d)) {
+    let behind = req.filter_dev.filter(|d| devs.iter().any(|x| x == d));
+    if let (Some(dev), None) = (behind, req.filter_chain) {
         return Err(SetupError(format!(
-            "{dev} already runs the [xdp] filter (one XDP program per device)"
+            "{dev} already runs the [xdp] filter (set chain = true in [xdp] to steer behind it)"
         )));
     }
     let mut ports = req.listen_ports.to_vec();
@@ -291,6 +295,18 @@ fn software_steering(
     };
     let mut steer = Steer::load(&settings).map_err(|e| SetupError(e.to_string()))?;
     for dev in devs {
+        if let (Some(f), Some(dir)) = (behind, req.filter_chain) {
+            if f == dev {
+                steer
+                    .chain_behind(dir)
+                    .map_err(|e| SetupError(format!("behind the filter on {dev}: {e}")))?;
+                tracing::info!(
+                    "steering: XDP program behind the filter on {dev} (its chain slot): TCP \
+                     packets the filter passes to their zone's CPU"
+                );
+                continue;
+            }
+        }
         let mode = match req.xdp_mode {
             Some(m) => m,
             None if nic::driver(dev).is_ok_and(|d| d == "veth") => ringx_xdp::Mode::Generic,

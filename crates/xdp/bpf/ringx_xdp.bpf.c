@@ -48,6 +48,10 @@ const volatile __u32 rx_port_filter = 0;
  * proxy's upstreams, DNS) arrive on them. The loader reads ip_local_port_range. */
 const volatile __u32 rx_ephemeral_low = 65536;
 
+/* 1: a packet the filter passes goes on to the next XDP program in rx_chain (a tail call),
+ * when one is there: filter -> load balancer (or steering) -> pass, on one device. */
+const volatile __u32 rx_chain_on = 0;
+
 /* ---- maps (pinned by name under the loader's pin directory, shared with the CLI) ---- */
 
 #define RX_LPM_MAP(name, key_t, entries)                                                   \
@@ -94,6 +98,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rx_stats SEC(".maps");
 
+/* The next stage (slot 0). Replacing the program in the slot is one map update, so every
+ * packet meets the old stage or the new one; an empty slot passes. Pinned, so the stage
+ * outlives the process that put it there and survives the filter's own replacement. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rx_chain SEC(".maps");
+
 /* ---- verdicts ---- */
 
 #define RX_VERDICT_PASS XDP_PASS
@@ -105,20 +120,27 @@ static __always_inline int verdict(struct xdp_md *ctx, enum rx_reason reason)
 {
 	__u32 key = reason;
 	struct rx_counter *c = bpf_map_lookup_elem(&rx_stats, &key);
+	int v;
 
 	if (c) { /* per-CPU value: no other CPU writes it, plain adds suffice */
 		c->packets++;
 		c->bytes += ctx->data_end - ctx->data;
 	}
 	switch (reason) {
-#define RX_REASON_CASE(name, v, desc) \
-	case RX_##name:               \
-		return RX_VERDICT_##v;
+#define RX_REASON_CASE(name, vd, desc) \
+	case RX_##name:                \
+		v = RX_VERDICT_##vd;   \
+		break;
 		RX_REASONS(RX_REASON_CASE)
 #undef RX_REASON_CASE
 	default:
-		return XDP_DROP;
+		v = XDP_DROP;
 	}
+	/* rx_chain_on is a frozen constant: without a chain the verifier removes this. A tail
+	 * call that finds no program falls through to the filter's own verdict. */
+	if (rx_chain_on && v == XDP_PASS)
+		bpf_tail_call(ctx, &rx_chain, 0);
+	return v;
 }
 
 /* ---- rules ---- */

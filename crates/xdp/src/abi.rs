@@ -134,8 +134,10 @@ pub mod map_names {
     pub const SYN_BUCKETS: &str = "rx_syn_buckets";
     pub const PORTS: &str = "rx_ports";
     pub const STATS: &str = "rx_stats";
+    /// The next stage of the chain (a program array of one slot).
+    pub const CHAIN: &str = "rx_chain";
     /// Every map, in the order `ringx xdp stats` checks them.
-    pub const ALL: [&str; 7] = [
+    pub const ALL: [&str; 8] = [
         ALLOW_V4,
         ALLOW_V6,
         BLOCK_V4,
@@ -143,5 +145,6 @@ pub mod map_names {
         SYN_BUCKETS,
         PORTS,
         STATS,
+        CHAIN,
     ];
 }

@@ -52,8 +52,8 @@ pub use abi::{Counter, Reason, Verdict};
 pub use cidr::Cidr;
 pub use error::{Error, Result};
 pub use loader::{
-    attachments, detach, ensure_pin_dir, ephemeral_low, purge, Attachment, Filter, LinkStatus,
-    Mode, Settings, BPFFS_LOCK,
+    attach_program, attachments, chain_clear, chain_next, chain_prog_id, detach, ensure_pin_dir,
+    ephemeral_low, purge, Attachment, Filter, LinkStatus, Mode, Settings, BPFFS_LOCK,
 };
 pub use maps::{BlockList, List, Maps, Origin, Stats, DEFAULT_PIN_DIR};
 pub use port::ServedPort;

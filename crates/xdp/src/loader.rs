@@ -18,7 +18,7 @@
 //!
 //! One pin directory serves one network namespace (link pins are named by device).
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -92,6 +92,9 @@ pub struct Settings {
     pub block_entries: u32,
     pub allow_entries: u32,
     pub syn_table_size: u32,
+    /// Send what the filter passes on to the next stage in the pinned `rx_chain` program
+    /// array ([`chain_next`]): filter -> load balancer -> pass on one device.
+    pub chain: bool,
 }
 
 impl Default for Settings {
@@ -104,6 +107,7 @@ impl Default for Settings {
             block_entries: 65536,
             allow_entries: 4096,
             syn_table_size: 65536,
+            chain: false,
         }
     }
 }
@@ -205,6 +209,7 @@ fn expected(name: &str) -> (u32, usize, usize, u32) {
         map_names::ALLOW_V6 | map_names::BLOCK_V6 => (map_type::LPM_TRIE, SIZEOF_RX_LPM_V6, 4, 1),
         map_names::SYN_BUCKETS => (map_type::LRU_HASH, SIZEOF_RX_RATE_KEY, SIZEOF_RX_BUCKET, 1),
         map_names::PORTS => (map_type::ARRAY, 4, 1, 65536),
+        map_names::CHAIN => (map_type::PROG_ARRAY, 4, 4, 1),
         map_names::STATS => (
             map_type::PERCPU_ARRAY,
             4,
@@ -310,6 +315,7 @@ impl Filter {
         let (rate, burst, fill) = settings.syn_params()?;
         let eph: u32 = settings.ephemeral_low.unwrap_or_else(ephemeral_low).into();
         let port_filter: u32 = settings.port_filter.into();
+        let chain: u32 = settings.chain.into();
         let mut loader = EbpfLoader::new();
         // No CO-RE relocations in the program: skip parsing the kernel's BTF (megabytes).
         loader
@@ -319,6 +325,7 @@ impl Filter {
             .set_global("rx_syn_burst", &burst, true)
             .set_global("rx_syn_fill_ns", &fill, true)
             .set_global("rx_port_filter", &port_filter, true)
+            .set_global("rx_chain_on", &chain, true)
             .set_global("rx_ephemeral_low", &eph, true)
             .set_max_entries(map_names::BLOCK_V4, settings.block_entries)
             .set_max_entries(map_names::BLOCK_V6, settings.block_entries)
@@ -383,91 +390,93 @@ impl Filter {
     /// pins it. The link outlives this process (it is pinned); see [`Attachment::detach`] and
     /// [`detach`].
     pub fn attach(&mut self, dev: &str, mode: Mode) -> Result<Attachment> {
-        let ifindex = sys::ifindex(dev).ok_or_else(|| Error::NoDevice(dev.to_string()))?;
         let pin = link_pin(&self.pin_dir, dev);
-        let mut replaced = false;
-        if let Ok(fd) = sys::obj_get(&pin) {
-            let info = sys::link_info(fd.as_fd()).map_err(|e| Error::io("link info", e))?;
-            if info.link_type != sys::BPF_LINK_TYPE_XDP {
-                return Err(Error::Invalid(format!(
-                    "{} is not an XDP link (type {})",
-                    pin.display(),
-                    info.link_type
-                )));
-            }
-            if info.ifindex == 0 {
-                // Defunct: its device was removed (or its namespace). Start afresh.
-                let _ = std::fs::remove_file(&pin);
-            } else if info.ifindex != ifindex {
-                return Err(Error::Invalid(format!(
-                    "{} holds the link of ifindex {} ({}), not of {dev} (ifindex {ifindex}); \
-                     detach it first",
-                    pin.display(),
-                    info.ifindex,
-                    sys::ifname(info.ifindex).unwrap_or_else(|| "gone".into())
-                )));
-            } else {
-                let link = PinnedLink::from_pin(&pin)
-                    .map_err(|e| Error::from_aya(&format!("open {}", pin.display()), &e))?;
-                let link = aya::programs::xdp::XdpLink::try_from(FdLink::from(link))
-                    .map_err(|e| Error::from_aya("XDP link", &e))?;
-                xdp_prog(&mut self.ebpf)?
-                    .attach_to_link(link)
-                    .map_err(|e| {
-                        Error::from_aya(
-                            &format!("replace the program on {dev} (BPF_LINK_UPDATE)"),
-                            &e,
-                        )
-                    })?;
-                replaced = true;
-            }
-        }
-        if !replaced {
-            let prog = xdp_prog(&mut self.ebpf)?;
-            let id = prog
-                .attach_to_if_index(ifindex, mode.flags())
-                .map_err(|e| {
-                    let attach = || format!("attach XDP to {dev} in {} mode", mode.as_str());
-                    let errno = std::iter::successors(
-                        Some(&e as &(dyn std::error::Error + 'static)),
-                        |e| e.source(),
-                    )
-                    .find_map(|e| e.downcast_ref::<std::io::Error>()?.raw_os_error());
-                    match errno {
-                        Some(libc::EOPNOTSUPP) if mode == Mode::Native => {
-                            Error::NativeUnsupported {
-                                dev: dev.to_string(),
-                            }
-                        }
-                        Some(libc::EBUSY) | Some(libc::EEXIST) => Error::Busy {
-                            dev: dev.to_string(),
-                        },
-                        _ => Error::from_aya(&attach(), &e),
-                    }
-                })?;
-            let link = prog
-                .take_link(id)
-                .map_err(|e| Error::from_aya("take the XDP link", &e))?;
-            let link = FdLink::try_from(link).map_err(|e| Error::from_aya("XDP link", &e))?;
-            // Dropping the PinnedLink closes this descriptor; the pin keeps the link.
-            drop(
-                link.pin(&pin)
-                    .map_err(|e| Error::from_aya(&format!("pin {}", pin.display()), &e))?,
-            );
-        }
-        let link =
-            sys::obj_get(&pin).map_err(|e| Error::io(format!("open {}", pin.display()), e))?;
-        let info = sys::link_info(link.as_fd()).map_err(|e| Error::io("link info", e))?;
-        Ok(Attachment {
-            dev: dev.to_string(),
-            ifindex,
-            replaced,
-            link_id: info.id,
-            prog_id: info.prog_id,
-            link,
-            pin,
-        })
+        attach_program(xdp_prog(&mut self.ebpf)?, &pin, dev, mode)
     }
+}
+
+/// Attaches a loaded XDP program to `dev` through the bpf_link pinned at `pin`: replaces the
+/// program of that link atomically when it exists (BPF_LINK_UPDATE; the link's mode stays),
+/// otherwise creates a link in `mode` and pins it there. [`Filter::attach`] and the other
+/// XDP programs of the workspace (the load balancer) attach through this.
+pub fn attach_program(prog: &mut Xdp, pin: &Path, dev: &str, mode: Mode) -> Result<Attachment> {
+    let ifindex = sys::ifindex(dev).ok_or_else(|| Error::NoDevice(dev.to_string()))?;
+    let mut replaced = false;
+    if let Ok(fd) = sys::obj_get(pin) {
+        let info = sys::link_info(fd.as_fd()).map_err(|e| Error::io("link info", e))?;
+        if info.link_type != sys::BPF_LINK_TYPE_XDP {
+            return Err(Error::Invalid(format!(
+                "{} is not an XDP link (type {})",
+                pin.display(),
+                info.link_type
+            )));
+        }
+        if info.ifindex == 0 {
+            // Defunct: its device was removed (or its namespace). Start afresh.
+            let _ = std::fs::remove_file(pin);
+        } else if info.ifindex != ifindex {
+            return Err(Error::Invalid(format!(
+                "{} holds the link of ifindex {} ({}), not of {dev} (ifindex {ifindex}); \
+                 detach it first",
+                pin.display(),
+                info.ifindex,
+                sys::ifname(info.ifindex).unwrap_or_else(|| "gone".into())
+            )));
+        } else {
+            let link = PinnedLink::from_pin(pin)
+                .map_err(|e| Error::from_aya(&format!("open {}", pin.display()), &e))?;
+            let link = aya::programs::xdp::XdpLink::try_from(FdLink::from(link))
+                .map_err(|e| Error::from_aya("XDP link", &e))?;
+            prog.attach_to_link(link).map_err(|e| {
+                Error::from_aya(
+                    &format!("replace the program on {dev} (BPF_LINK_UPDATE)"),
+                    &e,
+                )
+            })?;
+            replaced = true;
+        }
+    }
+    if !replaced {
+        let id = prog
+            .attach_to_if_index(ifindex, mode.flags())
+            .map_err(|e| {
+                let attach = || format!("attach XDP to {dev} in {} mode", mode.as_str());
+                let errno =
+                    std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
+                        e.source()
+                    })
+                    .find_map(|e| e.downcast_ref::<std::io::Error>()?.raw_os_error());
+                match errno {
+                    Some(libc::EOPNOTSUPP) if mode == Mode::Native => Error::NativeUnsupported {
+                        dev: dev.to_string(),
+                    },
+                    Some(libc::EBUSY) | Some(libc::EEXIST) => Error::Busy {
+                        dev: dev.to_string(),
+                    },
+                    _ => Error::from_aya(&attach(), &e),
+                }
+            })?;
+        let link = prog
+            .take_link(id)
+            .map_err(|e| Error::from_aya("take the XDP link", &e))?;
+        let link = FdLink::try_from(link).map_err(|e| Error::from_aya("XDP link", &e))?;
+        // Dropping the PinnedLink closes this descriptor; the pin keeps the link.
+        drop(
+            link.pin(pin)
+                .map_err(|e| Error::from_aya(&format!("pin {}", pin.display()), &e))?,
+        );
+    }
+    let link = sys::obj_get(pin).map_err(|e| Error::io(format!("open {}", pin.display()), e))?;
+    let info = sys::link_info(link.as_fd()).map_err(|e| Error::io("link info", e))?;
+    Ok(Attachment {
+        dev: dev.to_string(),
+        ifindex,
+        replaced,
+        link_id: info.id,
+        prog_id: info.prog_id,
+        link,
+        pin: pin.to_path_buf(),
+    })
 }
 
 fn xdp_prog(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
@@ -475,6 +484,42 @@ fn xdp_prog(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
         .ok_or_else(|| Error::Load(format!("no program {PROG_NAME} in the object")))?
         .try_into()
         .map_err(|e| Error::from_aya("the filter program", &e))
+}
+
+/// Puts `prog` (an XDP program) in the filter's chain slot under `pin_dir`: from the next
+/// packet on, what the filter passes goes to it (when the filter was loaded with
+/// [`Settings::chain`]). Replaces the stage that was there in one map update, so no packet
+/// meets neither.
+pub fn chain_next(pin_dir: &Path, prog: BorrowedFd<'_>) -> Result<()> {
+    let m = open_chain(pin_dir)?;
+    let fd = prog.as_raw_fd() as u32;
+    m.update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), sys::BPF_ANY)
+        .map_err(|e| Error::io("set the filter's next stage (rx_chain)", e))
+}
+
+/// Empties the chain slot (passed packets pass); false when it was empty.
+pub fn chain_clear(pin_dir: &Path) -> Result<bool> {
+    open_chain(pin_dir)?
+        .delete(&0u32.to_ne_bytes())
+        .map_err(|e| Error::io("clear the filter's next stage (rx_chain)", e))
+}
+
+/// The id of the program in the chain slot, if any.
+pub fn chain_prog_id(pin_dir: &Path) -> Result<Option<u32>> {
+    let m = open_chain(pin_dir)?;
+    let mut id = [0u8; 4];
+    let found = m
+        .lookup(&0u32.to_ne_bytes(), &mut id)
+        .map_err(|e| Error::io("read the filter's next stage (rx_chain)", e))?;
+    Ok(found.then(|| u32::from_ne_bytes(id)))
+}
+
+fn open_chain(pin_dir: &Path) -> Result<MapFd> {
+    let path = pin_dir.join(map_names::CHAIN);
+    MapFd::open_pinned(&path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => Error::NotPinned { path: path.clone() },
+        _ => Error::io(format!("open {}", path.display()), e),
+    })
 }
 
 /// Detaches ringx's filter from `dev` (BPF_LINK_DETACH, so it stops even while `ringx serve`

@@ -53,6 +53,7 @@ pub const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 pub mod map_type {
     pub const HASH: u32 = 1;
     pub const ARRAY: u32 = 2;
+    pub const PROG_ARRAY: u32 = 3;
     pub const PERCPU_ARRAY: u32 = 6;
     pub const LRU_HASH: u32 = 9;
     pub const LPM_TRIE: u32 = 11;

@@ -1,0 +1,446 @@
+//! `[lb]`: the XDP L4 load balancer (crate ringx-lb), run by `ringx lb run` (or by `ringx
+//! serve`, beside [[server]]s, when it lists devices) and edited by the other `ringx lb`
+//! commands. A file may hold only `[lb]` (a balancer host serves nothing itself), or `[lb]`
+//! beside the rest of a configuration.
+//!
+//! ```toml
+//! [lb]
+//! devices = ["eth0"]           # where `ringx lb run` (or `ringx serve`) attaches it
+//! mode = "native"              # or "generic"
+//! encap = "gue"                # or "ipip" (backends: `ringx lb backend`, or ipip/fou devices)
+//! gue_port = 6080
+//! source_v4 = "10.0.0.1"       # outer source; default: the route's source to a backend
+//! source_v6 = "fd00::1"
+//! conn_table_size = 262144
+//! pin_dir = "/sys/fs/bpf/ringx-lb"
+//! detach_on_exit = false
+//! behind_filter = "/sys/fs/bpf/ringx"   # instead of devices: in the [xdp] filter's chain slot
+//!
+//! [[lb.service]]
+//! vip = "198.51.100.1:80"
+//! proto = "tcp"                # or "udp"
+//! backends = ["10.0.0.11", { addr = "10.0.0.12", weight = 2 }]
+//! health = { check = "http", path = "/", interval = "1s", timeout = "500ms", rise = 2, fall = 2 }
+//! ```
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::error::{ConfigError, Source};
+use crate::units::Dur;
+use crate::xdp::{DevName, XdpMode};
+
+/// Most services and most backends per service (the program's map sizes; see ringx-lb).
+pub const MAX_SERVICES: usize = 64;
+pub const MAX_BACKENDS_PER_SERVICE: usize = 655;
+pub const MAX_WEIGHT: u32 = 100;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lb {
+    #[serde(default)]
+    pub devices: Vec<Spanned<DevName>>,
+    #[serde(default)]
+    pub mode: XdpMode,
+    #[serde(default)]
+    pub encap: Encap,
+    #[serde(default = "default_gue_port")]
+    pub gue_port: Spanned<u16>,
+    pub source_v4: Option<Ipv4Addr>,
+    pub source_v6: Option<Ipv6Addr>,
+    #[serde(default = "default_conns")]
+    pub conn_table_size: Spanned<u32>,
+    #[serde(default = "default_pin_dir")]
+    pub pin_dir: PathBuf,
+    #[serde(default)]
+    pub detach_on_exit: bool,
+    /// Run behind the XDP filter pinned in this directory (loaded with `chain`: `[xdp]
+    /// chain = true`, or `ringx xdp attach --chain`), in its chain slot, on the filter's
+    /// device: filter -> balancer -> pass.
+    pub behind_filter: Option<Spanned<PathBuf>>,
+    #[serde(default, rename = "service")]
+    pub services: Vec<Spanned<Service>>,
+}
+
+fn default_gue_port() -> Spanned<u16> {
+    Spanned::new(0..0, 6080)
+}
+fn default_conns() -> Spanned<u32> {
+    Spanned::new(0..0, 262_144)
+}
+fn default_pin_dir() -> PathBuf {
+    PathBuf::from("/sys/fs/bpf/ringx-lb")
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encap {
+    #[default]
+    Gue,
+    Ipip,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    pub vip: Spanned<SocketAddr>,
+    #[serde(default)]
+    pub proto: Proto,
+    pub backends: Vec<Spanned<Backend>>,
+    pub health: Option<Spanned<Health>>,
+}
+
+/// A backend: `"10.0.0.11"` or `{ addr = "10.0.0.11", weight = 2 }`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backend {
+    pub addr: IpAddr,
+    pub weight: u32,
+}
+
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct BackendVisitor;
+        impl<'de> Visitor<'de> for BackendVisitor {
+            type Value = Backend;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an address (\"10.0.0.11\") or { addr = \"10.0.0.11\", weight = 2 }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Backend, E> {
+                Ok(Backend {
+                    addr: parse_addr(v)?,
+                    weight: 1,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Backend, A::Error> {
+                let mut addr = None;
+                let mut weight = 1;
+                while let Some(k) = m.next_key::<String>()? {
+                    match k.as_str() {
+                        "addr" => {
+                            let s: String = m.next_value()?;
+                            addr = Some(parse_addr::<A::Error>(&s)?);
+                        }
+                        "weight" => {
+                            let w: i64 = m.next_value()?;
+                            if !(1..=i64::from(MAX_WEIGHT)).contains(&w) {
+                                return Err(de::Error::custom(format!(
+                                    "weight {w}: between 1 and {MAX_WEIGHT}"
+                                )));
+                            }
+                            weight = w as u32;
+                        }
+                        other => return Err(de::Error::unknown_field(other, &["addr", "weight"])),
+                    }
+                }
+                let addr = addr.ok_or_else(|| de::Error::missing_field("addr"))?;
+                Ok(Backend { addr, weight })
+            }
+        }
+        d.deserialize_any(BackendVisitor)
+    }
+}
+
+fn x_pin(xdp: Option<&crate::xdp::Xdp>) -> String {
+    xdp.map_or(String::new(), |x| x.pin_dir.display().to_string())
+}
+
+fn parse_addr<E: de::Error>(v: &str) -> Result<IpAddr, E> {
+    v.parse().map_err(|_| {
+        E::custom(format!(
+            "backend {v:?} is not an IP address (no port: the service's port is used)"
+        ))
+    })
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Check {
+    /// A TCP connection to the backend's address.
+    #[default]
+    Tcp,
+    /// `GET path` on a new connection; 2xx or 3xx (or `expect`) is healthy.
+    Http,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    #[serde(default)]
+    pub check: Check,
+    /// The port checked on each backend; default: the service's.
+    pub port: Option<u16>,
+    #[serde(default = "default_path")]
+    pub path: String,
+    pub expect: Option<u16>,
+    #[serde(default = "default_interval")]
+    pub interval: Dur,
+    #[serde(default = "default_timeout")]
+    pub timeout: Dur,
+    #[serde(default = "two")]
+    pub rise: u32,
+    #[serde(default = "two")]
+    pub fall: u32,
+}
+
+fn default_path() -> String {
+    "/".into()
+}
+fn default_interval() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
+}
+fn default_timeout() -> Dur {
+    Dur(std::time::Duration::from_millis(500))
+}
+fn two() -> u32 {
+    2
+}
+
+/// The checks across values, each error at the value it concerns.
+pub(crate) fn validate(
+    lb: &Lb,
+    xdp: Option<&crate::xdp::Xdp>,
+    steering_software_on_filter: bool,
+    src: &Source,
+) -> Result<(), ConfigError> {
+    if lb.services.is_empty() {
+        return Err(src.err(0..0, "[lb] has no [[lb.service]]: define at least one"));
+    }
+    if lb.services.len() > MAX_SERVICES {
+        return Err(src.err(
+            lb.services[MAX_SERVICES].span(),
+            format!("more than {MAX_SERVICES} services in [lb]"),
+        ));
+    }
+    if lb.encap == Encap::Gue && *lb.gue_port.get_ref() == 0 {
+        return Err(src.err(lb.gue_port.span(), "gue_port must not be 0"));
+    }
+    if *lb.conn_table_size.get_ref() < 1024 {
+        return Err(src.err(
+            lb.conn_table_size.span(),
+            "conn_table_size must be at least 1024 flows",
+        ));
+    }
+    let mut devs = BTreeSet::new();
+    for d in &lb.devices {
+        if !devs.insert(&d.get_ref().0) {
+            return Err(src.err(
+                d.span(),
+                format!("device {} is listed twice", d.get_ref().0),
+            ));
+        }
+        if xdp.is_some_and(|x| x.dev.0 == d.get_ref().0) {
+            return Err(src.err(
+                d.span(),
+                format!(
+                    "{} already runs the [xdp] filter: to balance behind it on the same device, \
+                     set chain = true in [xdp] and behind_filter = \"{}\" here instead of \
+                     listing the device",
+                    d.get_ref().0,
+                    x_pin(xdp)
+                ),
+            ));
+        }
+    }
+    if let Some(bf) = &lb.behind_filter {
+        if let Some(x) = xdp.filter(|x| x.pin_dir == *bf.get_ref()) {
+            if !x.chain {
+                return Err(src.err(
+                    bf.span(),
+                    "behind_filter names the [xdp] filter, which has no chain slot: set \
+                     chain = true in [xdp]",
+                ));
+            }
+        }
+        if steering_software_on_filter {
+            return Err(src.err(
+                bf.span(),
+                "the filter's chain slot holds one program, and [steering] mode = \"software\" \
+                 on the filter's device takes it: balance on another device",
+            ));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for s in &lb.services {
+        let svc = s.get_ref();
+        let vip = *svc.vip.get_ref();
+        if vip.port() == 0 || vip.ip().is_unspecified() {
+            return Err(src.err(
+                svc.vip.span(),
+                format!("vip {vip}: an address and a port other than 0"),
+            ));
+        }
+        if !seen.insert((vip, svc.proto as u8)) {
+            return Err(src.err(svc.vip.span(), format!("service {vip} is defined twice")));
+        }
+        if svc.backends.is_empty() {
+            return Err(src.err(s.span(), format!("service {vip} has no backends")));
+        }
+        if svc.backends.len() > MAX_BACKENDS_PER_SERVICE {
+            return Err(src.err(
+                svc.backends[MAX_BACKENDS_PER_SERVICE].span(),
+                format!("service {vip}: more than {MAX_BACKENDS_PER_SERVICE} backends"),
+            ));
+        }
+        let mut addrs = BTreeSet::new();
+        for b in &svc.backends {
+            if !addrs.insert(b.get_ref().addr) {
+                return Err(src.err(
+                    b.span(),
+                    format!("backend {} is listed twice in {vip}", b.get_ref().addr),
+                ));
+            }
+        }
+        if let Some(h) = &svc.health {
+            let hh = h.get_ref();
+            if hh.interval.0.is_zero() || hh.timeout.0.is_zero() || hh.rise == 0 || hh.fall == 0 {
+                return Err(src.err(
+                    h.span(),
+                    "health: interval and timeout above 0, rise and fall at least 1",
+                ));
+            }
+            if hh.check == Check::Tcp && svc.proto == Proto::Udp && hh.port.is_none() {
+                return Err(src.err(
+                    h.span(),
+                    format!(
+                        "service {vip} is UDP: a TCP health check needs the port to check \
+                         (health.port)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse;
+
+    fn err(text: &str) -> String {
+        parse("lb.toml", text).unwrap_err().to_string()
+    }
+
+    const OK: &str = r#"
+[lb]
+devices = ["eth0"]
+encap = "ipip"
+source_v4 = "10.0.0.1"
+
+[[lb.service]]
+vip = "198.51.100.1:80"
+backends = ["10.0.0.11", { addr = "10.0.0.12", weight = 2 }]
+health = { check = "http", path = "/healthz", interval = "200ms" }
+
+[[lb.service]]
+vip = "[2001:db8::1]:53"
+proto = "udp"
+backends = ["fd00::11"]
+"#;
+
+    #[test]
+    fn an_lb_only_file_is_valid() {
+        let c = parse("lb.toml", OK).unwrap();
+        let lb = c.lb.unwrap();
+        assert_eq!(lb.services.len(), 2);
+        let s = lb.services[0].get_ref();
+        assert_eq!(s.backends[1].get_ref().weight, 2);
+        assert_eq!(
+            s.health.as_ref().unwrap().get_ref().check,
+            super::Check::Http
+        );
+        assert_eq!(lb.encap, super::Encap::Ipip);
+    }
+
+    #[test]
+    fn behind_the_filter() {
+        let text = format!(
+            "{}\n[xdp]\ndev = \"eth1\"\npin_dir = \"/sys/fs/bpf/f\"\nchain = true\n",
+            OK.replace("source_v4", "behind_filter = \"/sys/fs/bpf/f\"\nsource_v4")
+        );
+        let c = parse("lb.toml", &text).unwrap();
+        assert_eq!(
+            c.lb.unwrap().behind_filter.unwrap().get_ref(),
+            &std::path::PathBuf::from("/sys/fs/bpf/f")
+        );
+        // Software steering on the filter's device would take the same slot.
+        let e = err(&format!(
+            "{text}[steering]\nmode = \"software\"\ndevice = \"eth1\"\n[[server]]\n\
+             listen = [\"127.0.0.1:80\"]\n[[server.location]]\npath = \"/\"\n\
+             return = {{ status = 200 }}\n"
+        ));
+        assert!(e.contains("chain slot holds one program"), "{e}");
+    }
+
+    #[test]
+    fn errors_point_at_the_value() {
+        let cases = [
+            (
+                OK.replace("\"10.0.0.11\", {", "\"10.0.0.11:80\", {"),
+                "lb.toml:9:13: backend \"10.0.0.11:80\" is not an IP address",
+            ),
+            (
+                OK.replace("weight = 2", "weight = 0"),
+                "lb.toml:9:26: weight 0: between 1 and 100",
+            ),
+            (
+                OK.replace("weight = 2", "wait = 2"),
+                "lb.toml:9:26: unknown field `wait`",
+            ),
+            (
+                OK.replace("\"fd00::11\"", "\"fd00::11\", \"fd00::11\""),
+                "lb.toml:15:25: backend fd00::11 is listed twice",
+            ),
+            (
+                OK.replace("[2001:db8::1]:53", "198.51.100.1:80")
+                    .replace("proto = \"udp\"\n", ""),
+                "lb.toml:13:7: service 198.51.100.1:80 is defined twice",
+            ),
+            (
+                OK.replace("198.51.100.1:80", "198.51.100.1:0"),
+                "lb.toml:8:7: vip 198.51.100.1:0",
+            ),
+            (
+                OK.replace("backends = [\"fd00::11\"]", "backends = []"),
+                "lb.toml:12:1: service [2001:db8::1]:53 has no backends",
+            ),
+            (
+                OK.replace("encap = \"ipip\"", "encap = \"gre\""),
+                "lb.toml:4:9: unknown variant `gre`",
+            ),
+            (
+                OK.replace("devices = [\"eth0\"]", "devices = [\"eth0\", \"eth0\"]"),
+                "lb.toml:3:20: device eth0 is listed twice",
+            ),
+            (
+                OK.replace("interval = \"200ms\"", "interval = \"0s\""),
+                "lb.toml:10:10: health: interval and timeout",
+            ),
+            (
+                format!("{OK}\n[xdp]\ndev = \"eth0\"\n"),
+                "lb.toml:3:12: eth0 already runs the [xdp] filter",
+            ),
+            (
+                "[lb]\n".to_string(),
+                "lb.toml:1:1: [lb] has no [[lb.service]]",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = err(&text);
+            assert!(got.starts_with(want), "got {got:?}\nwanted {want:?}");
+        }
+    }
+}

@@ -1,0 +1,581 @@
+"""The XDP load balancer end to end, in network namespaces this test creates (one-armed, as
+Katran runs: the balancer's one device faces a router, which also carries the answers):
+
+    lbc (client 10.88.1.2) ──┐
+                             │        ┌── lbl (balancer 10.88.2.2, XDP ringx_lb on l0)
+                    lbr (router, forwards; VIP 10.88.100.1 routed to the balancer)
+                             │        ├── lb1 (backend 10.88.11.2, ringx, VIP on lo, XDP decap)
+                             │        ├── lb2 (backend 10.88.12.2, weight 2)
+                             │        └── lb3 (backend 10.88.13.2)
+
+A client's packet to the VIP goes router -> balancer, which encapsulates it (GUE) and sends
+it back out of the same device (XDP_TX) to the router, which routes it to the backend; the
+backend's XDP program takes the outer headers off, ringx answers from the VIP, and the
+answer goes router -> client without passing the balancer (direct server return).
+
+Every link also carries IPv6 (fd88::/16), for an IPv6 service with IPv6 backends (GUE over
+IPv6).
+
+Commands enter the namespaces with `nsenter --net` (not `ip netns exec`, which remounts /sys
+and would hide the pins). Needs root, netns, XDP, ethtool, iptables and curl; skips with the
+reason otherwise. Everything it makes (namespaces, pins, processes) is removed at the end.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import ringx_path
+
+TAG = f"{os.getpid() % 100000}"
+NAMES = ("c", "r", "l", "b1", "b2", "b3")
+NS = {k: f"lb{k}{TAG}" for k in NAMES}
+VIP = "10.88.100.1"
+PORT = 8080
+CLI, LB = "10.88.1.2", "10.88.2.2"
+BACKENDS = {"b1": "10.88.11.2", "b2": "10.88.12.2", "b3": "10.88.13.2"}
+VIP6, CLI6, LB6 = "fd88:100::1", "fd88:1::2", "fd88:2::2"
+BACKENDS6 = {"b1": "fd88:11::2", "b2": "fd88:12::2", "b3": "fd88:13::2"}
+WEIGHTS = {"b1": 1, "b2": 2, "b3": 1}
+PIN = f"/sys/fs/bpf/ringx-lbtest-{TAG}"
+CLONE_NEWNET = 0x40000000
+
+
+def sh(*args, check=True, timeout=60, **kw):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                       **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, args))} exited with {r.returncode}:\n"
+                             f"{r.stdout}{r.stderr}")
+    return r
+
+
+def ns(name, *args, **kw):
+    """Runs a command in namespace `name` (network only; mounts are the host's)."""
+    return sh("nsenter", f"--net=/run/netns/{NS[name]}", *args, **kw)
+
+
+def skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "not root (XDP and network namespaces need root)"
+    for tool in ("ip", "nsenter", "curl", "ethtool", "iptables"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (scripts/install-deps.sh installs it)"
+    if not os.path.isdir("/sys/fs/bpf"):
+        return "no /sys/fs/bpf"
+    probe = subprocess.run(["ip", "netns", "add", f"lbprobe{TAG}"], capture_output=True,
+                           text=True)
+    if probe.returncode != 0:
+        return f"cannot create a network namespace: {probe.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", f"lbprobe{TAG}"], capture_output=True)
+    return None
+
+
+def ringx(*args, check=True, where="l"):
+    return ns(where, ringx_path(), *args, check=check)
+
+
+def lb(*args, check=True):
+    return ringx("lb", "--pin-dir", f"{PIN}/lb", *args, check=check)
+
+
+def lb_stats() -> dict:
+    return json.loads(lb("stats", "--json").stdout)
+
+
+def veth(a: str, a_dev: str, a_addr: str, b: str, b_dev: str, b_addr: str, mtu: int,
+         a6: str, b6: str):
+    sh("ip", "link", "add", f"t{a_dev}{TAG}", "type", "veth", "peer", "name", f"t{b_dev}{TAG}")
+    for k, dev, addr, addr6 in ((a, a_dev, a_addr, a6), (b, b_dev, b_addr, b6)):
+        sh("ip", "link", "set", f"t{dev}{TAG}", "netns", NS[k])
+        sh("ip", "-n", NS[k], "link", "set", f"t{dev}{TAG}", "name", dev)
+        sh("ip", "-n", NS[k], "link", "set", dev, "mtu", mtu)
+        sh("ip", "-n", NS[k], "addr", "add", addr, "dev", dev)
+        sh("ip", "-n", NS[k], "addr", "add", addr6, "dev", dev, "nodad")
+        sh("ip", "-n", NS[k], "link", "set", dev, "up")
+        # Full checksums in software: a frame the balancer re-sends with XDP_TX is a new
+        # frame, so a checksum left for the NIC to finish would stay unfinished.
+        ns(k, "ethtool", "-K", dev, "tx", "off", check=False)
+
+
+def teardown():
+    for n in NS.values():
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    shutil.rmtree(PIN, ignore_errors=True)
+
+
+def backend_config(name: str) -> str:
+    return f"""
+[runtime]
+zones = 1
+[[server]]
+listen = ["0.0.0.0:{PORT}", "[::]:{PORT}"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "{name}\\n" }}
+"""
+
+
+def lb_config(backends=("b1", "b2", "b3"), health=False, v6=False) -> str:
+    bl = ", ".join(f'{{ addr = "{BACKENDS[b]}", weight = {WEIGHTS[b]} }}' for b in backends)
+    h = ('health = { check = "http", interval = "200ms", timeout = "200ms", rise = 2, '
+         'fall = 2 }') if health else ""
+    return f"""
+[lb]
+devices = ["l0"]
+mode = "native"
+encap = "gue"
+gue_port = 6080
+source_v4 = "{LB}"
+source_v6 = "{LB6}"
+pin_dir = "{PIN}/lb"
+conn_table_size = 65536
+
+[[lb.service]]
+vip = "{VIP}:{PORT}"
+backends = [{bl}]
+{h}
+""" + ("" if not v6 else f"""
+[[lb.service]]
+vip = "[{VIP6}]:{PORT}"
+backends = [{", ".join(f'"{BACKENDS6[b]}"' for b in backends)}]
+""")
+
+
+def setns_to(name):
+    """A preexec_fn that moves the child into the network namespace `name` only."""
+    path = f"/run/netns/{NS[name]}"
+
+    def enter():
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+        os.close(fd)
+    return enter
+
+
+def in_ns(name, fn, *args):
+    """Runs fn(*args) on a thread inside namespace `name` (setns(CLONE_NEWNET) moves only
+    the calling thread); sockets it makes stay in that namespace."""
+    out = {}
+
+    def body():
+        try:
+            setns_to(name)()
+            out["v"] = fn(*args)
+        except BaseException as e:  # handed to the caller
+            out["e"] = e
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    if "e" in out:
+        raise out["e"]
+    return out["v"]
+
+
+@pytest.fixture(scope="module")
+def bed(ringx_module, tmp_path_factory):
+    why = skip_reason()
+    if why:
+        print(f"skipped: {why}")
+        pytest.skip(why)
+    teardown()
+    servers = {}
+    try:
+        for n in NS.values():
+            sh("ip", "netns", "add", n)
+        for k in NS:
+            sh("ip", "-n", NS[k], "link", "set", "lo", "up")
+        veth("c", "c0", f"{CLI}/24", "r", "rc", "10.88.1.1/24", 1500, f"{CLI6}/64",
+             "fd88:1::1/64")
+        # Links that carry encapsulated packets have room for the outer headers.
+        veth("l", "l0", f"{LB}/24", "r", "rl", "10.88.2.1/24", 1600, f"{LB6}/64",
+             "fd88:2::1/64")
+        for i, b in enumerate(("b1", "b2", "b3"), 1):
+            veth(b, f"{b}0", f"{BACKENDS[b]}/24", "r", f"r{b}", f"10.88.1{i}.1/24", 1600,
+                 f"{BACKENDS6[b]}/64", f"fd88:1{i}::1/64")
+            sh("ip", "-n", NS[b], "route", "add", "default", "via", f"10.88.1{i}.1")
+            sh("ip", "-n", NS[b], "-6", "route", "add", "default", "via", f"fd88:1{i}::1")
+            sh("ip", "-n", NS[b], "addr", "add", f"{VIP}/32", "dev", "lo")
+            sh("ip", "-n", NS[b], "addr", "add", f"{VIP6}/128", "dev", "lo", "nodad")
+            # The answer leaves from the VIP, which no route here says arrives on b*0.
+            ns(b, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
+            ns(b, "sysctl", "-qw", f"net.ipv4.conf.{b}0.rp_filter=0")
+        sh("ip", "-n", NS["c"], "route", "add", "default", "via", "10.88.1.1")
+        sh("ip", "-n", NS["l"], "route", "add", "default", "via", "10.88.2.1")
+        sh("ip", "-n", NS["c"], "-6", "route", "add", "default", "via", "fd88:1::1")
+        sh("ip", "-n", NS["l"], "-6", "route", "add", "default", "via", "fd88:2::1")
+        ns("r", "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+        sh("ip", "-n", NS["r"], "-6", "route", "add", f"{VIP6}/128", "via", LB6)
+        ns("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        for conf in ("all", "default", "rc", "rl", "rb1", "rb2", "rb3"):
+            ns("r", "sysctl", "-qw", f"net.ipv4.conf.{conf}.rp_filter=0")
+        sh("ip", "-n", NS["r"], "route", "add", f"{VIP}/32", "via", LB)
+        # A veth delivers frames its peer sent with XDP_TX only when it runs an XDP program
+        # itself (GRO alone is not enough on this kernel): the router runs ringx's filter,
+        # with no rules, on the balancer's link.
+        ringx("xdp", "--pin-dir", f"{PIN}/r", "attach", "--dev", "rl", where="r")
+        # Counters of the path: answers from the VIP forwarded backend -> client by the
+        # router, and anything from the VIP reaching the balancer's stack.
+        for b in ("b1", "b2", "b3"):
+            ns("r", "iptables", "-A", "FORWARD", "-s", VIP, "-i", f"r{b}", "-o", "rc")
+        ns("r", "iptables", "-A", "FORWARD", "-s", VIP, "-i", "rl")
+        ns("l", "iptables", "-t", "raw", "-A", "PREROUTING", "-s", VIP)
+        for b in ("b1", "b2", "b3"):
+            ringx("lb", "--pin-dir", f"{PIN}/{b}", "backend", "--dev", f"{b}0", "--gue-port",
+                  "6080", where=b)
+            r = ringx_module.make(backend_config(b), name=f"lb-{b}", preexec_fn=setns_to(b))
+            servers[b] = r
+        cfg = tmp_path_factory.mktemp("lb") / "lb.toml"
+        cfg.write_text(lb_config())
+        out = lb("attach", "--dev", "l0", "-c", cfg)
+        assert "attached the balancer to l0" in out.stdout, out.stdout + out.stderr
+        yield {"servers": servers, "cfg": cfg, "factory": ringx_module,
+               "tmp": tmp_path_factory}
+    finally:
+        for r in servers.values():
+            r.stop()
+        teardown()
+
+
+def get(conn: socket.socket | None = None, timeout=3.0, vip=VIP) -> tuple[str, socket.socket]:
+    """GET / on `conn` (kept alive) or on a new connection to the VIP; returns the body
+    (the backend's name) and the connection."""
+    if conn is None:
+        conn = socket.create_connection((vip, PORT), timeout=timeout)
+    conn.sendall(b"GET / HTTP/1.1\r\nHost: vip\r\n\r\n")
+    buf = b""
+    while True:
+        head, sep, body = buf.partition(b"\r\n\r\n")
+        if sep:
+            length = int([h.split(b":")[1] for h in head.split(b"\r\n")
+                          if h.lower().startswith(b"content-length")][0])
+            if len(body) >= length:
+                assert head.startswith(b"HTTP/1.1 200"), head
+                return body[:length].decode().strip(), conn
+        chunk = conn.recv(4096)
+        if not chunk:
+            raise ConnectionError(f"closed after {buf!r}")
+        buf += chunk
+
+
+def one_request(vip: str) -> str:
+    body, conn = get(vip=vip)
+    conn.close()
+    return body
+
+
+def many(n: int, workers: int = 16, vip: str = VIP) -> collections.Counter:
+    """n connections from the client namespace, one request each; the backends that
+    answered, counted."""
+    def run():
+        with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+            return collections.Counter(ex.map(one_request, [vip] * n))
+    return in_ns("c", run)
+
+
+def test_10k_connections_spread_by_weight_with_direct_return(bed):
+    s0 = lb_stats()
+    fwd_iptables0 = router_counts()
+    n = 10_000
+    got = many(n)
+    assert sum(got.values()) == n, got
+    total_w = sum(WEIGHTS.values())
+    for b, w in WEIGHTS.items():
+        share = got[b] / n
+        want = w / total_w
+        assert abs(share - want) <= 0.05 * want, (b, share, want, got)
+    s1 = lb_stats()
+    svc0, svc1 = s0["services"][0], s1["services"][0]
+    assert svc1["new_flows"] - svc0["new_flows"] >= n
+    fwd = s1["reasons"]["fwd"]["packets"] - s0["reasons"]["fwd"]["packets"]
+    # At least SYN, request and ACK/FIN packets per connection went through the balancer.
+    assert fwd >= 3 * n, fwd
+    by_addr = {b["addr"]: b for b in s1["backends"]}
+    for b in BACKENDS:
+        assert by_addr[BACKENDS[b]]["new_flows"] > 0
+    # Direct return: the answers went backend -> router -> client, never via the balancer.
+    r1 = router_counts()
+    for b in BACKENDS:
+        assert r1[b] - fwd_iptables0[b] >= got[b], (b, r1, got)
+    assert r1["via_lb"] == 0, r1
+    assert lb_stack_saw_vip() == 0
+    # Each backend decapsulated its share.
+    for b in BACKENDS:
+        d = json.loads(ringx("lb", "--pin-dir", f"{PIN}/{b}", "backend", "--dev", f"{b}0",
+                             "--stats", where=b).stdout)
+        assert d["decap_gue"]["packets"] >= 3 * got[b], (b, d)
+
+
+def router_counts() -> dict:
+    out = ns("r", "iptables", "-L", "FORWARD", "-v", "-x", "-n").stdout
+    counts = {"via_lb": 0}
+    for line in out.splitlines():
+        f = line.split()
+        if VIP not in line or len(f) < 8:
+            continue
+        for b in BACKENDS:
+            if f"r{b}" in f:
+                counts[b] = int(f[0])
+        if "rl" in f:
+            counts["via_lb"] = int(f[0])
+    return counts
+
+
+def lb_stack_saw_vip() -> int:
+    out = ns("l", "iptables", "-t", "raw", "-L", "PREROUTING", "-v", "-x", "-n").stdout
+    for line in out.splitlines():
+        if VIP in line:
+            return int(line.split()[0])
+    raise AssertionError(out)
+
+
+def open_conns(n: int) -> list[tuple[str, socket.socket]]:
+    """n keep-alive connections from the client namespace, each with one answer."""
+    def run():
+        return [get() for _ in range(n)]
+    return in_ns("c", run)
+
+
+def again(conns) -> list[str]:
+    """Another request on each kept-alive connection (from any thread: the sockets are
+    already in the client namespace)."""
+    return [get(c)[0] for _, c in conns]
+
+
+def apply_config(bed, text: str):
+    bed["cfg"].write_text(text)
+    out = lb("attach", "--dev", "l0", "-c", bed["cfg"])
+    assert "swapped the balancer on l0" in out.stdout, out.stdout + out.stderr
+
+
+def test_drain_keeps_established_flows_and_removal_moves_only_its_own(bed):
+    conns = open_conns(90)
+    first = [b for b, _ in conns]
+    assert set(first) == set(BACKENDS), collections.Counter(first)
+    b2 = BACKENDS["b2"]
+    try:
+        out = lb("drain", b2)
+        assert "drained" in out.stdout
+        # New flows avoid the drained backend; established ones keep it, without a reset.
+        fresh = many(400)
+        assert fresh["b2"] == 0 and sum(fresh.values()) == 400, fresh
+        assert again(conns) == first
+        s = lb_stats()
+        assert [b["drained"] for b in s["backends"] if b["addr"] == b2] == [True]
+        # The drained backend's connections finish; then it leaves the configuration.
+        for b, c in conns:
+            if b == "b2":
+                c.close()
+        kept = [(b, c) for b, c in conns if b != "b2"]
+        apply_config(bed, lb_config(("b1", "b3")))
+        # The others' established connections are untouched by the new ring.
+        assert again(kept) == [b for b, _ in kept]
+        after = many(2000)
+        assert after["b2"] == 0 and sum(after.values()) == 2000, after
+        assert abs(after["b1"] / 2000 - 0.5) < 0.05 * 0.5 * 2, after
+    finally:
+        for _, c in conns:
+            c.close()
+        apply_config(bed, lb_config())
+    # Back in the configuration, the backend takes new flows again (not drained: a new entry).
+    back = many(800)
+    assert back["b2"] > 0, back
+
+
+def test_serve_attaches_and_shows_counters_on_metrics(bed):
+    """ringx serve with [lb] (and devices) in its configuration attaches the balancer at
+    start (here: swaps the program in the link `ringx lb attach` made), keeps it attached
+    when it stops, and shows the counters per service and per backend on /metrics (read
+    from the pinned maps)."""
+    many(300)
+    cfg = lb_config().replace("[lb]", f"""[runtime]
+zones = 1
+[[server]]
+listen = ["127.0.0.1:{PORT}"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "lb host\\n" }}
+[admin]
+listen = "127.0.0.1:9901"
+
+[lb]""")
+    r = bed["factory"].make(cfg, name="lb-metrics", preexec_fn=setns_to("l"))
+    try:
+        r.wait_log("swapped the balancer on l0", timeout=10)
+        assert sum(many(300).values()) == 300
+        text = ns("l", "curl", "-s", "-m", "3", "http://127.0.0.1:9901/metrics").stdout
+        r.signal(signal.SIGTERM)
+        assert r.wait_exit(10) == 0, r.log()
+    finally:
+        r.stop()
+    assert "the balancer stays attached" in r.log(), r.log()
+    assert sum(many(100).values()) == 100
+    assert "ringx_lb_up 1" in text, text
+    s = lb_stats()
+    flows = s["services"][0]["new_flows"]
+    line = f'ringx_lb_service_new_flows_total{{vip="{VIP}:{PORT}",proto="tcp"}}'
+    got = [ln for ln in text.splitlines() if ln.startswith(line)]
+    assert got and 0 < int(got[0].split()[-1]) <= flows, (got, flows)
+    for b, a in BACKENDS.items():
+        assert f'ringx_lb_backend_up{{backend="{a}"}} 1' in text, text
+        pk = [ln for ln in text.splitlines()
+              if ln.startswith(f'ringx_lb_backend_packets_total{{backend="{a}"}}')]
+        assert pk and int(pk[0].split()[-1]) > 0, pk
+    assert 'ringx_lb_packets_total{verdict="forward",reason="fwd"}' in text
+
+
+def test_health_failure_takes_a_backend_out_and_recovery_brings_it_back(bed):
+    bed["cfg"].write_text(lb_config(health=True))
+    log = bed["tmp"].mktemp("lbrun") / "run.log"
+    with open(log, "w") as f:
+        run = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{NS['l']}", ringx_path(), "lb", "--pin-dir",
+             f"{PIN}/lb", "run", "-c", str(bed["cfg"])], stdout=f, stderr=subprocess.STDOUT)
+
+    def wait_for(needle, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = log.read_text()
+            if needle in text:
+                return time.monotonic()
+            assert run.poll() is None, text
+            time.sleep(0.02)
+        raise AssertionError(f"no {needle!r} in {timeout}s:\n{log.read_text()}")
+
+    b3 = bed["servers"]["b3"]
+    try:
+        wait_for("ringx lb: running", 10)
+        assert many(400)["b3"] > 0
+        t0 = time.monotonic()
+        b3.stop()
+        # Checked every 200 ms, out after 2 failures (each at most the 200 ms timeout).
+        t_out = wait_for(f"backend {BACKENDS['b3']} is down", 5)
+        assert t_out - t0 < 1.5, t_out - t0
+        during = many(400)
+        assert during["b3"] == 0 and sum(during.values()) == 400, during
+        assert [b["down"] for b in lb_stats()["backends"]
+                if b["addr"] == BACKENDS["b3"]] == [True]
+        b3.start()
+        wait_for(f"backend {BACKENDS['b3']} is up again", 5)
+        assert many(400)["b3"] > 0
+    finally:
+        if b3.proc is None or b3.proc.poll() is not None:
+            b3.start()
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(10) == 0, log.read_text()
+    text = log.read_text()
+    assert "the balancer stays attached" in text, text
+    # Still forwarding after the control plane stopped.
+    assert sum(many(100).values()) == 100
+
+
+def test_ipv6_service_end_to_end(bed):
+    """An IPv6 VIP with IPv6 backends: GUE over IPv6, decapsulated on the backends, answered
+    from the VIP directly."""
+    apply_config(bed, lb_config(v6=True))
+    try:
+        got = many(1500, vip=VIP6)
+        assert sum(got.values()) == 1500 and set(got) == set(BACKENDS), got
+        s = lb_stats()
+        v6 = [x for x in s["services"] if x["vip"] == f"[{VIP6}]:{PORT}"]
+        assert v6 and v6[0]["new_flows"] >= 1500, s["services"]
+        by_addr = {b["addr"]: b for b in s["backends"]}
+        for b in BACKENDS6.values():
+            assert by_addr[b]["new_flows"] > 0 and by_addr[b]["resolved"], by_addr[b]
+        assert s["reasons"]["drop_too_big"]["packets"] == 0
+    finally:
+        apply_config(bed, lb_config())
+
+
+def test_path_mtu_discovery_through_the_balancer(bed):
+    """Room for the outer headers runs out (the balancer's link MTU is lowered): a client's
+    full-size segment with DF gets fragmentation-needed back from the balancer, its TCP
+    lowers the segment size, and a large request still completes."""
+    s0 = lb_stats()
+    ns("l", "ip", "link", "set", "dev", "l0", "mtu", "1500")
+    try:
+        apply_config(bed, lb_config())  # the next hops' MTU is read again
+
+        def big_post():
+            c = socket.create_connection((VIP, PORT), timeout=5)
+            body = b"x" * 60000
+            c.sendall(b"POST / HTTP/1.1\r\nHost: vip\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+            got = b""
+            while True:
+                head, sep, rest = got.partition(b"\r\n\r\n")
+                if sep:
+                    n = int([h.split(b":")[1] for h in head.split(b"\r\n")
+                             if h.lower().startswith(b"content-length")][0])
+                    if len(rest) >= n:
+                        break
+                chunk = c.recv(4096)
+                assert chunk, got
+                got += chunk
+            # The next request on the connection is answered only once the server has
+            # read the whole body: the full-size segments got through.
+            name, _ = get(c)
+            c.close()
+            return head, name
+        head, name = in_ns("c", big_post)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert name in BACKENDS, name
+        s1 = lb_stats()
+        sent = s1["reasons"]["tx_icmp_too_big"]["packets"] - s0["reasons"]["tx_icmp_too_big"][
+            "packets"]
+        assert sent >= 1, s1["reasons"]
+    finally:
+        ns("l", "ip", "link", "set", "dev", "l0", "mtu", "1600")
+        apply_config(bed, lb_config())
+
+
+# Last: it leaves the filter on the balancer's device.
+def test_filter_stage_in_front_keeps_blocked_sources_out(bed):
+    blocked = "10.88.1.3"
+    ns("c", "ip", "addr", "add", f"{blocked}/24", "dev", "c0")
+    fpin = f"{PIN}/f"
+    # The balancer leaves its own link, the filter takes the device, the balancer goes in
+    # the filter's chain slot.
+    lb("detach", "--dev", "l0")
+    ringx("xdp", "--pin-dir", fpin, "attach", "--dev", "l0", "--chain")
+    out = lb("attach", "-c", bed["cfg"], "--behind-filter", fpin)
+    assert "is behind the filter" in out.stdout, out.stdout + out.stderr
+    ringx("xdp", "--pin-dir", fpin, "block", blocked)
+    f0 = json.loads(ringx("xdp", "--pin-dir", fpin, "stats", "--json").stdout)
+    s0 = lb_stats()
+
+    def from_blocked():
+        try:
+            socket.create_connection((VIP, PORT), timeout=1.0, source_address=(blocked, 0))
+        except OSError:
+            return False
+        return True
+    assert not in_ns("c", from_blocked)
+    got = many(600)
+    assert sum(got.values()) == 600 and set(got) == set(BACKENDS), got
+    f1 = json.loads(ringx("xdp", "--pin-dir", fpin, "stats", "--json").stdout)
+    s1 = lb_stats()
+    assert (f1["reasons"]["drop_block"]["packets"] - f0["reasons"]["drop_block"]["packets"]
+            >= 1), f1
+    assert s1["services"][0]["new_flows"] - s0["services"][0]["new_flows"] >= 600
+    # The balancer stage is replaced in place, and balancing goes on; this time the
+    # configuration says where it goes ([lb] behind_filter instead of devices).
+    bed["cfg"].write_text(lb_config().replace('devices = ["l0"]', f'behind_filter = "{fpin}"'))
+    out = lb("attach", "-c", bed["cfg"])
+    assert "swapped the stage behind the filter" in out.stdout, out.stdout
+    assert sum(many(200).values()) == 200
+    assert not in_ns("c", from_blocked)
