@@ -249,7 +249,7 @@ MUTATIONS = [
          why="an idle connection on an address the reload removes stays open for one more request"),
     dict(test="zone::tests::requests_are_counted_by_status_class",
          file=S + "role/http1/mod.rs",
-         find="cx.ctx.log.status(cx.io, c, r.written);",
+         find="        cx.ctx\n            .log\n            .status(cx.io, c, r.written, b.tr.bytes_out(cx.io, c));\n",
          replace="",
          why="a locally answered request's status is not recorded (counted as 499)"),
     # ---- zone::tests: the connection limit ---------------------------------------------------
