@@ -35,6 +35,8 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
     if values.iter().all(Option::is_none) {
         return Ok(None);
     }
+    static PROBE: std::sync::Once = std::sync::Once::new();
+    PROBE.call_once(|| tracing::info!("TLS: {}", ringx_tls::ktls::probe().detail));
     let provider = Provider::parse(cfg.tls.provider.get_ref()).unwrap_or_default();
     let crypto = provider.crypto();
     let now = UnixTime::now();

@@ -8,6 +8,7 @@
 //! | [`sites`] | the rustls configurations of every TLS server; each zone's copy |
 //! | [`tickets`] | session ticket keys rotated on a schedule, shared by the zones |
 //! | [`conn`] | one connection driven sans-I/O on the zone's buffers |
+//! | [`ktls`] | kernel TLS: the probe, the kernel's crypto structures from rustls's secrets, control records |
 //! | [`budget`] | the share of a zone's time that handshakes may take |
 //! | [`client`] | TLS to upstreams: the client configuration and connection |
 //! | [`provider`] | aws-lc-rs or ring |
@@ -17,6 +18,7 @@
 pub mod budget;
 pub mod client;
 pub mod conn;
+pub mod ktls;
 pub mod material;
 pub mod provider;
 pub mod select;
