@@ -80,6 +80,9 @@ impl Base {
 
     /// Drops buffered input when the connection closes (a large buffer is freed, not kept).
     pub fn release(&mut self) {
+        // A TLS session's buffers and keys go with the connection, not with the next one
+        // in this slot.
+        self.tr = Transport::Plain;
         if self.inbuf.capacity() > 64 * 1024 {
             self.inbuf = Vec::new();
         } else {

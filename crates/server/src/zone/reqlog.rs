@@ -113,7 +113,7 @@ impl RequestLog {
     }
 
     /// A request head was read on `c`.
-    pub fn request(&mut self, io: &Io, c: ConnId, req: &Request, out0: u64) {
+    pub fn request(&mut self, io: &Io, c: ConnId, req: &Request, b: &Base) {
         bump(&self.counters.requests, 1);
         let logging = self.logging();
         *self.slot(c) = Slot {
@@ -124,6 +124,7 @@ impl RequestLog {
         if !logging {
             return;
         }
+        let out0 = b.tr.bytes_out(io, c);
         let s = self.log_slot(c);
         s.head_len = 0;
         s.out0 = out0;
@@ -145,7 +146,7 @@ impl RequestLog {
     }
 
     /// The response head was committed, as its writer reported it.
-    pub fn status(&mut self, io: &Io, c: ConnId, w: Written, out0: u64) {
+    pub fn status(&mut self, io: &Io, c: ConnId, w: Written, b: &Base) {
         let logging = self.logging();
         let s = self.slot(c);
         let fill = !s.open || !s.logged;
@@ -157,7 +158,7 @@ impl RequestLog {
         }
         s.logged = true;
         let head_len = u64::from(w.head_len);
-        let now = io.now();
+        let (now, out0) = (io.now(), b.tr.bytes_out(io, c));
         let s = self.log_slot(c);
         if fill {
             // An answer with no request read (400, 408 on a partial head...), or a request

@@ -209,7 +209,7 @@ impl Http1 {
                 head_len: 0,
             },
         };
-        cx.ctx.log.status(cx.io, c, w, b.tr.bytes_out(cx.io, c));
+        cx.ctx.log.status(cx.io, c, w, b);
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         self.body = None;
         self.pending = None;
@@ -321,7 +321,7 @@ impl Http1 {
         req: &Request,
         more_input: bool,
     ) -> Next {
-        cx.ctx.log.request(cx.io, c, req, b.tr.bytes_out(cx.io, c));
+        cx.ctx.log.request(cx.io, c, req, b);
         self.requests += 1;
         self.client_closes = !req.keep_alive;
         let set = &cx.ctx.set;
@@ -383,9 +383,7 @@ impl Http1 {
         if let Some((f, off, len)) = r.file {
             b.tr.send_file(cx.io, c, f, off, len);
         }
-        cx.ctx
-            .log
-            .status(cx.io, c, r.written, b.tr.bytes_out(cx.io, c));
+        cx.ctx.log.status(cx.io, c, r.written, b);
         self.after_response(cx, b, c, !keep || r.close, more_input)
     }
 
@@ -405,7 +403,7 @@ impl Http1 {
             ..w
         };
         b.tr.write(cx.io, c, &bytes);
-        cx.ctx.log.status(cx.io, c, w, b.tr.bytes_out(cx.io, c));
+        cx.ctx.log.status(cx.io, c, w, b);
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         self.linger(cx, b, c);
         Next::Stop
@@ -426,9 +424,7 @@ impl Http1 {
             p.close = true;
         }
         b.tr.write(cx.io, c, &p.bytes);
-        cx.ctx
-            .log
-            .status(cx.io, c, p.written, b.tr.bytes_out(cx.io, c));
+        cx.ctx.log.status(cx.io, c, p.written, b);
         if let Some((f, off, len)) = p.file {
             b.tr.send_file(cx.io, c, f, off, len);
         }
