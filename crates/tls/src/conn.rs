@@ -92,12 +92,12 @@ impl TlsConn {
         }
     }
 
-    /// Feeds wire bytes. `config` picks the server's settings by SNI; `out` receives what to
-    /// send.
+    /// Feeds wire bytes. `config` picks the server's settings by SNI (`None`: there are none
+    /// any more, the handshake fails); `out` receives what to send.
     pub fn receive(
         &mut self,
         data: &[u8],
-        config: &dyn Fn(Option<&str>) -> Arc<ServerConfig>,
+        config: &dyn Fn(Option<&str>) -> Option<Arc<ServerConfig>>,
         budget: &mut Budget,
         now: Instant,
         out: &mut Vec<u8>,
@@ -120,7 +120,7 @@ impl TlsConn {
     /// Goes on with bytes held while the handshake waited.
     pub fn resume(
         &mut self,
-        config: &dyn Fn(Option<&str>) -> Arc<ServerConfig>,
+        config: &dyn Fn(Option<&str>) -> Option<Arc<ServerConfig>>,
         budget: &mut Budget,
         now: Instant,
         out: &mut Vec<u8>,
@@ -133,7 +133,7 @@ impl TlsConn {
     fn pump(
         &mut self,
         mut input: &[u8],
-        config: &dyn Fn(Option<&str>) -> Arc<ServerConfig>,
+        config: &dyn Fn(Option<&str>) -> Option<Arc<ServerConfig>>,
         budget: &mut Budget,
         now: Instant,
         out: &mut Vec<u8>,
@@ -167,7 +167,10 @@ impl TlsConn {
                     else {
                         unreachable!("matched above")
                     };
-                    let cfg = config(acc.client_hello().server_name());
+                    let Some(cfg) = config(acc.client_hello().server_name()) else {
+                        // The listener stopped being TLS (a reload) during the handshake.
+                        return Recv::Failed("no TLS settings for this listener any more".into());
+                    };
                     let t = Instant::now();
                     let r = acc.into_connection(cfg);
                     budget.charge(t.elapsed());

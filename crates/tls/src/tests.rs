@@ -143,7 +143,7 @@ fn client(pki: &Pki, name: &str, schemes_rsa_only: bool) -> ClientConnection {
 
 /// Runs client and server until neither has bytes to send; returns the last server outcome.
 fn drive(cl: &mut ClientConnection, srv: &mut TlsConn, sites: &Sites, budget: &mut Budget) -> Recv {
-    let cfg = |sni: Option<&str>| sites.config(0, sni).unwrap();
+    let cfg = |sni: Option<&str>| sites.config(0, sni);
     let mut last = Recv::Handshaking;
     for _ in 0..20 {
         let mut wire = Vec::new();
@@ -217,7 +217,7 @@ fn sni_picks_the_server_and_the_key_type_follows_the_client() {
             cl.write_tls(&mut wire).unwrap();
         }
         let mut back = Vec::new();
-        let cfg = |sni: Option<&str>| sites.config(0, sni).unwrap();
+        let cfg = |sni: Option<&str>| sites.config(0, sni);
         srv.receive(&wire, &cfg, &mut budget, Instant::now(), &mut back);
         let mut rd = &back[..];
         while !rd.is_empty() {
@@ -261,7 +261,7 @@ fn a_client_hello_byte_by_byte_completes() {
     while cl.wants_write() {
         cl.write_tls(&mut wire).unwrap();
     }
-    let cfg = |sni: Option<&str>| sites.config(0, sni).unwrap();
+    let cfg = |sni: Option<&str>| sites.config(0, sni);
     let mut back = Vec::new();
     for b in &wire {
         let r = srv.receive(
@@ -288,7 +288,7 @@ fn plain_http_and_garbage_are_told_apart() {
     let pki = Pki::new("garbage");
     let sites = sites(&pki);
     let mut budget = Budget::new(1.0, Instant::now());
-    let cfg = |sni: Option<&str>| sites.config(0, sni).unwrap();
+    let cfg = |sni: Option<&str>| sites.config(0, sni);
     let mut out = Vec::new();
     let r = TlsConn::new().receive(
         b"GET / HTTP/1.1\r\n",
@@ -329,7 +329,7 @@ fn an_empty_budget_holds_the_handshake_until_it_refills() {
     let t0 = Instant::now();
     let mut budget = Budget::new(0.5, t0);
     budget.charge(Duration::from_millis(10)); // a flood just used it up
-    let cfg = |sni: Option<&str>| sites.config(0, sni).unwrap();
+    let cfg = |sni: Option<&str>| sites.config(0, sni);
     let mut cl = client(&pki, "a.test", false);
     let mut wire = Vec::new();
     cl.write_tls(&mut wire).unwrap();

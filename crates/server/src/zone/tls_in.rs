@@ -38,12 +38,7 @@ pub fn receive(
     }
     let li = base.listener as usize;
     let sites = &z.sites;
-    let config = |sni: Option<&str>| {
-        sites
-            .config(li, sni)
-            .or_else(|| sites.config(li, None))
-            .expect("a TLS connection's listener has TLS settings")
-    };
+    let config = |sni: Option<&str>| sites.config(li, sni);
     let now = io.now();
     let was_handshaking = t.conn.handshaking();
     let Some(out) = io.out_buf(c) else {
