@@ -109,6 +109,13 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             "recv_buffers must be a power of two up to 32768",
         ));
     }
+    let ub = *rt.udp_buffers.get_ref();
+    if !ub.is_power_of_two() || ub > 32768 {
+        return Err(src.err(
+            rt.udp_buffers.span(),
+            "udp_buffers must be a power of two up to 32768",
+        ));
+    }
     if rt.recv_buffer_size.0 < 512 || rt.recv_buffer_size.0 > (1 << 20) {
         return Err(src.err(
             0..0,

@@ -1,13 +1,13 @@
 //! Starting a process's zones: [`ZonePoolBuilder`], [`ZonePlan`], [`ZonePool`].
 
 use std::io;
-use std::net::TcpListener;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::handler::Handler;
+use crate::listener::Listener;
 use crate::run::{choose_engine, run_zone};
 use crate::waker::Waker;
 use crate::zone::{EngineKind, SqPoll, SqShare, ZoneConfig};
@@ -271,7 +271,7 @@ pub struct ZoneStart<'a> {
     /// The CPU it is pinned to.
     pub cpu: usize,
     /// Its listeners, as handed to `spawn`.
-    pub listeners: &'a [TcpListener],
+    pub listeners: &'a [Listener],
     /// Its waker (the same as `ZonePlan::wakers()[id]`).
     pub waker: &'a Waker,
 }
@@ -312,7 +312,7 @@ impl ZonePlan {
     /// zones started before that keep running (the caller is expected to exit).
     pub fn spawn<F, B, H>(
         self,
-        listeners: Vec<Vec<TcpListener>>,
+        listeners: Vec<Vec<Listener>>,
         mut prepare: F,
     ) -> io::Result<ZonePool>
     where

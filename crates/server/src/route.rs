@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::error::Error;
 use crate::upstream::Upstreams;
+use ringx_config::upstream::StreamProtocol;
 use ringx_config::{Config, Location, Return};
 
 pub struct Routes {
@@ -23,6 +24,10 @@ pub struct Routes {
     pub listener_kind: Vec<ListenerKind>,
     /// `[[stream]]` proxies.
     pub streams: Vec<StreamDef>,
+    /// UDP listen addresses (of `protocol = "udp"` streams), apart from the TCP ones in
+    /// `listen`: a zone's UDP listener for `udp_listen[i]` serves `streams[udp_stream[i]]`.
+    pub udp_listen: Vec<SocketAddr>,
+    pub udp_stream: Vec<usize>,
     /// Some location proxies (the zones then need client addresses).
     pub has_proxy: bool,
 }
@@ -41,7 +46,24 @@ pub struct StreamDef {
     pub proxy_protocol: bool,
     /// Routing by the ClientHello's SNI name (to upstream indices; `upstream` for none).
     pub sni: Option<ringx_tls::sni::SniMap>,
+    /// A UDP stream's settings (`None`: TCP).
+    pub udp: Option<UdpDef>,
 }
+
+/// What a `protocol = "udp"` stream adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpDef {
+    /// Datagrams expected from the server per client datagram (`None`: no count).
+    pub responses: Option<u32>,
+    /// Sessions one zone holds at most.
+    pub max_sessions: u32,
+    /// The largest datagram passed on, either way.
+    pub max_datagram: u32,
+}
+
+/// Defaults of a UDP stream's settings.
+pub const UDP_MAX_SESSIONS: u32 = 8192;
+pub const UDP_MAX_DATAGRAM: u32 = 16 * 1024;
 
 /// A `proxy_pass` location.
 pub struct ProxyLoc {
@@ -175,10 +197,32 @@ impl Routes {
             })
             .collect();
         let mut streams = Vec::new();
+        let (mut udp_listen, mut udp_stream) = (Vec::new(), Vec::new());
         for st in &cfg.stream {
             let st = st.get_ref();
             let upstream = ups.resolve_target(st.proxy_pass.get_ref())?;
+            let udp = (st.protocol == StreamProtocol::Udp).then(|| UdpDef {
+                responses: st.responses.as_ref().map(|r| *r.get_ref()),
+                max_sessions: st
+                    .max_sessions
+                    .as_ref()
+                    .map_or(UDP_MAX_SESSIONS, |m| *m.get_ref()),
+                max_datagram: st
+                    .max_datagram_size
+                    .as_ref()
+                    .map_or(UDP_MAX_DATAGRAM, |m| m.get_ref().0 as u32),
+            });
+            if udp.is_some() {
+                // Picked by a hash of the client's address whatever the upstream's policy:
+                // one client keeps one server.
+                ups.ensure_maglev(upstream);
+            }
             for a in &st.listen {
+                if udp.is_some() {
+                    udp_listen.push(*a.get_ref());
+                    udp_stream.push(streams.len());
+                    continue;
+                }
                 listen.push(*a.get_ref());
                 by_listener.push(Vec::new());
                 listener_kind.push(ListenerKind::Stream(streams.len()));
@@ -195,9 +239,10 @@ impl Routes {
             });
             streams.push(StreamDef {
                 upstream,
-                idle_timeout: st.idle_timeout.0,
+                idle_timeout: st.idle(),
                 proxy_protocol: st.proxy_protocol,
                 sni,
+                udp,
             });
         }
         let has_proxy = servers.iter().any(|s: &VServer| {
@@ -213,6 +258,8 @@ impl Routes {
             server_token: token.into_bytes(),
             listener_kind,
             streams,
+            udp_listen,
+            udp_stream,
             has_proxy,
         })
     }

@@ -302,6 +302,7 @@ impl Connector {
                     Pick::Table(_, local) => Some(local),
                     Pick::Kernel => None,
                 },
+                ..ConnectTo::new(addr)
             };
             match (io.connect(&to), pick) {
                 (Ok(c), _) => {

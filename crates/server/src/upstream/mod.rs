@@ -189,6 +189,17 @@ impl Upstreams {
         })
     }
 
+    /// Builds upstream `i`'s Maglev table if its policy did not (UDP streams pick a server by
+    /// a hash of the client's address whatever the policy).
+    pub fn ensure_maglev(&mut self, i: usize) {
+        let u = &mut self.list[i];
+        if u.maglev.is_none() {
+            let names: Vec<String> = u.servers.iter().map(|s| s.name.clone()).collect();
+            let weights: Vec<u32> = u.servers.iter().map(|s| s.weight).collect();
+            u.maglev = Some(Arc::new(Maglev::new(&names, &weights)));
+        }
+    }
+
     /// The upstream a `proxy_pass` value names, creating an implicit one for an address.
     pub fn resolve_target(&mut self, target: &str) -> Result<usize, Error> {
         if let Some(i) = self.list.iter().position(|u| u.name == target) {

@@ -81,6 +81,31 @@ impl ZonePools {
         }
     }
 
+    /// Picks a server not in `tried` by `hash` on upstream `u`'s Maglev table (built for every
+    /// upstream a UDP stream uses, whatever its policy): a primary that is up, else a backup,
+    /// else any server, as `pick` does when everything is down.
+    pub fn pick_by_hash(
+        &self,
+        u: usize,
+        hash: u64,
+        tried: &[usize],
+        now: Instant,
+    ) -> Option<usize> {
+        let def = &self.defs.list[u];
+        let maglev = def.maglev.as_ref()?;
+        let passive = &self.per[u].passive;
+        let servers = &def.servers;
+        let up = |s: usize| {
+            servers[s].healthy.load(Ordering::Relaxed)
+                && passive[s].down_until.is_none_or(|t| t <= now)
+        };
+        let fresh = |s: usize| s < servers.len() && !tried.contains(&s);
+        maglev
+            .lookup_usable(hash, |s| fresh(s) && !servers[s].backup && up(s))
+            .or_else(|| maglev.lookup_usable(hash, |s| fresh(s) && up(s)))
+            .or_else(|| maglev.lookup_usable(hash, fresh))
+    }
+
     /// A connect error, reset or timeout on server `s`.
     pub fn failed(&mut self, u: usize, s: usize, now: Instant) {
         let def = &self.defs.list[u].servers[s];
