@@ -461,7 +461,10 @@ fn validate_protocol(
         if twice {
             return Err(src.err(
                 a.span(),
-                format!("udp {} is already another UDP stream's address", a.get_ref()),
+                format!(
+                    "udp {} is already another UDP stream's address",
+                    a.get_ref()
+                ),
             ));
         }
     }

@@ -9,7 +9,9 @@
 //! Sends are not ordered against each other and never wait: UDP has no flow control, so at
 //! the zone's limit of sends queued or in flight ([`crate::ZoneConfig::max_datagrams_queued`])
 //! a send is refused (counted in [`DgramStats::queue_full`]) as a full socket buffer would
-//! drop it; the handler decides what that means.
+//! drop it; the handler decides what that means. The datagrams a callback batch queued go
+//! out before the closes it queued, so a handler may send its last datagram on a socket and
+//! close it in the same callback.
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -115,7 +115,16 @@ fn echo_server() -> SocketAddr {
     addr
 }
 
-fn run(engine: EngineKind, listen: &str, upstream: SocketAddr) -> Option<(SocketAddr, Waker, mpsc::Receiver<Seen>, std::thread::JoinHandle<()>)> {
+fn run(
+    engine: EngineKind,
+    listen: &str,
+    upstream: SocketAddr,
+) -> Option<(
+    SocketAddr,
+    Waker,
+    mpsc::Receiver<Seen>,
+    std::thread::JoinHandle<()>,
+)> {
     if engine == EngineKind::Uring {
         if let Err(why) = ringx_engine::uring::probe::check() {
             eprintln!("SKIP io_uring test: {why}");

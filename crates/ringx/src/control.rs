@@ -78,7 +78,9 @@ pub fn dup_sockets(per_zone: &[Vec<TcpListener>]) -> Vec<(SocketAddr, Vec<OwnedF
 }
 
 /// Duplicates of each zone's UDP sockets, grouped by address.
-pub fn dup_udp_sockets(per_zone: &[Vec<ringx_engine::Listener>]) -> Vec<(SocketAddr, Vec<OwnedFd>)> {
+pub fn dup_udp_sockets(
+    per_zone: &[Vec<ringx_engine::Listener>],
+) -> Vec<(SocketAddr, Vec<OwnedFd>)> {
     let mut out: Vec<(SocketAddr, Vec<OwnedFd>)> = Vec::new();
     for ls in per_zone {
         for l in ls {

@@ -116,7 +116,9 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             s.get_ref()
                 .max_datagram_size
                 .as_ref()
-                .map_or(ringx_server::route::UDP_MAX_DATAGRAM, |m| m.get_ref().0 as u32)
+                .map_or(ringx_server::route::UDP_MAX_DATAGRAM, |m| {
+                    m.get_ref().0 as u32
+                })
         })
         .max();
     let max_conns = cfg

@@ -135,7 +135,11 @@ impl Metrics {
             }
         }
         let name = "ringx_udp_bytes_total";
-        o.family(name, "counter", "UDP stream payload bytes from clients and to clients.");
+        o.family(
+            name,
+            "counter",
+            "UDP stream payload bytes from clients and to clients.",
+        );
         for (z, c) in zc.iter().enumerate() {
             let zone = z.to_string();
             o.sample(
@@ -154,7 +158,11 @@ impl Metrics {
         for (z, c) in zc.iter().enumerate() {
             let zone = z.to_string();
             for (i, why) in crate::udp_counters::DROP_REASONS.iter().enumerate() {
-                o.sample(name, &[("zone", &zone), ("reason", why)], r(&c.udp.dropped[i]));
+                o.sample(
+                    name,
+                    &[("zone", &zone), ("reason", why)],
+                    r(&c.udp.dropped[i]),
+                );
             }
         }
         o.per_zone(

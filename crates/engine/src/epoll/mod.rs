@@ -19,9 +19,9 @@ use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::dgram::Datagram;
 use crate::driver::Driver;
 use crate::handler::Handler;
-use crate::dgram::Datagram;
 use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId};
 use crate::listener::Listener;
 use crate::waker::Waker;
@@ -427,6 +427,13 @@ impl EpollDriver {
 
     fn flush<H: Handler>(&mut self, h: &mut H) {
         loop {
+            // Datagrams first: one queued before its socket's close goes out before it.
+            let listeners = &self.listeners;
+            let failed =
+                dgram::send_all(&mut self.io, |id| listeners.udp(id).map(AsRawFd::as_raw_fd));
+            for (c, e) in failed {
+                self.close_now(c, Some(e), h);
+            }
             let actions = std::mem::take(&mut self.io.actions);
             for a in &actions {
                 match *a {
@@ -453,14 +460,10 @@ impl EpollDriver {
                 self.io.stop_listening = false;
                 self.listeners.close_all();
             }
-            let listeners = &self.listeners;
-            let failed = dgram::send_all(&mut self.io, |id| {
-                listeners.udp(id).map(AsRawFd::as_raw_fd)
-            });
-            for (c, e) in failed {
-                self.close_now(c, Some(e), h);
-            }
-            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+            if self.io.dirty.is_empty()
+                && self.io.actions.is_empty()
+                && self.io.dgram_out.is_empty()
+            {
                 break;
             }
             while let Some(c) = self.io.dirty.pop() {

@@ -356,6 +356,9 @@ impl TestDriver {
     /// do the same after each batch of completions.
     pub fn flush<H: Handler>(&mut self, h: &mut H) {
         loop {
+            // Datagrams first, as on the real drivers: one queued before its socket's close
+            // goes out before it.
+            self.send_datagrams();
             for a in std::mem::take(&mut self.io.actions) {
                 match a {
                     Action::Close(c) => self.close_now(h, c, None),
@@ -380,8 +383,10 @@ impl TestDriver {
                 self.io.stop_listening = false;
                 self.listening = false;
             }
-            self.send_datagrams();
-            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+            if self.io.dirty.is_empty()
+                && self.io.actions.is_empty()
+                && self.io.dgram_out.is_empty()
+            {
                 break;
             }
             while let Some(c) = self.io.dirty.pop() {

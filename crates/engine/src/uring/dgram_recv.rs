@@ -100,14 +100,21 @@ pub(super) fn arm_conn(d: &mut UringDriver, c: ConnId) {
 fn parse<'b>(
     buf: &'b [u8],
     msg: &libc::msghdr,
-) -> Option<(Option<std::net::SocketAddr>, Option<std::net::IpAddr>, &'b [u8], bool)> {
+) -> Option<(
+    Option<std::net::SocketAddr>,
+    Option<std::net::IpAddr>,
+    &'b [u8],
+    bool,
+)> {
     let out = types::RecvMsgOut::parse(buf, msg).ok()?;
     let name = out.name_data();
     let peer = (!name.is_empty()).then(|| {
         // SAFETY: sockaddr_storage is plain data; all-zero is valid. At most NAME_LEN (32)
         // bytes are copied into its 128.
         let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let n = name.len().min(std::mem::size_of::<libc::sockaddr_storage>());
+        let n = name
+            .len()
+            .min(std::mem::size_of::<libc::sockaddr_storage>());
         // SAFETY: `n` bytes fit in both the slice and the storage; they do not overlap.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -145,7 +152,10 @@ pub(super) fn complete_listener<H: Handler>(
     }
     if let Some(bid) = cqueue::buffer_select(flags) {
         if res >= 0 {
-            let dbufs = d.dbufs.as_ref().expect("a datagram completion names the datagram ring");
+            let dbufs = d
+                .dbufs
+                .as_ref()
+                .expect("a datagram completion names the datagram ring");
             let buf = dbufs.get(bid, 0, res as usize);
             let live = !d.listeners[id as usize].closing;
             match parse(buf, &d.dgram_msgs.listener) {
@@ -203,7 +213,10 @@ pub(super) fn complete_conn<H: Handler>(
     let open = current && d.io.conns[c.index()].state == ConnState::Open;
     if let Some(bid) = bid {
         if res >= 0 && open {
-            let dbufs = d.dbufs.as_ref().expect("a datagram completion names the datagram ring");
+            let dbufs = d
+                .dbufs
+                .as_ref()
+                .expect("a datagram completion names the datagram ring");
             let buf = dbufs.get(bid, 0, res as usize);
             match parse(buf, &d.dgram_msgs.conn) {
                 Some((_, _, _, true)) => d.io.dgram_stats.truncated += 1,

@@ -73,7 +73,9 @@ fn submit(d: &mut UringDriver, o: DgramOut) {
     match o.to {
         DgramTo::Listener { id, peer, from } => {
             let fd = match d.listeners.get(id.0 as usize) {
-                Some(l) if l.udp && !l.closing => l.sock.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+                Some(l) if l.udp && !l.closing => {
+                    l.sock.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
+                }
                 _ => None,
             };
             let Some(fd) = fd else {
@@ -114,11 +116,10 @@ fn submit(d: &mut UringDriver, o: DgramOut) {
             unsafe { d.push(&e) };
         }
         DgramTo::Conn { c, gen } => {
-            let open = d
-                .io
-                .conns
-                .get(c.index())
-                .is_some_and(|x| x.gen == gen && x.state == ConnState::Open && x.dgram);
+            let open =
+                d.io.conns
+                    .get(c.index())
+                    .is_some_and(|x| x.gen == gen && x.state == ConnState::Open && x.dgram);
             if !open {
                 return d.io.dgram_done(o.buf, false); // closed before it went
             }
@@ -156,11 +157,10 @@ pub(super) fn complete(d: &mut UringDriver, i: u32, res: i32) {
     }
     if res < 0 {
         if let Some((c, gen)) = conn {
-            let open = d
-                .io
-                .conns
-                .get(c.index())
-                .is_some_and(|x| x.gen == gen && x.state == ConnState::Open);
+            let open =
+                d.io.conns
+                    .get(c.index())
+                    .is_some_and(|x| x.gen == gen && x.state == ConnState::Open);
             if open && res != -libc::ECANCELED {
                 close::begin(d, c, Some(crate::sys::errno(res)));
             }

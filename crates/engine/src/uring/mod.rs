@@ -94,9 +94,8 @@ impl UringDriver {
         let dbufs = match cfg.dgram_buffers {
             0 => None,
             n => Some(
-                BufRing::new(&ring, BGID_DGRAM, n, cfg.dgram_buffer_size, false).map_err(|e| {
-                    io::Error::new(e.kind(), format!("datagram buffers: {e}"))
-                })?,
+                BufRing::new(&ring, BGID_DGRAM, n, cfg.dgram_buffer_size, false)
+                    .map_err(|e| io::Error::new(e.kind(), format!("datagram buffers: {e}")))?,
             ),
         };
         let enter = enter::Enter::new(&ring);
@@ -149,6 +148,8 @@ impl UringDriver {
     /// Carries out queued actions and sends, until nothing new is queued.
     fn flush<H: Handler>(&mut self, h: &mut H) {
         loop {
+            // Datagrams first: one queued before its socket's close goes out before it.
+            dgram_send::submit_all(self);
             let mut actions = std::mem::take(&mut self.io.actions);
             for a in actions.drain(..) {
                 match a {
@@ -175,8 +176,10 @@ impl UringDriver {
                     self.cancel_listener(id);
                 }
             }
-            dgram_send::submit_all(self);
-            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+            if self.io.dirty.is_empty()
+                && self.io.actions.is_empty()
+                && self.io.dgram_out.is_empty()
+            {
                 break;
             }
             while let Some(c) = self.io.dirty.pop() {

@@ -145,7 +145,10 @@ impl ZoneCtx {
         if gen == self.pools_gen {
             return self.pools.as_mut();
         }
-        self.retired.iter_mut().find(|r| r.0 == gen).map(|r| &mut r.1)
+        self.retired
+            .iter_mut()
+            .find(|r| r.0 == gen)
+            .map(|r| &mut r.1)
     }
 
     /// The upstream state of generation `gen` and the connector: what reaching a server takes.

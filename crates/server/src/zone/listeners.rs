@@ -54,7 +54,10 @@ impl Listeners {
                 };
                 match closed {
                     true => NO_ROUTE,
-                    false => list.iter().position(|x| x == a).map_or(NO_ROUTE, |i| i as u32),
+                    false => list
+                        .iter()
+                        .position(|x| x == a)
+                        .map_or(NO_ROUTE, |i| i as u32),
                 }
             })
             .collect();

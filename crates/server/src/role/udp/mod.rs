@@ -93,7 +93,10 @@ impl UdpProxy {
         dg: Datagram<'_>,
     ) -> Result<bool, Drop> {
         let routes = &cx.ctx.routes;
-        let si = *routes.udp_stream.get(route as usize).ok_or(Drop::NotServed)?;
+        let si = *routes
+            .udp_stream
+            .get(route as usize)
+            .ok_or(Drop::NotServed)?;
         let def = &routes.streams[si];
         let udp = def.udp.ok_or(Drop::NotServed)?;
         let idle = def.idle_timeout;
@@ -118,7 +121,8 @@ impl UdpProxy {
                 if self.sessions.on_stream(si) >= udp.max_sessions {
                     return Err(Drop::SessionsFull);
                 }
-                self.open(cx, key, listener, si, now).ok_or(Drop::NoServer)?
+                self.open(cx, key, listener, si, now)
+                    .ok_or(Drop::NoServer)?
             }
         };
         let s = self.sessions.get_mut(i).ok_or(Drop::NotServed)?;
@@ -309,7 +313,10 @@ impl UdpProxy {
         };
         let uc = &cx.ctx.log.counters.udp;
         if !s.held.is_empty() {
-            bump(&uc.dropped[Drop::ConnectBacklog as usize], s.held.len() as u64);
+            bump(
+                &uc.dropped[Drop::ConnectBacklog as usize],
+                s.held.len() as u64,
+            );
         }
         if err.is_some() {
             bump(&uc.upstream_errors, 1);
