@@ -308,18 +308,25 @@ impl ZonePlan {
     /// to its CPU first) to build the handler there; then [`run_zone`] with `listeners[id]`
     /// until the handler exits. The handler is dropped before the zone reports its end.
     ///
+    /// `listeners`: TCP listeners, UDP sockets, or [`Listener`]s mixing both.
+    ///
     /// Errors when `listeners` does not hold one set per zone, or a thread cannot be started;
     /// zones started before that keep running (the caller is expected to exit).
-    pub fn spawn<F, B, H>(
+    pub fn spawn<F, B, H, L>(
         self,
-        listeners: Vec<Vec<Listener>>,
+        listeners: Vec<Vec<L>>,
         mut prepare: F,
     ) -> io::Result<ZonePool>
     where
         F: FnMut(ZoneStart<'_>) -> B,
         B: FnOnce() -> H + Send + 'static,
         H: Handler,
+        L: Into<Listener>,
     {
+        let listeners: Vec<Vec<Listener>> = listeners
+            .into_iter()
+            .map(|z| z.into_iter().map(Into::into).collect())
+            .collect();
         if listeners.len() != self.cpus.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

@@ -129,10 +129,6 @@ pub fn run(args: EchoArgs) -> ExitCode {
         "cpu" => ringx_steer::reuseport::steer_zones(&cpus, &listeners),
         _ => Vec::new(),
     };
-    let listeners: Vec<Vec<ringx_engine::Listener>> = listeners
-        .into_iter()
-        .map(|z| z.into_iter().map(Into::into).collect())
-        .collect();
     let zones = match pool_parts {
         Some((ends, jobs)) => {
             let mut ends = ends.into_iter();

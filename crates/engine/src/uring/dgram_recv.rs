@@ -96,16 +96,18 @@ pub(super) fn arm_conn(d: &mut UringDriver, c: ConnId) {
     unsafe { d.push(&e) };
 }
 
-/// The parts of a received datagram: sender, destination (pktinfo), payload, truncated.
-fn parse<'b>(
-    buf: &'b [u8],
-    msg: &libc::msghdr,
-) -> Option<(
-    Option<std::net::SocketAddr>,
-    Option<std::net::IpAddr>,
-    &'b [u8],
-    bool,
-)> {
+/// A received datagram's parts.
+struct Received<'b> {
+    /// The sender (listeners; `None` on connected sockets, or for another family).
+    peer: Option<std::net::SocketAddr>,
+    /// The destination, from `IP_PKTINFO`.
+    local: Option<std::net::IpAddr>,
+    payload: &'b [u8],
+    truncated: bool,
+}
+
+/// The parts of a received datagram in buffer `buf`, laid out as `msg` asked.
+fn parse<'b>(buf: &'b [u8], msg: &libc::msghdr) -> Option<Received<'b>> {
     let out = types::RecvMsgOut::parse(buf, msg).ok()?;
     let name = out.name_data();
     let peer = (!name.is_empty()).then(|| {
@@ -129,12 +131,12 @@ fn parse<'b>(
     // slice borrows the parser, so it is taken again from the buffer).
     let start = RECVMSG_OUT + msg.msg_namelen as usize + msg.msg_controllen;
     let payload = buf.get(start..start + out.payload_data().len())?;
-    Some((
-        peer.flatten(),
-        parse_pktinfo(out.control_data()),
+    Some(Received {
+        peer: peer.flatten(),
+        local: parse_pktinfo(out.control_data()),
         payload,
-        out.is_payload_truncated(),
-    ))
+        truncated: out.is_payload_truncated(),
+    })
 }
 
 /// A UDP listener's receive completed: the datagram goes to the handler, the buffer back to
@@ -159,12 +161,17 @@ pub(super) fn complete_listener<H: Handler>(
             let buf = dbufs.get(bid, 0, res as usize);
             let live = !d.listeners[id as usize].closing;
             match parse(buf, &d.dgram_msgs.listener) {
-                Some((Some(peer), local, data, truncated)) if live => {
-                    d.wake.waker.add_in(data.len() as u64);
+                Some(Received {
+                    peer: Some(peer),
+                    local,
+                    payload,
+                    truncated,
+                }) if live => {
+                    d.wake.waker.add_in(payload.len() as u64);
                     let dg = Datagram {
                         peer,
                         local,
-                        data,
+                        data: payload,
                         truncated,
                     };
                     h.on_datagram(&mut d.io, ListenerId(id), dg);
@@ -219,11 +226,11 @@ pub(super) fn complete_conn<H: Handler>(
                 .expect("a datagram completion names the datagram ring");
             let buf = dbufs.get(bid, 0, res as usize);
             match parse(buf, &d.dgram_msgs.conn) {
-                Some((_, _, _, true)) => d.io.dgram_stats.truncated += 1,
+                Some(r) if r.truncated => d.io.dgram_stats.truncated += 1,
                 // An empty datagram carries nothing to pass on (and is no end of stream).
-                Some((_, _, data, false)) if !data.is_empty() => {
-                    d.wake.waker.add_in(data.len() as u64);
-                    h.on_data(&mut d.io, c, data);
+                Some(r) if !r.payload.is_empty() => {
+                    d.wake.waker.add_in(r.payload.len() as u64);
+                    h.on_data(&mut d.io, c, r.payload);
                 }
                 _ => {}
             }

@@ -30,6 +30,9 @@ struct Slot {
 /// The zone's datagram send slots.
 #[derive(Default)]
 pub(crate) struct Sends {
+    // Boxed: the kernel holds pointers into a slot (its msghdr, address, bytes) while the
+    // send is in flight, and the vector moves its elements when it grows.
+    #[allow(clippy::vec_box)]
     slots: Vec<Box<Slot>>,
     free: Vec<u32>,
 }
