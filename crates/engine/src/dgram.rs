@@ -15,7 +15,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::io::{ConnId, ConnState, Io, ListenerId};
+use crate::io::{ConnId, ConnState, DgramOut, DgramStats, DgramTo, Io, ListenerId};
 
 /// A datagram received on a UDP listener.
 #[derive(Clone, Copy, Debug)]
@@ -30,39 +30,6 @@ pub struct Datagram<'a> {
     /// It was larger than the zone's datagram buffers ([`crate::ZoneConfig::dgram_buffer_size`]):
     /// `data` holds only its first bytes.
     pub truncated: bool,
-}
-
-/// A zone's datagram counters since it started ([`Io::dgram_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DgramStats {
-    /// Datagrams sent.
-    pub sent: u64,
-    /// Sends refused because the zone's queue of sends was full.
-    pub queue_full: u64,
-    /// Sends the kernel refused (no route, no buffer space, a listener gone).
-    pub send_errors: u64,
-    /// Datagrams on connected sockets larger than the zone's datagram buffers, dropped.
-    pub truncated: u64,
-}
-
-/// Where a queued datagram goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum DgramTo {
-    /// From UDP listener `id` to `peer`, leaving from `from` when given (wildcard listeners).
-    Listener {
-        id: ListenerId,
-        peer: SocketAddr,
-        from: Option<IpAddr>,
-    },
-    /// On connected datagram socket `c` (generation `gen`: a send queued for a socket that
-    /// closed before it went is dropped, never sent on a successor in the same slot).
-    Conn { c: ConnId, gen: u32 },
-}
-
-/// A datagram queued by the handler, sent by the driver after the callback batch.
-pub(crate) struct DgramOut {
-    pub to: DgramTo,
-    pub buf: Vec<u8>,
 }
 
 /// Spare datagram buffers a zone keeps (the sends' vectors, reused).

@@ -8,13 +8,12 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::Instant;
 
 use crate::connect::ConnectTo;
-use crate::dgram::{DgramOut, DgramStats};
 use crate::listener::Listener;
 
 /// Datagram sends a zone queues or has in flight at most, unless its configuration says
@@ -555,4 +554,37 @@ impl Io {
     pub fn exit(&mut self) {
         self.exit = true;
     }
+}
+
+/// A zone's datagram counters since it started ([`Io::dgram_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DgramStats {
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Sends refused because the zone's queue of sends was full.
+    pub queue_full: u64,
+    /// Sends the kernel refused (no route, no buffer space, a listener gone).
+    pub send_errors: u64,
+    /// Datagrams on connected sockets larger than the zone's datagram buffers, dropped.
+    pub truncated: u64,
+}
+
+/// Where a queued datagram goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DgramTo {
+    /// From UDP listener `id` to `peer`, leaving from `from` when given (wildcard listeners).
+    Listener {
+        id: ListenerId,
+        peer: SocketAddr,
+        from: Option<IpAddr>,
+    },
+    /// On connected datagram socket `c` (generation `gen`: a send queued for a socket that
+    /// closed before it went is dropped, never sent on a successor in the same slot).
+    Conn { c: ConnId, gen: u32 },
+}
+
+/// A datagram queued by the handler, sent by the driver after the callback batch.
+pub(crate) struct DgramOut {
+    pub to: DgramTo,
+    pub buf: Vec<u8>,
 }

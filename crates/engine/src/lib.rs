@@ -115,10 +115,10 @@ mod waker;
 mod zone;
 
 pub use connect::ConnectTo;
-pub use dgram::{Datagram, DgramStats};
+pub use dgram::Datagram;
 pub use driver::Driver;
 pub use handler::Handler;
-pub use io::{ConnId, Io, ListenerId};
+pub use io::{ConnId, DgramStats, Io, ListenerId};
 pub use listen::{
     bind_reuseport, bind_udp_reuseport, ensure_unclaimed, ensure_unclaimed_udp, ListenOptions,
 };

@@ -312,11 +312,7 @@ impl ZonePlan {
     ///
     /// Errors when `listeners` does not hold one set per zone, or a thread cannot be started;
     /// zones started before that keep running (the caller is expected to exit).
-    pub fn spawn<F, B, H, L>(
-        self,
-        listeners: Vec<Vec<L>>,
-        mut prepare: F,
-    ) -> io::Result<ZonePool>
+    pub fn spawn<F, B, H, L>(self, listeners: Vec<Vec<L>>, mut prepare: F) -> io::Result<ZonePool>
     where
         F: FnMut(ZoneStart<'_>) -> B,
         B: FnOnce() -> H + Send + 'static,

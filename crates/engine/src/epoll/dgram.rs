@@ -8,8 +8,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 
-use crate::dgram::{parse_pktinfo, write_pktinfo, DgramTo, PKTINFO_SPACE};
-use crate::io::{ConnId, ConnState, Io};
+use crate::dgram::{parse_pktinfo, write_pktinfo, PKTINFO_SPACE};
+use crate::io::{ConnId, ConnState, DgramTo, Io};
 
 /// Datagrams taken from one socket per readiness event before other sockets get a turn.
 pub(super) const DGRAM_BUDGET: usize = 64;

@@ -34,10 +34,10 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use crate::connect::ConnectTo;
-use crate::dgram::{Datagram, DgramTo};
+use crate::dgram::Datagram;
 use crate::driver::TimerDue;
 use crate::handler::Handler;
-use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId, Slots};
+use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, DgramTo, Io, ListenerId, Slots};
 
 #[cfg(test)]
 mod tests;

@@ -14,15 +14,12 @@ use io_uring::{cqueue, opcode, types};
 use super::bufring::BGID_DGRAM;
 use super::close;
 use super::conn::{RECV_ARMED, RECV_IDLE};
+use super::dgram_state::NAME_LEN;
 use super::state::UringDriver;
 use super::userdata::{pack, Kind};
 use crate::dgram::{parse_pktinfo, Datagram, PKTINFO_SPACE};
 use crate::handler::Handler;
 use crate::io::{ConnId, ConnState, ListenerId};
-
-/// Room for the sender's address in a listener's receive (a `sockaddr_in6`, rounded up so
-/// the control messages after it stay 8-byte aligned).
-const NAME_LEN: usize = 32;
 
 /// `struct io_uring_recvmsg_out`: four u32s (name, control and payload lengths, flags)
 /// ahead of each received datagram.
@@ -32,25 +29,6 @@ const RECVMSG_OUT: usize = 16;
 /// the address and the control messages. [`crate::ZoneConfig::dgram_buffer_size`] includes
 /// them.
 pub const OVERHEAD: u32 = (RECVMSG_OUT + NAME_LEN + PKTINFO_SPACE) as u32;
-
-/// The two `msghdr`s the multishot receives are armed with: the kernel reads only the name
-/// and control lengths (at each arm); the parser reads them back to find the payload.
-pub(crate) struct Templates {
-    listener: Box<libc::msghdr>,
-    conn: Box<libc::msghdr>,
-}
-
-impl Templates {
-    pub(crate) fn new() -> Templates {
-        // SAFETY: msghdr is plain data (pointers and lengths); all-zero is a valid value.
-        let mut listener: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
-        listener.msg_namelen = NAME_LEN as libc::socklen_t;
-        listener.msg_controllen = PKTINFO_SPACE as _;
-        // SAFETY: as above.
-        let conn: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
-        Templates { listener, conn }
-    }
-}
 
 /// Arms the receive of UDP listener `id`.
 pub(super) fn arm_listener(d: &mut UringDriver, id: u32) {

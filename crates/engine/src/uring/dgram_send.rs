@@ -11,52 +11,8 @@ use io_uring::{opcode, types};
 use super::close;
 use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use crate::dgram::{write_pktinfo, DgramOut, DgramTo, PKTINFO_SPACE};
-use crate::io::{ConnId, ConnState};
-
-/// One datagram send: everything the kernel reads while it is in flight. Boxed, so the
-/// `msghdr`'s pointers into it stay valid however the slot table grows.
-struct Slot {
-    hdr: libc::msghdr,
-    iov: libc::iovec,
-    name: socket2::SockAddr,
-    cmsg: [u64; PKTINFO_SPACE / 8],
-    buf: Vec<u8>,
-    /// The listener it leaves from, or the connection it goes on.
-    listener: Option<u32>,
-    conn: Option<(ConnId, u32)>,
-}
-
-/// The zone's datagram send slots.
-#[derive(Default)]
-pub(crate) struct Sends {
-    // Boxed: the kernel holds pointers into a slot (its msghdr, address, bytes) while the
-    // send is in flight, and the vector moves its elements when it grows.
-    #[allow(clippy::vec_box)]
-    slots: Vec<Box<Slot>>,
-    free: Vec<u32>,
-}
-
-impl Sends {
-    fn take(&mut self) -> u32 {
-        if let Some(i) = self.free.pop() {
-            return i;
-        }
-        let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-        self.slots.push(Box::new(Slot {
-            // SAFETY: msghdr and iovec are plain data; all-zero is a valid value of each.
-            hdr: unsafe { std::mem::zeroed() },
-            // SAFETY: as above.
-            iov: unsafe { std::mem::zeroed() },
-            name: socket2::SockAddr::from(unspecified),
-            cmsg: [0; PKTINFO_SPACE / 8],
-            buf: Vec::new(),
-            listener: None,
-            conn: None,
-        }));
-        (self.slots.len() - 1) as u32
-    }
-}
+use crate::dgram::write_pktinfo;
+use crate::io::{ConnState, DgramOut, DgramTo};
 
 /// Submits every datagram the handler queued.
 pub(super) fn submit_all(d: &mut UringDriver) {

@@ -18,6 +18,7 @@ mod conn;
 mod connect;
 mod dgram_recv;
 mod dgram_send;
+mod dgram_state;
 mod enter;
 mod file_read;
 mod msg;
@@ -133,8 +134,8 @@ impl UringDriver {
             recv_limit: recv::RECV_ARM_LIMIT,
             sendfile_ok: true,
             dbufs,
-            dgram_msgs: dgram_recv::Templates::new(),
-            dgram_sends: dgram_send::Sends::default(),
+            dgram_msgs: dgram_state::Templates::new(),
+            dgram_sends: dgram_state::Sends::default(),
             rearm_dgram: Vec::new(),
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);

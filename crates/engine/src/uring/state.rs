@@ -94,9 +94,9 @@ pub struct UringDriver {
     pub(super) dbufs: Option<BufRing>,
     /// What the multishot `recvmsg` of datagram sockets reads (`dgram_recv.rs`); boxed, the
     /// kernel reads them at each arm.
-    pub(super) dgram_msgs: super::dgram_recv::Templates,
+    pub(super) dgram_msgs: super::dgram_state::Templates,
     /// Datagram sends in flight, each owning its bytes and addresses (`dgram_send.rs`).
-    pub(super) dgram_sends: super::dgram_send::Sends,
+    pub(super) dgram_sends: super::dgram_state::Sends,
     /// UDP listeners whose receive ended for want of buffers: re-armed after this batch.
     pub(super) rearm_dgram: Vec<u32>,
 }
