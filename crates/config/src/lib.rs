@@ -6,7 +6,7 @@
 //!
 //! The top level and `[runtime]`/`[http]` are in `schema`, errors in `error`; each other
 //! section is a module of its own with its types and its checks (`upstream`, `steering`,
-//! `xdp`, `ops`, `tls`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
+//! `xdp`, `ops`, `tls`, `tproxy`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
 mod error;
@@ -15,6 +15,7 @@ pub mod ops;
 mod schema;
 pub mod steering;
 pub mod tls;
+pub mod tproxy;
 pub mod units;
 pub mod upstream;
 mod vhost;
@@ -150,6 +151,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         src,
     )?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
+    tproxy::validate(cfg.tproxy.as_ref(), cfg, src)?;
     if let Some(lb) = &cfg.lb {
         let st = &cfg.steering;
         let steering_on_filter = st.mode() == steering::Mode::Software

@@ -43,6 +43,8 @@ pub struct Config {
     pub origin: Origin,
     /// The XDP load balancer (`ringx lb`); none without an [lb] section.
     pub lb: Option<lb::Lb>,
+    /// Transparent proxying: what `ringx tproxy rules` writes (`crate::tproxy`).
+    pub tproxy: Option<crate::tproxy::Tproxy>,
 }
 
 /// A configuration's source file: its name and text.

@@ -79,6 +79,11 @@ pub struct Upstream {
     pub health: Option<Health>,
     /// TLS to the servers (`proxy_pass = "https://..."` turns it on with the defaults).
     pub tls: Option<Spanned<crate::tls::UpstreamTls>>,
+    /// `"client"`: connect to the servers from the client's own address (nginx's
+    /// `proxy_bind $remote_addr transparent`), so they see the real client. Needs
+    /// CAP_NET_ADMIN and routing that brings the servers' replies back (`crate::tproxy`).
+    /// Connections bound to one client are not pooled for another.
+    pub bind: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
@@ -183,6 +188,13 @@ pub struct Stream {
     pub sni: std::collections::BTreeMap<Spanned<String>, Spanned<String>>,
     /// Terminate TLS and forward the plain bytes (same forms as `[[server]] tls`).
     pub tls: Option<Spanned<crate::tls::TlsValue>>,
+    /// Accept connections (datagrams) for addresses that are not this host's
+    /// (`IP_TRANSPARENT`; `crate::tproxy`).
+    #[serde(default)]
+    pub transparent: bool,
+    /// `"client"`: connect to the server from the client's own address (as `[[upstream]]
+    /// bind`, for this stream only).
+    pub bind: Option<Spanned<String>>,
 }
 
 /// A server with its address resolved.

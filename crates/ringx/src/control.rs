@@ -143,6 +143,28 @@ impl Control {
             next.upstreams = self.compiled.upstreams.clone();
         }
         let routes = next.routes.clone();
+        // A socket kept across the reload keeps its IP_TRANSPARENT: refuse to pretend.
+        let old = &self.compiled.routes;
+        let kept = routes
+            .listen
+            .iter()
+            .map(|a| (*a, false))
+            .filter(|(a, _)| old.listen.contains(a))
+            .chain(
+                routes
+                    .udp_listen
+                    .iter()
+                    .map(|a| (*a, true))
+                    .filter(|(a, _)| old.udp_listen.contains(a)),
+            );
+        for (a, udp) in kept {
+            if routes.is_transparent(a, udp) != old.is_transparent(a, udp) {
+                return Err(Error::invalid(format!(
+                    "transparent changed for {a}: its socket is kept across a reload; restart \
+                     ringx (or upgrade the binary) to change it"
+                )));
+            }
+        }
         // New addresses: one socket per zone, bound now; any failure cancels the reload.
         let added: Vec<SocketAddr> = routes
             .listen
@@ -173,7 +195,11 @@ impl Control {
         for &addr in &added {
             ringx_engine::ensure_unclaimed(addr).map_err(|e| Error::io("cannot listen", e))?;
             for z in per_zone.iter_mut() {
-                let l = ringx_engine::bind_reuseport(addr, &self.lopts)
+                let opts = ListenOptions {
+                    transparent: routes.is_transparent(addr, false),
+                    ..self.lopts.clone()
+                };
+                let l = ringx_engine::bind_reuseport(addr, &opts)
                     .map_err(|e| Error::io("cannot listen", e))?;
                 z.push((addr, l.into()));
             }
@@ -181,7 +207,11 @@ impl Control {
         for &addr in &udp_added {
             ringx_engine::ensure_unclaimed_udp(addr).map_err(|e| Error::io("cannot listen", e))?;
             for z in per_zone.iter_mut() {
-                let u = ringx_engine::bind_udp_reuseport(addr, &self.lopts)
+                let opts = ListenOptions {
+                    transparent: routes.is_transparent(addr, true),
+                    ..self.lopts.clone()
+                };
+                let u = ringx_engine::bind_udp_reuseport(addr, &opts)
                     .map_err(|e| Error::io("cannot listen", e))?;
                 z.push((addr, u.into()));
             }

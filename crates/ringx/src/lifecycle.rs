@@ -213,7 +213,11 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     for _ in 0..zones {
         let mut us = Vec::new();
         for addr in &routes.udp_listen {
-            match ringx_engine::bind_udp_reuseport(*addr, &lopts) {
+            let opts = ListenOptions {
+                transparent: routes.is_transparent(*addr, true),
+                ..lopts.clone()
+            };
+            match ringx_engine::bind_udp_reuseport(*addr, &opts) {
                 Ok(u) => us.push(ringx_engine::Listener::Udp(u)),
                 Err(e) => {
                     tracing::error!("cannot listen: {e}");
@@ -227,7 +231,11 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     for _ in 0..zones {
         let mut ls = Vec::new();
         for addr in &routes.listen {
-            match inherited.bind(*addr, &lopts) {
+            let opts = ListenOptions {
+                transparent: routes.is_transparent(*addr, false),
+                ..lopts.clone()
+            };
+            match inherited.bind(*addr, &opts) {
                 Ok(l) => ls.push(l),
                 Err(e) => {
                     tracing::error!("cannot listen: {e}");

@@ -28,6 +28,9 @@ pub struct Routes {
     /// `listen`: a zone's UDP listener for `udp_listen[i]` serves `streams[udp_stream[i]]`.
     pub udp_listen: Vec<SocketAddr>,
     pub udp_stream: Vec<usize>,
+    /// Listen addresses bound `IP_TRANSPARENT` (`transparent = true`), and whether each is
+    /// UDP.
+    pub transparent: Vec<(SocketAddr, bool)>,
     /// Some location proxies (the zones then need client addresses).
     pub has_proxy: bool,
 }
@@ -48,6 +51,8 @@ pub struct StreamDef {
     pub sni: Option<ringx_tls::sni::SniMap>,
     /// A UDP stream's settings (`None`: TCP).
     pub udp: Option<UdpDef>,
+    /// Connect from the client's address (`bind = "client"` on the stream or its upstream).
+    pub bind_client: bool,
 }
 
 /// What a `protocol = "udp"` stream adds.
@@ -243,6 +248,7 @@ impl Routes {
                 proxy_protocol: st.proxy_protocol,
                 sni,
                 udp,
+                bind_client: st.bind.is_some() || ups.list[upstream].bind_client,
             });
         }
         let has_proxy = servers.iter().any(|s: &VServer| {
@@ -260,8 +266,17 @@ impl Routes {
             streams,
             udp_listen,
             udp_stream,
+            transparent: ringx_config::tproxy::transparent_listeners(&cfg.server, &cfg.stream)
+                .into_iter()
+                .map(|(a, p)| (a, p == StreamProtocol::Udp))
+                .collect(),
             has_proxy,
         })
+    }
+
+    /// Whether the listener for `addr` (a UDP one when `udp`) is bound `IP_TRANSPARENT`.
+    pub fn is_transparent(&self, addr: SocketAddr, udp: bool) -> bool {
+        self.transparent.contains(&(addr, udp))
     }
 
     /// The server (an index into `servers`) for a request on `listener` with the Host that

@@ -90,6 +90,9 @@ pub struct UpstreamDef {
     pub proxy_protocol: ProxyProtocol,
     pub health: Option<HealthDef>,
     pub tls: Option<UpTls>,
+    /// `bind = "client"`: connections leave from the client's address (transparent), and
+    /// are never pooled for another client.
+    pub bind_client: bool,
 }
 
 impl UpstreamDef {
@@ -180,6 +183,7 @@ impl Upstreams {
                     None => None,
                     Some(t) => Some(client_tls(cfg, provider, t.get_ref(), t.span())?),
                 },
+                bind_client: u.bind.is_some(),
             });
         }
         Ok(Upstreams {
@@ -265,6 +269,7 @@ impl Upstreams {
             proxy_protocol: ProxyProtocol::Off,
             health: None,
             tls,
+            bind_client: false,
         });
         Ok(self.list.len() - 1)
     }

@@ -149,6 +149,9 @@ impl ZonePools {
 
     /// Pools an idle connection; false when the pool is full (close it then).
     pub fn put_idle(&mut self, u: usize, s: usize, c: ConnId) -> bool {
+        if self.defs.list[u].bind_client {
+            return false; // it leaves from one client's address: no other may use it
+        }
         let cap = self.defs.list[u].keepalive as usize;
         let pool = &mut self.per[u].idle[s];
         if pool.len() >= cap {

@@ -28,6 +28,7 @@ use ringx_engine::{ConnId, ConnectTo, Datagram, Io, ListenerId};
 
 use crate::metrics::bump;
 use crate::udp_counters::{Drop, UdpCounters};
+use crate::upstream::connector::transparent_to;
 use crate::zone::ctx::Cx;
 pub use session::{Key, Session, Sessions};
 
@@ -163,6 +164,7 @@ impl UdpProxy {
     ) -> Option<u32> {
         let def = &cx.ctx.routes.streams[stream];
         let (upstream, responses) = (def.upstream, def.udp.and_then(|u| u.responses));
+        let bind = def.bind_client;
         let (pools, gen) = cx.ctx.current_pools()?;
         let servers = pools.defs.list[upstream].servers.len();
         let hash = client_hash(&key.peer);
@@ -178,7 +180,15 @@ impl UdpProxy {
             };
             tried.push(server);
             let addr = pools.defs.list[upstream].servers[server].addr;
-            match cx.io.connect(&ConnectTo::datagram(addr)) {
+            // bind = "client": the session's socket leaves from the client's address.
+            let to = match bind {
+                false => Ok(ConnectTo::datagram(addr)),
+                true => transparent_to(addr, key.peer.ip()).map(|t| ConnectTo {
+                    datagram: true,
+                    ..t
+                }),
+            };
+            match to.and_then(|to| cx.io.connect(&to)) {
                 Ok(up) => break Some((server, up)),
                 Err(e) => {
                     failures += 1;
