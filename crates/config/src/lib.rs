@@ -151,7 +151,13 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         src,
     )?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
-    tproxy::validate(cfg.tproxy.as_ref(), cfg, src)?;
+    let parts = tproxy::Parts {
+        server: &cfg.server,
+        stream: &cfg.stream,
+        upstream: &cfg.upstream,
+        user: cfg.runtime.user.as_ref(),
+    };
+    tproxy::validate(cfg.tproxy.as_ref(), parts, src)?;
     if let Some(lb) = &cfg.lb {
         let st = &cfg.steering;
         let steering_on_filter = st.mode() == steering::Mode::Software

@@ -174,19 +174,28 @@ pub fn needs_transparent(
         || upstreams.iter().any(|u| u.get_ref().bind.is_some())
 }
 
+/// The parts of the configuration [`validate`] reads.
+pub(crate) struct Parts<'a> {
+    pub server: &'a [Spanned<Server>],
+    pub stream: &'a [Spanned<Stream>],
+    pub upstream: &'a [Spanned<Upstream>],
+    /// `[runtime] user`.
+    pub user: Option<&'a Spanned<String>>,
+}
+
 /// Checks `bind` values, servers sharing an address that disagree about `transparent`,
 /// `bind = "client"` with `[runtime] user`, and every `[[tproxy.divert]]`.
 pub(crate) fn validate(
     tp: Option<&Tproxy>,
-    cfg: &crate::Config,
+    cfg: Parts<'_>,
     src: &Source,
 ) -> Result<(), ConfigError> {
-    for u in &cfg.upstream {
+    for u in cfg.upstream {
         if let Some(b) = &u.get_ref().bind {
             check_bind(b, src)?;
         }
     }
-    for s in &cfg.stream {
+    for s in cfg.stream {
         if let Some(b) = &s.get_ref().bind {
             check_bind(b, src)?;
         }
@@ -197,7 +206,7 @@ pub(crate) fn validate(
         .filter_map(|u| u.get_ref().bind.as_ref())
         .chain(cfg.stream.iter().filter_map(|s| s.get_ref().bind.as_ref()))
         .next();
-    if let (Some(b), Some(user)) = (binds, &cfg.runtime.user) {
+    if let (Some(b), Some(user)) = (binds, cfg.user) {
         return Err(src.err(
             b.span(),
             format!(
@@ -208,7 +217,7 @@ pub(crate) fn validate(
             ),
         ));
     }
-    for s in &cfg.stream {
+    for s in cfg.stream {
         let st = s.get_ref();
         if st.transparent && st.protocol == StreamProtocol::Udp {
             return Err(src.err(
@@ -254,7 +263,7 @@ pub(crate) fn validate(
             "table must be a free routing table: not 0, 253 (default), 254 (main) or 255 (local)",
         ));
     }
-    let listeners = transparent_listeners(&cfg.server, &cfg.stream);
+    let listeners = transparent_listeners(cfg.server, cfg.stream);
     for d in &tp.divert {
         let dv = d.get_ref();
         if dv.ports.get_ref().is_empty() || dv.ports.get_ref().contains(&0) {

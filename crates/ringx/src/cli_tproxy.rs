@@ -70,7 +70,11 @@ pub fn run(args: TproxyArgs) -> ExitCode {
 }
 
 fn exec(a: RulesArgs) -> Result<(), String> {
-    let cfg = crate::load(&a.config).map_err(|e| e.to_string())?;
+    let cfg = match &a.config {
+        Some(p) => ringx_config::load(p),
+        None => ringx_config::parse("(embedded default)", ringx_config::DEFAULT_CONFIG),
+    }
+    .map_err(|e| e.to_string())?;
     let table = cfg.tproxy.as_ref().map_or(100, |t| *t.table.get_ref());
     let state = a
         .state
