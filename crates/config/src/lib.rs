@@ -9,11 +9,14 @@
 //! `xdp`, `ops`, `tls`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
+pub mod compress;
 mod error;
 pub mod lb;
 pub mod ops;
+pub mod rewrite;
 mod schema;
 pub mod steering;
+pub mod template;
 pub mod tls;
 pub mod units;
 pub mod upstream;
@@ -131,6 +134,15 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         cfg.http.access_log.as_ref(),
         rt.pid_file.as_ref(),
         rt.busy_poll_us,
+        src,
+    )?;
+    ops::validate_error_log(rt.error_log.as_ref(), &rt.log_level, src)?;
+    compress::validate(
+        [
+            ("gzip", cfg.http.gzip.as_ref(), 9),
+            ("brotli", cfg.http.brotli.as_ref(), 11),
+            ("zstd", cfg.http.zstd.as_ref(), 19),
+        ],
         src,
     )?;
     vhost::validate_servers(&cfg.server, src)?;
