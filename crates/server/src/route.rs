@@ -5,9 +5,14 @@ use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
+use std::sync::Arc;
+
+use crate::compress::{Coding, Policy};
 use crate::error::Error;
+use crate::rewrite::flow::{FallbackC, TryFilesC};
+use crate::rewrite::{AddHeaders, ErrorPages, LocKind, LocRw, ProxyEdit, ReturnT, ServerRw};
 use crate::upstream::Upstreams;
-use ringx_config::{Config, Location, Return};
+use ringx_config::{Config, Location, Return, Server};
 
 pub struct Routes {
     /// Unique listen addresses; a zone's `ListenerId(i)` is `listen[i]`.
@@ -25,6 +30,8 @@ pub struct Routes {
     pub streams: Vec<StreamDef>,
     /// Some location proxies (the zones then need client addresses).
     pub has_proxy: bool,
+    /// Compression (`[http] gzip`, `brotli`, `zstd`, `*_static`); None: off.
+    pub compress: Option<Arc<Policy>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +55,10 @@ pub struct ProxyLoc {
     pub upstream: usize,
     pub host: HostMode,
     pub forwarded_headers: bool,
+    /// The URI part of `proxy_pass` (`http://app/v2/`): it replaces the location's prefix.
+    pub uri: Option<String>,
+    /// `proxy_set_header`, `proxy_hide_header`, `proxy_intercept_errors`.
+    pub edit: Option<Arc<ProxyEdit>>,
 }
 
 pub enum HostMode {
@@ -63,20 +74,39 @@ pub struct VServer {
     pub names: Vec<String>,
     /// `*.example.com` names, stored as `.example.com`.
     pub suffixes: Vec<String>,
-    /// Longest path first; exact locations are checked before prefixes.
+    /// Exact locations, then prefixes longest first, then regexes in the order written, then
+    /// named ones (`LocKind::class`).
     pub locations: Vec<Loc>,
+    /// The server's rewriting (None: it has none, and its requests route by
+    /// `location_index` alone).
+    pub rw: Option<Box<ServerRw>>,
+    /// The first server_name (`$server_name`, and `$host` without a Host).
+    pub name: String,
+    /// The server's `add_header` and `error_page`, for requests no location takes.
+    pub add_header: Option<Arc<AddHeaders>>,
+    pub error_pages: Option<Arc<ErrorPages>>,
 }
 
 pub struct Loc {
+    /// The prefix or exact path, the regex, or the `@name`.
     pub path: String,
     pub exact: bool,
     pub action: Action,
+    pub kind: LocKind,
+    /// Rewrite rules, added headers, error pages, try_files (None: none of them).
+    pub rw: Option<Box<LocRw>>,
+    /// On-the-fly compression applies here.
+    pub compress: bool,
 }
 
 pub enum Action {
     Return(Canned),
+    /// A `return` with variables.
+    ReturnT(Box<ReturnT>),
     Files(FileRoot),
     Proxy(ProxyLoc),
+    /// A location with `rewrite` rules only: what they do not redirect is a 404.
+    None,
 }
 
 /// A fixed response, serialised at load time.
@@ -88,6 +118,11 @@ pub struct Canned {
     /// The whole HTTP/1.1 keep-alive response (the common case): `head`, a Date line to be
     /// overwritten, the empty line, `body`. One copy instead of five appends.
     pub keep11: Vec<u8>,
+    /// The body's `Content-Type` (for an error page served from this response).
+    pub ctype: String,
+    /// The same response compressed, one per coding that applies (made when the
+    /// configuration is compiled: a `return` body never changes).
+    pub variants: Vec<(Coding, Canned)>,
 }
 
 impl Canned {
@@ -101,6 +136,8 @@ impl Canned {
             head,
             body,
             keep11,
+            ctype: "text/plain".into(),
+            variants: Vec::new(),
         }
     }
 }
@@ -122,6 +159,7 @@ impl Routes {
             "ringx".to_string()
         };
         let server_header = format!("Server: {token}\r\n").into_bytes();
+        let compress = Policy::compile(&cfg.http);
         let mut listen: Vec<SocketAddr> = Vec::new();
         let mut by_listener: Vec<Vec<usize>> = Vec::new();
         let mut servers = Vec::new();
@@ -153,17 +191,43 @@ impl Routes {
                 }
             }
             let mut locations = Vec::new();
-            for l in &s.location {
-                locations.push(compile_location(l.get_ref(), &server_header, ups)?);
+            let mut order = Vec::new();
+            for (i, l) in s.location.iter().enumerate() {
+                locations.push(compile_location(
+                    l.get_ref(),
+                    &server_header,
+                    compress.as_deref(),
+                    ups,
+                )?);
+                order.push(i);
             }
-            locations.sort_by(|a: &Loc, b: &Loc| {
-                b.exact.cmp(&a.exact).then(b.path.len().cmp(&a.path.len()))
+            // Stable: regexes keep the order they were written in.
+            let mut paired: Vec<(Loc, usize)> = locations.into_iter().zip(order).collect();
+            paired.sort_by(|(a, _), (b, _)| {
+                a.kind
+                    .class()
+                    .cmp(&b.kind.class())
+                    .then(match a.kind.class() {
+                        1 => b.path.len().cmp(&a.path.len()),
+                        _ => std::cmp::Ordering::Equal,
+                    })
             });
-            servers.push(VServer {
+            let (locations, order): (Vec<Loc>, Vec<usize>) = paired.into_iter().unzip();
+            let rw = ServerRw::compile(s)?;
+            let mut vs = VServer {
                 names,
                 suffixes,
                 locations,
-            });
+                rw: (rw.full_route || !rw.rules.is_empty()).then(|| Box::new(rw)),
+                name: s
+                    .server_name
+                    .first()
+                    .map_or(String::new(), |n| n.get_ref().clone()),
+                add_header: None,
+                error_pages: None,
+            };
+            finish_rewriting(&mut vs, s, &order)?;
+            servers.push(vs);
         }
         let mut listener_kind: Vec<ListenerKind> = listen
             .iter()
@@ -214,6 +278,7 @@ impl Routes {
             listener_kind,
             streams,
             has_proxy,
+            compress,
         })
     }
 
@@ -258,7 +323,8 @@ impl Routes {
 
 impl VServer {
     /// The location (an index into `locations`) for `path`: exact match first, then the
-    /// longest prefix.
+    /// longest prefix. For servers without regex or named locations (those route through
+    /// `rewrite::flow`).
     pub fn location_index(&self, path: &str) -> Option<usize> {
         self.locations.iter().position(|l| {
             if l.exact {
@@ -268,12 +334,65 @@ impl VServer {
             }
         })
     }
+
+    /// Whether requests need the full route (`rewrite::flow::route`).
+    #[inline]
+    pub fn full_route(&self) -> bool {
+        self.rw.as_ref().is_some_and(|r| r.full_route)
+    }
 }
 
-fn compile_location(l: &Location, server_header: &[u8], ups: &mut Upstreams) -> Result<Loc, Error> {
-    let path = l.path.get_ref().clone();
+/// What needs the whole server compiled first: error pages and try_files fallbacks resolved
+/// to locations, and what locations inherit from the server (nginx's rule: a location with
+/// none of its own takes the server's add_header and error_page).
+fn finish_rewriting(vs: &mut VServer, s: &Server, order: &[usize]) -> Result<(), Error> {
+    let srv_add = AddHeaders::compile(&s.add_header)?;
+    let srv_pages = ErrorPages::compile(&s.error_page, vs)?;
+    vs.add_header = srv_add.clone();
+    vs.error_pages = srv_pages.clone();
+    for (li, &ci) in order.iter().enumerate() {
+        let l = s.location[ci].get_ref();
+        let mut rw = LocRw {
+            rules: crate::rewrite::compile_rules(&l.rewrite)?,
+            add_header: AddHeaders::compile(&l.add_header)?.or_else(|| srv_add.clone()),
+            error_pages: ErrorPages::compile(&l.error_page, vs)?.or_else(|| srv_pages.clone()),
+            try_files: None,
+        };
+        if let Some(tf) = &l.try_files {
+            let src = ringx_config::Source {
+                name: "(config)",
+                text: "",
+            };
+            let parsed = ringx_config::rewrite::parse_try_files(tf, &src)
+                .map_err(|e| Error::config(e.message))?;
+            let fallback = match parsed.fallback {
+                ringx_config::rewrite::Fallback::Uri(t) => FallbackC::Uri(t),
+                ringx_config::rewrite::Fallback::Status(c) => FallbackC::Status(c),
+                ringx_config::rewrite::Fallback::Named(n) => FallbackC::Named(
+                    crate::rewrite::flow::named(vs, &n)
+                        .ok_or_else(|| Error::config(format!("try_files: no location {n:?}")))?,
+                ),
+            };
+            rw.try_files = Some(TryFilesC {
+                candidates: parsed.candidates,
+                fallback,
+            });
+        }
+        vs.locations[li].rw = (!rw.is_empty()).then(|| Box::new(rw));
+    }
+    Ok(())
+}
+
+fn compile_location(
+    l: &Location,
+    server_header: &[u8],
+    compress: Option<&Policy>,
+    ups: &mut Upstreams,
+) -> Result<Loc, Error> {
+    let (kind, path) = crate::rewrite::compile_path(l)?;
     let action = if let Some(target) = &l.proxy_pass {
-        let upstream = ups.resolve_target(target.get_ref())?;
+        let (server_part, uri) = ringx_config::upstream::split_uri(target.get_ref());
+        let upstream = ups.resolve_target(server_part)?;
         let host = match l.proxy_host.as_deref() {
             None | Some("pass") => HostMode::Pass,
             Some("upstream") => HostMode::Upstream,
@@ -283,9 +402,20 @@ fn compile_location(l: &Location, server_header: &[u8], ups: &mut Upstreams) -> 
             upstream,
             host,
             forwarded_headers: l.forwarded_headers,
+            uri: uri.map(str::to_string),
+            edit: ProxyEdit::compile(
+                &l.proxy_set_header,
+                &l.proxy_hide_header,
+                l.proxy_intercept_errors,
+            )?,
         })
     } else if let Some(r) = &l.ret {
-        Action::Return(canned(r, server_header))
+        match ReturnT::compile(r)? {
+            Some(t) => Action::ReturnT(Box::new(t)),
+            None => Action::Return(canned(r, server_header, compress.filter(|_| l.compress))),
+        }
+    } else if l.root.is_none() && l.alias.is_none() {
+        Action::None
     } else {
         let (dir, strip) = match (&l.root, &l.alias) {
             (Some(root), _) => (root.get_ref().as_path(), None),
@@ -299,38 +429,64 @@ fn compile_location(l: &Location, server_header: &[u8], ups: &mut Upstreams) -> 
         })
     };
     Ok(Loc {
+        exact: matches!(kind, LocKind::Exact),
         path,
-        exact: l.exact,
         action,
+        kind,
+        rw: None,
+        compress: l.compress,
     })
 }
 
-fn canned(r: &Return, server_header: &[u8]) -> Canned {
+fn canned(r: &Return, server_header: &[u8], compress: Option<&Policy>) -> Canned {
     let status = *r.status.get_ref();
-    let mut head = Vec::new();
-    ringx_http::write_status_line(&mut head, status);
-    head.extend_from_slice(server_header);
     let body = r.body.clone().into_bytes();
     let ctype = r
         .content_type
         .as_ref()
         .map_or("text/plain", |c| c.get_ref());
-    if status != 204 && status != 304 {
-        head.extend_from_slice(
-            format!(
-                "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
-                body.len()
-            )
-            .as_bytes(),
-        );
+    // `Vary` on every variant, identity included, when the body could be compressed.
+    let varies = compress.is_some_and(|p| p.varies(ctype))
+        && crate::compress::status_compressible(status)
+        && !body.is_empty();
+    let head_for = |coding: Option<Coding>, len: usize| {
+        let mut head = Vec::new();
+        ringx_http::write_status_line(&mut head, status);
+        head.extend_from_slice(server_header);
+        if status != 204 && status != 304 {
+            head.extend_from_slice(
+                format!("Content-Type: {ctype}\r\nContent-Length: {len}\r\n").as_bytes(),
+            );
+        }
+        if let Some(c) = coding {
+            head.extend_from_slice(format!("Content-Encoding: {}\r\n", c.token()).as_bytes());
+        }
+        if varies {
+            head.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+        }
+        if let Some(loc) = &r.location {
+            head.extend_from_slice(format!("Location: {}\r\n", loc.get_ref()).as_bytes());
+        }
+        for (k, v) in &r.headers {
+            head.extend_from_slice(format!("{}: {v}\r\n", k.get_ref()).as_bytes());
+        }
+        head
+    };
+    let mut c = Canned::new(status, head_for(None, body.len()), body.clone());
+    c.ctype = ctype.to_string();
+    if varies {
+        for codec in compress.map_or(&[][..], |p| &p.codecs[..]) {
+            if !codec.takes(ctype) || (body.len() as u64) < codec.min_length {
+                continue;
+            }
+            if let Ok(z) = crate::compress::encoder::compress(codec.coding, codec.level, &body) {
+                let mut v = Canned::new(status, head_for(Some(codec.coding), z.len()), z);
+                v.ctype = ctype.to_string();
+                c.variants.push((codec.coding, v));
+            }
+        }
     }
-    if let Some(loc) = &r.location {
-        head.extend_from_slice(format!("Location: {}\r\n", loc.get_ref()).as_bytes());
-    }
-    for (k, v) in &r.headers {
-        head.extend_from_slice(format!("{}: {v}\r\n", k.get_ref()).as_bytes());
-    }
-    Canned::new(status, head, body)
+    c
 }
 
 fn open_dir(p: &Path) -> Result<OwnedFd, Error> {
