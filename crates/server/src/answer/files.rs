@@ -8,6 +8,7 @@ use super::{varies, Answer};
 use crate::compress::encoder::compress;
 use crate::compress::{Accept, Codec};
 use crate::response::Reply;
+use crate::rewrite::vars::escape_path;
 use crate::route::FileRoot;
 use crate::static_files::{self, FileReply, Precompressed};
 
@@ -83,7 +84,20 @@ impl Answer<'_> {
                 let headers = self.with_added(304, &headers);
                 Reply::bytes(self.r.head(out, 304, &headers, 0, self.ch))
             }
-            FileReply::Redirect(loc) => self.redirect(out, 301, &loc),
+            FileReply::Redirect(loc) => {
+                // A directory without its '/': absolute, as nginx sends it.
+                let mut url = String::new();
+                crate::rewrite::flow::origin(self.req, &self.rq.conn, &self.server.name, &mut url);
+                match loc.split_once('?') {
+                    Some((p, q)) => {
+                        escape_path(p, &mut url);
+                        url.push('?');
+                        url.push_str(q);
+                    }
+                    None => escape_path(&loc, &mut url),
+                }
+                self.redirect(out, 301, &url)
+            }
             FileReply::Unsatisfiable { size } => {
                 self.error(out, 416, &format!("Content-Range: bytes */{size}\r\n"))
             }

@@ -129,7 +129,7 @@ impl<'a> Answer<'a> {
             ch: self.ch,
             head_only: self.head_only,
         };
-        page.write(out, status, t, &|s, e| self.with_added(s, e).into_owned())
+        page.write(out, status, t, Some(&self.vars()))
     }
 
     /// A pre-serialised `return`: its compressed variant when the client takes one, the
@@ -204,33 +204,47 @@ pub struct Page<'a> {
 }
 
 impl Page<'_> {
-    /// Writes the page for `status` as `t` says; `added(status, extra)` appends the
-    /// `add_header` lines. None: the target cannot be served (its file is gone).
+    /// Writes the page for `status` as `t` says, with the `add_header` lines of the location
+    /// that serves it (nginx's rule: an error page is an internal redirect); `vars`: the
+    /// request, when it is still there (a value with variables is left out otherwise).
+    /// None: the target cannot be served (its file is gone).
     pub fn write(
         &self,
         out: &mut Vec<u8>,
         status: u16,
         t: &ErrTarget,
-        added: &dyn Fn(u16, &str) -> String,
+        vars: Option<&Vars>,
     ) -> Option<Reply> {
         let (want, uri, loc) = match t {
             ErrTarget::Redirect(url) => {
-                let extra = added(302, &format!("Location: {}\r\n", field_safe(url)));
+                let mut extra = format!("Location: {}\r\n", field_safe(url));
+                if let Some(a) = self.server.add_header.as_deref() {
+                    a.write(302, vars, &mut extra);
+                }
                 let page = ErrorPage::new(302, self.ch, self.head_only).extra(&extra);
                 return Some(Reply::bytes(self.r.error(out, page)));
             }
             ErrTarget::Local { status, uri, loc } => (*status, uri, *loc),
+        };
+        let target = self.server.locations.get(loc)?;
+        let add = target.rw.as_ref().and_then(|rw| rw.add_header.as_deref());
+        let added = |code: u16, extra: String| {
+            let mut extra = extra;
+            if let Some(a) = add {
+                a.write(code, vars, &mut extra);
+            }
+            extra
         };
         let code = |own: u16| match want {
             None => status,
             Some(None) => own,
             Some(Some(c)) => c,
         };
-        match &self.server.locations.get(loc)?.action {
+        match &target.action {
             Action::Files(root) => {
                 let (file, len, ctype) = crate::static_files::page(root, uri)?;
                 let code = code(200);
-                let extra = added(code, &format!("Content-Type: {ctype}\r\n"));
+                let extra = added(code, format!("Content-Type: {ctype}\r\n"));
                 let written = self.r.head(out, code, &extra, len, self.ch);
                 Some(Reply {
                     written,
@@ -240,7 +254,7 @@ impl Page<'_> {
             }
             Action::Return(c) => {
                 let code = code(c.status);
-                let extra = added(code, &format!("Content-Type: {}\r\n", c.ctype));
+                let extra = added(code, format!("Content-Type: {}\r\n", c.ctype));
                 let written = self.r.head(out, code, &extra, c.body.len() as u64, self.ch);
                 if !self.head_only {
                     out.extend_from_slice(&c.body);

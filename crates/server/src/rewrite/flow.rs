@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 
 use ringx_config::rewrite::{is_redirect_target, Flag, RewriteRule};
-use ringx_config::template::Template;
+use ringx_config::template::{Part, Template};
 use ringx_http::Request;
 
 use super::locate::locate;
@@ -264,12 +264,7 @@ fn redirect_url(path: &str, args: Option<&str>, cx: &Ctx<'_>) -> String {
         out.push_str(rest.0);
         escape_args(rest.1, &mut out);
     } else {
-        out.push_str(cx.conn.scheme());
-        out.push_str("://");
-        match cx.req.host {
-            Some(h) if !h.is_empty() => out.push_str(&String::from_utf8_lossy(h)),
-            _ => out.push_str(cx.server_name),
-        }
+        origin(cx.req, cx.conn, cx.server_name, &mut out);
         escape_path(path, &mut out);
     }
     if let Some(a) = args {
@@ -277,6 +272,23 @@ fn redirect_url(path: &str, args: Option<&str>, cx: &Ctx<'_>) -> String {
         escape_args(a, &mut out);
     }
     out
+}
+
+/// `scheme://host[:port]` of a redirect made absolute as nginx makes it: the Host's name
+/// (lowercase) or the server's, and the port the request came in on unless it is the
+/// scheme's own.
+pub fn origin(req: &Request, conn: &ConnInfo, server_name: &str, out: &mut String) {
+    out.push_str(conn.scheme());
+    out.push_str("://");
+    match req.host_name() {
+        Some(h) if !h.is_empty() => out.push_str(&String::from_utf8_lossy(h).to_ascii_lowercase()),
+        _ => out.push_str(server_name),
+    }
+    let default_port = if conn.tls { 443 } else { 80 };
+    if let Some(port) = conn.local.map(|a| a.port()).filter(|&p| p != default_port) {
+        out.push(':');
+        out.push_str(&port.to_string());
+    }
 }
 
 /// Resolves `.` and `..` and repeated slashes of a path that is already decoded (a rewrite's
@@ -337,9 +349,15 @@ fn try_files(
         let Some(clean) = normalize_decoded(&p) else {
             continue;
         };
-        let want_dir = p.ends_with('/');
+        // nginx: an entry written with a trailing '/' looks for a directory.
+        let want_dir = matches!(t.parts.last(), Some(Part::Lit(l)) if l.ends_with('/'));
         if crate::static_files::exists(root, &clean, want_dir) {
-            return Tried::Found(clean);
+            // nginx: a directory found by `$uri/` is served at the entry less its last '/'
+            // (so `/docs` is redirected to `/docs/`, and `/docs/` gets its index).
+            let served = if want_dir { &p[..p.len() - 1] } else { &p[..] };
+            if let Some(u) = normalize_decoded(served) {
+                return Tried::Found(u);
+            }
         }
     }
     match &tf.fallback {

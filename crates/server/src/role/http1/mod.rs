@@ -207,7 +207,20 @@ impl Http1 {
         status: u16,
         head_only: bool,
     ) {
-        let page = ErrorPage::closing(status).head_only(head_only);
+        self.fail_with(cx, b, c, status, head_only, "");
+    }
+
+    /// [`fail`](Self::fail) with header lines added to the page (`add_header ... always`).
+    pub(crate) fn fail_with(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        status: u16,
+        head_only: bool,
+        extra: &str,
+    ) {
+        let page = ErrorPage::closing(status).head_only(head_only).extra(extra);
         let w = match b.tr.out_buf(cx.io, c) {
             Some(out) => cx.ctx.responder().error(out, page),
             None => Written {

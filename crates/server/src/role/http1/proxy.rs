@@ -120,9 +120,6 @@ impl Http1 {
                     routes: ctx.routes.clone(),
                     at: (si, li),
                     head_only: req.method == Method::Head,
-                    add_always: deco
-                        .as_ref()
-                        .map_or(String::new(), |d| d.add_always.clone()),
                 })
             });
         let key = match &def.hash_key {
@@ -292,6 +289,13 @@ impl Http1 {
     /// No response can be had: `status` (502, 504, or an upstream error intercepted) to the
     /// client, the location's error page for it if it has one.
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        let always = self
+            .exchange
+            .as_mut()
+            .and_then(|x| x.deco.as_mut())
+            .map(|d| std::mem::take(&mut d.add_always))
+            .unwrap_or_default();
+        let head_only = self.exchange.as_ref().is_some_and(|x| x.head_request);
         self.end_exchange(cx);
         self.phase = Phase::Idle;
         b.paused = false;
@@ -309,8 +313,7 @@ impl Http1 {
                     ch: ConnHdr::Close,
                     head_only: p.head_only,
                 };
-                let added = |_: u16, extra: &str| format!("{extra}{}", p.add_always);
-                if let Some(r) = page.write(out, status, t, &added) {
+                if let Some(r) = page.write(out, status, t, None) {
                     if let Some((f, off, len)) = r.file {
                         b.tr.send_file(cx.io, c, f, off, len);
                     }
@@ -321,7 +324,7 @@ impl Http1 {
                 }
             }
         }
-        self.fail(cx, b, c, status, false);
+        self.fail_with(cx, b, c, status, head_only, &always);
     }
 
     /// An event on the exchange's upstream connection `u`. Returns the tunnel this
@@ -469,8 +472,6 @@ pub struct PageCtx {
     routes: Arc<Routes>,
     at: (usize, usize),
     head_only: bool,
-    /// `add_header ... always` lines, expanded when the request was routed.
-    add_always: String,
 }
 
 /// The request-target sent upstream when it is not the client's: with a `proxy_pass` URI part,
