@@ -414,9 +414,9 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             }
             Some(libc::SIGHUP) => control.reload(),
             Some(libc::SIGUSR1) => {
-                tracing::info!("SIGUSR1: reopening the access log and the error log");
                 control.log.reopen();
                 crate::errlog::reopen();
+                tracing::info!("SIGUSR1: reopened the access log and the error log");
             }
             Some(libc::SIGUSR2) if control.upgrade() => {
                 control.begin_drain(false);

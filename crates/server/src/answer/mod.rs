@@ -266,12 +266,11 @@ impl Page<'_> {
     }
 }
 
-/// Whether a body of this status and type gets `Vary: Accept-Encoding` under `policy`.
+/// Whether a body of this status and type gets `Vary: Accept-Encoding`: a coding could
+/// compress it on the fly. (A precompressed file served says so itself; where none exists,
+/// the response does not vary.)
 pub fn varies(routes: &Routes, loc: Option<&Loc>, status: u16, ctype: &str) -> bool {
     loc.is_some_and(|l| l.compress)
         && status_compressible(status)
-        && routes
-            .compress
-            .as_ref()
-            .is_some_and(|p| p.varies(ctype) || !p.statics.is_empty())
+        && routes.compress.as_ref().is_some_and(|p| p.varies(ctype))
 }

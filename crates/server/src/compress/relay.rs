@@ -2,18 +2,26 @@
 //! [`Encoder`] and out to the client, framed as chunks for an HTTP/1.1 client (the compressed
 //! length is not known in advance) or delimited by the close for HTTP/1.0.
 //!
-//! Bytes are passed on as soon as the encoder produces them. When a burst of input produced
-//! nothing (a slow upstream trickling an event stream), the encoder is flushed at its end, so
-//! the client is never left waiting for bytes the proxy holds; a fast body is not flushed,
-//! and compresses as well as it would in one piece.
+//! Bytes are passed on as soon as the encoder produces them. When a short burst of input
+//! (less than [`TRICKLE`]: a slow upstream, an event stream) produced nothing, the encoder is
+//! flushed at its end, so the client is never left waiting for bytes the proxy holds. A fast
+//! body arrives in full receive buffers and is not flushed: it compresses as well as it would
+//! in one piece.
 
 use super::Encoder;
+
+/// A burst of input shorter than this, which made the encoder produce (next to) nothing, is
+/// flushed at its end. Bulk bodies arrive in full receive buffers (16 KiB by default).
+pub const TRICKLE: usize = 8192;
+/// Output of a burst that counts as nothing (gzip's 10-byte header, a block's few bytes).
+const NOTHING: usize = 64;
 
 pub struct Relay {
     enc: Option<Encoder>,
     chunked: bool,
-    /// Input went in since the last output came out.
-    held: bool,
+    /// Input fed, and output emitted, in this burst.
+    burst_in: usize,
+    burst_out: usize,
     /// Compressed bytes sent.
     pub sent: u64,
 }
@@ -23,7 +31,8 @@ impl Relay {
         Relay {
             enc: Some(enc),
             chunked,
-            held: false,
+            burst_in: 0,
+            burst_out: 0,
             sent: 0,
         }
     }
@@ -37,28 +46,26 @@ impl Relay {
             return Ok(());
         }
         enc.write(data)?;
+        self.burst_in += data.len();
         if enc.produced() > 0 {
             let out = enc.take();
+            self.burst_out += out.len();
             self.emit(&out, write);
-            self.held = false;
-        } else {
-            self.held = true;
         }
         Ok(())
     }
 
-    /// The end of what arrived for now: if it produced nothing yet, flush it out.
+    /// The end of what arrived for now: a short burst that produced nothing is flushed out.
     pub fn burst_end(&mut self, write: &mut dyn FnMut(&[u8])) -> std::io::Result<()> {
-        if !self.held {
-            return Ok(());
-        }
-        let Some(enc) = self.enc.as_mut() else {
+        let trickle = self.burst_in > 0 && self.burst_in < TRICKLE && self.burst_out < NOTHING;
+        self.burst_in = 0;
+        self.burst_out = 0;
+        let Some(enc) = self.enc.as_mut().filter(|_| trickle) else {
             return Ok(());
         };
         enc.flush()?;
         let out = enc.take();
         self.emit(&out, write);
-        self.held = false;
         Ok(())
     }
 
@@ -157,13 +164,31 @@ mod tests {
                 .unwrap();
             assert_eq!(out, body);
         }
-        let mut r = Relay::new(Encoder::new(Coding::Brotli, 4, None).unwrap(), true);
-        let mut wire = Vec::new();
-        r.feed(b"data: one\n\n", &mut |b| wire.extend_from_slice(b))
-            .unwrap();
-        assert!(wire.is_empty(), "held by the encoder");
-        r.burst_end(&mut |b| wire.extend_from_slice(b)).unwrap();
-        assert!(!wire.is_empty(), "flushed at the end of the burst");
+        for c in [Coding::Gzip, Coding::Brotli, Coding::Zstd] {
+            let mut r = Relay::new(Encoder::new(c, 4, None).unwrap(), false);
+            let mut wire = Vec::new();
+            r.feed(b"data: one\n\n", &mut |b| wire.extend_from_slice(b))
+                .unwrap();
+            r.burst_end(&mut |b| wire.extend_from_slice(b)).unwrap();
+            let mut out = vec![0u8; 64];
+            let n = match c {
+                Coding::Gzip => flate2::read::GzDecoder::new(&wire[..])
+                    .read(&mut out)
+                    .unwrap(),
+                Coding::Brotli => brotli::Decompressor::new(&wire[..], 4096)
+                    .read(&mut out)
+                    .unwrap(),
+                Coding::Zstd => zstd::stream::read::Decoder::new(&wire[..])
+                    .unwrap()
+                    .read(&mut out)
+                    .unwrap(),
+            };
+            assert_eq!(
+                &out[..n],
+                b"data: one\n\n",
+                "{c:?}: the event is out at the burst's end"
+            );
+        }
         let mut hl = [0u8; 20];
         let n = hex_line(0x1a2b, &mut hl);
         assert_eq!(&hl[..n], b"1a2b\r\n");
