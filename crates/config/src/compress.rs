@@ -101,7 +101,7 @@ pub fn validate(codecs: [(&str, Option<&Codec>, u32); 3], src: &Source) -> Resul
             for ty in t.get_ref() {
                 let ok = ty == "*"
                     || ty.split_once('/').is_some_and(|(a, b)| {
-                        crate::vhost::is_token(a) && (b == "*" || crate::vhost::is_token(b))
+                        crate::fields::is_token(a) && (b == "*" || crate::fields::is_token(b))
                     });
                 if !ok {
                     return Err(src.err(

@@ -11,6 +11,7 @@
 
 pub mod compress;
 mod error;
+mod fields;
 pub mod lb;
 pub mod ops;
 pub mod rewrite;
@@ -146,6 +147,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         src,
     )?;
     vhost::validate_servers(&cfg.server, src)?;
+    rewrite::check::check_servers(&cfg.server, src)?;
     tls::validate(
         &cfg.tls,
         cfg.server

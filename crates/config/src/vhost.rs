@@ -10,6 +10,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{ConfigError, Source};
+use crate::fields::{is_field_value, is_token};
 use crate::rewrite::{HeaderValue, PathMatch};
 
 #[derive(Debug, Deserialize)]
@@ -128,18 +129,6 @@ const RESERVED: [&str; 8] = [
     "upgrade",
 ];
 
-/// `field-vchar / SP / HTAB`: a CR or LF would end the field and start another (header
-/// injection), other control bytes are invalid in a field value (RFC 9110 §5.5).
-pub(crate) fn is_field_value(v: &str) -> bool {
-    v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
-}
-
-pub(crate) fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
 pub(crate) fn validate_return(r: &Return, src: &Source) -> Result<(), ConfigError> {
     let st = *r.status.get_ref();
     // 1xx are interim responses: a `return` is the final one.
@@ -251,9 +240,8 @@ pub(crate) fn validate_servers(
         if sv.location.is_empty() {
             return Err(src.err(s.span(), "server has no [[server.location]]"));
         }
-        crate::rewrite::check::check_server(sv, src)?;
         for l in &sv.location {
-            validate_location(l, sv, src)?;
+            validate_location(l, src)?;
         }
     }
     for s in servers {
@@ -311,14 +299,9 @@ pub(crate) fn validate_servers(
     Ok(())
 }
 
-fn validate_location(
-    l: &Spanned<Location>,
-    server: &Server,
-    src: &Source,
-) -> Result<(), ConfigError> {
+fn validate_location(l: &Spanned<Location>, src: &Source) -> Result<(), ConfigError> {
     let loc = l.get_ref();
-    let path =
-        PathMatch::parse(loc.path.get_ref(), loc.exact).map_err(|m| src.err(loc.path.span(), m))?;
+    PathMatch::parse(loc.path.get_ref(), loc.exact).map_err(|m| src.err(loc.path.span(), m))?;
     let actions = [
         loc.ret.is_some(),
         loc.root.is_some(),
@@ -340,7 +323,6 @@ fn validate_location(
             ))
         }
     }
-    crate::rewrite::check::check_location(l, &path, server, src)?;
     if let Some(r) = &loc.ret {
         validate_return(r, src)?;
     }

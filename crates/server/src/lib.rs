@@ -34,6 +34,7 @@ pub mod response;
 pub mod rewrite;
 pub mod role;
 pub mod route;
+mod route_build;
 pub mod settings;
 pub mod static_files;
 pub mod tls;

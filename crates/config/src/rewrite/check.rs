@@ -42,13 +42,27 @@ pub fn check_add_header(
     Ok(())
 }
 
+/// Every server's and location's rewriting directives.
+pub fn check_servers(servers: &[Spanned<Server>], src: &Source) -> Result<(), ConfigError> {
+    for s in servers {
+        let sv = s.get_ref();
+        check_server(sv, src)?;
+        for l in &sv.location {
+            let path = PathMatch::parse(l.get_ref().path.get_ref(), l.get_ref().exact)
+                .map_err(|m| src.err(l.get_ref().path.span(), m))?;
+            check_location(l, &path, sv, src)?;
+        }
+    }
+    Ok(())
+}
+
 /// The server-level directives.
 pub fn check_server(s: &Server, src: &Source) -> Result<(), ConfigError> {
     check_rules(&s.rewrite, src)?;
     // A server's headers are added after its rewrites are done: no captures.
     check_add_header(&s.add_header, None, src)?;
     parse_error_pages(&s.error_page, src)?;
-    for (_, target) in &s.error_page {
+    for target in s.error_page.values() {
         check_named_target(target.get_ref(), s, target.span(), src)?;
     }
     Ok(())
@@ -85,7 +99,7 @@ pub fn check_location(
         check_header("proxy_set_header", name, v, captures, src)?;
     }
     for h in &loc.proxy_hide_header {
-        if !crate::vhost::is_token(h.get_ref()) {
+        if !crate::fields::is_token(h.get_ref()) {
             return Err(src.err(
                 h.span(),
                 format!("proxy_hide_header: {:?} is not a header name", h.get_ref()),
@@ -138,7 +152,7 @@ pub fn check_location(
         ));
     }
     parse_error_pages(&loc.error_page, src)?;
-    for (_, target) in &loc.error_page {
+    for target in loc.error_page.values() {
         check_named_target(target.get_ref(), server, target.span(), src)?;
     }
     if let Some(tf) = &loc.try_files {

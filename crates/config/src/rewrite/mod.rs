@@ -388,10 +388,10 @@ pub fn check_header(
     src: &Source,
 ) -> Result<Template, ConfigError> {
     let n = name.get_ref();
-    if !crate::vhost::is_token(n) {
+    if !crate::fields::is_token(n) {
         return Err(src.err(name.span(), format!("{what}: {n:?} is not a header name")));
     }
-    if !crate::vhost::is_field_value(value) {
+    if !crate::fields::is_field_value(value) {
         return Err(src.err(
             name.span(),
             format!("{what} {n:?}: the value contains a control character (CR, LF, ...)"),

@@ -194,6 +194,14 @@ impl<'a> Answer<'a> {
     }
 }
 
+/// What answering a failed proxied request with its location's error page needs: the routes
+/// it was routed by (a reload may have replaced the zone's since), and its location.
+pub struct PageCtx {
+    pub routes: std::sync::Arc<Routes>,
+    pub at: (usize, usize),
+    pub head_only: bool,
+}
+
 /// An error page served for an `error_page` target, where the request itself may be gone (a
 /// proxied request that failed): what it needs beyond the target.
 pub struct Page<'a> {

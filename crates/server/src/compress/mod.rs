@@ -15,8 +15,6 @@ use ringx_config::compress::{DEFAULT_BROTLI_LEVEL, DEFAULT_GZIP_LEVEL, DEFAULT_Z
 use ringx_config::Http;
 use ringx_http::Request;
 
-pub use encoder::Encoder;
-
 /// A content coding ringx produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coding {
@@ -141,7 +139,7 @@ impl Policy {
             .map(|&c| (c, accept.q(c)))
             .filter(|(_, q)| *q > 0)
             .collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|c| std::cmp::Reverse(c.1));
         v.into_iter().map(|(c, _)| c).collect()
     }
 }

@@ -8,7 +8,7 @@
 //! body arrives in full receive buffers and is not flushed: it compresses as well as it would
 //! in one piece.
 
-use super::Encoder;
+use super::encoder::Encoder;
 
 /// A burst of input shorter than this, which made the encoder produce (next to) nothing, is
 /// flushed at its end. Bulk bodies arrive in full receive buffers (16 KiB by default).

@@ -7,28 +7,16 @@ use std::borrow::Cow;
 use std::cell::Cell;
 
 use ringx_config::rewrite::{is_redirect_target, Flag, RewriteRule};
-use ringx_config::template::{Part, Template};
+use ringx_config::template::Part;
 use ringx_http::Request;
 
 use super::locate::locate;
 use super::vars::{escape_args, escape_path, Caps, ConnInfo, Vars};
+use super::{FallbackC, TryFilesC};
 use crate::route::{Action, Routes, VServer};
 
 /// nginx's `NGX_HTTP_MAX_URI_CHANGES`.
 const MAX_URI_CHANGES: usize = 10;
-
-/// `try_files`, compiled.
-pub struct TryFilesC {
-    pub candidates: Vec<Template>,
-    pub fallback: FallbackC,
-}
-
-pub enum FallbackC {
-    Uri(Template),
-    /// A named location, by index.
-    Named(usize),
-    Status(u16),
-}
 
 /// What the full route found beyond the location.
 #[derive(Default)]

@@ -4,15 +4,21 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ringx_config::rewrite::{is_connection_field, parse_error_pages, HeaderValue};
+use ringx_config::rewrite::{is_connection_field, HeaderValue};
 use ringx_config::template::Template;
-use ringx_config::Source;
 use toml::Spanned;
 
 use super::vars::{field_safe, Vars};
-use super::{add_header_applies, locate};
 use crate::error::Error;
-use crate::route::{Action, VServer};
+
+/// Whether a response with `status` gets the headers `add_header` adds without `always`
+/// (nginx's list).
+pub fn add_header_applies(status: u16) -> bool {
+    matches!(
+        status,
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    )
+}
 
 struct Item {
     name: String,
@@ -106,51 +112,8 @@ impl ErrorPages {
         self.0.iter().find(|(s, _)| *s == status).map(|(_, t)| t)
     }
 
-    /// Resolves `error_page` entries against the server's compiled locations.
-    pub fn compile(
-        pages: &BTreeMap<Spanned<String>, Spanned<String>>,
-        server: &VServer,
-    ) -> Result<Option<Arc<ErrorPages>>, Error> {
-        if pages.is_empty() {
-            return Ok(None);
-        }
-        let src = Source {
-            name: "(config)",
-            text: "",
-        };
-        let parsed = parse_error_pages(pages, &src).map_err(|e| Error::config(e.message))?;
-        let mut out = Vec::new();
-        for (code, t) in parsed {
-            let target = if ringx_config::rewrite::is_redirect_target(&t.uri) {
-                ErrTarget::Redirect(t.uri)
-            } else {
-                let loc = if t.uri.starts_with('@') {
-                    server.locations.iter().position(|l| l.path == t.uri)
-                } else {
-                    locate::locate(server, &t.uri).map(|(i, _)| i)
-                };
-                let Some(loc) = loc else {
-                    return Err(Error::config(format!(
-                        "error_page {code} {:?}: no location of the server matches it",
-                        t.uri
-                    )));
-                };
-                if matches!(server.locations[loc].action, Action::Proxy(_)) {
-                    return Err(Error::config(format!(
-                        "error_page {code} {:?}: it leads to a proxy_pass location; error pages \
-                         come from files (root/alias) or return locations",
-                        t.uri
-                    )));
-                }
-                ErrTarget::Local {
-                    status: t.status,
-                    uri: t.uri,
-                    loc,
-                }
-            };
-            out.push((code, target));
-        }
-        Ok(Some(Arc::new(ErrorPages(out))))
+    pub fn new(pages: Vec<(u16, ErrTarget)>) -> ErrorPages {
+        ErrorPages(pages)
     }
 }
 

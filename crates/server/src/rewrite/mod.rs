@@ -21,7 +21,7 @@ use ringx_config::template::Template;
 use ringx_config::{Location, Return, Server};
 
 use crate::error::Error;
-pub use headers::{AddHeaders, ErrorPages, ProxyEdit};
+pub use headers::{add_header_applies, AddHeaders, ErrorPages, ProxyEdit};
 
 /// How a location is matched.
 pub enum LocKind {
@@ -136,7 +136,7 @@ pub struct LocRw {
     pub add_header: Option<Arc<AddHeaders>>,
     /// Its error pages (its own, or the server's when it sets none).
     pub error_pages: Option<Arc<ErrorPages>>,
-    pub try_files: Option<flow::TryFilesC>,
+    pub try_files: Option<TryFilesC>,
 }
 
 impl LocRw {
@@ -147,6 +147,19 @@ impl LocRw {
             && self.error_pages.is_none()
             && self.try_files.is_none()
     }
+}
+
+/// `try_files`, compiled.
+pub struct TryFilesC {
+    pub candidates: Vec<Template>,
+    pub fallback: FallbackC,
+}
+
+pub enum FallbackC {
+    Uri(Template),
+    /// A named location, by index.
+    Named(usize),
+    Status(u16),
 }
 
 /// A block's `rewrite` rules.
@@ -160,13 +173,4 @@ pub fn compile_rules(rules: &[toml::Spanned<String>]) -> Result<Vec<RewriteRule>
 /// The error page for `status` of a location's rewriting, if any.
 pub fn error_page(rw: Option<&LocRw>, status: u16) -> Option<&headers::ErrTarget> {
     rw?.error_pages.as_ref()?.get(status)
-}
-
-/// Whether a response with `status` gets the headers `add_header` adds without `always`
-/// (nginx's list).
-pub fn add_header_applies(status: u16) -> bool {
-    matches!(
-        status,
-        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
-    )
 }

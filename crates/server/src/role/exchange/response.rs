@@ -11,8 +11,8 @@ use ringx_http::upstream::{
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Parsed, Version};
 
 use super::{pause_upstream, up_timeouts, Exchange, Outcome, MAX_RESPONSE_HEAD, PROXY_HIGH_WATER};
+use crate::compress::encoder::Encoder;
 use crate::compress::relay::Relay;
-use crate::compress::Encoder;
 use crate::error::{Error, Kind, Side};
 use crate::response::{ConnHdr, Written};
 use crate::role::upstream::UpState;

@@ -82,7 +82,7 @@ pub struct Http1 {
     spare: Option<Box<Exchange>>,
     /// The error pages of the location of the request being proxied (a failure to reach its
     /// upstream is answered with them).
-    page: Option<Box<proxy::PageCtx>>,
+    page: Option<Box<crate::answer::PageCtx>>,
 }
 
 impl Http1 {

@@ -10,7 +10,7 @@ use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
 
 use super::local::Route;
 use super::{Http1, Next, Phase};
-use crate::answer::{Page, ReqCtx};
+use crate::answer::{Page, PageCtx, ReqCtx};
 use crate::compress::Accept;
 use crate::response::ConnHdr;
 use crate::rewrite::vars::{escape_args, escape_path, Vars};
@@ -464,14 +464,6 @@ impl Http1 {
         let at = cx.io.now() + cx.ctx.set.send_timeout;
         cx.ctx.set_deadline(cx.io, b, c, at);
     }
-}
-
-/// What answering a failed proxied request with the location's error page needs: the routes
-/// it was routed by (a reload may have replaced the zone's since), and its location.
-pub struct PageCtx {
-    routes: Arc<Routes>,
-    at: (usize, usize),
-    head_only: bool,
 }
 
 /// The request-target sent upstream when it is not the client's: with a `proxy_pass` URI part,
