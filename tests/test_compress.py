@@ -135,9 +135,9 @@ def test_q_values_decide(server):
 def test_never_compressed(server, site):
     _, port = server
     ae = {"Accept-Encoding": "gzip, br"}
-    r, body = get(port, "/page.html", {**ae, "Range": "bytes=0-99"})
+    r, body = get(port, "/page.html", {**ae, "Range": "bytes=0-49999"})
     assert r.status == 206 and r.getheader("Content-Encoding") is None
-    assert body == text(100_000)[:100]
+    assert body == text(100_000)[:50000]
     r, _ = get(port, "/page.html", ae)
     etag = r.getheader("ETag")
     r, body = get(port, "/page.html", {**ae, "If-None-Match": etag})

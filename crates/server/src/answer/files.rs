@@ -52,8 +52,7 @@ impl Answer<'_> {
                         if !encoded
                             && status == 200
                             && !self.head_only
-                            && len <= MAX_COMPRESS_FILE
-                            && self.req.header("range").is_none() =>
+                            && len <= MAX_COMPRESS_FILE =>
                     {
                         p.choose(a, ctype, Some(len))
                     }
