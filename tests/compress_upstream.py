@@ -97,9 +97,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, body.encode(), "application/json", [("X-Powered-By", "up")])
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a pooled connection the proxy closed: not worth a traceback
+
+
 class Upstream:
     def __init__(self):
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd = _Server(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.seen = []
         self.port = self.httpd.server_address[1]
