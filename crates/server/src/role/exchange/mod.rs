@@ -343,6 +343,8 @@ pub(crate) fn pause_upstream(io: &mut Io, up: &mut UpConn, u: ConnId) {
 }
 
 #[cfg(test)]
+mod deco_tests;
+#[cfg(test)]
 mod pool_prop;
 #[cfg(test)]
 mod tests;
