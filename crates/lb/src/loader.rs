@@ -10,7 +10,7 @@
 //! ```
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use aya::programs::Xdp;

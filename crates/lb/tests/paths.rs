@@ -270,17 +270,20 @@ fn established_flows_the_general_path_decides() {
     assert_eq!(parse_sent(&out).dst, ipa("10.0.0.14"));
     control::set_out(maps, ipa("10.0.0.14"), Out::Drain, false).unwrap();
 
-    // Its service removed: the table's entry no longer applies, the packet passes.
-    let rest: Vec<Service> = services().into_iter().skip(1).collect();
+    // Its service removed (its backend stays, serving another): the table's entry no longer
+    // applies, the packet passes.
+    let mut rest: Vec<Service> = services().into_iter().skip(1).collect();
+    rest[0].backends.push(b("10.0.0.14"));
     control::apply(maps, &rest, &resolve).unwrap();
     let (act, out) = run(&lb, "service removed", &ack, Reason::PassNotVip);
     assert_eq!((act, out), (2, ack.clone()));
 
-    // Its service id given to another service: the old entry is not that service's.
+    // Its service id given to another service with the same port and backend: the old
+    // entry is still not that service's (the address differs).
     let other = Service {
         addr: sa("198.51.100.9:80"),
         proto: Proto::Tcp,
-        backends: vec![b("10.0.0.15")],
+        backends: vec![b("10.0.0.14")],
     };
     let mut again = vec![other];
     again.extend(rest);

@@ -9,9 +9,9 @@ mod common;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use common::frames::{check_sent, flow, icmp_error, ip_packet, parse_sent, patch, run};
+use common::frames::{check_sent, flow, icmp_error, parse_sent, patch, run};
 use common::{csum, ipa, mac_of, resolve, sa};
-use ringx_lb::abi::{addr_bytes, FlowKey, VipKey};
+use ringx_lb::abi::{FlowKey, VipKey};
 use ringx_lb::control::{self, Out};
 use ringx_lb::{hash, vip_key, BackendSpec, Balancer, DecapReason, Encap, Proto, Reason, Service};
 use ringx_xdp::packet::{Ext, PacketBuilder};
