@@ -302,21 +302,23 @@ def lb_packets():
         "stats64"]["tx"]["packets"]
 
 
-# Where the balancer's NAPI thread spends its time, by the symbols perf samples.
-PROFILE_GROUPS = (("the XDP program", ("bpf_prog_",)),
-                  ("veth", ("veth_",)),
-                  ("scheduling and wake-ups", ("schedule", "finish_task_switch", "__switch_to",
-                                               "try_to_wake_up", "napi_threaded_poll",
-                                               "smpboot", "kthread", "ttwu", "enqueue_",
-                                               "dequeue_", "update_", "pick_next",
-                                               "native_sched_clock", "raw_spin")),
-                  ("the stack (GRO, IP, conntrack, netfilter)", (
-                      "napi_gro", "dev_gro", "gro_", "inet_gro", "tcp4_gro", "tcp_gro", "ip_",
-                      "ipv4_", "nf_", "nft_", "__netif", "netif_", "skb_", "__skb", "kfree_skb",
-                      "__napi_build_skb", "napi_build_skb", "build_skb", "dev_queue",
-                      "__dev_queue", "sch_direct", "validate_xmit", "dev_hard_start",
-                      "kmem_cache", "__alloc_skb", "tcp_", "fib_", "neigh_", "xdp_",
-                      "__xdp", "page_pool", "bpf_xdp", "dev_map", "__page_pool", "napi_")),)
+# Where the balancer's NAPI thread spends its time: the symbols perf samples, grouped by the
+# first group one of whose fragments the name contains.
+PROFILE_GROUPS = (
+    ("the XDP program", ("bpf_prog_",)),
+    ("veth: its receive and the copy of each skb into an XDP buffer", (
+        "veth_", "skb_pp_cow", "skb_copy_bits", "memcpy", "copy_skb_header", "page_pool",
+        "napi_pp_put_page", "xdp_", "bpf_xdp", "__xdp")),
+    ("NAPI scheduling and wake-ups", (
+        "schedule", "finish_task_switch", "switch_to", "wake", "napi_threaded", "kthread",
+        "enqueue", "dequeue", "update_curr", "pick_next", "sched_clock", "raw_spin", "irq",
+        "softirq", "napi_complete", "rcu")),
+    ("skb allocation and freeing", ("kfree", "slab", "kmem_cache", "consume_skb", "build_skb",
+                                    "alloc", "free")),
+    ("the stack (GRO, IP, conntrack, netfilter)", (
+        "gro", "ip_", "ipv4", "nf_", "nft_", "netif", "tcp", "fib_", "neigh", "dev_queue",
+        "sch_", "conntrack", "skb_", "dev_hard_start", "validate_xmit", "inet_")),
+)
 
 
 def profile_start(tag):
@@ -324,6 +326,7 @@ def profile_start(tag):
     tids = ",".join(map(str, napi_pids(LBDEV)))
     p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-t", tids,
                           "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # perf attaches before the work starts
     return p, out
 
 
@@ -332,6 +335,7 @@ def profile_stop(p, out):
     p.wait(30)
     rep = sh("perf", "report", "-i", out, "--stdio", "--sort", "sym", "--percent-limit", "0",
              check=False).stdout
+    samples = re.search(r"# Samples: (\S+)", rep)
     syms = []
     for line in rep.splitlines():
         m = re.match(r"\s*([\d.]+)%\s+\[.\]\s+(\S+)", line)
@@ -340,9 +344,10 @@ def profile_stop(p, out):
     groups = {g: 0.0 for g, _ in PROFILE_GROUPS}
     groups["other"] = 0.0
     for name, pct in syms:
-        g = next((g for g, pre in PROFILE_GROUPS if name.startswith(pre)), "other")
+        g = next((g for g, frags in PROFILE_GROUPS if any(f in name for f in frags)), "other")
         groups[g] += pct
-    return {"groups": {k: round(v, 1) for k, v in groups.items()},
+    return {"samples": samples.group(1) if samples else "0",
+            "groups": {k: round(v, 1) for k, v in groups.items()},
             "top": [[n, p] for n, p in syms[:15]]}
 
 
@@ -511,8 +516,9 @@ def main():
         if not os.access(b, os.X_OK):
             sys.exit(f"{b} is missing: make bench-lb builds it")
     rounds = args.rounds or (1 if args.quick else 3)
-    sizes = {"keepalive": (10000, 16) if args.quick else (40000, 16),
-             "connections": (2000, 8) if args.quick else (8000, 8)}
+    # Enough work that the cheapest set-up's CPU is well above the meter's resolution.
+    sizes = {"keepalive": (20000, 16) if args.quick else (100000, 16),
+             "connections": (3000, 8) if args.quick else (16000, 8)}
     t_start = time.time()
     res = {"name": "lb", "date": datetime.date.today().isoformat(),
            "mode": "quick" if args.quick else "full", "machine": machine(), "rounds": rounds,
@@ -668,10 +674,10 @@ def readme(res):
     if profs:
         lines += ["", "Where the balancer's NAPI thread spends its time (keep-alive, round 0, "
                   "perf cpu-clock samples of the thread, % of them):", "",
-                  "| set-up | " + " | ".join(profs[0]["profile"]["groups"]) + " |",
-                  "|---|" + "---:|" * len(profs[0]["profile"]["groups"])]
+                  "| set-up | samples | " + " | ".join(profs[0]["profile"]["groups"]) + " |",
+                  "|---|---:|" + "---:|" * len(profs[0]["profile"]["groups"])]
         for r in profs:
-            lines.append(f"| {r['setup']} | " + " | ".join(
+            lines.append(f"| {r['setup']} | {r['profile']['samples']} | " + " | ".join(
                 str(v) for v in r["profile"]["groups"].values()) + " |")
     block = "<!-- lb:begin -->\n" + "\n".join(lines) + "\n<!-- lb:end -->"
     if "<!-- lb:begin -->" in text:

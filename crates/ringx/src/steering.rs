@@ -205,6 +205,46 @@ mod tests {
     }
 
     #[test]
+    fn steering_goes_behind_the_last_stage_on_its_device() {
+        let lb = |extra: &str, chain: bool| {
+            format!(
+                "[lb]\n{extra}\nchain = {chain}\npin_dir = \"/sys/fs/bpf/l\"\n\
+                 [[lb.service]]\nvip = \"198.51.100.1:80\"\nbackends = [\"10.0.0.11\"]\n\
+                 [xdp]\ndev = \"eth1\"\npin_dir = \"/sys/fs/bpf/f\"\nchain = true\n"
+            )
+        };
+        let steer = "mode = \"software\"\ndevice = [\"eth1\", \"eth2\"]";
+        // Filter -> balancer on eth1: steering there goes in the balancer's slot.
+        let c = cfg(steer, &lb("behind_filter = \"/sys/fs/bpf/f\"", true));
+        let o = occupied(&c);
+        assert_eq!(o.len(), 1);
+        assert_eq!(
+            (o[0].dev.as_str(), o[0].what),
+            ("eth1", "the [lb] balancer")
+        );
+        assert_eq!(
+            o[0].slot.as_ref().unwrap().path(),
+            std::path::Path::new("/sys/fs/bpf/l/lb_chain")
+        );
+        // The balancer on a device of its own: the filter's slot on eth1, the balancer's
+        // on eth2.
+        let c = cfg(steer, &lb("devices = [\"eth2\"]", true));
+        let o = occupied(&c);
+        assert_eq!(o.len(), 2);
+        assert_eq!(
+            o[0].slot.as_ref().unwrap().path(),
+            std::path::Path::new("/sys/fs/bpf/f/rx_chain")
+        );
+        assert_eq!(o[1].dev, "eth2");
+        assert_eq!(
+            o[1].slot.as_ref().unwrap().path(),
+            std::path::Path::new("/sys/fs/bpf/l/lb_chain")
+        );
+        // Without a filter or balancer: nothing occupied.
+        assert!(occupied(&cfg("", "")).is_empty());
+    }
+
+    #[test]
     fn off_builds_nothing() {
         let c = cfg("", "");
         let mut st = setup(&c, &[0, 1], None, &[]).unwrap();
