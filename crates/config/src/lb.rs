@@ -279,7 +279,7 @@ pub(crate) fn validate(
             .behind_filter
             .as_ref()
             .and_then(|bf| xdp.filter(|x| x.pin_dir == *bf.get_ref()));
-        let shared = steering.devices().into_iter().find(|d| {
+        let shared = steering.devices().iter().find(|d| {
             lb.devices.iter().any(|l| l.get_ref() == *d) || behind_xdp.is_some_and(|x| x.dev == **d)
         });
         if let Some(d) = shared {
