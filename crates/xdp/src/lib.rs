@@ -40,6 +40,7 @@
 
 pub mod abi;
 pub mod bench;
+mod chain;
 mod cidr;
 mod error;
 mod loader;
@@ -49,6 +50,7 @@ mod port;
 pub mod sys;
 
 pub use abi::{Counter, Reason, Verdict};
+pub use chain::ChainSlot;
 pub use cidr::Cidr;
 pub use error::{Error, Result};
 pub use loader::{
