@@ -116,9 +116,16 @@ impl UdpProxy {
             peer: dg.peer,
         };
         let now = cx.io.now();
-        let i = match self.sessions.find(&key) {
+        let found = self.sessions.find(&key);
+        let i = match found.filter(|&i| self.sessions.get(i).is_some_and(|s| !s.closing)) {
             Some(i) => i,
             None => {
+                // A session that is closing (its answers came, or it timed out) takes no
+                // more datagrams: its socket's close may still be under way (io_uring), and
+                // what it sent now would be lost. The client's datagram opens a new one.
+                if let Some(old) = found {
+                    self.sessions.detach(old);
+                }
                 if self.sessions.on_stream(si) >= udp.max_sessions {
                     return Err(Drop::SessionsFull);
                 }

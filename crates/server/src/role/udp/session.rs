@@ -122,10 +122,23 @@ impl Sessions {
         i
     }
 
+    /// Takes the session in slot `i` out of the lookup by key: a closing session, whose
+    /// client's next datagram opens a new session while the old socket's close completes.
+    pub fn detach(&mut self, i: u32) {
+        if let Some(s) = self.get(i) {
+            let key = s.key;
+            if self.by_key.get(&key) == Some(&i) {
+                self.by_key.remove(&key);
+            }
+        }
+    }
+
     /// Removes the session in slot `i`.
     pub fn remove(&mut self, i: u32) -> Option<Session> {
         let s = self.slots.get_mut(i as usize)?.take()?;
-        self.by_key.remove(&s.key);
+        if self.by_key.get(&s.key) == Some(&i) {
+            self.by_key.remove(&s.key);
+        }
         if let Some(x) = self.by_conn.get_mut(s.up.index()) {
             *x = NONE;
         }
@@ -139,8 +152,10 @@ impl Sessions {
 
     /// The session in slot `i` now has key `new` (a reload renumbered its listen address).
     pub fn rekey(&mut self, old: &Key, new: Key, i: u32) {
-        self.by_key.remove(old);
-        self.by_key.insert(new, i);
+        if self.by_key.get(old) == Some(&i) {
+            self.by_key.remove(old);
+            self.by_key.insert(new, i);
+        }
     }
 
     /// A session moved from stream `from` to stream `to` (a reload renumbered the streams).
