@@ -516,6 +516,30 @@ pub fn route_source(addr: SocketAddr) -> Option<IpAddr> {
     Some(s.local_addr().ok()?.ip())
 }
 
+/// A transparent connect to `addr` from the client's address `ip` (`bind = "client"`); an
+/// error naming both when their families differ.
+pub fn transparent_to(addr: SocketAddr, ip: std::net::IpAddr) -> io::Result<ConnectTo> {
+    // A v4-mapped IPv6 client (a dual-stack listener) binds as the IPv4 address it is.
+    let ip = match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    if ip.is_ipv4() != addr.is_ipv4() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "bind = \"client\": the client {ip} and the server {addr} are of different \
+                 address families"
+            ),
+        ));
+    }
+    Ok(ConnectTo {
+        local: Some(SocketAddr::new(ip, 0)),
+        transparent: true,
+        ..ConnectTo::new(addr)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -661,28 +685,4 @@ mod tests {
         assert_eq!(ConnectCounters::from_metrics(&z), c);
         assert!(s.to_string().contains("connects=7 "));
     }
-}
-
-/// A transparent connect to `addr` from the client's address `ip` (`bind = "client"`); an
-/// error naming both when their families differ.
-pub fn transparent_to(addr: SocketAddr, ip: std::net::IpAddr) -> io::Result<ConnectTo> {
-    // A v4-mapped IPv6 client (a dual-stack listener) binds as the IPv4 address it is.
-    let ip = match ip {
-        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
-        v4 => v4,
-    };
-    if ip.is_ipv4() != addr.is_ipv4() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "bind = \"client\": the client {ip} and the server {addr} are of different \
-                 address families"
-            ),
-        ));
-    }
-    Ok(ConnectTo {
-        local: Some(SocketAddr::new(ip, 0)),
-        transparent: true,
-        ..ConnectTo::new(addr)
-    })
 }
