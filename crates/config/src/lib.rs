@@ -9,7 +9,11 @@
 //! `xdp`, `ops`, `tls`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
+pub mod cache;
 mod error;
+pub mod guard;
+pub mod htpasswd;
+pub mod keytmpl;
 pub mod lb;
 pub mod ops;
 mod schema;
@@ -142,6 +146,8 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             .chain(cfg.stream.iter().filter_map(|s| s.get_ref().tls.as_ref())),
         src,
     )?;
+    guard::validate(cfg, src)?;
+    cache::validate(cfg, src)?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
     if let Some(lb) = &cfg.lb {
         let st = &cfg.steering;
