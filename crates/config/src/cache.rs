@@ -115,7 +115,10 @@ fn default_lock_timeout() -> Dur {
     Dur(Duration::from_secs(5))
 }
 fn default_methods() -> Vec<Spanned<String>> {
-    vec![Spanned::new(0..0, "GET".into()), Spanned::new(0..0, "HEAD".into())]
+    vec![
+        Spanned::new(0..0, "GET".into()),
+        Spanned::new(0..0, "HEAD".into()),
+    ]
 }
 fn default_status_header() -> String {
     "X-Cache-Status".into()
@@ -229,10 +232,7 @@ pub(crate) fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         }
         match std::fs::metadata(p) {
             Ok(m) if !m.is_dir() => {
-                return Err(src.err(
-                    c.path.span(),
-                    format!("{} is not a directory", p.display()),
-                ))
+                return Err(src.err(c.path.span(), format!("{} is not a directory", p.display())))
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -258,7 +258,10 @@ pub(crate) fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             if s.get_ref().0 < min {
                 return Err(src.err(
                     s.span(),
-                    format!("{what} {} is below the least useful size ({min} bytes)", s.get_ref().0),
+                    format!(
+                        "{what} {} is below the least useful size ({min} bytes)",
+                        s.get_ref().0
+                    ),
                 ));
             }
         }
@@ -295,7 +298,10 @@ pub(crate) fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
                 if !matches!(m.get_ref().as_str(), "GET" | "HEAD") {
                     return Err(src.err(
                         m.span(),
-                        format!("proxy_cache methods: {:?} cannot be cached (GET and HEAD can)", m.get_ref()),
+                        format!(
+                            "proxy_cache methods: {:?} cannot be cached (GET and HEAD can)",
+                            m.get_ref()
+                        ),
                     ));
                 }
             }

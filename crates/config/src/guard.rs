@@ -272,7 +272,11 @@ pub(crate) fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         .limit_req_zone
         .iter()
         .filter_map(|z| z.get_ref().size.as_ref())
-        .chain(cfg.limit_conn_zone.iter().filter_map(|z| z.get_ref().size.as_ref()));
+        .chain(
+            cfg.limit_conn_zone
+                .iter()
+                .filter_map(|z| z.get_ref().size.as_ref()),
+        );
     for z in sizes {
         zone_size(z, src)?;
     }
@@ -299,10 +303,7 @@ pub(crate) fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
                 {
                     return Err(src.err(
                         lr.zone.span(),
-                        format!(
-                            "no [[limit_req_zone]] named {:?}",
-                            lr.zone.get_ref()
-                        ),
+                        format!("no [[limit_req_zone]] named {:?}", lr.zone.get_ref()),
                     ));
                 }
                 if let Some(e) = &lr.escalate {
@@ -318,22 +319,21 @@ pub(crate) fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
                 {
                     return Err(src.err(
                         lc.zone.span(),
-                        format!(
-                            "no [[limit_conn_zone]] named {:?}",
-                            lc.zone.get_ref()
-                        ),
+                        format!("no [[limit_conn_zone]] named {:?}", lc.zone.get_ref()),
                     ));
                 }
                 if *lc.max.get_ref() == 0 {
-                    return Err(src.err(
-                        lc.max.span(),
-                        "limit_conn max must be at least 1",
-                    ));
+                    return Err(src.err(lc.max.span(), "limit_conn max must be at least 1"));
                 }
             }
             if let Some(a) = &l.auth_basic {
                 let a = a.get_ref();
-                if !a.realm.get_ref().bytes().all(|b| b >= 0x20 && b != 0x7f && b != b'"' && b != b'\\') {
+                if !a
+                    .realm
+                    .get_ref()
+                    .bytes()
+                    .all(|b| b >= 0x20 && b != 0x7f && b != b'"' && b != b'\\')
+                {
                     return Err(src.err(
                         a.realm.span(),
                         "auth_basic realm may not hold quotes, backslashes or control characters",
@@ -381,12 +381,8 @@ fn escalate(e: &Spanned<Escalate>, cfg: &Config, src: &Source) -> Result<(), Con
     if *x.after.get_ref() == 0 {
         return Err(src.err(x.after.span(), "escalate after must be at least 1"));
     }
-    if x.block_for.0 < Duration::from_secs(1) || x.block_for.0 > Duration::from_secs(7 * 86400)
-    {
-        return Err(src.err(
-            e.span(),
-            "escalate block_for must be between 1s and 7 days",
-        ));
+    if x.block_for.0 < Duration::from_secs(1) || x.block_for.0 > Duration::from_secs(7 * 86400) {
+        return Err(src.err(e.span(), "escalate block_for must be between 1s and 7 days"));
     }
     if x.within.0.is_zero() {
         return Err(src.err(e.span(), "escalate within must be longer than 0"));

@@ -32,7 +32,9 @@ impl HashKind {
             return Ok(HashKind::Md5Crypt);
         }
         if hash.starts_with("{SHA}") {
-            return Err("{SHA} is an unsalted SHA-1: regenerate it with `htpasswd -B` (bcrypt)".into());
+            return Err(
+                "{SHA} is an unsalted SHA-1: regenerate it with `htpasswd -B` (bcrypt)".into(),
+            );
         }
         if hash.starts_with("{PLAIN}") || hash.starts_with("{SSHA}") {
             return Err(format!(
@@ -41,11 +43,16 @@ impl HashKind {
             ));
         }
         if hash.len() == 13 && !hash.starts_with('$') {
-            return Err("a DES crypt(3) hash (8 characters of password at most): regenerate it \
+            return Err(
+                "a DES crypt(3) hash (8 characters of password at most): regenerate it \
                         with `htpasswd -B` (bcrypt)"
-                .into());
+                    .into(),
+            );
         }
-        Err("not a supported hash: use bcrypt (`htpasswd -B`), SHA-crypt ($5$, $6$) or $apr1$".into())
+        Err(
+            "not a supported hash: use bcrypt (`htpasswd -B`), SHA-crypt ($5$, $6$) or $apr1$"
+                .into(),
+        )
     }
 }
 
@@ -59,8 +66,8 @@ pub struct User {
 
 /// Reads and checks a user file; the error names the file and the line.
 pub fn load(path: &Path) -> Result<Vec<User>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("user_file {}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("user_file {}: {e}", path.display()))?;
     parse(&text).map_err(|(line, why)| format!("user_file {} line {line}: {why}", path.display()))
 }
 

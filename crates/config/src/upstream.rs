@@ -230,8 +230,7 @@ pub(crate) fn check_target(
     if upstreams.iter().any(|u| u.get_ref().name.get_ref() == t) {
         return Ok(());
     }
-    let Some(addr) = https_addr(t).or_else(|| t.strip_prefix("http://").map(str::to_string))
-    else {
+    let Some(addr) = https_addr(t).or_else(|| t.strip_prefix("http://").map(str::to_string)) else {
         return Err(src.err(
             target.span(),
             format!("no [[upstream]] named {t:?} (or write \"http://host:port\")"),

@@ -62,6 +62,14 @@ pub struct ZoneCounters {
     pub tls_failed: AtomicU64,
     pub tls_budget_waits: AtomicU64,
     pub tls_handshake_ns: AtomicU64,
+    /// Access control and limits (`crate::guard`): limit_req verdicts, limit_conn
+    /// refusals, requests denied by access rules and by authentication.
+    pub limit_req_passed: AtomicU64,
+    pub limit_req_delayed: AtomicU64,
+    pub limit_req_refused: AtomicU64,
+    pub limit_conn_refused: AtomicU64,
+    pub access_denied: AtomicU64,
+    pub auth_denied: AtomicU64,
 }
 
 impl ZoneCounters {

@@ -25,6 +25,8 @@ pub struct Routes {
     pub streams: Vec<StreamDef>,
     /// Some location proxies (the zones then need client addresses).
     pub has_proxy: bool,
+    /// `[http]` real client addresses and malformed-request escalation.
+    pub http_guard: crate::guard::HttpGuard,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +73,8 @@ pub struct Loc {
     pub path: String,
     pub exact: bool,
     pub action: Action,
+    /// Limits, access rules and authentication (`crate::guard`); None: none.
+    pub guard: Option<Box<crate::guard::Guard>>,
 }
 
 pub enum Action {
@@ -154,7 +158,7 @@ impl Routes {
             }
             let mut locations = Vec::new();
             for l in &s.location {
-                locations.push(compile_location(l.get_ref(), &server_header, ups)?);
+                locations.push(compile_location(l.get_ref(), cfg, &server_header, ups)?);
             }
             locations.sort_by(|a: &Loc, b: &Loc| {
                 b.exact.cmp(&a.exact).then(b.path.len().cmp(&a.path.len()))
@@ -201,9 +205,10 @@ impl Routes {
             });
         }
         let has_proxy = servers.iter().any(|s: &VServer| {
-            s.locations
-                .iter()
-                .any(|l| matches!(l.action, Action::Proxy(_)))
+            s.locations.iter().any(|l| {
+                matches!(l.action, Action::Proxy(_))
+                    || l.guard.as_ref().is_some_and(|g| g.auth_request.is_some())
+            })
         });
         Ok(Routes {
             listen,
@@ -214,6 +219,7 @@ impl Routes {
             listener_kind,
             streams,
             has_proxy,
+            http_guard: crate::guard::HttpGuard::compile(cfg),
         })
     }
 
@@ -270,7 +276,12 @@ impl VServer {
     }
 }
 
-fn compile_location(l: &Location, server_header: &[u8], ups: &mut Upstreams) -> Result<Loc, Error> {
+fn compile_location(
+    l: &Location,
+    cfg: &Config,
+    server_header: &[u8],
+    ups: &mut Upstreams,
+) -> Result<Loc, Error> {
     let path = l.path.get_ref().clone();
     let action = if let Some(target) = &l.proxy_pass {
         let upstream = ups.resolve_target(target.get_ref())?;
@@ -302,6 +313,7 @@ fn compile_location(l: &Location, server_header: &[u8], ups: &mut Upstreams) -> 
         path,
         exact: l.exact,
         action,
+        guard: crate::guard::Guard::compile(l, cfg, ups)?.map(Box::new),
     })
 }
 

@@ -5,6 +5,8 @@
 //! Every role callback gets a [`Cx`]: the engine's [`Io`], this context and the zone's upstream
 //! connections.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -42,6 +44,11 @@ pub struct ZoneCtx {
     pub active: usize,
     /// TLS: this zone's configurations, handshake budget and waiting handshakes.
     pub tls: Option<crate::tls::ZoneTls>,
+    /// The guards' state of this zone (remembered credentials).
+    pub guard: crate::guard::ZoneGuard,
+    /// Held requests to look at again, by time: (when, connection, generation). Precise,
+    /// unlike the timer wheel: a `limit_req` delay is milliseconds.
+    pub soon: BinaryHeap<Reverse<(Instant, u32, u32)>>,
 }
 
 /// A role callback's view of its zone.
@@ -78,7 +85,28 @@ impl ZoneCtx {
             log,
             active: 0,
             tls: None,
+            guard: crate::guard::ZoneGuard::default(),
+            soon: BinaryHeap::new(),
         }
+    }
+
+    /// Resumes the held request of connection `c` (generation `gen`) at `at`.
+    pub fn wake_at(&mut self, io: &mut Io, at: Instant, c: ConnId, gen: u32) {
+        self.soon.push(Reverse((at, c.0, gen)));
+        io.timer_at(at);
+    }
+
+    /// The held requests due at `now`.
+    pub fn due(&mut self, now: Instant) -> Vec<(ConnId, u32)> {
+        let mut out = Vec::new();
+        while let Some(Reverse((at, c, gen))) = self.soon.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.soon.pop();
+            out.push((ConnId(c), gen));
+        }
+        out
     }
 
     /// Keeps the Date header current with one comparison per call: the wall clock is read

@@ -196,7 +196,10 @@ impl RequestLog {
         let s = &self.logs[c.index()];
         let body = bytes_out.saturating_sub(s.out0).saturating_sub(s.head_len);
         let e = accesslog::Entry {
-            client: b.addr,
+            client: match (b.real_ip, b.addr) {
+                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
+                (None, a) => a,
+            },
             tls: b.tr.tls_info(),
             request: &s.request,
             status,

@@ -7,6 +7,7 @@
 //! relays the response head and body (`response.rs`), returning an [`Outcome`] the client
 //! role acts on.
 
+pub mod capture;
 mod response;
 
 use ringx_engine::{ConnId, Io};
@@ -51,6 +52,8 @@ pub struct Exchange {
     pub started: bool,
     /// Reading from the client stopped because the upstream's queue is full.
     pub body_paused: bool,
+    /// The response is read by the server too (a subrequest, or a cache fill).
+    pub capture: Option<Box<capture::Capture>>,
 }
 
 impl Default for Exchange {
@@ -70,6 +73,7 @@ impl Default for Exchange {
             upgrade: false,
             started: false,
             body_paused: false,
+            capture: None,
         }
     }
 }
@@ -99,6 +103,11 @@ impl Exchange {
             && self.dial.tries_left > 0
             && (!self.has_body || self.replay.is_some())
             && self.dial.untried(pools)
+    }
+
+    /// A subrequest: the response goes to the server, not to the client.
+    pub fn is_sub(&self) -> bool {
+        self.capture.as_ref().is_some_and(|c| !c.to_client)
     }
 
     /// Whether the client connection must close once the response is complete.

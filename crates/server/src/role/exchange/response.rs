@@ -159,6 +159,41 @@ impl Exchange {
                 let why = Error::new(Kind::Status(h.status), Side::Upstream).retry(true);
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             }
+            if let Some(cap) = self.capture.as_mut() {
+                cap.status = h.status;
+                cap.head.clear();
+                cap.head.extend_from_slice(&input[off..off + h.head_len]);
+            }
+            if self.is_sub() {
+                // A subrequest: nothing goes to the client; the body is read to its end (into
+                // the capture, or discarded) so the connection can be reused.
+                let (ui, s) = (self.dial.upstream, self.dial.server);
+                cx.ctx.pools(self.dial.gen).succeeded(ui, s);
+                let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
+                up.head_done = true;
+                up.framing = ClientFraming::Same;
+                up.keep = h.keep_alive && !up.tied;
+                let end = off + h.head_len;
+                return match h.body {
+                    ResponseBody::None | ResponseBody::Length(0) => {
+                        let clean = end == input.len();
+                        Head::Ended(self.response_done(cx, u, clean))
+                    }
+                    ResponseBody::Length(n) => {
+                        up.body =
+                            Some(BodyDecoder::new(BodyKind::Length(n), BodyLimits::default()));
+                        Head::Body(end)
+                    }
+                    ResponseBody::Chunked => {
+                        up.body = Some(BodyDecoder::new(BodyKind::Chunked, BodyLimits::default()));
+                        Head::Body(end)
+                    }
+                    ResponseBody::UntilClose => {
+                        up.until_close = true;
+                        Head::Body(end)
+                    }
+                };
+            }
             let keep_client = self.keep && !cx.ctx.draining && h.body != ResponseBody::UntilClose;
             let ch = ConnHdr::new(self.version == Version::Http11, keep_client);
             let Some(out) = base.tr.out_buf(cx.io, c) else {
@@ -193,7 +228,8 @@ impl Exchange {
                 return Head::Ended(Outcome::Upgrade(u));
             }
             match h.body {
-                ResponseBody::None => {
+                // An empty body ends with the head: no byte will come to end it.
+                ResponseBody::None | ResponseBody::Length(0) => {
                     let clean = end == input.len();
                     return Head::Ended(self.response_done(cx, u, clean));
                 }
@@ -220,8 +256,14 @@ impl Exchange {
         let Some(up) = cx.ups.get_mut(u) else {
             return Outcome::Pending;
         };
+        let sub = self.is_sub();
         if up.until_close {
-            base.tr.write(cx.io, c, input);
+            if !sub {
+                base.tr.write(cx.io, c, input);
+            }
+            if let Some(cap) = self.capture.as_mut() {
+                cap.take(input);
+            }
         } else {
             let framing = up.framing;
             let Some(dec) = up.body.as_mut() else {
@@ -240,8 +282,12 @@ impl Exchange {
                     }
                 };
                 match framing {
+                    _ if sub => {}
                     ClientFraming::Same => base.tr.write(cx.io, c, &input[pos..pos + d.consumed]),
                     ClientFraming::Close => base.tr.write(cx.io, c, d.data),
+                }
+                if let Some(cap) = self.capture.as_mut() {
+                    cap.take(d.data);
                 }
                 pos += d.consumed;
                 if d.done {
@@ -254,7 +300,7 @@ impl Exchange {
             }
         }
         // A slow client: stop reading from the upstream until the client's queue drains.
-        if base.tr.pending(cx.io, c) > PROXY_HIGH_WATER {
+        if !sub && base.tr.pending(cx.io, c) > PROXY_HIGH_WATER {
             if let Some(up) = cx.ups.get_mut(u) {
                 if !up.paused {
                     pause_upstream(cx.io, up, u);
@@ -268,6 +314,9 @@ impl Exchange {
     /// The response is complete: the upstream connection goes back to the pool if it can
     /// carry another request (`clean`: nothing followed the response), else it closes.
     fn response_done(&mut self, cx: &mut Cx, u: ConnId, clean: bool) -> Outcome {
+        if let Some(cap) = self.capture.as_mut() {
+            cap.complete = true;
+        }
         let now = cx.io.now();
         let draining = cx.ctx.draining || !cx.ctx.is_current(self.dial.gen);
         let Some(up) = cx.ups.get_mut(u) else {

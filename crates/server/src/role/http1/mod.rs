@@ -5,6 +5,9 @@
 //! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
 //! answered here through the response writer (`local.rs`).
 
+mod guard;
+#[cfg(test)]
+mod guard_tests;
 pub mod local;
 mod proxy;
 
@@ -45,6 +48,9 @@ pub enum Phase {
     /// A request is being proxied: its body streams to the upstream, then the response
     /// streams back; further requests wait (reading paused).
     Proxy,
+    /// A request waits with its head still buffered (a `limit_req` delay, a subrequest's
+    /// answer, a cache entry being filled), to be looked at again (`Http1::resume`).
+    Wait,
 }
 
 /// A response prepared before its request's body was read.
@@ -61,6 +67,9 @@ enum Next {
     Stop,
     /// Stop here and keep the rest of the input buffered (a proxied request is in progress).
     Hold,
+    /// Stop before this request: its head stays buffered and is parsed again when the
+    /// request is resumed (it waits for a delay, a subrequest or a cache fill).
+    Defer,
 }
 
 /// An HTTP/1.x client connection.
@@ -78,6 +87,11 @@ pub struct Http1 {
     /// and retry vectors keep their capacity, so a keep-alive connection whose requests are
     /// proxied allocates nothing for them after the first.
     spare: Option<Box<Exchange>>,
+    /// The request about to be handled was deferred and resumed: its head was counted and
+    /// logged already.
+    resumed: bool,
+    /// What the location's guard decided so far for the request in progress.
+    progress: crate::guard::Progress,
 }
 
 impl Http1 {
@@ -95,6 +109,8 @@ impl Http1 {
             pending: None,
             exchange: None,
             spare: None,
+            resumed: false,
+            progress: crate::guard::Progress::default(),
         }
     }
 
@@ -122,7 +138,7 @@ impl Http1 {
             b.inbuf.extend_from_slice(data);
             // Pausing takes effect at the next submission: a proxied body may deliver what
             // the socket had queued meanwhile (bounded by the socket's receive buffer).
-            let limit = if self.phase == Phase::Proxy {
+            let limit = if matches!(self.phase, Phase::Proxy | Phase::Wait) {
                 PAUSED_BODY_LIMIT
             } else {
                 cx.ctx.set.max_buffered
@@ -159,6 +175,7 @@ impl Http1 {
             Phase::Lingering if b.tr.pending(cx.io, c) == 0 => cx.io.close(c),
             Phase::Lingering => b.tr.close_after_flush(cx.io, c),
             Phase::Body | Phase::Head => cx.io.close(c),
+            Phase::Wait => {}             // answered when it resumes, then closed
             Phase::Idle if b.paused => {} // finishes in on_flushed
             _ => b.tr.close_after_flush(cx.io, c),
         }
@@ -181,12 +198,13 @@ impl Http1 {
         self.proxy_client_closed(cx);
         self.body = None;
         self.pending = None;
+        self.progress = crate::guard::Progress::default();
     }
 
     /// The connection's deadline passed with nothing left to send.
     pub fn expire(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         match self.phase {
-            Phase::Idle | Phase::Lingering | Phase::ProxyHeader => cx.io.close(c),
+            Phase::Idle | Phase::Lingering | Phase::ProxyHeader | Phase::Wait => cx.io.close(c),
             Phase::Head | Phase::Body => self.fail(cx, b, c, 408, false),
             Phase::Proxy => self.proxy_client_timeout(cx, b, c),
         }
@@ -213,6 +231,7 @@ impl Http1 {
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         self.body = None;
         self.pending = None;
+        self.progress.conn = None;
         self.linger(cx, b, c);
     }
 
@@ -246,7 +265,7 @@ impl Http1 {
                     }
                     break;
                 }
-                Phase::ProxyHeader => break,
+                Phase::ProxyHeader | Phase::Wait => break,
                 Phase::Body => {
                     let dec = self.body.as_mut().expect("a body phase has a decoder");
                     match dec.decode(&input[pos..]) {
@@ -293,6 +312,7 @@ impl Http1 {
                             break;
                         }
                         Err(e) => {
+                            self.malformed(cx, b, e.status);
                             self.fail(cx, b, c, e.status, false);
                             return input.len();
                         }
@@ -303,6 +323,7 @@ impl Http1 {
                                 Next::Continue => continue,
                                 Next::Stop => return input.len(),
                                 Next::Hold => return pos,
+                                Next::Defer => return pos - req.head_len,
                             }
                         }
                     }
@@ -321,8 +342,11 @@ impl Http1 {
         req: &Request,
         more_input: bool,
     ) -> Next {
-        cx.ctx.log.request(cx.io, c, req, b);
-        self.requests += 1;
+        if !std::mem::take(&mut self.resumed) {
+            cx.ctx.log.request(cx.io, c, req, b);
+            self.requests += 1;
+            self.progress = crate::guard::Progress::default();
+        }
         self.client_closes = !req.keep_alive;
         let set = &cx.ctx.set;
         let head_only = req.method == Method::Head;
@@ -338,6 +362,17 @@ impl Http1 {
         }
         // Routed once: the proxy and the local responder both take this.
         let (path, at) = local::route(&cx.ctx.routes, b.listener as usize, req);
+        if cx.ctx.routes.http_guard.real_ip.is_some() {
+            Http1::client_ip(cx, b, req);
+        }
+        if let Some((si, li)) = at {
+            if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
+                let uri = path.as_deref().unwrap_or("");
+                if let Some(next) = self.guard(cx, b, c, req, uri, (si, li), keep, more_input) {
+                    return next;
+                }
+            }
+        }
         if cx.ctx.routes.has_proxy {
             if let Some(next) = self.try_proxy(cx, b, c, req, keep, at) {
                 return next;
@@ -405,6 +440,7 @@ impl Http1 {
         b.tr.write(cx.io, c, &bytes);
         cx.ctx.log.status(cx.io, c, w, b);
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+        self.progress.conn = None;
         self.linger(cx, b, c);
         Next::Stop
     }
@@ -442,6 +478,8 @@ impl Http1 {
         more_input: bool,
     ) -> Next {
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+        // The request is complete for limit_conn.
+        self.progress.conn = None;
         let now = cx.io.now();
         if close || cx.ctx.draining {
             if more_input || self.requests == 0 {
@@ -482,7 +520,7 @@ impl Http1 {
             buf.extend_from_slice(&b.inbuf);
         }
         b.inbuf = buf;
-        if b.eof && !b.paused && !matches!(self.phase, Phase::Body | Phase::Proxy) {
+        if b.eof && !b.paused && !matches!(self.phase, Phase::Body | Phase::Proxy | Phase::Wait) {
             b.tr.close_after_flush(cx.io, c);
         }
     }

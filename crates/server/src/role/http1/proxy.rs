@@ -8,6 +8,7 @@ use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
 
 use super::local::At;
 use super::{Http1, Next, Phase};
+use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
@@ -96,6 +97,7 @@ impl Http1 {
             upgrade: upgrade.is_some(),
             started: false,
             body_paused: false,
+            capture: None,
         };
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -118,6 +120,42 @@ impl Http1 {
         }
         self.send(cx, b, c);
         Some(if has_body { Next::Continue } else { Next::Hold })
+    }
+
+    /// Sends a request of the server's own (`head`) to `upstream`; the request being handled
+    /// waits (deferred) until the answer, which `capture` receives, is applied.
+    pub(super) fn subrequest(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        upstream: usize,
+        head: Vec<u8>,
+        capture: Capture,
+    ) -> Next {
+        let Some((pools, gen)) = cx.ctx.current_pools() else {
+            // No upstream state (a reload added the first upstream): as if it failed.
+            self.sub_done(cx, b, c, None);
+            return Next::Defer;
+        };
+        let retries = pools.defs.list[upstream].retries;
+        let mut ex = self.spare.take().unwrap_or_default();
+        let tried = std::mem::take(&mut ex.dial.tried);
+        *ex = Exchange {
+            dial: Dial::new(gen, upstream, retries, None, tried),
+            head,
+            idempotent: true,
+            keep: true,
+            capture: Some(Box::new(capture)),
+            ..Exchange::default()
+        };
+        self.exchange = Some(ex);
+        self.phase = Phase::Proxy;
+        b.paused = true;
+        let at = cx.io.now() + cx.ctx.set.send_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        self.send(cx, b, c);
+        Next::Defer
     }
 
     /// Hands the request to a server; answers 502 when none can be reached.
@@ -235,6 +273,10 @@ impl Http1 {
 
     /// No response can be had: `status` (502, 504) to the client.
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        if self.exchange.as_ref().is_some_and(|x| x.is_sub()) {
+            self.end_exchange(cx);
+            return self.sub_done(cx, b, c, None);
+        }
         self.end_exchange(cx);
         self.phase = Phase::Idle;
         b.paused = false;
@@ -298,9 +340,14 @@ impl Http1 {
 
     /// The response is complete: the connection goes on with the next request, or closes.
     fn response_done(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        let Some(ex) = self.exchange.take() else {
+        let Some(mut ex) = self.exchange.take() else {
             return;
         };
+        if ex.is_sub() {
+            let capture = ex.capture.take();
+            self.recycle(ex);
+            return self.sub_done(cx, b, c, capture.as_deref());
+        }
         self.phase = Phase::Idle;
         b.paused = false;
         let close = ex.client_closes(b);
