@@ -28,10 +28,8 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::error::{ConfigError, Source};
 use crate::keytmpl::Template;
 use crate::units::{Dur, Size};
-use crate::Config;
 
 /// `[[proxy_cache_path]]`.
 #[derive(Debug, Deserialize)]
@@ -184,140 +182,11 @@ impl<'de> Deserialize<'de> for UseStale {
                 Some(n @ (403 | 404 | 429 | 500 | 502 | 503 | 504)) => UseStale::Status(n),
                 _ => {
                     return Err(de::Error::custom(format!(
-                        "use_stale {s:?}: use error, timeout, updating, http_500, http_502, \
+                        "use_stale {s:?}: one of error, timeout, updating, http_500, http_502, \
                          http_503, http_504, http_403, http_404 or http_429"
                     )))
                 }
             },
         })
     }
-}
-
-pub(crate) fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
-    let mut seen: Vec<&Spanned<String>> = Vec::new();
-    for c in &cfg.proxy_cache_path {
-        let c = c.get_ref();
-        if let Some(first) = seen.iter().find(|n| n.get_ref() == c.name.get_ref()) {
-            let line = src.err(first.span(), "").line;
-            return Err(src.err(
-                c.name.span(),
-                format!(
-                    "proxy_cache_path {:?} is already defined at line {line}",
-                    c.name.get_ref()
-                ),
-            ));
-        }
-        seen.push(&c.name);
-        let p = c.path.get_ref();
-        if !p.is_absolute() {
-            return Err(src.err(
-                c.path.span(),
-                format!("{} must be an absolute path", p.display()),
-            ));
-        }
-        if let Some(other) = cfg
-            .proxy_cache_path
-            .iter()
-            .map(|o| o.get_ref())
-            .find(|o| !std::ptr::eq(*o, c) && o.path.get_ref() == p)
-        {
-            return Err(src.err(
-                c.path.span(),
-                format!(
-                    "{} is also the path of proxy_cache_path {:?}: give each cache its own directory",
-                    p.display(),
-                    other.name.get_ref()
-                ),
-            ));
-        }
-        match std::fs::metadata(p) {
-            Ok(m) if !m.is_dir() => {
-                return Err(src.err(c.path.span(), format!("{} is not a directory", p.display())))
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // Created at start; its parent must be there.
-                let parent = p.parent().filter(|d| d.is_dir());
-                if parent.is_none() {
-                    return Err(src.err(
-                        c.path.span(),
-                        format!(
-                            "{}: neither it nor its parent directory exists",
-                            p.display()
-                        ),
-                    ));
-                }
-            }
-            Err(e) => return Err(src.err(c.path.span(), format!("{}: {e}", p.display()))),
-        }
-        for (what, s, min) in [
-            ("max_size", &c.max_size, 1u64 << 20),
-            ("memory_size", &c.memory_size, 1 << 16),
-            ("max_object", &c.max_object, 1 << 10),
-        ] {
-            if s.get_ref().0 < min {
-                return Err(src.err(
-                    s.span(),
-                    format!(
-                        "{what} {} is below the least useful size ({min} bytes)",
-                        s.get_ref().0
-                    ),
-                ));
-            }
-        }
-        if c.max_object.get_ref().0 > c.max_size.get_ref().0 {
-            return Err(src.err(
-                c.max_object.span(),
-                "max_object is larger than max_size: such an object could never be stored",
-            ));
-        }
-    }
-    for s in &cfg.server {
-        for l in &s.get_ref().location {
-            let Some(pc) = &l.get_ref().proxy_cache else {
-                continue;
-            };
-            let pcv = pc.get_ref();
-            if l.get_ref().proxy_pass.is_none() {
-                return Err(src.err(
-                    pc.span(),
-                    "proxy_cache caches what proxy_pass fetches: this location has no proxy_pass",
-                ));
-            }
-            if !cfg
-                .proxy_cache_path
-                .iter()
-                .any(|c| c.get_ref().name.get_ref() == pcv.zone.get_ref())
-            {
-                return Err(src.err(
-                    pcv.zone.span(),
-                    format!("no [[proxy_cache_path]] named {:?}", pcv.zone.get_ref()),
-                ));
-            }
-            for m in &pcv.methods {
-                if !matches!(m.get_ref().as_str(), "GET" | "HEAD") {
-                    return Err(src.err(
-                        m.span(),
-                        format!(
-                            "proxy_cache methods: {:?} cannot be cached (GET and HEAD can)",
-                            m.get_ref()
-                        ),
-                    ));
-                }
-            }
-            if !is_token(&pcv.status_header) && !pcv.status_header.is_empty() {
-                return Err(src.err(
-                    pc.span(),
-                    format!("status_header {:?} is not a header name", pcv.status_header),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }

@@ -38,7 +38,7 @@ impl HashKind {
         }
         if hash.starts_with("{PLAIN}") || hash.starts_with("{SSHA}") {
             return Err(format!(
-                "{} is not supported: use bcrypt (`htpasswd -B`) or SHA-crypt ($5$, $6$)",
+                "{} is not supported: hash with bcrypt (`htpasswd -B`) or SHA-crypt ($5$, $6$)",
                 &hash[..hash.find('}').map_or(hash.len(), |i| i + 1)]
             ));
         }
@@ -50,7 +50,7 @@ impl HashKind {
             );
         }
         Err(
-            "not a supported hash: use bcrypt (`htpasswd -B`), SHA-crypt ($5$, $6$) or $apr1$"
+            "not a supported hash: bcrypt (`htpasswd -B`), SHA-crypt ($5$, $6$) and $apr1$ are"
                 .into(),
         )
     }

@@ -16,6 +16,7 @@ pub mod htpasswd;
 pub mod keytmpl;
 pub mod lb;
 pub mod ops;
+pub mod policy;
 mod schema;
 pub mod steering;
 pub mod tls;
@@ -146,8 +147,8 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             .chain(cfg.stream.iter().filter_map(|s| s.get_ref().tls.as_ref())),
         src,
     )?;
-    guard::validate(cfg, src)?;
-    cache::validate(cfg, src)?;
+    policy::validate_guard(cfg, src)?;
+    policy::validate_cache(cfg, src)?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
     if let Some(lb) = &cfg.lb {
         let st = &cfg.steering;

@@ -12,11 +12,14 @@ pub mod local;
 mod proxy;
 
 use std::mem::MaybeUninit;
+use std::time::Instant;
 
 use ringx_engine::ConnId;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
 
+use crate::guard::Verdict;
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
+use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
 use crate::role::proxy_header::{self, Step};
 use crate::zone::client::Base;
@@ -312,7 +315,7 @@ impl Http1 {
                             break;
                         }
                         Err(e) => {
-                            self.malformed(cx, b, e.status);
+                            guard::malformed(cx, b, e.status);
                             self.fail(cx, b, c, e.status, false);
                             return input.len();
                         }
@@ -363,7 +366,7 @@ impl Http1 {
         // Routed once: the proxy and the local responder both take this.
         let (path, at) = local::route(&cx.ctx.routes, b.listener as usize, req);
         if cx.ctx.routes.http_guard.real_ip.is_some() {
-            Http1::client_ip(cx, b, req);
+            guard::client_ip(cx, b, req);
         }
         if let Some((si, li)) = at {
             if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
@@ -420,6 +423,73 @@ impl Http1 {
         }
         cx.ctx.log.status(cx.io, c, r.written, b);
         self.after_response(cx, b, c, !keep || r.close, more_input)
+    }
+
+    /// Runs the guard of location `at`; None: the request goes on to its location.
+    #[allow(clippy::too_many_arguments)]
+    fn guard(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        uri: &str,
+        at: (usize, usize),
+        keep: bool,
+        more_input: bool,
+    ) -> Option<Next> {
+        match guard::check(cx, b, req, uri, at, &mut self.progress) {
+            Verdict::Pass => None,
+            Verdict::Refuse { status, headers } => {
+                let Some((_, close)) = guard::write_refusal(cx, b, c, req, status, &headers, keep)
+                else {
+                    return Some(Next::Stop);
+                };
+                if close {
+                    cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+                    self.progress.conn = None;
+                    self.linger(cx, b, c);
+                    return Some(Next::Stop);
+                }
+                Some(self.after_response(cx, b, c, !keep, more_input))
+            }
+            Verdict::Delay(d) => {
+                let until = cx.io.now() + d;
+                self.hold(cx, b, c, until);
+                Some(Next::Defer)
+            }
+            Verdict::Ask => {
+                let routes = &cx.ctx.routes;
+                let g = routes.servers[at.0].locations[at.1].guard.as_deref();
+                let a = g.and_then(|g| g.auth_request.as_ref())?;
+                let (upstream, head) = (a.upstream, guard::auth_head(req, &a.uri, b));
+                Some(self.subrequest(cx, b, c, upstream, head, Capture::subrequest()))
+            }
+        }
+    }
+
+    /// Holds the request (its head stays buffered) until `until`, then looks at it again.
+    pub(super) fn hold(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, until: Instant) {
+        self.phase = Phase::Wait;
+        b.paused = true;
+        cx.ctx.wake_at(cx.io, until, c, b.gen);
+        let at = until + cx.ctx.set.send_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+    }
+
+    /// A held request's time came (or what it waited for is there): it is parsed and routed
+    /// again, with what was already decided for it kept.
+    pub fn resume(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.phase != Phase::Wait {
+            return;
+        }
+        self.phase = Phase::Idle;
+        self.resumed = true;
+        b.paused = false;
+        if !b.eof {
+            cx.io.resume_recv(c);
+        }
+        self.process_buffered(cx, b, c);
     }
 
     /// Sends a prepared error response at once, saying close, and lingers.

@@ -158,6 +158,21 @@ impl Http1 {
         Next::Defer
     }
 
+    /// The answer of a subrequest (`capture`, or None when none could be had): applied to the
+    /// request that waits for it, which is resumed on the zone's next turn (never from inside
+    /// the parse that sent the subrequest).
+    pub(super) fn sub_done(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        capture: Option<&Capture>,
+    ) {
+        self.progress.auth = Some(super::guard::auth_answer(capture));
+        let now = cx.io.now();
+        self.hold(cx, b, c, now);
+    }
+
     /// Hands the request to a server; answers 502 when none can be reached.
     fn send(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         let Some(ex) = self.exchange.as_mut() else {
