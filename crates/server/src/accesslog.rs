@@ -257,6 +257,9 @@ pub struct Entry<'a> {
     pub user_agent: &'a [u8],
     pub request_time: Duration,
     pub zone: usize,
+    /// The proxy cache's status (`HIT`, `MISS`, ...; empty: the location has no cache):
+    /// nginx's `$upstream_cache_status`, a last quoted field of the combined format.
+    pub cache: &'static str,
 }
 
 /// Appends nginx's escaping of a variable: `"`, `\` and bytes outside printable ASCII as
@@ -304,7 +307,13 @@ pub fn format(out: &mut Vec<u8>, fmt: LogFormat, clock: &LogClock, e: &Entry) {
             clf_escape(out, e.referer, true);
             out.extend_from_slice(b"\" \"");
             clf_escape(out, e.user_agent, true);
-            out.extend_from_slice(b"\"\n");
+            out.push(b'"');
+            if !e.cache.is_empty() {
+                out.extend_from_slice(b" \"");
+                out.extend_from_slice(e.cache.as_bytes());
+                out.push(b'"');
+            }
+            out.push(b'\n');
         }
         LogFormat::Json => {
             out.extend_from_slice(b"{\"time\":\"");
@@ -340,6 +349,10 @@ pub fn format(out: &mut Vec<u8>, fmt: LogFormat, clock: &LogClock, e: &Entry) {
                 out.extend_from_slice(b"\",\"ssl_client_s_dn\":\"");
                 json_escape(out, t.client_dn.as_deref().unwrap_or("").as_bytes());
             }
+            if !e.cache.is_empty() {
+                out.extend_from_slice(b"\",\"upstream_cache_status\":\"");
+                out.extend_from_slice(e.cache.as_bytes());
+            }
             out.extend_from_slice(format!("\",\"zone\":{}}}\n", e.zone).as_bytes());
         }
     }
@@ -368,6 +381,7 @@ mod tests {
             user_agent: ua,
             request_time: Duration::from_millis(12),
             zone: 1,
+            cache: "",
         }
     }
 

@@ -15,6 +15,8 @@ use ringx_engine::Waker;
 
 use crate::upstream::Upstreams;
 
+mod policy;
+
 /// Adds to a counter only its zone writes.
 #[inline]
 pub fn bump(a: &AtomicU64, n: u64) {
@@ -70,6 +72,8 @@ pub struct ZoneCounters {
     pub limit_conn_refused: AtomicU64,
     pub access_denied: AtomicU64,
     pub auth_denied: AtomicU64,
+    /// Proxy cache answers by status ([`crate::cache::loc::STATUSES`]).
+    pub cache: [AtomicU64; 7],
 }
 
 impl ZoneCounters {
@@ -480,6 +484,7 @@ impl Metrics {
             r(&self.log_errors),
         );
 
+        self.render_guard(&mut o);
         self.render_xdp(&mut o);
         self.render_lb(&mut o);
         o.s

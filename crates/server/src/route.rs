@@ -75,6 +75,8 @@ pub struct Loc {
     pub action: Action,
     /// Limits, access rules and authentication (`crate::guard`); None: none.
     pub guard: Option<Box<crate::guard::Guard>>,
+    /// The proxy cache of a `proxy_pass` location (`crate::cache`); None: none.
+    pub cache: Option<Box<crate::cache::loc::CacheLoc>>,
 }
 
 pub enum Action {
@@ -314,6 +316,13 @@ fn compile_location(
         exact: l.exact,
         action,
         guard: crate::guard::Guard::compile(l, cfg, ups)?.map(Box::new),
+        cache: match &l.proxy_cache {
+            Some(pc) => Some(Box::new(crate::cache::loc::CacheLoc::compile(
+                pc.get_ref(),
+                cfg,
+            )?)),
+            None => None,
+        },
     })
 }
 

@@ -105,6 +105,8 @@ pub struct Progress {
     /// limit_conn counts it until the response is complete.
     pub conn: Option<ConnSlot>,
     pub auth: Option<AuthAnswer>,
+    /// Waiting for another request's cache fill: since when, and how many looks so far.
+    pub waiting: Option<(Instant, u32)>,
 }
 
 /// A zone's own state for the guards: remembered credentials, a key buffer.

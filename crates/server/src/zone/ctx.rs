@@ -29,6 +29,9 @@ pub struct ZoneCtx {
     pub date: DateCache,
     /// When the wall clock's next second starts: the Date header changes then.
     date_next: Instant,
+    /// The wall clock (Unix ms) at an instant of the zone's clock: the cache's times follow
+    /// the zone's clock from there, with no clock read per request.
+    wall_base: (Instant, u64),
     pub wheel: TimerWheel,
     pub draining: bool,
     /// Per-zone upstream state (balancers, passive health, idle pools) of the configuration
@@ -76,6 +79,7 @@ impl ZoneCtx {
             set,
             date,
             date_next: now,
+            wall_base: (now, crate::cache::object::unix_ms(SystemTime::now())),
             wheel: TimerWheel::new(now, Duration::from_millis(100), 2048),
             draining: false,
             pools,
@@ -121,6 +125,13 @@ impl ZoneCtx {
                 .map_or(0, |d| d.subsec_nanos());
             self.date_next = now + Duration::from_nanos(1_000_000_000 - sub as u64);
         }
+    }
+
+    /// Unix milliseconds at `now` (an instant of the zone's clock).
+    #[inline]
+    pub fn wall_ms(&self, now: Instant) -> u64 {
+        let (i, ms) = self.wall_base;
+        ms + now.saturating_duration_since(i).as_millis() as u64
     }
 
     /// The response writer for this zone's routes and clock.

@@ -39,6 +39,7 @@ struct LogSlot {
     request: Vec<u8>,
     referer: Vec<u8>,
     user_agent: Vec<u8>,
+    cache: &'static str,
 }
 
 /// A zone's request counters and access log buffer.
@@ -143,6 +144,14 @@ impl RequestLog {
         s.user_agent.clear();
         s.user_agent
             .extend_from_slice(req.header("user-agent").unwrap_or_default());
+        s.cache = "";
+    }
+
+    /// The proxy cache's status for the request in progress on `c` (for the log).
+    pub fn cache_status(&mut self, c: ConnId, status: &'static str) {
+        if self.logging() {
+            self.log_slot(c).cache = status;
+        }
     }
 
     /// The response head was committed, as its writer reported it.
@@ -168,6 +177,7 @@ impl RequestLog {
             s.request.clear();
             s.referer.clear();
             s.user_agent.clear();
+            s.cache = "";
         }
         s.head_len = head_len;
     }
@@ -210,6 +220,7 @@ impl RequestLog {
                 .start
                 .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
             zone,
+            cache: s.cache,
         };
         accesslog::format(&mut self.buf, fmt, &self.clock, &e);
         if self.buf.len() >= accesslog::FLUSH_BYTES {

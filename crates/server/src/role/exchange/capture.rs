@@ -19,7 +19,11 @@ pub struct Capture {
     /// The response arrived whole.
     pub complete: bool,
     /// What the owner needs to act on it when it is done (the cache entry being filled).
-    pub fill: Option<Box<crate::cache::Fill>>,
+    pub fill: Option<Box<crate::cache::fill::Fill>>,
+    /// Header lines added to the response the client gets (the cache status), and that
+    /// status for the log and the counters.
+    pub client_line: Vec<u8>,
+    pub client_status: &'static str,
 }
 
 impl Capture {
@@ -30,7 +34,7 @@ impl Capture {
 
     /// Keeps `data` of the body, as long as it fits.
     pub fn take(&mut self, data: &[u8]) {
-        if self.overflow || data.is_empty() {
+        if self.overflow || data.is_empty() || self.body_limit == 0 {
             return;
         }
         if self.body.len() + data.len() > self.body_limit {

@@ -163,6 +163,17 @@ impl Exchange {
                 cap.status = h.status;
                 cap.head.clear();
                 cap.head.extend_from_slice(&input[off..off + h.head_len]);
+                if let (true, Some(f)) = (cap.to_client, cap.fill.as_mut()) {
+                    // A revalidation's 304, or a status the stale copy stands in for: the
+                    // client is answered from the cache, this response only read.
+                    let now = cx.ctx.wall_ms(cx.io.now());
+                    let revalidated =
+                        h.status == 304 && f.mode == crate::cache::fill::Mode::Revalidate;
+                    f.stale_for_status = !revalidated && f.stale_for(h.status, true, now).is_some();
+                    if revalidated || f.stale_for_status {
+                        cap.to_client = false;
+                    }
+                }
             }
             if self.is_sub() {
                 // A subrequest: nothing goes to the client; the body is read to its end (into
@@ -201,8 +212,16 @@ impl Exchange {
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             };
             let before = out.len();
-            let framing =
-                ringx_http::upstream::write_response_head(out, &h, self.version, ch.bytes());
+            let line = self
+                .capture
+                .as_ref()
+                .map_or(&[][..], |x| &x.client_line[..]);
+            let conn: std::borrow::Cow<[u8]> = if line.is_empty() {
+                ch.bytes().into()
+            } else {
+                [line, ch.bytes()].concat().into()
+            };
+            let framing = ringx_http::upstream::write_response_head(out, &h, self.version, &conn);
             let head_len = (out.len() - before) as u32;
             self.started = true;
             self.keep = keep_client && framing == ClientFraming::Same;
@@ -212,6 +231,15 @@ impl Exchange {
                 head_len,
             };
             cx.ctx.log.status(cx.io, c, written, base);
+            if let Some(st) = self
+                .capture
+                .as_ref()
+                .map(|x| x.client_status)
+                .filter(|s| !s.is_empty())
+            {
+                cx.ctx.log.cache_status(c, st);
+                crate::cache::loc::count(&cx.ctx.log.counters, st);
+            }
             cx.ctx.pools(self.dial.gen).succeeded(ui, s);
             let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
             up.head_done = true;

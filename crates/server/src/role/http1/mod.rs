@@ -5,6 +5,9 @@
 //! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
 //! answered here through the response writer (`local.rs`).
 
+#[cfg(test)]
+mod cache_tests;
+mod cached;
 mod guard;
 #[cfg(test)]
 mod guard_tests;
@@ -377,7 +380,15 @@ impl Http1 {
             }
         }
         if cx.ctx.routes.has_proxy {
-            if let Some(next) = self.try_proxy(cx, b, c, req, keep, at) {
+            let mut capture = None;
+            if let Some(here) = at {
+                let uri = path.as_deref().unwrap_or("");
+                match self.cache_step(cx, b, c, req, uri, here, keep, more_input) {
+                    Ok(cap) => capture = cap,
+                    Err(next) => return next,
+                }
+            }
+            if let Some(next) = self.try_proxy(cx, b, c, req, keep, at, capture) {
                 return next;
             }
         }
@@ -463,7 +474,8 @@ impl Http1 {
                 let g = routes.servers[at.0].locations[at.1].guard.as_deref();
                 let a = g.and_then(|g| g.auth_request.as_ref())?;
                 let (upstream, head) = (a.upstream, guard::auth_head(req, &a.uri, b));
-                Some(self.subrequest(cx, b, c, upstream, head, Capture::subrequest()))
+                self.subrequest(cx, b, c, upstream, head, Capture::subrequest());
+                Some(Next::Defer)
             }
         }
     }

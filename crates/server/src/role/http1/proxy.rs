@@ -7,19 +7,27 @@ use ringx_http::upstream::{upgrade_request, write_request_head, Forward};
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
 
 use super::local::At;
-use super::{Http1, Next, Phase};
+use super::{cached, Http1, Next, Phase};
+use crate::cache::fill::Fill;
+use crate::cache::fill::Mode;
+use crate::cache::loc::{upstream_fields, Decision};
+use crate::cache::Found;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
+use crate::route::ProxyLoc;
 use crate::route::{Action, HostMode};
 use crate::upstream::dial::Dial;
 use crate::upstream::HashKey;
+use crate::upstream::UpstreamDef;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
 impl Http1 {
-    /// Starts proxying if the request routes to a `proxy_pass` location.
+    /// Starts proxying if the request routes to a `proxy_pass` location; `capture`: what
+    /// the cache keeps of the response (a fill), and the cache status it carries.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn try_proxy(
         &mut self,
         cx: &mut Cx,
@@ -28,6 +36,7 @@ impl Http1 {
         req: &Request,
         keep: bool,
         at: At,
+        capture: Option<Capture>,
     ) -> Option<Next> {
         let (si, li) = at?;
         let ctx = &mut *cx.ctx;
@@ -45,32 +54,10 @@ impl Http1 {
             unreachable!("checked above");
         };
         let def = &ctx.current_pools().expect("checked above").0.defs.list[loc.upstream];
-        let host = match &loc.host {
-            HostMode::Pass => None,
-            HostMode::Upstream => Some(def.servers[0].name.as_str()),
-            HostMode::Fixed(h) => Some(h.as_str()),
-        };
         let upgrade = upgrade_request(req);
         let mut head = std::mem::take(&mut ex.head);
-        head.clear();
-        head.reserve(256 + req.head_len);
-        write_request_head(
-            &mut head,
-            req,
-            &Forward {
-                client: b.addr.map(|a| a.ip()),
-                proto: if b.tr.is_tls() { "https" } else { "http" },
-                host,
-                forwarded_headers: loc.forwarded_headers,
-                close: false,
-                upgrade,
-                tls_client: b
-                    .tr
-                    .tls_info()
-                    .filter(|i| i.client_auth)
-                    .map(|i| i.client_dn.as_deref()),
-            },
-        );
+        let fill = capture.as_ref().and_then(|x| x.fill.as_deref());
+        forward_head(&mut head, req, b, loc, def, fill);
         let key = match &def.hash_key {
             _ if def.maglev.is_none() => None,
             HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
@@ -97,7 +84,7 @@ impl Http1 {
             upgrade: upgrade.is_some(),
             started: false,
             body_paused: false,
-            capture: None,
+            capture: capture.map(Box::new),
         };
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -132,11 +119,14 @@ impl Http1 {
         upstream: usize,
         head: Vec<u8>,
         capture: Capture,
-    ) -> Next {
+    ) {
         let Some((pools, gen)) = cx.ctx.current_pools() else {
             // No upstream state (a reload added the first upstream): as if it failed.
-            self.sub_done(cx, b, c, None);
-            return Next::Defer;
+            let mut capture = capture;
+            return match capture.fill.take() {
+                Some(fill) => self.cache_sub_done(cx, b, c, capture, fill, Some(502)),
+                None => self.sub_done(cx, b, c, None),
+            };
         };
         let retries = pools.defs.list[upstream].retries;
         let mut ex = self.spare.take().unwrap_or_default();
@@ -155,7 +145,6 @@ impl Http1 {
         let at = cx.io.now() + cx.ctx.set.send_timeout;
         cx.ctx.set_deadline(cx.io, b, c, at);
         self.send(cx, b, c);
-        Next::Defer
     }
 
     /// The answer of a subrequest (`capture`, or None when none could be had): applied to the
@@ -288,11 +277,16 @@ impl Http1 {
 
     /// No response can be had: `status` (502, 504) to the client.
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
-        if self.exchange.as_ref().is_some_and(|x| x.is_sub()) {
-            self.end_exchange(cx);
-            return self.sub_done(cx, b, c, None);
-        }
+        let capture = self.exchange.as_mut().and_then(|x| x.capture.take());
         self.end_exchange(cx);
+        if let Some(mut cap) = capture {
+            if let Some(fill) = cap.fill.take() {
+                return self.cache_sub_done(cx, b, c, *cap, fill, Some(status));
+            }
+            if !cap.to_client {
+                return self.sub_done(cx, b, c, None);
+            }
+        }
         self.phase = Phase::Idle;
         b.paused = false;
         self.fail(cx, b, c, status, false);
@@ -358,10 +352,15 @@ impl Http1 {
         let Some(mut ex) = self.exchange.take() else {
             return;
         };
-        if ex.is_sub() {
-            let capture = ex.capture.take();
-            self.recycle(ex);
-            return self.sub_done(cx, b, c, capture.as_deref());
+        if let Some(mut cap) = ex.capture.take() {
+            if !cap.to_client {
+                self.recycle(ex);
+                return match cap.fill.take() {
+                    Some(fill) => self.cache_sub_done(cx, b, c, *cap, fill, None),
+                    None => self.sub_done(cx, b, c, Some(&cap)),
+                };
+            }
+            cached::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
         }
         self.phase = Phase::Idle;
         b.paused = false;
@@ -373,6 +372,117 @@ impl Http1 {
             return;
         }
         if !b.paused {
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            self.process_buffered(cx, b, c);
+        }
+    }
+
+    /// The proxy cache's part of a request to a location with one (`Ok(None)`: it has none):
+    /// answered from the cache, held while another request fills the entry, or proxied with
+    /// the capture its fill (or its cache status) needs.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cache_step(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        uri: &str,
+        at: (usize, usize),
+        keep: bool,
+        more_input: bool,
+    ) -> Result<Option<Capture>, Next> {
+        let Some(d) = cached::decide(cx, b, req, uri, at, keep, self.progress.waiting) else {
+            return Ok(None);
+        };
+        match d {
+            Decision::Bypass => Ok(Some(cached::passing(cx, at, "BYPASS"))),
+            Decision::Uncached => Ok(Some(cached::passing(cx, at, "MISS"))),
+            Decision::Fetch(fill) => Ok(Some(cached::filling(fill, true))),
+            Decision::Wait(after) => {
+                let now = cx.io.now();
+                let (since, looks) = self.progress.waiting.unwrap_or((now, 0));
+                self.progress.waiting = Some((since, looks + 1));
+                self.hold(cx, b, c, now + after);
+                Err(Next::Defer)
+            }
+            Decision::Hit {
+                found,
+                status,
+                update,
+            } => {
+                let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
+                let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
+                let update = update
+                    .and_then(|f| upstream_head(cx, b, req, at, Some(&f)).map(|(u, h)| (f, u, h)));
+                let asked = cached::asked_now(req, keep);
+                let Some((_, file)) = cached::write_found(cx, b, c, found, status, &line, &asked)
+                else {
+                    return Err(Next::Stop);
+                };
+                if let Some((f, off, len)) = file {
+                    b.tr.send_file(cx.io, c, f, off, len);
+                }
+                let next = self.after_response(cx, b, c, !keep, more_input);
+                if let (Some((fill, up, head)), Phase::Idle) = (update, self.phase) {
+                    // The client has its answer; this connection refreshes the entry before
+                    // it reads on (nginx's background update does the same).
+                    let cap = cached::filling(fill, false);
+                    self.subrequest(cx, b, c, up, head, cap);
+                    return Err(Next::Hold);
+                }
+                Err(next)
+            }
+        }
+    }
+
+    /// A fill's exchange ended without its response going to the client: a background update
+    /// (the client had its answer), or a response the cache answers for (a revalidation's
+    /// 304, an upstream status or a failure, `failed`, that the stale copy stands in for).
+    pub(super) fn cache_sub_done(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut cap: Capture,
+        mut fill: Box<Fill>,
+        failed: Option<u16>,
+    ) {
+        self.phase = Phase::Idle;
+        b.paused = false;
+        let now = cx.ctx.wall_ms(cx.io.now());
+        if fill.mode == Mode::Background {
+            if failed.is_none() {
+                cached::settle(&mut cap, &mut fill, now);
+            }
+            drop(fill);
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            return self.process_buffered(cx, b, c);
+        }
+        let answer = match failed {
+            None => cached::settle(&mut cap, &mut fill, now),
+            Some(st) => fill
+                .stale_for(st, false, now)
+                .cloned()
+                .map(|o| (o, "STALE")),
+        };
+        let Some((obj, status)) = answer else {
+            return self.fail(cx, b, c, failed.unwrap_or(502), false);
+        };
+        let line = fill.line(status);
+        let close = !fill.asked.keep || b.eof;
+        drop(fill.stale.take());
+        if cached::write_found(cx, b, c, Found::Mem(obj), status, &line, &fill.asked).is_none() {
+            return;
+        }
+        drop(fill);
+        let more = !b.inbuf.is_empty();
+        self.after_response(cx, b, c, close, more);
+        if !close && !b.paused {
             if !b.eof {
                 cx.io.resume_recv(c);
             }
@@ -439,4 +549,70 @@ impl Http1 {
         let at = cx.io.now() + cx.ctx.set.send_timeout;
         cx.ctx.set_deadline(cx.io, b, c, at);
     }
+}
+
+/// The head of `req` as forwarded to `loc`'s upstream `def`; a fill's goes without the
+/// client's validators and ranges (and with the cache's validators when it revalidates).
+fn forward_head(
+    head: &mut Vec<u8>,
+    req: &Request,
+    b: &Base,
+    loc: &ProxyLoc,
+    def: &UpstreamDef,
+    fill: Option<&Fill>,
+) {
+    let host = match &loc.host {
+        HostMode::Pass => None,
+        HostMode::Upstream => Some(def.servers[0].name.as_str()),
+        HostMode::Fixed(h) => Some(h.as_str()),
+    };
+    head.clear();
+    head.reserve(256 + req.head_len);
+    let fields;
+    let filtered;
+    let req = match fill {
+        Some(f) => {
+            fields = upstream_fields(req, f);
+            filtered = Request {
+                headers: &fields,
+                ..*req
+            };
+            &filtered
+        }
+        None => req,
+    };
+    write_request_head(
+        head,
+        req,
+        &Forward {
+            client: b.addr.map(|a| a.ip()),
+            proto: if b.tr.is_tls() { "https" } else { "http" },
+            host,
+            forwarded_headers: loc.forwarded_headers,
+            close: false,
+            upgrade: upgrade_request(req),
+            tls_client: b
+                .tr
+                .tls_info()
+                .filter(|i| i.client_auth)
+                .map(|i| i.client_dn.as_deref()),
+        },
+    );
+}
+
+/// The upstream of location `at` and the head of `req` for it (a background update's).
+fn upstream_head(
+    cx: &Cx,
+    b: &Base,
+    req: &Request,
+    at: (usize, usize),
+    fill: Option<&Fill>,
+) -> Option<(usize, Vec<u8>)> {
+    let Action::Proxy(loc) = &cx.ctx.routes.servers[at.0].locations[at.1].action else {
+        return None;
+    };
+    let (pools, _) = cx.ctx.current_pools()?;
+    let mut head = Vec::new();
+    forward_head(&mut head, req, b, loc, &pools.defs.list[loc.upstream], fill);
+    Some((loc.upstream, head))
 }
