@@ -67,7 +67,7 @@ pub struct CacheZone {
     /// Largest body stored at all.
     pub max_object: u64,
     jobs: SyncSender<disk::Job>,
-    pub stats: Stats,
+    pub stats: Arc<Stats>,
     sizes: (u64, u64, Duration),
 }
 
@@ -109,6 +109,8 @@ impl CacheZone {
         std::fs::create_dir_all(dir)?;
         let (tx, rx) = std::sync::mpsc::sync_channel(16384);
         let unlink = tx.clone();
+        let stats = Arc::new(Stats::default());
+        let counted = stats.clone();
         let z: &'static CacheZone = Box::leak(Box::new(CacheZone {
             name: name.to_string(),
             dir: dir.to_path_buf(),
@@ -117,6 +119,11 @@ impl CacheZone {
                 .weigher(|_, o: &Arc<Object>| o.weight())
                 .eviction_policy(EvictionPolicy::lru())
                 .time_to_idle(inactive)
+                .eviction_listener(move |_, _, cause| {
+                    if matches!(cause, RemovalCause::Size | RemovalCause::Expired) {
+                        counted.mem_evicted.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
                 .build(),
             disk: moka::sync::Cache::builder()
                 .max_capacity(max_size)
@@ -135,7 +142,7 @@ impl CacheZone {
             mem_object_max: (memory_size / 8).min(max_object),
             max_object,
             jobs: tx,
-            stats: Stats::default(),
+            stats,
             sizes,
         }));
         disk::spawn(z, rx)?;

@@ -70,5 +70,63 @@ impl Metrics {
             "Client addresses blocked in XDP by escalation now.",
         );
         o.sample("ringx_escalated_clients", &[], r(&s.active));
+        self.render_cache(o);
+    }
+
+    /// The proxy caches: answers by status per zone, each cache's entries and bytes per
+    /// tier, stores, evictions, purges and disk errors.
+    fn render_cache(&self, o: &mut Out) {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let caches = crate::cache::CacheZone::all();
+        if caches.is_empty() {
+            return;
+        }
+        o.family(
+            "ringx_cache_requests_total",
+            "counter",
+            "Requests to cached locations by cache status (nginx's $upstream_cache_status).",
+        );
+        for (i, st) in crate::cache::loc::STATUSES.iter().enumerate() {
+            for (z, zc) in self.zones.iter().enumerate() {
+                o.sample(
+                    "ringx_cache_requests_total",
+                    &[("zone", &z.to_string()), ("status", st)],
+                    r(&zc.cache[i]),
+                );
+            }
+        }
+        o.family("ringx_cache_entries", "gauge", "Entries in each tier of each cache.");
+        let usage: Vec<_> = caches.iter().map(|c| (c.name.as_str(), c.usage())).collect();
+        for (name, ((me, _), (de, _))) in &usage {
+            o.sample("ringx_cache_entries", &[("cache", name), ("tier", "memory")], me);
+            o.sample("ringx_cache_entries", &[("cache", name), ("tier", "disk")], de);
+        }
+        o.family("ringx_cache_bytes", "gauge", "Bytes held by each tier of each cache.");
+        for (name, ((_, mb), (_, db))) in &usage {
+            o.sample("ringx_cache_bytes", &[("cache", name), ("tier", "memory")], mb);
+            o.sample("ringx_cache_bytes", &[("cache", name), ("tier", "disk")], db);
+        }
+        o.family(
+            "ringx_cache_events_total",
+            "counter",
+            "Cache events: responses stored, entries evicted from memory and from disk (least \
+             recently used, or inactive), purged, disk errors.",
+        );
+        for c in &caches {
+            let s = &c.stats;
+            for (ev, a) in [
+                ("stored", &s.stored),
+                ("memory_evicted", &s.mem_evicted),
+                ("disk_evicted", &s.disk_evicted),
+                ("purged", &s.purged),
+                ("disk_error", &s.disk_errors),
+            ] {
+                o.sample(
+                    "ringx_cache_events_total",
+                    &[("cache", &c.name), ("event", ev)],
+                    r(a),
+                );
+            }
+        }
     }
 }
