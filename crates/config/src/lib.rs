@@ -194,3 +194,6 @@ mod tests;
 
 #[cfg(test)]
 mod tls_tests;
+
+#[cfg(test)]
+mod policy_tests;

@@ -130,7 +130,10 @@ fn purge(target: &str) -> (u16, String) {
             let n = zone.purge_all();
             (200, format!("purged {n} entries of {name}\n"))
         }
-        None => (400, "give key=KEY (percent-encoded), or nothing to purge all\n".into()),
+        None => (
+            400,
+            "give key=KEY (percent-encoded), or nothing to purge all\n".into(),
+        ),
         Some(None) => (400, "the key is not valid percent-encoding\n".into()),
         Some(Some(k)) if zone.purge(&k) => (200, "purged\n".into()),
         Some(Some(_)) => (404, "no such entry\n".into()),

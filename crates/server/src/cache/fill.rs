@@ -87,6 +87,8 @@ impl Fill {
     /// Whether the stale copy may answer instead of a failure that gave the client `status`
     /// (502: no server or a bad answer; 504: a timeout), or instead of the upstream's own
     /// answer of `status`.
+    /// The response's own `stale-if-error` covers what RFC 5861 calls an error: no answer,
+    /// or a 500, 502, 503 or 504.
     pub fn stale_for(&self, status: u16, from_upstream: bool, now_ms: u64) -> Option<&Arc<Object>> {
         let s = self.stale.as_ref()?;
         let u = &self.use_stale;
@@ -95,7 +97,8 @@ impl Fill {
         } else {
             (status == 504 && u.timeout) || (status != 504 && u.error)
         };
-        (configured || now_ms < s.sie_until).then_some(s)
+        let error = !from_upstream || matches!(status, 500 | 502 | 503 | 504);
+        (configured || (error && now_ms < s.sie_until)).then_some(s)
     }
 
     /// The entry to store from a complete response: the object under its hash, and a marker

@@ -95,16 +95,43 @@ impl Metrics {
                 );
             }
         }
-        o.family("ringx_cache_entries", "gauge", "Entries in each tier of each cache.");
-        let usage: Vec<_> = caches.iter().map(|c| (c.name.as_str(), c.usage())).collect();
+        o.family(
+            "ringx_cache_entries",
+            "gauge",
+            "Entries in each tier of each cache.",
+        );
+        let usage: Vec<_> = caches
+            .iter()
+            .map(|c| (c.name.as_str(), c.usage()))
+            .collect();
         for (name, ((me, _), (de, _))) in &usage {
-            o.sample("ringx_cache_entries", &[("cache", name), ("tier", "memory")], me);
-            o.sample("ringx_cache_entries", &[("cache", name), ("tier", "disk")], de);
+            o.sample(
+                "ringx_cache_entries",
+                &[("cache", name), ("tier", "memory")],
+                me,
+            );
+            o.sample(
+                "ringx_cache_entries",
+                &[("cache", name), ("tier", "disk")],
+                de,
+            );
         }
-        o.family("ringx_cache_bytes", "gauge", "Bytes held by each tier of each cache.");
+        o.family(
+            "ringx_cache_bytes",
+            "gauge",
+            "Bytes held by each tier of each cache.",
+        );
         for (name, ((_, mb), (_, db))) in &usage {
-            o.sample("ringx_cache_bytes", &[("cache", name), ("tier", "memory")], mb);
-            o.sample("ringx_cache_bytes", &[("cache", name), ("tier", "disk")], db);
+            o.sample(
+                "ringx_cache_bytes",
+                &[("cache", name), ("tier", "memory")],
+                mb,
+            );
+            o.sample(
+                "ringx_cache_bytes",
+                &[("cache", name), ("tier", "disk")],
+                db,
+            );
         }
         o.family(
             "ringx_cache_events_total",
