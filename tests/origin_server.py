@@ -22,10 +22,21 @@ class Origin:
         routes: dict[str, dict] = {}
         seen: list[tuple[str, str, dict]] = []
         lock = threading.Lock()
-        self._routes, self._seen, self._lock = routes, seen, lock
+        conns: set = set()
+        self._routes, self._seen, self._lock, self._conns = routes, seen, lock, conns
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                super().setup()
+                with lock:
+                    conns.add(self.connection)
+
+            def finish(self):
+                with lock:
+                    conns.discard(self.connection)
+                super().finish()
 
             def log_message(self, *a):  # quiet
                 pass
@@ -59,6 +70,7 @@ class Origin:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.addr = f"{host}:{self.port}"
+        self._closed = False
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -78,5 +90,16 @@ class Origin:
             return [r for r in self._seen if path is None or r[1].split("?", 1)[0] == path]
 
     def close(self) -> None:
+        """Stops listening and cuts every open connection (the origin is down)."""
+        if self._closed:
+            return
+        self._closed = True
         self.server.shutdown()
         self.server.server_close()
+        import socket
+        with self._lock:
+            for c in list(self._conns):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

@@ -182,7 +182,7 @@ impl Fill {
             last_modified: None,
             ..base.clone()
         };
-        let vh = crate::guard::key::hash128(&vk);
+        let vh = crate::cache::key_hash(&vk);
         Built(
             vh,
             Object {

@@ -158,7 +158,7 @@ impl CacheLoc {
             uri: cx.uri,
         };
         crate::guard::key::eval(&self.key, &ki, &mut key);
-        let h = crate::guard::key::hash128(&key);
+        let h = crate::cache::key_hash(&key);
         let now_ms = cx.now_ms;
         let found = self.zone.lookup(&key, h, |n| field(req, n));
         let fill = |mode, stale, status: &'static str, locked| {

@@ -163,7 +163,7 @@ impl CacheZone {
             return Some((h, f));
         }
         let vk = object::variant_key(key, &f.object().vary, field);
-        let vh = crate::guard::key::hash128(&vk);
+        let vh = crate::cache::key_hash(&vk);
         self.find(&vk, vh).map(|f| (vh, f))
     }
 
@@ -293,7 +293,7 @@ impl CacheZone {
 
     /// Removes `key` from both tiers (and its file); true when it was there.
     pub fn purge(&self, key: &[u8]) -> bool {
-        let h = crate::guard::key::hash128(key);
+        let h = crate::cache::key_hash(key);
         let there = self.mem.contains_key(&h) || self.disk.contains_key(&h);
         self.mem.invalidate(&h);
         self.disk.invalidate(&h);
@@ -354,6 +354,8 @@ impl disk::Tier for CacheZone {
     }
     fn indexed(&self, h: u128, size: u64) {
         self.disk.insert(h, size);
+        // On this thread, not a zone's: the bound holds as soon as a file is added.
+        self.disk.run_pending_tasks();
     }
     fn unlock(&self, h: u128) {
         CacheZone::unlock(self, h)
@@ -361,6 +363,13 @@ impl disk::Tier for CacheZone {
     fn stats(&self) -> &Stats {
         &self.stats
     }
+}
+
+/// The hash a cache entry is found by, and its file named after: the same in every process
+/// (unlike the limits' keys, which are seeded per process), so a restart finds the files of
+/// the one before. A collision costs nothing but a miss: a hit compares the whole key.
+pub fn key_hash(key: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(key)
 }
 
 /// Every cache made, found by name, path and bounds.
