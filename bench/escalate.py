@@ -188,8 +188,7 @@ listen = ["{SRV}:8082"]
   [[server.location]]
   path = "/"
   return = {{ status = 200, body = "ok\\n" }}
-  limit_req = {{ zone = "escalating", nodelay = true, status = 429,
-                escalate = {{ after = 50, block_for = "1h" }} }}
+  limit_req = {{ zone = "escalating", nodelay = true, status = 429, escalate = {{ after = 50, block_for = "1h" }} }}
 [xdp]
 dev = "es0"
 mode = "native"

@@ -125,8 +125,7 @@ listen = ["{SRV}:{PORT}"]
   [[server.location]]
   path = "/"
   return = {{ status = 200, body = "ok\\n" }}
-  limit_req = {{ zone = "per_ip", nodelay = true, status = 429,
-                escalate = {{ after = 20, block_for = "{BLOCK_FOR}s" }} }}
+  limit_req = {{ zone = "per_ip", nodelay = true, status = 429, escalate = {{ after = 20, block_for = "{BLOCK_FOR}s" }} }}
 [xdp]
 dev = "xs0"
 mode = "native"

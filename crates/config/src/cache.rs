@@ -14,10 +14,14 @@
 //! [[server.location]]
 //! path = "/"
 //! proxy_pass = "app"
-//! proxy_cache = { zone = "pages", key = "$scheme$host$request_uri",
-//!                 valid = { "200 301" = "10m", "404" = "1m" },
-//!                 use_stale = ["error", "timeout", "updating", "http_502", "http_503"],
-//!                 background_update = true, lock = true, lock_timeout = "5s" }
+//!   [server.location.proxy_cache]
+//!   zone = "pages"
+//!   key = "$scheme$host$request_uri"
+//!   valid = { "200 301" = "10m", "404" = "1m" }
+//!   use_stale = ["error", "timeout", "updating", "http_502", "http_503"]
+//!   background_update = true
+//!   lock = true
+//!   lock_timeout = "5s"
 //! ```
 
 use std::collections::BTreeMap;

@@ -26,8 +26,7 @@
 //! access = ["allow 127.0.0.1", "allow 10.0.0.0/8", "deny all"]
 //! auth_basic = { realm = "admin", user_file = "/etc/ringx/htpasswd" }
 //! auth_request = { proxy_pass = "auth", uri = "/check" }
-//! limit_req = { zone = "per_ip", burst = 20, nodelay = true, status = 429,
-//!               escalate = { after = 100, block_for = "60s" } }
+//! limit_req = { zone = "per_ip", burst = 20, nodelay = true, status = 429, escalate = { after = 100, block_for = "60s" } }
 //! limit_conn = { zone = "addr", max = 10 }
 //! ```
 //!
