@@ -215,9 +215,9 @@ detach_on_exit = true
         for rnd in range(rounds):
             for name, mode, src, port in (("before: requests refused with 429", "http", ABUSE_A, 8081),
                                           ("after: SYNs dropped by XDP", "syn", ABUSE_B, 8082)):
-                drops0 = metric(metrics(), r'ringx_xdp_packets_total\{reason="drop_block"\} (\d+)')
+                drops0 = metric(metrics(), r'ringx_xdp_packets_total\{verdict="drop",reason="drop_block"\} (\d+)')
                 r = phase(cg_ringx, cg_gen, mode, src, port, secs)
-                drops = metric(metrics(), r'ringx_xdp_packets_total\{reason="drop_block"\} (\d+)') - drops0
+                drops = metric(metrics(), r'ringx_xdp_packets_total\{verdict="drop",reason="drop_block"\} (\d+)') - drops0
                 r.update({"phase": name, "round": rnd, "xdp_drops": drops})
                 rows.append(r)
                 print(f"r{rnd} {name:36s} {r['per_s']:>9.0f}/s ringx {r['ringx_us']:7.2f} us "

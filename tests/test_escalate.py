@@ -5,7 +5,7 @@
     rea (abuser 10.78.0.3) --+
 
 ringx limits "/" to 5 r/s per address (429 beyond) and escalates an address refused 20
-times to the XDP block list for 4 s. The abuser is first answered 429, then its SYNs are
+times to the XDP block list for 6 s. The abuser is first answered 429, then its SYNs are
 dropped by XDP (the raw PREROUTING counter of its SYNs stops: they never reach the stack,
 let alone the listener); a well-behaved client keeps getting 200 throughout; the block is
 lifted when it runs out; both sides' counters are on /metrics.
@@ -36,7 +36,7 @@ SRV, CLI, ATK = "10.78.0.1", "10.78.0.2", "10.78.0.3"
 PORT, ADMIN = 8080, 9901
 PIN = f"/sys/fs/bpf/ringx-escalate-{TAG}"
 CLONE_NEWNET = 0x40000000
-BLOCK_FOR = 4
+BLOCK_FOR = 6
 
 
 def sh(*args, check=True, timeout=60, **kw):
@@ -134,7 +134,8 @@ detach_on_exit = true
 """
 
 # Run in the abuser's namespace: `n` requests, each on a new connection (as a flood of
-# clients does), as fast as they go; prints each outcome (status or "timeout") and when.
+# clients does), as fast as they go, stopping after 3 timeouts in a row; prints each outcome
+# (status or "timeout") and when.
 ABUSER = r"""
 import json, socket, sys, time
 n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -153,6 +154,8 @@ for _ in range(n):
         out.append([data[9:12].decode() or "empty", round(time.monotonic() - t0, 3)])
     except OSError:
         out.append(["timeout", round(time.monotonic() - t0, 3)])
+        if len(out) >= 3 and all(o[0] == "timeout" for o in out[-3:]):
+            break
 print(json.dumps(out))
 """
 
@@ -204,24 +207,26 @@ def test_an_abusive_client_is_refused_then_dropped_by_xdp(server):
     assert kinds.count("429") >= 20, outcomes
     assert all(k in ("200", "429") for k in kinds[:first_timeout]), outcomes
     assert kinds[:first_timeout].count("429") >= 20, outcomes
-    assert all(k == "timeout" for k in kinds[first_timeout:]), outcomes
+    assert all(k == "timeout" for k in kinds[first_timeout:]), " ".join(kinds)
     # Its SYNs stop reaching the stack: XDP drops them in the driver.
     syn0 = syns_from_abuser()
     assert all(o[0] == "timeout" for o in abuse(3))
     assert syns_from_abuser() == syn0, "SYNs from the blocked abuser reached the stack"
-    # The well-behaved client is not affected.
-    assert all(client_ok() for _ in range(5))
+    # The well-behaved client (under the rate: one request every 250 ms) is not affected.
+    for _ in range(5):
+        assert client_ok()
+        time.sleep(0.25)
     m = metrics()
     assert metric(m, r'ringx_escalations_total\{result="blocked"\} (\d+)') == 1, m
     assert metric(m, r"ringx_escalated_clients (\d+)") == 1, m
-    assert metric(m, r'ringx_xdp_packets_total\{reason="drop_block"\} (\d+)') > 0, m
+    assert metric(m, r'ringx_xdp_packets_total\{verdict="drop",reason="drop_block"\} (\d+)') > 0, m
     assert metric(m, r'ringx_limit_req_total\{zone="0",result="refused"\} (\d+)') >= 20, m
     lst = ns("s", ringx_path(), "xdp", "--pin-dir", PIN, "list").stdout
     assert ATK in lst and "api" in lst, lst
 
 
 def test_the_block_is_lifted_when_it_runs_out(server):
-    # After the previous test's block (4 s) has run out the abuser is answered again.
+    # After the previous test's block has run out the abuser is answered again.
     time.sleep(BLOCK_FOR + 1.5)
     kinds = [o[0] for o in abuse(2)]
     assert all(k in ("200", "429") for k in kinds), kinds

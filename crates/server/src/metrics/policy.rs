@@ -1,6 +1,6 @@
 //! `/metrics` for access control, limits and escalation (`crate::guard`): the L7 side (per
 //! zone verdicts) and the hand-over to XDP (escalations, blocks in force); the XDP side's
-//! drops of blocked sources are `ringx_xdp_packets_total{reason="drop_block"}`.
+//! drops of blocked sources are `ringx_xdp_packets_total{verdict="drop",reason="drop_block"}`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
