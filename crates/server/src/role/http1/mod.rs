@@ -5,12 +5,8 @@
 //! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
 //! answered here through the response writer (`local.rs`).
 
-#[cfg(test)]
-mod cache_tests;
 mod cached;
 mod guard;
-#[cfg(test)]
-mod guard_tests;
 pub mod local;
 mod proxy;
 
@@ -622,3 +618,8 @@ impl Http1 {
         }
     }
 }
+
+#[cfg(test)]
+mod cache_tests;
+#[cfg(test)]
+mod guard_tests;
