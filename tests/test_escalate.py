@@ -2,13 +2,14 @@
 
     rec (client 10.78.0.2) --+
                              +-- rew (bridge) -- res (ringx on 10.78.0.1:8080, XDP on xs0)
-    rea (abuser 10.78.0.3) --+
+    rea (abuser 10.78.0.3 and .4) -+
 
-ringx limits "/" to 5 r/s per address (429 beyond) and escalates an address refused 20
-times to the XDP block list for 6 s. The abuser is first answered 429, then its SYNs are
+ringx limits "/" to 2 r/s per address (429 beyond) and escalates an address refused 20
+times to the XDP block list for 8 s. The abuser is first answered 429, then its SYNs are
 dropped by XDP (the raw PREROUTING counter of its SYNs stops: they never reach the stack,
 let alone the listener); a well-behaved client keeps getting 200 throughout; the block is
-lifted when it runs out; both sides' counters are on /metrics.
+lifted when it runs out; both sides' counters are on /metrics. The abuser's second address
+sends malformed requests: after 5 answered 400 (`escalate_malformed`), it is blocked too.
 
 Commands enter the namespaces with `nsenter --net` (see test_xdp.py). Needs root, netns,
 iptables, curl; skips with the reason otherwise.
@@ -32,11 +33,11 @@ from conftest import ringx_path
 
 TAG = f"{os.getpid() % 100000}"
 NS = {k: f"re{k}{TAG}" for k in ("s", "c", "a", "w")}
-SRV, CLI, ATK = "10.78.0.1", "10.78.0.2", "10.78.0.3"
+SRV, CLI, ATK, GARBLER = "10.78.0.1", "10.78.0.2", "10.78.0.3", "10.78.0.4"
 PORT, ADMIN = 8080, 9901
 PIN = f"/sys/fs/bpf/ringx-escalate-{TAG}"
 CLONE_NEWNET = 0x40000000
-BLOCK_FOR = 6
+BLOCK_FOR = 8
 
 
 def sh(*args, check=True, timeout=60, **kw):
@@ -92,6 +93,8 @@ def topo():
             sh("ip", "-n", NS[k], "link", "set", "lo", "up")
             sh("ip", "-n", w, "link", "set", f"{dev}1{TAG}", "master", "br0")
             sh("ip", "-n", w, "link", "set", f"{dev}1{TAG}", "up")
+        # A second address of the abuser's, for the one that sends malformed requests.
+        sh("ip", "-n", NS["a"], "addr", "add", f"{GARBLER}/24", "dev", "xa0")
         # Counts the abuser's SYNs that get past XDP into the stack.
         ns("s", "iptables", "-t", "raw", "-A", "PREROUTING", "-s", ATK, "-p", "tcp", "--syn")
         yield
@@ -114,12 +117,14 @@ def setns_to(name):
 CONFIG = f"""
 [runtime]
 zones = 1
+[http]
+escalate_malformed = {{ after = 5, block_for = "{BLOCK_FOR}s" }}
 [admin]
 listen = "{SRV}:{ADMIN}"
 [[limit_req_zone]]
 name = "per_ip"
 key = "$remote_addr"
-rate = "5r/s"
+rate = "2r/s"
 [[server]]
 listen = ["{SRV}:{PORT}"]
   [[server.location]]
@@ -138,12 +143,14 @@ detach_on_exit = true
 # (status or "timeout") and when.
 ABUSER = r"""
 import json, socket, sys, time
-n, host, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+n, host, port, src, what = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+req = (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" if what == "get"
+       else b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n")
 out, t0 = [], time.monotonic()
 for _ in range(n):
     try:
-        s = socket.create_connection((host, port), timeout=0.5)
-        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        s = socket.create_connection((host, port), timeout=0.5, source_address=(src, 0))
+        s.sendall(req)
         data = b""
         while True:
             d = s.recv(4096)
@@ -169,8 +176,9 @@ def server(topo, ringx_module):
     r.wait_exit(10)
 
 
-def abuse(n):
-    out = ns("a", sys.executable, "-c", ABUSER, str(n), SRV, str(PORT), timeout=120).stdout
+def abuse(n, src=ATK, what="get"):
+    out = ns("a", sys.executable, "-c", ABUSER, str(n), SRV, str(PORT), src, what,
+             timeout=120).stdout
     return json.loads(out)
 
 
@@ -200,7 +208,7 @@ def metric(m: str, pattern: str) -> int:
 
 def test_an_abusive_client_is_refused_then_dropped_by_xdp(server):
     assert client_ok()
-    outcomes = abuse(40)
+    outcomes = abuse(100)
     kinds = [o[0] for o in outcomes]
     # 200s within the rate, then 429s, then (escalated) nothing answers.
     first_timeout = kinds.index("timeout")
@@ -212,10 +220,10 @@ def test_an_abusive_client_is_refused_then_dropped_by_xdp(server):
     syn0 = syns_from_abuser()
     assert all(o[0] == "timeout" for o in abuse(3))
     assert syns_from_abuser() == syn0, "SYNs from the blocked abuser reached the stack"
-    # The well-behaved client (under the rate: one request every 250 ms) is not affected.
-    for _ in range(5):
+    # The well-behaved client (under the rate: one request every 600 ms) is not affected.
+    for _ in range(4):
         assert client_ok()
-        time.sleep(0.25)
+        time.sleep(0.6)
     m = metrics()
     assert metric(m, r'ringx_escalations_total\{result="blocked"\} (\d+)') == 1, m
     assert metric(m, r"ringx_escalated_clients (\d+)") == 1, m
@@ -235,3 +243,13 @@ def test_the_block_is_lifted_when_it_runs_out(server):
     assert metric(m, r'ringx_escalations_total\{result="expired"\} (\d+)') >= 1, m
     lst = ns("s", ringx_path(), "xdp", "--pin-dir", PIN, "list").stdout
     assert ATK not in lst, lst
+
+
+def test_repeated_malformed_requests_are_escalated_too(server):
+    kinds = [o[0] for o in abuse(20, src=GARBLER, what="garbage")]
+    first_timeout = kinds.index("timeout")
+    assert kinds[:first_timeout] == ["400"] * first_timeout and first_timeout >= 5, kinds
+    assert all(k == "timeout" for k in kinds[first_timeout:]), kinds
+    lst = ns("s", ringx_path(), "xdp", "--pin-dir", PIN, "list").stdout
+    assert GARBLER in lst, lst
+    assert client_ok(), "the well-behaved client is not affected"

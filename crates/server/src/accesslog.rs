@@ -400,6 +400,28 @@ mod tests {
         );
     }
 
+    /// A cached location's lines carry the cache status: a last quoted field in combined
+    /// (as nginx's `"$upstream_cache_status"` appended to it), `upstream_cache_status` in JSON.
+    #[test]
+    fn the_cache_status_is_logged() {
+        let e = Entry {
+            cache: "HIT",
+            ..entry(b"GET / HTTP/1.1", b"ua")
+        };
+        let mut out = Vec::new();
+        format(&mut out, LogFormat::Combined, &clock(), &e);
+        assert!(
+            out.ends_with(b"\"-\" \"ua\" \"HIT\"\n"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        let mut out = Vec::new();
+        format(&mut out, LogFormat::Json, &clock(), &e);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains(",\"upstream_cache_status\":\"HIT\","));
+    }
+
     #[test]
     fn json_is_valid_for_any_bytes() {
         let mut out = Vec::new();

@@ -229,3 +229,44 @@ fn lift(list: &ringx_xdp::BlockList, ip: IpAddr, s: &Stats) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An address is handed over once, at exactly `after` refusals within `within` (with no
+    /// escalation thread running here, the hand-over is counted as dropped); another window
+    /// counts afresh.
+    #[test]
+    fn an_address_is_escalated_once_at_the_threshold() {
+        let e = Escalation {
+            after: 3,
+            within: Duration::from_secs(10),
+            block_for: Duration::from_secs(60),
+        };
+        let ip: IpAddr = "198.51.100.77".parse().unwrap();
+        let t0 = Instant::now();
+        // No other unit test escalates (escalation needs an [xdp] section).
+        let dropped = || stats().dropped.load(Ordering::Relaxed);
+        let before = dropped();
+        refused(ip, &e, t0);
+        refused(ip, &e, t0);
+        assert_eq!(dropped(), before, "under the threshold");
+        refused(ip, &e, t0);
+        assert_eq!(dropped(), before + 1, "handed over at the third refusal");
+        for _ in 0..5 {
+            refused(ip, &e, t0 + Duration::from_secs(1));
+        }
+        assert_eq!(dropped(), before + 1, "not again within the window");
+        let other: IpAddr = "::ffff:198.51.100.78".parse().unwrap();
+        let later = t0 + Duration::from_secs(20);
+        for _ in 0..3 {
+            refused(other, &e, later);
+        }
+        assert_eq!(dropped(), before + 2, "another address counts on its own");
+        for _ in 0..3 {
+            refused(ip, &e, later);
+        }
+        assert_eq!(dropped(), before + 3, "a new window counts afresh");
+    }
+}
