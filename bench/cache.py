@@ -3,7 +3,7 @@
 against nginx's `proxy_cache`, CPU per request, on one 2-core machine.
 
 Same method as bench/proxy.py (bench/README.md): each proxy is pinned to CPU 0 (one zone, one
-nginx worker), the client (wrk) and the origin (nginx `return 200` with a 4 KB body and
+nginx worker), the client (wrk) and the origin (nginx serving a 4 KB file with
 `Cache-Control: max-age=3600`, one worker) to CPU 1. Every request is a hit: each proxy's
 cache is filled before the measured runs, and the origin's request count is checked after
 them. Peers are measured alternately, A B A B ..., for every round; the figure is the proxy's
@@ -55,8 +55,10 @@ http {{ access_log {w}/origin-access.log; keepalive_timeout 300s;
   client_body_temp_path {w}/o-body; proxy_temp_path {w}/o-proxy; fastcgi_temp_path {w}/o-fcgi;
   uwsgi_temp_path {w}/o-uwsgi; scgi_temp_path {w}/o-scgi;
   server {{ listen 127.0.0.1:{self.port} backlog=4096;
-    location = /obj4k {{ add_header Cache-Control "max-age=3600"; return 200 "{BODY4K}"; }} }} }}
+    location = /obj4k {{ root {w}/www; add_header Cache-Control "max-age=3600"; }} }} }}
 """)
+        os.makedirs(f"{w}/www", exist_ok=True)
+        open(f"{w}/www/obj4k", "w").write(BODY4K)
         self.proc = subprocess.Popen(["taskset", "-c", lib.CLIENT_CPU, lib.nginx_bin(), "-c", conf,
                                       "-e", f"{w}/origin-error.log"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
