@@ -203,6 +203,8 @@ def test_a_restart_keeps_the_disk_tier(ringx, origin, dirs):
     assert get(port, "/keep")[1] == "MISS"
     time.sleep(0.3)
     r.stop()
+    # New ports: the killed server's io_uring may hold its sockets a moment longer.
+    port, ap = free_port(), free_port()
     r2 = ringx.make(config(port, ap, origin, dirs), name="again")
     r2.wait_log("entries loaded from", timeout=5)
     st, cs, body, _ = get(port, "/keep")
