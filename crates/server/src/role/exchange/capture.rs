@@ -6,8 +6,10 @@
 /// What an exchange keeps of its response.
 #[derive(Default)]
 pub struct Capture {
-    /// The response goes to the client as well (a cache fill); false: a subrequest.
+    /// The response goes to the client as well (a cache fill); false: a subrequest, or an
+    /// answer the cache stands in for (`client` says what the exchange was made for).
     pub to_client: bool,
+    pub client: bool,
     /// Status and head as the upstream sent them (status line to the empty line).
     pub status: u16,
     pub head: Vec<u8>,
@@ -30,6 +32,21 @@ impl Capture {
     /// A subrequest whose body is not needed.
     pub fn subrequest() -> Capture {
         Capture::default()
+    }
+
+    /// Forgets what an attempt that failed brought, before the request goes to another
+    /// server: a retry's response is captured from its start, and goes to the client again
+    /// if the exchange was made for it.
+    pub fn restart(&mut self) {
+        self.to_client = self.client;
+        self.status = 0;
+        self.head.clear();
+        self.body.clear();
+        self.overflow = false;
+        self.complete = false;
+        if let Some(f) = self.fill.as_mut() {
+            f.stale_for_status = false;
+        }
     }
 
     /// Keeps `data` of the body, as long as it fits.

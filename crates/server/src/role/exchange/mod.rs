@@ -146,6 +146,9 @@ impl Exchange {
             Opening { pp, tls },
         );
         rec.tr.write(cx.io, u, &self.head);
+        if let Some(cap) = self.capture.as_mut() {
+            cap.restart();
+        }
         if let Some(r) = &self.replay {
             rec.tr.write(cx.io, u, r);
         }

@@ -357,3 +357,68 @@ fn other_requests_bypass_the_cache() {
     }
     assert_eq!(hit(&mut h, &get("/b")).text(), "x");
 }
+
+/// A background update that breaks midway is retried on another server, and what is stored
+/// is the retry's response alone (the broken attempt's bytes are forgotten).
+#[test]
+fn a_retried_update_stores_only_the_retry() {
+    let dir = TempDir::new(&[]);
+    let mut h = Harness::new(&format!(
+        r#"
+[[proxy_cache_path]]
+name = "c"
+path = "{}/cache"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "app"
+  proxy_cache = {{ zone = "c", background_update = true }}
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001", "127.0.0.1:9002"]
+retries = 1
+"#,
+        dir.path()
+    ));
+    let (_, u1) = miss(
+        &mut h,
+        &get("/r"),
+        &ok("max-age=1, stale-while-revalidate=60", "old"),
+    );
+    h.advance(Duration::from_secs(2));
+    let c = h.client();
+    h.send(c, &get("/r"));
+    assert_eq!(cache_status(&h.response(c)), "STALE");
+    // The update goes out; the server answers half a body and breaks.
+    let u = match h.connects().first() {
+        Some(&(u, _)) => {
+            h.t.connected(&mut h.z, u);
+            u
+        }
+        None => u1,
+    };
+    h.upstream_got(u);
+    h.send(
+        u,
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 8\r\n\r\nbrok",
+    );
+    h.reset(u);
+    // The retry goes to the other server: a new connection, or the one the miss left pooled.
+    let u2 = match h.connects().first() {
+        Some(&(x, _)) => {
+            h.t.connected(&mut h.z, x);
+            x
+        }
+        None => u1,
+    };
+    assert_ne!(u2, u);
+    assert!(
+        h.upstream_got(u2).starts_with(b"GET /r "),
+        "retried on the other server"
+    );
+    h.send(u2, &ok("max-age=60", "whole"));
+    h.send(c, &get("/r"));
+    let r = h.response(c);
+    assert_eq!((r.text().as_str(), cache_status(&r)), ("whole", "HIT"));
+}

@@ -50,6 +50,7 @@ pub(super) fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capt
     let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
     Capture {
         to_client: true,
+        client: true,
         client_line: cl.map_or_else(Vec::new, |cl| cl.status_line(status)),
         client_status: status,
         ..Capture::default()
@@ -61,6 +62,7 @@ pub(super) fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capt
 pub(super) fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
     Capture {
         to_client,
+        client: to_client,
         client_line: fill.status_line.clone(),
         client_status: fill.status,
         body_limit: fill.zone.max_object as usize,
