@@ -12,6 +12,9 @@
 //! | [`compiled`] | the one compile step from a configuration, for start-up and reload |
 //! | [`route`], [`settings`] | virtual servers and locations; the HTTP limits and timeouts |
 //! | [`response`] | the response writer, which reports what it wrote |
+//! | [`answer`] | local responses as a location configures them: added headers, error pages, redirects, files compressed |
+//! | [`compress`] | Accept-Encoding negotiation, the streaming encoders, precompressed files |
+//! | [`rewrite`] | nginx's location order, rewrite rules, try_files, error pages, added headers, variables |
 //! | [`static_files`], [`mime`] | files beneath a root, validators, ranges |
 //! | [`role`] | HTTP/1, upstream, tunnel, stream and echo connections; the proxied exchange |
 //! | [`transport`] | the byte layer under a role (plain TCP; TLS next) |
@@ -22,15 +25,19 @@
 //! | [`guard`] | access rules, authentication, request and connection limits, escalation to XDP |
 
 pub mod accesslog;
+pub mod answer;
 pub mod cache;
 pub mod compiled;
+pub mod compress;
 pub mod error;
 pub mod guard;
 pub mod metrics;
 pub mod mime;
 pub mod response;
+pub mod rewrite;
 pub mod role;
 pub mod route;
+mod route_build;
 pub mod settings;
 pub mod static_files;
 pub mod tls;

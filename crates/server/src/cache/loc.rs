@@ -271,39 +271,3 @@ fn asked(req: &Request, keep: bool) -> Asked {
         if_none_match: req.header("if-none-match").map(<[u8]>::to_vec),
     }
 }
-
-/// The fields of a fill's request to the upstream: the client's, less its own validators and
-/// ranges (the cache wants the whole response), plus the cache's validators when it
-/// revalidates.
-pub fn upstream_fields<'a>(req: &Request<'_, 'a>, fill: &'a Fill) -> Vec<httparse::Header<'a>> {
-    const MINE: [&str; 5] = [
-        "if-none-match",
-        "if-modified-since",
-        "if-match",
-        "if-unmodified-since",
-        "if-range",
-    ];
-    let mut hs: Vec<httparse::Header<'a>> = req
-        .headers
-        .iter()
-        .filter(|h| !MINE.iter().any(|m| h.name.eq_ignore_ascii_case(m)))
-        .copied()
-        .collect();
-    if fill.mode != Mode::Fetch {
-        if let Some(s) = fill.stale.as_ref() {
-            if let Some(e) = &s.etag {
-                hs.push(httparse::Header {
-                    name: "If-None-Match",
-                    value: e.as_bytes(),
-                });
-            }
-            if let Some(l) = &s.last_modified {
-                hs.push(httparse::Header {
-                    name: "If-Modified-Since",
-                    value: l.as_bytes(),
-                });
-            }
-        }
-    }
-    hs
-}

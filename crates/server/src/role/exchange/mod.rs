@@ -8,6 +8,7 @@
 //! role acts on.
 
 pub mod capture;
+pub mod deco;
 mod response;
 
 use ringx_engine::{ConnId, Io};
@@ -52,6 +53,9 @@ pub struct Exchange {
     pub started: bool,
     /// Reading from the client stopped because the upstream's queue is full.
     pub body_paused: bool,
+    /// Added or hidden headers, compression, intercepted errors (None: the location has
+    /// none of them).
+    pub deco: Option<Box<deco::Deco>>,
     /// The response is read by the server too (a subrequest, or a cache fill).
     pub capture: Option<Box<capture::Capture>>,
 }
@@ -73,6 +77,7 @@ impl Default for Exchange {
             upgrade: false,
             started: false,
             body_paused: false,
+            deco: None,
             capture: None,
         }
     }
@@ -349,6 +354,8 @@ pub(crate) fn pause_upstream(io: &mut Io, up: &mut UpConn, u: ConnId) {
     }
 }
 
+#[cfg(test)]
+mod deco_tests;
 #[cfg(test)]
 mod pool_prop;
 #[cfg(test)]

@@ -150,6 +150,39 @@ pub(super) fn write_object(
     Written { status, head_len }
 }
 
+/// The client's fields a fill does not forward: its own validators and ranges (the cache
+/// wants the whole, current response).
+pub(super) const FILL_DROP: [&str; 6] = [
+    "if-none-match",
+    "if-modified-since",
+    "if-match",
+    "if-unmodified-since",
+    "if-range",
+    "range",
+];
+
+/// The cache's validators for a fill that revalidates its stale copy (field lines).
+pub(super) fn validators(fill: &Fill, out: &mut Vec<u8>) {
+    let Some(s) = fill
+        .stale
+        .as_ref()
+        .filter(|_| fill.mode != crate::cache::fill::Mode::Fetch)
+    else {
+        return;
+    };
+    for (name, v) in [
+        ("If-None-Match", &s.etag),
+        ("If-Modified-Since", &s.last_modified),
+    ] {
+        if let Some(v) = v {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
 /// What a request asked, for an answer written now.
 pub(super) fn asked_now(req: &Request, keep: bool) -> Asked {
     Asked {

@@ -16,8 +16,10 @@ use std::time::Instant;
 use ringx_engine::ConnId;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
 
+use crate::answer::ReqCtx;
 use crate::guard::Verdict;
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
+use crate::rewrite::vars::ConnInfo;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
 use crate::role::proxy_header::{self, Step};
@@ -89,6 +91,9 @@ pub struct Http1 {
     /// and retry vectors keep their capacity, so a keep-alive connection whose requests are
     /// proxied allocates nothing for them after the first.
     spare: Option<Box<Exchange>>,
+    /// The error pages of the location of the request being proxied (a failure to reach its
+    /// upstream is answered with them).
+    page: Option<Box<crate::answer::PageCtx>>,
     /// The request about to be handled was deferred and resumed: its head was counted and
     /// logged already.
     resumed: bool,
@@ -111,6 +116,7 @@ impl Http1 {
             pending: None,
             exchange: None,
             spare: None,
+            page: None,
             resumed: false,
             progress: crate::guard::Progress::default(),
         }
@@ -221,7 +227,20 @@ impl Http1 {
         status: u16,
         head_only: bool,
     ) {
-        let page = ErrorPage::closing(status).head_only(head_only);
+        self.fail_with(cx, b, c, status, head_only, "");
+    }
+
+    /// [`fail`](Self::fail) with header lines added to the page (`add_header ... always`).
+    pub(crate) fn fail_with(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        status: u16,
+        head_only: bool,
+        extra: &str,
+    ) {
+        let page = ErrorPage::closing(status).head_only(head_only).extra(extra);
         let w = match b.tr.out_buf(cx.io, c) {
             Some(out) => cx.ctx.responder().error(out, page),
             None => Written {
@@ -362,29 +381,34 @@ impl Http1 {
             self.fail(cx, b, c, 405, head_only);
             return Next::Stop;
         }
-        // Routed once: the proxy and the local responder both take this.
-        let (path, at) = local::route(&cx.ctx.routes, b.listener as usize, req);
+        // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
         if cx.ctx.routes.http_guard.real_ip.is_some() {
             guard::client_ip(cx, b, req);
         }
-        if let Some((si, li)) = at {
+        // Routed once: the proxy and the local responder both take this.
+        let rq = ReqCtx::new(ConnInfo {
+            client: match (b.real_ip, b.addr) {
+                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
+                (None, a) => a,
+            },
+            local: b.local,
+            tls: b.tr.is_tls(),
+        });
+        let route = local::route(&cx.ctx.routes, b.listener as usize, req, &rq);
+        if let Some((si, li)) = route.at {
             if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
-                let uri = path.as_deref().unwrap_or("");
+                let uri = route.path.as_deref().unwrap_or("");
                 if let Some(next) = self.guard(cx, b, c, req, uri, (si, li), keep, more_input) {
                     return next;
                 }
             }
         }
         if cx.ctx.routes.has_proxy {
-            let mut capture = None;
-            if let Some(here) = at {
-                let uri = path.as_deref().unwrap_or("");
-                match self.cache_step(cx, b, c, req, uri, here, keep, more_input) {
-                    Ok(cap) => capture = cap,
-                    Err(next) => return next,
-                }
-            }
-            if let Some(next) = self.try_proxy(cx, b, c, req, keep, at, capture) {
+            let capture = match self.cache_step(cx, b, c, req, (&route, &rq), keep, more_input) {
+                Ok(cap) => cap,
+                Err(next) => return next,
+            };
+            if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq, capture) {
                 return next;
             }
         }
@@ -396,9 +420,9 @@ impl Http1 {
                 cx.ctx.responder(),
                 &mut bytes,
                 req,
-                &path,
-                at,
+                &route,
                 ch,
+                &rq,
             );
             if r.written.status >= 400 {
                 // A refusal does not wait for the body (a client trickling it would hold the
@@ -424,7 +448,15 @@ impl Http1 {
         let Some(out) = b.tr.out_buf(cx.io, c) else {
             return Next::Stop;
         };
-        let r = local::respond(&cx.ctx.routes, cx.ctx.responder(), out, req, &path, at, ch);
+        let r = local::respond(
+            &cx.ctx.routes,
+            cx.ctx.responder(),
+            out,
+            req,
+            &route,
+            ch,
+            &rq,
+        );
         if let Some((f, off, len)) = r.file {
             b.tr.send_file(cx.io, c, f, off, len);
         }
