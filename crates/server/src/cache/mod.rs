@@ -51,8 +51,23 @@ pub use stats::Stats;
 /// How long a fill may hold its key's lock before another request may take it over (nginx's
 /// `proxy_cache_lock_age`).
 pub const LOCK_AGE: Duration = Duration::from_secs(5);
-/// The most of a disk file read to answer from memory (larger bodies are sent from the file).
-const PROMOTE_MAX: usize = 256 * 1024;
+/// The first read of a disk entry: its record and, for a small entry, its body.
+const FIRST_READ: usize = 16 * 1024;
+/// The largest record (key, fields) a cache file may have: a response head is at most
+/// 64 KiB, a key is bounded by the request head.
+const MAX_META: usize = 1 << 20;
+
+/// Reads into `buf` from `at` until it is full or the file ends; returns the bytes read.
+fn read_full(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read_at(&mut buf[n..], at + n as u64)? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
 
 /// One `[[proxy_cache_path]]`.
 pub struct CacheZone {
@@ -192,22 +207,40 @@ impl CacheZone {
     /// Reads the file of `h`: promoted to memory when its body is small, else sent from the
     /// file. A file of another key (a hash collision) is a miss.
     fn read_file(&self, key: &[u8], h: u128) -> std::io::Result<Option<Found>> {
-        let file = File::open(self.path(h))?;
-        let mut buf = vec![0u8; PROMOTE_MAX];
-        let mut n = 0;
-        while n < buf.len() {
-            match file.read_at(&mut buf[n..], n as u64)? {
-                0 => break,
-                k => n += k,
-            }
-        }
-        buf.truncate(n);
         let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not a cache file");
+        let file = File::open(self.path(h))?;
+        // One read for the record and, for a small entry, its body too.
+        let mut buf = vec![0u8; FIRST_READ];
+        let n = read_full(&file, &mut buf, 0)?;
+        buf.truncate(n);
+        let meta = buf
+            .get(4..8)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+            .ok_or_else(bad)?;
+        if 8 + meta > buf.len() {
+            if meta > MAX_META || n < FIRST_READ {
+                return Err(bad());
+            }
+            buf.resize(8 + meta, 0);
+            let k = read_full(&file, &mut buf[n..], n as u64)?;
+            buf.truncate(n + k);
+        }
         let (mut o, off) = Object::decode_head(&buf).ok_or_else(bad)?;
         if *o.key != *key {
             return Ok(None);
         }
         let end = off.checked_add(o.body_len).ok_or_else(bad)?;
+        if file.metadata()?.len() < end {
+            return Err(bad());
+        }
+        if end as usize > buf.len() && o.body_len <= self.mem_object_max {
+            // Small enough for memory: read the rest and promote it.
+            let have = buf.len();
+            buf.resize(end as usize, 0);
+            if read_full(&file, &mut buf[have..], have as u64)? < end as usize - have {
+                return Err(bad());
+            }
+        }
         if end as usize <= buf.len() {
             o.body = buf[off as usize..end as usize].into();
             let o = Arc::new(o);
@@ -215,9 +248,6 @@ impl CacheZone {
                 self.mem.insert(h, o.clone());
             }
             return Ok(Some(Found::Mem(o)));
-        }
-        if file.metadata()?.len() < end {
-            return Err(bad());
         }
         Ok(Some(Found::Disk(Arc::new(o), file, off)))
     }
