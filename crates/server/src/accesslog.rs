@@ -260,6 +260,9 @@ pub struct Entry<'a> {
     /// The proxy cache's status (`HIT`, `MISS`, ...; empty: the location has no cache):
     /// nginx's `$upstream_cache_status`, a last quoted field of the combined format.
     pub cache: &'static str,
+    /// The request's `$request_id` (JSON: `request_id`), the one its `proxy_set_header` and
+    /// `add_header` sent, so a line can be matched with the upstream's logs.
+    pub request_id: Option<[u8; 32]>,
 }
 
 /// Appends nginx's escaping of a variable: `"`, `\` and bytes outside printable ASCII as
@@ -353,6 +356,10 @@ pub fn format(out: &mut Vec<u8>, fmt: LogFormat, clock: &LogClock, e: &Entry) {
                 out.extend_from_slice(b"\",\"upstream_cache_status\":\"");
                 out.extend_from_slice(e.cache.as_bytes());
             }
+            if let Some(id) = &e.request_id {
+                out.extend_from_slice(b"\",\"request_id\":\"");
+                out.extend_from_slice(id);
+            }
             out.extend_from_slice(format!("\",\"zone\":{}}}\n", e.zone).as_bytes());
         }
     }
@@ -382,6 +389,7 @@ mod tests {
             request_time: Duration::from_millis(12),
             zone: 1,
             cache: "",
+            request_id: None,
         }
     }
 
@@ -420,6 +428,25 @@ mod tests {
         assert!(String::from_utf8(out)
             .unwrap()
             .contains(",\"upstream_cache_status\":\"HIT\","));
+    }
+
+    /// JSON lines carry the request's id; combined keeps nginx's fields only.
+    #[test]
+    fn the_request_id_is_logged_in_json() {
+        let e = Entry {
+            request_id: Some(*b"0123456789abcdef0123456789abcdef"),
+            ..entry(b"GET / HTTP/1.1", b"ua")
+        };
+        let mut out = Vec::new();
+        format(&mut out, LogFormat::Json, &clock(), &e);
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.ends_with(",\"request_id\":\"0123456789abcdef0123456789abcdef\",\"zone\":1}\n"),
+            "{s}"
+        );
+        let mut out = Vec::new();
+        format(&mut out, LogFormat::Combined, &clock(), &e);
+        assert!(!String::from_utf8(out).unwrap().contains("0123"));
     }
 
     #[test]

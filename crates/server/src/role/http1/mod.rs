@@ -13,13 +13,14 @@ mod proxy;
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
+use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
 
 use crate::answer::ReqCtx;
 use crate::guard::Verdict;
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
-use crate::rewrite::vars::ConnInfo;
+use crate::rewrite::vars::{new_request_id, ConnInfo};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
 use crate::role::proxy_header::{self, Step};
@@ -394,6 +395,13 @@ impl Http1 {
             local: b.local,
             tls: b.tr.is_tls(),
         });
+        if cx.ctx.log.format() == Some(LogFormat::Json) {
+            // The JSON access log carries every request's id: made now, so that the one its
+            // headers send (proxy_set_header, add_header) is the one logged.
+            let id = new_request_id();
+            rq.request_id.set(Some(id));
+            cx.ctx.log.request_id(c, id);
+        }
         let route = local::route(&cx.ctx.routes, b.listener as usize, req, &rq);
         if let Some((si, li)) = route.at {
             if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
