@@ -379,11 +379,11 @@ def test_unusable_error_page_and_try_files_targets_are_placed(ringx_bin, tmp_pat
     head = '[[server]]\nlisten = ["127.0.0.1:1"]\n'
     cases = [
         (head + 'error_page = { "502" = "/app/down" }\n[[server.location]]\npath = "/app/"\n'
-         'proxy_pass = "http://127.0.0.1:9"\n', ":3:22: ", "leads to a proxy_pass location"),
+         'proxy_pass = "http://127.0.0.1:9"\n', ":3:24: ", "leads to a proxy_pass location"),
         (head + '[[server.location]]\npath = "/x/"\nreturn = { status = 200 }\n'
-         'error_page = { "404 500" = "@gone" }\n', ":6:28: ", "no location of the server"),
+         'error_page = { "404 500" = "/err.html" }\n', ":6:28: ", "no location of the server"),
         (head + '[[server.location]]\npath = "/"\nroot = "/tmp"\n'
-         'try_files = ["$uri", "@app"]\n', ":6:22: ", "no location \"@app\""),
+         'try_files = ["$uri", "@app"]\n', ":6:13: ", "\"@app\" names no location"),
     ]
     for text, at, what in cases:
         cfg.write_text(text)
