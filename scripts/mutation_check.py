@@ -663,6 +663,11 @@ MUTATIONS = [
          find='        if let Some(cap) = self.capture.as_mut() {\n            cap.restart();\n        }\n',
          replace='',
          why="a retried fill keeps the broken attempt's bytes: a corrupted entry is stored"),
+    dict(test='accesslog::tests::the_request_id_is_logged_in_json',
+         file=S + 'accesslog.rs',
+         find='            if let Some(id) = &e.request_id {',
+         replace='            if let Some(id) = &e.request_id.filter(|_| false) {',
+         why='the JSON access log leaves out the request id'),
 ]
 # fmt: on
 
