@@ -124,6 +124,12 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     }
     ringx_engine::sys::ignore_sigpipe();
     let nofile = ringx_engine::sys::raise_nofile();
+    // aya probes the kernel's BPF features once per process; a probe that a zone's io_uring
+    // task work interrupts would be cached as "no global data" and fail every later load
+    // (see ringx_xdp::probe_features), so it runs now, before any ring exists.
+    if ringx_xdp::bpf_unavailable().is_none() && !ringx_xdp::probe_features() {
+        tracing::warn!("the kernel refused BPF global data: XDP, steering and [lb] will not load");
+    }
 
     let requested = match cfg.runtime.engine {
         Engine::Uring => EngineKind::Uring,
@@ -134,6 +140,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // the process's other descriptors need room too.
     let proxies = !cfg.upstream.is_empty()
         || !cfg.stream.is_empty()
+        || ringx_config::policy::has_subrequests(&cfg)
         || cfg.server.iter().any(|s| {
             s.get_ref()
                 .location
@@ -173,9 +180,13 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             recv_buffers: (*cfg.runtime.recv_buffers.get_ref()) as u16,
             recv_buffer_size: cfg.runtime.recv_buffer_size.0 as u32,
             ring_entries: 1024,
-            // Client addresses for X-Forwarded-For, PROXY headers, the access log and
-            // `$remote_addr`.
-            peer_addrs: proxies || cfg.http.access_log.is_some() || has_variables(&cfg),
+            // Client addresses for X-Forwarded-For, PROXY headers, the access log,
+            // `$remote_addr`, access rules and limits.
+            peer_addrs: proxies
+                || cfg.http.access_log.is_some()
+                || has_variables(&cfg)
+                || !cfg.http.real_ip_from.is_empty()
+                || ringx_config::policy::needs_client_address(&cfg),
             busy_poll: ringx_config::ops::busy_poll(cfg.runtime.busy_poll_us),
             max_outbound: if proxies { max_conns } else { 0 },
             batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
@@ -320,6 +331,19 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             Ok(guard) => Some(guard),
             Err(e) => {
                 tracing::error!("xdp: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    // Escalation of abusive clients into the filter's block list (limit_req escalate,
+    // escalate_malformed), running whenever there is a filter so that a reload can add rules;
+    // dropped before the filter, lifting the blocks it added.
+    let _escalator = match &cfg.xdp {
+        Some(x) => match ringx_server::guard::escalate::start(&x.pin_dir) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::error!("{e}");
                 return ExitCode::FAILURE;
             }
         },
