@@ -5,7 +5,6 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 
-use aya::EbpfLoader;
 use ringx_xdp::sys::{self, MapFd, TestRun};
 use ringx_xdp::{attach_program, Attachment, Error, Mode, Result};
 
@@ -20,7 +19,7 @@ pub struct Floor {
 
 impl Floor {
     pub fn load() -> Result<Floor> {
-        let mut loader = EbpfLoader::new();
+        let mut loader = ringx_xdp::loader()?;
         loader.btf(None);
         Ok(Floor {
             prog: Loaded::load(BENCH_OBJ, "lb_floor_tx", loader)?,
@@ -56,7 +55,7 @@ impl Generator {
         let words: [u64; 8] = std::array::from_fn(|i| {
             u64::from_ne_bytes(frame[8 * i..8 * i + 8].try_into().unwrap())
         });
-        let mut loader = EbpfLoader::new();
+        let mut loader = ringx_xdp::loader()?;
         loader
             .btf(None)
             .set_global("lbg_frame", &words, true)
@@ -99,7 +98,7 @@ impl Wrapped {
             u64::from_ne_bytes(frame[8 * i..8 * i + 8].try_into().unwrap())
         });
         let vary = u32::from(vary);
-        let mut loader = EbpfLoader::new();
+        let mut loader = ringx_xdp::loader()?;
         loader
             .btf(None)
             .set_global("lbg_frame", &words, true)
@@ -169,7 +168,7 @@ impl Limit {
         let words: [u16; 21] =
             std::array::from_fn(|i| u16::from_ne_bytes([b[2 * i], b[2 * i + 1]]));
         let vip = u32::from_ne_bytes(h.vip.octets());
-        let mut loader = EbpfLoader::new();
+        let mut loader = ringx_xdp::loader()?;
         loader
             .btf(None)
             .set_global("lbl_hdr", &words, true)

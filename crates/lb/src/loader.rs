@@ -280,7 +280,7 @@ impl Balancer {
         let src6: [u32; 4] =
             std::array::from_fn(|i| u32::from_ne_bytes(o6[4 * i..4 * i + 4].try_into().unwrap()));
         let chain = u32::from(settings.chain);
-        let mut loader = EbpfLoader::new();
+        let mut loader = ringx_xdp::loader()?;
         loader
             .btf(None)
             .map_pin_path(pin_dir)
@@ -350,7 +350,7 @@ impl Decap {
         ensure_pin_dir(pin_dir)?;
         check_pins(pin_dir, &[map_names::DECAP_STATS])?;
         let port = gue_port.to_be();
-        let mut loader = EbpfLoader::new();
+        let mut loader = ringx_xdp::loader()?;
         loader
             .btf(None)
             .map_pin_path(pin_dir)

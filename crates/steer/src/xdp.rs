@@ -41,7 +41,7 @@ use std::os::fd::AsFd;
 
 use aya::maps::{Array, CpuMap, PerCpuArray};
 use aya::programs::{Xdp, XdpFlags};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 
 use ringx_xdp::sys::{self, TestRun};
 use ringx_xdp::{Error, Mode, Result};
@@ -205,7 +205,7 @@ impl Steer {
         let zones_u32 = zones as u32;
         let mask = u32::from(s.mask);
         let (lo, hi) = (u32::from(s.port_range.0), u32::from(s.port_range.1));
-        let mut ebpf = EbpfLoader::new()
+        let mut ebpf = ringx_xdp::loader()?
             .btf(None)
             .set_global("rs_zones", &zones_u32, true)
             .set_global("rs_mask", &mask, true)

@@ -24,7 +24,7 @@ use std::str::FromStr;
 
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{Xdp, XdpFlags};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 
 use crate::abi::{map_names, Reason, SIZEOF_RX_BUCKET, SIZEOF_RX_COUNTER, SIZEOF_RX_LPM_V4};
 use crate::abi::{SIZEOF_RX_LPM_V6, SIZEOF_RX_RATE_KEY, TOKEN};
@@ -317,7 +317,7 @@ impl Filter {
         let eph: u32 = settings.ephemeral_low.unwrap_or_else(ephemeral_low).into();
         let port_filter: u32 = settings.port_filter.into();
         let chain: u32 = settings.chain.into();
-        let mut loader = EbpfLoader::new();
+        let mut loader = crate::loader()?;
         // No CO-RE relocations in the program: skip parsing the kernel's BTF (megabytes).
         loader
             .btf(None)
