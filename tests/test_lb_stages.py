@@ -236,6 +236,16 @@ def stack_saw_vip() -> int:
     return sum(int(f[0]) for f in rows if f and f[-1] == VIP)
 
 
+def running(pid: int) -> bool:
+    """Not this test's child (the old process started it): done when its /proc entry is gone
+    or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def kill_pid_file(pid_file):
     try:
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
@@ -330,9 +340,10 @@ def test_filter_balancer_and_steering_on_one_device_under_serve(bed, monkeypatch
         check_steered(srv.log()[len(before):], ports)
         assert sum(many(300).values()) == 300
 
-        os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        new = int(pid_file.read_text())
+        os.kill(new, signal.SIGTERM)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and pid_file.exists():
+        while time.monotonic() < deadline and running(new):
             time.sleep(0.05)
         exits = STEER_EXIT.findall(srv.log())
         assert len(exits) == 2, srv.log()
