@@ -12,8 +12,10 @@ never get through; VIP traffic is balanced over the backends; other traffic is p
 balancer (pass_not_vip) and steered to the CPU of the zone that accepts it (the client is
 pinned to one CPU, the steering program spreads its connections by source port). Then each
 stage is replaced while traffic flows (the filter and the balancer by `ringx xdp` and `ringx
-lb`, all three by a binary upgrade of `ringx serve`), and no request fails and no blocked
-connection gets through.
+lb`, all three by a binary upgrade of `ringx serve`): no request fails, no blocked
+connection gets through, no packet to the VIP reaches the balancer namespace's stack (it
+would have passed the chain without the balancer), and every connection to ringx's listener
+was steered.
 
 Root only (skips with the reason otherwise, like test_lb.py); needs two CPUs for steering to
 show.
