@@ -503,7 +503,13 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                 crate::errlog::reopen();
                 tracing::info!("SIGUSR1: reopened the access log and the error log");
             }
-            Some(libc::SIGUSR2) if control.upgrade() => {
+            Some(libc::SIGUSR2) => {
+                // The new process steers the listeners by CPU with a map of its own.
+                handoff.release();
+                if !control.upgrade() {
+                    handoff.resume(&control.sockets);
+                    continue;
+                }
                 control.begin_drain(false);
                 tell_zones_to_drain(&ctls);
                 let rc = drain(&mut pool, cfg.runtime.drain_timeout.0, &sigs);
