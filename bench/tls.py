@@ -18,7 +18,9 @@ Workloads:
                         open new TLS connections as fast as they can; ringx with its handshake
                         budget (share 0.5, the default) and with none (share 1)
 
-Usage: bench/tls.py [--quick] [--rounds N] [--duration S]
+Usage: bench/tls.py [--quick] [--rounds N] [--duration S] [--only WL,...] [--peers P,...]
+  --only   the workloads to run (names above, and `flood`); all by default
+  --peers  the peers to alternate (nginx, ringx-aws-lc-rs, ringx-ring); all by default
 Writes bench/results/tls-<date>.json and the HTTPS section of bench/README.md.
 """
 import argparse
@@ -216,6 +218,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int)
+    ap.add_argument("--only", help="comma-separated workloads (and `flood`)")
+    ap.add_argument("--peers", help="comma-separated peers")
     ap.add_argument("--s-time-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.s_time_child:
@@ -224,6 +228,14 @@ def main():
         # (wrk) leaves it, so what wrk's latency shows is the server's doing.
         print(s_time(port, secs, False, procs=3, nice=19)["requests"])
         return
+    only = args.only.split(",") if args.only else [*WORKLOADS, "flood"]
+    unknown = [w for w in only if w not in WORKLOADS and w != "flood"]
+    if unknown:
+        ap.error(f"unknown workloads {unknown}; known: {[*WORKLOADS, 'flood']}")
+    peers = args.peers.split(",") if args.peers else PEERS
+    if any(p not in PEERS for p in peers):
+        ap.error(f"unknown peers in {peers}; known: {PEERS}")
+    workloads = {w: d for w, d in WORKLOADS.items() if w in only}
     rounds = args.rounds or (1 if args.quick else 3)
     secs = args.duration or (2 if args.quick else 5)
     t0 = time.time()
@@ -239,8 +251,8 @@ def main():
     speed0 = lib.host_speed(3)
     rows = []
     for rnd in range(rounds):
-        for wl in WORKLOADS:
-            for peer in PEERS:
+        for wl in workloads:
+            for peer in peers:
                 srv = Server(peer, work, c).start()
                 try:
                     if wl.startswith("ka") or wl.startswith("file"):
@@ -252,22 +264,23 @@ def main():
                 rows.append(r)
                 print(f"bench/tls round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.1f} µs/req "
                       f"({r['requests']} in {secs} s)", flush=True)
-    fl = flood(work, c, secs * 2)
-    summary = lib.summarise(rows, WORKLOADS, PEERS)
+    fl = flood(work, c, secs * 2) if "flood" in only else []
+    summary = lib.summarise(rows, workloads, peers)
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
               "machine": lib.machine(), "versions": {**lib.versions(),
                                                      "openssl": lib.sh(["openssl", "version"]).stdout.strip()},
               "host_speed_before": speed0, "host_speed_after": lib.host_speed(3),
-              "workloads": WORKLOADS, "rows": rows, "summary": summary, "flood": fl}
-    name = f"tls-{result['date']}" + ("-quick" if args.quick else "")
+              "workloads": workloads, "peers": peers, "rows": rows, "summary": summary, "flood": fl}
+    name = f"tls-{result['date']}" + ("-quick" if args.quick else "") + \
+        ("-" + "-".join(only) if args.only else "")
     os.makedirs(lib.RESULTS, exist_ok=True)
     with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"bench/tls: wrote bench/results/{name}.json", flush=True)
-    for wl in WORKLOADS:
+    for wl in workloads:
         cells = []
-        for p in PEERS:
+        for p in peers:
             s = summary[wl].get(p, {}).get("cpu_us_per_req")
             if s:
                 cells.append(f"{p} {s['median']:.1f} ({s.get('ratio_to_nginx', 1):.2f}×)")
