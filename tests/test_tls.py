@@ -280,6 +280,89 @@ def test_a_client_hello_byte_by_byte(site):
     assert first[:1] == b"\x16" and first[1:3] == b"\x03\x03", first  # a ServerHello record
 
 
+def metric_values(admin: int, name: str) -> dict:
+    """`name`'s samples on the admin listener's /metrics, by their labels (summed over zones)."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    got: dict = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == name:
+                key = tuple(sorted((k, v) for k, v in smp.labels.items() if k != "zone"))
+                got[key] = got.get(key, 0) + smp.value
+    return got
+
+
+def test_a_client_that_stops_mid_handshake_is_timed_out(ringx, tmp_path):
+    """The client sends its ClientHello, reads the server's whole flight and never sends its
+    Finished: the handshake timeout (client_header_timeout, as nginx) closes the connection,
+    counts a failed handshake, and the connection is gone from the active count."""
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("site", ["s.test"])
+    p, a = free_port(), free_port()
+    ringx.make(runtime_section(None) + f"""
+[admin]
+listen = "127.0.0.1:{a}"
+[http]
+client_header_timeout = "1s"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{cert}", key = "{key}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+""")
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx(pki).wrap_bio(inc, out, server_hostname="s.test")
+    with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+        with pytest.raises(ssl.SSLWantReadError):
+            obj.do_handshake()
+        s.sendall(out.read())
+        t0 = time.monotonic()
+        # The server's flight, up to its Finished: the client's side of the handshake then
+        # completes (TLS 1.3), and what it would send next (its Finished) is never sent.
+        s.settimeout(5)
+        while True:
+            try:
+                obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                chunk = s.recv(65536)
+                assert chunk, "the server closed before its flight"
+                inc.write(chunk)
+        assert obj.version() == "TLSv1.3" and out.pending > 0  # the unsent Finished
+        assert metric_values(a, "ringx_connections_active") == {(): 1}
+        got, _ = read_until_closed(s, 6)
+        took = time.monotonic() - t0
+    assert got == b"" and 0.8 < took < 4, (got, took)
+    assert metric_values(a, "ringx_tls_handshakes_total").get((("result", "failed"),)) == 1
+    assert metric_values(a, "ringx_connections_active") == {(): 0}
+
+
+def test_tls_on_a_plain_http_port_gets_an_answer_not_a_hang(ringx, tmp_path):
+    """A ClientHello sent to a plain HTTP listener is a bad request line: nginx's 400 and a
+    close, at once; curl's https:// against it fails fast with a TLS error."""
+    p = free_port()
+    ringx.make(runtime_section(None) + f"""
+[[server]]
+listen = ["127.0.0.1:{p}"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "plain\\n" }}
+""")
+    with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+        s.sendall(client_hello("s.test"))
+        got, took = read_until_closed(s, 5)
+    assert got.startswith(b"HTTP/1.1 400 "), got
+    assert took < 2, took
+    t0 = time.monotonic()
+    r = curl("-k", f"https://127.0.0.1:{p}/")
+    assert r.returncode == 35 and time.monotonic() - t0 < 5, r  # CURLE_SSL_CONNECT_ERROR
+    assert curl(f"http://127.0.0.1:{p}/").stdout == b"plain\n"
+
+
 def test_ten_thousand_client_hellos_from_one_source(site):
     """Each connection sends a ClientHello and closes at once; the zone keeps serving and its
     memory stays bounded."""

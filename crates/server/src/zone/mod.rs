@@ -207,7 +207,10 @@ impl Zone {
             ups: &mut self.ups,
         };
         if base.tr.is_tls() && base.tr.tls_info().is_none() {
-            // A handshake that did not finish in time: nothing to answer in.
+            // A handshake that did not finish in time: nothing to answer in (nginx closes
+            // too), and a failed handshake for the metrics.
+            crate::metrics::bump(&cx.ctx.log.counters.tls_failed, 1);
+            tracing::debug!(conn = c.0, addr = ?base.addr, "TLS: handshake timed out");
             cx.io.close(c);
             return;
         }
