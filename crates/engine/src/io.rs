@@ -36,8 +36,39 @@ pub struct ListenerId(pub u32);
 /// One piece of queued output. The front chunk may be owned by an in-flight operation: it is
 /// neither moved nor mutated until that operation's completion arrives.
 pub(crate) enum Chunk {
-    Bytes { buf: Vec<u8>, pos: usize },
-    File { file: Rc<File>, off: u64, end: u64 },
+    Bytes {
+        buf: Vec<u8>,
+        pos: usize,
+    },
+    File {
+        file: Rc<File>,
+        off: u64,
+        end: u64,
+    },
+    /// A socket option set once everything before it is written ([`Io::set_sockopt`]).
+    SockOpt(Box<SockOpt>),
+    /// Bytes sent as one kernel TLS record of a content type ([`Io::send_tls_record`]).
+    TlsRecord(Box<crate::tls_record::TlsRecord>),
+}
+
+/// A socket option queued behind a connection's output.
+pub(crate) struct SockOpt {
+    pub level: i32,
+    pub name: i32,
+    pub value: Vec<u8>,
+}
+
+impl SockOpt {
+    /// What a failure says: which option, and the kernel's answer.
+    pub(crate) fn error(&self, e: io::Error) -> io::Error {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "setsockopt(level {}, option {}): {e}",
+                self.level, self.name
+            ),
+        )
+    }
 }
 
 impl Chunk {
@@ -51,6 +82,8 @@ impl Chunk {
         match self {
             Chunk::Bytes { buf, pos } => (buf.len() - pos) as u64,
             Chunk::File { off, end, .. } => end - off,
+            Chunk::SockOpt(_) => 0,
+            Chunk::TlsRecord(r) => (r.buf.len() - r.pos) as u64,
         }
     }
 }
@@ -229,7 +262,11 @@ impl ConnIo {
                 *off += n;
                 *off == *end
             }
-            None => true,
+            Some(Chunk::TlsRecord(r)) => {
+                r.pos += n as usize;
+                r.pos == r.buf.len()
+            }
+            Some(Chunk::SockOpt(_)) | None => true,
         }
     }
 }
@@ -269,6 +306,8 @@ pub struct Io {
     pub(crate) new_listeners: Vec<std::net::TcpListener>,
     /// Listeners the handler closed.
     pub(crate) closed_listeners: Vec<ListenerId>,
+    /// The driver carries out [`Io::set_sockopt`] (io_uring: Linux 6.7's socket commands).
+    pub(crate) sockopts: bool,
 }
 
 impl Io {
@@ -288,6 +327,7 @@ impl Io {
             listener_count: 0,
             new_listeners: Vec::new(),
             closed_listeners: Vec::new(),
+            sockopts: true,
         }
     }
 
@@ -420,6 +460,43 @@ impl Io {
             off: offset,
             end: offset + len,
         });
+    }
+
+    /// Sets a socket option on the connection once everything queued before it has been
+    /// written, and before anything queued after it: kernel TLS's `TCP_ULP` and `TLS_TX`,
+    /// whose keys seal what follows them. io_uring: `IORING_OP_URING_CMD`
+    /// `SOCKET_URING_OP_SETSOCKOPT` on the direct descriptor (Linux 6.7); epoll:
+    /// `setsockopt(2)`. If the kernel refuses, the connection closes and `on_closed` gets the
+    /// error. See [`Io::can_set_sockopt`].
+    pub fn set_sockopt(&mut self, c: ConnId, level: i32, name: i32, value: Vec<u8>) {
+        if !self.is_open(c) {
+            return;
+        }
+        self.mark_dirty(c);
+        self.conns[c.index()]
+            .out
+            .push_back(Chunk::SockOpt(Box::new(SockOpt { level, name, value })));
+    }
+
+    /// Whether this zone's driver can carry out [`Io::set_sockopt`].
+    pub fn can_set_sockopt(&self) -> bool {
+        self.sockopts
+    }
+
+    /// Sends `data` as one record of TLS content type `typ` (an alert, a handshake message)
+    /// on a connection whose sending side kernel TLS seals: `sendmsg(2)` with a `SOL_TLS`
+    /// `TLS_SET_RECORD_TYPE` control message (io_uring: `IORING_OP_SENDMSG`), in order with
+    /// the rest of the output. On a socket without kernel TLS the bytes go out as they are.
+    pub fn send_tls_record(&mut self, c: ConnId, typ: u8, data: &[u8]) {
+        if !self.is_open(c) || data.is_empty() {
+            return;
+        }
+        self.mark_dirty(c);
+        self.conns[c.index()]
+            .out
+            .push_back(Chunk::TlsRecord(Box::new(
+                crate::tls_record::TlsRecord::new(typ, data),
+            )));
     }
 
     /// Bytes queued and not yet written, for back-pressure decisions.

@@ -236,6 +236,11 @@ impl EpollDriver {
             conn.skip_empty_front(&mut self.io.spares);
             let r = match conn.out.front() {
                 None => break,
+                Some(Chunk::SockOpt(_) | Chunk::TlsRecord(_)) => match self.write_control(c) {
+                    Ok(true) => continue,
+                    Ok(false) => return, // waiting for EPOLLOUT
+                    Err(e) => return self.close_now(c, Some(e), h),
+                },
                 Some(Chunk::Bytes { buf, pos }) => {
                     let rest = &buf[*pos..];
                     // A head followed by a file: MSG_MORE coalesces it with the file's bytes.
@@ -298,6 +303,54 @@ impl EpollDriver {
             h.on_flushed(&mut self.io, c);
         }
     }
+    /// Sets the socket option, or sends the TLS record, at the front of `c`'s output (the
+    /// record may go in part: what is left stays at the front). `Ok(false)`: the socket is
+    /// full, and the rest waits for `EPOLLOUT`.
+    fn write_control(&mut self, c: ConnId) -> io::Result<bool> {
+        let conn = &mut self.io.conns[c.index()];
+        match conn.out.front_mut() {
+            Some(Chunk::SockOpt(o)) => {
+                // SAFETY: the option value is a live vector passed with its length; the
+                // kernel copies what it reads. The descriptor is the connection's own.
+                let r = unsafe {
+                    libc::setsockopt(
+                        c.0 as RawFd,
+                        o.level,
+                        o.name,
+                        o.value.as_ptr().cast(),
+                        o.value.len() as libc::socklen_t,
+                    )
+                };
+                if r != 0 {
+                    return Err(o.error(io::Error::last_os_error()));
+                }
+                conn.pop_front(&mut self.io.spares);
+            }
+            Some(Chunk::TlsRecord(r)) => {
+                let n = r.send(c.0 as RawFd);
+                if n < 0 {
+                    let e = io::Error::last_os_error();
+                    return match e.raw_os_error() {
+                        Some(libc::EINTR) => Ok(true),
+                        Some(libc::EAGAIN) => {
+                            conn.in_flight = true; // waiting for EPOLLOUT
+                            self.update_interest(c);
+                            Ok(false)
+                        }
+                        _ => Err(e),
+                    };
+                }
+                conn.sent += n as u64;
+                self.waker.add_out(n as u64);
+                if conn.advance(n as u64) {
+                    conn.pop_front(&mut self.io.spares);
+                }
+            }
+            _ => {}
+        }
+        Ok(true)
+    }
+
     fn close_now<H: Handler>(&mut self, c: ConnId, err: Option<io::Error>, h: &mut H) {
         let conn = &mut self.io.conns[c.index()];
         if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {

@@ -27,6 +27,8 @@ pub mod probe;
 mod recv;
 mod send;
 mod sendfile;
+mod sendmsg;
+mod sockopt;
 mod splice;
 mod sqe;
 mod state;
@@ -124,6 +126,7 @@ impl UringDriver {
             sendfile_ok: true,
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
+        d.io.sockopts = sockopt::supported();
         d.wake
             .waker_set_ring(std::os::fd::AsRawFd::as_raw_fd(&d.ring));
         d.arm_wake();
@@ -205,6 +208,8 @@ impl UringDriver {
             file_read::ReadAhead::Splice => splice::submit(self, c),
             file_read::ReadAhead::Sendfile => sendfile::send_front(self, c),
             file_read::ReadAhead::Closed => {}
+            file_read::ReadAhead::SockOpt => sockopt::submit(self, c),
+            file_read::ReadAhead::TlsRecord => sendmsg::submit(self, c),
         }
     }
 
@@ -233,6 +238,7 @@ impl UringDriver {
             Kind::PollOut => poll::complete(self, ConnId(idx), gen, res),
             Kind::Connect => connect::complete(self, h, ConnId(idx), gen, res),
             Kind::PeerName => accept::complete_peer(self, h, ConnId(idx), gen, res),
+            Kind::SockOpt => sockopt::complete(self, ConnId(idx), gen, res),
         }
     }
 

@@ -29,6 +29,8 @@ pub(crate) enum Kind {
     FdInstall = 15,
     /// `IORING_OP_POLL_ADD` for `POLLOUT`: the socket can take more of a `sendfile`.
     PollOut = 16,
+    /// `SOCKET_URING_OP_SETSOCKOPT` of `Io::set_sockopt`.
+    SockOpt = 17,
 }
 
 impl Kind {
@@ -51,6 +53,7 @@ impl Kind {
             14 => Msg,
             15 => FdInstall,
             16 => PollOut,
+            17 => SockOpt,
             _ => return None,
         })
     }

@@ -8,9 +8,10 @@
 //!
 //! **TLS** ([`tls`]): a [`Transport::Tls`] connection's role writes plaintext into a staging
 //! buffer (what [`out_buf`](Transport::out_buf) returns) and the zone seals it after each
-//! callback ([`Transport::seal`]); what arrives is decrypted before the role sees it. A plain
-//! connection pays one compare of the variant per call, which the instruction counts of
-//! `bench/instructions.py` show.
+//! callback ([`Transport::seal`]); what arrives is decrypted before the role sees it. Once
+//! the kernel seals a connection's records (kTLS) its output goes to the engine as a plain
+//! connection's. A plain connection pays one compare of the variant per call, which the
+//! instruction counts of `bench/instructions.py` show.
 
 use std::fs::File;
 use std::rc::Rc;
@@ -41,6 +42,7 @@ impl Transport {
     pub fn out_buf<'a>(&'a mut self, io: &'a mut Io, c: ConnId) -> Option<&'a mut Vec<u8>> {
         match self {
             Transport::Plain => io.out_buf(c),
+            Transport::Tls(t) if t.kernel => io.out_buf(c),
             Transport::Tls(t) => {
                 io.out_buf(c)?;
                 Some(&mut t.conn.staged)
@@ -57,6 +59,7 @@ impl Transport {
     pub fn write(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         match self {
             Transport::Plain => io.write(c, data),
+            Transport::Tls(t) if t.kernel => io.write(c, data),
             Transport::Tls(t) => t.conn.staged.extend_from_slice(data),
             Transport::TlsUp(t) => t.write(io, c, data),
         }
@@ -67,6 +70,7 @@ impl Transport {
     pub fn send_file(&mut self, io: &mut Io, c: ConnId, file: Rc<File>, off: u64, len: u64) {
         match self {
             Transport::Plain => io.send_file(c, file, off, len),
+            Transport::Tls(t) if t.kernel => io.send_file(c, file, off, len),
             Transport::Tls(t) => t.send_file(file, off, len),
             // Nothing sends a file to an upstream.
             Transport::TlsUp(_) => io.close(c),
@@ -78,6 +82,7 @@ impl Transport {
     pub fn pending(&self, io: &Io, c: ConnId) -> u64 {
         match self {
             Transport::Plain => io.pending(c),
+            Transport::Tls(t) if t.kernel => io.pending(c),
             Transport::Tls(t) => io.pending(c) + t.unsealed(),
             Transport::TlsUp(t) => io.pending(c) + t.staged.len() as u64,
         }
@@ -89,6 +94,7 @@ impl Transport {
         match self {
             Transport::Plain => io.close_after_flush(c),
             Transport::Tls(t) if t.plain => io.close_after_flush(c),
+            Transport::Tls(t) if t.kernel => t.kernel_end(io, c, true),
             Transport::Tls(t) => t.close_after_flush(),
             Transport::TlsUp(t) => {
                 t.close_notify(io, c);
@@ -103,6 +109,7 @@ impl Transport {
         match self {
             Transport::Plain => io.shutdown_after_flush(c),
             Transport::Tls(t) if t.plain => io.shutdown_after_flush(c),
+            Transport::Tls(t) if t.kernel => t.kernel_end(io, c, false),
             Transport::Tls(t) => t.shutdown_after_flush(),
             Transport::TlsUp(t) => {
                 t.close_notify(io, c);
@@ -137,6 +144,7 @@ impl Transport {
         match self {
             Transport::Plain => io.bytes_out(c),
             Transport::Tls(t) if t.plain => io.bytes_out(c),
+            Transport::Tls(t) if t.kernel => t.kernel_bytes_out(io, c),
             Transport::Tls(t) => t.sealed + t.unsealed(),
             Transport::TlsUp(t) => t.written + t.staged.len() as u64,
         }

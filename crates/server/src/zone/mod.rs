@@ -24,7 +24,7 @@ use crate::role::{ClientRole, Http1, Stream};
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
 use crate::tls::{TlsSetup, ZoneTls};
-use crate::transport::Transport;
+use crate::transport::{TlsTransport, Transport};
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
@@ -328,7 +328,10 @@ impl Handler for Zone {
         let kind = self.ctx.routes.listener_kind.get(li as usize).copied();
         let local = self.ctx.routes.listen.get(li as usize).copied();
         let tr = match &self.ctx.tls {
-            Some(z) if z.sites.is_tls(li as usize) => Transport::Tls(Box::default()),
+            Some(z) if z.sites.is_tls(li as usize) => {
+                let ktls = z.ktls.filter(|_| io.can_set_sockopt());
+                Transport::Tls(Box::new(TlsTransport::new(z.sites.provider(), ktls)))
+            }
             _ => Transport::Plain,
         };
         let Client { base, role } = &mut self.clients[c.index()];
