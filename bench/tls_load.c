@@ -5,9 +5,10 @@
  *   tls_load flood HOST PORT RATE SECS [MAX_INFLIGHT]
  *       opens RATE new TLS 1.3 connections per second, on a fixed schedule (open loop), each
  *       a full handshake (no session is ever resumed, the certificate is not verified), closed
- *       once the handshake is done; at most MAX_INFLIGHT (default 1000) at a time: a start
- *       that finds them all busy is counted as skipped, not delayed.
- *       Prints {"started", "done", "failed", "skipped", "done_per_s", "inflight_max", ...}.
+ *       once the handshake is done, or abandoned after 1 s (a flood does not wait); at most
+ *       MAX_INFLIGHT (default 4000) at a time: a start that finds them all busy is counted as
+ *       skipped, not delayed.
+ *       Prints {"started", "done", "failed", "timed_out", "skipped", "done_per_s", ...}.
  *
  *   tls_load keepalive HOST PORT CONNS RPS SECS PATH
  *       CONNS keep-alive TLS connections, made before timing starts, send GET PATH at RPS
@@ -33,6 +34,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,7 +93,19 @@ struct hs {
     int fd;
     SSL *ssl;
     uint32_t ev;
+    double started;
 };
+
+/* A handshake not done after this long is abandoned. */
+#define HANDSHAKE_TIMEOUT 1.0
+
+static void raise_nofile(void) {
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
 
 static int flood(double rate, double secs, int max_inflight) {
     SSL_CTX *ctx = client_ctx();
@@ -101,7 +115,8 @@ static int flood(double rate, double secs, int max_inflight) {
     int nfree = 0;
     for (int i = max_inflight - 1; i >= 0; i--)
         free_slots[nfree++] = i;
-    long started = 0, done = 0, failed = 0, skipped = 0, connect_err = 0;
+    long started = 0, done = 0, failed = 0, timed_out = 0, skipped = 0, connect_err = 0;
+    double next_sweep = 0;
     int inflight = 0, inflight_max = 0;
     double t0 = now_s(), end = t0 + secs, interval = 1.0 / rate;
     long due = 0; /* starts scheduled so far */
@@ -125,12 +140,27 @@ static int flood(double rate, double secs, int max_inflight) {
             SSL *ssl = SSL_new(ctx);
             SSL_set_fd(ssl, fd);
             SSL_set_connect_state(ssl);
-            conns[i] = (struct hs){fd, ssl, EPOLLOUT};
+            conns[i] = (struct hs){fd, ssl, EPOLLOUT, t};
             struct epoll_event e = {.events = EPOLLOUT, .data.u32 = i};
             epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e);
             started++;
             if (++inflight > inflight_max)
                 inflight_max = inflight;
+        }
+        if (t >= next_sweep) {
+            /* Abandon handshakes the server has not finished in time. */
+            next_sweep = t + 0.01;
+            for (int i = 0; i < max_inflight; i++) {
+                struct hs *c = &conns[i];
+                if (c->ssl && t - c->started > HANDSHAKE_TIMEOUT) {
+                    SSL_free(c->ssl);
+                    close(c->fd);
+                    c->ssl = NULL;
+                    free_slots[nfree++] = i;
+                    inflight--;
+                    timed_out++;
+                }
+            }
         }
         double next = t0 + due * interval;
         int ms = (int)((next - now_s()) * 1000);
@@ -138,6 +168,8 @@ static int flood(double rate, double secs, int max_inflight) {
         for (int k = 0; k < n; k++) {
             int i = evs[k].data.u32;
             struct hs *c = &conns[i];
+            if (!c->ssl)
+                continue; /* abandoned in this batch */
             int r = SSL_do_handshake(c->ssl);
             uint32_t w = r == 1 ? 0 : wants(c->ssl, r);
             if (w && w != c->ev) {
@@ -154,17 +186,18 @@ static int flood(double rate, double secs, int max_inflight) {
             ERR_clear_error();
             SSL_free(c->ssl);
             close(c->fd); /* also takes it out of the epoll set */
+            c->ssl = NULL;
             free_slots[nfree++] = i;
             inflight--;
         }
     }
     double took = now_s() - t0;
     printf("{\"mode\": \"flood\", \"rate_asked\": %.0f, \"secs\": %.3f, \"started\": %ld, "
-           "\"done\": %ld, \"failed\": %ld, \"skipped\": %ld, \"connect_errors\": %ld, "
-           "\"started_per_s\": %.1f, \"done_per_s\": %.1f, \"inflight_max\": %d, "
-           "\"inflight_at_end\": %d}\n",
-           rate, took, started, done, failed, skipped, connect_err, started / took, done / took,
-           inflight_max, inflight);
+           "\"done\": %ld, \"failed\": %ld, \"timed_out\": %ld, \"skipped\": %ld, "
+           "\"connect_errors\": %ld, \"started_per_s\": %.1f, \"done_per_s\": %.1f, "
+           "\"inflight_max\": %d, \"inflight_at_end\": %d}\n",
+           rate, took, started, done, failed, timed_out, skipped, connect_err, started / took,
+           done / took, inflight_max, inflight);
     return 0;
 }
 
@@ -323,8 +356,9 @@ int main(int argc, char **argv) {
     if (inet_pton(AF_INET, argv[2], &target.sin_addr) != 1)
         usage();
     setvbuf(stdout, NULL, _IOLBF, 0);
+    raise_nofile();
     if (strcmp(argv[1], "flood") == 0 && (argc == 6 || argc == 7))
-        return flood(atof(argv[4]), atof(argv[5]), argc == 7 ? atoi(argv[6]) : 1000);
+        return flood(atof(argv[4]), atof(argv[5]), argc == 7 ? atoi(argv[6]) : 4000);
     if (strcmp(argv[1], "keepalive") == 0 && argc == 8)
         return keepalive(atoi(argv[4]), atof(argv[5]), atof(argv[6]), argv[7]);
     usage();

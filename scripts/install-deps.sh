@@ -13,6 +13,8 @@ have nginx  || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 have h2load || need_apt+=(nghttp2-client)
 have haproxy || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 have cc     || need_apt+=(build-essential)
+# libssl-dev: bench/tls_load.c, the HTTPS benchmark's flood and keep-alive clients (OpenSSL).
+[ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
 have pkg-config || need_apt+=(pkg-config)
 have ip     || need_apt+=(iproute2)
 have taskset || need_apt+=(util-linux)
