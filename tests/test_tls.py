@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -790,3 +791,68 @@ listen = ["127.0.0.1:{p}"]
         assert all(path != "/bad/x" and path != "/direct/z" for path, _ in up.requests)
     finally:
         up.close()
+
+
+# -- kernel TLS -------------------------------------------------------------------------------
+
+
+def ktls_unavailable() -> str | None:
+    """Why the kernel cannot seal TLS records here (None: it can), after trying to load the
+    module."""
+    path = Path("/proc/sys/net/ipv4/tcp_available_ulp")
+    ulps = path.read_text().split() if path.exists() else []
+    if "tls" not in ulps and shutil.which("modprobe"):
+        subprocess.run(["modprobe", "tls"], capture_output=True)
+        ulps = path.read_text().split() if path.exists() else []
+    if "tls" in ulps:
+        return None
+    how = "modprobe tls failed" if shutil.which("modprobe") else "no modprobe to load it"
+    return f"the kernel has no tls ULP (tcp_available_ulp: {' '.join(ulps) or '-'}; {how})"
+
+
+@pytest.mark.parametrize("engine", ["uring", "epoll"])
+def test_kernel_tls_seals_what_the_zone_sends(ringx, tmp_path, engine):
+    """Where the kernel has kTLS, connections hand their sending side over after the
+    handshake: a 10 MB file (sendfile/splice under TLS) and a keep-alive response arrive
+    intact, the metric counts the hand-overs, and the start-up line says so."""
+    why = ktls_unavailable()
+    if why:
+        pytest.skip(f"kernel TLS path not tested: {why}")
+    release = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
+    if engine == "uring" and release < (6, 7):
+        pytest.skip("io_uring socket commands need Linux 6.7")
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("site", ["s.test"])
+    www = tmp_path / "www"
+    www.mkdir()
+    data = os.urandom(BIG)
+    (www / "big.bin").write_bytes(data)
+    p, a = free_port(), free_port()
+    srv = ringx.make(runtime_section(engine) + f"""
+log_level = "info"
+[admin]
+listen = "127.0.0.1:{a}"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{cert}", key = "{key}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "small\\n" }}
+  [[server.location]]
+  path = "/f/"
+  alias = "{www}/"
+""")
+    assert "kernel TLS seals records for" in srv.log(), srv.log()
+    r = curl("--cacert", str(pki.ca_path), "--resolve", f"s.test:{p}:127.0.0.1",
+             f"https://s.test:{p}/f/big.bin", "-o", str(tmp_path / "got.bin"),
+             f"https://s.test:{p}/", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert hashlib.sha256((tmp_path / "got.bin").read_bytes()).hexdigest() == \
+        hashlib.sha256(data).hexdigest()
+    assert r.stdout == b"small\n", r.stdout
+    got = metric_values(a, "ringx_tls_kernel_total")
+    assert sum(got.values()) >= 1, got
+    # TLS 1.2 too, with close_notify at the end (s_client reports a clean close).
+    out = s_client(p, "-servername", "s.test", "-tls1_2", "-ign_eof",
+                   stdin=b"GET / HTTP/1.1\r\nHost: s.test\r\nConnection: close\r\n\r\n")
+    assert "small" in out and "Protocol  : TLSv1.2" in out, out

@@ -111,6 +111,15 @@ impl Zone {
             .collect()
     }
 
+    /// Lets the zone's TLS connections hand their sending side to the kernel for these
+    /// ciphers, as a kernel with the `tls` module would (tests).
+    #[cfg(test)]
+    pub fn force_ktls(&mut self, s: ringx_tls::ktls::Support) {
+        if let Some(z) = self.ctx.tls.as_mut() {
+            z.ktls = Some(s);
+        }
+    }
+
     /// Upstream states of replaced configurations still in use (tests).
     #[cfg(test)]
     pub fn retired_generations(&self) -> usize {
@@ -604,3 +613,5 @@ impl Handler for Zone {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;
