@@ -36,19 +36,22 @@ pub struct ListenerId(pub u32);
 /// One piece of queued output. The front chunk may be owned by an in-flight operation: it is
 /// neither moved nor mutated until that operation's completion arrives.
 pub(crate) enum Chunk {
-    Bytes {
-        buf: Vec<u8>,
-        pos: usize,
-    },
-    File {
-        file: Rc<File>,
-        off: u64,
-        end: u64,
-    },
-    /// A socket option set once everything before it is written ([`Io::set_sockopt`]).
-    SockOpt(Box<SockOpt>),
-    /// Bytes sent as one kernel TLS record of a content type ([`Io::send_tls_record`]).
-    TlsRecord(Box<crate::tls_record::TlsRecord>),
+    Bytes { buf: Vec<u8>, pos: usize },
+    File { file: Rc<File>, off: u64, end: u64 },
+}
+
+/// A socket option or a kernel TLS record ([`Io::set_sockopt`], [`Io::send_tls_record`]),
+/// carried out once the output queued before it has been written.
+///
+/// These are kept beside the output queue, not in it, so that the chunk matches every send
+/// makes stay two-way: a plain connection's sends cost what they did before kernel TLS. The
+/// order is kept by position ([`ConnIo::ctl`]) and by a chunk boundary (a control operation
+/// ends the bytes chunk before it, so nothing written after it is sent with those bytes).
+pub(crate) enum Ctl {
+    /// A socket option.
+    SockOpt(SockOpt),
+    /// Bytes sent as one kernel TLS record of a content type.
+    TlsRecord(crate::tls_record::TlsRecord),
 }
 
 /// A socket option queued behind a connection's output.
@@ -82,8 +85,6 @@ impl Chunk {
         match self {
             Chunk::Bytes { buf, pos } => (buf.len() - pos) as u64,
             Chunk::File { off, end, .. } => end - off,
-            Chunk::SockOpt(_) => 0,
-            Chunk::TlsRecord(r) => (r.buf.len() - r.pos) as u64,
         }
     }
 }
@@ -135,6 +136,9 @@ pub(crate) struct ConnIo {
     /// or handed to the kernel on their way there (io_uring's splice pipe, whose bytes a
     /// close that drops them takes back off). [`Io::bytes_out`] is this plus what is queued.
     pub sent: u64,
+    /// Control operations, each with the value `sent` must reach before it is carried out
+    /// (the output queued before it). `None` on almost every connection.
+    pub ctl: Option<Box<VecDeque<(u64, Ctl)>>>,
 }
 
 /// What an outbound connection keeps beside its handle.
@@ -194,6 +198,7 @@ impl ConnIo {
             peer: None,
             outbound: None,
             sent: 0,
+            ctl: None,
         }
     }
 
@@ -211,6 +216,7 @@ impl ConnIo {
         self.close_err = None;
         self.peer = None;
         self.sent = 0;
+        self.ctl = None;
     }
 
     /// Drops queued output that no operation owns.
@@ -229,6 +235,31 @@ impl ConnIo {
         !self.out.is_empty()
             || !matches!(self.after_flush, AfterFlush::Nothing)
             || self.notify_flushed
+            || self.ctl.is_some()
+    }
+
+    /// Whether the first control operation's turn has come: everything queued before it has
+    /// left the output queue. (io_uring also waits for its splice pipe to drain.)
+    pub(crate) fn ctl_due(&self) -> bool {
+        self.ctl
+            .as_ref()
+            .and_then(|q| q.front())
+            .is_some_and(|(at, _)| *at <= self.sent)
+    }
+
+    /// The first control operation (its turn has come: [`ConnIo::ctl_due`]).
+    pub(crate) fn ctl_front(&mut self) -> Option<&mut Ctl> {
+        self.ctl.as_mut()?.front_mut().map(|(_, op)| op)
+    }
+
+    /// The first control operation is done.
+    pub(crate) fn ctl_pop(&mut self) {
+        if let Some(q) = self.ctl.as_mut() {
+            q.pop_front();
+            if q.is_empty() {
+                self.ctl = None;
+            }
+        }
     }
 
     /// The front chunk was written completely: pop it, and give its vector to the zone's pool
@@ -262,11 +293,7 @@ impl ConnIo {
                 *off += n;
                 *off == *end
             }
-            Some(Chunk::TlsRecord(r)) => {
-                r.pos += n as usize;
-                r.pos == r.buf.len()
-            }
-            Some(Chunk::SockOpt(_)) | None => true,
+            None => true,
         }
     }
 }
@@ -469,13 +496,25 @@ impl Io {
     /// `setsockopt(2)`. If the kernel refuses, the connection closes and `on_closed` gets the
     /// error. See [`Io::can_set_sockopt`].
     pub fn set_sockopt(&mut self, c: ConnId, level: i32, name: i32, value: Vec<u8>) {
+        self.queue_ctl(c, Ctl::SockOpt(SockOpt { level, name, value }));
+    }
+
+    /// Queues a control operation after everything queued so far.
+    fn queue_ctl(&mut self, c: ConnId, op: Ctl) {
         if !self.is_open(c) {
             return;
         }
         self.mark_dirty(c);
-        self.conns[c.index()]
-            .out
-            .push_back(Chunk::SockOpt(Box::new(SockOpt { level, name, value })));
+        let at = self.bytes_out(c);
+        let conn = &mut self.conns[c.index()];
+        conn.ctl
+            .get_or_insert_with(Box::default)
+            .push_back((at, op));
+        if matches!(conn.out.back(), Some(Chunk::Bytes { .. })) {
+            // What is written after the operation goes in a chunk of its own.
+            let buf = self.spares.pop().unwrap_or_default();
+            conn.out.push_back(Chunk::Bytes { buf, pos: 0 });
+        }
     }
 
     /// Whether this zone's driver can carry out [`Io::set_sockopt`].
@@ -488,15 +527,10 @@ impl Io {
     /// `TLS_SET_RECORD_TYPE` control message (io_uring: `IORING_OP_SENDMSG`), in order with
     /// the rest of the output. On a socket without kernel TLS the bytes go out as they are.
     pub fn send_tls_record(&mut self, c: ConnId, typ: u8, data: &[u8]) {
-        if !self.is_open(c) || data.is_empty() {
-            return;
+        if !data.is_empty() {
+            let r = crate::tls_record::TlsRecord::new(typ, data);
+            self.queue_ctl(c, Ctl::TlsRecord(r));
         }
-        self.mark_dirty(c);
-        self.conns[c.index()]
-            .out
-            .push_back(Chunk::TlsRecord(Box::new(
-                crate::tls_record::TlsRecord::new(typ, data),
-            )));
     }
 
     /// Bytes queued and not yet written, for back-pressure decisions.

@@ -18,6 +18,8 @@ use ringx_engine::{ConnId, EngineKind, Handler, Io, ListenerId, ZoneConfig};
 #[derive(Default)]
 struct Scripted {
     errors: Arc<Mutex<Vec<String>>>,
+    /// A file of 200 KB (`F`: sent, then a record, then bytes).
+    file: Option<std::path::PathBuf>,
 }
 
 const TCP_ULP: i32 = 31;
@@ -50,6 +52,15 @@ impl Handler for Scripted {
                 io.write(c, b"a");
                 io.send_tls_record(c, 21, &[1, 0]);
                 io.write(c, b"b");
+            }
+            b'F' => {
+                // A head, a file large enough for sendfile, a record, more bytes: in order.
+                let f = std::fs::File::open(self.file.as_ref().unwrap()).unwrap();
+                let len = f.metadata().unwrap().len();
+                io.write(c, b"head");
+                io.send_file(c, std::rc::Rc::new(f), 0, len);
+                io.send_tls_record(c, 21, &[1, 0]);
+                io.write(c, b"tail");
             }
             b'C' => io.close(c),
             _ => {}
@@ -98,8 +109,15 @@ fn options_and_records(engine: EngineKind) {
         ..ZoneConfig::default()
     };
     let errors = Arc::new(Mutex::new(Vec::new()));
+    let path = std::env::temp_dir().join(format!(
+        "ringx-sockopt-{}-{engine:?}.bin",
+        std::process::id()
+    ));
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&path, &body).unwrap();
     let h = Scripted {
         errors: errors.clone(),
+        file: Some(path.clone()),
     };
     let Some(zone) = common::spawn_zone(cfg, h, |_| ()) else {
         return;
@@ -130,6 +148,14 @@ fn options_and_records(engine: EngineKind) {
     let mut s = client(zone.addr, b'R');
     assert_eq!(read_n(&mut s, 4), [b'a', 1, 0, b'b'], "{engine:?}");
     drop(s);
+    // Behind a file (sendfile, or read behind the head): still in order.
+    let mut s = client(zone.addr, b'F');
+    let got = read_n(&mut s, 4 + body.len() + 2 + 4);
+    assert_eq!(&got[..4], b"head");
+    assert!(got[4..4 + body.len()] == body[..], "{engine:?}: the file");
+    assert_eq!(&got[4 + body.len()..], [1, 0, b't', b'a', b'i', b'l'], "{engine:?}");
+    drop(s);
+    let _ = std::fs::remove_file(&path);
     std::thread::sleep(Duration::from_millis(100));
     zone.waker.wake();
     zone.thread.join().unwrap();

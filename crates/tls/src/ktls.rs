@@ -10,7 +10,9 @@
 //! are small. What the kernel cannot do alone is done around it: alerts and a KeyUpdate of
 //! ours are sent as records of their type (`TLS_SET_RECORD_TYPE`), and new send keys after a
 //! KeyUpdate are given with `TLS_TX` again (Linux 6.14 re-keys; an older kernel refuses, and
-//! that connection closes).
+//! that connection closes). The kernel tells ringx nothing of the records it seals, so such a
+//! connection is not re-keyed ahead of AES-GCM's confidentiality limit (2^24.5 records, some
+//! 380 GB of full records) as one sealed by [`crate::record`] is.
 //!
 //! What is here: the start-up [`probe`] (the ULP, then each cipher on a loopback connection),
 //! the translation of rustls's secrets into the kernel's `tls12_crypto_info_*`

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::driver::Driver;
 use crate::handler::Handler;
-use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId};
+use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Ctl, Io, ListenerId};
 use crate::waker::Waker;
 use crate::zone::ZoneConfig;
 use listeners::Listeners;
@@ -234,13 +234,15 @@ impl EpollDriver {
                 return;
             }
             conn.skip_empty_front(&mut self.io.spares);
-            let r = match conn.out.front() {
-                None => break,
-                Some(Chunk::SockOpt(_) | Chunk::TlsRecord(_)) => match self.write_control(c) {
+            if conn.ctl.is_some() && conn.ctl_due() {
+                match self.write_control(c) {
                     Ok(true) => continue,
                     Ok(false) => return, // waiting for EPOLLOUT
                     Err(e) => return self.close_now(c, Some(e), h),
-                },
+                }
+            }
+            let r = match conn.out.front() {
+                None => break,
                 Some(Chunk::Bytes { buf, pos }) => {
                     let rest = &buf[*pos..];
                     // A head followed by a file: MSG_MORE coalesces it with the file's bytes.
@@ -303,13 +305,18 @@ impl EpollDriver {
             h.on_flushed(&mut self.io, c);
         }
     }
-    /// Sets the socket option, or sends the TLS record, at the front of `c`'s output (the
-    /// record may go in part: what is left stays at the front). `Ok(false)`: the socket is
-    /// full, and the rest waits for `EPOLLOUT`.
+    /// Sets the socket option, or sends the TLS record, that is `c`'s first control
+    /// operation, whose turn has come (a record may go in part: the rest stays first).
+    /// `Ok(false)`: the socket is full, and the rest waits for `EPOLLOUT`. The record's bytes
+    /// do not count in `sent`, which orders the operations.
+    #[cold]
     fn write_control(&mut self, c: ConnId) -> io::Result<bool> {
         let conn = &mut self.io.conns[c.index()];
-        match conn.out.front_mut() {
-            Some(Chunk::SockOpt(o)) => {
+        let Some(op) = conn.ctl_front() else {
+            return Ok(true);
+        };
+        match op {
+            Ctl::SockOpt(o) => {
                 // SAFETY: the option value is a live vector passed with its length; the
                 // kernel copies what it reads. The descriptor is the connection's own.
                 let r = unsafe {
@@ -324,9 +331,9 @@ impl EpollDriver {
                 if r != 0 {
                     return Err(o.error(io::Error::last_os_error()));
                 }
-                conn.pop_front(&mut self.io.spares);
+                conn.ctl_pop();
             }
-            Some(Chunk::TlsRecord(r)) => {
+            Ctl::TlsRecord(r) => {
                 let n = r.send(c.0 as RawFd);
                 if n < 0 {
                     let e = io::Error::last_os_error();
@@ -340,13 +347,13 @@ impl EpollDriver {
                         _ => Err(e),
                     };
                 }
-                conn.sent += n as u64;
+                r.pos += n as usize;
+                let done = r.pos == r.buf.len();
                 self.waker.add_out(n as u64);
-                if conn.advance(n as u64) {
-                    conn.pop_front(&mut self.io.spares);
+                if done {
+                    conn.ctl_pop();
                 }
             }
-            _ => {}
         }
         Ok(true)
     }

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use crate::connect::ConnectTo;
 use crate::driver::TimerDue;
 use crate::handler::Handler;
-use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId, Slots};
+use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Ctl, Io, ListenerId, Slots};
 
 #[cfg(test)]
 mod tests;
@@ -497,23 +497,36 @@ impl TestDriver {
         let peer = &mut self.peers[c.index()];
         loop {
             conn.skip_empty_front(&mut self.io.spares);
+            if conn.ctl_due() {
+                // A control operation whose turn has come (the real drivers' `ctl.rs`).
+                match conn.ctl_front() {
+                    Some(Ctl::SockOpt(o)) => {
+                        if let Some(e) = self.sockopt_err.take() {
+                            let e = o.error(e);
+                            return self.close_now(h, c, Some(e));
+                        }
+                        peer.transcript.push(Seen::SockOpt {
+                            level: o.level,
+                            name: o.name,
+                            value: o.value.clone(),
+                        });
+                    }
+                    Some(Ctl::TlsRecord(r)) => {
+                        // A record goes whole (the real drivers send it in one sendmsg); its
+                        // bytes do not count in `sent`, which orders the operations.
+                        let data = r.buf[r.pos..].to_vec();
+                        peer.output.extend_from_slice(&data);
+                        peer.transcript.push(Seen::TlsRecord { typ: r.typ, data });
+                    }
+                    None => {}
+                }
+                conn.ctl_pop();
+                continue;
+            }
             let room = peer.window.unwrap_or(u64::MAX);
             let at = peer.output.len();
             let n = match conn.out.front() {
                 None => break,
-                Some(Chunk::SockOpt(o)) => {
-                    if let Some(e) = self.sockopt_err.take() {
-                        let e = o.error(e);
-                        return self.close_now(h, c, Some(e));
-                    }
-                    peer.transcript.push(Seen::SockOpt {
-                        level: o.level,
-                        name: o.name,
-                        value: o.value.clone(),
-                    });
-                    conn.pop_front(&mut self.io.spares);
-                    continue;
-                }
                 Some(_) if room == 0 => return, // stays queued, as in a full socket buffer
                 Some(Chunk::Bytes { buf, pos }) => {
                     let n = (buf.len() - pos).min(room.min(usize::MAX as u64) as usize);
@@ -527,23 +540,14 @@ impl TestDriver {
                         Err(e) => return self.close_now(h, c, Some(e)),
                     }
                 }
-                Some(Chunk::TlsRecord(r)) => {
-                    // A record goes whole (the real drivers send it in one sendmsg).
-                    let data = r.buf[r.pos..].to_vec();
-                    peer.output.extend_from_slice(&data);
-                    peer.transcript.push(Seen::TlsRecord { typ: r.typ, data });
-                    (r.buf.len() - r.pos) as u64
-                }
             };
-            if !matches!(conn.out.front(), Some(Chunk::TlsRecord(_))) {
-                let new = &peer.output[at..];
-                match peer.transcript.last_mut() {
-                    Some(Seen::Bytes(b)) => b.extend_from_slice(new),
-                    _ => peer.transcript.push(Seen::Bytes(new.to_vec())),
-                }
+            let new = &peer.output[at..];
+            match peer.transcript.last_mut() {
+                Some(Seen::Bytes(b)) => b.extend_from_slice(new),
+                _ => peer.transcript.push(Seen::Bytes(new.to_vec())),
             }
             if let Some(w) = &mut peer.window {
-                *w = w.saturating_sub(n);
+                *w -= n;
             }
             conn.sent += n;
             if conn.advance(n) {

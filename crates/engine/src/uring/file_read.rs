@@ -34,10 +34,6 @@ pub(super) enum ReadAhead {
     Sendfile,
     /// Reading failed; the connection is closing.
     Closed,
-    /// The front chunk is a socket option (`sockopt.rs`).
-    SockOpt,
-    /// The front chunk is a kernel TLS record (`sendmsg.rs`).
-    TlsRecord,
 }
 
 /// Moves file bytes that are in the page cache into the output queue as bytes: appended to
@@ -70,8 +66,6 @@ pub(super) fn read_ahead(d: &mut UringDriver, c: ConnId) -> ReadAhead {
             let buf = io.spares.pop().unwrap_or_default();
             conn.out.push_front(Chunk::Bytes { buf, pos: 0 });
         }
-        Some(Chunk::SockOpt(_)) => return ReadAhead::SockOpt,
-        Some(Chunk::TlsRecord(_)) => return ReadAhead::TlsRecord,
         None => return ReadAhead::Send,
     }
     let io = &mut d.io;

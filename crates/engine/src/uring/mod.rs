@@ -16,6 +16,7 @@ mod busy;
 mod close;
 mod conn;
 mod connect;
+mod ctl;
 mod enter;
 mod file_read;
 mod msg;
@@ -181,6 +182,9 @@ impl UringDriver {
             // files in.
             u.sock_fd = None;
         }
+        if conn.ctl.is_some() {
+            return ctl::flush(self, c);
+        }
         if !conn.out.is_empty() {
             self.start_output(c);
             return;
@@ -199,7 +203,7 @@ impl UringDriver {
 
     /// Starts writing the front output chunk: bytes (with file bytes from the page cache
     /// read in behind them, `file_read.rs`) by send, file bytes not cached by splice.
-    fn start_output(&mut self, c: ConnId) {
+    pub(super) fn start_output(&mut self, c: ConnId) {
         if self.io.conns[c.index()].out.is_empty() {
             return;
         }
@@ -208,8 +212,6 @@ impl UringDriver {
             file_read::ReadAhead::Splice => splice::submit(self, c),
             file_read::ReadAhead::Sendfile => sendfile::send_front(self, c),
             file_read::ReadAhead::Closed => {}
-            file_read::ReadAhead::SockOpt => sockopt::submit(self, c),
-            file_read::ReadAhead::TlsRecord => sendmsg::submit(self, c),
         }
     }
 
@@ -239,6 +241,7 @@ impl UringDriver {
             Kind::Connect => connect::complete(self, h, ConnId(idx), gen, res),
             Kind::PeerName => accept::complete_peer(self, h, ConnId(idx), gen, res),
             Kind::SockOpt => sockopt::complete(self, ConnId(idx), gen, res),
+            Kind::SendMsg => sendmsg::complete(self, ConnId(idx), gen, res),
         }
     }
 

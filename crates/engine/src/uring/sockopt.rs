@@ -8,7 +8,7 @@ use io_uring::{opcode, types};
 use super::close;
 use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use crate::io::{Chunk, ConnId, ConnState};
+use crate::io::{ConnId, ConnState, Ctl};
 
 const SOCKET_URING_OP_SETSOCKOPT: u32 = 3;
 
@@ -17,11 +17,12 @@ pub(super) fn supported() -> bool {
     crate::sys::kernel_at_least(6, 7)
 }
 
-/// Submits the option at the front of `c`'s output. Called with nothing in flight.
+/// Submits `c`'s first control operation, a socket option. Called with nothing in flight.
 pub(super) fn submit(d: &mut UringDriver, c: ConnId) {
     let conn = &mut d.io.conns[c.index()];
-    let Some(Chunk::SockOpt(o)) = conn.out.front() else {
-        unreachable!("sockopt::submit on another chunk")
+    let gen = conn.gen;
+    let Some(Ctl::SockOpt(o)) = conn.ctl_front() else {
+        unreachable!("sockopt::submit on another operation")
     };
     let level_optname = o.level as u32 as u64 | ((o.name as u32 as u64) << 32);
     let mut cmd = [0u8; 16];
@@ -30,15 +31,12 @@ pub(super) fn submit(d: &mut UringDriver, c: ConnId) {
         .addr(Some(level_optname)) // `level` and `optname` share the `addr` field
         .cmd(cmd) // `optval` is the first word of the command area
         .build();
-    let e = super::sqe::with_optlen(e, o.value.len() as u32).user_data(pack(
-        Kind::SockOpt,
-        conn.gen,
-        c.0,
-    ));
+    let e =
+        super::sqe::with_optlen(e, o.value.len() as u32).user_data(pack(Kind::SockOpt, gen, c.0));
     conn.in_flight = true;
-    // SAFETY: the option's value is a vector inside the boxed front chunk; `in_flight` keeps
-    // the chunk from being popped or dropped until this completion is handled, and a close
-    // waits for it too.
+    // SAFETY: the option's value is a vector owned by the connection's first control
+    // operation; `in_flight` keeps it from being popped or dropped until this completion is
+    // handled (a new connection in the slot waits for it too: the close does).
     unsafe { d.push(&e) };
 }
 
@@ -58,12 +56,12 @@ pub(super) fn complete(d: &mut UringDriver, c: ConnId, gen: u32, res: i32) {
     }
     if res < 0 {
         let e = crate::sys::errno(res);
-        let e = match conn.out.front() {
-            Some(Chunk::SockOpt(o)) => o.error(e),
+        let e = match conn.ctl_front() {
+            Some(Ctl::SockOpt(o)) => o.error(e),
             _ => e,
         };
         return close::begin(d, c, Some(e));
     }
-    conn.pop_front(&mut d.io.spares);
+    conn.ctl_pop();
     d.io.mark_dirty(c);
 }

@@ -31,6 +31,8 @@ pub(crate) enum Kind {
     PollOut = 16,
     /// `SOCKET_URING_OP_SETSOCKOPT` of `Io::set_sockopt`.
     SockOpt = 17,
+    /// `IORING_OP_SENDMSG` of `Io::send_tls_record`.
+    SendMsg = 18,
 }
 
 impl Kind {
@@ -54,6 +56,7 @@ impl Kind {
             15 => FdInstall,
             16 => PollOut,
             17 => SockOpt,
+            18 => SendMsg,
             _ => return None,
         })
     }

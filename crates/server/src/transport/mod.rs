@@ -42,11 +42,7 @@ impl Transport {
     pub fn out_buf<'a>(&'a mut self, io: &'a mut Io, c: ConnId) -> Option<&'a mut Vec<u8>> {
         match self {
             Transport::Plain => io.out_buf(c),
-            Transport::Tls(t) if t.kernel => io.out_buf(c),
-            Transport::Tls(t) => {
-                io.out_buf(c)?;
-                Some(&mut t.conn.staged)
-            }
+            Transport::Tls(t) => t.out_buf(io, c),
             Transport::TlsUp(t) => {
                 io.out_buf(c)?;
                 Some(&mut t.staged)
@@ -59,8 +55,7 @@ impl Transport {
     pub fn write(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         match self {
             Transport::Plain => io.write(c, data),
-            Transport::Tls(t) if t.kernel => io.write(c, data),
-            Transport::Tls(t) => t.conn.staged.extend_from_slice(data),
+            Transport::Tls(t) => t.write(io, c, data),
             Transport::TlsUp(t) => t.write(io, c, data),
         }
     }
@@ -70,8 +65,7 @@ impl Transport {
     pub fn send_file(&mut self, io: &mut Io, c: ConnId, file: Rc<File>, off: u64, len: u64) {
         match self {
             Transport::Plain => io.send_file(c, file, off, len),
-            Transport::Tls(t) if t.kernel => io.send_file(c, file, off, len),
-            Transport::Tls(t) => t.send_file(file, off, len),
+            Transport::Tls(t) => t.send_file(io, c, file, off, len),
             // Nothing sends a file to an upstream.
             Transport::TlsUp(_) => io.close(c),
         }
@@ -82,8 +76,7 @@ impl Transport {
     pub fn pending(&self, io: &Io, c: ConnId) -> u64 {
         match self {
             Transport::Plain => io.pending(c),
-            Transport::Tls(t) if t.kernel => io.pending(c),
-            Transport::Tls(t) => io.pending(c) + t.unsealed(),
+            Transport::Tls(t) => t.pending(io, c),
             Transport::TlsUp(t) => io.pending(c) + t.staged.len() as u64,
         }
     }
@@ -94,8 +87,7 @@ impl Transport {
         match self {
             Transport::Plain => io.close_after_flush(c),
             Transport::Tls(t) if t.plain => io.close_after_flush(c),
-            Transport::Tls(t) if t.kernel => t.kernel_end(io, c, true),
-            Transport::Tls(t) => t.close_after_flush(),
+            Transport::Tls(t) => t.close_after_flush(io, c),
             Transport::TlsUp(t) => {
                 t.close_notify(io, c);
                 io.close_after_flush(c)
@@ -109,8 +101,7 @@ impl Transport {
         match self {
             Transport::Plain => io.shutdown_after_flush(c),
             Transport::Tls(t) if t.plain => io.shutdown_after_flush(c),
-            Transport::Tls(t) if t.kernel => t.kernel_end(io, c, false),
-            Transport::Tls(t) => t.shutdown_after_flush(),
+            Transport::Tls(t) => t.shutdown_after_flush(io, c),
             Transport::TlsUp(t) => {
                 t.close_notify(io, c);
                 io.shutdown_after_flush(c)
@@ -144,8 +135,7 @@ impl Transport {
         match self {
             Transport::Plain => io.bytes_out(c),
             Transport::Tls(t) if t.plain => io.bytes_out(c),
-            Transport::Tls(t) if t.kernel => t.kernel_bytes_out(io, c),
-            Transport::Tls(t) => t.sealed + t.unsealed(),
+            Transport::Tls(t) => t.bytes_out(io, c),
             Transport::TlsUp(t) => t.written + t.staged.len() as u64,
         }
     }

@@ -115,13 +115,44 @@ impl TlsTransport {
         }
     }
 
-    /// Plaintext bytes the role wrote while the kernel sealed.
-    pub fn kernel_bytes_out(&self, io: &Io, c: ConnId) -> u64 {
-        self.sealed + io.bytes_out(c).saturating_sub(self.kernel_base)
+    /// The role's output buffer: the connection's own while the kernel seals, else the
+    /// staging buffer (`None`: the connection is closing).
+    pub fn out_buf<'a>(&'a mut self, io: &'a mut Io, c: ConnId) -> Option<&'a mut Vec<u8>> {
+        if self.kernel {
+            return io.out_buf(c);
+        }
+        io.out_buf(c)?;
+        Some(&mut self.conn.staged)
+    }
+
+    pub fn write(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
+        if self.kernel {
+            io.write(c, data);
+        } else {
+            self.conn.staged.extend_from_slice(data);
+        }
+    }
+
+    /// Output not written yet, plaintext included.
+    pub fn pending(&self, io: &Io, c: ConnId) -> u64 {
+        if self.kernel {
+            io.pending(c)
+        } else {
+            io.pending(c) + self.unsealed()
+        }
+    }
+
+    /// Plaintext bytes the role wrote so far.
+    pub fn bytes_out(&self, io: &Io, c: ConnId) -> u64 {
+        if self.kernel {
+            self.sealed + io.bytes_out(c).saturating_sub(self.kernel_base)
+        } else {
+            self.sealed + self.unsealed()
+        }
     }
 
     /// Ends a connection the kernel seals: close_notify, then `end` once it is written.
-    pub fn kernel_end(&mut self, io: &mut Io, c: ConnId, close: bool) {
+    fn kernel_end(&mut self, io: &mut Io, c: ConnId, close: bool) {
         let mut none = Vec::new();
         self.conn.close_notify(&mut none);
         self.kernel_out(io, c);
@@ -150,7 +181,10 @@ impl TlsTransport {
         !self.queue.is_empty()
     }
 
-    pub fn send_file(&mut self, file: Rc<File>, off: u64, len: u64) {
+    pub fn send_file(&mut self, io: &mut Io, c: ConnId, file: Rc<File>, off: u64, len: u64) {
+        if self.kernel {
+            return io.send_file(c, file, off, len);
+        }
         if len == 0 {
             return;
         }
@@ -165,11 +199,17 @@ impl TlsTransport {
         });
     }
 
-    pub fn close_after_flush(&mut self) {
+    pub fn close_after_flush(&mut self, io: &mut Io, c: ConnId) {
+        if self.kernel {
+            return self.kernel_end(io, c, true);
+        }
         self.end = End::Close;
     }
 
-    pub fn shutdown_after_flush(&mut self) {
+    pub fn shutdown_after_flush(&mut self, io: &mut Io, c: ConnId) {
+        if self.kernel {
+            return self.kernel_end(io, c, false);
+        }
         if self.end == End::Open {
             self.end = End::Shutdown;
         }
