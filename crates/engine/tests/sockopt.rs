@@ -153,7 +153,11 @@ fn options_and_records(engine: EngineKind) {
     let got = read_n(&mut s, 4 + body.len() + 2 + 4);
     assert_eq!(&got[..4], b"head");
     assert!(got[4..4 + body.len()] == body[..], "{engine:?}: the file");
-    assert_eq!(&got[4 + body.len()..], [1, 0, b't', b'a', b'i', b'l'], "{engine:?}");
+    assert_eq!(
+        &got[4 + body.len()..],
+        [1, 0, b't', b'a', b'i', b'l'],
+        "{engine:?}"
+    );
     drop(s);
     let _ = std::fs::remove_file(&path);
     std::thread::sleep(Duration::from_millis(100));

@@ -9,8 +9,8 @@
 //! **TLS** ([`tls`]): a [`Transport::Tls`] connection's role writes plaintext into a staging
 //! buffer (what [`out_buf`](Transport::out_buf) returns) and the zone seals it after each
 //! callback ([`Transport::seal`]); what arrives is decrypted before the role sees it. Once
-//! the kernel seals a connection's records (kTLS) its output goes to the engine as a plain
-//! connection's. A plain connection pays one compare of the variant per call, which the
+//! the kernel seals a connection's records (kTLS) the same step hands the output to the
+//! engine as it is. A plain connection pays one compare of the variant per call, which the
 //! instruction counts of `bench/instructions.py` show.
 
 use std::fs::File;
@@ -42,7 +42,10 @@ impl Transport {
     pub fn out_buf<'a>(&'a mut self, io: &'a mut Io, c: ConnId) -> Option<&'a mut Vec<u8>> {
         match self {
             Transport::Plain => io.out_buf(c),
-            Transport::Tls(t) => t.out_buf(io, c),
+            Transport::Tls(t) => {
+                io.out_buf(c)?;
+                Some(&mut t.conn.staged)
+            }
             Transport::TlsUp(t) => {
                 io.out_buf(c)?;
                 Some(&mut t.staged)
@@ -55,7 +58,7 @@ impl Transport {
     pub fn write(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         match self {
             Transport::Plain => io.write(c, data),
-            Transport::Tls(t) => t.write(io, c, data),
+            Transport::Tls(t) => t.conn.staged.extend_from_slice(data),
             Transport::TlsUp(t) => t.write(io, c, data),
         }
     }
@@ -65,7 +68,7 @@ impl Transport {
     pub fn send_file(&mut self, io: &mut Io, c: ConnId, file: Rc<File>, off: u64, len: u64) {
         match self {
             Transport::Plain => io.send_file(c, file, off, len),
-            Transport::Tls(t) => t.send_file(io, c, file, off, len),
+            Transport::Tls(t) => t.send_file(file, off, len),
             // Nothing sends a file to an upstream.
             Transport::TlsUp(_) => io.close(c),
         }
@@ -76,7 +79,7 @@ impl Transport {
     pub fn pending(&self, io: &Io, c: ConnId) -> u64 {
         match self {
             Transport::Plain => io.pending(c),
-            Transport::Tls(t) => t.pending(io, c),
+            Transport::Tls(t) => io.pending(c) + t.unsealed(),
             Transport::TlsUp(t) => io.pending(c) + t.staged.len() as u64,
         }
     }
@@ -87,7 +90,7 @@ impl Transport {
         match self {
             Transport::Plain => io.close_after_flush(c),
             Transport::Tls(t) if t.plain => io.close_after_flush(c),
-            Transport::Tls(t) => t.close_after_flush(io, c),
+            Transport::Tls(t) => t.close_after_flush(),
             Transport::TlsUp(t) => {
                 t.close_notify(io, c);
                 io.close_after_flush(c)
@@ -101,7 +104,7 @@ impl Transport {
         match self {
             Transport::Plain => io.shutdown_after_flush(c),
             Transport::Tls(t) if t.plain => io.shutdown_after_flush(c),
-            Transport::Tls(t) => t.shutdown_after_flush(io, c),
+            Transport::Tls(t) => t.shutdown_after_flush(),
             Transport::TlsUp(t) => {
                 t.close_notify(io, c);
                 io.shutdown_after_flush(c)
@@ -135,7 +138,7 @@ impl Transport {
         match self {
             Transport::Plain => io.bytes_out(c),
             Transport::Tls(t) if t.plain => io.bytes_out(c),
-            Transport::Tls(t) => t.bytes_out(io, c),
+            Transport::Tls(t) => t.sealed + t.unsealed(),
             Transport::TlsUp(t) => t.written + t.staged.len() as u64,
         }
     }

@@ -10,11 +10,13 @@
 //!
 //! **Kernel TLS.** When the handshake ends and the kernel is to seal the connection's
 //! records, the zone queues the `tls` ULP and the `TLS_TX` keys behind the handshake's last
-//! bytes ([`TlsTransport::hand_over`]). From then on the transport passes the role's output
-//! to the engine as a plain connection's (`sendfile` and splice included); what TLS itself
-//! still sends (close_notify, a KeyUpdate and its new keys) goes as records of their type
-//! (`Io::send_tls_record`) and socket options, in order. Records from the client are still
-//! opened here.
+//! bytes ([`TlsTransport::hand_over`]). From then on the sealing step after each callback
+//! hands the role's output to the engine as it is (the staged bytes by swapping vectors,
+//! files as files: `sendfile` and splice); what TLS itself still sends (close_notify, a
+//! KeyUpdate and its new keys) goes as records of their type (`Io::send_tls_record`) and
+//! socket options, in order. Records from the client are still opened here. The roles'
+//! calls stay those of a TLS connection, so `Transport`'s dispatch, which a plain
+//! connection's calls go through, is what it was before kernel TLS.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -66,12 +68,10 @@ pub struct TlsTransport {
     pub info: Option<Box<TlsInfo>>,
     /// Not TLS after all (plain HTTP on the TLS port): nothing is sealed.
     pub plain: bool,
-    /// The kernel seals this connection's records (kTLS): output goes to the engine as it
-    /// is.
+    /// The kernel seals this connection's records (kTLS): [`TlsTransport::seal`] hands the
+    /// output to the engine as it is.
     pub kernel: bool,
-    /// `Io::bytes_out` when the kernel took over (the handshake's bytes, not the role's).
-    kernel_base: u64,
-    /// Plaintext bytes encrypted so far.
+    /// Plaintext bytes encrypted so far (or handed to the kernel to seal).
     pub sealed: u64,
 }
 
@@ -86,7 +86,6 @@ impl TlsTransport {
             info: None,
             plain: false,
             kernel: false,
-            kernel_base: 0,
             sealed: 0,
         }
     }
@@ -101,7 +100,6 @@ impl TlsTransport {
         io.set_sockopt(c, libc::SOL_TCP, ktls::TCP_ULP, b"tls".to_vec());
         io.set_sockopt(c, ktls::SOL_TLS, ktls::TLS_TX, keys.0);
         self.kernel = true;
-        self.kernel_base = io.bytes_out(c);
         true
     }
 
@@ -117,49 +115,46 @@ impl TlsTransport {
 
     /// The role's output buffer: the connection's own while the kernel seals, else the
     /// staging buffer (`None`: the connection is closing).
-    pub fn out_buf<'a>(&'a mut self, io: &'a mut Io, c: ConnId) -> Option<&'a mut Vec<u8>> {
-        if self.kernel {
-            return io.out_buf(c);
+    /// While the kernel seals: hands what the role queued to the engine as it is (the staged
+    /// bytes by swapping vectors where the output's tail is empty, files as files, so they
+    /// go by sendfile or splice), then what TLS itself must send, then the end asked for.
+    fn seal_kernel(&mut self, io: &mut Io, c: ConnId) {
+        while let Some(p) = self.queue.pop_front() {
+            match p {
+                Piece::Bytes(b) => {
+                    self.sealed += b.len() as u64;
+                    io.write(c, &b);
+                }
+                Piece::File { file, off, end } => {
+                    self.sealed += end - off;
+                    io.send_file(c, file, off, end - off);
+                }
+            }
         }
-        io.out_buf(c)?;
-        Some(&mut self.conn.staged)
-    }
-
-    pub fn write(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
-        if self.kernel {
-            io.write(c, data);
-        } else {
-            self.conn.staged.extend_from_slice(data);
+        if !self.conn.staged.is_empty() {
+            self.sealed += self.conn.staged.len() as u64;
+            match io.out_buf(c) {
+                Some(out) if out.is_empty() => std::mem::swap(out, &mut self.conn.staged),
+                Some(out) => {
+                    out.extend_from_slice(&self.conn.staged);
+                    self.conn.staged.clear();
+                }
+                None => self.conn.staged.clear(),
+            }
         }
-    }
-
-    /// Output not written yet, plaintext included.
-    pub fn pending(&self, io: &Io, c: ConnId) -> u64 {
-        if self.kernel {
-            io.pending(c)
-        } else {
-            io.pending(c) + self.unsealed()
+        match self.end {
+            End::Open => {}
+            End::Close | End::Shutdown => {
+                let mut none = Vec::new();
+                self.conn.close_notify(&mut none);
+            }
         }
-    }
-
-    /// Plaintext bytes the role wrote so far.
-    pub fn bytes_out(&self, io: &Io, c: ConnId) -> u64 {
-        if self.kernel {
-            self.sealed + io.bytes_out(c).saturating_sub(self.kernel_base)
-        } else {
-            self.sealed + self.unsealed()
-        }
-    }
-
-    /// Ends a connection the kernel seals: close_notify, then `end` once it is written.
-    fn kernel_end(&mut self, io: &mut Io, c: ConnId, close: bool) {
-        let mut none = Vec::new();
-        self.conn.close_notify(&mut none);
         self.kernel_out(io, c);
-        if close {
-            io.close_after_flush(c);
-        } else {
-            io.shutdown_after_flush(c);
+        match self.end {
+            End::Open if self.notify => io.notify_when_flushed(c),
+            End::Open => {}
+            End::Close => io.close_after_flush(c),
+            End::Shutdown => io.shutdown_after_flush(c),
         }
     }
 
@@ -181,10 +176,7 @@ impl TlsTransport {
         !self.queue.is_empty()
     }
 
-    pub fn send_file(&mut self, io: &mut Io, c: ConnId, file: Rc<File>, off: u64, len: u64) {
-        if self.kernel {
-            return io.send_file(c, file, off, len);
-        }
+    pub fn send_file(&mut self, file: Rc<File>, off: u64, len: u64) {
         if len == 0 {
             return;
         }
@@ -199,17 +191,11 @@ impl TlsTransport {
         });
     }
 
-    pub fn close_after_flush(&mut self, io: &mut Io, c: ConnId) {
-        if self.kernel {
-            return self.kernel_end(io, c, true);
-        }
+    pub fn close_after_flush(&mut self) {
         self.end = End::Close;
     }
 
-    pub fn shutdown_after_flush(&mut self, io: &mut Io, c: ConnId) {
-        if self.kernel {
-            return self.kernel_end(io, c, false);
-        }
+    pub fn shutdown_after_flush(&mut self) {
         if self.end == End::Open {
             self.end = End::Shutdown;
         }
@@ -219,7 +205,7 @@ impl TlsTransport {
     /// asked and everything is out.
     pub fn seal(&mut self, io: &mut Io, c: ConnId) {
         if self.kernel {
-            return self.kernel_out(io, c);
+            return self.seal_kernel(io, c);
         }
         if self.plain {
             return;
