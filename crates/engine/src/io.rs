@@ -216,7 +216,10 @@ impl ConnIo {
         self.close_err = None;
         self.peer = None;
         self.sent = 0;
-        self.ctl = None;
+        if self.ctl.is_some() {
+            // Checked first: dropping a `None` in place is an out-of-line call per accept.
+            self.ctl = None;
+        }
     }
 
     /// Drops queued output that no operation owns.
