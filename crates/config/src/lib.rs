@@ -9,11 +9,15 @@
 //! `xdp`, `ops`, `tls`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
+pub mod compress;
 mod error;
+mod fields;
 pub mod lb;
 pub mod ops;
+pub mod rewrite;
 mod schema;
 pub mod steering;
+pub mod template;
 pub mod tls;
 pub mod units;
 pub mod upstream;
@@ -133,7 +137,17 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         rt.busy_poll_us,
         src,
     )?;
+    ops::validate_error_log(rt.error_log.as_ref(), &rt.log_level, src)?;
+    compress::validate(
+        [
+            ("gzip", cfg.http.gzip.as_ref(), 9),
+            ("brotli", cfg.http.brotli.as_ref(), 11),
+            ("zstd", cfg.http.zstd.as_ref(), 19),
+        ],
+        src,
+    )?;
     vhost::validate_servers(&cfg.server, src)?;
+    rewrite::check::check_servers(&cfg.server, src)?;
     tls::validate(
         &cfg.tls,
         cfg.server
@@ -144,13 +158,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
     )?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
     if let Some(lb) = &cfg.lb {
-        let st = &cfg.steering;
-        let steering_on_filter = st.mode() == steering::Mode::Software
-            && cfg
-                .xdp
-                .as_ref()
-                .is_some_and(|x| st.devices().contains(&x.dev));
-        lb::validate(lb, cfg.xdp.as_ref(), steering_on_filter, src)?;
+        lb::validate(lb, cfg.xdp.as_ref(), &cfg.steering, src)?;
     }
     Ok(())
 }

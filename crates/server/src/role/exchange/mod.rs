@@ -7,6 +7,7 @@
 //! relays the response head and body (`response.rs`), returning an [`Outcome`] the client
 //! role acts on.
 
+pub mod deco;
 mod response;
 
 use ringx_engine::{ConnId, Io};
@@ -51,6 +52,9 @@ pub struct Exchange {
     pub started: bool,
     /// Reading from the client stopped because the upstream's queue is full.
     pub body_paused: bool,
+    /// Added or hidden headers, compression, intercepted errors (None: the location has
+    /// none of them).
+    pub deco: Option<Box<deco::Deco>>,
 }
 
 impl Default for Exchange {
@@ -70,6 +74,7 @@ impl Default for Exchange {
             upgrade: false,
             started: false,
             body_paused: false,
+            deco: None,
         }
     }
 }
@@ -337,6 +342,8 @@ pub(crate) fn pause_upstream(io: &mut Io, up: &mut UpConn, u: ConnId) {
     }
 }
 
+#[cfg(test)]
+mod deco_tests;
 #[cfg(test)]
 mod pool_prop;
 #[cfg(test)]

@@ -2,16 +2,24 @@
 //! `proxy_pass`, streaming the request body to it with back-pressure, acting on what the
 //! exchange reports from the upstream, and the client going away or stalling meanwhile.
 
+use std::sync::Arc;
+
 use ringx_engine::ConnId;
-use ringx_http::upstream::{upgrade_request, write_request_head, Forward};
+use ringx_http::upstream::{upgrade_request, write_request_head_edit, Forward, RequestEdit};
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
 
-use super::local::At;
+use super::local::Route;
 use super::{Http1, Next, Phase};
+use crate::answer::{Page, PageCtx, ReqCtx};
+use crate::compress::Accept;
+use crate::response::ConnHdr;
+use crate::rewrite::vars::{escape_args, escape_path, Vars};
+use crate::role::exchange::deco::Deco;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
 use crate::route::{Action, HostMode};
+use crate::route::{Loc, ProxyLoc, Routes};
 use crate::upstream::dial::Dial;
 use crate::upstream::HashKey;
 use crate::zone::client::Base;
@@ -19,6 +27,7 @@ use crate::zone::ctx::Cx;
 
 impl Http1 {
     /// Starts proxying if the request routes to a `proxy_pass` location.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn try_proxy(
         &mut self,
         cx: &mut Cx,
@@ -26,9 +35,13 @@ impl Http1 {
         c: ConnId,
         req: &Request,
         keep: bool,
-        at: At,
+        route: &Route<'_>,
+        rq: &ReqCtx,
     ) -> Option<Next> {
-        let (si, li) = at?;
+        let (si, li) = route.at?;
+        if route.ext.as_ref().is_some_and(|e| e.early.is_some()) {
+            return None; // a redirect or an error decided while routing: answered locally
+        }
         let ctx = &mut *cx.ctx;
         let (_, gen) = ctx.current_pools()?;
         if !matches!(
@@ -44,16 +57,38 @@ impl Http1 {
             unreachable!("checked above");
         };
         let def = &ctx.current_pools().expect("checked above").0.defs.list[loc.upstream];
-        let host = match &loc.host {
-            HostMode::Pass => None,
-            HostMode::Upstream => Some(def.servers[0].name.as_str()),
-            HostMode::Fixed(h) => Some(h.as_str()),
+        let location = &ctx.routes.servers[si].locations[li];
+        let server = &ctx.routes.servers[si];
+        let vars = Vars {
+            req,
+            uri: route.path.as_deref().unwrap_or(req.path),
+            args: match &route.ext {
+                Some(e) => e.args.as_deref(),
+                None => req.query,
+            },
+            caps: route.ext.as_ref().and_then(|e| e.caps.as_ref()),
+            conn: &rq.conn,
+            server_name: &server.name,
+            request_id: &rq.request_id,
+        };
+        let target = proxy_target(loc, location, route, req);
+        let mut added = Vec::new();
+        let mut set_host = None;
+        if let Some(e) = &loc.edit {
+            e.set_lines(&vars, &mut added);
+            set_host = e.host.as_ref().map(|t| vars.expand(t));
+        }
+        let host = match (&set_host, &loc.host) {
+            (Some(h), _) => Some(h.as_str()),
+            (None, HostMode::Pass) => None,
+            (None, HostMode::Upstream) => Some(def.servers[0].name.as_str()),
+            (None, HostMode::Fixed(h)) => Some(h.as_str()),
         };
         let upgrade = upgrade_request(req);
         let mut head = std::mem::take(&mut ex.head);
         head.clear();
         head.reserve(256 + req.head_len);
-        write_request_head(
+        write_request_head_edit(
             &mut head,
             req,
             &Forward {
@@ -69,7 +104,24 @@ impl Http1 {
                     .filter(|i| i.client_auth)
                     .map(|i| i.client_dn.as_deref()),
             },
+            &RequestEdit {
+                target: target.as_deref(),
+                drop: loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]),
+                add: &added,
+            },
         );
+        let deco = decoration(&ctx.routes, location, loc, req, &vars);
+        self.page = location
+            .rw
+            .as_ref()
+            .and_then(|rw| rw.error_pages.as_ref())
+            .map(|_| {
+                Box::new(PageCtx {
+                    routes: ctx.routes.clone(),
+                    at: (si, li),
+                    head_only: req.method == Method::Head,
+                })
+            });
         let key = match &def.hash_key {
             _ if def.maglev.is_none() => None,
             HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
@@ -82,7 +134,7 @@ impl Http1 {
             dial: Dial::new(gen, loc.upstream, def.retries, key, tried),
             up: None,
             head,
-            host_upstream: matches!(loc.host, HostMode::Upstream),
+            host_upstream: matches!(loc.host, HostMode::Upstream) && set_host.is_none(),
             has_body,
             replay: has_body.then(Vec::new),
             req_body: has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default())),
@@ -96,6 +148,7 @@ impl Http1 {
             upgrade: upgrade.is_some(),
             started: false,
             body_paused: false,
+            deco,
         };
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -233,12 +286,45 @@ impl Http1 {
         }
     }
 
-    /// No response can be had: `status` (502, 504) to the client.
+    /// No response can be had: `status` (502, 504, or an upstream error intercepted) to the
+    /// client, the location's error page for it if it has one.
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        let always = self
+            .exchange
+            .as_mut()
+            .and_then(|x| x.deco.as_mut())
+            .map(|d| std::mem::take(&mut d.add_always))
+            .unwrap_or_default();
+        let head_only = self.exchange.as_ref().is_some_and(|x| x.head_request);
         self.end_exchange(cx);
         self.phase = Phase::Idle;
         b.paused = false;
-        self.fail(cx, b, c, status, false);
+        if let Some(p) = self.page.take() {
+            let server = &p.routes.servers[p.at.0];
+            let target = server.locations[p.at.1]
+                .rw
+                .as_ref()
+                .and_then(|rw| rw.error_pages.as_ref())
+                .and_then(|pages| pages.get(status));
+            if let (Some(t), Some(out)) = (target, b.tr.out_buf(cx.io, c)) {
+                let page = Page {
+                    r: cx.ctx.responder(),
+                    server,
+                    ch: ConnHdr::Close,
+                    head_only: p.head_only,
+                };
+                if let Some(r) = page.write(out, status, t, None) {
+                    if let Some((f, off, len)) = r.file {
+                        b.tr.send_file(cx.io, c, f, off, len);
+                    }
+                    cx.ctx.log.status(cx.io, c, r.written, b);
+                    cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+                    self.linger(cx, b, c);
+                    return;
+                }
+            }
+        }
+        self.fail_with(cx, b, c, status, head_only, &always);
     }
 
     /// An event on the exchange's upstream connection `u`. Returns the tunnel this
@@ -301,6 +387,7 @@ impl Http1 {
         let Some(ex) = self.exchange.take() else {
             return;
         };
+        self.page = None;
         self.phase = Phase::Idle;
         b.paused = false;
         let close = ex.client_closes(b);
@@ -377,4 +464,73 @@ impl Http1 {
         let at = cx.io.now() + cx.ctx.set.send_timeout;
         cx.ctx.set_deadline(cx.io, b, c, at);
     }
+}
+
+/// The request-target sent upstream when it is not the client's: with a `proxy_pass` URI part,
+/// the location's prefix replaced by it (nginx's rule); after a rewrite, the rewritten path.
+/// Both escaped again, the query (rewritten or not) after them.
+fn proxy_target(p: &ProxyLoc, loc: &Loc, route: &Route<'_>, req: &Request) -> Option<String> {
+    let ext = route.ext.as_deref();
+    let changed = ext.is_some_and(|e| e.changed);
+    let broke = ext.is_some_and(|e| e.broke);
+    let path = route.path.as_deref()?;
+    if p.uri.is_none() && !changed {
+        return None;
+    }
+    let mut t = String::with_capacity(path.len() + 32);
+    match &p.uri {
+        Some(u) if !broke => {
+            t.push_str(u);
+            let rest = path.strip_prefix(loc.path.as_str()).unwrap_or(path);
+            escape_path(rest, &mut t);
+        }
+        _ => escape_path(path, &mut t),
+    }
+    let args = match ext {
+        Some(e) => e.args.as_deref(),
+        None => req.query,
+    };
+    if let Some(a) = args {
+        t.push('?');
+        escape_args(a, &mut t);
+    }
+    Some(t)
+}
+
+/// The decoration of a proxied response: `add_header` lines expanded now (the request is gone
+/// when the response comes), what the client accepts when the response may be compressed, and
+/// the error pages that replace upstream errors.
+fn decoration(
+    routes: &Arc<Routes>,
+    location: &Loc,
+    p: &ProxyLoc,
+    req: &Request,
+    vars: &Vars,
+) -> Option<Box<Deco>> {
+    let rw = location.rw.as_deref();
+    let add = rw.and_then(|rw| rw.add_header.as_ref());
+    let compress = routes
+        .compress
+        .as_ref()
+        .filter(|pol| location.compress && !pol.codecs.is_empty())
+        .map(|pol| (pol.clone(), Accept::of(req)));
+    let intercept = p
+        .edit
+        .as_ref()
+        .filter(|e| e.intercept)
+        .and(rw.and_then(|rw| rw.error_pages.clone()));
+    if add.is_none() && compress.is_none() && intercept.is_none() && p.edit.is_none() {
+        return None;
+    }
+    let (add_ok, add_always) = add.map_or((String::new(), String::new()), |a| {
+        a.expand_split(a.has_vars().then_some(vars))
+    });
+    Some(Box::new(Deco {
+        add_ok,
+        add_always,
+        edit: p.edit.clone(),
+        compress,
+        intercept,
+        relay: None,
+    }))
 }
