@@ -23,6 +23,7 @@ use crate::budget::Budget;
 use crate::ktls::{CryptoInfo, Support};
 use crate::provider::Provider;
 use crate::record::Records;
+pub use crate::recv::Recv;
 use crate::traffic::{KernelOut, Session, Traffic};
 
 enum State {
@@ -35,24 +36,6 @@ enum State {
     Traffic(Box<Traffic>),
     /// Failed or closed: nothing more is read or written.
     Done,
-}
-
-/// What a call to [`TlsConn::receive`] left for the caller to do.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Recv {
-    /// Nothing for the role (yet); handshake bytes may be in `out`.
-    Handshaking,
-    /// [`TlsConn::plain`] holds bytes for the role.
-    Data,
-    /// The handshake waits for the budget: call [`TlsConn::resume`] later.
-    Waiting,
-    /// The first bytes are not TLS but look like an HTTP request.
-    PlainHttp,
-    /// The peer sent close_notify (plaintext before it is in `plain`).
-    Closed,
-    /// The connection failed; an alert for the peer may be in `out` (or, while the kernel
-    /// seals, in [`TlsConn::take_kernel_out`]). Close after writing it.
-    Failed(String),
 }
 
 /// A server-side TLS connection.
@@ -269,10 +252,9 @@ impl TlsConn {
                     stop = false;
                 }
                 Ok(ConnectionState::BlockedHandshake) => {}
-                Ok(ConnectionState::WriteTraffic(w)) => {
+                Ok(ConnectionState::WriteTraffic(_)) => {
                     // TLS 1.3 servers may send after their Finished; the handshake ends with
                     // the client's.
-                    drop(w);
                     finished = !c.is_handshaking();
                 }
                 Ok(ConnectionState::ReadTraffic(mut r)) => {
@@ -434,6 +416,14 @@ impl TlsConn {
         self.seal(out);
         if let State::Traffic(t) = &mut self.state {
             t.close_notify(out);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn traffic_mut(&mut self) -> Option<&mut Traffic> {
+        match &mut self.state {
+            State::Traffic(t) => Some(t),
+            _ => None,
         }
     }
 

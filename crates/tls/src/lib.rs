@@ -24,6 +24,7 @@ pub mod ktls;
 pub mod material;
 pub mod provider;
 pub mod record;
+pub mod recv;
 pub mod select;
 pub mod sites;
 pub mod sni;

@@ -59,7 +59,8 @@ enum Alg {
 
 enum Key {
     AwsLc(aws_lc_rs::aead::LessSafeKey),
-    Ring(ring::aead::LessSafeKey),
+    // Boxed: ring's key schedule is inline (544 bytes), AWS-LC's behind a pointer already.
+    Ring(Box<ring::aead::LessSafeKey>),
 }
 
 impl Key {
@@ -81,7 +82,9 @@ impl Key {
                     Alg::Aes256Gcm => &r::AES_256_GCM,
                     Alg::Chacha20Poly1305 => &r::CHACHA20_POLY1305,
                 };
-                Key::Ring(r::LessSafeKey::new(r::UnboundKey::new(alg, key).ok()?))
+                Key::Ring(Box::new(r::LessSafeKey::new(
+                    r::UnboundKey::new(alg, key).ok()?,
+                )))
             }
         })
     }
@@ -308,6 +311,16 @@ impl Records {
         Ok(n as usize)
     }
 
+    /// One record of `data` whatever its length (an empty one too), for tests that play a
+    /// peer breaking the rules.
+    #[cfg(test)]
+    pub(crate) fn seal_one(&mut self, typ: u8, data: &[u8], out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + self.pre(), 0);
+        out.extend_from_slice(data);
+        self.finish(typ, start, out);
+    }
+
     /// Seals the record whose header space starts at `start` and whose plaintext is the rest
     /// of `out`.
     fn finish(&mut self, typ: u8, start: usize, out: &mut Vec<u8>) {
@@ -325,6 +338,12 @@ impl Records {
         let outer = if self.tls13 { APPLICATION_DATA } else { typ };
         let hdr = [outer, 3, 3, (body >> 8) as u8, body as u8];
         out[start..start + HDR].copy_from_slice(&hdr);
+        if tx.seq == u64::MAX {
+            // RFC 8446 §5.3: a sequence number never wraps (nonce reuse). Not reached: the
+            // connection re-keys or ends at its record limit, far below (Traffic::before_seal).
+            out.truncate(start);
+            return;
+        }
         let nonce = tx.nonce();
         let mut aad = [0u8; 13];
         let aad_len = if self.tls13 {
@@ -385,6 +404,13 @@ impl Records {
             return Err(fault(alert::BAD_RECORD_MAC, "record shorter than its tag"));
         }
         let rx = &mut self.rx;
+        if rx.seq == u64::MAX {
+            // RFC 8446 §5.3: the peer had to re-key (or end) before its sequence numbers wrap.
+            return Err(fault(
+                alert::UNEXPECTED_MESSAGE,
+                "the client's record sequence numbers are used up",
+            ));
+        }
         let (hdr, payload) = rec.split_at_mut(HDR);
         let (nonce, aad, body) = if self.tls13 {
             let mut aad = [0u8; 13];
@@ -407,6 +433,11 @@ impl Records {
         };
         rx.seq += 1;
         let start = HDR + explicit;
+        // RFC 8446 §5.4: the inner plaintext (content, type and padding) is at most 2^14 + 1
+        // bytes; RFC 5246 §6.2.1: a TLS 1.2 plaintext at most 2^14.
+        if n > MAX_PLAIN + usize::from(self.tls13) {
+            return Err(fault(alert::RECORD_OVERFLOW, "plaintext too long"));
+        }
         let (typ, n) = if self.tls13 {
             // The content type is the last non-zero byte; zeros after it are padding.
             let Some(at) = body[..n].iter().rposition(|&b| b != 0) else {
@@ -419,9 +450,6 @@ impl Records {
         } else {
             (typ, n)
         };
-        if n > MAX_PLAIN {
-            return Err(fault(alert::RECORD_OVERFLOW, "plaintext too long"));
-        }
         Ok(Opened {
             typ,
             start,

@@ -13,6 +13,7 @@ use rustls::{ClientConfig, ClientConnection, SupportedCipherSuite};
 
 use crate::ktls::tests::kernel_seal;
 use crate::ktls::Support;
+use crate::record::{APPLICATION_DATA, HANDSHAKE};
 use crate::tests::{drive, sites_with, Pki};
 use crate::{Budget, KernelOut, Provider, Recv, TlsConn};
 
@@ -267,4 +268,73 @@ fn when_the_kernel_seals_only_control_records_are_left_for_it() {
     };
     let (_cl, mut srv, _) = established(&pki, Provider::AwsLc, SUITES[2], Some(only_aes));
     assert!(srv.take_kernel_tx().is_none() && !srv.kernel_seals());
+}
+
+#[test]
+fn send_keys_are_renewed_at_their_limit_even_within_one_write() {
+    let pki = Pki::new("limit");
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i % 253) as u8).collect();
+    // TLS 1.3: a KeyUpdate of ours as soon as the limit is reached, between the records
+    // of one write (three records here), and the client reads all of it.
+    for suite in [SUITES[0], SUITES[2]] {
+        let (mut cl, mut srv, _) = established(&pki, Provider::AwsLc, suite, None);
+        let t = srv.traffic_mut().unwrap();
+        t.limit = t.records.tx.as_ref().unwrap().seq + 1;
+        let mut out = Vec::new();
+        srv.staged.extend_from_slice(&data);
+        srv.seal(&mut out);
+        let t = srv.traffic_mut().unwrap();
+        // One record under the old keys, then the KeyUpdate, then two under the new ones.
+        assert_eq!(t.records.tx.as_ref().unwrap().seq, 2, "{suite:?}");
+        let (got, _) = client_reads(&mut cl, &out);
+        assert!(got == data, "{suite:?}");
+    }
+    // TLS 1.2 has no KeyUpdate: the connection ends with close_notify at its limit.
+    let (mut cl, mut srv, _) = established(&pki, Provider::AwsLc, SUITES[3], None);
+    let t = srv.traffic_mut().unwrap();
+    t.limit = t.records.tx.as_ref().unwrap().seq + 1;
+    let mut out = Vec::new();
+    srv.staged.extend_from_slice(&data);
+    srv.seal(&mut out);
+    let (got, closed) = client_reads(&mut cl, &out);
+    assert_eq!(got, &data[..16_384]);
+    assert!(closed, "close_notify at the limit");
+    let mut more = Vec::new();
+    srv.staged.extend_from_slice(b"more");
+    srv.seal(&mut more);
+    assert!(more.is_empty(), "nothing sealed after it");
+}
+
+#[test]
+fn an_empty_handshake_record_is_refused() {
+    use rustls::crypto::cipher::{AeadKey, Iv};
+    let pki = Pki::new("emptyhs");
+    let (_cl, mut srv, sites) = established(&pki, Provider::AwsLc, SUITES[0], None);
+    // The server's receiving keys swapped for known ones, so that this test can seal as
+    // the client: a record whose inner type is handshake and whose content is empty (RFC
+    // 8446 §5.1 forbids it; a stream of them would cost decrypts and carry nothing).
+    let secret = || rustls::ConnectionTrafficSecrets::Aes256Gcm {
+        key: AeadKey::from([9; 32]),
+        iv: Iv::new([4; 12]),
+    };
+    let t = srv.traffic_mut().unwrap();
+    t.records.rx = crate::record::Keys::new(Provider::AwsLc, 0, &secret()).unwrap();
+    let mut client = crate::record::Records::new(
+        Provider::AwsLc,
+        rustls::ProtocolVersion::TLSv1_3,
+        (0, &secret()),
+        (0, &secret()),
+    )
+    .unwrap();
+    let mut wire = Vec::new();
+    client.seal(APPLICATION_DATA, b"fine", &mut wire);
+    let mut out = Vec::new();
+    assert_eq!(receive(&mut srv, &sites, &wire, &mut out), Recv::Data);
+    let mut wire = Vec::new();
+    client.seal_one(HANDSHAKE, b"", &mut wire);
+    let r = receive(&mut srv, &sites, &wire, &mut out);
+    assert!(
+        matches!(&r, Recv::Failed(w) if w.contains("empty handshake")),
+        "{r:?}"
+    );
 }

@@ -8,9 +8,9 @@ use rustls::pki_types::CertificateDer;
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
 use rustls::{HandshakeKind, ProtocolVersion, SupportedCipherSuite};
 
-use crate::conn::Recv;
 use crate::ktls::CryptoInfo;
-use crate::record::{alert, Records, ALERT, APPLICATION_DATA, HANDSHAKE};
+use crate::record::{alert, Records, ALERT, APPLICATION_DATA, HANDSHAKE, MAX_PLAIN};
+use crate::recv::Recv;
 
 /// What a finished handshake agreed (kept once rustls has handed the records over; the
 /// accessors are named as rustls's own).
@@ -88,7 +88,7 @@ pub(crate) struct Traffic {
     sent_close: bool,
     /// Records the current send keys may seal (AES-GCM's confidentiality limit, RFC 8446
     /// §5.5), less a margin.
-    limit: u64,
+    pub(crate) limit: u64,
     pub(crate) kernel_out: Vec<KernelOut>,
 }
 
@@ -142,6 +142,10 @@ impl Traffic {
                     Ok(())
                 }
                 ALERT => self.alert(&incoming[content]),
+                // RFC 8446 §5.1: no zero-length handshake fragments.
+                HANDSHAKE if o.len == 0 => {
+                    Err((alert::UNEXPECTED_MESSAGE, "empty handshake record".into()))
+                }
                 HANDSHAKE => {
                     self.hs.extend_from_slice(&incoming[content]);
                     self.messages(out)
@@ -288,7 +292,7 @@ impl Traffic {
     fn before_seal(&mut self, out: &mut Vec<u8>) -> bool {
         match &self.records.tx {
             Some(tx) if tx.seq >= self.limit => {
-                if self.update_tx(out).is_err() {
+                if self.sent_close || self.update_tx(out).is_err() {
                     self.close_notify(out);
                     return false;
                 }
@@ -300,8 +304,12 @@ impl Traffic {
     }
 
     pub(crate) fn seal(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        if !data.is_empty() && self.before_seal(out) {
-            self.records.seal(APPLICATION_DATA, data, out);
+        // The limit is checked per record: one call may carry many (a proxied body).
+        for chunk in data.chunks(MAX_PLAIN) {
+            if !self.before_seal(out) {
+                return;
+            }
+            self.records.seal(APPLICATION_DATA, chunk, out);
         }
     }
 
