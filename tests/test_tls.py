@@ -221,6 +221,22 @@ def test_mtls_required_and_optional(site):
     assert hdrs["x-ssl-client-verify"] == "NONE" and "x-ssl-client-s-dn" not in hdrs, hdrs
 
 
+def test_mtls_with_openssl_s_client(site):
+    pki, alice = site["pki"], site["alice"]
+    req = b"GET /who HTTP/1.1\r\nHost: m.test\r\nConnection: close\r\n\r\n"
+    for version in ["-tls1_3", "-tls1_2"]:
+        out = s_client(site["q"], "-servername", "m.test", version, "-ign_eof", "-CAfile",
+                       str(pki.ca_path), "-cert", str(alice[0]), "-key", str(alice[1]), stdin=req)
+        assert "Verify return code: 0 (ok)" in out and "HTTP/1.1 200" in out, (version, out)
+        hdrs = {k.lower(): v for k, v in site["up"].requests[-1]["headers"]}
+        assert hdrs["x-ssl-client-s-dn"] == "CN=alice", hdrs
+        # Without a certificate, verify = "required" refuses the handshake: no answer.
+        out = s_client(site["q"], "-servername", "m.test", version, "-ign_eof", "-CAfile",
+                       str(pki.ca_path), stdin=req)
+        assert "HTTP/1.1" not in out, (version, out)
+        assert "alert" in out.lower(), (version, out)
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 
