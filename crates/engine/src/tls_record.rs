@@ -92,6 +92,8 @@ mod tests {
         // SAFETY: CMSG_LEN and CMSG_SPACE are arithmetic on a length.
         let (len, space) = unsafe { (libc::CMSG_LEN(1) as usize, libc::CMSG_SPACE(1) as usize) };
         assert_eq!(space, b.len());
+        // SAFETY: msghdr is plain C data (integers and pointers) for which all zeros is a
+        // valid value: no buffers, no control data, no flags.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         let mut buf = b;
         msg.msg_control = buf.as_mut_ptr().cast();
