@@ -9,11 +9,16 @@
 //! `xdp`, `ops`, `tls`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
+pub mod cache;
 pub mod compress;
 mod error;
 mod fields;
+pub mod guard;
+pub mod htpasswd;
+pub mod keytmpl;
 pub mod lb;
 pub mod ops;
+pub mod policy;
 pub mod rewrite;
 mod schema;
 pub mod steering;
@@ -156,6 +161,8 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             .chain(cfg.stream.iter().filter_map(|s| s.get_ref().tls.as_ref())),
         src,
     )?;
+    policy::validate_guard(cfg, src)?;
+    policy::validate_cache(cfg, src)?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
     if let Some(lb) = &cfg.lb {
         lb::validate(lb, cfg.xdp.as_ref(), &cfg.steering, src)?;
@@ -195,3 +202,6 @@ mod tests;
 
 #[cfg(test)]
 mod tls_tests;
+
+#[cfg(test)]
+mod policy_tests;

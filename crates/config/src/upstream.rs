@@ -219,6 +219,28 @@ pub fn resolve_addr(a: &str) -> Result<SocketAddr, String> {
     }
 }
 
+/// Checks a target that names an upstream or `http://host:port` (`auth_request`'s
+/// `proxy_pass`): the upstream exists, or the address resolves.
+pub(crate) fn check_target(
+    upstreams: &[Spanned<Upstream>],
+    target: &Spanned<String>,
+    src: &Source,
+) -> Result<(), ConfigError> {
+    let t = target.get_ref();
+    if upstreams.iter().any(|u| u.get_ref().name.get_ref() == t) {
+        return Ok(());
+    }
+    let Some(addr) = https_addr(t).or_else(|| t.strip_prefix("http://").map(str::to_string)) else {
+        return Err(src.err(
+            target.span(),
+            format!("no [[upstream]] named {t:?} (or write \"http://host:port\")"),
+        ));
+    };
+    resolve_addr(addr.trim_end_matches('/'))
+        .map(drop)
+        .map_err(|m| src.err(target.span(), m))
+}
+
 /// Checks across the upstreams, the streams and the servers' `proxy_pass` targets.
 pub(crate) fn validate(
     upstreams: &[Spanned<Upstream>],

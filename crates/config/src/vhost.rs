@@ -91,6 +91,15 @@ pub struct Location {
     /// On-the-fly compression (`[http] gzip`, `brotli`, `zstd`) in this location; false: off.
     #[serde(default = "yes")]
     pub compress: bool,
+    // Access control, limits and the cache: `crate::guard` and `crate::cache`.
+    /// `"allow CIDR"` / `"deny CIDR"` / `"deny all"`, first match wins.
+    #[serde(default)]
+    pub access: Vec<Spanned<crate::guard::AccessRule>>,
+    pub auth_basic: Option<Spanned<crate::guard::AuthBasic>>,
+    pub auth_request: Option<Spanned<crate::guard::AuthRequest>>,
+    pub limit_req: Option<Spanned<crate::guard::LimitReq>>,
+    pub limit_conn: Option<Spanned<crate::guard::LimitConn>>,
+    pub proxy_cache: Option<Spanned<crate::cache::ProxyCache>>,
 }
 
 #[derive(Debug, Deserialize)]

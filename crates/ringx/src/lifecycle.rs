@@ -140,6 +140,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // the process's other descriptors need room too.
     let proxies = !cfg.upstream.is_empty()
         || !cfg.stream.is_empty()
+        || ringx_config::policy::has_subrequests(&cfg)
         || cfg.server.iter().any(|s| {
             s.get_ref()
                 .location
@@ -165,9 +166,13 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             recv_buffers: (*cfg.runtime.recv_buffers.get_ref()) as u16,
             recv_buffer_size: cfg.runtime.recv_buffer_size.0 as u32,
             ring_entries: 1024,
-            // Client addresses for X-Forwarded-For, PROXY headers, the access log and
-            // `$remote_addr`.
-            peer_addrs: proxies || cfg.http.access_log.is_some() || has_variables(&cfg),
+            // Client addresses for X-Forwarded-For, PROXY headers, the access log,
+            // `$remote_addr`, access rules and limits.
+            peer_addrs: proxies
+                || cfg.http.access_log.is_some()
+                || has_variables(&cfg)
+                || !cfg.http.real_ip_from.is_empty()
+                || ringx_config::policy::needs_client_address(&cfg),
             busy_poll: ringx_config::ops::busy_poll(cfg.runtime.busy_poll_us),
             max_outbound: if proxies { max_conns } else { 0 },
             batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
@@ -271,6 +276,19 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             Ok(guard) => Some(guard),
             Err(e) => {
                 tracing::error!("xdp: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    // Escalation of abusive clients into the filter's block list (limit_req escalate,
+    // escalate_malformed), running whenever there is a filter so that a reload can add rules;
+    // dropped before the filter, lifting the blocks it added.
+    let _escalator = match &cfg.xdp {
+        Some(x) => match ringx_server::guard::escalate::start(&x.pin_dir) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::error!("{e}");
                 return ExitCode::FAILURE;
             }
         },
@@ -424,7 +442,13 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                 crate::errlog::reopen();
                 tracing::info!("SIGUSR1: reopened the access log and the error log");
             }
-            Some(libc::SIGUSR2) if control.upgrade() => {
+            Some(libc::SIGUSR2) => {
+                // The new process steers the listeners by CPU with a map of its own.
+                handoff.release();
+                if !control.upgrade() {
+                    handoff.resume(&control.sockets);
+                    continue;
+                }
                 control.begin_drain(false);
                 tell_zones_to_drain(&ctls);
                 let rc = drain(&mut pool, cfg.runtime.drain_timeout.0, &sigs);

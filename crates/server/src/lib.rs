@@ -22,12 +22,15 @@
 //! | [`zone`] | the zone handler: dispatch, timers, control (drain, reload), the request log |
 //! | [`metrics`], [`accesslog`] | counters and their exposition; the access log writer |
 //! | [`error`] | typed errors: what failed, on which side, whether to retry |
+//! | [`guard`] | access rules, authentication, request and connection limits, escalation to XDP |
 
 pub mod accesslog;
 pub mod answer;
+pub mod cache;
 pub mod compiled;
 pub mod compress;
 pub mod error;
+pub mod guard;
 pub mod metrics;
 pub mod mime;
 pub mod response;

@@ -15,6 +15,8 @@ use ringx_engine::Waker;
 
 use crate::upstream::Upstreams;
 
+mod policy;
+
 /// Adds to a counter only its zone writes.
 #[inline]
 pub fn bump(a: &AtomicU64, n: u64) {
@@ -64,6 +66,16 @@ pub struct ZoneCounters {
     pub tls_handshake_ns: AtomicU64,
     /// TLS connections whose records the kernel seals after the handshake (kTLS).
     pub tls_kernel: AtomicU64,
+    /// Access control and limits (`crate::guard`): limit_req verdicts, limit_conn
+    /// refusals, requests denied by access rules and by authentication.
+    pub limit_req_passed: AtomicU64,
+    pub limit_req_delayed: AtomicU64,
+    pub limit_req_refused: AtomicU64,
+    pub limit_conn_refused: AtomicU64,
+    pub access_denied: AtomicU64,
+    pub auth_denied: AtomicU64,
+    /// Proxy cache answers by status ([`crate::cache::loc::STATUSES`]).
+    pub cache: [AtomicU64; 7],
 }
 
 impl ZoneCounters {
@@ -480,6 +492,7 @@ impl Metrics {
             r(&self.log_errors),
         );
 
+        self.render_guard(&mut o);
         self.render_xdp(&mut o);
         self.render_lb(&mut o);
         o.s

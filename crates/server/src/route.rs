@@ -28,6 +28,8 @@ pub struct Routes {
     pub has_proxy: bool,
     /// Compression (`[http] gzip`, `brotli`, `zstd`, `*_static`); None: off.
     pub compress: Option<Arc<Policy>>,
+    /// `[http]` real client addresses and malformed-request escalation.
+    pub http_guard: crate::guard::HttpGuard,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +95,10 @@ pub struct Loc {
     pub rw: Option<Box<LocRw>>,
     /// On-the-fly compression applies here.
     pub compress: bool,
+    /// Limits, access rules and authentication (`crate::guard`); None: none.
+    pub guard: Option<Box<crate::guard::Guard>>,
+    /// The proxy cache of a `proxy_pass` location (`crate::cache`); None: none.
+    pub cache: Option<Box<crate::cache::loc::CacheLoc>>,
 }
 
 pub enum Action {

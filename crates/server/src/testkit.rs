@@ -86,6 +86,12 @@ impl Harness {
         self.client_on(0)
     }
 
+    /// A client connection on the first listener from `peer` (`"203.0.113.5:1234"`).
+    pub fn client_from(&mut self, peer: &str) -> ConnId {
+        let peer: SocketAddr = peer.parse().expect("a socket address");
+        self.t.accept(&mut self.z, ListenerId(0), Some(peer))
+    }
+
     pub fn client_on(&mut self, listener: u32) -> ConnId {
         let peer: SocketAddr = PEER.parse().expect("valid");
         self.t.accept(&mut self.z, ListenerId(listener), Some(peer))

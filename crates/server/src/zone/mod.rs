@@ -285,6 +285,25 @@ impl Zone {
         }
     }
 
+    /// A held request's time came: its connection (if still the same one) goes on.
+    fn resume(&mut self, io: &mut Io, c: ConnId, gen: u32) {
+        let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
+            return;
+        };
+        if base.gen != gen {
+            return;
+        }
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        if let ClientRole::Http1(h) = role {
+            h.resume(&mut cx, base, c);
+        }
+        base.tr.seal(cx.io, c);
+    }
+
     /// Plaintext for a client connection's role.
     fn client_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
@@ -583,6 +602,11 @@ impl Handler for Zone {
         for u in up_due {
             self.upstream_event(io, u, UpEvent::Timeout);
         }
+        if !self.ctx.soon.is_empty() {
+            for (c, gen) in self.ctx.due(now) {
+                self.resume(io, c, gen);
+            }
+        }
         self.ctx.log.tick(now);
         if self.ctx.retired().next().is_some() {
             self.check_retired(io);
@@ -592,6 +616,15 @@ impl Handler for Zone {
             .wheel
             .next_due(now)
             .map(|d| d.max(Duration::from_millis(10)));
+        let soon = self
+            .ctx
+            .soon
+            .peek()
+            .map(|r| r.0 .0.saturating_duration_since(now));
+        let next = match (next, soon) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if self.ctx.draining {
             return Some(next.map_or(Duration::from_millis(100), |d| {
                 d.min(Duration::from_millis(100))

@@ -7,6 +7,7 @@
 //! relays the response head and body (`response.rs`), returning an [`Outcome`] the client
 //! role acts on.
 
+pub mod capture;
 pub mod deco;
 mod response;
 
@@ -55,6 +56,8 @@ pub struct Exchange {
     /// Added or hidden headers, compression, intercepted errors (None: the location has
     /// none of them).
     pub deco: Option<Box<deco::Deco>>,
+    /// The response is read by the server too (a subrequest, or a cache fill).
+    pub capture: Option<Box<capture::Capture>>,
 }
 
 impl Default for Exchange {
@@ -75,6 +78,7 @@ impl Default for Exchange {
             started: false,
             body_paused: false,
             deco: None,
+            capture: None,
         }
     }
 }
@@ -104,6 +108,11 @@ impl Exchange {
             && self.dial.tries_left > 0
             && (!self.has_body || self.replay.is_some())
             && self.dial.untried(pools)
+    }
+
+    /// A subrequest: the response goes to the server, not to the client.
+    pub fn is_sub(&self) -> bool {
+        self.capture.as_ref().is_some_and(|c| !c.to_client)
     }
 
     /// Whether the client connection must close once the response is complete.
@@ -142,6 +151,9 @@ impl Exchange {
             Opening { pp, tls },
         );
         rec.tr.write(cx.io, u, &self.head);
+        if let Some(cap) = self.capture.as_mut() {
+            cap.restart();
+        }
         if let Some(r) = &self.replay {
             rec.tr.write(cx.io, u, r);
         }

@@ -9,11 +9,15 @@ use ringx_http::upstream::{upgrade_request, write_request_head_edit, Forward, Re
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
 
 use super::local::Route;
-use super::{Http1, Next, Phase};
+use super::{cached, Http1, Next, Phase};
 use crate::answer::{Page, PageCtx, ReqCtx};
+use crate::cache::fill::{Fill, Mode};
+use crate::cache::loc::Decision;
+use crate::cache::Found;
 use crate::compress::Accept;
 use crate::response::ConnHdr;
 use crate::rewrite::vars::{escape_args, escape_path, Vars};
+use crate::role::exchange::capture::Capture;
 use crate::role::exchange::deco::Deco;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::tunnel::Tunnel;
@@ -21,12 +25,13 @@ use crate::role::upstream::UpEvent;
 use crate::route::{Action, HostMode};
 use crate::route::{Loc, ProxyLoc, Routes};
 use crate::upstream::dial::Dial;
-use crate::upstream::HashKey;
+use crate::upstream::{HashKey, UpstreamDef};
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
 impl Http1 {
-    /// Starts proxying if the request routes to a `proxy_pass` location.
+    /// Starts proxying if the request routes to a `proxy_pass` location; `capture`: what the
+    /// cache keeps of the response (a fill), and the cache status it carries.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn try_proxy(
         &mut self,
@@ -37,6 +42,7 @@ impl Http1 {
         keep: bool,
         route: &Route<'_>,
         rq: &ReqCtx,
+        capture: Option<Capture>,
     ) -> Option<Next> {
         let (si, li) = route.at?;
         if route.ext.as_ref().is_some_and(|e| e.early.is_some()) {
@@ -58,58 +64,11 @@ impl Http1 {
         };
         let def = &ctx.current_pools().expect("checked above").0.defs.list[loc.upstream];
         let location = &ctx.routes.servers[si].locations[li];
-        let server = &ctx.routes.servers[si];
-        let vars = Vars {
-            req,
-            uri: route.path.as_deref().unwrap_or(req.path),
-            args: match &route.ext {
-                Some(e) => e.args.as_deref(),
-                None => req.query,
-            },
-            caps: route.ext.as_ref().and_then(|e| e.caps.as_ref()),
-            conn: &rq.conn,
-            server_name: &server.name,
-            request_id: &rq.request_id,
-        };
-        let target = proxy_target(loc, location, route, req);
-        let mut added = Vec::new();
-        let mut set_host = None;
-        if let Some(e) = &loc.edit {
-            e.set_lines(&vars, &mut added);
-            set_host = e.host.as_ref().map(|t| vars.expand(t));
-        }
-        let host = match (&set_host, &loc.host) {
-            (Some(h), _) => Some(h.as_str()),
-            (None, HostMode::Pass) => None,
-            (None, HostMode::Upstream) => Some(def.servers[0].name.as_str()),
-            (None, HostMode::Fixed(h)) => Some(h.as_str()),
-        };
+        let vars = request_vars(&ctx.routes, si, req, route, rq);
         let upgrade = upgrade_request(req);
         let mut head = std::mem::take(&mut ex.head);
-        head.clear();
-        head.reserve(256 + req.head_len);
-        write_request_head_edit(
-            &mut head,
-            req,
-            &Forward {
-                client: b.addr.map(|a| a.ip()),
-                proto: if b.tr.is_tls() { "https" } else { "http" },
-                host,
-                forwarded_headers: loc.forwarded_headers,
-                close: false,
-                upgrade,
-                tls_client: b
-                    .tr
-                    .tls_info()
-                    .filter(|i| i.client_auth)
-                    .map(|i| i.client_dn.as_deref()),
-            },
-            &RequestEdit {
-                target: target.as_deref(),
-                drop: loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]),
-                add: &added,
-            },
-        );
+        let fill = capture.as_ref().and_then(|x| x.fill.as_deref());
+        let set_host = forward_head(&mut head, &vars, (location, loc, def), route, b, fill);
         let deco = decoration(&ctx.routes, location, loc, req, &vars);
         self.page = location
             .rw
@@ -134,7 +93,7 @@ impl Http1 {
             dial: Dial::new(gen, loc.upstream, def.retries, key, tried),
             up: None,
             head,
-            host_upstream: matches!(loc.host, HostMode::Upstream) && set_host.is_none(),
+            host_upstream: matches!(loc.host, HostMode::Upstream) && !set_host,
             has_body,
             replay: has_body.then(Vec::new),
             req_body: has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default())),
@@ -149,6 +108,7 @@ impl Http1 {
             started: false,
             body_paused: false,
             deco,
+            capture: capture.map(Box::new),
         };
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -171,6 +131,59 @@ impl Http1 {
         }
         self.send(cx, b, c);
         Some(if has_body { Next::Continue } else { Next::Hold })
+    }
+
+    /// Sends a request of the server's own (`head`) to `upstream`; the request being handled
+    /// waits (deferred) until the answer, which `capture` receives, is applied.
+    pub(super) fn subrequest(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        upstream: usize,
+        head: Vec<u8>,
+        capture: Capture,
+    ) {
+        let Some((pools, gen)) = cx.ctx.current_pools() else {
+            // No upstream state (a reload added the first upstream): as if it failed.
+            let mut capture = capture;
+            return match capture.fill.take() {
+                Some(fill) => self.cache_sub_done(cx, b, c, capture, fill, Some(502)),
+                None => self.sub_done(cx, b, c, None),
+            };
+        };
+        let retries = pools.defs.list[upstream].retries;
+        let mut ex = self.spare.take().unwrap_or_default();
+        let tried = std::mem::take(&mut ex.dial.tried);
+        *ex = Exchange {
+            dial: Dial::new(gen, upstream, retries, None, tried),
+            head,
+            idempotent: true,
+            keep: true,
+            capture: Some(Box::new(capture)),
+            ..Exchange::default()
+        };
+        self.exchange = Some(ex);
+        self.phase = Phase::Proxy;
+        b.paused = true;
+        let at = cx.io.now() + cx.ctx.set.send_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        self.send(cx, b, c);
+    }
+
+    /// The answer of a subrequest (`capture`, or None when none could be had): applied to the
+    /// request that waits for it, which is resumed on the zone's next turn (never from inside
+    /// the parse that sent the subrequest).
+    pub(super) fn sub_done(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        capture: Option<&Capture>,
+    ) {
+        self.progress.auth = Some(super::guard::auth_answer(capture));
+        let now = cx.io.now();
+        self.hold(cx, b, c, now);
     }
 
     /// Hands the request to a server; answers 502 when none can be reached.
@@ -289,6 +302,17 @@ impl Http1 {
     /// No response can be had: `status` (502, 504, or an upstream error intercepted) to the
     /// client, the location's error page for it if it has one.
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        if let Some(mut cap) = self.exchange.as_mut().and_then(|x| x.capture.take()) {
+            self.end_exchange(cx);
+            self.page = None;
+            if let Some(fill) = cap.fill.take() {
+                return self.cache_sub_done(cx, b, c, *cap, fill, Some(status));
+            }
+            if !cap.to_client {
+                return self.sub_done(cx, b, c, None);
+            }
+            self.exchange = None;
+        }
         let always = self
             .exchange
             .as_mut()
@@ -384,10 +408,20 @@ impl Http1 {
 
     /// The response is complete: the connection goes on with the next request, or closes.
     fn response_done(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        let Some(ex) = self.exchange.take() else {
+        let Some(mut ex) = self.exchange.take() else {
             return;
         };
         self.page = None;
+        if let Some(mut cap) = ex.capture.take() {
+            if !cap.to_client {
+                self.recycle(ex);
+                return match cap.fill.take() {
+                    Some(fill) => self.cache_sub_done(cx, b, c, *cap, fill, None),
+                    None => self.sub_done(cx, b, c, Some(&cap)),
+                };
+            }
+            cached::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
+        }
         self.phase = Phase::Idle;
         b.paused = false;
         let close = ex.client_closes(b);
@@ -398,6 +432,120 @@ impl Http1 {
             return;
         }
         if !b.paused {
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            self.process_buffered(cx, b, c);
+        }
+    }
+
+    /// The proxy cache's part of a request to a location with one (`Ok(None)`: it has none):
+    /// answered from the cache, held while another request fills the entry, or proxied with
+    /// the capture its fill (or its cache status) needs.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cache_step(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        (route, rq): (&Route<'_>, &ReqCtx),
+        keep: bool,
+        more_input: bool,
+    ) -> Result<Option<Capture>, Next> {
+        let Some(at) = route.at else {
+            return Ok(None);
+        };
+        let uri = route.path.as_deref().unwrap_or("");
+        let Some(d) = cached::decide(cx, b, req, uri, at, keep, self.progress.waiting) else {
+            return Ok(None);
+        };
+        match d {
+            Decision::Bypass => Ok(Some(cached::passing(cx, at, "BYPASS"))),
+            Decision::Uncached => Ok(Some(cached::passing(cx, at, "MISS"))),
+            Decision::Fetch(fill) => Ok(Some(cached::filling(fill, true))),
+            Decision::Wait(after) => {
+                let now = cx.io.now();
+                let (since, looks) = self.progress.waiting.unwrap_or((now, 0));
+                self.progress.waiting = Some((since, looks + 1));
+                self.hold(cx, b, c, now + after);
+                Err(Next::Defer)
+            }
+            Decision::Hit {
+                found,
+                status,
+                update,
+            } => {
+                let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
+                let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
+                let update = update
+                    .and_then(|f| upstream_head(cx, b, req, route, rq, &f).map(|(u, h)| (f, u, h)));
+                let asked = cached::asked_now(req, keep);
+                let Some((_, file)) = cached::write_found(cx, b, c, found, status, &line, &asked)
+                else {
+                    return Err(Next::Stop);
+                };
+                if let Some((f, off, len)) = file {
+                    b.tr.send_file(cx.io, c, f, off, len);
+                }
+                let next = self.after_response(cx, b, c, !keep, more_input);
+                if let (Some((fill, up, head)), Phase::Idle) = (update, self.phase) {
+                    // The client has its answer; this connection refreshes the entry before
+                    // it reads on (nginx's background update does the same).
+                    let cap = cached::filling(fill, false);
+                    self.subrequest(cx, b, c, up, head, cap);
+                    return Err(Next::Hold);
+                }
+                Err(next)
+            }
+        }
+    }
+
+    /// A fill's exchange ended without its response going to the client: a background update
+    /// (the client had its answer), or a response the cache answers for (a revalidation's
+    /// 304, an upstream status or a failure, `failed`, that the stale copy stands in for).
+    pub(super) fn cache_sub_done(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut cap: Capture,
+        mut fill: Box<Fill>,
+        failed: Option<u16>,
+    ) {
+        self.phase = Phase::Idle;
+        b.paused = false;
+        let now = cx.ctx.wall_ms(cx.io.now());
+        if fill.mode == Mode::Background {
+            if failed.is_none() {
+                cached::settle(&mut cap, &mut fill, now);
+            }
+            drop(fill);
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            return self.process_buffered(cx, b, c);
+        }
+        let answer = match failed {
+            None => cached::settle(&mut cap, &mut fill, now),
+            Some(st) => fill
+                .stale_for(st, false, now)
+                .cloned()
+                .map(|o| (o, "STALE")),
+        };
+        let Some((obj, status)) = answer else {
+            return self.fail(cx, b, c, failed.unwrap_or(502), false);
+        };
+        let line = fill.line(status);
+        let close = !fill.asked.keep || b.eof;
+        drop(fill.stale.take());
+        if cached::write_found(cx, b, c, Found::Mem(obj), status, &line, &fill.asked).is_none() {
+            return;
+        }
+        drop(fill);
+        let more = !b.inbuf.is_empty();
+        self.after_response(cx, b, c, close, more);
+        if !close && !b.paused {
             if !b.eof {
                 cx.io.resume_recv(c);
             }
@@ -533,4 +681,108 @@ fn decoration(
         intercept,
         relay: None,
     }))
+}
+
+/// The variables of a request routed to server `si` (for `proxy_set_header` and the like).
+fn request_vars<'a>(
+    routes: &'a Routes,
+    si: usize,
+    req: &'a Request<'a, 'a>,
+    route: &'a Route<'_>,
+    rq: &'a ReqCtx,
+) -> Vars<'a> {
+    Vars {
+        req,
+        uri: route.path.as_deref().unwrap_or(req.path),
+        args: match &route.ext {
+            Some(e) => e.args.as_deref(),
+            None => req.query,
+        },
+        caps: route.ext.as_ref().and_then(|e| e.caps.as_ref()),
+        conn: &rq.conn,
+        server_name: &routes.servers[si].name,
+        request_id: &rq.request_id,
+    }
+}
+
+/// The head of the request as forwarded to location `loc`'s upstream `def`
+/// (`proxy_set_header`, the `proxy_pass` URI, the Host); a cache fill's without the client's
+/// validators and ranges, with the cache's validators when it revalidates. Returns whether
+/// `proxy_set_header` set the Host.
+fn forward_head(
+    head: &mut Vec<u8>,
+    vars: &Vars,
+    (location, loc, def): (&Loc, &ProxyLoc, &UpstreamDef),
+    route: &Route<'_>,
+    b: &Base,
+    fill: Option<&Fill>,
+) -> bool {
+    let req = vars.req;
+    let target = proxy_target(loc, location, route, req);
+    let mut added = Vec::new();
+    let mut set_host = None;
+    if let Some(e) = &loc.edit {
+        e.set_lines(vars, &mut added);
+        set_host = e.host.as_ref().map(|t| vars.expand(t));
+    }
+    let host = match (&set_host, &loc.host) {
+        (Some(h), _) => Some(h.as_str()),
+        (None, HostMode::Pass) => None,
+        (None, HostMode::Upstream) => Some(def.servers[0].name.as_str()),
+        (None, HostMode::Fixed(h)) => Some(h.as_str()),
+    };
+    let configured = loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]);
+    let mut drop = std::borrow::Cow::Borrowed(configured);
+    if let Some(f) = fill {
+        drop.to_mut()
+            .extend(cached::FILL_DROP.iter().map(|n| n.to_string()));
+        cached::validators(f, &mut added);
+    }
+    head.clear();
+    head.reserve(256 + req.head_len);
+    write_request_head_edit(
+        head,
+        req,
+        &Forward {
+            client: b.addr.map(|a| a.ip()),
+            proto: if b.tr.is_tls() { "https" } else { "http" },
+            host,
+            forwarded_headers: loc.forwarded_headers,
+            close: false,
+            upgrade: upgrade_request(req),
+            tls_client: b
+                .tr
+                .tls_info()
+                .filter(|i| i.client_auth)
+                .map(|i| i.client_dn.as_deref()),
+        },
+        &RequestEdit {
+            target: target.as_deref(),
+            drop: &drop,
+            add: &added,
+        },
+    );
+    set_host.is_some()
+}
+
+/// The upstream of the request's location and its head for a background cache update.
+fn upstream_head(
+    cx: &Cx,
+    b: &Base,
+    req: &Request,
+    route: &Route<'_>,
+    rq: &ReqCtx,
+    fill: &Fill,
+) -> Option<(usize, Vec<u8>)> {
+    let (si, li) = route.at?;
+    let location = &cx.ctx.routes.servers[si].locations[li];
+    let Action::Proxy(loc) = &location.action else {
+        return None;
+    };
+    let (pools, _) = cx.ctx.current_pools()?;
+    let def = &pools.defs.list[loc.upstream];
+    let vars = request_vars(&cx.ctx.routes, si, req, route, rq);
+    let mut head = Vec::new();
+    forward_head(&mut head, &vars, (location, loc, def), route, b, Some(fill));
+    Some((loc.upstream, head))
 }
