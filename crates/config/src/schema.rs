@@ -46,6 +46,8 @@ pub struct Config {
     pub origin: Origin,
     /// The XDP load balancer (`ringx lb`); none without an [lb] section.
     pub lb: Option<lb::Lb>,
+    /// Transparent proxying: what `ringx tproxy rules` writes (`crate::tproxy`).
+    pub tproxy: Option<crate::tproxy::Tproxy>,
     /// Request-rate and concurrency limits' shared state (`crate::guard`).
     #[serde(default)]
     pub limit_req_zone: Vec<Spanned<guard::LimitReqZone>>,
@@ -104,6 +106,10 @@ pub struct Runtime {
     pub recv_buffers: Spanned<u32>,
     #[serde(default = "default_recv_buffer_size")]
     pub recv_buffer_size: Size,
+    /// Datagram receive buffers per zone (a power of two), when a `[[stream]]` is UDP. Each
+    /// is as large as the largest `max_datagram_size`.
+    #[serde(default = "default_udp_buffers")]
+    pub udp_buffers: Spanned<u32>,
     /// How long SIGTERM waits for requests in flight before exiting anyway.
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout: Dur,
@@ -227,6 +233,9 @@ fn default_max_conns() -> u32 {
 }
 fn default_recv_buffers() -> Spanned<u32> {
     Spanned::new(0..0, 1024)
+}
+fn default_udp_buffers() -> Spanned<u32> {
+    Spanned::new(0..0, 256)
 }
 fn default_recv_buffer_size() -> Size {
     Size(16384)

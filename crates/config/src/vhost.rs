@@ -32,6 +32,10 @@ pub struct Server {
     /// TLS on every listen address of this server: its certificates, and client
     /// certificates to ask for (`crate::tls`).
     pub tls: Option<Spanned<crate::tls::TlsValue>>,
+    /// Accept connections for addresses that are not this host's, which TPROXY rules steer
+    /// to the listen addresses (`IP_TRANSPARENT`; needs CAP_NET_ADMIN; `crate::tproxy`).
+    #[serde(default)]
+    pub transparent: bool,
     // Rewriting (`crate::rewrite`).
     /// `rewrite` rules run before a location is chosen.
     #[serde(default)]

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ringx_config::rewrite::parse_error_pages;
+use ringx_config::upstream::StreamProtocol;
 use ringx_config::{Config, Location, Return, Server, Source};
 use toml::Spanned;
 
@@ -17,7 +18,8 @@ use crate::error::Error;
 use crate::rewrite::headers::{AddHeaders, ErrTarget, ErrorPages, ProxyEdit};
 use crate::rewrite::{FallbackC, LocKind, LocRw, ReturnT, ServerRw, TryFilesC};
 use crate::route::{
-    Action, Canned, FileRoot, HostMode, ListenerKind, Loc, ProxyLoc, Routes, StreamDef, VServer,
+    Action, Canned, FileRoot, HostMode, ListenerKind, Loc, ProxyLoc, Routes, StreamDef, UdpDef,
+    VServer, UDP_MAX_DATAGRAM, UDP_MAX_SESSIONS,
 };
 use crate::upstream::Upstreams;
 
@@ -111,10 +113,32 @@ impl Routes {
             })
             .collect();
         let mut streams = Vec::new();
+        let (mut udp_listen, mut udp_stream) = (Vec::new(), Vec::new());
         for st in &cfg.stream {
             let st = st.get_ref();
             let upstream = ups.resolve_target(st.proxy_pass.get_ref())?;
+            let udp = (st.protocol == StreamProtocol::Udp).then(|| UdpDef {
+                responses: st.responses.as_ref().map(|r| *r.get_ref()),
+                max_sessions: st
+                    .max_sessions
+                    .as_ref()
+                    .map_or(UDP_MAX_SESSIONS, |m| *m.get_ref()),
+                max_datagram: st
+                    .max_datagram_size
+                    .as_ref()
+                    .map_or(UDP_MAX_DATAGRAM, |m| m.get_ref().0 as u32),
+            });
+            if udp.is_some() {
+                // Picked by a hash of the client's address whatever the upstream's policy:
+                // one client keeps one server.
+                ups.ensure_maglev(upstream);
+            }
             for a in &st.listen {
+                if udp.is_some() {
+                    udp_listen.push(*a.get_ref());
+                    udp_stream.push(streams.len());
+                    continue;
+                }
                 listen.push(*a.get_ref());
                 by_listener.push(Vec::new());
                 listener_kind.push(ListenerKind::Stream(streams.len()));
@@ -131,9 +155,11 @@ impl Routes {
             });
             streams.push(StreamDef {
                 upstream,
-                idle_timeout: st.idle_timeout.0,
+                idle_timeout: st.idle(),
                 proxy_protocol: st.proxy_protocol,
                 sni,
+                udp,
+                bind_client: st.bind.is_some() || ups.list[upstream].bind_client,
             });
         }
         let has_proxy = servers.iter().any(|s: &VServer| {
@@ -150,6 +176,12 @@ impl Routes {
             server_token: token.into_bytes(),
             listener_kind,
             streams,
+            udp_listen,
+            udp_stream,
+            transparent: ringx_config::tproxy::transparent_listeners(&cfg.server, &cfg.stream)
+                .into_iter()
+                .map(|(a, p)| (a, p == StreamProtocol::Udp))
+                .collect(),
             has_proxy,
             compress,
             http_guard: crate::guard::HttpGuard::compile(cfg),

@@ -29,10 +29,18 @@ pub(crate) enum Kind {
     FdInstall = 15,
     /// `IORING_OP_POLL_ADD` for `POLLOUT`: the socket can take more of a `sendfile`.
     PollOut = 16,
+    /// A UDP listener's multishot `recvmsg` (index: the listener).
+    DgramRecv = 17,
+    /// A datagram send (index: its slot in `dgram_send::Sends`).
+    DgramSend = 18,
+    /// A connected datagram socket's multishot `recvmsg` (index: the connection).
+    RecvDgram = 19,
+    /// The cancel of a UDP listener's receive.
+    CancelDgram = 20,
     /// `SOCKET_URING_OP_SETSOCKOPT` of `Io::set_sockopt`.
-    SockOpt = 17,
+    SockOpt = 21,
     /// `IORING_OP_SENDMSG` of `Io::send_tls_record`.
-    SendMsg = 18,
+    SendMsg = 22,
 }
 
 impl Kind {
@@ -55,8 +63,12 @@ impl Kind {
             14 => Msg,
             15 => FdInstall,
             16 => PollOut,
-            17 => SockOpt,
-            18 => SendMsg,
+            17 => DgramRecv,
+            18 => DgramSend,
+            19 => RecvDgram,
+            20 => CancelDgram,
+            21 => SockOpt,
+            22 => SendMsg,
             _ => return None,
         })
     }

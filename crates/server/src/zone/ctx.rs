@@ -178,6 +178,18 @@ impl ZoneCtx {
         self.dial_parts(gen).0
     }
 
+    /// The upstream state of generation `gen` if it is still kept (a UDP session outlives
+    /// the retired state it was opened with, which is kept only for TCP users).
+    pub fn pools_if(&mut self, gen: u32) -> Option<&mut ZonePools> {
+        if gen == self.pools_gen {
+            return self.pools.as_mut();
+        }
+        self.retired
+            .iter_mut()
+            .find(|r| r.0 == gen)
+            .map(|r| &mut r.1)
+    }
+
     /// The upstream state of generation `gen` and the connector: what reaching a server takes.
     pub fn dial_parts(&mut self, gen: u32) -> (&mut ZonePools, &mut Connector) {
         let retired = match (gen == self.pools_gen, self.pools.is_some()) {

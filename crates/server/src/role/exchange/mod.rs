@@ -125,7 +125,16 @@ impl Exchange {
     pub fn send(&mut self, cx: &mut Cx, base: &Base, c: ConnId) -> Result<(), Error> {
         let now = cx.io.now();
         let (pools, connector) = cx.ctx.dial_parts(self.dial.gen);
-        let reached = self.dial.reach(cx.io, pools, connector, true, now)?;
+        // bind = "client": the connection leaves from the client's address.
+        let from = match (pools.defs.list[self.dial.upstream].bind_client, base.addr) {
+            (false, _) => None,
+            (true, Some(a)) => Some(a.ip()),
+            (true, None) => {
+                return Err(Error::new(Kind::Connect, Side::Internal)
+                    .context("bind = \"client\": the client's address is not known"))
+            }
+        };
+        let reached = self.dial.reach(cx.io, pools, connector, true, from, now)?;
         let (u, reused) = (reached.conn, reached.reused);
         let def = &pools.defs.list[self.dial.upstream];
         let timeout = if reused {
