@@ -64,6 +64,8 @@ pub struct ZoneCounters {
     pub tls_failed: AtomicU64,
     pub tls_budget_waits: AtomicU64,
     pub tls_handshake_ns: AtomicU64,
+    /// TLS connections whose records the kernel seals after the handshake (kTLS).
+    pub tls_kernel: AtomicU64,
     /// UDP streams.
     pub udp: crate::udp_counters::UdpCounters,
     /// Access control and limits (`crate::guard`): limit_req verdicts, limit_conn
@@ -374,6 +376,12 @@ impl Metrics {
                 );
             }
         }
+        o.per_zone(
+            "ringx_tls_kernel_total",
+            "counter",
+            "TLS connections whose records the kernel seals after the handshake (kTLS), per zone.",
+            &col(&|z| r(&z.tls_kernel)),
+        );
         o.per_zone(
             "ringx_tls_budget_waits_total",
             "counter",
