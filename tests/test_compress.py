@@ -289,3 +289,121 @@ def test_a_long_stream_holds_bounded_memory(server, upstream):
     assert total == 256 << 20
     grew_mb = (hwm() - before) / 1024
     assert grew_mb < 32, f"peak memory grew by {grew_mb:.1f} MiB relaying 256 MiB"
+
+
+def big_file(site, name, mb):
+    """A compressible file past the 4 MiB that are compressed whole."""
+    p = site / name
+    if not p.exists():
+        block = text(1 << 20)
+        p.write_bytes(b"".join(block.replace(b"ringx", b"%05d" % i) for i in range(mb)))
+    return p
+
+
+def test_a_large_static_file_is_compressed_as_it_streams(server, site):
+    """Past 4 MiB a file is compressed piece by piece: chunked, no Content-Length, the same
+    entity headers as a small one; the next request on the connection is answered after it."""
+    _, port = server
+    want = big_file(site, "big.html", 6).read_bytes()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    for coding in ["gzip", "br", "zstd"]:
+        c.request("GET", "/big.html", headers={"Accept-Encoding": coding})
+        r = c.getresponse()
+        body = r.read()
+        assert r.status == 200
+        assert r.getheader("Content-Encoding") == coding
+        assert r.getheader("Transfer-Encoding") == "chunked"
+        assert r.getheader("Content-Length") is None
+        assert r.getheader("Vary") == "Accept-Encoding"
+        assert r.getheader("ETag").startswith('W/"')
+        assert r.getheader("Accept-Ranges") is None
+        assert len(body) < len(want) // 3
+        assert DECODE[coding](body) == want, coding
+        # Kept alive: the same connection serves the next request.
+        c.request("GET", "/small.html")
+        r = c.getresponse()
+        assert r.status == 200 and r.read() == text(100)
+    c.close()
+    # Identity, ranges and HEAD stay as they were.
+    r, body = get(port, "/big.html")
+    assert r.getheader("Content-Encoding") is None and body == want
+    r, body = get(port, "/big.html", {"Accept-Encoding": "gzip", "Range": "bytes=0-9"})
+    assert r.status == 206 and body == want[:10]
+    r, body = get(port, "/big.html", {"Accept-Encoding": "gzip"}, method="HEAD")
+    assert r.getheader("Content-Encoding") is None and body == b""
+    # HTTP/1.0: delimited by the close.
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    s.sendall(b"GET /big.html HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert b"Content-Encoding: gzip" in head and b"Connection: close" in head
+    assert b"Transfer-Encoding" not in head and b"Content-Length" not in head
+    assert gzip.decompress(body) == want
+
+
+def test_pipelined_requests_wait_for_a_streamed_body(server, site):
+    _, port = server
+    want = big_file(site, "big.html", 6).read_bytes()
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    req = b"GET /big.html HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+    s.sendall(req + b"GET /small.html HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head, rest = data.split(b"\r\n\r\n", 1)
+    assert b"Transfer-Encoding: chunked" in head
+    body = b""
+    while True:
+        line, rest = rest.split(b"\r\n", 1)
+        n = int(line, 16)
+        if n == 0:
+            assert rest.startswith(b"\r\n")
+            rest = rest[2:]
+            break
+        body += rest[:n]
+        rest = rest[n + 2:]
+    assert gzip.decompress(body) == want
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and rest.endswith(text(100))
+
+
+def test_a_large_static_file_holds_bounded_memory(server, site):
+    """96 MiB compressed for a slow reader: the server's peak memory grows by the encoder's
+    window and the queued output, not with the file."""
+    r0, port = server
+    pid = r0.pid
+    big_file(site, "huge.html", 96)
+
+    def hwm():
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+    get(port, "/small.html", {"Accept-Encoding": "gzip"})
+    before = hwm()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("GET", "/huge.html", headers={"Accept-Encoding": "gzip"})
+    r = c.getresponse()
+    assert r.getheader("Content-Encoding") == "gzip"
+    d = __import__("zlib").decompressobj(16 + 15)
+    total = 0
+    while True:
+        chunk = r.read1(1 << 14)
+        if not chunk:
+            break
+        total += len(d.decompress(chunk))
+        time.sleep(0.0002)
+    c.close()
+    assert total == 96 << 20
+    grew_mb = (hwm() - before) / 1024
+    assert grew_mb < 32, f"peak memory grew by {grew_mb:.1f} MiB compressing a 96 MiB file"

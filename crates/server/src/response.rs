@@ -52,11 +52,13 @@ pub struct Written {
 }
 
 /// A response written into a buffer: what was written, the file part of its body still to be
-/// sent, and whether the connection must close after it (the request could not be framed).
+/// sent (or the file to compress as the client takes it), and whether the connection must
+/// close after it (the request could not be framed, or the body is delimited by the close).
 pub struct Reply {
     pub written: Written,
     pub file: Option<FilePart>,
     pub close: bool,
+    pub stream: Option<Box<crate::compress::file_stream::FileStream>>,
 }
 
 impl Reply {
@@ -65,6 +67,7 @@ impl Reply {
             written,
             file: None,
             close: false,
+            stream: None,
         }
     }
 }
@@ -109,6 +112,32 @@ impl Responder<'_> {
         }
     }
 
+    /// A response head for a body whose length is not known yet: chunked (`chunked`, for an
+    /// HTTP/1.1 request), or delimited by the close (then `ch` must be [`ConnHdr::Close`]).
+    pub fn head_unsized(
+        &self,
+        out: &mut Vec<u8>,
+        status: u16,
+        extra: &str,
+        ch: ConnHdr,
+        chunked: bool,
+    ) -> Written {
+        let before = out.len();
+        ringx_http::write_status_line(out, status);
+        out.extend_from_slice(self.server_header);
+        out.extend_from_slice(self.date.header());
+        out.extend_from_slice(extra.as_bytes());
+        if chunked {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        out.extend_from_slice(ch.bytes());
+        out.extend_from_slice(b"\r\n");
+        Written {
+            status,
+            head_len: (out.len() - before) as u32,
+        }
+    }
+
     /// An nginx-style HTML error page (the body is left out for HEAD).
     pub fn error(&self, out: &mut Vec<u8>, page: ErrorPage<'_>) -> Written {
         let status = page.status;
@@ -126,6 +155,7 @@ impl Responder<'_> {
     }
 
     /// A `return` response: its pre-serialised head, Date, Connection, body.
+    #[inline]
     pub fn canned(&self, out: &mut Vec<u8>, c: &Canned, ch: ConnHdr, head_only: bool) -> Written {
         let before = out.len();
         if ch == ConnHdr::Keep11 && !head_only {
@@ -139,14 +169,16 @@ impl Responder<'_> {
                 head_len: (c.head.len() + ringx_http::DATE_HEADER_LEN + 2) as u32,
             };
         }
+        // One allocation for the lot: a new connection's output buffer is empty, and growing
+        // it append by append costs a reallocation and a copy each time.
+        let body = if head_only { &[][..] } else { &c.body[..] };
+        out.reserve(c.head.len() + ringx_http::DATE_HEADER_LEN + ch.bytes().len() + 2 + body.len());
         out.extend_from_slice(&c.head);
         out.extend_from_slice(self.date.header());
         out.extend_from_slice(ch.bytes());
         out.extend_from_slice(b"\r\n");
         let head_len = (out.len() - before) as u32;
-        if !head_only {
-            out.extend_from_slice(&c.body);
-        }
+        out.extend_from_slice(body);
         Written {
             status: c.status,
             head_len,

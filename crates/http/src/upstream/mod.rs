@@ -264,7 +264,22 @@ pub struct Forward<'a> {
 /// clients that name such fields by mistake keep working, as they do through nginx, which
 /// ignores `Connection` options altogether. Other fields named by `Connection` are dropped.
 pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>) {
-    write_request_head_edit(out, req, f, &RequestEdit::default());
+    request_head(out, req, f, &RequestEdit::default());
+}
+
+/// [`write_request_head`] with the request-target replaced (a `proxy_pass` URI part, a
+/// rewritten path) and nothing else edited.
+pub fn write_request_head_target(
+    out: &mut Vec<u8>,
+    req: &Request<'_, '_>,
+    f: &Forward<'_>,
+    target: Option<&str>,
+) {
+    let edit = RequestEdit {
+        target,
+        ..RequestEdit::default()
+    };
+    request_head(out, req, f, &edit);
 }
 
 /// What a proxy location changes in a request it forwards, beyond [`Forward`] (nginx's
@@ -288,6 +303,14 @@ pub fn write_request_head_edit(
     f: &Forward<'_>,
     edit: &RequestEdit<'_>,
 ) {
+    request_head(out, req, f, edit);
+}
+
+/// The one body of the request-head writers, inlined into each so that the ones without
+/// edits (every proxied request of a location with no `proxy_set_header`, hidden field or
+/// cache) compile without the per-field tests of the edits.
+#[inline(always)]
+fn request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>, edit: &RequestEdit<'_>) {
     let dropped = |n: &str| edit.drop.iter().any(|d| n.eq_ignore_ascii_case(d));
     out.extend_from_slice(req.method_str.as_bytes());
     out.push(b' ');
@@ -419,7 +442,7 @@ pub fn write_response_head(
     client: Version,
     conn: &[u8],
 ) -> ClientFraming {
-    write_response_head_edit(out, resp, client, conn, &ResponseEdit::default())
+    response_head(out, resp, client, conn, &ResponseEdit::default())
 }
 
 /// What the proxy changes in a response head it relays, beyond the framing (nginx's
@@ -451,6 +474,20 @@ pub fn vary_covers_accept_encoding(v: &[u8]) -> bool {
 
 /// [`write_response_head`] with a location's changes.
 pub fn write_response_head_edit(
+    out: &mut Vec<u8>,
+    resp: &ResponseHead<'_, '_>,
+    client: Version,
+    conn: &[u8],
+    edit: &ResponseEdit<'_>,
+) -> ClientFraming {
+    response_head(out, resp, client, conn, edit)
+}
+
+/// The one body of the response-head writers, inlined into each so that the one without
+/// edits (a location with no `add_header`, hidden field or compression) compiles without
+/// their per-field tests.
+#[inline(always)]
+fn response_head(
     out: &mut Vec<u8>,
     resp: &ResponseHead<'_, '_>,
     client: Version,

@@ -1,21 +1,27 @@
 //! Static files as a location serves them: a precompressed variant when the client takes one
 //! (`gzip_static`), otherwise the file compressed on the fly when its type, length and the
-//! request allow, with `Vary`, a weak `ETag` and no `Accept-Ranges` on a compressed body.
+//! request allow, with `Vary`, a weak `ETag` and no `Accept-Ranges` on a compressed body. A
+//! file up to [`MAX_COMPRESS_WHOLE`] is compressed at once and sent with its length; a larger
+//! one is compressed piece by piece as the client takes it (chunked, or delimited by the close
+//! for HTTP/1.0), with bounded memory.
 
 use std::os::unix::fs::FileExt;
 
 use super::{varies, Answer};
+use ringx_http::{BodyKind, Version};
+
 use crate::compress::encoder::compress;
+use crate::compress::file_stream::FileStream;
 use crate::compress::{Accept, Codec};
-use crate::response::Reply;
+use crate::response::{ConnHdr, Reply};
 use crate::rewrite::vars::escape_path;
 use crate::route::FileRoot;
 use crate::static_files::{self, FileReply, Precompressed};
 
-/// Files compressed on the fly are read and compressed whole, up to this size; a larger one
-/// is sent as it is (precompress it: `gzip_static`), so one request holds a bounded amount of
-/// memory.
-pub const MAX_COMPRESS_FILE: u64 = 4 << 20;
+/// Files compressed on the fly are read and compressed whole, with a `Content-Length`, up to
+/// this size; a larger one streams (`compress::file_stream`), so one request holds a bounded
+/// amount of memory.
+pub const MAX_COMPRESS_WHOLE: u64 = 4 << 20;
 
 impl Answer<'_> {
     /// A static file, its head in `out`, its body (when sent by the file) in the reply.
@@ -48,17 +54,32 @@ impl Answer<'_> {
                     headers.push_str("Vary: Accept-Encoding\r\n");
                 }
                 let on_the_fly = match (policy, &accept) {
-                    (Some(p), Some(a))
-                        if !encoded
-                            && status == 200
-                            && !self.head_only
-                            && len <= MAX_COMPRESS_FILE =>
-                    {
+                    (Some(p), Some(a)) if !encoded && status == 200 && !self.head_only => {
                         p.choose(a, ctype, Some(len))
                     }
                     _ => None,
                 };
-                if let Some(codec) = on_the_fly {
+                // (A request with a body has its response prepared before the body is read,
+                // in one buffer: it gets the file as it is.)
+                let streams = len > MAX_COMPRESS_WHOLE && self.req.body == BodyKind::None;
+                if let Some(codec) = on_the_fly.filter(|_| streams) {
+                    // Too large to compress at once: compressed as the client takes it. Its
+                    // length is unknown until the end: chunked to HTTP/1.1, delimited by the
+                    // close for HTTP/1.0.
+                    let chunked = self.req.version == Version::Http11;
+                    let ch = if chunked { self.ch } else { ConnHdr::Close };
+                    if let Ok(s) = FileStream::new(file.clone(), off, len, codec, chunked) {
+                        let headers = compressed_headers(&headers, codec);
+                        let headers = self.with_added(200, &headers);
+                        let written = self.r.head_unsized(out, 200, &headers, ch, chunked);
+                        return Reply {
+                            close: !chunked,
+                            stream: Some(Box::new(s)),
+                            ..Reply::bytes(written)
+                        };
+                    }
+                }
+                if let Some(codec) = on_the_fly.filter(|_| len <= MAX_COMPRESS_WHOLE) {
                     if let Some(body) = read_compressed(&file, len, codec) {
                         let headers = compressed_headers(&headers, codec);
                         let headers = self.with_added(200, &headers);
@@ -69,9 +90,8 @@ impl Answer<'_> {
                 }
                 let headers = self.with_added(status, &headers);
                 Reply {
-                    written: self.r.head(out, status, &headers, len, self.ch),
                     file: (!self.head_only).then_some((file, off, len)),
-                    close: false,
+                    ..Reply::bytes(self.r.head(out, status, &headers, len, self.ch))
                 }
             }
             FileReply::NotModified { mut headers, ctype } => {

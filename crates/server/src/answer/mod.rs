@@ -255,9 +255,8 @@ impl Page<'_> {
                 let extra = added(code, format!("Content-Type: {ctype}\r\n"));
                 let written = self.r.head(out, code, &extra, len, self.ch);
                 Some(Reply {
-                    written,
                     file: (!self.head_only && len > 0).then_some((file, 0, len)),
-                    close: false,
+                    ..Reply::bytes(written)
                 })
             }
             Action::Return(c) => {

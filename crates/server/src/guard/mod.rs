@@ -107,6 +107,19 @@ pub struct Progress {
     pub auth: Option<AuthAnswer>,
     /// Waiting for another request's cache fill: since when, and how many looks so far.
     pub waiting: Option<(Instant, u32)>,
+    /// A guard or a cache looked at the request (set before they do): the rest may be set.
+    pub touched: bool,
+}
+
+impl Progress {
+    /// Forgets what was decided for the last request. Only a location with a guard or a cache
+    /// sets anything, so on every other request this is one test, not a drop and a rewrite.
+    #[inline]
+    pub fn clear(&mut self) {
+        if self.touched {
+            *self = Progress::default();
+        }
+    }
 }
 
 /// A zone's own state for the guards: remembered credentials, a key buffer.

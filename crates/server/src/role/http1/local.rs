@@ -3,13 +3,15 @@
 //! static-file and missing locations through [`Answer`] and the response writer.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 use ringx_http::{Method, Request};
 
 use crate::answer::{Answer, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, Reply, Responder};
 use crate::rewrite::flow::{self, Early, RouteExt};
-use crate::route::{Action, Routes};
+use crate::rewrite::vars::ConnInfo;
+use crate::route::{Action, Canned, Routes};
 
 /// Where a request goes: indices of its server and location in the routes (None: no
 /// location matches, or the path could not be normalised).
@@ -25,12 +27,12 @@ pub struct Route<'r> {
 }
 
 /// Routes a request: its server by Host, then its location, through the server's rewriting
-/// when it has any.
+/// when it has any (which reads the connection, `conn`, and the `$request_id`).
 pub fn route<'r>(
     routes: &Routes,
     listener: usize,
     req: &Request<'_, 'r>,
-    rq: &ReqCtx,
+    (conn, request_id): (impl FnOnce() -> ConnInfo, &Cell<Option<[u8; 32]>>),
 ) -> Route<'r> {
     let si = routes.server_index(listener, || req.host_name());
     let Some(path) = clean_path(req.path) else {
@@ -43,11 +45,12 @@ pub fn route<'r>(
     };
     let server = &routes.servers[si];
     if server.full_route() {
+        let conn = conn();
         let cx = flow::Ctx {
             req,
-            conn: &rq.conn,
+            conn: &conn,
             server_name: &server.name,
-            request_id: &rq.request_id,
+            request_id,
         };
         let r = flow::route(routes, si, path, &cx);
         return Route {
@@ -63,6 +66,27 @@ pub fn route<'r>(
         server: si,
         at,
         ext: None,
+    }
+}
+
+/// The fixed `return` of a request routed to a location with nothing else to do: no
+/// rewriting, added headers or error pages (`rw`), no guard or cache, no compressed variant to
+/// choose. Such a request is answered without gathering anything more about it.
+#[inline]
+pub fn plain_return<'a>(routes: &'a Routes, route: &Route<'_>) -> Option<&'a Canned> {
+    let (si, li) = route.at?;
+    let l = &routes.servers[si].locations[li];
+    match &l.action {
+        Action::Return(c)
+            if route.ext.is_none()
+                && l.rw.is_none()
+                && l.guard.is_none()
+                && l.cache.is_none()
+                && c.variants.is_empty() =>
+        {
+            Some(c)
+        }
+        _ => None,
     }
 }
 
@@ -85,13 +109,21 @@ pub fn respond(
     let Some(path) = &route.path else {
         let w = r.error(out, ErrorPage::closing(400).head_only(head_only));
         return Reply {
-            written: w,
-            file: None,
             close: true,
+            ..Reply::bytes(w)
         };
     };
     let server = &routes.servers[route.server];
     let loc = route.at.map(|(_, li)| &server.locations[li]);
+    if let (Some(l), None) = (loc, &route.ext) {
+        if let Action::Return(c) = &l.action {
+            // The common fixed `return`: no rewriting, added headers or error pages here
+            // (`rw`), no compressed variant to choose. Written without gathering the rest.
+            if l.rw.is_none() && c.variants.is_empty() {
+                return Reply::bytes(r.canned(out, c, ch, head_only));
+            }
+        }
+    }
     let a = Answer {
         r,
         routes,

@@ -6,10 +6,13 @@
 //! answered here through the response writer (`local.rs`).
 
 mod cached;
+mod file_body;
+mod forward;
 mod guard;
 pub mod local;
 mod proxy;
 
+use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
@@ -18,6 +21,7 @@ use ringx_engine::ConnId;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
 
 use crate::answer::ReqCtx;
+use crate::compress::file_stream::FileStream;
 use crate::guard::Verdict;
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
 use crate::rewrite::vars::{new_request_id, ConnInfo};
@@ -56,6 +60,9 @@ pub enum Phase {
     /// A request waits with its head still buffered (a `limit_req` delay, a subrequest's
     /// answer, a cache entry being filled), to be looked at again (`Http1::resume`).
     Wait,
+    /// A static file is being compressed as the client takes it (`file_body.rs`); further
+    /// requests wait.
+    Stream,
 }
 
 /// A response prepared before its request's body was read.
@@ -100,6 +107,9 @@ pub struct Http1 {
     resumed: bool,
     /// What the location's guard decided so far for the request in progress.
     progress: crate::guard::Progress,
+    /// The body being compressed in [`Phase::Stream`], and whether the connection closes
+    /// after it.
+    stream: Option<(Box<FileStream>, bool)>,
 }
 
 impl Http1 {
@@ -120,6 +130,7 @@ impl Http1 {
             page: None,
             resumed: false,
             progress: crate::guard::Progress::default(),
+            stream: None,
         }
     }
 
@@ -184,8 +195,8 @@ impl Http1 {
             Phase::Lingering if b.tr.pending(cx.io, c) == 0 => cx.io.close(c),
             Phase::Lingering => b.tr.close_after_flush(cx.io, c),
             Phase::Body | Phase::Head => cx.io.close(c),
-            Phase::Wait => {}             // answered when it resumes, then closed
-            Phase::Idle if b.paused => {} // finishes in on_flushed
+            Phase::Wait | Phase::Stream => {} // answered (or finished), then closed
+            Phase::Idle if b.paused => {}     // finishes in on_flushed
             _ => b.tr.close_after_flush(cx.io, c),
         }
     }
@@ -193,6 +204,12 @@ impl Http1 {
     pub fn on_flushed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         if self.phase == Phase::Proxy {
             return self.proxy_client_flushed(cx);
+        }
+        if self.phase == Phase::Stream {
+            if self.stream_more(cx, b, c).is_some() && self.phase == Phase::Idle && !b.paused {
+                self.process_buffered(cx, b, c);
+            }
+            return;
         }
         if b.paused {
             b.paused = false;
@@ -207,19 +224,24 @@ impl Http1 {
         self.proxy_client_closed(cx);
         self.body = None;
         self.pending = None;
-        self.progress = crate::guard::Progress::default();
+        self.progress.clear();
+        self.stream = None;
     }
 
     /// The connection's deadline passed with nothing left to send.
     pub fn expire(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         match self.phase {
-            Phase::Idle | Phase::Lingering | Phase::ProxyHeader | Phase::Wait => cx.io.close(c),
+            Phase::Idle | Phase::Lingering | Phase::ProxyHeader | Phase::Wait | Phase::Stream => {
+                cx.io.close(c)
+            }
             Phase::Head | Phase::Body => self.fail(cx, b, c, 408, false),
             Phase::Proxy => self.proxy_client_timeout(cx, b, c),
         }
     }
 
     /// Answers with an error page and closes (lingering) after it.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn fail(
         &mut self,
         cx: &mut Cx,
@@ -287,7 +309,7 @@ impl Http1 {
                     }
                     break;
                 }
-                Phase::ProxyHeader | Phase::Wait => break,
+                Phase::ProxyHeader | Phase::Wait | Phase::Stream => break,
                 Phase::Body => {
                     let dec = self.body.as_mut().expect("a body phase has a decoder");
                     match dec.decode(&input[pos..]) {
@@ -367,7 +389,7 @@ impl Http1 {
         if !std::mem::take(&mut self.resumed) {
             cx.ctx.log.request(cx.io, c, req, b);
             self.requests += 1;
-            self.progress = crate::guard::Progress::default();
+            self.progress.clear();
         }
         self.client_closes = !req.keep_alive;
         let set = &cx.ctx.set;
@@ -386,72 +408,59 @@ impl Http1 {
         if cx.ctx.routes.http_guard.real_ip.is_some() {
             guard::client_ip(cx, b, req);
         }
-        // Routed once: the proxy and the local responder both take this.
-        let rq = ReqCtx::new(ConnInfo {
-            client: match (b.real_ip, b.addr) {
-                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
-                (None, a) => a,
-            },
-            local: b.local,
-            tls: b.tr.is_tls(),
-        });
+        let request_id = Cell::new(None);
         if cx.ctx.log.format() == Some(LogFormat::Json) {
-            // The JSON access log carries every request's id: made now, so that the one its
-            // headers send (proxy_set_header, add_header) is the one logged.
-            let id = new_request_id();
-            rq.request_id.set(Some(id));
-            cx.ctx.log.request_id(c, id);
+            json_request_id(cx, c, &request_id);
         }
-        let route = local::route(&cx.ctx.routes, b.listener as usize, req, &rq);
-        if let Some((si, li)) = route.at {
-            if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
-                let uri = route.path.as_deref().unwrap_or("");
-                if let Some(next) = self.guard(cx, b, c, req, uri, (si, li), keep, more_input) {
-                    return next;
-                }
+        // Routed once: the proxy and the local responder both take this.
+        let info = (|| conn_info(b), &request_id);
+        let route = local::route(&cx.ctx.routes, b.listener as usize, req, info);
+        if !has_body {
+            if let Some(canned) = local::plain_return(&cx.ctx.routes, &route) {
+                let Some(out) = b.tr.out_buf(cx.io, c) else {
+                    return Next::Stop;
+                };
+                let ch = ConnHdr::new(req.version == Version::Http11, keep);
+                let written = cx.ctx.responder().canned(out, canned, ch, head_only);
+                cx.ctx.log.status(cx.io, c, written, b);
+                return self.after_response(cx, b, c, !keep, more_input);
+            }
+        }
+        let rq = ReqCtx {
+            conn: conn_info(b),
+            request_id,
+        };
+        // Each of a location's optional steps is one test of what its compiled form has
+        // (`Loc::guard`, `Loc::cache`, the action); the steps themselves stay out of line.
+        let (guarded, cached) = match route.at {
+            Some((si, li)) => {
+                let l = &cx.ctx.routes.servers[si].locations[li];
+                (l.guard.is_some(), l.cache.is_some())
+            }
+            None => (false, false),
+        };
+        if guarded {
+            let uri = route.path.as_deref().unwrap_or("");
+            let at = route.at.expect("a guarded request has a location");
+            if let Some(next) = self.guard(cx, b, c, req, uri, at, keep, more_input) {
+                return next;
             }
         }
         if cx.ctx.routes.has_proxy {
-            let capture = match self.cache_step(cx, b, c, req, (&route, &rq), keep, more_input) {
-                Ok(cap) => cap,
-                Err(next) => return next,
-            };
+            let mut capture = None;
+            if cached {
+                capture = match self.cache_step(cx, b, c, req, (&route, &rq), keep, more_input) {
+                    Ok(cap) => cap,
+                    Err(next) => return next,
+                };
+            }
             if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq, capture) {
                 return next;
             }
         }
         let ch = ConnHdr::new(req.version == Version::Http11, keep);
         if has_body {
-            let mut bytes = Vec::new();
-            let r = local::respond(
-                &cx.ctx.routes,
-                cx.ctx.responder(),
-                &mut bytes,
-                req,
-                &route,
-                ch,
-                &rq,
-            );
-            if r.written.status >= 400 {
-                // A refusal does not wait for the body (a client trickling it would hold the
-                // connection): it goes out now, the connection closes, what still arrives is
-                // discarded while lingering.
-                return self.refuse_now(cx, b, c, bytes, r.written);
-            }
-            self.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
-            self.pending = Some(Pending {
-                bytes,
-                written: r.written,
-                file: r.file,
-                close: !keep || r.close,
-            });
-            self.phase = Phase::Body;
-            if req.expect_continue {
-                b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
-            }
-            let at = cx.io.now() + cx.ctx.set.body_timeout;
-            cx.ctx.set_deadline(cx.io, b, c, at);
-            return Next::Continue;
+            return self.respond_after_body(cx, b, c, req, (&route, &rq), ch, keep);
         }
         let Some(out) = b.tr.out_buf(cx.io, c) else {
             return Next::Stop;
@@ -469,11 +478,88 @@ impl Http1 {
             b.tr.send_file(cx.io, c, f, off, len);
         }
         cx.ctx.log.status(cx.io, c, r.written, b);
+        if let Some(s) = r.stream {
+            self.stream = Some((s, !keep || r.close));
+            self.phase = Phase::Stream;
+            b.paused = true; // pipelined requests wait in the buffer
+            return self.stream_more(cx, b, c).unwrap_or(Next::Hold);
+        }
         self.after_response(cx, b, c, !keep || r.close, more_input)
+    }
+
+    /// Compresses more of the file being streamed; `Some`: the response is complete (or cut,
+    /// and the connection closed), and what follows it.
+    fn stream_more(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) -> Option<Next> {
+        let (s, close) = self.stream.as_mut()?;
+        let close = *close;
+        match file_body::pump(s, cx, b, c) {
+            file_body::Pumped::Waiting => None,
+            file_body::Pumped::Failed => {
+                self.stream = None;
+                cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+                self.phase = Phase::Lingering;
+                cx.io.close(c);
+                Some(Next::Stop)
+            }
+            file_body::Pumped::Done => {
+                self.stream = None;
+                b.paused = false;
+                let more = !b.inbuf.is_empty();
+                Some(self.after_response(cx, b, c, close, more))
+            }
+        }
+    }
+
+    /// A request with a body answered locally: the response is prepared now and waits until
+    /// the body has been read (and 100 Continue, if asked for, goes first); a refusal goes
+    /// out at once.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn respond_after_body(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        (route, rq): (&local::Route<'_>, &ReqCtx),
+        ch: ConnHdr,
+        keep: bool,
+    ) -> Next {
+        let mut bytes = Vec::new();
+        let r = local::respond(
+            &cx.ctx.routes,
+            cx.ctx.responder(),
+            &mut bytes,
+            req,
+            route,
+            ch,
+            rq,
+        );
+        if r.written.status >= 400 {
+            // A refusal does not wait for the body (a client trickling it would hold the
+            // connection): it goes out now, the connection closes, what still arrives is
+            // discarded while lingering.
+            return self.refuse_now(cx, b, c, bytes, r.written);
+        }
+        self.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
+        self.pending = Some(Pending {
+            bytes,
+            written: r.written,
+            file: r.file,
+            close: !keep || r.close,
+        });
+        self.phase = Phase::Body;
+        if req.expect_continue {
+            b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let at = cx.io.now() + cx.ctx.set.body_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        Next::Continue
     }
 
     /// Runs the guard of location `at`; None: the request goes on to its location.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn guard(
         &mut self,
         cx: &mut Cx,
@@ -485,6 +571,7 @@ impl Http1 {
         keep: bool,
         more_input: bool,
     ) -> Option<Next> {
+        self.progress.touched = true;
         match guard::check(cx, b, req, uri, at, &mut self.progress) {
             Verdict::Pass => None,
             Verdict::Refuse { status, headers } => {
@@ -541,6 +628,8 @@ impl Http1 {
     }
 
     /// Sends a prepared error response at once, saying close, and lingers.
+    #[cold]
+    #[inline(never)]
     fn refuse_now(
         &mut self,
         cx: &mut Cx,
@@ -638,7 +727,11 @@ impl Http1 {
             buf.extend_from_slice(&b.inbuf);
         }
         b.inbuf = buf;
-        if b.eof && !b.paused && !matches!(self.phase, Phase::Body | Phase::Proxy | Phase::Wait) {
+        let busy = matches!(
+            self.phase,
+            Phase::Body | Phase::Proxy | Phase::Wait | Phase::Stream
+        );
+        if b.eof && !b.paused && !busy {
             b.tr.close_after_flush(cx.io, c);
         }
     }
@@ -656,6 +749,31 @@ impl Http1 {
                 self.process_buffered(cx, b, c);
             }
         }
+    }
+}
+
+/// The JSON access log carries every request's id: made before the request is routed, so
+/// that the one its headers send (`proxy_set_header`, `add_header`) is the one logged.
+#[inline(never)]
+fn json_request_id(cx: &mut Cx, c: ConnId, request_id: &Cell<Option<[u8; 32]>>) {
+    let id = new_request_id();
+    request_id.set(Some(id));
+    cx.ctx.log.request_id(c, id);
+}
+
+/// What a request's variables read of its connection: the client's address after
+/// `real_ip_from`, the local one, whether it is TLS.
+fn conn_info(b: &Base) -> ConnInfo {
+    ConnInfo {
+        client: match b.real_ip {
+            None => b.addr,
+            Some(ip) => Some(std::net::SocketAddr::new(
+                ip,
+                b.addr.map_or(0, |a| a.port()),
+            )),
+        },
+        local: b.local,
+        tls: b.tr.is_tls(),
     }
 }
 

@@ -1,0 +1,236 @@
+//! What a proxied request sends upstream, worked out before the exchange starts: the
+//! request-target (`proxy_pass` URI part, rewrites), the head with `proxy_set_header` and the
+//! Host, the request's variables, and the decoration its response gets on the way back.
+
+use std::sync::Arc;
+
+use ringx_http::upstream::{
+    upgrade_request, write_request_head_edit, write_request_head_target, Forward, RequestEdit,
+};
+use ringx_http::Request;
+
+use super::cached;
+use super::local::Route;
+use crate::answer::ReqCtx;
+use crate::cache::fill::Fill;
+use crate::compress::Accept;
+use crate::rewrite::vars::{escape_args, escape_path, Vars};
+use crate::role::exchange::deco::Deco;
+use crate::route::{Action, HostMode, Loc, ProxyLoc, Routes};
+use crate::upstream::UpstreamDef;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+/// The request-target sent upstream when it is not the client's: with a `proxy_pass` URI part,
+/// the location's prefix replaced by it (nginx's rule); after a rewrite, the rewritten path.
+/// Both escaped again, the query (rewritten or not) after them.
+#[inline]
+pub(super) fn proxy_target(
+    p: &ProxyLoc,
+    loc: &Loc,
+    route: &Route<'_>,
+    req: &Request,
+) -> Option<String> {
+    if p.uri.is_none() && route.ext.is_none() {
+        return None; // the client's target as it is: one test in the common case
+    }
+    proxy_target_edited(p, loc, route, req)
+}
+
+fn proxy_target_edited(
+    p: &ProxyLoc,
+    loc: &Loc,
+    route: &Route<'_>,
+    req: &Request,
+) -> Option<String> {
+    let ext = route.ext.as_deref();
+    let changed = ext.is_some_and(|e| e.changed);
+    let broke = ext.is_some_and(|e| e.broke);
+    let path = route.path.as_deref()?;
+    if p.uri.is_none() && !changed {
+        return None;
+    }
+    let mut t = String::with_capacity(path.len() + 32);
+    match &p.uri {
+        Some(u) if !broke => {
+            t.push_str(u);
+            let rest = path.strip_prefix(loc.path.as_str()).unwrap_or(path);
+            escape_path(rest, &mut t);
+        }
+        _ => escape_path(path, &mut t),
+    }
+    let args = match ext {
+        Some(e) => e.args.as_deref(),
+        None => req.query,
+    };
+    if let Some(a) = args {
+        t.push('?');
+        escape_args(a, &mut t);
+    }
+    Some(t)
+}
+
+/// The decoration of a proxied response: `add_header` lines expanded now (the request is gone
+/// when the response comes), what the client accepts when the response may be compressed, and
+/// the error pages that replace upstream errors.
+pub(super) fn decoration<'v>(
+    routes: &Arc<Routes>,
+    location: &Loc,
+    p: &ProxyLoc,
+    req: &Request,
+    vars: impl Fn() -> Vars<'v>,
+) -> Option<Box<Deco>> {
+    let rw = location.rw.as_deref();
+    let add = rw.and_then(|rw| rw.add_header.as_ref());
+    let compress = routes
+        .compress
+        .as_ref()
+        .filter(|pol| location.compress && !pol.codecs.is_empty())
+        .map(|pol| (pol.clone(), Accept::of(req)));
+    let intercept = p
+        .edit
+        .as_ref()
+        .filter(|e| e.intercept)
+        .and(rw.and_then(|rw| rw.error_pages.clone()));
+    if add.is_none() && compress.is_none() && intercept.is_none() && p.edit.is_none() {
+        return None;
+    }
+    let (add_ok, add_always) = add.map_or((String::new(), String::new()), |a| {
+        let vars = a.has_vars().then(vars);
+        a.expand_split(vars.as_ref())
+    });
+    Some(Box::new(Deco {
+        add_ok,
+        add_always,
+        edit: p.edit.clone(),
+        compress,
+        intercept,
+        relay: None,
+    }))
+}
+
+/// The variables of a request routed to server `si` (for `proxy_set_header` and the like).
+pub(super) fn request_vars<'a>(
+    routes: &'a Routes,
+    si: usize,
+    req: &'a Request<'a, 'a>,
+    route: &'a Route<'_>,
+    rq: &'a ReqCtx,
+) -> Vars<'a> {
+    Vars {
+        req,
+        uri: route.path.as_deref().unwrap_or(req.path),
+        args: match &route.ext {
+            Some(e) => e.args.as_deref(),
+            None => req.query,
+        },
+        caps: route.ext.as_ref().and_then(|e| e.caps.as_ref()),
+        conn: &rq.conn,
+        server_name: &routes.servers[si].name,
+        request_id: &rq.request_id,
+    }
+}
+
+/// The head of the request as forwarded to location `loc`'s upstream `def`
+/// (`proxy_set_header`, the `proxy_pass` URI, the Host); a cache fill's without the client's
+/// validators and ranges, with the cache's validators when it revalidates. `upgrade`: the
+/// protocol the client asks to switch to. Returns whether `proxy_set_header` set the Host.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward_head<'v>(
+    head: &mut Vec<u8>,
+    req: &Request,
+    vars: impl Fn() -> Vars<'v>,
+    (location, loc, def): (&Loc, &ProxyLoc, &UpstreamDef),
+    (route, upgrade): (&Route<'_>, Option<&[u8]>),
+    b: &Base,
+    fill: Option<&Fill>,
+) -> bool {
+    let target = proxy_target(loc, location, route, req);
+    let mut forward = Forward {
+        client: b.addr.map(|a| a.ip()),
+        proto: if b.tr.is_tls() { "https" } else { "http" },
+        host: None,
+        forwarded_headers: loc.forwarded_headers,
+        close: false,
+        upgrade,
+        tls_client: b
+            .tr
+            .tls_info()
+            .filter(|i| i.client_auth)
+            .map(|i| i.client_dn.as_deref()),
+    };
+    head.clear();
+    head.reserve(256 + req.head_len);
+    if loc.edit.is_none() && fill.is_none() {
+        // No `proxy_set_header`, hidden field or cache fill: no variables to expand, and the
+        // writer compiled without the edits' per-field tests.
+        forward.host = upstream_host(None, loc, def);
+        write_request_head_target(head, req, &forward, target.as_deref());
+        return false;
+    }
+    let mut added = Vec::new();
+    let mut set_host = None;
+    if let Some(e) = &loc.edit {
+        let vars = vars();
+        e.set_lines(&vars, &mut added);
+        set_host = e.host.as_ref().map(|t| vars.expand(t));
+    }
+    let configured = loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]);
+    let mut drop = std::borrow::Cow::Borrowed(configured);
+    if let Some(f) = fill {
+        drop.to_mut()
+            .extend(cached::FILL_DROP.iter().map(|n| n.to_string()));
+        cached::validators(f, &mut added);
+    }
+    forward.host = upstream_host(set_host.as_deref(), loc, def);
+    write_request_head_edit(
+        head,
+        req,
+        &forward,
+        &RequestEdit {
+            target: target.as_deref(),
+            drop: &drop,
+            add: &added,
+        },
+    );
+    set_host.is_some()
+}
+
+/// The Host sent upstream: `proxy_set_header`'s (`set`), else as `proxy_host` says (None: the
+/// client's).
+pub(super) fn upstream_host<'a>(
+    set: Option<&'a str>,
+    loc: &'a ProxyLoc,
+    def: &'a UpstreamDef,
+) -> Option<&'a str> {
+    match (set, &loc.host) {
+        (Some(h), _) => Some(h),
+        (None, HostMode::Pass) => None,
+        (None, HostMode::Upstream) => Some(def.servers[0].name.as_str()),
+        (None, HostMode::Fixed(h)) => Some(h.as_str()),
+    }
+}
+
+/// The upstream of the request's location and its head for a background cache update.
+pub(super) fn upstream_head(
+    cx: &Cx,
+    b: &Base,
+    req: &Request,
+    route: &Route<'_>,
+    rq: &ReqCtx,
+    fill: &Fill,
+) -> Option<(usize, Vec<u8>)> {
+    let (si, li) = route.at?;
+    let location = &cx.ctx.routes.servers[si].locations[li];
+    let Action::Proxy(loc) = &location.action else {
+        return None;
+    };
+    let (pools, _) = cx.ctx.current_pools()?;
+    let def = &pools.defs.list[loc.upstream];
+    let vars = || request_vars(&cx.ctx.routes, si, req, route, rq);
+    let mut head = Vec::new();
+    let upgrade = upgrade_request(req);
+    let at = (location, loc, def);
+    forward_head(&mut head, req, vars, at, (route, upgrade), b, Some(fill));
+    Some((loc.upstream, head))
+}
