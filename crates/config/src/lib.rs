@@ -10,6 +10,7 @@
 //! and re-exports the types.
 
 mod error;
+pub mod http2;
 pub mod lb;
 pub mod ops;
 mod schema;
@@ -134,6 +135,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         src,
     )?;
     vhost::validate_servers(&cfg.server, src)?;
+    http2::validate(&cfg.http2, src)?;
     tls::validate(
         &cfg.tls,
         cfg.server

@@ -45,6 +45,8 @@ pub struct TlsInfo {
     /// The server asked for a client certificate.
     pub client_auth: bool,
     pub resumed: bool,
+    /// ALPN agreed on `h2`: the connection speaks HTTP/2.
+    pub h2: bool,
 }
 
 pub struct TlsTransport {

@@ -51,6 +51,9 @@ pub struct Exchange {
     pub started: bool,
     /// Reading from the client stopped because the upstream's queue is full.
     pub body_paused: bool,
+    /// The response status goes to the client connection's request log (HTTP/1); an
+    /// HTTP/2 stream logs its own.
+    pub log: bool,
 }
 
 impl Default for Exchange {
@@ -70,6 +73,7 @@ impl Default for Exchange {
             upgrade: false,
             started: false,
             body_paused: false,
+            log: true,
         }
     }
 }

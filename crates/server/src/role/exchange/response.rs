@@ -176,7 +176,9 @@ impl Exchange {
                 status: h.status,
                 head_len,
             };
-            cx.ctx.log.status(cx.io, c, written, base);
+            if self.log {
+                cx.ctx.log.status(cx.io, c, written, base);
+            }
             cx.ctx.pools(self.dial.gen).succeeded(ui, s);
             let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
             up.head_done = true;

@@ -102,6 +102,11 @@ impl Http1 {
         self.phase
     }
 
+    /// Nothing read yet: the connection may still turn out to be HTTP/2 (h2c preface).
+    pub fn is_fresh(&self) -> bool {
+        self.phase == Phase::Idle && self.requests == 0
+    }
+
     /// Between requests with nothing buffered or queued: a keep-alive connection at rest.
     pub fn is_idle(&self, b: &Base, io: &ringx_engine::Io, c: ConnId) -> bool {
         self.phase == Phase::Idle && b.inbuf.is_empty() && b.tr.pending(io, c) == 0

@@ -96,6 +96,7 @@ impl Http1 {
             upgrade: upgrade.is_some(),
             started: false,
             body_paused: false,
+            log: true,
         };
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
