@@ -195,7 +195,8 @@ impl Exchange {
                 return Head::Ended(Outcome::Upgrade(u));
             }
             match h.body {
-                ResponseBody::None => {
+                // An empty body is complete with its head: nothing more will arrive to say so.
+                ResponseBody::None | ResponseBody::Length(0) => {
                     let clean = end == input.len();
                     return Head::Ended(self.response_done(cx, u, clean));
                 }
