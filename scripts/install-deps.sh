@@ -68,13 +68,15 @@ if [ -n "$py_missing" ]; then
   python3 -m pip install -q $py_missing 2>/dev/null || python3 -m pip install -q --break-system-packages $py_missing
 fi
 
-# h2spec (HTTP/2 conformance, tests/test_h2.py): a Go module, built once into tools/bin.
-H2SPEC_VERSION=v2.6.0
-if [ ! -x tools/bin/h2spec ]; then
+# h2spec (HTTP/2 conformance, tests/test_h2.py): a Go module, built once into tools/bin. The
+# module has no /v2 path, so the Go module proxy serves its 2.x line as +incompatible.
+H2SPEC_VERSION=v2.2.1+incompatible
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -x "$ROOT/tools/bin/h2spec" ]; then
   GO=$(command -v go || echo /usr/local/go/bin/go)
   if [ -x "$GO" ]; then
     echo "install-deps: building h2spec $H2SPEC_VERSION"
-    GOBIN="$PWD/tools/bin" "$GO" install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION" \
+    GOBIN="$ROOT/tools/bin" "$GO" install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION" \
       || echo "install-deps: h2spec could not be built; tests/test_h2.py skips its conformance run" >&2
   fi
 fi

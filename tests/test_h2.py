@@ -327,5 +327,21 @@ def test_h2spec_conformance(site, tls, tmp_path):
     r = subprocess.run(args, capture_output=True, timeout=300)
     out = r.stdout.decode(errors="replace")
     tail = "\n".join(out.splitlines()[-40:])
-    assert r.returncode == 0, tail
-    assert " 0 failed" in out, tail
+    failed = h2spec_failures(tmp_path / "report.xml")
+    # Deliberately different on a plain port: it serves HTTP/1.1 and h2c, so bytes that are
+    # not the HTTP/2 preface are an HTTP/1.1 request (answered 400 and closed), not an
+    # HTTP/2 connection error. Over TLS (ALPN h2) the case passes like every other.
+    allowed = set() if tls else {("http2/3.5", "Sends invalid connection preface")}
+    assert failed <= allowed, tail
+    assert " tests, " in out and "passed" in out, tail
+
+
+def h2spec_failures(report: Path) -> set[tuple[str, str]]:
+    """(section, case) of every failed case in h2spec's JUnit report."""
+    import xml.etree.ElementTree as ET
+    out = set()
+    for suite in ET.parse(report).getroot().iter("testsuite"):
+        for case in suite.iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                out.add((suite.get("package", ""), case.get("classname", "")))
+    return out

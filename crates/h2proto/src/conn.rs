@@ -475,7 +475,14 @@ impl Conn {
             if remote_closed {
                 return Ok(self.stream_error(id, ErrorCode::StreamClosed, Why::StreamClosed, now));
             }
-            if !b.end_stream || t.fault.is_some() || r == Decoded::TooLarge || b.self_dependent {
+            if !b.end_stream {
+                return Err(ConnError {
+                    code: ErrorCode::Protocol,
+                    why: Why::Protocol,
+                    msg: "a second HEADERS without END_STREAM",
+                });
+            }
+            if t.fault.is_some() || r == Decoded::TooLarge || b.self_dependent {
                 return Ok(self.stream_error(id, ErrorCode::Protocol, Why::Malformed, now));
             }
             let s = self.streams.get_mut(&id).expect("checked");
@@ -594,6 +601,7 @@ impl Conn {
             );
         }
         if !self.streams.contains_key(&h.stream) {
+            self.streams.peer_reset(h.stream);
             return Ok(None);
         }
         self.count_reset(now)?;

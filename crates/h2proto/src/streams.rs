@@ -67,6 +67,14 @@ impl Streams {
         self.closed.push_back((id, by_us));
     }
 
+    /// The peer reset a stream that had already left the table (we had ended it): frames
+    /// it sends after that are its fault, not in flight.
+    pub(crate) fn peer_reset(&mut self, id: u32) {
+        if let Some(e) = self.closed.iter_mut().find(|e| e.0 == id) {
+            e.1 = false;
+        }
+    }
+
     /// Whether we reset a stream not in the table (None: not remembered).
     pub(crate) fn reset_by_us(&self, id: u32) -> Option<bool> {
         self.closed.iter().find(|e| e.0 == id).map(|e| e.1)

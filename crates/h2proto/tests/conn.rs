@@ -613,3 +613,38 @@ proptest! {
         let _ = run(&Limits::default(), &i, &[], Instant::now());
     }
 }
+
+/// We answered and reset a stream (NO_ERROR: the body is not needed); the peer resets it too
+/// and then sends DATA on it: that DATA is its fault (STREAM_CLOSED), not in flight.
+#[test]
+fn data_after_the_peers_own_reset_is_stream_closed() {
+    let now = Instant::now();
+    let mut c = Conn::new(Limits::default());
+    let mut i = start();
+    headers(&mut i, 1, &block("POST", "/", &[]), false);
+    let mut pos = 0;
+    while let Step::Skip(n) | Step::Event(n, _) = c.feed(&i[pos..], now) {
+        pos += n;
+    }
+    let mut out = Vec::new();
+    c.send_headers(&mut out, 1, 200, [], true);
+    c.reset(1, ErrorCode::NoError);
+    c.clear_out();
+    // DATA in flight when we reset: ignored.
+    let mut d = Vec::new();
+    frame_bytes(&mut d, kind::DATA, 0, 1, b"x");
+    assert!(matches!(c.feed(&d, now), Step::Skip(_)));
+    let mut r = Vec::new();
+    frame_bytes(&mut r, kind::RST_STREAM, 0, 1, &8u32.to_be_bytes());
+    assert!(matches!(c.feed(&r, now), Step::Skip(_)));
+    assert!(matches!(
+        c.feed(&d, now),
+        Step::Event(
+            _,
+            Event::Reset {
+                code: ErrorCode::StreamClosed,
+                ..
+            }
+        )
+    ));
+}

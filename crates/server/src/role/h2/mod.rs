@@ -333,13 +333,15 @@ impl H2 {
         }
     }
 
-    /// The response ended (END_STREAM sent): a request still sending its body is told to
-    /// stop (RST_STREAM NO_ERROR, RFC 9113 §8.1), and the stream is logged and forgotten.
+    /// The response ended (END_STREAM sent), and the stream is logged and forgotten. A
+    /// proxied request still sending its body is told to stop (RST_STREAM NO_ERROR, RFC 9113
+    /// §8.1); a locally answered one's body is read and dropped until it ends, as nginx
+    /// discards it, so the stream closes as the client expects (within `client_max_body_size`).
     pub(super) fn finish(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
         let Some(s) = self.streams.remove(&id) else {
             return;
         };
-        if self.conn.is_open(id) && !self.conn.remote_closed(id) {
+        if s.proxy.is_some() && self.conn.is_open(id) && !self.conn.remote_closed(id) {
             self.conn.reset(id, ErrorCode::NoError);
         }
         self.detach(cx, &s);
