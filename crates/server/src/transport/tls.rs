@@ -128,11 +128,27 @@ impl TlsTransport {
         if self.plain {
             return;
         }
+        if self.queue.is_empty() {
+            return self.seal_staged(io, c);
+        }
+        // What is staged now was written after everything queued: it waits aside while the
+        // queue is sealed (`seal_bytes` would put it first), and goes after it.
+        let later = std::mem::take(&mut self.conn.staged);
+        self.seal_queue(io, c);
+        debug_assert!(self.conn.staged.is_empty());
+        self.conn.staged = later;
+        if self.queue.is_empty() {
+            self.seal_staged(io, c);
+        }
+    }
+
+    /// Seals queued pieces in order, file pieces while the socket's queue is short.
+    fn seal_queue(&mut self, io: &mut Io, c: ConnId) {
         while let Some(front) = self.queue.front_mut() {
             match front {
                 Piece::Bytes(b) => {
                     let Some(out) = io.out_buf(c) else { return };
-                    self.sealed += (self.conn.staged.len() + b.len()) as u64;
+                    self.sealed += b.len() as u64;
                     self.conn.seal_bytes(b, out);
                     self.queue.pop_front();
                 }
@@ -152,7 +168,7 @@ impl TlsTransport {
                         };
                         *off += got as u64;
                         let Some(out) = io.out_buf(c) else { return };
-                        self.sealed += (self.conn.staged.len() + got) as u64;
+                        self.sealed += got as u64;
                         self.conn.seal_bytes(&self.piece[..got], out);
                     }
                     if *off < *end {
@@ -164,6 +180,11 @@ impl TlsTransport {
                 }
             }
         }
+    }
+
+    /// Seals the staged plaintext (nothing queued waits before it), and ends the
+    /// connection when asked.
+    fn seal_staged(&mut self, io: &mut Io, c: ConnId) {
         let Some(out) = io.out_buf(c) else { return };
         self.sealed += self.conn.staged.len() as u64;
         match self.end {
