@@ -152,6 +152,14 @@ fn string<'a>(b: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<(&'a [u8], usize)
     scratch.clear();
     httlib_huffman::decode(raw, scratch, httlib_huffman::DecoderSpeed::FourBits)
         .map_err(|_| InvalidBlock)?;
+    // The padding must be under 8 bits and all ones (RFC 7541 §5.2); the decoder lets a
+    // zero padding through, so it is checked from the code lengths of what was decoded.
+    let table = &httlib_huffman::encoder::table::ENCODE_TABLE;
+    let bits: usize = scratch.iter().map(|&c| table[c as usize].0 as usize).sum();
+    let pad = (raw.len() * 8).checked_sub(bits).ok_or(InvalidBlock)?;
+    if pad >= 8 || (pad > 0 && raw[raw.len() - 1] & ((1u8 << pad) - 1) != (1u8 << pad) - 1) {
+        return Err(InvalidBlock);
+    }
     Ok((scratch, n + len))
 }
 
@@ -458,6 +466,18 @@ mod tests {
     #[test]
     fn invalid_blocks_are_errors() {
         let mut d = Decoder::default();
+        // Huffman "a" (00011) padded by zeros, by more than 7 bits, and the EOS symbol.
+        for b in [
+            &[0x00, 0x01, b'x', 0x81, 0x18][..],
+            &[0x00, 0x01, b'x', 0x82, 0x1f, 0xff],
+            &[0x00, 0x01, b'x', 0x84, 0xff, 0xff, 0xff, 0xff],
+        ] {
+            assert!(fields(&mut d, b, 1 << 16).0.is_err(), "{b:?}");
+        }
+        assert_eq!(
+            fields(&mut d, &[0x00, 0x01, b'x', 0x81, 0x1f], 1 << 16).0,
+            Ok(Decoded::Whole)
+        );
         // An index past both tables; a size update above the allowed size; one at the end.
         for b in [&[0x80 | 70][..], &[0x3f, 0xe1, 0x7f], &[0x82, 0x20]] {
             assert!(fields(&mut d, b, 1 << 16).0.is_err(), "{b:?}");
