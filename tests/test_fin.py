@@ -8,6 +8,7 @@ exactly that: the server's last data segment has FIN set, and no bare FIN follow
 client still reads the whole response, then EOF.
 """
 
+import ctypes
 import os
 import socket
 import struct
@@ -33,12 +34,44 @@ PACKET_OUTGOING = 4
 FIN, PSH = 0x01, 0x08
 
 
+SO_ATTACH_FILTER = 26
+
+
+class tcp_src_port_filter:
+    """A classic BPF program that accepts IPv4 TCP segments from `port` on an Ethernet-framed
+    device (lo is one), what `tcpdump -dd 'ip and tcp src port PORT'` compiles to."""
+
+    def __init__(self, port: int):
+        insns = [
+            (0x28, 0, 0, 12),  # ldh [12]: the EtherType
+            (0x15, 0, 8, 0x0800),  # IPv4, else drop
+            (0x30, 0, 0, 23),  # ldb [23]: the IP protocol
+            (0x15, 0, 6, socket.IPPROTO_TCP),  # TCP, else drop
+            (0x28, 0, 0, 20),  # ldh [20]: flags and fragment offset
+            (0x45, 4, 0, 0x1FFF),  # a non-first fragment: drop
+            (0xB1, 0, 0, 14),  # ldxb 4*([14]&0xf): the IP header's length
+            (0x48, 0, 0, 14),  # ldh [x+14]: the TCP source port
+            (0x15, 0, 1, port),  # the server's port, else drop
+            (0x06, 0, 0, 0x40000),  # accept
+            (0x06, 0, 0, 0),  # drop
+        ]
+        self.prog = ctypes.create_string_buffer(
+            b"".join(struct.pack("HBBI", *i) for i in insns)
+        )
+        self.fprog = struct.pack("HL", len(insns), ctypes.addressof(self.prog))
+
+
 class Capture:
     """Outgoing TCP segments on `lo` from `port`: (flags, payload length), in order."""
 
     def __init__(self, port: int):
         self.port = port
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # Only the server's segments are queued to this socket: on a busy machine all of
+        # lo's traffic would overflow its buffer and the segments under test be dropped.
+        self._filter = tcp_src_port_filter(port)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, self._filter.fprog)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.bind(("lo", 0))
         self.sock.settimeout(0.05)
         self.segments: list[tuple[int, int, int]] = []
