@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-tls bench-h2 clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-tls bench-h2 bench-compress clean fmt
 
 all: release
 
@@ -54,8 +54,8 @@ mutants: deps
 	python3 scripts/mutation_check.py $(if $(ONLY),--only $(ONLY))
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
-# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-tls, bench-h2). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-tls bench-h2
+# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-tls, bench-h2, bench-compress). How long each takes: bench/README.md.
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-tls bench-h2 bench-compress
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -68,6 +68,10 @@ bench-tls: release
 # HTTP/2 against nginx's http2 with h2load: h2c and TLS, 64 B and 4 KB, 10x100 and 500x1.
 bench-h2: release
 	python3 bench/h2.py $(BENCH_ARGS)
+
+# gzip of a 100 KB page against nginx at levels 1, 5, 6, and the cost of every level (bench/compress.py).
+bench-compress: release
+	python3 bench/compress.py $(BENCH_ARGS)
 
 bench-http: release
 	python3 bench/http_bench.py $(BENCH_ARGS)

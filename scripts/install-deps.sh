@@ -59,7 +59,8 @@ fi
 py_missing=$(python3 - <<'PY'
 import importlib.util
 mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib",
-        "cryptography": "cryptography", "h2": "h2", "httpx": "httpx[http2]"}
+        "cryptography": "cryptography", "h2": "h2", "httpx": "httpx[http2]",
+        "brotli": "brotli", "zstandard": "zstandard"}
 print(" ".join(p for m, p in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )

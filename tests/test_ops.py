@@ -237,7 +237,7 @@ def test_access_log_combined_and_reopen(engine, ringx, tmp_path):
     rotated = tmp_path / "access.log.1"
     os.rename(log, rotated)
     srv.signal(signal.SIGUSR1)
-    srv.wait_log("reopening the access log")
+    srv.wait_log("reopened the access log")
     time.sleep(0.2)
     assert get(p, "/b").status == 200
     new = wait_for(lambda: log.exists() and log.read_text(), what="the reopened log")

@@ -9,12 +9,16 @@
 //! `xdp`, `ops`, `tls`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
+pub mod compress;
 mod error;
+mod fields;
 pub mod http2;
 pub mod lb;
 pub mod ops;
+pub mod rewrite;
 mod schema;
 pub mod steering;
+pub mod template;
 pub mod tls;
 pub mod units;
 pub mod upstream;
@@ -134,7 +138,17 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         rt.busy_poll_us,
         src,
     )?;
+    ops::validate_error_log(rt.error_log.as_ref(), &rt.log_level, src)?;
+    compress::validate(
+        [
+            ("gzip", cfg.http.gzip.as_ref(), 9),
+            ("brotli", cfg.http.brotli.as_ref(), 11),
+            ("zstd", cfg.http.zstd.as_ref(), 19),
+        ],
+        src,
+    )?;
     vhost::validate_servers(&cfg.server, src)?;
+    rewrite::check::check_servers(&cfg.server, src)?;
     http2::validate(&cfg.http2, src)?;
     tls::validate(
         &cfg.tls,

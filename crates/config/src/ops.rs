@@ -92,6 +92,75 @@ pub fn validate(
     Ok(())
 }
 
+/// Level names the error log takes: nginx's, and `trace`.
+pub const LOG_LEVELS: [&str; 9] = [
+    "trace", "debug", "info", "notice", "warn", "error", "crit", "alert", "emerg",
+];
+
+/// The `tracing` filter for a level name (nginx's `notice` is `info`; `crit`, `alert` and
+/// `emerg` are `error`, the most severe level ringx logs at).
+pub fn tracing_level(name: &str) -> &'static str {
+    match name {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" | "notice" => "info",
+        "warn" => "warn",
+        _ => "error",
+    }
+}
+
+/// `[runtime] error_log` and `log_level`: a known level; an absolute path whose directory
+/// exists (or `stderr`).
+pub fn validate_error_log(
+    error_log: Option<&Spanned<PathBuf>>,
+    level: &Spanned<String>,
+    src: &Source,
+) -> Result<(), ConfigError> {
+    if !LOG_LEVELS.contains(&level.get_ref().as_str()) {
+        return Err(src.err(
+            level.span(),
+            format!(
+                "log_level {:?}: use one of {} (nginx's names)",
+                level.get_ref(),
+                LOG_LEVELS.join(", ")
+            ),
+        ));
+    }
+    let Some(p) = error_log else { return Ok(()) };
+    let path = p.get_ref();
+    if path.as_os_str() == "stderr" {
+        return Ok(());
+    }
+    if !path.is_absolute() {
+        return Err(src.err(
+            p.span(),
+            format!(
+                "error_log {} must be an absolute path (or \"stderr\")",
+                path.display()
+            ),
+        ));
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {
+            return Err(src.err(
+                p.span(),
+                format!(
+                    "error_log {} is a directory: name a file in it",
+                    path.display()
+                ),
+            ))
+        }
+        _ => {}
+    }
+    match path.parent().map(std::fs::metadata) {
+        Some(Ok(m)) if m.is_dir() => Ok(()),
+        _ => Err(src.err(
+            p.span(),
+            format!("error_log {}: its directory does not exist", path.display()),
+        )),
+    }
+}
+
 /// The engine's busy-poll budget for `busy_poll_us` (-1: forever).
 pub fn busy_poll(us: i64) -> std::time::Duration {
     match us {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::compress;
 use crate::lb;
 use crate::ops;
 use crate::steering;
@@ -99,9 +100,13 @@ pub struct Runtime {
     /// How long SIGTERM waits for requests in flight before exiting anyway.
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout: Dur,
-    /// `error`, `warn`, `info`, `debug` or `trace`; `RUST_LOG` overrides it.
+    /// The error log's level, in nginx's names (`debug`, `info`, `notice`, `warn`, `error`,
+    /// `crit`, `alert`, `emerg`; also `trace`); `RUST_LOG` overrides it.
     #[serde(default = "default_log_level")]
-    pub log_level: String,
+    pub log_level: Spanned<String>,
+    /// The error log (nginx's `error_log`): an absolute path, opened before privileges are
+    /// dropped and reopened on SIGUSR1; `"stderr"` or none: standard error.
+    pub error_log: Option<Spanned<PathBuf>>,
     /// Listen queue length.
     #[serde(default = "default_backlog")]
     pub backlog: i32,
@@ -175,6 +180,19 @@ pub struct Http {
     pub access_log: Option<Spanned<PathBuf>>,
     #[serde(default)]
     pub access_log_format: ops::LogFormat,
+    // Compression (`crate::compress`).
+    pub gzip: Option<compress::Codec>,
+    pub brotli: Option<compress::Codec>,
+    pub zstd: Option<compress::Codec>,
+    /// Serve `FILE.gz` beside a static `FILE` to clients that take gzip.
+    #[serde(default)]
+    pub gzip_static: bool,
+    /// `FILE.br` for brotli.
+    #[serde(default)]
+    pub brotli_static: bool,
+    /// `FILE.zst` for zstd.
+    #[serde(default)]
+    pub zstd_static: bool,
 }
 
 impl Default for Http {
@@ -198,8 +216,8 @@ fn default_recv_buffer_size() -> Size {
 fn default_drain_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))
 }
-fn default_log_level() -> String {
-    "info".into()
+fn default_log_level() -> Spanned<String> {
+    Spanned::new(0..0, "info".into())
 }
 fn default_sqpoll_idle() -> Dur {
     Dur(std::time::Duration::from_millis(100))

@@ -283,8 +283,25 @@ pub(crate) fn validate(
         }
     }
     let known = |target: &Spanned<String>, what: &str| -> Result<(), ConfigError> {
-        let t = target.get_ref();
-        if names.contains(&t.as_str()) {
+        let (t, uri) = split_uri(target.get_ref());
+        if let Some(uri) = uri {
+            if what != "proxy_pass" {
+                return Err(src.err(target.span(), "a stream forwards bytes: it has no URI part"));
+            }
+            if uri.contains('$') {
+                return Err(src.err(
+                    target.span(),
+                    "proxy_pass with variables is not supported (use rewrite ... break)",
+                ));
+            }
+            if !uri.bytes().all(|b| b.is_ascii_graphic()) || uri.contains('#') {
+                return Err(src.err(
+                    target.span(),
+                    format!("proxy_pass URI part {uri:?} must be a path of printable characters without '#'"),
+                ));
+            }
+        }
+        if names.contains(&t) || names.contains(&scheme_less(t)) {
             return Ok(());
         }
         let addr =
@@ -407,6 +424,27 @@ fn d600() -> Dur {
 }
 
 /// `https://host[:port][/]` → `host:port` (443 when none is written).
+/// Splits a `proxy_pass` value into the server part and its URI part, as nginx reads
+/// `http://app/v2/`: only a value with a scheme has one, and a lone `/` is one too (a location
+/// `/api/` proxied to `http://app/` sends `/api/x` as `/x`).
+pub fn split_uri(target: &str) -> (&str, Option<&str>) {
+    let Some(start) = target.find("://").map(|i| i + 3) else {
+        return (target, None);
+    };
+    match target[start..].find('/') {
+        Some(i) => (&target[..start + i], Some(&target[start + i..])),
+        None => (target, None),
+    }
+}
+
+/// `http://name` or `https://name` without the scheme (to find an `[[upstream]]` by name).
+pub fn scheme_less(target: &str) -> &str {
+    target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+        .unwrap_or(target)
+}
+
 pub fn https_addr(target: &str) -> Option<String> {
     let rest = target.strip_prefix("https://")?.trim_end_matches('/');
     let has_port = match rest.strip_prefix('[') {

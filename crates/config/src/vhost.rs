@@ -10,6 +10,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{ConfigError, Source};
+use crate::fields::{is_field_value, is_token};
+use crate::rewrite::{HeaderValue, PathMatch};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,6 +35,16 @@ pub struct Server {
     /// Offer HTTP/2 by ALPN on this server's TLS (nginx's `http2 on|off`); unset: as
     /// `[http2] enable` says.
     pub http2: Option<bool>,
+    // Rewriting (`crate::rewrite`).
+    /// `rewrite` rules run before a location is chosen.
+    #[serde(default)]
+    pub rewrite: Vec<Spanned<String>>,
+    /// Headers added to responses of locations that set none themselves (nginx's inheritance).
+    #[serde(default)]
+    pub add_header: BTreeMap<Spanned<String>, HeaderValue>,
+    /// `"404" = "/404.html"`, `"500 502 503 504" = "/50x.html"`: for locations that set none.
+    #[serde(default)]
+    pub error_page: BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,6 +70,30 @@ pub struct Location {
     /// Add `X-Forwarded-For`, `X-Real-IP`, `X-Forwarded-Proto` and `Forwarded`.
     #[serde(default = "yes")]
     pub forwarded_headers: bool,
+    // Rewriting (`crate::rewrite`).
+    /// `"REGEX REPLACEMENT [last|break|redirect|permanent]"`, in order.
+    #[serde(default)]
+    pub rewrite: Vec<Spanned<String>>,
+    /// Headers added to responses: `"Name" = "value"` (2xx and 3xx responses) or
+    /// `"Name" = { value = "...", always = true }` (every response).
+    #[serde(default)]
+    pub add_header: BTreeMap<Spanned<String>, HeaderValue>,
+    /// Request headers sent upstream, replacing the client's (an empty value removes it).
+    #[serde(default)]
+    pub proxy_set_header: BTreeMap<Spanned<String>, String>,
+    /// Response headers of the upstream not passed to the client.
+    #[serde(default)]
+    pub proxy_hide_header: Vec<Spanned<String>>,
+    /// Upstream responses with a status that `error_page` lists are replaced by the error page.
+    #[serde(default)]
+    pub proxy_intercept_errors: bool,
+    #[serde(default)]
+    pub error_page: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// `["$uri", "$uri/", "/index.html"]`: the first file that exists, else the last entry.
+    pub try_files: Option<Spanned<Vec<Spanned<String>>>>,
+    /// On-the-fly compression (`[http] gzip`, `brotli`, `zstd`) in this location; false: off.
+    #[serde(default = "yes")]
+    pub compress: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,18 +131,6 @@ const RESERVED: [&str; 8] = [
     "trailer",
     "upgrade",
 ];
-
-/// `field-vchar / SP / HTAB`: a CR or LF would end the field and start another (header
-/// injection), other control bytes are invalid in a field value (RFC 9110 §5.5).
-fn is_field_value(v: &str) -> bool {
-    v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
-}
-
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
 
 pub(crate) fn validate_return(r: &Return, src: &Source) -> Result<(), ConfigError> {
     let st = *r.status.get_ref();
@@ -280,13 +304,7 @@ pub(crate) fn validate_servers(
 
 fn validate_location(l: &Spanned<Location>, src: &Source) -> Result<(), ConfigError> {
     let loc = l.get_ref();
-    let path = loc.path.get_ref();
-    if !path.starts_with('/') {
-        return Err(src.err(
-            loc.path.span(),
-            format!("location path {path:?} must start with '/'"),
-        ));
-    }
+    PathMatch::parse(loc.path.get_ref(), loc.exact).map_err(|m| src.err(loc.path.span(), m))?;
     let actions = [
         loc.ret.is_some(),
         loc.root.is_some(),
@@ -295,12 +313,12 @@ fn validate_location(l: &Spanned<Location>, src: &Source) -> Result<(), ConfigEr
     ];
     match actions.iter().filter(|&&x| x).count() {
         1 => {}
-        0 => {
-            return Err(src.err(
-                l.span(),
-                "location needs one of `return`, `root`, `alias` or `proxy_pass`",
-            ))
-        }
+        // A location that only rewrites (what no rule matches gets 404).
+        0 if !loc.rewrite.is_empty() => {}
+        0 => return Err(src.err(
+            l.span(),
+            "location needs one of `return`, `root`, `alias` or `proxy_pass` (or `rewrite` rules)",
+        )),
         _ => {
             return Err(src.err(
                 l.span(),

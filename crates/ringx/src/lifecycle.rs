@@ -19,13 +19,7 @@ use ringx_server::zone::{Zone, ZoneCtl, ZoneEvent, ZoneSetup, CMD_DRAIN};
 use ringx_server::{Compiled, Error};
 
 pub(crate) fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    let _ = crate::errlog::init(level, None, None);
 }
 
 /// Signals the control thread waits for; blocked in every thread.
@@ -85,9 +79,49 @@ fn drop_privileges(user: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Whether a value of the configuration may name a variable (rewriting, added headers, a
+/// `return` with `$`): then requests need their client's address.
+fn has_variables(cfg: &Config) -> bool {
+    cfg.server.iter().any(|s| {
+        let s = s.get_ref();
+        !s.rewrite.is_empty()
+            || !s.add_header.is_empty()
+            || s.location.iter().any(|l| {
+                let l = l.get_ref();
+                !l.rewrite.is_empty()
+                    || !l.add_header.is_empty()
+                    || !l.proxy_set_header.is_empty()
+                    || l.try_files.is_some()
+                    || l.ret.as_ref().is_some_and(|r| {
+                        r.body.contains('$')
+                            || r.location
+                                .as_ref()
+                                .is_some_and(|x| x.get_ref().contains('$'))
+                    })
+            })
+    })
+}
+
 /// Runs the server until a signal stops it.
 pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
-    init_logging(&cfg.runtime.log_level);
+    // The error log, opened while privileges last and given to the user they drop to.
+    let owner = cfg
+        .runtime
+        .user
+        .as_ref()
+        .and_then(|u| ringx_config::lookup_user(u.get_ref()));
+    let error_log = cfg
+        .runtime
+        .error_log
+        .as_ref()
+        .map(|p| p.get_ref().as_path());
+    if let Err(e) = crate::errlog::init(cfg.runtime.log_level.get_ref(), error_log, owner) {
+        eprintln!(
+            "ringx: cannot open the error log {}: {e}",
+            error_log.map_or(String::new(), |p| p.display().to_string())
+        );
+        return ExitCode::FAILURE;
+    }
     ringx_engine::sys::ignore_sigpipe();
     let nofile = ringx_engine::sys::raise_nofile();
 
@@ -125,8 +159,9 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             recv_buffers: (*cfg.runtime.recv_buffers.get_ref()) as u16,
             recv_buffer_size: cfg.runtime.recv_buffer_size.0 as u32,
             ring_entries: 1024,
-            // Client addresses for X-Forwarded-For, PROXY headers and the access log.
-            peer_addrs: proxies || cfg.http.access_log.is_some(),
+            // Client addresses for X-Forwarded-For, PROXY headers, the access log and
+            // `$remote_addr`.
+            peer_addrs: proxies || cfg.http.access_log.is_some() || has_variables(&cfg),
             busy_poll: ringx_config::ops::busy_poll(cfg.runtime.busy_poll_us),
             max_outbound: if proxies { max_conns } else { 0 },
             batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
@@ -379,8 +414,9 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             }
             Some(libc::SIGHUP) => control.reload(),
             Some(libc::SIGUSR1) => {
-                tracing::info!("SIGUSR1: reopening the access log");
                 control.log.reopen();
+                crate::errlog::reopen();
+                tracing::info!("SIGUSR1: reopened the access log and the error log");
             }
             Some(libc::SIGUSR2) if control.upgrade() => {
                 control.begin_drain(false);

@@ -7,6 +7,7 @@ mod cli_xdp;
 mod control;
 mod echo;
 mod echo_pool;
+mod errlog;
 mod handoff;
 mod lb_run;
 mod lb_setup;

@@ -12,6 +12,9 @@
 //! | [`compiled`] | the one compile step from a configuration, for start-up and reload |
 //! | [`route`], [`settings`] | virtual servers and locations; the HTTP limits and timeouts |
 //! | [`response`] | the response writer, which reports what it wrote |
+//! | [`answer`] | local responses as a location configures them: added headers, error pages, redirects, files compressed |
+//! | [`compress`] | Accept-Encoding negotiation, the streaming encoders, precompressed files |
+//! | [`rewrite`] | nginx's location order, rewrite rules, try_files, error pages, added headers, variables |
 //! | [`static_files`], [`mime`] | files beneath a root, validators, ranges |
 //! | [`role`] | HTTP/1, upstream, tunnel, stream and echo connections; the proxied exchange |
 //! | [`transport`] | the byte layer under a role (plain TCP; TLS next) |
@@ -21,13 +24,17 @@
 //! | [`error`] | typed errors: what failed, on which side, whether to retry |
 
 pub mod accesslog;
+pub mod answer;
 pub mod compiled;
+pub mod compress;
 pub mod error;
 pub mod metrics;
 pub mod mime;
 pub mod response;
+pub mod rewrite;
 pub mod role;
 pub mod route;
+mod route_build;
 pub mod settings;
 pub mod static_files;
 pub mod tls;

@@ -154,6 +154,34 @@ impl Responder<'_> {
     }
 }
 
+impl Responder<'_> {
+    /// A `return` response with header lines added (`add_header`): its pre-serialised head,
+    /// the lines, Date, Connection, body.
+    pub fn canned_extra(
+        &self,
+        out: &mut Vec<u8>,
+        c: &Canned,
+        extra: &str,
+        ch: ConnHdr,
+        head_only: bool,
+    ) -> Written {
+        let before = out.len();
+        out.extend_from_slice(&c.head);
+        out.extend_from_slice(extra.as_bytes());
+        out.extend_from_slice(self.date.header());
+        out.extend_from_slice(ch.bytes());
+        out.extend_from_slice(b"\r\n");
+        let head_len = (out.len() - before) as u32;
+        if !head_only {
+            out.extend_from_slice(&c.body);
+        }
+        Written {
+            status: c.status,
+            head_len,
+        }
+    }
+}
+
 /// What an error page says: its status, extra header lines (with CRLFs), the Connection
 /// header, and whether the request was HEAD.
 #[derive(Clone, Copy)]

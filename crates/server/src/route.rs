@@ -1,13 +1,14 @@
-//! Virtual servers and locations, compiled once from the configuration and shared read-only
-//! by every zone. Responses of `return` locations are serialised here, once.
+//! Virtual servers and locations, compiled once from the configuration (`route_build.rs`) and
+//! shared read-only by every zone; the choice of a request's server and (for servers that do
+//! not rewrite) its location.
 
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
-use crate::error::Error;
-use crate::upstream::Upstreams;
-use ringx_config::{Config, Location, Return};
+use crate::compress::{Coding, Policy};
+use crate::rewrite::headers::{AddHeaders, ErrorPages, ProxyEdit};
+use crate::rewrite::{LocKind, LocRw, ReturnT, ServerRw};
 
 pub struct Routes {
     /// Unique listen addresses; a zone's `ListenerId(i)` is `listen[i]`.
@@ -25,6 +26,8 @@ pub struct Routes {
     pub streams: Vec<StreamDef>,
     /// Some location proxies (the zones then need client addresses).
     pub has_proxy: bool,
+    /// Compression (`[http] gzip`, `brotli`, `zstd`, `*_static`); None: off.
+    pub compress: Option<Arc<Policy>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +51,10 @@ pub struct ProxyLoc {
     pub upstream: usize,
     pub host: HostMode,
     pub forwarded_headers: bool,
+    /// The URI part of `proxy_pass` (`http://app/v2/`): it replaces the location's prefix.
+    pub uri: Option<String>,
+    /// `proxy_set_header`, `proxy_hide_header`, `proxy_intercept_errors`.
+    pub edit: Option<Arc<ProxyEdit>>,
 }
 
 pub enum HostMode {
@@ -63,20 +70,39 @@ pub struct VServer {
     pub names: Vec<String>,
     /// `*.example.com` names, stored as `.example.com`.
     pub suffixes: Vec<String>,
-    /// Longest path first; exact locations are checked before prefixes.
+    /// Exact locations, then prefixes longest first, then regexes in the order written, then
+    /// named ones (`LocKind::class`).
     pub locations: Vec<Loc>,
+    /// The server's rewriting (None: it has none, and its requests route by
+    /// `location_index` alone).
+    pub rw: Option<Box<ServerRw>>,
+    /// The first server_name (`$server_name`, and `$host` without a Host).
+    pub name: String,
+    /// The server's `add_header` and `error_page`, for requests no location takes.
+    pub add_header: Option<Arc<AddHeaders>>,
+    pub error_pages: Option<Arc<ErrorPages>>,
 }
 
 pub struct Loc {
+    /// The prefix or exact path, the regex, or the `@name`.
     pub path: String,
     pub exact: bool,
     pub action: Action,
+    pub kind: LocKind,
+    /// Rewrite rules, added headers, error pages, try_files (None: none of them).
+    pub rw: Option<Box<LocRw>>,
+    /// On-the-fly compression applies here.
+    pub compress: bool,
 }
 
 pub enum Action {
     Return(Canned),
+    /// A `return` with variables.
+    ReturnT(Box<ReturnT>),
     Files(FileRoot),
     Proxy(ProxyLoc),
+    /// A location with `rewrite` rules only: what they do not redirect is a 404.
+    None,
 }
 
 /// A fixed response, serialised at load time.
@@ -88,6 +114,11 @@ pub struct Canned {
     /// The whole HTTP/1.1 keep-alive response (the common case): `head`, a Date line to be
     /// overwritten, the empty line, `body`. One copy instead of five appends.
     pub keep11: Vec<u8>,
+    /// The body's `Content-Type` (for an error page served from this response).
+    pub ctype: String,
+    /// The same response compressed, one per coding that applies (made when the
+    /// configuration is compiled: a `return` body never changes).
+    pub variants: Vec<(Coding, Canned)>,
 }
 
 impl Canned {
@@ -101,6 +132,8 @@ impl Canned {
             head,
             body,
             keep11,
+            ctype: "text/plain".into(),
+            variants: Vec::new(),
         }
     }
 }
@@ -114,109 +147,6 @@ pub struct FileRoot {
 }
 
 impl Routes {
-    pub fn compile(cfg: &Config, ups: &mut Upstreams) -> Result<Routes, Error> {
-        let version = env!("CARGO_PKG_VERSION");
-        let token = if cfg.http.server_tokens {
-            format!("ringx/{version}")
-        } else {
-            "ringx".to_string()
-        };
-        let server_header = format!("Server: {token}\r\n").into_bytes();
-        let mut listen: Vec<SocketAddr> = Vec::new();
-        let mut by_listener: Vec<Vec<usize>> = Vec::new();
-        let mut servers = Vec::new();
-        for (si, s) in cfg.server.iter().enumerate() {
-            let s = s.get_ref();
-            for a in &s.listen {
-                let a = *a.get_ref();
-                let li = match listen.iter().position(|x| *x == a) {
-                    Some(i) => i,
-                    None => {
-                        listen.push(a);
-                        by_listener.push(Vec::new());
-                        listen.len() - 1
-                    }
-                };
-                if *s.default.get_ref() {
-                    by_listener[li].insert(0, si);
-                } else {
-                    by_listener[li].push(si);
-                }
-            }
-            let mut names = Vec::new();
-            let mut suffixes = Vec::new();
-            for n in &s.server_name {
-                let n = n.get_ref().to_ascii_lowercase();
-                match n.strip_prefix('*') {
-                    Some(rest) => suffixes.push(rest.to_string()),
-                    None => names.push(n),
-                }
-            }
-            let mut locations = Vec::new();
-            for l in &s.location {
-                locations.push(compile_location(l.get_ref(), &server_header, ups)?);
-            }
-            locations.sort_by(|a: &Loc, b: &Loc| {
-                b.exact.cmp(&a.exact).then(b.path.len().cmp(&a.path.len()))
-            });
-            servers.push(VServer {
-                names,
-                suffixes,
-                locations,
-            });
-        }
-        let mut listener_kind: Vec<ListenerKind> = listen
-            .iter()
-            .map(|a| ListenerKind::Http {
-                proxy_protocol: cfg.server.iter().any(|s| {
-                    s.get_ref().proxy_protocol
-                        && s.get_ref().listen.iter().any(|b| b.get_ref() == a)
-                }),
-            })
-            .collect();
-        let mut streams = Vec::new();
-        for st in &cfg.stream {
-            let st = st.get_ref();
-            let upstream = ups.resolve_target(st.proxy_pass.get_ref())?;
-            for a in &st.listen {
-                listen.push(*a.get_ref());
-                by_listener.push(Vec::new());
-                listener_kind.push(ListenerKind::Stream(streams.len()));
-            }
-            let mut by_name: Vec<(usize, Vec<String>)> = Vec::new();
-            for (name, target) in &st.sni {
-                by_name.push((
-                    ups.resolve_target(target.get_ref())?,
-                    vec![name.get_ref().clone()],
-                ));
-            }
-            let sni = (!by_name.is_empty()).then(|| {
-                ringx_tls::sni::SniMap::new(by_name.iter().map(|(i, n)| (*i, &n[..])), upstream)
-            });
-            streams.push(StreamDef {
-                upstream,
-                idle_timeout: st.idle_timeout.0,
-                proxy_protocol: st.proxy_protocol,
-                sni,
-            });
-        }
-        let has_proxy = servers.iter().any(|s: &VServer| {
-            s.locations
-                .iter()
-                .any(|l| matches!(l.action, Action::Proxy(_)))
-        });
-        Ok(Routes {
-            listen,
-            by_listener,
-            servers,
-            server_header,
-            server_token: token.into_bytes(),
-            listener_kind,
-            streams,
-            has_proxy,
-        })
-    }
-
     /// The server (an index into `servers`) for a request on `listener` with the Host that
     /// `host_name` gives (port stripped). A listener with one server needs no Host, and
     /// `host_name` is not called.
@@ -258,7 +188,8 @@ impl Routes {
 
 impl VServer {
     /// The location (an index into `locations`) for `path`: exact match first, then the
-    /// longest prefix.
+    /// longest prefix. For servers without regex or named locations (those route through
+    /// `rewrite::flow`).
     pub fn location_index(&self, path: &str) -> Option<usize> {
         self.locations.iter().position(|l| {
             if l.exact {
@@ -268,94 +199,18 @@ impl VServer {
             }
         })
     }
-}
 
-fn compile_location(l: &Location, server_header: &[u8], ups: &mut Upstreams) -> Result<Loc, Error> {
-    let path = l.path.get_ref().clone();
-    let action = if let Some(target) = &l.proxy_pass {
-        let upstream = ups.resolve_target(target.get_ref())?;
-        let host = match l.proxy_host.as_deref() {
-            None | Some("pass") => HostMode::Pass,
-            Some("upstream") => HostMode::Upstream,
-            Some(h) => HostMode::Fixed(h.to_string()),
-        };
-        Action::Proxy(ProxyLoc {
-            upstream,
-            host,
-            forwarded_headers: l.forwarded_headers,
-        })
-    } else if let Some(r) = &l.ret {
-        Action::Return(canned(r, server_header))
-    } else {
-        let (dir, strip) = match (&l.root, &l.alias) {
-            (Some(root), _) => (root.get_ref().as_path(), None),
-            (None, Some(alias)) => (alias.get_ref().as_path(), Some(path.clone())),
-            (None, None) => unreachable!("validated: a location has an action"),
-        };
-        Action::Files(FileRoot {
-            dir: open_dir(dir)?,
-            strip_prefix: strip,
-            index: l.index.clone(),
-        })
-    };
-    Ok(Loc {
-        path,
-        exact: l.exact,
-        action,
-    })
-}
-
-fn canned(r: &Return, server_header: &[u8]) -> Canned {
-    let status = *r.status.get_ref();
-    let mut head = Vec::new();
-    ringx_http::write_status_line(&mut head, status);
-    head.extend_from_slice(server_header);
-    let body = r.body.clone().into_bytes();
-    let ctype = r
-        .content_type
-        .as_ref()
-        .map_or("text/plain", |c| c.get_ref());
-    if status != 204 && status != 304 {
-        head.extend_from_slice(
-            format!(
-                "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
-                body.len()
-            )
-            .as_bytes(),
-        );
+    /// Whether requests need the full route (`rewrite::flow::route`).
+    #[inline]
+    pub fn full_route(&self) -> bool {
+        self.rw.as_ref().is_some_and(|r| r.full_route)
     }
-    if let Some(loc) = &r.location {
-        head.extend_from_slice(format!("Location: {}\r\n", loc.get_ref()).as_bytes());
-    }
-    for (k, v) in &r.headers {
-        head.extend_from_slice(format!("{}: {v}\r\n", k.get_ref()).as_bytes());
-    }
-    Canned::new(status, head, body)
-}
-
-fn open_dir(p: &Path) -> Result<OwnedFd, Error> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| Error::config(format!("{}: NUL in path", p.display())))?;
-    // SAFETY: open with a valid NUL-terminated path; a non-negative result is a new
-    // descriptor we own.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::io(format!("open {}", p.display()), e));
-    }
-    // SAFETY: `fd` is new and owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::Upstreams;
 
     /// Routes for `servers`, each given one `return` location.
     fn routes(servers: &str) -> Routes {

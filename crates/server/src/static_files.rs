@@ -24,9 +24,14 @@ pub enum FileReply {
         off: u64,
         len: u64,
         headers: String,
+        /// The type of what the path names (of the file before compression).
+        ctype: &'static str,
+        /// A precompressed file was chosen (`headers` has its `Content-Encoding`).
+        encoded: bool,
     },
     NotModified {
         headers: String,
+        ctype: &'static str,
     },
     /// 301 to the directory with a trailing slash.
     Redirect(String),
@@ -86,16 +91,40 @@ fn etag(m: &std::fs::Metadata) -> String {
     format!("\"{:x}-{:x}\"", m.mtime(), m.size())
 }
 
-/// Resolves `path` (already percent-decoded and normalised, starting with '/') under `root`.
-pub fn serve(root: &FileRoot, path: &str, query: Option<&str>, req: &Request) -> FileReply {
-    if !matches!(req.method, Method::Get | Method::Head) {
-        return FileReply::Error(405);
-    }
+/// A precompressed variant to look for: the file's suffix and its `Content-Encoding`.
+pub type Precompressed = (&'static str, &'static str);
+
+/// The path relative to the root's directory (`alias`: the location's prefix stripped).
+fn relative<'p>(root: &FileRoot, path: &'p str) -> &'p str {
     let rel = match &root.strip_prefix {
         Some(p) => path.strip_prefix(p.as_str()).unwrap_or(path),
         None => path,
     };
-    let rel = rel.trim_start_matches('/');
+    rel.trim_start_matches('/')
+}
+
+/// Whether `path` (decoded, normalised) names a regular file beneath the root, or a directory
+/// when `dir` (`try_files`).
+pub fn exists(root: &FileRoot, path: &str, dir: bool) -> bool {
+    open_beneath(root, relative(root, path))
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() })
+}
+
+/// Resolves `path` (already percent-decoded, normalised, starting with '/') under `root`.
+/// `pre`: precompressed variants the client accepts, best first (`FILE.gz` beside `FILE`,
+/// nginx's `gzip_static`); the first that exists is served instead, with its own validators.
+pub fn serve(
+    root: &FileRoot,
+    path: &str,
+    query: Option<&str>,
+    req: &Request,
+    pre: &[Precompressed],
+) -> FileReply {
+    if !matches!(req.method, Method::Get | Method::Head) {
+        return FileReply::Error(405);
+    }
+    let rel = relative(root, path);
     let mut file = match open_beneath(root, rel) {
         Ok(f) => f,
         Err(e) => return FileReply::Error(status_of(&e)),
@@ -105,6 +134,7 @@ pub fn serve(root: &FileRoot, path: &str, query: Option<&str>, req: &Request) ->
         Err(_) => return FileReply::Error(500),
     };
     let mut served_path = path.to_string();
+    let mut served_rel = rel.to_string();
     if meta.is_dir() {
         if !path.ends_with('/') {
             let mut loc = format!("{path}/");
@@ -127,17 +157,18 @@ pub fn serve(root: &FileRoot, path: &str, query: Option<&str>, req: &Request) ->
             if let Ok(f) = open_beneath(root, &candidate) {
                 if let Ok(m) = f.metadata() {
                     if m.is_file() {
-                        found = Some((f, m, format!("{path}{idx}")));
+                        found = Some((f, m, format!("{path}{idx}"), candidate));
                         break;
                     }
                 }
             }
         }
         match found {
-            Some((f, m, p)) => {
+            Some((f, m, p, r)) => {
                 file = f;
                 meta = m;
                 served_path = p;
+                served_rel = r;
             }
             None => return FileReply::Error(403),
         }
@@ -145,17 +176,34 @@ pub fn serve(root: &FileRoot, path: &str, query: Option<&str>, req: &Request) ->
     if !meta.is_file() {
         return FileReply::Error(403);
     }
+    let ctype = mime::content_type(&served_path);
+    let mut encoding = None;
+    for (ext, token) in pre {
+        let Ok(f) = open_beneath(root, &format!("{served_rel}{ext}")) else {
+            continue;
+        };
+        if let Ok(m) = f.metadata() {
+            if m.is_file() {
+                (file, meta, encoding) = (f, m, Some(*token));
+                break;
+            }
+        }
+    }
     let size = meta.size();
     let mtime = UNIX_EPOCH + Duration::from_secs(meta.mtime().max(0) as u64);
     let last_modified = ringx_http::fmt_http_date(mtime);
     let tag = etag(&meta);
     let mut headers = format!(
-        "Content-Type: {}\r\nLast-Modified: {last_modified}\r\nETag: {tag}\r\nAccept-Ranges: bytes\r\n",
-        mime::content_type(&served_path)
+        "Content-Type: {ctype}\r\nLast-Modified: {last_modified}\r\nETag: {tag}\r\nAccept-Ranges: bytes\r\n",
     );
+    if let Some(token) = encoding {
+        headers.push_str("Content-Encoding: ");
+        headers.push_str(token);
+        headers.push_str("\r\n");
+    }
     match preconditions(req, &tag, mtime, SystemTime::now()) {
         Precondition::Proceed => {}
-        Precondition::NotModified => return FileReply::NotModified { headers },
+        Precondition::NotModified => return FileReply::NotModified { headers, ctype },
         Precondition::Failed => return FileReply::Error(412),
     }
     let (status, off, len) = match range(req, size, &tag, &last_modified) {
@@ -172,7 +220,24 @@ pub fn serve(root: &FileRoot, path: &str, query: Option<&str>, req: &Request) ->
         off,
         len,
         headers,
+        ctype,
+        encoded: encoding.is_some(),
     }
+}
+
+/// The file an error page names (an index file for a directory path): whatever the request's
+/// method and preconditions were, an error page is its whole file.
+pub fn page(root: &FileRoot, path: &str) -> Option<(Rc<File>, u64, &'static str)> {
+    let rel = relative(root, path);
+    let (rel, shown) = if path.ends_with('/') {
+        let idx = root.index.first()?;
+        (format!("{rel}{idx}"), format!("{path}{idx}"))
+    } else {
+        (rel.to_string(), path.to_string())
+    };
+    let f = open_beneath(root, &rel).ok()?;
+    let m = f.metadata().ok().filter(|m| m.is_file())?;
+    Some((Rc::new(f), m.size(), mime::content_type(&shown)))
 }
 
 fn header_str<'b>(req: &Request<'_, 'b>, name: &str) -> Option<&'b str> {

@@ -264,9 +264,36 @@ pub struct Forward<'a> {
 /// clients that name such fields by mistake keep working, as they do through nginx, which
 /// ignores `Connection` options altogether. Other fields named by `Connection` are dropped.
 pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>) {
+    write_request_head_edit(out, req, f, &RequestEdit::default());
+}
+
+/// What a proxy location changes in a request it forwards, beyond [`Forward`] (nginx's
+/// `proxy_pass` URI part and `proxy_set_header`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestEdit<'a> {
+    /// The request-target to send instead of the client's (origin-form, already escaped).
+    pub target: Option<&'a str>,
+    /// Lowercase names of the client's fields not forwarded. A field the proxy would add
+    /// itself (`X-Forwarded-For`, `X-Real-IP`, `X-Forwarded-Proto`, `Forwarded`) and that is
+    /// named here is not added either: the configuration sets it.
+    pub drop: &'a [String],
+    /// Field lines added (each with CRLF).
+    pub add: &'a [u8],
+}
+
+/// [`write_request_head`] with a location's changes.
+pub fn write_request_head_edit(
+    out: &mut Vec<u8>,
+    req: &Request<'_, '_>,
+    f: &Forward<'_>,
+    edit: &RequestEdit<'_>,
+) {
+    let dropped = |n: &str| edit.drop.iter().any(|d| n.eq_ignore_ascii_case(d));
     out.extend_from_slice(req.method_str.as_bytes());
     out.push(b' ');
-    if req.target.starts_with('/') || req.target == "*" {
+    if let Some(t) = edit.target {
+        out.extend_from_slice(t.as_bytes());
+    } else if req.target.starts_with('/') || req.target == "*" {
         out.extend_from_slice(req.target.as_bytes());
     } else {
         // absolute-form: origin-form to the upstream.
@@ -288,7 +315,7 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
         if is_hop_by_hop(n) || is_framing(n) || n.eq_ignore_ascii_case("host") {
             continue;
         }
-        if named_by_connection(req.headers, n) {
+        if named_by_connection(req.headers, n) || dropped(n) {
             continue;
         }
         if f.forwarded_headers {
@@ -315,23 +342,32 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
     }
     if f.forwarded_headers {
         if let Some(ip) = f.client {
-            out.extend_from_slice(b"X-Forwarded-For: ");
-            if let Some(prev) = xff.filter(|v| !v.is_empty()) {
-                out.extend_from_slice(prev);
-                out.extend_from_slice(b", ");
+            if !dropped("x-forwarded-for") {
+                out.extend_from_slice(b"X-Forwarded-For: ");
+                if let Some(prev) = xff.filter(|v| !v.is_empty()) {
+                    out.extend_from_slice(prev);
+                    out.extend_from_slice(b", ");
+                }
+                let _ = write!(Bytes(out), "{ip}\r\n");
             }
-            let _ = write!(Bytes(out), "{ip}\r\nX-Real-IP: {ip}\r\n");
-            let _ = write!(Bytes(out), "X-Forwarded-Proto: {}\r\n", f.proto);
-            let node = match ip {
-                IpAddr::V4(a) => a.to_string(),
-                IpAddr::V6(a) => format!("\"[{a}]\""),
-            };
-            let _ = write!(Bytes(out), "Forwarded: for={node};proto={}", f.proto);
-            if let Some(h) = req.host.filter(|h| is_token(h)) {
-                out.extend_from_slice(b";host=");
-                out.extend_from_slice(h);
+            if !dropped("x-real-ip") {
+                let _ = write!(Bytes(out), "X-Real-IP: {ip}\r\n");
             }
-            out.extend_from_slice(b"\r\n");
+            if !dropped("x-forwarded-proto") {
+                let _ = write!(Bytes(out), "X-Forwarded-Proto: {}\r\n", f.proto);
+            }
+            if !dropped("forwarded") {
+                let node = match ip {
+                    IpAddr::V4(a) => a.to_string(),
+                    IpAddr::V6(a) => format!("\"[{a}]\""),
+                };
+                let _ = write!(Bytes(out), "Forwarded: for={node};proto={}", f.proto);
+                if let Some(h) = req.host.filter(|h| is_token(h)) {
+                    out.extend_from_slice(b";host=");
+                    out.extend_from_slice(h);
+                }
+                out.extend_from_slice(b"\r\n");
+            }
         }
         match f.tls_client {
             None => {}
@@ -343,6 +379,7 @@ pub fn write_request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<
             }
         }
     }
+    out.extend_from_slice(edit.add);
     match (f.upgrade, f.close) {
         (Some(u), _) => {
             put(out, "Upgrade", u);
@@ -382,7 +419,48 @@ pub fn write_response_head(
     client: Version,
     conn: &[u8],
 ) -> ClientFraming {
+    write_response_head_edit(out, resp, client, conn, &ResponseEdit::default())
+}
+
+/// What the proxy changes in a response head it relays, beyond the framing (nginx's
+/// `proxy_hide_header`, `add_header`, and compression).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResponseEdit<'a> {
+    /// Lowercase names of fields not passed on.
+    pub hide: &'a [String],
+    /// The body is re-encoded with this content-coding as it is relayed. Its length is then
+    /// unknown: it goes chunked to an HTTP/1.1 client ([`ClientFraming::Same`], the proxy
+    /// writing the chunks) and delimited by the close to HTTP/1.0. `Content-Encoding` says so,
+    /// a strong `ETag` becomes weak (the bytes differ) and `Accept-Ranges` goes.
+    pub encode: Option<&'a str>,
+    /// Add `Accept-Encoding` to `Vary` (unless a `Vary` field already covers it).
+    pub vary: bool,
+    /// Field lines added at the end (each with CRLF).
+    pub add: &'a [u8],
+}
+
+/// Whether a comma-separated field value lists `token` (any case).
+pub fn list_has(v: &[u8], token: &[u8]) -> bool {
+    list_elements(v).any(|t| t.eq_ignore_ascii_case(token))
+}
+
+/// Whether a `Vary` value covers `Accept-Encoding` (it names it, or is `*`).
+pub fn vary_covers_accept_encoding(v: &[u8]) -> bool {
+    list_elements(v).any(|t| t == b"*" || t.eq_ignore_ascii_case(b"accept-encoding"))
+}
+
+/// [`write_response_head`] with a location's changes.
+pub fn write_response_head_edit(
+    out: &mut Vec<u8>,
+    resp: &ResponseHead<'_, '_>,
+    client: Version,
+    conn: &[u8],
+    edit: &ResponseEdit<'_>,
+) -> ClientFraming {
+    let encode = edit.encode.filter(|_| resp.body != ResponseBody::None);
     let framing = match (resp.body, client) {
+        _ if encode.is_some() && client == Version::Http10 => ClientFraming::Close,
+        _ if encode.is_some() => ClientFraming::Same,
         (ResponseBody::Chunked, Version::Http10) | (ResponseBody::UntilClose, _) => {
             ClientFraming::Close
         }
@@ -390,6 +468,7 @@ pub fn write_response_head(
     };
     crate::response::write_status_line_reason(out, resp.status, resp.reason);
     let switching = resp.status == 101;
+    let mut vary = edit.vary;
     for h in resp.headers {
         let n = h.name;
         if switching && n.eq_ignore_ascii_case("upgrade") {
@@ -399,10 +478,45 @@ pub fn write_response_head(
         if is_hop_by_hop(n) || is_framing(n) || named_by_connection(resp.headers, n) {
             continue;
         }
+        if edit.hide.iter().any(|x| n.eq_ignore_ascii_case(x)) {
+            continue;
+        }
+        if vary && n.eq_ignore_ascii_case("vary") && vary_covers_accept_encoding(h.value) {
+            vary = false;
+        }
+        if encode.is_some() {
+            if n.eq_ignore_ascii_case("accept-ranges") || n.eq_ignore_ascii_case("content-encoding")
+            {
+                continue;
+            }
+            if n.eq_ignore_ascii_case("etag") && !h.value.starts_with(b"W/") {
+                out.extend_from_slice(b"ETag: W/");
+                out.extend_from_slice(h.value);
+                out.extend_from_slice(b"\r\n");
+                continue;
+            }
+        }
         put(out, n, h.value);
     }
     if switching {
+        out.extend_from_slice(edit.add);
         out.extend_from_slice(b"Connection: upgrade\r\n\r\n");
+        return framing;
+    }
+    if vary {
+        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    }
+    out.extend_from_slice(edit.add);
+    if let Some(c) = encode {
+        put(out, "Content-Encoding", c.as_bytes());
+        if framing == ClientFraming::Same {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        out.extend_from_slice(match framing {
+            ClientFraming::Same => conn,
+            ClientFraming::Close => b"Connection: close\r\n",
+        });
+        out.extend_from_slice(b"\r\n");
         return framing;
     }
     match (resp.body, framing) {

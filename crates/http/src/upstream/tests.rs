@@ -370,3 +370,85 @@ fn response_framing_is_the_proxys() {
         )
     );
 }
+
+/// A location's changes to a forwarded request: the target, the client's fields it sets
+/// (dropped, and the proxy's own copy of a forwarding field left out), the fields it adds.
+#[test]
+fn request_edit() {
+    let raw = b"GET /api/x?q=1 HTTP/1.1\r\nHost: ex.com\r\nUser-Agent: ua\r\nX-Forwarded-For: 10.0.0.1\r\nAccept: */*\r\n\r\n";
+    let mut h = [httparse::EMPTY_HEADER; 16];
+    let Ok(Parsed::Complete(req)) = parse_request(raw, &mut h, &Limits::default()) else {
+        panic!()
+    };
+    let drop = ["user-agent".to_string(), "x-forwarded-for".to_string()];
+    let mut out = Vec::new();
+    write_request_head_edit(
+        &mut out,
+        &req,
+        &fwd(),
+        &RequestEdit {
+            target: Some("/v2/x?q=1"),
+            drop: &drop,
+            add: b"X-Forwarded-For: 1.2.3.4\r\nX-Id: 7\r\n",
+        },
+    );
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "GET /v2/x?q=1 HTTP/1.1\r\nHost: ex.com\r\nAccept: */*\r\nX-Real-IP: 192.0.2.7\r\n\
+         X-Forwarded-Proto: http\r\nForwarded: for=192.0.2.7;proto=http;host=ex.com\r\n\
+         X-Forwarded-For: 1.2.3.4\r\nX-Id: 7\r\n\r\n"
+    );
+}
+
+/// A location's changes to a relayed response: hidden fields, added ones, and a body
+/// re-encoded (no length, chunked to HTTP/1.1 and closed for HTTP/1.0, the ETag weak, no
+/// Accept-Ranges, Vary added once).
+#[test]
+fn response_edit() {
+    let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 900\r\nETag: \"x\"\r\nAccept-Ranges: bytes\r\nX-Powered-By: php\r\nVary: Cookie\r\n\r\n";
+    let mut h = [httparse::EMPTY_HEADER; 16];
+    let Ok(Parsed::Complete(r)) = parse_response(raw, &mut h, 8192, false) else {
+        panic!()
+    };
+    let hide = ["x-powered-by".to_string()];
+    let edit = ResponseEdit {
+        hide: &hide,
+        encode: Some("br"),
+        vary: true,
+        add: b"X-A: 1\r\n",
+    };
+    let mut out = Vec::new();
+    let f = write_response_head_edit(&mut out, &r, Version::Http11, b"", &edit);
+    assert_eq!(f, ClientFraming::Same);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "HTTP/1.1 200 OK\r\nETag: W/\"x\"\r\nVary: Cookie\r\nVary: Accept-Encoding\r\nX-A: 1\r\n\
+         Content-Encoding: br\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    out.clear();
+    let f = write_response_head_edit(
+        &mut out,
+        &r,
+        Version::Http10,
+        b"Connection: keep-alive\r\n",
+        &edit,
+    );
+    assert_eq!(f, ClientFraming::Close);
+    assert!(String::from_utf8_lossy(&out)
+        .ends_with("Content-Encoding: br\r\nConnection: close\r\n\r\n"));
+    // Not re-encoded: the length stays; Vary already covering Accept-Encoding is not repeated.
+    let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nVary: accept-encoding\r\n\r\n";
+    let Ok(Parsed::Complete(r)) = parse_response(raw, &mut h, 8192, false) else {
+        panic!()
+    };
+    out.clear();
+    let edit = ResponseEdit {
+        vary: true,
+        ..ResponseEdit::default()
+    };
+    write_response_head_edit(&mut out, &r, Version::Http11, b"", &edit);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "HTTP/1.1 200 OK\r\nVary: accept-encoding\r\nContent-Length: 5\r\n\r\n"
+    );
+}

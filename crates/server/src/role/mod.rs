@@ -30,6 +30,7 @@ pub mod exchange;
 pub mod h2;
 pub mod http1;
 pub mod proxy_header;
+pub mod proxy_start;
 pub mod stream;
 pub mod tunnel;
 pub mod upstream;

@@ -191,7 +191,13 @@ impl Upstreams {
 
     /// The upstream a `proxy_pass` value names, creating an implicit one for an address.
     pub fn resolve_target(&mut self, target: &str) -> Result<usize, Error> {
-        if let Some(i) = self.list.iter().position(|u| u.name == target) {
+        // `app`, or `http://app` as nginx writes a named upstream.
+        let bare = ringx_config::upstream::scheme_less(target);
+        if let Some(i) = self
+            .list
+            .iter()
+            .position(|u| u.name == target || u.name == bare)
+        {
             return Ok(i);
         }
         let https = ringx_config::upstream::https_addr(target);

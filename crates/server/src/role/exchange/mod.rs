@@ -7,6 +7,7 @@
 //! relays the response head and body (`response.rs`), returning an [`Outcome`] the client
 //! role acts on.
 
+pub mod deco;
 mod response;
 
 use ringx_engine::{ConnId, Io};
@@ -54,6 +55,9 @@ pub struct Exchange {
     /// The response status goes to the client connection's request log (HTTP/1); an
     /// HTTP/2 stream logs its own.
     pub log: bool,
+    /// Added or hidden headers, compression, intercepted errors (None: the location has
+    /// none of them).
+    pub deco: Option<Box<deco::Deco>>,
 }
 
 impl Default for Exchange {
@@ -74,6 +78,7 @@ impl Default for Exchange {
             started: false,
             body_paused: false,
             log: true,
+            deco: None,
         }
     }
 }
@@ -341,6 +346,8 @@ pub(crate) fn pause_upstream(io: &mut Io, up: &mut UpConn, u: ConnId) {
     }
 }
 
+#[cfg(test)]
+mod deco_tests;
 #[cfg(test)]
 mod pool_prop;
 #[cfg(test)]

@@ -5,10 +5,14 @@
 use std::mem::MaybeUninit;
 
 use ringx_engine::ConnId;
-use ringx_http::upstream::{parse_response_uninit, ClientFraming, ResponseBody};
+use ringx_http::upstream::{
+    parse_response_uninit, write_response_head_edit, ClientFraming, ResponseBody, ResponseEdit,
+};
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Parsed, Version};
 
 use super::{pause_upstream, up_timeouts, Exchange, Outcome, MAX_RESPONSE_HEAD, PROXY_HIGH_WATER};
+use crate::compress::encoder::Encoder;
+use crate::compress::relay::Relay;
 use crate::error::{Error, Kind, Side};
 use crate::response::{ConnHdr, Written};
 use crate::role::upstream::UpState;
@@ -100,7 +104,12 @@ impl Exchange {
         up.eof = true;
         match up.state {
             // The response runs until the server closes: this is its end.
-            UpState::Busy if up.head_done && up.until_close => self.response_done(cx, u, false),
+            UpState::Busy if up.head_done && up.until_close => {
+                if !self.finish_relay(cx, base, c) {
+                    return Outcome::Cut;
+                }
+                self.response_done(cx, u, false)
+            }
             UpState::Busy | UpState::Connecting => {
                 let why = Error::new(Kind::Reset, Side::Upstream);
                 self.upstream_failed(cx, base, c, u, why)
@@ -159,6 +168,11 @@ impl Exchange {
                 let why = Error::new(Kind::Status(h.status), Side::Upstream).retry(true);
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             }
+            if self.deco.as_ref().is_some_and(|d| d.intercepts(h.status)) {
+                // `proxy_intercept_errors`: the error page instead (the connection, its body
+                // unread, is closed when the exchange ends).
+                return Head::Ended(Outcome::GiveUp(h.status));
+            }
             let keep_client = self.keep && !cx.ctx.draining && h.body != ResponseBody::UntilClose;
             let ch = ConnHdr::new(self.version == Version::Http11, keep_client);
             let Some(out) = base.tr.out_buf(cx.io, c) else {
@@ -166,8 +180,44 @@ impl Exchange {
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             };
             let before = out.len();
-            let framing =
-                ringx_http::upstream::write_response_head(out, &h, self.version, ch.bytes());
+            let (framing, codec) = match self.deco.as_deref_mut() {
+                None => (
+                    ringx_http::upstream::write_response_head(out, &h, self.version, ch.bytes()),
+                    None,
+                ),
+                Some(d) => {
+                    let (codec, vary) = d.decide(&h);
+                    let codec = codec
+                        .filter(|_| h.status != 101)
+                        .map(|k| (k.coding, k.level));
+                    let added = d.added(h.status);
+                    let edit = ResponseEdit {
+                        hide: d.hide(),
+                        encode: codec.map(|k| k.0.token()),
+                        vary,
+                        add: added.as_bytes(),
+                    };
+                    let f = write_response_head_edit(out, &h, self.version, ch.bytes(), &edit);
+                    (f, codec)
+                }
+            };
+            if let (Some((coding, level)), Some(d)) = (codec, self.deco.as_deref_mut()) {
+                let len = match h.body {
+                    ResponseBody::Length(n) => Some(n),
+                    _ => None,
+                };
+                match Encoder::new(coding, level, len) {
+                    Ok(e) => {
+                        let chunked = framing == ClientFraming::Same;
+                        d.relay = Some(Relay::new(e, chunked));
+                    }
+                    Err(e) => {
+                        // The head already says the body is encoded: it cannot go out as it is.
+                        tracing::error!("cannot start a {} encoder: {e}", coding.token());
+                        return Head::Ended(Outcome::Cut);
+                    }
+                }
+            }
             let head_len = (out.len() - before) as u32;
             self.started = true;
             self.keep = keep_client && framing == ClientFraming::Same;
@@ -198,6 +248,9 @@ impl Exchange {
                 // An empty body is complete with its head: nothing more will arrive to say so.
                 ResponseBody::None | ResponseBody::Length(0) => {
                     let clean = end == input.len();
+                    if !self.finish_relay(cx, base, c) {
+                        return Head::Ended(Outcome::Cut);
+                    }
                     return Head::Ended(self.response_done(cx, u, clean));
                 }
                 ResponseBody::Length(n) => {
@@ -223,8 +276,16 @@ impl Exchange {
         let Some(up) = cx.ups.get_mut(u) else {
             return Outcome::Pending;
         };
+        let mut relay = self.deco.as_mut().and_then(|d| d.relay.as_mut());
+        let mut encode_failed = false;
         if up.until_close {
-            base.tr.write(cx.io, c, input);
+            match relay.as_mut() {
+                Some(r) => {
+                    let mut w = |b: &[u8]| base.tr.write(cx.io, c, b);
+                    encode_failed = r.feed(input, &mut w).is_err();
+                }
+                None => base.tr.write(cx.io, c, input),
+            }
         } else {
             let framing = up.framing;
             let Some(dec) = up.body.as_mut() else {
@@ -242,19 +303,32 @@ impl Exchange {
                         return self.upstream_failed(cx, base, c, u, why);
                     }
                 };
-                match framing {
-                    ClientFraming::Same => base.tr.write(cx.io, c, &input[pos..pos + d.consumed]),
-                    ClientFraming::Close => base.tr.write(cx.io, c, d.data),
+                let mut w = |b: &[u8]| base.tr.write(cx.io, c, b);
+                match (relay.as_mut(), framing) {
+                    (Some(r), _) => encode_failed |= r.feed(d.data, &mut w).is_err(),
+                    (None, ClientFraming::Same) => w(&input[pos..pos + d.consumed]),
+                    (None, ClientFraming::Close) => w(d.data),
                 }
                 pos += d.consumed;
-                if d.done {
+                if d.done && !encode_failed {
                     let clean = pos == input.len();
+                    if !self.finish_relay(cx, base, c) {
+                        return Outcome::Cut;
+                    }
                     return self.response_done(cx, u, clean);
                 }
-                if d.consumed == 0 {
+                if d.consumed == 0 || encode_failed {
                     break;
                 }
             }
+        }
+        if let Some(r) = self.deco.as_mut().and_then(|d| d.relay.as_mut()) {
+            let mut w = |b: &[u8]| base.tr.write(cx.io, c, b);
+            encode_failed |= r.burst_end(&mut w).is_err();
+        }
+        if encode_failed {
+            tracing::error!("compressing a proxied response failed: the response is cut");
+            return Outcome::Cut;
         }
         // A slow client: stop reading from the upstream until the client's queue drains.
         if base.tr.pending(cx.io, c) > PROXY_HIGH_WATER {
@@ -266,6 +340,15 @@ impl Exchange {
             }
         }
         Outcome::Pending
+    }
+
+    /// Ends a compressed body (its last bytes, the last chunk); false if the encoder failed.
+    fn finish_relay(&mut self, cx: &mut Cx, base: &mut Base, c: ConnId) -> bool {
+        let Some(r) = self.deco.as_mut().and_then(|d| d.relay.as_mut()) else {
+            return true;
+        };
+        let mut w = |b: &[u8]| base.tr.write(cx.io, c, b);
+        r.finish(&mut w).is_ok()
     }
 
     /// The response is complete: the upstream connection goes back to the pool if it can

@@ -13,16 +13,14 @@
 
 use ringx_engine::ConnId;
 use ringx_h2proto::Framing;
-use ringx_http::upstream::{write_request_head, Forward};
-use ringx_http::{Method, Request};
+use ringx_http::Request;
 
+use crate::answer::{PageCtx, ReqCtx};
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
-use crate::role::http1::local::At;
+use crate::role::http1::local::Route;
+use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
-use crate::route::{Action, HostMode};
 use crate::transport::{MemOut, Transport};
-use crate::upstream::dial::Dial;
-use crate::upstream::HashKey;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
@@ -39,6 +37,8 @@ pub(super) struct Proxied {
     /// Request body bytes written to the upstream and not yet released to the peer's
     /// window (the upstream's queue was over its high-water mark).
     pub held: usize,
+    /// The location's error pages, for a failure to reach the upstream.
+    pub page: Option<Box<PageCtx>>,
 }
 
 impl Proxied {
@@ -69,71 +69,32 @@ impl Proxied {
             }
         }
     }
-    /// Starts an exchange for `req` (routed to `at`, a `proxy_pass` location) on behalf of
-    /// the connection `b`; `Err`: the status to answer with.
+    /// Starts an exchange for `req` (routed by `route` to a `proxy_pass` location, through
+    /// the same preparation as HTTP/1 requests) on behalf of the connection `b`; `Err`: the
+    /// status to answer with, and the location's error pages.
+    #[allow(clippy::type_complexity)]
     pub fn start(
         cx: &mut Cx,
         b: &Base,
         c: ConnId,
         req: &Request,
-        at: At,
+        route: &Route<'_>,
+        rq: &ReqCtx,
         framing: Framing,
-    ) -> Result<Box<Proxied>, u16> {
-        let (Some((si, li)), Some((pools, gen))) = (at, cx.ctx.current_pools()) else {
-            return Err(502);
-        };
-        let Action::Proxy(loc) = &cx.ctx.routes.servers[si].locations[li].action else {
-            return Err(502);
-        };
-        let def = &pools.defs.list[loc.upstream];
-        let host = match &loc.host {
-            HostMode::Pass => None,
-            HostMode::Upstream => Some(def.servers[0].name.as_str()),
-            HostMode::Fixed(h) => Some(h.as_str()),
-        };
-        let mut head = Vec::with_capacity(256 + req.head_len);
-        write_request_head(
-            &mut head,
-            req,
-            &Forward {
-                client: b.addr.map(|a| a.ip()),
-                proto: if b.tr.is_tls() { "https" } else { "http" },
-                host,
-                forwarded_headers: loc.forwarded_headers,
-                close: false,
-                upgrade: None,
-                tls_client: b
-                    .tr
-                    .tls_info()
-                    .filter(|i| i.client_auth)
-                    .map(|i| i.client_dn.as_deref()),
-            },
-        );
-        let key = match &def.hash_key {
-            _ if def.maglev.is_none() => None,
-            HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
-            HashKey::Uri => Some(req.target.as_bytes().to_vec()),
-            HashKey::Header(h) => req.header(h).map(<[u8]>::to_vec),
+    ) -> Result<Box<Proxied>, (u16, Option<Box<PageCtx>>)> {
+        let mut ex = Box::<Exchange>::default();
+        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, None) else {
+            return Err((502, None));
         };
         let has_body = framing != Framing::None;
-        let ex = Exchange {
-            dial: Dial::new(gen, loc.upstream, def.retries, key, Vec::new()),
-            head,
-            host_upstream: matches!(loc.host, HostMode::Upstream),
-            has_body,
-            replay: has_body.then(Vec::new),
-            idempotent: matches!(
-                req.method,
-                Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
-            ),
-            head_request: req.method == Method::Head,
-            // HTTP/1.0 framing towards the stream: the exchange hands over the body
-            // itself (a chunked response decoded), which DATA frames carry.
-            version: ringx_http::Version::Http10,
-            keep: false,
-            log: false,
-            ..Exchange::default()
-        };
+        ex.has_body = has_body;
+        ex.replay = has_body.then(Vec::new);
+        // HTTP/1.0 framing towards the stream: the exchange hands over the body itself (a
+        // chunked response decoded, a compressed one as the encoder makes it), which DATA
+        // frames carry.
+        ex.version = ringx_http::Version::Http10;
+        ex.keep = false;
+        ex.log = false;
         let mut base = Base::new(cx.io.now());
         base.gen = b.gen;
         base.listener = b.listener;
@@ -141,13 +102,16 @@ impl Proxied {
         base.local = b.local;
         base.tr = Transport::Mem(Box::default());
         let mut p = Box::new(Proxied {
-            ex: Box::new(ex),
+            ex,
             base,
             head_done: false,
             chunked: framing == Framing::Chunked,
             held: 0,
+            page,
         });
-        p.ex.send(cx, &p.base, c).map_err(|_| 502u16)?;
+        if p.ex.send(cx, &p.base, c).is_err() {
+            return Err((502, p.page.take()));
+        }
         Ok(p)
     }
 

@@ -12,11 +12,13 @@ use ringx_http::{Parsed, Request};
 use super::proxy::Proxied;
 use super::stream::{H2Stream, Piece, StreamLog};
 use super::H2;
+use crate::answer::{PageCtx, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
+use crate::rewrite::vars::ConnInfo;
 use crate::role::exchange::Outcome;
-use crate::role::http1::local::{self, At};
+use crate::role::http1::local::{self, Route};
+use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
-use crate::route::Action;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
@@ -93,15 +95,14 @@ impl H2 {
             l.user_agent
                 .extend_from_slice(req.header("user-agent").unwrap_or_default());
         }
-        let (path, at) = local::route(&cx.ctx.routes, b.listener as usize, &req);
-        let proxied = at.is_some_and(|(si, li)| {
-            matches!(
-                cx.ctx.routes.servers[si].locations[li].action,
-                Action::Proxy(_)
-            )
+        let rq = ReqCtx::new(ConnInfo {
+            client: b.addr,
+            local: b.local,
+            tls: b.tr.is_tls(),
         });
-        if proxied {
-            return self.start_proxy(cx, b, c, s, &req, at, framing);
+        let route = local::route(&cx.ctx.routes, b.listener as usize, &req, &rq);
+        if proxy_start::is_proxied(&cx.ctx.routes, &route) {
+            return self.start_proxy(cx, b, c, s, &req, &route, &rq, framing);
         }
         let mut resp = Vec::with_capacity(256);
         let r = local::respond(
@@ -109,9 +110,9 @@ impl H2 {
             cx.ctx.responder(),
             &mut resp,
             &req,
-            &path,
-            at,
+            &route,
             ConnHdr::Keep11,
+            &rq,
         );
         self.answer(cx, b, c, s, resp, r.file);
     }
@@ -221,11 +222,12 @@ impl H2 {
         c: ConnId,
         mut s: H2Stream,
         req: &Request,
-        at: At,
+        route: &Route<'_>,
+        rq: &ReqCtx,
         framing: Framing,
     ) {
-        match Proxied::start(cx, b, c, req, at, framing) {
-            Err(status) => self.answer_error(cx, b, c, s, status),
+        match Proxied::start(cx, b, c, req, route, rq, framing) {
+            Err((status, page)) => self.give_up(cx, b, c, s, status, page.as_deref()),
             Ok(p) => {
                 if let Some(u) = p.ex.up {
                     self.ups.insert(u, s.id);
@@ -234,6 +236,35 @@ impl H2 {
                 self.streams.insert(s.id, s);
             }
         }
+    }
+
+    /// A proxied request that can have no response: `status` (502, 504, or an upstream error
+    /// intercepted), as the location's `error_page` says if it has one for it, else the
+    /// error page with the location's `add_header ... always` lines.
+    pub(super) fn give_up(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        status: u16,
+        page: Option<&PageCtx>,
+    ) {
+        // The stream's body is the page now, not the exchange's output.
+        let proxy = s.proxy.take();
+        let mut resp = Vec::with_capacity(512);
+        if let Some(r) =
+            page.and_then(|p| p.write(cx.ctx.responder(), &mut resp, status, ConnHdr::Keep11))
+        {
+            return self.answer(cx, b, c, s, resp, r.file);
+        }
+        let always = proxy
+            .as_ref()
+            .and_then(|p| p.ex.deco.as_ref())
+            .map_or("", |d| d.add_always.as_str());
+        let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only).extra(always);
+        cx.ctx.responder().error(&mut resp, page);
+        self.answer(cx, b, c, s, resp, None);
     }
 
     /// Request body bytes of a proxied stream, to its upstream.
@@ -303,8 +334,8 @@ impl H2 {
                     return;
                 };
                 self.detach(cx, &s);
-                s.proxy = None;
-                return self.answer_error(cx, b, c, s, status);
+                let page = s.proxy.as_mut().and_then(|p| p.page.take());
+                return self.give_up(cx, b, c, s, status, page.as_deref());
             }
             Outcome::Cut | Outcome::Upgrade(_) => {
                 // Part of the response went out and the rest cannot come: the stream is

@@ -570,3 +570,140 @@ fn an_oversized_header_list_gets_431() {
     cl.get(&mut h, 3, "/");
     assert_eq!(cl.got(&mut h, 3).status, 200, "the connection goes on");
 }
+
+/// A location's per-request behaviour reaches HTTP/2 streams through the same routing,
+/// response writer and exchange preparation as HTTP/1 requests.
+const DECORATED: &str = r#"
+[http]
+gzip = { types = ["text/html"], min_length = 10, level = 5 }
+[[server]]
+listen = ["127.0.0.1:8080"]
+rewrite = ["^/old/(.*)$ /new/$1 permanent", "^/in/(.*)$ /page/$1 last"]
+  [[server.location]]
+  path = "/page/"
+  proxy_pass = "http://app/v2/"
+  proxy_hide_header = ["X-Powered-By"]
+  proxy_intercept_errors = true
+  proxy_set_header = { "X-Req" = "$request_method $uri" }
+  add_header = { "X-A" = "1", "X-Always" = { value = "yes", always = true } }
+  error_page = { "404 502" = "/oops" }
+  [[server.location]]
+  path = "= /oops"
+  return = { status = 200, content_type = "text/html", body = "custom page" }
+  [[server.location]]
+  path = "/"
+  return = { status = 200, content_type = "text/html", body = "<p>local page, long enough to compress</p>" }
+  add_header = { "X-Local" = "$host" }
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+keepalive = 4
+retries = 0
+"#;
+
+fn gunzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(b)
+        .read_to_end(&mut out)
+        .expect("a gzip body");
+    out
+}
+
+fn gz_get(cl: &mut Client, h: &mut Harness, id: u32, path: &str) {
+    let b = cl.headers(
+        id,
+        &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "h.test"),
+            ("accept-encoding", "gzip"),
+        ],
+        true,
+    );
+    h.send(cl.c, &b);
+}
+
+#[test]
+fn a_proxied_stream_gets_the_location_rewrite_headers_and_compression() {
+    let mut h = Harness::new(DECORATED);
+    let mut cl = Client::open(&mut h, &[]);
+    gz_get(&mut cl, &mut h, 1, "/in/x?q=1");
+    let (u, _) = h.accept_upstream();
+    h.flush();
+    let req = String::from_utf8(h.upstream_got(u)).unwrap();
+    assert!(
+        req.starts_with("GET /v2/x?q=1 HTTP/1.1\r\n"),
+        "rewritten, then the proxy_pass URI part: {req}"
+    );
+    assert!(req.contains("\r\nX-Req: GET /page/x\r\n"), "{req}");
+    let body: Vec<u8> = (0..4000)
+        .flat_map(|i| format!("<p>line {i}</p>\n").into_bytes())
+        .collect();
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nX-Powered-By: php\r\n\r\n",
+        body.len()
+    );
+    h.send(u, head.as_bytes());
+    h.send(u, &body);
+    let g = cl.got(&mut h, 1);
+    assert_eq!((g.status, g.ended), (200, true));
+    assert_eq!(g.header("content-encoding"), Some("gzip"));
+    assert_eq!(g.header("vary"), Some("Accept-Encoding"));
+    assert_eq!(
+        (g.header("x-a"), g.header("x-always")),
+        (Some("1"), Some("yes"))
+    );
+    assert!(g.header("x-powered-by").is_none() && g.header("content-length").is_none());
+    assert_eq!(gunzip(&g.body), body);
+    // The upstream connection went back to the pool.
+    gz_get(&mut cl, &mut h, 3, "/page/y");
+    assert!(h.connects().is_empty(), "reused from the pool");
+}
+
+#[test]
+fn a_stream_gets_the_error_page_of_its_location() {
+    let mut h = Harness::new(DECORATED);
+    let mut cl = Client::open(&mut h, &[]);
+    // An upstream error intercepted.
+    gz_get(&mut cl, &mut h, 1, "/page/a");
+    let (u, _) = h.accept_upstream();
+    h.flush();
+    h.upstream_got(u);
+    h.send(u, b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nno!");
+    let g = cl.got(&mut h, 1);
+    assert_eq!(
+        (g.status, g.body.as_slice(), g.ended),
+        (404, &b"custom page"[..], true)
+    );
+    // An upstream that cannot be reached.
+    gz_get(&mut cl, &mut h, 3, "/page/b");
+    let (u, _) = h.connects().remove(0);
+    h.upstream_refuses(u);
+    let g = cl.got(&mut h, 3);
+    assert_eq!(
+        (g.status, g.body.as_slice(), g.ended),
+        (502, &b"custom page"[..], true)
+    );
+    assert!(h.t.is_open(cl.c), "the connection carries on");
+}
+
+#[test]
+fn a_local_stream_gets_redirects_added_headers_and_compression() {
+    let mut h = Harness::new(DECORATED);
+    let mut cl = Client::open(&mut h, &[]);
+    gz_get(&mut cl, &mut h, 1, "/old/z");
+    let g = cl.got(&mut h, 1);
+    assert_eq!(g.status, 301);
+    assert_eq!(g.header("location"), Some("http://h.test:8080/new/z"));
+    gz_get(&mut cl, &mut h, 3, "/home");
+    let g = cl.got(&mut h, 3);
+    assert_eq!((g.status, g.ended), (200, true));
+    assert_eq!(g.header("x-local"), Some("h.test"));
+    assert_eq!(g.header("content-encoding"), Some("gzip"));
+    assert_eq!(
+        gunzip(&g.body),
+        b"<p>local page, long enough to compress</p>".to_vec()
+    );
+}

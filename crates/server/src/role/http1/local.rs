@@ -1,31 +1,69 @@
-//! Requests answered by the zone itself: routing a request to its server and location, and
-//! writing the response of `return`, static-file and missing locations through the response
-//! writer.
+//! Requests answered by the zone itself: routing a request to its server and location
+//! (through `rewrite::flow` where the server rewrites), and writing the response of `return`,
+//! static-file and missing locations through [`Answer`] and the response writer.
 
 use std::borrow::Cow;
 
 use ringx_http::{Method, Request};
 
+use crate::answer::{Answer, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, Reply, Responder};
-use crate::route::{Action, FileRoot, Routes};
-use crate::static_files::{self, FileReply};
+use crate::rewrite::flow::{self, Early, RouteExt};
+use crate::route::{Action, Routes};
 
 /// Where a request goes: indices of its server and location in the routes (None: no
 /// location matches, or the path could not be normalised).
 pub type At = Option<(usize, usize)>;
 
-/// The request's cleaned path (None: it cannot be normalised) and where it goes.
+/// A request routed: its cleaned path (None: it cannot be normalised), its server and
+/// location, and what rewriting found (None where the server does not rewrite).
+pub struct Route<'r> {
+    pub path: Option<Cow<'r, str>>,
+    pub server: usize,
+    pub at: At,
+    pub ext: Option<Box<RouteExt>>,
+}
+
+/// Routes a request: its server by Host, then its location, through the server's rewriting
+/// when it has any.
 pub fn route<'r>(
     routes: &Routes,
     listener: usize,
     req: &Request<'_, 'r>,
-) -> (Option<Cow<'r, str>>, At) {
-    let path = clean_path(req.path);
-    let at = path.as_ref().and_then(|p| {
-        let si = routes.server_index(listener, || req.host_name());
-        routes.servers[si].location_index(p).map(|li| (si, li))
-    });
-    (path, at)
+    rq: &ReqCtx,
+) -> Route<'r> {
+    let si = routes.server_index(listener, || req.host_name());
+    let Some(path) = clean_path(req.path) else {
+        return Route {
+            path: None,
+            server: si,
+            at: None,
+            ext: None,
+        };
+    };
+    let server = &routes.servers[si];
+    if server.full_route() {
+        let cx = flow::Ctx {
+            req,
+            conn: &rq.conn,
+            server_name: &server.name,
+            request_id: &rq.request_id,
+        };
+        let r = flow::route(routes, si, path, &cx);
+        return Route {
+            path: r.path,
+            server: si,
+            at: r.at,
+            ext: r.ext,
+        };
+    }
+    let at = server.location_index(&path).map(|li| (si, li));
+    Route {
+        path: Some(path),
+        server: si,
+        at,
+        ext: None,
+    }
 }
 
 /// Writes the response of a request the zone answers itself into `out`.
@@ -34,9 +72,9 @@ pub fn respond(
     r: Responder<'_>,
     out: &mut Vec<u8>,
     req: &Request,
-    path: &Option<Cow<'_, str>>,
-    at: At,
+    route: &Route<'_>,
     ch: ConnHdr,
+    rq: &ReqCtx,
 ) -> Reply {
     let head_only = req.method == Method::Head;
     if req.path == "*" {
@@ -44,7 +82,7 @@ pub fn respond(
         let allow = "Allow: GET, HEAD, POST, OPTIONS\r\n";
         return Reply::bytes(r.head(out, 200, allow, 0, ch));
     }
-    let Some(path) = path else {
+    let Some(path) = &route.path else {
         let w = r.error(out, ErrorPage::closing(400).head_only(head_only));
         return Reply {
             written: w,
@@ -52,50 +90,31 @@ pub fn respond(
             close: true,
         };
     };
-    match at.map(|(si, li)| &routes.servers[si].locations[li].action) {
-        Some(Action::Return(canned)) => Reply::bytes(r.canned(out, canned, ch, head_only)),
-        Some(Action::Files(root)) => files(r, out, root, path, req, ch),
-        Some(Action::Proxy(_)) => unreachable!("proxied requests do not reach the local responder"),
-        None => Reply::bytes(r.error(out, ErrorPage::new(404, ch, head_only))),
+    let server = &routes.servers[route.server];
+    let loc = route.at.map(|(_, li)| &server.locations[li]);
+    let a = Answer {
+        r,
+        routes,
+        server,
+        loc,
+        req,
+        path,
+        ext: route.ext.as_deref(),
+        rq,
+        ch,
+        head_only,
+    };
+    match route.ext.as_ref().and_then(|e| e.early.as_ref()) {
+        Some(Early::Redirect { status, location }) => return a.redirect(out, *status, location),
+        Some(Early::Status(s)) => return a.error(out, *s, ""),
+        None => {}
     }
-}
-
-/// Static files: writes the head (or an error page) into `out`, returns the body part.
-fn files(
-    r: Responder<'_>,
-    out: &mut Vec<u8>,
-    root: &FileRoot,
-    path: &str,
-    req: &Request,
-    ch: ConnHdr,
-) -> Reply {
-    let head_only = req.method == Method::Head;
-    let page = |status| ErrorPage::new(status, ch, head_only);
-    match static_files::serve(root, path, req.query, req) {
-        FileReply::Body {
-            status,
-            file,
-            off,
-            len,
-            headers,
-        } => Reply {
-            written: r.head(out, status, &headers, len, ch),
-            file: (!head_only).then_some((file, off, len)),
-            close: false,
-        },
-        FileReply::NotModified { headers } => Reply::bytes(r.head(out, 304, &headers, 0, ch)),
-        FileReply::Redirect(loc) => {
-            let extra = format!("Location: {loc}\r\n");
-            Reply::bytes(r.error(out, page(301).extra(&extra)))
-        }
-        FileReply::Unsatisfiable { size } => {
-            let extra = format!("Content-Range: bytes */{size}\r\n");
-            Reply::bytes(r.error(out, page(416).extra(&extra)))
-        }
-        FileReply::Error(405) => {
-            Reply::bytes(r.error(out, page(405).extra("Allow: GET, HEAD\r\n")))
-        }
-        FileReply::Error(st) => Reply::bytes(r.error(out, page(st))),
+    match loc.map(|l| &l.action) {
+        Some(Action::Return(canned)) => a.canned(out, canned),
+        Some(Action::ReturnT(t)) => a.return_t(out, t),
+        Some(Action::Files(root)) => a.files(out, root, path),
+        Some(Action::Proxy(_)) => unreachable!("proxied requests do not reach the local responder"),
+        Some(Action::None) | None => a.error(out, 404, ""),
     }
 }
 

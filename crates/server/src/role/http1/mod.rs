@@ -13,7 +13,9 @@ use std::mem::MaybeUninit;
 use ringx_engine::ConnId;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
 
+use crate::answer::ReqCtx;
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
+use crate::rewrite::vars::ConnInfo;
 use crate::role::exchange::Exchange;
 use crate::role::proxy_header::{self, Step};
 use crate::zone::client::Base;
@@ -78,6 +80,9 @@ pub struct Http1 {
     /// and retry vectors keep their capacity, so a keep-alive connection whose requests are
     /// proxied allocates nothing for them after the first.
     spare: Option<Box<Exchange>>,
+    /// The error pages of the location of the request being proxied (a failure to reach its
+    /// upstream is answered with them).
+    page: Option<Box<crate::answer::PageCtx>>,
 }
 
 impl Http1 {
@@ -95,6 +100,7 @@ impl Http1 {
             pending: None,
             exchange: None,
             spare: None,
+            page: None,
         }
     }
 
@@ -206,7 +212,20 @@ impl Http1 {
         status: u16,
         head_only: bool,
     ) {
-        let page = ErrorPage::closing(status).head_only(head_only);
+        self.fail_with(cx, b, c, status, head_only, "");
+    }
+
+    /// [`fail`](Self::fail) with header lines added to the page (`add_header ... always`).
+    pub(crate) fn fail_with(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        status: u16,
+        head_only: bool,
+        extra: &str,
+    ) {
+        let page = ErrorPage::closing(status).head_only(head_only).extra(extra);
         let w = match b.tr.out_buf(cx.io, c) {
             Some(out) => cx.ctx.responder().error(out, page),
             None => Written {
@@ -342,9 +361,14 @@ impl Http1 {
             return Next::Stop;
         }
         // Routed once: the proxy and the local responder both take this.
-        let (path, at) = local::route(&cx.ctx.routes, b.listener as usize, req);
+        let rq = ReqCtx::new(ConnInfo {
+            client: b.addr,
+            local: b.local,
+            tls: b.tr.is_tls(),
+        });
+        let route = local::route(&cx.ctx.routes, b.listener as usize, req, &rq);
         if cx.ctx.routes.has_proxy {
-            if let Some(next) = self.try_proxy(cx, b, c, req, keep, at) {
+            if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq) {
                 return next;
             }
         }
@@ -356,9 +380,9 @@ impl Http1 {
                 cx.ctx.responder(),
                 &mut bytes,
                 req,
-                &path,
-                at,
+                &route,
                 ch,
+                &rq,
             );
             if r.written.status >= 400 {
                 // A refusal does not wait for the body (a client trickling it would hold the
@@ -384,7 +408,15 @@ impl Http1 {
         let Some(out) = b.tr.out_buf(cx.io, c) else {
             return Next::Stop;
         };
-        let r = local::respond(&cx.ctx.routes, cx.ctx.responder(), out, req, &path, at, ch);
+        let r = local::respond(
+            &cx.ctx.routes,
+            cx.ctx.responder(),
+            out,
+            req,
+            &route,
+            ch,
+            &rq,
+        );
         if let Some((f, off, len)) = r.file {
             b.tr.send_file(cx.io, c, f, off, len);
         }

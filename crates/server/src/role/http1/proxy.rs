@@ -3,22 +3,23 @@
 //! exchange reports from the upstream, and the client going away or stalling meanwhile.
 
 use ringx_engine::ConnId;
-use ringx_http::upstream::{upgrade_request, write_request_head, Forward};
-use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
+use ringx_http::upstream::upgrade_request;
+use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Request};
 
-use super::local::At;
+use super::local::Route;
 use super::{Http1, Next, Phase};
+use crate::answer::ReqCtx;
+use crate::response::ConnHdr;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
+use crate::role::proxy_start;
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
-use crate::route::{Action, HostMode};
-use crate::upstream::dial::Dial;
-use crate::upstream::HashKey;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
 impl Http1 {
     /// Starts proxying if the request routes to a `proxy_pass` location.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn try_proxy(
         &mut self,
         cx: &mut Cx,
@@ -26,78 +27,32 @@ impl Http1 {
         c: ConnId,
         req: &Request,
         keep: bool,
-        at: At,
+        route: &Route<'_>,
+        rq: &ReqCtx,
     ) -> Option<Next> {
-        let (si, li) = at?;
-        let ctx = &mut *cx.ctx;
-        let (_, gen) = ctx.current_pools()?;
-        if !matches!(
-            ctx.routes.servers[si].locations[li].action,
-            Action::Proxy(_)
-        ) {
+        if !proxy_start::is_proxied(&cx.ctx.routes, route) {
             return None;
         }
         // A recycled record (taken only once the request is known to be proxied): its head
         // and retry list keep their capacity.
         let mut ex = self.spare.take().unwrap_or_default();
-        let Action::Proxy(loc) = &ctx.routes.servers[si].locations[li].action else {
-            unreachable!("checked above");
-        };
-        let def = &ctx.current_pools().expect("checked above").0.defs.list[loc.upstream];
-        let host = match &loc.host {
-            HostMode::Pass => None,
-            HostMode::Upstream => Some(def.servers[0].name.as_str()),
-            HostMode::Fixed(h) => Some(h.as_str()),
-        };
         let upgrade = upgrade_request(req);
-        let mut head = std::mem::take(&mut ex.head);
-        head.clear();
-        head.reserve(256 + req.head_len);
-        write_request_head(
-            &mut head,
-            req,
-            &Forward {
-                client: b.addr.map(|a| a.ip()),
-                proto: if b.tr.is_tls() { "https" } else { "http" },
-                host,
-                forwarded_headers: loc.forwarded_headers,
-                close: false,
-                upgrade,
-                tls_client: b
-                    .tr
-                    .tls_info()
-                    .filter(|i| i.client_auth)
-                    .map(|i| i.client_dn.as_deref()),
-            },
-        );
-        let key = match &def.hash_key {
-            _ if def.maglev.is_none() => None,
-            HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
-            HashKey::Uri => Some(req.target.as_bytes().to_vec()),
-            HashKey::Header(h) => req.header(h).map(<[u8]>::to_vec),
+        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, upgrade) else {
+            self.spare = Some(ex);
+            return None;
         };
+        self.page = page;
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
-        let tried = std::mem::take(&mut ex.dial.tried);
-        *ex = Exchange {
-            dial: Dial::new(gen, loc.upstream, def.retries, key, tried),
-            up: None,
-            head,
-            host_upstream: matches!(loc.host, HostMode::Upstream),
-            has_body,
-            replay: has_body.then(Vec::new),
-            req_body: has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default())),
-            idempotent: matches!(
-                req.method,
-                Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
-            ) || req.method_str == "TRACE",
-            head_request: req.method == Method::Head,
-            version: req.version,
-            keep: keep && upgrade.is_none(),
-            upgrade: upgrade.is_some(),
-            started: false,
-            body_paused: false,
-            log: true,
-        };
+        ex.up = None;
+        ex.has_body = has_body;
+        ex.replay = has_body.then(Vec::new);
+        ex.req_body = has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default()));
+        ex.version = req.version;
+        ex.keep = keep && upgrade.is_none();
+        ex.upgrade = upgrade.is_some();
+        ex.started = false;
+        ex.body_paused = false;
+        ex.log = true;
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -234,12 +189,33 @@ impl Http1 {
         }
     }
 
-    /// No response can be had: `status` (502, 504) to the client.
+    /// No response can be had: `status` (502, 504, or an upstream error intercepted) to the
+    /// client, the location's error page for it if it has one.
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        let always = self
+            .exchange
+            .as_mut()
+            .and_then(|x| x.deco.as_mut())
+            .map(|d| std::mem::take(&mut d.add_always))
+            .unwrap_or_default();
+        let head_only = self.exchange.as_ref().is_some_and(|x| x.head_request);
         self.end_exchange(cx);
         self.phase = Phase::Idle;
         b.paused = false;
-        self.fail(cx, b, c, status, false);
+        if let Some(p) = self.page.take() {
+            if let Some(out) = b.tr.out_buf(cx.io, c) {
+                if let Some(r) = p.write(cx.ctx.responder(), out, status, ConnHdr::Close) {
+                    if let Some((f, off, len)) = r.file {
+                        b.tr.send_file(cx.io, c, f, off, len);
+                    }
+                    cx.ctx.log.status(cx.io, c, r.written, b);
+                    cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+                    self.linger(cx, b, c);
+                    return;
+                }
+            }
+        }
+        self.fail_with(cx, b, c, status, head_only, &always);
     }
 
     /// An event on the exchange's upstream connection `u`. Returns the tunnel this
@@ -302,6 +278,7 @@ impl Http1 {
         let Some(ex) = self.exchange.take() else {
             return;
         };
+        self.page = None;
         self.phase = Phase::Idle;
         b.paused = false;
         let close = ex.client_closes(b);

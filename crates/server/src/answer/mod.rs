@@ -1,0 +1,310 @@
+//! Responses the zone makes itself, as a location configures them: `add_header` lines,
+//! `error_page` replacing an error, redirects decided by `rewrite`, a `return` with
+//! variables, compressed `return` bodies, and static files (`files.rs`: precompressed
+//! variants and compression on the fly).
+//!
+//! [`Answer`] gathers what these need of one request; the HTTP/1 role builds one per request
+//! it answers locally (`role/http1/local.rs`).
+
+mod files;
+
+use std::borrow::Cow;
+use std::cell::Cell;
+
+use ringx_http::Request;
+
+use crate::compress::{status_compressible, Accept};
+use crate::response::{ConnHdr, ErrorPage, Reply, Responder};
+use crate::rewrite::flow::RouteExt;
+use crate::rewrite::headers::{AddHeaders, ErrTarget};
+use crate::rewrite::vars::{field_safe, ConnInfo, Vars};
+use crate::rewrite::ReturnT;
+use crate::route::{Action, Canned, Loc, Routes, VServer};
+
+/// What the response writers need of a request beyond its head: its connection, and its
+/// `$request_id` once one is made.
+pub struct ReqCtx {
+    pub conn: ConnInfo,
+    pub request_id: Cell<Option<[u8; 32]>>,
+}
+
+impl ReqCtx {
+    pub fn new(conn: ConnInfo) -> ReqCtx {
+        ReqCtx {
+            conn,
+            request_id: Cell::new(None),
+        }
+    }
+}
+
+/// One request answered locally.
+pub struct Answer<'a> {
+    pub r: Responder<'a>,
+    pub routes: &'a Routes,
+    pub server: &'a VServer,
+    pub loc: Option<&'a Loc>,
+    pub req: &'a Request<'a, 'a>,
+    /// The path now (decoded, normalised, after rewrites).
+    pub path: &'a str,
+    pub ext: Option<&'a RouteExt>,
+    pub rq: &'a ReqCtx,
+    pub ch: ConnHdr,
+    pub head_only: bool,
+}
+
+impl<'a> Answer<'a> {
+    pub fn vars(&self) -> Vars<'_> {
+        Vars {
+            req: self.req,
+            uri: self.path,
+            args: match self.ext {
+                Some(e) => e.args.as_deref(),
+                None => self.req.query,
+            },
+            caps: self.ext.and_then(|e| e.caps.as_ref()),
+            conn: &self.rq.conn,
+            server_name: &self.server.name,
+            request_id: &self.rq.request_id,
+        }
+    }
+
+    /// The `add_header` in force: the location's (inherited from the server when it sets
+    /// none), or the server's for a request no location took.
+    fn add_header(&self) -> Option<&'a AddHeaders> {
+        match self.loc {
+            Some(l) => l.rw.as_ref().and_then(|rw| rw.add_header.as_deref()),
+            None => self.server.add_header.as_deref(),
+        }
+    }
+
+    /// `extra` followed by the lines `add_header` gives a response with `status`.
+    pub fn with_added<'e>(&self, status: u16, extra: &'e str) -> Cow<'e, str> {
+        let Some(a) = self.add_header() else {
+            return Cow::Borrowed(extra);
+        };
+        let mut s = extra.to_string();
+        if a.has_vars() {
+            a.write(status, Some(&self.vars()), &mut s);
+        } else {
+            a.write(status, None, &mut s);
+        }
+        Cow::Owned(s)
+    }
+
+    fn error_target(&self, status: u16) -> Option<&'a ErrTarget> {
+        let pages = match self.loc {
+            Some(l) => l.rw.as_ref().and_then(|rw| rw.error_pages.as_deref()),
+            None => self.server.error_pages.as_deref(),
+        };
+        pages?.get(status)
+    }
+
+    /// An error response: the `error_page` configured for `status`, else ringx's page.
+    /// `extra`: header lines the error carries (`Allow`, `Content-Range`).
+    pub fn error(&self, out: &mut Vec<u8>, status: u16, extra: &str) -> Reply {
+        if let Some(t) = self.error_target(status) {
+            if let Some(r) = self.custom_page(out, status, t) {
+                return r;
+            }
+        }
+        let extra = self.with_added(status, extra);
+        let page = ErrorPage::new(status, self.ch, self.head_only).extra(&extra);
+        Reply::bytes(self.r.error(out, page))
+    }
+
+    /// A redirect to `location` (escaped by whoever made it).
+    pub fn redirect(&self, out: &mut Vec<u8>, status: u16, location: &str) -> Reply {
+        let extra = format!("Location: {}\r\n", field_safe(location));
+        let extra = self.with_added(status, &extra);
+        let page = ErrorPage::new(status, self.ch, self.head_only).extra(&extra);
+        Reply::bytes(self.r.error(out, page))
+    }
+
+    /// An `error_page` target; None when it cannot be served (the file is gone), and the
+    /// plain error page goes out instead.
+    fn custom_page(&self, out: &mut Vec<u8>, status: u16, t: &ErrTarget) -> Option<Reply> {
+        let page = Page {
+            r: self.r,
+            server: self.server,
+            ch: self.ch,
+            head_only: self.head_only,
+        };
+        page.write(out, status, t, Some(&self.vars()))
+    }
+
+    /// A pre-serialised `return`: its compressed variant when the client takes one, the
+    /// location's added headers, or its error page.
+    pub fn canned(&self, out: &mut Vec<u8>, c: &Canned) -> Reply {
+        if c.status >= 400 {
+            if let Some(t) = self.error_target(c.status) {
+                if let Some(r) = self.custom_page(out, c.status, t) {
+                    return r;
+                }
+            }
+        }
+        let mut c = c;
+        if !c.variants.is_empty() && !self.head_only {
+            let accept = Accept::of(self.req);
+            let best = self
+                .routes
+                .compress
+                .as_ref()
+                .and_then(|p| p.choose(&accept, &c.ctype, Some(c.body.len() as u64)));
+            if let Some(v) = best.and_then(|b| c.variants.iter().find(|v| v.0 == b.coding)) {
+                c = &v.1;
+            }
+        }
+        match self.add_header() {
+            None => Reply::bytes(self.r.canned(out, c, self.ch, self.head_only)),
+            Some(_) => {
+                let extra = self.with_added(c.status, "");
+                Reply::bytes(self.r.canned_extra(out, c, &extra, self.ch, self.head_only))
+            }
+        }
+    }
+
+    /// A `return` with variables.
+    pub fn return_t(&self, out: &mut Vec<u8>, t: &ReturnT) -> Reply {
+        if t.status >= 400 {
+            if let Some(target) = self.error_target(t.status) {
+                if let Some(r) = self.custom_page(out, t.status, target) {
+                    return r;
+                }
+            }
+        }
+        let vars = self.vars();
+        let mut extra = format!("Content-Type: {}\r\n", t.content_type);
+        if let Some(l) = &t.location {
+            let mut loc = String::new();
+            vars.expand_into(l, &mut loc);
+            extra.push_str("Location: ");
+            extra.push_str(&field_safe(&loc));
+            extra.push_str("\r\n");
+        }
+        extra.push_str(&t.headers);
+        let body = vars.expand(&t.body);
+        let extra = self.with_added(t.status, &extra);
+        let written = self
+            .r
+            .head(out, t.status, &extra, body.len() as u64, self.ch);
+        if !self.head_only && t.status != 204 && t.status != 304 {
+            out.extend_from_slice(body.as_bytes());
+        }
+        Reply::bytes(written)
+    }
+}
+
+/// What answering a failed proxied request with its location's error page needs: the routes
+/// it was routed by (a reload may have replaced the zone's since), and its location.
+pub struct PageCtx {
+    pub routes: std::sync::Arc<Routes>,
+    pub at: (usize, usize),
+    pub head_only: bool,
+}
+
+impl PageCtx {
+    /// The location's error page for `status`, written into `out`; None when it has none for
+    /// that status or it cannot be served (the plain error page goes out instead).
+    pub fn write(
+        &self,
+        r: Responder<'_>,
+        out: &mut Vec<u8>,
+        status: u16,
+        ch: ConnHdr,
+    ) -> Option<Reply> {
+        let server = &self.routes.servers[self.at.0];
+        let t = server.locations[self.at.1]
+            .rw
+            .as_ref()
+            .and_then(|rw| rw.error_pages.as_ref())
+            .and_then(|pages| pages.get(status))?;
+        let page = Page {
+            r,
+            server,
+            ch,
+            head_only: self.head_only,
+        };
+        page.write(out, status, t, None)
+    }
+}
+
+/// An error page served for an `error_page` target, where the request itself may be gone (a
+/// proxied request that failed): what it needs beyond the target.
+pub struct Page<'a> {
+    pub r: Responder<'a>,
+    pub server: &'a VServer,
+    pub ch: ConnHdr,
+    pub head_only: bool,
+}
+
+impl Page<'_> {
+    /// Writes the page for `status` as `t` says, with the `add_header` lines of the location
+    /// that serves it (nginx's rule: an error page is an internal redirect); `vars`: the
+    /// request, when it is still there (a value with variables is left out otherwise).
+    /// None: the target cannot be served (its file is gone).
+    pub fn write(
+        &self,
+        out: &mut Vec<u8>,
+        status: u16,
+        t: &ErrTarget,
+        vars: Option<&Vars>,
+    ) -> Option<Reply> {
+        let (want, uri, loc) = match t {
+            ErrTarget::Redirect(url) => {
+                let mut extra = format!("Location: {}\r\n", field_safe(url));
+                if let Some(a) = self.server.add_header.as_deref() {
+                    a.write(302, vars, &mut extra);
+                }
+                let page = ErrorPage::new(302, self.ch, self.head_only).extra(&extra);
+                return Some(Reply::bytes(self.r.error(out, page)));
+            }
+            ErrTarget::Local { status, uri, loc } => (*status, uri, *loc),
+        };
+        let target = self.server.locations.get(loc)?;
+        let add = target.rw.as_ref().and_then(|rw| rw.add_header.as_deref());
+        let added = |code: u16, extra: String| {
+            let mut extra = extra;
+            if let Some(a) = add {
+                a.write(code, vars, &mut extra);
+            }
+            extra
+        };
+        let code = |own: u16| match want {
+            None => status,
+            Some(None) => own,
+            Some(Some(c)) => c,
+        };
+        match &target.action {
+            Action::Files(root) => {
+                let (file, len, ctype) = crate::static_files::page(root, uri)?;
+                let code = code(200);
+                let extra = added(code, format!("Content-Type: {ctype}\r\n"));
+                let written = self.r.head(out, code, &extra, len, self.ch);
+                Some(Reply {
+                    written,
+                    file: (!self.head_only && len > 0).then_some((file, 0, len)),
+                    close: false,
+                })
+            }
+            Action::Return(c) => {
+                let code = code(c.status);
+                let extra = added(code, format!("Content-Type: {}\r\n", c.ctype));
+                let written = self.r.head(out, code, &extra, c.body.len() as u64, self.ch);
+                if !self.head_only {
+                    out.extend_from_slice(&c.body);
+                }
+                Some(Reply::bytes(written))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Whether a body of this status and type gets `Vary: Accept-Encoding`: a coding could
+/// compress it on the fly. (A precompressed file served says so itself; where none exists,
+/// the response does not vary.)
+pub fn varies(routes: &Routes, loc: Option<&Loc>, status: u16, ctype: &str) -> bool {
+    loc.is_some_and(|l| l.compress)
+        && status_compressible(status)
+        && routes.compress.as_ref().is_some_and(|p| p.varies(ctype))
+}

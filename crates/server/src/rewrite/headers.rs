@@ -1,0 +1,185 @@
+//! Headers: `add_header` on responses, `proxy_set_header` and `proxy_hide_header` across the
+//! proxy, and `error_page` targets resolved to locations when the configuration is compiled.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ringx_config::rewrite::{is_connection_field, HeaderValue};
+use ringx_config::template::Template;
+use toml::Spanned;
+
+use super::vars::{field_safe, Vars};
+use crate::error::Error;
+
+/// Whether a response with `status` gets the headers `add_header` adds without `always`
+/// (nginx's list).
+pub fn add_header_applies(status: u16) -> bool {
+    matches!(
+        status,
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    )
+}
+
+struct Item {
+    name: String,
+    value: Template,
+    always: bool,
+}
+
+/// `add_header`, compiled.
+pub struct AddHeaders {
+    items: Vec<Item>,
+    has_vars: bool,
+}
+
+impl AddHeaders {
+    pub fn compile(
+        map: &BTreeMap<Spanned<String>, HeaderValue>,
+    ) -> Result<Option<Arc<AddHeaders>>, Error> {
+        if map.is_empty() {
+            return Ok(None);
+        }
+        let mut items = Vec::new();
+        for (k, v) in map {
+            items.push(Item {
+                name: k.get_ref().clone(),
+                value: Template::parse(v.value()).map_err(Error::config)?,
+                always: v.always(),
+            });
+        }
+        let has_vars = items.iter().any(|i| i.value.literal().is_none());
+        Ok(Some(Arc::new(AddHeaders { items, has_vars })))
+    }
+
+    /// Whether a value names a variable (the response needs the request to be written).
+    pub fn has_vars(&self) -> bool {
+        self.has_vars
+    }
+
+    /// Appends the header lines a response with `status` gets. A value that expands to
+    /// nothing adds no header (nginx's rule).
+    pub fn write(&self, status: u16, vars: Option<&Vars>, out: &mut String) {
+        let plain = add_header_applies(status);
+        for it in self.items.iter().filter(|i| i.always || plain) {
+            self.line(it, vars, out);
+        }
+    }
+
+    /// Every line expanded now, for a response not known yet: (lines for 2xx/3xx, lines for
+    /// every status).
+    pub fn expand_split(&self, vars: Option<&Vars>) -> (String, String) {
+        let (mut normal, mut always) = (String::new(), String::new());
+        for it in &self.items {
+            self.line(it, vars, if it.always { &mut always } else { &mut normal });
+        }
+        (normal, always)
+    }
+
+    fn line(&self, it: &Item, vars: Option<&Vars>, out: &mut String) {
+        let value = match (it.value.literal(), vars) {
+            (Some(l), _) => std::borrow::Cow::Borrowed(l),
+            (None, Some(v)) => std::borrow::Cow::Owned(v.expand(&it.value)),
+            (None, None) => return,
+        };
+        if value.is_empty() {
+            return;
+        }
+        out.push_str(&it.name);
+        out.push_str(": ");
+        out.push_str(&field_safe(&value));
+        out.push_str("\r\n");
+    }
+}
+
+/// What an `error_page` leads to.
+pub enum ErrTarget {
+    /// A location of the same server, with the URI to serve there and the status to answer
+    /// with (None: the error's; Some(None): `=`, the target's own; Some(Some(c)): `=c`).
+    Local {
+        status: Option<Option<u16>>,
+        uri: String,
+        loc: usize,
+    },
+    /// A URL: 302 to it.
+    Redirect(String),
+}
+
+/// A server's or a location's error pages.
+pub struct ErrorPages(Vec<(u16, ErrTarget)>);
+
+impl ErrorPages {
+    pub fn get(&self, status: u16) -> Option<&ErrTarget> {
+        self.0.iter().find(|(s, _)| *s == status).map(|(_, t)| t)
+    }
+
+    pub fn new(pages: Vec<(u16, ErrTarget)>) -> ErrorPages {
+        ErrorPages(pages)
+    }
+}
+
+/// What a proxy location changes in the request it sends and the response it relays.
+#[derive(Default)]
+pub struct ProxyEdit {
+    /// `proxy_set_header` fields other than Host: (name, value); an empty value only drops
+    /// the client's.
+    pub set: Vec<(String, Template)>,
+    /// `proxy_set_header Host`.
+    pub host: Option<Template>,
+    /// Lowercase names of the client's fields not forwarded (every field set here).
+    pub drop: Vec<String>,
+    /// `proxy_hide_header`, lowercase.
+    pub hide: Vec<String>,
+    /// `proxy_intercept_errors`: upstream statuses with an `error_page` get the error page.
+    pub intercept: bool,
+}
+
+impl ProxyEdit {
+    pub fn compile(
+        set: &BTreeMap<Spanned<String>, String>,
+        hide: &[Spanned<String>],
+        intercept: bool,
+    ) -> Result<Option<Arc<ProxyEdit>>, Error> {
+        if set.is_empty() && hide.is_empty() && !intercept {
+            return Ok(None);
+        }
+        let mut e = ProxyEdit {
+            intercept,
+            hide: hide
+                .iter()
+                .map(|h| h.get_ref().to_ascii_lowercase())
+                .collect(),
+            ..ProxyEdit::default()
+        };
+        for (k, v) in set {
+            let name = k.get_ref();
+            // ringx manages the connection to the upstream (keep-alive, upgrades) itself.
+            if is_connection_field(name) {
+                continue;
+            }
+            let t = Template::parse(v).map_err(Error::config)?;
+            if name.eq_ignore_ascii_case("host") {
+                e.host = Some(t);
+                continue;
+            }
+            e.drop.push(name.to_ascii_lowercase());
+            if !v.is_empty() {
+                e.set.push((name.clone(), t));
+            }
+        }
+        Ok(Some(Arc::new(e)))
+    }
+
+    /// The `proxy_set_header` lines, expanded (empty values left out, as nginx does).
+    pub fn set_lines(&self, vars: &Vars, out: &mut Vec<u8>) {
+        for (name, t) in &self.set {
+            let v = vars.expand(t);
+            if v.is_empty() {
+                continue;
+            }
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(field_safe(&v).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! The compile step of the routes: servers and locations from the configuration, `return`
+//! responses serialised (and compressed) once, directories opened, rewriting compiled and its
+//! references (error pages, `try_files` fallbacks) resolved against the compiled locations.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use ringx_config::rewrite::parse_error_pages;
+use ringx_config::{Config, Location, Return, Server, Source};
+use toml::Spanned;
+
+use crate::compress::{Coding, Policy};
+use crate::error::Error;
+use crate::rewrite::headers::{AddHeaders, ErrTarget, ErrorPages, ProxyEdit};
+use crate::rewrite::{FallbackC, LocKind, LocRw, ReturnT, ServerRw, TryFilesC};
+use crate::route::{
+    Action, Canned, FileRoot, HostMode, ListenerKind, Loc, ProxyLoc, Routes, StreamDef, VServer,
+};
+use crate::upstream::Upstreams;
+
+impl Routes {
+    pub fn compile(cfg: &Config, ups: &mut Upstreams) -> Result<Routes, Error> {
+        let version = env!("CARGO_PKG_VERSION");
+        let token = if cfg.http.server_tokens {
+            format!("ringx/{version}")
+        } else {
+            "ringx".to_string()
+        };
+        let server_header = format!("Server: {token}\r\n").into_bytes();
+        let compress = Policy::compile(&cfg.http);
+        let mut listen: Vec<SocketAddr> = Vec::new();
+        let mut by_listener: Vec<Vec<usize>> = Vec::new();
+        let mut servers = Vec::new();
+        for (si, s) in cfg.server.iter().enumerate() {
+            let s = s.get_ref();
+            for a in &s.listen {
+                let a = *a.get_ref();
+                let li = match listen.iter().position(|x| *x == a) {
+                    Some(i) => i,
+                    None => {
+                        listen.push(a);
+                        by_listener.push(Vec::new());
+                        listen.len() - 1
+                    }
+                };
+                if *s.default.get_ref() {
+                    by_listener[li].insert(0, si);
+                } else {
+                    by_listener[li].push(si);
+                }
+            }
+            let mut names = Vec::new();
+            let mut suffixes = Vec::new();
+            for n in &s.server_name {
+                let n = n.get_ref().to_ascii_lowercase();
+                match n.strip_prefix('*') {
+                    Some(rest) => suffixes.push(rest.to_string()),
+                    None => names.push(n),
+                }
+            }
+            let mut locations = Vec::new();
+            let mut order = Vec::new();
+            for (i, l) in s.location.iter().enumerate() {
+                locations.push(compile_location(
+                    l.get_ref(),
+                    &server_header,
+                    compress.as_deref(),
+                    ups,
+                )?);
+                order.push(i);
+            }
+            // Stable: regexes keep the order they were written in.
+            let mut paired: Vec<(Loc, usize)> = locations.into_iter().zip(order).collect();
+            paired.sort_by(|(a, _), (b, _)| {
+                a.kind
+                    .class()
+                    .cmp(&b.kind.class())
+                    .then(match a.kind.class() {
+                        1 => b.path.len().cmp(&a.path.len()),
+                        _ => std::cmp::Ordering::Equal,
+                    })
+            });
+            let (locations, order): (Vec<Loc>, Vec<usize>) = paired.into_iter().unzip();
+            let rw = ServerRw::compile(s)?;
+            let mut vs = VServer {
+                names,
+                suffixes,
+                locations,
+                rw: (rw.full_route || !rw.rules.is_empty()).then(|| Box::new(rw)),
+                name: s
+                    .server_name
+                    .first()
+                    .map_or(String::new(), |n| n.get_ref().clone()),
+                add_header: None,
+                error_pages: None,
+            };
+            finish_rewriting(&mut vs, s, &order)?;
+            servers.push(vs);
+        }
+        let mut listener_kind: Vec<ListenerKind> = listen
+            .iter()
+            .map(|a| ListenerKind::Http {
+                proxy_protocol: cfg.server.iter().any(|s| {
+                    s.get_ref().proxy_protocol
+                        && s.get_ref().listen.iter().any(|b| b.get_ref() == a)
+                }),
+            })
+            .collect();
+        let mut streams = Vec::new();
+        for st in &cfg.stream {
+            let st = st.get_ref();
+            let upstream = ups.resolve_target(st.proxy_pass.get_ref())?;
+            for a in &st.listen {
+                listen.push(*a.get_ref());
+                by_listener.push(Vec::new());
+                listener_kind.push(ListenerKind::Stream(streams.len()));
+            }
+            let mut by_name: Vec<(usize, Vec<String>)> = Vec::new();
+            for (name, target) in &st.sni {
+                by_name.push((
+                    ups.resolve_target(target.get_ref())?,
+                    vec![name.get_ref().clone()],
+                ));
+            }
+            let sni = (!by_name.is_empty()).then(|| {
+                ringx_tls::sni::SniMap::new(by_name.iter().map(|(i, n)| (*i, &n[..])), upstream)
+            });
+            streams.push(StreamDef {
+                upstream,
+                idle_timeout: st.idle_timeout.0,
+                proxy_protocol: st.proxy_protocol,
+                sni,
+            });
+        }
+        let has_proxy = servers.iter().any(|s: &VServer| {
+            s.locations
+                .iter()
+                .any(|l| matches!(l.action, Action::Proxy(_)))
+        });
+        Ok(Routes {
+            listen,
+            by_listener,
+            servers,
+            server_header,
+            server_token: token.into_bytes(),
+            listener_kind,
+            streams,
+            has_proxy,
+            compress,
+        })
+    }
+}
+
+/// What needs the whole server compiled first: error pages and try_files fallbacks resolved
+/// to locations, and what locations inherit from the server (nginx's rule: a location with
+/// none of its own takes the server's add_header and error_page).
+fn finish_rewriting(vs: &mut VServer, s: &Server, order: &[usize]) -> Result<(), Error> {
+    let srv_add = AddHeaders::compile(&s.add_header)?;
+    let srv_pages = error_pages(&s.error_page, vs)?;
+    vs.add_header = srv_add.clone();
+    vs.error_pages = srv_pages.clone();
+    for (li, &ci) in order.iter().enumerate() {
+        let l = s.location[ci].get_ref();
+        let mut rw = LocRw {
+            rules: crate::rewrite::compile_rules(&l.rewrite)?,
+            add_header: AddHeaders::compile(&l.add_header)?.or_else(|| srv_add.clone()),
+            error_pages: error_pages(&l.error_page, vs)?.or_else(|| srv_pages.clone()),
+            try_files: None,
+        };
+        if let Some(tf) = &l.try_files {
+            let src = ringx_config::Source {
+                name: "(config)",
+                text: "",
+            };
+            let parsed = ringx_config::rewrite::parse_try_files(tf, &src)
+                .map_err(|e| Error::config(e.message))?;
+            let fallback = match parsed.fallback {
+                ringx_config::rewrite::Fallback::Uri(t) => FallbackC::Uri(t),
+                ringx_config::rewrite::Fallback::Status(c) => FallbackC::Status(c),
+                ringx_config::rewrite::Fallback::Named(n) => FallbackC::Named(
+                    crate::rewrite::flow::named(vs, &n)
+                        .ok_or_else(|| Error::config(format!("try_files: no location {n:?}")))?,
+                ),
+            };
+            rw.try_files = Some(TryFilesC {
+                candidates: parsed.candidates,
+                fallback,
+            });
+        }
+        vs.locations[li].rw = (!rw.is_empty()).then(|| Box::new(rw));
+    }
+    Ok(())
+}
+
+fn compile_location(
+    l: &Location,
+    server_header: &[u8],
+    compress: Option<&Policy>,
+    ups: &mut Upstreams,
+) -> Result<Loc, Error> {
+    let (kind, path) = crate::rewrite::compile_path(l)?;
+    let action = if let Some(target) = &l.proxy_pass {
+        let (server_part, uri) = ringx_config::upstream::split_uri(target.get_ref());
+        let upstream = ups.resolve_target(server_part)?;
+        let host = match l.proxy_host.as_deref() {
+            None | Some("pass") => HostMode::Pass,
+            Some("upstream") => HostMode::Upstream,
+            Some(h) => HostMode::Fixed(h.to_string()),
+        };
+        Action::Proxy(ProxyLoc {
+            upstream,
+            host,
+            forwarded_headers: l.forwarded_headers,
+            uri: uri.map(str::to_string),
+            edit: ProxyEdit::compile(
+                &l.proxy_set_header,
+                &l.proxy_hide_header,
+                l.proxy_intercept_errors,
+            )?,
+        })
+    } else if let Some(r) = &l.ret {
+        match ReturnT::compile(r)? {
+            Some(t) => Action::ReturnT(Box::new(t)),
+            None => Action::Return(canned(r, server_header, compress.filter(|_| l.compress))),
+        }
+    } else if l.root.is_none() && l.alias.is_none() {
+        Action::None
+    } else {
+        let (dir, strip) = match (&l.root, &l.alias) {
+            (Some(root), _) => (root.get_ref().as_path(), None),
+            (None, Some(alias)) => (alias.get_ref().as_path(), Some(path.clone())),
+            (None, None) => unreachable!("validated: a location has an action"),
+        };
+        Action::Files(FileRoot {
+            dir: open_dir(dir)?,
+            strip_prefix: strip,
+            index: l.index.clone(),
+        })
+    };
+    Ok(Loc {
+        exact: matches!(kind, LocKind::Exact),
+        path,
+        action,
+        kind,
+        rw: None,
+        compress: l.compress,
+    })
+}
+
+fn canned(r: &Return, server_header: &[u8], compress: Option<&Policy>) -> Canned {
+    let status = *r.status.get_ref();
+    let body = r.body.clone().into_bytes();
+    let ctype = r
+        .content_type
+        .as_ref()
+        .map_or("text/plain", |c| c.get_ref());
+    // `Vary` on every variant, identity included, when the body could be compressed.
+    let varies = compress.is_some_and(|p| p.varies(ctype))
+        && crate::compress::status_compressible(status)
+        && !body.is_empty();
+    let head_for = |coding: Option<Coding>, len: usize| {
+        let mut head = Vec::new();
+        ringx_http::write_status_line(&mut head, status);
+        head.extend_from_slice(server_header);
+        if status != 204 && status != 304 {
+            head.extend_from_slice(
+                format!("Content-Type: {ctype}\r\nContent-Length: {len}\r\n").as_bytes(),
+            );
+        }
+        if let Some(c) = coding {
+            head.extend_from_slice(format!("Content-Encoding: {}\r\n", c.token()).as_bytes());
+        }
+        if varies {
+            head.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+        }
+        if let Some(loc) = &r.location {
+            head.extend_from_slice(format!("Location: {}\r\n", loc.get_ref()).as_bytes());
+        }
+        for (k, v) in &r.headers {
+            head.extend_from_slice(format!("{}: {v}\r\n", k.get_ref()).as_bytes());
+        }
+        head
+    };
+    let mut c = Canned::new(status, head_for(None, body.len()), body.clone());
+    c.ctype = ctype.to_string();
+    if varies {
+        for codec in compress.map_or(&[][..], |p| &p.codecs[..]) {
+            if !codec.takes(ctype) || (body.len() as u64) < codec.min_length {
+                continue;
+            }
+            if let Ok(z) = crate::compress::encoder::compress(codec.coding, codec.level, &body) {
+                let mut v = Canned::new(status, head_for(Some(codec.coding), z.len()), z);
+                v.ctype = ctype.to_string();
+                c.variants.push((codec.coding, v));
+            }
+        }
+    }
+    c
+}
+
+fn open_dir(p: &Path) -> Result<OwnedFd, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Error::config(format!("{}: NUL in path", p.display())))?;
+    // SAFETY: open with a valid NUL-terminated path; a non-negative result is a new
+    // descriptor we own.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::io(format!("open {}", p.display()), e));
+    }
+    // SAFETY: `fd` is new and owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Resolves `error_page` entries against the server's compiled locations.
+fn error_pages(
+    pages: &BTreeMap<Spanned<String>, Spanned<String>>,
+    server: &VServer,
+) -> Result<Option<Arc<ErrorPages>>, Error> {
+    if pages.is_empty() {
+        return Ok(None);
+    }
+    let src = Source {
+        name: "(config)",
+        text: "",
+    };
+    let parsed = parse_error_pages(pages, &src).map_err(|e| Error::config(e.message))?;
+    let mut out = Vec::new();
+    for (code, t) in parsed {
+        let target = if ringx_config::rewrite::is_redirect_target(&t.uri) {
+            ErrTarget::Redirect(t.uri)
+        } else {
+            let loc = if t.uri.starts_with('@') {
+                server.locations.iter().position(|l| l.path == t.uri)
+            } else {
+                crate::rewrite::locate::locate(server, &t.uri).map(|(i, _)| i)
+            };
+            let Some(loc) = loc else {
+                return Err(Error::config(format!(
+                    "error_page {code} {:?}: no location of the server matches it",
+                    t.uri
+                )));
+            };
+            if matches!(server.locations[loc].action, Action::Proxy(_)) {
+                return Err(Error::config(format!(
+                    "error_page {code} {:?}: it leads to a proxy_pass location; error pages \
+                     come from files (root/alias) or return locations",
+                    t.uri
+                )));
+            }
+            ErrTarget::Local {
+                status: t.status,
+                uri: t.uri,
+                loc,
+            }
+        };
+        out.push((code, target));
+    }
+    Ok(Some(Arc::new(ErrorPages::new(out))))
+}

@@ -1,0 +1,381 @@
+"""Rewriting, against nginx: location order (exact, longest prefix, ^~, regexes in order,
+named), rewrite flags and arguments, return with variables, add_header (always or not,
+inherited from the server), error_page (a file, a location, =CODE, a URL, for proxy
+failures and intercepted upstream errors), try_files, proxy_pass with a URI part,
+proxy_set_header and proxy_hide_header; and what `ringx check` says of a regex bomb."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import subprocess
+
+import pytest
+
+from compress_upstream import Upstream
+from conftest import free_port, runtime_section
+from nginx_peer import NginxPeer
+
+
+def get(port, path, headers=None, method="GET"):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request(method, path, headers=headers or {})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r, body
+
+
+@pytest.fixture(scope="module")
+def www(tmp_path_factory):
+    d = tmp_path_factory.mktemp("www")
+    (d / "index.html").write_text("root index\n")
+    (d / "errors").mkdir()
+    (d / "errors" / "404.html").write_text("custom 404 page\n")
+    (d / "errors" / "50x.html").write_text("custom 50x page\n")
+    (d / "rw").mkdir()
+    (d / "rw" / "broken").mkdir()
+    (d / "rw" / "broken" / "x").write_text("rw broken x\n")
+    (d / "spa").mkdir()
+    (d / "spa" / "index.html").write_text("spa shell\n")
+    (d / "spa" / "app.js").write_text("spa js\n")
+    (d / "spa" / "docs").mkdir()
+    (d / "spa" / "docs" / "index.html").write_text("spa docs index\n")
+    (d / "tf404").mkdir()
+    (d / "tf404" / "here").write_text("tf here\n")
+    (d / "tfnamed").mkdir()
+    return d
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    u = Upstream()
+    yield u
+    u.close()
+
+
+# The same site, written for each server. Bodies name the location that answered.
+def ringx_site(port: int, www, up: str) -> str:
+    return f"""
+[[server]]
+listen = ["127.0.0.1:{port}"]
+server_name = ["localhost"]
+rewrite = ["^/old/(.*)$ /new/$1 permanent", "^/legacy$ /modern last"]
+add_header = {{ "X-Srv" = "s" }}
+error_page = {{ "404" = "/errors/404.html", "502 504" = "/errors/50x.html" }}
+  [[server.location]]
+  path = "/"
+  root = "{www}"
+  [[server.location]]
+  path = "= /exact"
+  return = {{ status = 200, body = "exact\\n" }}
+  [[server.location]]
+  path = "/images/"
+  return = {{ status = 200, body = "images prefix\\n" }}
+  [[server.location]]
+  path = "^~ /static/"
+  return = {{ status = 200, body = "static stop\\n" }}
+  [[server.location]]
+  path = "~* \\\\.(png|jpg)$"
+  return = {{ status = 200, body = "img regex $1\\n" }}
+  [[server.location]]
+  path = "~ ^/api/v([0-9]+)/(.*)$"
+  return = {{ status = 200, body = "api v$1 $2 args=$args\\n" }}
+  [[server.location]]
+  path = "/api/v1/long/"
+  return = {{ status = 200, body = "long prefix\\n" }}
+  [[server.location]]
+  path = "/modern"
+  return = {{ status = 200, body = "modern $uri args=$args\\n" }}
+  [[server.location]]
+  path = "/rw/"
+  root = "{www}"
+  rewrite = [
+    "^/rw/last/(.*)$ /target/$1 last",
+    "^/rw/break/(.*)$ /rw/broken/$1 break",
+    "^/rw/redir/(.*)$ /target/$1 redirect",
+    "^/rw/perm/(.*)$ /target/$1? permanent",
+    "^/rw/ext/(.*)$ https://example.com/$1",
+    "^/rw/args/(.*)$ /target/$1?added=1 last",
+    "^/rw/noargs/(.*)$ /target/$1? last",
+    "^/rw/chain/(.*)$ /rw/last/$1",
+  ]
+  [[server.location]]
+  path = "/target/"
+  return = {{ status = 200, body = "target $uri args=$args\\n" }}
+  [[server.location]]
+  path = "/spa/"
+  root = "{www}"
+  try_files = ["$uri", "$uri/", "/spa/index.html"]
+  [[server.location]]
+  path = "/tf404/"
+  root = "{www}"
+  try_files = ["$uri", "=404"]
+  [[server.location]]
+  path = "/tfnamed/"
+  root = "{www}"
+  try_files = ["$uri", "@fallback"]
+  [[server.location]]
+  path = "@fallback"
+  return = {{ status = 200, body = "fallback $uri\\n" }}
+  [[server.location]]
+  path = "= /loop"
+  rewrite = ["^ /loop last"]
+  [[server.location]]
+  path = "/vars"
+  return = {{ status = 200, body = "host=$host uri=$request_uri scheme=$scheme ra=$remote_addr m=$request_method a=$arg_a ua=$http_user_agent\\n" }}
+  [[server.location]]
+  path = "= /goto"
+  return = {{ status = 302, location = "$scheme://$host/landing$is_args$args" }}
+  [[server.location]]
+  path = "/hdr/"
+  add_header = {{ "X-Loc" = "l", "X-Always" = {{ value = "a", always = true }} }}
+  return = {{ status = 200, body = "hdr\\n" }}
+  [[server.location]]
+  path = "/hdr404/"
+  add_header = {{ "X-Loc" = "l", "X-Always" = {{ value = "a", always = true }} }}
+  return = {{ status = 404 }}
+  [[server.location]]
+  path = "/e/"
+  error_page = {{ "404" = "=200 /errors/404.html", "403" = "https://example.com/forbidden" }}
+  root = "{www}/tfnamed"
+  [[server.location]]
+  path = "/dead/"
+  proxy_pass = "http://127.0.0.1:1"
+  [[server.location]]
+  path = "/px/"
+  proxy_pass = "http://{up}/v2/"
+  proxy_set_header = {{ "X-Request-Id" = "$request_id", "User-Agent" = "", "X-Path" = "$uri" }}
+  proxy_hide_header = ["X-Powered-By"]
+  [[server.location]]
+  path = "= /pxexact"
+  proxy_pass = "http://{up}/exact-target"
+  [[server.location]]
+  path = "/pxplain/"
+  proxy_pass = "http://{up}"
+  [[server.location]]
+  path = "/pxrw/"
+  rewrite = ["^/pxrw/(.*)$ /changed/$1 break"]
+  proxy_pass = "http://{up}/v3/"
+  [[server.location]]
+  path = "/pxerr/"
+  proxy_pass = "http://{up}/"
+  proxy_intercept_errors = true
+  error_page = {{ "404" = "/errors/404.html", "500" = "=503 /errors/50x.html" }}
+"""
+
+
+def nginx_site(port: int, www, up: str) -> str:
+    return f"""
+server {{
+  listen 127.0.0.1:{port};
+  server_name localhost;
+  rewrite ^/old/(.*)$ /new/$1 permanent;
+  rewrite ^/legacy$ /modern last;
+  add_header X-Srv "s";
+  error_page 404 /errors/404.html;
+  error_page 502 504 /errors/50x.html;
+  location / {{ root {www}; }}
+  location = /exact {{ return 200 "exact\\n"; }}
+  location /images/ {{ return 200 "images prefix\\n"; }}
+  location ^~ /static/ {{ return 200 "static stop\\n"; }}
+  location ~* \\.(png|jpg)$ {{ return 200 "img regex $1\\n"; }}
+  location ~ ^/api/v([0-9]+)/(.*)$ {{ return 200 "api v$1 $2 args=$args\\n"; }}
+  location /api/v1/long/ {{ return 200 "long prefix\\n"; }}
+  location /modern {{ return 200 "modern $uri args=$args\\n"; }}
+  location /rw/ {{
+    root {www};
+    rewrite ^/rw/last/(.*)$ /target/$1 last;
+    rewrite ^/rw/break/(.*)$ /rw/broken/$1 break;
+    rewrite ^/rw/redir/(.*)$ /target/$1 redirect;
+    rewrite ^/rw/perm/(.*)$ /target/$1? permanent;
+    rewrite ^/rw/ext/(.*)$ https://example.com/$1;
+    rewrite ^/rw/args/(.*)$ /target/$1?added=1 last;
+    rewrite ^/rw/noargs/(.*)$ /target/$1? last;
+    rewrite ^/rw/chain/(.*)$ /rw/last/$1;
+  }}
+  location /target/ {{ return 200 "target $uri args=$args\\n"; }}
+  location /spa/ {{ root {www}; try_files $uri $uri/ /spa/index.html; }}
+  location /tf404/ {{ root {www}; try_files $uri =404; }}
+  location /tfnamed/ {{ root {www}; try_files $uri @fallback; }}
+  location @fallback {{ return 200 "fallback $uri\\n"; }}
+  location = /loop {{ rewrite ^ /loop last; }}
+  location /vars {{ return 200 "host=$host uri=$request_uri scheme=$scheme ra=$remote_addr m=$request_method a=$arg_a ua=$http_user_agent\\n"; }}
+  location = /goto {{ return 302 $scheme://$host/landing$is_args$args; }}
+  location /hdr/ {{ add_header X-Loc "l"; add_header X-Always "a" always; return 200 "hdr\\n"; }}
+  location /hdr404/ {{ add_header X-Loc "l"; add_header X-Always "a" always; return 404; }}
+  location /e/ {{
+    error_page 404 =200 /errors/404.html;
+    error_page 403 https://example.com/forbidden;
+    root {www}/tfnamed;
+  }}
+  location /dead/ {{ proxy_pass http://127.0.0.1:1; }}
+  location /px/ {{
+    proxy_pass http://{up}/v2/;
+    proxy_set_header X-Request-Id $request_id;
+    proxy_set_header User-Agent "";
+    proxy_set_header X-Path $uri;
+    proxy_hide_header X-Powered-By;
+  }}
+  location = /pxexact {{ proxy_pass http://{up}/exact-target; }}
+  location /pxplain/ {{ proxy_pass http://{up}; }}
+  location /pxrw/ {{ rewrite ^/pxrw/(.*)$ /changed/$1 break; proxy_pass http://{up}/v3/; }}
+  location /pxerr/ {{
+    proxy_pass http://{up}/;
+    proxy_intercept_errors on;
+    error_page 404 /errors/404.html;
+    error_page 500 =503 /errors/50x.html;
+  }}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def pair(ringx_module, engine, www, upstream, tmp_path_factory):
+    rport, nport = free_port(), free_port()
+    r = ringx_module.make(runtime_section(engine) + ringx_site(rport, www, upstream.addr),
+                          engine=engine, name=f"rewrite-{engine}")
+    n = NginxPeer(tmp_path_factory.mktemp("nginx"), nginx_site(nport, www, upstream.addr), nport)
+    yield r, rport, nport
+    n.stop()
+
+
+def answer(port, path, headers=None, method="GET"):
+    """What must match nginx: the status, the body of a 2xx or a custom page, Location, and
+    the headers the site adds."""
+    r, body = get(port, path, headers, method)
+    loc = r.getheader("Location")
+    if loc:
+        loc = loc.replace(str(port), "PORT")
+    ours = r.status < 300 or b"custom" in body or b"target" in body
+    return {
+        "status": r.status,
+        "body": body.decode().replace(str(port), "PORT") if ours else None,
+        "location": loc,
+        "added": {k: r.getheader(k) for k in ("X-Srv", "X-Loc", "X-Always")},
+    }
+
+
+PATHS = [
+    "/", "/exact", "/exact/more", "/images/a.gif", "/images/a.PNG", "/static/a.png",
+    "/api/v2/users?x=1", "/api/vx/users", "/api/v1/long/p", "/other.jpg", "/@fallback",
+    "/old/a/b?q=1", "/legacy?z=2", "/modern?y=1",
+    "/rw/last/a?k=v", "/rw/break/x", "/rw/redir/a?k=v", "/rw/perm/a?k=v", "/rw/ext/a?k=v",
+    "/rw/args/a?k=v", "/rw/noargs/a?k=v", "/rw/chain/c", "/rw/none",
+    "/spa/app.js", "/spa/docs/", "/spa/deep/link?x=1", "/spa/docs",
+    "/tf404/here", "/tf404/missing", "/tfnamed/missing", "/loop", "/missing-file",
+    "/vars?a=7&b=8", "/goto?p=1", "/goto", "/hdr/", "/hdr404/",
+    "/e/missing", "/dead/x", "/pxerr/status/404", "/pxerr/status/500", "/pxerr/status/418",
+]
+
+
+def test_answers_match_nginx(pair):
+    _, rport, nport = pair
+    diffs = []
+    for p in PATHS:
+        h = {"Host": "LocalHost", "User-Agent": "t/1"}
+        ours, theirs = answer(rport, p, h), answer(nport, p, h)
+        if ours != theirs:
+            diffs.append(f"{p}:\n  ringx {ours}\n  nginx {theirs}")
+    assert not diffs, "\n".join(diffs)
+
+
+def test_proxy_uris_and_headers_match_nginx(pair, upstream):
+    _, rport, nport = pair
+    cases = ["/px/a/b?q=1", "/px/a%20b/%2Fc?x=%41", "/px/", "/pxexact?z=1", "/pxplain/p?q",
+             "/pxrw/x/y?k=1", "/px/../px/dots"]
+    for p in cases:
+        seen = {}
+        for name, port in (("ringx", rport), ("nginx", nport)):
+            r, body = get(port, p, {"User-Agent": "client-ua"})
+            assert r.status == 200, (name, p, body)
+            assert r.getheader("X-Powered-By") is None or not p.startswith("/px/"), name
+            seen[name] = json.loads(body)
+        assert seen["ringx"]["path"] == seen["nginx"]["path"], p
+        if p.startswith("/px/"):
+            for name, s in seen.items():
+                h = {k.lower(): v for k, v in s["headers"].items()}
+                assert "user-agent" not in h, (name, h)
+                assert re.fullmatch(r"[0-9a-f]{32}", h["x-request-id"]), (name, h)
+            assert (seen["ringx"]["headers"].get("X-Path") ==
+                    seen["nginx"]["headers"].get("X-Path")), p
+
+
+def test_request_id_is_one_per_request(ringx, upstream):
+    port = free_port()
+    ringx.make(runtime_section(None) + f"""
+[[server]]
+listen = ["127.0.0.1:{port}"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://{upstream.addr}"
+  proxy_set_header = {{ "X-Request-Id" = "$request_id" }}
+  add_header = {{ "X-Request-Id" = "$request_id" }}
+""")
+    ids = set()
+    for _ in range(20):
+        r, body = get(port, "/id")
+        sent = json.loads(body)["headers"]["X-Request-Id"]
+        assert r.getheader("X-Request-Id") == sent, "the same id upstream and to the client"
+        ids.add(sent)
+    assert len(ids) == 20
+
+
+def test_add_header_on_proxied_and_error_responses(ringx, upstream):
+    port = free_port()
+    ringx.make(runtime_section(None) + f"""
+[[server]]
+listen = ["127.0.0.1:{port}"]
+add_header = {{ "X-Frame-Options" = "DENY", "X-Always" = {{ value = "yes", always = true }} }}
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://{upstream.addr}"
+  [[server.location]]
+  path = "/dead/"
+  proxy_pass = "http://127.0.0.1:1"
+""")
+    r, _ = get(port, "/ok")
+    assert (r.getheader("X-Frame-Options"), r.getheader("X-Always")) == ("DENY", "yes")
+    r, _ = get(port, "/status/404")
+    assert (r.status, r.getheader("X-Frame-Options"), r.getheader("X-Always")) == (404, None, "yes")
+    r, _ = get(port, "/dead/x")
+    assert r.status == 502 and r.getheader("X-Always") == "yes"
+    assert r.getheader("X-Frame-Options") is None
+
+
+def test_a_regex_bomb_is_refused_by_check(ringx_bin, tmp_path):
+    cfg = tmp_path / "bomb.toml"
+    cfg.write_text('[[server]]\nlisten = ["127.0.0.1:1"]\n[[server.location]]\n'
+                   'path = "~ (a{1000}){1000}"\nreturn = { status = 204 }\n')
+    out = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert f"{cfg}:4:8: " in out.stderr and "too large once compiled" in out.stderr, out.stderr
+    cfg.write_text('[[server]]\nlisten = ["127.0.0.1:1"]\n[[server.location]]\npath = "/"\n'
+                   'return = { status = 200 }\nrewrite = ["^/(a /b"]\n')
+    out = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True)
+    assert out.returncode != 0 and f"{cfg}:6:12: " in out.stderr, out.stderr
+    assert "invalid regex" in out.stderr
+
+
+def test_crlf_in_a_variable_cannot_inject_a_header(ringx):
+    """A percent-encoded CR LF decodes into the path; what a variable puts in a header is
+    made safe, so no header is injected."""
+    port = free_port()
+    ringx.make(runtime_section(None) + f"""
+[[server]]
+listen = ["127.0.0.1:{port}"]
+  [[server.location]]
+  path = "~ ^/r/(?s)(.*)$"
+  return = {{ status = 302, location = "/to/$1" }}
+  add_header = {{ "X-Uri" = "$uri" }}
+""")
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /r/a%0d%0aSet-Cookie:%20evil=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    head = data.split(b"\r\n\r\n")[0]
+    assert b"\r\nSet-Cookie" not in head, head
+    assert head.startswith(b"HTTP/1.1 302") or head.startswith(b"HTTP/1.1 400"), head
