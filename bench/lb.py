@@ -13,7 +13,13 @@
      xdp      ringx's XDP balancer (GUE, direct server return);
      dnat     iptables DNAT with conntrack in the balancer's namespace (the answers come back
               through it, as DNAT needs);
-     haproxy  HAProxy in TCP mode in the balancer's namespace.
+     haproxy  HAProxy in TCP mode in the balancer's namespace;
+     limit    the bed's limit: a minimal XDP program on the balancer's device that forwards
+              without balancing (every packet to the VIP GUE-encapsulated under a fixed
+              header to one backend, XDP_TX; bpf/lb_bench.bpf.c lb_limit), as bench/echo.py
+              measures echo against a minimal server: what any XDP forwarder pays on this
+              bed (veth, NAPI wake-ups), so that ringx's ratios to DNAT and HAProxy read
+              beside the limit's.
    Work: `ab -k` (keep-alive: packets of established flows) and `ab` without -k (one new
    connection per request). CPU: what the balancer's namespace spends, on every set-up
    measured the same way: its device's NAPI thread (GRO on and threaded NAPI, so the
@@ -33,7 +39,11 @@
 The machine is shared (2 cores; other work shows in the load average recorded): medians over
 the rounds, and ratios taken inside each round.
 
-Usage: bench/lb.py [--quick] [--rounds N] [--no-readme]
+With --profile, the balancer's NAPI thread is sampled (perf, cpu-clock) during the first
+round's keep-alive work of xdp and limit, and where its time goes (the program, veth, the
+stack, scheduling) is recorded beside.
+
+Usage: bench/lb.py [--quick] [--rounds N] [--profile] [--no-readme]
 Writes bench/results/lb-<date>[-quick].json and the "Latest run" block of the load balancer
 section of bench/README.md (between <!-- lb:begin --> and <!-- lb:end -->).
 """
@@ -64,7 +74,7 @@ VIP, PORT = "10.88.100.1", 8080
 CLI, LB = "10.88.1.2", "10.88.2.2"
 BACKENDS = {"b1": "10.88.11.2", "b2": "10.88.12.2", "b3": "10.88.13.2"}
 PIN = f"/sys/fs/bpf/ringx-bench-lb-{TAG}"
-SETUPS = ("xdp", "dnat", "haproxy")
+SETUPS = ("xdp", "limit", "dnat", "haproxy")
 # The balancer's device and the router's end of it, named per run: their NAPI threads are
 # found by name ("napi/<dev>-<id>", cut to 15 characters).
 LBDEV, RTDEV = f"lz{TAG}", f"rz{TAG}"
@@ -199,12 +209,25 @@ class Setup:
     """Puts the bed into one set-up and back out of it."""
 
     def __init__(self, lbcfg, hcfg):
-        self.lbcfg, self.hcfg, self.haproxy = lbcfg, hcfg, None
+        self.lbcfg, self.hcfg, self.haproxy, self.limit = lbcfg, hcfg, None, None
 
     def enter(self, s):
         ns("r", "ip", "route", "replace", f"{VIP}/32", "via", LB)
         if s == "xdp":
             ns("l", RINGX, "lb", "attach", "--dev", LBDEV, "-c", self.lbcfg)
+        elif s == "limit":
+            mac = lambda k, dev: json.loads(ns(k, "ip", "-j", "link", "show", "dev", dev).stdout)[
+                0]["address"]
+            log = os.path.join(TMP, "limit.log")
+            self.limit = spawn("l", LB_BENCH, "hold", "--dev", LBDEV, "--seconds", "100000",
+                               "--limit", f"{PIN}/limit", "--vip", VIP, "--src", LB,
+                               "--backend", BACKENDS["b1"], "--src-mac", mac("l", LBDEV),
+                               "--dst-mac", mac("r", RTDEV), log=log)
+            deadline = time.time() + 10
+            while "attached" not in open(log).read():
+                if time.time() > deadline or self.limit.poll() is not None:
+                    raise RuntimeError(open(log).read())
+                time.sleep(0.05)
         elif s == "dnat":
             ns("l", "sysctl", "-qw", "net.ipv4.ip_forward=1")
             n = len(BACKENDS)
@@ -232,6 +255,11 @@ class Setup:
     def leave(self, s):
         if s == "xdp":
             ns("l", RINGX, "lb", "--pin-dir", f"{PIN}/lb", "detach", "--dev", LBDEV)
+        elif s == "limit":
+            self.limit.terminate()
+            self.limit.wait(10)
+            # Stopped while holding its (pinned) link: detach it through the pin.
+            ns("l", RINGX, "xdp", "--pin-dir", f"{PIN}/limit", "detach", "--dev", LBDEV)
         elif s == "dnat":
             ns("l", "iptables", "-t", "nat", "-F", "PREROUTING")
             ns("l", "sysctl", "-qw", "net.ipv4.ip_forward=0")
@@ -274,23 +302,75 @@ def lb_packets():
         "stats64"]["tx"]["packets"]
 
 
-def measure(workload, n, conc, haproxy):
+# Where the balancer's NAPI thread spends its time: the symbols perf samples, grouped by the
+# first group one of whose fragments the name contains.
+PROFILE_GROUPS = (
+    ("the XDP program", ("bpf_prog_",)),
+    ("veth: its receive and the copy of each skb into an XDP buffer", (
+        "veth_", "skb_pp_cow", "skb_copy_bits", "memcpy", "copy_skb_header", "page_pool",
+        "napi_pp_put_page", "xdp_", "bpf_xdp", "__xdp")),
+    ("NAPI scheduling and wake-ups", (
+        "schedule", "finish_task_switch", "switch_to", "wake", "napi_threaded", "kthread",
+        "enqueue", "dequeue", "update_curr", "pick_next", "sched_clock", "raw_spin", "irq",
+        "softirq", "napi_complete", "rcu")),
+    ("skb allocation and freeing", ("kfree", "slab", "kmem_cache", "consume_skb", "build_skb",
+                                    "alloc", "free")),
+    ("the stack (GRO, IP, conntrack, netfilter)", (
+        "gro", "ip_", "ipv4", "nf_", "nft_", "netif", "tcp", "fib_", "neigh", "dev_queue",
+        "sch_", "conntrack", "skb_", "dev_hard_start", "validate_xmit", "inet_")),
+)
+
+
+def profile_start(tag):
+    out = os.path.join(TMP, f"perf-{tag}.data")
+    tids = ",".join(map(str, napi_pids(LBDEV)))
+    p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-t", tids,
+                          "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # perf attaches before the work starts
+    return p, out
+
+
+def profile_stop(p, out):
+    p.send_signal(2)
+    p.wait(30)
+    rep = sh("perf", "report", "-i", out, "--stdio", "--sort", "sym", "--percent-limit", "0",
+             check=False).stdout
+    samples = re.search(r"# Samples: (\S+)", rep)
+    syms = []
+    for line in rep.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+\[.\]\s+(\S+)", line)
+        if m:
+            syms.append((m.group(2), float(m.group(1))))
+    groups = {g: 0.0 for g, _ in PROFILE_GROUPS}
+    groups["other"] = 0.0
+    for name, pct in syms:
+        g = next((g for g, frags in PROFILE_GROUPS if any(f in name for f in frags)), "other")
+        groups[g] += pct
+    return {"samples": samples.group(1) if samples else "0",
+            "groups": {k: round(v, 1) for k, v in groups.items()},
+            "top": [[n, p] for n, p in syms[:15]]}
+
+
+def measure(workload, n, conc, haproxy, prof=None):
     args = ["ab", "-q", "-n", str(n), "-c", str(conc)]
     if workload == "keepalive":
         args.append("-k")
     hp = haproxy.pid if haproxy else None
     p0 = lb_packets()
+    perf = profile_start(prof) if prof else None
     n0, h0, r0, w0 = napi_ns(LBDEV), proc_ns(hp) if hp else 0, napi_ns(RTDEV), time.monotonic()
     out = ns("c", *args, f"http://{VIP}:{PORT}/", timeout=300).stdout
     n1, h1, r1, w1 = napi_ns(LBDEV), proc_ns(hp) if hp else 0, napi_ns(RTDEV), time.monotonic()
     p1 = lb_packets()
+    profile = profile_stop(*perf) if perf else None
     done = int(re.search(r"Complete requests:\s+(\d+)", out).group(1))
     failed = int(re.search(r"Failed requests:\s+(\d+)", out).group(1))
     non2xx = re.search(r"Non-2xx responses:\s+(\d+)", out)
     return {"requests": done, "failed": failed + (int(non2xx.group(1)) if non2xx else 0),
             "napi_s": (n1 - n0) / 1e9, "process_s": (h1 - h0) / 1e9,
             "cpu_s": (n1 - n0 + h1 - h0) / 1e9, "router_napi_s": (r1 - r0) / 1e9,
-            "wall_s": w1 - w0, "lb_packets": p1 - p0}
+            "wall_s": w1 - w0, "lb_packets": p1 - p0,
+            **({"profile": profile} if profile else {})}
 
 
 # ---- the flood: one established flow's packets at the generator's full rate ----
@@ -423,19 +503,22 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int)
+    ap.add_argument("--profile", action="store_true")
     ap.add_argument("--no-readme", action="store_true")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/lb.py needs root (BPF, network namespaces)")
-    for tool in ("ip", "nsenter", "ethtool", "iptables", "haproxy", "ab", "ss"):
+    for tool in ("ip", "nsenter", "ethtool", "iptables", "haproxy", "ab", "ss") + (
+            ("perf",) if args.profile else ()):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is missing: run scripts/install-deps.sh")
     for b in (RINGX, LB_BENCH):
         if not os.access(b, os.X_OK):
             sys.exit(f"{b} is missing: make bench-lb builds it")
     rounds = args.rounds or (1 if args.quick else 3)
-    sizes = {"keepalive": (10000, 16) if args.quick else (40000, 16),
-             "connections": (2000, 8) if args.quick else (8000, 8)}
+    # Enough work that the cheapest set-up's CPU is well above the meter's resolution.
+    sizes = {"keepalive": (20000, 16) if args.quick else (100000, 16),
+             "connections": (3000, 8) if args.quick else (16000, 8)}
     t_start = time.time()
     res = {"name": "lb", "date": datetime.date.today().isoformat(),
            "mode": "quick" if args.quick else "full", "machine": machine(), "rounds": rounds,
@@ -460,7 +543,9 @@ def main():
                 try:
                     ns("c", "ab", "-q", "-n", "200", "-c", "4", f"http://{VIP}:{PORT}/")  # warm
                     for w, (n, conc) in sizes.items():
-                        r = measure(w, n, conc, st.haproxy if s == "haproxy" else None)
+                        prof = (f"{s}-{w}" if args.profile and rnd == 0 and w == "keepalive"
+                                and s in ("xdp", "limit") else None)
+                        r = measure(w, n, conc, st.haproxy if s == "haproxy" else None, prof)
                         r.update(round=rnd, setup=s, workload=w)
                         rows.append(r)
                         print(f"  round {rnd} {s:<8} {w:<11} {r['requests']} requests "
@@ -522,7 +607,8 @@ def summarise(rows, rounds):
     for w in ("keepalive", "connections"):
         per = {s: {"cpu_us_per_request": [], "cpu_ns_per_packet": [], "packets_per_request": []}
                for s in SETUPS}
-        ratios = {"xdp_vs_dnat": [], "xdp_vs_haproxy": []}
+        ratios = {"xdp_vs_dnat": [], "xdp_vs_haproxy": [], "xdp_vs_limit": [],
+                  "limit_vs_dnat": [], "limit_vs_haproxy": []}
         for rnd in range(rounds):
             got = {r["setup"]: r for r in rows if r["round"] == rnd and r["workload"] == w}
             pkt = {}
@@ -532,8 +618,9 @@ def summarise(rows, rounds):
                 per[s]["packets_per_request"].append(r["lb_packets"] / r["requests"])
                 pkt[s] = r["cpu_s"] * 1e9 / r["lb_packets"] if r["lb_packets"] else float("nan")
                 per[s]["cpu_ns_per_packet"].append(pkt[s])
-            ratios["xdp_vs_dnat"].append(pkt["xdp"] / pkt["dnat"])
-            ratios["xdp_vs_haproxy"].append(pkt["xdp"] / pkt["haproxy"])
+            for k in ratios:
+                a, b = k.split("_vs_")
+                ratios[k].append(pkt[a] / pkt[b])
         med = {s: {k: round(statistics.median(v), 2) for k, v in m.items()} for s, m in per.items()}
         for k, v in ratios.items():
             med[k] = round(statistics.median(v), 3)
@@ -563,7 +650,7 @@ def readme(res):
              "| work | balancer | CPU per request (us) | per packet to it (ns) | "
              "packets per request |", "|---|---|---:|---:|---:|"]
     for w, m in s.items():
-        for b in ("xdp", "dnat", "haproxy"):
+        for b in SETUPS:
             lines.append(f"| {w} | {b} | {m[b]['cpu_us_per_request']} | "
                          f"{m[b]['cpu_ns_per_packet']} | {m[b]['packets_per_request']} |")
     f = res["flood"]
@@ -574,9 +661,24 @@ def readme(res):
         lines.append(f"| {k} | {f['ns_per_packet'][k]} | {f['handled_pps'][k] / 1e6:.3f} |")
     lines += ["", f"Flood ratios: ringx XDP / DNAT {f['xdp_vs_dnat']}, ringx XDP / floor "
               f"{f['xdp_vs_floor']}."]
-    lines += ["", "Connections bed, per packet, ringx XDP / iptables DNAT: " + ", ".join(
-        f"{w} {m['xdp_vs_dnat']}" for w, m in s.items()) + "; ringx XDP / HAProxy: " + ", ".join(
-        f"{w} {m['xdp_vs_haproxy']}" for w, m in s.items()) + "."]
+    names = {"xdp": "ringx XDP", "limit": "the limit", "dnat": "iptables DNAT",
+             "haproxy": "HAProxy"}
+    lines += ["", "Connections bed, CPU per packet, ratios inside each round (medians):", "",
+              "| ratio | " + " | ".join(s) + " |", "|---|" + "---:|" * len(s)]
+    for k in ("xdp_vs_dnat", "xdp_vs_haproxy", "xdp_vs_limit", "limit_vs_dnat",
+              "limit_vs_haproxy"):
+        a, b = k.split("_vs_")
+        lines.append(f"| {names[a]} / {names[b]} | " + " | ".join(
+            str(m[k]) for m in s.values()) + " |")
+    profs = [r for r in res["rows"] if "profile" in r]
+    if profs:
+        lines += ["", "Where the balancer's NAPI thread spends its time (keep-alive, round 0, "
+                  "perf cpu-clock samples of the thread, % of them):", "",
+                  "| set-up | samples | " + " | ".join(profs[0]["profile"]["groups"]) + " |",
+                  "|---|---:|" + "---:|" * len(profs[0]["profile"]["groups"])]
+        for r in profs:
+            lines.append(f"| {r['setup']} | {r['profile']['samples']} | " + " | ".join(
+                str(v) for v in r["profile"]["groups"].values()) + " |")
     block = "<!-- lb:begin -->\n" + "\n".join(lines) + "\n<!-- lb:end -->"
     if "<!-- lb:begin -->" in text:
         text = re.sub(r"<!-- lb:begin -->.*?<!-- lb:end -->", lambda _: block, text, flags=re.S)

@@ -501,37 +501,48 @@ def test_ipv6_service_end_to_end(bed):
         apply_config(bed, lb_config())
 
 
-def test_path_mtu_discovery_through_the_balancer(bed):
+def big_post(vip: str):
+    """A 60 kB POST, then another request on the connection; (the first answer's head, the
+    backend of the second)."""
+    family = socket.AF_INET6 if ":" in vip else socket.AF_INET
+    c = socket.socket(family, socket.SOCK_STREAM)
+    c.settimeout(5)
+    c.connect((vip, PORT))
+    body = b"x" * 60000
+    c.sendall(b"POST / HTTP/1.1\r\nHost: vip\r\nContent-Length: %d\r\n\r\n"
+              % len(body) + body)
+    got = b""
+    while True:
+        head, sep, rest = got.partition(b"\r\n\r\n")
+        if sep:
+            n = int([h.split(b":")[1] for h in head.split(b"\r\n")
+                     if h.lower().startswith(b"content-length")][0])
+            if len(rest) >= n:
+                break
+        chunk = c.recv(4096)
+        assert chunk, got
+        got += chunk
+    # The next request on the connection is answered only once the server has read the
+    # whole body: the full-size segments got through.
+    name, _ = get(c, vip=vip)
+    c.close()
+    return head, name
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_path_mtu_discovery_through_the_balancer(bed, family):
     """Room for the outer headers runs out (the balancer's link MTU is lowered): a client's
-    full-size segment with DF gets fragmentation-needed back from the balancer, its TCP
-    lowers the segment size, and a large request still completes."""
+    full-size segment gets fragmentation-needed (IPv4, DF) or packet-too-big (IPv6) back
+    from the balancer, its TCP lowers the segment size, and a large request still
+    completes."""
+    v6 = family == "ipv6"
+    vip = VIP6 if v6 else VIP
+    apply_config(bed, lb_config(v6=v6))
     s0 = lb_stats()
     ns("l", "ip", "link", "set", "dev", "l0", "mtu", "1500")
     try:
-        apply_config(bed, lb_config())  # the next hops' MTU is read again
-
-        def big_post():
-            c = socket.create_connection((VIP, PORT), timeout=5)
-            body = b"x" * 60000
-            c.sendall(b"POST / HTTP/1.1\r\nHost: vip\r\nContent-Length: %d\r\n\r\n"
-                      % len(body) + body)
-            got = b""
-            while True:
-                head, sep, rest = got.partition(b"\r\n\r\n")
-                if sep:
-                    n = int([h.split(b":")[1] for h in head.split(b"\r\n")
-                             if h.lower().startswith(b"content-length")][0])
-                    if len(rest) >= n:
-                        break
-                chunk = c.recv(4096)
-                assert chunk, got
-                got += chunk
-            # The next request on the connection is answered only once the server has
-            # read the whole body: the full-size segments got through.
-            name, _ = get(c)
-            c.close()
-            return head, name
-        head, name = in_ns("c", big_post)
+        apply_config(bed, lb_config(v6=v6))  # the next hops' MTU is read again
+        head, name = in_ns("c", big_post, vip)
         assert head.startswith(b"HTTP/1.1 200"), head
         assert name in BACKENDS, name
         s1 = lb_stats()

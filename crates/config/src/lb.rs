@@ -15,6 +15,7 @@
 //! pin_dir = "/sys/fs/bpf/ringx-lb"
 //! detach_on_exit = false
 //! behind_filter = "/sys/fs/bpf/ringx"   # instead of devices: in the [xdp] filter's chain slot
+//! chain = false                # true: what it passes goes on to software steering on its device
 //!
 //! [[lb.service]]
 //! vip = "198.51.100.1:80"
@@ -64,6 +65,11 @@ pub struct Lb {
     /// chain = true`, or `ringx xdp attach --chain`), in its chain slot, on the filter's
     /// device: filter -> balancer -> pass.
     pub behind_filter: Option<Spanned<PathBuf>>,
+    /// Hand what the balancer passes (traffic for no service) to the next stage in its chain
+    /// slot: `[steering] mode = "software"` on the balancer's device goes there, making
+    /// filter -> balancer -> steering on one device.
+    #[serde(default)]
+    pub chain: bool,
     #[serde(default, rename = "service")]
     pub services: Vec<Spanned<Service>>,
 }
@@ -213,7 +219,7 @@ fn two() -> u32 {
 pub(crate) fn validate(
     lb: &Lb,
     xdp: Option<&crate::xdp::Xdp>,
-    steering_software_on_filter: bool,
+    steering: &crate::steering::Steering,
     src: &Source,
 ) -> Result<(), ConfigError> {
     if lb.services.is_empty() {
@@ -265,11 +271,25 @@ pub(crate) fn validate(
                 ));
             }
         }
-        if steering_software_on_filter {
+    }
+    // Software steering on a device the balancer ends (its own, or the filter's it stands
+    // behind) goes in the balancer's chain slot.
+    if steering.mode() == crate::steering::Mode::Software && !lb.chain {
+        let behind_xdp = lb
+            .behind_filter
+            .as_ref()
+            .and_then(|bf| xdp.filter(|x| x.pin_dir == *bf.get_ref()));
+        let shared = steering.devices().iter().find(|d| {
+            lb.devices.iter().any(|l| l.get_ref() == *d) || behind_xdp.is_some_and(|x| x.dev == **d)
+        });
+        if let Some(d) = shared {
             return Err(src.err(
-                bf.span(),
-                "the filter's chain slot holds one program, and [steering] mode = \"software\" \
-                 on the filter's device takes it: balance on another device",
+                steering.mode.as_ref().map_or(0..0, |m| m.span()),
+                format!(
+                    "[steering] mode = \"software\" on {}, where the [lb] balancer runs: set \
+                     chain = true in [lb] to steer what it passes behind it",
+                    d.0
+                ),
             ));
         }
     }
@@ -376,13 +396,40 @@ backends = ["fd00::11"]
             c.lb.unwrap().behind_filter.unwrap().get_ref(),
             &std::path::PathBuf::from("/sys/fs/bpf/f")
         );
-        // Software steering on the filter's device would take the same slot.
-        let e = err(&format!(
-            "{text}[steering]\nmode = \"software\"\ndevice = \"eth1\"\n[[server]]\n\
-             listen = [\"127.0.0.1:80\"]\n[[server.location]]\npath = \"/\"\n\
-             return = {{ status = 200 }}\n"
-        ));
-        assert!(e.contains("chain slot holds one program"), "{e}");
+        // Software steering on the filter's device goes behind the balancer, the last stage
+        // there: only when the balancer hands on what it passes.
+        let steer = |dev: &str| {
+            format!(
+                "[steering]\nmode = \"software\"\ndevice = \"{dev}\"\n[[server]]\n\
+                 listen = [\"127.0.0.1:80\"]\n[[server.location]]\npath = \"/\"\n\
+                 return = {{ status = 200 }}\n"
+            )
+        };
+        let e = err(&format!("{text}{}", steer("eth1")));
+        assert!(
+            e.contains("where the [lb] balancer runs: set chain = true in [lb]"),
+            "{e}"
+        );
+        let three = format!(
+            "{}{}",
+            text.replace("[lb]\n", "[lb]\nchain = true\n"),
+            steer("eth1")
+        );
+        assert!(parse("lb.toml", &three).unwrap().lb.unwrap().chain);
+        // On the balancer's own device, the same.
+        let e = err(&format!("{OK}{}", steer("eth0")));
+        assert!(e.contains("set chain = true in [lb]"), "{e}");
+        parse(
+            "lb.toml",
+            &format!(
+                "{}{}",
+                OK.replace("[lb]\n", "[lb]\nchain = true\n"),
+                steer("eth0")
+            ),
+        )
+        .unwrap();
+        // Elsewhere, nothing to chain.
+        parse("lb.toml", &format!("{OK}{}", steer("eth7"))).unwrap();
     }
 
     #[test]

@@ -160,13 +160,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
     )?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
     if let Some(lb) = &cfg.lb {
-        let st = &cfg.steering;
-        let steering_on_filter = st.mode() == steering::Mode::Software
-            && cfg
-                .xdp
-                .as_ref()
-                .is_some_and(|x| st.devices().contains(&x.dev));
-        lb::validate(lb, cfg.xdp.as_ref(), steering_on_filter, src)?;
+        lb::validate(lb, cfg.xdp.as_ref(), &cfg.steering, src)?;
     }
     Ok(())
 }

@@ -27,7 +27,7 @@
 	X(DROP_NO_ROUTE, DROP, "no route or no resolved neighbour towards the backend") \
 	X(DROP_TOO_BIG, DROP, "encapsulated packet larger than the route's MTU") \
 	X(DROP_ENCAP, DROP, "no room in the frame for the outer headers") \
-	X(TX_ICMP_TOO_BIG, FWD, "IPv4 with DF too big once encapsulated: fragmentation-needed sent back to the client") \
+	X(TX_ICMP_TOO_BIG, FWD, "too big once encapsulated (IPv4 with DF, or IPv6): ICMP fragmentation-needed or ICMPv6 packet-too-big sent back to the client") \
 	/* end of LB_REASONS */
 
 /* The backends' decapsulation program (ringx_lb_decap), counters in lbd_stats. */
@@ -119,9 +119,21 @@ struct lb_flow_key {
 	__u8 pad[2];
 };
 
+/* An IPv4 flow as its table (lb_conns4) keys it: the same values in 16 bytes. The ring's
+ * hash is over the lb_flow_key form either way. */
+struct lb_flow_key4 {
+	__u32 src;
+	__u32 dst;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
 struct lb_flow {
 	__u32 backend; /* index into lb_backends */
 	__u32 vip;     /* the service's id, for its counters */
+	__u32 hash;    /* the flow's hash (its low 32 bits): an established flow is not hashed again */
 };
 
 /* Which (service, backend) pairs exist and with what weight: the control plane rebuilds a
@@ -151,7 +163,8 @@ LB_ASSERT_SIZE(struct lb_vip, 8);
 LB_ASSERT_SIZE(struct lb_addr, 20);
 LB_ASSERT_SIZE(struct lb_backend, 40);
 LB_ASSERT_SIZE(struct lb_flow_key, 40);
-LB_ASSERT_SIZE(struct lb_flow, 8);
+LB_ASSERT_SIZE(struct lb_flow_key4, 16);
+LB_ASSERT_SIZE(struct lb_flow, 12);
 LB_ASSERT_SIZE(struct lb_member_key, 8);
 LB_ASSERT_SIZE(struct lb_counter, 32);
 LB_ASSERT_SIZE(struct lb_reason_counter, 16);

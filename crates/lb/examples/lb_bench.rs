@@ -12,6 +12,11 @@
 //!                       attach a trivial XDP_DROP to IF for S s (the sink of the flood), or
 //!                       with --floor the floor (swap MACs, XDP_TX), its link pinned in DIR as
 //!                       link_<IF> (`ringx xdp --pin-dir DIR detach --dev IF` removes it)
+//! lb_bench hold --dev IF --seconds S --limit DIR --vip IP --src IP --backend IP
+//!               --src-mac MAC --dst-mac MAC [--gue-port P]
+//!                       the veth bed's limit instead: every IPv4 packet to VIP GUE-encapsulated
+//!                       to one backend under a fixed header, XDP_TX (forwarding without
+//!                       balancing), its link pinned as with --floor
 //! ```
 //!
 //! `testrun` measures, with `repeat` (N runs per call, the kernel's mean), alternated over R
@@ -89,6 +94,7 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
         source_v4: "10.255.0.1".parse()?,
         source_v6: "fd00:ff::1".parse()?,
         conn_table_size: 1 << 20,
+        chain: false,
     };
     let lb = Balancer::load(&settings, dir)?;
     let vip: SocketAddr = "198.51.100.1:80".parse()?;
@@ -240,6 +246,27 @@ fn gen(args: &[String]) -> R<()> {
 fn hold(args: &[String]) -> R<()> {
     let dev = need(args, "--dev")?;
     let secs: f64 = need(args, "--seconds")?.parse()?;
+    if let Some(dir) = arg(args, "--limit") {
+        let dir = std::path::PathBuf::from(dir);
+        ringx_xdp::ensure_pin_dir(&dir)?;
+        let mac = |n: &str| -> R<[u8; 6]> {
+            Ok(ringx_lb::nexthop::parse_mac(&need(args, n)?).ok_or("bad MAC")?)
+        };
+        let h = ringx_lb::LimitHeader {
+            vip: need(args, "--vip")?.parse()?,
+            src: need(args, "--src")?.parse()?,
+            backend: need(args, "--backend")?.parse()?,
+            src_mac: mac("--src-mac")?,
+            dst_mac: mac("--dst-mac")?,
+            gue_port: arg(args, "--gue-port").map_or(Ok(6080), |s| s.parse())?,
+        };
+        let mut limit = ringx_lb::Limit::load(&h)?;
+        let att = limit.attach(&dev, &dir.join(format!("link_{dev}")))?;
+        println!("{{\"attached\":\"lb_limit\",\"dev\":{dev:?}}}");
+        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+        att.detach()?;
+        return Ok(());
+    }
     if let Some(dir) = arg(args, "--floor") {
         let dir = std::path::PathBuf::from(dir);
         ringx_xdp::ensure_pin_dir(&dir)?;

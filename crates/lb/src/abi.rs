@@ -136,12 +136,57 @@ pub struct FlowKey {
     pub pad: [u8; 2],
 }
 
+/// `struct lb_flow_key4`: an IPv4 flow as its table keys it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey4 {
+    pub src: [u8; 4],
+    pub dst: [u8; 4],
+    /// Network order.
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+impl FlowKey {
+    /// The IPv4 table's key of this flow, None for an IPv6 flow.
+    pub fn v4(&self) -> Option<FlowKey4> {
+        (self.family == 4).then(|| FlowKey4 {
+            src: self.src[..4].try_into().unwrap(),
+            dst: self.dst[..4].try_into().unwrap(),
+            sport: self.sport,
+            dport: self.dport,
+            proto: self.proto,
+            pad: [0; 3],
+        })
+    }
+}
+
+impl From<FlowKey4> for FlowKey {
+    fn from(k: FlowKey4) -> FlowKey {
+        let mut f = FlowKey {
+            sport: k.sport,
+            dport: k.dport,
+            proto: k.proto,
+            family: 4,
+            ..FlowKey::default()
+        };
+        f.src[..4].copy_from_slice(&k.src);
+        f.dst[..4].copy_from_slice(&k.dst);
+        f
+    }
+}
+
 /// `struct lb_flow`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowValue {
     pub backend: u32,
     pub vip: u32,
+    /// The low 32 bits of the flow's hash (the GUE source port and the IPv6 flow label come
+    /// from it).
+    pub hash: u32,
 }
 
 /// `struct lb_member_key`.
@@ -191,6 +236,8 @@ unsafe impl Pod for BackendValue {}
 // SAFETY: as above.
 unsafe impl Pod for FlowKey {}
 // SAFETY: as above.
+unsafe impl Pod for FlowKey4 {}
+// SAFETY: as above.
 unsafe impl Pod for FlowValue {}
 // SAFETY: as above.
 unsafe impl Pod for MemberKey {}
@@ -206,6 +253,7 @@ const _: () = {
     assert!(size_of::<AddrKey>() == SIZEOF_LB_ADDR);
     assert!(size_of::<BackendValue>() == SIZEOF_LB_BACKEND);
     assert!(size_of::<FlowKey>() == SIZEOF_LB_FLOW_KEY);
+    assert!(size_of::<FlowKey4>() == SIZEOF_LB_FLOW_KEY4);
     assert!(size_of::<FlowValue>() == SIZEOF_LB_FLOW);
     assert!(size_of::<MemberKey>() == SIZEOF_LB_MEMBER_KEY);
     assert!(size_of::<Counter>() == SIZEOF_LB_COUNTER);
@@ -223,10 +271,14 @@ pub mod map_names {
     pub const VIP_STATS: &str = "lb_vip_stats";
     pub const BACKEND_STATS: &str = "lb_backend_stats";
     pub const STATS: &str = "lb_stats";
+    /// The IPv6 flows; IPv4 flows are in [`CONNS4`].
     pub const CONNS: &str = "lb_conns";
+    pub const CONNS4: &str = "lb_conns4";
+    /// The next stage's slot (a program array of one).
+    pub const CHAIN: &str = "lb_chain";
     pub const DECAP_STATS: &str = "lbd_stats";
     /// The balancer's maps (the decapsulation program has only [`DECAP_STATS`]).
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 12] = [
         VIPS,
         VIP_ADDRS,
         VIP_KEYS,
@@ -237,5 +289,7 @@ pub mod map_names {
         BACKEND_STATS,
         STATS,
         CONNS,
+        CONNS4,
+        CHAIN,
     ];
 }

@@ -39,6 +39,7 @@
 //! ```
 
 pub mod abi;
+pub mod bench;
 pub mod control;
 pub mod hash;
 mod loader;
@@ -47,9 +48,10 @@ pub mod nexthop;
 pub mod ring;
 
 pub use abi::{Counter, DecapReason, Reason, ReasonCounter, Verdict};
+pub use bench::{Floor, Generator, Limit, LimitHeader, Wrapped};
 pub use control::{BackendSpec, NextHop, Service};
 pub use loader::{
-    decap_stats_pinned, purge, Balancer, Decap, Encap, Floor, Generator, LbSettings, Wrapped,
+    chain_slot, decap_stats_pinned, purge, Balancer, Decap, Encap, LbSettings,
     DEFAULT_DECAP_PIN_DIR,
 };
 pub use maps::{addr_key, vip_key, LbMaps, Proto, DEFAULT_LB_PIN_DIR};

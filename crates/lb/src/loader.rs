@@ -10,13 +10,13 @@
 //! ```
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use aya::programs::Xdp;
 use aya::{Ebpf, EbpfLoader};
 use ringx_xdp::sys::{self, map_type, MapFd, TestRun};
-use ringx_xdp::{attach_program, ensure_pin_dir, Attachment, Error, Mode, Result};
+use ringx_xdp::{attach_program, ensure_pin_dir, Attachment, ChainSlot, Error, Mode, Result};
 
 use crate::abi::{self, map_names, ENCAP_GUE, ENCAP_IPIP, MAX_BACKENDS, MAX_VIPS, RING_SIZE};
 use crate::maps::LbMaps;
@@ -24,7 +24,6 @@ use crate::maps::LbMaps;
 static LB_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringx_lb.o"));
 static DECAP_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringx_lb_decap.o"));
-static BENCH_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb_bench.o"));
 
 /// The default pin directory of a backend's decapsulation program.
 pub const DEFAULT_DECAP_PIN_DIR: &str = "/sys/fs/bpf/ringx-lbd";
@@ -64,9 +63,12 @@ pub struct LbSettings {
     pub source_v4: Ipv4Addr,
     /// The outer source address towards IPv6 backends.
     pub source_v6: Ipv6Addr,
-    /// Flows the connection table holds (least recently used go first). Applies when the
-    /// table is first created; a pinned table keeps its size.
+    /// Flows each family's connection table holds (least recently used go first). Applies
+    /// when the tables are first created; pinned tables keep their size.
     pub conn_table_size: u32,
+    /// Hand what the balancer passes to the program in its chain slot
+    /// ([`Balancer::chain_slot`]): the third stage of filter -> balancer -> steering.
+    pub chain: bool,
 }
 
 impl Default for LbSettings {
@@ -76,6 +78,7 @@ impl Default for LbSettings {
             source_v4: Ipv4Addr::UNSPECIFIED,
             source_v6: Ipv6Addr::UNSPECIFIED,
             conn_table_size: 262_144,
+            chain: false,
         }
     }
 }
@@ -140,6 +143,13 @@ fn expected(name: &str) -> (u32, usize, usize, u32) {
             size_of::<abi::FlowValue>(),
             1,
         ),
+        map_names::CONNS4 => (
+            map_type::LRU_HASH,
+            size_of::<abi::FlowKey4>(),
+            size_of::<abi::FlowValue>(),
+            1,
+        ),
+        map_names::CHAIN => (map_type::PROG_ARRAY, 4, 4, 1),
         _ => unreachable!("unknown map {name}"),
     }
 }
@@ -154,7 +164,7 @@ fn check_pins(dir: &Path, names: &[&str]) -> Result<()> {
             .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
         let i = m.info();
         let (t, k, v, n) = expected(name);
-        let entries_ok = if *name == map_names::CONNS {
+        let entries_ok = if *name == map_names::CONNS || *name == map_names::CONNS4 {
             i.max_entries >= n
         } else {
             i.max_entries == n
@@ -175,13 +185,17 @@ fn check_pins(dir: &Path, names: &[&str]) -> Result<()> {
 }
 
 /// One loaded XDP program of this crate.
-struct Loaded {
-    ebpf: Ebpf,
+pub(crate) struct Loaded {
+    pub(crate) ebpf: Ebpf,
     prog: &'static str,
 }
 
 impl Loaded {
-    fn load(obj: &[u8], prog: &'static str, mut loader: EbpfLoader<'_>) -> Result<Loaded> {
+    pub(crate) fn load(
+        obj: &[u8],
+        prog: &'static str,
+        mut loader: EbpfLoader<'_>,
+    ) -> Result<Loaded> {
         let ebpf = loader
             .load(obj)
             .map_err(|e| Error::from_aya(&format!("load the XDP object of {prog}"), &e))?;
@@ -192,7 +206,7 @@ impl Loaded {
         Ok(l)
     }
 
-    fn xdp(&mut self) -> Result<&mut Xdp> {
+    pub(crate) fn xdp(&mut self) -> Result<&mut Xdp> {
         let name = self.prog;
         self.ebpf
             .program_mut(name)
@@ -201,7 +215,7 @@ impl Loaded {
             .map_err(|e| Error::from_aya(name, &e))
     }
 
-    fn fd(&self) -> Result<BorrowedFd<'_>> {
+    pub(crate) fn fd(&self) -> Result<BorrowedFd<'_>> {
         let prog: &Xdp = self
             .ebpf
             .program(self.prog)
@@ -214,10 +228,15 @@ impl Loaded {
             .as_fd())
     }
 
-    fn test_run(&self, packet: &[u8], repeat: u32) -> Result<TestRun> {
+    pub(crate) fn test_run(&self, packet: &[u8], repeat: u32) -> Result<TestRun> {
         sys::prog_test_run(self.fd()?, packet, repeat, 0, 0)
             .map_err(|e| Error::io("BPF_PROG_TEST_RUN", e))
     }
+}
+
+/// The chain slot of the balancer pinned under `pin_dir` (see [`Balancer::chain_slot`]).
+pub fn chain_slot(pin_dir: &Path) -> ChainSlot {
+    ChainSlot::at(pin_dir.join(map_names::CHAIN))
 }
 
 fn link_pin(dir: &Path, dev: &str) -> PathBuf {
@@ -260,7 +279,8 @@ impl Balancer {
         let o6 = settings.source_v6.octets();
         let src6: [u32; 4] =
             std::array::from_fn(|i| u32::from_ne_bytes(o6[4 * i..4 * i + 4].try_into().unwrap()));
-        let mut loader = EbpfLoader::new();
+        let chain = u32::from(settings.chain);
+        let mut loader = ringx_xdp::loader()?;
         loader
             .btf(None)
             .map_pin_path(pin_dir)
@@ -268,7 +288,9 @@ impl Balancer {
             .set_global("lb_gue_port", &port, true)
             .set_global("lb_src_v4", &src4, true)
             .set_global("lb_src_v6", &src6, true)
-            .set_max_entries(map_names::CONNS, settings.conn_table_size.max(1));
+            .set_global("lb_chain_on", &chain, true)
+            .set_max_entries(map_names::CONNS, settings.conn_table_size.max(1))
+            .set_max_entries(map_names::CONNS4, settings.conn_table_size.max(1));
         let prog = Loaded::load(LB_OBJ, "ringx_lb", loader)?;
         let maps = LbMaps::open_pinned(pin_dir)?;
         Ok(Balancer {
@@ -302,6 +324,12 @@ impl Balancer {
         self.prog.fd()
     }
 
+    /// The balancer's chain slot (pinned as `lb_chain` in its pin directory): the program
+    /// there gets what the balancer passes, when it was loaded with [`LbSettings::chain`].
+    pub fn chain_slot(&self) -> ChainSlot {
+        chain_slot(&self.pin_dir)
+    }
+
     /// Attaches to `dev`, or swaps the program of the balancer's link there atomically.
     pub fn attach(&mut self, dev: &str, mode: Mode) -> Result<Attachment> {
         let pin = link_pin(&self.pin_dir, dev);
@@ -322,7 +350,7 @@ impl Decap {
         ensure_pin_dir(pin_dir)?;
         check_pins(pin_dir, &[map_names::DECAP_STATS])?;
         let port = gue_port.to_be();
-        let mut loader = EbpfLoader::new();
+        let mut loader = ringx_xdp::loader()?;
         loader
             .btf(None)
             .map_pin_path(pin_dir)
@@ -379,128 +407,6 @@ fn decap_stats(m: &MapFd) -> Result<Vec<(abi::DecapReason, abi::ReasonCounter)>>
         out.push((r, sum));
     }
     Ok(out)
-}
-
-/// The benchmark's floor: swap MACs, XDP_TX (bpf/lb_bench.bpf.c).
-pub struct Floor {
-    prog: Loaded,
-}
-
-impl Floor {
-    pub fn load() -> Result<Floor> {
-        let mut loader = EbpfLoader::new();
-        loader.btf(None);
-        Ok(Floor {
-            prog: Loaded::load(BENCH_OBJ, "lb_floor_tx", loader)?,
-        })
-    }
-
-    pub fn test_run(&self, packet: &[u8], repeat: u32) -> Result<TestRun> {
-        self.prog.test_run(packet, repeat)
-    }
-
-    pub fn prog_fd(&self) -> Result<BorrowedFd<'_>> {
-        self.prog.fd()
-    }
-
-    /// Attaches it to `dev` through a link pinned at `pin` (for the flood benchmark's floor).
-    pub fn attach(&mut self, dev: &str, pin: &Path) -> Result<Attachment> {
-        attach_program(self.prog.xdp()?, pin, dev, Mode::Native)
-    }
-}
-
-/// The flood's generator (bpf/lb_bench.bpf.c `lb_gen`): sends a 64-byte frame out of a
-/// device with live frames, rewriting it whole on every run.
-pub struct Generator {
-    prog: Loaded,
-    frame: [u8; 64],
-}
-
-impl Generator {
-    pub fn load(ifindex: u32, frame: &[u8]) -> Result<Generator> {
-        let frame: [u8; 64] = frame
-            .try_into()
-            .map_err(|_| Error::Invalid(format!("a 64-byte frame, not {}", frame.len())))?;
-        let words: [u64; 8] = std::array::from_fn(|i| {
-            u64::from_ne_bytes(frame[8 * i..8 * i + 8].try_into().unwrap())
-        });
-        let mut loader = EbpfLoader::new();
-        loader
-            .btf(None)
-            .set_global("lbg_frame", &words, true)
-            .set_global("lbg_ifindex", &ifindex, true);
-        Ok(Generator {
-            prog: Loaded::load(BENCH_OBJ, "lb_gen", loader)?,
-            frame,
-        })
-    }
-
-    /// Sends `count` frames in batches of `batch`, on the calling CPU.
-    pub fn send(&self, count: u32, batch: u32) -> Result<()> {
-        sys::prog_test_run(
-            self.prog.fd()?,
-            &self.frame,
-            count,
-            sys::BPF_F_TEST_XDP_LIVE_FRAMES,
-            batch,
-        )
-        .map(drop)
-        .map_err(|e| Error::io("BPF_PROG_RUN (live frames)", e))
-    }
-}
-
-/// The `repeat` harness (bpf/lb_bench.bpf.c `lb_wrap`): rewrites a 64-byte frame on every
-/// run of a live-frame BPF_PROG_TEST_RUN and tail-calls the program measured.
-pub struct Wrapped {
-    prog: Loaded,
-    frame: [u8; 64],
-}
-
-impl Wrapped {
-    /// Wraps the program `target` (an XDP program's descriptor); with `vary`, every run is a
-    /// new flow.
-    pub fn load(target: BorrowedFd<'_>, frame: &[u8], vary: bool) -> Result<Wrapped> {
-        let frame: [u8; 64] = frame
-            .try_into()
-            .map_err(|_| Error::Invalid(format!("a 64-byte frame, not {}", frame.len())))?;
-        let words: [u64; 8] = std::array::from_fn(|i| {
-            u64::from_ne_bytes(frame[8 * i..8 * i + 8].try_into().unwrap())
-        });
-        let vary = u32::from(vary);
-        let mut loader = EbpfLoader::new();
-        loader
-            .btf(None)
-            .set_global("lbg_frame", &words, true)
-            .set_global("lbw_vary", &vary, true);
-        let prog = Loaded::load(BENCH_OBJ, "lb_wrap", loader)?;
-        let next = prog
-            .ebpf
-            .map("lbw_next")
-            .ok_or_else(|| Error::Load("no map lbw_next".into()))?;
-        let fd = match next {
-            aya::maps::Map::ProgramArray(m) => m.fd().as_fd().try_clone_to_owned(),
-            _ => return Err(Error::Load("lbw_next is not a program array".into())),
-        }
-        .map_err(|e| Error::io("dup lbw_next", e))?;
-        let next = MapFd::new(fd).map_err(|e| Error::io("lbw_next", e))?;
-        let t = target.as_raw_fd() as u32;
-        next.update(&0u32.to_ne_bytes(), &t.to_ne_bytes(), sys::BPF_ANY)
-            .map_err(|e| Error::io("set lbw_next", e))?;
-        Ok(Wrapped { prog, frame })
-    }
-
-    /// `repeat` runs with live frames; the kernel's mean ns per run.
-    pub fn run(&self, repeat: u32) -> Result<u32> {
-        sys::prog_test_run(
-            self.prog.fd()?,
-            &self.frame,
-            repeat,
-            sys::BPF_F_TEST_XDP_LIVE_FRAMES,
-            0,
-        )
-        .map(|r| r.duration_ns)
-        .map_err(|e| Error::io("BPF_PROG_TEST_RUN (live frames)", e))
-    }
 }
 
 /// Removes the balancer's (or a decapsulation program's) map pins under `pin_dir`, and the

@@ -9,8 +9,8 @@ use ringx_xdp::sys::{MapFd, BPF_ANY};
 use ringx_xdp::{Error, Result};
 
 use crate::abi::{
-    addr_bytes, map_names, AddrKey, BackendValue, Counter, FlowKey, FlowValue, MemberKey, Pod,
-    Reason, ReasonCounter, VipKey, VipValue, RING_SIZE,
+    addr_bytes, map_names, AddrKey, BackendValue, Counter, FlowKey, FlowKey4, FlowValue, MemberKey,
+    Pod, Reason, ReasonCounter, VipKey, VipValue, RING_SIZE,
 };
 
 /// The default pin directory of the balancer's maps and links (one per network namespace).
@@ -96,6 +96,7 @@ pub struct LbMaps {
     backend_stats: MapFd,
     stats: MapFd,
     conns: MapFd,
+    conns4: MapFd,
 }
 
 impl LbMaps {
@@ -119,6 +120,7 @@ impl LbMaps {
             backend_stats: open(map_names::BACKEND_STATS)?,
             stats: open(map_names::STATS)?,
             conns: open(map_names::CONNS)?,
+            conns4: open(map_names::CONNS4)?,
         })
     }
 
@@ -345,21 +347,37 @@ impl LbMaps {
         Ok(out)
     }
 
-    /// The connection table's entry for a flow.
+    /// The connection table's entry for a flow (in its family's table).
     pub fn flow(&self, k: &FlowKey) -> Result<Option<FlowValue>> {
         let mut v = [0u8; std::mem::size_of::<FlowValue>()];
-        let found = self
-            .conns
-            .lookup(k.as_bytes(), &mut v)
-            .map_err(es("read", map_names::CONNS))?;
+        let found = match k.v4() {
+            Some(k4) => self
+                .conns4
+                .lookup(k4.as_bytes(), &mut v)
+                .map_err(es("read", map_names::CONNS4))?,
+            None => self
+                .conns
+                .lookup(k.as_bytes(), &mut v)
+                .map_err(es("read", map_names::CONNS))?,
+        };
         Ok(found.then(|| FlowValue::from_bytes(&v)))
     }
 
-    /// Every flow in the connection table (for `ringx lb stats` and tests; walks the map).
+    /// Every flow in the connection tables (for `ringx lb stats` and tests; walks the
+    /// maps). IPv4 flows come back in the [`FlowKey`] form.
     pub fn flows(&self) -> Result<Vec<(FlowKey, FlowValue)>> {
         let mut out = Vec::new();
+        let mut keys: Vec<FlowKey> = self
+            .conns4
+            .keys()
+            .map_err(es("list", map_names::CONNS4))?
+            .iter()
+            .map(|k| FlowKey::from(FlowKey4::from_bytes(k)))
+            .collect();
         for k in self.conns.keys().map_err(es("list", map_names::CONNS))? {
-            let key = FlowKey::from_bytes(&k);
+            keys.push(FlowKey::from_bytes(&k));
+        }
+        for key in keys {
             if let Some(v) = self.flow(&key)? {
                 out.push((key, v));
             }
@@ -367,14 +385,19 @@ impl LbMaps {
         Ok(out)
     }
 
-    /// Forgets every flow (tests; an operator resetting the table).
+    /// Forgets every flow (tests; an operator resetting the tables). Returns how many.
     pub fn clear_flows(&self) -> Result<usize> {
-        let keys = self.conns.keys().map_err(es("list", map_names::CONNS))?;
-        for k in &keys {
-            self.conns
-                .delete(k)
-                .map_err(es("delete from", map_names::CONNS))?;
+        let mut n = 0;
+        for (m, name) in [
+            (&self.conns4, map_names::CONNS4),
+            (&self.conns, map_names::CONNS),
+        ] {
+            let keys = m.keys().map_err(es("list", name))?;
+            for k in &keys {
+                m.delete(k).map_err(es("delete from", name))?;
+            }
+            n += keys.len();
         }
-        Ok(keys.len())
+        Ok(n)
     }
 }

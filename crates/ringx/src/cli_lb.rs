@@ -52,6 +52,11 @@ enum LbCmd {
         /// A second call replaces the stage in one step. Default: [lb].behind_filter.
         #[arg(long, value_name = "FILTER_PIN_DIR")]
         behind_filter: Option<PathBuf>,
+        /// Hand what the balancer passes to the program in its chain slot (`lb_chain` in
+        /// the pin directory; `ringx serve`'s software steering on the device goes there).
+        /// Default: [lb].chain.
+        #[arg(long)]
+        chain: bool,
     },
     /// Attach to [lb].devices, then check the backends' health and refresh their next hops
     /// until SIGTERM or SIGINT.
@@ -111,8 +116,10 @@ fn exec(args: LbArgs) -> Res<()> {
             config,
             mode,
             behind_filter,
+            chain,
         } => {
-            let lb = load_lb(&config)?;
+            let mut lb = load_lb(&config)?;
+            lb.chain |= chain;
             let dir = pin_dir(&args.pin_dir, Some(&lb));
             let devs: Vec<_> = dev
                 .into_iter()

@@ -97,6 +97,7 @@ pub fn settings(lb: &cfg::Lb) -> Res<LbSettings> {
         source_v4,
         source_v6,
         conn_table_size: *lb.conn_table_size.get_ref(),
+        chain: lb.chain,
     })
 }
 
@@ -137,6 +138,19 @@ pub fn bring_up(
         settings.source_v4,
         settings.source_v6
     ));
+    if settings.chain {
+        let slot = b.chain_slot();
+        say(match slot.prog_id().map_err(es)? {
+            Some(id) => format!(
+                "ringx lb: what the balancer passes goes on to program {id} in its chain slot {}",
+                slot.path().display()
+            ),
+            None => format!(
+                "ringx lb: what the balancer passes goes on to the program put in its chain slot                  {} (passed while it is empty)",
+                slot.path().display()
+            ),
+        });
+    }
     for (dev, mode) in devs {
         let att = b.attach(dev, *mode).map_err(es)?;
         say(format!(

@@ -10,7 +10,7 @@ use ringx_server::error::{Error, Kind, Side};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ringx_steer::active::{self, Active, Mode, Request};
+use ringx_steer::active::{self, Active, Mode, Occupied, Request};
 use ringx_steer::ports::{Dest, PortTable};
 
 use ringx_config::Config;
@@ -116,6 +116,38 @@ pub fn destinations(cfg: &Config, upstreams: Option<&Upstreams>) -> Vec<Dest> {
     out
 }
 
+/// The devices where ringx's other XDP stages run, each with the slot of its last stage:
+/// the filter's, or the balancer's where the balancer runs (on a device of its own, or behind
+/// the filter, whose device it then ends).
+fn occupied(cfg: &Config) -> Vec<Occupied> {
+    let mut out = Vec::new();
+    if let Some(x) = &cfg.xdp {
+        out.push(Occupied {
+            dev: x.dev.0.clone(),
+            what: "the [xdp] filter",
+            slot: x.chain.then(|| ringx_xdp::ChainSlot::filter(&x.pin_dir)),
+            hint: "set chain = true in [xdp]",
+        });
+    }
+    if let Some(lb) = &cfg.lb {
+        let slot = lb.chain.then(|| ringx_lb::chain_slot(&lb.pin_dir));
+        let stage = |dev: &str| Occupied {
+            dev: dev.to_string(),
+            what: "the [lb] balancer",
+            slot: slot.clone(),
+            hint: "set chain = true in [lb]",
+        };
+        let behind = lb.behind_filter.as_ref().map(|b| b.get_ref());
+        for o in out.iter_mut() {
+            if cfg.xdp.as_ref().is_some_and(|x| Some(&x.pin_dir) == behind) {
+                *o = stage(&o.dev);
+            }
+        }
+        out.extend(lb.devices.iter().map(|d| stage(&d.get_ref().0)));
+    }
+    out
+}
+
 /// Decides the mode, attaches XDP when steering in software, and builds every zone's table
 /// ([`ringx_steer::active::setup`]). Errors (an explicit mode that cannot work) stop
 /// start-up; `auto` never fails.
@@ -140,12 +172,7 @@ pub fn setup(
         dests: &dests,
         devices: &devices,
         xdp_mode: st.xdp_mode.map(|m| m.0),
-        filter_dev: cfg.xdp.as_ref().map(|x| x.dev.0.as_str()),
-        filter_chain: cfg
-            .xdp
-            .as_ref()
-            .filter(|x| x.chain)
-            .map(|x| x.pin_dir.as_path()),
+        occupied: &occupied(cfg),
         port_range: st.port_range.as_ref().map(|r| r.get_ref().0.clone()),
         time_wait: st.time_wait.map(|d| d.0),
         table_ports: st.table_ports,
@@ -175,6 +202,46 @@ mod tests {
             ),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn steering_goes_behind_the_last_stage_on_its_device() {
+        let lb = |extra: &str, chain: bool| {
+            format!(
+                "[lb]\n{extra}\nchain = {chain}\npin_dir = \"/sys/fs/bpf/l\"\n\
+                 [[lb.service]]\nvip = \"198.51.100.1:80\"\nbackends = [\"10.0.0.11\"]\n\
+                 [xdp]\ndev = \"eth1\"\npin_dir = \"/sys/fs/bpf/f\"\nchain = true\n"
+            )
+        };
+        let steer = "mode = \"software\"\ndevice = [\"eth1\", \"eth2\"]";
+        // Filter -> balancer on eth1: steering there goes in the balancer's slot.
+        let c = cfg(steer, &lb("behind_filter = \"/sys/fs/bpf/f\"", true));
+        let o = occupied(&c);
+        assert_eq!(o.len(), 1);
+        assert_eq!(
+            (o[0].dev.as_str(), o[0].what),
+            ("eth1", "the [lb] balancer")
+        );
+        assert_eq!(
+            o[0].slot.as_ref().unwrap().path(),
+            std::path::Path::new("/sys/fs/bpf/l/lb_chain")
+        );
+        // The balancer on a device of its own: the filter's slot on eth1, the balancer's
+        // on eth2.
+        let c = cfg(steer, &lb("devices = [\"eth2\"]", true));
+        let o = occupied(&c);
+        assert_eq!(o.len(), 2);
+        assert_eq!(
+            o[0].slot.as_ref().unwrap().path(),
+            std::path::Path::new("/sys/fs/bpf/f/rx_chain")
+        );
+        assert_eq!(o[1].dev, "eth2");
+        assert_eq!(
+            o[1].slot.as_ref().unwrap().path(),
+            std::path::Path::new("/sys/fs/bpf/l/lb_chain")
+        );
+        // Without a filter or balancer: nothing occupied.
+        assert!(occupied(&cfg("", "")).is_empty());
     }
 
     #[test]

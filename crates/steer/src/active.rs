@@ -84,6 +84,19 @@ impl Mode {
     }
 }
 
+/// A device another XDP stage of ringx runs on: the filter, the load balancer (or the
+/// balancer behind the filter, the last stage being the one that matters).
+#[derive(Clone, Debug)]
+pub struct Occupied {
+    pub dev: String,
+    /// What runs there, for messages ("the [xdp] filter").
+    pub what: &'static str,
+    /// Its chain slot when it hands what it passes on to a next stage; None: it does not.
+    pub slot: Option<ringx_xdp::ChainSlot>,
+    /// Where to set the chain up when `slot` is None, for the message.
+    pub hint: &'static str,
+}
+
 /// What start-up asks for.
 #[derive(Clone, Debug, Default)]
 pub struct Request<'a> {
@@ -97,11 +110,9 @@ pub struct Request<'a> {
     pub devices: &'a [String],
     /// XDP attach mode in software; None: generic on veth, native elsewhere.
     pub xdp_mode: Option<ringx_xdp::Mode>,
-    /// The device the XDP filter runs on, if any (a device runs one XDP program).
-    pub filter_dev: Option<&'a str>,
-    /// Where the filter is pinned when it hands what it passes on to a next stage (its
-    /// `chain` setting): steering on its device goes there instead of failing.
-    pub filter_chain: Option<&'a std::path::Path>,
+    /// Devices where other XDP programs of ringx run already (a device runs one XDP program
+    /// at a time): steering there goes in the last one's chain slot, or fails.
+    pub occupied: &'a [Occupied],
     /// Local ports to use; None: this namespace's `ip_local_port_range`.
     pub port_range: Option<RangeInclusive<u16>>,
     /// How long a port this side closed first rests; None: [`default_time_wait`].
@@ -276,11 +287,14 @@ fn software_steering(
     if let Some(why) = ringx_xdp::bpf_unavailable() {
         return Err(SetupError(why));
     }
-    let behind = req.filter_dev.filter(|d| devs.iter().any(|x| x == d));
-    if let (Some(dev), None) = (behind, req.filter_chain) {
-        return Err(SetupError(format!(
-            "{dev} already runs the [xdp] filter (set chain = true in [xdp] to steer behind it)"
-        )));
+    let behind = |dev: &str| req.occupied.iter().find(|o| o.dev == dev);
+    for dev in devs {
+        if let Some(o) = behind(dev).filter(|o| o.slot.is_none()) {
+            return Err(SetupError(format!(
+                "{dev} already runs {} ({} to steer behind it)",
+                o.what, o.hint
+            )));
+        }
     }
     let mut ports = req.listen_ports.to_vec();
     ports.sort_unstable();
@@ -295,17 +309,17 @@ fn software_steering(
     };
     let mut steer = Steer::load(&settings).map_err(|e| SetupError(e.to_string()))?;
     for dev in devs {
-        if let (Some(f), Some(dir)) = (behind, req.filter_chain) {
-            if f == dev {
-                steer
-                    .chain_behind(dir)
-                    .map_err(|e| SetupError(format!("behind the filter on {dev}: {e}")))?;
-                tracing::info!(
-                    "steering: XDP program behind the filter on {dev} (its chain slot): TCP \
-                     packets the filter passes to their zone's CPU"
-                );
-                continue;
-            }
+        if let Some((o, slot)) = behind(dev).and_then(|o| Some((o, o.slot.as_ref()?))) {
+            steer
+                .chain_behind(slot)
+                .map_err(|e| SetupError(format!("behind {} on {dev}: {e}", o.what)))?;
+            tracing::info!(
+                "steering: XDP program behind {} on {dev} (its chain slot {}): TCP packets it \
+                 passes to their zone's CPU",
+                o.what,
+                slot.path().display()
+            );
+            continue;
         }
         let mode = match req.xdp_mode {
             Some(m) => m,

@@ -14,8 +14,9 @@
 //! Unlike the DDoS filter (`ringx_xdp::Filter`) nothing here is pinned: the program, its maps and
 //! its bpf_link belong to the process that loaded it and vanish with it (steering without the
 //! zones that own the ports would only move packets around). A device runs one XDP program
-//! at a time: to share one with the filter, the filter is loaded with `chain` and this goes
-//! in its chain slot ([`Steer::chain_behind`], emptied again when this is dropped).
+//! at a time: to share one with the filter or the load balancer, that stage is loaded with
+//! `chain` and this goes in its chain slot ([`Steer::chain_behind`], emptied again when this is
+//! dropped).
 //!
 //! The program is loaded through aya, as the filter is; its test runs go through
 //! `ringx_xdp::sys`, the one raw `bpf(2)` layer. `build.rs` compiles the C with the clang and
@@ -40,7 +41,7 @@ use std::os::fd::AsFd;
 
 use aya::maps::{Array, CpuMap, PerCpuArray};
 use aya::programs::{Xdp, XdpFlags};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 
 use ringx_xdp::sys::{self, TestRun};
 use ringx_xdp::{Error, Mode, Result};
@@ -148,15 +149,15 @@ pub struct Steer {
     ebpf: Ebpf,
     zones: usize,
     attached: Option<(String, Mode)>,
-    /// The filter's pin directory when the program is in its chain slot.
-    chained: Option<std::path::PathBuf>,
+    /// The chain slot the program is in, if any.
+    chained: Option<ringx_xdp::ChainSlot>,
 }
 
 impl Drop for Steer {
     fn drop(&mut self) {
-        // The program array keeps the program alive: leave no steering behind the filter
-        // once the zones it steers to are gone (unless another program took the slot).
-        let Some(dir) = self.chained.take() else {
+        // The program array keeps the program alive: leave no steering behind the stage in
+        // front once the zones it steers to are gone (unless another program took the slot).
+        let Some(slot) = self.chained.take() else {
             return;
         };
         let mine = prog(&mut self.ebpf)
@@ -164,8 +165,8 @@ impl Drop for Steer {
             .and_then(|p| p.fd().ok())
             .and_then(|fd| sys::prog_info(fd.as_fd()).ok())
             .map(|i| i.id);
-        if mine.is_some() && ringx_xdp::chain_prog_id(&dir).ok().flatten() == mine {
-            let _ = ringx_xdp::chain_clear(&dir);
+        if mine.is_some() && slot.prog_id().ok().flatten() == mine {
+            let _ = slot.clear();
         }
     }
 }
@@ -204,7 +205,7 @@ impl Steer {
         let zones_u32 = zones as u32;
         let mask = u32::from(s.mask);
         let (lo, hi) = (u32::from(s.port_range.0), u32::from(s.port_range.1));
-        let mut ebpf = EbpfLoader::new()
+        let mut ebpf = ringx_xdp::loader()?
             .btf(None)
             .set_global("rs_zones", &zones_u32, true)
             .set_global("rs_mask", &mask, true)
@@ -285,18 +286,19 @@ impl Steer {
         Ok(())
     }
 
-    /// Puts the program in the chain slot of the XDP filter pinned in `filter_dir` (loaded
-    /// with `chain`): what the filter passes is steered, on the filter's device. The slot is
-    /// emptied again when this object is dropped, if it still holds this program.
-    pub fn chain_behind(&mut self, filter_dir: &std::path::Path) -> Result<()> {
+    /// Puts the program in the chain slot of the stage in front (the XDP filter loaded with
+    /// `chain`, [`ringx_xdp::ChainSlot::filter`], or the load balancer loaded with `chain`):
+    /// what that stage passes is steered, on its device. The slot is emptied again when this
+    /// object is dropped, if it still holds this program.
+    pub fn chain_behind(&mut self, slot: &ringx_xdp::ChainSlot) -> Result<()> {
         let fd = prog(&mut self.ebpf)?
             .fd()
             .map_err(|e| Error::from_aya("the steering program", &e))?
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| Error::io("dup the steering program", e))?;
-        ringx_xdp::chain_next(filter_dir, fd.as_fd())?;
-        self.chained = Some(filter_dir.to_path_buf());
+        slot.set(fd.as_fd())?;
+        self.chained = Some(slot.clone());
         Ok(())
     }
 

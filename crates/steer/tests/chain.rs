@@ -72,7 +72,9 @@ fn steering_behind_the_filter() {
         qsize: 256,
     })
     .unwrap();
-    steer.chain_behind(&dir.0).unwrap();
+    steer
+        .chain_behind(&ringx_xdp::ChainSlot::filter(&dir.0))
+        .unwrap();
 
     // An upstream's reply to port 32769 (odd: zone 1, on the other CPU): steered, redirected.
     let reply = PacketBuilder::tcp(

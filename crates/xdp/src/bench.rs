@@ -4,7 +4,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use aya::programs::{Xdp, XdpFlags};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 
 use crate::error::{Error, Result};
 use crate::loader::Mode;
@@ -21,7 +21,7 @@ pub struct BenchProgs {
 impl BenchProgs {
     /// Loads the programs; `xdp_gen` redirects to `gen_ifindex`.
     pub fn load(gen_ifindex: u32) -> Result<BenchProgs> {
-        let mut ebpf = EbpfLoader::new()
+        let mut ebpf = crate::loader()?
             .btf(None)
             .set_global("gen_ifindex", &gen_ifindex, true)
             .load(BENCH_OBJ)

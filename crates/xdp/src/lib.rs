@@ -40,8 +40,10 @@
 
 pub mod abi;
 pub mod bench;
+mod chain;
 mod cidr;
 mod error;
+mod features;
 mod loader;
 mod maps;
 pub mod packet;
@@ -49,8 +51,10 @@ mod port;
 pub mod sys;
 
 pub use abi::{Counter, Reason, Verdict};
+pub use chain::ChainSlot;
 pub use cidr::Cidr;
 pub use error::{Error, Result};
+pub use features::loader;
 pub use loader::{
     attach_program, attachments, chain_clear, chain_next, chain_prog_id, detach, ensure_pin_dir,
     ephemeral_low, purge, Attachment, Filter, LinkStatus, Mode, Settings, BPFFS_LOCK,

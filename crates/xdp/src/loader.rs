@@ -18,16 +18,17 @@
 //!
 //! One pin directory serves one network namespace (link pins are named by device).
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{Xdp, XdpFlags};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 
 use crate::abi::{map_names, Reason, SIZEOF_RX_BUCKET, SIZEOF_RX_COUNTER, SIZEOF_RX_LPM_V4};
 use crate::abi::{SIZEOF_RX_LPM_V6, SIZEOF_RX_RATE_KEY, TOKEN};
+use crate::chain::ChainSlot;
 use crate::error::{Error, Result};
 use crate::maps::Maps;
 use crate::sys::{self, map_type, MapFd, TestRun};
@@ -316,7 +317,7 @@ impl Filter {
         let eph: u32 = settings.ephemeral_low.unwrap_or_else(ephemeral_low).into();
         let port_filter: u32 = settings.port_filter.into();
         let chain: u32 = settings.chain.into();
-        let mut loader = EbpfLoader::new();
+        let mut loader = crate::loader()?;
         // No CO-RE relocations in the program: skip parsing the kernel's BTF (megabytes).
         loader
             .btf(None)
@@ -491,35 +492,17 @@ fn xdp_prog(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
 /// [`Settings::chain`]). Replaces the stage that was there in one map update, so no packet
 /// meets neither.
 pub fn chain_next(pin_dir: &Path, prog: BorrowedFd<'_>) -> Result<()> {
-    let m = open_chain(pin_dir)?;
-    let fd = prog.as_raw_fd() as u32;
-    m.update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), sys::BPF_ANY)
-        .map_err(|e| Error::io("set the filter's next stage (rx_chain)", e))
+    ChainSlot::filter(pin_dir).set(prog)
 }
 
-/// Empties the chain slot (passed packets pass); false when it was empty.
+/// Empties the filter's chain slot (passed packets pass); false when it was empty.
 pub fn chain_clear(pin_dir: &Path) -> Result<bool> {
-    open_chain(pin_dir)?
-        .delete(&0u32.to_ne_bytes())
-        .map_err(|e| Error::io("clear the filter's next stage (rx_chain)", e))
+    ChainSlot::filter(pin_dir).clear()
 }
 
-/// The id of the program in the chain slot, if any.
+/// The id of the program in the filter's chain slot, if any.
 pub fn chain_prog_id(pin_dir: &Path) -> Result<Option<u32>> {
-    let m = open_chain(pin_dir)?;
-    let mut id = [0u8; 4];
-    let found = m
-        .lookup(&0u32.to_ne_bytes(), &mut id)
-        .map_err(|e| Error::io("read the filter's next stage (rx_chain)", e))?;
-    Ok(found.then(|| u32::from_ne_bytes(id)))
-}
-
-fn open_chain(pin_dir: &Path) -> Result<MapFd> {
-    let path = pin_dir.join(map_names::CHAIN);
-    MapFd::open_pinned(&path).map_err(|e| match e.raw_os_error() {
-        Some(libc::ENOENT) => Error::NotPinned { path: path.clone() },
-        _ => Error::io(format!("open {}", path.display()), e),
-    })
+    ChainSlot::filter(pin_dir).prog_id()
 }
 
 /// Detaches ringx's filter from `dev` (BPF_LINK_DETACH, so it stops even while `ringx serve`

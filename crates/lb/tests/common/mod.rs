@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod frames;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -48,6 +50,7 @@ pub fn settings(encap: Encap) -> LbSettings {
         source_v4: "10.255.0.1".parse().unwrap(),
         source_v6: "fd00:ff::1".parse().unwrap(),
         conn_table_size: 65536,
+        chain: false,
     }
 }
 
