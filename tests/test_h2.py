@@ -37,8 +37,8 @@ BIG = 3 * 1024 * 1024 + 17
 
 
 class Site:
-    def __init__(self, srv, plain, tls, admin, www, up, pki, log, files):
-        self.srv, self.plain, self.tls, self.admin = srv, plain, tls, admin
+    def __init__(self, srv, plain, tls, admin, www, up, pki, log, files, lb):
+        self.srv, self.plain, self.tls, self.admin, self.lb = srv, plain, tls, admin, lb
         self.www, self.up, self.pki, self.log, self.files = www, up, pki, log, files
 
 
@@ -55,7 +55,7 @@ def site(ringx_module, tmp_path_factory):
     for name, data in files.items():
         (www / name).write_bytes(data)
     up = UpstreamServer("up")
-    plain, tls, admin = free_port(), free_port(), free_port()
+    plain, tls, admin, lb = free_port(), free_port(), free_port(), free_port()
     log = d / "access.log"
     cfg = runtime_section(None, zones=1) + f"""
 [http]
@@ -88,8 +88,20 @@ tls = {{ cert = "{cert}", key = "{key}" }}
   path = "/up/"
   proxy_pass = "http://{up.addr}"
 """
+    # Behind a load balancer that announces the client with a PROXY header.
+    cfg += f"""
+[[server]]
+listen = ["127.0.0.1:{lb}"]
+proxy_protocol = true
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "hello h2\\n" }}
+  [[server.location]]
+  path = "/up/"
+  proxy_pass = "http://{up.addr}"
+"""
     srv = ringx_module.make(cfg, name="h2")
-    yield Site(srv, plain, tls, admin, www, up, pki, log, files)
+    yield Site(srv, plain, tls, admin, www, up, pki, log, files, lb)
     up.close()
 
 
@@ -288,6 +300,33 @@ def test_many_concurrent_streams_of_mixed_sizes_byte_exact(site):
             else:
                 assert b == body, (tls, sid, reqs[sid][0], len(b), len(body))
         s.close()
+
+
+def test_h2c_after_a_proxy_header(site):
+    # curl announces itself (PROXY v1), then speaks h2c prior knowledge.
+    r = curl("--haproxy-protocol", "--http2-prior-knowledge", "-w", "\n%{http_version} %{http_code}",
+             f"http://127.0.0.1:{site.lb}/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"hello h2\n\n2 200"
+    # A load balancer's header and the preface in one write: the upstream sees the client
+    # the header announced.
+    s = socket.create_connection(("127.0.0.1", site.lb), timeout=20)
+    c = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True,
+                                                                    header_encoding="utf-8"))
+    c.initiate_connection()
+    s.sendall(b"PROXY TCP4 203.0.113.9 10.0.0.1 4444 80\r\n" + c.data_to_send())
+    got = run_streams(s, c, {1: ("/up/echo", None), 3: ("/", None)})
+    s.close()
+    assert got[3] == (200, b"hello h2\n")
+    st, body = got[1]
+    assert st == 200
+    h = {k.lower(): v for k, v in json.loads(body)["headers"]}
+    assert h["x-forwarded-for"] == "203.0.113.9"
+    # Without the header, the preface alone is refused (closed, nothing answered).
+    s = socket.create_connection(("127.0.0.1", site.lb), timeout=20)
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    assert s.recv(100) == b""
+    s.close()
 
 
 def test_access_log_and_metrics_tell_the_protocol(site):

@@ -318,9 +318,21 @@ impl Zone {
 }
 
 /// Bytes (plaintext over TLS) for a client connection's role; a new connection whose
-/// first bytes are the h2c preface becomes HTTP/2 first.
+/// first bytes (after the PROXY header, on a listener that expects one) are the h2c
+/// preface becomes HTTP/2 first.
 fn dispatch_data(cx: &mut Cx, base: &mut Base, role: &mut ClientRole, c: ConnId, data: &[u8]) {
     if let ClientRole::Http1(h) = role {
+        if h.awaits_proxy_header() {
+            if !h.proxy_header(cx, base, c, data) {
+                return;
+            }
+            // The header is done (the phase moved on): what followed it starts afresh.
+            let rest = std::mem::take(&mut base.inbuf);
+            if !rest.is_empty() {
+                dispatch_data(cx, base, role, c, &rest);
+            }
+            return;
+        }
         let h2c = cx.ctx.set.h2c && h.is_fresh() && base.inbuf.is_empty();
         if h2c && !base.tr.is_tls() && crate::role::h2::is_preface(data) {
             *role = ClientRole::H2(Box::new(start_h2(cx, base, c)));

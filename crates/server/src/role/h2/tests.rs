@@ -46,14 +46,26 @@ struct Client {
 impl Client {
     /// Connects and sends the preface with `settings` (id, value) pairs.
     fn open(h: &mut Harness, settings: &[(u16, u32)]) -> Client {
+        Client::open_after(h, b"", settings)
+    }
+
+    /// Connects and sends `first` (a PROXY header), then the preface with `settings`, all in
+    /// one write.
+    fn open_after(h: &mut Harness, first: &[u8], settings: &[(u16, u32)]) -> Client {
         let c = h.client();
-        let mut b = frame::PREFACE.to_vec();
+        let mut b = first.to_vec();
+        b.extend_from_slice(frame::PREFACE);
         frame::write_header(&mut b, settings.len() * 6, kind::SETTINGS, 0, 0);
         for (id, v) in settings {
             b.extend_from_slice(&id.to_be_bytes());
             b.extend_from_slice(&v.to_be_bytes());
         }
         h.send(c, &b);
+        Client::on(c)
+    }
+
+    /// A client on connection `c`, whose preface the test sends itself.
+    fn on(c: ConnId) -> Client {
         Client {
             c,
             enc: Encoder::default(),
@@ -706,4 +718,68 @@ fn a_local_stream_gets_redirects_added_headers_and_compression() {
         gunzip(&g.body),
         b"<p>local page, long enough to compress</p>".to_vec()
     );
+}
+
+/// A load balancer in front announces the client with a PROXY header; h2c follows it.
+const PROXIED_LB: &str = r#"
+[[server]]
+listen = ["127.0.0.1:8080"]
+proxy_protocol = true
+  [[server.location]]
+  path = "/up/"
+  proxy_pass = "app"
+  [[server.location]]
+  path = "/"
+  return = { status = 200, body = "hello over h2" }
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+keepalive = 4
+retries = 0
+"#;
+
+#[test]
+fn h2c_follows_a_proxy_header_and_the_client_address_is_the_announced_one() {
+    let mut h = Harness::new(PROXIED_LB);
+    // The header and the preface in one read.
+    let hdr = b"PROXY TCP4 203.0.113.9 10.0.0.1 4444 80\r\n";
+    let mut cl = Client::open_after(&mut h, hdr, &[]);
+    cl.get(&mut h, 1, "/up/x");
+    let (u, _) = h.accept_upstream();
+    h.flush();
+    let req = String::from_utf8(h.upstream_got(u)).unwrap();
+    assert!(req.starts_with("GET /up/x HTTP/1.1\r\n"), "{req}");
+    assert!(
+        req.contains("\r\nX-Forwarded-For: 203.0.113.9\r\n"),
+        "{req}"
+    );
+    h.send(u, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    let g = cl.got(&mut h, 1);
+    assert!(cl.settings, "spoken to as HTTP/2");
+    assert_eq!(
+        (g.status, g.body.as_slice(), g.ended),
+        (200, &b"ok"[..], true)
+    );
+    // The header alone, the preface in a later read.
+    let c = h.client();
+    h.send(c, b"PROXY TCP4 203.0.113.10 10.0.0.1 4445 80\r\n");
+    assert!(
+        h.output(c).is_empty(),
+        "nothing answered to the header alone"
+    );
+    let mut b = frame::PREFACE.to_vec();
+    frame::write_header(&mut b, 0, kind::SETTINGS, 0, 0);
+    h.send(c, &b);
+    let mut cl = Client::on(c);
+    cl.get(&mut h, 1, "/");
+    let g = cl.got(&mut h, 1);
+    assert!(cl.settings, "spoken to as HTTP/2");
+    assert_eq!((g.status, g.body.as_slice()), (200, &b"hello over h2"[..]));
+    // Without a header the connection is refused, preface or not.
+    let c = h.client();
+    let mut b = frame::PREFACE.to_vec();
+    frame::write_header(&mut b, 0, kind::SETTINGS, 0, 0);
+    h.send(c, &b);
+    assert!(h.output(c).is_empty());
+    assert!(!h.t.is_open(c), "closed without a PROXY header");
 }

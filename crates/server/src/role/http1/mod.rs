@@ -126,7 +126,12 @@ impl Http1 {
     pub fn on_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
         match self.phase {
             Phase::Lingering => return,
-            Phase::ProxyHeader => return self.proxy_header_data(cx, b, c, data),
+            Phase::ProxyHeader => {
+                if self.proxy_header(cx, b, c, data) {
+                    self.process_buffered(cx, b, c);
+                }
+                return;
+            }
             _ => {}
         }
         if b.paused {
@@ -524,17 +529,24 @@ impl Http1 {
         }
     }
 
-    /// Bytes before the PROXY header is complete.
-    fn proxy_header_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
+    /// Whether the connection still waits for its PROXY header.
+    pub fn awaits_proxy_header(&self) -> bool {
+        self.phase == Phase::ProxyHeader
+    }
+
+    /// Bytes before the PROXY header is complete; true once it is, with what followed it in
+    /// `b.inbuf`, not processed yet (it may be the h2c preface: the zone decides).
+    pub fn proxy_header(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) -> bool {
         match proxy_header::feed(b, data) {
-            Step::Partial => {}
+            Step::Partial => false,
             Step::Refused => {
                 self.phase = Phase::Lingering;
                 cx.io.close(c);
+                false
             }
             Step::Done => {
                 self.phase = Phase::Idle;
-                self.process_buffered(cx, b, c);
+                true
             }
         }
     }
