@@ -30,7 +30,9 @@ from upstream_server import UpstreamServer, pattern
 h2 = pytest.importorskip("h2", reason="Python h2 is not installed (tests/requirements.txt)")
 import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
+import h2.errors  # noqa: E402
 import h2.events  # noqa: E402
+import h2.settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = 3 * 1024 * 1024 + 17
@@ -327,6 +329,55 @@ def test_h2c_after_a_proxy_header(site):
     s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
     assert s.recv(100) == b""
     s.close()
+
+
+def test_websocket_over_h2_is_refused_cleanly(site):
+    """RFC 8441 is not offered: our SETTINGS lack ENABLE_CONNECT_PROTOCOL, so an extended
+    CONNECT (`:protocol`) is malformed: its stream is reset with PROTOCOL_ERROR, the upstream
+    never sees it, and the connection goes on (clients fall back to HTTP/1.1 for WebSocket)."""
+    for tls in (False, True):
+        ctx = None
+        if tls:
+            ctx = ssl.create_default_context(cafile=str(site.pki.ca_path))
+            ctx.set_alpn_protocols(["h2"])
+        s = socket.create_connection(("127.0.0.1", site.tls if tls else site.plain), timeout=20)
+        if ctx is not None:
+            s = ctx.wrap_socket(s, server_hostname="a.test")
+        cfg = h2.config.H2Configuration(client_side=True, header_encoding="utf-8",
+                                        validate_outbound_headers=False)
+        c = h2.connection.H2Connection(config=cfg)
+        c.initiate_connection()
+        s.sendall(c.data_to_send())
+        settings = None
+        while settings is None:
+            data = s.recv(65536)
+            assert data, "closed before SETTINGS"
+            for ev in c.receive_data(data):
+                if isinstance(ev, h2.events.RemoteSettingsChanged):
+                    settings = ev.changed_settings
+        s.sendall(c.data_to_send())
+        assert h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL not in settings
+        assert c.remote_settings.enable_connect_protocol == 0
+        seen = len(site.up.requests)
+        c.send_headers(1, [(":method", "CONNECT"), (":protocol", "websocket"),
+                           (":scheme", "https" if tls else "http"), (":path", "/up/ws"),
+                           (":authority", "a.test"), ("sec-websocket-version", "13")])
+        s.sendall(c.data_to_send())
+        reset = None
+        deadline = time.time() + 20
+        while reset is None and time.time() < deadline:
+            data = s.recv(65536)
+            assert data, "the connection was closed: the refusal must be the stream's only"
+            for ev in c.receive_data(data):
+                if isinstance(ev, h2.events.StreamReset) and ev.stream_id == 1:
+                    reset = ev.error_code
+                assert not isinstance(ev, h2.events.ResponseReceived), "answered, not refused"
+            s.sendall(c.data_to_send())
+        assert reset == h2.errors.ErrorCodes.PROTOCOL_ERROR
+        got = run_streams(s, c, {3: ("/", None)})
+        assert got[3] == (200, b"hello h2\n"), "the connection goes on"
+        s.close()
+        assert not any(r["target"].endswith("/ws") for r in site.up.requests[seen:])
 
 
 def test_access_log_and_metrics_tell_the_protocol(site):
