@@ -124,6 +124,12 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     }
     ringx_engine::sys::ignore_sigpipe();
     let nofile = ringx_engine::sys::raise_nofile();
+    // aya probes the kernel's BPF features once per process; a probe that a zone's io_uring
+    // task work interrupts would be cached as "no global data" and fail every later load
+    // (see ringx_xdp::probe_features), so it runs now, before any ring exists.
+    if ringx_xdp::bpf_unavailable().is_none() && !ringx_xdp::probe_features() {
+        tracing::warn!("the kernel refused BPF global data: XDP, steering and [lb] will not load");
+    }
 
     let requested = match cfg.runtime.engine {
         Engine::Uring => EngineKind::Uring,

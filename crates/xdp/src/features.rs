@@ -10,6 +10,10 @@
 //! CI, on the steering program). So the probe runs here with every signal blocked on the
 //! calling thread (process-directed signals go to another thread meanwhile), and a load on a
 //! kernel the probe says lacks global data fails with a message that says so.
+//!
+//! Blocking signals does not cover the other thing `signal_pending()` reports: io_uring's
+//! task work (TIF_NOTIFY_SIGNAL), set on a thread whose rings have completions to post. So
+//! `ringx serve` calls [`probe_features`] first thing, before any ring exists.
 
 use aya::EbpfLoader;
 
@@ -32,6 +36,12 @@ fn probe() -> bool {
         }
         f
     }
+}
+
+/// Runs aya's feature probe now (a no-op after the first call), so that it happens before the
+/// caller creates io_uring rings. Returns whether the kernel has BPF global data.
+pub fn probe_features() -> bool {
+    probe()
 }
 
 /// An `EbpfLoader` for a program that takes `const volatile` globals, after the feature

@@ -54,7 +54,7 @@ pub use abi::{Counter, Reason, Verdict};
 pub use chain::ChainSlot;
 pub use cidr::Cidr;
 pub use error::{Error, Result};
-pub use features::loader;
+pub use features::{loader, probe_features};
 pub use loader::{
     attach_program, attachments, chain_clear, chain_next, chain_prog_id, detach, ensure_pin_dir,
     ephemeral_low, purge, Attachment, Filter, LinkStatus, Mode, Settings, BPFFS_LOCK,
