@@ -380,6 +380,42 @@ def test_websocket_over_h2_is_refused_cleanly(site):
         assert not any(r["target"].endswith("/ws") for r in site.up.requests[seen:])
 
 
+def test_upstream_trailers_reach_the_h2_client(site):
+    """An HTTP/1.1 upstream's chunked trailer section ends the stream as HTTP/2 trailers
+    (lowercased, fields that may not be trailers dropped), over h2c and TLS."""
+    for tls in (False, True):
+        ctx = None
+        if tls:
+            ctx = ssl.create_default_context(cafile=str(site.pki.ca_path))
+            ctx.set_alpn_protocols(["h2"])
+        s, c = h2_connection(site.tls if tls else site.plain, ctx, "a.test")
+        c.send_headers(1, [(":method", "GET"), (":scheme", "https" if tls else "http"),
+                           (":path", "/up/trailers"), (":authority", "a.test")], end_stream=True)
+        s.sendall(c.data_to_send())
+        body, trailers, ended = bytearray(), None, False
+        deadline = time.time() + 20
+        while not ended and time.time() < deadline:
+            data = s.recv(65536)
+            assert data, "closed"
+            for ev in c.receive_data(data):
+                if isinstance(ev, h2.events.DataReceived):
+                    body += ev.data
+                    c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                elif isinstance(ev, h2.events.TrailersReceived):
+                    trailers = list(ev.headers)
+                    assert ev.stream_ended is not None, "the trailers end the stream"
+                elif isinstance(ev, h2.events.StreamEnded):
+                    ended = True
+            s.sendall(c.data_to_send())
+        s.close()
+        assert bytes(body) == b"hello world"
+        assert trailers == [("x-checksum", "abc123"), ("grpc-status", "0")], trailers
+    # An HTTP/1.1 client gets the chunked body with its trailer section as it came.
+    r = curl("--raw", "-H", "TE: trailers", f"http://127.0.0.1:{site.plain}/up/trailers")
+    assert r.returncode == 0, r.stderr
+    assert b"X-Checksum: abc123\r\n" in r.stdout, r.stdout
+
+
 def test_access_log_and_metrics_tell_the_protocol(site):
     curl_h2c(site, "/logged-h2")
     deadline = time.time() + 5

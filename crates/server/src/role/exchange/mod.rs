@@ -58,6 +58,12 @@ pub struct Exchange {
     /// Added or hidden headers, compression, intercepted errors (None: the location has
     /// none of them).
     pub deco: Option<Box<deco::Deco>>,
+    /// Keep a chunked response's trailer section for the client role (an HTTP/2 stream
+    /// sends it as trailers; an HTTP/1.1 client gets the chunked body as it is).
+    pub pass_trailers: bool,
+    /// The trailer field lines of the finished response (`name: value` CRLF each), when
+    /// `pass_trailers`.
+    pub trailers: Option<Vec<u8>>,
 }
 
 impl Default for Exchange {
@@ -79,6 +85,8 @@ impl Default for Exchange {
             body_paused: false,
             log: true,
             deco: None,
+            pass_trailers: false,
+            trailers: None,
         }
     }
 }

@@ -257,7 +257,11 @@ impl Exchange {
                     up.body = Some(BodyDecoder::new(BodyKind::Length(n), BodyLimits::default()))
                 }
                 ResponseBody::Chunked => {
-                    up.body = Some(BodyDecoder::new(BodyKind::Chunked, BodyLimits::default()))
+                    let mut dec = BodyDecoder::new(BodyKind::Chunked, BodyLimits::default());
+                    if self.pass_trailers {
+                        dec.keep_trailers();
+                    }
+                    up.body = Some(dec)
                 }
                 ResponseBody::UntilClose => up.until_close = true,
             }
@@ -312,6 +316,7 @@ impl Exchange {
                 pos += d.consumed;
                 if d.done && !encode_failed {
                     let clean = pos == input.len();
+                    self.trailers = dec.take_trailers();
                     if !self.finish_relay(cx, base, c) {
                         return Outcome::Cut;
                     }

@@ -95,6 +95,7 @@ impl Proxied {
         ex.version = ringx_http::Version::Http10;
         ex.keep = false;
         ex.log = false;
+        ex.pass_trailers = true;
         let mut base = Base::new(cx.io.now());
         base.gen = b.gen;
         base.listener = b.listener;
@@ -143,6 +144,40 @@ impl Proxied {
         end.extend_from_slice(lines);
         end.extend_from_slice(b"\r\n");
         self.forward(cx, &end, 0);
+    }
+
+    /// The response's trailer fields, once the exchange is done: an HTTP/1.1 upstream's
+    /// chunked trailer section as HTTP/2 fields (names lowercased, values trimmed), without
+    /// the fields that belong to a connection or to framing, which an HTTP/2 peer treats as
+    /// malformed (RFC 9113 §8.2.2) and which may not be trailers (RFC 9110 §6.5.1).
+    pub fn response_trailers(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        const NOT_TRAILERS: &[&[u8]] = &[
+            b"connection",
+            b"keep-alive",
+            b"proxy-connection",
+            b"transfer-encoding",
+            b"upgrade",
+            b"te",
+            b"content-length",
+            b"host",
+            b"trailer",
+        ];
+        let Some(lines) = self.ex.trailers.take() else {
+            return Vec::new();
+        };
+        // The chunked decoder validated the lines: a token, `:`, a value without CR, LF
+        // or NUL.
+        lines
+            .split(|&b| b == b'\n')
+            .filter_map(|l| {
+                let l = l.strip_suffix(b"\r").unwrap_or(l);
+                let i = l.iter().position(|&b| b == b':')?;
+                let name = l[..i].to_ascii_lowercase();
+                let value = l[i + 1..].trim_ascii().to_vec();
+                (!name.is_empty() && !NOT_TRAILERS.contains(&name.as_slice()))
+                    .then_some((name, value))
+            })
+            .collect()
     }
 
     /// Writes request body bytes to the exchange's upstream (and its replay copy); returns

@@ -327,6 +327,9 @@ impl H2 {
             Outcome::Done => {
                 if let Some(s) = self.streams.get_mut(&id) {
                     s.end = true;
+                    if let Some(p) = s.proxy.as_mut() {
+                        s.trailers = p.response_trailers();
+                    }
                 }
             }
             Outcome::GiveUp(status) => {

@@ -60,6 +60,8 @@ pub(super) struct H2Stream {
     pub end: bool,
     /// END_STREAM went out.
     pub ended: bool,
+    /// Trailer fields to end the stream with, after the body (a proxied response's).
+    pub trailers: Vec<(Vec<u8>, Vec<u8>)>,
     pub proxy: Option<Box<Proxied>>,
     pub log: Option<Box<StreamLog>>,
 }
@@ -90,6 +92,7 @@ impl H2Stream {
             out: VecDeque::new(),
             end: false,
             ended: false,
+            trailers: Vec::new(),
             proxy: None,
             log: None,
         }
@@ -119,7 +122,19 @@ impl H2Stream {
                 return Turn::Idle;
             }
             flush(conn, tr, cx, c);
-            tr.write(cx.io, c, &conn.data_frame(id, 0, true));
+            if self.trailers.is_empty() {
+                tr.write(cx.io, c, &conn.data_frame(id, 0, true));
+            } else {
+                // HEADERS are not flow controlled: the trailers go now, ending the stream.
+                let mut out = Vec::with_capacity(64);
+                let fields = std::mem::take(&mut self.trailers);
+                conn.send_trailers(
+                    &mut out,
+                    id,
+                    fields.iter().map(|(n, v)| (n.as_slice(), v.as_slice())),
+                );
+                tr.write(cx.io, c, &out);
+            }
             self.ended = true;
             return Turn::Ended;
         }
@@ -132,7 +147,8 @@ impl H2Stream {
             None => self.out.front().map_or(0, Piece::len),
         };
         let n = cap.min(front);
-        let last = self.end && n == queued;
+        // With trailers to follow, the last DATA frame does not end the stream.
+        let last = self.end && n == queued && self.trailers.is_empty();
         flush(conn, tr, cx, c);
         let head = conn.data_frame(id, n as usize, last);
         tr.write(cx.io, c, &head);

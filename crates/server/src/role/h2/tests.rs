@@ -17,6 +17,8 @@ struct Got {
     status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    /// Fields of a HEADERS block after the response head's.
+    trailers: Vec<(String, String)>,
     ended: bool,
     reset: Option<u32>,
 }
@@ -128,6 +130,9 @@ impl Client {
                             ))
                         })
                         .expect("valid HPACK");
+                    if g.status != 0 && f.kind == kind::HEADERS {
+                        g.trailers.append(&mut fields);
+                    }
                     for (n, v) in fields {
                         if n == ":status" {
                             g.status = v.parse().unwrap();
@@ -782,4 +787,43 @@ fn h2c_follows_a_proxy_header_and_the_client_address_is_the_announced_one() {
     h.send(c, &b);
     assert!(h.output(c).is_empty());
     assert!(!h.t.is_open(c), "closed without a PROXY header");
+}
+
+#[test]
+fn an_upstream_chunked_trailer_section_reaches_the_client_as_trailers() {
+    let mut h = Harness::new(PROXY);
+    let mut cl = Client::open(&mut h, &[]);
+    cl.get(&mut h, 1, "/t");
+    let (u, _) = h.accept_upstream();
+    h.flush();
+    h.upstream_got(u);
+    h.send(
+        u,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n\
+          5\r\nhello\r\n0\r\nX-Checksum: abc \r\nGrpc-Status:0\r\nConnection: close\r\n\
+          Content-Length: 9\r\n\r\n",
+    );
+    let g = cl.got(&mut h, 1);
+    assert_eq!(
+        (g.status, g.body.as_slice(), g.ended),
+        (200, &b"hello"[..], true)
+    );
+    let t = |n: &str, v: &str| (n.to_string(), v.to_string());
+    assert_eq!(
+        g.trailers,
+        vec![t("x-checksum", "abc"), t("grpc-status", "0")],
+        "lowercased, trimmed, connection and framing fields dropped"
+    );
+    // Without a trailer section the stream ends on its DATA, and the upstream is reused.
+    cl.get(&mut h, 3, "/u");
+    assert!(h.connects().is_empty(), "reused from the pool");
+    h.flush();
+    h.upstream_got(u);
+    h.send(
+        u,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    );
+    let g = cl.got(&mut h, 3);
+    assert_eq!((g.body.as_slice(), g.ended), (&b"ok"[..], true));
+    assert!(g.trailers.is_empty());
 }
