@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-tls bench-h2 bench-compress clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-tls bench-h2 bench-compress bench-cache bench-escalate bench-udp clean fmt
 
 all: release
 
@@ -54,8 +54,9 @@ mutants: deps
 	python3 scripts/mutation_check.py $(if $(ONLY),--only $(ONLY))
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
-# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-tls, bench-h2, bench-compress). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-tls bench-h2 bench-compress
+# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-tls, bench-h2, bench-compress, bench-cache, bench-escalate,
+# bench-udp). How long each takes: bench/README.md.
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-tls bench-h2 bench-compress bench-cache bench-escalate bench-udp
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -72,6 +73,10 @@ bench-h2: release
 # gzip of a 100 KB page against nginx at levels 1, 5, 6, and the cost of every level (bench/compress.py).
 bench-compress: release
 	python3 bench/compress.py $(BENCH_ARGS)
+
+# UDP stream proxying in datagrams per CPU-second against nginx's stream UDP proxy (bench/udp.py).
+bench-udp: release
+	python3 bench/udp.py $(BENCH_ARGS)
 
 bench-http: release
 	python3 bench/http_bench.py $(BENCH_ARGS)
@@ -96,6 +101,14 @@ bench-proxy: release
 
 bench-xdp: release
 	python3 bench/xdp.py $(BENCH_ARGS)
+
+# A cache hit of a 4 KB proxied object against nginx's proxy_cache (bench/cache.py).
+bench-cache: release
+	python3 bench/cache.py $(BENCH_ARGS)
+
+# CPU per abusive request before and after escalation to the XDP block list (bench/escalate.py).
+bench-escalate: release
+	python3 bench/escalate.py $(BENCH_ARGS)
 
 # libringx_preload.so: ns per connect and accept against the plain calls (bench/preload.py).
 bench-preload: release

@@ -11,6 +11,8 @@ have wrk    || need_apt+=(wrk)
 have ab     || need_apt+=(apache2-utils)
 have nginx  || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 have h2load || need_apt+=(nghttp2-client)
+# nginx's stream module: the UDP stream benchmark's peer (bench/udp.py).
+[ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || need_apt+=(libnginx-mod-stream)
 have haproxy || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 have cc     || need_apt+=(build-essential)
 have pkg-config || need_apt+=(pkg-config)

@@ -263,6 +263,9 @@ def test_access_log_json_and_499(engine, ringx, tmp_path):
     assert recs[0]["remote_addr"] == "127.0.0.1" and recs[0]["body_bytes_sent"] == 2
     assert recs[1]["request"] == "POST / HTTP/1.1"
     assert recs[1]["status"] == 499, recs[1]
+    # Every line has a $request_id, its own.
+    assert all(re.fullmatch(r"[0-9a-f]{32}", r["request_id"]) for r in recs), recs
+    assert recs[0]["request_id"] != recs[1]["request_id"]
 
 
 # -- reload -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def readme_blocks() -> list[str]:
     blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
-    assert len(blocks) == 5, f"expected five ```toml blocks in README.md, found {len(blocks)}"
+    assert len(blocks) == 8, f"expected eight ```toml blocks in README.md, found {len(blocks)}"
     return blocks
 
 
@@ -131,3 +131,29 @@ def test_readme_http2_example_passes_check(ringx_bin, tmp_path):
     assert n == 1
     r = check(ringx_bin, tmp_path, "broken.toml", broken + server)
     assert r.returncode != 0 and "max_frame_size" in r.stderr, r.stderr
+
+
+def test_readme_access_limit_and_cache_examples_pass_check(ringx_bin, tmp_path):
+    """The access-control, limits and cache blocks are fragments: checked together, on a
+    server with the upstreams and the [xdp] section they name, their files made here."""
+    users = tmp_path / "htpasswd"
+    users.write_text("admin:$apr1$saltsalt$LrttParrLPdxvgutaSXWJ0\n")
+    text = ('[xdp]\ndev = "eth0"\n'
+            '[[upstream]]\nname = "app"\nservers = ["127.0.0.1:9"]\n'
+            '[[upstream]]\nname = "auth"\nservers = ["127.0.0.1:9"]\n'
+            '[[server]]\nlisten = ["127.0.0.1:0"]\n'
+            '[[server.location]]\npath = "/base/"\nreturn = { status = 200 }\n')
+    text += "\n".join(readme_blocks()[5:])
+    for old, new in (("/etc/ringx/htpasswd", str(users)), ("/var/cache/ringx/pages", str(tmp_path / "pages"))):
+        text, n = re.subn(re.escape(old), new, text)
+        assert n == 1, f"README's fragments: {old} found {n} times, not once"
+    cfg = tmp_path / "policy.toml"
+    cfg.write_text(text)
+    r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, f"ringx check rejects the README's fragments:\n{r.stderr}\n{text}"
+    # And the check can fail: the same without the [xdp] that escalation pushes to.
+    cfg.write_text(text.replace('[xdp]\ndev = "eth0"\n', ""))
+    r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0 and "[xdp]" in r.stderr, r.stderr

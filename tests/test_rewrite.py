@@ -11,6 +11,7 @@ import json
 import re
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -303,9 +304,14 @@ def test_proxy_uris_and_headers_match_nginx(pair, upstream):
                     seen["nginx"]["headers"].get("X-Path")), p
 
 
-def test_request_id_is_one_per_request(ringx, upstream):
+def test_request_id_is_one_per_request(ringx, upstream, tmp_path):
     port = free_port()
+    log = tmp_path / "access.json"
     ringx.make(runtime_section(None) + f"""
+[http]
+access_log = "{log}"
+access_log_format = "json"
+
 [[server]]
 listen = ["127.0.0.1:{port}"]
   [[server.location]]
@@ -321,6 +327,13 @@ listen = ["127.0.0.1:{port}"]
         assert r.getheader("X-Request-Id") == sent, "the same id upstream and to the client"
         ids.add(sent)
     assert len(ids) == 20
+    # The JSON access log names each request by the id its upstream and client saw.
+    deadline = time.monotonic() + 5
+    while not (log.exists() and len(log.read_text().splitlines()) >= 20):
+        assert time.monotonic() < deadline, "20 lines in the access log"
+        time.sleep(0.05)
+    lines = log.read_text().splitlines()
+    assert {json.loads(ln)["request_id"] for ln in lines} == ids
 
 
 def test_add_header_on_proxied_and_error_responses(ringx, upstream):
@@ -357,6 +370,26 @@ def test_a_regex_bomb_is_refused_by_check(ringx_bin, tmp_path):
     out = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True)
     assert out.returncode != 0 and f"{cfg}:6:12: " in out.stderr, out.stderr
     assert "invalid regex" in out.stderr
+
+
+def test_unusable_error_page_and_try_files_targets_are_placed(ringx_bin, tmp_path):
+    """An error_page leading to a proxy_pass location or to no location, and a try_files
+    fallback naming no location, are refused by `ringx check` at FILE:LINE:COL."""
+    cfg = tmp_path / "pages.toml"
+    head = '[[server]]\nlisten = ["127.0.0.1:1"]\n'
+    cases = [
+        (head + 'error_page = { "502" = "/app/down" }\n[[server.location]]\npath = "/app/"\n'
+         'proxy_pass = "http://127.0.0.1:9"\n', ":3:24: ", "leads to a proxy_pass location"),
+        (head + '[[server.location]]\npath = "/x/"\nreturn = { status = 200 }\n'
+         'error_page = { "404 500" = "/err.html" }\n', ":6:28: ", "no location of the server"),
+        (head + '[[server.location]]\npath = "/"\nroot = "/tmp"\n'
+         'try_files = ["$uri", "@app"]\n', ":6:13: ", "\"@app\" names no location"),
+    ]
+    for text, at, what in cases:
+        cfg.write_text(text)
+        out = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True)
+        assert out.returncode != 0 and f"{cfg}{at}" in out.stderr, (text, out.stderr)
+        assert what in out.stderr, out.stderr
 
 
 def test_crlf_in_a_variable_cannot_inject_a_header(ringx):

@@ -1,5 +1,7 @@
 """[[stream]]: the L4 (TCP) proxy — relaying, half-close, balancing and retries over the
-upstream pool, idle timeout, PROXY protocol both ways, bounded buffering."""
+upstream pool, idle timeout, PROXY protocol both ways, bounded buffering — and UDP streams
+(protocol = "udp"): DNS-like queries through two servers, the session timeout, ten thousand
+clients against the session cap, bad datagrams dropped and counted, refusing servers."""
 
 from __future__ import annotations
 
@@ -234,3 +236,263 @@ def test_slow_reader_memory_bounded(ringx, engine, tcp_up, port):
     kernel = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
     bound = 32 if engine == "uring" and kernel < (6, 17) else 8
     assert peak - base < bound * 1024, f"peak RSS grew by {(peak - base) // 1024} MiB (bound {bound} MiB)"
+
+
+# ---------------------------------------------------------------------------------------
+# UDP streams
+
+
+def free_udp_port() -> int:
+    """A UDP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dns_query(qid: int, name: str) -> bytes:
+    """A DNS query (RFC 1035): header with one question, type A, class IN."""
+    q = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    return struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0) + q + struct.pack("!HH", 1, 1)
+
+
+class DnsUpstream:
+    """Answers each DNS query with its ID, QR set, and a TXT-like tail naming this server;
+    records the source address of every query (a new session is a new source port)."""
+
+    def __init__(self, name: str):
+        self.name = name.encode()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.peers: list[tuple[str, int]] = []
+        self.queries = 0
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self):
+        while True:
+            try:
+                d, a = self.sock.recvfrom(65536)
+            except OSError:
+                return
+            self.queries += 1
+            self.peers.append(a)
+            if len(d) >= 12:
+                qid = struct.unpack("!H", d[:2])[0]
+                self.sock.sendto(struct.pack("!HHHHHH", qid, 0x8180, 1, 1, 0, 0) + d[12:] +
+                                 b"|" + self.name, a)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def dns_up():
+    made = []
+
+    def make(name):
+        u = DnsUpstream(name)
+        made.append(u)
+        return u
+    yield make
+    for u in made:
+        u.close()
+
+
+def udp_config(engine, port, admin, servers, stream_extra="", zones=1):
+    items = ", ".join(f'"{s}"' for s in servers)
+    return (runtime_section(engine, zones) +
+            f'[admin]\nlisten = "127.0.0.1:{admin}"\n'
+            f'[[upstream]]\nname = "dns"\nservers = [{items}]\n'
+            f'[[stream]]\nlisten = ["127.0.0.1:{port}"]\nprotocol = "udp"\n'
+            f'proxy_pass = "dns"\n{stream_extra}\n')
+
+
+def udp_metrics(admin):
+    """{(name, frozenset(labels)): value} of the ringx_udp_* samples."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name.startswith("ringx_udp_"):
+                out[(smp.name, frozenset(smp.labels.items()))] = smp.value
+    return out
+
+
+def udp_total(m, name, **labels):
+    want = set(labels.items())
+    return sum(v for (n, ls), v in m.items() if n == name and want <= set(ls))
+
+
+def ask(sock, port, qid, name="example.test"):
+    sock.sendto(dns_query(qid, name), ("127.0.0.1", port))
+    d, src = sock.recvfrom(65536)
+    assert src == ("127.0.0.1", port), "the answer comes from the listener's address"
+    assert struct.unpack("!H", d[:2])[0] == qid and d[2] & 0x80, d
+    return d.rsplit(b"|", 1)[1].decode()
+
+
+def test_udp_dns_through_two_servers(ringx, engine, dns_up):
+    a, b = dns_up("a"), dns_up("b")
+    port, admin = free_udp_port(), free_port()
+    ringx.make(udp_config(engine, port, admin, [a.addr, b.addr], zones=2), engine=engine)
+    servers = Counter()
+    held = []
+    for i in range(2, 42):
+        src = f"127.0.{i}.{i}"
+        first = None
+        for p in range(3):  # three ports of one client address: one server
+            c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            c.settimeout(5)
+            c.bind((src, 0))
+            for q in range(2):  # two queries per session
+                got = ask(c, port, i * 100 + p * 10 + q)
+                first = first or got
+                assert got == first, f"client {src} moved from {first} to {got}"
+            held.append(c)  # open until the end: a closed socket's port could come back
+        servers[first] += 1
+    assert set(servers) == {"a", "b"} and min(servers.values()) >= 8, servers
+    m = udp_metrics(admin)
+    assert udp_total(m, "ringx_udp_sessions_total") == 120
+    assert udp_total(m, "ringx_udp_datagrams_total", direction="to_clients") == 240
+    assert udp_total(m, "ringx_udp_dropped_total") == 0
+    for c in held:
+        c.close()
+
+
+def test_udp_session_timeout(ringx, engine, dns_up):
+    u = dns_up("a")
+    port, admin = free_udp_port(), free_port()
+    ringx.make(udp_config(engine, port, admin, [u.addr], 'idle_timeout = "400ms"'), engine=engine)
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(5)
+    c.bind(("127.0.0.1", 0))
+    ask(c, port, 1)
+    ask(c, port, 2)
+    assert udp_total(udp_metrics(admin), "ringx_udp_sessions") == 1
+    assert len(set(u.peers)) == 1, "one session, one socket to the server"
+    deadline = time.monotonic() + 5
+    while udp_total(udp_metrics(admin), "ringx_udp_sessions") != 0:
+        assert time.monotonic() < deadline, "the idle session did not end"
+        time.sleep(0.05)
+    ask(c, port, 3)
+    assert len(set(u.peers)) == 2, "after the timeout the client has a new session"
+
+
+def test_udp_ten_thousand_clients_bounded(ringx, engine, dns_up):
+    u = dns_up("a")
+    port, admin = free_udp_port(), free_port()
+    # Sessions outlive the test however slow a busy machine makes it.
+    r = ringx.make(udp_config(engine, port, admin, [u.addr],
+                              'max_sessions = 1000\nidle_timeout = "10m"'), engine=engine)
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(5)
+    ask(c, port, 1)  # warm up: the zone's buffers exist; growth is counted from here
+    with open(f"/proc/{r.pid}/status") as f:
+        base = int([ln for ln in f if ln.startswith("VmRSS")][0].split()[1])
+    sent = 0
+    for i in range(10_000):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((f"127.1.{i // 250}.{i % 250 + 1}", 0))
+        s.sendto(dns_query(i, "flood.test"), ("127.0.0.1", port))
+        sent += 1
+        s.close()
+        if i % 500 == 499:
+            # Keep the listener's socket buffer from overflowing on a busy machine: let ringx
+            # catch up with each 500 before the next.
+            deadline = time.monotonic() + 1
+            while (udp_total(udp_metrics(admin), "ringx_udp_datagrams_total",
+                             direction="from_clients") < sent - 10
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
+    deadline = time.monotonic() + 10
+    while True:
+        m = udp_metrics(admin)
+        seen = udp_total(m, "ringx_udp_datagrams_total", direction="from_clients")
+        if seen >= sent + 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert seen >= 0.95 * sent, f"only {seen} of {sent} datagrams reached ringx"
+    assert udp_total(m, "ringx_udp_sessions") == 1000
+    full = udp_total(m, "ringx_udp_dropped_total", reason="sessions_full")
+    assert full == seen - 1000, (full, seen)
+    assert len(set(u.peers)) <= 1000
+    with open(f"/proc/{r.pid}/status") as f:
+        now = int([ln for ln in f if ln.startswith("VmRSS")][0].split()[1])
+    assert now - base < 16 * 1024, f"RSS grew by {(now - base) // 1024} MiB for 1000 sessions"
+
+
+def test_udp_bad_datagrams_dropped_and_counted(ringx, engine, dns_up):
+    u = dns_up("a")
+    port, admin = free_udp_port(), free_port()
+    ringx.make(udp_config(engine, port, admin, [u.addr], "max_datagram_size = 512"),
+               engine=engine)
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(5)
+    c.sendto(b"x" * 513, ("127.0.0.1", port))
+    c.sendto(b"y" * 60000, ("127.0.0.1", port))  # also larger than the zone's buffers
+    c.sendto(b"", ("127.0.0.1", port))
+    assert ask(c, port, 7) == "a"  # a good one still passes, on a fresh session
+    m = udp_metrics(admin)
+    assert udp_total(m, "ringx_udp_dropped_total", reason="oversized") == 2
+    assert udp_total(m, "ringx_udp_dropped_total", reason="malformed") == 1
+    assert u.queries == 1, "none of the bad ones reached the server"
+
+
+def test_udp_refusing_server_is_counted(ringx, engine):
+    port, admin = free_udp_port(), free_port()
+    dead = f"127.0.0.1:{free_udp_port()}"
+    r = ringx.make(udp_config(engine, port, admin, [dead], 'idle_timeout = "5s"'),
+                   engine=engine)
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.bind(("127.0.0.1", 0))
+    deadline = time.monotonic() + 5
+    while udp_total(udp_metrics(admin), "ringx_udp_upstream_errors_total") < 1:
+        assert time.monotonic() < deadline, r.log()
+        c.sendto(dns_query(1, "x.test"), ("127.0.0.1", port))
+        time.sleep(0.05)
+    # The sessions end with the error: none is left open for its 5 s idle timeout.
+    deadline = time.monotonic() + 2
+    while udp_total(udp_metrics(admin), "ringx_udp_sessions") != 0:
+        assert time.monotonic() < deadline, "a refused session stays open"
+        time.sleep(0.05)
+
+
+def test_udp_query_after_query_with_responses_one(ringx, engine, dns_up):
+    """`responses = 1`: each answer ends its session, and the client's next query, sent the
+    moment the answer arrives, opens the next one; none is lost while the old session's
+    socket is still closing (io_uring closes asynchronously)."""
+    import selectors
+    u = dns_up("a")
+    port, admin = free_udp_port(), free_port()
+    ringx.make(udp_config(engine, port, admin, [u.addr], "responses = 1"), engine=engine)
+    clients, per_client = 64, 200
+    sel = selectors.DefaultSelector()
+    done = {}
+    for i in range(clients):
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        c.setblocking(False)
+        c.connect(("127.0.0.1", port))
+        sel.register(c, selectors.EVENT_READ, i)
+        done[i] = 0
+        c.send(dns_query(i, "next.test"))
+    answered = 0
+    while answered < clients * per_client:
+        ready = sel.select(timeout=2)
+        assert ready, (f"{clients * per_client - answered} queries unanswered after 2 s; "
+                       f"dropped: {udp_total(udp_metrics(admin), 'ringx_udp_dropped_total')}")
+        for key, _ in ready:
+            c, i = key.fileobj, key.data
+            d = c.recv(65536)
+            assert struct.unpack("!H", d[:2])[0] == (done[i] * clients + i) % 65536
+            answered += 1
+            done[i] += 1
+            if done[i] < per_client:
+                c.send(dns_query((done[i] * clients + i) % 65536, "next.test"))
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    m = udp_metrics(admin)
+    assert udp_total(m, "ringx_udp_sessions_total") == clients * per_client, "one per query"
+    assert udp_total(m, "ringx_udp_dropped_total") == 0

@@ -6,20 +6,26 @@
 //!
 //! The top level and `[runtime]`/`[http]` are in `schema`, errors in `error`; each other
 //! section is a module of its own with its types and its checks (`upstream`, `steering`,
-//! `xdp`, `ops`, `tls`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
+//! `xdp`, `ops`, `tls`, `tproxy`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
+pub mod cache;
 pub mod compress;
 mod error;
 mod fields;
+pub mod guard;
+pub mod htpasswd;
 pub mod http2;
+pub mod keytmpl;
 pub mod lb;
 pub mod ops;
+pub mod policy;
 pub mod rewrite;
 mod schema;
 pub mod steering;
 pub mod template;
 pub mod tls;
+pub mod tproxy;
 pub mod units;
 pub mod upstream;
 mod vhost;
@@ -114,6 +120,13 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             "recv_buffers must be a power of two up to 32768",
         ));
     }
+    let ub = *rt.udp_buffers.get_ref();
+    if !ub.is_power_of_two() || ub > 32768 {
+        return Err(src.err(
+            rt.udp_buffers.span(),
+            "udp_buffers must be a power of two up to 32768",
+        ));
+    }
     if rt.recv_buffer_size.0 < 512 || rt.recv_buffer_size.0 > (1 << 20) {
         return Err(src.err(
             0..0,
@@ -158,7 +171,16 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             .chain(cfg.stream.iter().filter_map(|s| s.get_ref().tls.as_ref())),
         src,
     )?;
+    policy::validate_guard(cfg, src)?;
+    policy::validate_cache(cfg, src)?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;
+    let parts = tproxy::Parts {
+        server: &cfg.server,
+        stream: &cfg.stream,
+        upstream: &cfg.upstream,
+        user: cfg.runtime.user.as_ref(),
+    };
+    tproxy::validate(cfg.tproxy.as_ref(), parts, src)?;
     if let Some(lb) = &cfg.lb {
         lb::validate(lb, cfg.xdp.as_ref(), &cfg.steering, src)?;
     }
@@ -197,3 +219,6 @@ mod tests;
 
 #[cfg(test)]
 mod tls_tests;
+
+#[cfg(test)]
+mod policy_tests;

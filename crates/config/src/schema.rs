@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::cache;
 use crate::compress;
+use crate::guard;
 use crate::lb;
 use crate::ops;
 use crate::steering;
@@ -47,6 +49,16 @@ pub struct Config {
     pub origin: Origin,
     /// The XDP load balancer (`ringx lb`); none without an [lb] section.
     pub lb: Option<lb::Lb>,
+    /// Transparent proxying: what `ringx tproxy rules` writes (`crate::tproxy`).
+    pub tproxy: Option<crate::tproxy::Tproxy>,
+    /// Request-rate and concurrency limits' shared state (`crate::guard`).
+    #[serde(default)]
+    pub limit_req_zone: Vec<Spanned<guard::LimitReqZone>>,
+    #[serde(default)]
+    pub limit_conn_zone: Vec<Spanned<guard::LimitConnZone>>,
+    /// Proxy caches' storage (`crate::cache`).
+    #[serde(default)]
+    pub proxy_cache_path: Vec<Spanned<cache::CachePath>>,
 }
 
 /// A configuration's source file: its name and text.
@@ -97,6 +109,10 @@ pub struct Runtime {
     pub recv_buffers: Spanned<u32>,
     #[serde(default = "default_recv_buffer_size")]
     pub recv_buffer_size: Size,
+    /// Datagram receive buffers per zone (a power of two), when a `[[stream]]` is UDP. Each
+    /// is as large as the largest `max_datagram_size`.
+    #[serde(default = "default_udp_buffers")]
+    pub udp_buffers: Spanned<u32>,
     /// How long SIGTERM waits for requests in flight before exiting anyway.
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout: Dur,
@@ -193,6 +209,17 @@ pub struct Http {
     /// `FILE.zst` for zstd.
     #[serde(default)]
     pub zstd_static: bool,
+    /// Proxies whose client-address header is believed (`crate::guard`).
+    #[serde(default)]
+    pub real_ip_from: Vec<xdp::CidrValue>,
+    /// The header they put the client's address in (default `X-Real-IP`, as nginx).
+    pub real_ip_header: Option<Spanned<String>>,
+    /// Take the last address in the header that is not a trusted proxy (nginx's
+    /// `real_ip_recursive`) rather than the last one.
+    #[serde(default)]
+    pub real_ip_recursive: bool,
+    /// Clients that keep sending malformed requests go into the XDP block list.
+    pub escalate_malformed: Option<Spanned<guard::Escalate>>,
 }
 
 impl Default for Http {
@@ -209,6 +236,9 @@ fn default_max_conns() -> u32 {
 }
 fn default_recv_buffers() -> Spanned<u32> {
     Spanned::new(0..0, 1024)
+}
+fn default_udp_buffers() -> Spanned<u32> {
+    Spanned::new(0..0, 256)
 }
 fn default_recv_buffer_size() -> Size {
     Size(16384)

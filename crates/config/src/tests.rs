@@ -234,3 +234,56 @@ default = true
     );
     parse("t.toml", &text).unwrap();
 }
+
+/// UDP streams and transparent proxying: what is refused, and where.
+#[test]
+fn udp_and_transparent_checks() {
+    let udp = "[[stream]]\nlisten = [\"127.0.0.1:53\"]\nprotocol = \"udp\"\nproxy_pass = \"127.0.0.1:5353\"\n";
+    let c = parse("t.toml", udp).unwrap();
+    assert_eq!(
+        c.stream[0].get_ref().idle(),
+        std::time::Duration::from_secs(30)
+    );
+    let cases: &[(&str, &str, &str)] = &[
+        (udp, "tls = { cert = \"/x.pem\", key = \"/x.key\" }\n", "DTLS is not supported"),
+        (udp, "proxy_protocol = true\n", "for TCP streams"),
+        (udp, "max_datagram_size = 70000\n", "65507"),
+        (udp, "max_sessions = 0\n", "between 1 and 1000000"),
+        (udp, "transparent = true\n", "transparent is for TCP listeners"),
+        (udp, "bind = \"10.0.0.1\"\n", "the only value is \"client\""),
+        (
+            "[[stream]]\nlisten = [\"127.0.0.1:53\"]\nproxy_pass = \"127.0.0.1:5353\"\n",
+            "responses = 1\n",
+            "responses is for UDP streams",
+        ),
+        (
+            udp,
+            "[[stream]]\nlisten = [\"127.0.0.1:53\"]\nprotocol = \"udp\"\nproxy_pass = \"127.0.0.1:5354\"\n",
+            "already another UDP stream's address",
+        ),
+        (
+            udp,
+            "[tproxy]\n[[tproxy.divert]]\nports = [80]\nto = \"127.0.0.1:53\"\n",
+            "not a transparent listen address",
+        ),
+        (udp, "[tproxy]\ntable = 254\n", "free routing table"),
+        (
+            "[runtime]\nuser = \"root\"\n",
+            &format!("{udp}bind = \"client\"\n"),
+            "needs CAP_NET_ADMIN after privileges are dropped",
+        ),
+    ];
+    for (base, extra, want) in cases {
+        let e = err_of(&format!("{base}{extra}"));
+        assert!(
+            e.starts_with("bad.toml:") && e.contains(want),
+            "{extra:?}: {e}"
+        );
+    }
+    // A UDP and a TCP stream may share an address; a transparent TCP stream takes a divert.
+    let ok = format!(
+        "{udp}[[stream]]\nlisten = [\"127.0.0.1:53\"]\nproxy_pass = \"127.0.0.1:5353\"\n\
+         transparent = true\n[tproxy]\n[[tproxy.divert]]\nports = [53]\nto = \"127.0.0.1:53\"\n"
+    );
+    parse("t.toml", &ok).unwrap();
+}

@@ -27,6 +27,15 @@
 //! idle_timeout = "10m"
 //! proxy_protocol = false     # expect a PROXY header from a load balancer in front
 //!
+//! [[stream]]                  # UDP (DNS, syslog, QUIC): a session per client address and port
+//! listen = ["0.0.0.0:53"]
+//! protocol = "udp"
+//! proxy_pass = "dns"          # the client's address picks the server (hash): one client, one server
+//! idle_timeout = "30s"        # a session ends after this long without a datagram either way
+//! responses = 1               # answers per client datagram; the session ends once they came
+//! max_sessions = 8192         # per zone; a new client beyond that is dropped and counted
+//! max_datagram_size = "16k"   # larger datagrams are dropped and counted
+//!
 //! [[stream]]                  # TLS passed through, routed by the ClientHello's SNI name
 //! listen = ["0.0.0.0:443"]
 //! proxy_pass = "default_tls"  # SNI absent or matching no name
@@ -70,6 +79,11 @@ pub struct Upstream {
     pub health: Option<Health>,
     /// TLS to the servers (`proxy_pass = "https://..."` turns it on with the defaults).
     pub tls: Option<Spanned<crate::tls::UpstreamTls>>,
+    /// `"client"`: connect to the servers from the client's own address (nginx's
+    /// `proxy_bind $remote_addr transparent`), so they see the real client. Needs
+    /// CAP_NET_ADMIN and routing that brings the servers' replies back (`crate::tproxy`).
+    /// Connections bound to one client are not pooled for another.
+    pub bind: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
@@ -132,13 +146,38 @@ pub struct Health {
     pub timeout: Dur,
 }
 
+/// What a `[[stream]]` carries.
+#[derive(Debug, Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamProtocol {
+    /// A TCP connection relayed to a TCP connection.
+    #[default]
+    Tcp,
+    /// Datagrams: a session per client address and port, over its own UDP socket to a server.
+    Udp,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Stream {
     pub listen: Vec<Spanned<SocketAddr>>,
     pub proxy_pass: Spanned<String>,
-    #[serde(default = "d600")]
-    pub idle_timeout: Dur,
+    /// `tcp` (default) or `udp`.
+    #[serde(default)]
+    pub protocol: StreamProtocol,
+    /// How long a tunnel (or a UDP session) may stay silent; default 10m for TCP (nginx's
+    /// `proxy_timeout`), 30s for UDP.
+    pub idle_timeout: Option<Dur>,
+    /// UDP: datagrams expected from the server per client datagram (nginx's
+    /// `proxy_responses`); once they came the session ends. 0: none expected (syslog).
+    /// Default: no count, the session ends when idle.
+    pub responses: Option<Spanned<u32>>,
+    /// UDP: sessions one zone holds at most; a datagram from a new client beyond that is
+    /// dropped and counted. Default 8192.
+    pub max_sessions: Option<Spanned<u32>>,
+    /// UDP: the largest datagram passed on, either way; larger ones are dropped and counted.
+    /// Default 16k (nginx's `proxy_buffer_size`), at most 65507.
+    pub max_datagram_size: Option<Spanned<crate::units::Size>>,
     /// Expect a PROXY protocol header (v1 or v2) at the start of each connection.
     #[serde(default)]
     pub proxy_protocol: bool,
@@ -149,6 +188,13 @@ pub struct Stream {
     pub sni: std::collections::BTreeMap<Spanned<String>, Spanned<String>>,
     /// Terminate TLS and forward the plain bytes (same forms as `[[server]] tls`).
     pub tls: Option<Spanned<crate::tls::TlsValue>>,
+    /// Accept connections (datagrams) for addresses that are not this host's
+    /// (`IP_TRANSPARENT`; `crate::tproxy`).
+    #[serde(default)]
+    pub transparent: bool,
+    /// `"client"`: connect to the server from the client's own address (as `[[upstream]]
+    /// bind`, for this stream only).
+    pub bind: Option<Spanned<String>>,
 }
 
 /// A server with its address resolved.
@@ -217,6 +263,28 @@ pub fn resolve_addr(a: &str) -> Result<SocketAddr, String> {
             .ok_or_else(|| format!("server address {a:?} resolves to nothing")),
         Err(e) => Err(format!("cannot resolve server address {a:?}: {e}")),
     }
+}
+
+/// Checks a target that names an upstream or `http://host:port` (`auth_request`'s
+/// `proxy_pass`): the upstream exists, or the address resolves.
+pub(crate) fn check_target(
+    upstreams: &[Spanned<Upstream>],
+    target: &Spanned<String>,
+    src: &Source,
+) -> Result<(), ConfigError> {
+    let t = target.get_ref();
+    if upstreams.iter().any(|u| u.get_ref().name.get_ref() == t) {
+        return Ok(());
+    }
+    let Some(addr) = https_addr(t).or_else(|| t.strip_prefix("http://").map(str::to_string)) else {
+        return Err(src.err(
+            target.span(),
+            format!("no [[upstream]] named {t:?} (or write \"http://host:port\")"),
+        ));
+    };
+    resolve_addr(addr.trim_end_matches('/'))
+        .map(drop)
+        .map_err(|m| src.err(target.span(), m))
 }
 
 /// Checks across the upstreams, the streams and the servers' `proxy_pass` targets.
@@ -333,12 +401,16 @@ pub(crate) fn validate(
             }
         }
     }
-    for st in streams {
+    for (i, st) in streams.iter().enumerate() {
         let s = st.get_ref();
         if s.listen.is_empty() {
             return Err(src.err(st.span(), "stream has an empty listen list"));
         }
         known(&s.proxy_pass, "stream")?;
+        validate_protocol(s, &streams[..i], src)?;
+        if s.protocol == StreamProtocol::Udp {
+            continue; // a UDP port is no TCP server's
+        }
         if let (Some(t), false) = (&s.tls, s.sni.is_empty()) {
             return Err(src.err(
                 t.span(),
@@ -378,6 +450,87 @@ pub(crate) fn validate(
         }
     }
     Ok(())
+}
+
+/// What only one protocol has: UDP streams take no TLS, SNI routing or PROXY header;
+/// `responses`, `max_sessions` and `max_datagram_size` are for UDP. Two UDP streams cannot
+/// share an address (`earlier`: the streams before this one).
+fn validate_protocol(
+    s: &Stream,
+    earlier: &[Spanned<Stream>],
+    src: &Source,
+) -> Result<(), ConfigError> {
+    if s.protocol == StreamProtocol::Tcp {
+        let udp_only = [
+            s.responses.as_ref().map(|v| ("responses", v.span())),
+            s.max_sessions.as_ref().map(|v| ("max_sessions", v.span())),
+            s.max_datagram_size
+                .as_ref()
+                .map(|v| ("max_datagram_size", v.span())),
+        ];
+        if let Some((key, span)) = udp_only.into_iter().flatten().next() {
+            return Err(src.err(
+                span,
+                format!("{key} is for UDP streams: add protocol = \"udp\" or drop it"),
+            ));
+        }
+        return Ok(());
+    }
+    if let Some(t) = &s.tls {
+        return Err(src.err(t.span(), "tls is for TCP streams (DTLS is not supported)"));
+    }
+    if let Some((name, _)) = s.sni.iter().next() {
+        return Err(src.err(
+            name.span(),
+            "sni routing reads a TLS ClientHello on TCP: not for UDP streams",
+        ));
+    }
+    if s.proxy_protocol {
+        return Err(src.err(
+            s.listen[0].span(),
+            "proxy_protocol (a PROXY header before the data) is for TCP streams",
+        ));
+    }
+    if let Some(m) = &s.max_sessions {
+        if *m.get_ref() == 0 || *m.get_ref() > 1_000_000 {
+            return Err(src.err(m.span(), "max_sessions must be between 1 and 1000000"));
+        }
+    }
+    if let Some(m) = &s.max_datagram_size {
+        if m.get_ref().0 == 0 || m.get_ref().0 > 65507 {
+            return Err(src.err(
+                m.span(),
+                "max_datagram_size must be between 1 and 65507 bytes (the largest UDP payload)",
+            ));
+        }
+    }
+    for a in &s.listen {
+        let twice = earlier.iter().any(|e| {
+            let e = e.get_ref();
+            e.protocol == StreamProtocol::Udp && e.listen.iter().any(|b| b.get_ref() == a.get_ref())
+        });
+        if twice {
+            return Err(src.err(
+                a.span(),
+                format!(
+                    "udp {} is already another UDP stream's address",
+                    a.get_ref()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Stream {
+    /// `idle_timeout`, or its default for the protocol.
+    pub fn idle(&self) -> std::time::Duration {
+        match (self.idle_timeout, self.protocol) {
+            (Some(d), _) => d.0,
+            (None, StreamProtocol::Tcp) => d600().0,
+            (None, StreamProtocol::Udp) => std::time::Duration::from_secs(30),
+        }
+    }
 }
 
 fn default_hash_key() -> Spanned<String> {

@@ -35,6 +35,10 @@ pub struct Server {
     /// Offer HTTP/2 by ALPN on this server's TLS (nginx's `http2 on|off`); unset: as
     /// `[http2] enable` says.
     pub http2: Option<bool>,
+    /// Accept connections for addresses that are not this host's, which TPROXY rules steer
+    /// to the listen addresses (`IP_TRANSPARENT`; needs CAP_NET_ADMIN; `crate::tproxy`).
+    #[serde(default)]
+    pub transparent: bool,
     // Rewriting (`crate::rewrite`).
     /// `rewrite` rules run before a location is chosen.
     #[serde(default)]
@@ -94,6 +98,15 @@ pub struct Location {
     /// On-the-fly compression (`[http] gzip`, `brotli`, `zstd`) in this location; false: off.
     #[serde(default = "yes")]
     pub compress: bool,
+    // Access control, limits and the cache: `crate::guard` and `crate::cache`.
+    /// `"allow CIDR"` / `"deny CIDR"` / `"deny all"`, first match wins.
+    #[serde(default)]
+    pub access: Vec<Spanned<crate::guard::AccessRule>>,
+    pub auth_basic: Option<Spanned<crate::guard::AuthBasic>>,
+    pub auth_request: Option<Spanned<crate::guard::AuthRequest>>,
+    pub limit_req: Option<Spanned<crate::guard::LimitReq>>,
+    pub limit_conn: Option<Spanned<crate::guard::LimitConn>>,
+    pub proxy_cache: Option<Spanned<crate::cache::ProxyCache>>,
 }
 
 #[derive(Debug, Deserialize)]

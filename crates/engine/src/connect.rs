@@ -10,34 +10,82 @@ use std::os::fd::OwnedFd;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 /// Where and how to connect.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectTo {
     /// The peer.
     pub addr: SocketAddr,
     /// Bind to this local address (and port) first; `None` lets the kernel choose.
     pub local: Option<SocketAddr>,
+    /// A connected UDP socket instead of a TCP connection: each [`Io::send_datagram`]
+    /// is one datagram to the peer, each [`Handler::on_data`] one datagram from it, and an
+    /// ICMP error from the peer (port unreachable: `ECONNREFUSED`) closes it with that error.
+    ///
+    /// [`Io::send_datagram`]: crate::Io::send_datagram
+    /// [`Handler::on_data`]: crate::Handler::on_data
+    pub datagram: bool,
+    /// Bind to `local` even though it is not an address of this host (`IP_TRANSPARENT`,
+    /// nginx's `proxy_bind ... transparent`): the peer sees the client's own address. With
+    /// port 0 the port is chosen at connect time (`IP_BIND_ADDRESS_NO_PORT`), so many
+    /// connections from one client address can share it. Needs CAP_NET_ADMIN, and routing
+    /// that brings the peer's answers back to this host (`ringx tproxy rules`).
+    pub transparent: bool,
 }
 
 impl ConnectTo {
-    /// A connect with the kernel's choice of source address and port.
+    /// A TCP connect with the kernel's choice of source address and port.
     pub fn new(addr: SocketAddr) -> Self {
-        ConnectTo { addr, local: None }
+        ConnectTo {
+            addr,
+            local: None,
+            datagram: false,
+            transparent: false,
+        }
+    }
+
+    /// A connected UDP socket to `addr` (see [`ConnectTo::datagram`](Self#structfield.datagram)).
+    pub fn datagram(addr: SocketAddr) -> Self {
+        ConnectTo {
+            datagram: true,
+            ..ConnectTo::new(addr)
+        }
     }
 }
 
-/// A non-blocking TCP socket with `TCP_NODELAY`, bound if asked. Errors name the addresses.
+/// A non-blocking TCP socket with `TCP_NODELAY` (or a UDP socket for a datagram connect),
+/// bound if asked. Errors name the addresses.
 pub(crate) fn socket_for(to: &ConnectTo) -> io::Result<OwnedFd> {
     let ctx = |what: &str, e: io::Error| {
         io::Error::new(e.kind(), format!("{what} (to {}): {e}", to.addr))
     };
+    let (ty, proto) = match to.datagram {
+        false => (Type::STREAM, Protocol::TCP),
+        true => (Type::DGRAM, Protocol::UDP),
+    };
     let s = Socket::new(
         Domain::for_address(to.addr),
-        Type::STREAM.nonblocking().cloexec(),
-        Some(Protocol::TCP),
+        ty.nonblocking().cloexec(),
+        Some(proto),
     )
     .map_err(|e| ctx("socket", e))?;
-    s.set_tcp_nodelay(true).map_err(|e| ctx("TCP_NODELAY", e))?;
+    if !to.datagram {
+        s.set_tcp_nodelay(true).map_err(|e| ctx("TCP_NODELAY", e))?;
+    }
     if let Some(local) = to.local {
+        if to.transparent {
+            crate::listen::set_transparent(&s, local)
+                .map_err(|e| ctx(&format!("IP_TRANSPARENT to bind {}", local.ip()), e))?;
+            if local.port() == 0 {
+                // The port is picked at connect, for the 4-tuple: one client address can have
+                // as many connections as ports, not one per local port range slot.
+                crate::sys::setsockopt_int(
+                    std::os::fd::AsRawFd::as_raw_fd(&s),
+                    libc::IPPROTO_IP,
+                    libc::IP_BIND_ADDRESS_NO_PORT,
+                    1,
+                )
+                .map_err(|e| ctx("IP_BIND_ADDRESS_NO_PORT", e))?;
+            }
+        }
         if local.port() != 0 {
             // A port chosen for locality may still be in TIME_WAIT from an earlier
             // connection to another peer; SO_REUSEADDR lets the 4-tuple decide.

@@ -1,17 +1,18 @@
 //! The narrow interface both back ends implement, and the loop that drives it.
 
 use std::io;
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use crate::handler::Handler;
 use crate::io::{Io, ListenerId};
+use crate::listener::Listener;
 
 /// A zone's I/O back end: io_uring ([`crate::uring::UringDriver`]) or epoll
 /// ([`crate::epoll::EpollDriver`]).
 pub trait Driver {
-    /// Starts accepting on `listener` (already bound and listening, non-blocking).
-    fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId>;
+    /// Starts accepting on `listener` (already bound and listening, non-blocking), or
+    /// receiving datagrams on it (a UDP socket).
+    fn add_listener(&mut self, listener: Listener) -> io::Result<ListenerId>;
 
     /// Carries out what the handler queued, waits for events (at most `timeout`), and
     /// dispatches them to `handler`.

@@ -3,6 +3,7 @@
 use std::io;
 use std::time::Duration;
 
+use crate::dgram::Datagram;
 use crate::io::{ConnId, Io, ListenerId};
 
 /// What a protocol (HTTP, echo, a proxy) implements to run on a zone.
@@ -20,8 +21,14 @@ pub trait Handler {
 
     /// Bytes arrived. `data` borrows the driver's receive buffer (a provided-buffer ring slot
     /// on io_uring): it is recycled as soon as this returns, so copy out only what must
-    /// outlive the call.
+    /// outlive the call. On a connected datagram socket ([`crate::ConnectTo::datagram`]) each
+    /// call is exactly one datagram.
     fn on_data(&mut self, io: &mut Io, conn: ConnId, data: &[u8]);
+
+    /// A datagram arrived on UDP listener `listener` (see [`Datagram`]; answer it with
+    /// [`Io::send_to`]). `dg.data` borrows the driver's receive buffer, as in `on_data`.
+    /// The default drops it.
+    fn on_datagram(&mut self, _io: &mut Io, _listener: ListenerId, _dg: Datagram<'_>) {}
 
     /// The peer closed its write side (a read returned 0). No more data will arrive.
     fn on_eof(&mut self, io: &mut Io, conn: ConnId);

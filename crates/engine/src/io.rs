@@ -8,12 +8,17 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::Instant;
 
 use crate::connect::ConnectTo;
+use crate::listener::Listener;
+
+/// Datagram sends a zone queues or has in flight at most, unless its configuration says
+/// otherwise ([`crate::ZoneConfig::max_datagrams_queued`]).
+pub(crate) const DEFAULT_DGRAM_LIMIT: u32 = 4096;
 
 /// A connection handle. For io_uring it is the direct-descriptor slot (the kernel's own
 /// index is the handle: no fd table, no lookup); for epoll it is the file descriptor.
@@ -98,6 +103,9 @@ pub(crate) struct ConnIo {
     pub peer: Option<SocketAddr>,
     /// Set for connections opened with [`Io::connect`].
     pub outbound: Option<Outbound>,
+    /// A connected datagram socket ([`ConnectTo::datagram`]): output goes by
+    /// [`Io::send_datagram`], one datagram per call, never through `out`.
+    pub dgram: bool,
     /// Bytes taken off the output queue since the connection opened: written to the socket,
     /// or handed to the kernel on their way there (io_uring's splice pipe, whose bytes a
     /// close that drops them takes back off). [`Io::bytes_out`] is this plus what is queued.
@@ -160,6 +168,7 @@ impl ConnIo {
             close_err: None,
             peer: None,
             outbound: None,
+            dgram: false,
             sent: 0,
         }
     }
@@ -177,6 +186,7 @@ impl ConnIo {
         self.dirty = false;
         self.close_err = None;
         self.peer = None;
+        self.dgram = false;
         self.sent = 0;
     }
 
@@ -266,9 +276,16 @@ pub struct Io {
     /// Listeners registered so far (the next [`ListenerId`]).
     pub(crate) listener_count: u32,
     /// Listeners the handler added, registered by the driver after the callback batch.
-    pub(crate) new_listeners: Vec<std::net::TcpListener>,
+    pub(crate) new_listeners: Vec<Listener>,
     /// Listeners the handler closed.
     pub(crate) closed_listeners: Vec<ListenerId>,
+    /// Datagrams queued this iteration (`dgram.rs`), sent by the driver after the batch.
+    pub(crate) dgram_out: Vec<DgramOut>,
+    /// Datagram sends queued or in flight, and the most allowed.
+    pub(crate) dgram_pending: u32,
+    pub(crate) dgram_limit: u32,
+    pub(crate) dgram_spares: Vec<Vec<u8>>,
+    pub(crate) dgram_stats: DgramStats,
 }
 
 impl Io {
@@ -288,6 +305,11 @@ impl Io {
             listener_count: 0,
             new_listeners: Vec::new(),
             closed_listeners: Vec::new(),
+            dgram_out: Vec::new(),
+            dgram_pending: 0,
+            dgram_limit: DEFAULT_DGRAM_LIMIT,
+            dgram_spares: Vec::new(),
+            dgram_stats: DgramStats::default(),
         }
     }
 
@@ -337,6 +359,7 @@ impl Io {
         };
         let conn = self.conn_mut(c);
         conn.open();
+        conn.dgram = to.datagram;
         conn.state = ConnState::Connecting;
         conn.peer = Some(to.addr);
         conn.outbound = Some(Outbound {
@@ -501,12 +524,12 @@ impl Io {
         self.stop_listening = true;
     }
 
-    /// Starts accepting on another listening socket (bound, listening, non-blocking) once
-    /// this callback batch is over (configuration reload). Returns the id its connections
-    /// will carry.
-    pub fn add_listener(&mut self, l: std::net::TcpListener) -> ListenerId {
+    /// Starts accepting (or receiving datagrams) on another listening socket (bound,
+    /// listening, non-blocking) once this callback batch is over (configuration reload).
+    /// Returns the id its connections (or datagrams) will carry.
+    pub fn add_listener(&mut self, l: impl Into<Listener>) -> ListenerId {
         let id = ListenerId(self.listener_count + self.new_listeners.len() as u32);
-        self.new_listeners.push(l);
+        self.new_listeners.push(l.into());
         id
     }
 
@@ -531,4 +554,37 @@ impl Io {
     pub fn exit(&mut self) {
         self.exit = true;
     }
+}
+
+/// A zone's datagram counters since it started ([`Io::dgram_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DgramStats {
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Sends refused because the zone's queue of sends was full.
+    pub queue_full: u64,
+    /// Sends the kernel refused (no route, no buffer space, a listener gone).
+    pub send_errors: u64,
+    /// Datagrams on connected sockets larger than the zone's datagram buffers, dropped.
+    pub truncated: u64,
+}
+
+/// Where a queued datagram goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DgramTo {
+    /// From UDP listener `id` to `peer`, leaving from `from` when given (wildcard listeners).
+    Listener {
+        id: ListenerId,
+        peer: SocketAddr,
+        from: Option<IpAddr>,
+    },
+    /// On connected datagram socket `c` (generation `gen`: a send queued for a socket that
+    /// closed before it went is dropped, never sent on a successor in the same slot).
+    Conn { c: ConnId, gen: u32 },
+}
+
+/// A datagram queued by the handler, sent by the driver after the callback batch.
+pub(crate) struct DgramOut {
+    pub to: DgramTo,
+    pub buf: Vec<u8>,
 }

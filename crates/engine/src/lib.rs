@@ -94,12 +94,14 @@
 
 mod addr;
 mod connect;
+mod dgram;
 pub mod driver;
 pub mod epoll;
 pub mod framing;
 mod handler;
 mod io;
 mod listen;
+mod listener;
 pub mod locality;
 mod pool;
 mod prefetch;
@@ -113,10 +115,14 @@ mod waker;
 mod zone;
 
 pub use connect::ConnectTo;
+pub use dgram::Datagram;
 pub use driver::Driver;
 pub use handler::Handler;
-pub use io::{ConnId, Io, ListenerId};
-pub use listen::{bind_reuseport, ensure_unclaimed, ListenOptions};
+pub use io::{ConnId, DgramStats, Io, ListenerId};
+pub use listen::{
+    bind_reuseport, bind_udp_reuseport, ensure_unclaimed, ensure_unclaimed_udp, ListenOptions,
+};
+pub use listener::Listener;
 pub use pool::{Placement, ZoneExit, ZonePlan, ZonePool, ZonePoolBuilder, ZoneStart};
 pub use prefetch::prefetch;
 pub use run::{choose_engine, run_zone};

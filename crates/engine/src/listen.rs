@@ -2,7 +2,7 @@
 //! connections over the zones and no accept queue is shared between cores.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -18,6 +18,10 @@ pub struct ListenOptions {
     /// Without it a small reply sent while an earlier one is unacknowledged waits for the
     /// peer's (delayed) ACK: milliseconds of tail latency.
     pub nodelay: bool,
+    /// `IP_TRANSPARENT` (`IPV6_TRANSPARENT`): accept connections (receive datagrams) for
+    /// addresses that are not local, which TPROXY rules steer to this socket. Needs
+    /// CAP_NET_ADMIN.
+    pub transparent: bool,
 }
 
 impl Default for ListenOptions {
@@ -26,6 +30,7 @@ impl Default for ListenOptions {
             backlog: 4096,
             defer_accept_secs: 0,
             nodelay: true,
+            transparent: false,
         }
     }
 }
@@ -89,6 +94,9 @@ pub fn bind_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<TcpL
         sock.set_only_v6(true)
             .map_err(|e| ctx("IPV6_V6ONLY on", e))?;
     }
+    if opts.transparent {
+        set_transparent(&sock, addr).map_err(|e| ctx("IP_TRANSPARENT on", e))?;
+    }
     if opts.nodelay {
         sock.set_tcp_nodelay(true)
             .map_err(|e| ctx("TCP_NODELAY on", e))?;
@@ -111,6 +119,94 @@ pub fn bind_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<TcpL
         }
     }
     sock.listen(opts.backlog).map_err(|e| ctx("listen", e))?;
+    Ok(sock.into())
+}
+
+/// `IP_TRANSPARENT` or `IPV6_TRANSPARENT`, whichever family `addr` is. The error says what
+/// the kernel wants for it.
+pub(crate) fn set_transparent(sock: &Socket, addr: SocketAddr) -> io::Result<()> {
+    let r = if addr.is_ipv6() {
+        sock.set_ip_transparent_v6(true)
+    } else {
+        sock.set_ip_transparent_v4(true)
+    };
+    r.map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => io::Error::new(
+            e.kind(),
+            format!("{e} (transparent sockets need CAP_NET_ADMIN: run as root, or grant it with setcap cap_net_admin+ep)"),
+        ),
+        _ => e,
+    })
+}
+
+/// Fails with `AddrInUse` when a UDP socket is already bound to `addr`: the same check as
+/// [`ensure_unclaimed`], for datagram listeners.
+pub fn ensure_unclaimed_udp(addr: SocketAddr) -> io::Result<()> {
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::DGRAM.cloexec(),
+        Some(Protocol::UDP),
+    )?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    match sock.bind(&addr.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "udp {addr} is already in use by another process: stop it, or choose another \
+                 address; ringx shares a port only among its own zones"
+            ),
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Binds a non-blocking UDP socket with `SO_REUSEADDR` and `SO_REUSEPORT`, one per zone: the
+/// kernel spreads datagrams over the zones by a hash of their addresses, so every datagram of
+/// one client reaches the same zone. A wildcard address asks for each datagram's destination
+/// (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), so that the answer leaves from the address the client
+/// wrote to. Errors name the address and what to check.
+pub fn bind_udp_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<UdpSocket> {
+    let ctx = |what: &str, e: io::Error| {
+        let hint = match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => {
+                " (another process holds this UDP port without SO_REUSEPORT, or as another user)"
+            }
+            Some(libc::EACCES) => " (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
+            Some(libc::EADDRNOTAVAIL) => " (no local interface has this address)",
+            _ => "",
+        };
+        io::Error::new(e.kind(), format!("{what} udp {addr}: {e}{hint}"))
+    };
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::DGRAM.nonblocking().cloexec(),
+        Some(Protocol::UDP),
+    )
+    .map_err(|e| ctx("socket for", e))?;
+    sock.set_reuse_address(true)
+        .map_err(|e| ctx("SO_REUSEADDR on", e))?;
+    sock.set_reuse_port(true)
+        .map_err(|e| ctx("SO_REUSEPORT on", e))?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)
+            .map_err(|e| ctx("IPV6_V6ONLY on", e))?;
+    }
+    if opts.transparent {
+        set_transparent(&sock, addr).map_err(|e| ctx("IP_TRANSPARENT on", e))?;
+    }
+    if addr.ip().is_unspecified() {
+        let (level, name) = if addr.is_ipv6() {
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+        } else {
+            (libc::IPPROTO_IP, libc::IP_PKTINFO)
+        };
+        crate::sys::setsockopt_int(std::os::fd::AsRawFd::as_raw_fd(&sock), level, name, 1)
+            .map_err(|e| ctx("IP_PKTINFO on", e))?;
+    }
+    sock.bind(&addr.into()).map_err(|e| ctx("bind", e))?;
     Ok(sock.into())
 }
 

@@ -1,13 +1,13 @@
 //! Starting a process's zones: [`ZonePoolBuilder`], [`ZonePlan`], [`ZonePool`].
 
 use std::io;
-use std::net::TcpListener;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::handler::Handler;
+use crate::listener::Listener;
 use crate::run::{choose_engine, run_zone};
 use crate::waker::Waker;
 use crate::zone::{EngineKind, SqPoll, SqShare, ZoneConfig};
@@ -271,7 +271,7 @@ pub struct ZoneStart<'a> {
     /// The CPU it is pinned to.
     pub cpu: usize,
     /// Its listeners, as handed to `spawn`.
-    pub listeners: &'a [TcpListener],
+    pub listeners: &'a [Listener],
     /// Its waker (the same as `ZonePlan::wakers()[id]`).
     pub waker: &'a Waker,
 }
@@ -308,18 +308,21 @@ impl ZonePlan {
     /// to its CPU first) to build the handler there; then [`run_zone`] with `listeners[id]`
     /// until the handler exits. The handler is dropped before the zone reports its end.
     ///
+    /// `listeners`: TCP listeners, UDP sockets, or [`Listener`]s mixing both.
+    ///
     /// Errors when `listeners` does not hold one set per zone, or a thread cannot be started;
     /// zones started before that keep running (the caller is expected to exit).
-    pub fn spawn<F, B, H>(
-        self,
-        listeners: Vec<Vec<TcpListener>>,
-        mut prepare: F,
-    ) -> io::Result<ZonePool>
+    pub fn spawn<F, B, H, L>(self, listeners: Vec<Vec<L>>, mut prepare: F) -> io::Result<ZonePool>
     where
         F: FnMut(ZoneStart<'_>) -> B,
         B: FnOnce() -> H + Send + 'static,
         H: Handler,
+        L: Into<Listener>,
     {
+        let listeners: Vec<Vec<Listener>> = listeners
+            .into_iter()
+            .map(|z| z.into_iter().map(Into::into).collect())
+            .collect();
         if listeners.len() != self.cpus.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

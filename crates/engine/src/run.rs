@@ -1,10 +1,9 @@
 //! Running one zone on the calling thread: the engine choice and the driver loop.
 
-use std::net::TcpListener;
-
 use crate::driver::{self, Driver};
 use crate::epoll;
 use crate::handler::Handler;
+use crate::listener::Listener;
 use crate::sys;
 use crate::uring;
 use crate::waker::Waker;
@@ -22,10 +21,11 @@ pub fn choose_engine(requested: EngineKind) -> (EngineKind, Option<String>) {
 }
 
 /// Runs one zone on the calling thread until the handler calls [`Io::exit`](crate::Io::exit): pins the
-/// thread, builds the driver, registers `listeners`, and loops.
-pub fn run_zone<H: Handler>(
+/// thread, builds the driver, registers `listeners` (TCP listeners, or UDP sockets:
+/// anything that converts into a [`Listener`]), and loops.
+pub fn run_zone<H: Handler, L: Into<Listener>>(
     cfg: &ZoneConfig,
-    listeners: Vec<TcpListener>,
+    listeners: Vec<L>,
     waker: Waker,
     handler: &mut H,
 ) -> std::io::Result<()> {
@@ -36,14 +36,14 @@ pub fn run_zone<H: Handler>(
         EngineKind::Uring => {
             let mut d = uring::UringDriver::new(cfg, waker)?;
             for l in listeners {
-                d.add_listener(l)?;
+                d.add_listener(l.into())?;
             }
             driver::run(&mut d, handler)
         }
         EngineKind::Epoll => {
             let mut d = epoll::EpollDriver::new(cfg, waker)?;
             for l in listeners {
-                d.add_listener(l)?;
+                d.add_listener(l.into())?;
             }
             driver::run(&mut d, handler)
         }

@@ -120,3 +120,26 @@ pub fn keep_heap(trim_threshold: usize, top_pad: usize) {
 pub(crate) fn errno(res: i32) -> io::Error {
     io::Error::from_raw_os_error(-res)
 }
+
+/// `setsockopt(fd, level, name, &val)` for an integer option.
+pub(crate) fn setsockopt_int(
+    fd: std::os::fd::RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: setsockopt reads one live c_int of the size given; `fd` is the caller's.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&val as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

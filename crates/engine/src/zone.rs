@@ -75,6 +75,18 @@ pub struct ZoneConfig {
     /// only replaces a sleep the zone takes anyway (nothing pending), so it wakes once for
     /// several completions instead of once for each.
     pub batch_when_pending: bool,
+    /// Receive buffers for datagrams (UDP listeners and connected UDP sockets), a power of two;
+    /// 0: the zone has no datagram sockets. A second provided-buffer ring, of whole buffers:
+    /// a datagram must land in one piece, where the stream ring packs bytes incrementally.
+    pub dgram_buffers: u16,
+    /// Size of each datagram buffer: the largest datagram the zone takes whole, plus the
+    /// room the kernel's `recvmsg` header, the sender's address and its control data take
+    /// (`uring::dgram_recv::OVERHEAD`). A larger datagram arrives truncated
+    /// ([`Datagram::truncated`](crate::Datagram::truncated)).
+    pub dgram_buffer_size: u32,
+    /// Datagram sends queued or in flight at most ([`Io::send_to`](crate::Io::send_to),
+    /// [`Io::send_datagram`](crate::Io::send_datagram)); more are refused.
+    pub max_datagrams_queued: u32,
 }
 
 /// `IORING_SETUP_SQPOLL` settings.
@@ -119,6 +131,9 @@ impl Default for ZoneConfig {
             max_outbound: 0,
             batch_wait: std::time::Duration::ZERO,
             batch_when_pending: false,
+            dgram_buffers: 0,
+            dgram_buffer_size: 65536,
+            max_datagrams_queued: 4096,
         }
     }
 }

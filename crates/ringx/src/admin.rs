@@ -1,5 +1,6 @@
-//! The admin listener (`[admin] listen`): `GET /metrics` (Prometheus text format) and
-//! `GET /healthz`, served by one plain blocking thread. It is not on any request path, so it
+//! The admin listener (`[admin] listen`): `GET /metrics` (Prometheus text format),
+//! `GET /healthz`, and `PURGE` (or `DELETE`) `/cache/NAME?key=KEY` to remove a proxy cache
+//! entry (`/cache/NAME` alone empties the cache), served by one plain blocking thread. It is not on any request path, so it
 //! needs none of the zones' machinery; the socket has `SO_REUSEPORT` so that during a binary
 //! upgrade the old and the new process can both hold it.
 
@@ -69,8 +70,18 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let head = method == "HEAD";
+    if method == "PURGE" || method == "DELETE" {
+        let (status, body) = purge(target);
+        return respond(&mut s, status, "text/plain", &body, false);
+    }
     if method != "GET" && !head {
-        return respond(&mut s, 405, "text/plain", "GET or HEAD only\n", head);
+        return respond(
+            &mut s,
+            405,
+            "text/plain",
+            "GET or HEAD (PURGE or DELETE for /cache/NAME)\n",
+            head,
+        );
     }
     match target.split('?').next().unwrap_or("") {
         "/metrics" => {
@@ -94,10 +105,64 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::
             &mut s,
             404,
             "text/plain",
-            "not found: try /metrics or /healthz\n",
+            "not found: try /metrics, /healthz or PURGE /cache/NAME?key=KEY\n",
             head,
         ),
     }
+}
+
+/// `PURGE /cache/NAME?key=KEY` (the key percent-encoded, so it may hold any byte, CR and LF
+/// included): removes one entry; `PURGE /cache/NAME`: every entry.
+fn purge(target: &str) -> (u16, String) {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let Some(name) = path.strip_prefix("/cache/").filter(|n| !n.is_empty()) else {
+        return (404, "not found: PURGE /cache/NAME?key=KEY\n".into());
+    };
+    let Some(zone) = ringx_server::cache::CacheZone::named(name) else {
+        return (404, format!("no proxy_cache_path named {name:?}\n"));
+    };
+    let key = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("key="))
+        .map(percent_decode);
+    match key {
+        None if query.is_empty() => {
+            let n = zone.purge_all();
+            (200, format!("purged {n} entries of {name}\n"))
+        }
+        None => (
+            400,
+            "give key=KEY (percent-encoded), or nothing to purge all\n".into(),
+        ),
+        Some(None) => (400, "the key is not valid percent-encoding\n".into()),
+        Some(Some(k)) if zone.purge(&k) => (200, "purged\n".into()),
+        Some(Some(_)) => (404, "no such entry\n".into()),
+    }
+}
+
+/// `%XX` decoding (and `+` as a space, as forms write it); None for a bad escape.
+fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Some(out)
 }
 
 fn respond(
@@ -109,6 +174,7 @@ fn respond(
 ) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
+        400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
         431 => "Request Header Fields Too Large",
@@ -124,4 +190,17 @@ fn respond(
         out.extend_from_slice(body.as_bytes());
     }
     s.write_all(&out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_are_percent_decoded() {
+        assert_eq!(
+            super::percent_decode("http%3A%2F%2Fh%2Fa%0D%0Ab+c").unwrap(),
+            b"http://h/a\r\nb c"
+        );
+        assert!(super::percent_decode("%G1").is_none());
+        assert!(super::percent_decode("%4").is_none());
+    }
 }

@@ -9,6 +9,8 @@
 //! [admin]) needs a binary upgrade or a restart.
 
 use std::net::{SocketAddr, TcpListener};
+
+use ringx_engine::Listener;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Child;
@@ -38,6 +40,9 @@ pub struct Control {
     /// Duplicates of every zone's listening socket, by address: handed to a new binary on
     /// upgrade. Dropped when draining starts, so closed listeners really close.
     pub sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
+    /// Duplicates of every zone's UDP socket, by address (not handed over on upgrade: the
+    /// new process binds its own beside them).
+    pub udp_sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
     /// The configuration the zones serve (the last one sent to them).
     pub compiled: Compiled,
     pub health_stop: Arc<AtomicBool>,
@@ -60,6 +65,29 @@ pub fn dup_sockets(per_zone: &[Vec<TcpListener>]) -> Vec<(SocketAddr, Vec<OwnedF
     for ls in per_zone {
         for l in ls {
             let (Ok(addr), Ok(fd)) = (l.local_addr(), l.try_clone()) else {
+                continue;
+            };
+            let fd = OwnedFd::from(fd);
+            match out.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, v)) => v.push(fd),
+                None => out.push((addr, vec![fd])),
+            }
+        }
+    }
+    out
+}
+
+/// Duplicates of each zone's UDP sockets, grouped by address.
+pub fn dup_udp_sockets(
+    per_zone: &[Vec<ringx_engine::Listener>],
+) -> Vec<(SocketAddr, Vec<OwnedFd>)> {
+    let mut out: Vec<(SocketAddr, Vec<OwnedFd>)> = Vec::new();
+    for ls in per_zone {
+        for l in ls {
+            let ringx_engine::Listener::Udp(u) = l else {
+                continue;
+            };
+            let (Ok(addr), Ok(fd)) = (u.local_addr(), u.try_clone()) else {
                 continue;
             };
             let fd = OwnedFd::from(fd);
@@ -115,6 +143,28 @@ impl Control {
             next.upstreams = self.compiled.upstreams.clone();
         }
         let routes = next.routes.clone();
+        // A socket kept across the reload keeps its IP_TRANSPARENT: refuse to pretend.
+        let old = &self.compiled.routes;
+        let kept = routes
+            .listen
+            .iter()
+            .map(|a| (*a, false))
+            .filter(|(a, _)| old.listen.contains(a))
+            .chain(
+                routes
+                    .udp_listen
+                    .iter()
+                    .map(|a| (*a, true))
+                    .filter(|(a, _)| old.udp_listen.contains(a)),
+            );
+        for (a, udp) in kept {
+            if routes.is_transparent(a, udp) != old.is_transparent(a, udp) {
+                return Err(Error::invalid(format!(
+                    "transparent changed for {a}: its socket is kept across a reload; restart \
+                     ringx (or upgrade the binary) to change it"
+                )));
+            }
+        }
         // New addresses: one socket per zone, bound now; any failure cancels the reload.
         let added: Vec<SocketAddr> = routes
             .listen
@@ -128,31 +178,65 @@ impl Control {
             .map(|(a, _)| *a)
             .filter(|a| !routes.listen.contains(a))
             .collect();
-        let mut per_zone: Vec<Vec<(SocketAddr, TcpListener)>> =
+        let udp_added: Vec<SocketAddr> = routes
+            .udp_listen
+            .iter()
+            .filter(|a| !self.udp_sockets.iter().any(|(b, _)| b == *a))
+            .copied()
+            .collect();
+        let udp_removed: Vec<SocketAddr> = self
+            .udp_sockets
+            .iter()
+            .map(|(a, _)| *a)
+            .filter(|a| !routes.udp_listen.contains(a))
+            .collect();
+        let mut per_zone: Vec<Vec<(SocketAddr, Listener)>> =
             (0..self.zones.len()).map(|_| Vec::new()).collect();
         for &addr in &added {
             ringx_engine::ensure_unclaimed(addr).map_err(|e| Error::io("cannot listen", e))?;
             for z in per_zone.iter_mut() {
-                let l = ringx_engine::bind_reuseport(addr, &self.lopts)
+                let opts = ListenOptions {
+                    transparent: routes.is_transparent(addr, false),
+                    ..self.lopts.clone()
+                };
+                let l = ringx_engine::bind_reuseport(addr, &opts)
                     .map_err(|e| Error::io("cannot listen", e))?;
-                z.push((addr, l));
+                z.push((addr, l.into()));
+            }
+        }
+        for &addr in &udp_added {
+            ringx_engine::ensure_unclaimed_udp(addr).map_err(|e| Error::io("cannot listen", e))?;
+            for z in per_zone.iter_mut() {
+                let opts = ListenOptions {
+                    transparent: routes.is_transparent(addr, true),
+                    ..self.lopts.clone()
+                };
+                let u = ringx_engine::bind_udp_reuseport(addr, &opts)
+                    .map_err(|e| Error::io("cannot listen", e))?;
+                z.push((addr, u.into()));
             }
         }
         // Committed from here on.
-        for &addr in &added {
-            let mut fds = Vec::new();
-            for z in &per_zone {
-                for (a, l) in z {
-                    if *a == addr {
-                        if let Ok(d) = l.try_clone() {
-                            fds.push(OwnedFd::from(d));
+        for (udp, addrs) in [(false, &added), (true, &udp_added)] {
+            for &addr in addrs {
+                let mut fds = Vec::new();
+                for z in &per_zone {
+                    for (a, l) in z {
+                        if *a == addr && l.is_udp() == udp {
+                            if let Ok(d) = l.try_clone() {
+                                fds.push(OwnedFd::from(d));
+                            }
                         }
                     }
                 }
+                match udp {
+                    false => self.sockets.push((addr, fds)),
+                    true => self.udp_sockets.push((addr, fds)),
+                }
             }
-            self.sockets.push((addr, fds));
         }
         self.sockets.retain(|(a, _)| !removed.contains(a));
+        self.udp_sockets.retain(|(a, _)| !udp_removed.contains(a));
         self.generation += 1;
         for (zone, z) in self.zones.iter().zip(per_zone) {
             let msg = ReloadMsg {
@@ -196,10 +280,12 @@ impl Control {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
+        let added: Vec<SocketAddr> = added.into_iter().chain(udp_added).collect();
+        let removed: Vec<SocketAddr> = removed.into_iter().chain(udp_removed).collect();
         Ok(format!(
             "{} servers on {} addresses; added [{}], removed [{}]; upstreams {}",
             cfg.server.len(),
-            self.compiled.routes.listen.len(),
+            self.compiled.routes.listen.len() + self.compiled.routes.udp_listen.len(),
             list(&added),
             list(&removed),
             if ups_changed { "changed" } else { "unchanged" }
@@ -269,6 +355,7 @@ impl Control {
     /// cancellations would take effect only once each zone has handled its drain message.
     pub fn begin_drain(&mut self, stop_accepting: bool) {
         self.healthy.store(false, Ordering::Relaxed);
+        self.udp_sockets.clear();
         if stop_accepting {
             for (_, fds) in &self.sockets {
                 for fd in fds {

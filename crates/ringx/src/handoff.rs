@@ -22,6 +22,8 @@ pub struct HandOff {
     cpus: Vec<usize>,
     /// Zones whose CPU slot is cleared now.
     cleared: Vec<bool>,
+    /// The listeners were handed to a new process ([`HandOff::release`]): hands off.
+    released: bool,
 }
 
 impl HandOff {
@@ -35,6 +37,50 @@ impl HandOff {
                 .collect(),
             cpus: cpus.to_vec(),
             cleared: vec![false; cpus.len()],
+            released: false,
+        }
+    }
+
+    /// Before a binary upgrade hands the listeners to a new process: takes them out of this
+    /// process's steering maps. A socket can hold a slot of one reuseport socket array only,
+    /// so the new process could not put them in its own map (`EBUSY`) and would be left with
+    /// this process's program choosing for its zones by this process's map; emptied, the
+    /// new process's program and map take over each group. Until they do, new connections
+    /// take the kernel's reuseport hash (none is refused). Nothing changes here again until
+    /// [`HandOff::resume`].
+    pub fn release(&mut self) {
+        self.released = true;
+        for (addr, s) in &self.groups {
+            for &cpu in &self.cpus {
+                if let Err(e) = s.clear(cpu) {
+                    tracing::warn!("binary upgrade: steering of CPU {cpu} on {addr}: {e}");
+                }
+            }
+        }
+    }
+
+    /// The upgrade failed and this process keeps serving: every zone's listener gets its CPU
+    /// back (a full zone's when it has room again). `sockets` as for [`HandOff::check`].
+    pub fn resume(&mut self, sockets: &[(SocketAddr, Vec<OwnedFd>)]) {
+        if !self.released {
+            return;
+        }
+        self.released = false;
+        for (z, &cpu) in self.cpus.iter().enumerate() {
+            if self.cleared[z] {
+                continue;
+            }
+            for (addr, s) in &self.groups {
+                let mine = sockets
+                    .iter()
+                    .find(|(a, _)| a == addr)
+                    .and_then(|(_, fds)| fds.get(z));
+                if let Some(fd) = mine {
+                    if let Err(e) = s.set_fd(cpu, fd.as_fd()) {
+                        tracing::warn!("zone {z}: steering of CPU {cpu} on {addr}: {e}");
+                    }
+                }
+            }
         }
     }
 
@@ -43,7 +89,7 @@ impl HandOff {
     /// zone order (the control thread's duplicates: an address a reload removed is gone from
     /// them, so its steering is left alone).
     pub fn check(&mut self, wakers: &[Waker], sockets: &[(SocketAddr, Vec<OwnedFd>)]) {
-        if self.groups.is_empty() {
+        if self.groups.is_empty() || self.released {
             return;
         }
         for (z, w) in wakers.iter().enumerate() {

@@ -146,7 +146,8 @@ pub fn bring_up(
                 slot.path().display()
             ),
             None => format!(
-                "ringx lb: what the balancer passes goes on to the program put in its chain slot                  {} (passed while it is empty)",
+                "ringx lb: what the balancer passes goes on to the program put in its chain slot \
+                 {} (passed while it is empty)",
                 slot.path().display()
             ),
         });

@@ -140,6 +140,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // the process's other descriptors need room too.
     let proxies = !cfg.upstream.is_empty()
         || !cfg.stream.is_empty()
+        || ringx_config::policy::has_subrequests(&cfg)
         || cfg.server.iter().any(|s| {
             s.get_ref()
                 .location
@@ -147,6 +148,20 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                 .any(|l| l.get_ref().proxy_pass.is_some())
         });
     let conns_share = if proxies { 2 } else { 1 };
+    // UDP streams: the zones' datagram buffers hold the largest datagram any of them takes.
+    let udp_max = cfg
+        .stream
+        .iter()
+        .filter(|s| s.get_ref().protocol == ringx_config::upstream::StreamProtocol::Udp)
+        .map(|s| {
+            s.get_ref()
+                .max_datagram_size
+                .as_ref()
+                .map_or(ringx_server::route::UDP_MAX_DATAGRAM, |m| {
+                    m.get_ref().0 as u32
+                })
+        })
+        .max();
     let max_conns = cfg
         .runtime
         .max_conns
@@ -165,13 +180,19 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             recv_buffers: (*cfg.runtime.recv_buffers.get_ref()) as u16,
             recv_buffer_size: cfg.runtime.recv_buffer_size.0 as u32,
             ring_entries: 1024,
-            // Client addresses for X-Forwarded-For, PROXY headers, the access log and
-            // `$remote_addr`.
-            peer_addrs: proxies || cfg.http.access_log.is_some() || has_variables(&cfg),
+            // Client addresses for X-Forwarded-For, PROXY headers, the access log,
+            // `$remote_addr`, access rules and limits.
+            peer_addrs: proxies
+                || cfg.http.access_log.is_some()
+                || has_variables(&cfg)
+                || !cfg.http.real_ip_from.is_empty()
+                || ringx_config::policy::needs_client_address(&cfg),
             busy_poll: ringx_config::ops::busy_poll(cfg.runtime.busy_poll_us),
             max_outbound: if proxies { max_conns } else { 0 },
             batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
             batch_when_pending: cfg.runtime.batch_when_pending,
+            dgram_buffers: udp_max.map_or(0, |_| *cfg.runtime.udp_buffers.get_ref() as u16),
+            dgram_buffer_size: udp_max.unwrap_or(0) + ringx_engine::uring::DGRAM_OVERHEAD,
             ..ZoneConfig::default()
         })
         .sqpoll(cfg.runtime.sqpoll.then(|| ringx_engine::SqPoll {
@@ -224,11 +245,43 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             }
         }
     }
+    // UDP sockets are not handed over by a binary upgrade: the new process binds its own
+    // beside the old one's (SO_REUSEPORT), which then drains.
+    if !crate::upgrade::is_upgrade() {
+        for addr in &routes.udp_listen {
+            if let Err(e) = ringx_engine::ensure_unclaimed_udp(*addr) {
+                tracing::error!("cannot listen: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut per_zone_udp = Vec::with_capacity(zones);
+    for _ in 0..zones {
+        let mut us = Vec::new();
+        for addr in &routes.udp_listen {
+            let opts = ListenOptions {
+                transparent: routes.is_transparent(*addr, true),
+                ..lopts.clone()
+            };
+            match ringx_engine::bind_udp_reuseport(*addr, &opts) {
+                Ok(u) => us.push(ringx_engine::Listener::Udp(u)),
+                Err(e) => {
+                    tracing::error!("cannot listen: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        per_zone_udp.push(us);
+    }
     let mut per_zone = Vec::with_capacity(zones);
     for _ in 0..zones {
         let mut ls = Vec::new();
         for addr in &routes.listen {
-            match inherited.bind(*addr, &lopts) {
+            let opts = ListenOptions {
+                transparent: routes.is_transparent(*addr, false),
+                ..lopts.clone()
+            };
+            match inherited.bind(*addr, &opts) {
                 Ok(l) => ls.push(l),
                 Err(e) => {
                     tracing::error!("cannot listen: {e}");
@@ -256,6 +309,13 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     );
     inherited.adopt_leftovers(&mut per_zone);
     let sockets = crate::control::dup_sockets(&per_zone);
+    let udp_sockets = crate::control::dup_udp_sockets(&per_zone_udp);
+    // Each zone's listeners: TCP first (the steering above grouped them), then UDP.
+    let per_zone: Vec<Vec<ringx_engine::Listener>> = per_zone
+        .into_iter()
+        .zip(per_zone_udp)
+        .map(|(tcp, udp)| tcp.into_iter().map(Into::into).chain(udp).collect())
+        .collect();
     // The admin listener, the access log file and the pid file, opened while privileges last.
     let mut ops = match crate::services::open(&cfg) {
         Ok(o) => o,
@@ -271,6 +331,19 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             Ok(guard) => Some(guard),
             Err(e) => {
                 tracing::error!("xdp: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    // Escalation of abusive clients into the filter's block list (limit_req escalate,
+    // escalate_malformed), running whenever there is a filter so that a reload can add rules;
+    // dropped before the filter, lifting the blocks it added.
+    let _escalator = match &cfg.xdp {
+        Some(x) => match ringx_server::guard::escalate::start(&x.pin_dir) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::error!("{e}");
                 return ExitCode::FAILURE;
             }
         },
@@ -369,7 +442,12 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             }
         }
     }
-    let addrs: Vec<String> = routes.listen.iter().map(|a| a.to_string()).collect();
+    let addrs: Vec<String> = routes
+        .listen
+        .iter()
+        .map(|a| a.to_string())
+        .chain(routes.udp_listen.iter().map(|a| format!("udp {a}")))
+        .collect();
     tracing::info!(
         "ringx {} listening on {} ({zones} zones on CPUs {cpus:?}, engine {}, {max_conns} connections per zone)",
         env!("CARGO_PKG_VERSION"),
@@ -382,6 +460,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         zones: &ctls,
         lopts,
         sockets,
+        udp_sockets,
         compiled,
         health_stop: health_stop.clone(),
         engine: engine.as_str(),
@@ -424,7 +503,13 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                 crate::errlog::reopen();
                 tracing::info!("SIGUSR1: reopened the access log and the error log");
             }
-            Some(libc::SIGUSR2) if control.upgrade() => {
+            Some(libc::SIGUSR2) => {
+                // The new process steers the listeners by CPU with a map of its own.
+                handoff.release();
+                if !control.upgrade() {
+                    handoff.resume(&control.sockets);
+                    continue;
+                }
                 control.begin_drain(false);
                 tell_zones_to_drain(&ctls);
                 let rc = drain(&mut pool, cfg.runtime.drain_timeout.0, &sigs);

@@ -3,6 +3,7 @@
 mod admin;
 mod cli_lb;
 mod cli_rss;
+mod cli_tproxy;
 mod cli_xdp;
 mod control;
 mod echo;
@@ -17,6 +18,7 @@ mod run;
 mod serve_xdp;
 mod services;
 mod steering;
+mod tproxy_rules;
 mod upgrade;
 
 use std::path::PathBuf;
@@ -61,6 +63,8 @@ enum Cmd {
     Echo(echo::EchoArgs),
     /// Run an unmodified program with ringx's connection locality (libringx_preload.so).
     Run(run::RunArgs),
+    /// Transparent proxying: the TPROXY and policy routing rules for a configuration.
+    Tproxy(cli_tproxy::TproxyArgs),
     /// Make the running server reload its configuration (SIGHUP to the pid in its pid_file).
     Reload {
         #[arg(short = 'c', long = "config")]
@@ -78,6 +82,41 @@ fn load(path: &Option<PathBuf>) -> Result<ringx_config::Config, ringx_config::Co
     }
 }
 
+/// What `ringx check` says about transparent proxying: it needs CAP_NET_ADMIN, and whether
+/// this process has it.
+fn transparent_note(c: &ringx_config::Config) -> Option<String> {
+    if !ringx_config::tproxy::needs_transparent(&c.server, &c.stream, &c.upstream) {
+        return None;
+    }
+    let has = has_cap_net_admin();
+    Some(format!(
+        "transparent listeners and bind = \"client\" need CAP_NET_ADMIN (IP_TRANSPARENT); this \
+         process {}; the TPROXY and routing rules: ringx tproxy rules{}",
+        if has {
+            "has it"
+        } else {
+            "lacks it: run ringx serve as root, or grant it with setcap cap_net_admin+ep"
+        },
+        if c.tproxy.is_none() {
+            " (no [tproxy] divert: only the rules for replies to client addresses)"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// Whether CAP_NET_ADMIN (bit 12) is in this process's effective capabilities.
+fn has_cap_net_admin() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 12) != 0)
+}
+
 fn main() -> ExitCode {
     // Freed memory stays with the process (up to 64 MiB of free top per heap) and the main
     // heap grows 16 MiB at a time: a warmed-up zone then makes no brk/mprotect/madvise calls
@@ -90,6 +129,7 @@ fn main() -> ExitCode {
         Cmd::Lb(args) => cli_lb::run(args),
         Cmd::Echo(args) => echo::run(args),
         Cmd::Run(args) => run::run(args),
+        Cmd::Tproxy(args) => cli_tproxy::run(args),
         Cmd::DefaultConfig => {
             print!("{}", ringx_config::DEFAULT_CONFIG);
             ExitCode::SUCCESS
@@ -99,13 +139,16 @@ fn main() -> ExitCode {
             .and_then(|c| {
                 // What start-up would do with it: roots opened, upstream names resolved,
                 // certificates and keys read and checked.
-                ringx_server::compiled::Compiled::from(&c).map(|_| ())
+                ringx_server::compiled::Compiled::from(&c).map(|_| c)
             }) {
-            Ok(()) => {
+            Ok(c) => {
                 let name = config.map_or("(embedded default)".to_string(), |p| {
                     p.display().to_string()
                 });
                 println!("ringx: configuration {name} is valid");
+                if let Some(note) = transparent_note(&c) {
+                    println!("ringx: {note}");
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -79,7 +79,8 @@ pub fn open(cfg: &Config) -> Result<OpsSetup, Error> {
 pub struct ZoneOps {
     pub counters: Arc<ZoneCounters>,
     pub log: RequestLog,
-    pub addrs: Vec<SocketAddr>,
+    /// Each listener's address, and whether it is a UDP socket.
+    pub addrs: Vec<(SocketAddr, bool)>,
 }
 
 /// What [`OpsSetup::control`] needs from start-up.
@@ -89,6 +90,8 @@ pub struct ControlParts<'a> {
     pub zones: &'a [(Arc<ZoneCtl>, Waker)],
     pub lopts: ListenOptions,
     pub sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
+    /// The same for the UDP sockets.
+    pub udp_sockets: Vec<(SocketAddr, Vec<OwnedFd>)>,
     /// The configuration the zones were started with.
     pub compiled: Compiled,
     pub health_stop: Arc<AtomicBool>,
@@ -110,14 +113,16 @@ impl OpsSetup {
 
     /// One zone's operations state: its request log (with its counters and log sink) and its
     /// listeners' addresses.
-    pub fn zone(&mut self, log: &LogWriter, listeners: &[TcpListener]) -> ZoneOps {
+    pub fn zone(&mut self, log: &LogWriter, listeners: &[ringx_engine::Listener]) -> ZoneOps {
         let counters = Arc::new(ZoneCounters::default());
         self.counters.push(counters.clone());
         let addrs = listeners
             .iter()
             .map(|l| {
-                l.local_addr()
-                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+                let a = l
+                    .local_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+                (a, l.is_udp())
             })
             .collect();
         ZoneOps {
@@ -167,6 +172,7 @@ impl OpsSetup {
                 .collect(),
             lopts: p.lopts,
             sockets: p.sockets,
+            udp_sockets: p.udp_sockets,
             compiled: p.compiled,
             health_stop: p.health_stop,
             generation: 1,

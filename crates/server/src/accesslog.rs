@@ -257,6 +257,12 @@ pub struct Entry<'a> {
     pub user_agent: &'a [u8],
     pub request_time: Duration,
     pub zone: usize,
+    /// The proxy cache's status (`HIT`, `MISS`, ...; empty: the location has no cache):
+    /// nginx's `$upstream_cache_status`, a last quoted field of the combined format.
+    pub cache: &'static str,
+    /// The request's `$request_id` (JSON: `request_id`), the one its `proxy_set_header` and
+    /// `add_header` sent, so a line can be matched with the upstream's logs.
+    pub request_id: Option<[u8; 32]>,
 }
 
 /// Appends nginx's escaping of a variable: `"`, `\` and bytes outside printable ASCII as
@@ -304,7 +310,13 @@ pub fn format(out: &mut Vec<u8>, fmt: LogFormat, clock: &LogClock, e: &Entry) {
             clf_escape(out, e.referer, true);
             out.extend_from_slice(b"\" \"");
             clf_escape(out, e.user_agent, true);
-            out.extend_from_slice(b"\"\n");
+            out.push(b'"');
+            if !e.cache.is_empty() {
+                out.extend_from_slice(b" \"");
+                out.extend_from_slice(e.cache.as_bytes());
+                out.push(b'"');
+            }
+            out.push(b'\n');
         }
         LogFormat::Json => {
             out.extend_from_slice(b"{\"time\":\"");
@@ -340,6 +352,14 @@ pub fn format(out: &mut Vec<u8>, fmt: LogFormat, clock: &LogClock, e: &Entry) {
                 out.extend_from_slice(b"\",\"ssl_client_s_dn\":\"");
                 json_escape(out, t.client_dn.as_deref().unwrap_or("").as_bytes());
             }
+            if !e.cache.is_empty() {
+                out.extend_from_slice(b"\",\"upstream_cache_status\":\"");
+                out.extend_from_slice(e.cache.as_bytes());
+            }
+            if let Some(id) = &e.request_id {
+                out.extend_from_slice(b"\",\"request_id\":\"");
+                out.extend_from_slice(id);
+            }
             out.extend_from_slice(format!("\",\"zone\":{}}}\n", e.zone).as_bytes());
         }
     }
@@ -368,6 +388,8 @@ mod tests {
             user_agent: ua,
             request_time: Duration::from_millis(12),
             zone: 1,
+            cache: "",
+            request_id: None,
         }
     }
 
@@ -384,6 +406,47 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "127.0.0.1 - - [10/Oct/2000:13:55:36 -0700] \"GET /a\\x22b HTTP/1.1\" 200 2326 \"-\" \"curl/8\"\n"
         );
+    }
+
+    /// A cached location's lines carry the cache status: a last quoted field in combined
+    /// (as nginx's `"$upstream_cache_status"` appended to it), `upstream_cache_status` in JSON.
+    #[test]
+    fn the_cache_status_is_logged() {
+        let e = Entry {
+            cache: "HIT",
+            ..entry(b"GET / HTTP/1.1", b"ua")
+        };
+        let mut out = Vec::new();
+        format(&mut out, LogFormat::Combined, &clock(), &e);
+        assert!(
+            out.ends_with(b"\"-\" \"ua\" \"HIT\"\n"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        let mut out = Vec::new();
+        format(&mut out, LogFormat::Json, &clock(), &e);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains(",\"upstream_cache_status\":\"HIT\","));
+    }
+
+    /// JSON lines carry the request's id; combined keeps nginx's fields only.
+    #[test]
+    fn the_request_id_is_logged_in_json() {
+        let e = Entry {
+            request_id: Some(*b"0123456789abcdef0123456789abcdef"),
+            ..entry(b"GET / HTTP/1.1", b"ua")
+        };
+        let mut out = Vec::new();
+        format(&mut out, LogFormat::Json, &clock(), &e);
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.ends_with(",\"request_id\":\"0123456789abcdef0123456789abcdef\",\"zone\":1}\n"),
+            "{s}"
+        );
+        let mut out = Vec::new();
+        format(&mut out, LogFormat::Combined, &clock(), &e);
+        assert!(!String::from_utf8(out).unwrap().contains("0123"));
     }
 
     #[test]

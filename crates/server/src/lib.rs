@@ -20,14 +20,17 @@
 //! | [`transport`] | the byte layer under a role (plain TCP; TLS next) |
 //! | [`upstream`] | upstream definitions, balancing and pools per zone, health checks, the connector |
 //! | [`zone`] | the zone handler: dispatch, timers, control (drain, reload), the request log |
-//! | [`metrics`], [`accesslog`] | counters and their exposition; the access log writer |
+//! | [`metrics`], [`udp_counters`], [`accesslog`] | counters and their exposition; the access log writer |
 //! | [`error`] | typed errors: what failed, on which side, whether to retry |
+//! | [`guard`] | access rules, authentication, request and connection limits, escalation to XDP |
 
 pub mod accesslog;
 pub mod answer;
+pub mod cache;
 pub mod compiled;
 pub mod compress;
 pub mod error;
+pub mod guard;
 pub mod metrics;
 pub mod mime;
 pub mod response;
@@ -39,6 +42,7 @@ pub mod settings;
 pub mod static_files;
 pub mod tls;
 pub mod transport;
+pub mod udp_counters;
 pub mod upstream;
 pub mod zone;
 

@@ -15,6 +15,8 @@ use ringx_engine::Waker;
 
 use crate::upstream::Upstreams;
 
+mod policy;
+
 /// Adds to a counter only its zone writes.
 #[inline]
 pub fn bump(a: &AtomicU64, n: u64) {
@@ -67,6 +69,18 @@ pub struct ZoneCounters {
     pub h2_connections: AtomicU64,
     pub h2_requests: AtomicU64,
     pub h2_errors: [AtomicU64; H2_REASONS],
+    /// UDP streams.
+    pub udp: crate::udp_counters::UdpCounters,
+    /// Access control and limits (`crate::guard`): limit_req verdicts, limit_conn
+    /// refusals, requests denied by access rules and by authentication.
+    pub limit_req_passed: AtomicU64,
+    pub limit_req_delayed: AtomicU64,
+    pub limit_req_refused: AtomicU64,
+    pub limit_conn_refused: AtomicU64,
+    pub access_denied: AtomicU64,
+    pub auth_denied: AtomicU64,
+    /// Proxy cache answers by status ([`crate::cache::loc::STATUSES`]).
+    pub cache: [AtomicU64; 7],
 }
 
 /// HTTP/2 reasons counted: each of [`ringx_h2proto::Why`], then the zero-window stall.
@@ -113,6 +127,88 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// UDP streams: sessions, datagrams each way, drops by reason, server errors.
+    fn udp(o: &mut Out, zc: &[Arc<ZoneCounters>]) {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let col = |f: &dyn Fn(&crate::udp_counters::UdpCounters) -> u64| {
+            zc.iter().map(|z| f(&z.udp)).collect::<Vec<_>>()
+        };
+        o.per_zone(
+            "ringx_udp_sessions",
+            "gauge",
+            "UDP stream sessions open, per zone.",
+            &col(&|u| r(&u.sessions)),
+        );
+        o.per_zone(
+            "ringx_udp_sessions_total",
+            "counter",
+            "UDP stream sessions opened, per zone.",
+            &col(&|u| r(&u.sessions_total)),
+        );
+        let name = "ringx_udp_datagrams_total";
+        o.family(
+            name,
+            "counter",
+            "UDP stream datagrams: from clients, to servers, from servers, to clients.",
+        );
+        for (z, c) in zc.iter().enumerate() {
+            let u = &c.udp;
+            let zone = z.to_string();
+            for (dir, v) in [
+                ("from_clients", &u.from_clients),
+                ("to_servers", &u.to_servers),
+                ("from_servers", &u.from_servers),
+                ("to_clients", &u.to_clients),
+            ] {
+                o.sample(name, &[("zone", &zone), ("direction", dir)], r(v));
+            }
+        }
+        let name = "ringx_udp_bytes_total";
+        o.family(
+            name,
+            "counter",
+            "UDP stream payload bytes from clients and to clients.",
+        );
+        for (z, c) in zc.iter().enumerate() {
+            let zone = z.to_string();
+            o.sample(
+                name,
+                &[("zone", &zone), ("direction", "from_clients")],
+                r(&c.udp.from_clients_bytes),
+            );
+            o.sample(
+                name,
+                &[("zone", &zone), ("direction", "to_clients")],
+                r(&c.udp.to_clients_bytes),
+            );
+        }
+        let name = "ringx_udp_dropped_total";
+        o.family(name, "counter", "UDP stream datagrams dropped, by reason.");
+        for (z, c) in zc.iter().enumerate() {
+            let zone = z.to_string();
+            for (i, why) in crate::udp_counters::DROP_REASONS.iter().enumerate() {
+                o.sample(
+                    name,
+                    &[("zone", &zone), ("reason", why)],
+                    r(&c.udp.dropped[i]),
+                );
+            }
+        }
+        o.per_zone(
+            "ringx_udp_upstream_errors_total",
+            "counter",
+            "UDP stream sessions ended by an error from their server (ICMP unreachable) or \
+             whose socket could not be opened, per zone.",
+            &col(&|u| r(&u.upstream_errors)),
+        );
+        o.per_zone(
+            "ringx_udp_send_errors_total",
+            "counter",
+            "UDP datagrams the kernel refused to send, per zone.",
+            &col(&|u| r(&u.send_errors)),
+        );
+    }
+
     /// Source-port selection and measured locality of upstream connections (issue #5).
     fn steering(&self, o: &mut Out, zc: &[Arc<ZoneCounters>]) {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -456,6 +552,7 @@ impl Metrics {
             &col(&|z| r(&z.connect_failures)),
         );
         self.steering(&mut o, zc);
+        Self::udp(&mut o, zc);
         o.family(
             "ringx_upstream_server_healthy",
             "gauge",
@@ -516,6 +613,7 @@ impl Metrics {
             r(&self.log_errors),
         );
 
+        self.render_guard(&mut o);
         self.render_xdp(&mut o);
         self.render_lb(&mut o);
         o.s

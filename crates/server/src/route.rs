@@ -24,10 +24,19 @@ pub struct Routes {
     pub listener_kind: Vec<ListenerKind>,
     /// `[[stream]]` proxies.
     pub streams: Vec<StreamDef>,
+    /// UDP listen addresses (of `protocol = "udp"` streams), apart from the TCP ones in
+    /// `listen`: a zone's UDP listener for `udp_listen[i]` serves `streams[udp_stream[i]]`.
+    pub udp_listen: Vec<SocketAddr>,
+    pub udp_stream: Vec<usize>,
+    /// Listen addresses bound `IP_TRANSPARENT` (`transparent = true`), and whether each is
+    /// UDP.
+    pub transparent: Vec<(SocketAddr, bool)>,
     /// Some location proxies (the zones then need client addresses).
     pub has_proxy: bool,
     /// Compression (`[http] gzip`, `brotli`, `zstd`, `*_static`); None: off.
     pub compress: Option<Arc<Policy>>,
+    /// `[http]` real client addresses and malformed-request escalation.
+    pub http_guard: crate::guard::HttpGuard,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +53,26 @@ pub struct StreamDef {
     pub proxy_protocol: bool,
     /// Routing by the ClientHello's SNI name (to upstream indices; `upstream` for none).
     pub sni: Option<ringx_tls::sni::SniMap>,
+    /// A UDP stream's settings (`None`: TCP).
+    pub udp: Option<UdpDef>,
+    /// Connect from the client's address (`bind = "client"` on the stream or its upstream).
+    pub bind_client: bool,
 }
+
+/// What a `protocol = "udp"` stream adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpDef {
+    /// Datagrams expected from the server per client datagram (`None`: no count).
+    pub responses: Option<u32>,
+    /// Sessions one zone holds at most.
+    pub max_sessions: u32,
+    /// The largest datagram passed on, either way.
+    pub max_datagram: u32,
+}
+
+/// Defaults of a UDP stream's settings.
+pub const UDP_MAX_SESSIONS: u32 = 8192;
+pub const UDP_MAX_DATAGRAM: u32 = 16 * 1024;
 
 /// A `proxy_pass` location.
 pub struct ProxyLoc {
@@ -93,6 +121,10 @@ pub struct Loc {
     pub rw: Option<Box<LocRw>>,
     /// On-the-fly compression applies here.
     pub compress: bool,
+    /// Limits, access rules and authentication (`crate::guard`); None: none.
+    pub guard: Option<Box<crate::guard::Guard>>,
+    /// The proxy cache of a `proxy_pass` location (`crate::cache`); None: none.
+    pub cache: Option<Box<crate::cache::loc::CacheLoc>>,
 }
 
 pub enum Action {
@@ -147,6 +179,11 @@ pub struct FileRoot {
 }
 
 impl Routes {
+    /// Whether the listener for `addr` (a UDP one when `udp`) is bound `IP_TRANSPARENT`.
+    pub fn is_transparent(&self, addr: SocketAddr, udp: bool) -> bool {
+        self.transparent.contains(&(addr, udp))
+    }
+
     /// The server (an index into `servers`) for a request on `listener` with the Host that
     /// `host_name` gives (port stripped). A listener with one server needs no Host, and
     /// `host_name` is not called.

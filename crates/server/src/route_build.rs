@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ringx_config::rewrite::parse_error_pages;
+use ringx_config::upstream::StreamProtocol;
 use ringx_config::{Config, Location, Return, Server, Source};
 use toml::Spanned;
 
@@ -17,7 +18,8 @@ use crate::error::Error;
 use crate::rewrite::headers::{AddHeaders, ErrTarget, ErrorPages, ProxyEdit};
 use crate::rewrite::{FallbackC, LocKind, LocRw, ReturnT, ServerRw, TryFilesC};
 use crate::route::{
-    Action, Canned, FileRoot, HostMode, ListenerKind, Loc, ProxyLoc, Routes, StreamDef, VServer,
+    Action, Canned, FileRoot, HostMode, ListenerKind, Loc, ProxyLoc, Routes, StreamDef, UdpDef,
+    VServer, UDP_MAX_DATAGRAM, UDP_MAX_SESSIONS,
 };
 use crate::upstream::Upstreams;
 
@@ -66,6 +68,7 @@ impl Routes {
             for (i, l) in s.location.iter().enumerate() {
                 locations.push(compile_location(
                     l.get_ref(),
+                    cfg,
                     &server_header,
                     compress.as_deref(),
                     ups,
@@ -97,7 +100,7 @@ impl Routes {
                 add_header: None,
                 error_pages: None,
             };
-            finish_rewriting(&mut vs, s, &order)?;
+            finish_rewriting(cfg, &mut vs, s, &order)?;
             servers.push(vs);
         }
         let mut listener_kind: Vec<ListenerKind> = listen
@@ -110,10 +113,32 @@ impl Routes {
             })
             .collect();
         let mut streams = Vec::new();
+        let (mut udp_listen, mut udp_stream) = (Vec::new(), Vec::new());
         for st in &cfg.stream {
             let st = st.get_ref();
             let upstream = ups.resolve_target(st.proxy_pass.get_ref())?;
+            let udp = (st.protocol == StreamProtocol::Udp).then(|| UdpDef {
+                responses: st.responses.as_ref().map(|r| *r.get_ref()),
+                max_sessions: st
+                    .max_sessions
+                    .as_ref()
+                    .map_or(UDP_MAX_SESSIONS, |m| *m.get_ref()),
+                max_datagram: st
+                    .max_datagram_size
+                    .as_ref()
+                    .map_or(UDP_MAX_DATAGRAM, |m| m.get_ref().0 as u32),
+            });
+            if udp.is_some() {
+                // Picked by a hash of the client's address whatever the upstream's policy:
+                // one client keeps one server.
+                ups.ensure_maglev(upstream);
+            }
             for a in &st.listen {
+                if udp.is_some() {
+                    udp_listen.push(*a.get_ref());
+                    udp_stream.push(streams.len());
+                    continue;
+                }
                 listen.push(*a.get_ref());
                 by_listener.push(Vec::new());
                 listener_kind.push(ListenerKind::Stream(streams.len()));
@@ -130,15 +155,18 @@ impl Routes {
             });
             streams.push(StreamDef {
                 upstream,
-                idle_timeout: st.idle_timeout.0,
+                idle_timeout: st.idle(),
                 proxy_protocol: st.proxy_protocol,
                 sni,
+                udp,
+                bind_client: st.bind.is_some() || ups.list[upstream].bind_client,
             });
         }
         let has_proxy = servers.iter().any(|s: &VServer| {
-            s.locations
-                .iter()
-                .any(|l| matches!(l.action, Action::Proxy(_)))
+            s.locations.iter().any(|l| {
+                matches!(l.action, Action::Proxy(_))
+                    || l.guard.as_ref().is_some_and(|g| g.auth_request.is_some())
+            })
         });
         Ok(Routes {
             listen,
@@ -148,8 +176,15 @@ impl Routes {
             server_token: token.into_bytes(),
             listener_kind,
             streams,
+            udp_listen,
+            udp_stream,
+            transparent: ringx_config::tproxy::transparent_listeners(&cfg.server, &cfg.stream)
+                .into_iter()
+                .map(|(a, p)| (a, p == StreamProtocol::Udp))
+                .collect(),
             has_proxy,
             compress,
+            http_guard: crate::guard::HttpGuard::compile(cfg),
         })
     }
 }
@@ -157,9 +192,14 @@ impl Routes {
 /// What needs the whole server compiled first: error pages and try_files fallbacks resolved
 /// to locations, and what locations inherit from the server (nginx's rule: a location with
 /// none of its own takes the server's add_header and error_page).
-fn finish_rewriting(vs: &mut VServer, s: &Server, order: &[usize]) -> Result<(), Error> {
+fn finish_rewriting(
+    cfg: &Config,
+    vs: &mut VServer,
+    s: &Server,
+    order: &[usize],
+) -> Result<(), Error> {
     let srv_add = AddHeaders::compile(&s.add_header)?;
-    let srv_pages = error_pages(&s.error_page, vs)?;
+    let srv_pages = error_pages(cfg, &s.error_page, vs)?;
     vs.add_header = srv_add.clone();
     vs.error_pages = srv_pages.clone();
     for (li, &ci) in order.iter().enumerate() {
@@ -167,23 +207,24 @@ fn finish_rewriting(vs: &mut VServer, s: &Server, order: &[usize]) -> Result<(),
         let mut rw = LocRw {
             rules: crate::rewrite::compile_rules(&l.rewrite)?,
             add_header: AddHeaders::compile(&l.add_header)?.or_else(|| srv_add.clone()),
-            error_pages: error_pages(&l.error_page, vs)?.or_else(|| srv_pages.clone()),
+            error_pages: error_pages(cfg, &l.error_page, vs)?.or_else(|| srv_pages.clone()),
             try_files: None,
         };
         if let Some(tf) = &l.try_files {
-            let src = ringx_config::Source {
-                name: "(config)",
-                text: "",
+            let src = Source {
+                name: &cfg.origin.name,
+                text: &cfg.origin.text,
             };
-            let parsed = ringx_config::rewrite::parse_try_files(tf, &src)
-                .map_err(|e| Error::config(e.message))?;
+            let parsed = ringx_config::rewrite::parse_try_files(tf, &src)?;
             let fallback = match parsed.fallback {
                 ringx_config::rewrite::Fallback::Uri(t) => FallbackC::Uri(t),
                 ringx_config::rewrite::Fallback::Status(c) => FallbackC::Status(c),
-                ringx_config::rewrite::Fallback::Named(n) => FallbackC::Named(
-                    crate::rewrite::flow::named(vs, &n)
-                        .ok_or_else(|| Error::config(format!("try_files: no location {n:?}")))?,
-                ),
+                ringx_config::rewrite::Fallback::Named(n) => {
+                    FallbackC::Named(crate::rewrite::flow::named(vs, &n).ok_or_else(|| {
+                        let at = tf.get_ref().last().map_or(tf.span(), |v| v.span());
+                        cfg.error_at(at, format!("try_files: the server has no location {n:?}"))
+                    })?)
+                }
             };
             rw.try_files = Some(TryFilesC {
                 candidates: parsed.candidates,
@@ -197,6 +238,7 @@ fn finish_rewriting(vs: &mut VServer, s: &Server, order: &[usize]) -> Result<(),
 
 fn compile_location(
     l: &Location,
+    cfg: &Config,
     server_header: &[u8],
     compress: Option<&Policy>,
     ups: &mut Upstreams,
@@ -247,6 +289,14 @@ fn compile_location(
         kind,
         rw: None,
         compress: l.compress,
+        guard: crate::guard::Guard::compile(l, cfg, ups)?.map(Box::new),
+        cache: match &l.proxy_cache {
+            Some(pc) => Some(Box::new(crate::cache::loc::CacheLoc::compile(
+                pc.get_ref(),
+                cfg,
+            )?)),
+            None => None,
+        },
     })
 }
 
@@ -321,8 +371,10 @@ fn open_dir(p: &Path) -> Result<OwnedFd, Error> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Resolves `error_page` entries against the server's compiled locations.
+/// Resolves `error_page` entries against the server's compiled locations; a target that
+/// leads nowhere usable is placed at its `FILE:LINE:COL`.
 fn error_pages(
+    cfg: &Config,
     pages: &BTreeMap<Spanned<String>, Spanned<String>>,
     server: &VServer,
 ) -> Result<Option<Arc<ErrorPages>>, Error> {
@@ -330,10 +382,21 @@ fn error_pages(
         return Ok(None);
     }
     let src = Source {
-        name: "(config)",
-        text: "",
+        name: &cfg.origin.name,
+        text: &cfg.origin.text,
     };
-    let parsed = parse_error_pages(pages, &src).map_err(|e| Error::config(e.message))?;
+    let parsed = parse_error_pages(pages, &src)?;
+    // The span of the entry that lists `code` (every listed status parsed, so one does).
+    let span_of = |code: u16| {
+        pages
+            .iter()
+            .find(|(k, _)| {
+                k.get_ref()
+                    .split_whitespace()
+                    .any(|c| c.parse::<u16>() == Ok(code))
+            })
+            .map_or(0..0, |(_, v)| v.span())
+    };
     let mut out = Vec::new();
     for (code, t) in parsed {
         let target = if ringx_config::rewrite::is_redirect_target(&t.uri) {
@@ -345,17 +408,28 @@ fn error_pages(
                 crate::rewrite::locate::locate(server, &t.uri).map(|(i, _)| i)
             };
             let Some(loc) = loc else {
-                return Err(Error::config(format!(
-                    "error_page {code} {:?}: no location of the server matches it",
-                    t.uri
-                )));
+                return Err(cfg
+                    .error_at(
+                        span_of(code),
+                        format!(
+                            "error_page {code} {:?}: no location of the server matches it; \
+                             add a location for it",
+                            t.uri
+                        ),
+                    )
+                    .into());
             };
             if matches!(server.locations[loc].action, Action::Proxy(_)) {
-                return Err(Error::config(format!(
-                    "error_page {code} {:?}: it leads to a proxy_pass location; error pages \
-                     come from files (root/alias) or return locations",
-                    t.uri
-                )));
+                return Err(cfg
+                    .error_at(
+                        span_of(code),
+                        format!(
+                            "error_page {code} {:?}: it leads to a proxy_pass location; error \
+                             pages come from files (root/alias) or return locations",
+                            t.uri
+                        ),
+                    )
+                    .into());
             }
             ErrTarget::Local {
                 status: t.status,

@@ -36,6 +36,8 @@ pub struct Harness {
     pub counters: Arc<ZoneCounters>,
     /// Upstream connections by the address they were opened to, in order.
     pub dialed: Vec<(ConnId, SocketAddr)>,
+    /// TCP listeners (the UDP ones follow them).
+    tcp_listeners: u32,
 }
 
 impl Harness {
@@ -53,6 +55,7 @@ impl Harness {
         let ctl = Arc::new(ZoneCtl::new());
         let counters = Arc::new(ZoneCounters::default());
         let listeners = c.routes.listen.len();
+        let udp_listeners = c.routes.udp_listen.len();
         let mut z = Zone::new(ZoneSetup {
             id: 0,
             routes: c.routes,
@@ -67,7 +70,7 @@ impl Harness {
             tls: c.tls,
         });
         let mut t = TestDriver::with_limits(max_conns, 1024);
-        for _ in 0..listeners {
+        for _ in 0..listeners + udp_listeners {
             t.start_listener();
         }
         t.start(&mut z);
@@ -78,12 +81,41 @@ impl Harness {
             events,
             counters,
             dialed: Vec::new(),
+            tcp_listeners: listeners as u32,
         }
+    }
+
+    /// The engine's id of the UDP listener for the `i`-th UDP listen address.
+    pub fn udp_listener(&self, i: u32) -> ListenerId {
+        ListenerId(self.tcp_listeners + i)
+    }
+
+    /// A datagram from `peer` to the `i`-th UDP listen address.
+    pub fn datagram(&mut self, i: u32, peer: &str, data: &[u8]) {
+        let dg = ringx_engine::Datagram {
+            peer: peer.parse().expect("a socket address"),
+            local: None,
+            data,
+            truncated: false,
+        };
+        let l = self.udp_listener(i);
+        self.t.datagram(&mut self.z, l, dg);
+    }
+
+    /// Datagrams the zone sent since the last call.
+    pub fn datagrams(&mut self) -> Vec<(ringx_engine::testio::SentTo, Vec<u8>)> {
+        self.t.take_datagrams()
     }
 
     /// A client connection on the first listener.
     pub fn client(&mut self) -> ConnId {
         self.client_on(0)
+    }
+
+    /// A client connection on the first listener from `peer` (`"203.0.113.5:1234"`).
+    pub fn client_from(&mut self, peer: &str) -> ConnId {
+        let peer: SocketAddr = peer.parse().expect("a socket address");
+        self.t.accept(&mut self.z, ListenerId(0), Some(peer))
     }
 
     pub fn client_on(&mut self, listener: u32) -> ConnId {

@@ -1,10 +1,13 @@
 //! When the zone accepts: the listening sockets leave the epoll set while `max_conns`
 //! accepted connections are open (until one closes) or while the process is out of
 //! descriptors (for a moment); connections wait in the kernel's accept queue meanwhile.
+//! UDP listeners stay in the set throughout: a datagram takes no connection slot.
 
 use std::io;
-use std::net::TcpListener;
+use std::net::{TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
+
+use crate::listener::Listener;
 use std::time::{Duration, Instant};
 
 use super::set::{EpollSet, T_LISTENER};
@@ -12,7 +15,7 @@ use super::set::{EpollSet, T_LISTENER};
 /// The zone's listening sockets, indexed by listener id, and whether they are in the epoll
 /// set.
 pub(super) struct Listeners {
-    socks: Vec<Option<TcpListener>>,
+    socks: Vec<Option<Listener>>,
     /// The listeners are in the epoll set: not taken out by a full table or a lack of
     /// descriptors.
     armed: bool,
@@ -38,14 +41,25 @@ impl Listeners {
     }
 
     pub(super) fn get(&self, id: u32) -> Option<&TcpListener> {
-        self.socks.get(id as usize).and_then(Option::as_ref)
+        self.socks
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .and_then(Listener::as_tcp)
+    }
+
+    /// The UDP socket of listener `id`, if it is one and open.
+    pub(super) fn udp(&self, id: u32) -> Option<&UdpSocket> {
+        match self.socks.get(id as usize) {
+            Some(Some(Listener::Udp(u))) => Some(u),
+            _ => None,
+        }
     }
 
     /// Adds a listener under the next id, in the epoll set unless accepting is stopped
-    /// (`arm` adds it with the others then).
-    pub(super) fn add(&mut self, set: &EpollSet, listener: TcpListener) -> io::Result<u32> {
+    /// (`arm` adds it with the others then); a UDP one always.
+    pub(super) fn add(&mut self, set: &EpollSet, listener: Listener) -> io::Result<u32> {
         let id = self.socks.len() as u32;
-        if self.armed {
+        if self.armed || listener.is_udp() {
             set.ctl(
                 libc::EPOLL_CTL_ADD,
                 listener.as_raw_fd(),
@@ -126,7 +140,7 @@ impl Listeners {
             return;
         }
         self.armed = false;
-        for l in self.socks.iter().flatten() {
+        for l in self.socks.iter().flatten().filter(|l| !l.is_udp()) {
             set.remove(l.as_raw_fd());
         }
     }
@@ -139,7 +153,7 @@ impl Listeners {
         }
         self.armed = true;
         for (id, l) in self.socks.iter().enumerate() {
-            if let Some(l) = l {
+            if let Some(l) = l.as_ref().filter(|l| !l.is_udp()) {
                 let _ = set.ctl(
                     libc::EPOLL_CTL_ADD,
                     l.as_raw_fd(),

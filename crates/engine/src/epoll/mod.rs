@@ -11,17 +11,19 @@
 //! until one closes, and new connections wait in the kernel's accept queue meanwhile.
 
 mod connect;
+mod dgram;
 mod listeners;
 mod set;
 
 use std::io;
-use std::net::TcpListener;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::dgram::Datagram;
 use crate::driver::Driver;
 use crate::handler::Handler;
 use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId};
+use crate::listener::Listener;
 use crate::waker::Waker;
 use crate::zone::ZoneConfig;
 use listeners::Listeners;
@@ -47,6 +49,9 @@ pub struct EpollDriver {
     waker: Waker,
     events: Vec<libc::epoll_event>,
     rbuf: Vec<u8>,
+    /// Datagrams are read into this (`ZoneConfig::dgram_buffer_size`; empty: no datagram
+    /// sockets on this zone).
+    dbuf: Vec<u8>,
     waits: u64,
     /// How long to poll without blocking before parking (`busy_poll_us`).
     busy_poll: Duration,
@@ -55,7 +60,7 @@ pub struct EpollDriver {
 impl EpollDriver {
     /// Creates the epoll instance of one zone.
     pub fn new(cfg: &ZoneConfig, waker: Waker) -> io::Result<Self> {
-        let d = EpollDriver {
+        let mut d = EpollDriver {
             set: EpollSet::new()?,
             // Indexed by descriptor: grows to the highest one (module docs).
             io: Io::new(1024),
@@ -65,6 +70,10 @@ impl EpollDriver {
             max_conns: cfg.max_conns,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
             rbuf: vec![0; cfg.recv_buffer_size as usize],
+            dbuf: match cfg.dgram_buffers {
+                0 => Vec::new(),
+                _ => vec![0; cfg.dgram_buffer_size as usize],
+            },
             waker,
             waits: 0,
             busy_poll: cfg.busy_poll,
@@ -75,6 +84,7 @@ impl EpollDriver {
             libc::EPOLLIN as u32,
             T_WAKE,
         )?;
+        d.io.dgram_limit = cfg.max_datagrams_queued;
         Ok(d)
     }
 
@@ -194,7 +204,57 @@ impl EpollDriver {
             h.on_accept(&mut self.io, c, ListenerId(id));
         }
     }
+    /// Datagrams waiting on UDP listener `id`, each to the handler.
+    fn datagrams<H: Handler>(&mut self, h: &mut H, id: u32) {
+        for _ in 0..dgram::DGRAM_BUDGET {
+            let Some(fd) = self.listeners.udp(id).map(AsRawFd::as_raw_fd) else {
+                return;
+            };
+            match dgram::recv_from(fd, &mut self.dbuf) {
+                Ok(Some(g)) => {
+                    let n = g.len.min(self.dbuf.len());
+                    self.waker.add_in(n as u64);
+                    let dg = Datagram {
+                        peer: g.peer,
+                        local: g.local,
+                        data: &self.dbuf[..n],
+                        truncated: g.truncated,
+                    };
+                    h.on_datagram(&mut self.io, ListenerId(id), dg);
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!("udp listener {id}: receive failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Datagrams waiting on connected datagram socket `c`, each to the handler as `on_data`.
+    fn dgram_readable<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        for _ in 0..dgram::DGRAM_BUDGET {
+            let conn = &self.io.conns[c.index()];
+            if conn.state != ConnState::Open || conn.paused {
+                return;
+            }
+            match dgram::recv_conn(c.0 as RawFd, &mut self.dbuf) {
+                Ok(Some(n)) if n > self.dbuf.len() => self.io.dgram_stats.truncated += 1,
+                Ok(Some(0)) => {} // an empty datagram: nothing to pass on, and no end of stream
+                Ok(Some(n)) => {
+                    self.waker.add_in(n as u64);
+                    h.on_data(&mut self.io, c, &self.dbuf[..n]);
+                }
+                Ok(None) => return,
+                Err(e) => return self.close_now(c, Some(e), h),
+            }
+        }
+    }
+
     fn readable<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        if self.io.conns[c.index()].dgram {
+            return self.dgram_readable(h, c);
+        }
         for _ in 0..READ_BUDGET {
             let conn = &self.io.conns[c.index()];
             if conn.state != ConnState::Open || conn.paused || conn.eof {
@@ -367,6 +427,13 @@ impl EpollDriver {
 
     fn flush<H: Handler>(&mut self, h: &mut H) {
         loop {
+            // Datagrams first: one queued before its socket's close goes out before it.
+            let listeners = &self.listeners;
+            let failed =
+                dgram::send_all(&mut self.io, |id| listeners.udp(id).map(AsRawFd::as_raw_fd));
+            for (c, e) in failed {
+                self.close_now(c, Some(e), h);
+            }
             let actions = std::mem::take(&mut self.io.actions);
             for a in &actions {
                 match *a {
@@ -393,7 +460,10 @@ impl EpollDriver {
                 self.io.stop_listening = false;
                 self.listeners.close_all();
             }
-            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+            if self.io.dirty.is_empty()
+                && self.io.actions.is_empty()
+                && self.io.dgram_out.is_empty()
+            {
                 break;
             }
             while let Some(c) = self.io.dirty.pop() {
@@ -407,7 +477,13 @@ impl EpollDriver {
 }
 
 impl Driver for EpollDriver {
-    fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId> {
+    fn add_listener(&mut self, listener: Listener) -> io::Result<ListenerId> {
+        if listener.is_udp() && self.dbuf.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a UDP listener on a zone without datagram buffers (ZoneConfig::dgram_buffers)",
+            ));
+        }
         let id = self.listeners.add(&self.set, listener)?;
         self.io.listener_count = self.listeners.len() as u32;
         Ok(ListenerId(id))
@@ -438,7 +514,14 @@ impl Driver for EpollDriver {
             let ev = self.events[i];
             let (token, bits) = (ev.u64, ev.events);
             match token & T_MASK {
-                T_LISTENER => self.accept(h, (token & 0xffff_ffff) as u32),
+                T_LISTENER => {
+                    let id = (token & 0xffff_ffff) as u32;
+                    if self.listeners.udp(id).is_some() {
+                        self.datagrams(h, id);
+                    } else {
+                        self.accept(h, id);
+                    }
+                }
                 T_WAKE => {
                     let mut v = 0u64;
                     // SAFETY: reads 8 bytes into a live u64 from our eventfd.

@@ -34,9 +34,10 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use crate::connect::ConnectTo;
+use crate::dgram::Datagram;
 use crate::driver::TimerDue;
 use crate::handler::Handler;
-use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId, Slots};
+use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, DgramTo, Io, ListenerId, Slots};
 
 #[cfg(test)]
 mod tests;
@@ -59,6 +60,19 @@ struct Peer {
     closed: bool,
 }
 
+/// Where a datagram the handler sent went ([`TestDriver::take_datagrams`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SentTo {
+    /// From UDP listener `id` to `peer` ([`Io::send_to`]), from source address `from`.
+    Listener {
+        id: ListenerId,
+        peer: SocketAddr,
+        from: Option<std::net::IpAddr>,
+    },
+    /// On connected datagram socket `c` ([`Io::send_datagram`]).
+    Conn(ConnId),
+}
+
 /// A zone driver with no kernel under it: the test scripts completions and reads back what
 /// the handler queued. See the [module docs](self).
 pub struct TestDriver {
@@ -71,6 +85,8 @@ pub struct TestDriver {
     gone: Vec<ListenerId>,
     added: Vec<ListenerId>,
     closed_listeners: Vec<ListenerId>,
+    /// Datagrams sent, in order, not yet taken by the test.
+    dgrams: Vec<(SentTo, Vec<u8>)>,
 }
 
 impl Default for TestDriver {
@@ -107,6 +123,7 @@ impl TestDriver {
             gone: Vec::new(),
             added: Vec::new(),
             closed_listeners: Vec::new(),
+            dgrams: Vec::new(),
         }
     }
 
@@ -194,6 +211,32 @@ impl TestDriver {
             h.on_data(&mut self.io, c, data);
         }
         self.settle(h);
+    }
+
+    /// A datagram arrives on UDP listener `listener`: `on_datagram`, then what the handler
+    /// queued is carried out. (The test driver does not tell TCP from UDP listeners: the
+    /// handler knows which of its listeners is which.)
+    pub fn datagram<H: Handler>(&mut self, h: &mut H, listener: ListenerId, dg: Datagram<'_>) {
+        assert!(
+            self.listening && !self.gone.contains(&listener),
+            "datagram on {listener:?}: the zone no longer listens there"
+        );
+        h.on_datagram(&mut self.io, listener, dg);
+        self.settle(h);
+    }
+
+    /// Every datagram sent since the last call ([`Io::send_to`], [`Io::send_datagram`]), in
+    /// order. A send on a datagram socket that closed before the driver carried it out is
+    /// not among them (counted as a send error, as the real drivers do).
+    pub fn take_datagrams(&mut self) -> Vec<(SentTo, Vec<u8>)> {
+        std::mem::take(&mut self.dgrams)
+    }
+
+    /// A datagram socket is refused by its peer (ICMP port unreachable): `on_closed` with
+    /// `ECONNREFUSED`, as the real drivers report it.
+    pub fn refused<H: Handler>(&mut self, h: &mut H, c: ConnId) {
+        let e = io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        self.reset(h, c, e);
     }
 
     /// The peer's FIN (a read returned 0): `on_eof`, then what the handler queued is carried
@@ -313,6 +356,9 @@ impl TestDriver {
     /// do the same after each batch of completions.
     pub fn flush<H: Handler>(&mut self, h: &mut H) {
         loop {
+            // Datagrams first, as on the real drivers: one queued before its socket's close
+            // goes out before it.
+            self.send_datagrams();
             for a in std::mem::take(&mut self.io.actions) {
                 match a {
                     Action::Close(c) => self.close_now(h, c, None),
@@ -337,12 +383,38 @@ impl TestDriver {
                 self.io.stop_listening = false;
                 self.listening = false;
             }
-            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+            if self.io.dirty.is_empty()
+                && self.io.actions.is_empty()
+                && self.io.dgram_out.is_empty()
+            {
                 break;
             }
             while let Some(c) = self.io.dirty.pop() {
                 self.flush_conn(h, c);
             }
+        }
+    }
+
+    /// Carries out the datagram sends the handler queued: each is recorded for
+    /// [`take_datagrams`](Self::take_datagrams), or dropped when its listener or socket is
+    /// gone.
+    fn send_datagrams(&mut self) {
+        for o in std::mem::take(&mut self.io.dgram_out) {
+            let to = match o.to {
+                DgramTo::Listener { id, peer, from } => (self.listening
+                    && !self.gone.contains(&id))
+                .then_some(SentTo::Listener { id, peer, from }),
+                DgramTo::Conn { c, gen } => self
+                    .io
+                    .conns
+                    .get(c.index())
+                    .is_some_and(|x| x.gen == gen && x.state == ConnState::Open)
+                    .then_some(SentTo::Conn(c)),
+            };
+            if let Some(to) = to {
+                self.dgrams.push((to, o.buf.clone()));
+            }
+            self.io.dgram_done(o.buf, to.is_some());
         }
     }
 

@@ -30,7 +30,7 @@ pub(super) fn arm(d: &mut UringDriver, id: u32) {
     let multishot = free > single_below(d.max_conns);
     let l = &mut d.listeners[id as usize];
     let Some(sock) = l.sock.as_ref() else { return };
-    if l.armed || l.closing || free == 0 {
+    if l.udp || l.armed || l.closing || free == 0 {
         return;
     }
     l.armed = true;
@@ -178,14 +178,6 @@ pub(super) fn slot_freed(d: &mut UringDriver) {
     );
     for id in 0..d.listeners.len() as u32 {
         arm(d, id);
-    }
-}
-
-/// Stops accepting on every listener (graceful shutdown). Each listening socket is
-/// closed once its accept is cancelled.
-pub(super) fn cancel_all(d: &mut UringDriver) {
-    for id in 0..d.listeners.len() as u32 {
-        cancel(d, id);
     }
 }
 

@@ -27,6 +27,8 @@ use io_uring::IoUring;
 
 /// Buffer group id of the zone's receive buffer ring.
 pub(super) const BGID: u16 = 0;
+/// Buffer group id of the zone's datagram buffer ring (whole buffers: `dgram_recv.rs`).
+pub(super) const BGID_DGRAM: u16 = 1;
 
 pub(crate) struct BufRing {
     base: NonNull<u8>,
@@ -47,12 +49,20 @@ pub(crate) struct BufRing {
 const IOU_PBUF_RING_INC: u16 = 2;
 
 impl BufRing {
-    /// Maps and registers `entries` (a power of two, at most 32768) buffers of `buf_size`.
-    pub(crate) fn new(ring: &IoUring, bgid: u16, entries: u16, buf_size: u32) -> io::Result<Self> {
+    /// Maps and registers `entries` (a power of two, at most 32768) buffers of `buf_size`,
+    /// consumed incrementally where the kernel can and `incremental` asks for it (a datagram
+    /// must land whole in one buffer, so datagram rings never are).
+    pub(crate) fn new(
+        ring: &IoUring,
+        bgid: u16,
+        entries: u16,
+        buf_size: u32,
+        incremental: bool,
+    ) -> io::Result<Self> {
         if !entries.is_power_of_two() || entries > 32768 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("recv_buffers must be a power of two up to 32768, not {entries}"),
+                format!("receive buffers must be a power of two up to 32768, not {entries}"),
             ));
         }
         let page = 4096usize;
@@ -101,7 +111,8 @@ impl BufRing {
                 flags,
             )
         };
-        match register(IOU_PBUF_RING_INC) {
+        match register(if incremental { IOU_PBUF_RING_INC } else { 0 }) {
+            Ok(()) if !incremental => {}
             Ok(()) => {
                 br.inc = true;
                 br.cursor = vec![0; entries as usize];

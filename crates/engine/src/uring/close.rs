@@ -39,6 +39,8 @@ pub(super) fn begin(d: &mut UringDriver, c: ConnId, err: Option<std::io::Error>)
     // (IORING_ASYNC_CANCEL_FD | ALL) scans every armed poll of the ring, per close.
     let target = if conn.state == ConnState::Connecting {
         Kind::Connect
+    } else if conn.dgram {
+        Kind::RecvDgram
     } else {
         Kind::Recv
     };
@@ -63,6 +65,16 @@ fn cancel_output(d: &mut UringDriver, c: ConnId) {
         let e = cancel_entry(d, c, kind, Kind::CancelQuiet);
         // SAFETY: a cancellation refers to no memory of ours.
         unsafe { d.push(&e) };
+    }
+}
+
+/// The kind of the connection's receive: a datagram socket's is a `recvmsg`
+/// (`dgram_recv.rs`).
+pub(super) fn recv_kind(d: &UringDriver, c: ConnId) -> Kind {
+    if d.io.conns[c.index()].dgram {
+        Kind::RecvDgram
+    } else {
+        Kind::Recv
     }
 }
 
@@ -149,7 +161,7 @@ pub(super) fn complete(
         // The linked send failed and took the cancel and close down with it: close the
         // ordinary way (the send's completion, which came first, released its buffer).
         u.flags &= !(CLOSE_LINKED | CLOSE_SUBMITTED);
-        let e = cancel_entry(d, c, Kind::Recv, Kind::Cancel);
+        let e = cancel_entry(d, c, recv_kind(d, c), Kind::Cancel);
         // SAFETY: a cancellation refers to no memory of ours.
         unsafe { d.push(&e) };
         return None;

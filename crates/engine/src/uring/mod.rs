@@ -16,6 +16,9 @@ mod busy;
 mod close;
 mod conn;
 mod connect;
+mod dgram_recv;
+mod dgram_send;
+mod dgram_state;
 mod enter;
 mod file_read;
 mod msg;
@@ -33,10 +36,10 @@ mod state;
 mod userdata;
 mod wake;
 
+pub use dgram_recv::OVERHEAD as DGRAM_OVERHEAD;
 pub use state::UringDriver;
 
 use std::io;
-use std::net::TcpListener;
 use std::time::Duration;
 
 use io_uring::{cqueue, IoUring};
@@ -44,9 +47,10 @@ use io_uring::{cqueue, IoUring};
 use crate::driver::Driver;
 use crate::handler::Handler;
 use crate::io::{Action, ConnId, ConnState, Io, ListenerId};
+use crate::listener::Listener as ListenSock;
 use crate::waker::Waker;
 use crate::zone::{SqPoll, ZoneConfig};
-use bufring::{BufRing, BGID};
+use bufring::{BufRing, BGID, BGID_DGRAM};
 use pipes::PipePool;
 use state::Listener;
 use userdata::{unpack, Kind};
@@ -87,7 +91,14 @@ impl UringDriver {
                 }
             },
         };
-        let bufs = BufRing::new(&ring, BGID, cfg.recv_buffers, cfg.recv_buffer_size)?;
+        let bufs = BufRing::new(&ring, BGID, cfg.recv_buffers, cfg.recv_buffer_size, true)?;
+        let dbufs = match cfg.dgram_buffers {
+            0 => None,
+            n => Some(
+                BufRing::new(&ring, BGID_DGRAM, n, cfg.dgram_buffer_size, false)
+                    .map_err(|e| io::Error::new(e.kind(), format!("datagram buffers: {e}")))?,
+            ),
+        };
         let enter = enter::Enter::new(&ring);
         let mut d = UringDriver {
             ring,
@@ -122,8 +133,13 @@ impl UringDriver {
             busy: busy::Busy::new(std::time::Instant::now()),
             recv_limit: recv::RECV_ARM_LIMIT,
             sendfile_ok: true,
+            dbufs,
+            dgram_msgs: dgram_state::Templates::new(),
+            dgram_sends: dgram_state::Sends::default(),
+            rearm_dgram: Vec::new(),
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
+        d.io.dgram_limit = cfg.max_datagrams_queued;
         d.wake
             .waker_set_ring(std::os::fd::AsRawFd::as_raw_fd(&d.ring));
         d.arm_wake();
@@ -133,6 +149,8 @@ impl UringDriver {
     /// Carries out queued actions and sends, until nothing new is queued.
     fn flush<H: Handler>(&mut self, h: &mut H) {
         loop {
+            // Datagrams first: one queued before its socket's close goes out before it.
+            dgram_send::submit_all(self);
             let mut actions = std::mem::take(&mut self.io.actions);
             for a in actions.drain(..) {
                 match a {
@@ -146,21 +164,37 @@ impl UringDriver {
                 self.io.actions = actions;
             }
             for l in std::mem::take(&mut self.io.new_listeners) {
-                let _ = Driver::add_listener(self, l);
+                if let Err(e) = Driver::add_listener(self, l) {
+                    tracing::error!("cannot add a listener: {e}");
+                }
             }
             for id in std::mem::take(&mut self.io.closed_listeners) {
-                accept::cancel(self, id.0);
+                self.cancel_listener(id.0);
             }
             if self.io.stop_listening {
                 self.io.stop_listening = false;
-                accept::cancel_all(self);
+                for id in 0..self.listeners.len() as u32 {
+                    self.cancel_listener(id);
+                }
             }
-            if self.io.dirty.is_empty() && self.io.actions.is_empty() {
+            if self.io.dirty.is_empty()
+                && self.io.actions.is_empty()
+                && self.io.dgram_out.is_empty()
+            {
                 break;
             }
             while let Some(c) = self.io.dirty.pop() {
                 self.flush_conn(h, c);
             }
+        }
+    }
+
+    /// Stops accepting (or receiving datagrams) on listener `id`.
+    fn cancel_listener(&mut self, id: u32) {
+        match self.listeners.get(id as usize) {
+            Some(l) if l.udp => dgram_recv::cancel_listener(self, id),
+            Some(_) => accept::cancel(self, id),
+            None => {}
         }
     }
 
@@ -233,6 +267,10 @@ impl UringDriver {
             Kind::PollOut => poll::complete(self, ConnId(idx), gen, res),
             Kind::Connect => connect::complete(self, h, ConnId(idx), gen, res),
             Kind::PeerName => accept::complete_peer(self, h, ConnId(idx), gen, res),
+            Kind::DgramRecv => dgram_recv::complete_listener(self, h, idx, res, flags),
+            Kind::RecvDgram => dgram_recv::complete_conn(self, h, ConnId(idx), gen, res, flags),
+            Kind::DgramSend => dgram_send::complete(self, idx, res),
+            Kind::CancelDgram => {}
         }
     }
 
@@ -422,18 +460,42 @@ impl UringDriver {
 }
 
 impl Driver for UringDriver {
-    fn add_listener(&mut self, listener: TcpListener) -> io::Result<ListenerId> {
+    fn add_listener(&mut self, listener: ListenSock) -> io::Result<ListenerId> {
         let id = self.listeners.len() as u32;
         let v6 = listener.local_addr().is_ok_and(|a| a.is_ipv6());
+        let udp = listener.is_udp();
+        if udp && self.dbufs.is_none() {
+            // The id is taken all the same: the handler was given it.
+            self.listeners.push(Listener {
+                v6,
+                udp,
+                sock: None,
+                armed: false,
+                multishot: false,
+                closing: true,
+                sends: 0,
+            });
+            self.io.listener_count = self.listeners.len() as u32;
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a UDP listener on a zone without datagram buffers (ZoneConfig::dgram_buffers)",
+            ));
+        }
         self.listeners.push(Listener {
             v6,
+            udp,
             sock: Some(listener),
             armed: false,
             multishot: false,
             closing: false,
+            sends: 0,
         });
         self.io.listener_count = self.listeners.len() as u32;
-        accept::arm(self, id);
+        if udp {
+            dgram_recv::arm_listener(self, id);
+        } else {
+            accept::arm(self, id);
+        }
         Ok(ListenerId(id))
     }
 
@@ -447,6 +509,9 @@ impl Driver for UringDriver {
         }
         for c in std::mem::take(&mut self.rearm_recv) {
             recv::arm(self, c);
+        }
+        for id in std::mem::take(&mut self.rearm_dgram) {
+            dgram_recv::arm_listener(self, id);
         }
         let r = if let Some(sq) = &self.sqpoll {
             let spin = sq.spin;
@@ -514,6 +579,9 @@ impl Driver for UringDriver {
         cqes.clear();
         self.cqes = cqes;
         self.bufs.publish();
+        if let Some(r) = self.dbufs.as_mut() {
+            r.publish();
+        }
         self.check_wake(h);
         self.flush(h);
         Ok(())
@@ -534,8 +602,11 @@ impl Driver for UringDriver {
 
 impl Drop for UringDriver {
     fn drop(&mut self) {
-        // Take the buffer ring away from the kernel before its memory goes (BufRing::drop).
+        // Take the buffer rings away from the kernel before their memory goes (BufRing::drop).
         let _ = self.ring.submitter().unregister_buf_ring(BGID);
+        if self.dbufs.is_some() {
+            let _ = self.ring.submitter().unregister_buf_ring(BGID_DGRAM);
+        }
         // The waker's duplicate of the ring descriptor would keep the ring (and every
         // connection in its file table) alive.
         self.wake.waker.clear_direct();

@@ -53,7 +53,7 @@ pub fn check() -> Result<(), String> {
             "sparse registered files: {e}; the kernel is older than 5.19"
         ));
     }
-    match super::bufring::BufRing::new(&ring, 0, 4, 64) {
+    match super::bufring::BufRing::new(&ring, 0, 4, 64, true) {
         Ok(_b) => {
             let _ = ring.submitter().unregister_buf_ring(0);
         }

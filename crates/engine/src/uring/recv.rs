@@ -25,6 +25,9 @@ pub(super) const RECV_ARM_LIMIT: u32 = 256 * 1024;
 
 pub(super) fn arm(d: &mut UringDriver, c: ConnId) {
     let conn = &d.io.conns[c.index()];
+    if conn.dgram {
+        return super::dgram_recv::arm_conn(d, c);
+    }
     if conn.state != ConnState::Open || conn.paused || conn.eof || d.recv_state(c) != RECV_IDLE {
         return;
     }
@@ -42,7 +45,7 @@ pub(super) fn arm(d: &mut UringDriver, c: ConnId) {
 
 pub(super) fn pause(d: &mut UringDriver, c: ConnId) {
     if d.recv_state(c) == RECV_ARMED {
-        let e = close::cancel_entry(d, c, Kind::Recv, Kind::CancelQuiet);
+        let e = close::cancel_entry(d, c, close::recv_kind(d, c), Kind::CancelQuiet);
         // SAFETY: a cancellation refers to no memory of ours.
         unsafe { d.push(&e) };
     }

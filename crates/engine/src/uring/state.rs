@@ -6,7 +6,6 @@
 //! the loop and routes completions to them. Nothing here calls an operation, so every
 //! operation can use this module without a circle.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use io_uring::{squeue, IoUring};
@@ -21,15 +20,20 @@ use super::wake::WakeOp;
 use crate::io::{ConnId, Io};
 use crate::zone::SqPoll;
 
-/// A listening socket and its accept (`accept.rs`).
+/// A listening socket and its accept (`accept.rs`), or a UDP socket and its receive
+/// (`dgram_recv.rs`).
 pub(super) struct Listener {
-    /// Closed once no accept in flight refers to it.
-    pub(super) sock: Option<TcpListener>,
+    /// Closed once no accept, receive or datagram send in flight refers to it.
+    pub(super) sock: Option<crate::listener::Listener>,
     pub(super) v6: bool,
+    /// A UDP socket: its receive, not an accept, is what `armed` says is pending.
+    pub(super) udp: bool,
     pub(super) armed: bool,
     /// The armed accept is multishot (else one connection, then re-armed).
     pub(super) multishot: bool,
     pub(super) closing: bool,
+    /// Datagram sends in flight from this socket (`dgram_send.rs`): it stays open for them.
+    pub(super) sends: u32,
 }
 
 /// A zone's io_uring back end. Field order matters: the ring is dropped before the buffer
@@ -85,6 +89,16 @@ pub struct UringDriver {
     /// Large file bodies go by sendfile (`sendfile.rs`); false where the kernel cannot
     /// install an ordinary descriptor.
     pub(super) sendfile_ok: bool,
+    /// The datagram buffer ring (`ZoneConfig::dgram_buffers`; none when 0). Dropped after
+    /// the ring, as `bufs` is.
+    pub(super) dbufs: Option<BufRing>,
+    /// What the multishot `recvmsg` of datagram sockets reads (`dgram_recv.rs`); boxed, the
+    /// kernel reads them at each arm.
+    pub(super) dgram_msgs: super::dgram_state::Templates,
+    /// Datagram sends in flight, each owning its bytes and addresses (`dgram_send.rs`).
+    pub(super) dgram_sends: super::dgram_state::Sends,
+    /// UDP listeners whose receive ended for want of buffers: re-armed after this batch.
+    pub(super) rearm_dgram: Vec<u32>,
 }
 
 impl UringDriver {
@@ -140,6 +154,15 @@ impl UringDriver {
             (false, true) => self.armed_recvs += 1,
             (true, false) => self.armed_recvs = self.armed_recvs.saturating_sub(1),
             _ => {}
+        }
+    }
+
+    /// Closes listener `id`'s socket if it is closing and nothing in flight refers to it.
+    pub(super) fn release_listener(&mut self, id: u32) {
+        if let Some(l) = self.listeners.get_mut(id as usize) {
+            if l.closing && !l.armed && l.sends == 0 {
+                l.sock = None;
+            }
         }
     }
 

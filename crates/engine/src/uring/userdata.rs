@@ -29,6 +29,14 @@ pub(crate) enum Kind {
     FdInstall = 15,
     /// `IORING_OP_POLL_ADD` for `POLLOUT`: the socket can take more of a `sendfile`.
     PollOut = 16,
+    /// A UDP listener's multishot `recvmsg` (index: the listener).
+    DgramRecv = 17,
+    /// A datagram send (index: its slot in `dgram_send::Sends`).
+    DgramSend = 18,
+    /// A connected datagram socket's multishot `recvmsg` (index: the connection).
+    RecvDgram = 19,
+    /// The cancel of a UDP listener's receive.
+    CancelDgram = 20,
 }
 
 impl Kind {
@@ -51,6 +59,10 @@ impl Kind {
             14 => Msg,
             15 => FdInstall,
             16 => PollOut,
+            17 => DgramRecv,
+            18 => DgramSend,
+            19 => RecvDgram,
+            20 => CancelDgram,
             _ => return None,
         })
     }

@@ -10,6 +10,7 @@
 //! | [`Tunnel`] | relays bytes both ways (WebSocket after 101, a stream once connected) | `tunnel.rs` |
 //! | [`Stream`] | was accepted on a `[[stream]]` listener and is being connected | `stream.rs` |
 //! | [`Echo`] | echoes length-prefixed messages (the engine-as-a-library example) | `echo.rs` |
+//! | [`UdpProxy`](udp::UdpProxy) | not a connection: a zone's UDP stream sessions, each a client address and port with its own connected UDP socket to a server | `udp/` |
 //!
 //! Client connections (accepted ones) play one of [`ClientRole`]; upstream connections are
 //! [`UpConn`]s in the zone's [`UpTable`](upstream::UpTable). Events on an upstream connection
@@ -33,6 +34,7 @@ pub mod proxy_header;
 pub mod proxy_start;
 pub mod stream;
 pub mod tunnel;
+pub mod udp;
 pub mod upstream;
 
 pub use echo::Echo;

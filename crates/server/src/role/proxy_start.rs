@@ -9,18 +9,20 @@
 
 use std::sync::Arc;
 
-use ringx_http::upstream::{write_request_head_edit, Forward, RequestEdit};
+use ringx_http::upstream::{upgrade_request, write_request_head_edit, Forward, RequestEdit};
 use ringx_http::{Method, Request};
 
 use crate::answer::{PageCtx, ReqCtx};
+use crate::cache::fill::Fill;
 use crate::compress::Accept;
 use crate::rewrite::vars::{escape_args, escape_path, Vars};
 use crate::role::exchange::deco::Deco;
 use crate::role::exchange::Exchange;
+use crate::role::http1::cached;
 use crate::role::http1::local::Route;
 use crate::route::{Action, HostMode, Loc, ProxyLoc, Routes};
 use crate::upstream::dial::Dial;
-use crate::upstream::HashKey;
+use crate::upstream::{HashKey, UpstreamDef};
 use crate::zone::client::Base;
 use crate::zone::ctx::ZoneCtx;
 
@@ -36,10 +38,12 @@ pub fn is_proxied(routes: &Routes, route: &Route<'_>) -> bool {
 
 /// Fills `ex` for `req` (from the client `b`, routed by `route`): its head for the upstream,
 /// its dial, `host_upstream`, decoration, `idempotent` and `head_request`. `upgrade`: the
-/// protocol the request asks to switch to (HTTP/1.1 `Upgrade`). The other fields are the
+/// protocol the request asks to switch to (HTTP/1.1 `Upgrade`); `fill`: the cache fill the
+/// response goes to, whose head drops the client's validators and ranges. The other fields are the
 /// caller's. Returns the location's error pages for a failure to reach the upstream (None:
 /// it has none); None at all: the request is not proxied (see [`is_proxied`]) or the zone
 /// has no upstreams.
+#[allow(clippy::too_many_arguments)]
 pub fn prepare(
     ctx: &ZoneCtx,
     b: &Base,
@@ -48,6 +52,7 @@ pub fn prepare(
     rq: &ReqCtx,
     ex: &mut Exchange,
     upgrade: Option<&[u8]>,
+    fill: Option<&Fill>,
 ) -> Option<Option<Box<PageCtx>>> {
     if !is_proxied(&ctx.routes, route) {
         return None;
@@ -60,54 +65,14 @@ pub fn prepare(
         return None;
     };
     let def = &pools.defs.list[loc.upstream];
-    let vars = Vars {
-        req,
-        uri: route.path.as_deref().unwrap_or(req.path),
-        args: match &route.ext {
-            Some(e) => e.args.as_deref(),
-            None => req.query,
-        },
-        caps: route.ext.as_ref().and_then(|e| e.caps.as_ref()),
-        conn: &rq.conn,
-        server_name: &server.name,
-        request_id: &rq.request_id,
-    };
-    let target = proxy_target(loc, location, route, req);
-    let mut added = Vec::new();
-    let mut set_host = None;
-    if let Some(e) = &loc.edit {
-        e.set_lines(&vars, &mut added);
-        set_host = e.host.as_ref().map(|t| vars.expand(t));
-    }
-    let host = match (&set_host, &loc.host) {
-        (Some(h), _) => Some(h.as_str()),
-        (None, HostMode::Pass) => None,
-        (None, HostMode::Upstream) => Some(def.servers[0].name.as_str()),
-        (None, HostMode::Fixed(h)) => Some(h.as_str()),
-    };
-    ex.head.clear();
-    ex.head.reserve(256 + req.head_len);
-    write_request_head_edit(
+    let vars = request_vars(&ctx.routes, si, req, route, rq);
+    let set_host = forward_head(
         &mut ex.head,
-        req,
-        &Forward {
-            client: b.addr.map(|a| a.ip()),
-            proto: if b.tr.is_tls() { "https" } else { "http" },
-            host,
-            forwarded_headers: loc.forwarded_headers,
-            close: false,
-            upgrade,
-            tls_client: b
-                .tr
-                .tls_info()
-                .filter(|i| i.client_auth)
-                .map(|i| i.client_dn.as_deref()),
-        },
-        &RequestEdit {
-            target: target.as_deref(),
-            drop: loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]),
-            add: &added,
-        },
+        &vars,
+        (location, loc, def),
+        route,
+        b,
+        (upgrade, fill),
     );
     ex.deco = decoration(&ctx.routes, location, loc, req, &vars);
     let page = location
@@ -129,7 +94,7 @@ pub fn prepare(
     };
     let tried = std::mem::take(&mut ex.dial.tried);
     ex.dial = Dial::new(gen, loc.upstream, def.retries, key, tried);
-    ex.host_upstream = matches!(loc.host, HostMode::Upstream) && set_host.is_none();
+    ex.host_upstream = matches!(loc.host, HostMode::Upstream) && !set_host;
     ex.idempotent = matches!(
         req.method,
         Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
@@ -205,4 +170,117 @@ fn decoration(
         intercept,
         relay: None,
     }))
+}
+
+/// The variables of a request routed to server `si` (for `proxy_set_header` and the like).
+fn request_vars<'a>(
+    routes: &'a Routes,
+    si: usize,
+    req: &'a Request<'a, 'a>,
+    route: &'a Route<'_>,
+    rq: &'a ReqCtx,
+) -> Vars<'a> {
+    Vars {
+        req,
+        uri: route.path.as_deref().unwrap_or(req.path),
+        args: match &route.ext {
+            Some(e) => e.args.as_deref(),
+            None => req.query,
+        },
+        caps: route.ext.as_ref().and_then(|e| e.caps.as_ref()),
+        conn: &rq.conn,
+        server_name: &routes.servers[si].name,
+        request_id: &rq.request_id,
+    }
+}
+
+/// The head of the request as forwarded to location `loc`'s upstream `def`
+/// (`proxy_set_header`, the `proxy_pass` URI, the Host); a cache fill's without the client's
+/// validators and ranges, with the cache's validators when it revalidates; `upgrade`: the
+/// protocol the request asks to switch to. Returns whether
+/// `proxy_set_header` set the Host.
+fn forward_head(
+    head: &mut Vec<u8>,
+    vars: &Vars,
+    (location, loc, def): (&Loc, &ProxyLoc, &UpstreamDef),
+    route: &Route<'_>,
+    b: &Base,
+    (upgrade, fill): (Option<&[u8]>, Option<&Fill>),
+) -> bool {
+    let req = vars.req;
+    let target = proxy_target(loc, location, route, req);
+    let mut added = Vec::new();
+    let mut set_host = None;
+    if let Some(e) = &loc.edit {
+        e.set_lines(vars, &mut added);
+        set_host = e.host.as_ref().map(|t| vars.expand(t));
+    }
+    let host = match (&set_host, &loc.host) {
+        (Some(h), _) => Some(h.as_str()),
+        (None, HostMode::Pass) => None,
+        (None, HostMode::Upstream) => Some(def.servers[0].name.as_str()),
+        (None, HostMode::Fixed(h)) => Some(h.as_str()),
+    };
+    let configured = loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]);
+    let mut drop = std::borrow::Cow::Borrowed(configured);
+    if let Some(f) = fill {
+        drop.to_mut()
+            .extend(cached::FILL_DROP.iter().map(|n| n.to_string()));
+        cached::validators(f, &mut added);
+    }
+    head.clear();
+    head.reserve(256 + req.head_len);
+    write_request_head_edit(
+        head,
+        req,
+        &Forward {
+            client: b.addr.map(|a| a.ip()),
+            proto: if b.tr.is_tls() { "https" } else { "http" },
+            host,
+            forwarded_headers: loc.forwarded_headers,
+            close: false,
+            upgrade,
+            tls_client: b
+                .tr
+                .tls_info()
+                .filter(|i| i.client_auth)
+                .map(|i| i.client_dn.as_deref()),
+        },
+        &RequestEdit {
+            target: target.as_deref(),
+            drop: &drop,
+            add: &added,
+        },
+    );
+    set_host.is_some()
+}
+
+/// The upstream of the request's location and its head for a background cache update.
+pub fn upstream_head(
+    ctx: &ZoneCtx,
+    b: &Base,
+    req: &Request,
+    route: &Route<'_>,
+    rq: &ReqCtx,
+    fill: &Fill,
+) -> Option<(usize, Vec<u8>)> {
+    let (si, li) = route.at?;
+    let location = &ctx.routes.servers[si].locations[li];
+    let Action::Proxy(loc) = &location.action else {
+        return None;
+    };
+    let (pools, _) = ctx.current_pools()?;
+    let def = &pools.defs.list[loc.upstream];
+    let vars = request_vars(&ctx.routes, si, req, route, rq);
+    let mut head = Vec::new();
+    let upgrade = upgrade_request(req);
+    forward_head(
+        &mut head,
+        &vars,
+        (location, loc, def),
+        route,
+        b,
+        (upgrade, Some(fill)),
+    );
+    Some((loc.upstream, head))
 }

@@ -32,6 +32,8 @@ pub struct Stream {
     up: Option<ConnId>,
     /// Reading the ClientHello to route by SNI.
     preread: Option<Box<rustls::server::Acceptor>>,
+    /// Connect from the client's address (`bind = "client"` on the stream).
+    bind: bool,
 }
 
 /// The most a ClientHello may take before a stream routed by SNI gives up on it.
@@ -49,6 +51,7 @@ impl Stream {
             dial: Dial::default(),
             up: None,
             preread: def.sni.is_some().then(Box::default),
+            bind: def.bind_client,
         };
         let upstream = def.upstream;
         let Some((pools, gen)) = cx.ctx.current_pools() else {
@@ -123,7 +126,10 @@ impl Stream {
         let (pools, connector) = cx.ctx.dial_parts(self.dial.gen);
         let def = &pools.defs.list[self.dial.upstream];
         let (timeout, pp) = (def.connect_timeout, def.proxy_protocol);
-        match self.dial.reach(cx.io, pools, connector, false, now) {
+        // bind = "client" (on the stream or its upstream): from the client's address.
+        let bind = self.bind || def.bind_client;
+        let from = b.addr.filter(|_| bind).map(|a| a.ip());
+        match self.dial.reach(cx.io, pools, connector, false, from, now) {
             Ok(r) => {
                 let def = &pools.defs.list[self.dial.upstream];
                 let tls = def.tls.as_ref().and_then(|t| {

@@ -285,9 +285,18 @@ impl Connector {
         }
     }
 
-    /// Opens a connection to `addr` (completion arrives as `on_connected`/`on_closed`).
-    pub fn connect(&mut self, io: &mut Io, addr: SocketAddr) -> io::Result<ConnId> {
+    /// Opens a connection to `addr` (completion arrives as `on_connected`/`on_closed`), from
+    /// address `from` when given (`bind = "client"`: transparent, the kernel's port).
+    pub fn connect(
+        &mut self,
+        io: &mut Io,
+        addr: SocketAddr,
+        from: Option<std::net::IpAddr>,
+    ) -> io::Result<ConnId> {
         self.counters.connects += 1;
+        if let Some(ip) = from {
+            return self.connect_from(io, addr, ip);
+        }
         let now = io.now();
         let mut busy = 0;
         let r = loop {
@@ -302,6 +311,7 @@ impl Connector {
                     Pick::Table(_, local) => Some(local),
                     Pick::Kernel => None,
                 },
+                ..ConnectTo::new(addr)
             };
             match (io.connect(&to), pick) {
                 (Ok(c), _) => {
@@ -343,6 +353,29 @@ impl Connector {
                 }
             }
         };
+        self.publish();
+        r
+    }
+
+    /// A transparent connect from the client's address `ip` (no source-port steering: the
+    /// port is the kernel's, chosen for the client's 4-tuple).
+    fn connect_from(
+        &mut self,
+        io: &mut Io,
+        addr: SocketAddr,
+        ip: std::net::IpAddr,
+    ) -> io::Result<ConnId> {
+        let r = transparent_to(addr, ip).and_then(|to| io.connect(&to));
+        match &r {
+            Ok(c) => {
+                self.counters.kernel_choice += 1;
+                if self.out.len() <= c.index() {
+                    self.out.resize(c.index() + 1, OutConn::default());
+                }
+                self.out[c.index()] = OutConn::default();
+            }
+            Err(_) => self.counters.failures += 1,
+        }
         self.publish();
         r
     }
@@ -481,6 +514,30 @@ pub fn route_source(addr: SocketAddr) -> Option<IpAddr> {
     let s = UdpSocket::bind(bind).ok()?;
     s.connect(addr).ok()?;
     Some(s.local_addr().ok()?.ip())
+}
+
+/// A transparent connect to `addr` from the client's address `ip` (`bind = "client"`); an
+/// error naming both when their families differ.
+pub fn transparent_to(addr: SocketAddr, ip: std::net::IpAddr) -> io::Result<ConnectTo> {
+    // A v4-mapped IPv6 client (a dual-stack listener) binds as the IPv4 address it is.
+    let ip = match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    if ip.is_ipv4() != addr.is_ipv4() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "bind = \"client\": the client {ip} and the server {addr} are of different \
+                 address families"
+            ),
+        ));
+    }
+    Ok(ConnectTo {
+        local: Some(SocketAddr::new(ip, 0)),
+        transparent: true,
+        ..ConnectTo::new(addr)
+    })
 }
 
 #[cfg(test)]

@@ -54,14 +54,16 @@ impl Dial {
     }
 
     /// Picks a server not tried yet and reaches it: an idle pooled connection when `pooled`
-    /// allows one, else a new connect. Servers whose connect cannot even start (socket,
-    /// bind, no free slot) are marked failed and the next is tried while tries are left.
+    /// allows one, else a new connect, from address `from` when given (`bind = "client"`:
+    /// transparent, never pooled). Servers whose connect cannot even start (socket, bind, no
+    /// free slot) are marked failed and the next is tried while tries are left.
     pub fn reach(
         &mut self,
         io: &mut Io,
         pools: &mut ZonePools,
         connector: &mut Connector,
         pooled: bool,
+        from: Option<std::net::IpAddr>,
         now: Instant,
     ) -> Result<Reached, Error> {
         if pools.expired {
@@ -79,7 +81,7 @@ impl Dial {
             };
             self.tried.push(s);
             self.server = s;
-            let idle = if pooled {
+            let idle = if pooled && from.is_none() {
                 pools.take_idle(self.upstream, s)
             } else {
                 None
@@ -88,7 +90,7 @@ impl Dial {
                 Some(conn) => Reached { conn, reused: true },
                 None => {
                     let addr = pools.defs.list[self.upstream].servers[s].addr;
-                    match connector.connect(io, addr) {
+                    match connector.connect(io, addr, from) {
                         Ok(conn) => Reached {
                             conn,
                             reused: false,

@@ -90,6 +90,9 @@ pub struct UpstreamDef {
     pub proxy_protocol: ProxyProtocol,
     pub health: Option<HealthDef>,
     pub tls: Option<UpTls>,
+    /// `bind = "client"`: connections leave from the client's address (transparent), and
+    /// are never pooled for another client.
+    pub bind_client: bool,
 }
 
 impl UpstreamDef {
@@ -180,6 +183,7 @@ impl Upstreams {
                     None => None,
                     Some(t) => Some(client_tls(cfg, provider, t.get_ref(), t.span())?),
                 },
+                bind_client: u.bind.is_some(),
             });
         }
         Ok(Upstreams {
@@ -187,6 +191,17 @@ impl Upstreams {
             provider,
             https_default: None,
         })
+    }
+
+    /// Builds upstream `i`'s Maglev table if its policy did not (UDP streams pick a server by
+    /// a hash of the client's address whatever the policy).
+    pub fn ensure_maglev(&mut self, i: usize) {
+        let u = &mut self.list[i];
+        if u.maglev.is_none() {
+            let names: Vec<String> = u.servers.iter().map(|s| s.name.clone()).collect();
+            let weights: Vec<u32> = u.servers.iter().map(|s| s.weight).collect();
+            u.maglev = Some(Arc::new(Maglev::new(&names, &weights)));
+        }
     }
 
     /// The upstream a `proxy_pass` value names, creating an implicit one for an address.
@@ -260,6 +275,7 @@ impl Upstreams {
             proxy_protocol: ProxyProtocol::Off,
             health: None,
             tls,
+            bind_client: false,
         });
         Ok(self.list.len() - 1)
     }

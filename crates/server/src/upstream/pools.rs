@@ -81,6 +81,31 @@ impl ZonePools {
         }
     }
 
+    /// Picks a server not in `tried` by `hash` on upstream `u`'s Maglev table (built for every
+    /// upstream a UDP stream uses, whatever its policy): a primary that is up, else a backup,
+    /// else any server, as `pick` does when everything is down.
+    pub fn pick_by_hash(
+        &self,
+        u: usize,
+        hash: u64,
+        tried: &[usize],
+        now: Instant,
+    ) -> Option<usize> {
+        let def = &self.defs.list[u];
+        let maglev = def.maglev.as_ref()?;
+        let passive = &self.per[u].passive;
+        let servers = &def.servers;
+        let up = |s: usize| {
+            servers[s].healthy.load(Ordering::Relaxed)
+                && passive[s].down_until.is_none_or(|t| t <= now)
+        };
+        let fresh = |s: usize| s < servers.len() && !tried.contains(&s);
+        maglev
+            .lookup_usable(hash, |s| fresh(s) && !servers[s].backup && up(s))
+            .or_else(|| maglev.lookup_usable(hash, |s| fresh(s) && up(s)))
+            .or_else(|| maglev.lookup_usable(hash, fresh))
+    }
+
     /// A connect error, reset or timeout on server `s`.
     pub fn failed(&mut self, u: usize, s: usize, now: Instant) {
         let def = &self.defs.list[u].servers[s];
@@ -124,6 +149,9 @@ impl ZonePools {
 
     /// Pools an idle connection; false when the pool is full (close it then).
     pub fn put_idle(&mut self, u: usize, s: usize, c: ConnId) -> bool {
+        if self.defs.list[u].bind_client {
+            return false; // it leaves from one client's address: no other may use it
+        }
         let cap = self.defs.list[u].keepalive as usize;
         let pool = &mut self.per[u].idle[s];
         if pool.len() >= cap {

@@ -17,6 +17,9 @@ pub struct Base {
     pub addr: Option<SocketAddr>,
     /// The listen address it was accepted on.
     pub local: Option<SocketAddr>,
+    /// The current request's client address when `real_ip_from` made it another than
+    /// `addr`'s (for the access log).
+    pub real_ip: Option<std::net::IpAddr>,
     pub tr: Transport,
     pub deadline: Instant,
     /// When the connection's timer-wheel entry fires (None: it has none). An entry that
@@ -45,6 +48,7 @@ impl Base {
             listener: 0,
             addr: None,
             local: None,
+            real_ip: None,
             tr: Transport::Plain,
             deadline: now,
             wheel_at: None,
@@ -70,6 +74,7 @@ impl Base {
         self.listener = listener;
         self.addr = addr;
         self.local = local;
+        self.real_ip = None;
         self.tr = tr;
         self.wheel_at = None;
         self.inbuf.clear();

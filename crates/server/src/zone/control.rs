@@ -53,6 +53,8 @@ impl Zone {
         }
         self.ctx.draining = true;
         io.stop_listening();
+        // The UDP listeners close with the others: no answer could reach a client any more.
+        self.udp.close_all(io, None);
         let at = io.now() + DRAIN_IDLE_GRACE;
         for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
             let c = ConnId(i as u32);
@@ -103,18 +105,37 @@ impl Zone {
         // Stop accepting on addresses that are gone.
         let l = &mut self.listeners;
         for (id, addr) in l.addrs.iter().enumerate() {
-            if !l.closed[id] && !routes.listen.contains(addr) {
+            let list = if l.udp[id] {
+                &routes.udp_listen
+            } else {
+                &routes.listen
+            };
+            if !l.closed[id] && !list.contains(addr) {
                 l.closed[id] = true;
                 io.close_listener(ListenerId(id as u32));
             }
         }
         for (id, (addr, sock)) in listeners.into_iter().enumerate() {
+            let udp = sock.is_udp();
             let got = io.add_listener(sock);
             debug_assert_eq!(got.0 as usize, l.addrs.len(), "listener {id}");
-            l.addrs.push(addr);
-            l.closed.push(false);
+            l.push(addr, udp);
         }
         l.remap(&routes);
+        // UDP sessions follow their address to its index in the new routes; those on an
+        // address no longer served end (their listener, which answers, is closed).
+        let old = &self.ctx.routes.udp_listen;
+        let map: Vec<Option<u32>> = old
+            .iter()
+            .map(|a| {
+                routes
+                    .udp_listen
+                    .iter()
+                    .position(|b| b == a)
+                    .map(|i| i as u32)
+            })
+            .collect();
+        self.udp.remap_routes(io, &map, &routes.udp_stream);
         // Client connections keep their address, under its index in the new routes.
         for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
             if matches!(role, ClientRole::Free) {

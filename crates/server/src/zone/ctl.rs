@@ -1,7 +1,7 @@
 //! What the control thread and a zone exchange: a command flag and an inbox the zone reads
 //! when woken ([`ringx_engine::Waker::wake`]), and the events it sends back.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,8 +46,9 @@ pub struct ReloadMsg {
     pub settings: Arc<Settings>,
     /// `Some`: the upstreams changed (to these); `None`: keep the zone's upstream state.
     pub upstreams: Option<Option<Arc<Upstreams>>>,
-    /// This zone's sockets for addresses that were not served before.
-    pub listeners: Vec<(SocketAddr, TcpListener)>,
+    /// This zone's sockets for addresses that were not served before (TCP listeners, and
+    /// UDP sockets for UDP streams).
+    pub listeners: Vec<(SocketAddr, ringx_engine::Listener)>,
     pub log: Option<LogFormat>,
     /// How long requests in flight may go on with the upstreams this reload replaces.
     pub deadline: Duration,

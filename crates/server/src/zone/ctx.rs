@@ -5,6 +5,8 @@
 //! Every role callback gets a [`Cx`]: the engine's [`Io`], this context and the zone's upstream
 //! connections.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -27,6 +29,9 @@ pub struct ZoneCtx {
     pub date: DateCache,
     /// When the wall clock's next second starts: the Date header changes then.
     date_next: Instant,
+    /// The wall clock (Unix ms) at an instant of the zone's clock: the cache's times follow
+    /// the zone's clock from there, with no clock read per request.
+    wall_base: (Instant, u64),
     pub wheel: TimerWheel,
     pub draining: bool,
     /// Per-zone upstream state (balancers, passive health, idle pools) of the configuration
@@ -42,6 +47,11 @@ pub struct ZoneCtx {
     pub active: usize,
     /// TLS: this zone's configurations, handshake budget and waiting handshakes.
     pub tls: Option<crate::tls::ZoneTls>,
+    /// The guards' state of this zone (remembered credentials).
+    pub guard: crate::guard::ZoneGuard,
+    /// Held requests to look at again, by time: (when, connection, generation). Precise,
+    /// unlike the timer wheel: a `limit_req` delay is milliseconds.
+    pub soon: BinaryHeap<Reverse<(Instant, u32, u32)>>,
 }
 
 /// A role callback's view of its zone.
@@ -69,6 +79,7 @@ impl ZoneCtx {
             set,
             date,
             date_next: now,
+            wall_base: (now, crate::cache::object::unix_ms(SystemTime::now())),
             wheel: TimerWheel::new(now, Duration::from_millis(100), 2048),
             draining: false,
             pools,
@@ -78,7 +89,28 @@ impl ZoneCtx {
             log,
             active: 0,
             tls: None,
+            guard: crate::guard::ZoneGuard::default(),
+            soon: BinaryHeap::new(),
         }
+    }
+
+    /// Resumes the held request of connection `c` (generation `gen`) at `at`.
+    pub fn wake_at(&mut self, io: &mut Io, at: Instant, c: ConnId, gen: u32) {
+        self.soon.push(Reverse((at, c.0, gen)));
+        io.timer_at(at);
+    }
+
+    /// The held requests due at `now`.
+    pub fn due(&mut self, now: Instant) -> Vec<(ConnId, u32)> {
+        let mut out = Vec::new();
+        while let Some(Reverse((at, c, gen))) = self.soon.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.soon.pop();
+            out.push((ConnId(c), gen));
+        }
+        out
     }
 
     /// Keeps the Date header current with one comparison per call: the wall clock is read
@@ -93,6 +125,13 @@ impl ZoneCtx {
                 .map_or(0, |d| d.subsec_nanos());
             self.date_next = now + Duration::from_nanos(1_000_000_000 - sub as u64);
         }
+    }
+
+    /// Unix milliseconds at `now` (an instant of the zone's clock).
+    #[inline]
+    pub fn wall_ms(&self, now: Instant) -> u64 {
+        let (i, ms) = self.wall_base;
+        ms + now.saturating_duration_since(i).as_millis() as u64
     }
 
     /// The response writer for this zone's routes and clock.
@@ -137,6 +176,18 @@ impl ZoneCtx {
     /// by the exchange, tunnel or stream that names it.
     pub fn pools(&mut self, gen: u32) -> &mut ZonePools {
         self.dial_parts(gen).0
+    }
+
+    /// The upstream state of generation `gen` if it is still kept (a UDP session outlives
+    /// the retired state it was opened with, which is kept only for TCP users).
+    pub fn pools_if(&mut self, gen: u32) -> Option<&mut ZonePools> {
+        if gen == self.pools_gen {
+            return self.pools.as_mut();
+        }
+        self.retired
+            .iter_mut()
+            .find(|r| r.0 == gen)
+            .map(|r| &mut r.1)
     }
 
     /// The upstream state of generation `gen` and the connector: what reaching a server takes.

@@ -17,8 +17,9 @@ use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use ringx_engine::{ConnId, Handler, Io, ListenerId};
+use ringx_engine::{ConnId, Datagram, Handler, Io, ListenerId};
 
+use crate::role::udp::{UdpProxy, UDP_KEY};
 use crate::role::upstream::{UpEvent, UpTable, UP_KEY};
 use crate::role::{ClientRole, Http1, Stream, H2};
 use crate::route::{ListenerKind, Routes};
@@ -33,6 +34,18 @@ pub use ctl::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg, CMD_DRAIN};
 use ctx::{Cx, ZoneCtx};
 use listeners::Listeners;
 use reqlog::RequestLog;
+
+/// A role callback's view of the zone (`Cx`), borrowing only the fields it needs, so the
+/// zone's other fields (its UDP sessions) stay usable beside it.
+macro_rules! cx {
+    ($zone:ident, $io:ident) => {
+        Cx {
+            io: $io,
+            ctx: &mut $zone.ctx,
+            ups: &mut $zone.ups,
+        }
+    };
+}
 
 /// An accepted connection: what every role needs of it, and the role it plays.
 pub struct Client {
@@ -51,8 +64,9 @@ pub struct ZoneSetup {
     pub events: mpsc::Sender<ZoneEvent>,
     pub connector: Connector,
     pub log: RequestLog,
-    /// The addresses of the zone's listeners, in the order they are registered.
-    pub listeners: Vec<SocketAddr>,
+    /// The addresses of the zone's listeners, in the order they are registered, and whether
+    /// each is a UDP socket.
+    pub listeners: Vec<(SocketAddr, bool)>,
     /// The most client connections the zone holds (its `ZoneConfig::max_conns`).
     pub max_conns: u32,
     /// TLS settings, when a server has `tls`.
@@ -64,11 +78,15 @@ pub struct Zone {
     ctx: ZoneCtx,
     clients: Vec<Client>,
     ups: UpTable,
+    /// UDP stream sessions (`role/udp/`).
+    udp: UdpProxy,
     ctl: Arc<ZoneCtl>,
     listeners: Listeners,
     events: mpsc::Sender<ZoneEvent>,
     /// Until the first timer call: say that the zone runs.
     ready: bool,
+    /// The engine's count of truncated datagrams already added to the UDP counters.
+    udp_truncated: std::cell::Cell<u64>,
     max_conns: u32,
 }
 
@@ -86,10 +104,12 @@ impl Zone {
             ctx,
             clients: Vec::new(),
             ups: UpTable::default(),
+            udp: UdpProxy::default(),
             ctl: s.ctl,
             listeners,
             events: s.events,
             ready: true,
+            udp_truncated: std::cell::Cell::new(0),
             max_conns: s.max_conns.max(1),
         }
     }
@@ -302,6 +322,25 @@ impl Zone {
         }
     }
 
+    /// A held request's time came: its connection (if still the same one) goes on.
+    fn resume(&mut self, io: &mut Io, c: ConnId, gen: u32) {
+        let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
+            return;
+        };
+        if base.gen != gen {
+            return;
+        }
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        if let ClientRole::Http1(h) = role {
+            h.resume(&mut cx, base, c);
+        }
+        base.tr.seal(cx.io, c);
+    }
+
     /// Plaintext for a client connection's role.
     fn client_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
         let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
@@ -351,6 +390,22 @@ fn dispatch_data(cx: &mut Cx, base: &mut Base, role: &mut ClientRole, c: ConnId,
 fn start_h2(cx: &mut Cx, base: &mut Base, c: ConnId) -> H2 {
     let limits = cx.ctx.set.h2.clone();
     H2::start(cx, base, c, limits)
+}
+
+impl Zone {
+    /// Copies the engine's datagram counts the UDP role cannot see into its counters.
+    fn udp_stats(&self, io: &Io) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = io.dgram_stats();
+        let uc = &self.ctx.log.counters.udp;
+        uc.send_errors.store(st.send_errors, Relaxed);
+        let i = crate::udp_counters::Drop::UpstreamOversized as usize;
+        let seen = self.udp_truncated.get();
+        if st.truncated > seen {
+            crate::metrics::bump(&uc.dropped[i], st.truncated - seen);
+            self.udp_truncated.set(st.truncated);
+        }
+    }
 }
 
 /// Slots a zone keeps free for new connections: reaching `max_conns - reserve` open client
@@ -462,6 +517,9 @@ impl Handler for Zone {
                 }
             };
         }
+        if self.udp.owns(c) {
+            return self.udp.upstream_data(&mut cx!(self, io), c, data);
+        }
         let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
             return;
         };
@@ -479,7 +537,14 @@ impl Handler for Zone {
     fn on_connected(&mut self, io: &mut Io, c: ConnId) {
         if self.ups.contains(c) {
             self.upstream_event(io, c, UpEvent::Connected);
+        } else if self.udp.owns(c) {
+            self.udp.connected(&mut cx!(self, io), c);
         }
+    }
+
+    fn on_datagram(&mut self, io: &mut Io, listener: ListenerId, dg: Datagram<'_>) {
+        let route = self.listeners.udp_route(listener).unwrap_or(u32::MAX);
+        self.udp.datagram(&mut cx!(self, io), route, listener, dg);
     }
 
     fn on_eof(&mut self, io: &mut Io, c: ConnId) {
@@ -540,6 +605,9 @@ impl Handler for Zone {
         if self.ups.contains(c) {
             return self.upstream_closed(io, c, err);
         }
+        if self.udp.owns(c) {
+            return self.udp.closed(&mut cx!(self, io), c, err);
+        }
         let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
             return;
         };
@@ -583,8 +651,13 @@ impl Handler for Zone {
         }
         let mut due = Vec::new();
         let mut up_due = Vec::new();
+        let mut udp_due = Vec::new();
         let (clients, ups) = (&mut self.clients, &mut self.ups);
         self.ctx.wheel.advance(now, |wheel, key, gen| {
+            if key & UDP_KEY != 0 && key & UP_KEY == 0 {
+                udp_due.push((key & !UDP_KEY, gen));
+                return;
+            }
             if key & UP_KEY != 0 {
                 let u = ConnId(key & !UP_KEY);
                 let Some(up) = ups.get_mut(u) else { return };
@@ -626,6 +699,15 @@ impl Handler for Zone {
         for u in up_due {
             self.upstream_event(io, u, UpEvent::Timeout);
         }
+        for (i, gen) in udp_due {
+            self.udp.timer(&mut cx!(self, io), i, gen, now);
+        }
+        self.udp_stats(io);
+        if !self.ctx.soon.is_empty() {
+            for (c, gen) in self.ctx.due(now) {
+                self.resume(io, c, gen);
+            }
+        }
         self.ctx.log.tick(now);
         if self.ctx.retired().next().is_some() {
             self.check_retired(io);
@@ -635,6 +717,15 @@ impl Handler for Zone {
             .wheel
             .next_due(now)
             .map(|d| d.max(Duration::from_millis(10)));
+        let soon = self
+            .ctx
+            .soon
+            .peek()
+            .map(|r| r.0 .0.saturating_duration_since(now));
+        let next = match (next, soon) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if self.ctx.draining {
             return Some(next.map_or(Duration::from_millis(100), |d| {
                 d.min(Duration::from_millis(100))

@@ -16,6 +16,7 @@ use super::client::Base;
 use crate::accesslog::{self, LogClock, LogSink};
 use crate::metrics::{bump, ZoneCounters};
 use crate::response::Written;
+use crate::rewrite::vars::new_request_id;
 
 /// The open record of a request: what counting needs. Kept to four bytes so the records of
 /// many connections share cache lines; what only the access log needs is in [`LogSlot`],
@@ -39,6 +40,9 @@ struct LogSlot {
     request: Vec<u8>,
     referer: Vec<u8>,
     user_agent: Vec<u8>,
+    cache: &'static str,
+    /// The request's `$request_id`, when it made one before the line was written.
+    request_id: Option<[u8; 32]>,
 }
 
 /// A zone's request counters and access log buffer.
@@ -143,6 +147,22 @@ impl RequestLog {
         s.user_agent.clear();
         s.user_agent
             .extend_from_slice(req.header("user-agent").unwrap_or_default());
+        s.cache = "";
+        s.request_id = None;
+    }
+
+    /// The `$request_id` of the request in progress on `c`.
+    pub fn request_id(&mut self, c: ConnId, id: [u8; 32]) {
+        if self.logging() {
+            self.log_slot(c).request_id = Some(id);
+        }
+    }
+
+    /// The proxy cache's status for the request in progress on `c` (for the log).
+    pub fn cache_status(&mut self, c: ConnId, status: &'static str) {
+        if self.logging() {
+            self.log_slot(c).cache = status;
+        }
     }
 
     /// The response head was committed, as its writer reported it.
@@ -168,6 +188,8 @@ impl RequestLog {
             s.request.clear();
             s.referer.clear();
             s.user_agent.clear();
+            s.cache = "";
+            s.request_id = None;
         }
         s.head_len = head_len;
     }
@@ -196,7 +218,10 @@ impl RequestLog {
         let s = std::mem::take(&mut self.logs[c.index()]);
         let body = bytes_out.saturating_sub(s.out0).saturating_sub(s.head_len);
         let e = accesslog::Entry {
-            client: b.addr,
+            client: match (b.real_ip, b.addr) {
+                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
+                (None, a) => a,
+            },
             tls: b.tr.tls_info(),
             request: &s.request,
             status,
@@ -207,6 +232,13 @@ impl RequestLog {
                 .start
                 .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
             zone,
+            cache: s.cache,
+            // A request that had no id by now (one refused before it was routed) gets one as
+            // nginx makes `$request_id` on its first use, the log's.
+            request_id: match fmt {
+                LogFormat::Json => Some(s.request_id.unwrap_or_else(new_request_id)),
+                LogFormat::Combined => None,
+            },
         };
         self.write_line(io, fmt, &e);
         self.logs[c.index()] = s;

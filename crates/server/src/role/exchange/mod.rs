@@ -7,6 +7,7 @@
 //! relays the response head and body (`response.rs`), returning an [`Outcome`] the client
 //! role acts on.
 
+pub mod capture;
 pub mod deco;
 mod response;
 
@@ -64,6 +65,8 @@ pub struct Exchange {
     /// The trailer field lines of the finished response (`name: value` CRLF each), when
     /// `pass_trailers`.
     pub trailers: Option<Vec<u8>>,
+    /// The response is read by the server too (a subrequest, or a cache fill).
+    pub capture: Option<Box<capture::Capture>>,
 }
 
 impl Default for Exchange {
@@ -87,6 +90,7 @@ impl Default for Exchange {
             deco: None,
             pass_trailers: false,
             trailers: None,
+            capture: None,
         }
     }
 }
@@ -118,6 +122,11 @@ impl Exchange {
             && self.dial.untried(pools)
     }
 
+    /// A subrequest: the response goes to the server, not to the client.
+    pub fn is_sub(&self) -> bool {
+        self.capture.as_ref().is_some_and(|c| !c.to_client)
+    }
+
     /// Whether the client connection must close once the response is complete.
     pub fn client_closes(&self, base: &Base) -> bool {
         !self.keep || self.req_body.is_some() || base.eof
@@ -128,7 +137,16 @@ impl Exchange {
     pub fn send(&mut self, cx: &mut Cx, base: &Base, c: ConnId) -> Result<(), Error> {
         let now = cx.io.now();
         let (pools, connector) = cx.ctx.dial_parts(self.dial.gen);
-        let reached = self.dial.reach(cx.io, pools, connector, true, now)?;
+        // bind = "client": the connection leaves from the client's address.
+        let from = match (pools.defs.list[self.dial.upstream].bind_client, base.addr) {
+            (false, _) => None,
+            (true, Some(a)) => Some(a.ip()),
+            (true, None) => {
+                return Err(Error::new(Kind::Connect, Side::Internal)
+                    .context("bind = \"client\": the client's address is not known"))
+            }
+        };
+        let reached = self.dial.reach(cx.io, pools, connector, true, from, now)?;
         let (u, reused) = (reached.conn, reached.reused);
         let def = &pools.defs.list[self.dial.upstream];
         let timeout = if reused {
@@ -154,6 +172,9 @@ impl Exchange {
             Opening { pp, tls },
         );
         rec.tr.write(cx.io, u, &self.head);
+        if let Some(cap) = self.capture.as_mut() {
+            cap.restart();
+        }
         if let Some(r) = &self.replay {
             rec.tr.write(cx.io, u, r);
         }

@@ -173,6 +173,52 @@ impl Exchange {
                 // unread, is closed when the exchange ends).
                 return Head::Ended(Outcome::GiveUp(h.status));
             }
+            if let Some(cap) = self.capture.as_mut() {
+                cap.status = h.status;
+                cap.head.clear();
+                cap.head.extend_from_slice(&input[off..off + h.head_len]);
+                if let (true, Some(f)) = (cap.to_client, cap.fill.as_mut()) {
+                    // A revalidation's 304, or a status the stale copy stands in for: the
+                    // client is answered from the cache, this response only read.
+                    let now = cx.ctx.wall_ms(cx.io.now());
+                    let revalidated =
+                        h.status == 304 && f.mode == crate::cache::fill::Mode::Revalidate;
+                    f.stale_for_status = !revalidated && f.stale_for(h.status, true, now).is_some();
+                    if revalidated || f.stale_for_status {
+                        cap.to_client = false;
+                    }
+                }
+            }
+            if self.is_sub() {
+                // A subrequest: nothing goes to the client; the body is read to its end (into
+                // the capture, or discarded) so the connection can be reused.
+                let (ui, s) = (self.dial.upstream, self.dial.server);
+                cx.ctx.pools(self.dial.gen).succeeded(ui, s);
+                let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
+                up.head_done = true;
+                up.framing = ClientFraming::Same;
+                up.keep = h.keep_alive && !up.tied;
+                let end = off + h.head_len;
+                return match h.body {
+                    ResponseBody::None | ResponseBody::Length(0) => {
+                        let clean = end == input.len();
+                        Head::Ended(self.response_done(cx, u, clean))
+                    }
+                    ResponseBody::Length(n) => {
+                        up.body =
+                            Some(BodyDecoder::new(BodyKind::Length(n), BodyLimits::default()));
+                        Head::Body(end)
+                    }
+                    ResponseBody::Chunked => {
+                        up.body = Some(BodyDecoder::new(BodyKind::Chunked, BodyLimits::default()));
+                        Head::Body(end)
+                    }
+                    ResponseBody::UntilClose => {
+                        up.until_close = true;
+                        Head::Body(end)
+                    }
+                };
+            }
             let keep_client = self.keep && !cx.ctx.draining && h.body != ResponseBody::UntilClose;
             let ch = ConnHdr::new(self.version == Version::Http11, keep_client);
             let Some(out) = base.tr.out_buf(cx.io, c) else {
@@ -180,9 +226,19 @@ impl Exchange {
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             };
             let before = out.len();
+            // The cache status, when the location has a cache, goes with the connection line.
+            let line = self
+                .capture
+                .as_ref()
+                .map_or(&[][..], |x| &x.client_line[..]);
+            let conn: std::borrow::Cow<[u8]> = if line.is_empty() {
+                ch.bytes().into()
+            } else {
+                [line, ch.bytes()].concat().into()
+            };
             let (framing, codec) = match self.deco.as_deref_mut() {
                 None => (
-                    ringx_http::upstream::write_response_head(out, &h, self.version, ch.bytes()),
+                    ringx_http::upstream::write_response_head(out, &h, self.version, &conn),
                     None,
                 ),
                 Some(d) => {
@@ -197,7 +253,7 @@ impl Exchange {
                         vary,
                         add: added.as_bytes(),
                     };
-                    let f = write_response_head_edit(out, &h, self.version, ch.bytes(), &edit);
+                    let f = write_response_head_edit(out, &h, self.version, &conn, &edit);
                     (f, codec)
                 }
             };
@@ -229,6 +285,17 @@ impl Exchange {
             if self.log {
                 cx.ctx.log.status(cx.io, c, written, base);
             }
+            if let Some(st) = self
+                .capture
+                .as_ref()
+                .map(|x| x.client_status)
+                .filter(|s| !s.is_empty())
+            {
+                if self.log {
+                    cx.ctx.log.cache_status(c, st);
+                }
+                crate::cache::loc::count(&cx.ctx.log.counters, st);
+            }
             cx.ctx.pools(self.dial.gen).succeeded(ui, s);
             let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
             up.head_done = true;
@@ -245,10 +312,11 @@ impl Exchange {
                 return Head::Ended(Outcome::Upgrade(u));
             }
             match h.body {
-                // An empty body is complete with its head: nothing more will arrive to say so.
+                // An empty body ends with the head: no byte will come to end it.
                 ResponseBody::None | ResponseBody::Length(0) => {
                     let clean = end == input.len();
-                    if !self.finish_relay(cx, base, c) {
+                    // An encoded empty body still has the coding's frame and the last chunk.
+                    if h.body != ResponseBody::None && !self.finish_relay(cx, base, c) {
                         return Head::Ended(Outcome::Cut);
                     }
                     return Head::Ended(self.response_done(cx, u, clean));
@@ -280,10 +348,15 @@ impl Exchange {
         let Some(up) = cx.ups.get_mut(u) else {
             return Outcome::Pending;
         };
+        let sub = self.is_sub();
+        if let Some(cap) = self.capture.as_mut().filter(|_| up.until_close) {
+            cap.take(input);
+        }
         let mut relay = self.deco.as_mut().and_then(|d| d.relay.as_mut());
         let mut encode_failed = false;
         if up.until_close {
             match relay.as_mut() {
+                _ if sub => {}
                 Some(r) => {
                     let mut w = |b: &[u8]| base.tr.write(cx.io, c, b);
                     encode_failed = r.feed(input, &mut w).is_err();
@@ -309,9 +382,13 @@ impl Exchange {
                 };
                 let mut w = |b: &[u8]| base.tr.write(cx.io, c, b);
                 match (relay.as_mut(), framing) {
+                    _ if sub => {}
                     (Some(r), _) => encode_failed |= r.feed(d.data, &mut w).is_err(),
                     (None, ClientFraming::Same) => w(&input[pos..pos + d.consumed]),
                     (None, ClientFraming::Close) => w(d.data),
+                }
+                if let Some(cap) = self.capture.as_mut() {
+                    cap.take(d.data);
                 }
                 pos += d.consumed;
                 if d.done && !encode_failed {
@@ -336,7 +413,7 @@ impl Exchange {
             return Outcome::Cut;
         }
         // A slow client: stop reading from the upstream until the client's queue drains.
-        if base.tr.pending(cx.io, c) > PROXY_HIGH_WATER {
+        if !sub && base.tr.pending(cx.io, c) > PROXY_HIGH_WATER {
             if let Some(up) = cx.ups.get_mut(u) {
                 if !up.paused {
                     pause_upstream(cx.io, up, u);
@@ -359,6 +436,9 @@ impl Exchange {
     /// The response is complete: the upstream connection goes back to the pool if it can
     /// carry another request (`clean`: nothing followed the response), else it closes.
     fn response_done(&mut self, cx: &mut Cx, u: ConnId, clean: bool) -> Outcome {
+        if let Some(cap) = self.capture.as_mut() {
+            cap.complete = true;
+        }
         let now = cx.io.now();
         let draining = cx.ctx.draining || !cx.ctx.is_current(self.dial.gen);
         let Some(up) = cx.ups.get_mut(u) else {

@@ -653,3 +653,19 @@ fn a_reload_that_keeps_the_upstreams_keeps_the_pool() {
     );
     assert!(h.upstream_got(u).starts_with(b"GET /2 "));
 }
+
+/// A response with `Content-Length: 0` is complete with its head.
+#[test]
+fn an_empty_body_ends_with_the_head() {
+    let mut h = one();
+    let (c, u) = start(&mut h, &get("/1"));
+    h.upstream_got(u);
+    h.send(u, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    let r = h.response(c);
+    assert_eq!((r.status, r.body.len()), (200, 0));
+    h.send(c, &get("/2"));
+    assert!(
+        h.upstream_got(u).starts_with(b"GET /2 "),
+        "the connection was pooled"
+    );
+}

@@ -83,7 +83,8 @@ impl Proxied {
         framing: Framing,
     ) -> Result<Box<Proxied>, (u16, Option<Box<PageCtx>>)> {
         let mut ex = Box::<Exchange>::default();
-        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, None) else {
+        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, None, None)
+        else {
             return Err((502, None));
         };
         let has_body = framing != Framing::None;

@@ -5,6 +5,7 @@
 
 use std::mem::MaybeUninit;
 
+use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{Parsed, Request};
@@ -14,7 +15,7 @@ use super::stream::{H2Stream, Piece, StreamLog};
 use super::H2;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
-use crate::rewrite::vars::ConnInfo;
+use crate::rewrite::vars::{new_request_id, ConnInfo};
 use crate::role::exchange::Outcome;
 use crate::role::http1::local::{self, Route};
 use crate::role::proxy_start;
@@ -61,6 +62,7 @@ impl H2 {
                 request,
                 referer: Vec::new(),
                 user_agent: Vec::new(),
+                request_id: None,
             }));
         }
         if head.is_connect() {
@@ -100,6 +102,13 @@ impl H2 {
             local: b.local,
             tls: b.tr.is_tls(),
         });
+        if let Some(l) = s.log.as_mut() {
+            if cx.ctx.log.format() == Some(LogFormat::Json) {
+                let id = new_request_id();
+                rq.request_id.set(Some(id));
+                l.request_id = Some(id);
+            }
+        }
         let route = local::route(&cx.ctx.routes, b.listener as usize, &req, &rq);
         if proxy_start::is_proxied(&cx.ctx.routes, &route) {
             return self.start_proxy(cx, b, c, s, &req, &route, &rq, framing);

@@ -39,6 +39,9 @@ pub(super) struct StreamLog {
     pub request: Vec<u8>,
     pub referer: Vec<u8>,
     pub user_agent: Vec<u8>,
+    /// The request's `$request_id`, made at its start when the log is JSON (the one its
+    /// headers send is the one logged).
+    pub request_id: Option<[u8; 32]>,
 }
 
 /// A stream's request and response.
@@ -208,6 +211,8 @@ impl H2Stream {
             user_agent: &l.user_agent,
             request_time: cx.io.now().saturating_duration_since(self.start),
             zone: cx.ctx.id,
+            cache: "",
+            request_id: l.request_id,
         };
         cx.ctx.log.stream_end(cx.io, Some(e), status);
     }

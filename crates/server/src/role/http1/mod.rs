@@ -5,17 +5,23 @@
 //! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
 //! answered here through the response writer (`local.rs`).
 
+pub(crate) mod cached;
+mod guard;
 pub mod local;
 mod proxy;
 
 use std::mem::MaybeUninit;
+use std::time::Instant;
 
+use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
 
 use crate::answer::ReqCtx;
+use crate::guard::Verdict;
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
-use crate::rewrite::vars::ConnInfo;
+use crate::rewrite::vars::{new_request_id, ConnInfo};
+use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
 use crate::role::proxy_header::{self, Step};
 use crate::zone::client::Base;
@@ -47,6 +53,9 @@ pub enum Phase {
     /// A request is being proxied: its body streams to the upstream, then the response
     /// streams back; further requests wait (reading paused).
     Proxy,
+    /// A request waits with its head still buffered (a `limit_req` delay, a subrequest's
+    /// answer, a cache entry being filled), to be looked at again (`Http1::resume`).
+    Wait,
 }
 
 /// A response prepared before its request's body was read.
@@ -63,6 +72,9 @@ enum Next {
     Stop,
     /// Stop here and keep the rest of the input buffered (a proxied request is in progress).
     Hold,
+    /// Stop before this request: its head stays buffered and is parsed again when the
+    /// request is resumed (it waits for a delay, a subrequest or a cache fill).
+    Defer,
 }
 
 /// An HTTP/1.x client connection.
@@ -83,6 +95,11 @@ pub struct Http1 {
     /// The error pages of the location of the request being proxied (a failure to reach its
     /// upstream is answered with them).
     page: Option<Box<crate::answer::PageCtx>>,
+    /// The request about to be handled was deferred and resumed: its head was counted and
+    /// logged already.
+    resumed: bool,
+    /// What the location's guard decided so far for the request in progress.
+    progress: crate::guard::Progress,
 }
 
 impl Http1 {
@@ -101,6 +118,8 @@ impl Http1 {
             exchange: None,
             spare: None,
             page: None,
+            resumed: false,
+            progress: crate::guard::Progress::default(),
         }
     }
 
@@ -138,7 +157,7 @@ impl Http1 {
             b.inbuf.extend_from_slice(data);
             // Pausing takes effect at the next submission: a proxied body may deliver what
             // the socket had queued meanwhile (bounded by the socket's receive buffer).
-            let limit = if self.phase == Phase::Proxy {
+            let limit = if matches!(self.phase, Phase::Proxy | Phase::Wait) {
                 PAUSED_BODY_LIMIT
             } else {
                 cx.ctx.set.max_buffered
@@ -175,6 +194,7 @@ impl Http1 {
             Phase::Lingering if b.tr.pending(cx.io, c) == 0 => cx.io.close(c),
             Phase::Lingering => b.tr.close_after_flush(cx.io, c),
             Phase::Body | Phase::Head => cx.io.close(c),
+            Phase::Wait => {}             // answered when it resumes, then closed
             Phase::Idle if b.paused => {} // finishes in on_flushed
             _ => b.tr.close_after_flush(cx.io, c),
         }
@@ -197,12 +217,13 @@ impl Http1 {
         self.proxy_client_closed(cx);
         self.body = None;
         self.pending = None;
+        self.progress = crate::guard::Progress::default();
     }
 
     /// The connection's deadline passed with nothing left to send.
     pub fn expire(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         match self.phase {
-            Phase::Idle | Phase::Lingering | Phase::ProxyHeader => cx.io.close(c),
+            Phase::Idle | Phase::Lingering | Phase::ProxyHeader | Phase::Wait => cx.io.close(c),
             Phase::Head | Phase::Body => self.fail(cx, b, c, 408, false),
             Phase::Proxy => self.proxy_client_timeout(cx, b, c),
         }
@@ -242,6 +263,7 @@ impl Http1 {
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         self.body = None;
         self.pending = None;
+        self.progress.conn = None;
         self.linger(cx, b, c);
     }
 
@@ -275,7 +297,7 @@ impl Http1 {
                     }
                     break;
                 }
-                Phase::ProxyHeader => break,
+                Phase::ProxyHeader | Phase::Wait => break,
                 Phase::Body => {
                     let dec = self.body.as_mut().expect("a body phase has a decoder");
                     match dec.decode(&input[pos..]) {
@@ -322,6 +344,7 @@ impl Http1 {
                             break;
                         }
                         Err(e) => {
+                            guard::malformed(cx, b, e.status);
                             self.fail(cx, b, c, e.status, false);
                             return input.len();
                         }
@@ -332,6 +355,7 @@ impl Http1 {
                                 Next::Continue => continue,
                                 Next::Stop => return input.len(),
                                 Next::Hold => return pos,
+                                Next::Defer => return pos - req.head_len,
                             }
                         }
                     }
@@ -350,8 +374,11 @@ impl Http1 {
         req: &Request,
         more_input: bool,
     ) -> Next {
-        cx.ctx.log.request(cx.io, c, req, b);
-        self.requests += 1;
+        if !std::mem::take(&mut self.resumed) {
+            cx.ctx.log.request(cx.io, c, req, b);
+            self.requests += 1;
+            self.progress = crate::guard::Progress::default();
+        }
         self.client_closes = !req.keep_alive;
         let set = &cx.ctx.set;
         let head_only = req.method == Method::Head;
@@ -365,15 +392,41 @@ impl Http1 {
             self.fail(cx, b, c, 405, head_only);
             return Next::Stop;
         }
+        // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
+        if cx.ctx.routes.http_guard.real_ip.is_some() {
+            guard::client_ip(cx, b, req);
+        }
         // Routed once: the proxy and the local responder both take this.
         let rq = ReqCtx::new(ConnInfo {
-            client: b.addr,
+            client: match (b.real_ip, b.addr) {
+                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
+                (None, a) => a,
+            },
             local: b.local,
             tls: b.tr.is_tls(),
         });
+        if cx.ctx.log.format() == Some(LogFormat::Json) {
+            // The JSON access log carries every request's id: made now, so that the one its
+            // headers send (proxy_set_header, add_header) is the one logged.
+            let id = new_request_id();
+            rq.request_id.set(Some(id));
+            cx.ctx.log.request_id(c, id);
+        }
         let route = local::route(&cx.ctx.routes, b.listener as usize, req, &rq);
+        if let Some((si, li)) = route.at {
+            if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
+                let uri = route.path.as_deref().unwrap_or("");
+                if let Some(next) = self.guard(cx, b, c, req, uri, (si, li), keep, more_input) {
+                    return next;
+                }
+            }
+        }
         if cx.ctx.routes.has_proxy {
-            if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq) {
+            let capture = match self.cache_step(cx, b, c, req, (&route, &rq), keep, more_input) {
+                Ok(cap) => cap,
+                Err(next) => return next,
+            };
+            if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq, capture) {
                 return next;
             }
         }
@@ -429,6 +482,74 @@ impl Http1 {
         self.after_response(cx, b, c, !keep || r.close, more_input)
     }
 
+    /// Runs the guard of location `at`; None: the request goes on to its location.
+    #[allow(clippy::too_many_arguments)]
+    fn guard(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        uri: &str,
+        at: (usize, usize),
+        keep: bool,
+        more_input: bool,
+    ) -> Option<Next> {
+        match guard::check(cx, b, req, uri, at, &mut self.progress) {
+            Verdict::Pass => None,
+            Verdict::Refuse { status, headers } => {
+                let Some((_, close)) = guard::write_refusal(cx, b, c, req, status, &headers, keep)
+                else {
+                    return Some(Next::Stop);
+                };
+                if close {
+                    cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+                    self.progress.conn = None;
+                    self.linger(cx, b, c);
+                    return Some(Next::Stop);
+                }
+                Some(self.after_response(cx, b, c, !keep, more_input))
+            }
+            Verdict::Delay(d) => {
+                let until = cx.io.now() + d;
+                self.hold(cx, b, c, until);
+                Some(Next::Defer)
+            }
+            Verdict::Ask => {
+                let routes = &cx.ctx.routes;
+                let g = routes.servers[at.0].locations[at.1].guard.as_deref();
+                let a = g.and_then(|g| g.auth_request.as_ref())?;
+                let (upstream, head) = (a.upstream, guard::auth_head(req, &a.uri, b));
+                self.subrequest(cx, b, c, upstream, head, Capture::subrequest());
+                Some(Next::Defer)
+            }
+        }
+    }
+
+    /// Holds the request (its head stays buffered) until `until`, then looks at it again.
+    pub(super) fn hold(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, until: Instant) {
+        self.phase = Phase::Wait;
+        b.paused = true;
+        cx.ctx.wake_at(cx.io, until, c, b.gen);
+        let at = until + cx.ctx.set.send_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+    }
+
+    /// A held request's time came (or what it waited for is there): it is parsed and routed
+    /// again, with what was already decided for it kept.
+    pub fn resume(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.phase != Phase::Wait {
+            return;
+        }
+        self.phase = Phase::Idle;
+        self.resumed = true;
+        b.paused = false;
+        if !b.eof {
+            cx.io.resume_recv(c);
+        }
+        self.process_buffered(cx, b, c);
+    }
+
     /// Sends a prepared error response at once, saying close, and lingers.
     fn refuse_now(
         &mut self,
@@ -447,6 +568,7 @@ impl Http1 {
         b.tr.write(cx.io, c, &bytes);
         cx.ctx.log.status(cx.io, c, w, b);
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+        self.progress.conn = None;
         self.linger(cx, b, c);
         Next::Stop
     }
@@ -484,6 +606,8 @@ impl Http1 {
         more_input: bool,
     ) -> Next {
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+        // The request is complete for limit_conn.
+        self.progress.conn = None;
         let now = cx.io.now();
         if close || cx.ctx.draining {
             if more_input || self.requests == 0 {
@@ -524,7 +648,7 @@ impl Http1 {
             buf.extend_from_slice(&b.inbuf);
         }
         b.inbuf = buf;
-        if b.eof && !b.paused && !matches!(self.phase, Phase::Body | Phase::Proxy) {
+        if b.eof && !b.paused && !matches!(self.phase, Phase::Body | Phase::Proxy | Phase::Wait) {
             b.tr.close_after_flush(cx.io, c);
         }
     }
@@ -551,3 +675,8 @@ impl Http1 {
         }
     }
 }
+
+#[cfg(test)]
+mod cache_tests;
+#[cfg(test)]
+mod guard_tests;

@@ -7,18 +7,24 @@ use ringx_http::upstream::upgrade_request;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Request};
 
 use super::local::Route;
-use super::{Http1, Next, Phase};
+use super::{cached, Http1, Next, Phase};
 use crate::answer::ReqCtx;
+use crate::cache::fill::{Fill, Mode};
+use crate::cache::loc::Decision;
+use crate::cache::Found;
 use crate::response::ConnHdr;
+use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::proxy_start;
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
+use crate::upstream::dial::Dial;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
 impl Http1 {
-    /// Starts proxying if the request routes to a `proxy_pass` location.
+    /// Starts proxying if the request routes to a `proxy_pass` location; `capture`: what the
+    /// cache keeps of the response (a fill), and the cache status it carries.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn try_proxy(
         &mut self,
@@ -29,6 +35,7 @@ impl Http1 {
         keep: bool,
         route: &Route<'_>,
         rq: &ReqCtx,
+        capture: Option<Capture>,
     ) -> Option<Next> {
         if !proxy_start::is_proxied(&cx.ctx.routes, route) {
             return None;
@@ -37,7 +44,9 @@ impl Http1 {
         // and retry list keep their capacity.
         let mut ex = self.spare.take().unwrap_or_default();
         let upgrade = upgrade_request(req);
-        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, upgrade) else {
+        let fill = capture.as_ref().and_then(|x| x.fill.as_deref());
+        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, upgrade, fill)
+        else {
             self.spare = Some(ex);
             return None;
         };
@@ -53,6 +62,7 @@ impl Http1 {
         ex.started = false;
         ex.body_paused = false;
         ex.log = true;
+        ex.capture = capture.map(Box::new);
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -74,6 +84,59 @@ impl Http1 {
         }
         self.send(cx, b, c);
         Some(if has_body { Next::Continue } else { Next::Hold })
+    }
+
+    /// Sends a request of the server's own (`head`) to `upstream`; the request being handled
+    /// waits (deferred) until the answer, which `capture` receives, is applied.
+    pub(super) fn subrequest(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        upstream: usize,
+        head: Vec<u8>,
+        capture: Capture,
+    ) {
+        let Some((pools, gen)) = cx.ctx.current_pools() else {
+            // No upstream state (a reload added the first upstream): as if it failed.
+            let mut capture = capture;
+            return match capture.fill.take() {
+                Some(fill) => self.cache_sub_done(cx, b, c, capture, fill, Some(502)),
+                None => self.sub_done(cx, b, c, None),
+            };
+        };
+        let retries = pools.defs.list[upstream].retries;
+        let mut ex = self.spare.take().unwrap_or_default();
+        let tried = std::mem::take(&mut ex.dial.tried);
+        *ex = Exchange {
+            dial: Dial::new(gen, upstream, retries, None, tried),
+            head,
+            idempotent: true,
+            keep: true,
+            capture: Some(Box::new(capture)),
+            ..Exchange::default()
+        };
+        self.exchange = Some(ex);
+        self.phase = Phase::Proxy;
+        b.paused = true;
+        let at = cx.io.now() + cx.ctx.set.send_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        self.send(cx, b, c);
+    }
+
+    /// The answer of a subrequest (`capture`, or None when none could be had): applied to the
+    /// request that waits for it, which is resumed on the zone's next turn (never from inside
+    /// the parse that sent the subrequest).
+    pub(super) fn sub_done(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        capture: Option<&Capture>,
+    ) {
+        self.progress.auth = Some(super::guard::auth_answer(capture));
+        let now = cx.io.now();
+        self.hold(cx, b, c, now);
     }
 
     /// Hands the request to a server; answers 502 when none can be reached.
@@ -192,6 +255,17 @@ impl Http1 {
     /// No response can be had: `status` (502, 504, or an upstream error intercepted) to the
     /// client, the location's error page for it if it has one.
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        if let Some(mut cap) = self.exchange.as_mut().and_then(|x| x.capture.take()) {
+            self.end_exchange(cx);
+            self.page = None;
+            if let Some(fill) = cap.fill.take() {
+                return self.cache_sub_done(cx, b, c, *cap, fill, Some(status));
+            }
+            if !cap.to_client {
+                return self.sub_done(cx, b, c, None);
+            }
+            self.exchange = None;
+        }
         let always = self
             .exchange
             .as_mut()
@@ -275,10 +349,20 @@ impl Http1 {
 
     /// The response is complete: the connection goes on with the next request, or closes.
     fn response_done(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        let Some(ex) = self.exchange.take() else {
+        let Some(mut ex) = self.exchange.take() else {
             return;
         };
         self.page = None;
+        if let Some(mut cap) = ex.capture.take() {
+            if !cap.to_client {
+                self.recycle(ex);
+                return match cap.fill.take() {
+                    Some(fill) => self.cache_sub_done(cx, b, c, *cap, fill, None),
+                    None => self.sub_done(cx, b, c, Some(&cap)),
+                };
+            }
+            cached::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
+        }
         self.phase = Phase::Idle;
         b.paused = false;
         let close = ex.client_closes(b);
@@ -289,6 +373,122 @@ impl Http1 {
             return;
         }
         if !b.paused {
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            self.process_buffered(cx, b, c);
+        }
+    }
+
+    /// The proxy cache's part of a request to a location with one (`Ok(None)`: it has none):
+    /// answered from the cache, held while another request fills the entry, or proxied with
+    /// the capture its fill (or its cache status) needs.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cache_step(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        (route, rq): (&Route<'_>, &ReqCtx),
+        keep: bool,
+        more_input: bool,
+    ) -> Result<Option<Capture>, Next> {
+        let Some(at) = route.at else {
+            return Ok(None);
+        };
+        let uri = route.path.as_deref().unwrap_or("");
+        let Some(d) = cached::decide(cx, b, req, uri, at, keep, self.progress.waiting) else {
+            return Ok(None);
+        };
+        match d {
+            Decision::Bypass => Ok(Some(cached::passing(cx, at, "BYPASS"))),
+            Decision::Uncached => Ok(Some(cached::passing(cx, at, "MISS"))),
+            Decision::Fetch(fill) => Ok(Some(cached::filling(fill, true))),
+            Decision::Wait(after) => {
+                let now = cx.io.now();
+                let (since, looks) = self.progress.waiting.unwrap_or((now, 0));
+                self.progress.waiting = Some((since, looks + 1));
+                self.hold(cx, b, c, now + after);
+                Err(Next::Defer)
+            }
+            Decision::Hit {
+                found,
+                status,
+                update,
+            } => {
+                let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
+                let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
+                let update = update.and_then(|f| {
+                    proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f)
+                        .map(|(u, h)| (f, u, h))
+                });
+                let asked = cached::asked_now(req, keep);
+                let Some((_, file)) = cached::write_found(cx, b, c, found, status, &line, &asked)
+                else {
+                    return Err(Next::Stop);
+                };
+                if let Some((f, off, len)) = file {
+                    b.tr.send_file(cx.io, c, f, off, len);
+                }
+                let next = self.after_response(cx, b, c, !keep, more_input);
+                if let (Some((fill, up, head)), Phase::Idle) = (update, self.phase) {
+                    // The client has its answer; this connection refreshes the entry before
+                    // it reads on (nginx's background update does the same).
+                    let cap = cached::filling(fill, false);
+                    self.subrequest(cx, b, c, up, head, cap);
+                    return Err(Next::Hold);
+                }
+                Err(next)
+            }
+        }
+    }
+
+    /// A fill's exchange ended without its response going to the client: a background update
+    /// (the client had its answer), or a response the cache answers for (a revalidation's
+    /// 304, an upstream status or a failure, `failed`, that the stale copy stands in for).
+    pub(super) fn cache_sub_done(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut cap: Capture,
+        mut fill: Box<Fill>,
+        failed: Option<u16>,
+    ) {
+        self.phase = Phase::Idle;
+        b.paused = false;
+        let now = cx.ctx.wall_ms(cx.io.now());
+        if fill.mode == Mode::Background {
+            if failed.is_none() {
+                cached::settle(&mut cap, &mut fill, now);
+            }
+            drop(fill);
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            return self.process_buffered(cx, b, c);
+        }
+        let answer = match failed {
+            None => cached::settle(&mut cap, &mut fill, now),
+            Some(st) => fill
+                .stale_for(st, false, now)
+                .cloned()
+                .map(|o| (o, "STALE")),
+        };
+        let Some((obj, status)) = answer else {
+            return self.fail(cx, b, c, failed.unwrap_or(502), false);
+        };
+        let line = fill.line(status);
+        let close = !fill.asked.keep || b.eof;
+        drop(fill.stale.take());
+        if cached::write_found(cx, b, c, Found::Mem(obj), status, &line, &fill.asked).is_none() {
+            return;
+        }
+        drop(fill);
+        let more = !b.inbuf.is_empty();
+        self.after_response(cx, b, c, close, more);
+        if !close && !b.paused {
             if !b.eof {
                 cx.io.resume_recv(c);
             }

@@ -1,0 +1,354 @@
+//! What a request must pass before its location serves it, in nginx's phase order: the real
+//! client address (`realip`), then `limit_req` and `limit_conn` (pre-access), then `access`
+//! rules, `auth_basic` and `auth_request` (access: all must allow).
+//!
+//! A location with none of them has no [`Guard`] and costs nothing. [`Guard::check`] is
+//! sans-I/O: it returns a [`Verdict`] the HTTP/1 role acts on (`role/http1/guard.rs`):
+//! answer a refusal, hold the request for a delay, or send the `auth_request` subrequest.
+//! What was already decided for a held request is kept in its [`Progress`], so the request
+//! is not charged twice when it is looked at again.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `access.rs` | allow/deny rules, the real client address |
+//! | `basic.rs` | htpasswd verification, remembered credentials |
+//! | `limit.rs` | the lock-free tables shared by the zones (and the error bound) |
+//! | `escalate.rs` | refusals counted per address, the XDP block list thread |
+//! | `key.rs` | key templates evaluated for a request |
+
+pub mod access;
+pub mod basic;
+pub mod escalate;
+pub mod key;
+pub mod limit;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use ringx_config::guard::{zone_keys, AccessRule};
+use ringx_config::keytmpl::Template;
+use ringx_config::{Config, Location};
+use ringx_http::Request;
+
+use crate::error::Error;
+use crate::metrics::{bump, ZoneCounters};
+use crate::upstream::Upstreams;
+use escalate::Escalation;
+use limit::{ConnSlot, RateVerdict, Table};
+
+/// A location's checks, compiled.
+pub struct Guard {
+    pub limit_req: Option<LimitReq>,
+    pub limit_conn: Option<LimitConn>,
+    pub access: Vec<AccessRule>,
+    pub basic: Option<basic::BasicAuth>,
+    pub auth_request: Option<AuthRequest>,
+}
+
+pub struct LimitReq {
+    table: &'static Table,
+    key: Template,
+    /// Nanoseconds a request takes of the rate.
+    interval: u64,
+    burst: u32,
+    nodelay: bool,
+    status: u16,
+    escalate: Option<Escalation>,
+}
+
+pub struct LimitConn {
+    table: &'static Table,
+    key: Template,
+    max: u32,
+    status: u16,
+}
+
+/// `auth_request`: the upstream asked, and the path.
+pub struct AuthRequest {
+    pub upstream: usize,
+    pub uri: String,
+}
+
+/// What a request gets from its location's guard.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// Answer `status` now, with these header lines (CRLF-terminated).
+    Refuse {
+        status: u16,
+        headers: String,
+    },
+    /// Over the rate within the burst: look at the request again after this long.
+    Delay(Duration),
+    /// The `auth_request` upstream must decide: send the subrequest, then look again.
+    Ask,
+}
+
+/// What the `auth_request` subrequest said.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AuthAnswer {
+    Allow,
+    /// 401 or 403, with the upstream's `WWW-Authenticate` lines for a 401.
+    Deny {
+        status: u16,
+        headers: String,
+    },
+    /// Anything else, or no answer: 500.
+    Error,
+}
+
+/// What was decided for the request in progress (kept while it is held).
+#[derive(Default)]
+pub struct Progress {
+    /// limit_req charged it (a delayed request is not charged again).
+    pub limited: bool,
+    /// limit_conn counts it until the response is complete.
+    pub conn: Option<ConnSlot>,
+    pub auth: Option<AuthAnswer>,
+    /// Waiting for another request's cache fill: since when, and how many looks so far.
+    pub waiting: Option<(Instant, u32)>,
+}
+
+/// A zone's own state for the guards: remembered credentials, a key buffer.
+#[derive(Default)]
+pub struct ZoneGuard {
+    pub remembered: basic::Remembered,
+    keybuf: Vec<u8>,
+}
+
+/// What a check needs of the request.
+pub struct Input<'a, 'r> {
+    pub req: &'a Request<'a, 'r>,
+    /// The client's address after `real_ip_from`.
+    pub client: Option<IpAddr>,
+    /// That address is the connection's own (not from a PROXY header or a forwarded one):
+    /// it may be escalated to XDP.
+    pub own_address: bool,
+    pub tls: bool,
+    pub uri: &'a str,
+    pub now: Instant,
+}
+
+impl Guard {
+    /// The guard of `l`, None when it has no checks.
+    pub fn compile(
+        l: &Location,
+        cfg: &Config,
+        ups: &mut Upstreams,
+    ) -> Result<Option<Guard>, Error> {
+        let limit_req = match &l.limit_req {
+            None => None,
+            Some(lr) => {
+                let lr = lr.get_ref();
+                let z = cfg
+                    .limit_req_zone
+                    .iter()
+                    .map(|z| z.get_ref())
+                    .find(|z| z.name.get_ref() == lr.zone.get_ref())
+                    .ok_or_else(|| {
+                        Error::config(format!("no limit_req_zone {:?}", lr.zone.get_ref()))
+                    })?;
+                Some(LimitReq {
+                    table: Table::get(
+                        "limit_req_zone",
+                        z.name.get_ref(),
+                        zone_keys(z.size.as_ref()),
+                    ),
+                    key: z.key.get_ref().clone(),
+                    interval: z.rate.get_ref().interval().as_nanos() as u64,
+                    burst: lr.burst,
+                    nodelay: lr.nodelay,
+                    status: lr.status.0,
+                    escalate: lr.escalate.as_ref().map(|e| escalation(e.get_ref())),
+                })
+            }
+        };
+        let limit_conn = match &l.limit_conn {
+            None => None,
+            Some(lc) => {
+                let lc = lc.get_ref();
+                let z = cfg
+                    .limit_conn_zone
+                    .iter()
+                    .map(|z| z.get_ref())
+                    .find(|z| z.name.get_ref() == lc.zone.get_ref())
+                    .ok_or_else(|| {
+                        Error::config(format!("no limit_conn_zone {:?}", lc.zone.get_ref()))
+                    })?;
+                Some(LimitConn {
+                    table: Table::get(
+                        "limit_conn_zone",
+                        z.name.get_ref(),
+                        zone_keys(z.size.as_ref()),
+                    ),
+                    key: z.key.get_ref().clone(),
+                    max: *lc.max.get_ref(),
+                    status: lc.status.0,
+                })
+            }
+        };
+        let basic = match &l.auth_basic {
+            None => None,
+            Some(a) => {
+                let a = a.get_ref();
+                Some(
+                    basic::BasicAuth::load(a.realm.get_ref(), a.user_file.get_ref())
+                        .map_err(Error::config)?,
+                )
+            }
+        };
+        let auth_request = match &l.auth_request {
+            None => None,
+            Some(a) => {
+                let a = a.get_ref();
+                Some(AuthRequest {
+                    upstream: ups.resolve_target(a.proxy_pass.get_ref())?,
+                    uri: a.uri.get_ref().clone(),
+                })
+            }
+        };
+        let g = Guard {
+            limit_req,
+            limit_conn,
+            access: l.access.iter().map(|r| *r.get_ref()).collect(),
+            basic,
+            auth_request,
+        };
+        let empty = g.limit_req.is_none()
+            && g.limit_conn.is_none()
+            && g.access.is_empty()
+            && g.basic.is_none()
+            && g.auth_request.is_none();
+        Ok((!empty).then_some(g))
+    }
+
+    /// Runs the checks not yet decided for this request (`p`), in nginx's order.
+    pub fn check(
+        &self,
+        inp: &Input,
+        p: &mut Progress,
+        z: &mut ZoneGuard,
+        n: &ZoneCounters,
+    ) -> Verdict {
+        if let (Some(lr), false) = (&self.limit_req, p.limited) {
+            p.limited = true;
+            let k = self.key_hash(&lr.key, inp, z);
+            match lr
+                .table
+                .rate(k, limit::nanos(inp.now), lr.interval, lr.burst, lr.nodelay)
+            {
+                RateVerdict::Pass => bump(&n.limit_req_passed, 1),
+                RateVerdict::Delay(d) => {
+                    bump(&n.limit_req_delayed, 1);
+                    return Verdict::Delay(d);
+                }
+                RateVerdict::Refuse(wait) => {
+                    bump(&n.limit_req_refused, 1);
+                    if let (Some(e), Some(ip), true) = (&lr.escalate, inp.client, inp.own_address) {
+                        escalate::refused(ip, e, inp.now);
+                    }
+                    // Whole seconds, rounded up: when a request would pass again.
+                    let secs = wait.as_nanos().div_ceil(1_000_000_000).max(1);
+                    return Verdict::Refuse {
+                        status: lr.status,
+                        headers: format!("Retry-After: {secs}\r\n"),
+                    };
+                }
+            }
+        }
+        if let (Some(lc), None) = (&self.limit_conn, &p.conn) {
+            let k = self.key_hash(&lc.key, inp, z);
+            match lc.table.enter(k, lc.max) {
+                Some(slot) => p.conn = Some(slot),
+                None => {
+                    bump(&n.limit_conn_refused, 1);
+                    return Verdict::Refuse {
+                        status: lc.status,
+                        headers: "Retry-After: 1\r\n".into(),
+                    };
+                }
+            }
+        }
+        if !self.access.is_empty() && !access::allowed(&self.access, inp.client) {
+            bump(&n.access_denied, 1);
+            return Verdict::Refuse {
+                status: 403,
+                headers: String::new(),
+            };
+        }
+        if let Some(b) = &self.basic {
+            if !b.check(inp.req.header("authorization"), &mut z.remembered, inp.now) {
+                bump(&n.auth_denied, 1);
+                return Verdict::Refuse {
+                    status: 401,
+                    headers: b.challenge.clone(),
+                };
+            }
+        }
+        if self.auth_request.is_some() {
+            match p.auth.take() {
+                None => return Verdict::Ask,
+                Some(AuthAnswer::Allow) => {}
+                Some(AuthAnswer::Deny { status, headers }) => {
+                    bump(&n.auth_denied, 1);
+                    return Verdict::Refuse { status, headers };
+                }
+                Some(AuthAnswer::Error) => {
+                    return Verdict::Refuse {
+                        status: 500,
+                        headers: String::new(),
+                    }
+                }
+            }
+        }
+        Verdict::Pass
+    }
+
+    fn key_hash(&self, t: &Template, inp: &Input, z: &mut ZoneGuard) -> u64 {
+        z.keybuf.clear();
+        let k = key::KeyInput {
+            req: inp.req,
+            client: inp.client,
+            tls: inp.tls,
+            uri: inp.uri,
+        };
+        key::eval(t, &k, &mut z.keybuf);
+        key::hash64(&z.keybuf)
+    }
+}
+
+fn escalation(e: &ringx_config::guard::Escalate) -> Escalation {
+    Escalation {
+        after: *e.after.get_ref(),
+        within: e.within.0,
+        block_for: e.block_for.0,
+    }
+}
+
+/// The real-address rule and malformed-request escalation of `[http]`.
+pub struct HttpGuard {
+    pub real_ip: Option<access::RealIp>,
+    pub malformed: Option<Escalation>,
+}
+
+impl HttpGuard {
+    pub fn compile(cfg: &Config) -> HttpGuard {
+        let h = &cfg.http;
+        HttpGuard {
+            real_ip: (!h.real_ip_from.is_empty()).then(|| access::RealIp {
+                from: h.real_ip_from.iter().map(|c| c.0).collect(),
+                header: h
+                    .real_ip_header
+                    .as_ref()
+                    .map_or("x-real-ip".to_string(), |s| {
+                        s.get_ref().to_ascii_lowercase()
+                    }),
+                recursive: h.real_ip_recursive,
+            }),
+            malformed: h
+                .escalate_malformed
+                .as_ref()
+                .map(|e| escalation(e.get_ref())),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! The HTTP/1 role's side of the guards (`crate::guard`): the request's real client address,
+//! the check, refusals written, the `auth_request` subrequest's head and what its answer
+//! means, malformed requests counted for escalation. The role acts on the verdicts
+//! (`Http1::guard`, holding and resuming requests, in `mod.rs`).
+
+use std::net::IpAddr;
+
+use ringx_engine::ConnId;
+use ringx_http::upstream::{write_request_head, Forward};
+use ringx_http::{BodyKind, Method, Request, Version};
+
+use crate::guard::{AuthAnswer, Input, Progress, Verdict};
+use crate::response::{ConnHdr, ErrorPage, Written};
+use crate::role::exchange::capture::Capture;
+use crate::route::ListenerKind;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+/// The client's address for this request (after `real_ip_from`), and whether it is the
+/// connection's own (not a PROXY header's or a forwarded one). Noted in `b` for the log.
+pub(super) fn client_ip(cx: &Cx, b: &mut Base, req: &Request) -> (Option<IpAddr>, bool) {
+    let peer = b.addr.map(|a| a.ip().to_canonical());
+    let client = match (&cx.ctx.routes.http_guard.real_ip, peer) {
+        (Some(r), Some(p)) => Some(r.client(p, req)),
+        _ => peer,
+    };
+    b.real_ip = client.filter(|c| Some(*c) != peer);
+    (client, client == peer && !behind_proxy_protocol(cx, b))
+}
+
+fn behind_proxy_protocol(cx: &Cx, b: &Base) -> bool {
+    matches!(
+        cx.ctx.routes.listener_kind.get(b.listener as usize),
+        Some(ListenerKind::Http {
+            proxy_protocol: true
+        })
+    )
+}
+
+/// Runs the guard of location `at` for `req`.
+pub(super) fn check(
+    cx: &mut Cx,
+    b: &mut Base,
+    req: &Request,
+    uri: &str,
+    at: (usize, usize),
+    progress: &mut Progress,
+) -> Verdict {
+    let (client, own_address) = client_ip(cx, b, req);
+    let ctx = &mut *cx.ctx;
+    let Some(g) = ctx.routes.servers[at.0].locations[at.1].guard.as_deref() else {
+        return Verdict::Pass;
+    };
+    let inp = Input {
+        req,
+        client,
+        own_address,
+        tls: b.tr.is_tls(),
+        uri,
+        now: cx.io.now(),
+    };
+    g.check(&inp, progress, &mut ctx.guard, &ctx.log.counters)
+}
+
+/// Writes the refusal `status` with `headers` for `req`. Returns what was written and whether
+/// the connection must close after it (the request has a body, which is not read).
+pub(super) fn write_refusal(
+    cx: &mut Cx,
+    b: &mut Base,
+    c: ConnId,
+    req: &Request,
+    status: u16,
+    headers: &str,
+    keep: bool,
+) -> Option<(Written, bool)> {
+    let head_only = req.method == Method::Head;
+    let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
+    let page = if has_body {
+        ErrorPage::closing(status)
+    } else {
+        ErrorPage::new(
+            status,
+            ConnHdr::new(req.version == Version::Http11, keep),
+            head_only,
+        )
+    };
+    let out = b.tr.out_buf(cx.io, c)?;
+    let w = cx
+        .ctx
+        .responder()
+        .error(out, page.head_only(head_only).extra(headers));
+    cx.ctx.log.status(cx.io, c, w, b);
+    Some((w, has_body))
+}
+
+/// What an `auth_request` subrequest's answer (None: none could be had) means.
+pub(super) fn auth_answer(capture: Option<&Capture>) -> AuthAnswer {
+    match capture.filter(|x| x.complete) {
+        Some(x) if (200..300).contains(&x.status) => AuthAnswer::Allow,
+        Some(x) if x.status == 401 || x.status == 403 => {
+            let mut headers = String::new();
+            if x.status == 401 {
+                for v in x.header_lines("www-authenticate") {
+                    headers.push_str("WWW-Authenticate: ");
+                    headers.push_str(&String::from_utf8_lossy(v));
+                    headers.push_str("\r\n");
+                }
+            }
+            AuthAnswer::Deny {
+                status: x.status,
+                headers,
+            }
+        }
+        _ => AuthAnswer::Error,
+    }
+}
+
+/// A request that could not be parsed: counted for `escalate_malformed` (400s only; the
+/// limits' 413/414/431 are not malformed).
+pub(super) fn malformed(cx: &Cx, b: &Base, status: u16) {
+    let Some(e) = cx.ctx.routes.http_guard.malformed else {
+        return;
+    };
+    if status == 400 && !behind_proxy_protocol(cx, b) {
+        if let Some(a) = b.addr {
+            crate::guard::escalate::refused(a.ip(), &e, cx.io.now());
+        }
+    }
+}
+
+/// The head of an `auth_request` subrequest: a GET of `uri` with the client's fields (no
+/// body), and where the original request went.
+pub(super) fn auth_head(req: &Request, uri: &str, b: &Base) -> Vec<u8> {
+    let sub = Request {
+        method: Method::Get,
+        method_str: "GET",
+        target: uri,
+        path: uri,
+        query: None,
+        body: BodyKind::None,
+        expect_continue: false,
+        ..*req
+    };
+    let mut head = Vec::with_capacity(256 + req.head_len);
+    write_request_head(
+        &mut head,
+        &sub,
+        &Forward {
+            client: b.addr.map(|a| a.ip()),
+            proto: if b.tr.is_tls() { "https" } else { "http" },
+            host: None,
+            forwarded_headers: true,
+            close: false,
+            upgrade: None,
+            tls_client: None,
+        },
+    );
+    head.truncate(head.len() - 2);
+    head.extend_from_slice(b"X-Original-URI: ");
+    head.extend_from_slice(req.target.as_bytes());
+    head.extend_from_slice(b"\r\nX-Original-Method: ");
+    head.extend_from_slice(req.method_str.as_bytes());
+    head.extend_from_slice(b"\r\n\r\n");
+    head
+}

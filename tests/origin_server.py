@@ -1,0 +1,105 @@
+"""A scriptable HTTP/1.1 origin for the cache and auth tests: each path answers what the
+test set for it (status, header fields, body, a delay), and every request is recorded.
+
+    o = Origin()                       # listens on 127.0.0.1:<free port>
+    o.route("/a", body=b"hi", headers={"Cache-Control": "max-age=60"})
+    o.route("/slow", body=b"x", delay=0.3)
+    o.count("/a")                      # requests seen for /a
+    o.close()
+
+A path without a route answers 404. Keep-alive, Content-Length framing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Origin:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        routes: dict[str, dict] = {}
+        seen: list[tuple[str, str, dict]] = []
+        lock = threading.Lock()
+        conns: set = set()
+        self._routes, self._seen, self._lock, self._conns = routes, seen, lock, conns
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                super().setup()
+                with lock:
+                    conns.add(self.connection)
+
+            def finish(self):
+                with lock:
+                    conns.discard(self.connection)
+                super().finish()
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _answer(self):
+                path = self.path.split("?", 1)[0]
+                with lock:
+                    seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+                    r = routes.get(path) or routes.get("*")
+                if r is None:
+                    r = {"status": 404, "headers": {}, "body": b"no route\n", "delay": 0}
+                if callable(r.get("fn")):
+                    r = {**r, **r["fn"](self.command, self.path, self.headers)}
+                if r.get("delay"):
+                    time.sleep(r["delay"])
+                n = int(self.headers.get("Content-Length") or 0)
+                if n:
+                    self.rfile.read(n)
+                body = r.get("body", b"")
+                self.send_response(r.get("status", 200))
+                for k, v in r.get("headers", {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _answer
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.addr = f"{host}:{self.port}"
+        self._closed = False
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def route(self, path: str, status: int = 200, body: bytes = b"", headers=None,
+              delay: float = 0, fn=None) -> None:
+        """What `path` answers; `fn(method, target, headers) -> dict` may override per request."""
+        with self._lock:
+            self._routes[path] = {"status": status, "body": body, "headers": headers or {},
+                                  "delay": delay, "fn": fn}
+
+    def count(self, path: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for _, t, _ in self._seen if path is None or t.split("?", 1)[0] == path)
+
+    def requests(self, path: str | None = None) -> list[tuple[str, str, dict]]:
+        with self._lock:
+            return [r for r in self._seen if path is None or r[1].split("?", 1)[0] == path]
+
+    def close(self) -> None:
+        """Stops listening and cuts every open connection (the origin is down)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.server.shutdown()
+        self.server.server_close()
+        import socket
+        with self._lock:
+            for c in list(self._conns):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
