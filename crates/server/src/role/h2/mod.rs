@@ -13,6 +13,7 @@
 //! (`Zone`); graceful shutdown and reload send GOAWAY with the last stream and let streams
 //! in flight finish.
 
+mod guard;
 mod proxy;
 mod serve;
 mod stream;

@@ -10,6 +10,7 @@ use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{Parsed, Request};
 
+use super::guard::{self, Gate};
 use super::proxy::Proxied;
 use super::stream::{H2Stream, Piece, StreamLog};
 use super::H2;
@@ -17,6 +18,7 @@ use crate::answer::{PageCtx, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::{new_request_id, ConnInfo};
 use crate::role::exchange::Outcome;
+use crate::role::http1::guard as h1guard;
 use crate::role::http1::local::{self, Route};
 use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
@@ -97,8 +99,15 @@ impl H2 {
             l.user_agent
                 .extend_from_slice(req.header("user-agent").unwrap_or_default());
         }
+        // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
+        if cx.ctx.routes.http_guard.real_ip.is_some() {
+            h1guard::client_ip(cx, b, &req);
+        }
         let rq = ReqCtx::new(ConnInfo {
-            client: b.addr,
+            client: match (b.real_ip, b.addr) {
+                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
+                (None, a) => a,
+            },
             local: b.local,
             tls: b.tr.is_tls(),
         });
@@ -110,6 +119,20 @@ impl H2 {
             }
         }
         let route = local::route(&cx.ctx.routes, b.listener as usize, &req, &rq);
+        if let Some((si, li)) = route.at {
+            if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
+                let uri = route.path.as_deref().unwrap_or("");
+                match guard::check(cx, b, &req, uri, (si, li)) {
+                    Gate::Pass(slot) => s.conn_slot = slot,
+                    Gate::Refuse { status, headers } => {
+                        let mut resp = Vec::with_capacity(512);
+                        let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
+                        cx.ctx.responder().error(&mut resp, page.extra(&headers));
+                        return self.answer(cx, b, c, s, resp, None);
+                    }
+                }
+            }
+        }
         if proxy_start::is_proxied(&cx.ctx.routes, &route) {
             return self.start_proxy(cx, b, c, s, &req, &route, &rq, framing);
         }

@@ -67,6 +67,8 @@ pub(super) struct H2Stream {
     pub trailers: Vec<(Vec<u8>, Vec<u8>)>,
     pub proxy: Option<Box<Proxied>>,
     pub log: Option<Box<StreamLog>>,
+    /// The location's `limit_conn` counts this stream while it lives.
+    pub conn_slot: Option<crate::guard::limit::ConnSlot>,
 }
 
 /// What one turn of a stream did.
@@ -96,6 +98,7 @@ impl H2Stream {
             end: false,
             ended: false,
             trailers: Vec::new(),
+            conn_slot: None,
             proxy: None,
             log: None,
         }

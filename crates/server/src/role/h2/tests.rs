@@ -827,3 +827,63 @@ fn an_upstream_chunked_trailer_section_reaches_the_client_as_trailers() {
     assert_eq!((g.body.as_slice(), g.ended), (&b"ok"[..], true));
     assert!(g.trailers.is_empty());
 }
+
+/// A stream passes its location's guard as an HTTP/1 request does: access rules refuse it
+/// with 403 (on that stream only), `limit_conn` counts a stream while it lives, and an
+/// `auth_request` location (its subrequest is HTTP/1's) answers 500, never its content.
+#[test]
+fn a_stream_passes_its_locations_guard() {
+    let mut h = Harness::new(
+        r#"
+[[limit_conn_zone]]
+name = "h2_conn"
+key = "$remote_addr"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "app"
+  limit_conn = { zone = "h2_conn", max = 1 }
+  [[server.location]]
+  path = "/denied/"
+  return = { status = 200, body = "secret" }
+  access = ["deny all"]
+  [[server.location]]
+  path = "/auth/"
+  return = { status = 200, body = "secret" }
+  auth_request = { proxy_pass = "app", uri = "/check" }
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+keepalive = 4
+retries = 0
+"#,
+    );
+    let mut cl = Client::open(&mut h, &[]);
+    cl.get(&mut h, 1, "/denied/x");
+    let g = cl.got(&mut h, 1);
+    assert_eq!((g.status, g.ended), (403, true));
+    assert!(!g.body.windows(6).any(|w| w == b"secret"));
+    cl.get(&mut h, 3, "/auth/x");
+    let g = cl.got(&mut h, 3);
+    assert_eq!((g.status, g.ended), (500, true));
+    assert!(!g.body.windows(6).any(|w| w == b"secret"));
+    // limit_conn: a second stream while the first is proxied is refused; once the first
+    // ended, the next passes.
+    cl.get(&mut h, 5, "/slow");
+    let (u, _) = h.accept_upstream();
+    cl.get(&mut h, 7, "/x");
+    assert_eq!(cl.got(&mut h, 7).status, 503);
+    h.flush();
+    h.upstream_got(u);
+    h.send(u, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi");
+    assert_eq!(cl.got(&mut h, 5).status, 200);
+    cl.get(&mut h, 9, "/x");
+    h.flush();
+    assert!(String::from_utf8(h.upstream_got(u))
+        .unwrap()
+        .starts_with("GET /x "));
+    h.send(u, b"HTTP/1.1 204 No Content\r\n\r\n");
+    assert_eq!(cl.got(&mut h, 9).status, 204);
+    assert!(h.t.is_open(cl.c));
+}

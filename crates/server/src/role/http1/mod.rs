@@ -6,7 +6,7 @@
 //! answered here through the response writer (`local.rs`).
 
 pub(crate) mod cached;
-mod guard;
+pub(crate) mod guard;
 pub mod local;
 mod proxy;
 
