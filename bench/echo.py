@@ -48,7 +48,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from lib import Cgroup, cpu_ns, proc_tree, free_port, wait_port, sh, machine, host_speed  # noqa: E402
+from lib import Cgroup, cpu_ns, proc_tree, free_port, wait_port, sh, machine, host_speed, shown  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 ECHO = os.path.join(HERE, "echo")
@@ -403,10 +403,10 @@ def main():
                                 f"of {perf_secs} s (perf_cpu_us_per_msg: the server CPU per echo under perf)")
                    if use_perf else None,
                    "latency_rate": f"{LAT_FRACTION:.0%} of the slowest peer's median uncapped msgs/s, open loop",
-                   "servers": {p: " ".join(servers[p].cmd()).replace(work, "$TMP") for p in PEERS},
+                   "servers": {p: shown(" ".join(servers[p].cmd()).replace(work, "$TMP")) for p in PEERS},
                    "workloads": {k: v[1] for k, v in WORKLOADS.items()}},
         "latency_rates": rates,
-        "sqpoll_steady": {"server": " ".join(servers[STEADY].cmd()).replace(work, "$TMP") if STEADY in servers else None,
+        "sqpoll_steady": {"server": shown(" ".join(servers[STEADY].cmd()).replace(work, "$TMP")) if STEADY in servers else None,
                           "syscalls_per_msg": steady,
                           "median": {wl: med(v) for wl, v in steady.items()}},
         "rows": rows,

@@ -277,7 +277,7 @@ def main():
                    "workloads": {k: v[4] for k, v in WORKLOADS.items()}},
         "rows": rows,
         "summary": summarise(rows, WORKLOADS, peers + [YARDSTICK]),
-        "base": args.base,
+        "base": lib.shown(args.base and os.path.abspath(args.base)),
     }
     os.makedirs(RESULTS, exist_ok=True)
     name = datetime.date.today().isoformat() + ("-quick" if args.quick else "") + ("-ab" if args.base else "")

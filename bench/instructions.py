@@ -179,7 +179,7 @@ def main():
         summary[wl] = s
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "rounds": args.rounds, "duration_s": args.duration, "elapsed_s": round(time.time() - t0, 1),
-              "machine": lib.machine(), "versions": lib.versions(), "base": os.path.relpath(os.path.abspath(args.base), lib.ROOT),
+              "machine": lib.machine(), "versions": lib.versions(), "base": lib.shown(os.path.abspath(args.base)),
               "rows": rows, "summary": summary}
     os.makedirs(lib.RESULTS, exist_ok=True)
     path = os.path.join(lib.RESULTS, f"instructions-{datetime.date.today().isoformat()}.json")

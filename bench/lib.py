@@ -21,6 +21,13 @@ BENCH = os.path.join(ROOT, "bench")
 RESULTS = os.path.join(BENCH, "results")
 RINGX = os.environ.get("RINGX_BIN", os.path.join(ROOT, "target", "release", "ringx"))
 CAP_PCT = 40
+
+
+def shown(text):
+    """`text` (a path or a command line) as results record it: paths inside this checkout
+    relative to its root, so a result names no machine's directory."""
+    return None if text is None else str(text).replace(ROOT + os.sep, "")
+
 SERVER_CPU = "0"
 CLIENT_CPU = "1"
 

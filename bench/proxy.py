@@ -290,7 +290,7 @@ def main():
               "method": {"proxy_cpu": lib.SERVER_CPU, "client_and_upstream_cpu": UPSTREAM_CPU,
                          "cpu": "schedstat run time of the proxy's processes only",
                          "workloads": {k: v[2] for k, v in WORKLOADS.items()}},
-              "rows": rows, "summary": summarise(rows, peers), "base": args.base}
+              "rows": rows, "summary": summarise(rows, peers), "base": lib.shown(args.base and os.path.abspath(args.base))}
     os.makedirs(RESULTS, exist_ok=True)
     name = datetime.date.today().isoformat() + ("-quick" if args.quick else "") + ("-ab" if args.base else "")
     path = os.path.join(RESULTS, f"proxy-{name}.json")

@@ -14,11 +14,16 @@ Workloads:
                         full handshake, ECDSA P-256 and RSA 2048 certificates
   resumed_ec            the same, resuming the session (s_time -reuse)
   file1m_c10            a 1 MB file over HTTPS, keep-alive, 10 connections: CPU per request
-  flood                 p99 of 10 keep-alive clients (wrk) alone, then while s_time clients
-                        open new TLS connections as fast as they can; ringx with its handshake
-                        budget (share 0.5, the default) and with none (share 1)
+  flood                 p99 of 10 keep-alive connections sending 1,000 requests/s in all (open
+                        loop, latency from each request's scheduled time: bench/tls_load.c),
+                        quiet, then while another client opens 2,000 new TLS 1.3 connections
+                        per second (bench/tls_load.c flood: full handshakes, abandoned after
+                        1 s); ringx with its handshake budget (share 0.5, the default) and with
+                        none (share 1). What the flood reached is reported with it.
 
-Usage: bench/tls.py [--quick] [--rounds N] [--duration S]
+Usage: bench/tls.py [--quick] [--rounds N] [--duration S] [--only WL,...] [--peers P,...]
+  --only   the workloads to run (names above, and `flood`); all by default
+  --peers  the peers to alternate (nginx, ringx-aws-lc-rs, ringx-ring); all by default
 Writes bench/results/tls-<date>.json and the HTTPS section of bench/README.md.
 """
 import argparse
@@ -187,27 +192,57 @@ def measure(srv, wl, secs):
     return r
 
 
+FLOOD_RATE = 2000  # new connections per second
+KA_CONNS, KA_RPS = 10, 1000  # the established clients
+
+
+def tls_load(work):
+    """bench/tls_load.c, built once per run."""
+    out = lib.build_c("tls_load.c", os.path.join(work, "tls_load"), libs=["-lssl", "-lcrypto"])
+    if not out:
+        raise RuntimeError("bench/tls: cannot build bench/tls_load.c (apt-get install libssl-dev)")
+    return out
+
+
+def keepalive(tool, port, secs):
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, tool, "keepalive", "127.0.0.1", str(port), str(KA_CONNS),
+           str(KA_RPS), str(secs), "/r64"]
+    r = json.loads(lib.sh(cmd, timeout=secs + 60).stdout.strip().splitlines()[-1])
+    r["cmd"] = " ".join(cmd)
+    return r
+
+
 def flood(work, c, secs):
     """Keep-alive p99 quiet and under a handshake flood, per server (and budget)."""
+    tool = tls_load(work)
     rows = []
     for name, share in [("nginx", None), ("ringx-aws-lc-rs", 0.5), ("ringx-aws-lc-rs", 1.0)]:
         srv = Server(name, work, c, share or 0.5).start()
         try:
             wrk(srv.ec_port, "/r64", 10, 1)
-            quiet = wrk(srv.ec_port, "/r64", 10, secs)
-            fl = subprocess.Popen([sys.executable, __file__, "--s-time-child", str(srv.ec_port),
-                                   str(secs + 2)], stdout=subprocess.PIPE, text=True)
+            quiet = keepalive(tool, srv.ec_port, secs)
+            # Niced below the measured client, which needs little CPU (open loop, 1,000
+            # requests/s): the flood takes the rest of the client CPU.
+            fcmd = ["nice", "-n", "10", "taskset", "-c", lib.CLIENT_CPU, tool, "flood", "127.0.0.1",
+                    str(srv.ec_port), str(FLOOD_RATE), str(secs + 2)]
+            fl = subprocess.Popen(fcmd, stdout=subprocess.PIPE, text=True)
             time.sleep(1)
-            loaded = wrk(srv.ec_port, "/r64", 10, secs)
-            conns = int(fl.communicate(timeout=secs + 60)[0].strip() or 0)
+            cpu0 = srv.cpu()
+            loaded = keepalive(tool, srv.ec_port, secs)
+            cpu = (srv.cpu() - cpu0) / 1e9 / secs
+            fr = json.loads(fl.communicate(timeout=secs + 60)[0].strip().splitlines()[-1])
         finally:
             srv.stop()
         rows.append({"peer": name if share is None else f"{name} share {share}",
-                     "quiet_p99_ms": quiet["lat_p99_ms"], "flood_p99_ms": loaded["lat_p99_ms"],
-                     "quiet_rps": quiet["requests"] / secs, "flood_rps": loaded["requests"] / secs,
-                     "handshakes_per_s": conns / (secs + 2),
-                     "p99_ratio": (loaded["lat_p99_ms"] or 0) / max(quiet["lat_p99_ms"] or 1e-9, 1e-9)})
-        print(f"bench/tls flood {rows[-1]}", flush=True)
+                     "quiet": quiet, "flood": loaded, "flood_client": fr, "flood_cmd": " ".join(fcmd),
+                     "server_cpu_share_under_flood": round(cpu, 3),
+                     "quiet_p99_ms": quiet["p99_ms"], "flood_p99_ms": loaded["p99_ms"],
+                     "p99_ratio": loaded["p99_ms"] / max(quiet["p99_ms"], 1e-9),
+                     "new_connections_per_s": fr["started_per_s"],
+                     "handshakes_done_per_s": fr["done_per_s"]})
+        print(f"bench/tls flood {rows[-1]['peer']}: p99 {quiet['p99_ms']:.2f} -> {loaded['p99_ms']:.2f} ms "
+              f"({rows[-1]['p99_ratio']:.2f}x), flood started {fr['started_per_s']:.0f}/s, "
+              f"done {fr['done_per_s']:.0f}/s, timed out {fr['timed_out']}, server CPU {cpu:.2f}", flush=True)
     return rows
 
 
@@ -216,14 +251,17 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int)
-    ap.add_argument("--s-time-child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--only", help="comma-separated workloads (and `flood`)")
+    ap.add_argument("--peers", help="comma-separated peers")
     args = ap.parse_args()
-    if args.s_time_child:
-        port, secs = int(args.s_time_child[0]), int(args.s_time_child[1])
-        # Niced: the flood takes the client CPU only when the measured keep-alive client
-        # (wrk) leaves it, so what wrk's latency shows is the server's doing.
-        print(s_time(port, secs, False, procs=3, nice=19)["requests"])
-        return
+    only = args.only.split(",") if args.only else [*WORKLOADS, "flood"]
+    unknown = [w for w in only if w not in WORKLOADS and w != "flood"]
+    if unknown:
+        ap.error(f"unknown workloads {unknown}; known: {[*WORKLOADS, 'flood']}")
+    peers = args.peers.split(",") if args.peers else PEERS
+    if any(p not in PEERS for p in peers):
+        ap.error(f"unknown peers in {peers}; known: {PEERS}")
+    workloads = {w: d for w, d in WORKLOADS.items() if w in only}
     rounds = args.rounds or (1 if args.quick else 3)
     secs = args.duration or (2 if args.quick else 5)
     t0 = time.time()
@@ -239,8 +277,8 @@ def main():
     speed0 = lib.host_speed(3)
     rows = []
     for rnd in range(rounds):
-        for wl in WORKLOADS:
-            for peer in PEERS:
+        for wl in workloads:
+            for peer in peers:
                 srv = Server(peer, work, c).start()
                 try:
                     if wl.startswith("ka") or wl.startswith("file"):
@@ -252,22 +290,23 @@ def main():
                 rows.append(r)
                 print(f"bench/tls round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.1f} µs/req "
                       f"({r['requests']} in {secs} s)", flush=True)
-    fl = flood(work, c, secs * 2)
-    summary = lib.summarise(rows, WORKLOADS, PEERS)
+    fl = flood(work, c, secs * 2) if "flood" in only else []
+    summary = lib.summarise(rows, workloads, peers)
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
               "machine": lib.machine(), "versions": {**lib.versions(),
                                                      "openssl": lib.sh(["openssl", "version"]).stdout.strip()},
               "host_speed_before": speed0, "host_speed_after": lib.host_speed(3),
-              "workloads": WORKLOADS, "rows": rows, "summary": summary, "flood": fl}
-    name = f"tls-{result['date']}" + ("-quick" if args.quick else "")
+              "workloads": workloads, "peers": peers, "rows": rows, "summary": summary, "flood": fl}
+    name = f"tls-{result['date']}" + ("-quick" if args.quick else "") + \
+        ("-" + "-".join(only) if args.only else "")
     os.makedirs(lib.RESULTS, exist_ok=True)
     with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"bench/tls: wrote bench/results/{name}.json", flush=True)
-    for wl in WORKLOADS:
+    for wl in workloads:
         cells = []
-        for p in PEERS:
+        for p in peers:
             s = summary[wl].get(p, {}).get("cpu_us_per_req")
             if s:
                 cells.append(f"{p} {s['median']:.1f} ({s.get('ratio_to_nginx', 1):.2f}×)")

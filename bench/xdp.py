@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
-from lib import machine  # noqa: E402
+from lib import machine, shown  # noqa: E402
 
 TAG = str(os.getpid() % 100000)
 GEN_NS, RX_NS = f"rxbg{TAG}", f"rxbt{TAG}"
@@ -508,6 +508,7 @@ def main():
         f"--src {GEN_IP} --dst {RX_IP} --dst-mac <{RX_DEV}'s MAC> --seconds {secs}",
         f"split phase: ip netns exec {RX_NS} sh -c 'echo 1 > /sys/class/net/{RX_DEV}/threaded'; "
         f"taskset -p -c {args.rx_cpu} <napi/{RX_DEV}-* threads>; receiver CPU from their /proc/PID/schedstat"]
+    res["commands"] = [shown(c) for c in res["commands"]]
     res["elapsed_s"] = round(time.time() - t0, 1)
     res["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
     os.makedirs(RESULTS, exist_ok=True)

@@ -15,6 +15,8 @@ have h2load || need_apt+=(nghttp2-client)
 [ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || need_apt+=(libnginx-mod-stream)
 have haproxy || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 have cc     || need_apt+=(build-essential)
+# libssl-dev: bench/tls_load.c, the HTTPS benchmark's flood and keep-alive clients (OpenSSL).
+[ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
 have pkg-config || need_apt+=(pkg-config)
 have ip     || need_apt+=(iproute2)
 have taskset || need_apt+=(util-linux)

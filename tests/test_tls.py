@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -220,6 +221,22 @@ def test_mtls_required_and_optional(site):
     assert hdrs["x-ssl-client-verify"] == "NONE" and "x-ssl-client-s-dn" not in hdrs, hdrs
 
 
+def test_mtls_with_openssl_s_client(site):
+    pki, alice = site["pki"], site["alice"]
+    req = b"GET /who HTTP/1.1\r\nHost: m.test\r\nConnection: close\r\n\r\n"
+    for version in ["-tls1_3", "-tls1_2"]:
+        out = s_client(site["q"], "-servername", "m.test", version, "-ign_eof", "-CAfile",
+                       str(pki.ca_path), "-cert", str(alice[0]), "-key", str(alice[1]), stdin=req)
+        assert "Verify return code: 0 (ok)" in out and "HTTP/1.1 200" in out, (version, out)
+        hdrs = {k.lower(): v for k, v in site["up"].requests[-1]["headers"]}
+        assert hdrs["x-ssl-client-s-dn"] == "CN=alice", hdrs
+        # Without a certificate, verify = "required" refuses the handshake: no answer.
+        out = s_client(site["q"], "-servername", "m.test", version, "-ign_eof", "-CAfile",
+                       str(pki.ca_path), stdin=req)
+        assert "HTTP/1.1" not in out, (version, out)
+        assert "alert" in out.lower(), (version, out)
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 
@@ -278,6 +295,89 @@ def test_a_client_hello_byte_by_byte(site):
         s.settimeout(5)
         first = s.recv(5)
     assert first[:1] == b"\x16" and first[1:3] == b"\x03\x03", first  # a ServerHello record
+
+
+def metric_values(admin: int, name: str) -> dict:
+    """`name`'s samples on the admin listener's /metrics, by their labels (summed over zones)."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    got: dict = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == name:
+                key = tuple(sorted((k, v) for k, v in smp.labels.items() if k != "zone"))
+                got[key] = got.get(key, 0) + smp.value
+    return got
+
+
+def test_a_client_that_stops_mid_handshake_is_timed_out(ringx, tmp_path):
+    """The client sends its ClientHello, reads the server's whole flight and never sends its
+    Finished: the handshake timeout (client_header_timeout, as nginx) closes the connection,
+    counts a failed handshake, and the connection is gone from the active count."""
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("site", ["s.test"])
+    p, a = free_port(), free_port()
+    ringx.make(runtime_section(None) + f"""
+[admin]
+listen = "127.0.0.1:{a}"
+[http]
+client_header_timeout = "1s"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{cert}", key = "{key}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+""")
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx(pki).wrap_bio(inc, out, server_hostname="s.test")
+    with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+        with pytest.raises(ssl.SSLWantReadError):
+            obj.do_handshake()
+        s.sendall(out.read())
+        t0 = time.monotonic()
+        # The server's flight, up to its Finished: the client's side of the handshake then
+        # completes (TLS 1.3), and what it would send next (its Finished) is never sent.
+        s.settimeout(5)
+        while True:
+            try:
+                obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                chunk = s.recv(65536)
+                assert chunk, "the server closed before its flight"
+                inc.write(chunk)
+        assert obj.version() == "TLSv1.3" and out.pending > 0  # the unsent Finished
+        assert metric_values(a, "ringx_connections_active") == {(): 1}
+        got, _ = read_until_closed(s, 6)
+        took = time.monotonic() - t0
+    assert got == b"" and 0.8 < took < 4, (got, took)
+    assert metric_values(a, "ringx_tls_handshakes_total").get((("result", "failed"),)) == 1
+    assert metric_values(a, "ringx_connections_active") == {(): 0}
+
+
+def test_tls_on_a_plain_http_port_gets_an_answer_not_a_hang(ringx, tmp_path):
+    """A ClientHello sent to a plain HTTP listener is a bad request line: nginx's 400 and a
+    close, at once; curl's https:// against it fails fast with a TLS error."""
+    p = free_port()
+    ringx.make(runtime_section(None) + f"""
+[[server]]
+listen = ["127.0.0.1:{p}"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "plain\\n" }}
+""")
+    with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+        s.sendall(client_hello("s.test"))
+        got, took = read_until_closed(s, 5)
+    assert got.startswith(b"HTTP/1.1 400 "), got
+    assert took < 2, took
+    t0 = time.monotonic()
+    r = curl("-k", f"https://127.0.0.1:{p}/")
+    assert r.returncode == 35 and time.monotonic() - t0 < 5, r  # CURLE_SSL_CONNECT_ERROR
+    assert curl(f"http://127.0.0.1:{p}/").stdout == b"plain\n"
 
 
 def test_ten_thousand_client_hellos_from_one_source(site):
@@ -707,3 +807,68 @@ listen = ["127.0.0.1:{p}"]
         assert all(path != "/bad/x" and path != "/direct/z" for path, _ in up.requests)
     finally:
         up.close()
+
+
+# -- kernel TLS -------------------------------------------------------------------------------
+
+
+def ktls_unavailable() -> str | None:
+    """Why the kernel cannot seal TLS records here (None: it can), after trying to load the
+    module."""
+    path = Path("/proc/sys/net/ipv4/tcp_available_ulp")
+    ulps = path.read_text().split() if path.exists() else []
+    if "tls" not in ulps and shutil.which("modprobe"):
+        subprocess.run(["modprobe", "tls"], capture_output=True)
+        ulps = path.read_text().split() if path.exists() else []
+    if "tls" in ulps:
+        return None
+    how = "modprobe tls failed" if shutil.which("modprobe") else "no modprobe to load it"
+    return f"the kernel has no tls ULP (tcp_available_ulp: {' '.join(ulps) or '-'}; {how})"
+
+
+@pytest.mark.parametrize("engine", ["uring", "epoll"])
+def test_kernel_tls_seals_what_the_zone_sends(ringx, tmp_path, engine):
+    """Where the kernel has kTLS, connections hand their sending side over after the
+    handshake: a 10 MB file (sendfile/splice under TLS) and a keep-alive response arrive
+    intact, the metric counts the hand-overs, and the start-up line says so."""
+    why = ktls_unavailable()
+    if why:
+        pytest.skip(f"kernel TLS path not tested: {why}")
+    release = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
+    if engine == "uring" and release < (6, 7):
+        pytest.skip("io_uring socket commands need Linux 6.7")
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("site", ["s.test"])
+    www = tmp_path / "www"
+    www.mkdir()
+    data = os.urandom(BIG)
+    (www / "big.bin").write_bytes(data)
+    p, a = free_port(), free_port()
+    srv = ringx.make(runtime_section(engine) + f"""
+log_level = "info"
+[admin]
+listen = "127.0.0.1:{a}"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{cert}", key = "{key}" }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "small\\n" }}
+  [[server.location]]
+  path = "/f/"
+  alias = "{www}/"
+""")
+    assert "kernel TLS seals records for" in srv.log(), srv.log()
+    r = curl("--cacert", str(pki.ca_path), "--resolve", f"s.test:{p}:127.0.0.1",
+             f"https://s.test:{p}/f/big.bin", "-o", str(tmp_path / "got.bin"),
+             f"https://s.test:{p}/", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert hashlib.sha256((tmp_path / "got.bin").read_bytes()).hexdigest() == \
+        hashlib.sha256(data).hexdigest()
+    assert r.stdout == b"small\n", r.stdout
+    got = metric_values(a, "ringx_tls_kernel_total")
+    assert sum(got.values()) >= 1, got
+    # TLS 1.2 too, with close_notify at the end (s_client reports a clean close).
+    out = s_client(p, "-servername", "s.test", "-tls1_2", "-ign_eof",
+                   stdin=b"GET / HTTP/1.1\r\nHost: s.test\r\nConnection: close\r\n\r\n")
+    assert "small" in out and "Protocol  : TLSv1.2" in out, out

@@ -17,6 +17,7 @@
 //! provider = "aws-lc-rs"       # or "ring"
 //! ticket_key_rotate = "6h"     # a ticket key encrypts this long, then decrypts as long again
 //! handshake_share = 0.5        # most of a zone's time that handshakes may take
+//! ktls = "auto"                # the kernel seals records where it can (kTLS), or "off"
 //! ```
 //!
 //! The files are only named here; reading and checking them (a key that does not match its
@@ -220,6 +221,12 @@ pub struct Tls {
     /// The cryptography under rustls: `"aws-lc-rs"` (default) or `"ring"`.
     #[serde(default = "default_provider")]
     pub provider: Spanned<String>,
+    /// Kernel TLS: `"auto"` (default) hands each connection's sending side to the kernel
+    /// after the handshake where the kernel has the `tls` module and the cipher (probed once
+    /// at start), so files go by sendfile; `"off"` seals every record in ringx (nginx's
+    /// default, which asks for `ssl_conf_command Options KTLS`).
+    #[serde(default = "default_ktls")]
+    pub ktls: Spanned<String>,
 }
 
 impl Default for Tls {
@@ -239,6 +246,9 @@ fn default_rotate() -> Spanned<Dur> {
 }
 fn default_provider() -> Spanned<String> {
     Spanned::new(0..0, "aws-lc-rs".into())
+}
+fn default_ktls() -> Spanned<String> {
+    Spanned::new(0..0, "auto".into())
 }
 fn default_share() -> Spanned<f64> {
     Spanned::new(0..0, 0.5)
@@ -270,6 +280,15 @@ pub(crate) fn validate<'a>(
             format!(
                 "provider = {:?}: use \"aws-lc-rs\" or \"ring\"",
                 tls.provider.get_ref()
+            ),
+        ));
+    }
+    if !matches!(tls.ktls.get_ref().as_str(), "auto" | "off") {
+        return Err(src.err(
+            tls.ktls.span(),
+            format!(
+                "ktls = {:?}: use \"auto\" (the kernel seals records where it can) or \"off\"",
+                tls.ktls.get_ref()
             ),
         ));
     }

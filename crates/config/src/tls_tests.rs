@@ -86,6 +86,17 @@ fn mistakes_are_placed_and_explained() {
         e.starts_with("bad.toml:2:") && e.contains("handshake_share"),
         "{e}"
     );
+    let e = err(&format!(
+        "[tls]\nktls = \"on\"\n{}",
+        server(
+            "tls = { cert = \"a.pem\", key = \"a.key\" }",
+            "127.0.0.1:443"
+        )
+    ));
+    assert!(
+        e.starts_with("bad.toml:2:") && e.contains("ktls = \"on\"") && e.contains("\"off\""),
+        "{e}"
+    );
 }
 
 #[test]

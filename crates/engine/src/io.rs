@@ -45,6 +45,40 @@ pub(crate) enum Chunk {
     File { file: Rc<File>, off: u64, end: u64 },
 }
 
+/// A socket option or a kernel TLS record ([`Io::set_sockopt`], [`Io::send_tls_record`]),
+/// carried out once the output queued before it has been written.
+///
+/// These are kept beside the output queue, not in it, so that the chunk matches every send
+/// makes stay two-way: a plain connection's sends cost what they did before kernel TLS. The
+/// order is kept by position ([`ConnIo::ctl`]) and by a chunk boundary (a control operation
+/// ends the bytes chunk before it, so nothing written after it is sent with those bytes).
+pub(crate) enum Ctl {
+    /// A socket option.
+    SockOpt(SockOpt),
+    /// Bytes sent as one kernel TLS record of a content type.
+    TlsRecord(crate::tls_record::TlsRecord),
+}
+
+/// A socket option queued behind a connection's output.
+pub(crate) struct SockOpt {
+    pub level: i32,
+    pub name: i32,
+    pub value: Vec<u8>,
+}
+
+impl SockOpt {
+    /// What a failure says: which option, and the kernel's answer.
+    pub(crate) fn error(&self, e: io::Error) -> io::Error {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "setsockopt(level {}, option {}): {e}",
+                self.level, self.name
+            ),
+        )
+    }
+}
+
 impl Chunk {
     /// A bytes chunk with nothing left to send. (A file chunk whose offset reached its end
     /// may still have bytes in the splice pipe, so it never counts as empty here.)
@@ -110,6 +144,12 @@ pub(crate) struct ConnIo {
     /// or handed to the kernel on their way there (io_uring's splice pipe, whose bytes a
     /// close that drops them takes back off). [`Io::bytes_out`] is this plus what is queued.
     pub sent: u64,
+    /// Control operations, each with the value `sent` must reach before it is carried out
+    /// (the output queued before it). `None` on almost every connection.
+    // Boxed so that the field costs every connection one word, not a VecDeque's four: only
+    // kTLS connections have control operations.
+    #[allow(clippy::box_collection)]
+    pub ctl: Option<Box<VecDeque<(u64, Ctl)>>>,
 }
 
 /// What an outbound connection keeps beside its handle.
@@ -170,6 +210,7 @@ impl ConnIo {
             outbound: None,
             dgram: false,
             sent: 0,
+            ctl: None,
         }
     }
 
@@ -188,6 +229,10 @@ impl ConnIo {
         self.peer = None;
         self.dgram = false;
         self.sent = 0;
+        if self.ctl.is_some() {
+            // Checked first: dropping a `None` in place is an out-of-line call per accept.
+            self.ctl = None;
+        }
     }
 
     /// Drops queued output that no operation owns.
@@ -206,6 +251,31 @@ impl ConnIo {
         !self.out.is_empty()
             || !matches!(self.after_flush, AfterFlush::Nothing)
             || self.notify_flushed
+            || self.ctl.is_some()
+    }
+
+    /// Whether the first control operation's turn has come: everything queued before it has
+    /// left the output queue. (io_uring also waits for its splice pipe to drain.)
+    pub(crate) fn ctl_due(&self) -> bool {
+        self.ctl
+            .as_ref()
+            .and_then(|q| q.front())
+            .is_some_and(|(at, _)| *at <= self.sent)
+    }
+
+    /// The first control operation (its turn has come: [`ConnIo::ctl_due`]).
+    pub(crate) fn ctl_front(&mut self) -> Option<&mut Ctl> {
+        self.ctl.as_mut()?.front_mut().map(|(_, op)| op)
+    }
+
+    /// The first control operation is done.
+    pub(crate) fn ctl_pop(&mut self) {
+        if let Some(q) = self.ctl.as_mut() {
+            q.pop_front();
+            if q.is_empty() {
+                self.ctl = None;
+            }
+        }
     }
 
     /// The front chunk was written completely: pop it, and give its vector to the zone's pool
@@ -279,6 +349,8 @@ pub struct Io {
     pub(crate) new_listeners: Vec<Listener>,
     /// Listeners the handler closed.
     pub(crate) closed_listeners: Vec<ListenerId>,
+    /// The driver carries out [`Io::set_sockopt`] (io_uring: Linux 6.7's socket commands).
+    pub(crate) sockopts: bool,
     /// Datagrams queued this iteration (`dgram.rs`), sent by the driver after the batch.
     pub(crate) dgram_out: Vec<DgramOut>,
     /// Datagram sends queued or in flight, and the most allowed.
@@ -305,6 +377,7 @@ impl Io {
             listener_count: 0,
             new_listeners: Vec::new(),
             closed_listeners: Vec::new(),
+            sockopts: true,
             dgram_out: Vec::new(),
             dgram_pending: 0,
             dgram_limit: DEFAULT_DGRAM_LIMIT,
@@ -443,6 +516,50 @@ impl Io {
             off: offset,
             end: offset + len,
         });
+    }
+
+    /// Sets a socket option on the connection once everything queued before it has been
+    /// written, and before anything queued after it: kernel TLS's `TCP_ULP` and `TLS_TX`,
+    /// whose keys seal what follows them. io_uring: `IORING_OP_URING_CMD`
+    /// `SOCKET_URING_OP_SETSOCKOPT` on the direct descriptor (Linux 6.7); epoll:
+    /// `setsockopt(2)`. If the kernel refuses, the connection closes and `on_closed` gets the
+    /// error. See [`Io::can_set_sockopt`].
+    pub fn set_sockopt(&mut self, c: ConnId, level: i32, name: i32, value: Vec<u8>) {
+        self.queue_ctl(c, Ctl::SockOpt(SockOpt { level, name, value }));
+    }
+
+    /// Queues a control operation after everything queued so far.
+    fn queue_ctl(&mut self, c: ConnId, op: Ctl) {
+        if !self.is_open(c) {
+            return;
+        }
+        self.mark_dirty(c);
+        let at = self.bytes_out(c);
+        let conn = &mut self.conns[c.index()];
+        conn.ctl
+            .get_or_insert_with(Box::default)
+            .push_back((at, op));
+        if matches!(conn.out.back(), Some(Chunk::Bytes { .. })) {
+            // What is written after the operation goes in a chunk of its own.
+            let buf = self.spares.pop().unwrap_or_default();
+            conn.out.push_back(Chunk::Bytes { buf, pos: 0 });
+        }
+    }
+
+    /// Whether this zone's driver can carry out [`Io::set_sockopt`].
+    pub fn can_set_sockopt(&self) -> bool {
+        self.sockopts
+    }
+
+    /// Sends `data` as one record of TLS content type `typ` (an alert, a handshake message)
+    /// on a connection whose sending side kernel TLS seals: `sendmsg(2)` with a `SOL_TLS`
+    /// `TLS_SET_RECORD_TYPE` control message (io_uring: `IORING_OP_SENDMSG`), in order with
+    /// the rest of the output. On a socket without kernel TLS the bytes go out as they are.
+    pub fn send_tls_record(&mut self, c: ConnId, typ: u8, data: &[u8]) {
+        if !data.is_empty() {
+            let r = crate::tls_record::TlsRecord::new(typ, data);
+            self.queue_ctl(c, Ctl::TlsRecord(r));
+        }
     }
 
     /// Bytes queued and not yet written, for back-pressure decisions.

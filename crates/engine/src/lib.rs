@@ -110,6 +110,7 @@ mod slot;
 pub mod sys;
 pub mod testio;
 pub mod timer;
+mod tls_record;
 pub mod uring;
 mod waker;
 mod zone;

@@ -42,61 +42,20 @@ impl Default for ListenOptions {
 /// `SO_REUSEADDR`, so connections in TIME_WAIT do not count) and closed at once: call it
 /// before binding an address this process does not hold yet.
 pub fn ensure_unclaimed(addr: SocketAddr) -> io::Result<()> {
-    let sock = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM.cloexec(),
-        Some(Protocol::TCP),
-    )?;
-    sock.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        sock.set_only_v6(true)?;
-    }
-    match sock.bind(&addr.into()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Err(io::Error::new(
-            io::ErrorKind::AddrInUse,
-            format!(
-                "{addr} is already in use by another process (another ringx, or another \
-                 server): stop it, or choose another address; ringx shares a port only among \
-                 its own zones and with the process it upgrades"
-            ),
-        )),
-        // Anything else (EACCES for a low port, EADDRNOTAVAIL) is reported by the real bind.
-        Err(_) => Ok(()),
-    }
+    probe_unclaimed(addr, Kind::Tcp)
+}
+
+/// Fails with `AddrInUse` when a UDP socket is already bound to `addr`: the same check as
+/// [`ensure_unclaimed`], for datagram listeners.
+pub fn ensure_unclaimed_udp(addr: SocketAddr) -> io::Result<()> {
+    probe_unclaimed(addr, Kind::Udp)
 }
 
 /// Binds a non-blocking listener with `SO_REUSEADDR` and `SO_REUSEPORT`. Errors name the
 /// address and what to check.
 pub fn bind_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<TcpListener> {
-    let ctx = |what: &str, e: io::Error| {
-        let hint = match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => {
-                " (another process listens there without SO_REUSEPORT, or as another user)"
-            }
-            Some(libc::EACCES) => " (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
-            Some(libc::EADDRNOTAVAIL) => " (no local interface has this address)",
-            _ => "",
-        };
-        io::Error::new(e.kind(), format!("{what} {addr}: {e}{hint}"))
-    };
-    let sock = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM.nonblocking().cloexec(),
-        Some(Protocol::TCP),
-    )
-    .map_err(|e| ctx("socket for", e))?;
-    sock.set_reuse_address(true)
-        .map_err(|e| ctx("SO_REUSEADDR on", e))?;
-    sock.set_reuse_port(true)
-        .map_err(|e| ctx("SO_REUSEPORT on", e))?;
-    if addr.is_ipv6() {
-        sock.set_only_v6(true)
-            .map_err(|e| ctx("IPV6_V6ONLY on", e))?;
-    }
-    if opts.transparent {
-        set_transparent(&sock, addr).map_err(|e| ctx("IP_TRANSPARENT on", e))?;
-    }
+    let ctx = |what: &str, e| context(Kind::Tcp, addr, what, e);
+    let sock = reuseport_socket(addr, Kind::Tcp, opts)?;
     if opts.nodelay {
         sock.set_tcp_nodelay(true)
             .map_err(|e| ctx("TCP_NODELAY on", e))?;
@@ -104,21 +63,36 @@ pub fn bind_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<TcpL
     sock.bind(&addr.into()).map_err(|e| ctx("bind", e))?;
     if opts.defer_accept_secs > 0 {
         let secs = opts.defer_accept_secs as libc::c_int;
-        // SAFETY: setsockopt reads one live c_int from the pointer given with its size.
-        let r = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&sock),
-                libc::IPPROTO_TCP,
-                libc::TCP_DEFER_ACCEPT,
-                (&secs as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(ctx("TCP_DEFER_ACCEPT on", io::Error::last_os_error()));
-        }
+        crate::sys::setsockopt_int(
+            std::os::fd::AsRawFd::as_raw_fd(&sock),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            secs,
+        )
+        .map_err(|e| ctx("TCP_DEFER_ACCEPT on", e))?;
     }
     sock.listen(opts.backlog).map_err(|e| ctx("listen", e))?;
+    Ok(sock.into())
+}
+
+/// Binds a non-blocking UDP socket with `SO_REUSEADDR` and `SO_REUSEPORT`, one per zone: the
+/// kernel spreads datagrams over the zones by a hash of their addresses, so every datagram of
+/// one client reaches the same zone. A wildcard address asks for each datagram's destination
+/// (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), so that the answer leaves from the address the client
+/// wrote to. Errors name the address and what to check.
+pub fn bind_udp_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<UdpSocket> {
+    let ctx = |what: &str, e| context(Kind::Udp, addr, what, e);
+    let sock = reuseport_socket(addr, Kind::Udp, opts)?;
+    if addr.ip().is_unspecified() {
+        let (level, name) = if addr.is_ipv6() {
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+        } else {
+            (libc::IPPROTO_IP, libc::IP_PKTINFO)
+        };
+        crate::sys::setsockopt_int(std::os::fd::AsRawFd::as_raw_fd(&sock), level, name, 1)
+            .map_err(|e| ctx("IP_PKTINFO on", e))?;
+    }
+    sock.bind(&addr.into()).map_err(|e| ctx("bind", e))?;
     Ok(sock.into())
 }
 
@@ -139,53 +113,57 @@ pub(crate) fn set_transparent(sock: &Socket, addr: SocketAddr) -> io::Result<()>
     })
 }
 
-/// Fails with `AddrInUse` when a UDP socket is already bound to `addr`: the same check as
-/// [`ensure_unclaimed`], for datagram listeners.
-pub fn ensure_unclaimed_udp(addr: SocketAddr) -> io::Result<()> {
-    let sock = Socket::new(
-        Domain::for_address(addr),
-        Type::DGRAM.cloexec(),
-        Some(Protocol::UDP),
-    )?;
-    if addr.is_ipv6() {
-        sock.set_only_v6(true)?;
+/// The two kinds of listening socket: what differs in their set-up and their messages.
+#[derive(Clone, Copy)]
+enum Kind {
+    Tcp,
+    Udp,
+}
+
+impl Kind {
+    fn socket(self, addr: SocketAddr) -> io::Result<Socket> {
+        let (ty, proto) = match self {
+            Kind::Tcp => (Type::STREAM, Protocol::TCP),
+            Kind::Udp => (Type::DGRAM, Protocol::UDP),
+        };
+        Socket::new(Domain::for_address(addr), ty.cloexec(), Some(proto))
     }
-    match sock.bind(&addr.into()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Err(io::Error::new(
-            io::ErrorKind::AddrInUse,
-            format!(
-                "udp {addr} is already in use by another process: stop it, or choose another \
-                 address; ringx shares a port only among its own zones"
-            ),
-        )),
-        Err(_) => Ok(()),
+
+    /// How an address is named in messages: "127.0.0.1:80", "udp 127.0.0.1:53".
+    fn prefix(self) -> &'static str {
+        match self {
+            Kind::Tcp => "",
+            Kind::Udp => "udp ",
+        }
     }
 }
 
-/// Binds a non-blocking UDP socket with `SO_REUSEADDR` and `SO_REUSEPORT`, one per zone: the
-/// kernel spreads datagrams over the zones by a hash of their addresses, so every datagram of
-/// one client reaches the same zone. A wildcard address asks for each datagram's destination
-/// (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), so that the answer leaves from the address the client
-/// wrote to. Errors name the address and what to check.
-pub fn bind_udp_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<UdpSocket> {
-    let ctx = |what: &str, e: io::Error| {
-        let hint = match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => {
+/// `e` from step `what` on `addr`, with the address and what to check.
+fn context(kind: Kind, addr: SocketAddr, what: &str, e: io::Error) -> io::Error {
+    let hint = match e.raw_os_error() {
+        Some(libc::EADDRINUSE) => match kind {
+            Kind::Tcp => {
+                " (another process listens there without SO_REUSEPORT, or as another user)"
+            }
+            Kind::Udp => {
                 " (another process holds this UDP port without SO_REUSEPORT, or as another user)"
             }
-            Some(libc::EACCES) => " (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
-            Some(libc::EADDRNOTAVAIL) => " (no local interface has this address)",
-            _ => "",
-        };
-        io::Error::new(e.kind(), format!("{what} udp {addr}: {e}{hint}"))
+        },
+        Some(libc::EACCES) => " (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
+        Some(libc::EADDRNOTAVAIL) => " (no local interface has this address)",
+        _ => "",
     };
-    let sock = Socket::new(
-        Domain::for_address(addr),
-        Type::DGRAM.nonblocking().cloexec(),
-        Some(Protocol::UDP),
-    )
-    .map_err(|e| ctx("socket for", e))?;
+    let prefix = kind.prefix();
+    io::Error::new(e.kind(), format!("{what} {prefix}{addr}: {e}{hint}"))
+}
+
+/// A non-blocking socket for `addr` with `SO_REUSEADDR`, `SO_REUSEPORT`, `IPV6_V6ONLY` for an
+/// IPv6 address and, if asked, `IP_TRANSPARENT`; not bound yet.
+fn reuseport_socket(addr: SocketAddr, kind: Kind, opts: &ListenOptions) -> io::Result<Socket> {
+    let ctx = |what: &str, e| context(kind, addr, what, e);
+    let sock = kind.socket(addr).map_err(|e| ctx("socket for", e))?;
+    sock.set_nonblocking(true)
+        .map_err(|e| ctx("O_NONBLOCK on", e))?;
     sock.set_reuse_address(true)
         .map_err(|e| ctx("SO_REUSEADDR on", e))?;
     sock.set_reuse_port(true)
@@ -197,17 +175,41 @@ pub fn bind_udp_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<
     if opts.transparent {
         set_transparent(&sock, addr).map_err(|e| ctx("IP_TRANSPARENT on", e))?;
     }
-    if addr.ip().is_unspecified() {
-        let (level, name) = if addr.is_ipv6() {
-            (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
-        } else {
-            (libc::IPPROTO_IP, libc::IP_PKTINFO)
-        };
-        crate::sys::setsockopt_int(std::os::fd::AsRawFd::as_raw_fd(&sock), level, name, 1)
-            .map_err(|e| ctx("IP_PKTINFO on", e))?;
+    Ok(sock)
+}
+
+/// The check of [`ensure_unclaimed`]: bind a plain socket to `addr`, and close it.
+fn probe_unclaimed(addr: SocketAddr, kind: Kind) -> io::Result<()> {
+    let sock = kind.socket(addr)?;
+    if let Kind::Tcp = kind {
+        sock.set_reuse_address(true)?;
     }
-    sock.bind(&addr.into()).map_err(|e| ctx("bind", e))?;
-    Ok(sock.into())
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    match sock.bind(&addr.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {
+            let prefix = kind.prefix();
+            let holder = match kind {
+                Kind::Tcp => " (another ringx, or another server)",
+                Kind::Udp => "",
+            };
+            let upgrade = match kind {
+                Kind::Tcp => " and with the process it upgrades",
+                Kind::Udp => "",
+            };
+            Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "{prefix}{addr} is already in use by another process{holder}: stop it, or \
+                     choose another address; ringx shares a port only among its own zones{upgrade}"
+                ),
+            ))
+        }
+        // Anything else (EACCES for a low port, EADDRNOTAVAIL) is reported by the real bind.
+        Err(_) => Ok(()),
+    }
 }
 
 #[cfg(test)]

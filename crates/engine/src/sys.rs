@@ -121,6 +121,33 @@ pub(crate) fn errno(res: i32) -> io::Error {
     io::Error::from_raw_os_error(-res)
 }
 
+/// Whether the running kernel's release is at least `major.minor` (`uname(2)`); false when
+/// it cannot be read.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: utsname is plain data for which all-zero is valid; uname fills it in.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a live utsname the call writes into.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    let release: Vec<u8> = u
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    release_at_least(&String::from_utf8_lossy(&release), major, minor)
+}
+
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut it = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().unwrap_or(0));
+    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
 /// `setsockopt(fd, level, name, &val)` for an integer option.
 pub(crate) fn setsockopt_int(
     fd: std::os::fd::RawFd,
@@ -142,4 +169,18 @@ pub(crate) fn setsockopt_int(
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod release_tests {
+    #[test]
+    fn releases_compare_by_major_then_minor() {
+        use super::release_at_least as at;
+        assert!(at("6.18.0-1-amd64", 6, 7));
+        assert!(at("6.7.0", 6, 7));
+        assert!(!at("6.6.30-foo", 6, 7));
+        assert!(!at("5.19.0", 6, 7));
+        assert!(at("7.0", 6, 7));
+        assert!(!at("", 6, 7));
+    }
 }

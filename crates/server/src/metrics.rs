@@ -64,6 +64,8 @@ pub struct ZoneCounters {
     pub tls_failed: AtomicU64,
     pub tls_budget_waits: AtomicU64,
     pub tls_handshake_ns: AtomicU64,
+    /// TLS connections whose records the kernel seals after the handshake (kTLS).
+    pub tls_kernel: AtomicU64,
     /// HTTP/2: connections opened, requests (streams) read, and streams or connections ended
     /// by reason ([`H2_REASONS`]: the protocol's errors and limits, then zero-window stalls).
     pub h2_connections: AtomicU64,
@@ -418,6 +420,12 @@ impl Metrics {
                 );
             }
         }
+        o.per_zone(
+            "ringx_tls_kernel_total",
+            "counter",
+            "TLS connections whose records the kernel seals after the handshake (kTLS), per zone.",
+            &col(&|z| r(&z.tls_kernel)),
+        );
         o.per_zone(
             "ringx_tls_budget_waits_total",
             "counter",

@@ -20,6 +20,16 @@ use crate::route::Routes;
 pub struct TlsSetup {
     pub sites: Sites,
     pub share: f64,
+    /// The ciphers the kernel seals, when kernel TLS is on (`[tls] ktls`) and the kernel has
+    /// it.
+    pub ktls: Option<ringx_tls::ktls::Support>,
+}
+
+/// The kernel's answer, asked once per process (a reload keeps it; the start-up log line
+/// says it).
+fn ktls_probe() -> &'static ringx_tls::ktls::Probe {
+    static PROBE: std::sync::OnceLock<ringx_tls::ktls::Probe> = std::sync::OnceLock::new();
+    PROBE.get_or_init(ringx_tls::ktls::probe)
 }
 
 /// Loads every server's certificates and builds the configurations; `None` when no server
@@ -35,8 +45,17 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
     if values.iter().all(Option::is_none) {
         return Ok(None);
     }
-    static PROBE: std::sync::Once = std::sync::Once::new();
-    PROBE.call_once(|| tracing::info!("TLS: {}", ringx_tls::ktls::probe().detail));
+    let ktls = match cfg.tls.ktls.get_ref().as_str() {
+        "off" => None,
+        _ => ktls_probe().support,
+    };
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| match cfg.tls.ktls.get_ref().as_str() {
+        "off" => tracing::info!(
+            "TLS: kernel TLS off ([tls] ktls = \"off\"): records are sealed in user space"
+        ),
+        _ => tracing::info!("TLS: {}", ktls_probe().detail),
+    });
     let provider = Provider::parse(cfg.tls.provider.get_ref()).unwrap_or_default();
     let crypto = provider.crypto();
     let now = UnixTime::now();
@@ -136,12 +155,15 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
     Ok(Some(TlsSetup {
         sites,
         share: *cfg.tls.handshake_share.get_ref(),
+        ktls,
     }))
 }
 
 /// One zone's TLS state.
 pub struct ZoneTls {
     pub sites: Sites,
+    /// The ciphers the kernel seals (kTLS), if it may.
+    pub ktls: Option<ringx_tls::ktls::Support>,
     pub budget: Budget,
     /// Connections whose handshake waits for the budget, with their generation.
     pub waiting: Vec<(ConnId, u32)>,
@@ -154,6 +176,7 @@ impl ZoneTls {
     pub fn new(setup: &TlsSetup, now: Instant) -> ZoneTls {
         ZoneTls {
             sites: setup.sites.for_zone(),
+            ktls: setup.ktls,
             budget: Budget::new(setup.share, now),
             waiting: Vec::new(),
         }
@@ -162,6 +185,7 @@ impl ZoneTls {
     /// A reload: new handshakes use the new certificates; connections keep theirs.
     pub fn replace(&mut self, setup: &TlsSetup, now: Instant) {
         self.sites = setup.sites.for_zone();
+        self.ktls = setup.ktls;
         let (waits, spent) = (self.budget.waits, self.budget.spent_ns);
         self.budget = Budget::new(setup.share, now);
         // The counters go on across reloads.
@@ -174,7 +198,7 @@ impl ZoneTls {
 pub const PLAIN_HTTP_BODY: &str = "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was sent to HTTPS port</center>\r\n</body>\r\n</html>\r\n";
 
 /// What a connection's handshake agreed.
-pub fn info_of(conn: &rustls::ServerConnection) -> crate::transport::TlsInfo {
+pub fn info_of(conn: &ringx_tls::Session) -> crate::transport::TlsInfo {
     let protocol = match conn.protocol_version() {
         Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
         Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",

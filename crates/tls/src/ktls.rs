@@ -1,27 +1,33 @@
-//! Kernel TLS: after the handshake, the record layer can move into the kernel (`TCP_ULP
-//! "tls"`, then `TLS_TX`/`TLS_RX` with the session's keys), so that plain `send`/`recv`,
-//! io_uring and `sendfile` carry TLS records and no user-space copy encrypts them.
+//! Kernel TLS: once the handshake is over, the kernel can seal a connection's records
+//! (`TCP_ULP "tls"`, then `TLS_TX` with the session's send keys), so that plain sends,
+//! io_uring's and `sendfile`/splice carry TLS records with no encryption in user space: a
+//! static file goes from the page cache to the socket as it does over plain TCP.
 //!
-//! What is here: the start-up probe ([`probe`]), the translation of rustls's extracted
-//! secrets into the kernel's `tls12_crypto_info_*` structures ([`CryptoInfo`]), the
-//! socket options that hand a connection over ([`enable`]), and the reading of the control
-//! records the kernel passes up with `TLS_GET_RECORD_TYPE` ([`record_type`], [`classify`]).
+//! ringx gives the kernel the sending side only. Records from the client stay with
+//! [`crate::record`] in user space: taking the receiving side over would need the receive to
+//! stop exactly at the handshake's last record (io_uring's multishot receive reads ahead) and
+//! every non-data record fetched with `recvmsg` and its control message, for requests that
+//! are small. What the kernel cannot do alone is done around it: alerts and a KeyUpdate of
+//! ours are sent as records of their type (`TLS_SET_RECORD_TYPE`), and new send keys after a
+//! KeyUpdate are given with `TLS_TX` again (Linux 6.14 re-keys; an older kernel refuses, and
+//! that connection closes). The kernel tells ringx nothing of the records it seals, so such a
+//! connection is not re-keyed ahead of AES-GCM's confidentiality limit (2^24.5 records, some
+//! 380 GB of full records) as one sealed by [`crate::record`] is.
 //!
-//! The zone does not use it yet: the kernel this project is built on offers no `tls` ULP
-//! (`/proc/sys/net/ipv4/tcp_available_ulp` lists only mptcp), so there is no way to run a
-//! handed-over connection here; the logic is unit-tested on its own (the secrets decrypt a
-//! real record), and [`probe`] logs the decision at start.
+//! What is here: the start-up [`probe`] (the ULP, then each cipher on a loopback connection),
+//! the translation of rustls's secrets into the kernel's `tls12_crypto_info_*`
+//! ([`CryptoInfo`]). The control records a connection sends while the kernel seals are made
+//! by [`crate::traffic`], and sent by the engine (`Io::send_tls_record`).
 
-use std::os::fd::RawFd;
+use rustls::{ConnectionTrafficSecrets, ProtocolVersion};
 
-use rustls::{ConnectionTrafficSecrets, ExtractedSecrets, ProtocolVersion};
-
-/// `SOL_TLS`, `TLS_TX`, `TLS_RX`, `TCP_ULP` and the cmsg type of a received record
+/// `SOL_TLS`, `TLS_TX`, `TLS_RX`, `TCP_ULP`, the control message types of a record's type
 /// (`include/uapi/linux/tls.h`, `tcp.h`).
 pub const SOL_TLS: i32 = 282;
 pub const TLS_TX: i32 = 1;
 pub const TLS_RX: i32 = 2;
 pub const TCP_ULP: i32 = 31;
+pub const TLS_SET_RECORD_TYPE: i32 = 1;
 pub const TLS_GET_RECORD_TYPE: i32 = 2;
 
 const TLS_1_2_VERSION: u16 = 0x0303;
@@ -30,40 +36,136 @@ const CIPHER_AES_GCM_128: u16 = 51;
 const CIPHER_AES_GCM_256: u16 = 52;
 const CIPHER_CHACHA20_POLY1305: u16 = 54;
 
-/// Whether the kernel can take TLS connections over, and what was seen.
+/// The ciphers the kernel seals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Support {
+    pub aes_gcm_128: bool,
+    pub aes_gcm_256: bool,
+    pub chacha20_poly1305: bool,
+}
+
+impl Support {
+    /// Whether the kernel can seal with these keys.
+    pub fn allows(&self, s: &ConnectionTrafficSecrets) -> bool {
+        match s {
+            ConnectionTrafficSecrets::Aes128Gcm { .. } => self.aes_gcm_128,
+            ConnectionTrafficSecrets::Aes256Gcm { .. } => self.aes_gcm_256,
+            ConnectionTrafficSecrets::Chacha20Poly1305 { .. } => self.chacha20_poly1305,
+            _ => false,
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.aes_gcm_128 || self.aes_gcm_256 || self.chacha20_poly1305
+    }
+
+    fn names(&self) -> String {
+        let mut v = Vec::new();
+        if self.aes_gcm_128 {
+            v.push("AES-GCM-128");
+        }
+        if self.aes_gcm_256 {
+            v.push("AES-GCM-256");
+        }
+        if self.chacha20_poly1305 {
+            v.push("ChaCha20-Poly1305");
+        }
+        v.join(", ")
+    }
+}
+
+/// What the kernel offers, and the line that says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
-    pub available: bool,
+    /// `None`: records are sealed in user space.
+    pub support: Option<Support>,
     pub detail: String,
 }
 
-/// Reads `/proc/sys/net/ipv4/tcp_available_ulp` once (the `tls` module, when loaded, adds
-/// itself there).
+/// Tries the kernel once: attaches the `tls` ULP to a loopback connection (which loads the
+/// module where it is built as one and this process may load it), then sets `TLS_TX` with
+/// each cipher on a connection of its own.
 pub fn probe() -> Probe {
-    probe_from(std::fs::read_to_string(
-        "/proc/sys/net/ipv4/tcp_available_ulp",
-    ))
+    let ulps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|e| format!("unreadable: {e}"));
+    let mut support = Support::default();
+    for (cipher, flag) in [
+        (CIPHER_AES_GCM_128, &mut support.aes_gcm_128),
+        (CIPHER_AES_GCM_256, &mut support.aes_gcm_256),
+        (CIPHER_CHACHA20_POLY1305, &mut support.chacha20_poly1305),
+    ] {
+        match try_cipher(cipher) {
+            Ok(()) => *flag = true,
+            Err(Stage::Ulp(e)) => {
+                return verdict(
+                    None,
+                    &ulps,
+                    &format!("the tls ULP cannot be attached ({e})"),
+                )
+            }
+            Err(Stage::Loopback(e)) => {
+                return verdict(
+                    None,
+                    &ulps,
+                    &format!("no loopback connection to probe with ({e})"),
+                )
+            }
+            Err(Stage::Tx) => {}
+        }
+    }
+    let why = if support.any() {
+        String::new()
+    } else {
+        "the kernel takes none of the ciphers".into()
+    };
+    verdict(support.any().then_some(support), &ulps, &why)
 }
 
-fn probe_from(read: std::io::Result<String>) -> Probe {
-    match read {
-        Ok(s) if s.split_whitespace().any(|u| u == "tls") => Probe {
-            available: true,
-            detail: format!("kernel TLS available (ULPs: {})", s.trim()),
-        },
-        Ok(s) => Probe {
-            available: false,
-            detail: format!(
-                "no kernel TLS: the kernel's ULPs are [{}] (load the tls module for it); TLS \
-                 records are sealed in user space",
-                s.trim()
-            ),
-        },
-        Err(e) => Probe {
-            available: false,
-            detail: format!("no kernel TLS: cannot read tcp_available_ulp ({e})"),
-        },
-    }
+fn verdict(support: Option<Support>, ulps: &str, why: &str) -> Probe {
+    let detail = match support {
+        Some(s) => format!(
+            "kernel TLS seals records for {} (the sending side; received records are opened \
+             in user space)",
+            s.names()
+        ),
+        None => format!(
+            "no kernel TLS: {why} (ULPs: [{ulps}]; `modprobe tls` adds it where the kernel \
+             has CONFIG_TLS); records are sealed in user space"
+        ),
+    };
+    Probe { support, detail }
+}
+
+enum Stage {
+    Loopback(std::io::Error),
+    Ulp(std::io::Error),
+    /// The kernel refused the cipher (not built in).
+    Tx,
+}
+
+/// A connected loopback socket with the ULP and a dummy send key of `cipher`.
+fn try_cipher(cipher: u16) -> Result<(), Stage> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(Stage::Loopback)?;
+    let addr = l.local_addr().map_err(Stage::Loopback)?;
+    let s = std::net::TcpStream::connect(addr).map_err(Stage::Loopback)?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+    setsockopt(fd, libc::SOL_TCP, TCP_ULP, b"tls").map_err(Stage::Ulp)?;
+    let (key, iv) = match cipher {
+        CIPHER_AES_GCM_128 => (16, 8),
+        CIPHER_AES_GCM_256 => (32, 8),
+        _ => (32, 12),
+    };
+    let salt = if cipher == CIPHER_CHACHA20_POLY1305 {
+        0
+    } else {
+        4
+    };
+    let mut b = Vec::new();
+    b.extend_from_slice(&TLS_1_3_VERSION.to_ne_bytes());
+    b.extend_from_slice(&cipher.to_ne_bytes());
+    b.resize(4 + iv + key + salt + 8, 7);
+    setsockopt(fd, SOL_TLS, TLS_TX, &b).map_err(|_| Stage::Tx)
 }
 
 /// One direction's `struct tls12_crypto_info_*`, as the bytes `setsockopt` takes (the
@@ -84,6 +186,7 @@ impl CryptoInfo {
             _ => return None,
         };
         let mut b = Vec::with_capacity(56);
+        let seq_n = seq;
         let seq = seq.to_be_bytes();
         match secrets {
             ConnectionTrafficSecrets::Aes128Gcm { key, iv }
@@ -96,7 +199,11 @@ impl CryptoInfo {
                 let iv = iv.as_ref();
                 b.extend_from_slice(&version.to_ne_bytes());
                 b.extend_from_slice(&cipher.to_ne_bytes());
-                b.extend_from_slice(&iv[4..12]); // iv: the nonce's last 8 bytes
+                if version == TLS_1_2_VERSION {
+                    b.extend_from_slice(&tls12_explicit(iv, seq_n));
+                } else {
+                    b.extend_from_slice(&iv[4..12]); // iv: the nonce's last 8 bytes
+                }
                 b.extend_from_slice(key.as_ref());
                 b.extend_from_slice(&iv[..4]); // salt: its first 4
                 b.extend_from_slice(&seq);
@@ -114,25 +221,7 @@ impl CryptoInfo {
     }
 }
 
-/// Both directions of a finished handshake.
-pub fn crypto_infos(
-    version: ProtocolVersion,
-    s: &ExtractedSecrets,
-) -> Option<(CryptoInfo, CryptoInfo)> {
-    Some((
-        CryptoInfo::new(version, s.tx.0, &s.tx.1)?,
-        CryptoInfo::new(version, s.rx.0, &s.rx.1)?,
-    ))
-}
-
-/// Hands a connected TCP socket's record layer to the kernel: the ULP, then both directions.
-pub fn enable(fd: RawFd, tx: &CryptoInfo, rx: &CryptoInfo) -> std::io::Result<()> {
-    setsockopt(fd, libc::SOL_TCP, TCP_ULP, b"tls")?;
-    setsockopt(fd, SOL_TLS, TLS_TX, &tx.0)?;
-    setsockopt(fd, SOL_TLS, TLS_RX, &rx.0)
-}
-
-fn setsockopt(fd: RawFd, level: i32, name: i32, val: &[u8]) -> std::io::Result<()> {
+fn setsockopt(fd: std::os::fd::RawFd, level: i32, name: i32, val: &[u8]) -> std::io::Result<()> {
     // SAFETY: `val` is a live byte slice for the duration of the call and its length is
     // passed with it; the kernel copies what it reads and keeps no pointer. An invalid `fd`
     // is reported as EBADF, not undefined behaviour.
@@ -152,66 +241,21 @@ fn setsockopt(fd: RawFd, level: i32, name: i32, val: &[u8]) -> std::io::Result<(
     }
 }
 
-/// The record type of a non-data record the kernel passed up: the `SOL_TLS`
-/// `TLS_GET_RECORD_TYPE` control message in a `recvmsg` control buffer (parsed as bytes:
-/// `cmsghdr` is a `size_t` length and two `int`s, data after it, each message aligned to
-/// `size_t`).
-pub fn record_type(control: &[u8]) -> Option<u8> {
-    const HDR: usize = std::mem::size_of::<usize>() + 8;
-    let align = std::mem::size_of::<usize>();
-    let mut at = 0;
-    while at + HDR <= control.len() {
-        let len = usize::from_ne_bytes(control[at..at + align].try_into().ok()?);
-        let level = i32::from_ne_bytes(control[at + align..at + align + 4].try_into().ok()?);
-        let kind = i32::from_ne_bytes(control[at + align + 4..at + HDR].try_into().ok()?);
-        if len < HDR || at + len > control.len() {
-            return None;
-        }
-        if level == SOL_TLS && kind == TLS_GET_RECORD_TYPE && len > HDR {
-            return Some(control[at + HDR]);
-        }
-        at += len.div_ceil(align) * align;
-    }
-    None
-}
-
-/// What a record the kernel did not decrypt into the data stream means for the connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Control {
-    /// Application data (never a control record; here for completeness).
-    Data,
-    /// An alert: close_notify (0) ends the client's data; anything else ends the connection.
-    Alert { level: u8, description: u8 },
-    /// TLS 1.3 KeyUpdate: the kernel would need the next traffic secret, which only the
-    /// user-space session has; ringx closes the connection (the client reconnects).
-    KeyUpdate { update_requested: bool },
-    /// A NewSessionTicket (from a server: only on connections ringx originates) — ignored.
-    NewSessionTicket,
-    /// Any other handshake message after the handshake: a protocol error.
-    Handshake(u8),
-    /// A record type TLS does not define.
-    Unknown(u8),
-}
-
-/// Reads a control record's payload.
-pub fn classify(record_type: u8, payload: &[u8]) -> Control {
-    match record_type {
-        23 => Control::Data,
-        21 if payload.len() >= 2 => Control::Alert {
-            level: payload[0],
-            description: payload[1],
-        },
-        22 => match payload.first() {
-            Some(4) => Control::NewSessionTicket,
-            Some(24) => Control::KeyUpdate {
-                update_requested: payload.get(4) == Some(&1),
-            },
-            Some(&t) => Control::Handshake(t),
-            None => Control::Unknown(record_type),
-        },
-        t => Control::Unknown(t),
-    }
+/// The first explicit nonce the kernel is to send in a TLS 1.2 AES-GCM connection whose
+/// records up to `seq` rustls (or [`crate::record`]) sealed.
+///
+/// Both put a nonce's last 8 bytes on the wire, but from different counters: rustls sends
+/// the key block's explicit part XOR the sequence number, the kernel that part as given,
+/// plus one per record. Handed the key block's part as it is, the kernel's first record
+/// would reuse the nonce of record 0 (the server's Finished) under the same key, which
+/// breaks AES-GCM. The nonces rustls used differ from the key block's part only in the bits
+/// below `seq.next_power_of_two()`, so the kernel starts at that part plus that power of
+/// two: past all of them, and counting away from them.
+fn tls12_explicit(iv: &[u8], seq: u64) -> [u8; 8] {
+    let base = u64::from_be_bytes(iv[4..12].try_into().expect("a 12-byte IV"));
+    base.wrapping_add(seq.max(1).next_power_of_two())
+        .to_be_bytes()
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

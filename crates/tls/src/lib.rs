@@ -7,8 +7,10 @@
 //! | [`sni`] | which server's settings a handshake gets, by SNI |
 //! | [`sites`] | the rustls configurations of every TLS server; each zone's copy |
 //! | [`tickets`] | session ticket keys rotated on a schedule, shared by the zones |
-//! | [`conn`] | one connection driven sans-I/O on the zone's buffers |
-//! | [`ktls`] | kernel TLS: the probe, the kernel's crypto structures from rustls's secrets, control records |
+//! | [`conn`] | one connection driven sans-I/O on the zone's buffers: the handshake |
+//! | [`traffic`] | the connection after its handshake: alerts, close_notify, KeyUpdate |
+//! | [`record`] | TLS records sealed and opened in place, with the keys rustls hands over |
+//! | [`ktls`] | kernel TLS: the probe, the kernel's crypto structures from rustls's secrets |
 //! | [`budget`] | the share of a zone's time that handshakes may take |
 //! | [`client`] | TLS to upstreams: the client configuration and connection |
 //! | [`provider`] | aws-lc-rs or ring |
@@ -21,15 +23,21 @@ pub mod conn;
 pub mod ktls;
 pub mod material;
 pub mod provider;
+pub mod record;
+pub mod recv;
 pub mod select;
 pub mod sites;
 pub mod sni;
 pub mod tickets;
+pub mod traffic;
 
 pub use budget::Budget;
 pub use conn::{Recv, TlsConn};
 pub use provider::Provider;
 pub use sites::Sites;
+pub use traffic::{KernelOut, Session};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_traffic;

@@ -48,6 +48,7 @@ pub struct Sites {
     /// Per server: it asks for client certificates.
     client_auth: Vec<bool>,
     cache: usize,
+    provider: Provider,
 }
 
 /// ALPN protocols offered, in preference order (HTTP/2 first where a server offers it).
@@ -104,6 +105,9 @@ impl Sites {
             // 0-RTT stays off (rustls's default, max_early_data_size 0): early data can be
             // replayed, and a replayed POST would run twice.
             cfg.max_early_data_size = 0;
+            // After the handshake the records are sealed in place (record.rs) or by the
+            // kernel, with the keys rustls hands over.
+            cfg.enable_secret_extraction = true;
             cfg.send_tls13_tickets = if ticketer.is_some() { 2 } else { 0 };
             if let Some(t) = &ticketer {
                 cfg.ticketer = t.clone();
@@ -115,6 +119,7 @@ impl Sites {
             listeners,
             client_auth,
             cache: sessions.cache,
+            provider,
         })
     }
 
@@ -140,7 +145,13 @@ impl Sites {
             listeners: self.listeners.clone(),
             client_auth: self.client_auth.clone(),
             cache: self.cache,
+            provider: self.provider,
         }
+    }
+
+    /// The crypto provider the configurations were built with.
+    pub fn provider(&self) -> Provider {
+        self.provider
     }
 
     /// Whether listener `l` speaks TLS.

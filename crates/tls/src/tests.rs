@@ -92,6 +92,11 @@ fn key(pki: &Pki, name: &str, dns: &[&str], rsa: bool) -> Arc<rustls::sign::Cert
 
 /// Listener 0 is TLS with servers 0 (`a.test`, default) and 1 (`*.b.test`).
 fn sites(pki: &Pki) -> Sites {
+    sites_with(pki, Provider::AwsLc)
+}
+
+/// [`sites`] on either provider.
+pub(crate) fn sites_with(pki: &Pki, provider: Provider) -> Sites {
     let a = SiteSpec {
         keys: vec![key(pki, "a", &["a.test"], false)],
         client: None,
@@ -111,14 +116,9 @@ fn sites(pki: &Pki) -> Sites {
         cache: 100,
         ticket_rotate_s: Some(3600),
     };
-    Sites::build(
-        Provider::AwsLc,
-        &sessions,
-        vec![Some(a), Some(b)],
-        vec![Some(map)],
-    )
-    .unwrap()
-    .for_zone()
+    Sites::build(provider, &sessions, vec![Some(a), Some(b)], vec![Some(map)])
+        .unwrap()
+        .for_zone()
 }
 
 fn client(pki: &Pki, name: &str, schemes_rsa_only: bool) -> ClientConnection {
@@ -144,7 +144,12 @@ fn client(pki: &Pki, name: &str, schemes_rsa_only: bool) -> ClientConnection {
 }
 
 /// Runs client and server until neither has bytes to send; returns the last server outcome.
-fn drive(cl: &mut ClientConnection, srv: &mut TlsConn, sites: &Sites, budget: &mut Budget) -> Recv {
+pub(crate) fn drive(
+    cl: &mut ClientConnection,
+    srv: &mut TlsConn,
+    sites: &Sites,
+    budget: &mut Budget,
+) -> Recv {
     let cfg = |sni: Option<&str>| sites.config(0, sni);
     let mut last = Recv::Handshaking;
     for _ in 0..20 {
@@ -185,7 +190,7 @@ fn handshake_then_data_both_ways() {
     let sites = sites(&pki);
     let mut budget = Budget::new(1.0, Instant::now());
     let mut cl = client(&pki, "a.test", false);
-    let mut srv = TlsConn::new();
+    let mut srv = TlsConn::default();
     cl.writer().write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     assert_eq!(drive(&mut cl, &mut srv, &sites, &mut budget), Recv::Data);
     assert_eq!(srv.plain, b"GET / HTTP/1.1\r\n\r\n");
@@ -212,7 +217,7 @@ fn sni_picks_the_server_and_the_key_type_follows_the_client() {
         ("unknown.test", false, "CN=a.test"),
     ] {
         let mut cl = client(&pki, name, rsa_only);
-        let mut srv = TlsConn::new();
+        let mut srv = TlsConn::default();
         // unknown.test gets the default server's certificate, which the client rejects.
         let mut wire = Vec::new();
         while cl.wants_write() {
@@ -238,7 +243,7 @@ fn sni_picks_the_server_and_the_key_type_follows_the_client() {
         (true, rustls::SignatureAlgorithm::RSA),
     ] {
         let mut cl = client(&pki, "x.b.test", rsa_only);
-        let mut srv = TlsConn::new();
+        let mut srv = TlsConn::default();
         drive(&mut cl, &mut srv, &sites, &mut budget);
         let der = &cl.peer_certificates().unwrap()[0];
         let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
@@ -258,7 +263,7 @@ fn a_client_hello_byte_by_byte_completes() {
     let sites = sites(&pki);
     let mut budget = Budget::new(1.0, Instant::now());
     let mut cl = client(&pki, "a.test", false);
-    let mut srv = TlsConn::new();
+    let mut srv = TlsConn::default();
     let mut wire = Vec::new();
     while cl.wants_write() {
         cl.write_tls(&mut wire).unwrap();
@@ -292,7 +297,7 @@ fn plain_http_and_garbage_are_told_apart() {
     let mut budget = Budget::new(1.0, Instant::now());
     let cfg = |sni: Option<&str>| sites.config(0, sni);
     let mut out = Vec::new();
-    let r = TlsConn::new().receive(
+    let r = TlsConn::default().receive(
         b"GET / HTTP/1.1\r\n",
         &cfg,
         &mut budget,
@@ -300,7 +305,7 @@ fn plain_http_and_garbage_are_told_apart() {
         &mut out,
     );
     assert_eq!(r, Recv::PlainHttp);
-    let r = TlsConn::new().receive(
+    let r = TlsConn::default().receive(
         b"\x16\x03\x01\x00\x05hello",
         &cfg,
         &mut budget,
@@ -308,13 +313,13 @@ fn plain_http_and_garbage_are_told_apart() {
         &mut out,
     );
     assert!(matches!(r, Recv::Failed(_)), "{r:?}");
-    let r = TlsConn::new().receive(&[0u8; 64], &cfg, &mut budget, Instant::now(), &mut out);
+    let r = TlsConn::default().receive(&[0u8; 64], &cfg, &mut budget, Instant::now(), &mut out);
     assert!(matches!(r, Recv::Failed(_)), "{r:?}");
     // A truncated ClientHello waits for the rest (the zone's handshake timeout ends it).
     let mut cl = client(&pki, "a.test", false);
     let mut wire = Vec::new();
     cl.write_tls(&mut wire).unwrap();
-    let r = TlsConn::new().receive(
+    let r = TlsConn::default().receive(
         &wire[..wire.len() / 2],
         &cfg,
         &mut budget,
@@ -335,7 +340,7 @@ fn an_empty_budget_holds_the_handshake_until_it_refills() {
     let mut cl = client(&pki, "a.test", false);
     let mut wire = Vec::new();
     cl.write_tls(&mut wire).unwrap();
-    let mut srv = TlsConn::new();
+    let mut srv = TlsConn::default();
     let mut out = Vec::new();
     assert_eq!(
         srv.receive(&wire, &cfg, &mut budget, t0, &mut out),

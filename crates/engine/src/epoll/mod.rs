@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::dgram::Datagram;
 use crate::driver::Driver;
 use crate::handler::Handler;
-use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Io, ListenerId};
+use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, Ctl, Io, ListenerId};
 use crate::listener::Listener;
 use crate::waker::Waker;
 use crate::zone::ZoneConfig;
@@ -294,6 +294,13 @@ impl EpollDriver {
                 return;
             }
             conn.skip_empty_front(&mut self.io.spares);
+            if conn.ctl.is_some() && conn.ctl_due() {
+                match self.write_control(c) {
+                    Ok(true) => continue,
+                    Ok(false) => return, // waiting for EPOLLOUT
+                    Err(e) => return self.close_now(c, Some(e), h),
+                }
+            }
             let r = match conn.out.front() {
                 None => break,
                 Some(Chunk::Bytes { buf, pos }) => {
@@ -358,6 +365,59 @@ impl EpollDriver {
             h.on_flushed(&mut self.io, c);
         }
     }
+    /// Sets the socket option, or sends the TLS record, that is `c`'s first control
+    /// operation, whose turn has come (a record may go in part: the rest stays first).
+    /// `Ok(false)`: the socket is full, and the rest waits for `EPOLLOUT`. The record's bytes
+    /// do not count in `sent`, which orders the operations.
+    #[cold]
+    fn write_control(&mut self, c: ConnId) -> io::Result<bool> {
+        let conn = &mut self.io.conns[c.index()];
+        let Some(op) = conn.ctl_front() else {
+            return Ok(true);
+        };
+        match op {
+            Ctl::SockOpt(o) => {
+                // SAFETY: the option value is a live vector passed with its length; the
+                // kernel copies what it reads. The descriptor is the connection's own.
+                let r = unsafe {
+                    libc::setsockopt(
+                        c.0 as RawFd,
+                        o.level,
+                        o.name,
+                        o.value.as_ptr().cast(),
+                        o.value.len() as libc::socklen_t,
+                    )
+                };
+                if r != 0 {
+                    return Err(o.error(io::Error::last_os_error()));
+                }
+                conn.ctl_pop();
+            }
+            Ctl::TlsRecord(r) => {
+                let n = r.send(c.0 as RawFd);
+                if n < 0 {
+                    let e = io::Error::last_os_error();
+                    return match e.raw_os_error() {
+                        Some(libc::EINTR) => Ok(true),
+                        Some(libc::EAGAIN) => {
+                            conn.in_flight = true; // waiting for EPOLLOUT
+                            self.update_interest(c);
+                            Ok(false)
+                        }
+                        _ => Err(e),
+                    };
+                }
+                r.pos += n as usize;
+                let done = r.pos == r.buf.len();
+                self.waker.add_out(n as u64);
+                if done {
+                    conn.ctl_pop();
+                }
+            }
+        }
+        Ok(true)
+    }
+
     fn close_now<H: Handler>(&mut self, c: ConnId, err: Option<io::Error>, h: &mut H) {
         let conn = &mut self.io.conns[c.index()];
         if !matches!(conn.state, ConnState::Open | ConnState::Connecting) {

@@ -37,7 +37,9 @@ use crate::connect::ConnectTo;
 use crate::dgram::Datagram;
 use crate::driver::TimerDue;
 use crate::handler::Handler;
-use crate::io::{Action, AfterFlush, Chunk, ConnId, ConnState, DgramTo, Io, ListenerId, Slots};
+use crate::io::{
+    Action, AfterFlush, Chunk, ConnId, ConnState, Ctl, DgramTo, Io, ListenerId, Slots,
+};
 
 #[cfg(test)]
 mod tests;
@@ -49,11 +51,31 @@ const SAME_INSTANT_LIMIT: u32 = 10_000;
 /// The most one read of a queued file takes.
 const FILE_READ: u64 = 64 * 1024;
 
+/// What a peer saw, in order, where the handler did more than write bytes
+/// ([`TestDriver::take_transcript`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    Bytes(Vec<u8>),
+    /// A socket option set on the connection ([`Io::set_sockopt`]).
+    SockOpt {
+        level: i32,
+        name: i32,
+        value: Vec<u8>,
+    },
+    /// A kernel TLS record of this content type ([`Io::send_tls_record`]).
+    TlsRecord {
+        typ: u8,
+        data: Vec<u8>,
+    },
+}
+
 /// What the peer at the other end of one handle saw.
 #[derive(Default)]
 struct Peer {
     /// Bytes received and not yet taken by the test.
     output: Vec<u8>,
+    /// The same bytes with the socket options and records between them, not yet taken.
+    transcript: Vec<Seen>,
     /// Bytes the peer still reads (`None`: unlimited).
     window: Option<u64>,
     write_shut: bool,
@@ -85,6 +107,7 @@ pub struct TestDriver {
     gone: Vec<ListenerId>,
     added: Vec<ListenerId>,
     closed_listeners: Vec<ListenerId>,
+    sockopt_err: Option<io::Error>,
     /// Datagrams sent, in order, not yet taken by the test.
     dgrams: Vec<(SentTo, Vec<u8>)>,
 }
@@ -123,6 +146,7 @@ impl TestDriver {
             gone: Vec::new(),
             added: Vec::new(),
             closed_listeners: Vec::new(),
+            sockopt_err: None,
             dgrams: Vec::new(),
         }
     }
@@ -339,6 +363,20 @@ impl TestDriver {
             .map_or_else(Vec::new, |p| std::mem::take(&mut p.output))
     }
 
+    /// What was written to `c` since the last call, with the socket options set and the
+    /// TLS records sent between the bytes (kernel TLS's hand-over), in order.
+    pub fn take_transcript(&mut self, c: ConnId) -> Vec<Seen> {
+        self.peers
+            .get_mut(c.index())
+            .map_or_else(Vec::new, |p| std::mem::take(&mut p.transcript))
+    }
+
+    /// Makes the next socket option set on any connection fail with `err`, as a kernel
+    /// that refuses it would.
+    pub fn fail_next_sockopt(&mut self, err: io::Error) {
+        self.sockopt_err = Some(err);
+    }
+
     /// The peer reads at most `bytes` more (`None`: unlimited, the default): output beyond
     /// that stays queued ([`Io::pending`] > 0), as when a real peer stops reading and the
     /// socket buffer fills, so back-pressure, `on_flushed` and send timeouts can be tested.
@@ -533,7 +571,34 @@ impl TestDriver {
         let peer = &mut self.peers[c.index()];
         loop {
             conn.skip_empty_front(&mut self.io.spares);
+            if conn.ctl_due() {
+                // A control operation whose turn has come (the real drivers' `ctl.rs`).
+                match conn.ctl_front() {
+                    Some(Ctl::SockOpt(o)) => {
+                        if let Some(e) = self.sockopt_err.take() {
+                            let e = o.error(e);
+                            return self.close_now(h, c, Some(e));
+                        }
+                        peer.transcript.push(Seen::SockOpt {
+                            level: o.level,
+                            name: o.name,
+                            value: o.value.clone(),
+                        });
+                    }
+                    Some(Ctl::TlsRecord(r)) => {
+                        // A record goes whole (the real drivers send it in one sendmsg); its
+                        // bytes do not count in `sent`, which orders the operations.
+                        let data = r.buf[r.pos..].to_vec();
+                        peer.output.extend_from_slice(&data);
+                        peer.transcript.push(Seen::TlsRecord { typ: r.typ, data });
+                    }
+                    None => {}
+                }
+                conn.ctl_pop();
+                continue;
+            }
             let room = peer.window.unwrap_or(u64::MAX);
+            let at = peer.output.len();
             let n = match conn.out.front() {
                 None => break,
                 Some(_) if room == 0 => return, // stays queued, as in a full socket buffer
@@ -550,6 +615,11 @@ impl TestDriver {
                     }
                 }
             };
+            let new = &peer.output[at..];
+            match peer.transcript.last_mut() {
+                Some(Seen::Bytes(b)) => b.extend_from_slice(new),
+                _ => peer.transcript.push(Seen::Bytes(new.to_vec())),
+            }
             if let Some(w) = &mut peer.window {
                 *w -= n;
             }

@@ -16,6 +16,7 @@ mod busy;
 mod close;
 mod conn;
 mod connect;
+mod ctl;
 mod dgram_recv;
 mod dgram_send;
 mod dgram_state;
@@ -30,6 +31,8 @@ pub mod probe;
 mod recv;
 mod send;
 mod sendfile;
+mod sendmsg;
+mod sockopt;
 mod splice;
 mod sqe;
 mod state;
@@ -139,6 +142,7 @@ impl UringDriver {
             rearm_dgram: Vec::new(),
         };
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
+        d.io.sockopts = sockopt::supported();
         d.io.dgram_limit = cfg.max_datagrams_queued;
         d.wake
             .waker_set_ring(std::os::fd::AsRawFd::as_raw_fd(&d.ring));
@@ -212,6 +216,9 @@ impl UringDriver {
             // files in.
             u.sock_fd = None;
         }
+        if conn.ctl.is_some() {
+            return ctl::flush(self, c);
+        }
         if !conn.out.is_empty() {
             self.start_output(c);
             return;
@@ -230,7 +237,7 @@ impl UringDriver {
 
     /// Starts writing the front output chunk: bytes (with file bytes from the page cache
     /// read in behind them, `file_read.rs`) by send, file bytes not cached by splice.
-    fn start_output(&mut self, c: ConnId) {
+    pub(super) fn start_output(&mut self, c: ConnId) {
         if self.io.conns[c.index()].out.is_empty() {
             return;
         }
@@ -267,6 +274,8 @@ impl UringDriver {
             Kind::PollOut => poll::complete(self, ConnId(idx), gen, res),
             Kind::Connect => connect::complete(self, h, ConnId(idx), gen, res),
             Kind::PeerName => accept::complete_peer(self, h, ConnId(idx), gen, res),
+            Kind::SockOpt => sockopt::complete(self, ConnId(idx), gen, res),
+            Kind::SendMsg => sendmsg::complete(self, ConnId(idx), gen, res),
             Kind::DgramRecv => dgram_recv::complete_listener(self, h, idx, res, flags),
             Kind::RecvDgram => dgram_recv::complete_conn(self, h, ConnId(idx), gen, res, flags),
             Kind::DgramSend => dgram_send::complete(self, idx, res),

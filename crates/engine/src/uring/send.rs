@@ -37,7 +37,8 @@ pub(super) fn submit(d: &mut UringDriver, c: ConnId) {
     let last = conn.out.len() == 1
         && pos + len == buf.len()
         && matches!(conn.after_flush, AfterFlush::Close)
-        && d.sqpoll.is_none();
+        && d.sqpoll.is_none()
+        && conn.ctl.is_none();
     // The FIN rides on the tail only if the peer sends nothing more (`Io::peer_done`).
     let cork = last && (conn.peer_done || conn.eof);
     let flags = libc::MSG_NOSIGNAL

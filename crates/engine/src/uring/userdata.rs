@@ -37,6 +37,10 @@ pub(crate) enum Kind {
     RecvDgram = 19,
     /// The cancel of a UDP listener's receive.
     CancelDgram = 20,
+    /// `SOCKET_URING_OP_SETSOCKOPT` of `Io::set_sockopt`.
+    SockOpt = 21,
+    /// `IORING_OP_SENDMSG` of `Io::send_tls_record`.
+    SendMsg = 22,
 }
 
 impl Kind {
@@ -63,6 +67,8 @@ impl Kind {
             18 => DgramSend,
             19 => RecvDgram,
             20 => CancelDgram,
+            21 => SockOpt,
+            22 => SendMsg,
             _ => return None,
         })
     }

@@ -205,4 +205,22 @@ fn a_stream_routed_by_sni_closes_on_what_is_not_a_client_hello() {
     h.send(c, &hello[..hello.len() - 1]);
     h.advance(Duration::from_secs(61));
     assert!(h.t.closed(c) && h.connects().is_empty());
+    // An oversized one (a ClientHello that says 65,535 bytes, sent as full records) is
+    // closed once 16 KiB are held, not read on.
+    let mut h = sni_streams();
+    let c = h.client();
+    let mut wire = Vec::new();
+    for i in 0..2 {
+        wire.extend_from_slice(&[22, 3, 1, 0x40, 0]);
+        let mut frag = vec![0x41u8; 0x4000];
+        if i == 0 {
+            frag[..4].copy_from_slice(&[1, 0, 0xff, 0xff]);
+        }
+        wire.extend_from_slice(&frag);
+    }
+    h.send(c, &wire[..0x4000 + 5 + 100]);
+    assert!(
+        h.t.closed(c) && h.connects().is_empty(),
+        "an oversized ClientHello is closed at once"
+    );
 }

@@ -8,9 +8,10 @@
 //!
 //! **TLS** ([`tls`]): a [`Transport::Tls`] connection's role writes plaintext into a staging
 //! buffer (what [`out_buf`](Transport::out_buf) returns) and the zone seals it after each
-//! callback ([`Transport::seal`]); what arrives is decrypted before the role sees it. A plain
-//! connection pays one compare of the variant per call, which the instruction counts of
-//! `bench/instructions.py` show.
+//! callback ([`Transport::seal`]); what arrives is decrypted before the role sees it. Once
+//! the kernel seals a connection's records (kTLS) the same step hands the output to the
+//! engine as it is. A plain connection pays one compare of the variant per call, which the
+//! instruction counts of `bench/instructions.py` show.
 
 use std::fs::File;
 use std::rc::Rc;

@@ -25,7 +25,7 @@ use crate::role::{ClientRole, Http1, Stream, H2};
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
 use crate::tls::{TlsSetup, ZoneTls};
-use crate::transport::Transport;
+use crate::transport::{TlsTransport, Transport};
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
@@ -131,6 +131,15 @@ impl Zone {
             .collect()
     }
 
+    /// Lets the zone's TLS connections hand their sending side to the kernel for these
+    /// ciphers, as a kernel with the `tls` module would (tests).
+    #[cfg(test)]
+    pub fn force_ktls(&mut self, s: ringx_tls::ktls::Support) {
+        if let Some(z) = self.ctx.tls.as_mut() {
+            z.ktls = Some(s);
+        }
+    }
+
     /// Upstream states of replaced configurations still in use (tests).
     #[cfg(test)]
     pub fn retired_generations(&self) -> usize {
@@ -234,7 +243,10 @@ impl Zone {
             ups: &mut self.ups,
         };
         if base.tr.is_tls() && base.tr.tls_info().is_none() {
-            // A handshake that did not finish in time: nothing to answer in.
+            // A handshake that did not finish in time: nothing to answer in (nginx closes
+            // too), and a failed handshake for the metrics.
+            crate::metrics::bump(&cx.ctx.log.counters.tls_failed, 1);
+            tracing::debug!(conn = c.0, addr = ?base.addr, "TLS: handshake timed out");
             cx.io.close(c);
             return;
         }
@@ -440,7 +452,10 @@ impl Handler for Zone {
         let kind = self.ctx.routes.listener_kind.get(li as usize).copied();
         let local = self.ctx.routes.listen.get(li as usize).copied();
         let tr = match &self.ctx.tls {
-            Some(z) if z.sites.is_tls(li as usize) => Transport::Tls(Box::default()),
+            Some(z) if z.sites.is_tls(li as usize) => {
+                let ktls = z.ktls.filter(|_| io.can_set_sockopt());
+                Transport::Tls(Box::new(TlsTransport::new(z.sites.provider(), ktls)))
+            }
             _ => Transport::Plain,
         };
         let Client { base, role } = &mut self.clients[c.index()];
@@ -747,3 +762,5 @@ impl Handler for Zone {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

@@ -61,7 +61,14 @@ pub fn receive(
                 1,
             );
             t.info = Some(Box::new(info));
+            if t.hand_over(io, c) {
+                bump(&counters.tls_kernel, 1);
+            }
         }
+    }
+    if t.kernel {
+        // An alert, or a KeyUpdate and its keys, for the kernel to send.
+        t.seal(io, c);
     }
     // The zone is the only writer of its counters.
     counters

@@ -1,0 +1,189 @@
+//! `Io::set_sockopt` and `Io::send_tls_record` on both engines, with real sockets: an
+//! option takes effect in order with the output (`SO_LINGER` {on, 0} queued after "x":
+//! "x" arrives, and the close that follows is a reset, not a FIN), a refused option closes
+//! the connection with the kernel's error after what was queued before it (the `tls` ULP
+//! where the kernel lacks it; where it has it, the ULP attaches and the output goes on), and a
+//! TLS record on a socket without kernel TLS arrives as its bytes, in order.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ringx_engine::{ConnId, EngineKind, Handler, Io, ListenerId, ZoneConfig};
+
+/// What each connection does on accept, by the first byte the client sends.
+#[derive(Default)]
+struct Scripted {
+    errors: Arc<Mutex<Vec<String>>>,
+    /// A file of 200 KB (`F`: sent, then a record, then bytes).
+    file: Option<std::path::PathBuf>,
+}
+
+const TCP_ULP: i32 = 31;
+
+impl Handler for Scripted {
+    fn on_accept(&mut self, _: &mut Io, _: ConnId, _: ListenerId) {}
+    fn on_data(&mut self, io: &mut Io, c: ConnId, data: &[u8]) {
+        match data[0] {
+            b'L' => {
+                io.write(c, b"x");
+                let linger = libc::linger {
+                    l_onoff: 1,
+                    l_linger: 0,
+                };
+                // SAFETY: linger is plain data; its bytes are what setsockopt takes.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        (&linger as *const libc::linger).cast::<u8>(),
+                        std::mem::size_of::<libc::linger>(),
+                    )
+                };
+                io.set_sockopt(c, libc::SOL_SOCKET, libc::SO_LINGER, bytes.to_vec());
+            }
+            b'U' => {
+                io.write(c, b"before");
+                io.set_sockopt(c, libc::SOL_TCP, TCP_ULP, b"tls".to_vec());
+                io.write(c, b"after");
+            }
+            b'R' => {
+                io.write(c, b"a");
+                io.send_tls_record(c, 21, &[1, 0]);
+                io.write(c, b"b");
+            }
+            b'F' => {
+                // A head, a file large enough for sendfile, a record, more bytes: in order.
+                let f = std::fs::File::open(self.file.as_ref().unwrap()).unwrap();
+                let len = f.metadata().unwrap().len();
+                io.write(c, b"head");
+                io.send_file(c, std::rc::Rc::new(f), 0, len);
+                io.send_tls_record(c, 21, &[1, 0]);
+                io.write(c, b"tail");
+            }
+            b'C' => io.close(c),
+            _ => {}
+        }
+    }
+    fn on_eof(&mut self, io: &mut Io, c: ConnId) {
+        io.close(c);
+    }
+    fn on_closed(&mut self, _: &mut Io, _: ConnId, err: Option<std::io::Error>) {
+        if let Some(e) = err {
+            self.errors.lock().unwrap().push(e.to_string());
+        }
+    }
+    fn on_timer(&mut self, _: &mut Io) -> Option<Duration> {
+        None
+    }
+    fn on_wake(&mut self, io: &mut Io) {
+        io.exit();
+    }
+}
+
+fn client(addr: std::net::SocketAddr, first: u8) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&[first]).unwrap();
+    s
+}
+
+fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut b = vec![0; n];
+    s.read_exact(&mut b).unwrap();
+    b
+}
+
+fn kernel_has_tls_ulp() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|s| s.split_whitespace().any(|u| u == "tls"))
+}
+
+fn options_and_records(engine: EngineKind) {
+    let cfg = ZoneConfig {
+        engine,
+        max_conns: 16,
+        recv_buffers: 8,
+        recv_buffer_size: 1024,
+        ..ZoneConfig::default()
+    };
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let path = std::env::temp_dir().join(format!(
+        "ringx-sockopt-{}-{engine:?}.bin",
+        std::process::id()
+    ));
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&path, &body).unwrap();
+    let h = Scripted {
+        errors: errors.clone(),
+        file: Some(path.clone()),
+    };
+    let Some(zone) = common::spawn_zone(cfg, h, |_| ()) else {
+        return;
+    };
+    // SO_LINGER {1, 0} after "x": then the close is a reset.
+    let mut s = client(zone.addr, b'L');
+    assert_eq!(read_n(&mut s, 1), b"x");
+    s.write_all(b"C").unwrap();
+    let mut b = [0u8; 8];
+    match s.read(&mut b) {
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        other => panic!("{engine:?}: a FIN, not the reset SO_LINGER 0 makes: {other:?}"),
+    }
+    // The tls ULP: attached where the kernel has it, else the connection closes with why.
+    let ulp = kernel_has_tls_ulp();
+    let mut s = client(zone.addr, b'U');
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    if ulp {
+        assert_eq!(got, b"beforeafter", "{engine:?}");
+    } else {
+        assert_eq!(
+            got, b"before",
+            "{engine:?}: what was queued before the option"
+        );
+    }
+    // A record on a plain socket: its bytes, in order.
+    let mut s = client(zone.addr, b'R');
+    assert_eq!(read_n(&mut s, 4), [b'a', 1, 0, b'b'], "{engine:?}");
+    drop(s);
+    // Behind a file (sendfile, or read behind the head): still in order.
+    let mut s = client(zone.addr, b'F');
+    let got = read_n(&mut s, 4 + body.len() + 2 + 4);
+    assert_eq!(&got[..4], b"head");
+    assert!(got[4..4 + body.len()] == body[..], "{engine:?}: the file");
+    assert_eq!(
+        &got[4 + body.len()..],
+        [1, 0, b't', b'a', b'i', b'l'],
+        "{engine:?}"
+    );
+    drop(s);
+    let _ = std::fs::remove_file(&path);
+    std::thread::sleep(Duration::from_millis(100));
+    zone.waker.wake();
+    zone.thread.join().unwrap();
+    let errors = errors.lock().unwrap();
+    if !ulp {
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("setsockopt(level 6, option 31)")),
+            "{engine:?}: the refusal is the close's error: {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn epoll_sets_options_and_sends_records_in_order() {
+    options_and_records(EngineKind::Epoll);
+}
+
+#[test]
+fn uring_sets_options_and_sends_records_in_order() {
+    if !ringx_engine::sys::kernel_at_least(6, 7) {
+        println!("skipped: io_uring socket commands need Linux 6.7");
+        return;
+    }
+    options_and_records(EngineKind::Uring);
+}
