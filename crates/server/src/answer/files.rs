@@ -61,7 +61,8 @@ impl Answer<'_> {
                 };
                 // (A request with a body has its response prepared before the body is read,
                 // in one buffer: it gets the file as it is.)
-                let streams = len > MAX_COMPRESS_WHOLE && self.req.body == BodyKind::None;
+                let streams =
+                    len > MAX_COMPRESS_WHOLE && self.req.body == BodyKind::None && self.rq.streams;
                 if let Some(codec) = on_the_fly.filter(|_| streams) {
                     // Too large to compress at once: compressed as the client takes it. Its
                     // length is unknown until the end: chunked to HTTP/1.1, delimited by the

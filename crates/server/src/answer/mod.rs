@@ -21,11 +21,13 @@ use crate::rewrite::vars::{field_safe, ConnInfo, Vars};
 use crate::rewrite::ReturnT;
 use crate::route::{Action, Canned, Loc, Routes, VServer};
 
-/// What the response writers need of a request beyond its head: its connection, and its
-/// `$request_id` once one is made.
+/// What the response writers need of a request beyond its head: its connection, its
+/// `$request_id` once one is made, and whether its role can send a body compressed as it
+/// streams (`Reply::stream`: HTTP/1's; HTTP/2 takes a static file as it is).
 pub struct ReqCtx {
     pub conn: ConnInfo,
     pub request_id: Cell<Option<[u8; 32]>>,
+    pub streams: bool,
 }
 
 impl ReqCtx {
@@ -33,6 +35,7 @@ impl ReqCtx {
         ReqCtx {
             conn,
             request_id: Cell::new(None),
+            streams: false,
         }
     }
 }
@@ -200,6 +203,32 @@ pub struct PageCtx {
     pub routes: std::sync::Arc<Routes>,
     pub at: (usize, usize),
     pub head_only: bool,
+}
+
+impl PageCtx {
+    /// The location's error page for `status`, written into `out`; None when it has none for
+    /// that status or it cannot be served (the plain error page goes out instead).
+    pub fn write(
+        &self,
+        r: Responder<'_>,
+        out: &mut Vec<u8>,
+        status: u16,
+        ch: ConnHdr,
+    ) -> Option<Reply> {
+        let server = &self.routes.servers[self.at.0];
+        let t = server.locations[self.at.1]
+            .rw
+            .as_ref()
+            .and_then(|rw| rw.error_pages.as_ref())
+            .and_then(|pages| pages.get(status))?;
+        let page = Page {
+            r,
+            server,
+            ch,
+            head_only: self.head_only,
+        };
+        page.write(out, status, t, None)
+    }
 }
 
 /// An error page served for an `error_page` target, where the request itself may be gone (a

@@ -150,6 +150,35 @@ pub fn respond(
     }
 }
 
+/// The JSON access log carries every request's id: made before the request is routed, so
+/// that the one its headers send (`proxy_set_header`, `add_header`) is the one logged.
+#[inline(never)]
+pub(super) fn json_request_id(
+    cx: &mut crate::zone::ctx::Cx,
+    c: ringx_engine::ConnId,
+    request_id: &Cell<Option<[u8; 32]>>,
+) {
+    let id = crate::rewrite::vars::new_request_id();
+    request_id.set(Some(id));
+    cx.ctx.log.request_id(c, id);
+}
+
+/// What a request's variables read of its connection: the client's address after
+/// `real_ip_from`, the local one, whether it is TLS.
+pub(super) fn conn_info(b: &crate::zone::client::Base) -> ConnInfo {
+    ConnInfo {
+        client: match b.real_ip {
+            None => b.addr,
+            Some(ip) => Some(std::net::SocketAddr::new(
+                ip,
+                b.addr.map_or(0, |a| a.port()),
+            )),
+        },
+        local: b.local,
+        tls: b.tr.is_tls(),
+    }
+}
+
 /// Percent-decodes and normalises a request path; borrows it when it is already clean. None:
 /// it cannot be normalised (it climbs above the root, or decodes to something invalid).
 pub fn clean_path(raw: &str) -> Option<Cow<'_, str>> {

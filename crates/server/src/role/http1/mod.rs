@@ -5,10 +5,9 @@
 //! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
 //! answered here through the response writer (`local.rs`).
 
-mod cached;
+pub(crate) mod cached;
 mod file_body;
-mod forward;
-mod guard;
+pub(crate) mod guard;
 pub mod local;
 mod proxy;
 
@@ -24,7 +23,6 @@ use crate::answer::ReqCtx;
 use crate::compress::file_stream::FileStream;
 use crate::guard::Verdict;
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
-use crate::rewrite::vars::{new_request_id, ConnInfo};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
 use crate::role::proxy_header::{self, Step};
@@ -138,6 +136,11 @@ impl Http1 {
         self.phase
     }
 
+    /// Nothing read yet: the connection may still turn out to be HTTP/2 (h2c preface).
+    pub fn is_fresh(&self) -> bool {
+        self.phase == Phase::Idle && self.requests == 0
+    }
+
     /// Between requests with nothing buffered or queued: a keep-alive connection at rest.
     pub fn is_idle(&self, b: &Base, io: &ringx_engine::Io, c: ConnId) -> bool {
         self.phase == Phase::Idle && b.inbuf.is_empty() && b.tr.pending(io, c) == 0
@@ -151,7 +154,12 @@ impl Http1 {
     pub fn on_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
         match self.phase {
             Phase::Lingering => return,
-            Phase::ProxyHeader => return self.proxy_header_data(cx, b, c, data),
+            Phase::ProxyHeader => {
+                if self.proxy_header(cx, b, c, data) {
+                    self.process_buffered(cx, b, c);
+                }
+                return;
+            }
             _ => {}
         }
         if b.paused {
@@ -410,10 +418,10 @@ impl Http1 {
         }
         let request_id = Cell::new(None);
         if cx.ctx.log.format() == Some(LogFormat::Json) {
-            json_request_id(cx, c, &request_id);
+            local::json_request_id(cx, c, &request_id);
         }
         // Routed once: the proxy and the local responder both take this.
-        let info = (|| conn_info(b), &request_id);
+        let info = (|| local::conn_info(b), &request_id);
         let route = local::route(&cx.ctx.routes, b.listener as usize, req, info);
         if !has_body {
             if let Some(canned) = local::plain_return(&cx.ctx.routes, &route) {
@@ -427,8 +435,9 @@ impl Http1 {
             }
         }
         let rq = ReqCtx {
-            conn: conn_info(b),
+            conn: local::conn_info(b),
             request_id,
+            streams: true,
         };
         // Each of a location's optional steps is one test of what its compiled form has
         // (`Loc::guard`, `Loc::cache`, the action); the steps themselves stay out of line.
@@ -736,44 +745,26 @@ impl Http1 {
         }
     }
 
-    /// Bytes before the PROXY header is complete.
-    fn proxy_header_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
+    /// Whether the connection still waits for its PROXY header.
+    pub fn awaits_proxy_header(&self) -> bool {
+        self.phase == Phase::ProxyHeader
+    }
+
+    /// Bytes before the PROXY header is complete; true once it is, with what followed it in
+    /// `b.inbuf`, not processed yet (it may be the h2c preface: the zone decides).
+    pub fn proxy_header(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) -> bool {
         match proxy_header::feed(b, data) {
-            Step::Partial => {}
+            Step::Partial => false,
             Step::Refused => {
                 self.phase = Phase::Lingering;
                 cx.io.close(c);
+                false
             }
             Step::Done => {
                 self.phase = Phase::Idle;
-                self.process_buffered(cx, b, c);
+                true
             }
         }
-    }
-}
-
-/// The JSON access log carries every request's id: made before the request is routed, so
-/// that the one its headers send (`proxy_set_header`, `add_header`) is the one logged.
-#[inline(never)]
-fn json_request_id(cx: &mut Cx, c: ConnId, request_id: &Cell<Option<[u8; 32]>>) {
-    let id = new_request_id();
-    request_id.set(Some(id));
-    cx.ctx.log.request_id(c, id);
-}
-
-/// What a request's variables read of its connection: the client's address after
-/// `real_ip_from`, the local one, whether it is TLS.
-fn conn_info(b: &Base) -> ConnInfo {
-    ConnInfo {
-        client: match b.real_ip {
-            None => b.addr,
-            Some(ip) => Some(std::net::SocketAddr::new(
-                ip,
-                b.addr.map_or(0, |a| a.port()),
-            )),
-        },
-        local: b.local,
-        tls: b.tr.is_tls(),
     }
 }
 

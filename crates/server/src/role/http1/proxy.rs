@@ -4,23 +4,21 @@
 
 use ringx_engine::ConnId;
 use ringx_http::upstream::upgrade_request;
-use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
+use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Request};
 
-use super::forward::{decoration, forward_head, request_vars, upstream_head};
 use super::local::Route;
 use super::{cached, Http1, Next, Phase};
-use crate::answer::{Page, PageCtx, ReqCtx};
+use crate::answer::ReqCtx;
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::loc::Decision;
 use crate::cache::Found;
 use crate::response::ConnHdr;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
+use crate::role::proxy_start;
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
-use crate::route::{Action, HostMode};
 use crate::upstream::dial::Dial;
-use crate::upstream::HashKey;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
@@ -40,81 +38,32 @@ impl Http1 {
         rq: &ReqCtx,
         capture: Option<Capture>,
     ) -> Option<Next> {
-        let (si, li) = route.at?;
-        if route.ext.as_ref().is_some_and(|e| e.early.is_some()) {
-            return None; // a redirect or an error decided while routing: answered locally
-        }
-        let ctx = &mut *cx.ctx;
-        let (_, gen) = ctx.current_pools()?;
-        if !matches!(
-            ctx.routes.servers[si].locations[li].action,
-            Action::Proxy(_)
-        ) {
+        if !proxy_start::is_proxied(&cx.ctx.routes, route) {
             return None;
         }
         // A recycled record (taken only once the request is known to be proxied): its head
         // and retry list keep their capacity.
         let mut ex = self.spare.take().unwrap_or_default();
-        let Action::Proxy(loc) = &ctx.routes.servers[si].locations[li].action else {
-            unreachable!("checked above");
-        };
-        let def = &ctx.current_pools().expect("checked above").0.defs.list[loc.upstream];
-        let location = &ctx.routes.servers[si].locations[li];
-        // Made only where a header template or `add_header` reads them.
-        let vars = || request_vars(&ctx.routes, si, req, route, rq);
         let upgrade = upgrade_request(req);
-        let mut head = std::mem::take(&mut ex.head);
         let fill = capture.as_ref().and_then(|x| x.fill.as_deref());
-        let set_host = forward_head(
-            &mut head,
-            req,
-            vars,
-            (location, loc, def),
-            (route, upgrade),
-            b,
-            fill,
-        );
-        let deco = decoration(&ctx.routes, location, loc, req, vars);
-        self.page = location
-            .rw
-            .as_ref()
-            .and_then(|rw| rw.error_pages.as_ref())
-            .map(|_| {
-                Box::new(PageCtx {
-                    routes: ctx.routes.clone(),
-                    at: (si, li),
-                    head_only: req.method == Method::Head,
-                })
-            });
-        let key = match &def.hash_key {
-            _ if def.maglev.is_none() => None,
-            HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
-            HashKey::Uri => Some(req.target.as_bytes().to_vec()),
-            HashKey::Header(h) => req.header(h).map(<[u8]>::to_vec),
+        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, upgrade, fill)
+        else {
+            self.spare = Some(ex);
+            return None;
         };
+        self.page = page;
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
-        let tried = std::mem::take(&mut ex.dial.tried);
-        *ex = Exchange {
-            dial: Dial::new(gen, loc.upstream, def.retries, key, tried),
-            up: None,
-            head,
-            host_upstream: matches!(loc.host, HostMode::Upstream) && !set_host,
-            has_body,
-            replay: has_body.then(Vec::new),
-            req_body: has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default())),
-            idempotent: matches!(
-                req.method,
-                Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
-            ) || req.method_str == "TRACE",
-            head_request: req.method == Method::Head,
-            version: req.version,
-            keep: keep && upgrade.is_none(),
-            upgrade: upgrade.is_some(),
-            started: false,
-            body_paused: false,
-            deco,
-            capture: capture.map(Box::new),
-        };
+        ex.up = None;
+        ex.has_body = has_body;
+        ex.replay = has_body.then(Vec::new);
+        ex.req_body = has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default()));
+        ex.version = req.version;
+        ex.keep = keep && upgrade.is_none();
+        ex.upgrade = upgrade.is_some();
+        ex.started = false;
+        ex.body_paused = false;
+        ex.log = true;
+        ex.capture = capture.map(Box::new);
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -329,20 +278,8 @@ impl Http1 {
         self.phase = Phase::Idle;
         b.paused = false;
         if let Some(p) = self.page.take() {
-            let server = &p.routes.servers[p.at.0];
-            let target = server.locations[p.at.1]
-                .rw
-                .as_ref()
-                .and_then(|rw| rw.error_pages.as_ref())
-                .and_then(|pages| pages.get(status));
-            if let (Some(t), Some(out)) = (target, b.tr.out_buf(cx.io, c)) {
-                let page = Page {
-                    r: cx.ctx.responder(),
-                    server,
-                    ch: ConnHdr::Close,
-                    head_only: p.head_only,
-                };
-                if let Some(r) = page.write(out, status, t, None) {
+            if let Some(out) = b.tr.out_buf(cx.io, c) {
+                if let Some(r) = p.write(cx.ctx.responder(), out, status, ConnHdr::Close) {
                     if let Some((f, off, len)) = r.file {
                         b.tr.send_file(cx.io, c, f, off, len);
                     }
@@ -485,8 +422,10 @@ impl Http1 {
             } => {
                 let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
                 let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
-                let update = update
-                    .and_then(|f| upstream_head(cx, b, req, route, rq, &f).map(|(u, h)| (f, u, h)));
+                let update = update.and_then(|f| {
+                    proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f)
+                        .map(|(u, h)| (f, u, h))
+                });
                 let asked = cached::asked_now(req, keep);
                 let Some((_, file)) = cached::write_found(cx, b, c, found, status, &line, &asked)
                 else {

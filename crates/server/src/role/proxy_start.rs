@@ -1,36 +1,116 @@
-//! What a proxied request sends upstream, worked out before the exchange starts: the
-//! request-target (`proxy_pass` URI part, rewrites), the head with `proxy_set_header` and the
-//! Host, the request's variables, and the decoration its response gets on the way back.
+//! A request routed to a `proxy_pass` location, made ready for its [`Exchange`]: the head
+//! the upstream gets (the target a `proxy_pass` URI part or a rewrite gives, headers set and
+//! dropped, `X-Forwarded-*`), the upstream and hash key to dial, the decoration of the
+//! response (`add_header`, compression, intercepted errors) and the location's error pages.
+//!
+//! The HTTP/1 and HTTP/2 roles both start their exchanges here, so a location proxies the
+//! same way whichever protocol the client speaks; each role then sets the framing fields
+//! that are its own (the request body, the response's version, keep-alive).
 
 use std::sync::Arc;
 
 use ringx_http::upstream::{
     upgrade_request, write_request_head_edit, write_request_head_target, Forward, RequestEdit,
 };
-use ringx_http::Request;
+use ringx_http::{Method, Request};
 
-use super::cached;
-use super::local::Route;
-use crate::answer::ReqCtx;
+use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::Fill;
 use crate::compress::Accept;
 use crate::rewrite::vars::{escape_args, escape_path, Vars};
 use crate::role::exchange::deco::Deco;
+use crate::role::exchange::Exchange;
+use crate::role::http1::cached;
+use crate::role::http1::local::Route;
 use crate::route::{Action, HostMode, Loc, ProxyLoc, Routes};
-use crate::upstream::UpstreamDef;
+use crate::upstream::dial::Dial;
+use crate::upstream::{HashKey, UpstreamDef};
 use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
+use crate::zone::ctx::ZoneCtx;
+
+/// Whether `route` sends the request to an upstream: a `proxy_pass` location, and no
+/// redirect or error decided while routing (those are answered locally).
+pub fn is_proxied(routes: &Routes, route: &Route<'_>) -> bool {
+    let Some((si, li)) = route.at else {
+        return false;
+    };
+    route.ext.as_ref().is_none_or(|e| e.early.is_none())
+        && matches!(routes.servers[si].locations[li].action, Action::Proxy(_))
+}
+
+/// Fills `ex` for `req` (from the client `b`, routed by `route`): its head for the upstream,
+/// its dial, `host_upstream`, decoration, `idempotent` and `head_request`. `upgrade`: the
+/// protocol the request asks to switch to (HTTP/1.1 `Upgrade`); `fill`: the cache fill the
+/// response goes to, whose head drops the client's validators and ranges. The other fields are the
+/// caller's. Returns the location's error pages for a failure to reach the upstream (None:
+/// it has none); None at all: the request is not proxied (see [`is_proxied`]) or the zone
+/// has no upstreams.
+#[allow(clippy::too_many_arguments)]
+pub fn prepare(
+    ctx: &ZoneCtx,
+    b: &Base,
+    req: &Request,
+    route: &Route<'_>,
+    rq: &ReqCtx,
+    ex: &mut Exchange,
+    upgrade: Option<&[u8]>,
+    fill: Option<&Fill>,
+) -> Option<Option<Box<PageCtx>>> {
+    if !is_proxied(&ctx.routes, route) {
+        return None;
+    }
+    let (si, li) = route.at?;
+    let (pools, gen) = ctx.current_pools()?;
+    let server = &ctx.routes.servers[si];
+    let location = &server.locations[li];
+    let Action::Proxy(loc) = &location.action else {
+        return None;
+    };
+    let def = &pools.defs.list[loc.upstream];
+    // Made only where a header template or `add_header` reads them.
+    let vars = || request_vars(&ctx.routes, si, req, route, rq);
+    let set_host = forward_head(
+        &mut ex.head,
+        (req, vars),
+        (location, loc, def),
+        route,
+        b,
+        (upgrade, fill),
+    );
+    ex.deco = decoration(&ctx.routes, location, loc, req, vars);
+    let page = location
+        .rw
+        .as_ref()
+        .and_then(|rw| rw.error_pages.as_ref())
+        .map(|_| {
+            Box::new(PageCtx {
+                routes: ctx.routes.clone(),
+                at: (si, li),
+                head_only: req.method == Method::Head,
+            })
+        });
+    let key = match &def.hash_key {
+        _ if def.maglev.is_none() => None,
+        HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
+        HashKey::Uri => Some(req.target.as_bytes().to_vec()),
+        HashKey::Header(h) => req.header(h).map(<[u8]>::to_vec),
+    };
+    let tried = std::mem::take(&mut ex.dial.tried);
+    ex.dial = Dial::new(gen, loc.upstream, def.retries, key, tried);
+    ex.host_upstream = matches!(loc.host, HostMode::Upstream) && !set_host;
+    ex.idempotent = matches!(
+        req.method,
+        Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
+    ) || req.method_str == "TRACE";
+    ex.head_request = req.method == Method::Head;
+    Some(page)
+}
 
 /// The request-target sent upstream when it is not the client's: with a `proxy_pass` URI part,
 /// the location's prefix replaced by it (nginx's rule); after a rewrite, the rewritten path.
 /// Both escaped again, the query (rewritten or not) after them.
 #[inline]
-pub(super) fn proxy_target(
-    p: &ProxyLoc,
-    loc: &Loc,
-    route: &Route<'_>,
-    req: &Request,
-) -> Option<String> {
+fn proxy_target(p: &ProxyLoc, loc: &Loc, route: &Route<'_>, req: &Request) -> Option<String> {
     if p.uri.is_none() && route.ext.is_none() {
         return None; // the client's target as it is: one test in the common case
     }
@@ -73,7 +153,7 @@ fn proxy_target_edited(
 /// The decoration of a proxied response: `add_header` lines expanded now (the request is gone
 /// when the response comes), what the client accepts when the response may be compressed, and
 /// the error pages that replace upstream errors.
-pub(super) fn decoration<'v>(
+fn decoration<'v>(
     routes: &Arc<Routes>,
     location: &Loc,
     p: &ProxyLoc,
@@ -110,7 +190,7 @@ pub(super) fn decoration<'v>(
 }
 
 /// The variables of a request routed to server `si` (for `proxy_set_header` and the like).
-pub(super) fn request_vars<'a>(
+fn request_vars<'a>(
     routes: &'a Routes,
     si: usize,
     req: &'a Request<'a, 'a>,
@@ -133,17 +213,16 @@ pub(super) fn request_vars<'a>(
 
 /// The head of the request as forwarded to location `loc`'s upstream `def`
 /// (`proxy_set_header`, the `proxy_pass` URI, the Host); a cache fill's without the client's
-/// validators and ranges, with the cache's validators when it revalidates. `upgrade`: the
-/// protocol the client asks to switch to. Returns whether `proxy_set_header` set the Host.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn forward_head<'v>(
+/// validators and ranges, with the cache's validators when it revalidates; `upgrade`: the
+/// protocol the request asks to switch to; `vars`: the request's variables, made only where a
+/// template reads them. Returns whether `proxy_set_header` set the Host.
+fn forward_head<'v>(
     head: &mut Vec<u8>,
-    req: &Request,
-    vars: impl Fn() -> Vars<'v>,
+    (req, vars): (&Request, impl Fn() -> Vars<'v>),
     (location, loc, def): (&Loc, &ProxyLoc, &UpstreamDef),
-    (route, upgrade): (&Route<'_>, Option<&[u8]>),
+    route: &Route<'_>,
     b: &Base,
-    fill: Option<&Fill>,
+    (upgrade, fill): (Option<&[u8]>, Option<&Fill>),
 ) -> bool {
     let target = proxy_target(loc, location, route, req);
     let mut forward = Forward {
@@ -162,7 +241,7 @@ pub(super) fn forward_head<'v>(
     head.clear();
     head.reserve(256 + req.head_len);
     if loc.edit.is_none() && fill.is_none() {
-        // No `proxy_set_header`, hidden field or cache fill: no variables to expand, and the
+        // No `proxy_set_header`, hidden field or cache fill: nothing to gather, and the
         // writer compiled without the edits' per-field tests.
         forward.host = upstream_host(None, loc, def);
         write_request_head_target(head, req, &forward, target.as_deref());
@@ -198,7 +277,7 @@ pub(super) fn forward_head<'v>(
 
 /// The Host sent upstream: `proxy_set_header`'s (`set`), else as `proxy_host` says (None: the
 /// client's).
-pub(super) fn upstream_host<'a>(
+fn upstream_host<'a>(
     set: Option<&'a str>,
     loc: &'a ProxyLoc,
     def: &'a UpstreamDef,
@@ -212,8 +291,8 @@ pub(super) fn upstream_host<'a>(
 }
 
 /// The upstream of the request's location and its head for a background cache update.
-pub(super) fn upstream_head(
-    cx: &Cx,
+pub fn upstream_head(
+    ctx: &ZoneCtx,
     b: &Base,
     req: &Request,
     route: &Route<'_>,
@@ -221,16 +300,22 @@ pub(super) fn upstream_head(
     fill: &Fill,
 ) -> Option<(usize, Vec<u8>)> {
     let (si, li) = route.at?;
-    let location = &cx.ctx.routes.servers[si].locations[li];
+    let location = &ctx.routes.servers[si].locations[li];
     let Action::Proxy(loc) = &location.action else {
         return None;
     };
-    let (pools, _) = cx.ctx.current_pools()?;
+    let (pools, _) = ctx.current_pools()?;
     let def = &pools.defs.list[loc.upstream];
-    let vars = || request_vars(&cx.ctx.routes, si, req, route, rq);
+    let vars = || request_vars(&ctx.routes, si, req, route, rq);
     let mut head = Vec::new();
     let upgrade = upgrade_request(req);
-    let at = (location, loc, def);
-    forward_head(&mut head, req, vars, at, (route, upgrade), b, Some(fill));
+    forward_head(
+        &mut head,
+        (req, vars),
+        (location, loc, def),
+        route,
+        b,
+        (upgrade, Some(fill)),
+    );
     Some((loc.upstream, head))
 }
