@@ -71,6 +71,15 @@ def wrapper(ringx, mode, stats, tb):
     return w + ["--"]
 
 
+def shown_cmd(cmd, work, stats, tb):
+    """The command as results record it: no temporary or checkout paths, no test bed names."""
+    out = []
+    for c in cmd:
+        c = c.replace(stats, "STATS").replace(tb.ru, "UPSTREAM_VETH")
+        out.append(os.path.basename(c) if c.startswith(work) else lib.shown(c))
+    return " ".join(out)
+
+
 def read_stats(d):
     total = {}
     for f in os.listdir(d):
@@ -118,9 +127,10 @@ def one_run(ringx, nginx, mode, secs, work, tag):
         pids = lib.proc_tree(proxy.pid)
         wrk = ["wrk", "-t2", f"-c{CONNS}", f"-d{secs}s", "--latency", "-H", "Connection: close",
                f"http://{RC_IP}:{PORT}/"]
-        before = lib.cpu_ns(pids)
+        before = {p: lib.cpu_ns([p]) for p in pids}
         res = subprocess.run(_ns(tb.cli, *wrk), capture_output=True, text=True, timeout=secs + 60)
-        cpu = lib.cpu_ns(pids) - before
+        per = sorted((lib.cpu_ns([p]) - b for p, b in before.items()), reverse=True)
+        cpu = sum(per)
         out = res.stdout
         m = re.search(r"(\d+) requests in", out)
         rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
@@ -139,8 +149,10 @@ def one_run(ringx, nginx, mode, secs, work, tag):
                 "lat_avg_ms": lib.to_ms(lat[1]) if lat else None,
                 "lat_p99_ms": lib.to_ms(p99[1]) if p99 else None,
                 "errors": (errors[1] if errors else "") + (f" non2xx={non2xx[1]}" if non2xx else ""),
+                # The two busiest processes (the workers): how evenly the connections spread.
+                "busiest_two_cpu_share": [round(x / cpu, 3) for x in per[:2]] if cpu else None,
                 "library": read_stats(stats), "library_log": attached[:6],
-                "command": " ".join(c if not c.startswith(work) else os.path.basename(c) for c in cmd),
+                "command": shown_cmd(cmd, work, stats, tb),
                 "load": " ".join(wrk)}
     finally:
         for p in reversed(procs):
