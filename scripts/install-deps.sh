@@ -36,6 +36,8 @@ have ethtool || [ -x /usr/sbin/ethtool ] || need_apt+=(ethtool)
 have perf    || need_apt+=(linux-perf)
 # valgrind: instructions per request in `make bench-ab` (bench/instructions.py).
 have valgrind || need_apt+=(valgrind)
+# Go builds h2spec, the HTTP/2 conformance suite tests/test_h2.py runs (below).
+have go || [ -x /usr/local/go/bin/go ] || need_apt+=(golang-go)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -61,11 +63,25 @@ fi
 py_missing=$(python3 - <<'PY'
 import importlib.util
 mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib",
-        "cryptography": "cryptography", "brotli": "brotli", "zstandard": "zstandard"}
+        "cryptography": "cryptography", "h2": "h2", "httpx": "httpx[http2]",
+        "brotli": "brotli", "zstandard": "zstandard"}
 print(" ".join(p for m, p in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )
 if [ -n "$py_missing" ]; then
   echo "install-deps: pip install $py_missing"
   python3 -m pip install -q $py_missing 2>/dev/null || python3 -m pip install -q --break-system-packages $py_missing
+fi
+
+# h2spec (HTTP/2 conformance, tests/test_h2.py): a Go module, built once into tools/bin. The
+# module has no /v2 path, so the Go module proxy serves its 2.x line as +incompatible.
+H2SPEC_VERSION=v2.2.1+incompatible
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -x "$ROOT/tools/bin/h2spec" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  if [ -x "$GO" ]; then
+    echo "install-deps: building h2spec $H2SPEC_VERSION"
+    GOBIN="$ROOT/tools/bin" "$GO" install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION" \
+      || echo "install-deps: h2spec could not be built; tests/test_h2.py skips its conformance run" >&2
+  fi
 fi

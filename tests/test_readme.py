@@ -1,7 +1,7 @@
 """The README's configuration example is a configuration `ringx check` accepts.
 
-The README shows a TOML block with every section, one for HTTPS, one for compression and one
-for rewriting. Each is checked as written,
+The README shows a TOML block with every section, one for HTTPS, one for [http2], one for
+compression and one for rewriting. Each is checked as written,
 except for what depends on the machine (the HTTPS block's certificate paths become
 certificates made for the test), and for the first: the CPUs named (`cpus`, `sqpoll_cpu`) become CPUs this process
 may use, and the paths that must exist (the static `root`, the access log's directory) move
@@ -21,7 +21,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def readme_blocks() -> list[str]:
     blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
-    assert len(blocks) == 7, f"expected seven ```toml blocks in README.md, found {len(blocks)}"
+    assert len(blocks) == 8, f"expected eight ```toml blocks in README.md, found {len(blocks)}"
     return blocks
 
 
@@ -104,11 +104,11 @@ def check(ringx_bin, tmp_path, name, text):
 def test_readme_compression_and_rewriting_examples_pass_check(ringx_bin, tmp_path):
     server = ('[[server]]\nlisten = ["127.0.0.1:0"]\n[[server.location]]\npath = "/"\n'
               'return = { status = 200 }\n')
-    r = check(ringx_bin, tmp_path, "compress.toml", readme_blocks()[2] + server)
+    r = check(ringx_bin, tmp_path, "compress.toml", readme_blocks()[3] + server)
     assert r.returncode == 0, f"ringx check rejects the README's compression example:\n{r.stderr}"
     spa = tmp_path / "spa"
     spa.mkdir()
-    text, n = re.subn(r'root = "/srv/spa"', f'root = "{spa}"', readme_blocks()[3])
+    text, n = re.subn(r'root = "/srv/spa"', f'root = "{spa}"', readme_blocks()[4])
     assert n == 1
     r = check(ringx_bin, tmp_path, "rewrite.toml", text)
     assert r.returncode == 0, f"ringx check rejects the README's rewriting example:\n{r.stderr}"
@@ -117,6 +117,20 @@ def test_readme_compression_and_rewriting_examples_pass_check(ringx_bin, tmp_pat
     assert n == 1
     r = check(ringx_bin, tmp_path, "broken.toml", broken)
     assert r.returncode != 0 and "invalid regex" in r.stderr, r.stderr
+
+
+def test_readme_http2_example_passes_check(ringx_bin, tmp_path):
+    server = ('[[server]]\nlisten = ["127.0.0.1:0"]\n[[server.location]]\npath = "/"\n'
+              'return = { status = 200 }\n')
+    text = readme_blocks()[2]
+    assert text.startswith("[http2]")
+    r = check(ringx_bin, tmp_path, "http2.toml", text + server)
+    assert r.returncode == 0, f"ringx check rejects the README's [http2] example:\n{r.stderr}"
+    # And the check can fail: a frame size HTTP/2 does not allow.
+    broken, n = re.subn(r"max_frame_size = 16384", "max_frame_size = 100", text)
+    assert n == 1
+    r = check(ringx_bin, tmp_path, "broken.toml", broken + server)
+    assert r.returncode != 0 and "max_frame_size" in r.stderr, r.stderr
 
 
 def test_readme_access_limit_and_cache_examples_pass_check(ringx_bin, tmp_path):
@@ -129,7 +143,7 @@ def test_readme_access_limit_and_cache_examples_pass_check(ringx_bin, tmp_path):
             '[[upstream]]\nname = "auth"\nservers = ["127.0.0.1:9"]\n'
             '[[server]]\nlisten = ["127.0.0.1:0"]\n'
             '[[server.location]]\npath = "/base/"\nreturn = { status = 200 }\n')
-    text += "\n".join(readme_blocks()[4:])
+    text += "\n".join(readme_blocks()[5:])
     for old, new in (("/etc/ringx/htpasswd", str(users)), ("/var/cache/ringx/pages", str(tmp_path / "pages"))):
         text, n = re.subn(re.escape(old), new, text)
         assert n == 1, f"README's fragments: {old} found {n} times, not once"

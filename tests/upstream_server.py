@@ -213,6 +213,11 @@ class UpstreamServer:
             for _ in range(n):
                 c.sendall(b"%x\r\n" % size + data + b"\r\n")
             c.sendall(b"0\r\n\r\n")
+        elif path == "/trailers":
+            # A chunked body ending in a trailer section (with a field that may not be one).
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"
+                      b"5\r\nhello\r\n6\r\n world\r\n0\r\nX-Checksum: abc123\r\n"
+                      b"Grpc-Status: 0\r\nTransfer-Encoding: x\r\n\r\n")
         elif path == "/big":
             n = int(q.get("n", "1000000"))
             c.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode())

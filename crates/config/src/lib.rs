@@ -15,6 +15,7 @@ mod error;
 mod fields;
 pub mod guard;
 pub mod htpasswd;
+pub mod http2;
 pub mod keytmpl;
 pub mod lb;
 pub mod ops;
@@ -161,6 +162,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
     )?;
     vhost::validate_servers(&cfg.server, src)?;
     rewrite::check::check_servers(&cfg.server, src)?;
+    http2::validate(&cfg.http2, src)?;
     tls::validate(
         &cfg.tls,
         cfg.server

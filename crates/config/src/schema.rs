@@ -25,6 +25,9 @@ pub struct Config {
     pub runtime: Runtime,
     #[serde(default)]
     pub http: Http,
+    /// HTTP/2 (ALPN h2, h2c) and its limits.
+    #[serde(default)]
+    pub http2: crate::http2::Http2,
     #[serde(default)]
     pub server: Vec<Spanned<Server>>,
     #[serde(default)]

@@ -32,6 +32,9 @@ pub struct Server {
     /// TLS on every listen address of this server: its certificates, and client
     /// certificates to ask for (`crate::tls`).
     pub tls: Option<Spanned<crate::tls::TlsValue>>,
+    /// Offer HTTP/2 by ALPN on this server's TLS (nginx's `http2 on|off`); unset: as
+    /// `[http2] enable` says.
+    pub http2: Option<bool>,
     /// Accept connections for addresses that are not this host's, which TPROXY rules steer
     /// to the listen addresses (`IP_TRANSPARENT`; needs CAP_NET_ADMIN; `crate::tproxy`).
     #[serde(default)]

@@ -67,6 +67,8 @@ pub struct BodyDecoder {
     state: State,
     limits: BodyLimits,
     received: u64,
+    /// A chunked body's trailer field lines, once it is done (when kept).
+    trailers: Option<Vec<u8>>,
 }
 
 impl BodyDecoder {
@@ -81,7 +83,23 @@ impl BodyDecoder {
             state,
             limits,
             received: 0,
+            trailers: None,
         }
+    }
+
+    /// Keeps a chunked body's trailer section for [`BodyDecoder::take_trailers`] (a proxy
+    /// passing it on to an HTTP/2 client); other bodies have none.
+    pub fn keep_trailers(&mut self) {
+        if let State::Chunked(c) = &mut self.state {
+            c.keep_trailers();
+        }
+    }
+
+    /// The trailer field lines of a finished chunked body, as received (`name: value`, each
+    /// ending in CRLF; validated, at most `max_trailers` bytes): None unless
+    /// [`keep_trailers`](BodyDecoder::keep_trailers) was called, empty when there were none.
+    pub fn take_trailers(&mut self) -> Option<Vec<u8>> {
+        self.trailers.take()
     }
 
     /// Decodes a prefix of `input`. See the type documentation.
@@ -107,6 +125,7 @@ impl BodyDecoder {
                         return Err(BodyError { reason });
                     }
                 } else if done {
+                    self.trailers = chunked.take_trailers();
                     self.state = State::Done;
                 }
                 (progress.consumed, data)

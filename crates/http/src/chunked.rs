@@ -77,6 +77,9 @@ pub(crate) struct Chunked {
     size_digits: u32,
     ext_len: usize,
     trailer_len: usize,
+    /// The trailer section's field lines as received (each ending in CRLF), when asked to
+    /// keep them; bounded by `max_trailers` like the section itself.
+    kept: Option<Vec<u8>>,
 }
 
 /// One call's worth of progress.
@@ -96,7 +99,18 @@ impl Chunked {
             size_digits: 0,
             ext_len: 0,
             trailer_len: 0,
+            kept: None,
         }
+    }
+
+    /// Keeps the trailer section's field lines (for [`Chunked::take_trailers`]).
+    pub(crate) fn keep_trailers(&mut self) {
+        self.kept.get_or_insert_with(Vec::new);
+    }
+
+    /// The trailer field lines kept so far (all of them once the body is done).
+    pub(crate) fn take_trailers(&mut self) -> Option<Vec<u8>> {
+        self.kept.take()
     }
 
     pub(crate) fn is_done(&self) -> bool {
@@ -147,6 +161,11 @@ impl Chunked {
 
     /// Advances over one framing byte.
     fn step(&mut self, b: u8, limits: &BodyLimits) -> Result<(), &'static str> {
+        let field_byte = match self.state {
+            State::TrailerStart => b != b'\r',
+            State::TrailerName | State::TrailerValue | State::TrailerLf => true,
+            _ => false,
+        };
         self.state = match self.state {
             State::Size => match b {
                 _ if b.is_ascii_hexdigit() => {
@@ -228,6 +247,9 @@ impl Chunked {
             }
             State::Data | State::Done => unreachable!("handled by decode"),
         };
+        if let (true, Some(k)) = (field_byte, self.kept.as_mut()) {
+            k.push(b);
+        }
         Ok(())
     }
 

@@ -289,3 +289,44 @@ fn content_length_bodies() {
     );
     assert!(!d.is_done());
 }
+
+/// Decodes `input` fed in two pieces split at `k`, keeping trailers; the trailer lines.
+fn trailers_split_at(input: &[u8], k: usize, keep: bool) -> Option<Vec<u8>> {
+    let mut d = BodyDecoder::new(BodyKind::Chunked, BodyLimits::default());
+    if keep {
+        d.keep_trailers();
+    }
+    let mut pending = Vec::new();
+    for piece in [&input[..k], &input[k..]] {
+        pending.extend_from_slice(piece);
+        while !d.is_done() {
+            let n = d.decode(&pending).expect("a valid body").consumed;
+            pending.drain(..n);
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    assert!(d.is_done());
+    assert_eq!(pending, NEXT, "the next message is untouched");
+    d.take_trailers()
+}
+
+#[test]
+fn trailers_are_kept_when_asked_however_the_input_is_split() {
+    let input = with_next(b"5\r\nhello\r\n0;x=1\r\nGrpc-Status: 0\r\nX-T:a b\t\r\n\r\n");
+    for k in 0..=input.len() {
+        assert_eq!(
+            trailers_split_at(&input, k, true).as_deref(),
+            Some(&b"Grpc-Status: 0\r\nX-T:a b\t\r\n"[..]),
+            "split at {k}"
+        );
+        assert_eq!(trailers_split_at(&input, k, false), None, "not asked");
+    }
+    let none = with_next(b"3\r\nabc\r\n0\r\n\r\n");
+    assert_eq!(
+        trailers_split_at(&none, 7, true).as_deref(),
+        Some(&b""[..]),
+        "asked, there were none"
+    );
+}

@@ -44,6 +44,7 @@ impl Compiled {
         Ok(Compiled {
             settings: Arc::new(Settings::from_config(
                 &cfg.http,
+                &cfg.http2,
                 cfg.runtime.recv_buffer_size.0,
             )),
             routes: Arc::new(routes),

@@ -66,6 +66,11 @@ pub struct ZoneCounters {
     pub tls_handshake_ns: AtomicU64,
     /// TLS connections whose records the kernel seals after the handshake (kTLS).
     pub tls_kernel: AtomicU64,
+    /// HTTP/2: connections opened, requests (streams) read, and streams or connections ended
+    /// by reason ([`H2_REASONS`]: the protocol's errors and limits, then zero-window stalls).
+    pub h2_connections: AtomicU64,
+    pub h2_requests: AtomicU64,
+    pub h2_errors: [AtomicU64; H2_REASONS],
     /// UDP streams.
     pub udp: crate::udp_counters::UdpCounters,
     /// Access control and limits (`crate::guard`): limit_req verdicts, limit_conn
@@ -78,6 +83,18 @@ pub struct ZoneCounters {
     pub auth_denied: AtomicU64,
     /// Proxy cache answers by status ([`crate::cache::loc::STATUSES`]).
     pub cache: [AtomicU64; 7],
+}
+
+/// HTTP/2 reasons counted: each of [`ringx_h2proto::Why`], then the zero-window stall.
+pub const H2_REASONS: usize = ringx_h2proto::Why::ALL.len() + 1;
+/// The index of zero-window stalls in [`ZoneCounters::h2_errors`].
+pub const H2_STALL: usize = ringx_h2proto::Why::ALL.len();
+
+/// The label of an HTTP/2 reason.
+pub fn h2_reason(i: usize) -> &'static str {
+    ringx_h2proto::Why::ALL
+        .get(i)
+        .map_or("zero_window_stall", |w| w.label())
 }
 
 impl ZoneCounters {
@@ -355,6 +372,33 @@ impl Metrics {
                     "ringx_responses_total",
                     &[("zone", &zi.to_string()), ("class", class)],
                     r(&z.responses[i]),
+                );
+            }
+        }
+        o.per_zone(
+            "ringx_http2_connections_total",
+            "counter",
+            "HTTP/2 connections (ALPN h2 or h2c prior knowledge), per zone.",
+            &col(&|z| r(&z.h2_connections)),
+        );
+        o.per_zone(
+            "ringx_http2_requests_total",
+            "counter",
+            "HTTP/2 requests (streams) read, per zone; also counted in ringx_requests_total.",
+            &col(&|z| r(&z.h2_requests)),
+        );
+        o.family(
+            "ringx_http2_errors_total",
+            "counter",
+            "HTTP/2 streams reset or connections ended, by reason (protocol errors and the \
+             limits against floods, rapid reset, HPACK bombs and stalls), per zone.",
+        );
+        for (zi, z) in zc.iter().enumerate() {
+            for (i, v) in z.h2_errors.iter().enumerate() {
+                o.sample(
+                    "ringx_http2_errors_total",
+                    &[("zone", &zi.to_string()), ("reason", h2_reason(i))],
+                    r(v),
                 );
             }
         }

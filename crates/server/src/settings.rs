@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use ringx_http::Limits;
 
+use ringx_config::http2::Http2;
 use ringx_config::Http;
 
 pub struct Settings {
@@ -18,10 +19,33 @@ pub struct Settings {
     /// Input a connection may hold unparsed (a partial head, or requests waiting while the
     /// connection's output drains).
     pub max_buffered: usize,
+    /// HTTP/2 (`[http2]`): whether it is served (ALPN `h2`, h2c prior knowledge), and its
+    /// limits.
+    pub http2: bool,
+    pub h2c: bool,
+    pub h2: ringx_h2proto::Limits,
+}
+
+/// The protocol crate's limits from `[http2]`.
+fn h2_limits(h: &Http2) -> ringx_h2proto::Limits {
+    let u = |s: &ringx_config::Size| s.0.min(u64::from(u32::MAX)) as u32;
+    ringx_h2proto::Limits {
+        max_concurrent_streams: *h.max_concurrent_streams.get_ref(),
+        initial_window: u(h.initial_window.get_ref()),
+        conn_window: u(h.connection_window.get_ref()),
+        max_frame_size: u(h.max_frame_size.get_ref()),
+        max_header_list_size: u(h.max_header_list_size.get_ref()),
+        max_header_block: u(h.max_header_block.get_ref()),
+        max_continuations: h.max_continuations,
+        rate_window: h.rate_window.0,
+        max_resets: *h.max_resets.get_ref(),
+        max_control_frames: *h.max_control_frames.get_ref(),
+        max_empty_frames: *h.max_empty_frames.get_ref(),
+    }
 }
 
 impl Settings {
-    pub fn from_config(h: &Http, recv_buffer_size: u64) -> Settings {
+    pub fn from_config(h: &Http, h2: &Http2, recv_buffer_size: u64) -> Settings {
         let limits = Limits {
             max_head: h.max_header_size.0 as usize,
             max_uri: h.max_uri_size.0 as usize,
@@ -37,6 +61,9 @@ impl Settings {
             max_body: h.client_max_body_size.0,
             max_buffered: limits.max_head + 4 * recv_buffer_size as usize,
             limits,
+            http2: h2.enable,
+            h2c: h2.enable && h2.h2c,
+            h2: h2_limits(h2),
         }
     }
 }

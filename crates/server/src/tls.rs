@@ -65,7 +65,13 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
     };
     // Servers first, then streams (stream i is entry `cfg.server.len() + i`).
     let mut specs = Vec::with_capacity(values.len());
-    for t in values {
+    // ALPN h2 per server ([http2] enable, a server's own `http2`); never on streams.
+    let h2: Vec<bool> = cfg
+        .server
+        .iter()
+        .map(|s| cfg.http2.enable && s.get_ref().http2.unwrap_or(true))
+        .collect();
+    for (i, t) in values.into_iter().enumerate() {
         let Some(t) = t else {
             specs.push(None);
             continue;
@@ -103,7 +109,11 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
                 required: st.verify != Some(ringx_config::tls::ClientVerify::Optional),
             }),
         };
-        specs.push(Some(SiteSpec { keys, client }));
+        specs.push(Some(SiteSpec {
+            keys,
+            client,
+            h2: h2.get(i).copied().unwrap_or(false),
+        }));
     }
     let names: Vec<Vec<String>> = cfg
         .server
@@ -213,6 +223,7 @@ pub fn info_of(conn: &ringx_tls::Session) -> crate::transport::TlsInfo {
         client_dn,
         client_auth: false,
         resumed: matches!(conn.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
+        h2: conn.alpn_protocol() == Some(b"h2"),
     }
 }
 

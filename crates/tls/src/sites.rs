@@ -34,6 +34,8 @@ pub struct ClientAuth {
 pub struct SiteSpec {
     pub keys: Vec<Arc<CertifiedKey>>,
     pub client: Option<ClientAuth>,
+    /// Offer HTTP/2 (ALPN `h2` before `http/1.1`).
+    pub h2: bool,
 }
 
 /// Every TLS server's rustls configuration and each listener's SNI map.
@@ -49,8 +51,9 @@ pub struct Sites {
     provider: Provider,
 }
 
-/// ALPN protocols offered, in preference order.
+/// ALPN protocols offered, in preference order (HTTP/2 first where a server offers it).
 pub const ALPN: &[&[u8]] = &[b"http/1.1"];
+pub const ALPN_H2: &[&[u8]] = &[b"h2", b"http/1.1"];
 
 impl Sites {
     /// Builds the configurations. `servers[i]` is server i's TLS (`None`: plain);
@@ -97,7 +100,8 @@ impl Sites {
                 }
             };
             let mut cfg = builder.with_cert_resolver(Arc::new(CertSet::new(spec.keys)));
-            cfg.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+            let alpn = if spec.h2 { ALPN_H2 } else { ALPN };
+            cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
             // 0-RTT stays off (rustls's default, max_early_data_size 0): early data can be
             // replayed, and a replayed POST would run twice.
             cfg.max_early_data_size = 0;

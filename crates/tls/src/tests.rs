@@ -100,6 +100,7 @@ pub(crate) fn sites_with(pki: &Pki, provider: Provider) -> Sites {
     let a = SiteSpec {
         keys: vec![key(pki, "a", &["a.test"], false)],
         client: None,
+        h2: false,
     };
     let b = SiteSpec {
         keys: vec![
@@ -107,6 +108,7 @@ pub(crate) fn sites_with(pki: &Pki, provider: Provider) -> Sites {
             key(pki, "b-ec", &["x.b.test"], false),
         ],
         client: None,
+        h2: false,
     };
     let names = [vec!["a.test".to_string()], vec!["*.b.test".to_string()]];
     let map = SniMap::new([(0, &names[0][..]), (1, &names[1][..])], 0);

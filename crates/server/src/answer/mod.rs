@@ -202,6 +202,32 @@ pub struct PageCtx {
     pub head_only: bool,
 }
 
+impl PageCtx {
+    /// The location's error page for `status`, written into `out`; None when it has none for
+    /// that status or it cannot be served (the plain error page goes out instead).
+    pub fn write(
+        &self,
+        r: Responder<'_>,
+        out: &mut Vec<u8>,
+        status: u16,
+        ch: ConnHdr,
+    ) -> Option<Reply> {
+        let server = &self.routes.servers[self.at.0];
+        let t = server.locations[self.at.1]
+            .rw
+            .as_ref()
+            .and_then(|rw| rw.error_pages.as_ref())
+            .and_then(|pages| pages.get(status))?;
+        let page = Page {
+            r,
+            server,
+            ch,
+            head_only: self.head_only,
+        };
+        page.write(out, status, t, None)
+    }
+}
+
 /// An error page served for an `error_page` target, where the request itself may be gone (a
 /// proxied request that failed): what it needs beyond the target.
 pub struct Page<'a> {

@@ -5,6 +5,7 @@
 //! A location with none of them has no [`Guard`] and costs nothing. [`Guard::check`] is
 //! sans-I/O: it returns a [`Verdict`] the HTTP/1 role acts on (`role/http1/guard.rs`):
 //! answer a refusal, hold the request for a delay, or send the `auth_request` subrequest.
+//! The HTTP/2 role runs the same check per stream (`role/h2/guard.rs`).
 //! What was already decided for a held request is kept in its [`Progress`], so the request
 //! is not charged twice when it is looked at again.
 //!

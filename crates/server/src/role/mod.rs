@@ -5,6 +5,7 @@
 //! | role | a connection that… | file |
 //! |---|---|---|
 //! | [`Http1`] | speaks HTTP/1.x to a client: requests answered locally, or proxied through an [`Exchange`] | `http1/` |
+//! | [`H2`] | speaks HTTP/2 to a client: each stream's request served as over HTTP/1.1, or proxied through an [`Exchange`] | `h2/` |
 //! | [`UpConn`] | goes out to an upstream server; carries one exchange at a time or waits in the keep-alive pool | `upstream.rs` |
 //! | [`Tunnel`] | relays bytes both ways (WebSocket after 101, a stream once connected) | `tunnel.rs` |
 //! | [`Stream`] | was accepted on a `[[stream]]` listener and is being connected | `stream.rs` |
@@ -27,8 +28,10 @@
 
 pub mod echo;
 pub mod exchange;
+pub mod h2;
 pub mod http1;
 pub mod proxy_header;
+pub mod proxy_start;
 pub mod stream;
 pub mod tunnel;
 pub mod udp;
@@ -36,6 +39,7 @@ pub mod upstream;
 
 pub use echo::Echo;
 pub use exchange::Exchange;
+pub use h2::H2;
 pub use http1::Http1;
 pub use stream::Stream;
 pub use tunnel::Tunnel;
@@ -46,6 +50,8 @@ pub enum ClientRole {
     /// No connection in this slot.
     Free,
     Http1(Http1),
+    /// An HTTP/2 connection (boxed: its stream tables are large).
+    H2(Box<H2>),
     Tunnel(Tunnel),
     Stream(Stream),
 }

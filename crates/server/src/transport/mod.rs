@@ -18,9 +18,11 @@ use std::rc::Rc;
 
 use ringx_engine::{ConnId, Io};
 
+pub mod mem;
 pub mod tls;
 pub mod tls_up;
 
+pub use mem::MemOut;
 pub use tls::{TlsInfo, TlsTransport};
 pub use tls_up::TlsUpTransport;
 
@@ -33,6 +35,8 @@ pub enum Transport {
     Tls(Box<TlsTransport>),
     /// TLS to an upstream (an outbound connection).
     TlsUp(Box<TlsUpTransport>),
+    /// An HTTP/2 stream's proxied exchange: held for the HTTP/2 role to frame (`mem.rs`).
+    Mem(Box<MemOut>),
 }
 
 impl Transport {
@@ -50,6 +54,7 @@ impl Transport {
                 io.out_buf(c)?;
                 Some(&mut t.staged)
             }
+            Transport::Mem(m) => Some(&mut m.buf),
         }
     }
 
@@ -60,6 +65,7 @@ impl Transport {
             Transport::Plain => io.write(c, data),
             Transport::Tls(t) => t.conn.staged.extend_from_slice(data),
             Transport::TlsUp(t) => t.write(io, c, data),
+            Transport::Mem(m) => m.buf.extend_from_slice(data),
         }
     }
 
@@ -69,8 +75,8 @@ impl Transport {
         match self {
             Transport::Plain => io.send_file(c, file, off, len),
             Transport::Tls(t) => t.send_file(file, off, len),
-            // Nothing sends a file to an upstream.
-            Transport::TlsUp(_) => io.close(c),
+            // Nothing sends a file to an upstream, or through an exchange.
+            Transport::TlsUp(_) | Transport::Mem(_) => io.close(c),
         }
     }
 
@@ -81,6 +87,7 @@ impl Transport {
             Transport::Plain => io.pending(c),
             Transport::Tls(t) => io.pending(c) + t.unsealed(),
             Transport::TlsUp(t) => io.pending(c) + t.staged.len() as u64,
+            Transport::Mem(m) => m.pending().len() as u64,
         }
     }
 
@@ -95,6 +102,8 @@ impl Transport {
                 t.close_notify(io, c);
                 io.close_after_flush(c)
             }
+            // The stream's end is the HTTP/2 role's to send.
+            Transport::Mem(_) => {}
         }
     }
 
@@ -109,14 +118,17 @@ impl Transport {
                 t.close_notify(io, c);
                 io.shutdown_after_flush(c)
             }
+            Transport::Mem(_) => {}
         }
     }
 
     /// Asks for the role's `on_flushed` once everything it queued is written.
     #[inline]
     pub fn notify_when_flushed(&mut self, io: &mut Io, c: ConnId) {
-        if let Transport::Tls(t) = self {
-            t.notify = true;
+        match self {
+            Transport::Tls(t) => t.notify = true,
+            Transport::Mem(m) => return m.notify = true,
+            _ => {}
         }
         io.notify_when_flushed(c);
     }
@@ -125,7 +137,7 @@ impl Transport {
     #[inline]
     pub fn seal(&mut self, io: &mut Io, c: ConnId) {
         match self {
-            Transport::Plain => {}
+            Transport::Plain | Transport::Mem(_) => {}
             Transport::Tls(t) => t.seal(io, c),
             Transport::TlsUp(t) => t.seal(io, c),
         }
@@ -140,6 +152,7 @@ impl Transport {
             Transport::Tls(t) if t.plain => io.bytes_out(c),
             Transport::Tls(t) => t.sealed + t.unsealed(),
             Transport::TlsUp(t) => t.written + t.staged.len() as u64,
+            Transport::Mem(m) => m.written + m.pending().len() as u64,
         }
     }
 
@@ -153,7 +166,7 @@ impl Transport {
     pub fn tls_info(&self) -> Option<&TlsInfo> {
         match self {
             Transport::Tls(t) => t.info.as_deref(),
-            Transport::Plain | Transport::TlsUp(_) => None,
+            Transport::Plain | Transport::TlsUp(_) | Transport::Mem(_) => None,
         }
     }
 }

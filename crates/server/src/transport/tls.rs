@@ -56,6 +56,8 @@ pub struct TlsInfo {
     /// The server asked for a client certificate.
     pub client_auth: bool,
     pub resumed: bool,
+    /// ALPN agreed on `h2`: the connection speaks HTTP/2.
+    pub h2: bool,
 }
 
 pub struct TlsTransport {
@@ -210,11 +212,27 @@ impl TlsTransport {
         if self.plain {
             return;
         }
+        if self.queue.is_empty() {
+            return self.seal_staged(io, c);
+        }
+        // What is staged now was written after everything queued: it waits aside while the
+        // queue is sealed (`seal_bytes` would put it first), and goes after it.
+        let later = std::mem::take(&mut self.conn.staged);
+        self.seal_queue(io, c);
+        debug_assert!(self.conn.staged.is_empty());
+        self.conn.staged = later;
+        if self.queue.is_empty() {
+            self.seal_staged(io, c);
+        }
+    }
+
+    /// Seals queued pieces in order, file pieces while the socket's queue is short.
+    fn seal_queue(&mut self, io: &mut Io, c: ConnId) {
         while let Some(front) = self.queue.front_mut() {
             match front {
                 Piece::Bytes(b) => {
                     let Some(out) = io.out_buf(c) else { return };
-                    self.sealed += (self.conn.staged.len() + b.len()) as u64;
+                    self.sealed += b.len() as u64;
                     self.conn.seal_bytes(b, out);
                     self.queue.pop_front();
                 }
@@ -230,11 +248,12 @@ impl TlsTransport {
                     while *off < *end && io.pending(c) < WINDOW {
                         let n = ((*end - *off) as usize).min(PIECE);
                         let Some(out) = io.out_buf(c) else { return };
-                        let staged = self.conn.staged.len() as u64;
+                        // Nothing is staged here (`seal` set it aside), so `seal_file`
+                        // seals only the file's piece.
                         match self.conn.seal_file(file, *off, n, out) {
                             Ok(got) if got > 0 => {
                                 *off += got as u64;
-                                self.sealed += staged + got as u64;
+                                self.sealed += got as u64;
                             }
                             _ => {
                                 // The file shrank or failed under us: its length was
@@ -254,6 +273,11 @@ impl TlsTransport {
                 }
             }
         }
+    }
+
+    /// Seals the staged plaintext (nothing queued waits before it), and ends the
+    /// connection when asked.
+    fn seal_staged(&mut self, io: &mut Io, c: ConnId) {
         let Some(out) = io.out_buf(c) else { return };
         self.sealed += self.conn.staged.len() as u64;
         match self.end {

@@ -17,6 +17,7 @@ use std::time::Duration;
 use ringx_engine::{ConnId, Io, ListenerId};
 
 use super::ctl::{ReloadMsg, ZoneEvent, ZoneMsg, CMD_DRAIN};
+use super::ctx::Cx;
 use super::listeners::NO_ROUTE;
 use super::Client;
 use super::Zone;
@@ -57,10 +58,20 @@ impl Zone {
         let at = io.now() + DRAIN_IDLE_GRACE;
         for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
             let c = ConnId(i as u32);
-            if let ClientRole::Http1(h) = role {
-                if h.is_idle(base, io, c) && base.deadline > at {
+            match role {
+                ClientRole::Http1(h) if h.is_idle(base, io, c) && base.deadline > at => {
                     self.ctx.set_deadline(io, base, c, at);
                 }
+                ClientRole::H2(h) => {
+                    let mut cx = Cx {
+                        io,
+                        ctx: &mut self.ctx,
+                        ups: &mut self.ups,
+                    };
+                    h.drain(&mut cx, base, c);
+                    base.tr.seal(cx.io, c);
+                }
+                _ => {}
             }
         }
         tracing::debug!(zone = self.ctx.id, active = self.ctx.active, "draining");
@@ -138,14 +149,26 @@ impl Zone {
                 Some(li) => base.listener = li as u32,
                 None => {
                     base.listener = NO_ROUTE;
-                    if let ClientRole::Http1(h) = role {
-                        if h.is_idle(base, io, c) {
-                            io.close(c);
-                        } else if h.phase() == Phase::Idle && base.inbuf.is_empty() {
-                            base.tr.close_after_flush(io, c); // its last response is still being sent
-                        } else {
-                            h.last_request();
+                    match role {
+                        ClientRole::Http1(h) => {
+                            if h.is_idle(base, io, c) {
+                                io.close(c);
+                            } else if h.phase() == Phase::Idle && base.inbuf.is_empty() {
+                                base.tr.close_after_flush(io, c); // its last response is still being sent
+                            } else {
+                                h.last_request();
+                            }
                         }
+                        ClientRole::H2(h) => {
+                            let mut cx = Cx {
+                                io,
+                                ctx: &mut self.ctx,
+                                ups: &mut self.ups,
+                            };
+                            h.drain(&mut cx, base, c);
+                            base.tr.seal(cx.io, c);
+                        }
+                        _ => {}
                     }
                     // A tunnel or a stream on a removed address runs until it ends.
                 }

@@ -21,7 +21,7 @@ use ringx_engine::{ConnId, Datagram, Handler, Io, ListenerId};
 
 use crate::role::udp::{UdpProxy, UDP_KEY};
 use crate::role::upstream::{UpEvent, UpTable, UP_KEY};
-use crate::role::{ClientRole, Http1, Stream};
+use crate::role::{ClientRole, Http1, Stream, H2};
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
 use crate::tls::{TlsSetup, ZoneTls};
@@ -164,6 +164,10 @@ impl Zone {
         if let Some((c, Client { base, role })) = client {
             let next = match role {
                 ClientRole::Http1(h) => h.upstream_event(&mut cx, base, c, u, ev),
+                ClientRole::H2(h) => {
+                    h.upstream_event(&mut cx, base, c, u, ev);
+                    None
+                }
                 ClientRole::Stream(s) => s.upstream_event(&mut cx, base, c, u, ev),
                 ClientRole::Tunnel(t) if t.up == u => {
                     t.upstream_event(&mut cx, base, c, ev);
@@ -205,6 +209,9 @@ impl Zone {
             .enumerate()
             .filter_map(|(i, cl)| match &cl.role {
                 ClientRole::Http1(h) if h.is_idle(&cl.base, io, ConnId(i as u32)) => {
+                    Some((cl.base.idle_since, ConnId(i as u32)))
+                }
+                ClientRole::H2(h) if h.is_idle(&cl.base, io, ConnId(i as u32)) => {
                     Some((cl.base.idle_since, ConnId(i as u32)))
                 }
                 _ => None,
@@ -257,6 +264,7 @@ impl Zone {
         }
         match role {
             ClientRole::Http1(h) => h.expire(&mut cx, base, c),
+            ClientRole::H2(h) => h.expire(&mut cx, base, c),
             ClientRole::Stream(s) => s.expire(&mut cx, c),
             ClientRole::Tunnel(_) => {} // the upstream side's idle timer ends tunnels
             ClientRole::Free => cx.io.close(c),
@@ -271,7 +279,9 @@ impl Zone {
             return;
         };
         let counters = &self.ctx.log.counters;
-        let (plain, eof) = match tls_in::receive(io, z, counters, &mut cl.base, c, data) {
+        let next = tls_in::receive(io, z, counters, &mut cl.base, c, data);
+        self.alpn_h2(io, c);
+        let (plain, eof) = match next {
             tls_in::Next::Nothing => return,
             tls_in::Next::Data(p) => (p, false),
             tls_in::Next::Eof(p) => (p, true),
@@ -286,6 +296,25 @@ impl Zone {
         if eof {
             self.on_eof(io, c);
         }
+    }
+
+    /// A TLS handshake that agreed on ALPN `h2` makes a new connection HTTP/2 (our
+    /// SETTINGS go out with the handshake's last flight).
+    fn alpn_h2(&mut self, io: &mut Io, c: ConnId) {
+        let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
+            return;
+        };
+        let fresh = matches!(role, ClientRole::Http1(h) if h.is_fresh());
+        if !fresh || !base.tr.tls_info().is_some_and(|i| i.h2) {
+            return;
+        }
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        *role = ClientRole::H2(Box::new(start_h2(&mut cx, base, c)));
+        base.tr.seal(cx.io, c);
     }
 
     /// Handshakes that waited for the budget go on, as far as it allows.
@@ -334,14 +363,45 @@ impl Zone {
             ctx: &mut self.ctx,
             ups: &mut self.ups,
         };
-        match role {
-            ClientRole::Http1(h) => h.on_data(&mut cx, base, c, data),
-            ClientRole::Tunnel(t) => t.client_data(&mut cx, base, c, data),
-            ClientRole::Stream(s) => s.client_data(&mut cx, base, c, data),
-            ClientRole::Free => {}
-        }
+        dispatch_data(&mut cx, base, role, c, data);
         base.tr.seal(cx.io, c);
     }
+}
+
+/// Bytes (plaintext over TLS) for a client connection's role; a new connection whose
+/// first bytes (after the PROXY header, on a listener that expects one) are the h2c
+/// preface becomes HTTP/2 first.
+fn dispatch_data(cx: &mut Cx, base: &mut Base, role: &mut ClientRole, c: ConnId, data: &[u8]) {
+    if let ClientRole::Http1(h) = role {
+        if h.awaits_proxy_header() {
+            if !h.proxy_header(cx, base, c, data) {
+                return;
+            }
+            // The header is done (the phase moved on): what followed it starts afresh.
+            let rest = std::mem::take(&mut base.inbuf);
+            if !rest.is_empty() {
+                dispatch_data(cx, base, role, c, &rest);
+            }
+            return;
+        }
+        let h2c = cx.ctx.set.h2c && h.is_fresh() && base.inbuf.is_empty();
+        if h2c && !base.tr.is_tls() && crate::role::h2::is_preface(data) {
+            *role = ClientRole::H2(Box::new(start_h2(cx, base, c)));
+        }
+    }
+    match role {
+        ClientRole::Http1(h) => h.on_data(cx, base, c, data),
+        ClientRole::H2(h) => h.on_data(cx, base, c, data),
+        ClientRole::Tunnel(t) => t.client_data(cx, base, c, data),
+        ClientRole::Stream(s) => s.client_data(cx, base, c, data),
+        ClientRole::Free => {}
+    }
+}
+
+/// A connection becomes HTTP/2 (the h2c preface, or ALPN `h2`).
+fn start_h2(cx: &mut Cx, base: &mut Base, c: ConnId) -> H2 {
+    let limits = cx.ctx.set.h2.clone();
+    H2::start(cx, base, c, limits)
 }
 
 impl Zone {
@@ -486,12 +546,7 @@ impl Handler for Zone {
             ctx: &mut self.ctx,
             ups: &mut self.ups,
         };
-        match role {
-            ClientRole::Http1(h) => h.on_data(&mut cx, base, c, data),
-            ClientRole::Tunnel(t) => t.client_data(&mut cx, base, c, data),
-            ClientRole::Stream(s) => s.client_data(&mut cx, base, c, data),
-            ClientRole::Free => {}
-        }
+        dispatch_data(&mut cx, base, role, c, data);
     }
 
     fn on_connected(&mut self, io: &mut Io, c: ConnId) {
@@ -523,6 +578,7 @@ impl Handler for Zone {
         base.eof = true;
         match role {
             ClientRole::Http1(h) => h.on_eof(&mut cx, base, c),
+            ClientRole::H2(h) => h.on_eof(&mut cx, base, c),
             ClientRole::Tunnel(t) => t.client_eof(&mut cx, base, c),
             ClientRole::Stream(s) => s.client_eof(&mut cx, base, c),
             ClientRole::Free => {}
@@ -553,6 +609,7 @@ impl Handler for Zone {
         };
         match role {
             ClientRole::Http1(h) => h.on_flushed(&mut cx, base, c),
+            ClientRole::H2(h) => h.on_flushed(&mut cx, base, c),
             ClientRole::Tunnel(t) => t.client_flushed(&mut cx),
             ClientRole::Stream(_) | ClientRole::Free => {}
         }
@@ -582,6 +639,7 @@ impl Handler for Zone {
         };
         match role {
             ClientRole::Http1(h) => h.on_closed(&mut cx),
+            ClientRole::H2(h) => h.on_closed(&mut cx, base, c),
             ClientRole::Tunnel(t) => t.client_closed(&mut cx),
             ClientRole::Stream(s) => s.client_closed(&mut cx),
             ClientRole::Free => {}

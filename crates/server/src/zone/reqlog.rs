@@ -213,9 +213,9 @@ impl RequestLog {
         }
         let now = io.now();
         let bytes_out = b.tr.bytes_out(io, c);
-        self.clock.update(now);
         // `logged`: `request` or `status` filled this request's log slot.
-        let s = &self.logs[c.index()];
+        // Taken out while its line is written (and put back: its vectors keep capacity).
+        let s = std::mem::take(&mut self.logs[c.index()]);
         let body = bytes_out.saturating_sub(s.out0).saturating_sub(s.head_len);
         let e = accesslog::Entry {
             client: match (b.real_ip, b.addr) {
@@ -240,7 +240,30 @@ impl RequestLog {
                 LogFormat::Combined => None,
             },
         };
-        accesslog::format(&mut self.buf, fmt, &self.clock, &e);
+        self.write_line(io, fmt, &e);
+        self.logs[c.index()] = s;
+    }
+
+    /// A request read on an HTTP/2 stream (its log record is the stream's own).
+    pub fn stream_request(&mut self) {
+        bump(&self.counters.requests, 1);
+        bump(&self.counters.h2_requests, 1);
+    }
+
+    /// An HTTP/2 stream's response is complete (or cut): counted, and logged with what the
+    /// stream kept (`e`: None when it kept nothing, the log being off).
+    pub fn stream_end(&mut self, io: &mut Io, e: Option<accesslog::Entry>, status: u16) {
+        self.counters.response(status);
+        if let (Some(fmt), Some(e)) = (self.format, e) {
+            self.write_line(io, fmt, &e);
+        }
+    }
+
+    /// Formats one access log line into the buffer, handed over when full or due.
+    fn write_line(&mut self, io: &mut Io, fmt: LogFormat, e: &accesslog::Entry) {
+        let now = io.now();
+        self.clock.update(now);
+        accesslog::format(&mut self.buf, fmt, &self.clock, e);
         if self.buf.len() >= accesslog::FLUSH_BYTES {
             self.flush();
         } else if self.flush_at.is_none() {

@@ -53,9 +53,18 @@ pub struct Exchange {
     pub started: bool,
     /// Reading from the client stopped because the upstream's queue is full.
     pub body_paused: bool,
+    /// The response status goes to the client connection's request log (HTTP/1); an
+    /// HTTP/2 stream logs its own.
+    pub log: bool,
     /// Added or hidden headers, compression, intercepted errors (None: the location has
     /// none of them).
     pub deco: Option<Box<deco::Deco>>,
+    /// Keep a chunked response's trailer section for the client role (an HTTP/2 stream
+    /// sends it as trailers; an HTTP/1.1 client gets the chunked body as it is).
+    pub pass_trailers: bool,
+    /// The trailer field lines of the finished response (`name: value` CRLF each), when
+    /// `pass_trailers`.
+    pub trailers: Option<Vec<u8>>,
     /// The response is read by the server too (a subrequest, or a cache fill).
     pub capture: Option<Box<capture::Capture>>,
 }
@@ -77,7 +86,10 @@ impl Default for Exchange {
             upgrade: false,
             started: false,
             body_paused: false,
+            log: true,
             deco: None,
+            pass_trailers: false,
+            trailers: None,
             capture: None,
         }
     }

@@ -282,14 +282,18 @@ impl Exchange {
                 status: h.status,
                 head_len,
             };
-            cx.ctx.log.status(cx.io, c, written, base);
+            if self.log {
+                cx.ctx.log.status(cx.io, c, written, base);
+            }
             if let Some(st) = self
                 .capture
                 .as_ref()
                 .map(|x| x.client_status)
                 .filter(|s| !s.is_empty())
             {
-                cx.ctx.log.cache_status(c, st);
+                if self.log {
+                    cx.ctx.log.cache_status(c, st);
+                }
                 crate::cache::loc::count(&cx.ctx.log.counters, st);
             }
             cx.ctx.pools(self.dial.gen).succeeded(ui, s);
@@ -321,7 +325,11 @@ impl Exchange {
                     up.body = Some(BodyDecoder::new(BodyKind::Length(n), BodyLimits::default()))
                 }
                 ResponseBody::Chunked => {
-                    up.body = Some(BodyDecoder::new(BodyKind::Chunked, BodyLimits::default()))
+                    let mut dec = BodyDecoder::new(BodyKind::Chunked, BodyLimits::default());
+                    if self.pass_trailers {
+                        dec.keep_trailers();
+                    }
+                    up.body = Some(dec)
                 }
                 ResponseBody::UntilClose => up.until_close = true,
             }
@@ -385,6 +393,7 @@ impl Exchange {
                 pos += d.consumed;
                 if d.done && !encode_failed {
                     let clean = pos == input.len();
+                    self.trailers = dec.take_trailers();
                     if !self.finish_relay(cx, base, c) {
                         return Outcome::Cut;
                     }

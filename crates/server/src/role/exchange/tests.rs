@@ -509,6 +509,25 @@ fn proxy_host_upstream_sends_the_server_address_as_host() {
 }
 
 #[test]
+fn a_response_with_an_empty_length_completes_at_its_head() {
+    let mut h = one();
+    let (c, u) = start(&mut h, &get("/empty"));
+    h.upstream_got(u);
+    h.send(u, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    let r = h.response(c);
+    assert_eq!((r.status, r.body.len()), (200, 0));
+    h.send(c, &get("/next"));
+    assert!(
+        h.connects().is_empty(),
+        "the upstream connection was pooled"
+    );
+    assert!(
+        h.upstream_got(u).starts_with(b"GET /next "),
+        "the next request went out"
+    );
+}
+
+#[test]
 fn a_head_request_gets_no_body_and_keeps_both_connections() {
     let mut h = one();
     let (c, u) = start(&mut h, b"HEAD / HTTP/1.1\r\nHost: h.test\r\n\r\n");

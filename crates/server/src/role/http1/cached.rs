@@ -152,7 +152,7 @@ pub(super) fn write_object(
 
 /// The client's fields a fill does not forward: its own validators and ranges (the cache
 /// wants the whole, current response).
-pub(super) const FILL_DROP: [&str; 6] = [
+pub(crate) const FILL_DROP: [&str; 6] = [
     "if-none-match",
     "if-modified-since",
     "if-match",
@@ -162,7 +162,7 @@ pub(super) const FILL_DROP: [&str; 6] = [
 ];
 
 /// The cache's validators for a fill that revalidates its stale copy (field lines).
-pub(super) fn validators(fill: &Fill, out: &mut Vec<u8>) {
+pub(crate) fn validators(fill: &Fill, out: &mut Vec<u8>) {
     let Some(s) = fill
         .stale
         .as_ref()

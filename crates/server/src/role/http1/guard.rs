@@ -18,7 +18,7 @@ use crate::zone::ctx::Cx;
 
 /// The client's address for this request (after `real_ip_from`), and whether it is the
 /// connection's own (not a PROXY header's or a forwarded one). Noted in `b` for the log.
-pub(super) fn client_ip(cx: &Cx, b: &mut Base, req: &Request) -> (Option<IpAddr>, bool) {
+pub(crate) fn client_ip(cx: &Cx, b: &mut Base, req: &Request) -> (Option<IpAddr>, bool) {
     let peer = b.addr.map(|a| a.ip().to_canonical());
     let client = match (&cx.ctx.routes.http_guard.real_ip, peer) {
         (Some(r), Some(p)) => Some(r.client(p, req)),
@@ -38,7 +38,7 @@ fn behind_proxy_protocol(cx: &Cx, b: &Base) -> bool {
 }
 
 /// Runs the guard of location `at` for `req`.
-pub(super) fn check(
+pub(crate) fn check(
     cx: &mut Cx,
     b: &mut Base,
     req: &Request,

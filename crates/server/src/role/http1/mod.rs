@@ -5,8 +5,8 @@
 //! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
 //! answered here through the response writer (`local.rs`).
 
-mod cached;
-mod guard;
+pub(crate) mod cached;
+pub(crate) mod guard;
 pub mod local;
 mod proxy;
 
@@ -127,6 +127,11 @@ impl Http1 {
         self.phase
     }
 
+    /// Nothing read yet: the connection may still turn out to be HTTP/2 (h2c preface).
+    pub fn is_fresh(&self) -> bool {
+        self.phase == Phase::Idle && self.requests == 0
+    }
+
     /// Between requests with nothing buffered or queued: a keep-alive connection at rest.
     pub fn is_idle(&self, b: &Base, io: &ringx_engine::Io, c: ConnId) -> bool {
         self.phase == Phase::Idle && b.inbuf.is_empty() && b.tr.pending(io, c) == 0
@@ -140,7 +145,12 @@ impl Http1 {
     pub fn on_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
         match self.phase {
             Phase::Lingering => return,
-            Phase::ProxyHeader => return self.proxy_header_data(cx, b, c, data),
+            Phase::ProxyHeader => {
+                if self.proxy_header(cx, b, c, data) {
+                    self.process_buffered(cx, b, c);
+                }
+                return;
+            }
             _ => {}
         }
         if b.paused {
@@ -643,17 +653,24 @@ impl Http1 {
         }
     }
 
-    /// Bytes before the PROXY header is complete.
-    fn proxy_header_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
+    /// Whether the connection still waits for its PROXY header.
+    pub fn awaits_proxy_header(&self) -> bool {
+        self.phase == Phase::ProxyHeader
+    }
+
+    /// Bytes before the PROXY header is complete; true once it is, with what followed it in
+    /// `b.inbuf`, not processed yet (it may be the h2c preface: the zone decides).
+    pub fn proxy_header(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) -> bool {
         match proxy_header::feed(b, data) {
-            Step::Partial => {}
+            Step::Partial => false,
             Step::Refused => {
                 self.phase = Phase::Lingering;
                 cx.io.close(c);
+                false
             }
             Step::Done => {
                 self.phase = Phase::Idle;
-                self.process_buffered(cx, b, c);
+                true
             }
         }
     }

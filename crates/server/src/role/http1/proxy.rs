@@ -2,30 +2,23 @@
 //! `proxy_pass`, streaming the request body to it with back-pressure, acting on what the
 //! exchange reports from the upstream, and the client going away or stalling meanwhile.
 
-use std::sync::Arc;
-
 use ringx_engine::ConnId;
-use ringx_http::upstream::{upgrade_request, write_request_head_edit, Forward, RequestEdit};
-use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request};
+use ringx_http::upstream::upgrade_request;
+use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Request};
 
 use super::local::Route;
 use super::{cached, Http1, Next, Phase};
-use crate::answer::{Page, PageCtx, ReqCtx};
+use crate::answer::ReqCtx;
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::loc::Decision;
 use crate::cache::Found;
-use crate::compress::Accept;
 use crate::response::ConnHdr;
-use crate::rewrite::vars::{escape_args, escape_path, Vars};
 use crate::role::exchange::capture::Capture;
-use crate::role::exchange::deco::Deco;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
+use crate::role::proxy_start;
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
-use crate::route::{Action, HostMode};
-use crate::route::{Loc, ProxyLoc, Routes};
 use crate::upstream::dial::Dial;
-use crate::upstream::{HashKey, UpstreamDef};
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
@@ -44,72 +37,32 @@ impl Http1 {
         rq: &ReqCtx,
         capture: Option<Capture>,
     ) -> Option<Next> {
-        let (si, li) = route.at?;
-        if route.ext.as_ref().is_some_and(|e| e.early.is_some()) {
-            return None; // a redirect or an error decided while routing: answered locally
-        }
-        let ctx = &mut *cx.ctx;
-        let (_, gen) = ctx.current_pools()?;
-        if !matches!(
-            ctx.routes.servers[si].locations[li].action,
-            Action::Proxy(_)
-        ) {
+        if !proxy_start::is_proxied(&cx.ctx.routes, route) {
             return None;
         }
         // A recycled record (taken only once the request is known to be proxied): its head
         // and retry list keep their capacity.
         let mut ex = self.spare.take().unwrap_or_default();
-        let Action::Proxy(loc) = &ctx.routes.servers[si].locations[li].action else {
-            unreachable!("checked above");
-        };
-        let def = &ctx.current_pools().expect("checked above").0.defs.list[loc.upstream];
-        let location = &ctx.routes.servers[si].locations[li];
-        let vars = request_vars(&ctx.routes, si, req, route, rq);
         let upgrade = upgrade_request(req);
-        let mut head = std::mem::take(&mut ex.head);
         let fill = capture.as_ref().and_then(|x| x.fill.as_deref());
-        let set_host = forward_head(&mut head, &vars, (location, loc, def), route, b, fill);
-        let deco = decoration(&ctx.routes, location, loc, req, &vars);
-        self.page = location
-            .rw
-            .as_ref()
-            .and_then(|rw| rw.error_pages.as_ref())
-            .map(|_| {
-                Box::new(PageCtx {
-                    routes: ctx.routes.clone(),
-                    at: (si, li),
-                    head_only: req.method == Method::Head,
-                })
-            });
-        let key = match &def.hash_key {
-            _ if def.maglev.is_none() => None,
-            HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
-            HashKey::Uri => Some(req.target.as_bytes().to_vec()),
-            HashKey::Header(h) => req.header(h).map(<[u8]>::to_vec),
+        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, upgrade, fill)
+        else {
+            self.spare = Some(ex);
+            return None;
         };
+        self.page = page;
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
-        let tried = std::mem::take(&mut ex.dial.tried);
-        *ex = Exchange {
-            dial: Dial::new(gen, loc.upstream, def.retries, key, tried),
-            up: None,
-            head,
-            host_upstream: matches!(loc.host, HostMode::Upstream) && !set_host,
-            has_body,
-            replay: has_body.then(Vec::new),
-            req_body: has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default())),
-            idempotent: matches!(
-                req.method,
-                Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
-            ) || req.method_str == "TRACE",
-            head_request: req.method == Method::Head,
-            version: req.version,
-            keep: keep && upgrade.is_none(),
-            upgrade: upgrade.is_some(),
-            started: false,
-            body_paused: false,
-            deco,
-            capture: capture.map(Box::new),
-        };
+        ex.up = None;
+        ex.has_body = has_body;
+        ex.replay = has_body.then(Vec::new);
+        ex.req_body = has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default()));
+        ex.version = req.version;
+        ex.keep = keep && upgrade.is_none();
+        ex.upgrade = upgrade.is_some();
+        ex.started = false;
+        ex.body_paused = false;
+        ex.log = true;
+        ex.capture = capture.map(Box::new);
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -324,20 +277,8 @@ impl Http1 {
         self.phase = Phase::Idle;
         b.paused = false;
         if let Some(p) = self.page.take() {
-            let server = &p.routes.servers[p.at.0];
-            let target = server.locations[p.at.1]
-                .rw
-                .as_ref()
-                .and_then(|rw| rw.error_pages.as_ref())
-                .and_then(|pages| pages.get(status));
-            if let (Some(t), Some(out)) = (target, b.tr.out_buf(cx.io, c)) {
-                let page = Page {
-                    r: cx.ctx.responder(),
-                    server,
-                    ch: ConnHdr::Close,
-                    head_only: p.head_only,
-                };
-                if let Some(r) = page.write(out, status, t, None) {
+            if let Some(out) = b.tr.out_buf(cx.io, c) {
+                if let Some(r) = p.write(cx.ctx.responder(), out, status, ConnHdr::Close) {
                     if let Some((f, off, len)) = r.file {
                         b.tr.send_file(cx.io, c, f, off, len);
                     }
@@ -478,8 +419,10 @@ impl Http1 {
             } => {
                 let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
                 let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
-                let update = update
-                    .and_then(|f| upstream_head(cx, b, req, route, rq, &f).map(|(u, h)| (f, u, h)));
+                let update = update.and_then(|f| {
+                    proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f)
+                        .map(|(u, h)| (f, u, h))
+                });
                 let asked = cached::asked_now(req, keep);
                 let Some((_, file)) = cached::write_found(cx, b, c, found, status, &line, &asked)
                 else {
@@ -612,177 +555,4 @@ impl Http1 {
         let at = cx.io.now() + cx.ctx.set.send_timeout;
         cx.ctx.set_deadline(cx.io, b, c, at);
     }
-}
-
-/// The request-target sent upstream when it is not the client's: with a `proxy_pass` URI part,
-/// the location's prefix replaced by it (nginx's rule); after a rewrite, the rewritten path.
-/// Both escaped again, the query (rewritten or not) after them.
-fn proxy_target(p: &ProxyLoc, loc: &Loc, route: &Route<'_>, req: &Request) -> Option<String> {
-    let ext = route.ext.as_deref();
-    let changed = ext.is_some_and(|e| e.changed);
-    let broke = ext.is_some_and(|e| e.broke);
-    let path = route.path.as_deref()?;
-    if p.uri.is_none() && !changed {
-        return None;
-    }
-    let mut t = String::with_capacity(path.len() + 32);
-    match &p.uri {
-        Some(u) if !broke => {
-            t.push_str(u);
-            let rest = path.strip_prefix(loc.path.as_str()).unwrap_or(path);
-            escape_path(rest, &mut t);
-        }
-        _ => escape_path(path, &mut t),
-    }
-    let args = match ext {
-        Some(e) => e.args.as_deref(),
-        None => req.query,
-    };
-    if let Some(a) = args {
-        t.push('?');
-        escape_args(a, &mut t);
-    }
-    Some(t)
-}
-
-/// The decoration of a proxied response: `add_header` lines expanded now (the request is gone
-/// when the response comes), what the client accepts when the response may be compressed, and
-/// the error pages that replace upstream errors.
-fn decoration(
-    routes: &Arc<Routes>,
-    location: &Loc,
-    p: &ProxyLoc,
-    req: &Request,
-    vars: &Vars,
-) -> Option<Box<Deco>> {
-    let rw = location.rw.as_deref();
-    let add = rw.and_then(|rw| rw.add_header.as_ref());
-    let compress = routes
-        .compress
-        .as_ref()
-        .filter(|pol| location.compress && !pol.codecs.is_empty())
-        .map(|pol| (pol.clone(), Accept::of(req)));
-    let intercept = p
-        .edit
-        .as_ref()
-        .filter(|e| e.intercept)
-        .and(rw.and_then(|rw| rw.error_pages.clone()));
-    if add.is_none() && compress.is_none() && intercept.is_none() && p.edit.is_none() {
-        return None;
-    }
-    let (add_ok, add_always) = add.map_or((String::new(), String::new()), |a| {
-        a.expand_split(a.has_vars().then_some(vars))
-    });
-    Some(Box::new(Deco {
-        add_ok,
-        add_always,
-        edit: p.edit.clone(),
-        compress,
-        intercept,
-        relay: None,
-    }))
-}
-
-/// The variables of a request routed to server `si` (for `proxy_set_header` and the like).
-fn request_vars<'a>(
-    routes: &'a Routes,
-    si: usize,
-    req: &'a Request<'a, 'a>,
-    route: &'a Route<'_>,
-    rq: &'a ReqCtx,
-) -> Vars<'a> {
-    Vars {
-        req,
-        uri: route.path.as_deref().unwrap_or(req.path),
-        args: match &route.ext {
-            Some(e) => e.args.as_deref(),
-            None => req.query,
-        },
-        caps: route.ext.as_ref().and_then(|e| e.caps.as_ref()),
-        conn: &rq.conn,
-        server_name: &routes.servers[si].name,
-        request_id: &rq.request_id,
-    }
-}
-
-/// The head of the request as forwarded to location `loc`'s upstream `def`
-/// (`proxy_set_header`, the `proxy_pass` URI, the Host); a cache fill's without the client's
-/// validators and ranges, with the cache's validators when it revalidates. Returns whether
-/// `proxy_set_header` set the Host.
-fn forward_head(
-    head: &mut Vec<u8>,
-    vars: &Vars,
-    (location, loc, def): (&Loc, &ProxyLoc, &UpstreamDef),
-    route: &Route<'_>,
-    b: &Base,
-    fill: Option<&Fill>,
-) -> bool {
-    let req = vars.req;
-    let target = proxy_target(loc, location, route, req);
-    let mut added = Vec::new();
-    let mut set_host = None;
-    if let Some(e) = &loc.edit {
-        e.set_lines(vars, &mut added);
-        set_host = e.host.as_ref().map(|t| vars.expand(t));
-    }
-    let host = match (&set_host, &loc.host) {
-        (Some(h), _) => Some(h.as_str()),
-        (None, HostMode::Pass) => None,
-        (None, HostMode::Upstream) => Some(def.servers[0].name.as_str()),
-        (None, HostMode::Fixed(h)) => Some(h.as_str()),
-    };
-    let configured = loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]);
-    let mut drop = std::borrow::Cow::Borrowed(configured);
-    if let Some(f) = fill {
-        drop.to_mut()
-            .extend(cached::FILL_DROP.iter().map(|n| n.to_string()));
-        cached::validators(f, &mut added);
-    }
-    head.clear();
-    head.reserve(256 + req.head_len);
-    write_request_head_edit(
-        head,
-        req,
-        &Forward {
-            client: b.addr.map(|a| a.ip()),
-            proto: if b.tr.is_tls() { "https" } else { "http" },
-            host,
-            forwarded_headers: loc.forwarded_headers,
-            close: false,
-            upgrade: upgrade_request(req),
-            tls_client: b
-                .tr
-                .tls_info()
-                .filter(|i| i.client_auth)
-                .map(|i| i.client_dn.as_deref()),
-        },
-        &RequestEdit {
-            target: target.as_deref(),
-            drop: &drop,
-            add: &added,
-        },
-    );
-    set_host.is_some()
-}
-
-/// The upstream of the request's location and its head for a background cache update.
-fn upstream_head(
-    cx: &Cx,
-    b: &Base,
-    req: &Request,
-    route: &Route<'_>,
-    rq: &ReqCtx,
-    fill: &Fill,
-) -> Option<(usize, Vec<u8>)> {
-    let (si, li) = route.at?;
-    let location = &cx.ctx.routes.servers[si].locations[li];
-    let Action::Proxy(loc) = &location.action else {
-        return None;
-    };
-    let (pools, _) = cx.ctx.current_pools()?;
-    let def = &pools.defs.list[loc.upstream];
-    let vars = request_vars(&cx.ctx.routes, si, req, route, rq);
-    let mut head = Vec::new();
-    forward_head(&mut head, &vars, (location, loc, def), route, b, Some(fill));
-    Some((loc.upstream, head))
 }

@@ -1,0 +1,354 @@
+//! The HTTP/2 client connection role: a [`Conn`] from `ringx-h2proto` reads frames and keeps
+//! the protocol's books; this role turns its events into requests served as over HTTP/1.1.
+//!
+//! Each request is written as an HTTP/1.1 head and parsed again by `ringx-http`'s strict
+//! parser, so routing, `return`, static files (Range, 304), error pages and the proxy take
+//! exactly the request they take over HTTP/1.1 (`serve.rs`); a proxied stream is an
+//! [`Exchange`](crate::role::Exchange) with the upstream pools HTTP/1 uses, whose output is
+//! held per stream and framed as the peer's window allows (`proxy.rs`). Responses go out
+//! in turns across streams, a frame at a time, within the windows and while the socket's
+//! queue is short (`stream.rs`).
+//!
+//! A connection becomes HTTP/2 by ALPN `h2` or by the h2c prior-knowledge preface
+//! (`Zone`); graceful shutdown and reload send GOAWAY with the last stream and let streams
+//! in flight finish.
+
+mod guard;
+mod proxy;
+mod serve;
+mod stream;
+
+use std::collections::{HashMap, VecDeque};
+
+use ringx_engine::ConnId;
+use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
+
+use crate::metrics::{bump, H2_STALL};
+use crate::role::upstream::UpEvent;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+use stream::{H2Stream, Turn};
+
+/// Queued output above which no more frames are written until the socket drains.
+const OUT_HIGH_WATER: u64 = 256 * 1024;
+
+/// An HTTP/2 client connection.
+pub struct H2 {
+    conn: Conn,
+    streams: HashMap<u32, H2Stream>,
+    /// Streams with output waiting, in turn.
+    ready: VecDeque<u32>,
+    /// Which stream each upstream connection in use serves.
+    ups: HashMap<ConnId, u32>,
+    /// A connection error ended it: nothing more is read.
+    failed: bool,
+    /// The peer is going away (GOAWAY or FIN): close once the streams are done.
+    peer_away: bool,
+}
+
+/// Whether `data` (what a new connection sent first) opens with the HTTP/2 preface: a
+/// prefix of at least 4 bytes ("PRI ", no HTTP/1 method), or all of it.
+pub fn is_preface(data: &[u8]) -> bool {
+    let p = ringx_h2proto::frame::PREFACE;
+    let n = data.len().min(p.len());
+    n >= 4 && data[..n] == p[..n]
+}
+
+impl H2 {
+    /// Starts HTTP/2 on a connection: our SETTINGS go out at once.
+    pub fn start(cx: &mut Cx, b: &mut Base, c: ConnId, limits: Limits) -> H2 {
+        let mut h = H2 {
+            conn: Conn::new(limits),
+            streams: HashMap::new(),
+            ready: VecDeque::new(),
+            ups: HashMap::new(),
+            failed: false,
+            peer_away: false,
+        };
+        bump(&cx.ctx.log.counters.h2_connections, 1);
+        h.flush_ctl(cx, b, c);
+        let at = cx.io.now() + cx.ctx.set.keepalive_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        h
+    }
+
+    /// No stream open and nothing queued: the connection can be reclaimed.
+    pub fn is_idle(&self, b: &Base, io: &ringx_engine::Io, c: ConnId) -> bool {
+        self.streams.is_empty() && b.tr.pending(io, c) == 0
+    }
+
+    pub fn on_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
+        if self.failed {
+            return;
+        }
+        let mut buf = std::mem::take(&mut b.inbuf);
+        let owned = !buf.is_empty();
+        if owned {
+            buf.extend_from_slice(data);
+        }
+        let input: &[u8] = if owned { &buf } else { data };
+        let now = cx.io.now();
+        let mut pos = 0;
+        loop {
+            match self.conn.feed(&input[pos..], now) {
+                Step::Need => break,
+                Step::Skip(n) => pos += n,
+                Step::Event(n, ev) => {
+                    pos += n;
+                    self.event(cx, b, c, ev);
+                }
+                Step::Fatal(e) => {
+                    tracing::debug!(conn = c.0, addr = ?b.addr, "HTTP/2: {} ({:?})", e.msg, e.code);
+                    self.fail(cx, b, c);
+                    break;
+                }
+            }
+        }
+        if !self.failed {
+            // A frame not complete yet (at most one frame's worth: Conn checks the size).
+            if owned {
+                buf.drain(..pos);
+                b.inbuf = buf;
+            } else {
+                b.inbuf.extend_from_slice(&data[pos..]);
+            }
+        }
+        self.count(cx);
+        self.after(cx, b, c);
+    }
+
+    fn event(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, ev: Event) {
+        match ev {
+            Event::Request {
+                id,
+                head,
+                end_stream,
+            } => self.request(cx, b, c, id, &head, end_stream),
+            Event::HeadTooLarge { id, .. } => {
+                let s = H2Stream::new(id, cx.io.now(), false);
+                self.answer_error(cx, b, c, s, 431);
+            }
+            Event::Data {
+                id,
+                data,
+                end_stream,
+            } => self.data(cx, b, c, id, data, end_stream),
+            Event::Trailers { id, lines } => self.trailers(cx, id, &lines),
+            Event::Reset { id, .. } => self.drop_stream(cx, b, c, id, false),
+            Event::GoAway { .. } => self.peer_away = true,
+            Event::WindowOpened => {}
+        }
+    }
+
+    /// Request body bytes: forwarded to the stream's upstream, or read and dropped.
+    fn data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, data: &[u8], end: bool) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            self.conn.release(id, data.len());
+            return;
+        };
+        s.body_in += data.len() as u64;
+        if s.body_in > cx.ctx.set.max_body {
+            if s.head_sent {
+                self.conn.reset(id, ErrorCode::Cancel);
+                return self.drop_stream(cx, b, c, id, true);
+            }
+            let s = self.streams.remove(&id).expect("checked");
+            self.detach(cx, &s);
+            return self.answer_error(cx, b, c, s, 413);
+        }
+        if s.proxy.is_some() {
+            return self.proxy_data(cx, id, data, end);
+        }
+        self.conn.release(id, data.len());
+    }
+
+    /// A stream ends before its response did (reset by either side): its exchange lets go
+    /// of the upstream, and the request is logged as it stands (499 with nothing sent).
+    fn drop_stream(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, by_us: bool) {
+        let Some(s) = self.streams.remove(&id) else {
+            return;
+        };
+        self.detach(cx, &s);
+        if by_us {
+            self.conn.reset(id, ErrorCode::Cancel);
+        }
+        s.log_end(cx, b, c, true);
+    }
+
+    /// A connection error: GOAWAY is queued; it goes out and the connection closes.
+    fn fail(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        self.failed = true;
+        self.flush_ctl(cx, b, c);
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.drop_stream(cx, b, c, id, false);
+        }
+        b.inbuf = Vec::new();
+        b.tr.close_after_flush(cx.io, c);
+    }
+
+    /// After any event: control frames out, responses on, and the connection closed when
+    /// nothing more will come.
+    fn after(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.failed {
+            return;
+        }
+        self.pump(cx, b, c);
+        self.flush_ctl(cx, b, c);
+        let now = cx.io.now();
+        if self.streams.is_empty() {
+            if self.peer_away || b.eof || (self.conn.going_away() && cx.ctx.draining) {
+                self.conn.goaway(ErrorCode::NoError);
+                self.flush_ctl(cx, b, c);
+                self.failed = true;
+                b.tr.close_after_flush(cx.io, c);
+                return;
+            }
+            b.idle_since = now;
+            let at = now + cx.ctx.set.keepalive_timeout;
+            cx.ctx.set_deadline(cx.io, b, c, at);
+        } else {
+            let at = now + cx.ctx.set.send_timeout;
+            cx.ctx.set_deadline(cx.io, b, c, at);
+        }
+    }
+
+    /// Writes the control frames the connection queued.
+    fn flush_ctl(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if !self.conn.out().is_empty() {
+            b.tr.write(cx.io, c, self.conn.out());
+            self.conn.clear_out();
+        }
+    }
+
+    /// Adds the connection's error counts to the zone's.
+    fn count(&mut self, cx: &mut Cx) {
+        let counters = &cx.ctx.log.counters;
+        for (why, n) in self.conn.take_stats() {
+            bump(&counters.h2_errors[why.index()], u64::from(n));
+        }
+    }
+
+    pub fn on_eof(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        b.eof = true;
+        self.peer_away = true;
+        // Requests whose bodies will not arrive end now; responses in progress go on.
+        let waiting: Vec<u32> = self
+            .streams
+            .keys()
+            .copied()
+            .filter(|&id| !self.conn.remote_closed(id))
+            .collect();
+        for id in waiting {
+            self.drop_stream(cx, b, c, id, true);
+        }
+        self.after(cx, b, c);
+    }
+
+    pub fn on_flushed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        self.after(cx, b, c);
+    }
+
+    pub fn on_closed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            if let Some(s) = self.streams.remove(&id) {
+                self.detach(cx, &s);
+                s.log_end(cx, b, c, true);
+            }
+        }
+        self.ups.clear();
+    }
+
+    /// Graceful shutdown or a reload that removed this connection's address: GOAWAY with
+    /// the last stream; streams in flight finish, then the connection closes.
+    pub fn drain(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.failed {
+            return;
+        }
+        self.conn.goaway(ErrorCode::NoError);
+        self.peer_away |= self.streams.is_empty();
+        self.after(cx, b, c);
+    }
+
+    /// The connection's deadline passed: idle, it goes away; with a response held by a
+    /// window the peer never opens (a zero-window stall), it is ended; waiting on
+    /// upstreams (which have their own timeouts), it waits on.
+    pub fn expire(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.failed {
+            return cx.io.close(c);
+        }
+        if self.streams.is_empty() {
+            self.conn.goaway(ErrorCode::NoError);
+            self.peer_away = true;
+            return self.after(cx, b, c);
+        }
+        let stalled = self
+            .streams
+            .values()
+            .any(|s| s.has_output() && self.conn.capacity(s.id) == 0);
+        if stalled {
+            bump(&cx.ctx.log.counters.h2_errors[H2_STALL], 1);
+            tracing::debug!(conn = c.0, addr = ?b.addr, "HTTP/2: zero-window stall, closing");
+            self.conn.goaway(ErrorCode::EnhanceYourCalm);
+            return self.fail(cx, b, c);
+        }
+        let at = cx.io.now() + cx.ctx.set.send_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+    }
+
+    /// An event on an upstream connection one of the streams uses.
+    pub fn upstream_event(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, u: ConnId, ev: UpEvent) {
+        self.proxy_event(cx, b, c, u, ev);
+        self.after(cx, b, c);
+    }
+
+    /// Streams take turns sending a frame each until every window is closed, every body
+    /// waits on its upstream, or the socket's queue is full (then `on_flushed` goes on).
+    pub(super) fn pump(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let mut blocked = Vec::new();
+        while let Some(id) = self.ready.pop_front() {
+            if b.tr.pending(cx.io, c) > OUT_HIGH_WATER {
+                self.ready.push_front(id);
+                b.tr.notify_when_flushed(cx.io, c);
+                break;
+            }
+            let Some(s) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            match s.turn(&mut self.conn, &mut b.tr, cx, c) {
+                Turn::More => self.ready.push_back(id),
+                Turn::Blocked => blocked.push(id),
+                Turn::Idle => {}
+                Turn::Ended => self.finish(cx, b, c, id),
+            }
+        }
+        // Their turn comes again with the next window update (or any other event).
+        self.ready.extend(blocked);
+    }
+
+    /// Queues a stream for its turns.
+    pub(super) fn wake(&mut self, id: u32) {
+        if !self.ready.contains(&id) {
+            self.ready.push_back(id);
+        }
+    }
+
+    /// The response ended (END_STREAM sent), and the stream is logged and forgotten. A
+    /// proxied request still sending its body is told to stop (RST_STREAM NO_ERROR, RFC 9113
+    /// §8.1); a locally answered one's body is read and dropped until it ends, as nginx
+    /// discards it, so the stream closes as the client expects (within `client_max_body_size`).
+    pub(super) fn finish(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
+        let Some(s) = self.streams.remove(&id) else {
+            return;
+        };
+        if s.proxy.is_some() && self.conn.is_open(id) && !self.conn.remote_closed(id) {
+            self.conn.reset(id, ErrorCode::NoError);
+        }
+        self.detach(cx, &s);
+        s.log_end(cx, b, c, false);
+    }
+}
+
+#[cfg(test)]
+mod tests;

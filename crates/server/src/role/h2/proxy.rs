@@ -1,0 +1,252 @@
+//! Proxied HTTP/2 streams: each is an [`Exchange`] to an HTTP/1.1 upstream, through the
+//! zone's keep-alive pools (shared with HTTP/1 clients), with the exchange's retries,
+//! timeouts and failures unchanged.
+//!
+//! The exchange writes its response for the client into the stream's
+//! [`MemOut`](crate::transport::MemOut) instead of a socket: the head is turned into
+//! HEADERS as soon as it is there, the body leaves as DATA when the window allows, and the
+//! exchange's back-pressure (pause the upstream above its high-water mark, resume once the
+//! client's output drains) follows the peer's window. The request body goes the other way
+//! as it arrives, chunked when the request gave no length; the peer's window reopens only
+//! once the upstream has taken the bytes, so an upstream that reads slowly slows the client
+//! rather than filling memory.
+
+use ringx_engine::ConnId;
+use ringx_h2proto::Framing;
+use ringx_http::Request;
+
+use crate::answer::{PageCtx, ReqCtx};
+use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
+use crate::role::http1::local::Route;
+use crate::role::proxy_start;
+use crate::role::upstream::UpEvent;
+use crate::transport::{MemOut, Transport};
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+/// A stream being proxied.
+pub(super) struct Proxied {
+    pub ex: Box<Exchange>,
+    /// The stream as the exchange's client: the connection's identity, and the output
+    /// the exchange writes.
+    pub base: Base,
+    /// The response head was sent as HEADERS.
+    pub head_done: bool,
+    /// The request body goes chunked (it has no content-length).
+    pub chunked: bool,
+    /// Request body bytes written to the upstream and not yet released to the peer's
+    /// window (the upstream's queue was over its high-water mark).
+    pub held: usize,
+    /// The location's error pages, for a failure to reach the upstream.
+    pub page: Option<Box<PageCtx>>,
+}
+
+impl Proxied {
+    pub fn out(&mut self) -> &mut MemOut {
+        match &mut self.base.tr {
+            Transport::Mem(m) => m,
+            _ => unreachable!("a proxied stream's output is a MemOut"),
+        }
+    }
+
+    /// What the exchange wrote and the stream has not sent.
+    pub fn pending(&self) -> &[u8] {
+        match &self.base.tr {
+            Transport::Mem(m) => m.pending(),
+            _ => &[],
+        }
+    }
+
+    /// The client side drained: an upstream paused for back-pressure reads again.
+    pub fn resume_upstream(&mut self, cx: &mut Cx) {
+        let Some(u) = self.ex.up else { return };
+        if let Some(up) = cx.ups.get_mut(u) {
+            if up.paused {
+                up.paused = false;
+                if !up.eof {
+                    cx.io.resume_recv(u);
+                }
+            }
+        }
+    }
+    /// Starts an exchange for `req` (routed by `route` to a `proxy_pass` location, through
+    /// the same preparation as HTTP/1 requests) on behalf of the connection `b`; `Err`: the
+    /// status to answer with, and the location's error pages.
+    #[allow(clippy::type_complexity)]
+    pub fn start(
+        cx: &mut Cx,
+        b: &Base,
+        c: ConnId,
+        req: &Request,
+        route: &Route<'_>,
+        rq: &ReqCtx,
+        framing: Framing,
+    ) -> Result<Box<Proxied>, (u16, Option<Box<PageCtx>>)> {
+        let mut ex = Box::<Exchange>::default();
+        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, None, None)
+        else {
+            return Err((502, None));
+        };
+        let has_body = framing != Framing::None;
+        ex.has_body = has_body;
+        ex.replay = has_body.then(Vec::new);
+        // HTTP/1.0 framing towards the stream: the exchange hands over the body itself (a
+        // chunked response decoded, a compressed one as the encoder makes it), which DATA
+        // frames carry.
+        ex.version = ringx_http::Version::Http10;
+        ex.keep = false;
+        ex.log = false;
+        ex.pass_trailers = true;
+        let mut base = Base::new(cx.io.now());
+        base.gen = b.gen;
+        base.listener = b.listener;
+        base.addr = b.addr;
+        base.local = b.local;
+        base.tr = Transport::Mem(Box::default());
+        let mut p = Box::new(Proxied {
+            ex,
+            base,
+            head_done: false,
+            chunked: framing == Framing::Chunked,
+            held: 0,
+            page,
+        });
+        if p.ex.send(cx, &p.base, c).is_err() {
+            return Err((502, p.page.take()));
+        }
+        Ok(p)
+    }
+
+    /// Request body bytes (`end`: the last), framed for the upstream. Returns the bytes of
+    /// the peer's window to give back now.
+    pub fn body(&mut self, cx: &mut Cx, data: &[u8], end: bool) -> usize {
+        if !self.chunked {
+            return self.forward(cx, data, data.len());
+        }
+        let mut framed = Vec::with_capacity(data.len() + 16);
+        if !data.is_empty() {
+            framed.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+            framed.extend_from_slice(data);
+            framed.extend_from_slice(b"\r\n");
+        }
+        if end {
+            framed.extend_from_slice(b"0\r\n\r\n");
+        }
+        self.forward(cx, &framed, data.len())
+    }
+
+    /// Trailers: the end of a chunked request body (with no length, there is nowhere to
+    /// put them: dropped, as nginx does).
+    pub fn trailers(&mut self, cx: &mut Cx, lines: &[u8]) {
+        if !self.chunked {
+            return;
+        }
+        let mut end = b"0\r\n".to_vec();
+        end.extend_from_slice(lines);
+        end.extend_from_slice(b"\r\n");
+        self.forward(cx, &end, 0);
+    }
+
+    /// The response's trailer fields, once the exchange is done: an HTTP/1.1 upstream's
+    /// chunked trailer section as HTTP/2 fields (names lowercased, values trimmed), without
+    /// the fields that belong to a connection or to framing, which an HTTP/2 peer treats as
+    /// malformed (RFC 9113 §8.2.2) and which may not be trailers (RFC 9110 §6.5.1).
+    pub fn response_trailers(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        const NOT_TRAILERS: &[&[u8]] = &[
+            b"connection",
+            b"keep-alive",
+            b"proxy-connection",
+            b"transfer-encoding",
+            b"upgrade",
+            b"te",
+            b"content-length",
+            b"host",
+            b"trailer",
+        ];
+        let Some(lines) = self.ex.trailers.take() else {
+            return Vec::new();
+        };
+        // The chunked decoder validated the lines: a token, `:`, a value without CR, LF
+        // or NUL.
+        lines
+            .split(|&b| b == b'\n')
+            .filter_map(|l| {
+                let l = l.strip_suffix(b"\r").unwrap_or(l);
+                let i = l.iter().position(|&b| b == b':')?;
+                let name = l[..i].to_ascii_lowercase();
+                let value = l[i + 1..].trim_ascii().to_vec();
+                (!name.is_empty() && !NOT_TRAILERS.contains(&name.as_slice()))
+                    .then_some((name, value))
+            })
+            .collect()
+    }
+
+    /// Writes request body bytes to the exchange's upstream (and its replay copy); returns
+    /// the `flow` bytes of the peer's window to give back now, or 0 when they wait for the
+    /// upstream's queue to drain (`UpEvent::Flushed`).
+    fn forward(&mut self, cx: &mut Cx, bytes: &[u8], flow: usize) -> usize {
+        let ex = &mut self.ex;
+        if let Some(r) = ex.replay.as_mut() {
+            if r.len() + bytes.len() <= MAX_REPLAY {
+                r.extend_from_slice(bytes);
+            } else {
+                ex.replay = None;
+            }
+        }
+        let Some(u) = ex.up else {
+            return flow;
+        };
+        if let Some(up) = cx.ups.get_mut(u) {
+            up.tr.write(cx.io, u, bytes);
+            let send = cx.ctx.pools(ex.dial.gen).defs.list[ex.dial.upstream].send_timeout;
+            up.deadline = cx.io.now() + send; // busy receiving, not idle
+        }
+        if cx.io.pending(u) > PROXY_HIGH_WATER {
+            self.held += flow;
+            cx.io.notify_when_flushed(u);
+            return 0;
+        }
+        flow
+    }
+
+    /// Lets go of the upstream connection (closed: the exchange was cut).
+    pub fn detach(&self, cx: &mut Cx) {
+        let Some(u) = self.ex.up else { return };
+        if let Some(up) = cx.ups.get_mut(u) {
+            if up.client.is_some() {
+                up.abandon(cx.io, u);
+                let pools = cx.ctx.pools(self.ex.dial.gen);
+                pools.per[self.ex.dial.upstream]
+                    .bal
+                    .finished(self.ex.dial.server);
+            }
+        }
+    }
+
+    /// An event on upstream connection `u`: what the exchange made of it, and the bytes of
+    /// the peer's window to give back (request body the upstream has now taken).
+    pub fn event(&mut self, cx: &mut Cx, c: ConnId, u: ConnId, ev: UpEvent) -> (Outcome, usize) {
+        match ev {
+            UpEvent::Connected => {
+                self.ex.upstream_connected(cx, u);
+                (Outcome::Pending, 0)
+            }
+            UpEvent::Data(d) => (self.ex.upstream_data(cx, &mut self.base, c, u, d), 0),
+            UpEvent::Eof => (self.ex.upstream_eof(cx, &mut self.base, c, u), 0),
+            UpEvent::Flushed => (Outcome::Pending, std::mem::take(&mut self.held)),
+            UpEvent::Closed(err) => (self.ex.upstream_closed(cx, &self.base, c, u, err), 0),
+            UpEvent::Timeout => (self.ex.upstream_timeout(cx, &self.base, c, u), 0),
+        }
+    }
+
+    /// The response head, once the exchange wrote it and it was not sent yet: the bytes up
+    /// to its end (the exchange writes a head whole; only it is copied, not the body).
+    pub fn head(&self) -> Option<Vec<u8>> {
+        if self.head_done || self.pending().is_empty() {
+            return None;
+        }
+        let pending = self.pending();
+        let end = memchr::memmem::find(pending, b"\r\n\r\n").map_or(pending.len(), |i| i + 4);
+        Some(pending[..end].to_vec())
+    }
+}

@@ -1,0 +1,417 @@
+//! A request on an HTTP/2 stream: written as an HTTP/1.1 head and parsed by the same strict
+//! parser as HTTP/1.1 requests, routed, and answered by the same response writer — the
+//! HTTP/1.1 response it writes becomes HEADERS (connection-specific fields left out) and
+//! the body, which waits for the window in the stream.
+
+use std::mem::MaybeUninit;
+
+use ringx_config::ops::LogFormat;
+use ringx_engine::ConnId;
+use ringx_h2proto::{ErrorCode, Framing, RequestHead};
+use ringx_http::{Parsed, Request};
+
+use super::guard::{self, Gate};
+use super::proxy::Proxied;
+use super::stream::{H2Stream, Piece, StreamLog};
+use super::H2;
+use crate::answer::{PageCtx, ReqCtx};
+use crate::response::{ConnHdr, ErrorPage, FilePart};
+use crate::rewrite::vars::{new_request_id, ConnInfo};
+use crate::role::exchange::Outcome;
+use crate::role::http1::guard as h1guard;
+use crate::role::http1::local::{self, Route};
+use crate::role::proxy_start;
+use crate::role::upstream::UpEvent;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+/// Header storage per parse (the HTTP/2 list size bounds the count before this).
+const MAX_HEADERS: usize = 128;
+
+/// Response fields an HTTP/2 response must not carry (RFC 9113 §8.2.2).
+fn connection_specific(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
+}
+
+impl H2 {
+    /// A new request on stream `id`.
+    pub(super) fn request(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        id: u32,
+        head: &RequestHead,
+        end_stream: bool,
+    ) {
+        cx.ctx.log.stream_request();
+        let now = cx.io.now();
+        let mut s = H2Stream::new(id, now, head.method == b"HEAD");
+        if cx.ctx.log.logging() {
+            let mut request = head.method.clone();
+            request.push(b' ');
+            request.extend_from_slice(head.path.as_deref().unwrap_or(b"-"));
+            request.extend_from_slice(b" HTTP/2.0");
+            s.log = Some(Box::new(StreamLog {
+                request,
+                referer: Vec::new(),
+                user_agent: Vec::new(),
+                request_id: None,
+            }));
+        }
+        if head.is_connect() {
+            return self.answer_error(cx, b, c, s, 405);
+        }
+        let framing = match (end_stream, head.content_length) {
+            (true, _) => Framing::None,
+            (false, Some(n)) => Framing::Length(n),
+            (false, None) => Framing::Chunked,
+        };
+        if let Framing::Length(n) = framing {
+            if n > cx.ctx.set.max_body {
+                return self.answer_error(cx, b, c, s, 413);
+            }
+        }
+        let mut h1 = Vec::with_capacity(128 + head.lines.len());
+        head.write_http1(&mut h1, framing);
+        let mut storage = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+        let n = cx.ctx.set.limits.max_headers.min(MAX_HEADERS);
+        let limits = ringx_http::Limits {
+            max_head: h1.len().max(cx.ctx.set.limits.max_head),
+            ..cx.ctx.set.limits
+        };
+        let req = match ringx_http::parse_request_uninit(&h1, &mut storage[..n], &limits) {
+            Ok(Parsed::Complete(r)) => r,
+            Ok(Parsed::Partial) => return self.answer_error(cx, b, c, s, 400),
+            Err(e) => return self.answer_error(cx, b, c, s, e.status),
+        };
+        if let Some(l) = s.log.as_mut() {
+            l.referer
+                .extend_from_slice(req.header("referer").unwrap_or_default());
+            l.user_agent
+                .extend_from_slice(req.header("user-agent").unwrap_or_default());
+        }
+        // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
+        if cx.ctx.routes.http_guard.real_ip.is_some() {
+            h1guard::client_ip(cx, b, &req);
+        }
+        let rq = ReqCtx::new(ConnInfo {
+            client: match (b.real_ip, b.addr) {
+                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
+                (None, a) => a,
+            },
+            local: b.local,
+            tls: b.tr.is_tls(),
+        });
+        if let Some(l) = s.log.as_mut() {
+            if cx.ctx.log.format() == Some(LogFormat::Json) {
+                let id = new_request_id();
+                rq.request_id.set(Some(id));
+                l.request_id = Some(id);
+            }
+        }
+        let route = local::route(&cx.ctx.routes, b.listener as usize, &req, &rq);
+        if let Some((si, li)) = route.at {
+            if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
+                let uri = route.path.as_deref().unwrap_or("");
+                match guard::check(cx, b, &req, uri, (si, li)) {
+                    Gate::Pass(slot) => s.conn_slot = slot,
+                    Gate::Refuse { status, headers } => {
+                        let mut resp = Vec::with_capacity(512);
+                        let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
+                        cx.ctx.responder().error(&mut resp, page.extra(&headers));
+                        return self.answer(cx, b, c, s, resp, None);
+                    }
+                }
+            }
+        }
+        if proxy_start::is_proxied(&cx.ctx.routes, &route) {
+            return self.start_proxy(cx, b, c, s, &req, &route, &rq, framing);
+        }
+        let mut resp = Vec::with_capacity(256);
+        let r = local::respond(
+            &cx.ctx.routes,
+            cx.ctx.responder(),
+            &mut resp,
+            &req,
+            &route,
+            ConnHdr::Keep11,
+            &rq,
+        );
+        self.answer(cx, b, c, s, resp, r.file);
+    }
+
+    /// Answers with an error page.
+    pub(super) fn answer_error(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        s: H2Stream,
+        status: u16,
+    ) {
+        let mut resp = Vec::with_capacity(512);
+        let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
+        cx.ctx.responder().error(&mut resp, page);
+        self.answer(cx, b, c, s, resp, None);
+    }
+
+    /// Sends an HTTP/1.1 response (`resp`: head and body bytes; `file`: the rest of the
+    /// body) on stream `s`.
+    pub(super) fn answer(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        resp: Vec<u8>,
+        file: Option<FilePart>,
+    ) {
+        let id = s.id;
+        if !self.conn.is_open(id) {
+            return s.log_end(cx, b, c, true);
+        }
+        let Some(head_len) = self.send_head(cx, b, c, &mut s, &resp, file.is_none()) else {
+            self.conn.reset(id, ErrorCode::Internal);
+            return s.log_end(cx, b, c, true);
+        };
+        if s.ended {
+            self.streams.insert(id, s);
+            return self.finish(cx, b, c, id);
+        }
+        s.end = true;
+        if resp.len() > head_len {
+            s.out.push_back(Piece::Bytes(resp, head_len));
+        }
+        if let Some((f, off, len)) = file {
+            s.out.push_back(Piece::File(f, off, off + len));
+        }
+        self.streams.insert(id, s);
+        self.wake(id);
+    }
+
+    /// Sends the head of an HTTP/1.x response `resp` as HEADERS (with END_STREAM when it
+    /// has no body and `last`); returns the head's length (None: not a response head).
+    pub(super) fn send_head(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        s: &mut H2Stream,
+        resp: &[u8],
+        last: bool,
+    ) -> Option<usize> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut r = httparse::Response::new(&mut headers);
+        let head_len = match r.parse(resp) {
+            Ok(httparse::Status::Complete(n)) => n,
+            _ => return None,
+        };
+        let status = r.code?;
+        let no_body =
+            s.head_only || status == 204 || status == 304 || resp.len() == head_len && last;
+        let mut names = Vec::with_capacity(256);
+        let mut spans = Vec::with_capacity(r.headers.len());
+        for h in r.headers.iter() {
+            let n = h.name.as_bytes();
+            if connection_specific(n) {
+                continue;
+            }
+            let at = names.len();
+            names.extend(n.iter().map(u8::to_ascii_lowercase));
+            spans.push((at, names.len(), h.value));
+        }
+        let fields = spans.iter().map(|&(a, e, v)| (&names[a..e], v));
+        let end = no_body && last;
+        if !self.conn.out().is_empty() {
+            b.tr.write(cx.io, c, self.conn.out());
+            self.conn.clear_out();
+        }
+        let out = b.tr.out_buf(cx.io, c)?;
+        self.conn.send_headers(out, s.id, status, fields, end);
+        s.head_sent = true;
+        s.status = status;
+        s.ended = end;
+        Some(if no_body { resp.len() } else { head_len })
+    }
+}
+
+impl H2 {
+    /// Starts proxying stream `s`'s request (routed to a `proxy_pass` location).
+    #[allow(clippy::too_many_arguments)]
+    fn start_proxy(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        req: &Request,
+        route: &Route<'_>,
+        rq: &ReqCtx,
+        framing: Framing,
+    ) {
+        match Proxied::start(cx, b, c, req, route, rq, framing) {
+            Err((status, page)) => self.give_up(cx, b, c, s, status, page.as_deref()),
+            Ok(p) => {
+                if let Some(u) = p.ex.up {
+                    self.ups.insert(u, s.id);
+                }
+                s.proxy = Some(p);
+                self.streams.insert(s.id, s);
+            }
+        }
+    }
+
+    /// A proxied request that can have no response: `status` (502, 504, or an upstream error
+    /// intercepted), as the location's `error_page` says if it has one for it, else the
+    /// error page with the location's `add_header ... always` lines.
+    pub(super) fn give_up(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        status: u16,
+        page: Option<&PageCtx>,
+    ) {
+        // The stream's body is the page now, not the exchange's output.
+        let proxy = s.proxy.take();
+        let mut resp = Vec::with_capacity(512);
+        if let Some(r) =
+            page.and_then(|p| p.write(cx.ctx.responder(), &mut resp, status, ConnHdr::Keep11))
+        {
+            return self.answer(cx, b, c, s, resp, r.file);
+        }
+        let always = proxy
+            .as_ref()
+            .and_then(|p| p.ex.deco.as_ref())
+            .map_or("", |d| d.add_always.as_str());
+        let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only).extra(always);
+        cx.ctx.responder().error(&mut resp, page);
+        self.answer(cx, b, c, s, resp, None);
+    }
+
+    /// Request body bytes of a proxied stream, to its upstream.
+    pub(super) fn proxy_data(&mut self, cx: &mut Cx, id: u32, data: &[u8], end: bool) {
+        let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) else {
+            return self.conn.release(id, data.len());
+        };
+        let n = p.body(cx, data, end);
+        self.conn.release(id, n);
+    }
+
+    /// Trailers of a request: the end of a proxied chunked body.
+    pub(super) fn trailers(&mut self, cx: &mut Cx, id: u32, lines: &[u8]) {
+        if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
+            p.trailers(cx, lines);
+        }
+    }
+
+    /// Lets go of a stream's upstream connection.
+    pub(super) fn detach(&mut self, cx: &mut Cx, s: &H2Stream) {
+        if let Some(p) = &s.proxy {
+            if let Some(u) = p.ex.up {
+                self.ups.remove(&u);
+            }
+            p.detach(cx);
+        }
+    }
+
+    /// An event on upstream connection `u`, for the stream whose exchange uses it.
+    pub(super) fn proxy_event(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        u: ConnId,
+        ev: UpEvent,
+    ) {
+        let Some(&id) = self.ups.get(&u) else {
+            if let Some(up) = cx.ups.get_mut(u) {
+                up.abandon(cx.io, u);
+            }
+            return;
+        };
+        let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) else {
+            self.ups.remove(&u);
+            return;
+        };
+        let (outcome, released) = p.event(cx, c, u, ev);
+        self.conn.release(id, released);
+        // A retry may have moved the exchange to another connection.
+        if p.ex.up != Some(u) {
+            self.ups.remove(&u);
+            if let Some(n) = p.ex.up {
+                self.ups.insert(n, id);
+            }
+        }
+        self.response_head(cx, b, c, id);
+        match outcome {
+            Outcome::Pending => {}
+            Outcome::Done => {
+                if let Some(s) = self.streams.get_mut(&id) {
+                    s.end = true;
+                    if let Some(p) = s.proxy.as_mut() {
+                        s.trailers = p.response_trailers();
+                    }
+                }
+            }
+            Outcome::GiveUp(status) => {
+                let Some(mut s) = self.streams.remove(&id) else {
+                    return;
+                };
+                self.detach(cx, &s);
+                let page = s.proxy.as_mut().and_then(|p| p.page.take());
+                return self.give_up(cx, b, c, s, status, page.as_deref());
+            }
+            Outcome::Cut | Outcome::Upgrade(_) => {
+                // Part of the response went out and the rest cannot come: the stream is
+                // reset so the client sees it cut (the connection carries on).
+                self.conn.reset(id, ErrorCode::Internal);
+                return self.drop_stream(cx, b, c, id, false);
+            }
+        }
+        self.wake(id);
+    }
+
+    /// Sends the response head as HEADERS once the exchange wrote it.
+    fn response_head(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
+        let Some(resp) = self
+            .streams
+            .get(&id)
+            .and_then(|s| s.proxy.as_ref())
+            .and_then(|p| p.head())
+        else {
+            return;
+        };
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
+        };
+        let sent = self.send_head(cx, b, c, &mut s, &resp, false);
+        self.streams.insert(id, s);
+        match sent {
+            Some(n) => {
+                let p = self
+                    .streams
+                    .get_mut(&id)
+                    .and_then(|s| s.proxy.as_mut())
+                    .expect("inserted");
+                p.head_done = true;
+                p.out().take(n.min(resp.len()));
+            }
+            None if resp.len() < 64 * 1024 => {} // not all of it yet
+            None => {
+                self.conn.reset(id, ErrorCode::Internal);
+                self.drop_stream(cx, b, c, id, false);
+            }
+        }
+    }
+}

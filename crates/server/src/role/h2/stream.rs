@@ -1,0 +1,230 @@
+//! One HTTP/2 stream's response on its way out, and the turns the connection takes across
+//! streams: a DATA frame at a time per stream, within both windows, while the socket's
+//! queue stays under its high-water mark; file bodies go by `send_file` behind each frame
+//! header, never through memory.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::rc::Rc;
+use std::time::Instant;
+
+use ringx_engine::ConnId;
+use ringx_h2proto::Conn;
+
+use super::proxy::Proxied;
+use crate::accesslog::Entry;
+use crate::role::exchange::PROXY_HIGH_WATER;
+use crate::transport::Transport;
+use crate::zone::client::Base;
+use crate::zone::ctx::Cx;
+
+/// Part of a response body waiting for the window.
+pub(super) enum Piece {
+    /// Bytes, from an offset.
+    Bytes(Vec<u8>, usize),
+    File(Rc<File>, u64, u64),
+}
+
+impl Piece {
+    fn len(&self) -> u64 {
+        match self {
+            Piece::Bytes(b, at) => (b.len() - at) as u64,
+            Piece::File(_, off, end) => end - off,
+        }
+    }
+}
+
+/// What the access log keeps of a request.
+pub(super) struct StreamLog {
+    pub request: Vec<u8>,
+    pub referer: Vec<u8>,
+    pub user_agent: Vec<u8>,
+    /// The request's `$request_id`, made at its start when the log is JSON (the one its
+    /// headers send is the one logged).
+    pub request_id: Option<[u8; 32]>,
+}
+
+/// A stream's request and response.
+pub(super) struct H2Stream {
+    pub id: u32,
+    pub start: Instant,
+    /// The request was HEAD.
+    pub head_only: bool,
+    /// The response head went out.
+    pub head_sent: bool,
+    pub status: u16,
+    /// Request body bytes received.
+    pub body_in: u64,
+    /// Response body bytes sent.
+    pub body_out: u64,
+    /// The response body waiting to go (local answers).
+    pub out: VecDeque<Piece>,
+    /// The body is complete once what waits is sent: END_STREAM then.
+    pub end: bool,
+    /// END_STREAM went out.
+    pub ended: bool,
+    /// Trailer fields to end the stream with, after the body (a proxied response's).
+    pub trailers: Vec<(Vec<u8>, Vec<u8>)>,
+    pub proxy: Option<Box<Proxied>>,
+    pub log: Option<Box<StreamLog>>,
+    /// The location's `limit_conn` counts this stream while it lives.
+    pub conn_slot: Option<crate::guard::limit::ConnSlot>,
+}
+
+/// What one turn of a stream did.
+#[derive(PartialEq, Eq)]
+pub(super) enum Turn {
+    /// Sent a frame; more waits.
+    More,
+    /// Output waits, and the window is closed.
+    Blocked,
+    /// Nothing to send now (waiting on its upstream).
+    Idle,
+    /// Sent its last frame.
+    Ended,
+}
+
+impl H2Stream {
+    pub fn new(id: u32, start: Instant, head_only: bool) -> H2Stream {
+        H2Stream {
+            id,
+            start,
+            head_only,
+            head_sent: false,
+            status: 0,
+            body_in: 0,
+            body_out: 0,
+            out: VecDeque::new(),
+            end: false,
+            ended: false,
+            trailers: Vec::new(),
+            conn_slot: None,
+            proxy: None,
+            log: None,
+        }
+    }
+
+    /// Whether response bytes wait to be sent.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty() || self.proxy.as_ref().is_some_and(|p| !p.pending().is_empty())
+    }
+
+    /// Sends at most one DATA frame.
+    pub(super) fn turn(
+        &mut self,
+        conn: &mut Conn,
+        tr: &mut Transport,
+        cx: &mut Cx,
+        c: ConnId,
+    ) -> Turn {
+        let id = self.id;
+        let queued: u64 = match &self.proxy {
+            Some(p) if p.head_done => p.pending().len() as u64,
+            Some(_) => 0,
+            None => self.out.iter().map(Piece::len).sum(),
+        };
+        if queued == 0 {
+            if !self.end || !self.head_sent {
+                return Turn::Idle;
+            }
+            flush(conn, tr, cx, c);
+            if self.trailers.is_empty() {
+                tr.write(cx.io, c, &conn.data_frame(id, 0, true));
+            } else {
+                // HEADERS are not flow controlled: the trailers go now, ending the stream.
+                let mut out = Vec::with_capacity(64);
+                let fields = std::mem::take(&mut self.trailers);
+                conn.send_trailers(
+                    &mut out,
+                    id,
+                    fields.iter().map(|(n, v)| (n.as_slice(), v.as_slice())),
+                );
+                tr.write(cx.io, c, &out);
+            }
+            self.ended = true;
+            return Turn::Ended;
+        }
+        let cap = conn.capacity(id).min(conn.max_frame()) as u64;
+        if cap == 0 {
+            return Turn::Blocked;
+        }
+        let front = match &self.proxy {
+            Some(p) => p.pending().len() as u64,
+            None => self.out.front().map_or(0, Piece::len),
+        };
+        let n = cap.min(front);
+        // With trailers to follow, the last DATA frame does not end the stream.
+        let last = self.end && n == queued && self.trailers.is_empty();
+        flush(conn, tr, cx, c);
+        let head = conn.data_frame(id, n as usize, last);
+        tr.write(cx.io, c, &head);
+        self.body_out += n;
+        match &mut self.proxy {
+            Some(p) => {
+                let out = p.out();
+                tr.write(cx.io, c, &out.pending()[..n as usize]);
+                out.take(n as usize);
+                if out.notify && (out.pending().len() as u64) < PROXY_HIGH_WATER / 2 {
+                    out.notify = false;
+                    p.resume_upstream(cx);
+                }
+            }
+            None => {
+                let piece = self.out.front_mut().expect("queued");
+                match piece {
+                    Piece::Bytes(b, at) => {
+                        tr.write(cx.io, c, &b[*at..*at + n as usize]);
+                        *at += n as usize;
+                    }
+                    Piece::File(f, off, _) => {
+                        tr.send_file(cx.io, c, f.clone(), *off, n);
+                        *off += n;
+                    }
+                }
+                if piece.len() == 0 {
+                    self.out.pop_front();
+                }
+            }
+        }
+        if last {
+            self.ended = true;
+            Turn::Ended
+        } else {
+            Turn::More
+        }
+    }
+
+    /// Counts the response and writes its access log line (`cut`: it did not complete).
+    pub fn log_end(&self, cx: &mut Cx, b: &Base, _c: ConnId, cut: bool) {
+        let status = match self.status {
+            0 => 499,
+            s => s,
+        };
+        let _ = cut;
+        let Some(l) = &self.log else {
+            return cx.ctx.log.stream_end(cx.io, None, status);
+        };
+        let e = Entry {
+            client: b.addr,
+            tls: b.tr.tls_info(),
+            request: &l.request,
+            status,
+            body_bytes: self.body_out,
+            referer: &l.referer,
+            user_agent: &l.user_agent,
+            request_time: cx.io.now().saturating_duration_since(self.start),
+            zone: cx.ctx.id,
+            cache: "",
+            request_id: l.request_id,
+        };
+        cx.ctx.log.stream_end(cx.io, Some(e), status);
+    }
+}
+
+/// Writes the control frames the connection queued, before a frame of ours.
+fn flush(conn: &mut Conn, tr: &mut Transport, cx: &mut Cx, c: ConnId) {
+    if !conn.out().is_empty() {
+        tr.write(cx.io, c, conn.out());
+        conn.clear_out();
+    }
+}

@@ -1,0 +1,286 @@
+//! A request routed to a `proxy_pass` location, made ready for its [`Exchange`]: the head
+//! the upstream gets (the target a `proxy_pass` URI part or a rewrite gives, headers set and
+//! dropped, `X-Forwarded-*`), the upstream and hash key to dial, the decoration of the
+//! response (`add_header`, compression, intercepted errors) and the location's error pages.
+//!
+//! The HTTP/1 and HTTP/2 roles both start their exchanges here, so a location proxies the
+//! same way whichever protocol the client speaks; each role then sets the framing fields
+//! that are its own (the request body, the response's version, keep-alive).
+
+use std::sync::Arc;
+
+use ringx_http::upstream::{upgrade_request, write_request_head_edit, Forward, RequestEdit};
+use ringx_http::{Method, Request};
+
+use crate::answer::{PageCtx, ReqCtx};
+use crate::cache::fill::Fill;
+use crate::compress::Accept;
+use crate::rewrite::vars::{escape_args, escape_path, Vars};
+use crate::role::exchange::deco::Deco;
+use crate::role::exchange::Exchange;
+use crate::role::http1::cached;
+use crate::role::http1::local::Route;
+use crate::route::{Action, HostMode, Loc, ProxyLoc, Routes};
+use crate::upstream::dial::Dial;
+use crate::upstream::{HashKey, UpstreamDef};
+use crate::zone::client::Base;
+use crate::zone::ctx::ZoneCtx;
+
+/// Whether `route` sends the request to an upstream: a `proxy_pass` location, and no
+/// redirect or error decided while routing (those are answered locally).
+pub fn is_proxied(routes: &Routes, route: &Route<'_>) -> bool {
+    let Some((si, li)) = route.at else {
+        return false;
+    };
+    route.ext.as_ref().is_none_or(|e| e.early.is_none())
+        && matches!(routes.servers[si].locations[li].action, Action::Proxy(_))
+}
+
+/// Fills `ex` for `req` (from the client `b`, routed by `route`): its head for the upstream,
+/// its dial, `host_upstream`, decoration, `idempotent` and `head_request`. `upgrade`: the
+/// protocol the request asks to switch to (HTTP/1.1 `Upgrade`); `fill`: the cache fill the
+/// response goes to, whose head drops the client's validators and ranges. The other fields are the
+/// caller's. Returns the location's error pages for a failure to reach the upstream (None:
+/// it has none); None at all: the request is not proxied (see [`is_proxied`]) or the zone
+/// has no upstreams.
+#[allow(clippy::too_many_arguments)]
+pub fn prepare(
+    ctx: &ZoneCtx,
+    b: &Base,
+    req: &Request,
+    route: &Route<'_>,
+    rq: &ReqCtx,
+    ex: &mut Exchange,
+    upgrade: Option<&[u8]>,
+    fill: Option<&Fill>,
+) -> Option<Option<Box<PageCtx>>> {
+    if !is_proxied(&ctx.routes, route) {
+        return None;
+    }
+    let (si, li) = route.at?;
+    let (pools, gen) = ctx.current_pools()?;
+    let server = &ctx.routes.servers[si];
+    let location = &server.locations[li];
+    let Action::Proxy(loc) = &location.action else {
+        return None;
+    };
+    let def = &pools.defs.list[loc.upstream];
+    let vars = request_vars(&ctx.routes, si, req, route, rq);
+    let set_host = forward_head(
+        &mut ex.head,
+        &vars,
+        (location, loc, def),
+        route,
+        b,
+        (upgrade, fill),
+    );
+    ex.deco = decoration(&ctx.routes, location, loc, req, &vars);
+    let page = location
+        .rw
+        .as_ref()
+        .and_then(|rw| rw.error_pages.as_ref())
+        .map(|_| {
+            Box::new(PageCtx {
+                routes: ctx.routes.clone(),
+                at: (si, li),
+                head_only: req.method == Method::Head,
+            })
+        });
+    let key = match &def.hash_key {
+        _ if def.maglev.is_none() => None,
+        HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
+        HashKey::Uri => Some(req.target.as_bytes().to_vec()),
+        HashKey::Header(h) => req.header(h).map(<[u8]>::to_vec),
+    };
+    let tried = std::mem::take(&mut ex.dial.tried);
+    ex.dial = Dial::new(gen, loc.upstream, def.retries, key, tried);
+    ex.host_upstream = matches!(loc.host, HostMode::Upstream) && !set_host;
+    ex.idempotent = matches!(
+        req.method,
+        Method::Get | Method::Head | Method::Options | Method::Put | Method::Delete
+    ) || req.method_str == "TRACE";
+    ex.head_request = req.method == Method::Head;
+    Some(page)
+}
+
+/// The request-target sent upstream when it is not the client's: with a `proxy_pass` URI part,
+/// the location's prefix replaced by it (nginx's rule); after a rewrite, the rewritten path.
+/// Both escaped again, the query (rewritten or not) after them.
+fn proxy_target(p: &ProxyLoc, loc: &Loc, route: &Route<'_>, req: &Request) -> Option<String> {
+    let ext = route.ext.as_deref();
+    let changed = ext.is_some_and(|e| e.changed);
+    let broke = ext.is_some_and(|e| e.broke);
+    let path = route.path.as_deref()?;
+    if p.uri.is_none() && !changed {
+        return None;
+    }
+    let mut t = String::with_capacity(path.len() + 32);
+    match &p.uri {
+        Some(u) if !broke => {
+            t.push_str(u);
+            let rest = path.strip_prefix(loc.path.as_str()).unwrap_or(path);
+            escape_path(rest, &mut t);
+        }
+        _ => escape_path(path, &mut t),
+    }
+    let args = match ext {
+        Some(e) => e.args.as_deref(),
+        None => req.query,
+    };
+    if let Some(a) = args {
+        t.push('?');
+        escape_args(a, &mut t);
+    }
+    Some(t)
+}
+
+/// The decoration of a proxied response: `add_header` lines expanded now (the request is gone
+/// when the response comes), what the client accepts when the response may be compressed, and
+/// the error pages that replace upstream errors.
+fn decoration(
+    routes: &Arc<Routes>,
+    location: &Loc,
+    p: &ProxyLoc,
+    req: &Request,
+    vars: &Vars,
+) -> Option<Box<Deco>> {
+    let rw = location.rw.as_deref();
+    let add = rw.and_then(|rw| rw.add_header.as_ref());
+    let compress = routes
+        .compress
+        .as_ref()
+        .filter(|pol| location.compress && !pol.codecs.is_empty())
+        .map(|pol| (pol.clone(), Accept::of(req)));
+    let intercept = p
+        .edit
+        .as_ref()
+        .filter(|e| e.intercept)
+        .and(rw.and_then(|rw| rw.error_pages.clone()));
+    if add.is_none() && compress.is_none() && intercept.is_none() && p.edit.is_none() {
+        return None;
+    }
+    let (add_ok, add_always) = add.map_or((String::new(), String::new()), |a| {
+        a.expand_split(a.has_vars().then_some(vars))
+    });
+    Some(Box::new(Deco {
+        add_ok,
+        add_always,
+        edit: p.edit.clone(),
+        compress,
+        intercept,
+        relay: None,
+    }))
+}
+
+/// The variables of a request routed to server `si` (for `proxy_set_header` and the like).
+fn request_vars<'a>(
+    routes: &'a Routes,
+    si: usize,
+    req: &'a Request<'a, 'a>,
+    route: &'a Route<'_>,
+    rq: &'a ReqCtx,
+) -> Vars<'a> {
+    Vars {
+        req,
+        uri: route.path.as_deref().unwrap_or(req.path),
+        args: match &route.ext {
+            Some(e) => e.args.as_deref(),
+            None => req.query,
+        },
+        caps: route.ext.as_ref().and_then(|e| e.caps.as_ref()),
+        conn: &rq.conn,
+        server_name: &routes.servers[si].name,
+        request_id: &rq.request_id,
+    }
+}
+
+/// The head of the request as forwarded to location `loc`'s upstream `def`
+/// (`proxy_set_header`, the `proxy_pass` URI, the Host); a cache fill's without the client's
+/// validators and ranges, with the cache's validators when it revalidates; `upgrade`: the
+/// protocol the request asks to switch to. Returns whether
+/// `proxy_set_header` set the Host.
+fn forward_head(
+    head: &mut Vec<u8>,
+    vars: &Vars,
+    (location, loc, def): (&Loc, &ProxyLoc, &UpstreamDef),
+    route: &Route<'_>,
+    b: &Base,
+    (upgrade, fill): (Option<&[u8]>, Option<&Fill>),
+) -> bool {
+    let req = vars.req;
+    let target = proxy_target(loc, location, route, req);
+    let mut added = Vec::new();
+    let mut set_host = None;
+    if let Some(e) = &loc.edit {
+        e.set_lines(vars, &mut added);
+        set_host = e.host.as_ref().map(|t| vars.expand(t));
+    }
+    let host = match (&set_host, &loc.host) {
+        (Some(h), _) => Some(h.as_str()),
+        (None, HostMode::Pass) => None,
+        (None, HostMode::Upstream) => Some(def.servers[0].name.as_str()),
+        (None, HostMode::Fixed(h)) => Some(h.as_str()),
+    };
+    let configured = loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]);
+    let mut drop = std::borrow::Cow::Borrowed(configured);
+    if let Some(f) = fill {
+        drop.to_mut()
+            .extend(cached::FILL_DROP.iter().map(|n| n.to_string()));
+        cached::validators(f, &mut added);
+    }
+    head.clear();
+    head.reserve(256 + req.head_len);
+    write_request_head_edit(
+        head,
+        req,
+        &Forward {
+            client: b.addr.map(|a| a.ip()),
+            proto: if b.tr.is_tls() { "https" } else { "http" },
+            host,
+            forwarded_headers: loc.forwarded_headers,
+            close: false,
+            upgrade,
+            tls_client: b
+                .tr
+                .tls_info()
+                .filter(|i| i.client_auth)
+                .map(|i| i.client_dn.as_deref()),
+        },
+        &RequestEdit {
+            target: target.as_deref(),
+            drop: &drop,
+            add: &added,
+        },
+    );
+    set_host.is_some()
+}
+
+/// The upstream of the request's location and its head for a background cache update.
+pub fn upstream_head(
+    ctx: &ZoneCtx,
+    b: &Base,
+    req: &Request,
+    route: &Route<'_>,
+    rq: &ReqCtx,
+    fill: &Fill,
+) -> Option<(usize, Vec<u8>)> {
+    let (si, li) = route.at?;
+    let location = &ctx.routes.servers[si].locations[li];
+    let Action::Proxy(loc) = &location.action else {
+        return None;
+    };
+    let (pools, _) = ctx.current_pools()?;
+    let def = &pools.defs.list[loc.upstream];
+    let vars = request_vars(&ctx.routes, si, req, route, rq);
+    let mut head = Vec::new();
+    let upgrade = upgrade_request(req);
+    forward_head(
+        &mut head,
+        &vars,
+        (location, loc, def),
+        route,
+        b,
+        (upgrade, Some(fill)),
+    );
+    Some((loc.upstream, head))
+}
