@@ -8,8 +8,9 @@ Three network namespaces joined by two veth pairs (bench/steer_proxy.py's test b
 
 The proxy is nginx with 2 workers (`worker_cpu_affinity auto`, one on each CPU), `listen ...
 reuseport` and `proxy_pass` to the upstream, which closes after each answer
-(`keepalive_timeout 0`); wrk sends every request on a new connection (`Connection: close`), so
-each request is one accepted and one connected TCP connection at the proxy. Modes:
+(`keepalive_timeout 0`); two wrk processes, one pinned to each CPU (16 connections each), send
+every request on a new connection (`Connection: close`), so each request is one accepted and one
+connected TCP connection at the proxy, and the SYNs arrive evenly on both CPUs. Modes:
 
   plain         nginx alone: the kernel's reuseport hash picks the worker, the kernel's
                 port search the upstream connection's source port
@@ -125,35 +126,46 @@ def one_run(ringx, nginx, mode, secs, work, tag):
         subprocess.run(_ns(tb.cli, "wrk", "-t2", "-c8", "-d1s", "-H", "Connection: close",
                            f"http://{RC_IP}:{PORT}/"), capture_output=True, timeout=30)
         pids = lib.proc_tree(proxy.pid)
-        wrk = ["wrk", "-t2", f"-c{CONNS}", f"-d{secs}s", "--latency", "-H", "Connection: close",
-               f"http://{RC_IP}:{PORT}/"]
+        # One wrk per CPU, pinned: veth processes a packet on the CPU that sent it, so each
+        # CPU's SYNs come from its own wrk and, steered, go to the worker there. An unpinned
+        # wrk -t2 often ran both threads on one CPU, and steering then gave that CPU's worker
+        # most of the connections: the throughput measured the scheduler's placement.
+        wrk = ["wrk", "-t1", f"-c{CONNS // 2}", f"-d{secs}s", "--latency", "-H",
+               "Connection: close", f"http://{RC_IP}:{PORT}/"]
         before = {p: lib.cpu_ns([p]) for p in pids}
-        res = subprocess.run(_ns(tb.cli, *wrk), capture_output=True, text=True, timeout=secs + 60)
+        clients = [subprocess.Popen(_ns(tb.cli, "taskset", "-c", str(c), *wrk), text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                   for c in (0, 1)]
+        outs = [c.communicate(timeout=secs + 60) for c in clients]
         per = sorted((lib.cpu_ns([p]) - b for p, b in before.items()), reverse=True)
         cpu = sum(per)
-        out = res.stdout
-        m = re.search(r"(\d+) requests in", out)
-        rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
-        if not m or not rps:
-            raise RuntimeError(f"wrk gave no result:\n{out}\n{res.stderr}")
-        lat = re.search(r"^\s+Latency\s+(\S+)", out, re.M)
-        p99 = re.search(r"^\s+99%\s+(\S+)", out, re.M)
-        errors = re.search(r"Socket errors: (.*)", out)
-        non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-        reqs = int(m[1])
+        reqs, rps, lats, p99s, errs = 0, 0.0, [], [], []
+        for out, err in outs:
+            m = re.search(r"(\d+) requests in", out)
+            r = re.search(r"Requests/sec:\s+([\d.]+)", out)
+            if not m or not r:
+                raise RuntimeError(f"wrk gave no result:\n{out}\n{err}")
+            reqs, rps = reqs + int(m[1]), rps + float(r[1])
+            lat = re.search(r"^\s+Latency\s+(\S+)", out, re.M)
+            p99 = re.search(r"^\s+99%\s+(\S+)", out, re.M)
+            lats += [lib.to_ms(lat[1])] if lat else []
+            p99s += [lib.to_ms(p99[1])] if p99 else []
+            e = re.search(r"Socket errors: (.*)", out)
+            n2 = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+            errs += ([e[1]] if e else []) + ([f"non2xx={n2[1]}"] if n2 else [])
         stop(proxy)
         log.close()
         attached = [ln.strip() for ln in open(px + ".stderr") if "ringx" in ln.lower()]
-        return {"mode": mode, "requests": reqs, "rps": float(rps[1]),
+        return {"mode": mode, "requests": reqs, "rps": rps,
                 "proxy_cpu_us_per_req": cpu / 1000 / reqs if reqs else None,
-                "lat_avg_ms": lib.to_ms(lat[1]) if lat else None,
-                "lat_p99_ms": lib.to_ms(p99[1]) if p99 else None,
-                "errors": (errors[1] if errors else "") + (f" non2xx={non2xx[1]}" if non2xx else ""),
+                "lat_avg_ms": statistics.mean(lats) if lats else None,
+                "lat_p99_ms": max(p99s) if p99s else None,
+                "errors": " ".join(errs),
                 # The two busiest processes (the workers): how evenly the connections spread.
                 "busiest_two_cpu_share": [round(x / cpu, 3) for x in per[:2]] if cpu else None,
                 "library": read_stats(stats), "library_log": attached[:6],
                 "command": shown_cmd(cmd, work, stats, tb),
-                "load": " ".join(wrk)}
+                "load": "taskset -c CPU " + " ".join(wrk) + " (one for CPU 0, one for CPU 1)"}
     finally:
         for p in reversed(procs):
             stop(p)
