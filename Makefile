@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-tls bench-h2 bench-compress bench-cache bench-escalate bench-udp clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-compress bench-cache bench-escalate bench-udp clean fmt
 
 all: release
 
@@ -54,9 +54,9 @@ mutants: deps
 	python3 scripts/mutation_check.py $(if $(ONLY),--only $(ONLY))
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
-# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-tls, bench-h2, bench-compress, bench-cache, bench-escalate,
+# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-preload-proxy, bench-tls, bench-h2, bench-compress, bench-cache, bench-escalate,
 # bench-udp). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-tls bench-h2 bench-compress bench-cache bench-escalate bench-udp
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-compress bench-cache bench-escalate bench-udp
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -113,6 +113,11 @@ bench-escalate: release
 # libringx_preload.so: ns per connect and accept against the plain calls (bench/preload.py).
 bench-preload: release
 	python3 bench/preload.py $(filter --quick,$(BENCH_ARGS))
+
+# An unmodified nginx reverse proxy, short connections, with and without the library
+# (bench/preload_proxy.py; root: namespaces, veth, XDP).
+bench-preload-proxy: release
+	python3 bench/preload_proxy.py $(BENCH_ARGS)
 
 bench-lb: release
 	$(CARGO) build --release -p ringx-lb --example lb_bench

@@ -149,9 +149,29 @@ pub(super) fn send_all(
     failed
 }
 
-/// `sendmsg` of one datagram from UDP socket `fd` to `peer`, from source address `from`.
+/// One datagram from UDP socket `fd` to `peer`, from source address `from`: `sendmsg` with an
+/// `IP_PKTINFO` control message, or `sendto` when there is no source to set (it spares the
+/// kernel copying and checking a `msghdr`).
 fn send_to(fd: RawFd, buf: &[u8], peer: SocketAddr, from: Option<IpAddr>) -> io::Result<()> {
     let name = socket2::SockAddr::from(peer);
+    let Some(ip) = from else {
+        // SAFETY: sendto reads `buf` and the address, both live and unwritten meanwhile.
+        let n = unsafe {
+            libc::sendto(
+                fd,
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                name.as_ptr().cast(),
+                name.len(),
+            )
+        };
+        return if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        };
+    };
     let mut iov = libc::iovec {
         iov_base: buf.as_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -163,11 +183,9 @@ fn send_to(fd: RawFd, buf: &[u8], peer: SocketAddr, from: Option<IpAddr>) -> io:
     hdr.msg_namelen = name.len();
     hdr.msg_iov = &mut iov;
     hdr.msg_iovlen = 1;
-    if let Some(ip) = from {
-        let n = write_pktinfo(&mut control, ip);
-        hdr.msg_control = control.as_mut_ptr().cast();
-        hdr.msg_controllen = n as _;
-    }
+    let n = write_pktinfo(&mut control, ip);
+    hdr.msg_control = control.as_mut_ptr().cast();
+    hdr.msg_controllen = n as _;
     // SAFETY: sendmsg reads the header and what it points to (all live locals and `buf`,
     // which it does not write).
     let n = unsafe { libc::sendmsg(fd, &hdr, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };

@@ -1,6 +1,7 @@
-//! Sending datagrams: `IORING_OP_SENDMSG` (Linux 5.3) from a UDP listener to a client, with
-//! the source address in an `IP_PKTINFO` control message when the listener is bound to a
-//! wildcard address, and `IORING_OP_SEND` (5.6) on a connected datagram socket. Many sends
+//! Sending datagrams: from a UDP listener to a client `IORING_OP_SEND` with a destination
+//! address (`sendto`, Linux 6.0, as the multishot receive), or `IORING_OP_SENDMSG` with the
+//! source address in an `IP_PKTINFO` control message when the listener is bound to a wildcard
+//! address; `IORING_OP_SEND` on a connected datagram socket. Many sends
 //! may be in flight on one socket: each owns its slot here — bytes, address, `msghdr` — until
 //! its completion, so nothing waits for the one before it (UDP keeps no order to protect).
 //! Slots are reused; their number is bounded by the zone's limit of queued sends
@@ -44,34 +45,37 @@ fn submit(d: &mut UringDriver, o: DgramOut) {
             let s = &mut *d.dgram_sends.slots[i as usize];
             s.buf = o.buf;
             s.name = socket2::SockAddr::from(peer);
-            s.iov = libc::iovec {
-                iov_base: s.buf.as_mut_ptr().cast(),
-                iov_len: s.buf.len(),
-            };
-            s.hdr.msg_name = s.name.as_ptr() as *mut libc::c_void;
-            s.hdr.msg_namelen = s.name.len();
-            s.hdr.msg_iov = &mut s.iov;
-            s.hdr.msg_iovlen = 1;
-            match from {
+            s.listener = Some(id.0);
+            s.conn = None;
+            let e = match from {
+                // No source address to set: a send with a destination (`sendto`), which
+                // spares the kernel copying and checking a `msghdr` and its iovec per
+                // datagram (about a tenth of the send's cost, profiled).
+                None => opcode::Send::new(types::Fd(fd), s.buf.as_ptr(), s.buf.len() as u32)
+                    .dest_addr(s.name.as_ptr().cast())
+                    .dest_addr_len(s.name.len())
+                    .build(),
                 Some(ip) => {
+                    s.iov = libc::iovec {
+                        iov_base: s.buf.as_mut_ptr().cast(),
+                        iov_len: s.buf.len(),
+                    };
+                    s.hdr.msg_name = s.name.as_ptr() as *mut libc::c_void;
+                    s.hdr.msg_namelen = s.name.len();
+                    s.hdr.msg_iov = &mut s.iov;
+                    s.hdr.msg_iovlen = 1;
                     let n = write_pktinfo(&mut s.cmsg, ip);
                     s.hdr.msg_control = s.cmsg.as_mut_ptr().cast();
                     s.hdr.msg_controllen = n as _;
-                }
-                None => {
-                    s.hdr.msg_control = std::ptr::null_mut();
-                    s.hdr.msg_controllen = 0;
+                    opcode::SendMsg::new(types::Fd(fd), &s.hdr).build()
                 }
             }
-            s.listener = Some(id.0);
-            s.conn = None;
-            let e = opcode::SendMsg::new(types::Fd(fd), &s.hdr)
-                .build()
-                .user_data(pack(Kind::DgramSend, 0, i));
+            .user_data(pack(Kind::DgramSend, 0, i));
             d.listeners[id.0 as usize].sends += 1;
-            // SAFETY: the msghdr, the address, the control bytes and the payload it points
-            // to live in the boxed slot `i`, which is not reused or dropped before this
-            // completion (`complete`); the socket stays open while `sends` counts this one.
+            // SAFETY: the payload, the destination address and (sendmsg) the msghdr and the
+            // control bytes it points to live in the boxed slot `i`, which is not reused or
+            // dropped before this completion (`complete`); the socket stays open while
+            // `sends` counts this one.
             unsafe { d.push(&e) };
         }
         DgramTo::Conn { c, gen } => {

@@ -63,7 +63,10 @@ pub struct Sessions {
     slots: Vec<Option<Session>>,
     gens: Vec<u32>,
     free: Vec<u32>,
-    by_key: HashMap<Key, u32>,
+    /// foldhash, seeded per map: a few multiplies per key instead of SipHash's rounds (the
+    /// lookup is made for every datagram from a client), still keyed randomly since the
+    /// addresses come from the network.
+    by_key: HashMap<Key, u32, foldhash::fast::RandomState>,
     /// Slot of the session whose socket is each handle (`u32::MAX`: none).
     by_conn: Vec<u32>,
     /// Sessions open per stream.
