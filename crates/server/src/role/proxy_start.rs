@@ -200,8 +200,7 @@ pub fn prepare_grpc(
                 xff = Some(h.value);
                 continue;
             }
-            if n.eq_ignore_ascii_case("x-real-ip") || n.eq_ignore_ascii_case("x-forwarded-proto")
-            {
+            if n.eq_ignore_ascii_case("x-real-ip") || n.eq_ignore_ascii_case("x-forwarded-proto") {
                 continue;
             }
         }

@@ -9,6 +9,7 @@ pub mod client;
 mod control;
 pub mod ctl;
 pub mod ctx;
+mod grpc_up;
 mod listeners;
 pub mod reqlog;
 mod tls_in;
@@ -149,6 +150,10 @@ impl Zone {
     /// An event on the upstream connection `u`: to the role of the client that owns it, or
     /// to the connection itself when no client does.
     pub(super) fn upstream_event(&mut self, io: &mut Io, u: ConnId, ev: UpEvent) {
+        if grpc_up::is_grpc(&self.ups, u) {
+            let (ctx, ups) = (&mut self.ctx, &mut self.ups);
+            return grpc_up::event(io, ctx, ups, &mut self.clients, u, ev);
+        }
         let owner = self.ups.get(u).and_then(|x| x.client);
         let client = owner.and_then(|(c, gen)| {
             self.clients

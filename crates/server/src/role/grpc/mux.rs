@@ -263,7 +263,14 @@ impl Mux {
                 };
                 if let Some(o) = owner {
                     let end = end_stream;
-                    out.push((o, CallEvent::Head { status, fields, end }));
+                    out.push((
+                        o,
+                        CallEvent::Head {
+                            status,
+                            fields,
+                            end,
+                        },
+                    ));
                 }
             }
             ClientEvent::Data {
@@ -296,7 +303,12 @@ impl Mux {
                 }
             }
             ClientEvent::GoAway { last, .. } => {
-                let refused: Vec<u32> = self.owners.keys().copied().filter(|&id| id > last).collect();
+                let refused: Vec<u32> = self
+                    .owners
+                    .keys()
+                    .copied()
+                    .filter(|&id| id > last)
+                    .collect();
                 for id in refused {
                     if let Some(o) = self.forget(id) {
                         let msg = "upstream went away before processing the call";

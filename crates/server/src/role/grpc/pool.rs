@@ -101,7 +101,9 @@ fn connect(cx: &mut Cx, gen: u32, upstream: usize, s: usize) -> Option<ConnId> {
     let (pools, connector) = cx.ctx.dial_parts(gen);
     let def = &pools.defs.list[upstream];
     let addr = def.servers[s].addr;
-    let u = match connector.connect(cx.io, addr) {
+    // Never from the client's address (`bind = "client"`): the connection carries many
+    // clients' calls.
+    let u = match connector.connect(cx.io, addr, None) {
         Ok(u) => u,
         Err(e) => {
             tracing::warn!("gRPC upstream {} ({addr}): cannot connect: {e}", def.name);
@@ -266,7 +268,10 @@ pub fn response_fields(fields: &FieldList, hide: &[String], added: &str) -> Fiel
     }
     for line in added.split("\r\n").filter(|l| !l.is_empty()) {
         if let Some((n, v)) = line.split_once(':') {
-            f.push(n.trim().to_ascii_lowercase().as_bytes(), v.trim().as_bytes());
+            f.push(
+                n.trim().to_ascii_lowercase().as_bytes(),
+                v.trim().as_bytes(),
+            );
         }
     }
     f

@@ -93,8 +93,13 @@ pub fn parse_timeout(v: &[u8]) -> Option<Duration> {
 /// The trailers that carry `code` and `msg` (plain ASCII without `%`, so the message needs
 /// no percent-encoding).
 pub fn trailers(code: Code, msg: &'static str) -> [(&'static [u8], &'static [u8]); 2] {
-    debug_assert!(msg.bytes().all(|b| b.is_ascii_graphic() && b != b'%' || b == b' '));
-    [(b"grpc-status", code.value()), (b"grpc-message", msg.as_bytes())]
+    debug_assert!(msg
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'%' || b == b' '));
+    [
+        (b"grpc-status", code.value()),
+        (b"grpc-message", msg.as_bytes()),
+    ]
 }
 
 /// The fields of a Trailers-Only response (a HEADERS frame that ends the stream) with `code`.
@@ -132,7 +137,10 @@ mod tests {
     fn resets_become_the_specs_statuses() {
         assert_eq!(from_reset(ErrorCode::RefusedStream), Code::Unavailable);
         assert_eq!(from_reset(ErrorCode::Cancel), Code::Cancelled);
-        assert_eq!(from_reset(ErrorCode::EnhanceYourCalm), Code::ResourceExhausted);
+        assert_eq!(
+            from_reset(ErrorCode::EnhanceYourCalm),
+            Code::ResourceExhausted
+        );
         assert_eq!(from_reset(ErrorCode::Protocol), Code::Internal);
         assert_eq!(trailers(Code::Unavailable, "x")[0].1, b"14");
         assert!(CODES.iter().enumerate().all(|(i, c)| c.index() == i));

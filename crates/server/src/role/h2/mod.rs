@@ -13,6 +13,7 @@
 //! (`Zone`); graceful shutdown and reload send GOAWAY with the last stream and let streams
 //! in flight finish.
 
+mod grpc;
 mod guard;
 mod proxy;
 mod serve;
@@ -159,6 +160,9 @@ impl H2 {
         if s.proxy.is_some() {
             return self.proxy_data(cx, id, data, end);
         }
+        if s.grpc.is_some() {
+            return self.grpc_data(cx, id, data, end);
+        }
         self.conn.release(id, data.len());
     }
 
@@ -193,6 +197,7 @@ impl H2 {
         if self.failed {
             return;
         }
+        let (_, grpc_next) = self.grpc_deadlines(cx, b, c);
         self.pump(cx, b, c);
         self.flush_ctl(cx, b, c);
         let now = cx.io.now();
@@ -208,7 +213,11 @@ impl H2 {
             let at = now + cx.ctx.set.keepalive_timeout;
             cx.ctx.set_deadline(cx.io, b, c, at);
         } else {
-            let at = now + cx.ctx.set.send_timeout;
+            // `send_timeout`, or a gRPC call's deadline if that is sooner.
+            let mut at = now + cx.ctx.set.send_timeout;
+            if let Some(d) = grpc_next {
+                at = at.min(d);
+            }
             cx.ctx.set_deadline(cx.io, b, c, at);
         }
     }
@@ -283,6 +292,10 @@ impl H2 {
             self.peer_away = true;
             return self.after(cx, b, c);
         }
+        if self.grpc_deadlines(cx, b, c).0 {
+            // A call's deadline, not `send_timeout`, woke the connection.
+            return self.after(cx, b, c);
+        }
         let stalled = self
             .streams
             .values()
@@ -293,8 +306,7 @@ impl H2 {
             self.conn.goaway(ErrorCode::EnhanceYourCalm);
             return self.fail(cx, b, c);
         }
-        let at = cx.io.now() + cx.ctx.set.send_timeout;
-        cx.ctx.set_deadline(cx.io, b, c, at);
+        self.after(cx, b, c);
     }
 
     /// An event on an upstream connection one of the streams uses.
