@@ -18,8 +18,12 @@ use ringx_h2proto::response::FieldList;
 use ringx_h2proto::{ErrorCode, Limits};
 
 use super::status::{from_reset, Code};
-use crate::role::exchange::PROXY_HIGH_WATER;
 use crate::transport::Transport;
+
+/// Queued output to the upstream above which request bodies wait for it to drain (the
+/// HTTP/1 exchange's mark, `role::exchange::PROXY_HIGH_WATER`; not imported from there,
+/// which depends on this module through `role::upstream`).
+const HIGH_WATER: u64 = 256 * 1024;
 
 /// The client stream a multiplexed upstream stream serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,7 +159,7 @@ impl Mux {
         };
         loop {
             let left = w.buf.len() - w.at;
-            if left > 0 && io.pending(u) + self.wbuf.len() as u64 > PROXY_HIGH_WATER {
+            if left > 0 && io.pending(u) + self.wbuf.len() as u64 > HIGH_WATER {
                 io.notify_when_flushed(u);
                 return;
             }
