@@ -14,7 +14,6 @@
 use std::cell::Cell;
 use std::time::Instant;
 
-use ringx_engine::ConnId;
 use ringx_h2proto::response::FieldList;
 use ringx_http::Request;
 
@@ -50,12 +49,11 @@ pub(super) enum Started {
     Failed(Code, &'static str),
 }
 
-/// Starts the call of stream `sid` (`end`: the request has no body).
+/// Starts the call of `owner`'s stream (`end`: the request has no body).
 pub(super) fn start(
     cx: &mut Cx,
     b: &Base,
-    c: ConnId,
-    sid: u32,
+    owner: Owner,
     req: &Request,
     route: &Route<'_>,
     rq: &ReqCtx,
@@ -68,7 +66,6 @@ pub(super) fn start(
         .header("grpc-timeout")
         .and_then(status::parse_timeout)
         .map(|d| cx.io.now() + d);
-    let owner = Owner { c, gen: b.gen, sid };
     match pool::start(
         cx,
         owner,

@@ -19,7 +19,7 @@ use crate::answer::{PageCtx, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::{new_request_id, ConnInfo};
 use crate::role::exchange::Outcome;
-use crate::role::grpc::mux::CallEvent;
+use crate::role::grpc::mux::{CallEvent, Owner};
 use crate::role::grpc::status::{self, Code};
 use crate::role::http1::guard as h1guard;
 use crate::role::http1::local::{self, Route};
@@ -444,7 +444,12 @@ impl H2 {
         end: bool,
     ) {
         let id = s.id;
-        match grpc::start(cx, b, c, id, req, route, rq, end) {
+        let owner = Owner {
+            c,
+            gen: b.gen,
+            sid: id,
+        };
+        match grpc::start(cx, b, owner, req, route, rq, end) {
             Started::Call(call) => {
                 s.grpc = Some(call);
                 self.streams.insert(id, s);
