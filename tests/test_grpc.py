@@ -76,6 +76,8 @@ def site(ringx_module):
     s.hole = BlackHole()
     s.main, s.dying, s.dead, s.slow, s.admin = (free_port() for _ in range(5))
     cfg = runtime_section(None, zones=1) + f"""
+[http]
+client_max_body_size = "8m"
 [admin]
 listen = "127.0.0.1:{s.admin}"
 [[server]]
@@ -148,6 +150,16 @@ def test_client_streaming_byte_exact(site):
     want = hashlib.sha256(b"".join(msgs)).hexdigest().encode() + b" %d" % len(msgs)
     with channel(site.main) as ch:
         assert ch.stream_unary("/t.T/ClientStream")(iter(msgs), timeout=30) == want
+
+
+def test_a_request_over_client_max_body_size_is_resource_exhausted(site):
+    msgs = [b"z" * 1000000 for _ in range(9)]
+    with channel(site.main) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            ch.stream_unary("/t.T/ClientStream")(iter(msgs), timeout=30)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
+        # The connection goes on.
+        assert ch.unary_unary("/t.T/Unary")(b"ab", timeout=10) == b"ba"
 
 
 def test_bidi_streaming(site):

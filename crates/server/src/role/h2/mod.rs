@@ -25,6 +25,7 @@ use ringx_engine::ConnId;
 use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
 
 use crate::metrics::{bump, H2_STALL};
+use crate::role::grpc::status::Code;
 use crate::role::upstream::UpEvent;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
@@ -148,6 +149,12 @@ impl H2 {
             return;
         };
         s.body_in += data.len() as u64;
+        if s.body_in > cx.ctx.set.max_body && s.grpc.is_some() {
+            // A gRPC client reads a status, not an error page.
+            self.conn.release(id, data.len());
+            let msg = "request larger than client_max_body_size";
+            return self.grpc_fail(cx, b, c, id, Code::ResourceExhausted, msg);
+        }
         if s.body_in > cx.ctx.set.max_body {
             if s.head_sent {
                 self.conn.reset(id, ErrorCode::Cancel);
@@ -354,7 +361,8 @@ impl H2 {
         let Some(s) = self.streams.remove(&id) else {
             return;
         };
-        if s.proxy.is_some() && self.conn.is_open(id) && !self.conn.remote_closed(id) {
+        let proxied = s.proxy.is_some() || s.grpc.is_some();
+        if proxied && self.conn.is_open(id) && !self.conn.remote_closed(id) {
             self.conn.reset(id, ErrorCode::NoError);
         }
         self.detach(cx, &s);

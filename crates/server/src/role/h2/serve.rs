@@ -538,10 +538,10 @@ impl H2 {
         code: Code,
         msg: &'static str,
     ) {
-        grpc::count_local(cx, code);
-        let Some(s) = self.streams.get_mut(&id) else {
-            return;
+        let Some(s) = self.streams.get_mut(&id).filter(|s| !s.end && !s.ended) else {
+            return; // its end is decided already
         };
+        grpc::count_local(cx, code);
         if let Some(g) = &s.grpc {
             g.end(cx);
         }
