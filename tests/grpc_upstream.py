@@ -1,6 +1,6 @@
 """A gRPC server for tests/test_grpc.py, run as its own process so that a test can kill it
 mid-stream: generic handlers on raw bytes (no generated code), the port given on the
-command line. Methods of service `t.T`:
+command line, then a certificate and key to serve TLS (ALPN h2) instead of h2c. Methods of service `t.T`:
 
 - Unary: answers the request reversed, with initial metadata `x-head: h` and trailing
   metadata `x-trail: t`.
@@ -70,7 +70,12 @@ def main():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32),
                          options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((h,))
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    if len(sys.argv) > 3:
+        cert, key = (open(p, "rb").read() for p in sys.argv[2:4])
+        creds = grpc.ssl_server_credentials(((key, cert),))
+        server.add_secure_port(f"127.0.0.1:{port}", creds)
+    else:
+        server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     print("ready", flush=True)
     server.wait_for_termination()

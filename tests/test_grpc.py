@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port, runtime_section
+from tls_pki import Pki
 
 grpc = pytest.importorskip("grpc", reason="grpcio is not installed (tests/requirements.txt)")
 import h2.config  # noqa: E402
@@ -30,8 +31,8 @@ import h2.events  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def start_upstream(port: int) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, str(HERE / "grpc_upstream.py"), str(port)],
+def start_upstream(port: int, *tls: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, str(HERE / "grpc_upstream.py"), str(port), *tls],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert p.stdout.readline().strip() == b"ready"
     return p
@@ -245,3 +246,31 @@ def test_grpc_timeout_is_a_deadline(site):
 def test_local_statuses_are_counted(site):
     m = metrics(site)
     assert 'ringx_grpc_local_status_total{' in m, m
+
+
+def test_grpcs_upstream_over_tls_with_alpn_h2(ringx, tmp_path):
+    pki = Pki(tmp_path / "pki")
+    cert, key = pki.leaf("up", ["up.test"])
+    up_port, p = free_port(), free_port()
+    up = start_upstream(up_port, str(cert), str(key))
+    try:
+        ringx.make(runtime_section(None) + f"""
+[[upstream]]
+name = "secure"
+servers = ["127.0.0.1:{up_port}"]
+tls = {{ sni = "up.test", ca = "{pki.ca_path}" }}
+[[server]]
+listen = ["127.0.0.1:{p}"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "grpcs://secure"
+""")
+        with channel(p) as ch:
+            resp, info = ch.unary_unary("/t.T/Unary").with_call(b"over tls", timeout=10)
+            assert resp == b"slt revo"
+            assert ("x-trail", "t") in info.trailing_metadata()
+            got = list(ch.unary_stream("/t.T/ServerStream")(b"5 100000", timeout=30))
+            assert got == [bytes([i]) * 100000 for i in range(5)]
+    finally:
+        up.kill()
+        up.wait()

@@ -15,7 +15,7 @@ multiplexes calls on HTTP/2 connections per zone.
 
 Workload: unary, 64 B message, 10 connections x 10 concurrent streams.
 
-Usage: bench/grpc.py [--quick] [--rounds N] [--duration S]
+Usage: bench/grpc_proxy.py [--quick] [--rounds N] [--duration S]
 Writes bench/results/grpc-<date>.json.
 """
 import argparse
