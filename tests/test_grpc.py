@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from concurrent import futures
 from pathlib import Path
@@ -190,6 +191,16 @@ def test_many_concurrent_calls_share_upstream_connections(site):
     # Multiplexed: far fewer upstream connections than calls (a new one only when the
     # server's stream limit is reached or one was closed).
     assert conns <= 4, conns
+
+
+def test_an_http1_request_to_a_grpc_location_is_505(site):
+    req = urllib.request.Request(f"http://127.0.0.1:{site.main}/t.T/Unary", data=b"x",
+                                 headers={"content-type": "application/grpc"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=5)
+    assert e.value.code == 505
+    with channel(site.main) as ch:
+        assert ch.unary_unary("/t.T/Unary")(b"ok", timeout=10) == b"ko"
 
 
 def test_upstream_down_is_unavailable(site):
