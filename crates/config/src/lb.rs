@@ -12,6 +12,8 @@
 //! source_v4 = "10.0.0.1"       # outer source; default: the route's source to a backend
 //! source_v6 = "fd00::1"
 //! conn_table_size = 262144
+//! too_big_rate = 1000          # ICMP too-big answers per second per CPU (0: no limit)
+//! too_big_burst = 50
 //! pin_dir = "/sys/fs/bpf/ringx-lb"
 //! detach_on_exit = false
 //! behind_filter = "/sys/fs/bpf/ringx"   # instead of devices: in the [xdp] filter's chain slot
@@ -57,6 +59,12 @@ pub struct Lb {
     pub source_v6: Option<Ipv6Addr>,
     #[serde(default = "default_conns")]
     pub conn_table_size: Spanned<u32>,
+    /// ICMP too-big answers per second per CPU at most (0: no limit), as the kernel's
+    /// net.ipv4.icmp_msgs_per_sec, and the burst allowed after a quiet spell.
+    #[serde(default = "default_too_big_rate")]
+    pub too_big_rate: Spanned<u32>,
+    #[serde(default = "default_too_big_burst")]
+    pub too_big_burst: Spanned<u32>,
     #[serde(default = "default_pin_dir")]
     pub pin_dir: PathBuf,
     #[serde(default)]
@@ -79,6 +87,12 @@ fn default_gue_port() -> Spanned<u16> {
 }
 fn default_conns() -> Spanned<u32> {
     Spanned::new(0..0, 262_144)
+}
+fn default_too_big_rate() -> Spanned<u32> {
+    Spanned::new(0..0, 1000)
+}
+fn default_too_big_burst() -> Spanned<u32> {
+    Spanned::new(0..0, 50)
 }
 fn default_pin_dir() -> PathBuf {
     PathBuf::from("/sys/fs/bpf/ringx-lb")
@@ -240,6 +254,18 @@ pub(crate) fn validate(
             "conn_table_size must be at least 1024 flows",
         ));
     }
+    if *lb.too_big_burst.get_ref() == 0 {
+        return Err(src.err(
+            lb.too_big_burst.span(),
+            "too_big_burst must be at least 1 (the answers a CPU may send back to back)",
+        ));
+    }
+    if *lb.too_big_rate.get_ref() > 1_000_000_000 {
+        return Err(src.err(
+            lb.too_big_rate.span(),
+            "too_big_rate is answers per second per CPU: at most 1000000000 (0: no limit)",
+        ));
+    }
     let mut devs = BTreeSet::new();
     for d in &lb.devices {
         if !devs.insert(&d.get_ref().0) {
@@ -383,6 +409,21 @@ backends = ["fd00::11"]
             super::Check::Http
         );
         assert_eq!(lb.encap, super::Encap::Ipip);
+        assert_eq!(
+            (*lb.too_big_rate.get_ref(), *lb.too_big_burst.get_ref()),
+            (1000, 50),
+            "the kernel's own ICMP limits by default"
+        );
+        let c = parse(
+            "lb.toml",
+            &OK.replace("encap = \"ipip\"", "too_big_rate = 0\ntoo_big_burst = 5"),
+        )
+        .unwrap();
+        let lb = c.lb.unwrap();
+        assert_eq!(
+            (*lb.too_big_rate.get_ref(), *lb.too_big_burst.get_ref()),
+            (0, 5)
+        );
     }
 
     #[test]
@@ -483,6 +524,14 @@ backends = ["fd00::11"]
             (
                 "[lb]\n".to_string(),
                 "lb.toml:1:1: [lb] has no [[lb.service]]",
+            ),
+            (
+                OK.replace("encap = \"ipip\"", "too_big_burst = 0"),
+                "lb.toml:4:17: too_big_burst must be at least 1",
+            ),
+            (
+                OK.replace("encap = \"ipip\"", "too_big_rate = 2000000000"),
+                "lb.toml:4:16: too_big_rate is answers per second per CPU",
             ),
         ];
         for (text, want) in cases {

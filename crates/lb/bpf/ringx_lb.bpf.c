@@ -22,7 +22,9 @@
  *      another device                                  -> FWD; next hop unresolved DROP
  *                                                         (NO_ROUTE), over its MTU (TOO_BIG)
  *      over its MTU, IPv4 with DF or IPv6              -> ICMP frag-needed / ICMPv6 packet
- *                                                         too big back (TX_ICMP_TOO_BIG)
+ *                                                         too big back (TX_ICMP_TOO_BIG),
+ *                                                         within a rate per CPU, else DROP
+ *                                                         (TOO_BIG_LIMITED)
  *   PASS verdicts go on to the program in lb_chain when loaded with lb_chain_on (filter ->
  *   balancer -> steering on one device).
  *
@@ -64,6 +66,13 @@ const volatile __u32 lb_src_v6[4] = {};
 /* 1: what the balancer passes goes on to the next XDP program in lb_chain (a tail call), the
  * third stage of filter -> balancer -> steering on one device; 0: passed to the stack. */
 const volatile __u32 lb_chain_on = 0;
+/* The ICMP too-big answers' rate limit per CPU, as the kernel's icmp_msgs_per_sec and
+ * icmp_msgs_burst limit its own: on average one per lb_too_big_interval_ns, bursts of up to
+ * lb_too_big_burst_ns / interval + 1 (0: no limit). An answer costs the balancer a frame
+ * rewrite and a transmit, so a source of oversized packets must not turn it into an ICMP
+ * generator at line rate. */
+const volatile __u64 lb_too_big_interval_ns = 0;
+const volatile __u64 lb_too_big_burst_ns = 0;
 
 /* ---- maps (pinned by name under the loader's pin directory) ---- */
 
@@ -122,6 +131,15 @@ struct {
 	__uint(max_entries, 1);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_chain SEC(".maps");
+
+/* The too-big limiter's theoretical arrival time (GCRA), one per CPU: not pinned, a reloaded
+ * program starts with a full burst. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} lb_too_big_tat SEC(".maps");
 
 /* ---- counting ---- */
 
@@ -342,6 +360,27 @@ static __always_inline int route(const struct lb_backend *b, __u32 tot, __u16 *d
 	return 0;
 }
 
+/* Whether this CPU may answer one more packet with an ICMP too-big now (GCRA: the
+ * answer's theoretical time moves one interval on per answer and may run ahead of the clock
+ * by the burst). Per-CPU value: no other CPU writes it. */
+static __always_inline int too_big_allowed(void)
+{
+	__u32 k = 0;
+	__u64 now, tat, *v;
+
+	if (!lb_too_big_interval_ns)
+		return 1;
+	v = bpf_map_lookup_elem(&lb_too_big_tat, &k);
+	if (!v)
+		return 0;
+	now = bpf_ktime_get_ns();
+	tat = *v > now ? *v : now;
+	if (tat - now > lb_too_big_burst_ns)
+		return 0;
+	*v = tat + lb_too_big_interval_ns;
+	return 1;
+}
+
 /* Puts the outer headers in front of the inner IP packet; 0 with the action to send the
  * frame with in `*action`, LB_TX_ICMP_TOO_BIG with XDP_TX (the frame is now the ICMP error),
  * or the reason to drop it. */
@@ -372,6 +411,8 @@ static __always_inline int encap_send(struct xdp_md *ctx, const struct pkt *p,
 	smac[2] = eth->dst[2];
 	r = route(b, tot, dmac, smac);
 	if (r == LB_DROP_TOO_BIG && !p->icmp && (p->family == 6 || p->df)) {
+		if (!too_big_allowed())
+			return LB_DROP_TOO_BIG_LIMITED;
 		*action = XDP_TX;
 		return p->family == 4 ? too_big4(ctx, b->mtu - olen) : too_big6(ctx, b->mtu - olen, frame_len);
 	}

@@ -28,6 +28,7 @@
 	X(DROP_TOO_BIG, DROP, "encapsulated packet larger than the route's MTU") \
 	X(DROP_ENCAP, DROP, "no room in the frame for the outer headers") \
 	X(TX_ICMP_TOO_BIG, FWD, "too big once encapsulated (IPv4 with DF, or IPv6): ICMP fragmentation-needed or ICMPv6 packet-too-big sent back to the client") \
+	X(DROP_TOO_BIG_LIMITED, DROP, "too big once encapsulated, its ICMP answer over the rate limit (too_big_rate, too_big_burst)") \
 	/* end of LB_REASONS */
 
 /* The backends' decapsulation program (ringx_lb_decap), counters in lbd_stats. */

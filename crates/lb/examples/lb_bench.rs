@@ -94,7 +94,7 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
         source_v4: "10.255.0.1".parse()?,
         source_v6: "fd00:ff::1".parse()?,
         conn_table_size: 1 << 20,
-        chain: false,
+        ..LbSettings::default()
     };
     let lb = Balancer::load(&settings, dir)?;
     let vip: SocketAddr = "198.51.100.1:80".parse()?;

@@ -69,6 +69,24 @@ pub struct LbSettings {
     /// Hand what the balancer passes to the program in its chain slot
     /// ([`Balancer::chain_slot`]): the third stage of filter -> balancer -> steering.
     pub chain: bool,
+    /// ICMP too-big answers each CPU sends per second at most, on average (0: no limit).
+    pub too_big_rate: u32,
+    /// How many of them may go back to back after a quiet spell (at least 1).
+    pub too_big_burst: u32,
+}
+
+impl LbSettings {
+    /// The limiter's (interval, burst) in ns, as the program takes them.
+    fn too_big_limit(&self) -> (u64, u64) {
+        if self.too_big_rate == 0 {
+            return (0, 0);
+        }
+        let interval = 1_000_000_000 / u64::from(self.too_big_rate);
+        (
+            interval,
+            interval * u64::from(self.too_big_burst.max(1) - 1),
+        )
+    }
 }
 
 impl Default for LbSettings {
@@ -79,6 +97,8 @@ impl Default for LbSettings {
             source_v6: Ipv6Addr::UNSPECIFIED,
             conn_table_size: 262_144,
             chain: false,
+            too_big_rate: 1000,
+            too_big_burst: 50,
         }
     }
 }
@@ -280,6 +300,7 @@ impl Balancer {
         let src6: [u32; 4] =
             std::array::from_fn(|i| u32::from_ne_bytes(o6[4 * i..4 * i + 4].try_into().unwrap()));
         let chain = u32::from(settings.chain);
+        let (too_big_interval, too_big_burst) = settings.too_big_limit();
         let mut loader = ringx_xdp::loader()?;
         loader
             .btf(None)
@@ -289,6 +310,8 @@ impl Balancer {
             .set_global("lb_src_v4", &src4, true)
             .set_global("lb_src_v6", &src6, true)
             .set_global("lb_chain_on", &chain, true)
+            .set_global("lb_too_big_interval_ns", &too_big_interval, true)
+            .set_global("lb_too_big_burst_ns", &too_big_burst, true)
             .set_max_entries(map_names::CONNS, settings.conn_table_size.max(1))
             .set_max_entries(map_names::CONNS4, settings.conn_table_size.max(1));
         let prog = Loaded::load(LB_OBJ, "ringx_lb", loader)?;

@@ -1,8 +1,8 @@
 //! The balancer's two paths through BPF_PROG_TEST_RUN: the short one an established IPv4
 //! flow takes (`fast4` in bpf/ringx_lb.bpf.c) gives the same frame and counters as the
 //! general one, and hands every case it does not decide to it; and the answers to packets too
-//! big once encapsulated, ICMPv6 packet-too-big beside IPv4's fragmentation-needed. Needs
-//! root; prints "skipped: <reason>" otherwise.
+//! big once encapsulated, ICMPv6 packet-too-big beside IPv4's fragmentation-needed, and their
+//! rate limit. Needs root; prints "skipped: <reason>" otherwise.
 
 mod common;
 
@@ -393,5 +393,90 @@ fn ipv6_too_big_gets_packet_too_big() {
         };
         run(&lb, "an ICMPv6 error too big", &err, Reason::DropTooBig);
         assert_eq!(mac_of(ipa("fd00::22"))[5], 0x22);
+    }
+}
+
+/// Keeps the calling thread on one CPU while it lives, so that BPF_PROG_TEST_RUN always meets
+/// the same per-CPU limiter; restores the thread's CPU set after.
+struct OnOneCpu(libc::cpu_set_t);
+
+impl OnOneCpu {
+    fn new() -> OnOneCpu {
+        // SAFETY: cpu_set_t is plain data (an all-zero set is valid); both calls get a pointer
+        // to a live set of the size passed and act on the calling thread only (pid 0).
+        unsafe {
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut old), 0);
+            let cpu = (0..libc::CPU_SETSIZE as usize)
+                .find(|&c| libc::CPU_ISSET(c, &old))
+                .expect("some CPU is allowed");
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
+            OnOneCpu(old)
+        }
+    }
+}
+
+impl Drop for OnOneCpu {
+    fn drop(&mut self) {
+        // SAFETY: as in new: a live set of the size passed, the calling thread only.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0);
+        }
+    }
+}
+
+/// The ICMP too-big answers are rate limited per CPU (too_big_rate / too_big_burst): a burst
+/// goes out, the rest are dropped and counted as DROP_TOO_BIG_LIMITED, for IPv4 and IPv6
+/// alike; packets that fit are still forwarded; with no limit every one is answered.
+#[test]
+fn too_big_answers_are_rate_limited() {
+    let limited = ringx_lb::LbSettings {
+        too_big_rate: 1, // one a second: none comes back during the test
+        too_big_burst: 3,
+        ..common::settings(Encap::Gue { port: 6080 })
+    };
+    let Some((lb, _dir)) = common::load_with("tbrate", &limited) else {
+        return;
+    };
+    let _cpu = OnOneCpu::new();
+    let c = sa("192.0.2.70:40000");
+    let c6 = sa("[2001:db8:1::70]:40000");
+    let big = PacketBuilder::tcp(c, sa(VIP4))
+        .payload(&[0u8; 1000])
+        .build();
+    let big6 = PacketBuilder::tcp(c6, sa(VIP6))
+        .payload(&[0u8; 1000])
+        .build();
+    let small = PacketBuilder::tcp(c, sa(VIP4)).payload(b"x").build();
+    control::apply(lb.maps(), &services(), &with_mtu(1000)).unwrap();
+    for i in 0..3 {
+        let frame = if i == 1 { &big6 } else { &big };
+        let (act, _) = run(&lb, &format!("answer {i}"), frame, Reason::TxIcmpTooBig);
+        assert_eq!(act, 3, "XDP_TX");
+    }
+    for i in 0..5 {
+        let frame = if i % 2 == 0 { &big } else { &big6 };
+        run(
+            &lb,
+            &format!("over the limit {i}"),
+            frame,
+            Reason::DropTooBigLimited,
+        );
+    }
+    run(&lb, "a packet that fits", &small, Reason::Fwd);
+
+    let unlimited = ringx_lb::LbSettings {
+        too_big_rate: 0,
+        ..limited
+    };
+    let Some((lb, _dir)) = common::load_with("tbnolimit", &unlimited) else {
+        return;
+    };
+    control::apply(lb.maps(), &services(), &with_mtu(1000)).unwrap();
+    for i in 0..20 {
+        run(&lb, &format!("no limit {i}"), &big, Reason::TxIcmpTooBig);
     }
 }

@@ -98,6 +98,8 @@ pub fn settings(lb: &cfg::Lb) -> Res<LbSettings> {
         source_v6,
         conn_table_size: *lb.conn_table_size.get_ref(),
         chain: lb.chain,
+        too_big_rate: *lb.too_big_rate.get_ref(),
+        too_big_burst: *lb.too_big_burst.get_ref(),
     })
 }
 

@@ -50,17 +50,22 @@ pub fn settings(encap: Encap) -> LbSettings {
         source_v4: "10.255.0.1".parse().unwrap(),
         source_v6: "fd00:ff::1".parse().unwrap(),
         conn_table_size: 65536,
-        chain: false,
+        ..LbSettings::default()
     }
 }
 
 /// Loads the balancer into a fresh pin directory, or prints why not and returns None.
 pub fn load(tag: &str, encap: Encap) -> Option<(Balancer, PinDir)> {
+    load_with(tag, &settings(encap))
+}
+
+/// As [`load`], with these settings.
+pub fn load_with(tag: &str, settings: &LbSettings) -> Option<(Balancer, PinDir)> {
     if skip() {
         return None;
     }
     let dir = PinDir::new(tag);
-    match Balancer::load(&settings(encap), dir.path()) {
+    match Balancer::load(settings, dir.path()) {
         Ok(b) => Some((b, dir)),
         Err(e @ Error::Permission { .. }) => {
             eprintln!("skipped: {e}");
