@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-compress bench-cache bench-escalate bench-udp clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp clean fmt
 
 all: release
 
@@ -54,9 +54,9 @@ mutants: deps
 	python3 scripts/mutation_check.py $(if $(ONLY),--only $(ONLY))
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
-# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-preload-proxy, bench-tls, bench-h2, bench-compress, bench-cache, bench-escalate,
+# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-preload-proxy, bench-tls, bench-h2, bench-grpc, bench-compress, bench-cache, bench-escalate,
 # bench-udp). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-compress bench-cache bench-escalate bench-udp
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -69,6 +69,10 @@ bench-tls: release
 # HTTP/2 against nginx's http2 with h2load: h2c and TLS, 64 B and 4 KB, 10x100 and 500x1.
 bench-h2: release
 	python3 bench/h2.py $(BENCH_ARGS)
+
+# gRPC unary through ringx (grpc://) against nginx grpc_pass, CPU per call (bench/grpc_proxy.py).
+bench-grpc: release
+	python3 bench/grpc_proxy.py $(BENCH_ARGS)
 
 # gzip of a 100 KB page against nginx at levels 1, 5, 6, and the cost of every level (bench/compress.py).
 bench-compress: release

@@ -11,7 +11,7 @@ Workloads (each over h2c prior knowledge and over TLS with ALPN h2, ECDSA P-256)
   64 B and 4 KB `return` bodies; 10 connections x 100 concurrent streams, and 500 connections
   x 1 stream.
 
-Not measured yet: gRPC (ringx has no grpc:// proxying yet).
+gRPC proxying is measured by bench/grpc_proxy.py (`make bench-grpc`).
 
 Usage: bench/h2.py [--quick] [--rounds N] [--duration S]
 Writes bench/results/h2-<date>.json.

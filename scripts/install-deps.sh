@@ -64,7 +64,7 @@ py_missing=$(python3 - <<'PY'
 import importlib.util
 mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib",
         "cryptography": "cryptography", "h2": "h2", "httpx": "httpx[http2]",
-        "brotli": "brotli", "zstandard": "zstandard"}
+        "brotli": "brotli", "zstandard": "zstandard", "grpc": "grpcio"}
 print(" ".join(p for m, p in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )

@@ -369,19 +369,57 @@ pub(crate) fn validate(
                 ));
             }
         }
+        let grpc = is_grpc(t);
+        if grpc {
+            if what != "proxy_pass" {
+                return Err(src.err(target.span(), "grpc:// and grpcs:// are for proxy_pass"));
+            }
+            if uri.is_some() {
+                return Err(src.err(
+                    target.span(),
+                    "grpc:// has no URI part: a call goes to the path of its method (rewrite the \
+                     path with `rewrite ... break` instead)",
+                ));
+            }
+            let named = upstreams
+                .iter()
+                .find(|u| u.get_ref().name.get_ref() == scheme_less(t));
+            if let Some(u) = named.filter(|u| u.get_ref().proxy_protocol != ProxyProtocol::Off) {
+                return Err(src.err(
+                    target.span(),
+                    format!(
+                        "upstream {:?} sends a PROXY header, which a multiplexed gRPC connection \
+                         (shared by many clients) cannot: set proxy_protocol = \"off\" or use \
+                         another upstream",
+                        u.get_ref().name.get_ref()
+                    ),
+                ));
+            }
+        }
         if names.contains(&t) || names.contains(&scheme_less(t)) {
             return Ok(());
         }
         let addr =
             https_addr(t).unwrap_or_else(|| t.strip_prefix("http://").unwrap_or(t).to_string());
+        let addr = if grpc { grpc_addr(t) } else { addr };
         if what == "proxy_pass"
             && !t.starts_with("http://")
             && !t.starts_with("https://")
+            && !grpc
             && !t.contains(':')
         {
             return Err(src.err(
                 target.span(),
                 format!("no [[upstream]] named {t:?} (or write \"http://host:port\")"),
+            ));
+        }
+        if grpc && t.starts_with("grpc://") && !scheme_less(t).contains(':') {
+            return Err(src.err(
+                target.span(),
+                format!(
+                    "no [[upstream]] named {:?} (or write \"grpc://host:port\")",
+                    scheme_less(t)
+                ),
             ));
         }
         if t.starts_with("https://") && what != "proxy_pass" {
@@ -576,7 +614,6 @@ fn d600() -> Dur {
     secs(600)
 }
 
-/// `https://host[:port][/]` → `host:port` (443 when none is written).
 /// Splits a `proxy_pass` value into the server part and its URI part, as nginx reads
 /// `http://app/v2/`: only a value with a scheme has one, and a lone `/` is one too (a location
 /// `/api/` proxied to `http://app/` sends `/api/x` as `/x`).
@@ -590,16 +627,35 @@ pub fn split_uri(target: &str) -> (&str, Option<&str>) {
     }
 }
 
-/// `http://name` or `https://name` without the scheme (to find an `[[upstream]]` by name).
+/// `http://name`, `https://name`, `grpc://name` or `grpcs://name` without the scheme (to
+/// find an `[[upstream]]` by name).
 pub fn scheme_less(target: &str) -> &str {
-    target
-        .strip_prefix("http://")
-        .or_else(|| target.strip_prefix("https://"))
+    ["http://", "https://", "grpc://", "grpcs://"]
+        .iter()
+        .find_map(|p| target.strip_prefix(p))
         .unwrap_or(target)
 }
 
+/// Whether a `proxy_pass` value proxies gRPC (HTTP/2 to the upstream).
+pub fn is_grpc(target: &str) -> bool {
+    target.starts_with("grpc://") || target.starts_with("grpcs://")
+}
+
+/// The address of a `grpc://host:port` or `grpcs://host[:port]` target (443 for grpcs
+/// without a port).
+pub fn grpc_addr(target: &str) -> String {
+    match target.strip_prefix("grpcs://") {
+        Some(rest) => https_addr(&format!("https://{rest}")).unwrap_or_default(),
+        None => scheme_less(target).trim_end_matches('/').to_string(),
+    }
+}
+
+/// `https://host[:port][/]` (or `grpcs://`) → `host:port` (443 when none is written).
 pub fn https_addr(target: &str) -> Option<String> {
-    let rest = target.strip_prefix("https://")?.trim_end_matches('/');
+    let rest = target
+        .strip_prefix("https://")
+        .or_else(|| target.strip_prefix("grpcs://"))?
+        .trim_end_matches('/');
     let has_port = match rest.strip_prefix('[') {
         Some(v6) => v6.contains("]:"),
         None => rest.contains(':'),

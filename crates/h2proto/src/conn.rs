@@ -17,12 +17,12 @@ use crate::settings::{self, PeerSettings};
 use crate::streams::{Stream, Streams};
 
 /// A header block being received (HEADERS, then CONTINUATION until END_HEADERS).
-struct Block {
-    id: u32,
-    buf: Vec<u8>,
-    end_stream: bool,
-    frames: u32,
-    self_dependent: bool,
+pub(crate) struct Block {
+    pub(crate) id: u32,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) end_stream: bool,
+    pub(crate) frames: u32,
+    pub(crate) self_dependent: bool,
 }
 
 /// The server side of one HTTP/2 connection.
@@ -546,6 +546,7 @@ impl Conn {
             received: 0,
             remote_closed: b.end_stream,
             local_closed: false,
+            head_seen: true,
         };
         if r == Decoded::TooLarge {
             self.stats[Why::HeaderListTooLarge.index()] += 1;

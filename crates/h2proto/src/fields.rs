@@ -230,7 +230,7 @@ pub fn is_tchar(b: u8) -> bool {
 
 /// A regular field's name: lowercase token characters, and not one that belongs to a
 /// connection (RFC 9113 §8.2.2).
-fn check_name(name: &[u8]) -> Result<(), &'static str> {
+pub(crate) fn check_name(name: &[u8]) -> Result<(), &'static str> {
     if name.is_empty() || !name.iter().all(|&b| is_tchar(b) && !b.is_ascii_uppercase()) {
         return Err("a field name that is not a lowercase token");
     }
@@ -243,7 +243,7 @@ fn check_name(name: &[u8]) -> Result<(), &'static str> {
 }
 
 /// A field value: no NUL, CR or LF, and no whitespace at either end (RFC 9113 §8.2.1).
-fn check_value(v: &[u8]) -> Result<(), &'static str> {
+pub(crate) fn check_value(v: &[u8]) -> Result<(), &'static str> {
     if v.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
         return Err("NUL, CR or LF in a field value");
     }
@@ -262,7 +262,7 @@ fn check_authority(v: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
-fn parse_length(v: &[u8]) -> Result<u64, &'static str> {
+pub(crate) fn parse_length(v: &[u8]) -> Result<u64, &'static str> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return Err("an invalid content-length");
     }

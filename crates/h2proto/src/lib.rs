@@ -1,4 +1,5 @@
-//! Sans-I/O HTTP/2 (RFC 9113) for the ringx server: the server side of a connection. This
+//! Sans-I/O HTTP/2 (RFC 9113) for the ringx server: the server side of a connection, and the
+//! client side a proxy uses towards HTTP/2 upstreams ([`client`], for gRPC). This
 //! crate never touches a socket: [`Conn::feed`] turns received bytes into events, one frame
 //! at a time, and the send calls turn responses into frames; what to write next is in
 //! [`Conn::out`] and the caller's own buffer.
@@ -64,12 +65,14 @@
 //! (PRIORITY frames are checked and ignored, as RFC 9113 allows).
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod conn;
 mod events;
 pub mod fields;
 pub mod frame;
 pub mod hpack;
 pub mod limits;
+pub mod response;
 mod send;
 pub mod settings;
 mod streams;

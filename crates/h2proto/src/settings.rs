@@ -21,6 +21,8 @@ pub struct PeerSettings {
     pub initial_window: u32,
     pub max_frame_size: u32,
     pub max_header_list_size: Option<u32>,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS (None: unlimited until said); what a client may open.
+    pub max_concurrent_streams: Option<u32>,
 }
 
 impl Default for PeerSettings {
@@ -30,6 +32,7 @@ impl Default for PeerSettings {
             initial_window: DEFAULT_WINDOW,
             max_frame_size: DEFAULT_MAX_FRAME,
             max_header_list_size: None,
+            max_concurrent_streams: None,
         }
     }
 }
@@ -54,6 +57,7 @@ impl PeerSettings {
                 }
                 MAX_FRAME_SIZE => self.max_frame_size = v,
                 MAX_HEADER_LIST_SIZE => self.max_header_list_size = Some(v),
+                MAX_CONCURRENT_STREAMS => self.max_concurrent_streams = Some(v),
                 ENABLE_CONNECT_PROTOCOL if v > 1 => return Err(ErrorCode::Protocol),
                 _ => {}
             }
@@ -75,6 +79,24 @@ pub fn write_ours(
         (MAX_CONCURRENT_STREAMS, max_concurrent),
         (MAX_HEADER_LIST_SIZE, max_header_list),
     ];
+    if initial_window != DEFAULT_WINDOW {
+        params.push((INITIAL_WINDOW_SIZE, initial_window));
+    }
+    if max_frame != DEFAULT_MAX_FRAME {
+        params.push((MAX_FRAME_SIZE, max_frame));
+    }
+    write_header(out, params.len() * 6, kind::SETTINGS, 0, 0);
+    for (id, v) in params {
+        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+/// Writes a client's SETTINGS frame: no server push, and our window, frame and header list
+/// limits.
+pub fn write_client(out: &mut Vec<u8>, initial_window: u32, max_frame: u32, max_header_list: u32) {
+    let mut params: Vec<(u16, u32)> =
+        vec![(ENABLE_PUSH, 0), (MAX_HEADER_LIST_SIZE, max_header_list)];
     if initial_window != DEFAULT_WINDOW {
         params.push((INITIAL_WINDOW_SIZE, initial_window));
     }

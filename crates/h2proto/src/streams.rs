@@ -18,6 +18,8 @@ pub(crate) struct Stream {
     pub(crate) remote_closed: bool,
     /// We ended ours (END_STREAM sent).
     pub(crate) local_closed: bool,
+    /// The final response head arrived (a client's streams: later HEADERS are trailers).
+    pub(crate) head_seen: bool,
 }
 
 /// Open and half-closed streams by id; closed ones leave it.

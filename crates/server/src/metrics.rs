@@ -83,7 +83,15 @@ pub struct ZoneCounters {
     pub auth_denied: AtomicU64,
     /// Proxy cache answers by status ([`crate::cache::loc::STATUSES`]).
     pub cache: [AtomicU64; 7],
+    /// gRPC proxying: calls started, upstream HTTP/2 connections opened, and calls ringx
+    /// ended with a status of its own (by [`crate::role::grpc::status::CODES`]).
+    pub grpc_calls: AtomicU64,
+    pub grpc_connections: AtomicU64,
+    pub grpc_local_status: [AtomicU64; GRPC_CODES],
 }
+
+/// gRPC statuses ringx produces (counted in [`ZoneCounters::grpc_local_status`]).
+pub const GRPC_CODES: usize = crate::role::grpc::status::CODES.len();
 
 /// HTTP/2 reasons counted: each of [`ringx_h2proto::Why`], then the zero-window stall.
 pub const H2_REASONS: usize = ringx_h2proto::Why::ALL.len() + 1;
@@ -398,6 +406,37 @@ impl Metrics {
                 o.sample(
                     "ringx_http2_errors_total",
                     &[("zone", &zi.to_string()), ("reason", h2_reason(i))],
+                    r(v),
+                );
+            }
+        }
+        o.per_zone(
+            "ringx_grpc_calls_total",
+            "counter",
+            "gRPC calls proxied to grpc:// upstreams, per zone.",
+            &col(&|z| r(&z.grpc_calls)),
+        );
+        o.per_zone(
+            "ringx_grpc_upstream_connections_total",
+            "counter",
+            "HTTP/2 connections opened to gRPC upstreams (each carries many calls), per zone.",
+            &col(&|z| r(&z.grpc_connections)),
+        );
+        o.family(
+            "ringx_grpc_local_status_total",
+            "counter",
+            "gRPC calls ringx ended with a status of its own (the upstream could not be reached \
+             or failed, the deadline passed), by grpc-status, per zone.",
+        );
+        for (zi, z) in zc.iter().enumerate() {
+            for (i, v) in z.grpc_local_status.iter().enumerate() {
+                let code = crate::role::grpc::status::CODES[i].value();
+                o.sample(
+                    "ringx_grpc_local_status_total",
+                    &[
+                        ("zone", &zi.to_string()),
+                        ("code", std::str::from_utf8(code).unwrap_or("?")),
+                    ],
                     r(v),
                 );
             }

@@ -83,6 +83,9 @@ pub struct ProxyLoc {
     pub uri: Option<String>,
     /// `proxy_set_header`, `proxy_hide_header`, `proxy_intercept_errors`.
     pub edit: Option<Arc<ProxyEdit>>,
+    /// `grpc://` or `grpcs://`: calls go over multiplexed HTTP/2 connections
+    /// (`role::grpc`), from HTTP/2 clients only.
+    pub grpc: bool,
 }
 
 pub enum HostMode {

@@ -257,6 +257,7 @@ fn compile_location(
             host,
             forwarded_headers: l.forwarded_headers,
             uri: uri.map(str::to_string),
+            grpc: ringx_config::upstream::is_grpc(target.get_ref()),
             edit: ProxyEdit::compile(
                 &l.proxy_set_header,
                 &l.proxy_hide_header,

@@ -119,6 +119,17 @@ pub fn check_location(
             "proxy_intercept_errors applies to a proxy_pass location",
         ));
     }
+    let grpc = loc
+        .proxy_pass
+        .as_ref()
+        .is_some_and(|p| crate::upstream::is_grpc(p.get_ref()));
+    if loc.proxy_intercept_errors && grpc {
+        return Err(src.err(
+            l.span(),
+            "proxy_intercept_errors does not apply to grpc://: a failed call ends with a gRPC \
+             status, not an error page",
+        ));
+    }
     if let Some(r) = &loc.ret {
         for (what, v) in [
             (

@@ -28,6 +28,7 @@
 
 pub mod echo;
 pub mod exchange;
+pub mod grpc;
 pub mod h2;
 pub mod http1;
 pub mod proxy_header;

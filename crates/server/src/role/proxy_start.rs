@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use ringx_h2proto::response::FieldList;
 use ringx_http::upstream::{
     upgrade_request, write_request_head_edit, write_request_head_target, Forward, RequestEdit,
 };
@@ -27,6 +28,24 @@ use crate::upstream::dial::Dial;
 use crate::upstream::{HashKey, UpstreamDef};
 use crate::zone::client::Base;
 use crate::zone::ctx::ZoneCtx;
+
+/// The `proxy_pass` location `route` sends the request to, if it does: none when a redirect
+/// or an error was decided while routing (those are answered locally).
+fn proxy_loc<'r>(routes: &'r Routes, route: &Route<'_>) -> Option<&'r ProxyLoc> {
+    let (si, li) = route.at?;
+    if route.ext.as_ref().is_some_and(|e| e.early.is_some()) {
+        return None;
+    }
+    match &routes.servers[si].locations[li].action {
+        Action::Proxy(p) => Some(p),
+        _ => None,
+    }
+}
+
+/// Whether `route` sends the request to a gRPC upstream (`grpc://`, `grpcs://`).
+pub fn is_grpc(routes: &Routes, route: &Route<'_>) -> bool {
+    proxy_loc(routes, route).is_some_and(|p| p.grpc)
+}
 
 /// Whether `route` sends the request to an upstream: a `proxy_pass` location, and no
 /// redirect or error decided while routing (those are answered locally).
@@ -56,7 +75,7 @@ pub fn prepare(
     upgrade: Option<&[u8]>,
     fill: Option<&Fill>,
 ) -> Option<Option<Box<PageCtx>>> {
-    if !is_proxied(&ctx.routes, route) {
+    if !is_proxied(&ctx.routes, route) || is_grpc(&ctx.routes, route) {
         return None;
     }
     let (si, li) = route.at?;
@@ -104,6 +123,129 @@ pub fn prepare(
     ) || req.method_str == "TRACE";
     ex.head_request = req.method == Method::Head;
     Some(page)
+}
+
+/// A gRPC call made ready for its upstream: where it goes, its request head as HTTP/2
+/// fields, and the decoration of its response.
+pub struct GrpcStart {
+    /// The upstream state's generation and the upstream's index in it.
+    pub gen: u32,
+    pub upstream: usize,
+    /// The balancer's hash key (`balance = "hash"`).
+    pub key: Option<Vec<u8>>,
+    /// The pseudo-headers, then the regular fields.
+    pub fields: FieldList,
+    pub deco: Option<Box<Deco>>,
+}
+
+/// Prepares a call for `req` (routed by `route` to a `grpc://` location): the same target,
+/// Host, `proxy_set_header`, `X-Forwarded-*` and `add_header` rules as an HTTP request has,
+/// written as HTTP/2 fields. None: not a gRPC location, or no upstreams.
+pub fn prepare_grpc(
+    ctx: &ZoneCtx,
+    b: &Base,
+    req: &Request,
+    route: &Route<'_>,
+    rq: &ReqCtx,
+) -> Option<GrpcStart> {
+    let loc = proxy_loc(&ctx.routes, route).filter(|p| p.grpc)?;
+    let (si, li) = route.at?;
+    let (pools, gen) = ctx.current_pools()?;
+    let server = &ctx.routes.servers[si];
+    let location = &server.locations[li];
+    let def = &pools.defs.list[loc.upstream];
+    let vars = request_vars(&ctx.routes, si, req, route, rq);
+    let mut added = Vec::new();
+    let mut set_host = None;
+    if let Some(e) = &loc.edit {
+        e.set_lines(&vars, &mut added);
+        set_host = e.host.as_ref().map(|t| vars.expand(t));
+    }
+    let authority: &[u8] = match (&set_host, &loc.host) {
+        (Some(h), _) => h.as_bytes(),
+        (None, HostMode::Pass) => req.host.unwrap_or_default(),
+        (None, HostMode::Upstream) => def.servers[0].name.as_bytes(),
+        (None, HostMode::Fixed(h)) => h.as_bytes(),
+    };
+    let target = proxy_target(loc, location, route, req);
+    let path = target.as_deref().unwrap_or(req.target);
+    let mut f = FieldList::default();
+    f.push(b":method", req.method_str.as_bytes());
+    let scheme: &[u8] = if def.tls.is_some() { b"https" } else { b"http" };
+    f.push(b":scheme", scheme);
+    f.push(b":path", path.as_bytes());
+    f.push(b":authority", authority);
+    let drop = loc.edit.as_ref().map_or(&[][..], |e| &e.drop[..]);
+    let dropped = |n: &str| drop.iter().any(|d| n.eq_ignore_ascii_case(d));
+    let mut xff: Option<&[u8]> = None;
+    let mut lower = Vec::with_capacity(64);
+    for h in req.headers.iter() {
+        let n = h.name;
+        // Host is :authority; the body is framed by DATA; the proxy's own fields are
+        // replaced below (as for HTTP/1.1 upstreams).
+        let own = ["host", "transfer-encoding", "content-length", "connection"];
+        if own.iter().any(|o| n.eq_ignore_ascii_case(o)) || dropped(n) {
+            continue;
+        }
+        if loc.forwarded_headers {
+            if n.eq_ignore_ascii_case("x-forwarded-for") {
+                xff = Some(h.value);
+                continue;
+            }
+            if n.eq_ignore_ascii_case("x-real-ip") || n.eq_ignore_ascii_case("x-forwarded-proto") {
+                continue;
+            }
+        }
+        lower.clear();
+        lower.extend(n.bytes().map(|c| c.to_ascii_lowercase()));
+        f.push(&lower, h.value);
+    }
+    if let (true, Some(ip)) = (loc.forwarded_headers, b.addr.map(|a| a.ip())) {
+        let proto = if b.tr.is_tls() { "https" } else { "http" };
+        if !dropped("x-forwarded-for") {
+            let v = match xff.filter(|v| !v.is_empty()) {
+                Some(prev) => format!("{}, {ip}", String::from_utf8_lossy(prev)),
+                None => ip.to_string(),
+            };
+            f.push(b"x-forwarded-for", v.as_bytes());
+        }
+        if !dropped("x-real-ip") {
+            f.push(b"x-real-ip", ip.to_string().as_bytes());
+        }
+        if !dropped("x-forwarded-proto") {
+            f.push(b"x-forwarded-proto", proto.as_bytes());
+        }
+    }
+    for line in added.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(i) = line.iter().position(|&c| c == b':') {
+            lower.clear();
+            lower.extend(line[..i].iter().map(u8::to_ascii_lowercase));
+            f.push(&lower, line[i + 1..].trim_ascii());
+        }
+    }
+    let key = match &def.hash_key {
+        _ if def.maglev.is_none() => None,
+        HashKey::Client => b.addr.map(|a| a.ip().to_string().into_bytes()),
+        HashKey::Uri => Some(req.target.as_bytes().to_vec()),
+        HashKey::Header(h) => req.header(h).map(<[u8]>::to_vec),
+    };
+    // No compression, no intercepted errors: a gRPC response passes as it is.
+    let deco = decoration(&ctx.routes, location, loc, req, || {
+        request_vars(&ctx.routes, si, req, route, rq)
+    })
+    .map(|mut d| {
+        d.compress = None;
+        d.intercept = None;
+        d
+    });
+    Some(GrpcStart {
+        gen,
+        upstream: loc.upstream,
+        key,
+        fields: f,
+        deco,
+    })
 }
 
 /// The request-target sent upstream when it is not the client's: with a `proxy_pass` URI part,

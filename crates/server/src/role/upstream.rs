@@ -82,6 +82,9 @@ pub struct UpConn {
     pub deadline: Instant,
     /// When the earliest timer-wheel entry of this connection fires.
     pub wheel_at: Option<Instant>,
+    /// A multiplexed HTTP/2 connection (gRPC): it has no single client; its streams' owners
+    /// are in it.
+    pub mux: Option<Box<crate::role::grpc::mux::Mux>>,
 }
 
 impl UpConn {
@@ -107,6 +110,7 @@ impl UpConn {
             eof: false,
             deadline: now,
             wheel_at: None,
+            mux: None,
         }
     }
 

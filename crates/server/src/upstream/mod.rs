@@ -52,11 +52,24 @@ pub struct HealthDef {
 /// TLS to an upstream's servers.
 pub struct UpTls {
     pub config: Arc<rustls::ClientConfig>,
+    /// The same, offering ALPN `h2` (gRPC's multiplexed connections).
+    pub h2: Arc<rustls::ClientConfig>,
     /// The name to send and verify (default: each server's host as written).
     pub sni: Option<String>,
 }
 
 impl UpTls {
+    /// TLS with `config` (ALPN http/1.1) and its `h2` twin.
+    pub fn new(config: Arc<rustls::ClientConfig>, sni: Option<String>) -> UpTls {
+        let mut h2 = (*config).clone();
+        h2.alpn_protocols = vec![b"h2".to_vec()];
+        UpTls {
+            config,
+            h2: Arc::new(h2),
+            sni,
+        }
+    }
+
     /// The name a connection to `server` sends as SNI and verifies.
     pub fn name_for(&self, server: &ServerDef) -> Option<rustls::pki_types::ServerName<'static>> {
         let host = match &self.sni {
@@ -218,10 +231,7 @@ impl Upstreams {
         let https = ringx_config::upstream::https_addr(target);
         let addr_s = match &https {
             Some(a) => a.as_str(),
-            None => target
-                .strip_prefix("http://")
-                .unwrap_or(target)
-                .trim_end_matches('/'),
+            None => ringx_config::upstream::scheme_less(target).trim_end_matches('/'),
         };
         let addr = resolve_addr(addr_s).map_err(Error::config)?;
         let name = match https {
@@ -246,7 +256,7 @@ impl Upstreams {
                         c
                     }
                 };
-                Some(UpTls { config, sni: None })
+                Some(UpTls::new(config, None))
             }
         };
         if let Some(i) = self.list.iter().position(|u| u.name == name) {
@@ -305,8 +315,5 @@ fn client_tls(
     };
     let config = ringx_tls::client::config(provider, &spec)
         .map_err(|e| Error::config(cfg.error_at(span, e.to_string()).to_string()))?;
-    Ok(UpTls {
-        config,
-        sni: u.sni.clone(),
-    })
+    Ok(UpTls::new(config, u.sni.clone()))
 }

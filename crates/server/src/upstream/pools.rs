@@ -23,6 +23,8 @@ pub struct PerUpstream {
     passive: Vec<Passive>,
     /// Idle connections per server, most recently used last.
     pub idle: Vec<Vec<ConnId>>,
+    /// Multiplexed HTTP/2 (gRPC) connections per server, shared by the zone's calls.
+    pub h2: Vec<Vec<ConnId>>,
 }
 
 pub struct ZonePools {
@@ -47,6 +49,7 @@ impl ZonePools {
                 ),
                 passive: vec![Passive::default(); u.servers.len()],
                 idle: vec![Vec::new(); u.servers.len()],
+                h2: vec![Vec::new(); u.servers.len()],
             })
             .collect();
         ZonePools {

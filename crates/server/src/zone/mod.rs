@@ -9,6 +9,7 @@ pub mod client;
 mod control;
 pub mod ctl;
 pub mod ctx;
+mod grpc_up;
 mod listeners;
 pub mod reqlog;
 mod tls_in;
@@ -149,6 +150,9 @@ impl Zone {
     /// An event on the upstream connection `u`: to the role of the client that owns it, or
     /// to the connection itself when no client does.
     pub(super) fn upstream_event(&mut self, io: &mut Io, u: ConnId, ev: UpEvent) {
+        if grpc_up::is_grpc(&self.ups, u) {
+            return self.grpc_upstream_event(io, u, ev);
+        }
         let owner = self.ups.get(u).and_then(|x| x.client);
         let client = owner.and_then(|(c, gen)| {
             self.clients
@@ -182,6 +186,25 @@ impl Zone {
             return;
         }
         orphan(cx, u, ev)
+    }
+
+    /// An event on a multiplexed gRPC connection: its calls' events go to their streams.
+    fn grpc_upstream_event(&mut self, io: &mut Io, u: ConnId, ev: UpEvent) {
+        let mut cx = Cx {
+            io,
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        for (owner, ev) in grpc_up::event(&mut cx, u, ev) {
+            // A client gone since let go of its streams when it went.
+            let Some(Client { base, role }) = self.clients.get_mut(owner.c.index()) else {
+                continue;
+            };
+            if let (true, ClientRole::H2(h)) = (base.gen == owner.gen, role) {
+                h.grpc_event(&mut cx, base, owner.c, owner.sid, ev);
+                base.tr.seal(cx.io, owner.c);
+            }
+        }
     }
 
     fn upstream_closed(&mut self, io: &mut Io, u: ConnId, err: Option<std::io::Error>) {

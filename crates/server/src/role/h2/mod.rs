@@ -13,6 +13,7 @@
 //! (`Zone`); graceful shutdown and reload send GOAWAY with the last stream and let streams
 //! in flight finish.
 
+mod grpc;
 mod guard;
 mod proxy;
 mod serve;
@@ -24,6 +25,7 @@ use ringx_engine::ConnId;
 use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
 
 use crate::metrics::{bump, H2_STALL};
+use crate::role::grpc::status::Code;
 use crate::role::upstream::UpEvent;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
@@ -147,6 +149,12 @@ impl H2 {
             return;
         };
         s.body_in += data.len() as u64;
+        if s.body_in > cx.ctx.set.max_body && s.grpc.is_some() {
+            // A gRPC client reads a status, not an error page.
+            self.conn.release(id, data.len());
+            let msg = "request larger than client_max_body_size";
+            return self.grpc_fail(cx, b, c, id, Code::ResourceExhausted, msg);
+        }
         if s.body_in > cx.ctx.set.max_body {
             if s.head_sent {
                 self.conn.reset(id, ErrorCode::Cancel);
@@ -158,6 +166,9 @@ impl H2 {
         }
         if s.proxy.is_some() {
             return self.proxy_data(cx, id, data, end);
+        }
+        if s.grpc.is_some() {
+            return self.grpc_data(cx, id, data, end);
         }
         self.conn.release(id, data.len());
     }
@@ -193,6 +204,7 @@ impl H2 {
         if self.failed {
             return;
         }
+        let (_, grpc_next) = self.grpc_deadlines(cx, b, c);
         self.pump(cx, b, c);
         self.flush_ctl(cx, b, c);
         let now = cx.io.now();
@@ -208,7 +220,11 @@ impl H2 {
             let at = now + cx.ctx.set.keepalive_timeout;
             cx.ctx.set_deadline(cx.io, b, c, at);
         } else {
-            let at = now + cx.ctx.set.send_timeout;
+            // `send_timeout`, or a gRPC call's deadline if that is sooner.
+            let mut at = now + cx.ctx.set.send_timeout;
+            if let Some(d) = grpc_next {
+                at = at.min(d);
+            }
             cx.ctx.set_deadline(cx.io, b, c, at);
         }
     }
@@ -283,6 +299,10 @@ impl H2 {
             self.peer_away = true;
             return self.after(cx, b, c);
         }
+        if self.grpc_deadlines(cx, b, c).0 {
+            // A call's deadline, not `send_timeout`, woke the connection.
+            return self.after(cx, b, c);
+        }
         let stalled = self
             .streams
             .values()
@@ -293,8 +313,7 @@ impl H2 {
             self.conn.goaway(ErrorCode::EnhanceYourCalm);
             return self.fail(cx, b, c);
         }
-        let at = cx.io.now() + cx.ctx.set.send_timeout;
-        cx.ctx.set_deadline(cx.io, b, c, at);
+        self.after(cx, b, c);
     }
 
     /// An event on an upstream connection one of the streams uses.
@@ -342,7 +361,8 @@ impl H2 {
         let Some(s) = self.streams.remove(&id) else {
             return;
         };
-        if s.proxy.is_some() && self.conn.is_open(id) && !self.conn.remote_closed(id) {
+        let proxied = s.proxy.is_some() || s.grpc.is_some();
+        if proxied && self.conn.is_open(id) && !self.conn.remote_closed(id) {
             self.conn.reset(id, ErrorCode::NoError);
         }
         self.detach(cx, &s);

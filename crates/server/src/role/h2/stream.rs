@@ -11,6 +11,7 @@ use std::time::Instant;
 use ringx_engine::ConnId;
 use ringx_h2proto::Conn;
 
+use super::grpc::GrpcCall;
 use super::proxy::Proxied;
 use crate::accesslog::Entry;
 use crate::role::exchange::PROXY_HIGH_WATER;
@@ -66,6 +67,8 @@ pub(super) struct H2Stream {
     /// Trailer fields to end the stream with, after the body (a proxied response's).
     pub trailers: Vec<(Vec<u8>, Vec<u8>)>,
     pub proxy: Option<Box<Proxied>>,
+    /// A gRPC call (`grpc://`): its upstream stream and the response bytes received.
+    pub grpc: Option<Box<GrpcCall>>,
     pub log: Option<Box<StreamLog>>,
     /// The location's `limit_conn` counts this stream while it lives.
     pub conn_slot: Option<crate::guard::limit::ConnSlot>,
@@ -100,13 +103,16 @@ impl H2Stream {
             trailers: Vec::new(),
             conn_slot: None,
             proxy: None,
+            grpc: None,
             log: None,
         }
     }
 
     /// Whether response bytes wait to be sent.
     pub fn has_output(&self) -> bool {
-        !self.out.is_empty() || self.proxy.as_ref().is_some_and(|p| !p.pending().is_empty())
+        !self.out.is_empty()
+            || self.proxy.as_ref().is_some_and(|p| !p.pending().is_empty())
+            || self.grpc.as_ref().is_some_and(|g| !g.pending().is_empty())
     }
 
     /// Sends at most one DATA frame.
@@ -118,10 +124,11 @@ impl H2Stream {
         c: ConnId,
     ) -> Turn {
         let id = self.id;
-        let queued: u64 = match &self.proxy {
-            Some(p) if p.head_done => p.pending().len() as u64,
-            Some(_) => 0,
-            None => self.out.iter().map(Piece::len).sum(),
+        let queued: u64 = match (&self.proxy, &self.grpc) {
+            (_, Some(g)) => g.pending().len() as u64,
+            (Some(p), _) if p.head_done => p.pending().len() as u64,
+            (Some(_), _) => 0,
+            (None, None) => self.out.iter().map(Piece::len).sum(),
         };
         if queued == 0 {
             if !self.end || !self.head_sent {
@@ -148,9 +155,10 @@ impl H2Stream {
         if cap == 0 {
             return Turn::Blocked;
         }
-        let front = match &self.proxy {
-            Some(p) => p.pending().len() as u64,
-            None => self.out.front().map_or(0, Piece::len),
+        let front = match (&self.proxy, &self.grpc) {
+            (_, Some(g)) => g.pending().len() as u64,
+            (Some(p), _) => p.pending().len() as u64,
+            (None, None) => self.out.front().map_or(0, Piece::len),
         };
         let n = cap.min(front);
         // With trailers to follow, the last DATA frame does not end the stream.
@@ -159,6 +167,16 @@ impl H2Stream {
         let head = conn.data_frame(id, n as usize, last);
         tr.write(cx.io, c, &head);
         self.body_out += n;
+        if let Some(g) = &mut self.grpc {
+            tr.write(cx.io, c, &g.pending()[..n as usize]);
+            g.sent(cx, n as usize);
+            return if last {
+                self.ended = true;
+                Turn::Ended
+            } else {
+                Turn::More
+            };
+        }
         match &mut self.proxy {
             Some(p) => {
                 let out = p.out();

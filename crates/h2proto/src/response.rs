@@ -1,0 +1,194 @@
+//! Response fields as a client receives them (RFC 9113 §8.3.2): `:status` and nothing else
+//! pseudo, regular fields checked as a request's are (lowercase token names, no CR, LF or
+//! NUL, nothing connection-specific), trailers without pseudo-headers. What passes is kept
+//! in a [`FieldList`], one buffer for every name and value.
+
+use crate::fields::{check_name, check_value, parse_length};
+
+/// Decoded fields: names and values in one buffer, in the order received.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FieldList {
+    buf: Vec<u8>,
+    /// (name start, value start, value end) in `buf`.
+    spans: Vec<(u32, u32, u32)>,
+}
+
+impl FieldList {
+    pub fn push(&mut self, name: &[u8], value: &[u8]) {
+        let a = self.buf.len() as u32;
+        self.buf.extend_from_slice(name);
+        let b = self.buf.len() as u32;
+        self.buf.extend_from_slice(value);
+        self.spans.push((a, b, self.buf.len() as u32));
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.spans.iter().map(|&(a, b, e)| {
+            (
+                &self.buf[a as usize..b as usize],
+                &self.buf[b as usize..e as usize],
+            )
+        })
+    }
+
+    /// The first value of `name` (lowercase).
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+}
+
+/// Collects a response head or trailers as they are decoded; the first fault is kept.
+#[derive(Default)]
+pub struct ResponseBuilder {
+    pub fields: FieldList,
+    pub status: Option<u16>,
+    pub content_length: Option<u64>,
+    /// Trailers: no pseudo-header at all.
+    pub trailers: bool,
+    regular_seen: bool,
+    pub fault: Option<&'static str>,
+}
+
+impl ResponseBuilder {
+    pub fn trailers() -> ResponseBuilder {
+        ResponseBuilder {
+            trailers: true,
+            ..ResponseBuilder::default()
+        }
+    }
+
+    pub fn field(&mut self, name: &[u8], value: &[u8]) {
+        if self.fault.is_some() {
+            return;
+        }
+        if let Err(why) = self.take(name, value) {
+            self.fault = Some(why);
+        }
+    }
+
+    fn take(&mut self, name: &[u8], value: &[u8]) -> Result<(), &'static str> {
+        check_value(value)?;
+        if name.first() == Some(&b':') {
+            if self.trailers {
+                return Err("a pseudo-header in trailers");
+            }
+            if self.regular_seen {
+                return Err("a pseudo-header after a regular field");
+            }
+            if name != b":status" {
+                return Err("a pseudo-header other than :status in a response");
+            }
+            if self.status.is_some() {
+                return Err("a repeated :status");
+            }
+            let ok = value.len() == 3 && value.iter().all(u8::is_ascii_digit);
+            if !ok {
+                return Err("a :status that is not three digits");
+            }
+            let n = value
+                .iter()
+                .fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
+            self.status = Some(n);
+            return Ok(());
+        }
+        self.regular_seen = true;
+        check_name(name)?;
+        if name == b"content-length" {
+            let n = parse_length(value)?;
+            if self.content_length.is_some_and(|x| x != n) {
+                return Err("content-length values that disagree");
+            }
+            self.content_length = Some(n);
+        }
+        self.fields.push(name, value);
+        Ok(())
+    }
+
+    /// The status once the block is decoded (0 for trailers), or why it is malformed.
+    pub fn finish(&self) -> Result<u16, &'static str> {
+        if let Some(f) = self.fault {
+            return Err(f);
+        }
+        if self.trailers {
+            return Ok(0);
+        }
+        match self.status {
+            None => Err("a response without :status"),
+            Some(s) if !(100..600).contains(&s) || s == 101 => Err("an invalid :status"),
+            Some(s) => Ok(s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(trailers: bool, fields: &[(&str, &str)]) -> Result<u16, &'static str> {
+        let mut b = if trailers {
+            ResponseBuilder::trailers()
+        } else {
+            ResponseBuilder::default()
+        };
+        for (n, v) in fields {
+            b.field(n.as_bytes(), v.as_bytes());
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn a_response_head_is_checked() {
+        assert_eq!(
+            build(
+                false,
+                &[(":status", "200"), ("content-type", "application/grpc")]
+            ),
+            Ok(200)
+        );
+        let bad: &[&[(&str, &str)]] = &[
+            &[],
+            &[("x", "1")],
+            &[("x", "1"), (":status", "200")],
+            &[(":status", "20")],
+            &[(":status", "2x0")],
+            &[(":status", "101")],
+            &[(":status", "200"), (":status", "200")],
+            &[(":status", "200"), (":path", "/")],
+            &[(":status", "200"), ("Upper", "1")],
+            &[(":status", "200"), ("connection", "close")],
+            &[(":status", "200"), ("transfer-encoding", "chunked")],
+            &[(":status", "200"), ("x", "a\r\nb: c")],
+            &[
+                (":status", "200"),
+                ("content-length", "1"),
+                ("content-length", "2"),
+            ],
+        ];
+        for c in bad {
+            assert!(build(false, c).is_err(), "{c:?}");
+        }
+        assert_eq!(build(true, &[("grpc-status", "0")]), Ok(0));
+        assert!(build(true, &[(":status", "200")]).is_err());
+    }
+
+    #[test]
+    fn a_field_list_keeps_order_and_finds_names() {
+        let mut l = FieldList::default();
+        l.push(b"a", b"1");
+        l.push(b"bb", b"");
+        l.push(b"a", b"3");
+        let all: Vec<_> = l.iter().collect();
+        assert_eq!(all, [(&b"a"[..], &b"1"[..]), (b"bb", b""), (b"a", b"3")]);
+        assert_eq!(l.get(b"a"), Some(&b"1"[..]));
+        assert_eq!(l.get(b"c"), None);
+        assert_eq!(l.len(), 3);
+    }
+}
