@@ -4,8 +4,12 @@
 //! connections fills every event batch and established connections wait behind it.
 //!
 //! A token bucket in nanoseconds: it fills at `share` of wall time, up to a burst of
-//! `share` × 4 ms, and every expensive handshake step is charged what it took (measured,
-//! not estimated). A step that finds the bucket empty waits (the zone keeps the bytes and
+//! `share` × 0.5 ms, and every expensive handshake step is charged what it took (measured,
+//! not estimated). The burst is about one step: a step may run whenever the bucket is not
+//! empty and drives it into debt, so between two steps the zone always serves what else
+//! arrived (a larger burst let several handshakes run back to back, and an established
+//! request arriving then waited for all of them: a p99 of 4.6 ms instead of 0.14 under a
+//! flood, `bench/README.md`). A step that finds the bucket empty waits (the zone keeps the bytes and
 //! retries on its next timer tick, every millisecond while anything waits); established
 //! connections are never charged and never wait.
 
@@ -24,7 +28,7 @@ pub struct Budget {
 }
 
 /// The burst a full bucket allows, at share 1.
-const BURST: Duration = Duration::from_millis(4);
+const BURST: Duration = Duration::from_micros(500);
 
 impl Budget {
     pub fn new(share: f64, now: Instant) -> Budget {
@@ -72,20 +76,23 @@ mod tests {
     fn a_share_of_wall_time_with_a_bounded_burst() {
         let t0 = Instant::now();
         let mut b = Budget::new(0.5, t0);
-        // The burst: 2 ms of work at share 0.5.
+        // A full bucket (0.25 ms at share 0.5) admits one step, whatever it costs...
         assert!(b.admit(t0));
-        b.charge(Duration::from_millis(2));
+        b.charge(Duration::from_micros(400));
+        // ... and the debt keeps the next one waiting.
         assert!(!b.admit(t0), "an empty bucket makes the next step wait");
         assert_eq!(b.waits, 1);
-        // 1 ms of wall time refills 0.5 ms.
+        // 0.3 ms of wall time refills 0.15 ms: still 0 in debt.
+        assert!(!b.admit(t0 + Duration::from_micros(300)));
+        // 1 ms refills 0.5 ms: 0.1 ms left.
         assert!(b.admit(t0 + Duration::from_millis(1)));
         b.charge(Duration::from_micros(600));
         assert!(!b.admit(t0 + Duration::from_millis(1)));
-        // A long idle time refills no more than the burst.
+        // A long idle time refills no more than the burst: one step, then a wait.
         let later = t0 + Duration::from_secs(10);
         assert!(b.admit(later));
-        b.charge(Duration::from_micros(2100));
+        b.charge(Duration::from_micros(300));
         assert!(!b.admit(later));
-        assert_eq!(b.spent_ns, 4_700_000);
+        assert_eq!(b.spent_ns, 1_300_000);
     }
 }
