@@ -370,8 +370,10 @@ impl Zone {
             ctx: &mut self.ctx,
             ups: &mut self.ups,
         };
-        if let ClientRole::Http1(h) = role {
-            h.resume(&mut cx, base, c);
+        match role {
+            ClientRole::Http1(h) => h.resume(&mut cx, base, c),
+            ClientRole::H2(h) => h.resume(&mut cx, base, c),
+            _ => {}
         }
         base.tr.seal(cx.io, c);
     }

@@ -13,11 +13,13 @@
 //! (`Zone`); graceful shutdown and reload send GOAWAY with the last stream and let streams
 //! in flight finish.
 
+mod cache;
 mod grpc;
 mod guard;
 mod proxy;
 mod serve;
 mod stream;
+mod wait;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -42,6 +44,8 @@ pub struct H2 {
     ready: VecDeque<u32>,
     /// Which stream each upstream connection in use serves.
     ups: HashMap<ConnId, u32>,
+    /// Background updates of cache entries, by their upstream connection (`cache.rs`).
+    bg: HashMap<ConnId, Box<proxy::Proxied>>,
     /// A connection error ended it: nothing more is read.
     failed: bool,
     /// The peer is going away (GOAWAY or FIN): close once the streams are done.
@@ -64,6 +68,7 @@ impl H2 {
             streams: HashMap::new(),
             ready: VecDeque::new(),
             ups: HashMap::new(),
+            bg: HashMap::new(),
             failed: false,
             peer_away: false,
         };
@@ -76,7 +81,7 @@ impl H2 {
 
     /// No stream open and nothing queued: the connection can be reclaimed.
     pub fn is_idle(&self, b: &Base, io: &ringx_engine::Io, c: ConnId) -> bool {
-        self.streams.is_empty() && b.tr.pending(io, c) == 0
+        self.streams.is_empty() && self.bg.is_empty() && b.tr.pending(io, c) == 0
     }
 
     pub fn on_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
@@ -163,6 +168,12 @@ impl H2 {
             let s = self.streams.remove(&id).expect("checked");
             self.detach(cx, &s);
             return self.answer_error(cx, b, c, s, 413);
+        }
+        if let Some(h) = s.held.as_mut() {
+            // Its window reopens once the request goes on.
+            h.body.data.extend_from_slice(data);
+            h.body.end |= end;
+            return;
         }
         if s.proxy.is_some() {
             return self.proxy_data(cx, id, data, end);
@@ -274,6 +285,9 @@ impl H2 {
             }
         }
         self.ups.clear();
+        for (_, p) in self.bg.drain() {
+            p.detach(cx);
+        }
     }
 
     /// Graceful shutdown or a reload that removed this connection's address: GOAWAY with

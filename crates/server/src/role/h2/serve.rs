@@ -10,17 +10,21 @@ use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{Parsed, Request};
 
+use super::cache::CacheStep;
 use super::grpc::{self, Started};
 use super::guard::{self, Gate};
 use super::proxy::Proxied;
 use super::stream::{H2Stream, Piece, StreamLog};
+use super::wait::{Held, HeldBody};
 use super::H2;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::{new_request_id, ConnInfo};
+use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
 use crate::role::grpc::mux::{CallEvent, Owner};
 use crate::role::grpc::status::{self, Code};
+use crate::role::http1::cached;
 use crate::role::http1::guard as h1guard;
 use crate::role::http1::local::{self, Route};
 use crate::role::proxy_start;
@@ -85,18 +89,57 @@ impl H2 {
         }
         let mut h1 = Vec::with_capacity(128 + head.lines.len());
         head.write_http1(&mut h1, framing);
+        self.serve(cx, b, c, s, Held::new(h1, framing));
+    }
+
+    /// Parses, routes and serves stream `s`'s request (`held`: its HTTP/1.1 head and what was
+    /// decided for it so far); a request that must wait is parked (`wait.rs`) and comes back
+    /// here when it is looked at again.
+    pub(super) fn serve(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        s: H2Stream,
+        held: Box<Held>,
+    ) {
+        let id = s.id;
+        if let Some(body) = self.route_stream(cx, b, c, s, held) {
+            self.pass_body(cx, id, body);
+        }
+    }
+
+    /// [`H2::serve`]: the request's body that arrived while it waited, to go where the
+    /// request went (None: it waits again).
+    fn route_stream(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        mut held: Box<Held>,
+    ) -> Option<HeldBody> {
+        let body = std::mem::take(&mut held.body);
+        let framing = held.framing;
+        let first = !held.resumed;
         let mut storage = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
         let n = cx.ctx.set.limits.max_headers.min(MAX_HEADERS);
         let limits = ringx_http::Limits {
-            max_head: h1.len().max(cx.ctx.set.limits.max_head),
+            max_head: held.h1.len().max(cx.ctx.set.limits.max_head),
             ..cx.ctx.set.limits
         };
-        let req = match ringx_http::parse_request_uninit(&h1, &mut storage[..n], &limits) {
+        let req = match ringx_http::parse_request_uninit(&held.h1, &mut storage[..n], &limits) {
             Ok(Parsed::Complete(r)) => r,
-            Ok(Parsed::Partial) => return self.answer_error(cx, b, c, s, 400),
-            Err(e) => return self.answer_error(cx, b, c, s, e.status),
+            Ok(Parsed::Partial) => {
+                self.answer_error(cx, b, c, s, 400);
+                return Some(body);
+            }
+            Err(e) => {
+                self.answer_error(cx, b, c, s, e.status);
+                return Some(body);
+            }
         };
-        if let Some(l) = s.log.as_mut() {
+        if let Some(l) = s.log.as_mut().filter(|_| first) {
             l.referer
                 .extend_from_slice(req.header("referer").unwrap_or_default());
             l.user_agent
@@ -116,9 +159,9 @@ impl H2 {
         });
         if let Some(l) = s.log.as_mut() {
             if cx.ctx.log.format() == Some(LogFormat::Json) {
-                let id = new_request_id();
+                // One id for the request however often it is looked at.
+                let id = *l.request_id.get_or_insert_with(new_request_id);
                 rq.request_id.set(Some(id));
-                l.request_id = Some(id);
             }
         }
         let conn = || rq.conn;
@@ -128,25 +171,64 @@ impl H2 {
             &req,
             (conn, &rq.request_id),
         );
-        if let Some((si, li)) = route.at {
-            if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
-                let uri = route.path.as_deref().unwrap_or("");
-                match guard::check(cx, b, &req, uri, (si, li)) {
-                    Gate::Pass(slot) => s.conn_slot = slot,
-                    Gate::Refuse { status, headers } => {
-                        let mut resp = Vec::with_capacity(512);
-                        let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
-                        cx.ctx.responder().error(&mut resp, page.extra(&headers));
-                        return self.answer(cx, b, c, s, resp, None);
-                    }
+        let (guarded, cached) = match route.at {
+            Some((si, li)) => {
+                let l = &cx.ctx.routes.servers[si].locations[li];
+                (l.guard.is_some(), l.cache.is_some())
+            }
+            None => (false, false),
+        };
+        if guarded {
+            let uri = route.path.as_deref().unwrap_or("");
+            let at = route.at.expect("a guarded request has a location");
+            match guard::check(cx, b, &req, uri, at, &mut held.progress) {
+                Gate::Pass(slot) => s.conn_slot = slot,
+                Gate::Refuse { status, headers } => {
+                    let mut resp = Vec::with_capacity(512);
+                    let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
+                    cx.ctx.responder().error(&mut resp, page.extra(&headers));
+                    self.answer(cx, b, c, s, resp, None);
+                    return Some(body);
+                }
+                Gate::Delay(d) => {
+                    held.body = body;
+                    let until = cx.io.now() + d;
+                    self.park(cx, b, c, s, held, Some(until));
+                    return None;
+                }
+                Gate::Ask(upstream, head) => {
+                    held.body = body;
+                    self.ask(cx, b, c, s, held, upstream, head);
+                    return None;
                 }
             }
         }
         if proxy_start::is_grpc(&cx.ctx.routes, &route) {
-            return self.start_grpc(cx, b, c, s, &req, &route, &rq, end_stream);
+            let end = framing == Framing::None;
+            self.start_grpc(cx, b, c, s, &req, &route, &rq, end);
+            return Some(body);
         }
         if proxy_start::is_proxied(&cx.ctx.routes, &route) {
-            return self.start_proxy(cx, b, c, s, &req, &route, &rq, framing);
+            let mut capture = None;
+            if cached {
+                match self.cache_step(cx, b, &mut s, &req, (&route, &rq), &mut held.progress) {
+                    CacheStep::Go(cap) => capture = cap,
+                    CacheStep::Hit(resp, file, update) => {
+                        self.answer(cx, b, c, s, resp, file);
+                        if let Some(u) = update {
+                            self.background(cx, b, c, u);
+                        }
+                        return Some(body);
+                    }
+                    CacheStep::Wait(until) => {
+                        held.body = body;
+                        self.park(cx, b, c, s, held, Some(until));
+                        return None;
+                    }
+                }
+            }
+            self.start_proxy(cx, b, c, s, &req, &route, &rq, framing, capture);
+            return Some(body);
         }
         let mut resp = Vec::with_capacity(256);
         let r = local::respond(
@@ -159,6 +241,7 @@ impl H2 {
             &rq,
         );
         self.answer(cx, b, c, s, resp, r.file);
+        Some(body)
     }
 
     /// Answers with an error page.
@@ -257,7 +340,8 @@ impl H2 {
 }
 
 impl H2 {
-    /// Starts proxying stream `s`'s request (routed to a `proxy_pass` location).
+    /// Starts proxying stream `s`'s request (routed to a `proxy_pass` location); `capture`:
+    /// what the cache keeps of the response, and the cache status it carries.
     #[allow(clippy::too_many_arguments)]
     fn start_proxy(
         &mut self,
@@ -269,9 +353,16 @@ impl H2 {
         route: &Route<'_>,
         rq: &ReqCtx,
         framing: Framing,
+        capture: Option<Capture>,
     ) {
-        match Proxied::start(cx, b, c, req, route, rq, framing) {
-            Err((status, page)) => self.give_up(cx, b, c, s, status, page.as_deref()),
+        s.cache = capture.as_ref().map_or("", |x| x.client_status);
+        match Proxied::start(cx, b, c, req, route, rq, framing, capture) {
+            Err((status, page, cap)) => {
+                if let Some(fill) = cap.and_then(|mut x| x.fill.take()) {
+                    return self.fill_failed(cx, b, c, s, fill, status, page.as_deref());
+                }
+                self.give_up(cx, b, c, s, status, page.as_deref())
+            }
             Ok(p) => {
                 if let Some(u) = p.ex.up {
                     self.ups.insert(u, s.id);
@@ -322,6 +413,9 @@ impl H2 {
 
     /// Trailers of a request: the end of a proxied chunked body.
     pub(super) fn trailers(&mut self, cx: &mut Cx, id: u32, lines: &[u8]) {
+        if self.held_trailers(id, lines) {
+            return;
+        }
         if let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) {
             return g.end_request(cx);
         }
@@ -352,6 +446,9 @@ impl H2 {
         u: ConnId,
         ev: UpEvent,
     ) {
+        if self.bg.contains_key(&u) {
+            return self.background_event(cx, c, u, ev);
+        }
         let Some(&id) = self.ups.get(&u) else {
             if let Some(up) = cx.ups.get_mut(u) {
                 up.abandon(cx.io, u);
@@ -371,6 +468,33 @@ impl H2 {
                 self.ups.insert(n, id);
             }
         }
+        // A fill's response the client is not sent (a revalidation's 304, a status the
+        // stale copy stands in for): the cache answers when it ends.
+        let cache_answers =
+            p.ex.capture
+                .as_ref()
+                .is_some_and(|x| !x.to_client && x.fill.is_some());
+        let held = self.streams.get(&id).is_some_and(|s| s.held.is_some());
+        if outcome != Outcome::Pending && held {
+            // The `auth_request` subrequest of a waiting stream.
+            return self.auth_done(cx, b, c, id, outcome);
+        }
+        if outcome != Outcome::Pending && cache_answers {
+            let Some(mut s) = self.streams.remove(&id) else {
+                return;
+            };
+            self.detach(cx, &s);
+            let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
+            let failed = match outcome {
+                Outcome::Done => None,
+                Outcome::GiveUp(st) => Some(st),
+                _ => Some(502),
+            };
+            if let Some(cap) = cap {
+                return self.fill_answer(cx, b, c, s, cap, failed);
+            }
+            return self.give_up(cx, b, c, s, failed.unwrap_or(502), None);
+        }
         self.response_head(cx, b, c, id);
         match outcome {
             Outcome::Pending => {}
@@ -379,6 +503,9 @@ impl H2 {
                     s.end = true;
                     if let Some(p) = s.proxy.as_mut() {
                         s.trailers = p.response_trailers();
+                        if let Some(mut cap) = p.ex.capture.take() {
+                            cached::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
+                        }
                     }
                 }
             }
@@ -388,6 +515,14 @@ impl H2 {
                 };
                 self.detach(cx, &s);
                 let page = s.proxy.as_mut().and_then(|p| p.page.take());
+                let fill = s
+                    .proxy
+                    .as_mut()
+                    .and_then(|p| p.ex.capture.as_mut())
+                    .and_then(|x| x.fill.take());
+                if let Some(fill) = fill {
+                    return self.fill_failed(cx, b, c, s, fill, status, page.as_deref());
+                }
                 return self.give_up(cx, b, c, s, status, page.as_deref());
             }
             Outcome::Cut | Outcome::Upgrade(_) => {
