@@ -5,8 +5,9 @@
 //! for an entry another request is filling waits (`wait.rs`) and looks again; a stale
 //! entry stands in when the upstream fails, answers a revalidation's 304, and is refreshed
 //! in the background after a stale answer (`stale-while-revalidate`), by an exchange the
-//! connection owns beside its streams (`H2::bg`).
+//! connection owns beside its streams ([`Background`]).
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -15,8 +16,7 @@ use ringx_http::Request;
 
 use super::proxy::Proxied;
 use super::stream::H2Stream;
-use super::H2;
-use crate::answer::{PageCtx, ReqCtx};
+use crate::answer::ReqCtx;
 use crate::cache::fill::{Asked, Fill};
 use crate::cache::loc::{count, Decision};
 use crate::cache::Found;
@@ -46,76 +46,127 @@ pub(super) enum CacheStep {
     Wait(Instant),
 }
 
-impl H2 {
-    /// The cache's decision for stream `s`'s request, routed to a location with a cache.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn cache_step(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        s: &mut H2Stream,
-        req: &Request,
-        (route, rq): (&Route<'_>, &ReqCtx),
-        progress: &mut Progress,
-    ) -> CacheStep {
-        let Some(at) = route.at else {
-            return CacheStep::Go(None);
-        };
-        let uri = route.path.as_deref().unwrap_or("");
-        progress.touched = true;
-        let Some(d) = cached::decide(cx, b, req, uri, at, true, progress.waiting) else {
-            return CacheStep::Go(None);
-        };
-        match d {
-            Decision::Bypass => CacheStep::Go(Some(cached::passing(cx, at, "BYPASS"))),
-            Decision::Uncached => CacheStep::Go(Some(cached::passing(cx, at, "MISS"))),
-            Decision::Fetch(fill) => CacheStep::Go(Some(cached::filling(fill, true))),
-            Decision::Wait(after) => {
-                let now = cx.io.now();
-                let (since, looks) = progress.waiting.unwrap_or((now, 0));
-                progress.waiting = Some((since, looks + 1));
-                CacheStep::Wait(now + after)
-            }
-            Decision::Hit {
-                found,
-                status,
-                update,
-            } => {
-                let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
-                let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
-                let update = update.and_then(|f| {
-                    proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f)
-                        .map(|(u, h)| (f, u, h))
-                });
-                let asked = cached::asked_now(req, true);
-                let (resp, file) = found_response(cx, s, found, status, &line, &asked);
-                CacheStep::Hit(resp, file, update)
-            }
+/// The cache's decision for stream `s`'s request, routed to a location with a cache.
+pub(super) fn step(
+    cx: &mut Cx,
+    b: &mut Base,
+    s: &mut H2Stream,
+    req: &Request,
+    (route, rq): (&Route<'_>, &ReqCtx),
+    progress: &mut Progress,
+) -> CacheStep {
+    let Some(at) = route.at else {
+        return CacheStep::Go(None);
+    };
+    let uri = route.path.as_deref().unwrap_or("");
+    progress.touched = true;
+    let Some(d) = cached::decide(cx, b, req, uri, at, true, progress.waiting) else {
+        return CacheStep::Go(None);
+    };
+    match d {
+        Decision::Bypass => CacheStep::Go(Some(cached::passing(cx, at, "BYPASS"))),
+        Decision::Uncached => CacheStep::Go(Some(cached::passing(cx, at, "MISS"))),
+        Decision::Fetch(fill) => CacheStep::Go(Some(cached::filling(fill, true))),
+        Decision::Wait(after) => {
+            let now = cx.io.now();
+            let (since, looks) = progress.waiting.unwrap_or((now, 0));
+            progress.waiting = Some((since, looks + 1));
+            CacheStep::Wait(now + after)
+        }
+        Decision::Hit {
+            found,
+            status,
+            update,
+        } => {
+            let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
+            let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
+            let update = update.and_then(|f| {
+                proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f).map(|(u, h)| (f, u, h))
+            });
+            let asked = cached::asked_now(req, true);
+            let (resp, file) = found_response(cx, s, found, status, &line, &asked);
+            CacheStep::Hit(resp, file, update)
         }
     }
+}
 
-    /// Sends a background update of a cache entry (`head` to `upstream`): the connection
-    /// owns it until it ends, and the entry is stored or refreshed then.
-    pub(super) fn background(
+/// A fill's exchange for stream `s` ended without its response going to the client (a
+/// revalidation's 304, or an upstream status the stale copy stands in for; `failed`: it
+/// could not be had): the response from the cache, or `Err` with the status to answer.
+pub(super) fn answer_from_fill(
+    cx: &mut Cx,
+    s: &mut H2Stream,
+    mut cap: Box<Capture>,
+    failed: Option<u16>,
+) -> Result<Vec<u8>, u16> {
+    let status = failed.unwrap_or(502);
+    let Some(mut fill) = cap.fill.take() else {
+        return Err(status);
+    };
+    let now = cx.ctx.wall_ms(cx.io.now());
+    let answer = match failed {
+        None => cached::settle(&mut cap, &mut fill, now),
+        Some(st) => fill
+            .stale_for(st, false, now)
+            .cloned()
+            .map(|o| (o, "STALE")),
+    };
+    let (obj, cache_status) = answer.ok_or(status)?;
+    let line = fill.line(cache_status);
+    let (resp, _) = found_response(cx, s, Found::Mem(obj), cache_status, &line, &fill.asked);
+    Ok(resp)
+}
+
+/// A fill's exchange for stream `s` failed with `status` before any response: the stale
+/// copy's response, if the cache may serve it for that.
+pub(super) fn stale_answer(
+    cx: &mut Cx,
+    s: &mut H2Stream,
+    fill: &Fill,
+    status: u16,
+) -> Option<Vec<u8>> {
+    let now = cx.ctx.wall_ms(cx.io.now());
+    let obj = fill.stale_for(status, false, now).cloned()?;
+    let line = fill.line("STALE");
+    Some(found_response(cx, s, Found::Mem(obj), "STALE", &line, &fill.asked).0)
+}
+
+/// Background updates of cache entries (a stale answer's refresh), owned by the connection
+/// beside its streams until they end, by their upstream connection.
+#[derive(Default)]
+pub(super) struct Background(HashMap<ConnId, Box<Proxied>>);
+
+impl Background {
+    /// Sends the update (`head` to `upstream` for `fill`). When it cannot be sent, the fill
+    /// is dropped: the stale copy stays, and a later request updates it.
+    pub fn start(
         &mut self,
         cx: &mut Cx,
         b: &Base,
         c: ConnId,
         (fill, upstream, head): (Box<Fill>, usize, Vec<u8>),
     ) {
-        // When it cannot be sent, the fill is dropped: the stale copy stays, and a later
-        // request updates it.
         let cap = cached::filling(fill, false);
         if let Some(p) = Proxied::sub(cx, b, c, upstream, head, cap) {
             if let Some(u) = p.ex.up {
-                self.bg.insert(u, p);
+                self.0.insert(u, p);
             }
         }
     }
 
-    /// An event on the upstream connection `u` of a background update.
-    pub(super) fn background_event(&mut self, cx: &mut Cx, c: ConnId, u: ConnId, ev: UpEvent) {
-        let Some(mut p) = self.bg.remove(&u) else {
+    /// Whether upstream connection `u` carries an update.
+    pub fn has(&self, u: ConnId) -> bool {
+        self.0.contains_key(&u)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// An event on the upstream connection `u` of an update: when it ends, the entry is
+    /// stored or refreshed (or, failed, the stale copy stays).
+    pub fn event(&mut self, cx: &mut Cx, c: ConnId, u: ConnId, ev: UpEvent) {
+        let Some(mut p) = self.0.remove(&u) else {
             return;
         };
         let (outcome, _) = p.event(cx, c, u, ev);
@@ -123,7 +174,7 @@ impl H2 {
             // A retry may have moved it to another connection.
             Outcome::Pending => {
                 let at = p.ex.up.unwrap_or(u);
-                self.bg.insert(at, p);
+                self.0.insert(at, p);
             }
             Outcome::Done => {
                 let now = cx.ctx.wall_ms(cx.io.now());
@@ -133,65 +184,15 @@ impl H2 {
                     }
                 }
             }
-            // It failed: the stale copy stays.
             _ => p.detach(cx),
         }
     }
 
-    /// A fill's exchange for stream `s` ended without its response going to the client (a
-    /// revalidation's 304, or an upstream status the stale copy stands in for; `failed`:
-    /// it could not be had): the stream is answered from the cache, or with the error.
-    pub(super) fn fill_answer(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-        mut s: H2Stream,
-        mut cap: Box<Capture>,
-        failed: Option<u16>,
-    ) {
-        s.proxy = None; // the stream's body is the entry's, not the exchange's output
-        let Some(mut fill) = cap.fill.take() else {
-            return self.give_up(cx, b, c, s, failed.unwrap_or(502), None);
-        };
-        let now = cx.ctx.wall_ms(cx.io.now());
-        let answer = match failed {
-            None => cached::settle(&mut cap, &mut fill, now),
-            Some(st) => fill
-                .stale_for(st, false, now)
-                .cloned()
-                .map(|o| (o, "STALE")),
-        };
-        let Some((obj, status)) = answer else {
-            return self.give_up(cx, b, c, s, failed.unwrap_or(502), None);
-        };
-        let line = fill.line(status);
-        let (resp, _) = found_response(cx, &mut s, Found::Mem(obj), status, &line, &fill.asked);
-        self.answer(cx, b, c, s, resp, None);
-    }
-
-    /// A fill's exchange for stream `s` failed (`status`) before any response: the stale
-    /// copy if the cache may serve it for that, else the error (`page`: the location's).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn fill_failed(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-        mut s: H2Stream,
-        fill: Box<Fill>,
-        status: u16,
-        page: Option<&PageCtx>,
-    ) {
-        let now = cx.ctx.wall_ms(cx.io.now());
-        let Some(obj) = fill.stale_for(status, false, now).cloned() else {
-            return self.give_up(cx, b, c, s, status, page);
-        };
-        // The stream's body is the entry's now, not the exchange's output.
-        s.proxy = None;
-        let line = fill.line("STALE");
-        let (resp, _) = found_response(cx, &mut s, Found::Mem(obj), "STALE", &line, &fill.asked);
-        self.answer(cx, b, c, s, resp, None);
+    /// The connection is gone: the updates let go of their upstream connections.
+    pub fn detach_all(&mut self, cx: &mut Cx) {
+        for (_, p) in self.0.drain() {
+            p.detach(cx);
+        }
     }
 }
 

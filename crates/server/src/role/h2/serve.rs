@@ -4,26 +4,25 @@
 //! the body, which waits for the window in the stream.
 
 use std::mem::MaybeUninit;
+use std::time::Instant;
 
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{Parsed, Request};
 
-use super::cache::CacheStep;
-use super::grpc::{self, Started};
+use super::cache::{self, CacheStep};
 use super::guard::{self, Gate};
 use super::proxy::Proxied;
 use super::stream::{H2Stream, Piece, StreamLog};
 use super::wait::{Held, HeldBody};
 use super::H2;
 use crate::answer::{PageCtx, ReqCtx};
+use crate::guard::AuthAnswer;
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::{new_request_id, ConnInfo};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
-use crate::role::grpc::mux::{CallEvent, Owner};
-use crate::role::grpc::status::{self, Code};
 use crate::role::http1::cached;
 use crate::role::http1::guard as h1guard;
 use crate::role::http1::local::{self, Route};
@@ -211,12 +210,12 @@ impl H2 {
         if proxy_start::is_proxied(&cx.ctx.routes, &route) {
             let mut capture = None;
             if cached {
-                match self.cache_step(cx, b, &mut s, &req, (&route, &rq), &mut held.progress) {
+                match cache::step(cx, b, &mut s, &req, (&route, &rq), &mut held.progress) {
                     CacheStep::Go(cap) => capture = cap,
                     CacheStep::Hit(resp, file, update) => {
                         self.answer(cx, b, c, s, resp, file);
                         if let Some(u) = update {
-                            self.background(cx, b, c, u);
+                            self.bg.start(cx, b, c, u);
                         }
                         return Some(body);
                     }
@@ -358,8 +357,9 @@ impl H2 {
         s.cache = capture.as_ref().map_or("", |x| x.client_status);
         match Proxied::start(cx, b, c, req, route, rq, framing, capture) {
             Err((status, page, cap)) => {
-                if let Some(fill) = cap.and_then(|mut x| x.fill.take()) {
-                    return self.fill_failed(cx, b, c, s, fill, status, page.as_deref());
+                let fill = cap.and_then(|mut x| x.fill.take());
+                if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
+                    return self.answer(cx, b, c, s, resp, None);
                 }
                 self.give_up(cx, b, c, s, status, page.as_deref())
             }
@@ -413,7 +413,9 @@ impl H2 {
 
     /// Trailers of a request: the end of a proxied chunked body.
     pub(super) fn trailers(&mut self, cx: &mut Cx, id: u32, lines: &[u8]) {
-        if self.held_trailers(id, lines) {
+        if let Some(h) = self.streams.get_mut(&id).and_then(|s| s.held.as_mut()) {
+            h.body.end = true;
+            h.body.trailers = Some(lines.to_vec());
             return;
         }
         if let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) {
@@ -446,8 +448,8 @@ impl H2 {
         u: ConnId,
         ev: UpEvent,
     ) {
-        if self.bg.contains_key(&u) {
-            return self.background_event(cx, c, u, ev);
+        if self.bg.has(u) {
+            return self.bg.event(cx, c, u, ev);
         }
         let Some(&id) = self.ups.get(&u) else {
             if let Some(up) = cx.ups.get_mut(u) {
@@ -490,10 +492,13 @@ impl H2 {
                 Outcome::GiveUp(st) => Some(st),
                 _ => Some(502),
             };
-            if let Some(cap) = cap {
-                return self.fill_answer(cx, b, c, s, cap, failed);
-            }
-            return self.give_up(cx, b, c, s, failed.unwrap_or(502), None);
+            return match cap
+                .ok_or(502)
+                .and_then(|x| cache::answer_from_fill(cx, &mut s, x, failed))
+            {
+                Ok(resp) => self.answer(cx, b, c, s, resp, None),
+                Err(status) => self.give_up(cx, b, c, s, status, None),
+            };
         }
         self.response_head(cx, b, c, id);
         match outcome {
@@ -520,8 +525,9 @@ impl H2 {
                     .as_mut()
                     .and_then(|p| p.ex.capture.as_mut())
                     .and_then(|x| x.fill.take());
-                if let Some(fill) = fill {
-                    return self.fill_failed(cx, b, c, s, fill, status, page.as_deref());
+                if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
+                    s.proxy = None; // the stream's body is the entry's, not the exchange's output
+                    return self.answer(cx, b, c, s, resp, None);
                 }
                 return self.give_up(cx, b, c, s, status, page.as_deref());
             }
@@ -570,172 +576,137 @@ impl H2 {
 }
 
 impl H2 {
-    /// Starts the gRPC call of stream `s` (routed to a `grpc://` location; `end`: it has
-    /// no request body).
+    /// Parks stream `s` until `until` (None: until its subrequest answers).
+    pub(super) fn park(
+        &mut self,
+        cx: &mut Cx,
+        b: &Base,
+        c: ConnId,
+        mut s: H2Stream,
+        mut held: Box<Held>,
+        until: Option<Instant>,
+    ) {
+        held.until = until;
+        held.resumed = true;
+        if let Some(at) = until {
+            cx.ctx.wake_at(cx.io, at, c, b.gen);
+        }
+        s.held = Some(held);
+        self.streams.insert(s.id, s);
+    }
+
+    /// The zone's timer: streams whose wait is over are looked at again.
+    pub fn resume(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.failed {
+            return;
+        }
+        let now = cx.io.now();
+        let mut due: Vec<u32> = self
+            .streams
+            .values()
+            .filter(|s| {
+                s.held
+                    .as_ref()
+                    .and_then(|h| h.until)
+                    .is_some_and(|t| t <= now)
+            })
+            .map(|s| s.id)
+            .collect();
+        due.sort_unstable(); // in the order they were opened
+        for id in due {
+            self.unpark(cx, b, c, id);
+        }
+        self.after(cx, b, c);
+    }
+
+    /// Looks at held stream `id` again.
+    fn unpark(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
+        };
+        let Some(held) = s.held.take() else {
+            self.streams.insert(id, s);
+            return;
+        };
+        self.serve(cx, b, c, s, held);
+    }
+
+    /// What arrived of the body while stream `id` waited goes where the request went now:
+    /// to its upstream, or read and dropped (its window given back either way).
+    pub(super) fn pass_body(&mut self, cx: &mut Cx, id: u32, body: HeldBody) {
+        if body.data.is_empty() && !body.end {
+            return;
+        }
+        let (proxied, grpc) = self
+            .streams
+            .get(&id)
+            .map_or((false, false), |s| (s.proxy.is_some(), s.grpc.is_some()));
+        let ended_by_trailers = body.trailers.is_some();
+        if proxied {
+            self.proxy_data(cx, id, &body.data, body.end && !ended_by_trailers);
+        } else if grpc {
+            self.grpc_data(cx, id, &body.data, body.end && !ended_by_trailers);
+        } else {
+            self.conn.release(id, body.data.len());
+            return;
+        }
+        if let Some(t) = body.trailers {
+            self.trailers(cx, id, &t);
+        }
+    }
+
+    /// Sends the `auth_request` subrequest (`head` to `upstream`) for held stream `s`; the
+    /// stream waits for its answer (`auth_done`). When it cannot be sent, the answer is an
+    /// error at once (500, as over HTTP/1).
     #[allow(clippy::too_many_arguments)]
-    fn start_grpc(
+    pub(super) fn ask(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        req: &Request,
-        route: &Route<'_>,
-        rq: &ReqCtx,
-        end: bool,
+        mut held: Box<Held>,
+        upstream: usize,
+        head: Vec<u8>,
     ) {
-        let id = s.id;
-        let owner = Owner {
-            c,
-            gen: b.gen,
-            sid: id,
-        };
-        match grpc::start(cx, b, owner, req, route, rq, end) {
-            Started::Call(call) => {
-                s.grpc = Some(call);
-                self.streams.insert(id, s);
+        match Proxied::sub(cx, b, c, upstream, head, Capture::subrequest()) {
+            Some(p) => {
+                if let Some(u) = p.ex.up {
+                    self.ups.insert(u, s.id);
+                }
+                s.proxy = Some(p);
+                self.park(cx, b, c, s, held, None);
             }
-            Started::Failed(code, msg) => {
-                self.streams.insert(id, s);
-                self.grpc_fail(cx, b, c, id, code, msg);
+            None => {
+                held.progress.auth = Some(AuthAnswer::Error);
+                self.serve(cx, b, c, s, held);
             }
         }
     }
 
-    /// Request body bytes of a gRPC call, to its upstream stream; the client's window
-    /// reopens by what the upstream's window took.
-    pub(super) fn grpc_data(&mut self, cx: &mut Cx, id: u32, data: &[u8], end: bool) {
-        let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) else {
-            return self.conn.release(id, data.len());
-        };
-        let n = g.body(cx, data, end);
-        self.conn.release(id, n);
-    }
-
-    /// What the upstream stream of stream `id`'s call did.
-    pub fn grpc_event(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, ev: CallEvent) {
-        let Some(s) = self.streams.get_mut(&id) else {
-            return;
-        };
-        let Some(g) = s.grpc.as_mut() else {
-            return;
-        };
-        match ev {
-            CallEvent::Head {
-                status,
-                fields,
-                end,
-            } => {
-                let fields = g.head_fields(status, &fields);
-                if end {
-                    g.end(cx);
-                }
-                if !self.conn.out().is_empty() {
-                    b.tr.write(cx.io, c, self.conn.out());
-                    self.conn.clear_out();
-                }
-                let Some(out) = b.tr.out_buf(cx.io, c) else {
-                    return;
-                };
-                self.conn.send_headers(out, id, status, fields.iter(), end);
-                s.head_sent = true;
-                s.status = status;
-                if end {
-                    s.ended = true;
-                    self.finish(cx, b, c, id);
-                }
-            }
-            CallEvent::Data(d, end) => {
-                g.out.extend_from_slice(&d);
-                if end {
-                    g.end(cx);
-                    s.end = true;
-                }
-                self.wake(id);
-            }
-            CallEvent::Trailers(f) => {
-                g.end(cx);
-                s.trailers = f.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
-                s.end = true;
-                self.wake(id);
-            }
-            CallEvent::Sent(n) => self.conn.release(id, n),
-            CallEvent::Failed(code, msg) => {
-                g.end(cx);
-                self.grpc_fail(cx, b, c, id, code, msg);
-            }
-        }
-        self.after(cx, b, c);
-    }
-
-    /// Ends stream `id`'s call with a status of ringx's own: a Trailers-Only response when
-    /// nothing was sent yet, else trailers after the response bytes already received.
-    pub(super) fn grpc_fail(
+    /// The `auth_request` subrequest of held stream `id` ended (`outcome`): its answer is
+    /// applied and the request looked at again.
+    pub(super) fn auth_done(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         id: u32,
-        code: Code,
-        msg: &'static str,
+        outcome: Outcome,
     ) {
-        let Some(s) = self.streams.get_mut(&id).filter(|s| !s.end && !s.ended) else {
-            return; // its end is decided already
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
         };
-        grpc::count_local(cx, code);
-        if let Some(g) = &s.grpc {
-            g.end(cx);
-        }
-        if s.head_sent {
-            s.trailers = status::trailers(code, msg)
-                .iter()
-                .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                .collect();
-            s.end = true;
-            return self.wake(id);
-        }
-        if !self.conn.out().is_empty() {
-            b.tr.write(cx.io, c, self.conn.out());
-            self.conn.clear_out();
-        }
-        if let Some(out) = b.tr.out_buf(cx.io, c) {
-            self.conn
-                .send_headers(out, id, 200, status::trailers_only(code, msg), true);
-        }
-        s.head_sent = true;
-        s.status = 200;
-        s.ended = true;
-        self.finish(cx, b, c, id);
-    }
-
-    /// Calls whose `grpc-timeout` passed end with DEADLINE_EXCEEDED; returns whether any
-    /// did, and the earliest deadline still ahead.
-    pub(super) fn grpc_deadlines(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-    ) -> (bool, Option<std::time::Instant>) {
-        let now = cx.io.now();
-        let mut next = None::<std::time::Instant>;
-        let mut late = Vec::new();
-        for s in self.streams.values() {
-            let Some(d) = s.grpc.as_ref().and_then(|g| g.deadline) else {
-                continue;
-            };
-            if s.ended || s.end {
-                continue;
-            }
-            if d <= now {
-                late.push(s.id);
-            } else {
-                next = Some(next.map_or(d, |n| n.min(d)));
-            }
-        }
-        let any = !late.is_empty();
-        for id in late {
-            self.grpc_fail(cx, b, c, id, Code::DeadlineExceeded, "deadline exceeded");
-        }
-        (any, next)
+        self.detach(cx, &s);
+        let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
+        let Some(mut held) = s.held.take() else {
+            return; // not a held stream's subrequest (never the case)
+        };
+        let answer = match outcome {
+            Outcome::Done => h1guard::auth_answer(cap.as_deref()),
+            _ => AuthAnswer::Error,
+        };
+        held.progress.auth = Some(answer);
+        self.serve(cx, b, c, s, held);
     }
 }
