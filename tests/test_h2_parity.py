@@ -11,6 +11,7 @@ Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_h2_parit
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import socket
@@ -21,6 +22,7 @@ import pytest
 
 from conftest import free_port, runtime_section
 from origin_server import Origin
+from upstream_server import UpstreamServer
 
 h2 = pytest.importorskip("h2", reason="Python h2 is not installed (tests/requirements.txt)")
 import h2.config  # noqa: E402
@@ -34,9 +36,10 @@ class Answer:
         self.status, self.headers, self.body, self.done = 0, {}, bytearray(), None
 
 
-def h2_streams(port: int, requests: list[tuple[str, dict]], timeout: float = 30) -> list[Answer]:
-    """Sends every request at once on one h2c connection (GETs; `dict`: extra fields); returns
-    each one's status, fields, body and when it ended (monotonic), in request order."""
+def h2_streams(port: int, requests: list[tuple], timeout: float = 30) -> list[Answer]:
+    """Sends every request at once on one h2c connection ((path, extra fields) for a GET, or
+    (path, fields, body) for a POST, the body sent as the windows allow); returns each one's
+    status, fields, body and when it ended (monotonic), in request order."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     c = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True,
                                                                     header_encoding="utf-8"))
@@ -44,12 +47,32 @@ def h2_streams(port: int, requests: list[tuple[str, dict]], timeout: float = 30)
     c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
     c.increment_flow_control_window(1 << 30)
     out: dict[int, Answer] = {}
-    for i, (path, extra) in enumerate(requests):
+    pending: dict[int, bytes] = {}
+    for i, (path, extra, *body) in enumerate(requests):
         sid = 1 + 2 * i
-        fields = [(":method", "GET"), (":scheme", "http"), (":path", path),
+        method = "POST" if body else "GET"
+        fields = [(":method", method), (":scheme", "http"), (":path", path),
                   (":authority", "a.test")] + list(extra.items())
-        c.send_headers(sid, fields, end_stream=True)
+        c.send_headers(sid, fields, end_stream=not body)
+        if body:
+            pending[sid] = body[0]
         out[sid] = Answer()
+
+    def send_bodies():
+        for sid in list(pending):
+            rest = pending[sid]
+            while rest:
+                n = min(len(rest), c.local_flow_control_window(sid), c.max_outbound_frame_size)
+                if n <= 0:
+                    break
+                c.send_data(sid, rest[:n])
+                rest = rest[n:]
+            pending[sid] = rest
+            if not rest:
+                c.end_stream(sid)
+                del pending[sid]
+
+    send_bodies()
     s.sendall(c.data_to_send())
     deadline = time.monotonic() + timeout
     try:
@@ -72,6 +95,7 @@ def h2_streams(port: int, requests: list[tuple[str, dict]], timeout: float = 30)
                     c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
                 elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
                     out[ev.stream_id].done = now
+            send_bodies()
             s.sendall(c.data_to_send())
     finally:
         s.close()
@@ -283,3 +307,28 @@ def test_h2_limit_req_delay_spaces_streams_at_the_rate(ringx):
     rate = 29 / span
     assert abs(rate - 10) <= 1.0, (rate, span)
     assert got[30].done - t0 < 0.5, "the unlimited stream did not wait for the delayed ones"
+
+
+def test_h2_delayed_stream_keeps_its_body_and_sends_it_on(ringx):
+    """A proxied request whose stream waits for its `limit_req` delay: the body that arrives
+    meanwhile (more than a window's worth: the client must wait for the window to reopen)
+    reaches the upstream whole once the request goes on."""
+    up = UpstreamServer("up")
+    try:
+        port = free_port()
+        ringx.make(runtime_section(None, 1) + "[http]\nclient_max_body_size = \"16m\"\n"
+                   '[[limit_req_zone]]\nname = "ip"\nkey = "$remote_addr"\nrate = "5r/s"\n'
+                   f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n'
+                   f'  [[server.location]]\n  path = "/"\n  proxy_pass = "http://{up.addr}"\n'
+                   '  limit_req = { zone = "ip", burst = 10 }\n')
+        bodies = [bytes([65 + i]) * (200_000 + i) for i in range(4)]
+        t0 = time.monotonic()
+        got = h2_streams(port, [("/upload", {}, b) for b in bodies])
+        for a, b in zip(got, bodies):
+            assert a.status == 200, (a.status, bytes(a.body))
+            seen = json.loads(bytes(a.body))
+            assert (seen["len"], seen["sha256"]) == (len(b), hashlib.sha256(b).hexdigest())
+        # The last one waited three intervals (600 ms at 5 r/s) before it went on.
+        assert max(a.done for a in got) - t0 >= 0.5
+    finally:
+        up.close()

@@ -78,7 +78,7 @@ impl Proxied {
     /// Starts an exchange for `req` (routed by `route` to a `proxy_pass` location, through
     /// the same preparation as HTTP/1 requests) on behalf of the connection `b`; `Err`: the
     /// status to answer with, and the location's error pages.
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         cx: &mut Cx,
         b: &Base,
