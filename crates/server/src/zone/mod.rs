@@ -351,10 +351,10 @@ impl Zone {
             let Some(&(c, gen)) = z.waiting.front() else {
                 return;
             };
-            if !self
+            if self
                 .clients
                 .get(c.index())
-                .is_some_and(|x| x.base.gen == gen)
+                .is_none_or(|x| x.base.gen != gen)
             {
                 z.waiting.pop_front();
                 continue;
@@ -773,10 +773,7 @@ impl Handler for Zone {
             .soon
             .peek()
             .map(|r| r.0 .0.saturating_duration_since(now));
-        let next = match (next, soon) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = next.into_iter().chain(soon).min();
         if self.ctx.draining {
             return Some(next.map_or(Duration::from_millis(100), |d| {
                 d.min(Duration::from_millis(100))
