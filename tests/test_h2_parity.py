@@ -305,6 +305,7 @@ def test_h2_limit_req_delay_spaces_streams_at_the_rate(ringx):
     ends = sorted(a.done for a in limited)
     span = ends[-1] - ends[0]
     rate = 29 / span
+    print(f"h2 limit_req delay: 30 streams over {span:.3f} s, {rate:.2f} r/s (configured 10)")
     assert abs(rate - 10) <= 1.0, (rate, span)
     assert got[30].done - t0 < 0.5, "the unlimited stream did not wait for the delayed ones"
 
