@@ -51,8 +51,9 @@ def h2_streams(port: int, requests: list[tuple], timeout: float = 30) -> list[An
     for i, (path, extra, *body) in enumerate(requests):
         sid = 1 + 2 * i
         method = "POST" if body else "GET"
-        fields = [(":method", method), (":scheme", "http"), (":path", path),
-                  (":authority", "a.test")] + list(extra.items())
+        pseudo = {":method": method, ":scheme": "http", ":path": path, ":authority": "a.test"}
+        pseudo.update((k, v) for k, v in extra.items() if k.startswith(":"))
+        fields = list(pseudo.items()) + [(k, v) for k, v in extra.items() if not k.startswith(":")]
         c.send_headers(sid, fields, end_stream=not body)
         if body:
             pending[sid] = body[0]
@@ -118,7 +119,7 @@ def h1_get(port: int, path: str, headers: dict | None = None) -> tuple[int, str 
     return r.status, r.getheader("X-Cache-Status"), body
 
 
-def cache_config(port, admin, origin, d, pc=""):
+def cache_config(port, admin, origin, d, pc="", path_extra=""):
     sep = ", " if pc else ""
     return runtime_section(None, 1) + f"""
 [http]
@@ -129,6 +130,7 @@ listen = "127.0.0.1:{admin}"
 [[proxy_cache_path]]
 name = "c"
 path = "{d}/cache"
+{path_extra}
 [[upstream]]
 name = "origin"
 servers = ["{origin.addr}"]
@@ -191,6 +193,25 @@ def test_h2_streams_use_the_cache_and_share_its_entries_with_http1(ringx, origin
     lines = [x for x in log_lines(tmp_path / "access.log") if "HTTP/2.0" in x.get("request", "")]
     got = [(x["request"], x.get("upstream_cache_status")) for x in lines]
     assert ("GET /a HTTP/2.0", "MISS") in got and ("GET /b HTTP/2.0", "HIT") in got, got
+
+
+def test_h2_hit_from_the_disk_tier_and_head(ringx, origin, tmp_path):
+    """An entry larger than the memory tier is answered from its file (sent by the stream's
+    file pieces); HEAD from the cache has the length and no body."""
+    port, ap = free_port(), free_port()
+    big = bytes(range(256)) * 1200  # 300 KB: more than a window and the memory tier
+    origin.route("/big", body=big, headers={"Cache-Control": "max-age=60"})
+    ringx.make(cache_config(port, ap, origin, tmp_path, path_extra='memory_size = "64k"'))
+    a = h2_get(port, "/big")
+    assert (a.headers["x-cache-status"], bytes(a.body)) == ("MISS", big)
+    time.sleep(0.3)  # written to disk after the response
+    a = h2_get(port, "/big")
+    assert (a.headers["x-cache-status"], len(a.body), bytes(a.body) == big) == ("HIT", len(big), True)
+    got = h2_streams(port, [("/big", {}), ("/big", {})])
+    assert all(bytes(g.body) == big for g in got)
+    head = h2_streams(port, [("/big", {":method": "HEAD"})])[0]
+    assert head.status == 200 and head.headers["content-length"] == str(len(big)) and not head.body
+    assert origin.count("/big") == 1
 
 
 def test_h2_cache_keeps_variants_by_vary(ringx, origin, tmp_path):
