@@ -66,7 +66,7 @@ bench-ab: release
 	python3 bench/ab.py --rev $(or $(REV),$(error give REV=<commit>)) $(if $(TIMED),--timed)
 
 bench-tls: release
-	python3 bench/tls.py $(BENCH_ARGS)
+	python3 bench/tls.py --rt $(BENCH_ARGS)
 
 # HTTP/2 against nginx's http2 with h2load: h2c and TLS, 64 B and 4 KB, 10x100 and 500x1.
 bench-h2: release

@@ -17,11 +17,15 @@ Workloads:
   flood                 p99 of 10 keep-alive connections sending 1,000 requests/s in all (open
                         loop, latency from each request's scheduled time: bench/tls_load.c),
                         quiet, then while another client opens 2,000 new TLS 1.3 connections
-                        per second (bench/tls_load.c flood: full handshakes, abandoned after
-                        1 s); ringx with its handshake budget (share 0.5, the default) and with
-                        none (share 1). What the flood reached is reported with it.
+                        per second (bench/tls_load.c hello: a recorded ClientHello each, closed
+                        once the server's flight is back, so the server does a full handshake's
+                        public-key work; `--flood-kind full` completes each handshake instead);
+                        ringx with its handshake budget (share 0.5, the default) and with none
+                        (share 1). What the flood reached is reported with it. `--rt` runs the
+                        servers and the measured client at SCHED_FIFO (bench/README.md).
 
-Usage: bench/tls.py [--quick] [--rounds N] [--duration S] [--only WL,...] [--peers P,...] [--flood-idle]
+Usage: bench/tls.py [--quick] [--rounds N] [--duration S] [--only WL,...] [--peers P,...]
+                    [--flood-kind hello|full] [--rt] [--flood-base BIN] [--flood-idle]
   --only   the workloads to run (names above, and `flood`); all by default
   --peers  the peers to alternate (nginx, ringx-aws-lc-rs, ringx-ring); all by default
   --flood-idle  the flood client at SCHED_IDLE (below everything) instead of nice 10
