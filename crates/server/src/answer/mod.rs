@@ -6,6 +6,7 @@
 //! [`Answer`] gathers what these need of one request; the HTTP/1 role builds one per request
 //! it answers locally (`role/http1/local.rs`).
 
+pub mod fallback;
 mod files;
 
 use std::borrow::Cow;
@@ -131,6 +132,7 @@ impl<'a> Answer<'a> {
             server: self.server,
             ch: self.ch,
             head_only: self.head_only,
+            may_proxy: fallback::may_fall_back(self.req),
         };
         page.write(out, status, t, Some(&self.vars()))
     }
@@ -203,6 +205,9 @@ pub struct PageCtx {
     pub routes: std::sync::Arc<Routes>,
     pub at: (usize, usize),
     pub head_only: bool,
+    /// The request's head, kept where an error page may send it to another proxying
+    /// location (`fallback.rs`).
+    pub head: Option<Vec<u8>>,
 }
 
 impl PageCtx {
@@ -226,6 +231,7 @@ impl PageCtx {
             server,
             ch,
             head_only: self.head_only,
+            may_proxy: self.head.is_some(),
         };
         page.write(out, status, t, None)
     }
@@ -238,13 +244,18 @@ pub struct Page<'a> {
     pub server: &'a VServer,
     pub ch: ConnHdr,
     pub head_only: bool,
+    /// The request can be re-served by a location that proxies (it has no body; see
+    /// `fallback.rs`).
+    pub may_proxy: bool,
 }
 
 impl Page<'_> {
     /// Writes the page for `status` as `t` says, with the `add_header` lines of the location
     /// that serves it (nginx's rule: an error page is an internal redirect); `vars`: the
     /// request, when it is still there (a value with variables is left out otherwise).
-    /// None: the target cannot be served (its file is gone).
+    /// None: the target cannot be served (its file is gone, or it proxies and the request
+    /// cannot go there). A target that proxies writes nothing: the reply carries the
+    /// [`Fallback`](fallback::Fallback) for the role to start.
     pub fn write(
         &self,
         out: &mut Vec<u8>,
@@ -279,7 +290,8 @@ impl Page<'_> {
         };
         match &target.action {
             Action::Files(root) => {
-                let (file, len, ctype) = crate::static_files::page(root, uri)?;
+                let path = uri.split_once('?').map_or(&uri[..], |(p, _)| p);
+                let (file, len, ctype) = crate::static_files::page(root, path)?;
                 let code = code(200);
                 let extra = added(code, format!("Content-Type: {ctype}\r\n"));
                 let written = self.r.head(out, code, &extra, len, self.ch);
@@ -296,6 +308,28 @@ impl Page<'_> {
                     out.extend_from_slice(&c.body);
                 }
                 Some(Reply::bytes(written))
+            }
+            Action::Proxy(p) if self.may_proxy && !p.grpc => {
+                let uri = (!uri.starts_with('@')).then(|| match uri.split_once('?') {
+                    Some((p, a)) => (p.to_string(), (!a.is_empty()).then(|| a.to_string())),
+                    None => (uri.clone(), None),
+                });
+                let fb = fallback::Fallback {
+                    loc,
+                    uri,
+                    status: match want {
+                        None => Some(status),
+                        Some(c) => c,
+                    },
+                    error: status,
+                };
+                Some(Reply {
+                    fallback: Some(Box::new(fb)),
+                    ..Reply::bytes(crate::response::Written {
+                        status,
+                        head_len: 0,
+                    })
+                })
             }
             _ => None,
         }

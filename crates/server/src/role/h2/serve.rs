@@ -15,6 +15,7 @@ use super::guard::{self, Gate};
 use super::proxy::Proxied;
 use super::stream::{H2Stream, Piece, StreamLog};
 use super::H2;
+use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::{new_request_id, ConnInfo};
@@ -42,6 +43,19 @@ fn connection_specific(name: &[u8]) -> bool {
     ]
     .iter()
     .any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// The connection as a stream's request sees it (the real client address, when
+/// `real_ip_from` found one).
+fn stream_conn(b: &Base) -> ConnInfo {
+    ConnInfo {
+        client: match (b.real_ip, b.addr) {
+            (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
+            (None, a) => a,
+        },
+        local: b.local,
+        tls: b.tr.is_tls(),
+    }
 }
 
 impl H2 {
@@ -106,14 +120,7 @@ impl H2 {
         if cx.ctx.routes.http_guard.real_ip.is_some() {
             h1guard::client_ip(cx, b, &req);
         }
-        let rq = ReqCtx::new(ConnInfo {
-            client: match (b.real_ip, b.addr) {
-                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
-                (None, a) => a,
-            },
-            local: b.local,
-            tls: b.tr.is_tls(),
-        });
+        let rq = ReqCtx::new(stream_conn(b));
         if let Some(l) = s.log.as_mut() {
             if cx.ctx.log.format() == Some(LogFormat::Json) {
                 let id = new_request_id();
@@ -158,6 +165,11 @@ impl H2 {
             ConnHdr::Keep11,
             &rq,
         );
+        if let Some(fb) = r.fallback {
+            let req = fb.request(&req);
+            let route = local::fallback_route(&fb, route.server, &req);
+            return self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
+        }
         self.answer(cx, b, c, s, resp, r.file);
     }
 
@@ -300,7 +312,23 @@ impl H2 {
         if let Some(r) =
             page.and_then(|p| p.write(cx.ctx.responder(), &mut resp, status, ConnHdr::Keep11))
         {
-            return self.answer(cx, b, c, s, resp, r.file);
+            if let Some(fb) = r.fallback {
+                let head = page.and_then(|p| p.head.as_deref());
+                let same = page.is_some_and(|p| std::sync::Arc::ptr_eq(&p.routes, &cx.ctx.routes));
+                let mut storage = [httparse::EMPTY_HEADER; MAX_SAVED_HEADERS];
+                let limits = cx.ctx.set.limits;
+                let saved = head
+                    .filter(|_| same)
+                    .and_then(|h| parse_saved(h, &mut storage, &limits));
+                if let (Some(req), Some(p)) = (saved, page) {
+                    let req = fb.request(&req);
+                    let route = local::fallback_route(&fb, p.at.0, &req);
+                    let rq = ReqCtx::new(stream_conn(b));
+                    return self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
+                }
+            } else {
+                return self.answer(cx, b, c, s, resp, r.file);
+            }
         }
         let always = proxy
             .as_ref()
@@ -309,6 +337,35 @@ impl H2 {
         let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only).extra(always);
         cx.ctx.responder().error(&mut resp, page);
         self.answer(cx, b, c, s, resp, None);
+    }
+
+    /// Re-serves stream `s`'s request (as the fallback sees it, routed there), which failed
+    /// with `fb.error`, at the proxying location an `error_page` names
+    /// (`answer/fallback.rs`). It gets no error page of its own: if it cannot be proxied,
+    /// the plain page goes out.
+    #[cold]
+    #[inline(never)]
+    fn fall_back(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
+        fb: &Fallback,
+    ) {
+        match Proxied::start(cx, b, c, req, route, rq, Framing::None) {
+            Err((status, _)) => self.answer_error(cx, b, c, s, fb.status.unwrap_or(status)),
+            Ok(mut p) => {
+                p.page = None;
+                p.ex.deco.get_or_insert_with(Box::default).status_as = fb.status;
+                if let Some(u) = p.ex.up {
+                    self.ups.insert(u, s.id);
+                }
+                s.proxy = Some(p);
+                self.streams.insert(s.id, s);
+            }
+        }
     }
 
     /// Request body bytes of a proxied stream, to its upstream.
