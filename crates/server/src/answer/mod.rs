@@ -23,12 +23,22 @@ use crate::rewrite::ReturnT;
 use crate::route::{Action, Canned, Loc, Routes, VServer};
 
 /// What the response writers need of a request beyond its head: its connection, its
-/// `$request_id` once one is made, and whether its role can send a body compressed as it
-/// streams (`Reply::stream`: HTTP/1's; HTTP/2 takes a static file as it is).
+/// `$request_id` once one is made, and how its role sends a body compressed as it streams.
 pub struct ReqCtx {
     pub conn: ConnInfo,
     pub request_id: Cell<Option<[u8; 32]>>,
-    pub streams: bool,
+    pub streams: Streams,
+}
+
+/// How a role takes a body compressed as it streams (`Reply::stream`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Streams {
+    /// It does not: a file too large to compress whole goes as it is.
+    No,
+    /// HTTP/1: chunked for HTTP/1.1, delimited by the close for HTTP/1.0.
+    Http1,
+    /// HTTP/2: the bytes as they are, in DATA frames as the peer's window allows.
+    Frames,
 }
 
 impl ReqCtx {
@@ -36,7 +46,7 @@ impl ReqCtx {
         ReqCtx {
             conn,
             request_id: Cell::new(None),
-            streams: false,
+            streams: Streams::No,
         }
     }
 }

@@ -13,10 +13,11 @@ use ringx_http::{Parsed, Request};
 use super::grpc::{self, Started};
 use super::guard::{self, Gate};
 use super::proxy::Proxied;
-use super::stream::{H2Stream, Piece, StreamLog};
+use super::stream::{H2Stream, Piece, Squeeze, StreamLog};
 use super::H2;
 use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
-use crate::answer::{PageCtx, ReqCtx};
+use crate::answer::{PageCtx, ReqCtx, Streams};
+use crate::compress::file_stream::FileStream;
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::{new_request_id, ConnInfo};
 use crate::role::exchange::Outcome;
@@ -120,7 +121,8 @@ impl H2 {
         if cx.ctx.routes.http_guard.real_ip.is_some() {
             h1guard::client_ip(cx, b, &req);
         }
-        let rq = ReqCtx::new(stream_conn(b));
+        let mut rq = ReqCtx::new(stream_conn(b));
+        rq.streams = Streams::Frames;
         if let Some(l) = s.log.as_mut() {
             if cx.ctx.log.format() == Some(LogFormat::Json) {
                 let id = new_request_id();
@@ -170,7 +172,38 @@ impl H2 {
             let route = local::fallback_route(&fb, route.server, &req);
             return self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
         }
+        if let Some(z) = r.stream {
+            return self.answer_compressing(cx, b, c, s, resp, z);
+        }
         self.answer(cx, b, c, s, resp, r.file);
+    }
+
+    /// Sends a static file compressed as the peer's window takes it (too large to compress
+    /// whole): `resp` is its head; the body is made piece by piece in the stream's turns.
+    fn answer_compressing(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        resp: Vec<u8>,
+        z: Box<FileStream>,
+    ) {
+        let id = s.id;
+        if !self.conn.is_open(id) {
+            return s.log_end(cx, b, c, true);
+        }
+        let Some(head_len) = self.send_head(cx, b, c, &mut s, &resp, false) else {
+            self.conn.reset(id, ErrorCode::Internal);
+            return s.log_end(cx, b, c, true);
+        };
+        s.end = true;
+        if resp.len() > head_len {
+            s.out.push_back(Piece::Bytes(resp, head_len));
+        }
+        s.out.push_back(Piece::Compress(Box::new(Squeeze::new(z))));
+        self.streams.insert(id, s);
+        self.wake(id);
     }
 
     /// Answers with an error page.

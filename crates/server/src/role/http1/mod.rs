@@ -442,7 +442,7 @@ impl Http1 {
         let rq = ReqCtx {
             conn: local::conn_info(b),
             request_id,
-            streams: true,
+            streams: crate::answer::Streams::Http1,
         };
         // Each of a location's optional steps is one test of what its compiled form has
         // (`Loc::guard`, `Loc::cache`, the action); the steps themselves stay out of line.
