@@ -13,7 +13,7 @@ Workloads (each over h2c prior knowledge and over TLS with ALPN h2, ECDSA P-256)
 
 gRPC proxying is measured by bench/grpc_proxy.py (`make bench-grpc`).
 
-Usage: bench/h2.py [--quick] [--rounds N] [--duration S]
+Usage: bench/h2.py [--quick] [--rounds N] [--duration S] [--only WL,...]
 Writes bench/results/h2-<date>.json.
 """
 import argparse
@@ -156,7 +156,14 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int)
+    ap.add_argument("--only", help="comma-separated workloads (all by default)")
     args = ap.parse_args()
+    workloads = WORKLOADS
+    if args.only:
+        unknown = [w for w in args.only.split(",") if w not in WORKLOADS]
+        if unknown:
+            ap.error(f"unknown workloads {unknown}; known: {list(WORKLOADS)}")
+        workloads = {w: d for w, d in WORKLOADS.items() if w in args.only.split(",")}
     rounds = args.rounds or (1 if args.quick else 3)
     secs = args.duration or (2 if args.quick else 5)
     t0 = time.time()
@@ -174,7 +181,7 @@ def main():
     speed0 = lib.host_speed(3)
     rows = []
     for rnd in range(rounds):
-        for wl in WORKLOADS:
+        for wl in workloads:
             for peer in PEERS:
                 srv = Server(peer, work, (c, k)).start()
                 try:
@@ -186,20 +193,21 @@ def main():
                 print(f"bench/h2 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req, "
                       f"p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, {r['failed']} failed)",
                       flush=True)
-    summary = lib.summarise(rows, WORKLOADS, PEERS)
+    summary = lib.summarise(rows, workloads, PEERS)
     h2v = lib.sh(["h2load", "--version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
               "machine": lib.machine(), "versions": {**lib.versions(), "h2load": h2v},
               "load_before": os.getloadavg(), "host_speed_before": speed0,
-              "host_speed_after": lib.host_speed(3), "workloads": WORKLOADS, "rows": rows,
+              "host_speed_after": lib.host_speed(3), "workloads": workloads, "rows": rows,
               "summary": summary}
-    name = f"h2-{result['date']}" + ("-quick" if args.quick else "")
+    name = f"h2-{result['date']}" + ("-quick" if args.quick else "") + \
+        ("-" + "-".join(workloads) if args.only else "")
     os.makedirs(lib.RESULTS, exist_ok=True)
     with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"bench/h2: wrote bench/results/{name}.json", flush=True)
-    for wl in WORKLOADS:
+    for wl in workloads:
         s = summary[wl]
         cpu = s.get("ringx", {}).get("cpu_us_per_req", {})
         p99 = s.get("ringx", {}).get("lat_p99_ms", {})

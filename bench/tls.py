@@ -69,6 +69,8 @@ class Server:
     def __init__(self, name, work, certs, share=0.5):
         self.name, self.work, self.certs, self.share = name, work, certs, share
         self.ec_port, self.rsa_port = lib.free_port(), lib.free_port()
+        self.rt = False
+        self.bin = None  # another ringx build (--flood-base)
 
     def start(self):
         w, (ec, eck), (rsa, rsak) = self.work, self.certs["ec"], self.certs["rsa"]
@@ -122,9 +124,9 @@ tls = {{ cert = "{rsa}", key = "{rsak}" }}
   exact = true
   return = {{ status = 200, body = "{lib.BODY64}" }}
 """)
-            cmd = [lib.RINGX, "serve", "-c", conf]
+            cmd = [self.bin or lib.RINGX, "serve", "-c", conf]
         self.log = open(os.path.join(w, f"{self.name}.log"), "w")
-        self.proc = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, *cmd],
+        self.proc = subprocess.Popen([*(["chrt", "-f", "50"] if self.rt else []), "taskset", "-c", lib.SERVER_CPU, *cmd],
                                      stdout=self.log, stderr=self.log)
         lib.wait_port(self.ec_port, self.proc)
         return self
@@ -199,6 +201,19 @@ KA_CONNS, KA_RPS = 10, 1000  # the established clients
 # CPU the measured client does not want (on a 2-core machine the two share a CPU, and at nice
 # 10 the flood client's CPU shows in the measured latency); it then reaches a lower rate.
 FLOOD_IDLE = False
+# --flood-kind: "hello" (default) sends a recorded ClientHello and closes once the server's
+# flight is back: the server does all of a full handshake's public-key work, the client none,
+# so one client CPU reaches 2,000/s. "full" completes each handshake with OpenSSL (the client's
+# own key exchange and signature check), which one shared client CPU cannot do 2,000 times a
+# second (bench/README.md).
+FLOOD_KIND = "hello"
+# --rt: the servers and the measured client run SCHED_FIFO (the flood client does not), so the
+# p99 shows the server's own scheduling of handshakes against established requests, not the
+# flood client, the measured client and anything else on the machine taking turns on the CPUs
+# (on a real edge the flood comes from elsewhere).
+RT = False
+# --flood-base BIN: another ringx build measured beside this one (share 0.5), alternated.
+FLOOD_BASE = None
 
 
 def tls_load(work):
@@ -209,27 +224,38 @@ def tls_load(work):
     return out
 
 
+def rt_prefix():
+    return ["chrt", "-f", "50"] if RT else []
+
+
 def keepalive(tool, port, secs):
-    cmd = ["taskset", "-c", lib.CLIENT_CPU, tool, "keepalive", "127.0.0.1", str(port), str(KA_CONNS),
+    cmd = [*rt_prefix(), "taskset", "-c", lib.CLIENT_CPU, tool, "keepalive", "127.0.0.1", str(port), str(KA_CONNS),
            str(KA_RPS), str(secs), "/r64"]
     r = json.loads(lib.sh(cmd, timeout=secs + 60).stdout.strip().splitlines()[-1])
     r["cmd"] = " ".join(cmd)
     return r
 
 
-def flood(work, c, secs):
-    """Keep-alive p99 quiet and under a handshake flood, per server (and budget)."""
+def flood(work, c, secs, rounds=1):
+    """Keep-alive p99 quiet and under a handshake flood, per server (and budget), `rounds`
+    times alternated."""
     tool = tls_load(work)
     rows = []
-    for name, share in [("nginx", None), ("ringx-aws-lc-rs", 0.5), ("ringx-aws-lc-rs", 1.0)]:
-        srv = Server(name, work, c, share or 0.5).start()
+    configs = [("nginx", None, None), ("ringx-aws-lc-rs", 0.5, None), ("ringx-aws-lc-rs", 1.0, None)]
+    if FLOOD_BASE:
+        configs.append(("ringx-aws-lc-rs", 0.5, FLOOD_BASE))
+    for name, share, base in configs * rounds:
+        srv = Server(name, work, c, share or 0.5)
+        srv.rt = RT
+        srv.bin = base
+        srv.start()
         try:
             wrk(srv.ec_port, "/r64", 10, 1)
             quiet = keepalive(tool, srv.ec_port, secs)
             # Niced below the measured client, which needs little CPU (open loop, 1,000
             # requests/s): the flood takes the rest of the client CPU.
             prio = ["chrt", "-i", "0"] if FLOOD_IDLE else ["nice", "-n", "10"]
-            fcmd = [*prio, "taskset", "-c", lib.CLIENT_CPU, tool, "flood", "127.0.0.1",
+            fcmd = [*prio, "taskset", "-c", lib.CLIENT_CPU, tool, FLOOD_KIND, "127.0.0.1",
                     str(srv.ec_port), str(FLOOD_RATE), str(secs + 2)]
             fl = subprocess.Popen(fcmd, stdout=subprocess.PIPE, text=True)
             time.sleep(1)
@@ -239,7 +265,7 @@ def flood(work, c, secs):
             fr = json.loads(fl.communicate(timeout=secs + 60)[0].strip().splitlines()[-1])
         finally:
             srv.stop()
-        rows.append({"peer": name if share is None else f"{name} share {share}",
+        rows.append({"peer": name if share is None else f"{name} share {share}" + (" (base build)" if base else ""),
                      "quiet": quiet, "flood": loaded, "flood_client": fr, "flood_cmd": " ".join(fcmd),
                      "server_cpu_share_under_flood": round(cpu, 3),
                      "quiet_p99_ms": quiet["p99_ms"], "flood_p99_ms": loaded["p99_ms"],
@@ -252,6 +278,22 @@ def flood(work, c, secs):
     return rows
 
 
+def flood_summary(rows):
+    """Per peer: the median quiet and flood p99 over the rounds, and their ratio."""
+    out = {}
+    for peer in dict.fromkeys(r["peer"] for r in rows):
+        rs = [r for r in rows if r["peer"] == peer]
+        q = statistics.median(r["quiet_p99_ms"] for r in rs)
+        f = statistics.median(r["flood_p99_ms"] for r in rs)
+        out[peer] = {"rounds": len(rs), "quiet_p99_ms": q, "flood_p99_ms": f,
+                     "p99_ratio_of_medians": f / max(q, 1e-9),
+                     "p99_ratio_per_round": [round(r["p99_ratio"], 2) for r in rs],
+                     "handshakes_done_per_s": statistics.median(r["handshakes_done_per_s"] for r in rs),
+                     "server_cpu_share_under_flood": statistics.median(
+                         r["server_cpu_share_under_flood"] for r in rs)}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -259,11 +301,20 @@ def main():
     ap.add_argument("--duration", type=int)
     ap.add_argument("--only", help="comma-separated workloads (and `flood`)")
     ap.add_argument("--peers", help="comma-separated peers")
+    ap.add_argument("--flood-kind", choices=["hello", "full"], default="hello",
+                    help="hello: recorded ClientHellos (the server's full work, none for the client); "
+                         "full: complete OpenSSL handshakes")
+    ap.add_argument("--rt", action="store_true",
+                    help="servers and the measured client at SCHED_FIFO for the flood workload")
+    ap.add_argument("--flood-base", help="another ringx binary to alternate with in the flood workload")
     ap.add_argument("--flood-idle", action="store_true",
                     help="run the flood client at SCHED_IDLE rather than nice 10")
     args = ap.parse_args()
-    global FLOOD_IDLE
+    global FLOOD_IDLE, FLOOD_KIND, RT, FLOOD_BASE
     FLOOD_IDLE = args.flood_idle
+    FLOOD_KIND = args.flood_kind
+    RT = args.rt
+    FLOOD_BASE = args.flood_base
     only = args.only.split(",") if args.only else [*WORKLOADS, "flood"]
     unknown = [w for w in only if w not in WORKLOADS and w != "flood"]
     if unknown:
@@ -300,7 +351,7 @@ def main():
                 rows.append(r)
                 print(f"bench/tls round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.1f} µs/req "
                       f"({r['requests']} in {secs} s)", flush=True)
-    fl = flood(work, c, secs * 2) if "flood" in only else []
+    fl = flood(work, c, secs * 2, rounds) if "flood" in only else []
     summary = lib.summarise(rows, workloads, peers)
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
@@ -308,9 +359,11 @@ def main():
                                                      "openssl": lib.sh(["openssl", "version"]).stdout.strip()},
               "host_speed_before": speed0, "host_speed_after": lib.host_speed(3),
               "workloads": workloads, "peers": peers, "rows": rows, "summary": summary, "flood": fl,
-              "flood_client": "SCHED_IDLE" if args.flood_idle else "nice 10"}
+              "flood_client": "SCHED_IDLE" if args.flood_idle else "nice 10",
+              "flood_kind": FLOOD_KIND, "rt": RT, "flood_summary": flood_summary(fl)}
     name = f"tls-{result['date']}" + ("-quick" if args.quick else "") + \
-        ("-" + "-".join(only) if args.only else "") + ("-idle" if args.flood_idle else "")
+        ("-" + "-".join(only) if args.only else "") + ("-idle" if args.flood_idle else "") + \
+        ("-full" if FLOOD_KIND == "full" and "flood" in only else "") + ("-rt" if RT else "")
     os.makedirs(lib.RESULTS, exist_ok=True)
     with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=1)

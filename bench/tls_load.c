@@ -10,6 +10,16 @@
  *       skipped, not delayed.
  *       Prints {"started", "done", "failed", "timed_out", "skipped", "done_per_s", ...}.
  *
+ *   tls_load hello HOST PORT RATE SECS [MAX_INFLIGHT]
+ *       the same schedule, but each connection sends one ClientHello made once at start (a
+ *       fresh TLS 1.3 ClientHello with an X25519 key share, recorded from OpenSSL through a
+ *       memory BIO), waits for the server's first flight (ServerHello ... Finished: the
+ *       server has done its key exchange and its signature by then) and closes. The server
+ *       does the full handshake's expensive work; the client does no cryptography at all, so
+ *       one client CPU can reach the asked rate (the full flood reaches ~110 handshakes/s
+ *       when it must share a CPU with the measured client). This is also what a cheap
+ *       attacker does. "done" counts connections answered with a server flight.
+ *
  *   tls_load keepalive HOST PORT CONNS RPS SECS PATH
  *       CONNS keep-alive TLS connections, made before timing starts, send GET PATH at RPS
  *       requests per second in all, each connection on its own fixed schedule (open loop:
@@ -46,6 +56,19 @@ static double now_s(void) {
 }
 
 static struct sockaddr_in target;
+
+/* epoll_wait until `until` (CLOCK_MONOTONIC seconds) at most, with microsecond precision: a
+ * millisecond timeout rounded down to 0 would spin, and a spinning client at SCHED_FIFO
+ * (bench/tls.py --rt) starves the kernel work on its CPU. */
+static int wait_until(int ep, struct epoll_event *evs, int max, double until) {
+    double left = until - now_s();
+    if (left < 0)
+        left = 0;
+    if (left > 0.1)
+        left = 0.1;
+    struct timespec ts = {(time_t)left, (long)((left - (time_t)left) * 1e9)};
+    return epoll_pwait2(ep, evs, max, &ts, NULL);
+}
 
 static SSL_CTX *client_ctx(void) {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -162,9 +185,7 @@ static int flood(double rate, double secs, int max_inflight) {
                 }
             }
         }
-        double next = t0 + due * interval;
-        int ms = (int)((next - now_s()) * 1000);
-        int n = epoll_wait(ep, evs, 256, ms < 0 ? 0 : ms);
+        int n = wait_until(ep, evs, 256, t0 + due * interval);
         for (int k = 0; k < n; k++) {
             int i = evs[k].data.u32;
             struct hs *c = &conns[i];
@@ -198,6 +219,129 @@ static int flood(double rate, double secs, int max_inflight) {
            "\"inflight_max\": %d, \"inflight_at_end\": %d}\n",
            rate, took, started, done, failed, timed_out, skipped, connect_err, started / took,
            done / took, inflight_max, inflight);
+    return 0;
+}
+
+/* ---- hello flood ---------------------------------------------------------------------- */
+
+/* One TLS 1.3 ClientHello, as OpenSSL writes it for a new session (SNI bench.test). */
+static unsigned char hello_bytes[4096];
+static int hello_len;
+
+static void record_hello(void) {
+    SSL_CTX *ctx = client_ctx();
+    SSL *ssl = SSL_new(ctx);
+    BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl, rb, wb);
+    SSL_set_tlsext_host_name(ssl, "bench.test");
+    SSL_set_connect_state(ssl);
+    SSL_do_handshake(ssl); /* writes the ClientHello into wb, then wants to read */
+    hello_len = BIO_read(wb, hello_bytes, sizeof hello_bytes);
+    if (hello_len <= 0) {
+        fprintf(stderr, "tls_load: no ClientHello recorded\n");
+        exit(1);
+    }
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+}
+
+struct hc {
+    int fd; /* -1: free */
+    int sent;
+    double started;
+};
+
+static int hello_flood(double rate, double secs, int max_inflight) {
+    record_hello();
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct hc *conns = calloc(max_inflight, sizeof *conns);
+    int *free_slots = malloc(max_inflight * sizeof(int));
+    int nfree = 0;
+    for (int i = max_inflight - 1; i >= 0; i--) {
+        conns[i].fd = -1;
+        free_slots[nfree++] = i;
+    }
+    long started = 0, done = 0, failed = 0, timed_out = 0, skipped = 0, connect_err = 0;
+    double next_sweep = 0;
+    int inflight = 0, inflight_max = 0;
+    double t0 = now_s(), end = t0 + secs, interval = 1.0 / rate;
+    long due = 0;
+    struct epoll_event evs[256];
+    char sink[16384];
+#define HC_END(i)                                                                            \
+    do {                                                                                     \
+        close(conns[i].fd);                                                                  \
+        conns[i].fd = -1;                                                                    \
+        free_slots[nfree++] = (i);                                                           \
+        inflight--;                                                                          \
+    } while (0)
+    for (;;) {
+        double t = now_s();
+        if (t >= end)
+            break;
+        long should = (long)((t - t0) / interval) + 1;
+        for (; due < should; due++) {
+            if (nfree == 0) {
+                skipped++;
+                continue;
+            }
+            int fd = start_connect();
+            if (fd < 0) {
+                connect_err++;
+                continue;
+            }
+            int i = free_slots[--nfree];
+            conns[i] = (struct hc){fd, 0, t};
+            struct epoll_event e = {.events = EPOLLOUT, .data.u32 = i};
+            epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e);
+            started++;
+            if (++inflight > inflight_max)
+                inflight_max = inflight;
+        }
+        if (t >= next_sweep) {
+            next_sweep = t + 0.01;
+            for (int i = 0; i < max_inflight; i++)
+                if (conns[i].fd >= 0 && t - conns[i].started > HANDSHAKE_TIMEOUT) {
+                    HC_END(i);
+                    timed_out++;
+                }
+        }
+        int n = wait_until(ep, evs, 256, t0 + due * interval);
+        for (int k = 0; k < n; k++) {
+            int i = evs[k].data.u32;
+            struct hc *c = &conns[i];
+            if (c->fd < 0)
+                continue;
+            if (!c->sent) {
+                /* Connected: the whole hello in one write (a few hundred bytes). */
+                if (write(c->fd, hello_bytes, hello_len) != hello_len) {
+                    failed++;
+                    HC_END(i);
+                    continue;
+                }
+                c->sent = 1;
+                struct epoll_event e = {.events = EPOLLIN, .data.u32 = i};
+                epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &e);
+                continue;
+            }
+            ssize_t r = read(c->fd, sink, sizeof sink);
+            if (r < 0 && errno == EAGAIN)
+                continue;
+            /* A TLS handshake record (0x16) back: the server has signed its flight. */
+            if (r > 0 && (unsigned char)sink[0] == 0x16)
+                done++;
+            else
+                failed++;
+            HC_END(i);
+        }
+    }
+    double took = now_s() - t0;
+    printf("{\"mode\": \"hello\", \"rate_asked\": %.0f, \"secs\": %.3f, \"started\": %ld, "
+           "\"done\": %ld, \"failed\": %ld, \"timed_out\": %ld, \"skipped\": %ld, "
+           "\"connect_errors\": %ld, \"started_per_s\": %.1f, \"done_per_s\": %.1f, "
+           "\"inflight_max\": %d, \"inflight_at_end\": %d, \"hello_bytes\": %d}\n",
+           rate, took, started, done, failed, timed_out, skipped, connect_err, started / took,
+           done / took, inflight_max, inflight, hello_len);
     return 0;
 }
 
@@ -296,8 +440,7 @@ static int keepalive(int nconns, double rps, double secs, const char *path) {
         }
         if (t >= end)
             break;
-        int ms = (int)((soonest - now_s()) * 1000);
-        int n = epoll_wait(ep, evs, 256, ms < 0 ? 0 : (ms > 100 ? 100 : ms));
+        int n = wait_until(ep, evs, 256, soonest);
         for (int k = 0; k < n; k++) {
             struct ka *c = &conns[evs[k].data.u32];
             if (c->fd < 0)
@@ -343,6 +486,7 @@ static int keepalive(int nconns, double rps, double secs, const char *path) {
 
 static void usage(void) {
     fprintf(stderr, "usage: tls_load flood HOST PORT RATE SECS [MAX_INFLIGHT]\n"
+                    "       tls_load hello HOST PORT RATE SECS [MAX_INFLIGHT]\n"
                     "       tls_load keepalive HOST PORT CONNS RPS SECS PATH\n");
     exit(64);
 }
@@ -359,6 +503,8 @@ int main(int argc, char **argv) {
     raise_nofile();
     if (strcmp(argv[1], "flood") == 0 && (argc == 6 || argc == 7))
         return flood(atof(argv[4]), atof(argv[5]), argc == 7 ? atoi(argv[6]) : 4000);
+    if (strcmp(argv[1], "hello") == 0 && (argc == 6 || argc == 7))
+        return hello_flood(atof(argv[4]), atof(argv[5]), argc == 7 ? atoi(argv[6]) : 4000);
     if (strcmp(argv[1], "keepalive") == 0 && argc == 8)
         return keepalive(atoi(argv[4]), atof(argv[5]), atof(argv[6]), argv[7]);
     usage();

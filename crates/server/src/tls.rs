@@ -3,6 +3,7 @@
 //! ([`ringx_tls::Sites`]), and each zone's share of it ([`ZoneTls`]: its copy of the
 //! configurations, its handshake budget, and the connections whose handshake waits for it).
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use ringx_config::Config;
@@ -165,11 +166,11 @@ pub struct ZoneTls {
     /// The ciphers the kernel seals (kTLS), if it may.
     pub ktls: Option<ringx_tls::ktls::Support>,
     pub budget: Budget,
-    /// Connections whose handshake waits for the budget, with their generation.
-    pub waiting: Vec<(ConnId, u32)>,
+    /// Connections whose handshake waits for the budget, with their generation, oldest first.
+    pub waiting: VecDeque<(ConnId, u32)>,
 }
 
-/// How often a zone retries handshakes that wait for the budget.
+/// How often a zone goes on with handshakes that wait for the budget.
 pub const RETRY: Duration = Duration::from_millis(1);
 
 impl ZoneTls {
@@ -178,7 +179,7 @@ impl ZoneTls {
             sites: setup.sites.for_zone(),
             ktls: setup.ktls,
             budget: Budget::new(setup.share, now),
-            waiting: Vec::new(),
+            waiting: VecDeque::new(),
         }
     }
 

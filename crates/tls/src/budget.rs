@@ -9,9 +9,10 @@
 //! empty and drives it into debt, so between two steps the zone always serves what else
 //! arrived (a larger burst let several handshakes run back to back, and an established
 //! request arriving then waited for all of them: a p99 of 4.6 ms instead of 0.14 under a
-//! flood, `bench/README.md`). A step that finds the bucket empty waits (the zone keeps the bytes and
-//! retries on its next timer tick, every millisecond while anything waits); established
-//! connections are never charged and never wait.
+//! flood, `bench/README.md`). A step that finds the bucket empty waits: the zone keeps the
+//! bytes and goes on with the waiting handshakes, oldest first, on its timer tick (every
+//! millisecond while any wait) as far as the refilled bucket allows. Established connections
+//! are never charged and never wait.
 
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,12 @@ impl Budget {
         let dt = now.saturating_duration_since(self.last).as_nanos() as f64;
         self.last = now;
         self.tokens_ns = (self.tokens_ns + (dt * self.share) as i64).min(self.cap_ns);
+    }
+
+    /// Whether a step may run now (not counted as a wait).
+    pub fn ready(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        self.tokens_ns > 0
     }
 
     /// Whether a handshake step may run now (counted as a wait when not).
@@ -94,5 +101,16 @@ mod tests {
         b.charge(Duration::from_micros(300));
         assert!(!b.admit(later));
         assert_eq!(b.spent_ns, 1_300_000);
+    }
+
+    #[test]
+    fn ready_does_not_count_a_wait() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(0.5, t0);
+        assert!(b.ready(t0));
+        b.charge(Duration::from_micros(400));
+        assert!(!b.ready(t0));
+        assert_eq!(b.waits, 0);
+        assert!(b.ready(t0 + Duration::from_millis(1)));
     }
 }

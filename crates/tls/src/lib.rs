@@ -20,6 +20,7 @@
 pub mod budget;
 pub mod client;
 pub mod conn;
+mod hkdf;
 pub mod ktls;
 pub mod material;
 pub mod provider;

@@ -38,10 +38,11 @@ impl Provider {
     /// policy (`ssl_protocols TLSv1.2 TLSv1.3`, `ssl_ciphers HIGH:!aNULL:!MD5`) less what
     /// rustls never offers (CBC and non-forward-secret suites).
     pub fn crypto(self) -> Arc<CryptoProvider> {
-        Arc::new(match self {
-            Provider::AwsLc => rustls::crypto::aws_lc_rs::default_provider(),
-            Provider::Ring => rustls::crypto::ring::default_provider(),
-        })
+        match self {
+            // The TLS 1.3 key schedule's HKDF keyed once per secret (hkdf.rs).
+            Provider::AwsLc => crate::hkdf::provider(),
+            Provider::Ring => Arc::new(rustls::crypto::ring::default_provider()),
+        }
     }
 
     /// A ticket key generator's product: tickets sealed with a fresh random key.

@@ -25,7 +25,7 @@ use crate::role::upstream::{UpEvent, UpTable, UP_KEY};
 use crate::role::{ClientRole, Http1, Stream, H2};
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
-use crate::tls::{TlsSetup, ZoneTls};
+use crate::tls::{TlsSetup, ZoneTls, RETRY};
 use crate::transport::{TlsTransport, Transport};
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
@@ -340,20 +340,31 @@ impl Zone {
         base.tr.seal(cx.io, c);
     }
 
-    /// Handshakes that waited for the budget go on, as far as it allows.
+    /// Handshakes that waited for the budget go on, oldest first, as many as it allows. The
+    /// first refusal ends the pass: a long queue (a flood) costs nothing per tick.
     fn tls_retry(&mut self, io: &mut Io) {
-        let Some(z) = self.ctx.tls.as_mut() else {
-            return;
-        };
-        let waiting = std::mem::take(&mut z.waiting);
-        for (c, gen) in waiting {
-            if self
+        let now = io.now();
+        loop {
+            let Some(z) = self.ctx.tls.as_mut() else {
+                return;
+            };
+            let Some(&(c, gen)) = z.waiting.front() else {
+                return;
+            };
+            if !self
                 .clients
                 .get(c.index())
                 .is_some_and(|x| x.base.gen == gen)
             {
-                self.tls_data(io, c, None);
+                z.waiting.pop_front();
+                continue;
             }
+            if !z.budget.ready(now) {
+                io.timer_at(now + RETRY);
+                return;
+            }
+            z.waiting.pop_front();
+            self.tls_data(io, c, None);
         }
     }
 

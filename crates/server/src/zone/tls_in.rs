@@ -80,7 +80,7 @@ pub fn receive(
     match r {
         Recv::Handshaking => Next::Nothing,
         Recv::Waiting => {
-            z.waiting.push((c, base.gen));
+            z.waiting.push_back((c, base.gen));
             io.timer_at(now + RETRY);
             Next::Nothing
         }
