@@ -351,10 +351,10 @@ impl Zone {
             let Some(&(c, gen)) = z.waiting.front() else {
                 return;
             };
-            if !self
+            if self
                 .clients
                 .get(c.index())
-                .is_some_and(|x| x.base.gen == gen)
+                .is_none_or(|x| x.base.gen != gen)
             {
                 z.waiting.pop_front();
                 continue;
