@@ -348,7 +348,8 @@ impl H2 {
             if let Some(fb) = r.fallback {
                 let head = page.and_then(|p| p.head.as_deref());
                 let same = page.is_some_and(|p| std::sync::Arc::ptr_eq(&p.routes, &cx.ctx.routes));
-                let mut storage = [httparse::EMPTY_HEADER; MAX_SAVED_HEADERS];
+                let mut storage = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() };
+                    MAX_SAVED_HEADERS];
                 let limits = cx.ctx.set.limits;
                 let saved = head
                     .filter(|_| same)

@@ -361,7 +361,8 @@ impl Http1 {
         if !std::sync::Arc::ptr_eq(&p.routes, &cx.ctx.routes) {
             return false; // the location named may not be the same one any more
         }
-        let mut storage = [httparse::EMPTY_HEADER; MAX_SAVED_HEADERS];
+        let mut storage =
+            [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_SAVED_HEADERS];
         let Some(req) = parse_saved(head, &mut storage, &cx.ctx.set.limits) else {
             return false;
         };
