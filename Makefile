@@ -39,7 +39,9 @@ fuzz: deps
 	cd crates/http/fuzz && for t in parse_request chunked proxy_protocol parse_response forward_request forward_response; do \
 	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) -dict=dict/http.dict || exit 1; \
 	done
-	cd crates/h2proto/fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run conn -- -max_total_time=$(FUZZ_SECS)
+	cd crates/h2proto/fuzz && for t in conn client; do \
+	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
+	done
 
 # Model checking of the lock-free token queue (its own target dir: --cfg loom rebuilds all).
 loom: deps

@@ -11,6 +11,7 @@ command line, then a certificate and key to serve TLS (ALPN h2) instead of h2c. 
 - Bidi: answers each message with it uppercased.
 - Hang: the request is "N": sends N messages of 1 byte, then waits forever (tests kill
   the server, or a deadline ends the call).
+- Who: answers the port this server listens on (which upstream a call reached).
 """
 
 import hashlib
@@ -66,6 +67,7 @@ def main():
         "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream),
         "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
         "Hang": grpc.unary_stream_rpc_method_handler(hang),
+        "Who": grpc.unary_unary_rpc_method_handler(lambda req, ctx: str(port).encode()),
     })
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32),
                          options=[("grpc.so_reuseport", 0)])

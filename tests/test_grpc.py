@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -285,3 +286,87 @@ listen = ["127.0.0.1:{p}"]
     finally:
         up.kill()
         up.wait()
+
+
+def test_reload_with_calls_in_flight(ringx):
+    """SIGHUP while gRPC calls are in flight: they finish on the upstream they started on,
+    whole and with status OK; calls after the reload (on the same client connection, and on
+    a new one) go where the new configuration says."""
+    a_port, b_port, port = free_port(), free_port(), free_port()
+    a, b = start_upstream(a_port), start_upstream(b_port)
+
+    def cfg(up):
+        return runtime_section(None, zones=1) + f"""
+[[server]]
+listen = ["127.0.0.1:{port}"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "grpc://127.0.0.1:{up}"
+"""
+    try:
+        srv = ringx.make(cfg(a_port))
+        with channel(port) as ch:
+            assert ch.unary_unary("/t.T/Who")(b"", timeout=10) == str(a_port).encode()
+            msgs = [f"in flight {i} ".encode() * 100 for i in range(6)]
+            first_back, go_on = threading.Event(), threading.Event()
+
+            def slow():
+                for i, m in enumerate(msgs):
+                    if i == 1:
+                        first_back.wait(10)
+                        go_on.wait(10)
+                    yield m
+                    time.sleep(0.05)
+            bidi_got, stream_got = [], []
+
+            def run_bidi():
+                call = ch.stream_stream("/t.T/Bidi")(slow(), timeout=30)
+                for r in call:
+                    bidi_got.append(r)
+                    first_back.set()
+                bidi_got.append(call.code())
+
+            def run_stream():
+                # A server stream held in flight across the reload: the client reads the
+                # rest only after it (the windows hold the upstream meanwhile).
+                for m in ch.unary_stream("/t.T/ServerStream")(b"40 100000", timeout=30):
+                    stream_got.append(m)
+                    go_on.wait(10)
+            ts = [threading.Thread(target=run_bidi), threading.Thread(target=run_stream)]
+            for t in ts:
+                t.start()
+            assert first_back.wait(10), "the bidi call did not start"
+            srv.config_path.write_text(cfg(b_port))
+            srv.signal(signal.SIGHUP)
+            srv.wait_log("reload 2 applied by every zone")
+            # New calls on the same client connection follow the new configuration...
+            assert ch.unary_unary("/t.T/Who")(b"", timeout=10) == str(b_port).encode()
+            go_on.set()
+            for t in ts:
+                t.join(30)
+            assert bidi_got[:-1] == [m.upper() for m in msgs], len(bidi_got)
+            assert bidi_got[-1] == grpc.StatusCode.OK
+            assert len(stream_got) == 40 and all(m == bytes([i % 251]) * 100000
+                                                for i, m in enumerate(stream_got))
+        # ... and on a new one.
+        with channel(port) as ch:
+            assert ch.unary_unary("/t.T/Who")(b"", timeout=10) == str(b_port).encode()
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("scheme", ["grpcs", "https"])
+def test_check_refuses_a_tls_scheme_to_an_upstream_without_tls(ringx_bin, tmp_path, scheme):
+    cfg = tmp_path / "bad.toml"
+    text = (f'[[upstream]]\nname = "plain"\nservers = ["127.0.0.1:{free_port()}"]\n'
+            f'[[server]]\nlisten = ["127.0.0.1:{free_port()}"]\n'
+            f'  [[server.location]]\n  path = "/"\n  proxy_pass = "{scheme}://plain"\n')
+    cfg.write_text(text)
+    out = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True)
+    assert out.returncode != 0, out
+    assert f"{cfg}:8:16: " in out.stderr and "has no tls" in out.stderr, out.stderr
+    cfg.write_text(text.replace('servers = [', 'tls = {}\nservers = ['))
+    out = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -287,3 +287,27 @@ fn udp_and_transparent_checks() {
     );
     parse("t.toml", &ok).unwrap();
 }
+
+/// A TLS scheme (`https://`, `grpcs://`) naming an `[[upstream]]` without `tls` is refused
+/// where it is written; with `tls`, or with the plain scheme, it loads.
+#[test]
+fn tls_scheme_to_an_upstream_without_tls_is_refused() {
+    let conf = |up_extra: &str, target: &str| {
+        format!(
+            "[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:9000\"]\n{up_extra}\
+             [[server]]\nlisten = [\"127.0.0.1:8080\"]\n[[server.location]]\npath = \"/\"\n\
+             proxy_pass = \"{target}\"\n"
+        )
+    };
+    for (target, plain) in [("grpcs://app", "grpc://app"), ("https://app", "http://app")] {
+        let e = err_of(&conf("", target));
+        assert!(
+            e.starts_with("bad.toml:8:14: ")
+                && e.contains("has no tls")
+                && e.contains(&format!("{plain:?}")),
+            "{target}: {e}"
+        );
+        parse("t.toml", &conf("tls = {}\n", target)).unwrap();
+        parse("t.toml", &conf("", plain)).unwrap();
+    }
+}

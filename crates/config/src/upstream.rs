@@ -396,6 +396,25 @@ pub(crate) fn validate(
                 ));
             }
         }
+        // A scheme that says TLS names an upstream that has none: the traffic would go in
+        // clear text, which the operator did not write.
+        if what == "proxy_pass" && (t.starts_with("https://") || t.starts_with("grpcs://")) {
+            let named = upstreams
+                .iter()
+                .find(|u| u.get_ref().name.get_ref() == scheme_less(t));
+            if let Some(u) = named.filter(|u| u.get_ref().tls.is_none()) {
+                let name = u.get_ref().name.get_ref();
+                let plain = if grpc { "grpc" } else { "http" };
+                return Err(src.err(
+                    target.span(),
+                    format!(
+                        "{t:?} asks for TLS but [[upstream]] {name:?} has no tls: add \
+                         `tls = {{}}` (or a CA with `tls = {{ ca = \"...\" }}`) to the upstream, \
+                         or write \"{plain}://{name}\""
+                    ),
+                ));
+            }
+        }
         if names.contains(&t) || names.contains(&scheme_less(t)) {
             return Ok(());
         }

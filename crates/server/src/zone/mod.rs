@@ -381,8 +381,10 @@ impl Zone {
             ctx: &mut self.ctx,
             ups: &mut self.ups,
         };
-        if let ClientRole::Http1(h) = role {
-            h.resume(&mut cx, base, c);
+        match role {
+            ClientRole::Http1(h) => h.resume(&mut cx, base, c),
+            ClientRole::H2(h) => h.resume(&mut cx, base, c),
+            _ => {}
         }
         base.tr.seal(cx.io, c);
     }
@@ -771,10 +773,7 @@ impl Handler for Zone {
             .soon
             .peek()
             .map(|r| r.0 .0.saturating_duration_since(now));
-        let next = match (next, soon) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = next.into_iter().chain(soon).min();
         if self.ctx.draining {
             return Some(next.map_or(Duration::from_millis(100), |d| {
                 d.min(Duration::from_millis(100))

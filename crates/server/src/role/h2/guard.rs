@@ -1,8 +1,9 @@
 //! The guards (`crate::guard`) for a request on an HTTP/2 stream: the same check as an
-//! HTTP/1 request's (`role/http1/guard.rs`), with what a stream cannot do yet decided
-//! at once: a `limit_req` delay is not waited for (the request was charged to the rate and
-//! goes on, as with `nodelay`), and an `auth_request` location answers 500 (the subrequest
-//! is HTTP/1's), so that no stream ever passes a check an HTTP/1 request would fail.
+//! HTTP/1 request's (`role/http1/guard.rs`), with the same progress kept while the stream
+//! waits (`wait.rs`): a `limit_req` delay holds the stream, an `auth_request` location
+//! sends the subrequest and holds the stream until its answer.
+
+use std::time::Duration;
 
 use ringx_http::Request;
 
@@ -18,32 +19,37 @@ pub(super) enum Gate {
     Pass(Option<ConnSlot>),
     /// Answer `status` with these header lines (CRLF-terminated).
     Refuse { status: u16, headers: String },
+    /// Over the rate within the burst: look again after this long.
+    Delay(Duration),
+    /// Ask the `auth_request` upstream (`head` to upstream `.0`), then look again.
+    Ask(usize, Vec<u8>),
 }
 
-/// Runs the guard of location `at` for `req` (`uri`: its path after rewriting).
+/// Runs the guard of location `at` for `req` (`uri`: its path after rewriting), with what
+/// was decided for it already (`progress`).
 pub(super) fn check(
     cx: &mut Cx,
     b: &mut Base,
     req: &Request,
     uri: &str,
     at: (usize, usize),
+    progress: &mut Progress,
 ) -> Gate {
-    let mut progress = Progress::default();
-    loop {
-        match h1::check(cx, b, req, uri, at, &mut progress) {
-            Verdict::Pass => return Gate::Pass(progress.conn.take()),
-            Verdict::Refuse { status, headers } => return Gate::Refuse { status, headers },
-            // Charged to the rate already (`progress.limited`): the next look goes on to
-            // the other checks.
-            Verdict::Delay(_) => continue,
-            Verdict::Ask => {
-                tracing::warn!(
-                    "auth_request is not supported for HTTP/2 requests yet: answering 500 (uri {uri})"
-                );
-                return Gate::Refuse {
+    progress.touched = true;
+    match h1::check(cx, b, req, uri, at, progress) {
+        Verdict::Pass => Gate::Pass(progress.conn.take()),
+        Verdict::Refuse { status, headers } => Gate::Refuse { status, headers },
+        Verdict::Delay(d) => Gate::Delay(d),
+        Verdict::Ask => {
+            let routes = &cx.ctx.routes;
+            let g = routes.servers[at.0].locations[at.1].guard.as_deref();
+            match g.and_then(|g| g.auth_request.as_ref()) {
+                Some(a) => Gate::Ask(a.upstream, h1::auth_head(req, &a.uri, b)),
+                // Asked for by a location without one (never the case): refused as an error.
+                None => Gate::Refuse {
                     status: 500,
                     headers: String::new(),
-                };
+                },
             }
         }
     }

@@ -13,22 +13,31 @@
 //! (`Zone`); graceful shutdown and reload send GOAWAY with the last stream and let streams
 //! in flight finish.
 
+mod cache;
 mod grpc;
 mod guard;
 mod proxy;
 mod serve;
 mod stream;
+mod wait;
 
 use std::collections::{HashMap, VecDeque};
 
 use ringx_engine::ConnId;
 use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
 
+use ringx_http::Request;
+
+use crate::answer::ReqCtx;
 use crate::metrics::{bump, H2_STALL};
+use crate::role::grpc::mux::{CallEvent, Owner};
+use crate::role::grpc::status;
 use crate::role::grpc::status::Code;
+use crate::role::http1::local::Route;
 use crate::role::upstream::UpEvent;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
+use grpc::Started;
 use stream::{H2Stream, Turn};
 
 /// Queued output above which no more frames are written until the socket drains.
@@ -42,6 +51,8 @@ pub struct H2 {
     ready: VecDeque<u32>,
     /// Which stream each upstream connection in use serves.
     ups: HashMap<ConnId, u32>,
+    /// Background updates of cache entries, by their upstream connection (`cache.rs`).
+    bg: cache::Background,
     /// A connection error ended it: nothing more is read.
     failed: bool,
     /// The peer is going away (GOAWAY or FIN): close once the streams are done.
@@ -64,6 +75,7 @@ impl H2 {
             streams: HashMap::new(),
             ready: VecDeque::new(),
             ups: HashMap::new(),
+            bg: cache::Background::default(),
             failed: false,
             peer_away: false,
         };
@@ -76,7 +88,7 @@ impl H2 {
 
     /// No stream open and nothing queued: the connection can be reclaimed.
     pub fn is_idle(&self, b: &Base, io: &ringx_engine::Io, c: ConnId) -> bool {
-        self.streams.is_empty() && b.tr.pending(io, c) == 0
+        self.streams.is_empty() && self.bg.is_empty() && b.tr.pending(io, c) == 0
     }
 
     pub fn on_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
@@ -163,6 +175,12 @@ impl H2 {
             let s = self.streams.remove(&id).expect("checked");
             self.detach(cx, &s);
             return self.answer_error(cx, b, c, s, 413);
+        }
+        if let Some(h) = s.held.as_mut() {
+            // Its window reopens once the request goes on.
+            h.body.data.extend_from_slice(data);
+            h.body.end |= end;
+            return;
         }
         if s.proxy.is_some() {
             return self.proxy_data(cx, id, data, end);
@@ -274,6 +292,7 @@ impl H2 {
             }
         }
         self.ups.clear();
+        self.bg.detach_all(cx);
     }
 
     /// Graceful shutdown or a reload that removed this connection's address: GOAWAY with
@@ -371,6 +390,177 @@ impl H2 {
         }
         self.detach(cx, &s);
         s.log_end(cx, b, c, false);
+    }
+}
+
+impl H2 {
+    /// Starts the gRPC call of stream `s` (routed to a `grpc://` location; `end`: it has
+    /// no request body).
+    #[allow(clippy::too_many_arguments)]
+    fn start_grpc(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        req: &Request,
+        route: &Route<'_>,
+        rq: &ReqCtx,
+        end: bool,
+    ) {
+        let id = s.id;
+        let owner = Owner {
+            c,
+            gen: b.gen,
+            sid: id,
+        };
+        match grpc::start(cx, b, owner, req, route, rq, end) {
+            Started::Call(call) => {
+                s.grpc = Some(call);
+                self.streams.insert(id, s);
+            }
+            Started::Failed(code, msg) => {
+                self.streams.insert(id, s);
+                self.grpc_fail(cx, b, c, id, code, msg);
+            }
+        }
+    }
+
+    /// Request body bytes of a gRPC call, to its upstream stream; the client's window
+    /// reopens by what the upstream's window took.
+    pub(super) fn grpc_data(&mut self, cx: &mut Cx, id: u32, data: &[u8], end: bool) {
+        let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) else {
+            return self.conn.release(id, data.len());
+        };
+        let n = g.body(cx, data, end);
+        self.conn.release(id, n);
+    }
+
+    /// What the upstream stream of stream `id`'s call did.
+    pub fn grpc_event(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, ev: CallEvent) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let Some(g) = s.grpc.as_mut() else {
+            return;
+        };
+        match ev {
+            CallEvent::Head {
+                status,
+                fields,
+                end,
+            } => {
+                let fields = g.head_fields(status, &fields);
+                if end {
+                    g.end(cx);
+                }
+                if !self.conn.out().is_empty() {
+                    b.tr.write(cx.io, c, self.conn.out());
+                    self.conn.clear_out();
+                }
+                let Some(out) = b.tr.out_buf(cx.io, c) else {
+                    return;
+                };
+                self.conn.send_headers(out, id, status, fields.iter(), end);
+                s.head_sent = true;
+                s.status = status;
+                if end {
+                    s.ended = true;
+                    self.finish(cx, b, c, id);
+                }
+            }
+            CallEvent::Data(d, end) => {
+                g.out.extend_from_slice(&d);
+                if end {
+                    g.end(cx);
+                    s.end = true;
+                }
+                self.wake(id);
+            }
+            CallEvent::Trailers(f) => {
+                g.end(cx);
+                s.trailers = f.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+                s.end = true;
+                self.wake(id);
+            }
+            CallEvent::Sent(n) => self.conn.release(id, n),
+            CallEvent::Failed(code, msg) => {
+                g.end(cx);
+                self.grpc_fail(cx, b, c, id, code, msg);
+            }
+        }
+        self.after(cx, b, c);
+    }
+
+    /// Ends stream `id`'s call with a status of ringx's own: a Trailers-Only response when
+    /// nothing was sent yet, else trailers after the response bytes already received.
+    pub(super) fn grpc_fail(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        id: u32,
+        code: Code,
+        msg: &'static str,
+    ) {
+        let Some(s) = self.streams.get_mut(&id).filter(|s| !s.end && !s.ended) else {
+            return; // its end is decided already
+        };
+        grpc::count_local(cx, code);
+        if let Some(g) = &s.grpc {
+            g.end(cx);
+        }
+        if s.head_sent {
+            s.trailers = status::trailers(code, msg)
+                .iter()
+                .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                .collect();
+            s.end = true;
+            return self.wake(id);
+        }
+        if !self.conn.out().is_empty() {
+            b.tr.write(cx.io, c, self.conn.out());
+            self.conn.clear_out();
+        }
+        if let Some(out) = b.tr.out_buf(cx.io, c) {
+            self.conn
+                .send_headers(out, id, 200, status::trailers_only(code, msg), true);
+        }
+        s.head_sent = true;
+        s.status = 200;
+        s.ended = true;
+        self.finish(cx, b, c, id);
+    }
+
+    /// Calls whose `grpc-timeout` passed end with DEADLINE_EXCEEDED; returns whether any
+    /// did, and the earliest deadline still ahead.
+    pub(super) fn grpc_deadlines(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+    ) -> (bool, Option<std::time::Instant>) {
+        let now = cx.io.now();
+        let mut next = None::<std::time::Instant>;
+        let mut late = Vec::new();
+        for s in self.streams.values() {
+            let Some(d) = s.grpc.as_ref().and_then(|g| g.deadline) else {
+                continue;
+            };
+            if s.ended || s.end {
+                continue;
+            }
+            if d <= now {
+                late.push(s.id);
+            } else {
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+        }
+        let any = !late.is_empty();
+        for id in late {
+            self.grpc_fail(cx, b, c, id, Code::DeadlineExceeded, "deadline exceeded");
+        }
+        (any, next)
     }
 }
 

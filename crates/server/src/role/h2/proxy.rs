@@ -16,13 +16,19 @@ use ringx_h2proto::Framing;
 use ringx_http::Request;
 
 use crate::answer::{PageCtx, ReqCtx};
+use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::http1::local::Route;
 use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
 use crate::transport::{MemOut, Transport};
+use crate::upstream::dial::Dial;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
+
+/// Why a stream could not be proxied: the status to answer with, the location's error
+/// pages, and the capture it was started with (a cache fill may answer from a stale copy).
+pub(super) type Failed = (u16, Option<Box<PageCtx>>, Option<Box<Capture>>);
 
 /// A stream being proxied.
 pub(super) struct Proxied {
@@ -72,7 +78,7 @@ impl Proxied {
     /// Starts an exchange for `req` (routed by `route` to a `proxy_pass` location, through
     /// the same preparation as HTTP/1 requests) on behalf of the connection `b`; `Err`: the
     /// status to answer with, and the location's error pages.
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         cx: &mut Cx,
         b: &Base,
@@ -81,12 +87,15 @@ impl Proxied {
         route: &Route<'_>,
         rq: &ReqCtx,
         framing: Framing,
-    ) -> Result<Box<Proxied>, (u16, Option<Box<PageCtx>>)> {
+        capture: Option<Capture>,
+    ) -> Result<Box<Proxied>, Failed> {
         let mut ex = Box::<Exchange>::default();
-        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, None, None)
+        let fill = capture.as_ref().and_then(|x| x.fill.as_deref());
+        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, None, fill)
         else {
-            return Err((502, None));
+            return Err((502, None, capture.map(Box::new)));
         };
+        ex.capture = capture.map(Box::new);
         let has_body = framing != Framing::None;
         ex.has_body = has_body;
         ex.replay = has_body.then(Vec::new);
@@ -97,24 +106,63 @@ impl Proxied {
         ex.keep = false;
         ex.log = false;
         ex.pass_trailers = true;
-        let mut base = Base::new(cx.io.now());
-        base.gen = b.gen;
-        base.listener = b.listener;
-        base.addr = b.addr;
-        base.local = b.local;
-        base.tr = Transport::Mem(Box::default());
         let mut p = Box::new(Proxied {
             ex,
-            base,
+            base: Proxied::stream_base(cx, b),
             head_done: false,
             chunked: framing == Framing::Chunked,
             held: 0,
             page,
         });
         if p.ex.send(cx, &p.base, c).is_err() {
-            return Err((502, p.page.take()));
+            return Err((502, p.page.take(), p.ex.capture.take()));
         }
         Ok(p)
+    }
+
+    /// A request of the server's own (`head` to `upstream`: an `auth_request` subrequest,
+    /// a background cache update) whose response `capture` receives and no client sees.
+    /// None: it could not be sent (no upstream state, or no server to try).
+    pub fn sub(
+        cx: &mut Cx,
+        b: &Base,
+        c: ConnId,
+        upstream: usize,
+        head: Vec<u8>,
+        capture: Capture,
+    ) -> Option<Box<Proxied>> {
+        let (pools, gen) = cx.ctx.current_pools()?;
+        let retries = pools.defs.list[upstream].retries;
+        let ex = Box::new(Exchange {
+            dial: Dial::new(gen, upstream, retries, None, Vec::new()),
+            head,
+            idempotent: true,
+            keep: true,
+            log: false,
+            capture: Some(Box::new(capture)),
+            ..Exchange::default()
+        });
+        let mut p = Box::new(Proxied {
+            ex,
+            base: Proxied::stream_base(cx, b),
+            head_done: false,
+            chunked: false,
+            held: 0,
+            page: None,
+        });
+        p.ex.send(cx, &p.base, c).ok()?;
+        Some(p)
+    }
+
+    /// The stream as an exchange's client: the connection's identity, output to memory.
+    fn stream_base(cx: &Cx, b: &Base) -> Base {
+        let mut base = Base::new(cx.io.now());
+        base.gen = b.gen;
+        base.listener = b.listener;
+        base.addr = b.addr;
+        base.local = b.local;
+        base.tr = Transport::Mem(Box::default());
+        base
     }
 
     /// Request body bytes (`end`: the last), framed for the upstream. Returns the bytes of

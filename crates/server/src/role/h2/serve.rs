@@ -4,25 +4,28 @@
 //! the body, which waits for the window in the stream.
 
 use std::mem::MaybeUninit;
+use std::time::Instant;
 
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{Parsed, Request};
 
-use super::grpc::{self, Started};
+use super::cache::{self, CacheStep};
 use super::guard::{self, Gate};
 use super::proxy::Proxied;
 use super::stream::{H2Stream, Piece, Squeeze, StreamLog};
+use super::wait::{Held, HeldBody};
 use super::H2;
 use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx, Streams};
 use crate::compress::file_stream::FileStream;
+use crate::guard::AuthAnswer;
 use crate::response::{ConnHdr, ErrorPage, FilePart};
-use crate::rewrite::vars::{new_request_id, ConnInfo};
+use crate::rewrite::vars::new_request_id;
+use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
-use crate::role::grpc::mux::{CallEvent, Owner};
-use crate::role::grpc::status::{self, Code};
+use crate::role::http1::cached;
 use crate::role::http1::guard as h1guard;
 use crate::role::http1::local::{self, Route};
 use crate::role::proxy_start;
@@ -44,19 +47,6 @@ fn connection_specific(name: &[u8]) -> bool {
     ]
     .iter()
     .any(|n| name.eq_ignore_ascii_case(n))
-}
-
-/// The connection as a stream's request sees it (the real client address, when
-/// `real_ip_from` found one).
-fn stream_conn(b: &Base) -> ConnInfo {
-    ConnInfo {
-        client: match (b.real_ip, b.addr) {
-            (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
-            (None, a) => a,
-        },
-        local: b.local,
-        tls: b.tr.is_tls(),
-    }
 }
 
 impl H2 {
@@ -100,18 +90,57 @@ impl H2 {
         }
         let mut h1 = Vec::with_capacity(128 + head.lines.len());
         head.write_http1(&mut h1, framing);
+        self.serve(cx, b, c, s, Held::new(h1, framing));
+    }
+
+    /// Parses, routes and serves stream `s`'s request (`held`: its HTTP/1.1 head and what was
+    /// decided for it so far); a request that must wait is parked (`wait.rs`) and comes back
+    /// here when it is looked at again.
+    pub(super) fn serve(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        s: H2Stream,
+        held: Box<Held>,
+    ) {
+        let id = s.id;
+        if let Some(body) = self.route_stream(cx, b, c, s, held) {
+            self.pass_body(cx, id, body);
+        }
+    }
+
+    /// [`H2::serve`]: the request's body that arrived while it waited, to go where the
+    /// request went (None: it waits again).
+    fn route_stream(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        mut held: Box<Held>,
+    ) -> Option<HeldBody> {
+        let body = std::mem::take(&mut held.body);
+        let framing = held.framing;
+        let first = !held.resumed;
         let mut storage = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
         let n = cx.ctx.set.limits.max_headers.min(MAX_HEADERS);
         let limits = ringx_http::Limits {
-            max_head: h1.len().max(cx.ctx.set.limits.max_head),
+            max_head: held.h1.len().max(cx.ctx.set.limits.max_head),
             ..cx.ctx.set.limits
         };
-        let req = match ringx_http::parse_request_uninit(&h1, &mut storage[..n], &limits) {
+        let req = match ringx_http::parse_request_uninit(&held.h1, &mut storage[..n], &limits) {
             Ok(Parsed::Complete(r)) => r,
-            Ok(Parsed::Partial) => return self.answer_error(cx, b, c, s, 400),
-            Err(e) => return self.answer_error(cx, b, c, s, e.status),
+            Ok(Parsed::Partial) => {
+                self.answer_error(cx, b, c, s, 400);
+                return Some(body);
+            }
+            Err(e) => {
+                self.answer_error(cx, b, c, s, e.status);
+                return Some(body);
+            }
         };
-        if let Some(l) = s.log.as_mut() {
+        if let Some(l) = s.log.as_mut().filter(|_| first) {
             l.referer
                 .extend_from_slice(req.header("referer").unwrap_or_default());
             l.user_agent
@@ -121,13 +150,13 @@ impl H2 {
         if cx.ctx.routes.http_guard.real_ip.is_some() {
             h1guard::client_ip(cx, b, &req);
         }
-        let mut rq = ReqCtx::new(stream_conn(b));
+        let mut rq = ReqCtx::new(local::conn_info(b));
         rq.streams = Streams::Frames;
         if let Some(l) = s.log.as_mut() {
             if cx.ctx.log.format() == Some(LogFormat::Json) {
-                let id = new_request_id();
+                // One id for the request however often it is looked at.
+                let id = *l.request_id.get_or_insert_with(new_request_id);
                 rq.request_id.set(Some(id));
-                l.request_id = Some(id);
             }
         }
         let conn = || rq.conn;
@@ -137,25 +166,64 @@ impl H2 {
             &req,
             (conn, &rq.request_id),
         );
-        if let Some((si, li)) = route.at {
-            if cx.ctx.routes.servers[si].locations[li].guard.is_some() {
-                let uri = route.path.as_deref().unwrap_or("");
-                match guard::check(cx, b, &req, uri, (si, li)) {
-                    Gate::Pass(slot) => s.conn_slot = slot,
-                    Gate::Refuse { status, headers } => {
-                        let mut resp = Vec::with_capacity(512);
-                        let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
-                        cx.ctx.responder().error(&mut resp, page.extra(&headers));
-                        return self.answer(cx, b, c, s, resp, None);
-                    }
+        let (guarded, cached) = match route.at {
+            Some((si, li)) => {
+                let l = &cx.ctx.routes.servers[si].locations[li];
+                (l.guard.is_some(), l.cache.is_some())
+            }
+            None => (false, false),
+        };
+        if guarded {
+            let uri = route.path.as_deref().unwrap_or("");
+            let at = route.at.expect("a guarded request has a location");
+            match guard::check(cx, b, &req, uri, at, &mut held.progress) {
+                Gate::Pass(slot) => s.conn_slot = slot,
+                Gate::Refuse { status, headers } => {
+                    let mut resp = Vec::with_capacity(512);
+                    let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
+                    cx.ctx.responder().error(&mut resp, page.extra(&headers));
+                    self.answer(cx, b, c, s, resp, None);
+                    return Some(body);
+                }
+                Gate::Delay(d) => {
+                    held.body = body;
+                    let until = cx.io.now() + d;
+                    self.park(cx, b, c, s, held, Some(until));
+                    return None;
+                }
+                Gate::Ask(upstream, head) => {
+                    held.body = body;
+                    self.ask(cx, b, c, s, held, upstream, head);
+                    return None;
                 }
             }
         }
         if proxy_start::is_grpc(&cx.ctx.routes, &route) {
-            return self.start_grpc(cx, b, c, s, &req, &route, &rq, end_stream);
+            let end = framing == Framing::None;
+            self.start_grpc(cx, b, c, s, &req, &route, &rq, end);
+            return Some(body);
         }
         if proxy_start::is_proxied(&cx.ctx.routes, &route) {
-            return self.start_proxy(cx, b, c, s, &req, &route, &rq, framing);
+            let mut capture = None;
+            if cached {
+                match cache::step(cx, b, &mut s, &req, (&route, &rq), &mut held.progress) {
+                    CacheStep::Go(cap) => capture = cap,
+                    CacheStep::Hit(resp, file, update) => {
+                        self.answer(cx, b, c, s, resp, file);
+                        if let Some(u) = update {
+                            self.bg.start(cx, b, c, u);
+                        }
+                        return Some(body);
+                    }
+                    CacheStep::Wait(until) => {
+                        held.body = body;
+                        self.park(cx, b, c, s, held, Some(until));
+                        return None;
+                    }
+                }
+            }
+            self.start_proxy(cx, b, c, s, &req, &route, &rq, framing, capture);
+            return Some(body);
         }
         let mut resp = Vec::with_capacity(256);
         let r = local::respond(
@@ -170,12 +238,15 @@ impl H2 {
         if let Some(fb) = r.fallback {
             let req = fb.request(&req);
             let route = local::fallback_route(&fb, route.server, &req);
-            return self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
+            self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
+            return Some(body);
         }
         if let Some(z) = r.stream {
-            return self.answer_compressing(cx, b, c, s, resp, z);
+            self.answer_compressing(cx, b, c, s, resp, z);
+            return Some(body);
         }
         self.answer(cx, b, c, s, resp, r.file);
+        Some(body)
     }
 
     /// Sends a static file compressed as the peer's window takes it (too large to compress
@@ -302,7 +373,8 @@ impl H2 {
 }
 
 impl H2 {
-    /// Starts proxying stream `s`'s request (routed to a `proxy_pass` location).
+    /// Starts proxying stream `s`'s request (routed to a `proxy_pass` location); `capture`:
+    /// what the cache keeps of the response, and the cache status it carries.
     #[allow(clippy::too_many_arguments)]
     fn start_proxy(
         &mut self,
@@ -314,9 +386,17 @@ impl H2 {
         route: &Route<'_>,
         rq: &ReqCtx,
         framing: Framing,
+        capture: Option<Capture>,
     ) {
-        match Proxied::start(cx, b, c, req, route, rq, framing) {
-            Err((status, page)) => self.give_up(cx, b, c, s, status, page.as_deref()),
+        s.cache = capture.as_ref().map_or("", |x| x.client_status);
+        match Proxied::start(cx, b, c, req, route, rq, framing, capture) {
+            Err((status, page, cap)) => {
+                let fill = cap.and_then(|mut x| x.fill.take());
+                if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
+                    return self.answer(cx, b, c, s, resp, None);
+                }
+                self.give_up(cx, b, c, s, status, page.as_deref())
+            }
             Ok(p) => {
                 if let Some(u) = p.ex.up {
                     self.ups.insert(u, s.id);
@@ -357,7 +437,7 @@ impl H2 {
                 if let (Some(req), Some(p)) = (saved, page) {
                     let req = fb.request(&req);
                     let route = local::fallback_route(&fb, p.at.0, &req);
-                    let rq = ReqCtx::new(stream_conn(b));
+                    let rq = ReqCtx::new(local::conn_info(b));
                     return self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
                 }
             } else {
@@ -388,8 +468,8 @@ impl H2 {
         (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
         fb: &Fallback,
     ) {
-        match Proxied::start(cx, b, c, req, route, rq, Framing::None) {
-            Err((status, _)) => self.answer_error(cx, b, c, s, fb.status.unwrap_or(status)),
+        match Proxied::start(cx, b, c, req, route, rq, Framing::None, None) {
+            Err((status, _, _)) => self.answer_error(cx, b, c, s, fb.status.unwrap_or(status)),
             Ok(mut p) => {
                 p.page = None;
                 p.ex.deco.get_or_insert_with(Box::default).status_as = fb.status;
@@ -413,6 +493,11 @@ impl H2 {
 
     /// Trailers of a request: the end of a proxied chunked body.
     pub(super) fn trailers(&mut self, cx: &mut Cx, id: u32, lines: &[u8]) {
+        if let Some(h) = self.streams.get_mut(&id).and_then(|s| s.held.as_mut()) {
+            h.body.end = true;
+            h.body.trailers = Some(lines.to_vec());
+            return;
+        }
         if let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) {
             return g.end_request(cx);
         }
@@ -443,6 +528,9 @@ impl H2 {
         u: ConnId,
         ev: UpEvent,
     ) {
+        if self.bg.has(u) {
+            return self.bg.event(cx, c, u, ev);
+        }
         let Some(&id) = self.ups.get(&u) else {
             if let Some(up) = cx.ups.get_mut(u) {
                 up.abandon(cx.io, u);
@@ -462,6 +550,36 @@ impl H2 {
                 self.ups.insert(n, id);
             }
         }
+        // A fill's response the client is not sent (a revalidation's 304, a status the
+        // stale copy stands in for): the cache answers when it ends.
+        let cache_answers =
+            p.ex.capture
+                .as_ref()
+                .is_some_and(|x| !x.to_client && x.fill.is_some());
+        let held = self.streams.get(&id).is_some_and(|s| s.held.is_some());
+        if outcome != Outcome::Pending && held {
+            // The `auth_request` subrequest of a waiting stream.
+            return self.auth_done(cx, b, c, id, outcome);
+        }
+        if outcome != Outcome::Pending && cache_answers {
+            let Some(mut s) = self.streams.remove(&id) else {
+                return;
+            };
+            self.detach(cx, &s);
+            let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
+            let failed = match outcome {
+                Outcome::Done => None,
+                Outcome::GiveUp(st) => Some(st),
+                _ => Some(502),
+            };
+            return match cap
+                .ok_or(502)
+                .and_then(|x| cache::answer_from_fill(cx, &mut s, x, failed))
+            {
+                Ok(resp) => self.answer(cx, b, c, s, resp, None),
+                Err(status) => self.give_up(cx, b, c, s, status, None),
+            };
+        }
         self.response_head(cx, b, c, id);
         match outcome {
             Outcome::Pending => {}
@@ -470,6 +588,9 @@ impl H2 {
                     s.end = true;
                     if let Some(p) = s.proxy.as_mut() {
                         s.trailers = p.response_trailers();
+                        if let Some(mut cap) = p.ex.capture.take() {
+                            cached::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
+                        }
                     }
                 }
             }
@@ -479,6 +600,15 @@ impl H2 {
                 };
                 self.detach(cx, &s);
                 let page = s.proxy.as_mut().and_then(|p| p.page.take());
+                let fill = s
+                    .proxy
+                    .as_mut()
+                    .and_then(|p| p.ex.capture.as_mut())
+                    .and_then(|x| x.fill.take());
+                if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
+                    s.proxy = None; // the stream's body is the entry's, not the exchange's output
+                    return self.answer(cx, b, c, s, resp, None);
+                }
                 return self.give_up(cx, b, c, s, status, page.as_deref());
             }
             Outcome::Cut | Outcome::Upgrade(_) => {
@@ -526,172 +656,137 @@ impl H2 {
 }
 
 impl H2 {
-    /// Starts the gRPC call of stream `s` (routed to a `grpc://` location; `end`: it has
-    /// no request body).
+    /// Parks stream `s` until `until` (None: until its subrequest answers).
+    pub(super) fn park(
+        &mut self,
+        cx: &mut Cx,
+        b: &Base,
+        c: ConnId,
+        mut s: H2Stream,
+        mut held: Box<Held>,
+        until: Option<Instant>,
+    ) {
+        held.until = until;
+        held.resumed = true;
+        if let Some(at) = until {
+            cx.ctx.wake_at(cx.io, at, c, b.gen);
+        }
+        s.held = Some(held);
+        self.streams.insert(s.id, s);
+    }
+
+    /// The zone's timer: streams whose wait is over are looked at again.
+    pub fn resume(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.failed {
+            return;
+        }
+        let now = cx.io.now();
+        let mut due: Vec<u32> = self
+            .streams
+            .values()
+            .filter(|s| {
+                s.held
+                    .as_ref()
+                    .and_then(|h| h.until)
+                    .is_some_and(|t| t <= now)
+            })
+            .map(|s| s.id)
+            .collect();
+        due.sort_unstable(); // in the order they were opened
+        for id in due {
+            self.unpark(cx, b, c, id);
+        }
+        self.after(cx, b, c);
+    }
+
+    /// Looks at held stream `id` again.
+    fn unpark(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
+        };
+        let Some(held) = s.held.take() else {
+            self.streams.insert(id, s);
+            return;
+        };
+        self.serve(cx, b, c, s, held);
+    }
+
+    /// What arrived of the body while stream `id` waited goes where the request went now:
+    /// to its upstream, or read and dropped (its window given back either way).
+    pub(super) fn pass_body(&mut self, cx: &mut Cx, id: u32, body: HeldBody) {
+        if body.data.is_empty() && !body.end {
+            return;
+        }
+        let (proxied, grpc) = self
+            .streams
+            .get(&id)
+            .map_or((false, false), |s| (s.proxy.is_some(), s.grpc.is_some()));
+        let ended_by_trailers = body.trailers.is_some();
+        if proxied {
+            self.proxy_data(cx, id, &body.data, body.end && !ended_by_trailers);
+        } else if grpc {
+            self.grpc_data(cx, id, &body.data, body.end && !ended_by_trailers);
+        } else {
+            self.conn.release(id, body.data.len());
+            return;
+        }
+        if let Some(t) = body.trailers {
+            self.trailers(cx, id, &t);
+        }
+    }
+
+    /// Sends the `auth_request` subrequest (`head` to `upstream`) for held stream `s`; the
+    /// stream waits for its answer (`auth_done`). When it cannot be sent, the answer is an
+    /// error at once (500, as over HTTP/1).
     #[allow(clippy::too_many_arguments)]
-    fn start_grpc(
+    pub(super) fn ask(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        req: &Request,
-        route: &Route<'_>,
-        rq: &ReqCtx,
-        end: bool,
+        mut held: Box<Held>,
+        upstream: usize,
+        head: Vec<u8>,
     ) {
-        let id = s.id;
-        let owner = Owner {
-            c,
-            gen: b.gen,
-            sid: id,
-        };
-        match grpc::start(cx, b, owner, req, route, rq, end) {
-            Started::Call(call) => {
-                s.grpc = Some(call);
-                self.streams.insert(id, s);
+        match Proxied::sub(cx, b, c, upstream, head, Capture::subrequest()) {
+            Some(p) => {
+                if let Some(u) = p.ex.up {
+                    self.ups.insert(u, s.id);
+                }
+                s.proxy = Some(p);
+                self.park(cx, b, c, s, held, None);
             }
-            Started::Failed(code, msg) => {
-                self.streams.insert(id, s);
-                self.grpc_fail(cx, b, c, id, code, msg);
+            None => {
+                held.progress.auth = Some(AuthAnswer::Error);
+                self.serve(cx, b, c, s, held);
             }
         }
     }
 
-    /// Request body bytes of a gRPC call, to its upstream stream; the client's window
-    /// reopens by what the upstream's window took.
-    pub(super) fn grpc_data(&mut self, cx: &mut Cx, id: u32, data: &[u8], end: bool) {
-        let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) else {
-            return self.conn.release(id, data.len());
-        };
-        let n = g.body(cx, data, end);
-        self.conn.release(id, n);
-    }
-
-    /// What the upstream stream of stream `id`'s call did.
-    pub fn grpc_event(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, ev: CallEvent) {
-        let Some(s) = self.streams.get_mut(&id) else {
-            return;
-        };
-        let Some(g) = s.grpc.as_mut() else {
-            return;
-        };
-        match ev {
-            CallEvent::Head {
-                status,
-                fields,
-                end,
-            } => {
-                let fields = g.head_fields(status, &fields);
-                if end {
-                    g.end(cx);
-                }
-                if !self.conn.out().is_empty() {
-                    b.tr.write(cx.io, c, self.conn.out());
-                    self.conn.clear_out();
-                }
-                let Some(out) = b.tr.out_buf(cx.io, c) else {
-                    return;
-                };
-                self.conn.send_headers(out, id, status, fields.iter(), end);
-                s.head_sent = true;
-                s.status = status;
-                if end {
-                    s.ended = true;
-                    self.finish(cx, b, c, id);
-                }
-            }
-            CallEvent::Data(d, end) => {
-                g.out.extend_from_slice(&d);
-                if end {
-                    g.end(cx);
-                    s.end = true;
-                }
-                self.wake(id);
-            }
-            CallEvent::Trailers(f) => {
-                g.end(cx);
-                s.trailers = f.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
-                s.end = true;
-                self.wake(id);
-            }
-            CallEvent::Sent(n) => self.conn.release(id, n),
-            CallEvent::Failed(code, msg) => {
-                g.end(cx);
-                self.grpc_fail(cx, b, c, id, code, msg);
-            }
-        }
-        self.after(cx, b, c);
-    }
-
-    /// Ends stream `id`'s call with a status of ringx's own: a Trailers-Only response when
-    /// nothing was sent yet, else trailers after the response bytes already received.
-    pub(super) fn grpc_fail(
+    /// The `auth_request` subrequest of held stream `id` ended (`outcome`): its answer is
+    /// applied and the request looked at again.
+    pub(super) fn auth_done(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         id: u32,
-        code: Code,
-        msg: &'static str,
+        outcome: Outcome,
     ) {
-        let Some(s) = self.streams.get_mut(&id).filter(|s| !s.end && !s.ended) else {
-            return; // its end is decided already
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
         };
-        grpc::count_local(cx, code);
-        if let Some(g) = &s.grpc {
-            g.end(cx);
-        }
-        if s.head_sent {
-            s.trailers = status::trailers(code, msg)
-                .iter()
-                .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                .collect();
-            s.end = true;
-            return self.wake(id);
-        }
-        if !self.conn.out().is_empty() {
-            b.tr.write(cx.io, c, self.conn.out());
-            self.conn.clear_out();
-        }
-        if let Some(out) = b.tr.out_buf(cx.io, c) {
-            self.conn
-                .send_headers(out, id, 200, status::trailers_only(code, msg), true);
-        }
-        s.head_sent = true;
-        s.status = 200;
-        s.ended = true;
-        self.finish(cx, b, c, id);
-    }
-
-    /// Calls whose `grpc-timeout` passed end with DEADLINE_EXCEEDED; returns whether any
-    /// did, and the earliest deadline still ahead.
-    pub(super) fn grpc_deadlines(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-    ) -> (bool, Option<std::time::Instant>) {
-        let now = cx.io.now();
-        let mut next = None::<std::time::Instant>;
-        let mut late = Vec::new();
-        for s in self.streams.values() {
-            let Some(d) = s.grpc.as_ref().and_then(|g| g.deadline) else {
-                continue;
-            };
-            if s.ended || s.end {
-                continue;
-            }
-            if d <= now {
-                late.push(s.id);
-            } else {
-                next = Some(next.map_or(d, |n| n.min(d)));
-            }
-        }
-        let any = !late.is_empty();
-        for id in late {
-            self.grpc_fail(cx, b, c, id, Code::DeadlineExceeded, "deadline exceeded");
-        }
-        (any, next)
+        self.detach(cx, &s);
+        let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
+        let Some(mut held) = s.held.take() else {
+            return; // not a held stream's subrequest (never the case)
+        };
+        let answer = match outcome {
+            Outcome::Done => h1guard::auth_answer(cap.as_deref()),
+            _ => AuthAnswer::Error,
+        };
+        held.progress.auth = Some(answer);
+        self.serve(cx, b, c, s, held);
     }
 }

@@ -13,6 +13,7 @@ use ringx_h2proto::Conn;
 
 use super::grpc::GrpcCall;
 use super::proxy::Proxied;
+use super::wait::Held;
 use crate::accesslog::Entry;
 use crate::compress::file_stream::FileStream;
 use crate::role::exchange::PROXY_HIGH_WATER;
@@ -116,6 +117,11 @@ pub(super) struct H2Stream {
     pub log: Option<Box<StreamLog>>,
     /// The location's `limit_conn` counts this stream while it lives.
     pub conn_slot: Option<crate::guard::limit::ConnSlot>,
+    /// The request waits (a `limit_req` delay, an `auth_request` answer, another request's
+    /// cache fill) and is looked at again then.
+    pub held: Option<Box<Held>>,
+    /// The proxy cache's status for the log ("" where the location has no cache).
+    pub cache: &'static str,
 }
 
 /// What one turn of a stream did.
@@ -152,6 +158,8 @@ impl H2Stream {
             proxy: None,
             grpc: None,
             log: None,
+            held: None,
+            cache: "",
         }
     }
 
@@ -300,7 +308,7 @@ impl H2Stream {
             user_agent: &l.user_agent,
             request_time: cx.io.now().saturating_duration_since(self.start),
             zone: cx.ctx.id,
-            cache: "",
+            cache: self.cache,
             request_id: l.request_id,
         };
         cx.ctx.log.stream_end(cx.io, Some(e), status);

@@ -830,7 +830,8 @@ fn an_upstream_chunked_trailer_section_reaches_the_client_as_trailers() {
 
 /// A stream passes its location's guard as an HTTP/1 request does: access rules refuse it
 /// with 403 (on that stream only), `limit_conn` counts a stream while it lives, and an
-/// `auth_request` location (its subrequest is HTTP/1's) answers 500, never its content.
+/// `auth_request` location asks its service per stream: a 401 is passed on (never the
+/// content), a 2xx lets the stream through.
 #[test]
 fn a_stream_passes_its_locations_guard() {
     let mut h = Harness::new(
@@ -851,10 +852,15 @@ listen = ["127.0.0.1:8080"]
   [[server.location]]
   path = "/auth/"
   return = { status = 200, body = "secret" }
-  auth_request = { proxy_pass = "app", uri = "/check" }
+  auth_request = { proxy_pass = "auth", uri = "/check" }
 [[upstream]]
 name = "app"
 servers = ["127.0.0.1:9001"]
+keepalive = 4
+retries = 0
+[[upstream]]
+name = "auth"
+servers = ["127.0.0.1:9002"]
 keepalive = 4
 retries = 0
 "#,
@@ -865,25 +871,39 @@ retries = 0
     assert_eq!((g.status, g.ended), (403, true));
     assert!(!g.body.windows(6).any(|w| w == b"secret"));
     cl.get(&mut h, 3, "/auth/x");
+    let (a, _) = h.accept_upstream();
+    h.flush();
+    let sub = String::from_utf8(h.upstream_got(a)).unwrap();
+    assert!(sub.starts_with("GET /check ") && sub.contains("X-Original-URI: /auth/x"));
+    h.send(a, b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n");
     let g = cl.got(&mut h, 3);
-    assert_eq!((g.status, g.ended), (500, true));
+    assert_eq!((g.status, g.ended), (401, true));
     assert!(!g.body.windows(6).any(|w| w == b"secret"));
+    // The next stream's subrequest goes on the kept-alive connection; allowed, it is served.
+    cl.get(&mut h, 11, "/auth/y");
+    h.flush();
+    assert!(String::from_utf8(h.upstream_got(a))
+        .unwrap()
+        .contains("X-Original-URI: /auth/y"));
+    h.send(a, b"HTTP/1.1 204 No Content\r\n\r\n");
+    let g = cl.got(&mut h, 11);
+    assert_eq!((g.status, g.body.as_slice()), (200, &b"secret"[..]));
     // limit_conn: a second stream while the first is proxied is refused; once the first
     // ended, the next passes.
-    cl.get(&mut h, 5, "/slow");
+    cl.get(&mut h, 13, "/slow");
     let (u, _) = h.accept_upstream();
-    cl.get(&mut h, 7, "/x");
-    assert_eq!(cl.got(&mut h, 7).status, 503);
+    cl.get(&mut h, 15, "/x");
+    assert_eq!(cl.got(&mut h, 15).status, 503);
     h.flush();
     h.upstream_got(u);
     h.send(u, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi");
-    assert_eq!(cl.got(&mut h, 5).status, 200);
-    cl.get(&mut h, 9, "/x");
+    assert_eq!(cl.got(&mut h, 13).status, 200);
+    cl.get(&mut h, 17, "/x");
     h.flush();
     assert!(String::from_utf8(h.upstream_got(u))
         .unwrap()
         .starts_with("GET /x "));
     h.send(u, b"HTTP/1.1 204 No Content\r\n\r\n");
-    assert_eq!(cl.got(&mut h, 9).status, 204);
+    assert_eq!(cl.got(&mut h, 17).status, 204);
     assert!(h.t.is_open(cl.c));
 }

@@ -21,7 +21,7 @@ use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
 /// What the cache of location `at` does with `req`; None: the location has no cache.
-pub(super) fn decide(
+pub(crate) fn decide(
     cx: &Cx,
     b: &Base,
     req: &Request,
@@ -46,7 +46,7 @@ pub(super) fn decide(
 }
 
 /// The capture of a request the cache passes by (counted, and its status on the response).
-pub(super) fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capture {
+pub(crate) fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capture {
     let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
     Capture {
         to_client: true,
@@ -59,7 +59,7 @@ pub(super) fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capt
 
 /// The capture of a fill: the response goes to the client and is kept, up to the cache's
 /// largest object.
-pub(super) fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
+pub(crate) fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
     Capture {
         to_client,
         client: to_client,
@@ -73,7 +73,7 @@ pub(super) fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
 
 /// Writes the answer from `found` for what `asked` asked, with cache status `status`.
 /// Returns what was written and the file part of the body (an entry kept on disk).
-pub(super) fn write_found(
+pub(crate) fn write_found(
     cx: &mut Cx,
     b: &mut Base,
     c: ConnId,
@@ -117,7 +117,7 @@ pub(super) fn write_found(
 /// unless `head_only` or `not_modified` (a 304 for the client's validator), and unless
 /// the body is on disk (`body_follows`: the caller sends it).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn write_object(
+pub(crate) fn write_object(
     obj: &Object,
     out: &mut Vec<u8>,
     now: u64,
@@ -184,7 +184,7 @@ pub(crate) fn validators(fill: &Fill, out: &mut Vec<u8>) {
 }
 
 /// What a request asked, for an answer written now.
-pub(super) fn asked_now(req: &Request, keep: bool) -> Asked {
+pub(crate) fn asked_now(req: &Request, keep: bool) -> Asked {
     Asked {
         head_only: req.method == ringx_http::Method::Head,
         version11: req.version == ringx_http::Version::Http11,
@@ -195,7 +195,7 @@ pub(super) fn asked_now(req: &Request, keep: bool) -> Asked {
 }
 
 /// A fill's response reached the client whole: stored if it may be.
-pub(super) fn finish(cap: &mut Capture, now: u64) {
+pub(crate) fn finish(cap: &mut Capture, now: u64) {
     if let Some(mut fill) = cap.fill.take() {
         let whole = cap.complete && !cap.overflow;
         if let Some(built) = fill.object(&cap.head, &cap.body, now).filter(|_| whole) {
@@ -207,7 +207,7 @@ pub(super) fn finish(cap: &mut Capture, now: u64) {
 /// A background update (or a fill turned into one) ended: the entry stored or refreshed
 /// (a 304). Returns the object the client can be answered from, and its status: the new or
 /// refreshed entry, else the stale copy.
-pub(super) fn settle(
+pub(crate) fn settle(
     cap: &mut Capture,
     fill: &mut Fill,
     now: u64,

@@ -94,7 +94,7 @@ pub(super) fn write_refusal(
 }
 
 /// What an `auth_request` subrequest's answer (None: none could be had) means.
-pub(super) fn auth_answer(capture: Option<&Capture>) -> AuthAnswer {
+pub(crate) fn auth_answer(capture: Option<&Capture>) -> AuthAnswer {
     match capture.filter(|x| x.complete) {
         Some(x) if (200..300).contains(&x.status) => AuthAnswer::Allow,
         Some(x) if x.status == 401 || x.status == 403 => {
@@ -130,7 +130,7 @@ pub(super) fn malformed(cx: &Cx, b: &Base, status: u16) {
 
 /// The head of an `auth_request` subrequest: a GET of `uri` with the client's fields (no
 /// body), and where the original request went.
-pub(super) fn auth_head(req: &Request, uri: &str, b: &Base) -> Vec<u8> {
+pub(crate) fn auth_head(req: &Request, uri: &str, b: &Base) -> Vec<u8> {
     let sub = Request {
         method: Method::Get,
         method_str: "GET",

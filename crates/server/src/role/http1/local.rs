@@ -193,7 +193,7 @@ pub(super) fn json_request_id(
 
 /// What a request's variables read of its connection: the client's address after
 /// `real_ip_from`, the local one, whether it is TLS.
-pub(super) fn conn_info(b: &crate::zone::client::Base) -> ConnInfo {
+pub(crate) fn conn_info(b: &crate::zone::client::Base) -> ConnInfo {
     ConnInfo {
         client: match b.real_ip {
             None => b.addr,
