@@ -59,7 +59,12 @@ impl Zone {
         for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
             let c = ConnId(i as u32);
             match role {
-                ClientRole::Http1(h) if h.is_idle(base, io, c) && base.deadline > at => {
+                // Idle, or still sending a response made before the drain reached this zone
+                // (the request's last bytes and the wake-up came in one batch, and the data
+                // went first): kept alive otherwise, it would wait for its keep-alive timeout.
+                ClientRole::Http1(h)
+                    if h.phase() == Phase::Idle && base.inbuf.is_empty() && base.deadline > at =>
+                {
                     self.ctx.set_deadline(io, base, c, at);
                 }
                 ClientRole::H2(h) => {

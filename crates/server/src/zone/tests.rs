@@ -554,6 +554,26 @@ fn a_drain_stops_listening_gives_idle_connections_a_grace_and_exits_when_empty()
 }
 
 #[test]
+fn a_drain_that_finds_a_response_still_sending_closes_it_after_the_grace() {
+    // The request's last bytes and the drain's wake-up can arrive in one batch, the data
+    // first: the response is made for keep-alive and is still queued when the drain looks.
+    let mut h = zone();
+    let c = h.client();
+    h.t.set_window(c, Some(0));
+    h.send(c, &get("/"));
+    drain(&mut h);
+    h.t.set_window(c, None);
+    h.flush();
+    assert_eq!(h.responses(c).len(), 1);
+    h.advance(Duration::from_millis(1100));
+    assert!(
+        h.t.closed(c),
+        "closed after the drain's grace, not kept for keepalive_timeout"
+    );
+    assert!(h.t.exited());
+}
+
+#[test]
 fn a_request_in_the_drain_grace_is_answered_with_close() {
     let mut h = zone();
     let c = h.client();
