@@ -376,6 +376,85 @@ def test_pipelined_requests_wait_for_a_streamed_body(server, site):
     assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and rest.endswith(text(100))
 
 
+def h2_get(port, path, coding, hold=False, timeout=60):
+    """GET over h2c prior knowledge with Python h2: (headers, body). `hold`: grant no window
+    past the initial one until the server has stopped sending; returns what came by then as
+    the third value, then opens the windows and reads the rest."""
+    h2conn = pytest.importorskip("h2.connection", reason="Python h2 (tests/requirements.txt)")
+    import h2.config
+    import h2.events
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    conn = h2conn.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                          header_encoding=None))
+    conn.initiate_connection()
+    s.sendall(conn.data_to_send())
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"http"),
+                            (b":authority", b"x"), (b":path", path.encode()),
+                            (b"accept-encoding", coding.encode())], end_stream=True)
+    s.sendall(conn.data_to_send())
+    headers, body, ended, unacked, held = {}, bytearray(), False, [], None
+    s.settimeout(1.0 if hold else timeout)
+    while not ended:
+        try:
+            data = s.recv(1 << 16)
+        except socket.timeout:
+            assert hold and held is None, "the server stopped sending"
+            held = len(body)
+            for n in unacked:
+                conn.acknowledge_received_data(n, sid)
+            unacked = []
+            hold = False
+            s.sendall(conn.data_to_send())
+            s.settimeout(timeout)
+            continue
+        assert data, "connection closed before the stream ended"
+        for ev in conn.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                headers = dict(ev.headers)
+            elif isinstance(ev, h2.events.DataReceived):
+                body += ev.data
+                if hold:
+                    unacked.append(ev.flow_controlled_length)
+                else:
+                    conn.acknowledge_received_data(ev.flow_controlled_length, sid)
+            elif isinstance(ev, h2.events.StreamEnded):
+                ended = True
+            elif isinstance(ev, h2.events.StreamReset):
+                raise AssertionError(f"stream reset: {ev.error_code}")
+        s.sendall(conn.data_to_send())
+    s.close()
+    return headers, bytes(body), held
+
+
+def test_a_large_static_file_is_compressed_for_http2_streams(server, site):
+    """Past 4 MiB an HTTP/2 stream gets the file compressed as it goes, byte-exact once
+    decompressed, with no content-length; a small file and identity stay as they were."""
+    _, port = server
+    want = big_file(site, "big.html", 6).read_bytes()
+    for coding in ["gzip", "br", "zstd"]:
+        h, body, _ = h2_get(port, "/big.html", coding)
+        assert h[b":status"] == b"200"
+        assert h.get(b"content-encoding") == coding.encode(), h
+        assert b"content-length" not in h and b"transfer-encoding" not in h, h
+        assert h.get(b"vary") == b"Accept-Encoding"
+        assert len(body) < len(want) // 3
+        assert DECODE[coding](body) == want, coding
+    h, body, _ = h2_get(port, "/big.html", "identity")
+    assert b"content-encoding" not in h and body == want
+
+
+def test_http2_compression_waits_for_the_peers_window(server, site):
+    """A peer that grants no window past the initial 65,535 bytes gets no more than that;
+    once it opens the window the rest comes, and the whole decompresses byte-exact."""
+    _, port = server
+    want = big_file(site, "big.html", 6).read_bytes()
+    h, body, held = h2_get(port, "/big.html", "gzip", hold=True)
+    assert h.get(b"content-encoding") == b"gzip"
+    assert held is not None and 0 < held <= 65535, held
+    assert gzip.decompress(body) == want
+
+
 def test_a_large_static_file_holds_bounded_memory(server, site):
     """96 MiB compressed for a slow reader: the server's peak memory grows by the encoder's
     window and the queued output, not with the file."""

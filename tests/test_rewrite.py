@@ -165,6 +165,32 @@ error_page = {{ "404" = "/errors/404.html", "502 504" = "/errors/50x.html" }}
   proxy_pass = "http://{up}/"
   proxy_intercept_errors = true
   error_page = {{ "404" = "/errors/404.html", "500" = "=503 /errors/50x.html" }}
+  [[server.location]]
+  path = "/status/eq/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "= @upfb" }}
+  [[server.location]]
+  path = "/status/keep/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "@upfb" }}
+  [[server.location]]
+  path = "/status/code/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "=203 @upfb" }}
+  [[server.location]]
+  path = "@upfb"
+  proxy_pass = "http://{up}"
+  [[server.location]]
+  path = "/fbstatic/"
+  root = "{www}/tfnamed"
+  error_page = {{ "404" = "= /fbup/201?from=static" }}
+  [[server.location]]
+  path = "/fbret/"
+  return = {{ status = 403 }}
+  error_page = {{ "403" = "/fbup/200" }}
+  [[server.location]]
+  path = "/fbup/"
+  proxy_pass = "http://{up}/status/"
 """
 
 
@@ -229,6 +255,13 @@ server {{
     error_page 404 /errors/404.html;
     error_page 500 =503 /errors/50x.html;
   }}
+  location /status/eq/ {{ proxy_pass http://127.0.0.1:1; error_page 502 = @upfb; }}
+  location /status/keep/ {{ proxy_pass http://127.0.0.1:1; error_page 502 @upfb; }}
+  location /status/code/ {{ proxy_pass http://127.0.0.1:1; error_page 502 =203 @upfb; }}
+  location @upfb {{ proxy_pass http://{up}; }}
+  location /fbstatic/ {{ root {www}/tfnamed; error_page 404 = /fbup/201?from=static; }}
+  location /fbret/ {{ return 403; error_page 403 /fbup/200; }}
+  location /fbup/ {{ proxy_pass http://{up}/status/; }}
 }}
 """
 
@@ -269,6 +302,8 @@ PATHS = [
     "/tf404/here", "/tf404/missing", "/tfnamed/missing", "/loop", "/missing-file",
     "/vars?a=7&b=8", "/goto?p=1", "/goto", "/hdr/", "/hdr404/",
     "/e/missing", "/dead/x", "/pxerr/status/404", "/pxerr/status/500", "/pxerr/status/418",
+    "/status/eq/201", "/status/keep/201", "/status/code/201", "/fbstatic/missing",
+    "/fbret/x",
 ]
 
 
@@ -281,6 +316,40 @@ def test_answers_match_nginx(pair):
         if ours != theirs:
             diffs.append(f"{p}:\n  ringx {ours}\n  nginx {theirs}")
     assert not diffs, "\n".join(diffs)
+
+
+FALLBACKS = [
+    ("GET", "/status/eq/201"), ("GET", "/status/keep/201"), ("GET", "/status/code/201"),
+    ("DELETE", "/status/eq/201"), ("HEAD", "/status/keep/201"), ("GET", "/fbstatic/missing"),
+    ("HEAD", "/fbstatic/missing"), ("GET", "/fbret/x"), ("DELETE", "/fbret/x"),
+]
+
+
+def test_error_page_to_a_proxying_location_matches_nginx(pair):
+    """error_page sending a failed request (an upstream down, a static 404, a `return 403`) to
+    a location that proxies: the status (`=`: the fallback's; none: the error's; `=CODE`),
+    the body the fallback's upstream sent (it names the URI it got), the method kept for a
+    named location (DELETE: the upstream's 501) and GET for a URI."""
+    _, rport, nport = pair
+    for method, p in FALLBACKS:
+        got = {}
+        for name, port in (("ringx", rport), ("nginx", nport)):
+            r, body = get(port, p, {"Host": "localhost"}, method)
+            got[name] = (r.status, body, r.getheader("X-Upstream-Error"))
+        assert got["ringx"] == got["nginx"], (method, p, got)
+    want = {
+        ("GET", "/status/eq/201"): (201, b"upstream says /status/eq/201"),
+        ("GET", "/status/keep/201"): (502, b"upstream says /status/keep/201"),
+        ("GET", "/status/code/201"): (203, b"upstream says /status/code/201"),
+        ("GET", "/fbstatic/missing"): (201, b"upstream says /status/201"),
+        ("GET", "/fbret/x"): (403, b"upstream says /status/200"),
+        ("DELETE", "/fbret/x"): (403, b"upstream says /status/200"),
+    }
+    for (method, p), (status, body) in want.items():
+        r, b = get(rport, p, {"Host": "localhost"}, method)
+        assert (r.status, b) == (status, body), (method, p, r.status, b)
+    r, _ = get(rport, "/status/eq/201", {"Host": "localhost"}, "DELETE")
+    assert r.status == 501
 
 
 def test_proxy_uris_and_headers_match_nginx(pair, upstream):
@@ -373,13 +442,13 @@ def test_a_regex_bomb_is_refused_by_check(ringx_bin, tmp_path):
 
 
 def test_unusable_error_page_and_try_files_targets_are_placed(ringx_bin, tmp_path):
-    """An error_page leading to a proxy_pass location or to no location, and a try_files
+    """An error_page leading to a gRPC location or to no location, and a try_files
     fallback naming no location, are refused by `ringx check` at FILE:LINE:COL."""
     cfg = tmp_path / "pages.toml"
     head = '[[server]]\nlisten = ["127.0.0.1:1"]\n'
     cases = [
         (head + 'error_page = { "502" = "/app/down" }\n[[server.location]]\npath = "/app/"\n'
-         'proxy_pass = "http://127.0.0.1:9"\n', ":3:24: ", "leads to a proxy_pass location"),
+         'proxy_pass = "grpc://127.0.0.1:9"\n', ":3:24: ", "leads to a grpc:// location"),
         (head + '[[server.location]]\npath = "/x/"\nreturn = { status = 200 }\n'
          'error_page = { "404 500" = "/err.html" }\n', ":6:28: ", "no location of the server"),
         (head + '[[server.location]]\npath = "/"\nroot = "/tmp"\n'

@@ -59,6 +59,9 @@ pub struct Reply {
     pub file: Option<FilePart>,
     pub close: bool,
     pub stream: Option<Box<crate::compress::file_stream::FileStream>>,
+    /// Nothing was written: an `error_page` sends the request to a location that proxies,
+    /// which the role starts (`answer/fallback.rs`).
+    pub fallback: Option<Box<crate::answer::fallback::Fallback>>,
 }
 
 impl Reply {
@@ -68,6 +71,7 @@ impl Reply {
             file: None,
             close: false,
             stream: None,
+            fallback: None,
         }
     }
 }

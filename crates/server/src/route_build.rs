@@ -233,6 +233,83 @@ fn finish_rewriting(
         }
         vs.locations[li].rw = (!rw.is_empty()).then(|| Box::new(rw));
     }
+    error_page_loops(cfg, vs, s, order)
+}
+
+/// Refuses `error_page` entries of locations that lead, through locations that proxy, back
+/// to where they began (`location @a { error_page 502 = @b; }` and `@b` sending 502 back to
+/// `@a`, or a proxied location naming itself): nginx follows such a chain only with
+/// `recursive_error_pages`, and written in the locations themselves it is always a mistake.
+/// What a location inherits from the server is not followed: a server's `error_page 502 =
+/// @fallback` reaches `@fallback` too, as in nginx, and a request is redirected once at most
+/// (`answer/fallback.rs`). A file or `return` page in the location that failed (`error_page
+/// 404 /404.html` where `/` serves it) is no loop either: it is served, never followed.
+fn error_page_loops(cfg: &Config, vs: &VServer, s: &Server, order: &[usize]) -> Result<(), Error> {
+    let pages_of = |li: usize| {
+        let own = order
+            .get(li)
+            .is_some_and(|&ci| !s.location[ci].get_ref().error_page.is_empty());
+        vs.locations[li]
+            .rw
+            .as_ref()
+            .and_then(|rw| rw.error_pages.as_deref())
+            .filter(|_| own)
+    };
+    let proxies = |li: usize| matches!(vs.locations[li].action, Action::Proxy(_));
+    for (li, &ci) in order.iter().enumerate() {
+        let Some(pages) = pages_of(li).filter(|p| p.proxies()) else {
+            continue;
+        };
+        for code in 300..600u16 {
+            let Some(ErrTarget::Local { loc, .. }) = pages.get(code) else {
+                continue;
+            };
+            if !proxies(*loc) {
+                continue;
+            }
+            // Follow the same status through the proxying locations it leads to.
+            let mut chain = vec![li];
+            let mut cur = *loc;
+            let looped = loop {
+                if chain.contains(&cur) {
+                    break true;
+                }
+                chain.push(cur);
+                match pages_of(cur).and_then(|p| p.get(code)) {
+                    Some(ErrTarget::Local { loc, .. }) if proxies(*loc) => cur = *loc,
+                    _ => break false,
+                }
+            };
+            if !looped {
+                continue;
+            }
+            let names: Vec<&str> = chain
+                .iter()
+                .chain(std::iter::once(&cur))
+                .map(|&l| vs.locations[l].path.as_str())
+                .collect();
+            let span = s.location[ci]
+                .get_ref()
+                .error_page
+                .iter()
+                .find(|(k, _)| {
+                    k.get_ref()
+                        .split_whitespace()
+                        .any(|c| c.parse::<u16>() == Ok(code))
+                })
+                .map_or(0..0, |(_, v)| v.span());
+            return Err(cfg
+                .error_at(
+                    span,
+                    format!(
+                        "error_page {code}: the failed request would be re-served in a loop \
+                         ({}); point the last error_page elsewhere",
+                        names.join(" -> ")
+                    ),
+                )
+                .into());
+        }
+    }
     Ok(())
 }
 
@@ -399,6 +476,7 @@ fn error_pages(
             .map_or(0..0, |(_, v)| v.span())
     };
     let mut out = Vec::new();
+    let mut proxies = false;
     for (code, t) in parsed {
         let target = if ringx_config::rewrite::is_redirect_target(&t.uri) {
             ErrTarget::Redirect(t.uri)
@@ -406,7 +484,8 @@ fn error_pages(
             let loc = if t.uri.starts_with('@') {
                 server.locations.iter().position(|l| l.path == t.uri)
             } else {
-                crate::rewrite::locate::locate(server, &t.uri).map(|(i, _)| i)
+                let path = t.uri.split_once('?').map_or(&t.uri[..], |(p, _)| p);
+                crate::rewrite::locate::locate(server, path).map(|(i, _)| i)
             };
             let Some(loc) = loc else {
                 return Err(cfg
@@ -420,17 +499,22 @@ fn error_pages(
                     )
                     .into());
             };
-            if matches!(server.locations[loc].action, Action::Proxy(_)) {
-                return Err(cfg
-                    .error_at(
-                        span_of(code),
-                        format!(
-                            "error_page {code} {:?}: it leads to a proxy_pass location; error \
-                             pages come from files (root/alias) or return locations",
-                            t.uri
-                        ),
-                    )
-                    .into());
+            match &server.locations[loc].action {
+                Action::Proxy(p) if p.grpc => {
+                    return Err(cfg
+                        .error_at(
+                            span_of(code),
+                            format!(
+                                "error_page {code} {:?}: it leads to a grpc:// location; a \
+                                 failed request can be re-served by a file, a return or an \
+                                 http:// proxy_pass location",
+                                t.uri
+                            ),
+                        )
+                        .into());
+                }
+                Action::Proxy(_) => proxies = true,
+                _ => {}
             }
             ErrTarget::Local {
                 status: t.status,
@@ -440,5 +524,5 @@ fn error_pages(
         };
         out.push((code, target));
     }
-    Ok(Some(Arc::new(ErrorPages::new(out))))
+    Ok(Some(Arc::new(ErrorPages::new(out, proxies))))
 }

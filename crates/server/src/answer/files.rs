@@ -7,7 +7,7 @@
 
 use std::os::unix::fs::FileExt;
 
-use super::{varies, Answer};
+use super::{varies, Answer, Streams};
 use ringx_http::{BodyKind, Version};
 
 use crate::compress::encoder::compress;
@@ -61,20 +61,26 @@ impl Answer<'_> {
                 };
                 // (A request with a body has its response prepared before the body is read,
                 // in one buffer: it gets the file as it is.)
-                let streams =
-                    len > MAX_COMPRESS_WHOLE && self.req.body == BodyKind::None && self.rq.streams;
+                let streams = len > MAX_COMPRESS_WHOLE
+                    && self.req.body == BodyKind::None
+                    && self.rq.streams != Streams::No;
                 if let Some(codec) = on_the_fly.filter(|_| streams) {
                     // Too large to compress at once: compressed as the client takes it. Its
                     // length is unknown until the end: chunked to HTTP/1.1, delimited by the
-                    // close for HTTP/1.0.
-                    let chunked = self.req.version == Version::Http11;
-                    let ch = if chunked { self.ch } else { ConnHdr::Close };
+                    // close for HTTP/1.0, by END_STREAM for HTTP/2.
+                    let frames = self.rq.streams == Streams::Frames;
+                    let chunked = !frames && self.req.version == Version::Http11;
+                    let ch = if chunked || frames {
+                        self.ch
+                    } else {
+                        ConnHdr::Close
+                    };
                     if let Ok(s) = FileStream::new(file.clone(), off, len, codec, chunked) {
                         let headers = compressed_headers(&headers, codec);
                         let headers = self.with_added(200, &headers);
                         let written = self.r.head_unsized(out, 200, &headers, ch, chunked);
                         return Reply {
-                            close: !chunked,
+                            close: !chunked && !frames,
                             stream: Some(Box::new(s)),
                             ..Reply::bytes(written)
                         };

@@ -6,6 +6,7 @@
 //! [`Answer`] gathers what these need of one request; the HTTP/1 role builds one per request
 //! it answers locally (`role/http1/local.rs`).
 
+pub mod fallback;
 mod files;
 
 use std::borrow::Cow;
@@ -22,12 +23,22 @@ use crate::rewrite::ReturnT;
 use crate::route::{Action, Canned, Loc, Routes, VServer};
 
 /// What the response writers need of a request beyond its head: its connection, its
-/// `$request_id` once one is made, and whether its role can send a body compressed as it
-/// streams (`Reply::stream`: HTTP/1's; HTTP/2 takes a static file as it is).
+/// `$request_id` once one is made, and how its role sends a body compressed as it streams.
 pub struct ReqCtx {
     pub conn: ConnInfo,
     pub request_id: Cell<Option<[u8; 32]>>,
-    pub streams: bool,
+    pub streams: Streams,
+}
+
+/// How a role takes a body compressed as it streams (`Reply::stream`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Streams {
+    /// It does not: a file too large to compress whole goes as it is.
+    No,
+    /// HTTP/1: chunked for HTTP/1.1, delimited by the close for HTTP/1.0.
+    Http1,
+    /// HTTP/2: the bytes as they are, in DATA frames as the peer's window allows.
+    Frames,
 }
 
 impl ReqCtx {
@@ -35,7 +46,7 @@ impl ReqCtx {
         ReqCtx {
             conn,
             request_id: Cell::new(None),
-            streams: false,
+            streams: Streams::No,
         }
     }
 }
@@ -131,6 +142,7 @@ impl<'a> Answer<'a> {
             server: self.server,
             ch: self.ch,
             head_only: self.head_only,
+            may_proxy: fallback::may_fall_back(self.req),
         };
         page.write(out, status, t, Some(&self.vars()))
     }
@@ -203,6 +215,9 @@ pub struct PageCtx {
     pub routes: std::sync::Arc<Routes>,
     pub at: (usize, usize),
     pub head_only: bool,
+    /// The request's head, kept where an error page may send it to another proxying
+    /// location (`fallback.rs`).
+    pub head: Option<Vec<u8>>,
 }
 
 impl PageCtx {
@@ -226,6 +241,7 @@ impl PageCtx {
             server,
             ch,
             head_only: self.head_only,
+            may_proxy: self.head.is_some(),
         };
         page.write(out, status, t, None)
     }
@@ -238,13 +254,18 @@ pub struct Page<'a> {
     pub server: &'a VServer,
     pub ch: ConnHdr,
     pub head_only: bool,
+    /// The request can be re-served by a location that proxies (it has no body; see
+    /// `fallback.rs`).
+    pub may_proxy: bool,
 }
 
 impl Page<'_> {
     /// Writes the page for `status` as `t` says, with the `add_header` lines of the location
     /// that serves it (nginx's rule: an error page is an internal redirect); `vars`: the
     /// request, when it is still there (a value with variables is left out otherwise).
-    /// None: the target cannot be served (its file is gone).
+    /// None: the target cannot be served (its file is gone, or it proxies and the request
+    /// cannot go there). A target that proxies writes nothing: the reply carries the
+    /// [`Fallback`](fallback::Fallback) for the role to start.
     pub fn write(
         &self,
         out: &mut Vec<u8>,
@@ -279,7 +300,8 @@ impl Page<'_> {
         };
         match &target.action {
             Action::Files(root) => {
-                let (file, len, ctype) = crate::static_files::page(root, uri)?;
+                let path = uri.split_once('?').map_or(&uri[..], |(p, _)| p);
+                let (file, len, ctype) = crate::static_files::page(root, path)?;
                 let code = code(200);
                 let extra = added(code, format!("Content-Type: {ctype}\r\n"));
                 let written = self.r.head(out, code, &extra, len, self.ch);
@@ -296,6 +318,28 @@ impl Page<'_> {
                     out.extend_from_slice(&c.body);
                 }
                 Some(Reply::bytes(written))
+            }
+            Action::Proxy(p) if self.may_proxy && !p.grpc => {
+                let uri = (!uri.starts_with('@')).then(|| match uri.split_once('?') {
+                    Some((p, a)) => (p.to_string(), (!a.is_empty()).then(|| a.to_string())),
+                    None => (uri.clone(), None),
+                });
+                let fb = fallback::Fallback {
+                    loc,
+                    uri,
+                    status: match want {
+                        None => Some(status),
+                        Some(c) => c,
+                    },
+                    error: status,
+                };
+                Some(Reply {
+                    fallback: Some(Box::new(fb)),
+                    ..Reply::bytes(crate::response::Written {
+                        status,
+                        head_len: 0,
+                    })
+                })
             }
             _ => None,
         }

@@ -105,15 +105,28 @@ pub enum ErrTarget {
 }
 
 /// A server's or a location's error pages.
-pub struct ErrorPages(Vec<(u16, ErrTarget)>);
+pub struct ErrorPages {
+    pages: Vec<(u16, ErrTarget)>,
+    /// Some target is a location that proxies (`error_page 502 = @fallback`): a proxied
+    /// request keeps a copy of its head, to be sent there if its own upstream fails.
+    proxies: bool,
+}
 
 impl ErrorPages {
     pub fn get(&self, status: u16) -> Option<&ErrTarget> {
-        self.0.iter().find(|(s, _)| *s == status).map(|(_, t)| t)
+        self.pages
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map(|(_, t)| t)
     }
 
-    pub fn new(pages: Vec<(u16, ErrTarget)>) -> ErrorPages {
-        ErrorPages(pages)
+    /// `proxies`: some target is a location that proxies.
+    pub fn new(pages: Vec<(u16, ErrTarget)>, proxies: bool) -> ErrorPages {
+        ErrorPages { pages, proxies }
+    }
+
+    pub fn proxies(&self) -> bool {
+        self.proxies
     }
 }
 

@@ -15,6 +15,7 @@ use ringx_http::upstream::{
 };
 use ringx_http::{Method, Request};
 
+use crate::answer::fallback::{may_fall_back, save_head};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::Fill;
 use crate::compress::Accept;
@@ -101,11 +102,12 @@ pub fn prepare(
         .rw
         .as_ref()
         .and_then(|rw| rw.error_pages.as_ref())
-        .map(|_| {
+        .map(|pages| {
             Box::new(PageCtx {
                 routes: ctx.routes.clone(),
                 at: (si, li),
                 head_only: req.method == Method::Head,
+                head: (pages.proxies() && may_fall_back(req)).then(|| save_head(req)),
             })
         });
     let key = match &def.hash_key {
@@ -328,6 +330,7 @@ fn decoration<'v>(
         compress,
         intercept,
         relay: None,
+        status_as: None,
     }))
 }
 

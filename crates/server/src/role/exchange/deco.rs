@@ -23,6 +23,9 @@ pub struct Deco {
     pub intercept: Option<Arc<ErrorPages>>,
     /// The body being compressed.
     pub relay: Option<Relay>,
+    /// The status the client is told instead of the upstream's: a request re-served here by
+    /// an `error_page` without `=` (the original error) or with `=CODE`.
+    pub status_as: Option<u16>,
 }
 
 impl Deco {

@@ -7,6 +7,7 @@ use std::mem::MaybeUninit;
 use ringx_engine::ConnId;
 use ringx_http::upstream::{
     parse_response_uninit, write_response_head_edit, ClientFraming, ResponseBody, ResponseEdit,
+    ResponseHead,
 };
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Parsed, Version};
 
@@ -219,6 +220,14 @@ impl Exchange {
                     }
                 };
             }
+            let h = match self.deco.as_ref().and_then(|d| d.status_as) {
+                Some(status) if h.status != 101 => ResponseHead {
+                    status,
+                    reason: ringx_http::reason(status),
+                    ..h
+                },
+                _ => h,
+            };
             let keep_client = self.keep && !cx.ctx.draining && h.body != ResponseBody::UntilClose;
             let ch = ConnHdr::new(self.version == Version::Http11, keep_client);
             let Some(out) = base.tr.out_buf(cx.io, c) else {

@@ -359,6 +359,10 @@ impl H2 {
                 Turn::Blocked => blocked.push(id),
                 Turn::Idle => {}
                 Turn::Ended => self.finish(cx, b, c, id),
+                Turn::Failed => {
+                    self.conn.reset(id, ErrorCode::Internal);
+                    self.drop_stream(cx, b, c, id, false);
+                }
             }
         }
         // Their turn comes again with the next window update (or any other event).

@@ -14,13 +14,15 @@ use ringx_http::{Parsed, Request};
 use super::cache::{self, CacheStep};
 use super::guard::{self, Gate};
 use super::proxy::Proxied;
-use super::stream::{H2Stream, Piece, StreamLog};
+use super::stream::{H2Stream, Piece, Squeeze, StreamLog};
 use super::wait::{Held, HeldBody};
 use super::H2;
-use crate::answer::{PageCtx, ReqCtx};
+use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::{PageCtx, ReqCtx, Streams};
+use crate::compress::file_stream::FileStream;
 use crate::guard::AuthAnswer;
 use crate::response::{ConnHdr, ErrorPage, FilePart};
-use crate::rewrite::vars::{new_request_id, ConnInfo};
+use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
 use crate::role::http1::cached;
@@ -148,14 +150,8 @@ impl H2 {
         if cx.ctx.routes.http_guard.real_ip.is_some() {
             h1guard::client_ip(cx, b, &req);
         }
-        let rq = ReqCtx::new(ConnInfo {
-            client: match (b.real_ip, b.addr) {
-                (Some(ip), a) => Some(std::net::SocketAddr::new(ip, a.map_or(0, |a| a.port()))),
-                (None, a) => a,
-            },
-            local: b.local,
-            tls: b.tr.is_tls(),
-        });
+        let mut rq = ReqCtx::new(local::conn_info(b));
+        rq.streams = Streams::Frames;
         if let Some(l) = s.log.as_mut() {
             if cx.ctx.log.format() == Some(LogFormat::Json) {
                 // One id for the request however often it is looked at.
@@ -239,8 +235,46 @@ impl H2 {
             ConnHdr::Keep11,
             &rq,
         );
+        if let Some(fb) = r.fallback {
+            let req = fb.request(&req);
+            let route = local::fallback_route(&fb, route.server, &req);
+            self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
+            return Some(body);
+        }
+        if let Some(z) = r.stream {
+            self.answer_compressing(cx, b, c, s, resp, z);
+            return Some(body);
+        }
         self.answer(cx, b, c, s, resp, r.file);
         Some(body)
+    }
+
+    /// Sends a static file compressed as the peer's window takes it (too large to compress
+    /// whole): `resp` is its head; the body is made piece by piece in the stream's turns.
+    fn answer_compressing(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        resp: Vec<u8>,
+        z: Box<FileStream>,
+    ) {
+        let id = s.id;
+        if !self.conn.is_open(id) {
+            return s.log_end(cx, b, c, true);
+        }
+        let Some(head_len) = self.send_head(cx, b, c, &mut s, &resp, false) else {
+            self.conn.reset(id, ErrorCode::Internal);
+            return s.log_end(cx, b, c, true);
+        };
+        s.end = true;
+        if resp.len() > head_len {
+            s.out.push_back(Piece::Bytes(resp, head_len));
+        }
+        s.out.push_back(Piece::Compress(Box::new(Squeeze::new(z))));
+        self.streams.insert(id, s);
+        self.wake(id);
     }
 
     /// Answers with an error page.
@@ -391,7 +425,24 @@ impl H2 {
         if let Some(r) =
             page.and_then(|p| p.write(cx.ctx.responder(), &mut resp, status, ConnHdr::Keep11))
         {
-            return self.answer(cx, b, c, s, resp, r.file);
+            if let Some(fb) = r.fallback {
+                let head = page.and_then(|p| p.head.as_deref());
+                let same = page.is_some_and(|p| std::sync::Arc::ptr_eq(&p.routes, &cx.ctx.routes));
+                let mut storage = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() };
+                    MAX_SAVED_HEADERS];
+                let limits = cx.ctx.set.limits;
+                let saved = head
+                    .filter(|_| same)
+                    .and_then(|h| parse_saved(h, &mut storage, &limits));
+                if let (Some(req), Some(p)) = (saved, page) {
+                    let req = fb.request(&req);
+                    let route = local::fallback_route(&fb, p.at.0, &req);
+                    let rq = ReqCtx::new(local::conn_info(b));
+                    return self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
+                }
+            } else {
+                return self.answer(cx, b, c, s, resp, r.file);
+            }
         }
         let always = proxy
             .as_ref()
@@ -400,6 +451,35 @@ impl H2 {
         let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only).extra(always);
         cx.ctx.responder().error(&mut resp, page);
         self.answer(cx, b, c, s, resp, None);
+    }
+
+    /// Re-serves stream `s`'s request (as the fallback sees it, routed there), which failed
+    /// with `fb.error`, at the proxying location an `error_page` names
+    /// (`answer/fallback.rs`). It gets no error page of its own: if it cannot be proxied,
+    /// the plain page goes out.
+    #[cold]
+    #[inline(never)]
+    fn fall_back(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
+        fb: &Fallback,
+    ) {
+        match Proxied::start(cx, b, c, req, route, rq, Framing::None, None) {
+            Err((status, _, _)) => self.answer_error(cx, b, c, s, fb.status.unwrap_or(status)),
+            Ok(mut p) => {
+                p.page = None;
+                p.ex.deco.get_or_insert_with(Box::default).status_as = fb.status;
+                if let Some(u) = p.ex.up {
+                    self.ups.insert(u, s.id);
+                }
+                s.proxy = Some(p);
+                self.streams.insert(s.id, s);
+            }
+        }
     }
 
     /// Request body bytes of a proxied stream, to its upstream.

@@ -15,6 +15,7 @@ use super::grpc::GrpcCall;
 use super::proxy::Proxied;
 use super::wait::Held;
 use crate::accesslog::Entry;
+use crate::compress::file_stream::FileStream;
 use crate::role::exchange::PROXY_HIGH_WATER;
 use crate::transport::Transport;
 use crate::zone::client::Base;
@@ -25,14 +26,57 @@ pub(super) enum Piece {
     /// Bytes, from an offset.
     Bytes(Vec<u8>, usize),
     File(Rc<File>, u64, u64),
+    /// A static file compressed as it goes.
+    Compress(Box<Squeeze>),
 }
 
 impl Piece {
+    /// Bytes ready to go (for `Compress`, what the last piece of the file made).
     fn len(&self) -> u64 {
         match self {
             Piece::Bytes(b, at) => (b.len() - at) as u64,
             Piece::File(_, off, end) => end - off,
+            Piece::Compress(z) => (z.buf.len() - z.at) as u64,
         }
+    }
+
+    /// More of it is still to be made.
+    fn unfinished(&self) -> bool {
+        matches!(self, Piece::Compress(z) if !z.done)
+    }
+}
+
+/// A static file too large to compress whole, compressed as the peer's window takes it
+/// ([`FileStream`]): the next piece of the file is read and compressed only once what the last
+/// one made has gone out and the stream's window is open, so a stream holds the encoder and
+/// one piece's output, and a peer that grants no window gets nothing more read.
+pub(super) struct Squeeze {
+    file: Box<FileStream>,
+    buf: Vec<u8>,
+    at: usize,
+    /// The encoder's end is in `buf`.
+    done: bool,
+}
+
+impl Squeeze {
+    pub fn new(file: Box<FileStream>) -> Squeeze {
+        Squeeze {
+            file,
+            buf: Vec::new(),
+            at: 0,
+            done: false,
+        }
+    }
+
+    /// Compresses pieces of the file until some output is ready or the body is complete.
+    fn refill(&mut self) -> std::io::Result<()> {
+        self.buf.clear();
+        self.at = 0;
+        let buf = &mut self.buf;
+        while buf.is_empty() && !self.done {
+            self.done = self.file.step(&mut |d| buf.extend_from_slice(d))?;
+        }
+        Ok(())
     }
 }
 
@@ -91,6 +135,9 @@ pub(super) enum Turn {
     Idle,
     /// Sent its last frame.
     Ended,
+    /// Its body cannot be completed (a file being compressed could not be read): the stream
+    /// must be reset.
+    Failed,
 }
 
 impl H2Stream {
@@ -132,6 +179,20 @@ impl H2Stream {
         c: ConnId,
     ) -> Turn {
         let id = self.id;
+        if let Some(Piece::Compress(z)) = self.out.front_mut() {
+            if z.at == z.buf.len() && !z.done {
+                if conn.capacity(id) == 0 {
+                    return Turn::Blocked; // nothing is read before the peer can take it
+                }
+                if let Err(e) = z.refill() {
+                    tracing::warn!("compressing a static file for stream {id}: {e}");
+                    return Turn::Failed;
+                }
+            }
+            if z.done && z.at == z.buf.len() {
+                self.out.pop_front();
+            }
+        }
         let queued: u64 = match (&self.proxy, &self.grpc) {
             (_, Some(g)) => g.pending().len() as u64,
             (Some(p), _) if p.head_done => p.pending().len() as u64,
@@ -170,7 +231,10 @@ impl H2Stream {
         };
         let n = cap.min(front);
         // With trailers to follow, the last DATA frame does not end the stream.
-        let last = self.end && n == queued && self.trailers.is_empty();
+        let last = self.end
+            && n == queued
+            && self.trailers.is_empty()
+            && !self.out.iter().any(Piece::unfinished);
         flush(conn, tr, cx, c);
         let head = conn.data_frame(id, n as usize, last);
         tr.write(cx.io, c, &head);
@@ -206,8 +270,12 @@ impl H2Stream {
                         tr.send_file(cx.io, c, f.clone(), *off, n);
                         *off += n;
                     }
+                    Piece::Compress(z) => {
+                        tr.write(cx.io, c, &z.buf[z.at..z.at + n as usize]);
+                        z.at += n as usize;
+                    }
                 }
-                if piece.len() == 0 {
+                if piece.len() == 0 && !piece.unfinished() {
                     self.out.pop_front();
                 }
             }

@@ -7,6 +7,7 @@ use std::cell::Cell;
 
 use ringx_http::{Method, Request};
 
+use crate::answer::fallback::Fallback;
 use crate::answer::{Answer, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, Reply, Responder};
 use crate::rewrite::flow::{self, Early, RouteExt};
@@ -66,6 +67,30 @@ pub fn route<'r>(
         server: si,
         at,
         ext: None,
+    }
+}
+
+/// A request routed to the location of server `si` that an `error_page` re-serves it at
+/// (`answer/fallback.rs`): a named location keeps its path and target; a URI target is the
+/// path and query the request now has, sent upstream as such.
+pub fn fallback_route<'r>(fb: &Fallback, si: usize, req: &Request<'_, 'r>) -> Route<'r> {
+    match &fb.uri {
+        None => Route {
+            path: clean_path(req.path),
+            server: si,
+            at: Some((si, fb.loc)),
+            ext: None,
+        },
+        Some((path, args)) => Route {
+            path: Some(Cow::Owned(path.clone())),
+            server: si,
+            at: Some((si, fb.loc)),
+            ext: Some(Box::new(RouteExt {
+                args: args.clone(),
+                changed: true,
+                ..RouteExt::default()
+            })),
+        },
     }
 }
 
@@ -168,7 +193,7 @@ pub(super) fn json_request_id(
 
 /// What a request's variables read of its connection: the client's address after
 /// `real_ip_from`, the local one, whether it is TLS.
-pub(super) fn conn_info(b: &crate::zone::client::Base) -> ConnInfo {
+pub(crate) fn conn_info(b: &crate::zone::client::Base) -> ConnInfo {
     ConnInfo {
         client: match b.real_ip {
             None => b.addr,

@@ -108,6 +108,10 @@ pub struct Http1 {
     /// The body being compressed in [`Phase::Stream`], and whether the connection closes
     /// after it.
     stream: Option<(Box<FileStream>, bool)>,
+    /// The request about to be proxied is re-served by an `error_page` (`proxy.rs`
+    /// `fall_back`): the status the client is told instead of the upstream's (None: the
+    /// upstream's); it gets no error page of its own.
+    redirect: Option<Option<u16>>,
 }
 
 impl Http1 {
@@ -129,6 +133,7 @@ impl Http1 {
             resumed: false,
             progress: crate::guard::Progress::default(),
             stream: None,
+            redirect: None,
         }
     }
 
@@ -437,7 +442,7 @@ impl Http1 {
         let rq = ReqCtx {
             conn: local::conn_info(b),
             request_id,
-            streams: true,
+            streams: crate::answer::Streams::Http1,
         };
         // Each of a location's optional steps is one test of what its compiled form has
         // (`Loc::guard`, `Loc::cache`, the action); the steps themselves stay out of line.
@@ -483,6 +488,9 @@ impl Http1 {
             ch,
             &rq,
         );
+        if let Some(fb) = r.fallback {
+            return self.fall_back(cx, b, c, req, route.server, &fb, keep, more_input);
+        }
         if let Some((f, off, len)) = r.file {
             b.tr.send_file(cx.io, c, f, off, len);
         }

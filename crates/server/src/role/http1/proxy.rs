@@ -4,15 +4,16 @@
 
 use ringx_engine::ConnId;
 use ringx_http::upstream::upgrade_request;
-use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Request};
+use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
-use super::local::Route;
+use super::local::{self, Route};
 use super::{cached, Http1, Next, Phase};
-use crate::answer::ReqCtx;
+use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::loc::Decision;
 use crate::cache::Found;
-use crate::response::ConnHdr;
+use crate::response::{ConnHdr, ErrorPage};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::proxy_start;
@@ -52,6 +53,11 @@ impl Http1 {
             return None;
         };
         self.page = page;
+        if let Some(status) = self.redirect.take() {
+            // Re-served by an `error_page`: told the status it says, and no page of its own.
+            self.page = None;
+            ex.deco.get_or_insert_with(Box::default).status_as = status;
+        }
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         ex.up = None;
         ex.has_body = has_body;
@@ -274,12 +280,19 @@ impl Http1 {
             .map(|d| std::mem::take(&mut d.add_always))
             .unwrap_or_default();
         let head_only = self.exchange.as_ref().is_some_and(|x| x.head_request);
+        let keep = self.exchange.as_ref().is_some_and(|x| x.keep);
         self.end_exchange(cx);
         self.phase = Phase::Idle;
         b.paused = false;
         if let Some(p) = self.page.take() {
             if let Some(out) = b.tr.out_buf(cx.io, c) {
                 if let Some(r) = p.write(cx.ctx.responder(), out, status, ConnHdr::Close) {
+                    if let Some(fb) = r.fallback {
+                        if self.fall_back_saved(cx, b, c, &p, &fb, keep) {
+                            return;
+                        }
+                        return self.fail_with(cx, b, c, status, head_only, &always);
+                    }
                     if let Some((f, off, len)) = r.file {
                         b.tr.send_file(cx.io, c, f, off, len);
                     }
@@ -291,6 +304,80 @@ impl Http1 {
             }
         }
         self.fail_with(cx, b, c, status, head_only, &always);
+    }
+
+    /// Re-serves request `req`, which failed with `fb.error` before it was proxied, at the
+    /// proxying location an `error_page` names (`answer/fallback.rs`); the plain error page
+    /// if it cannot be proxied there (the zone has no upstream state).
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fall_back(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        si: usize,
+        fb: &Fallback,
+        keep: bool,
+        more_input: bool,
+    ) -> Next {
+        let req2 = fb.request(req);
+        let route = local::fallback_route(fb, si, &req2);
+        let rq = ReqCtx::new(local::conn_info(b));
+        self.redirect = Some(fb.status);
+        if let Some(next) = self.try_proxy(cx, b, c, &req2, keep, &route, &rq, None) {
+            return next;
+        }
+        self.redirect = None;
+        let ch = ConnHdr::new(req.version == Version::Http11, keep);
+        let Some(out) = b.tr.out_buf(cx.io, c) else {
+            return Next::Stop;
+        };
+        let page = ErrorPage::new(fb.error, ch, req.method == Method::Head);
+        let w = cx.ctx.responder().error(out, page);
+        cx.ctx.log.status(cx.io, c, w, b);
+        self.after_response(cx, b, c, !keep, more_input)
+    }
+
+    /// A proxied request whose upstream failed, re-served at the proxying location its error
+    /// page names, from the head it kept (`p`); false: it cannot be (no head was kept, a
+    /// reload replaced the routes it was routed by), and the caller answers.
+    #[cold]
+    #[inline(never)]
+    fn fall_back_saved(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        p: &PageCtx,
+        fb: &Fallback,
+        keep: bool,
+    ) -> bool {
+        let Some(head) = p.head.as_deref() else {
+            return false;
+        };
+        if !std::sync::Arc::ptr_eq(&p.routes, &cx.ctx.routes) {
+            return false; // the location named may not be the same one any more
+        }
+        let mut storage =
+            [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_SAVED_HEADERS];
+        let Some(req) = parse_saved(head, &mut storage, &cx.ctx.set.limits) else {
+            return false;
+        };
+        let req = fb.request(&req);
+        let route = local::fallback_route(fb, p.at.0, &req);
+        let rq = ReqCtx::new(local::conn_info(b));
+        self.redirect = Some(fb.status);
+        if self
+            .try_proxy(cx, b, c, &req, keep, &route, &rq, None)
+            .is_some()
+        {
+            return true;
+        }
+        self.redirect = None;
+        false
     }
 
     /// An event on the exchange's upstream connection `u`. Returns the tunnel this

@@ -1,0 +1,95 @@
+//! `error_page` leading to a location that proxies (nginx's `error_page 502 = @fallback`,
+//! or a URI routed to a `proxy_pass` location): the failed request is re-served there as an
+//! internal redirect instead of getting a page written here.
+//!
+//! nginx's rules, kept:
+//! - a named location (`@name`) gets the request as it came (method, target);
+//! - a URI target gets `GET` (a `HEAD` stays `HEAD`) of that URI, with the URI's own query
+//!   (none if it has none);
+//! - the client sees the original error's status unless the entry says `=` (the fallback's
+//!   own status) or `=CODE`;
+//! - one redirect per request (nginx's default, `recursive_error_pages off`): a fallback
+//!   that fails itself is answered with the plain error page. `ringx check` refuses chains
+//!   that lead back where they began (`route_build.rs`).
+//!
+//! Only a request without a body falls back this way: its body was streamed to the first
+//! upstream and is not kept. One with a body gets the plain error page for the status.
+
+use ringx_http::{Method, Request};
+
+/// Where a failed request is re-served.
+pub struct Fallback {
+    /// The location (in the request's server).
+    pub loc: usize,
+    /// A URI target: the path and query the request now has (None: a named location, which
+    /// keeps the request's own).
+    pub uri: Option<(String, Option<String>)>,
+    /// The status the client is told (None: the fallback's own, `=`).
+    pub status: Option<u16>,
+    /// The error being replaced (the plain page for it is sent if the fallback cannot
+    /// start).
+    pub error: u16,
+}
+
+impl Fallback {
+    /// The request as the fallback location gets it: `GET` for a URI target (HEAD kept).
+    pub fn request<'h, 'b>(&self, req: &Request<'h, 'b>) -> Request<'h, 'b> {
+        let mut r = *req;
+        if self.uri.is_some() && r.method != Method::Head {
+            r.method = Method::Get;
+            r.method_str = "GET";
+        }
+        r
+    }
+}
+
+/// Whether a request can be re-served by a proxying `error_page`: it has no body.
+pub fn may_fall_back(req: &Request) -> bool {
+    matches!(
+        req.body,
+        ringx_http::BodyKind::None | ringx_http::BodyKind::Length(0)
+    )
+}
+
+/// A copy of a request's head, kept while it is proxied from a location whose error pages
+/// can send it to another proxying location; parsed again (as it was) if they do.
+pub fn save_head(req: &Request) -> Vec<u8> {
+    let mut h = Vec::with_capacity(256);
+    h.extend_from_slice(req.method_str.as_bytes());
+    h.push(b' ');
+    h.extend_from_slice(req.target.as_bytes());
+    h.extend_from_slice(match req.version {
+        ringx_http::Version::Http10 => b" HTTP/1.0\r\n",
+        _ => b" HTTP/1.1\r\n",
+    });
+    for f in req.headers {
+        h.extend_from_slice(f.name.as_bytes());
+        h.extend_from_slice(b": ");
+        h.extend_from_slice(f.value);
+        h.extend_from_slice(b"\r\n");
+    }
+    h.extend_from_slice(b"\r\n");
+    h
+}
+
+/// The header storage a saved head is parsed with.
+pub const MAX_SAVED_HEADERS: usize = 128;
+
+/// Parses a head kept by [`save_head`] (it parsed before, so it parses again). Through
+/// `parse_request_uninit`, the parser the roles use: a second parser entry called from this
+/// crate changed how the HTTP/1 hot path's parse was inlined (+~50 instructions a request).
+pub fn parse_saved<'h, 'b>(
+    head: &'b [u8],
+    storage: &'h mut [std::mem::MaybeUninit<httparse::Header<'b>>],
+    limits: &ringx_http::Limits,
+) -> Option<Request<'h, 'b>> {
+    let limits = ringx_http::Limits {
+        max_head: head.len().max(limits.max_head),
+        max_headers: storage.len(),
+        ..*limits
+    };
+    match ringx_http::parse_request_uninit(head, storage, &limits) {
+        Ok(ringx_http::Parsed::Complete(r)) => Some(r),
+        _ => None,
+    }
+}
