@@ -8,6 +8,7 @@ RINGX_BIN=/path/to/ringx tests another one.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -40,8 +41,42 @@ def ringx_bin() -> str:
     return path
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports handed out in this run: never twice, so two servers of one test cannot meet.
+_HANDED_OUT: set[int] = set()
+
+
+def _bindable(p: int) -> bool:
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
 def free_port() -> int:
-    """A TCP port that was free a moment ago (bind port 0, read it back)."""
+    """A port (TCP and UDP) that was free a moment ago, below the kernel's ephemeral range.
+
+    A port read back from bind(0) lies in that range, where any client socket (the test's, or
+    a connection a server of an earlier test still makes) may take it as its source port
+    before the server under test binds it: "already in use", once in a few hundred runs of
+    the suite. Random, so that two runs on one machine rarely pick the same port."""
+    low = _ephemeral_low()
+    if low > 20000:
+        rng = random.Random()
+        for _ in range(2000):
+            p = rng.randrange(20000, low)
+            if p not in _HANDED_OUT and _bindable(p):
+                _HANDED_OUT.add(p)
+                return p
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
