@@ -59,8 +59,7 @@ impl Budget {
 
     /// Whether a handshake step may run now (counted as a wait when not).
     pub fn admit(&mut self, now: Instant) -> bool {
-        self.refill(now);
-        if self.tokens_ns > 0 {
+        if self.ready(now) {
             return true;
         }
         self.waits += 1;
