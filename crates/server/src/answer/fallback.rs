@@ -18,6 +18,7 @@
 use ringx_http::{Method, Request};
 
 /// Where a failed request is re-served.
+#[derive(Clone)]
 pub struct Fallback {
     /// The location (in the request's server).
     pub loc: usize,

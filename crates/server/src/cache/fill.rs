@@ -40,6 +40,9 @@ pub struct Asked {
     /// The request's fields, for the variant key when the response varies (name lowercase).
     pub fields: Vec<(String, Vec<u8>)>,
     pub if_none_match: Option<Vec<u8>>,
+    /// The status the client is told instead of the stored one (an `error_page` without
+    /// `=` re-served the request here: nginx answers with the original error's status).
+    pub status_as: Option<u16>,
 }
 
 /// An entry ready to store: its hash and object, and the marker under the key's hash when

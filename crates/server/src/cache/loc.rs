@@ -269,5 +269,6 @@ fn asked(req: &Request, keep: bool) -> Asked {
             .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
             .collect(),
         if_none_match: req.header("if-none-match").map(<[u8]>::to_vec),
+        status_as: None,
     }
 }

@@ -54,6 +54,7 @@ pub(super) fn step(
     req: &Request,
     (route, rq): (&Route<'_>, &ReqCtx),
     progress: &mut Progress,
+    status_as: Option<u16>,
 ) -> CacheStep {
     let Some(at) = route.at else {
         return CacheStep::Go(None);
@@ -66,7 +67,10 @@ pub(super) fn step(
     match d {
         Decision::Bypass => CacheStep::Go(Some(cached::passing(cx, at, "BYPASS"))),
         Decision::Uncached => CacheStep::Go(Some(cached::passing(cx, at, "MISS"))),
-        Decision::Fetch(fill) => CacheStep::Go(Some(cached::filling(fill, true))),
+        Decision::Fetch(mut fill) => {
+            fill.asked.status_as = status_as;
+            CacheStep::Go(Some(cached::filling(fill, true)))
+        }
         Decision::Wait(after) => {
             let now = cx.io.now();
             let (since, looks) = progress.waiting.unwrap_or((now, 0));
@@ -83,7 +87,8 @@ pub(super) fn step(
             let update = update.and_then(|f| {
                 proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f).map(|(u, h)| (f, u, h))
             });
-            let asked = cached::asked_now(req, true);
+            let mut asked = cached::asked_now(req, true);
+            asked.status_as = status_as;
             let (resp, file) = found_response(cx, s, found, status, &line, &asked);
             CacheStep::Hit(resp, file, update)
         }
@@ -211,10 +216,11 @@ fn found_response(
         Found::Mem(o) => (o, None),
         Found::Disk(o, f, off) => (o, Some((f, off))),
     };
-    let nm = asked
-        .if_none_match
-        .as_deref()
-        .is_some_and(|v| obj.matches_etag(v));
+    let nm = asked.status_as.is_none()
+        && asked
+            .if_none_match
+            .as_deref()
+            .is_some_and(|v| obj.matches_etag(v));
     let now = cx.ctx.wall_ms(cx.io.now());
     let body = if file.is_none() { obj.body.len() } else { 0 };
     let mut out = Vec::with_capacity(obj.head.len() + line.len() + 64 + body);
@@ -224,7 +230,7 @@ fn found_response(
         now,
         line,
         ConnHdr::Keep11,
-        asked.head_only,
+        (asked.head_only, asked.status_as),
         nm,
         file.is_some(),
     );

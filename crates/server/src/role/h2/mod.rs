@@ -22,6 +22,7 @@ mod stream;
 mod wait;
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
 
 use ringx_engine::ConnId;
 use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
@@ -29,16 +30,22 @@ use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
 use ringx_http::Request;
 
 use crate::answer::ReqCtx;
+use crate::guard::AuthAnswer;
 use crate::metrics::{bump, H2_STALL};
+use crate::role::exchange::capture::Capture;
+use crate::role::exchange::Outcome;
 use crate::role::grpc::mux::{CallEvent, Owner};
 use crate::role::grpc::status;
 use crate::role::grpc::status::Code;
+use crate::role::http1::guard as h1guard;
 use crate::role::http1::local::Route;
 use crate::role::upstream::UpEvent;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 use grpc::Started;
+use proxy::Proxied;
 use stream::{H2Stream, Turn};
+use wait::{Held, HeldBody};
 
 /// Queued output above which no more frames are written until the socket drains.
 const OUT_HIGH_WATER: u64 = 256 * 1024;
@@ -561,6 +568,135 @@ impl H2 {
             self.grpc_fail(cx, b, c, id, Code::DeadlineExceeded, "deadline exceeded");
         }
         (any, next)
+    }
+}
+
+impl H2 {
+    /// Parks stream `s` until `until` (None: until its subrequest answers).
+    fn park(
+        &mut self,
+        cx: &mut Cx,
+        b: &Base,
+        c: ConnId,
+        mut s: H2Stream,
+        mut held: Box<Held>,
+        until: Option<Instant>,
+    ) {
+        held.until = until;
+        held.resumed = true;
+        if let Some(at) = until {
+            cx.ctx.wake_at(cx.io, at, c, b.gen);
+        }
+        s.held = Some(held);
+        self.streams.insert(s.id, s);
+    }
+
+    /// The zone's timer: streams whose wait is over are looked at again.
+    pub fn resume(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if self.failed {
+            return;
+        }
+        let now = cx.io.now();
+        let mut due: Vec<u32> = self
+            .streams
+            .values()
+            .filter(|s| {
+                s.held
+                    .as_ref()
+                    .and_then(|h| h.until)
+                    .is_some_and(|t| t <= now)
+            })
+            .map(|s| s.id)
+            .collect();
+        due.sort_unstable(); // in the order they were opened
+        for id in due {
+            self.unpark(cx, b, c, id);
+        }
+        self.after(cx, b, c);
+    }
+
+    /// Looks at held stream `id` again.
+    fn unpark(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
+        };
+        let Some(held) = s.held.take() else {
+            self.streams.insert(id, s);
+            return;
+        };
+        self.serve(cx, b, c, s, held);
+    }
+
+    /// What arrived of the body while stream `id` waited goes where the request went now:
+    /// to its upstream, or read and dropped (its window given back either way).
+    fn pass_body(&mut self, cx: &mut Cx, id: u32, body: HeldBody) {
+        if body.data.is_empty() && !body.end {
+            return;
+        }
+        let (proxied, grpc) = self
+            .streams
+            .get(&id)
+            .map_or((false, false), |s| (s.proxy.is_some(), s.grpc.is_some()));
+        let ended_by_trailers = body.trailers.is_some();
+        if proxied {
+            self.proxy_data(cx, id, &body.data, body.end && !ended_by_trailers);
+        } else if grpc {
+            self.grpc_data(cx, id, &body.data, body.end && !ended_by_trailers);
+        } else {
+            self.conn.release(id, body.data.len());
+            return;
+        }
+        if let Some(t) = body.trailers {
+            self.trailers(cx, id, &t);
+        }
+    }
+
+    /// Sends the `auth_request` subrequest (`head` to `upstream`) for held stream `s`; the
+    /// stream waits for its answer (`auth_done`). When it cannot be sent, the answer is an
+    /// error at once (500, as over HTTP/1).
+    #[allow(clippy::too_many_arguments)]
+    fn ask(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        mut held: Box<Held>,
+        upstream: usize,
+        head: Vec<u8>,
+    ) {
+        match Proxied::sub(cx, b, c, upstream, head, Capture::subrequest()) {
+            Some(p) => {
+                if let Some(u) = p.ex.up {
+                    self.ups.insert(u, s.id);
+                }
+                s.proxy = Some(p);
+                self.park(cx, b, c, s, held, None);
+            }
+            None => {
+                held.progress.auth = Some(AuthAnswer::Error);
+                self.serve(cx, b, c, s, held);
+            }
+        }
+    }
+
+    /// The `auth_request` subrequest of held stream `id` ended (`outcome`): its answer is
+    /// applied and the request looked at again.
+    fn auth_done(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, outcome: Outcome) {
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
+        };
+        self.detach(cx, &s);
+        let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
+        let Some(mut held) = s.held.take() else {
+            return; // not a held stream's subrequest (never the case)
+        };
+        let answer = match outcome {
+            Outcome::Done => h1guard::auth_answer(cap.as_deref()),
+            _ => AuthAnswer::Error,
+        };
+        held.progress.auth = Some(answer);
+        self.serve(cx, b, c, s, held);
     }
 }
 

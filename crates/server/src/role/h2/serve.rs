@@ -4,7 +4,6 @@
 //! the body, which waits for the window in the stream.
 
 use std::mem::MaybeUninit;
-use std::time::Instant;
 
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
@@ -17,10 +16,9 @@ use super::proxy::Proxied;
 use super::stream::{H2Stream, Piece, Squeeze, StreamLog};
 use super::wait::{Held, HeldBody};
 use super::H2;
-use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx, Streams};
 use crate::compress::file_stream::FileStream;
-use crate::guard::AuthAnswer;
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
@@ -159,13 +157,24 @@ impl H2 {
                 rq.request_id.set(Some(id));
             }
         }
-        let conn = || rq.conn;
-        let route = local::route(
-            &cx.ctx.routes,
-            b.listener as usize,
-            &req,
-            (conn, &rq.request_id),
-        );
+        // Re-served at an `error_page` location: routed there, as the fallback sees it.
+        let fb = held.fallback.clone();
+        let req = match &fb {
+            Some(f) => f.1.request(&req),
+            None => req,
+        };
+        let route = match &fb {
+            Some(f) => local::fallback_route(&f.1, f.0, &req),
+            None => {
+                let conn = || rq.conn;
+                local::route(
+                    &cx.ctx.routes,
+                    b.listener as usize,
+                    &req,
+                    (conn, &rq.request_id),
+                )
+            }
+        };
         let (guarded, cached) = match route.at {
             Some((si, li)) => {
                 let l = &cx.ctx.routes.servers[si].locations[li];
@@ -177,7 +186,10 @@ impl H2 {
             let uri = route.path.as_deref().unwrap_or("");
             let at = route.at.expect("a guarded request has a location");
             match guard::check(cx, b, &req, uri, at, &mut held.progress) {
-                Gate::Pass(slot) => s.conn_slot = slot,
+                Gate::Pass(slot) => {
+                    s.conn_slot = slot;
+                    s.limited = held.progress.limited;
+                }
                 Gate::Refuse { status, headers } => {
                     let mut resp = Vec::with_capacity(512);
                     let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
@@ -198,6 +210,11 @@ impl H2 {
                 }
             }
         }
+        if fb.is_some() && s.conn_slot.is_none() {
+            // The failed location's `limit_conn` slot, kept where the fallback has none.
+            s.conn_slot = held.progress.conn.take();
+        }
+        let fb = fb.as_deref().map(|f| &f.1);
         if proxy_start::is_grpc(&cx.ctx.routes, &route) {
             let end = framing == Framing::None;
             self.start_grpc(cx, b, c, s, &req, &route, &rq, end);
@@ -206,7 +223,9 @@ impl H2 {
         if proxy_start::is_proxied(&cx.ctx.routes, &route) {
             let mut capture = None;
             if cached {
-                match cache::step(cx, b, &mut s, &req, (&route, &rq), &mut held.progress) {
+                let status_as = fb.and_then(|f| f.status);
+                let progress = &mut held.progress;
+                match cache::step(cx, b, &mut s, &req, (&route, &rq), progress, status_as) {
                     CacheStep::Go(cap) => capture = cap,
                     CacheStep::Hit(resp, file, update) => {
                         self.answer(cx, b, c, s, resp, file);
@@ -222,7 +241,12 @@ impl H2 {
                     }
                 }
             }
-            self.start_proxy(cx, b, c, s, &req, &route, &rq, framing, capture);
+            self.start_proxy(cx, b, c, s, (&req, &route, &rq), framing, capture, fb);
+            return Some(body);
+        }
+        if let Some(fb) = fb {
+            // Fallbacks lead only to locations that proxy (never the case).
+            self.answer_error(cx, b, c, s, fb.error);
             return Some(body);
         }
         let mut resp = Vec::with_capacity(256);
@@ -236,9 +260,7 @@ impl H2 {
             &rq,
         );
         if let Some(fb) = r.fallback {
-            let req = fb.request(&req);
-            let route = local::fallback_route(&fb, route.server, &req);
-            self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
+            self.fall_back(cx, b, c, s, &req, route.server, &fb);
             return Some(body);
         }
         if let Some(z) = r.stream {
@@ -382,11 +404,10 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        req: &Request,
-        route: &Route<'_>,
-        rq: &ReqCtx,
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
         framing: Framing,
         capture: Option<Capture>,
+        fb: Option<&Fallback>,
     ) {
         s.cache = capture.as_ref().map_or("", |x| x.client_status);
         match Proxied::start(cx, b, c, req, route, rq, framing, capture) {
@@ -395,9 +416,18 @@ impl H2 {
                 if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
                     return self.answer(cx, b, c, s, resp, None);
                 }
+                if let Some(fb) = fb {
+                    // A fallback gets no error page of its own (no recursive error pages).
+                    return self.answer_error(cx, b, c, s, fb.status.unwrap_or(status));
+                }
                 self.give_up(cx, b, c, s, status, page.as_deref())
             }
-            Ok(p) => {
+            Ok(mut p) => {
+                if let Some(fb) = fb {
+                    // Re-served by an `error_page`: told the status it says, no page of its own.
+                    p.page = None;
+                    p.ex.deco.get_or_insert_with(Box::default).status_as = fb.status;
+                }
                 if let Some(u) = p.ex.up {
                     self.ups.insert(u, s.id);
                 }
@@ -435,10 +465,7 @@ impl H2 {
                     .filter(|_| same)
                     .and_then(|h| parse_saved(h, &mut storage, &limits));
                 if let (Some(req), Some(p)) = (saved, page) {
-                    let req = fb.request(&req);
-                    let route = local::fallback_route(&fb, p.at.0, &req);
-                    let rq = ReqCtx::new(local::conn_info(b));
-                    return self.fall_back(cx, b, c, s, (&req, &route, &rq), &fb);
+                    return self.fall_back(cx, b, c, s, &req, p.at.0, &fb);
                 }
             } else {
                 return self.answer(cx, b, c, s, resp, r.file);
@@ -453,10 +480,11 @@ impl H2 {
         self.answer(cx, b, c, s, resp, None);
     }
 
-    /// Re-serves stream `s`'s request (as the fallback sees it, routed there), which failed
-    /// with `fb.error`, at the proxying location an `error_page` names
-    /// (`answer/fallback.rs`). It gets no error page of its own: if it cannot be proxied,
-    /// the plain page goes out.
+    /// Re-serves stream `s`'s request `req` (as it came), which failed with `fb.error`, at
+    /// the proxying location of server `si` an `error_page` names (`answer/fallback.rs`):
+    /// routed there by `route_stream`, through that location's guard and cache, as nginx's
+    /// internal redirect runs its access phase. It gets no error page of its own.
+    #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
     fn fall_back(
@@ -465,21 +493,19 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
+        req: &Request,
+        si: usize,
         fb: &Fallback,
     ) {
-        match Proxied::start(cx, b, c, req, route, rq, Framing::None, None) {
-            Err((status, _, _)) => self.answer_error(cx, b, c, s, fb.status.unwrap_or(status)),
-            Ok(mut p) => {
-                p.page = None;
-                p.ex.deco.get_or_insert_with(Box::default).status_as = fb.status;
-                if let Some(u) = p.ex.up {
-                    self.ups.insert(u, s.id);
-                }
-                s.proxy = Some(p);
-                self.streams.insert(s.id, s);
-            }
-        }
+        let mut held = Held::new(save_head(req), Framing::None);
+        held.resumed = true; // logged as it came
+                             // What the limits charged stays (each applies once per request, as in nginx); what
+                             // the failed location's `auth_request` or cache decided is not the fallback's.
+        held.progress.touched = true;
+        held.progress.limited = s.limited;
+        held.progress.conn = s.conn_slot.take();
+        held.fallback = Some(Box::new((si, fb.clone())));
+        self.serve(cx, b, c, s, held);
     }
 
     /// Request body bytes of a proxied stream, to its upstream.
@@ -652,141 +678,5 @@ impl H2 {
                 self.drop_stream(cx, b, c, id, false);
             }
         }
-    }
-}
-
-impl H2 {
-    /// Parks stream `s` until `until` (None: until its subrequest answers).
-    pub(super) fn park(
-        &mut self,
-        cx: &mut Cx,
-        b: &Base,
-        c: ConnId,
-        mut s: H2Stream,
-        mut held: Box<Held>,
-        until: Option<Instant>,
-    ) {
-        held.until = until;
-        held.resumed = true;
-        if let Some(at) = until {
-            cx.ctx.wake_at(cx.io, at, c, b.gen);
-        }
-        s.held = Some(held);
-        self.streams.insert(s.id, s);
-    }
-
-    /// The zone's timer: streams whose wait is over are looked at again.
-    pub fn resume(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        if self.failed {
-            return;
-        }
-        let now = cx.io.now();
-        let mut due: Vec<u32> = self
-            .streams
-            .values()
-            .filter(|s| {
-                s.held
-                    .as_ref()
-                    .and_then(|h| h.until)
-                    .is_some_and(|t| t <= now)
-            })
-            .map(|s| s.id)
-            .collect();
-        due.sort_unstable(); // in the order they were opened
-        for id in due {
-            self.unpark(cx, b, c, id);
-        }
-        self.after(cx, b, c);
-    }
-
-    /// Looks at held stream `id` again.
-    fn unpark(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
-        let Some(mut s) = self.streams.remove(&id) else {
-            return;
-        };
-        let Some(held) = s.held.take() else {
-            self.streams.insert(id, s);
-            return;
-        };
-        self.serve(cx, b, c, s, held);
-    }
-
-    /// What arrived of the body while stream `id` waited goes where the request went now:
-    /// to its upstream, or read and dropped (its window given back either way).
-    pub(super) fn pass_body(&mut self, cx: &mut Cx, id: u32, body: HeldBody) {
-        if body.data.is_empty() && !body.end {
-            return;
-        }
-        let (proxied, grpc) = self
-            .streams
-            .get(&id)
-            .map_or((false, false), |s| (s.proxy.is_some(), s.grpc.is_some()));
-        let ended_by_trailers = body.trailers.is_some();
-        if proxied {
-            self.proxy_data(cx, id, &body.data, body.end && !ended_by_trailers);
-        } else if grpc {
-            self.grpc_data(cx, id, &body.data, body.end && !ended_by_trailers);
-        } else {
-            self.conn.release(id, body.data.len());
-            return;
-        }
-        if let Some(t) = body.trailers {
-            self.trailers(cx, id, &t);
-        }
-    }
-
-    /// Sends the `auth_request` subrequest (`head` to `upstream`) for held stream `s`; the
-    /// stream waits for its answer (`auth_done`). When it cannot be sent, the answer is an
-    /// error at once (500, as over HTTP/1).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn ask(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-        mut s: H2Stream,
-        mut held: Box<Held>,
-        upstream: usize,
-        head: Vec<u8>,
-    ) {
-        match Proxied::sub(cx, b, c, upstream, head, Capture::subrequest()) {
-            Some(p) => {
-                if let Some(u) = p.ex.up {
-                    self.ups.insert(u, s.id);
-                }
-                s.proxy = Some(p);
-                self.park(cx, b, c, s, held, None);
-            }
-            None => {
-                held.progress.auth = Some(AuthAnswer::Error);
-                self.serve(cx, b, c, s, held);
-            }
-        }
-    }
-
-    /// The `auth_request` subrequest of held stream `id` ended (`outcome`): its answer is
-    /// applied and the request looked at again.
-    pub(super) fn auth_done(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-        id: u32,
-        outcome: Outcome,
-    ) {
-        let Some(mut s) = self.streams.remove(&id) else {
-            return;
-        };
-        self.detach(cx, &s);
-        let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
-        let Some(mut held) = s.held.take() else {
-            return; // not a held stream's subrequest (never the case)
-        };
-        let answer = match outcome {
-            Outcome::Done => h1guard::auth_answer(cap.as_deref()),
-            _ => AuthAnswer::Error,
-        };
-        held.progress.auth = Some(answer);
-        self.serve(cx, b, c, s, held);
     }
 }

@@ -117,6 +117,9 @@ pub(super) struct H2Stream {
     pub log: Option<Box<StreamLog>>,
     /// The location's `limit_conn` counts this stream while it lives.
     pub conn_slot: Option<crate::guard::limit::ConnSlot>,
+    /// The location's `limit_req` charged the request (an `error_page` location it is
+    /// re-served at does not charge it again, as in nginx).
+    pub limited: bool,
     /// The request waits (a `limit_req` delay, an `auth_request` answer, another request's
     /// cache fill) and is looked at again then.
     pub held: Option<Box<Held>>,
@@ -155,6 +158,7 @@ impl H2Stream {
             ended: false,
             trailers: Vec::new(),
             conn_slot: None,
+            limited: false,
             proxy: None,
             grpc: None,
             log: None,

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use ringx_h2proto::Framing;
 
+use crate::answer::fallback::Fallback;
 use crate::guard::Progress;
 
 /// A stream's request while it is being decided.
@@ -27,6 +28,9 @@ pub(super) struct Held {
     /// It was looked at before (the log's fields are taken once).
     pub resumed: bool,
     pub body: HeldBody,
+    /// The request is re-served at an `error_page` location of server `.0`
+    /// (`answer/fallback.rs`): routed there, not by its URI.
+    pub fallback: Option<Box<(usize, Fallback)>>,
 }
 
 /// Request body that arrived while the stream waited.
@@ -48,6 +52,7 @@ impl Held {
             until: None,
             resumed: false,
             body: HeldBody::default(),
+            fallback: None,
         })
     }
 }

@@ -86,10 +86,12 @@ pub(crate) fn write_found(
         Found::Mem(o) => (o, None),
         Found::Disk(o, f, off) => (o, Some((f, off))),
     };
-    let nm = asked
-        .if_none_match
-        .as_deref()
-        .is_some_and(|v| obj.matches_etag(v));
+    // A status told instead of the stored one leaves no 304 to make.
+    let nm = asked.status_as.is_none()
+        && asked
+            .if_none_match
+            .as_deref()
+            .is_some_and(|v| obj.matches_etag(v));
     let ch = ConnHdr::new(asked.version11, asked.keep);
     let now = cx.ctx.wall_ms(cx.io.now());
     let out = b.tr.out_buf(cx.io, c)?;
@@ -99,7 +101,7 @@ pub(crate) fn write_found(
         now,
         line,
         ch,
-        asked.head_only,
+        (asked.head_only, asked.status_as),
         nm,
         file.is_some(),
     );
@@ -115,7 +117,8 @@ pub(crate) fn write_found(
 /// Writes the response for a hit into `out`: status line, the stored fields, `Age`, the
 /// cache status line (`status_line`, may be empty), framing and connection; the body
 /// unless `head_only` or `not_modified` (a 304 for the client's validator), and unless
-/// the body is on disk (`body_follows`: the caller sends it).
+/// the body is on disk (`body_follows`: the caller sends it). `status_as`: the status the
+/// client is told instead of the stored one (an `error_page` without `=`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_object(
     obj: &Object,
@@ -123,12 +126,16 @@ pub(crate) fn write_object(
     now: u64,
     status_line: &[u8],
     ch: ConnHdr,
-    head_only: bool,
+    (head_only, status_as): (bool, Option<u16>),
     not_modified: bool,
     body_follows: bool,
 ) -> Written {
     let before = out.len();
-    let status = if not_modified { 304 } else { obj.status };
+    let status = if not_modified {
+        304
+    } else {
+        status_as.unwrap_or(obj.status)
+    };
     ringx_http::write_status_line(out, status);
     out.extend_from_slice(&obj.head);
     let age = now.saturating_sub(obj.stored) / 1000;
@@ -191,6 +198,7 @@ pub(crate) fn asked_now(req: &Request, keep: bool) -> Asked {
         keep,
         fields: Vec::new(),
         if_none_match: req.header("if-none-match").map(<[u8]>::to_vec),
+        status_as: None,
     }
 }
 
@@ -257,7 +265,7 @@ mod tests {
             1_003_000,
             b"X-Cache-Status: HIT\r\n",
             ConnHdr::Keep11,
-            false,
+            (false, None),
             false,
             false,
         );
@@ -275,7 +283,7 @@ mod tests {
             1_003_000,
             b"",
             ConnHdr::Close,
-            false,
+            (false, None),
             true,
             false,
         );

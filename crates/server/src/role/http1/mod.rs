@@ -6,6 +6,7 @@
 //! answered here through the response writer (`local.rs`).
 
 pub(crate) mod cached;
+mod fallback;
 mod file_body;
 pub(crate) mod guard;
 pub mod local;
@@ -112,6 +113,8 @@ pub struct Http1 {
     /// `fall_back`): the status the client is told instead of the upstream's (None: the
     /// upstream's); it gets no error page of its own.
     redirect: Option<Option<u16>>,
+    /// The request waiting is on its way to an `error_page` location (`fallback.rs`).
+    refall: Option<Box<fallback::Refall>>,
 }
 
 impl Http1 {
@@ -134,6 +137,7 @@ impl Http1 {
             progress: crate::guard::Progress::default(),
             stream: None,
             redirect: None,
+            refall: None,
         }
     }
 
@@ -239,6 +243,7 @@ impl Http1 {
         self.pending = None;
         self.progress.clear();
         self.stream = None;
+        self.refall = None;
     }
 
     /// The connection's deadline passed with nothing left to send.
@@ -463,10 +468,11 @@ impl Http1 {
         if cx.ctx.routes.has_proxy {
             let mut capture = None;
             if cached {
-                capture = match self.cache_step(cx, b, c, req, (&route, &rq), keep, more_input) {
-                    Ok(cap) => cap,
-                    Err(next) => return next,
-                };
+                capture =
+                    match self.cache_step(cx, b, c, req, (&route, &rq), keep, more_input, None) {
+                        Ok(cap) => cap,
+                        Err(next) => return next,
+                    };
             }
             if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq, capture) {
                 return next;
@@ -636,11 +642,14 @@ impl Http1 {
             return;
         }
         self.phase = Phase::Idle;
-        self.resumed = true;
         b.paused = false;
         if !b.eof {
             cx.io.resume_recv(c);
         }
+        if let Some(rf) = self.refall.take() {
+            return fallback::resume(self, cx, b, c, rf);
+        }
+        self.resumed = true;
         self.process_buffered(cx, b, c);
     }
 

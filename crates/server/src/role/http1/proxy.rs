@@ -6,8 +6,8 @@ use ringx_engine::ConnId;
 use ringx_http::upstream::upgrade_request;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
-use super::local::{self, Route};
-use super::{cached, Http1, Next, Phase};
+use super::local::Route;
+use super::{cached, fallback, Http1, Next, Phase};
 use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
@@ -307,8 +307,8 @@ impl Http1 {
     }
 
     /// Re-serves request `req`, which failed with `fb.error` before it was proxied, at the
-    /// proxying location an `error_page` names (`answer/fallback.rs`); the plain error page
-    /// if it cannot be proxied there (the zone has no upstream state).
+    /// proxying location an `error_page` names (`fallback.rs`); the plain error page if it
+    /// cannot be proxied there (the zone has no upstream state).
     #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
@@ -323,14 +323,9 @@ impl Http1 {
         keep: bool,
         more_input: bool,
     ) -> Next {
-        let req2 = fb.request(req);
-        let route = local::fallback_route(fb, si, &req2);
-        let rq = ReqCtx::new(local::conn_info(b));
-        self.redirect = Some(fb.status);
-        if let Some(next) = self.try_proxy(cx, b, c, &req2, keep, &route, &rq, None) {
+        if let Some(next) = fallback::serve(self, cx, b, c, req, si, fb, keep, true) {
             return next;
         }
-        self.redirect = None;
         let ch = ConnHdr::new(req.version == Version::Http11, keep);
         let Some(out) = b.tr.out_buf(cx.io, c) else {
             return Next::Stop;
@@ -366,18 +361,14 @@ impl Http1 {
         let Some(req) = parse_saved(head, &mut storage, &cx.ctx.set.limits) else {
             return false;
         };
-        let req = fb.request(&req);
-        let route = local::fallback_route(fb, p.at.0, &req);
-        let rq = ReqCtx::new(local::conn_info(b));
-        self.redirect = Some(fb.status);
-        if self
-            .try_proxy(cx, b, c, &req, keep, &route, &rq, None)
-            .is_some()
-        {
-            return true;
+        let Some(next) = fallback::serve(self, cx, b, c, &req, p.at.0, fb, keep, true) else {
+            return false;
+        };
+        if matches!(next, Next::Continue) && self.phase == Phase::Idle && !b.paused {
+            // Answered at once (refused by the fallback's guard, a cache hit).
+            self.process_buffered(cx, b, c);
         }
-        self.redirect = None;
-        false
+        true
     }
 
     /// An event on the exchange's upstream connection `u`. Returns the tunnel this
@@ -482,6 +473,7 @@ impl Http1 {
         (route, rq): (&Route<'_>, &ReqCtx),
         keep: bool,
         more_input: bool,
+        status_as: Option<u16>,
     ) -> Result<Option<Capture>, Next> {
         let Some(at) = route.at else {
             return Ok(None);
@@ -494,7 +486,10 @@ impl Http1 {
         match d {
             Decision::Bypass => Ok(Some(cached::passing(cx, at, "BYPASS"))),
             Decision::Uncached => Ok(Some(cached::passing(cx, at, "MISS"))),
-            Decision::Fetch(fill) => Ok(Some(cached::filling(fill, true))),
+            Decision::Fetch(mut fill) => {
+                fill.asked.status_as = status_as;
+                Ok(Some(cached::filling(fill, true)))
+            }
             Decision::Wait(after) => {
                 let now = cx.io.now();
                 let (since, looks) = self.progress.waiting.unwrap_or((now, 0));
@@ -513,7 +508,8 @@ impl Http1 {
                     proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f)
                         .map(|(u, h)| (f, u, h))
                 });
-                let asked = cached::asked_now(req, keep);
+                let mut asked = cached::asked_now(req, keep);
+                asked.status_as = status_as;
                 let Some((_, file)) = cached::write_found(cx, b, c, found, status, &line, &asked)
                 else {
                     return Err(Next::Stop);

@@ -1,0 +1,269 @@
+"""error_page and the access phase, against nginx beside ringx:
+
+- a request re-served by an `error_page` location (`@name` or a URI that proxies) passes that
+  location's guard, as nginx's internal redirect runs its access phase: `access` (deny),
+  `auth_basic`, `auth_request`, `limit_req`; and its proxy cache is used (one upstream fetch
+  for two requests). A fallback to a protected location must not bypass the protection.
+- over HTTP/1.1 (compared with nginx) and HTTP/2 streams (curl, ringx's own answers).
+
+Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_error_page_guard.py
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import free_port, runtime_section
+from nginx_peer import NginxPeer
+from origin_server import Origin
+
+
+def _say(method, target, headers):
+    return {"body": b"origin says " + target.encode()}
+
+
+def _decide(method, target, headers):
+    tok = headers.get("X-Token")
+    if tok == "good":
+        return {"status": 204}
+    if tok == "banned":
+        return {"status": 403}
+    return {"status": 401, "headers": {"WWW-Authenticate": 'Bearer realm="api"'}}
+
+
+@pytest.fixture(scope="module")
+def origin():
+    o = Origin()
+    o.route("*", fn=_say)
+    o.route("/auth", fn=_decide)
+    o.route("/rcached/x", body=b"cached body", headers={"Cache-Control": "max-age=60"})
+    o.route("/ncached/x", body=b"cached body", headers={"Cache-Control": "max-age=60"})
+    yield o
+    o.close()
+
+
+def _htpasswd(path):
+    h = subprocess.run(["openssl", "passwd", "-6", "pw"], capture_output=True, text=True,
+                       check=True).stdout.strip()
+    path.write_text(f"user:{h}\n")
+
+
+def ringx_site(port, up, users, cache_dir):
+    return runtime_section(None) + f"""
+[[limit_req_zone]]
+name = "one"
+key = "$http_x_k"
+rate = "1r/m"
+[[proxy_cache_path]]
+name = "c"
+path = "{cache_dir}"
+[[server]]
+listen = ["127.0.0.1:{port}"]
+  [[server.location]]
+  path = "/deny/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "= @denied" }}
+  [[server.location]]
+  path = "/denykeep/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "@denied" }}
+  [[server.location]]
+  path = "@denied"
+  proxy_pass = "http://{up}"
+  access = ["deny all"]
+  [[server.location]]
+  path = "/allow/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "= @allowed" }}
+  [[server.location]]
+  path = "@allowed"
+  proxy_pass = "http://{up}"
+  access = ["allow 127.0.0.0/8", "deny all"]
+  [[server.location]]
+  path = "/basic/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "= @basic" }}
+  [[server.location]]
+  path = "@basic"
+  proxy_pass = "http://{up}"
+  auth_basic = {{ realm = "fb", user_file = "{users}" }}
+  [[server.location]]
+  path = "/areq/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "= @areq" }}
+  [[server.location]]
+  path = "@areq"
+  proxy_pass = "http://{up}"
+  auth_request = {{ proxy_pass = "http://{up}", uri = "/auth" }}
+  [[server.location]]
+  path = "/miss/"
+  return = {{ status = 404 }}
+  error_page = {{ "404" = "= /prot/x" }}
+  [[server.location]]
+  path = "/prot/"
+  proxy_pass = "http://{up}"
+  access = ["deny all"]
+  [[server.location]]
+  path = "/lim/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "= @lim" }}
+  [[server.location]]
+  path = "@lim"
+  proxy_pass = "http://{up}"
+  limit_req = {{ zone = "one", burst = 0, nodelay = true, status = 429 }}
+  [[server.location]]
+  path = "/rcached/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "@cached" }}
+  [[server.location]]
+  path = "@cached"
+  proxy_pass = "http://{up}"
+  proxy_cache = {{ zone = "c" }}
+"""
+
+
+def nginx_site(port, up, users, cache_dir):
+    return f"""
+limit_req_zone $http_x_k zone=one:1m rate=1r/m;
+proxy_cache_path {cache_dir} keys_zone=c:1m;
+server {{
+  listen 127.0.0.1:{port};
+  location /deny/ {{ proxy_pass http://127.0.0.1:1; error_page 502 = @denied; }}
+  location /denykeep/ {{ proxy_pass http://127.0.0.1:1; error_page 502 @denied; }}
+  location @denied {{ proxy_pass http://{up}; deny all; }}
+  location /allow/ {{ proxy_pass http://127.0.0.1:1; error_page 502 = @allowed; }}
+  location @allowed {{ proxy_pass http://{up}; allow 127.0.0.0/8; deny all; }}
+  location /basic/ {{ proxy_pass http://127.0.0.1:1; error_page 502 = @basic; }}
+  location @basic {{ proxy_pass http://{up}; auth_basic "fb"; auth_basic_user_file {users}; }}
+  location /areq/ {{ proxy_pass http://127.0.0.1:1; error_page 502 = @areq; }}
+  location @areq {{ proxy_pass http://{up}; auth_request /_auth; }}
+  location = /_auth {{ internal; proxy_pass http://{up}/auth; proxy_pass_request_body off;
+                      proxy_set_header Content-Length ""; }}
+  location /miss/ {{ return 404; error_page 404 = /prot/x; }}
+  location /prot/ {{ proxy_pass http://{up}; deny all; }}
+  location /lim/ {{ proxy_pass http://127.0.0.1:1; error_page 502 = @lim; }}
+  location @lim {{ proxy_pass http://{up}; limit_req zone=one nodelay;
+                   limit_req_status 429; }}
+  location /ncached/ {{ proxy_pass http://127.0.0.1:1; error_page 502 @cached; }}
+  location @cached {{ proxy_pass http://{up}; proxy_cache c; }}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def pair(ringx_module, origin, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("epguard")
+    users = tmp / "users"
+    _htpasswd(users)
+    rport, nport = free_port(), free_port()
+    ringx_module.make(ringx_site(rport, origin.addr, users, tmp / "rcache"), name="epguard")
+    n = NginxPeer(tmp / "nginx", nginx_site(nport, origin.addr, users, tmp / "ncache"), nport)
+    yield rport, nport
+    n.stop()
+
+
+def get(port, path, headers=None, method="GET"):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request(method, path, headers=headers or {})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, body, r
+
+
+BASIC_OK = {"Authorization": "Basic " + base64.b64encode(b"user:pw").decode()}
+BASIC_BAD = {"Authorization": "Basic " + base64.b64encode(b"user:wrong").decode()}
+
+CASES = [
+    ("/deny/x", {}),
+    ("/denykeep/x", {}),
+    ("/allow/x", {}),
+    ("/basic/x", {}),
+    ("/basic/x", BASIC_BAD),
+    ("/basic/x", BASIC_OK),
+    ("/areq/x", {"X-Token": "good"}),
+    ("/areq/x", {"X-Token": "banned"}),
+    ("/areq/x", {"X-Token": "other"}),
+    ("/miss/x", {}),
+]
+
+
+def test_a_fallback_location_runs_its_guard_like_nginx(pair):
+    rport, nport = pair
+    diffs = []
+    for path, h in CASES:
+        got = {}
+        for name, port in (("ringx", rport), ("nginx", nport)):
+            st, body, r = get(port, path, h)
+            # The challenge's scheme and realm (ringx adds RFC 7617's charset parameter).
+            challenge = (r.getheader("WWW-Authenticate") or "").split(",")[0]
+            got[name] = (st, body if st < 300 else b"origin says" in body, challenge)
+        if got["ringx"] != got["nginx"]:
+            diffs.append(f"{path} {h}: ringx {got['ringx']} nginx {got['nginx']}")
+    assert not diffs, "\n".join(diffs)
+    # The protection holds: nothing from the protected upstream without the credentials.
+    st, body, r = get(rport, "/deny/x")
+    assert st == 403 and b"origin says" not in body
+    st, body, r = get(rport, "/basic/x")
+    assert st == 401 and b"origin says" not in body
+    assert r.getheader("WWW-Authenticate").startswith('Basic realm="fb"')
+    assert get(rport, "/basic/x", BASIC_OK)[:2] == (200, b"origin says /basic/x")
+
+
+def test_a_fallback_location_applies_its_limit_req_like_nginx(pair):
+    rport, nport = pair
+    for port in (rport, nport):
+        h = {"X-K": uuid.uuid4().hex}
+        assert get(port, "/lim/x", h)[:2] == (200, b"origin says /lim/x"), port
+        st, body, _ = get(port, "/lim/x", h)
+        assert st == 429 and b"origin says" not in body, (port, st, body)
+
+
+def test_a_fallback_location_uses_its_cache(pair, origin):
+    rport, nport = pair
+    for port, path in ((rport, "/rcached/x"), (nport, "/ncached/x")):
+        before = origin.count(path)
+        # Without `=` the client is told the original error's status, with the page the
+        # fallback location serves (from its cache the second time).
+        for _ in range(3):
+            assert get(port, path)[:2] == (502, b"cached body"), port
+        assert origin.count(path) - before == 1, (port, origin.count(path) - before)
+
+
+def h2(port, path, headers=()):
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed (scripts/install-deps.sh)")
+    args = ["curl", "-sS", "--max-time", "20", "--http2-prior-knowledge",
+            "-w", "%{http_version} %{http_code}", "-o", "/dev/null"]
+    for k, v in headers:
+        args += ["-H", f"{k}: {v}"]
+    r = subprocess.run(args + [f"http://127.0.0.1:{port}{path}"], capture_output=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.decode()
+
+
+def test_http2_streams_run_the_fallback_guard(pair, origin):
+    rport, _ = pair
+    assert h2(rport, "/deny/x") == "2 403"
+    assert h2(rport, "/denykeep/x") == "2 403"
+    assert h2(rport, "/allow/x") == "2 200"
+    assert h2(rport, "/miss/x") == "2 403"
+    assert h2(rport, "/basic/x") == "2 401"
+    assert h2(rport, "/basic/x", BASIC_OK.items()) == "2 200"
+    assert h2(rport, "/areq/x", [("X-Token", "good")]) == "2 200"
+    assert h2(rport, "/areq/x", [("X-Token", "banned")]) == "2 403"
+    k = [("X-K", uuid.uuid4().hex)]
+    assert h2(rport, "/lim/x", k) == "2 200"
+    assert h2(rport, "/lim/x", k) == "2 429"
+    before = origin.count("/rcached/y")
+    origin.route("/rcached/y", body=b"cached body", headers={"Cache-Control": "max-age=60"})
+    for _ in range(3):
+        assert h2(rport, "/rcached/y") == "2 502"
+    assert origin.count("/rcached/y") - before == 1
