@@ -54,7 +54,7 @@ def _htpasswd(path):
     path.write_text(f"user:{h}\n")
 
 
-def ringx_site(port, up, users, cache_dir):
+def ringx_site(port, up, users, cache_dir, www):
     return runtime_section(None) + f"""
 [[limit_req_zone]]
 name = "one"
@@ -125,10 +125,46 @@ listen = ["127.0.0.1:{port}"]
   path = "@cached"
   proxy_pass = "http://{up}"
   proxy_cache = {{ zone = "c" }}
+  [[server.location]]
+  path = "/errors/"
+  root = "{www}"
+  [[server.location]]
+  path = "/rdeny/"
+  proxy_pass = "http://{up}"
+  access = ["deny all"]
+  error_page = {{ "403" = "/errors/403.html" }}
+  [[server.location]]
+  path = "/rdeny200/"
+  proxy_pass = "http://{up}"
+  access = ["deny all"]
+  error_page = {{ "403" = "=200 /errors/403.html" }}
+  [[server.location]]
+  path = "/rbasic/"
+  proxy_pass = "http://{up}"
+  auth_basic = {{ realm = "fb", user_file = "{users}" }}
+  error_page = {{ "401" = "/errors/401.html" }}
+  [[server.location]]
+  path = "/rlim/"
+  proxy_pass = "http://{up}"
+  limit_req = {{ zone = "one", burst = 0, nodelay = true, status = 429 }}
+  error_page = {{ "429" = "/errors/429.html" }}
+  [[server.location]]
+  path = "/rareq/"
+  proxy_pass = "http://{up}"
+  auth_request = {{ proxy_pass = "http://{up}", uri = "/auth" }}
+  error_page = {{ "401 403" = "= @login" }}
+  [[server.location]]
+  path = "/rkeep/"
+  proxy_pass = "http://{up}"
+  access = ["deny all"]
+  error_page = {{ "403" = "@login" }}
+  [[server.location]]
+  path = "@login"
+  proxy_pass = "http://{up}"
 """
 
 
-def nginx_site(port, up, users, cache_dir):
+def nginx_site(port, up, users, cache_dir, www):
     return f"""
 limit_req_zone $http_x_k zone=one:1m rate=1r/m;
 proxy_cache_path {cache_dir} keys_zone=c:1m;
@@ -152,6 +188,16 @@ server {{
                    limit_req_status 429; }}
   location /ncached/ {{ proxy_pass http://127.0.0.1:1; error_page 502 @cached; }}
   location @cached {{ proxy_pass http://{up}; proxy_cache c; }}
+  location /errors/ {{ root {www}; }}
+  location /rdeny/ {{ proxy_pass http://{up}; deny all; error_page 403 /errors/403.html; }}
+  location /rdeny200/ {{ proxy_pass http://{up}; deny all; error_page 403 =200 /errors/403.html; }}
+  location /rbasic/ {{ proxy_pass http://{up}; auth_basic "fb"; auth_basic_user_file {users};
+                      error_page 401 /errors/401.html; }}
+  location /rlim/ {{ proxy_pass http://{up}; limit_req zone=one nodelay; limit_req_status 429;
+                    error_page 429 /errors/429.html; }}
+  location /rareq/ {{ proxy_pass http://{up}; auth_request /_auth; error_page 401 403 = @login; }}
+  location /rkeep/ {{ proxy_pass http://{up}; deny all; error_page 403 @login; }}
+  location @login {{ proxy_pass http://{up}; }}
 }}
 """
 
@@ -161,9 +207,13 @@ def pair(ringx_module, origin, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("epguard")
     users = tmp / "users"
     _htpasswd(users)
+    www = tmp / "www"
+    (www / "errors").mkdir(parents=True)
+    for code in (401, 403, 429):
+        (www / "errors" / f"{code}.html").write_text(f"custom {code} page\n")
     rport, nport = free_port(), free_port()
-    ringx_module.make(ringx_site(rport, origin.addr, users, tmp / "rcache"), name="epguard")
-    n = NginxPeer(tmp / "nginx", nginx_site(nport, origin.addr, users, tmp / "ncache"), nport)
+    ringx_module.make(ringx_site(rport, origin.addr, users, tmp / "rcache", www), name="epguard")
+    n = NginxPeer(tmp / "nginx", nginx_site(nport, origin.addr, users, tmp / "ncache", www), nport)
     yield rport, nport
     n.stop()
 
@@ -267,3 +317,83 @@ def test_http2_streams_run_the_fallback_guard(pair, origin):
     for _ in range(3):
         assert h2(rport, "/rcached/y") == "2 502"
     assert origin.count("/rcached/y") - before == 1
+
+
+REFUSALS = [
+    ("GET", "/rdeny/x", {}),
+    ("HEAD", "/rdeny/x", {}),
+    ("GET", "/rdeny200/x", {}),
+    ("GET", "/rbasic/x", {}),
+    ("GET", "/rbasic/x", BASIC_OK),
+    ("GET", "/rareq/x", {"X-Token": "banned"}),
+    ("GET", "/rareq/x", {"X-Token": "other"}),
+    ("GET", "/rareq/x", {"X-Token": "good"}),
+    ("GET", "/rkeep/x", {}),
+    ("DELETE", "/rkeep/x", {}),
+]
+
+
+def refusal(port, method, path, h):
+    st, body, r = get(port, path, h, method)
+    challenge = (r.getheader("WWW-Authenticate") or "").split(",")[0]
+    return (st, body, r.getheader("Content-Type"), challenge)
+
+
+def test_refusals_use_the_error_page_like_nginx(pair):
+    """A 403 of `deny`, a 401 of `auth_basic` (the challenge kept, as nginx keeps it), the
+    401/403 of `auth_request` sent to a proxying location with `=`, a 403 sent to one without
+    `=` (the client told 403, the method kept for a named location)."""
+    rport, nport = pair
+    diffs = []
+    for method, path, h in REFUSALS:
+        ours, theirs = refusal(rport, method, path, h), refusal(nport, method, path, h)
+        if ours != theirs:
+            diffs.append(f"{method} {path} {h}:\n  ringx {ours}\n  nginx {theirs}")
+    assert not diffs, "\n".join(diffs)
+    st, body, r = get(rport, "/rbasic/x")
+    assert (st, body) == (401, b"custom 401 page\n")
+    assert r.getheader("WWW-Authenticate").startswith('Basic realm="fb"')
+    assert get(rport, "/rareq/x", {"X-Token": "banned"})[:2] == (200, b"origin says /rareq/x")
+
+
+def test_a_limit_req_refusal_uses_the_error_page_like_nginx(pair):
+    rport, nport = pair
+    for port in (rport, nport):
+        h = {"X-K": uuid.uuid4().hex}
+        assert get(port, "/rlim/x", h)[:2] == (200, b"origin says /rlim/x"), port
+        assert get(port, "/rlim/x", h)[:2] == (429, b"custom 429 page\n"), port
+
+
+def test_a_refused_request_with_a_body_gets_the_page_and_a_close(pair):
+    rport, _ = pair
+    c = http.client.HTTPConnection("127.0.0.1", rport, timeout=10)
+    c.request("POST", "/rdeny/x", body=b"x" * 100)
+    r = c.getresponse()
+    assert (r.status, r.read()) == (403, b"custom 403 page\n")
+    assert r.getheader("Connection") == "close"
+    c.close()
+
+
+def h2_body(port, path, headers=()):
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed (scripts/install-deps.sh)")
+    args = ["curl", "-sS", "--max-time", "20", "--http2-prior-knowledge",
+            "-w", " %{http_version} %{http_code}"]
+    for k, v in headers:
+        args += ["-H", f"{k}: {v}"]
+    r = subprocess.run(args + [f"http://127.0.0.1:{port}{path}"], capture_output=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.decode()
+
+
+def test_http2_refusals_use_the_error_page(pair):
+    rport, _ = pair
+    assert h2_body(rport, "/rdeny/x") == "custom 403 page\n 2 403"
+    assert h2_body(rport, "/rdeny200/x") == "custom 403 page\n 2 200"
+    assert h2_body(rport, "/rbasic/x") == "custom 401 page\n 2 401"
+    assert h2_body(rport, "/rareq/x", [("X-Token", "banned")]) == "origin says /rareq/x 2 200"
+    assert h2_body(rport, "/rkeep/x") == "origin says /rkeep/x 2 403"
+    k = [("X-K", uuid.uuid4().hex)]
+    assert h2_body(rport, "/rlim/x", k) == "origin says /rlim/x 2 200"
+    assert h2_body(rport, "/rlim/x", k) == "custom 429 page\n 2 429"

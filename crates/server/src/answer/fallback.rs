@@ -30,6 +30,9 @@ pub struct Fallback {
     /// The error being replaced (the plain page for it is sent if the fallback cannot
     /// start).
     pub error: u16,
+    /// Header lines the error carries onto the fallback's response: a refusal's
+    /// `WWW-Authenticate` (nginx keeps the challenge through the redirect).
+    pub extra: String,
 }
 
 impl Fallback {

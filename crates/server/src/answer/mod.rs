@@ -143,6 +143,7 @@ impl<'a> Answer<'a> {
             ch: self.ch,
             head_only: self.head_only,
             may_proxy: fallback::may_fall_back(self.req),
+            extra: "",
         };
         page.write(out, status, t, Some(&self.vars()))
     }
@@ -242,6 +243,7 @@ impl PageCtx {
             ch,
             head_only: self.head_only,
             may_proxy: self.head.is_some(),
+            extra: "",
         };
         page.write(out, status, t, None)
     }
@@ -257,6 +259,9 @@ pub struct Page<'a> {
     /// The request can be re-served by a location that proxies (it has no body; see
     /// `fallback.rs`).
     pub may_proxy: bool,
+    /// Header lines the error carries onto a page served here (a refusal's
+    /// `WWW-Authenticate` or `Retry-After`).
+    pub extra: &'a str,
 }
 
 impl Page<'_> {
@@ -303,7 +308,7 @@ impl Page<'_> {
                 let path = uri.split_once('?').map_or(&uri[..], |(p, _)| p);
                 let (file, len, ctype) = crate::static_files::page(root, path)?;
                 let code = code(200);
-                let extra = added(code, format!("Content-Type: {ctype}\r\n"));
+                let extra = added(code, format!("Content-Type: {ctype}\r\n{}", self.extra));
                 let written = self.r.head(out, code, &extra, len, self.ch);
                 Some(Reply {
                     file: (!self.head_only && len > 0).then_some((file, 0, len)),
@@ -312,7 +317,7 @@ impl Page<'_> {
             }
             Action::Return(c) => {
                 let code = code(c.status);
-                let extra = added(code, format!("Content-Type: {}\r\n", c.ctype));
+                let extra = added(code, format!("Content-Type: {}\r\n{}", c.ctype, self.extra));
                 let written = self.r.head(out, code, &extra, c.body.len() as u64, self.ch);
                 if !self.head_only {
                     out.extend_from_slice(&c.body);
@@ -332,6 +337,7 @@ impl Page<'_> {
                         Some(c) => c,
                     },
                     error: status,
+                    extra: self.extra.to_string(),
                 };
                 Some(Reply {
                     fallback: Some(Box::new(fb)),

@@ -192,6 +192,26 @@ impl H2 {
                 }
                 Gate::Refuse { status, headers } => {
                     let mut resp = Vec::with_capacity(512);
+                    // The error page for the refusal (none for a fallback's own refusal).
+                    let r = match fb {
+                        None => h1guard::refusal_page(
+                            &cx.ctx.routes,
+                            cx.ctx.responder(),
+                            &mut resp,
+                            &req,
+                            at,
+                            (status, &headers),
+                            ConnHdr::Keep11,
+                        ),
+                        Some(_) => None,
+                    };
+                    if let Some(r) = r {
+                        match r.fallback {
+                            Some(f) => self.fall_back(cx, b, c, s, &req, at.0, &f),
+                            None => self.answer(cx, b, c, s, resp, r.file),
+                        }
+                        return Some(body);
+                    }
                     let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
                     cx.ctx.responder().error(&mut resp, page.extra(&headers));
                     self.answer(cx, b, c, s, resp, None);
@@ -426,7 +446,9 @@ impl H2 {
                 if let Some(fb) = fb {
                     // Re-served by an `error_page`: told the status it says, no page of its own.
                     p.page = None;
-                    p.ex.deco.get_or_insert_with(Box::default).status_as = fb.status;
+                    let deco = p.ex.deco.get_or_insert_with(Box::default);
+                    deco.status_as = fb.status;
+                    deco.add_always.push_str(&fb.extra);
                 }
                 if let Some(u) = p.ex.up {
                     self.ups.insert(u, s.id);

@@ -6,6 +6,11 @@
 //!
 //! A request the guard or the cache makes wait keeps a copy of its head in a [`Refall`]
 //! ([`Http1::resume`] comes back here, not to the original routing).
+//!
+//! Also the other way in: a refusal of the access phase (`allow`/`deny`, `auth_basic`,
+//! `auth_request`, `limit_req`, `limit_conn`) goes to the `error_page` configured for its
+//! status, as in nginx ([`refused`]). A fallback's own refusal does not (one redirect per
+//! request, nginx's `recursive_error_pages off`).
 
 use std::sync::Arc;
 
@@ -14,7 +19,7 @@ use ringx_http::{Method, Request, Version};
 
 use super::local;
 use super::{guard, Http1, Next, Phase};
-use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{may_fall_back, parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::ReqCtx;
 use crate::guard::Verdict;
 use crate::response::{ConnHdr, ErrorPage};
@@ -106,12 +111,63 @@ pub(super) fn serve(
             Err(next) => return Some(next),
         }
     }
-    h.redirect = Some(fb.status);
+    h.redirect = Some((fb.status, fb.extra.clone()));
     let next = h.try_proxy(cx, b, c, &req2, keep, &route, &rq, capture);
     if next.is_none() {
         h.redirect = None;
     }
     next
+}
+
+/// A refusal `status` (with its header lines) of the guard of location `at`, answered with
+/// the `error_page` configured for it: a page served here (the refusal's status, or the one
+/// the entry says, with the refusal's `WWW-Authenticate`/`Retry-After`), or a fallback to a
+/// proxying location. None: no page for it, the plain refusal goes out.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn refused(
+    h: &mut Http1,
+    cx: &mut Cx,
+    b: &mut Base,
+    c: ConnId,
+    req: &Request,
+    at: (usize, usize),
+    (status, headers): (u16, &str),
+    keep: bool,
+) -> Option<Next> {
+    let loc = &cx.ctx.routes.servers[at.0].locations[at.1];
+    loc.rw.as_ref()?.error_pages.as_ref()?.get(status)?;
+    let has_body = !may_fall_back(req);
+    let ch = if has_body {
+        ConnHdr::Close // the body is not read: the connection closes after the page
+    } else {
+        ConnHdr::new(req.version == Version::Http11, keep)
+    };
+    let out = b.tr.out_buf(cx.io, c)?;
+    let routes = &cx.ctx.routes;
+    let r = guard::refusal_page(
+        routes,
+        cx.ctx.responder(),
+        out,
+        req,
+        at,
+        (status, headers),
+        ch,
+    )?;
+    let more_input = !b.inbuf.is_empty();
+    if let Some(fb) = r.fallback {
+        return Some(h.fall_back(cx, b, c, req, at.0, &fb, keep, more_input));
+    }
+    if let Some((f, off, len)) = r.file {
+        b.tr.send_file(cx.io, c, f, off, len);
+    }
+    cx.ctx.log.status(cx.io, c, r.written, b);
+    if has_body {
+        cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+        h.progress.conn = None;
+        h.linger(cx, b, c);
+        return Some(Next::Stop);
+    }
+    Some(h.after_response(cx, b, c, !keep || r.close, more_input))
 }
 
 /// Keeps what the request needs to be looked at again at the fallback location.

@@ -9,10 +9,12 @@ use ringx_engine::ConnId;
 use ringx_http::upstream::{write_request_head, Forward};
 use ringx_http::{BodyKind, Method, Request, Version};
 
+use crate::answer::fallback::may_fall_back;
+use crate::answer::Page;
 use crate::guard::{AuthAnswer, Input, Progress, Verdict};
-use crate::response::{ConnHdr, ErrorPage, Written};
+use crate::response::{ConnHdr, ErrorPage, Reply, Responder, Written};
 use crate::role::exchange::capture::Capture;
-use crate::route::ListenerKind;
+use crate::route::{ListenerKind, Routes};
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
@@ -91,6 +93,36 @@ pub(super) fn write_refusal(
         .error(out, page.head_only(head_only).extra(headers));
     cx.ctx.log.status(cx.io, c, w, b);
     Some((w, has_body))
+}
+
+/// The location's (or server's) `error_page` for a refusal `status` of `req` routed to `at`,
+/// written into `out` with the refusal's header lines, as nginx sends a 401/403/429/503 of its
+/// access phase to the error page configured for it. None: there is none for that status,
+/// or it cannot be served (the plain refusal goes out). A page that proxies writes nothing:
+/// the reply carries the fallback for the role to start.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+pub(crate) fn refusal_page(
+    routes: &Routes,
+    r: Responder<'_>,
+    out: &mut Vec<u8>,
+    req: &Request,
+    at: (usize, usize),
+    (status, headers): (u16, &str),
+    ch: ConnHdr,
+) -> Option<Reply> {
+    let server = routes.servers.get(at.0)?;
+    let t = crate::rewrite::error_page(server.locations.get(at.1)?.rw.as_deref(), status)?;
+    let page = Page {
+        r,
+        server,
+        ch,
+        head_only: req.method == Method::Head,
+        may_proxy: may_fall_back(req),
+        extra: headers,
+    };
+    page.write(out, status, t, None)
 }
 
 /// What an `auth_request` subrequest's answer (None: none could be had) means.

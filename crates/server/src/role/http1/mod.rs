@@ -112,7 +112,7 @@ pub struct Http1 {
     /// The request about to be proxied is re-served by an `error_page` (`proxy.rs`
     /// `fall_back`): the status the client is told instead of the upstream's (None: the
     /// upstream's); it gets no error page of its own.
-    redirect: Option<Option<u16>>,
+    redirect: Option<(Option<u16>, String)>,
     /// The request waiting is on its way to an `error_page` location (`fallback.rs`).
     refall: Option<Box<fallback::Refall>>,
 }
@@ -598,6 +598,10 @@ impl Http1 {
         match guard::check(cx, b, req, uri, at, &mut self.progress) {
             Verdict::Pass => None,
             Verdict::Refuse { status, headers } => {
+                let page = fallback::refused(self, cx, b, c, req, at, (status, &headers), keep);
+                if page.is_some() {
+                    return page;
+                }
                 let Some((_, close)) = guard::write_refusal(cx, b, c, req, status, &headers, keep)
                 else {
                     return Some(Next::Stop);

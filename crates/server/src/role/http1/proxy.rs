@@ -53,10 +53,12 @@ impl Http1 {
             return None;
         };
         self.page = page;
-        if let Some(status) = self.redirect.take() {
+        if let Some((status, extra)) = self.redirect.take() {
             // Re-served by an `error_page`: told the status it says, and no page of its own.
             self.page = None;
-            ex.deco.get_or_insert_with(Box::default).status_as = status;
+            let deco = ex.deco.get_or_insert_with(Box::default);
+            deco.status_as = status;
+            deco.add_always.push_str(&extra);
         }
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         ex.up = None;
