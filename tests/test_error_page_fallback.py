@@ -1,7 +1,7 @@
 """error_page leading to a location that proxies (nginx's `error_page 502 = @fallback`):
 the failed request is re-served there, over HTTP/1.1 (keep-alive kept) and HTTP/2 streams;
-one redirect per request (a fallback that fails itself gets the plain page); a request with a
-body is not re-sent; `ringx check` refuses loops at FILE:LINE:COL. The comparison with nginx
+one redirect per request (a fallback that fails itself gets the plain page); a request whose
+body was too large to keep is not re-sent; `ringx check` refuses loops at FILE:LINE:COL. The comparison with nginx
 is in test_rewrite.py (test_error_page_to_a_proxying_location_matches_nginx).
 
 Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_error_page_fallback.py
@@ -96,8 +96,11 @@ def test_a_fallback_that_fails_gets_the_plain_page_and_a_body_is_not_resent(site
     status, body = get(c, "GET", "/both/x")
     assert status == 502 and b"upstream says" not in body
     c.close()
+    # A body too large to keep (over 64 KiB) cannot be sent again: the original error, as
+    # nginx answers with proxy_request_buffering off (test_error_page_guard.py has the
+    # replayed bodies).
     c = http.client.HTTPConnection("127.0.0.1", site, timeout=10)
-    status, body = get(c, "POST", "/status/201", body=b"payload")
+    status, body = get(c, "POST", "/status/201", body=b"x" * (64 * 1024 + 1))
     assert status == 502 and b"upstream says" not in body, body
     c.close()
 

@@ -4,6 +4,8 @@
   location's guard, as nginx's internal redirect runs its access phase: `access` (deny),
   `auth_basic`, `auth_request`, `limit_req`; and its proxy cache is used (one upstream fetch
   for two requests). A fallback to a protected location must not bypass the protection.
+- a refusal of the access phase (403, 401, 429) goes to the `error_page` for its status;
+- a request with a body falls back with its body sent again (kept up to 64 KiB);
 - over HTTP/1.1 (compared with nginx) and HTTP/2 streams (curl, ringx's own answers).
 
 Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_error_page_guard.py
@@ -12,9 +14,12 @@ Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_error_pa
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.client
+import http.server
 import shutil
 import subprocess
+import threading
 import uuid
 
 import pytest
@@ -37,6 +42,46 @@ def _decide(method, target, headers):
     return {"status": 401, "headers": {"WWW-Authenticate": 'Bearer realm="api"'}}
 
 
+class _Echo(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                n = int(self.rfile.readline().split(b";")[0], 16)
+                if n == 0:
+                    while self.rfile.readline() not in (b"\r\n", b""):
+                        pass
+                    break
+                body += self.rfile.read(n)
+                self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        out = b"%s %s got %d: %s" % (self.command.encode(), self.path.encode(), len(body),
+                                     hashlib.sha256(body).hexdigest().encode())
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_PUT = do_GET = do_POST
+
+
+@pytest.fixture(scope="module")
+def echo():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
 @pytest.fixture(scope="module")
 def origin():
     o = Origin()
@@ -54,7 +99,7 @@ def _htpasswd(path):
     path.write_text(f"user:{h}\n")
 
 
-def ringx_site(port, up, users, cache_dir, www):
+def ringx_site(port, up, users, cache_dir, www, echo):
     return runtime_section(None) + f"""
 [[limit_req_zone]]
 name = "one"
@@ -161,10 +206,17 @@ listen = ["127.0.0.1:{port}"]
   [[server.location]]
   path = "@login"
   proxy_pass = "http://{up}"
+  [[server.location]]
+  path = "/post/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "= @echo" }}
+  [[server.location]]
+  path = "@echo"
+  proxy_pass = "http://{echo}"
 """
 
 
-def nginx_site(port, up, users, cache_dir, www):
+def nginx_site(port, up, users, cache_dir, www, echo):
     return f"""
 limit_req_zone $http_x_k zone=one:1m rate=1r/m;
 proxy_cache_path {cache_dir} keys_zone=c:1m;
@@ -198,12 +250,14 @@ server {{
   location /rareq/ {{ proxy_pass http://{up}; auth_request /_auth; error_page 401 403 = @login; }}
   location /rkeep/ {{ proxy_pass http://{up}; deny all; error_page 403 @login; }}
   location @login {{ proxy_pass http://{up}; }}
+  location /post/ {{ proxy_pass http://127.0.0.1:1; error_page 502 = @echo; }}
+  location @echo {{ proxy_pass http://{echo}; }}
 }}
 """
 
 
 @pytest.fixture(scope="module")
-def pair(ringx_module, origin, tmp_path_factory):
+def pair(ringx_module, origin, echo, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("epguard")
     users = tmp / "users"
     _htpasswd(users)
@@ -212,8 +266,8 @@ def pair(ringx_module, origin, tmp_path_factory):
     for code in (401, 403, 429):
         (www / "errors" / f"{code}.html").write_text(f"custom {code} page\n")
     rport, nport = free_port(), free_port()
-    ringx_module.make(ringx_site(rport, origin.addr, users, tmp / "rcache", www), name="epguard")
-    n = NginxPeer(tmp / "nginx", nginx_site(nport, origin.addr, users, tmp / "ncache", www), nport)
+    ringx_module.make(ringx_site(rport, origin.addr, users, tmp / "rcache", www, echo), name="epguard")
+    n = NginxPeer(tmp / "nginx", nginx_site(nport, origin.addr, users, tmp / "ncache", www, echo), nport)
     yield rport, nport
     n.stop()
 
@@ -397,3 +451,45 @@ def test_http2_refusals_use_the_error_page(pair):
     k = [("X-K", uuid.uuid4().hex)]
     assert h2_body(rport, "/rlim/x", k) == "origin says /rlim/x 2 200"
     assert h2_body(rport, "/rlim/x", k) == "custom 429 page\n 2 429"
+
+
+def post(port, path, body, chunked=False):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    if chunked:
+        c.putrequest("POST", path)
+        c.putheader("Transfer-Encoding", "chunked")
+        c.endheaders()
+        for i in range(0, len(body), 1000):
+            piece = body[i:i + 1000]
+            c.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+        c.send(b"0\r\n\r\n")
+    else:
+        c.request("POST", path, body=body)
+    r = c.getresponse()
+    out = (r.status, r.read())
+    c.close()
+    return out
+
+
+def test_a_body_is_sent_again_to_the_fallback_like_nginx(pair):
+    rport, nport = pair
+    for body, chunked in ((b"payload", False), (b"y" * 5000, True), (b"z" * 60000, False)):
+        want = (200, b"POST /post/x got %d: %s" % (len(body),
+                                                   hashlib.sha256(body).hexdigest().encode()))
+        assert post(nport, "/post/x", body, chunked) == want, "nginx"
+        assert post(rport, "/post/x", body, chunked) == want, (len(body), chunked)
+
+
+def test_http2_a_body_is_sent_again_to_the_fallback(pair, tmp_path):
+    rport, _ = pair
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed (scripts/install-deps.sh)")
+    body = b"q" * 30000
+    f = tmp_path / "body"
+    f.write_bytes(body)
+    r = subprocess.run(["curl", "-sS", "--max-time", "20", "--http2-prior-knowledge",
+                        "--data-binary", f"@{f}", "-w", " %{http_version} %{http_code}",
+                        f"http://127.0.0.1:{rport}/post/x"], capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    want = b"POST /post/x got 30000: %s 2 200" % hashlib.sha256(body).hexdigest().encode()
+    assert r.stdout == want, r.stdout

@@ -222,6 +222,24 @@ pub struct PageCtx {
 }
 
 impl PageCtx {
+    /// Whether the location's error page for `status` re-serves the request at a location
+    /// that proxies (`fallback.rs`).
+    pub fn falls_back(&self, status: u16) -> bool {
+        let server = &self.routes.servers[self.at.0];
+        let t = server.locations[self.at.1]
+            .rw
+            .as_ref()
+            .and_then(|rw| rw.error_pages.as_ref())
+            .and_then(|pages| pages.get(status));
+        match t {
+            Some(ErrTarget::Local { loc, .. }) => server
+                .locations
+                .get(*loc)
+                .is_some_and(|l| matches!(&l.action, Action::Proxy(p) if !p.grpc)),
+            _ => false,
+        }
+    }
+
     /// The location's error page for `status`, written into `out`; None when it has none for
     /// that status or it cannot be served (the plain error page goes out instead).
     pub fn write(

@@ -15,7 +15,7 @@ use ringx_http::upstream::{
 };
 use ringx_http::{Method, Request};
 
-use crate::answer::fallback::{may_fall_back, save_head};
+use crate::answer::fallback::save_head;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::Fill;
 use crate::compress::Accept;
@@ -107,7 +107,7 @@ pub fn prepare(
                 routes: ctx.routes.clone(),
                 at: (si, li),
                 head_only: req.method == Method::Head,
-                head: (pages.proxies() && may_fall_back(req)).then(|| save_head(req)),
+                head: pages.proxies().then(|| save_head(req)),
             })
         });
     let key = match &def.hash_key {

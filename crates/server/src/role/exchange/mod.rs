@@ -41,6 +41,10 @@ pub struct Exchange {
     pub has_body: bool,
     /// Body bytes forwarded so far, for a retry; `None` once too large (or without a body).
     pub replay: Option<Vec<u8>>,
+    /// The upstream failed with this status before the request body was all read, and an
+    /// `error_page` re-serves the request at a proxying location: the rest of the body is
+    /// read (and kept) first, then the request falls back with it (HTTP/1 `give_up`).
+    pub gave_up: Option<u16>,
     /// The request body still arriving.
     pub req_body: Option<BodyDecoder>,
     pub idempotent: bool,
@@ -78,6 +82,7 @@ impl Default for Exchange {
             host_upstream: false,
             has_body: false,
             replay: None,
+            gave_up: None,
             req_body: None,
             idempotent: false,
             head_request: false,

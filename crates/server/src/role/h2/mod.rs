@@ -190,7 +190,13 @@ impl H2 {
             return;
         }
         if s.proxy.is_some() {
-            return self.proxy_data(cx, id, data, end);
+            self.proxy_data(cx, id, data, end);
+            let failed = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut());
+            if let Some(status) = failed.filter(|_| end).and_then(|p| p.ex.gave_up.take()) {
+                // Its upstream failed while the body arrived: it falls back with it now.
+                self.stream_failed(cx, b, c, id, status);
+            }
+            return;
         }
         if s.grpc.is_some() {
             return self.grpc_data(cx, id, data, end);
@@ -638,6 +644,12 @@ impl H2 {
             .get(&id)
             .map_or((false, false), |s| (s.proxy.is_some(), s.grpc.is_some()));
         let ended_by_trailers = body.trailers.is_some();
+        if body.replayed {
+            if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
+                p.body(cx, &body.data, body.end);
+            }
+            return;
+        }
         if proxied {
             self.proxy_data(cx, id, &body.data, body.end && !ended_by_trailers);
         } else if grpc {

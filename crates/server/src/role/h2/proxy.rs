@@ -45,6 +45,8 @@ pub(super) struct Proxied {
     pub held: usize,
     /// The location's error pages, for a failure to reach the upstream.
     pub page: Option<Box<PageCtx>>,
+    /// The request body ended (END_STREAM, or trailers).
+    pub body_done: bool,
 }
 
 impl Proxied {
@@ -112,6 +114,7 @@ impl Proxied {
             head_done: false,
             chunked: framing == Framing::Chunked,
             held: 0,
+            body_done: false,
             page,
         });
         if p.ex.send(cx, &p.base, c).is_err() {
@@ -148,6 +151,7 @@ impl Proxied {
             head_done: false,
             chunked: false,
             held: 0,
+            body_done: false,
             page: None,
         });
         p.ex.send(cx, &p.base, c).ok()?;
@@ -168,6 +172,7 @@ impl Proxied {
     /// Request body bytes (`end`: the last), framed for the upstream. Returns the bytes of
     /// the peer's window to give back now.
     pub fn body(&mut self, cx: &mut Cx, data: &[u8], end: bool) -> usize {
+        self.body_done |= end;
         if !self.chunked {
             return self.forward(cx, data, data.len());
         }
@@ -186,6 +191,7 @@ impl Proxied {
     /// Trailers: the end of a chunked request body (with no length, there is nowhere to
     /// put them: dropped, as nginx does).
     pub fn trailers(&mut self, cx: &mut Cx, lines: &[u8]) {
+        self.body_done = true;
         if !self.chunked {
             return;
         }

@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
-use ringx_http::{Parsed, Request};
+use ringx_http::{BodyKind, Parsed, Request};
 
 use super::cache::{self, CacheStep};
 use super::guard::{self, Gate};
@@ -207,7 +207,7 @@ impl H2 {
                     };
                     if let Some(r) = r {
                         match r.fallback {
-                            Some(f) => self.fall_back(cx, b, c, s, &req, at.0, &f),
+                            Some(f) => self.fall_back(cx, b, c, s, (&req, None), at.0, &f),
                             None => self.answer(cx, b, c, s, resp, r.file),
                         }
                         return Some(body);
@@ -280,7 +280,7 @@ impl H2 {
             &rq,
         );
         if let Some(fb) = r.fallback {
-            self.fall_back(cx, b, c, s, &req, route.server, &fb);
+            self.fall_back(cx, b, c, s, (&req, None), route.server, &fb);
             return Some(body);
         }
         if let Some(z) = r.stream {
@@ -486,8 +486,19 @@ impl H2 {
                 let saved = head
                     .filter(|_| same)
                     .and_then(|h| parse_saved(h, &mut storage, &limits));
-                if let (Some(req), Some(p)) = (saved, page) {
-                    return self.fall_back(cx, b, c, s, &req, p.at.0, &fb);
+                // The body goes again when it all arrived with a length and was kept.
+                let body = match (saved.as_ref().map(|r| r.body), &proxy) {
+                    (Some(BodyKind::None | BodyKind::Length(0)), _) => Some(None),
+                    (Some(BodyKind::Length(n)), Some(x)) => {
+                        x.ex.replay
+                            .as_ref()
+                            .filter(|r| r.len() as u64 == n)
+                            .map(|r| Some((n, r.clone())))
+                    }
+                    _ => None,
+                };
+                if let (Some(req), Some(p), Some(body)) = (saved, page, body) {
+                    return self.fall_back(cx, b, c, s, (&req, body), p.at.0, &fb);
                 }
             } else {
                 return self.answer(cx, b, c, s, resp, r.file);
@@ -505,7 +516,8 @@ impl H2 {
     /// Re-serves stream `s`'s request `req` (as it came), which failed with `fb.error`, at
     /// the proxying location of server `si` an `error_page` names (`answer/fallback.rs`):
     /// routed there by `route_stream`, through that location's guard and cache, as nginx's
-    /// internal redirect runs its access phase. It gets no error page of its own.
+    /// internal redirect runs its access phase. It gets no error page of its own. `body`:
+    /// the request's body (its length and bytes) to send again, kept when it was proxied.
     #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
@@ -515,11 +527,23 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        req: &Request,
+        (req, body): (&Request, Option<(u64, Vec<u8>)>),
         si: usize,
         fb: &Fallback,
     ) {
-        let mut held = Held::new(save_head(req), Framing::None);
+        let framing = body
+            .as_ref()
+            .map_or(Framing::None, |b| Framing::Length(b.0));
+        let mut held = Held::new(save_head(req), framing);
+        if let Some((_, data)) = body {
+            // Its window was given back when it first arrived: not again.
+            held.body = HeldBody {
+                data,
+                end: true,
+                trailers: None,
+                replayed: true,
+            };
+        }
         held.resumed = true; // logged as it came
                              // What the limits charged stays (each applies once per request, as in nginx); what
                              // the failed location's `auth_request` or cache decided is not the fallback's.
@@ -642,23 +666,7 @@ impl H2 {
                     }
                 }
             }
-            Outcome::GiveUp(status) => {
-                let Some(mut s) = self.streams.remove(&id) else {
-                    return;
-                };
-                self.detach(cx, &s);
-                let page = s.proxy.as_mut().and_then(|p| p.page.take());
-                let fill = s
-                    .proxy
-                    .as_mut()
-                    .and_then(|p| p.ex.capture.as_mut())
-                    .and_then(|x| x.fill.take());
-                if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
-                    s.proxy = None; // the stream's body is the entry's, not the exchange's output
-                    return self.answer(cx, b, c, s, resp, None);
-                }
-                return self.give_up(cx, b, c, s, status, page.as_deref());
-            }
+            Outcome::GiveUp(status) => return self.stream_failed(cx, b, c, id, status),
             Outcome::Cut | Outcome::Upgrade(_) => {
                 // Part of the response went out and the rest cannot come: the stream is
                 // reset so the client sees it cut (the connection carries on).
@@ -667,6 +675,52 @@ impl H2 {
             }
         }
         self.wake(id);
+    }
+
+    /// Proxied stream `id` can have no response from its upstream (`status`): a stale cache
+    /// entry, its error page, or the error. Where the error page re-serves the request at
+    /// a proxying location and its body (with a length) is still arriving, the rest is read
+    /// and kept first (`stream_failed` again once it ended, from `H2::data`).
+    pub(super) fn stream_failed(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        id: u32,
+        status: u16,
+    ) {
+        if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
+            let reading = p.ex.has_body && !p.body_done && !p.chunked && p.ex.replay.is_some();
+            if reading
+                && p.ex.capture.is_none()
+                && p.page.as_ref().is_some_and(|x| x.falls_back(status))
+            {
+                if let Some(u) = p.ex.up {
+                    self.ups.remove(&u);
+                }
+                p.ex.detach(cx);
+                p.ex.gave_up = Some(status);
+                // Window held back for the upstream's queue: given back, nothing waits there.
+                let held = std::mem::take(&mut p.held);
+                self.conn.release(id, held);
+                return;
+            }
+        }
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
+        };
+        self.detach(cx, &s);
+        let page = s.proxy.as_mut().and_then(|p| p.page.take());
+        let fill = s
+            .proxy
+            .as_mut()
+            .and_then(|p| p.ex.capture.as_mut())
+            .and_then(|x| x.fill.take());
+        if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
+            s.proxy = None; // the stream's body is the entry's, not the exchange's output
+            return self.answer(cx, b, c, s, resp, None);
+        }
+        self.give_up(cx, b, c, s, status, page.as_deref())
     }
 
     /// Sends the response head as HEADERS once the exchange wrote it.

@@ -41,6 +41,9 @@ pub(super) struct HeldBody {
     pub end: bool,
     /// Trailer lines that ended it.
     pub trailers: Option<Vec<u8>>,
+    /// It is a body sent again (to an `error_page` location): the peer's window for it was
+    /// given back already.
+    pub replayed: bool,
 }
 
 impl Held {

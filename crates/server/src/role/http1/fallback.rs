@@ -33,6 +33,8 @@ use crate::zone::ctx::Cx;
 pub(crate) struct Refall {
     /// The request's head as it came (the fallback's form is made again from it).
     head: Vec<u8>,
+    /// Its body, all of it, to send again.
+    body: Option<Vec<u8>>,
     /// The routes it was routed by: a reload meanwhile leaves the indices meaningless.
     routes: Arc<Routes>,
     si: usize,
@@ -40,16 +42,17 @@ pub(crate) struct Refall {
     keep: bool,
 }
 
-/// Re-serves `req` (as it came), which failed with `fb.error`, at `fb`'s location of server
-/// `si`. None: it cannot be proxied there (no upstream state), and the caller answers.
-/// `first`: this is the redirect itself, not a look again after a wait.
+/// Re-serves `req` (as it came, with `body`: all of its body, kept when it was proxied),
+/// which failed with `fb.error`, at `fb`'s location of server `si`. None: it cannot be
+/// proxied there (no upstream state), and the caller answers. `first`: this is the redirect
+/// itself, not a look again after a wait.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn serve(
     h: &mut Http1,
     cx: &mut Cx,
     b: &mut Base,
     c: ConnId,
-    req: &Request,
+    (req, body): (&Request, Option<Vec<u8>>),
     si: usize,
     fb: &Fallback,
     keep: bool,
@@ -61,7 +64,10 @@ pub(super) fn serve(
         h.progress.auth = None;
         h.progress.waiting = None;
     }
-    let req2 = fb.request(req);
+    let mut req2 = fb.request(req);
+    if body.is_some() {
+        req2.expect_continue = false; // the body is here already
+    }
     let route = local::fallback_route(fb, si, &req2);
     let at = (si, fb.loc);
     let l = &cx.ctx.routes.servers[si].locations[fb.loc];
@@ -83,7 +89,7 @@ pub(super) fn serve(
                 return Some(h.after_response(cx, b, c, close, more_input));
             }
             Verdict::Delay(d) => {
-                wait(h, cx, req, si, fb, keep);
+                wait(h, cx, (req, body), si, fb, keep);
                 let until = cx.io.now() + d;
                 h.hold(cx, b, c, until);
                 return Some(Next::Hold);
@@ -92,7 +98,7 @@ pub(super) fn serve(
                 let g = cx.ctx.routes.servers[si].locations[fb.loc].guard.as_deref();
                 let a = g.and_then(|g| g.auth_request.as_ref())?;
                 let (upstream, head) = (a.upstream, guard::auth_head(&req2, &a.uri, b));
-                wait(h, cx, req, si, fb, keep);
+                wait(h, cx, (req, body), si, fb, keep);
                 h.subrequest(cx, b, c, upstream, head, Capture::subrequest());
                 return Some(Next::Hold);
             }
@@ -105,7 +111,7 @@ pub(super) fn serve(
             Ok(cap) => capture = cap,
             Err(Next::Defer) => {
                 // Held (`cache_step` set the wait): its head is kept here, not in the input.
-                wait(h, cx, req, si, fb, keep);
+                wait(h, cx, (req, body), si, fb, keep);
                 return Some(Next::Hold);
             }
             Err(next) => return Some(next),
@@ -115,6 +121,12 @@ pub(super) fn serve(
     let next = h.try_proxy(cx, b, c, &req2, keep, &route, &rq, capture);
     if next.is_none() {
         h.redirect = None;
+    }
+    if let (Some(_), Some(body)) = (&next, body) {
+        // The body goes to the fallback's upstream as if it arrived now.
+        if h.proxy_body(cx, b, c, &body).is_none() {
+            return Some(Next::Stop); // the exchange ended, and answered
+        }
     }
     next
 }
@@ -171,9 +183,17 @@ pub(super) fn refused(
 }
 
 /// Keeps what the request needs to be looked at again at the fallback location.
-fn wait(h: &mut Http1, cx: &Cx, req: &Request, si: usize, fb: &Fallback, keep: bool) {
+fn wait(
+    h: &mut Http1,
+    cx: &Cx,
+    (req, body): (&Request, Option<Vec<u8>>),
+    si: usize,
+    fb: &Fallback,
+    keep: bool,
+) {
     h.refall = Some(Box::new(Refall {
         head: save_head(req),
+        body,
         routes: cx.ctx.routes.clone(),
         si,
         fb: fb.clone(),
@@ -183,14 +203,17 @@ fn wait(h: &mut Http1, cx: &Cx, req: &Request, si: usize, fb: &Fallback, keep: b
 
 /// A request held on its way to a fallback location is looked at again (its delay passed,
 /// its `auth_request` answered, the cache entry it waited for was filled).
-pub(super) fn resume(h: &mut Http1, cx: &mut Cx, b: &mut Base, c: ConnId, rf: Box<Refall>) {
+pub(super) fn resume(h: &mut Http1, cx: &mut Cx, b: &mut Base, c: ConnId, mut rf: Box<Refall>) {
     let mut storage =
         [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_SAVED_HEADERS];
     let req = Arc::ptr_eq(&rf.routes, &cx.ctx.routes)
         .then(|| parse_saved(&rf.head, &mut storage, &cx.ctx.set.limits))
         .flatten();
     let next = match &req {
-        Some(req) => serve(h, cx, b, c, req, rf.si, &rf.fb, rf.keep, false),
+        Some(req) => {
+            let body = rf.body.take();
+            serve(h, cx, b, c, (req, body), rf.si, &rf.fb, rf.keep, false)
+        }
         None => None,
     };
     let next = match next {

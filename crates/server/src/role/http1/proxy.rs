@@ -64,6 +64,7 @@ impl Http1 {
         ex.up = None;
         ex.has_body = has_body;
         ex.replay = has_body.then(Vec::new);
+        ex.gave_up = None;
         ex.req_body = has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default()));
         ex.version = req.version;
         ex.keep = keep && upgrade.is_none();
@@ -208,6 +209,7 @@ impl Http1 {
             }
         }
         let now = cx.io.now();
+        let gave_up = if done { ex.gave_up.take() } else { None };
         if done {
             ex.req_body = None;
             b.paused = true;
@@ -229,6 +231,10 @@ impl Http1 {
                 ex.body_paused = true;
                 cx.io.notify_when_flushed(u);
             }
+        }
+        if let Some(status) = gave_up {
+            // The body is all here now: the request falls back with it.
+            self.give_up(cx, b, c, status);
         }
         Some(pos)
     }
@@ -264,6 +270,33 @@ impl Http1 {
     /// No response can be had: `status` (502, 504, or an upstream error intercepted) to the
     /// client, the location's error page for it if it has one.
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+        if let Some(ex) = self.exchange.as_mut() {
+            let reading = ex.has_body && ex.req_body.is_some() && ex.replay.is_some();
+            if reading
+                && ex.capture.is_none()
+                && self.page.as_ref().is_some_and(|p| p.falls_back(status))
+            {
+                // The fallback gets the body again: the rest of it is read (and kept) first
+                // (`proxy_body`), then the request falls back here with it.
+                ex.detach(cx);
+                ex.gave_up = Some(status);
+                if std::mem::take(&mut ex.body_paused) {
+                    b.paused = false;
+                    if !b.eof {
+                        cx.io.resume_recv(c);
+                    }
+                    self.process_buffered(cx, b, c);
+                }
+                return;
+            }
+        }
+        // The request's body, if it all arrived and was kept (within `MAX_REPLAY`): a
+        // fallback location gets it again, as nginx re-sends a buffered body.
+        let body = self
+            .exchange
+            .as_mut()
+            .filter(|x| x.has_body && x.req_body.is_none())
+            .and_then(|x| x.replay.take());
         if let Some(mut cap) = self.exchange.as_mut().and_then(|x| x.capture.take()) {
             self.end_exchange(cx);
             self.page = None;
@@ -290,7 +323,7 @@ impl Http1 {
             if let Some(out) = b.tr.out_buf(cx.io, c) {
                 if let Some(r) = p.write(cx.ctx.responder(), out, status, ConnHdr::Close) {
                     if let Some(fb) = r.fallback {
-                        if self.fall_back_saved(cx, b, c, &p, &fb, keep) {
+                        if self.fall_back_saved(cx, b, c, &p, &fb, keep, body) {
                             return;
                         }
                         return self.fail_with(cx, b, c, status, head_only, &always);
@@ -325,7 +358,7 @@ impl Http1 {
         keep: bool,
         more_input: bool,
     ) -> Next {
-        if let Some(next) = fallback::serve(self, cx, b, c, req, si, fb, keep, true) {
+        if let Some(next) = fallback::serve(self, cx, b, c, (req, None), si, fb, keep, true) {
             return next;
         }
         let ch = ConnHdr::new(req.version == Version::Http11, keep);
@@ -339,8 +372,10 @@ impl Http1 {
     }
 
     /// A proxied request whose upstream failed, re-served at the proxying location its error
-    /// page names, from the head it kept (`p`); false: it cannot be (no head was kept, a
-    /// reload replaced the routes it was routed by), and the caller answers.
+    /// page names, from the head it kept (`p`) and its body (`body`: all of it, kept); false:
+    /// it cannot be (no head was kept, a reload replaced the routes it was routed by, its
+    /// body was not all read or too large to keep), and the caller answers.
+    #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
     fn fall_back_saved(
@@ -351,6 +386,7 @@ impl Http1 {
         p: &PageCtx,
         fb: &Fallback,
         keep: bool,
+        body: Option<Vec<u8>>,
     ) -> bool {
         let Some(head) = p.head.as_deref() else {
             return false;
@@ -363,7 +399,13 @@ impl Http1 {
         let Some(req) = parse_saved(head, &mut storage, &cx.ctx.set.limits) else {
             return false;
         };
-        let Some(next) = fallback::serve(self, cx, b, c, &req, p.at.0, fb, keep, true) else {
+        let has_body = !crate::answer::fallback::may_fall_back(&req);
+        if has_body && body.is_none() {
+            return false; // streamed and not kept: it cannot be sent again
+        }
+        let body = body.filter(|_| has_body);
+        let Some(next) = fallback::serve(self, cx, b, c, (&req, body), p.at.0, fb, keep, true)
+        else {
             return false;
         };
         if matches!(next, Next::Continue) && self.phase == Phase::Idle && !b.paused {
