@@ -1,30 +1,31 @@
-//! The TLS 1.3 key schedule's HKDF on aws-lc's HMAC, keyed once per secret.
+//! The TLS 1.3 key schedule's HKDF, keyed once per secret, on *ring*'s HMAC.
 //!
 //! rustls's aws-lc-rs suites expand every label through aws-lc's `HKDF_expand`, which keys a
 //! fresh HMAC each time: two extra SHA-384 compressions (the key's inner and outer pads) for
 //! every label. A full handshake expands about twenty labels from about eight secrets, and
 //! HKDF was over a quarter of a full handshake's instructions (callgrind, `bench/README.md`).
 //! rustls's own [`HkdfUsingHmac`] keys an HMAC once per secret and signs each label from
-//! that state; what it needs is an HMAC, given here by aws-lc-rs's `hmac::Key`, which holds
-//! the keyed state and copies it per signature. Same primitive, same output: the tests check
-//! RFC 5869's vectors and equality with rustls's suites over random inputs.
+//! that state. The HMAC under it is *ring*'s: its keyed state is a plain value copied per
+//! signature, where aws-lc's goes through `HMAC_CTX_copy_ex` and the EVP layer, and it
+//! measured a quarter cheaper per key-and-sign here (bench/README.md, "HTTPS"). Same
+//! primitive, same output: the tests check RFC 5869's vectors and equality with rustls's
+//! suites over random inputs.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use aws_lc_rs::hmac;
+use ring::hmac;
 use rustls::crypto::hmac::{Hmac, Key, Tag};
 use rustls::crypto::tls13::HkdfUsingHmac;
-use rustls::crypto::CryptoProvider;
 use rustls::{SupportedCipherSuite, Tls13CipherSuite};
 
 /// An HMAC whose key is set up once ([`Hmac::with_key`]) and then signs many messages.
-struct AwsLcHmac(hmac::Algorithm);
+struct RingHmac(hmac::Algorithm);
 
-struct AwsLcKey(hmac::Key);
+struct RingKey(hmac::Key);
 
-impl Hmac for AwsLcHmac {
+impl Hmac for RingHmac {
     fn with_key(&self, key: &[u8]) -> Box<dyn Key> {
-        Box::new(AwsLcKey(hmac::Key::new(self.0, key)))
+        Box::new(RingKey(hmac::Key::new(self.0, key)))
     }
 
     fn hash_output_len(&self) -> usize {
@@ -32,7 +33,7 @@ impl Hmac for AwsLcHmac {
     }
 }
 
-impl Key for AwsLcKey {
+impl Key for RingKey {
     fn sign_concat(&self, first: &[u8], middle: &[&[u8]], last: &[u8]) -> Tag {
         let mut ctx = hmac::Context::with_key(&self.0);
         ctx.update(first);
@@ -48,8 +49,8 @@ impl Key for AwsLcKey {
     }
 }
 
-static HMAC_SHA256: AwsLcHmac = AwsLcHmac(hmac::HMAC_SHA256);
-static HMAC_SHA384: AwsLcHmac = AwsLcHmac(hmac::HMAC_SHA384);
+static HMAC_SHA256: RingHmac = RingHmac(hmac::HMAC_SHA256);
+static HMAC_SHA384: RingHmac = RingHmac(hmac::HMAC_SHA384);
 static HKDF_SHA256: HkdfUsingHmac<'static> = HkdfUsingHmac(&HMAC_SHA256);
 static HKDF_SHA384: HkdfUsingHmac<'static> = HkdfUsingHmac(&HMAC_SHA384);
 
@@ -63,7 +64,7 @@ fn rekeyed(suite: SupportedCipherSuite) -> SupportedCipherSuite {
         48 => &HKDF_SHA384,
         _ => return suite,
     };
-    // Built once per process (`provider` below), so the leak is one small struct per suite.
+    // Built once per process (`aws_lc_suites` below), so the leak is one small struct per suite.
     let t: &'static Tls13CipherSuite = Box::leak(Box::new(Tls13CipherSuite {
         common: rustls::CipherSuiteCommon {
             suite: t.common.suite,
@@ -77,15 +78,15 @@ fn rekeyed(suite: SupportedCipherSuite) -> SupportedCipherSuite {
     SupportedCipherSuite::Tls13(t)
 }
 
-/// rustls's aws-lc-rs provider with the TLS 1.3 suites' HKDF keyed once per secret.
-pub fn provider() -> Arc<CryptoProvider> {
+/// rustls's aws-lc-rs suites with the TLS 1.3 ones' HKDF keyed once per secret.
+pub(crate) fn aws_lc_suites() -> Vec<SupportedCipherSuite> {
     static SUITES: OnceLock<Vec<SupportedCipherSuite>> = OnceLock::new();
-    let base = rustls::crypto::aws_lc_rs::default_provider();
-    let suites = SUITES.get_or_init(|| base.cipher_suites.iter().copied().map(rekeyed).collect());
-    Arc::new(CryptoProvider {
-        cipher_suites: suites.clone(),
-        ..base
-    })
+    SUITES
+        .get_or_init(|| {
+            let base = rustls::crypto::aws_lc_rs::default_provider().cipher_suites;
+            base.into_iter().map(rekeyed).collect()
+        })
+        .clone()
 }
 
 #[cfg(test)]
@@ -119,7 +120,7 @@ mod tests {
     fn the_same_key_schedule_as_rustls() {
         use aws_lc_rs::rand::{SecureRandom, SystemRandom};
         let rng = SystemRandom::new();
-        let ours = provider();
+        let ours = crate::Provider::AwsLc.crypto();
         for theirs in rustls::crypto::aws_lc_rs::default_provider().cipher_suites {
             let SupportedCipherSuite::Tls13(a) = theirs else {
                 continue;

@@ -26,6 +26,7 @@ pub mod material;
 pub mod provider;
 pub mod record;
 pub mod recv;
+mod rsa_key;
 pub mod select;
 pub mod sites;
 pub mod sni;

@@ -10,7 +10,9 @@ use rustls::server::ProducesTickets;
 /// A rustls crypto provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Provider {
-    /// AWS-LC (BoringSSL's descendant): assembly for AES-GCM, P-256 and RSA.
+    /// AWS-LC (BoringSSL's descendant): assembly for AES-GCM, X25519 and P-256. RSA
+    /// signatures and the TLS 1.3 key schedule's HMAC are *ring*'s, which measured cheaper
+    /// per handshake here (rsa_key.rs, hkdf.rs).
     #[default]
     AwsLc,
     /// *ring*.
@@ -39,8 +41,15 @@ impl Provider {
     /// rustls never offers (CBC and non-forward-secret suites).
     pub fn crypto(self) -> Arc<CryptoProvider> {
         match self {
-            // The TLS 1.3 key schedule's HKDF keyed once per secret (hkdf.rs).
-            Provider::AwsLc => crate::hkdf::provider(),
+            Provider::AwsLc => {
+                let base = rustls::crypto::aws_lc_rs::default_provider();
+                Arc::new(CryptoProvider {
+                    // The TLS 1.3 key schedule's HKDF keyed once per secret (hkdf.rs).
+                    cipher_suites: crate::hkdf::aws_lc_suites(),
+                    key_provider: &crate::rsa_key::RingRsa,
+                    ..base
+                })
+            }
             Provider::Ring => Arc::new(rustls::crypto::ring::default_provider()),
         }
     }
