@@ -19,28 +19,15 @@ use ringx_http::{Method, Request, Version};
 
 use super::local;
 use super::{guard, Http1, Next, Phase};
-use crate::answer::fallback::{may_fall_back, parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{
+    may_fall_back, parse_saved, save_head, Fallback, Refall, MAX_SAVED_HEADERS,
+};
 use crate::answer::ReqCtx;
 use crate::guard::Verdict;
 use crate::response::{ConnHdr, ErrorPage};
 use crate::role::exchange::capture::Capture;
-use crate::route::Routes;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
-
-/// A request on its way to a fallback location, waiting for that location's guard (a delay,
-/// the `auth_request` answer) or cache (another request's fill).
-pub(crate) struct Refall {
-    /// The request's head as it came (the fallback's form is made again from it).
-    head: Vec<u8>,
-    /// Its body, all of it, to send again.
-    body: Option<Vec<u8>>,
-    /// The routes it was routed by: a reload meanwhile leaves the indices meaningless.
-    routes: Arc<Routes>,
-    si: usize,
-    fb: Fallback,
-    keep: bool,
-}
 
 /// Re-serves `req` (as it came, with `body`: all of its body, kept when it was proxied),
 /// which failed with `fb.error`, at `fb`'s location of server `si`. None: it cannot be
@@ -117,10 +104,15 @@ pub(super) fn serve(
             Err(next) => return Some(next),
         }
     }
-    h.redirect = Some((fb.status, fb.extra.clone()));
+    h.redirect = Some(fb.status);
     let next = h.try_proxy(cx, b, c, &req2, keep, &route, &rq, capture);
     if next.is_none() {
         h.redirect = None;
+    }
+    if let (Some(_), Some(ex), false) = (&next, h.exchange.as_mut(), fb.extra.is_empty()) {
+        // The refusal's challenge rides on the fallback's response (as in nginx).
+        let deco = ex.deco.get_or_insert_with(Box::default);
+        deco.add_always.push_str(&fb.extra);
     }
     if let (Some(_), Some(body)) = (&next, body) {
         // The body goes to the fallback's upstream as if it arrived now.
@@ -203,7 +195,7 @@ fn wait(
 
 /// A request held on its way to a fallback location is looked at again (its delay passed,
 /// its `auth_request` answered, the cache entry it waited for was filled).
-pub(super) fn resume(h: &mut Http1, cx: &mut Cx, b: &mut Base, c: ConnId, mut rf: Box<Refall>) {
+pub(super) fn resume(h: &mut Http1, cx: &mut Cx, b: &mut Base, c: ConnId, mut rf: Refall) {
     let mut storage =
         [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_SAVED_HEADERS];
     let req = Arc::ptr_eq(&rf.routes, &cx.ctx.routes)

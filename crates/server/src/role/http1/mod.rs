@@ -91,7 +91,9 @@ pub struct Http1 {
     /// without keep-alive): the client sends nothing more after it (RFC 9112 §9.6).
     client_closes: bool,
     body: Option<BodyDecoder>,
-    pending: Option<Pending>,
+    /// The response waiting for its request body to be read (boxed: rare, and it keeps the
+    /// connection role small).
+    pending: Option<Box<Pending>>,
     /// The request being proxied.
     pub(crate) exchange: Option<Box<Exchange>>,
     /// The last exchange of this connection, kept for the next proxied request: its head
@@ -112,9 +114,9 @@ pub struct Http1 {
     /// The request about to be proxied is re-served by an `error_page` (`proxy.rs`
     /// `fall_back`): the status the client is told instead of the upstream's (None: the
     /// upstream's); it gets no error page of its own.
-    redirect: Option<(Option<u16>, String)>,
+    redirect: Option<Option<u16>>,
     /// The request waiting is on its way to an `error_page` location (`fallback.rs`).
-    refall: Option<Box<fallback::Refall>>,
+    refall: Option<Box<crate::answer::fallback::Refall>>,
 }
 
 impl Http1 {
@@ -565,12 +567,12 @@ impl Http1 {
             return self.refuse_now(cx, b, c, bytes, r.written);
         }
         self.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
-        self.pending = Some(Pending {
+        self.pending = Some(Box::new(Pending {
             bytes,
             written: r.written,
             file: r.file,
             close: !keep || r.close,
-        });
+        }));
         self.phase = Phase::Body;
         if req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -598,7 +600,7 @@ impl Http1 {
         match guard::check(cx, b, req, uri, at, &mut self.progress) {
             Verdict::Pass => None,
             Verdict::Refuse { status, headers } => {
-                let page = fallback::refused(self, cx, b, c, req, at, (status, &headers), keep);
+                let page = self.refused_page(cx, b, c, req, at, (status, &headers), keep);
                 if page.is_some() {
                     return page;
                 }
@@ -651,7 +653,7 @@ impl Http1 {
             cx.io.resume_recv(c);
         }
         if let Some(rf) = self.refall.take() {
-            return fallback::resume(self, cx, b, c, rf);
+            return self.resume_fallback(cx, b, c, *rf);
         }
         self.resumed = true;
         self.process_buffered(cx, b, c);

@@ -8,7 +8,7 @@ use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
 use super::local::Route;
 use super::{cached, fallback, Http1, Next, Phase};
-use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{parse_saved, Fallback, Refall, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::loc::Decision;
@@ -53,12 +53,11 @@ impl Http1 {
             return None;
         };
         self.page = page;
-        if let Some((status, extra)) = self.redirect.take() {
+        if let Some(status) = self.redirect.take() {
             // Re-served by an `error_page`: told the status it says, and no page of its own.
             self.page = None;
             let deco = ex.deco.get_or_insert_with(Box::default);
             deco.status_as = status;
-            deco.add_always.push_str(&extra);
         }
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         ex.up = None;
@@ -369,6 +368,31 @@ impl Http1 {
         let w = cx.ctx.responder().error(out, page);
         cx.ctx.log.status(cx.io, c, w, b);
         self.after_response(cx, b, c, !keep, more_input)
+    }
+
+    /// A refusal of location `at`'s guard answered with its `error_page` (`fallback.rs`
+    /// `refused`); None: it has none for the status.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refused_page(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        req: &Request,
+        at: (usize, usize),
+        refusal: (u16, &str),
+        keep: bool,
+    ) -> Option<Next> {
+        fallback::refused(self, cx, b, c, req, at, refusal, keep)
+    }
+
+    /// A request held on its way to a fallback location is looked at again.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn resume_fallback(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, rf: Refall) {
+        fallback::resume(self, cx, b, c, rf)
     }
 
     /// A proxied request whose upstream failed, re-served at the proxying location its error
