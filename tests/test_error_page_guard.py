@@ -213,6 +213,59 @@ listen = ["127.0.0.1:{port}"]
   [[server.location]]
   path = "@echo"
   proxy_pass = "http://{echo}"
+  [[server.location]]
+  path = "/sdeny/"
+  return = {{ status = 404 }}
+  error_page = {{ "404" = "/gdeny/page.html" }}
+  [[server.location]]
+  path = "/sdeny200/"
+  return = {{ status = 404 }}
+  error_page = {{ "404" = "=200 /gdeny/page.html" }}
+  [[server.location]]
+  path = "/gdeny/"
+  root = "{www}"
+  access = ["deny all"]
+  [[server.location]]
+  path = "/sallow/"
+  return = {{ status = 404 }}
+  error_page = {{ "404" = "/gallow/page.html" }}
+  [[server.location]]
+  path = "/gallow/"
+  root = "{www}"
+  access = ["allow 127.0.0.0/8", "deny all"]
+  [[server.location]]
+  path = "/sbasic/"
+  return = {{ status = 404 }}
+  error_page = {{ "404" = "/gbasic/page.html" }}
+  [[server.location]]
+  path = "/gbasic/"
+  root = "{www}"
+  auth_basic = {{ realm = "pg", user_file = "{users}" }}
+  [[server.location]]
+  path = "/slim/"
+  return = {{ status = 404 }}
+  error_page = {{ "404" = "/glim/page.html" }}
+  [[server.location]]
+  path = "/glim/"
+  root = "{www}"
+  limit_req = {{ zone = "one", burst = 0, nodelay = true, status = 429 }}
+  [[server.location]]
+  path = "/sup/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "/gdeny/page.html" }}
+  [[server.location]]
+  path = "/sref/"
+  proxy_pass = "http://{up}"
+  access = ["deny all"]
+  error_page = {{ "403" = "/gbasic/page.html" }}
+  [[server.location]]
+  path = "/sret/"
+  return = {{ status = 404 }}
+  error_page = {{ "404" = "/gret" }}
+  [[server.location]]
+  path = "= /gret"
+  access = ["deny all"]
+  return = {{ status = 200, body = "ret body" }}
 """
 
 
@@ -252,6 +305,19 @@ server {{
   location @login {{ proxy_pass http://{up}; }}
   location /post/ {{ proxy_pass http://127.0.0.1:1; error_page 502 = @echo; }}
   location @echo {{ proxy_pass http://{echo}; }}
+  location /sdeny/ {{ return 404; error_page 404 /gdeny/page.html; }}
+  location /sdeny200/ {{ return 404; error_page 404 =200 /gdeny/page.html; }}
+  location /gdeny/ {{ root {www}; deny all; }}
+  location /sallow/ {{ return 404; error_page 404 /gallow/page.html; }}
+  location /gallow/ {{ root {www}; allow 127.0.0.0/8; deny all; }}
+  location /sbasic/ {{ return 404; error_page 404 /gbasic/page.html; }}
+  location /gbasic/ {{ root {www}; auth_basic "pg"; auth_basic_user_file {users}; }}
+  location /slim/ {{ return 404; error_page 404 /glim/page.html; }}
+  location /glim/ {{ root {www}; limit_req zone=one nodelay; limit_req_status 429; }}
+  location /sup/ {{ proxy_pass http://127.0.0.1:1; error_page 502 /gdeny/page.html; }}
+  location /sref/ {{ proxy_pass http://{up}; deny all; error_page 403 /gbasic/page.html; }}
+  location /sret/ {{ return 404; error_page 404 /gret; }}
+  location = /gret {{ deny all; return 200 "ret body"; }}
 }}
 """
 
@@ -265,6 +331,9 @@ def pair(ringx_module, origin, echo, tmp_path_factory):
     (www / "errors").mkdir(parents=True)
     for code in (401, 403, 429):
         (www / "errors" / f"{code}.html").write_text(f"custom {code} page\n")
+    for d in ("gdeny", "gallow", "gbasic", "glim"):
+        (www / d).mkdir()
+        (www / d / "page.html").write_text("guarded page\n")
     rport, nport = free_port(), free_port()
     ringx_module.make(ringx_site(rport, origin.addr, users, tmp / "rcache", www, echo), name="epguard")
     n = NginxPeer(tmp / "nginx", nginx_site(nport, origin.addr, users, tmp / "ncache", www, echo), nport)
@@ -493,3 +562,72 @@ def test_http2_a_body_is_sent_again_to_the_fallback(pair, tmp_path):
     assert r.returncode == 0, r.stderr
     want = b"POST /post/x got 30000: %s 2 200" % hashlib.sha256(body).hexdigest().encode()
     assert r.stdout == want, r.stdout
+
+
+GUARDED_PAGES = [
+    ("GET", "/sdeny/x", {}),
+    ("HEAD", "/sdeny/x", {}),
+    ("GET", "/sdeny200/x", {}),
+    ("GET", "/sallow/x", {}),
+    ("GET", "/sbasic/x", {}),
+    ("GET", "/sbasic/x", BASIC_BAD),
+    ("GET", "/sbasic/x", BASIC_OK),
+    ("HEAD", "/sbasic/x", BASIC_OK),
+    ("GET", "/sup/x", {}),
+    ("GET", "/sref/x", {}),
+    ("GET", "/sref/x", BASIC_OK),
+    ("GET", "/sret/x", {}),
+]
+
+
+def guarded_page(port, method, path, h):
+    st, body, r = get(port, path, h, method)
+    challenge = (r.getheader("WWW-Authenticate") or "").split(",")[0]
+    # nginx's plain pages and ringx's differ in their HTML; what is served is the question.
+    shown = body if body in (b"guarded page\n", b"ret body", b"") else b"plain"
+    return (st, shown, challenge)
+
+
+def test_a_static_error_page_runs_its_location_guard_like_nginx(pair):
+    """A file `error_page` whose location has `deny`/`allow`, `auth_basic` or `limit_req`:
+    the access phase of that location runs on the internal redirect (a refusal gives the
+    plain page for the refusal's status: no recursive error pages); a `return` there answers
+    before the access phase, as in nginx."""
+    rport, nport = pair
+    diffs = []
+    for method, path, h in GUARDED_PAGES:
+        ours, theirs = (guarded_page(rport, method, path, h),
+                        guarded_page(nport, method, path, h))
+        if ours != theirs:
+            diffs.append(f"{method} {path} {h}:\n  ringx {ours}\n  nginx {theirs}")
+    assert not diffs, "\n".join(diffs)
+    # The protection holds: the page behind the guard is not shown without credentials.
+    assert get(rport, "/sdeny/x")[:2] != (404, b"guarded page\n")
+    st, body, r = get(rport, "/sbasic/x")
+    assert st == 401 and body != b"guarded page\n"
+    assert r.getheader("WWW-Authenticate").startswith('Basic realm="pg"')
+    assert get(rport, "/sbasic/x", BASIC_OK)[:2] == (404, b"guarded page\n")
+
+
+def test_a_static_error_page_applies_its_limit_req_like_nginx(pair):
+    rport, nport = pair
+    for port in (rport, nport):
+        h = {"X-K": uuid.uuid4().hex}
+        assert get(port, "/slim/x", h)[:2] == (404, b"guarded page\n"), port
+        st, body, _ = get(port, "/slim/x", h)
+        assert st == 429 and body != b"guarded page\n", (port, st, body)
+
+
+def test_http2_a_static_error_page_runs_its_location_guard(pair):
+    rport, _ = pair
+    assert h2(rport, "/sdeny/x") == "2 403"
+    assert h2(rport, "/sdeny200/x") == "2 403"
+    assert h2_body(rport, "/sallow/x") == "guarded page\n 2 404"
+    assert h2(rport, "/sbasic/x") == "2 401"
+    assert h2_body(rport, "/sbasic/x", BASIC_OK.items()) == "guarded page\n 2 404"
+    assert h2(rport, "/sup/x") == "2 403"
+    assert h2(rport, "/sref/x") == "2 401"
+    assert h2_body(rport, "/sret/x") == "ret body 2 404"
+    k = [("X-K", uuid.uuid4().hex)]
+    assert h2_body(rport, "/slim/x", k) == "guarded page\n 2 404"
+    assert h2(rport, "/slim/x", k) == "2 429"

@@ -514,6 +514,8 @@ fn error_pages(
                         .into());
                 }
                 Action::Proxy(_) => proxies = true,
+                // Its access phase runs on the request (`answer/fallback.rs`).
+                Action::Files(_) if server.locations[loc].guard.is_some() => proxies = true,
                 _ => {}
             }
             ErrTarget::Local {

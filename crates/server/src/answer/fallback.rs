@@ -1,6 +1,9 @@
 //! `error_page` leading to a location that proxies (nginx's `error_page 502 = @fallback`,
 //! or a URI routed to a `proxy_pass` location): the failed request is re-served there as an
-//! internal redirect instead of getting a page written here.
+//! internal redirect instead of getting a page written here. A location serving files
+//! behind a guard (`error_page 403 /denied.html` with `location = /denied.html { deny all;
+//! }`) goes the same way: its access phase runs on the request, then its page is written
+//! (a refusal there gets the plain page for the refusal's status).
 //!
 //! nginx's rules, kept:
 //! - a named location (`@name`) gets the request as it came (method, target);
@@ -37,6 +40,9 @@ pub struct Fallback {
     /// Header lines the error carries onto the fallback's response: a refusal's
     /// `WWW-Authenticate` (nginx keeps the challenge through the redirect).
     pub extra: String,
+    /// A location serving files behind a guard: the page to write once the guard passes
+    /// (None: the location proxies).
+    pub page: Option<Box<crate::rewrite::headers::ErrTarget>>,
 }
 
 impl Fallback {

@@ -144,6 +144,7 @@ impl<'a> Answer<'a> {
             head_only: self.head_only,
             may_proxy: fallback::may_fall_back(self.req),
             extra: "",
+            guarded: false,
         };
         page.write(out, status, t, Some(&self.vars()))
     }
@@ -223,7 +224,7 @@ pub struct PageCtx {
 
 impl PageCtx {
     /// Whether the location's error page for `status` re-serves the request at a location
-    /// that proxies (`fallback.rs`).
+    /// that proxies or serves files behind a guard (`fallback.rs`).
     pub fn falls_back(&self, status: u16) -> bool {
         let server = &self.routes.servers[self.at.0];
         let t = server.locations[self.at.1]
@@ -232,10 +233,13 @@ impl PageCtx {
             .and_then(|rw| rw.error_pages.as_ref())
             .and_then(|pages| pages.get(status));
         match t {
-            Some(ErrTarget::Local { loc, .. }) => server
-                .locations
-                .get(*loc)
-                .is_some_and(|l| matches!(&l.action, Action::Proxy(p) if !p.grpc)),
+            Some(ErrTarget::Local { loc, .. }) => {
+                server.locations.get(*loc).is_some_and(|l| match &l.action {
+                    Action::Proxy(p) => !p.grpc,
+                    Action::Files(_) => l.guard.is_some(),
+                    _ => false,
+                })
+            }
             _ => false,
         }
     }
@@ -262,6 +266,7 @@ impl PageCtx {
             head_only: self.head_only,
             may_proxy: self.head.is_some(),
             extra: "",
+            guarded: false,
         };
         page.write(out, status, t, None)
     }
@@ -280,15 +285,20 @@ pub struct Page<'a> {
     /// Header lines the error carries onto a page served here (a refusal's
     /// `WWW-Authenticate` or `Retry-After`).
     pub extra: &'a str,
+    /// The target location's guard passed already (the page is written after it).
+    pub guarded: bool,
 }
 
 impl Page<'_> {
     /// Writes the page for `status` as `t` says, with the `add_header` lines of the location
     /// that serves it (nginx's rule: an error page is an internal redirect); `vars`: the
     /// request, when it is still there (a value with variables is left out otherwise).
-    /// None: the target cannot be served (its file is gone, or it proxies and the request
-    /// cannot go there). A target that proxies writes nothing: the reply carries the
-    /// [`Fallback`](fallback::Fallback) for the role to start.
+    /// None: the target cannot be served (its file is gone, or it proxies or is guarded and
+    /// the request cannot go there). A target that proxies, or serves files behind a guard
+    /// (`access`, `auth_basic`, `auth_request`, `limit_req`: nginx runs the access phase of
+    /// the location an internal redirect reaches), writes nothing: the reply carries the
+    /// [`Fallback`](fallback::Fallback) for the role to start, and a page is written after
+    /// the guard passes. (A `return` answers before the access phase, as in nginx.)
     pub fn write(
         &self,
         out: &mut Vec<u8>,
@@ -321,6 +331,38 @@ impl Page<'_> {
             Some(None) => own,
             Some(Some(c)) => c,
         };
+        let guard_first = match &target.action {
+            Action::Files(_) => target.guard.is_some() && !self.guarded,
+            Action::Proxy(p) => !p.grpc,
+            _ => false,
+        };
+        if guard_first {
+            if !self.may_proxy {
+                return None;
+            }
+            let uri = (!uri.starts_with('@')).then(|| match uri.split_once('?') {
+                Some((p, a)) => (p.to_string(), (!a.is_empty()).then(|| a.to_string())),
+                None => (uri.clone(), None),
+            });
+            let fb = fallback::Fallback {
+                loc,
+                uri,
+                status: match want {
+                    None => Some(status),
+                    Some(c) => c,
+                },
+                error: status,
+                extra: self.extra.to_string(),
+                page: matches!(target.action, Action::Files(_)).then(|| Box::new(t.clone())),
+            };
+            return Some(Reply {
+                fallback: Some(Box::new(fb)),
+                ..Reply::bytes(crate::response::Written {
+                    status,
+                    head_len: 0,
+                })
+            });
+        }
         match &target.action {
             Action::Files(root) => {
                 let path = uri.split_once('?').map_or(&uri[..], |(p, _)| p);
@@ -341,29 +383,6 @@ impl Page<'_> {
                     out.extend_from_slice(&c.body);
                 }
                 Some(Reply::bytes(written))
-            }
-            Action::Proxy(p) if self.may_proxy && !p.grpc => {
-                let uri = (!uri.starts_with('@')).then(|| match uri.split_once('?') {
-                    Some((p, a)) => (p.to_string(), (!a.is_empty()).then(|| a.to_string())),
-                    None => (uri.clone(), None),
-                });
-                let fb = fallback::Fallback {
-                    loc,
-                    uri,
-                    status: match want {
-                        None => Some(status),
-                        Some(c) => c,
-                    },
-                    error: status,
-                    extra: self.extra.to_string(),
-                };
-                Some(Reply {
-                    fallback: Some(Box::new(fb)),
-                    ..Reply::bytes(crate::response::Written {
-                        status,
-                        head_len: 0,
-                    })
-                })
             }
             _ => None,
         }

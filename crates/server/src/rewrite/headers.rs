@@ -92,6 +92,7 @@ impl AddHeaders {
 }
 
 /// What an `error_page` leads to.
+#[derive(Clone)]
 pub enum ErrTarget {
     /// A location of the same server, with the URI to serve there and the status to answer
     /// with (None: the error's; Some(None): `=`, the target's own; Some(Some(c)): `=c`).
@@ -107,8 +108,9 @@ pub enum ErrTarget {
 /// A server's or a location's error pages.
 pub struct ErrorPages {
     pages: Vec<(u16, ErrTarget)>,
-    /// Some target is a location that proxies (`error_page 502 = @fallback`): a proxied
-    /// request keeps a copy of its head, to be sent there if its own upstream fails.
+    /// Some target needs the request itself: a location that proxies (`error_page 502 =
+    /// @fallback`), or one serving files behind a guard (its access phase runs on the
+    /// request). A proxied request keeps a copy of its head, for when its own upstream fails.
     proxies: bool,
 }
 
@@ -120,7 +122,7 @@ impl ErrorPages {
             .map(|(_, t)| t)
     }
 
-    /// `proxies`: some target is a location that proxies.
+    /// `proxies`: some target needs the request (a location that proxies, or guarded files).
     pub fn new(pages: Vec<(u16, ErrTarget)>, proxies: bool) -> ErrorPages {
         ErrorPages { pages, proxies }
     }

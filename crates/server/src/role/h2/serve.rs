@@ -265,8 +265,25 @@ impl H2 {
             return Some(body);
         }
         if let Some(fb) = fb {
-            // Fallbacks lead only to locations that proxy (never the case).
-            self.answer_error(cx, b, c, s, fb.error);
+            // A location serving files behind a guard, which passed: its page.
+            let mut resp = Vec::with_capacity(256);
+            let page = crate::answer::Page {
+                r: cx.ctx.responder(),
+                server: &cx.ctx.routes.servers[route.server],
+                ch: ConnHdr::Keep11,
+                head_only: s.head_only,
+                may_proxy: false,
+                extra: &fb.extra,
+                guarded: true,
+            };
+            match fb
+                .page
+                .as_deref()
+                .and_then(|t| page.write(&mut resp, fb.error, t, None))
+            {
+                Some(r) => self.answer(cx, b, c, s, resp, r.file),
+                None => self.answer_error(cx, b, c, s, fb.error),
+            }
             return Some(body);
         }
         let mut resp = Vec::with_capacity(256);

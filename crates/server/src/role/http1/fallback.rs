@@ -22,9 +22,10 @@ use super::{guard, Http1, Next, Phase};
 use crate::answer::fallback::{
     may_fall_back, parse_saved, save_head, Fallback, Refall, MAX_SAVED_HEADERS,
 };
-use crate::answer::ReqCtx;
+use crate::answer::{Page, ReqCtx};
 use crate::guard::Verdict;
-use crate::response::{ConnHdr, ErrorPage};
+use crate::response::{ConnHdr, ErrorPage, Reply};
+use crate::rewrite::headers::ErrTarget;
 use crate::role::exchange::capture::Capture;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
@@ -90,6 +91,9 @@ pub(super) fn serve(
                 return Some(Next::Hold);
             }
         }
+    }
+    if let Some(t) = &fb.page {
+        return Some(page(h, cx, b, c, &req2, si, fb, t, keep));
     }
     let mut capture = None;
     if cached {
@@ -172,6 +176,51 @@ pub(super) fn refused(
         return Some(Next::Stop);
     }
     Some(h.after_response(cx, b, c, !keep || r.close, more_input))
+}
+
+/// The page of a location serving files behind a guard, once the guard passed: written as
+/// [`Page`] writes it (the error's status unless the entry says otherwise), or the plain
+/// page for the error if the file cannot be served.
+#[allow(clippy::too_many_arguments)]
+fn page(
+    h: &mut Http1,
+    cx: &mut Cx,
+    b: &mut Base,
+    c: ConnId,
+    req: &Request,
+    si: usize,
+    fb: &Fallback,
+    t: &ErrTarget,
+    keep: bool,
+) -> Next {
+    let more_input = !b.inbuf.is_empty();
+    let ch = ConnHdr::new(req.version == Version::Http11, keep);
+    let head_only = req.method == Method::Head;
+    let Some(out) = b.tr.out_buf(cx.io, c) else {
+        return Next::Stop;
+    };
+    let server = &cx.ctx.routes.servers[si];
+    let page = Page {
+        r: cx.ctx.responder(),
+        server,
+        ch,
+        head_only,
+        may_proxy: false,
+        extra: &fb.extra,
+        guarded: true,
+    };
+    let r = match page.write(out, fb.error, t, None) {
+        Some(r) => r,
+        None => {
+            let page = ErrorPage::new(fb.error, ch, head_only).extra(&fb.extra);
+            Reply::bytes(cx.ctx.responder().error(out, page))
+        }
+    };
+    if let Some((f, off, len)) = r.file {
+        b.tr.send_file(cx.io, c, f, off, len);
+    }
+    cx.ctx.log.status(cx.io, c, r.written, b);
+    h.after_response(cx, b, c, !keep || r.close, more_input)
 }
 
 /// Keeps what the request needs to be looked at again at the fallback location.

@@ -121,6 +121,7 @@ pub(crate) fn refusal_page(
         head_only: req.method == Method::Head,
         may_proxy: may_fall_back(req),
         extra: headers,
+        guarded: false,
     };
     page.write(out, status, t, None)
 }
