@@ -259,6 +259,14 @@ listen = ["127.0.0.1:{port}"]
   access = ["deny all"]
   error_page = {{ "403" = "/gbasic/page.html" }}
   [[server.location]]
+  path = "/sareq/"
+  return = {{ status = 404 }}
+  error_page = {{ "404" = "/gareq/page.html" }}
+  [[server.location]]
+  path = "/gareq/"
+  root = "{www}"
+  auth_request = {{ proxy_pass = "http://{up}", uri = "/auth" }}
+  [[server.location]]
   path = "/sret/"
   return = {{ status = 404 }}
   error_page = {{ "404" = "/gret" }}
@@ -316,6 +324,8 @@ server {{
   location /glim/ {{ root {www}; limit_req zone=one nodelay; limit_req_status 429; }}
   location /sup/ {{ proxy_pass http://127.0.0.1:1; error_page 502 /gdeny/page.html; }}
   location /sref/ {{ proxy_pass http://{up}; deny all; error_page 403 /gbasic/page.html; }}
+  location /sareq/ {{ return 404; error_page 404 /gareq/page.html; }}
+  location /gareq/ {{ root {www}; auth_request /_auth; }}
   location /sret/ {{ return 404; error_page 404 /gret; }}
   location = /gret {{ deny all; return 200 "ret body"; }}
 }}
@@ -331,7 +341,7 @@ def pair(ringx_module, origin, echo, tmp_path_factory):
     (www / "errors").mkdir(parents=True)
     for code in (401, 403, 429):
         (www / "errors" / f"{code}.html").write_text(f"custom {code} page\n")
-    for d in ("gdeny", "gallow", "gbasic", "glim"):
+    for d in ("gdeny", "gallow", "gbasic", "glim", "gareq"):
         (www / d).mkdir()
         (www / d / "page.html").write_text("guarded page\n")
     rport, nport = free_port(), free_port()
@@ -577,6 +587,9 @@ GUARDED_PAGES = [
     ("GET", "/sref/x", {}),
     ("GET", "/sref/x", BASIC_OK),
     ("GET", "/sret/x", {}),
+    ("GET", "/sareq/x", {"X-Token": "good"}),
+    ("GET", "/sareq/x", {"X-Token": "banned"}),
+    ("GET", "/sareq/x", {"X-Token": "other"}),
 ]
 
 
@@ -628,6 +641,8 @@ def test_http2_a_static_error_page_runs_its_location_guard(pair):
     assert h2(rport, "/sup/x") == "2 403"
     assert h2(rport, "/sref/x") == "2 401"
     assert h2_body(rport, "/sret/x") == "ret body 2 404"
+    assert h2_body(rport, "/sareq/x", [("X-Token", "good")]) == "guarded page\n 2 404"
+    assert h2(rport, "/sareq/x", [("X-Token", "banned")]) == "2 403"
     k = [("X-K", uuid.uuid4().hex)]
     assert h2_body(rport, "/slim/x", k) == "guarded page\n 2 404"
     assert h2(rport, "/slim/x", k) == "2 429"
