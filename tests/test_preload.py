@@ -21,6 +21,7 @@ Root only (namespaces, veth, eBPF, XDP); skipped with the reason elsewhere.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -232,6 +233,31 @@ def test_differential(netns_pair, ringx_bin, tmp_path):  # noqa: F811
     assert st["ports_released"] == 6 and st["table_hits"] == 6, st
 
 
+def _listeners_in_epoll(pid: int, ss_out: str) -> int:
+    """How many (epoll set, listener) registrations the process tree of `pid` holds for the
+    listening sockets in `ss -e` output (their inodes), read from /proc's fdinfo."""
+    inodes = set(re.findall(r"ino:(\d+)", ss_out))
+    pids, n = [pid], 0
+    for q in pids:
+        for t in Path(f"/proc/{q}/task").glob("*/children"):
+            try:
+                pids += [int(c) for c in t.read_text().split()]
+            except OSError:
+                pass
+        try:
+            socks = {}
+            for fd in os.listdir(f"/proc/{q}/fd"):
+                target = os.readlink(f"/proc/{q}/fd/{fd}")
+                if target.startswith("socket:["):
+                    socks[fd] = target[8:-1]
+            for fd in os.listdir(f"/proc/{q}/fdinfo"):
+                info = Path(f"/proc/{q}/fdinfo/{fd}").read_text()
+                n += sum(socks.get(t) in inodes for t in re.findall(r"tfd:\s*(\d+)", info))
+        except OSError:
+            continue
+    return n
+
+
 @pytest.mark.parametrize("preload", [False, True], ids=["plain", "ringx-run"])
 def test_haproxy_threads_accept_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path, preload):  # noqa: F811
     """A second unmodified server, multi-threaded rather than multi-process: haproxy with two
@@ -251,12 +277,16 @@ def test_haproxy_threads_accept_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path,
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            out = subprocess.run(["nsenter", f"--net=/run/netns/{srv}", "ss", "-Htln",
+            out = subprocess.run(["nsenter", f"--net=/run/netns/{srv}", "ss", "-Htlne",
                                   f"sport = :{port}"], capture_output=True, text=True).stdout
-            if out.count("\n") >= 2:
+            # Under ringx run a listener is claimed for its thread's CPU when the thread adds
+            # it to its epoll; until then the kernel's hash places connections. So wait for
+            # both listeners to be in epoll sets, not only listening.
+            if out.count("\n") >= 2 and _listeners_in_epoll(p.pid, out) >= 2:
                 break
             assert p.poll() is None, (tmp_path / "haproxy.stderr").read_text()
             time.sleep(0.05)
+        time.sleep(0.1)  # the claim follows the epoll_ctl call that shows it
         conns = _requests(cli, port, cpus)
         home = sum(c["incoming"] == c["cpu"] for c in conns)
         # The thread that answered is the one pinned to the CPU that processed its response.

@@ -41,13 +41,19 @@ impl PidFile {
         })
     }
 
-    /// This process serves: the file names it.
+    /// This process serves: the file names it. The file is never empty on the way: a
+    /// reader (a script waiting for a binary upgrade, `ringx reload`) sees the old pid or the
+    /// new one. The new pid is written over the old one, padded with spaces to the old
+    /// length (readers trim), and only then is the file cut to the pid's length.
     pub fn write(&self) {
-        let pid = format!("{}\n", std::process::id());
+        let mut pid = format!("{}\n", std::process::id()).into_bytes();
+        let len = pid.len() as u64;
+        let old = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        pid.resize(pid.len().max(old as usize), b' ');
         let r = self
             .file
-            .set_len(0)
-            .and_then(|()| self.file.write_all_at(pid.as_bytes(), 0));
+            .write_all_at(&pid, 0)
+            .and_then(|()| self.file.set_len(len));
         if let Err(e) = r {
             tracing::error!("pid file {}: {e}", self.path.display());
         }
@@ -101,6 +107,17 @@ mod tests {
         assert_eq!(read_pid_file(&p).ok(), Some(std::process::id() as i32));
         f.remove();
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn a_longer_old_pid_is_replaced_whole() {
+        let p = std::env::temp_dir().join(format!("ringx-pid3-{}", std::process::id()));
+        std::fs::write(&p, "123456789012345\n").unwrap();
+        let f = PidFile::open(&p, None).unwrap();
+        f.write();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(s, format!("{}\n", std::process::id()));
+        f.remove();
     }
 
     #[test]
