@@ -49,6 +49,10 @@ pub struct Server {
     /// `"404" = "/404.html"`, `"500 502 503 504" = "/50x.html"`: for locations that set none.
     #[serde(default)]
     pub error_page: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// Let a request an `error_page` re-served be re-served again by the error pages of the
+    /// location it reached (nginx's `recursive_error_pages`; off: one redirect), for
+    /// locations that do not set it. At most 10 redirects: then a plain 500.
+    pub recursive_error_pages: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +97,8 @@ pub struct Location {
     pub proxy_intercept_errors: bool,
     #[serde(default)]
     pub error_page: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// As the server's `recursive_error_pages`, for this location's error pages.
+    pub recursive_error_pages: Option<bool>,
     /// `["$uri", "$uri/", "/index.html"]`: the first file that exists, else the last entry.
     pub try_files: Option<Spanned<Vec<Spanned<String>>>>,
     /// On-the-fly compression (`[http] gzip`, `brotli`, `zstd`) in this location; false: off.

@@ -112,6 +112,8 @@ pub struct VServer {
     /// The server's `add_header` and `error_page`, for requests no location takes.
     pub add_header: Option<Arc<AddHeaders>>,
     pub error_pages: Option<Arc<ErrorPages>>,
+    /// The server's `recursive_error_pages`.
+    pub recursive_pages: bool,
 }
 
 pub struct Loc {

@@ -99,6 +99,7 @@ impl Routes {
                     .map_or(String::new(), |n| n.get_ref().clone()),
                 add_header: None,
                 error_pages: None,
+                recursive_pages: false,
             };
             finish_rewriting(cfg, &mut vs, s, &order)?;
             servers.push(vs);
@@ -202,12 +203,14 @@ fn finish_rewriting(
     let srv_pages = error_pages(cfg, &s.error_page, vs)?;
     vs.add_header = srv_add.clone();
     vs.error_pages = srv_pages.clone();
+    vs.recursive_pages = s.recursive_error_pages.unwrap_or(false);
     for (li, &ci) in order.iter().enumerate() {
         let l = s.location[ci].get_ref();
         let mut rw = LocRw {
             rules: crate::rewrite::compile_rules(&l.rewrite)?,
             add_header: AddHeaders::compile(&l.add_header)?.or_else(|| srv_add.clone()),
             error_pages: error_pages(cfg, &l.error_page, vs)?.or_else(|| srv_pages.clone()),
+            recursive: l.recursive_error_pages.unwrap_or(vs.recursive_pages),
             try_files: None,
         };
         if let Some(tf) = &l.try_files {
@@ -238,11 +241,13 @@ fn finish_rewriting(
 
 /// Refuses `error_page` entries of locations that lead, through locations that proxy, back
 /// to where they began (`location @a { error_page 502 = @b; }` and `@b` sending 502 back to
-/// `@a`, or a proxied location naming itself): nginx follows such a chain only with
-/// `recursive_error_pages`, and written in the locations themselves it is always a mistake.
+/// `@a`, or a proxied location naming itself): without `recursive_error_pages` such a chain
+/// is followed once and written in the locations themselves it is a mistake. With it on in
+/// one of them, the loop is followed up to 10 times (`answer/fallback.rs`): nginx's way to
+/// retry a failing upstream (`location @retry { error_page 502 = @retry; ... }`), accepted.
 /// What a location inherits from the server is not followed: a server's `error_page 502 =
 /// @fallback` reaches `@fallback` too, as in nginx, and a request is redirected once at most
-/// (`answer/fallback.rs`). A file or `return` page in the location that failed (`error_page
+/// there without the key (`answer/fallback.rs`). A file or `return` page in the location that failed (`error_page
 /// 404 /404.html` where `/` serves it) is no loop either: it is served, never followed.
 fn error_page_loops(cfg: &Config, vs: &VServer, s: &Server, order: &[usize]) -> Result<(), Error> {
     let pages_of = |li: usize| {
@@ -280,7 +285,9 @@ fn error_page_loops(cfg: &Config, vs: &VServer, s: &Server, order: &[usize]) -> 
                     _ => break false,
                 }
             };
-            if !looped {
+            let recursive =
+                |l: usize| crate::rewrite::recursive_pages(vs.locations[l].rw.as_deref());
+            if !looped || chain.iter().any(|&l| recursive(l)) {
                 continue;
             }
             let names: Vec<&str> = chain
@@ -303,7 +310,8 @@ fn error_page_loops(cfg: &Config, vs: &VServer, s: &Server, order: &[usize]) -> 
                     span,
                     format!(
                         "error_page {code}: the failed request would be re-served in a loop \
-                         ({}); point the last error_page elsewhere",
+                         ({}); point the last error_page elsewhere, or set \
+                         `recursive_error_pages = true` to retry up to 10 times",
                         names.join(" -> ")
                     ),
                 )

@@ -13,7 +13,12 @@
 //!   own status) or `=CODE`;
 //! - one redirect per request (nginx's default, `recursive_error_pages off`): a fallback
 //!   that fails itself is answered with the plain error page. `ringx check` refuses chains
-//!   that lead back where they began (`route_build.rs`).
+//!   that lead back where they began (`route_build.rs`);
+//! - with `recursive_error_pages on` in the location whose error page sent it, the request
+//!   may be sent on by the error pages of the location it reached (a fallback's own failure
+//!   or refusal, an error page's missing file), whose own flag decides about the next step;
+//!   at most [`MAX_REDIRECTS`] redirects, then a plain 500 and nginx's "rewrite or internal
+//!   redirection cycle" line in the error log.
 //!
 //! Only a request without a body falls back this way: its body was streamed to the first
 //! upstream and is not kept. One with a body gets the plain error page for the status.
@@ -43,6 +48,29 @@ pub struct Fallback {
     /// A location serving files behind a guard: the page to write once the guard passes
     /// (None: the location proxies).
     pub page: Option<Box<crate::rewrite::headers::ErrTarget>>,
+    /// The request's redirects by error pages so far, this one included.
+    pub hops: u8,
+    /// The error pages of the fallback location apply to its own failures (the location
+    /// whose error page sent the request here has `recursive_error_pages`).
+    pub open: bool,
+}
+
+/// Redirects by error pages one request may have (nginx's `NGX_HTTP_MAX_URI_CHANGES`); one
+/// more is a cycle.
+pub const MAX_REDIRECTS: u8 = 10;
+
+/// The error line for a request that would be redirected once too often (to `uri`, a path
+/// or an `@name`), in nginx's words.
+pub fn log_cycle(uri: &str) {
+    if uri.starts_with('@') {
+        tracing::error!(
+            "rewrite or internal redirection cycle while redirect to named location {uri:?}"
+        );
+    } else {
+        tracing::error!(
+            "rewrite or internal redirection cycle while internally redirecting to {uri:?}"
+        );
+    }
 }
 
 impl Fallback {

@@ -145,6 +145,11 @@ impl<'a> Answer<'a> {
             may_proxy: fallback::may_fall_back(self.req),
             extra: "",
             guarded: false,
+            hops: 0,
+            recursive: match self.loc {
+                Some(l) => crate::rewrite::recursive_pages(l.rw.as_deref()),
+                None => self.server.recursive_pages,
+            },
         };
         page.write(out, status, t, Some(&self.vars()))
     }
@@ -220,6 +225,8 @@ pub struct PageCtx {
     /// The request's head, kept where an error page may send it to another proxying
     /// location (`fallback.rs`).
     pub head: Option<Vec<u8>>,
+    /// The request's redirects by error pages so far (it reached this location by them).
+    pub hops: u8,
 }
 
 impl PageCtx {
@@ -259,6 +266,7 @@ impl PageCtx {
             .as_ref()
             .and_then(|rw| rw.error_pages.as_ref())
             .and_then(|pages| pages.get(status))?;
+        let loc = &server.locations[self.at.1];
         let page = Page {
             r,
             server,
@@ -267,6 +275,8 @@ impl PageCtx {
             may_proxy: self.head.is_some(),
             extra: "",
             guarded: false,
+            hops: self.hops,
+            recursive: crate::rewrite::recursive_pages(loc.rw.as_deref()),
         };
         page.write(out, status, t, None)
     }
@@ -287,6 +297,11 @@ pub struct Page<'a> {
     pub extra: &'a str,
     /// The target location's guard passed already (the page is written after it).
     pub guarded: bool,
+    /// The request's redirects by error pages before this page's (`fallback::MAX_REDIRECTS`).
+    pub hops: u8,
+    /// The location whose error page this is has `recursive_error_pages`: the target's own
+    /// error pages apply to what fails there (its missing file, the fallback it starts).
+    pub recursive: bool,
 }
 
 impl Page<'_> {
@@ -317,6 +332,11 @@ impl Page<'_> {
             }
             ErrTarget::Local { status, uri, loc } => (*status, uri, *loc),
         };
+        if self.hops >= fallback::MAX_REDIRECTS {
+            fallback::log_cycle(uri);
+            let page = ErrorPage::new(500, self.ch, self.head_only);
+            return Some(Reply::bytes(self.r.error(out, page)));
+        }
         let target = self.server.locations.get(loc)?;
         let add = target.rw.as_ref().and_then(|rw| rw.add_header.as_deref());
         let added = |code: u16, extra: String| {
@@ -354,6 +374,8 @@ impl Page<'_> {
                 error: status,
                 extra: self.extra.to_string(),
                 page: matches!(target.action, Action::Files(_)).then(|| Box::new(t.clone())),
+                hops: self.hops + 1,
+                open: self.recursive,
             };
             return Some(Reply {
                 fallback: Some(Box::new(fb)),
@@ -366,7 +388,9 @@ impl Page<'_> {
         match &target.action {
             Action::Files(root) => {
                 let path = uri.split_once('?').map_or(&uri[..], |(p, _)| p);
-                let (file, len, ctype) = crate::static_files::page(root, path)?;
+                let Some((file, len, ctype)) = crate::static_files::page(root, path) else {
+                    return Some(self.missing(out, target, vars));
+                };
                 let code = code(200);
                 let extra = added(code, format!("Content-Type: {ctype}\r\n{}", self.extra));
                 let written = self.r.head(out, code, &extra, len, self.ch);
@@ -386,6 +410,34 @@ impl Page<'_> {
             }
             _ => None,
         }
+    }
+
+    /// The page's file is not there: as in nginx, the redirected request is a 404 at the
+    /// target location, answered with that location's error page for 404 where this page's
+    /// location is recursive, else with the plain 404 (not the original error's status).
+    fn missing(&self, out: &mut Vec<u8>, target: &Loc, vars: Option<&Vars>) -> Reply {
+        if self.recursive {
+            if let Some(t) = crate::rewrite::error_page(target.rw.as_deref(), 404) {
+                let next = Page {
+                    r: self.r,
+                    server: self.server,
+                    ch: self.ch,
+                    head_only: self.head_only,
+                    may_proxy: self.may_proxy,
+                    extra: "",
+                    guarded: false,
+                    hops: self.hops + 1,
+                    recursive: crate::rewrite::recursive_pages(target.rw.as_deref()),
+                };
+                if let Some(r) = next.write(out, 404, t, vars) {
+                    return r;
+                }
+            }
+        }
+        Reply::bytes(
+            self.r
+                .error(out, ErrorPage::new(404, self.ch, self.head_only)),
+        )
     }
 }
 

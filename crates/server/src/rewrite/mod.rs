@@ -136,6 +136,9 @@ pub struct LocRw {
     pub add_header: Option<Arc<AddHeaders>>,
     /// Its error pages (its own, or the server's when it sets none).
     pub error_pages: Option<Arc<ErrorPages>>,
+    /// `recursive_error_pages` (its own, or the server's): a request its error pages
+    /// re-serve elsewhere may be re-served again by the error pages there.
+    pub recursive: bool,
     pub try_files: Option<TryFilesC>,
 }
 
@@ -173,4 +176,9 @@ pub fn compile_rules(rules: &[toml::Spanned<String>]) -> Result<Vec<RewriteRule>
 /// The error page for `status` of a location's rewriting, if any.
 pub fn error_page(rw: Option<&LocRw>, status: u16) -> Option<&headers::ErrTarget> {
     rw?.error_pages.as_ref()?.get(status)
+}
+
+/// Whether the error pages of a location (its `rw`) are recursive (`recursive_error_pages`).
+pub fn recursive_pages(rw: Option<&LocRw>) -> bool {
+    rw.is_some_and(|rw| rw.recursive)
 }

@@ -108,6 +108,7 @@ pub fn prepare(
                 at: (si, li),
                 head_only: req.method == Method::Head,
                 head: pages.proxies().then(|| save_head(req)),
+                hops: 0,
             })
         });
     let key = match &def.hash_key {

@@ -192,9 +192,14 @@ impl H2 {
                 }
                 Gate::Refuse { status, headers } => {
                     let mut resp = Vec::with_capacity(512);
-                    // The error page for the refusal (none for a fallback's own refusal).
-                    let r = match fb {
-                        None => h1guard::refusal_page(
+                    // The error page for the refusal (for a fallback's own refusal only where
+                    // the page that sent it there is recursive).
+                    let hops = match &fb {
+                        None => Some(0),
+                        Some(f) => f.1.open.then_some(f.1.hops),
+                    };
+                    let r = hops.and_then(|hops| {
+                        h1guard::refusal_page(
                             &cx.ctx.routes,
                             cx.ctx.responder(),
                             &mut resp,
@@ -202,9 +207,9 @@ impl H2 {
                             at,
                             (status, &headers),
                             ConnHdr::Keep11,
-                        ),
-                        Some(_) => None,
-                    };
+                            hops,
+                        )
+                    });
                     if let Some(r) = r {
                         match r.fallback {
                             Some(f) => self.fall_back(cx, b, c, s, (&req, None), at.0, &f),
@@ -275,6 +280,9 @@ impl H2 {
                 may_proxy: false,
                 extra: &fb.extra,
                 guarded: true,
+                // Counted in `fb.hops` already (as HTTP/1's `fallback::page`).
+                hops: fb.hops - 1,
+                recursive: fb.open,
             };
             match fb
                 .page
@@ -453,16 +461,29 @@ impl H2 {
                 if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
                     return self.answer(cx, b, c, s, resp, None);
                 }
-                if let Some(fb) = fb {
-                    // A fallback gets no error page of its own (no recursive error pages).
-                    return self.answer_error(cx, b, c, s, fb.status.unwrap_or(status));
+                match fb {
+                    // A fallback gets no error page of its own unless the page that sent it
+                    // there is recursive.
+                    Some(fb) if !fb.open => {
+                        self.answer_error(cx, b, c, s, fb.status.unwrap_or(status))
+                    }
+                    _ => {
+                        let mut page = page;
+                        if let (Some(p), Some(fb)) = (page.as_mut(), fb) {
+                            p.hops = fb.hops;
+                        }
+                        self.give_up(cx, b, c, s, status, page.as_deref())
+                    }
                 }
-                self.give_up(cx, b, c, s, status, page.as_deref())
             }
             Ok(mut p) => {
                 if let Some(fb) = fb {
-                    // Re-served by an `error_page`: told the status it says, no page of its own.
-                    p.page = None;
+                    // Re-served by an `error_page`: told the status it says, no page of its
+                    // own unless the page that sent it here is recursive.
+                    match p.page.as_mut() {
+                        Some(x) if fb.open => x.hops = fb.hops,
+                        _ => p.page = None,
+                    }
                     let deco = p.ex.deco.get_or_insert_with(Box::default);
                     deco.status_as = fb.status;
                     deco.add_always.push_str(&fb.extra);
@@ -533,7 +554,8 @@ impl H2 {
     /// Re-serves stream `s`'s request `req` (as it came), which failed with `fb.error`, at
     /// the proxying location of server `si` an `error_page` names (`answer/fallback.rs`):
     /// routed there by `route_stream`, through that location's guard and cache, as nginx's
-    /// internal redirect runs its access phase. It gets no error page of its own. `body`:
+    /// internal redirect runs its access phase. It gets no error page of its own unless
+    /// `fb.open` (`recursive_error_pages`). `body`:
     /// the request's body (its length and bytes) to send again, kept when it was proxied.
     #[allow(clippy::too_many_arguments)]
     #[cold]

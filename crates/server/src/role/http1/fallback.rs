@@ -9,8 +9,8 @@
 //!
 //! Also the other way in: a refusal of the access phase (`allow`/`deny`, `auth_basic`,
 //! `auth_request`, `limit_req`, `limit_conn`) goes to the `error_page` configured for its
-//! status, as in nginx ([`refused`]). A fallback's own refusal does not (one redirect per
-//! request, nginx's `recursive_error_pages off`).
+//! status, as in nginx ([`refused`]). A fallback's own refusal does too only where the
+//! error page that sent it there is recursive (`recursive_error_pages`; `answer/fallback.rs`).
 
 use std::sync::Arc;
 
@@ -68,6 +68,12 @@ pub(super) fn serve(
         match guard::check(cx, b, &req2, uri, at, &mut h.progress) {
             Verdict::Pass => {}
             Verdict::Refuse { status, headers } => {
+                if fb.open {
+                    let refusal = (status, headers.as_str());
+                    if let Some(n) = refused(h, cx, b, c, &req2, at, refusal, keep, fb.hops) {
+                        return Some(n);
+                    }
+                }
                 let Some((_, close)) =
                     guard::write_refusal(cx, b, c, &req2, status, &headers, keep)
                 else {
@@ -108,7 +114,7 @@ pub(super) fn serve(
             Err(next) => return Some(next),
         }
     }
-    h.redirect = Some(fb.status);
+    h.redirect = Some((fb.status, fb.hops, fb.open));
     let next = h.try_proxy(cx, b, c, &req2, keep, &route, &rq, capture);
     if next.is_none() {
         h.redirect = None;
@@ -130,7 +136,8 @@ pub(super) fn serve(
 /// A refusal `status` (with its header lines) of the guard of location `at`, answered with
 /// the `error_page` configured for it: a page served here (the refusal's status, or the one
 /// the entry says, with the refusal's `WWW-Authenticate`/`Retry-After`), or a fallback to a
-/// proxying location. None: no page for it, the plain refusal goes out.
+/// proxying location. None: no page for it, the plain refusal goes out. `hops`: the
+/// request's redirects by error pages so far.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn refused(
     h: &mut Http1,
@@ -141,6 +148,7 @@ pub(super) fn refused(
     at: (usize, usize),
     (status, headers): (u16, &str),
     keep: bool,
+    hops: u8,
 ) -> Option<Next> {
     let loc = &cx.ctx.routes.servers[at.0].locations[at.1];
     loc.rw.as_ref()?.error_pages.as_ref()?.get(status)?;
@@ -160,6 +168,7 @@ pub(super) fn refused(
         at,
         (status, headers),
         ch,
+        hops,
     )?;
     let more_input = !b.inbuf.is_empty();
     if let Some(fb) = r.fallback {
@@ -208,6 +217,10 @@ fn page(
         may_proxy: false,
         extra: &fb.extra,
         guarded: true,
+        // The redirect to this page is counted in `fb.hops` already; its missing file is
+        // a 404 at this location, answered by its error pages if the sender is recursive.
+        hops: fb.hops - 1,
+        recursive: fb.open,
     };
     let r = match page.write(out, fb.error, t, None) {
         Some(r) => r,

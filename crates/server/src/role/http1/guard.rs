@@ -99,7 +99,8 @@ pub(super) fn write_refusal(
 /// written into `out` with the refusal's header lines, as nginx sends a 401/403/429/503 of its
 /// access phase to the error page configured for it. None: there is none for that status,
 /// or it cannot be served (the plain refusal goes out). A page that proxies writes nothing:
-/// the reply carries the fallback for the role to start.
+/// the reply carries the fallback for the role to start. `hops`: the request's redirects by
+/// error pages so far (it was refused at a fallback location).
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -111,9 +112,11 @@ pub(crate) fn refusal_page(
     at: (usize, usize),
     (status, headers): (u16, &str),
     ch: ConnHdr,
+    hops: u8,
 ) -> Option<Reply> {
     let server = routes.servers.get(at.0)?;
-    let t = crate::rewrite::error_page(server.locations.get(at.1)?.rw.as_deref(), status)?;
+    let rw = server.locations.get(at.1)?.rw.as_deref();
+    let t = crate::rewrite::error_page(rw, status)?;
     let page = Page {
         r,
         server,
@@ -122,6 +125,8 @@ pub(crate) fn refusal_page(
         may_proxy: may_fall_back(req),
         extra: headers,
         guarded: false,
+        hops,
+        recursive: crate::rewrite::recursive_pages(rw),
     };
     page.write(out, status, t, None)
 }

@@ -113,8 +113,9 @@ pub struct Http1 {
     stream: Option<(Box<FileStream>, bool)>,
     /// The request about to be proxied is re-served by an `error_page` (`proxy.rs`
     /// `fall_back`): the status the client is told instead of the upstream's (None: the
-    /// upstream's); it gets no error page of its own.
-    redirect: Option<Option<u16>>,
+    /// upstream's), its redirects so far, and whether its location's error pages apply to
+    /// it (`Fallback::open`; else it gets no error page of its own).
+    redirect: Option<(Option<u16>, u8, bool)>,
     /// The request waiting is on its way to an `error_page` location (`fallback.rs`).
     refall: Option<Box<crate::answer::fallback::Refall>>,
 }

@@ -53,9 +53,13 @@ impl Http1 {
             return None;
         };
         self.page = page;
-        if let Some(status) = self.redirect.take() {
-            // Re-served by an `error_page`: told the status it says, and no page of its own.
-            self.page = None;
+        if let Some((status, hops, open)) = self.redirect.take() {
+            // Re-served by an `error_page`: told the status it says, and no page of its own
+            // unless the page that sent it here is recursive.
+            match self.page.as_mut() {
+                Some(p) if open => p.hops = hops,
+                _ => self.page = None,
+            }
             let deco = ex.deco.get_or_insert_with(Box::default);
             deco.status_as = status;
         }
@@ -385,7 +389,7 @@ impl Http1 {
         refusal: (u16, &str),
         keep: bool,
     ) -> Option<Next> {
-        fallback::refused(self, cx, b, c, req, at, refusal, keep)
+        fallback::refused(self, cx, b, c, req, at, refusal, keep, 0)
     }
 
     /// A request held on its way to a fallback location is looked at again.
