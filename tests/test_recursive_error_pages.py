@@ -295,6 +295,30 @@ def test_a_location_inherits_the_servers_flag_and_may_turn_it_off(peer, origins)
     assert (st, shown(body), n) == (502, PLAIN, 2), peer.name
 
 
+def test_one_connection_carries_redirected_requests(peer, origins):
+    """Keep-alive holds through chains (HEAD keeps its method at a named location, without
+    a body); each request on the connection is redirected on its own."""
+    o502, o503 = origins
+    c = http.client.HTTPConnection("127.0.0.1", peer.port, timeout=20)
+    c.connect()
+    sock = c.sock
+    for method, path, n502, n503, status, page in (
+            ("HEAD", "/chain/x", 3, 0, 502, b""),
+            ("GET", "/p/x", 1, 0, 403, b"denied page\n"),
+            ("GET", "/s/x", 1, 1, 503, b"page 503\n"),
+            ("GET", "/chain/x", 3, 0, 502, PLAIN),
+            ("HEAD", "/s3/x", 1, 1, 503, b"")):
+        b502, b503 = o502.count(path), o503.count(path)
+        c.request(method, path)
+        r = c.getresponse()
+        body = r.read()
+        got = (r.status, body if method == "HEAD" else shown(body),
+               o502.count(path) - b502, o503.count(path) - b503)
+        assert got == (status, page, n502, n503), (peer.name, method, path)
+        assert c.sock is sock, (peer.name, method, path, "the connection was closed")
+    c.close()
+
+
 def h2(port, path):
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed (scripts/install-deps.sh)")
