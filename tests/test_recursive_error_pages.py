@@ -11,7 +11,9 @@ parameter), over HTTP/1.1 and HTTP/2, with the upstream's requests counted exact
 - a missing error-page file: 500 with the flag, else the plain 404 (also for a proxied 502);
 - without the flag one redirect only (2 asks), and an explicit `off` beats the server's `on`;
 - a refusal (`deny`) at the fallback gets that location's page with the latest status;
-- the status through a chain: the latest error's, unless an `=` changes it.
+- the status through a chain: the latest error's, unless an `=` changes it;
+- requests on one keep-alive connection, each redirected on its own (nginx keeps the
+  connection after every such page; ringx closes it after an intercepted error's: xfail).
 
 `ringx check` refuses a bad value at FILE:LINE:COL and refuses an error_page loop between
 proxying locations only when no location in it has the flag on.
