@@ -12,8 +12,8 @@ parameter), over HTTP/1.1 and HTTP/2, with the upstream's requests counted exact
 - without the flag one redirect only (2 asks), and an explicit `off` beats the server's `on`;
 - a refusal (`deny`) at the fallback gets that location's page with the latest status;
 - the status through a chain: the latest error's, unless an `=` changes it;
-- requests on one keep-alive connection, each redirected on its own (nginx keeps the
-  connection after every such page; ringx closes it after an intercepted error's: xfail).
+- requests on one keep-alive connection, each redirected on its own; the connection is kept
+  after every such page, as nginx keeps it.
 
 `ringx check` refuses a bad value at FILE:LINE:COL and refuses an error_page loop between
 proxying locations only when no location in it has the flag on.
@@ -333,15 +333,9 @@ def test_requests_on_one_connection_are_redirected_each_on_its_own(peer, origins
     assert ("GET", "/p/x", False) in closed, (peer.name, closed)
 
 
-def test_the_connection_is_kept_after_a_page_for_an_intercepted_error(request, peer, origins):
+def test_the_connection_is_kept_after_a_page_for_an_intercepted_error(peer, origins):
     """nginx keeps the connection after a page (its own or a file, through a chain) that
     replaced an upstream's error response."""
-    if peer.name == "ringx":
-        # Strict: it fails as soon as ringx keeps the connection, so this mark goes then.
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "ringx answers `Connection: close` after any page that replaced an upstream "
-            "error taken by proxy_intercept_errors (also without recursive_error_pages); "
-            "nginx keeps the connection")))
     closed = run_sequence(peer, origins, SEQUENCE)
     assert [c for c in closed if c[2]] == [], (peer.name, closed)
 

@@ -333,9 +333,13 @@ impl Page<'_> {
             ErrTarget::Local { status, uri, loc } => (*status, uri, *loc),
         };
         if self.hops >= fallback::MAX_REDIRECTS {
+            // nginx's plain 500, which closes the connection.
             fallback::log_cycle(uri);
-            let page = ErrorPage::new(500, self.ch, self.head_only);
-            return Some(Reply::bytes(self.r.error(out, page)));
+            let page = ErrorPage::new(500, ConnHdr::Close, self.head_only);
+            return Some(Reply {
+                close: true,
+                ..Reply::bytes(self.r.error(out, page))
+            });
         }
         let target = self.server.locations.get(loc)?;
         let add = target.rw.as_ref().and_then(|rw| rw.add_header.as_deref());

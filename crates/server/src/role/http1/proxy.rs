@@ -319,12 +319,20 @@ impl Http1 {
             .unwrap_or_default();
         let head_only = self.exchange.as_ref().is_some_and(|x| x.head_request);
         let keep = self.exchange.as_ref().is_some_and(|x| x.keep);
+        // The connection goes on where nothing of the request is left to read, as nginx
+        // keeps it after a 502/504 or an intercepted error's page.
+        let close = self.exchange.as_ref().is_none_or(|x| x.client_closes(b));
+        let v11 = self
+            .exchange
+            .as_ref()
+            .is_some_and(|x| x.version == Version::Http11);
+        let ch = ConnHdr::new(v11, !close);
         self.end_exchange(cx);
         self.phase = Phase::Idle;
         b.paused = false;
         if let Some(p) = self.page.take() {
             if let Some(out) = b.tr.out_buf(cx.io, c) {
-                if let Some(r) = p.write(cx.ctx.responder(), out, status, ConnHdr::Close) {
+                if let Some(r) = p.write(cx.ctx.responder(), out, status, ch) {
                     if let Some(fb) = r.fallback {
                         if self.fall_back_saved(cx, b, c, &p, &fb, keep, body) {
                             return;
@@ -335,13 +343,35 @@ impl Http1 {
                         b.tr.send_file(cx.io, c, f, off, len);
                     }
                     cx.ctx.log.status(cx.io, c, r.written, b);
-                    cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-                    self.linger(cx, b, c);
-                    return;
+                    return self.failure_answered(cx, b, c, close || r.close);
                 }
             }
         }
-        self.fail_with(cx, b, c, status, head_only, &always);
+        if close {
+            return self.fail_with(cx, b, c, status, head_only, &always);
+        }
+        let page = ErrorPage::new(status, ch, head_only).extra(&always);
+        if let Some(out) = b.tr.out_buf(cx.io, c) {
+            let w = cx.ctx.responder().error(out, page);
+            cx.ctx.log.status(cx.io, c, w, b);
+        }
+        self.failure_answered(cx, b, c, false)
+    }
+
+    /// A failed proxied request was answered (its page is queued): the connection closes,
+    /// or goes on with the requests that came after it.
+    fn failure_answered(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, close: bool) {
+        if close {
+            cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+            return self.linger(cx, b, c);
+        }
+        let more = !b.inbuf.is_empty();
+        if matches!(self.after_response(cx, b, c, false, more), Next::Continue) && !b.paused {
+            if !b.eof {
+                cx.io.resume_recv(c);
+            }
+            self.process_buffered(cx, b, c);
+        }
     }
 
     /// Re-serves request `req`, which failed with `fb.error` before it was proxied, at the

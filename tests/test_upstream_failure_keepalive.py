@@ -1,0 +1,144 @@
+"""The client connection after a proxied request failed, against nginx beside ringx.
+
+nginx keeps a keep-alive connection after a 502 or 504 page (its own, or an `error_page`
+file replacing it) once nothing of the request is left to read; ringx does the same:
+- an upstream that refuses the connection: 502, and the next request on the connection is
+  served (also pipelined: both requests in one write, both answered in order);
+- an `error_page` file page for the 502: the same;
+- a request with a body that all arrived: kept; HTTP/1.0 with `Connection: keep-alive`:
+  kept, and said so; `Connection: close` or HTTP/1.0 without keep-alive: closed.
+
+Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_upstream_failure_keepalive.py
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from conftest import free_port, runtime_section
+from nginx_peer import NginxPeer
+
+
+def _dead_port() -> int:
+    """A loopback port nothing listens on (connections to it are refused)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture(scope="module", params=["nginx", "ringx"])
+def peer(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"ka-{request.param}")
+    (tmp / "www").mkdir()
+    (tmp / "www" / "down.html").write_text("we are down\n")
+    dead = _dead_port()
+    port = free_port()
+    if request.param == "nginx":
+        n = NginxPeer(tmp, f"""
+    server {{
+        listen 127.0.0.1:{port};
+        location /plain/ {{ proxy_pass http://127.0.0.1:{dead}; }}
+        location /paged/ {{ proxy_pass http://127.0.0.1:{dead}; error_page 502 /down.html; }}
+        location = /down.html {{ root {tmp}/www; }}
+    }}
+""", port)
+        yield port
+        n.stop()
+        return
+    r = request.getfixturevalue("ringx_module").make(runtime_section(None) + f"""
+[[server]]
+listen = ["127.0.0.1:{port}"]
+  [[server.location]]
+  path = "/plain/"
+  proxy_pass = "http://127.0.0.1:{dead}"
+  [[server.location]]
+  path = "/paged/"
+  proxy_pass = "http://127.0.0.1:{dead}"
+  error_page = {{ "502" = "/down.html" }}
+  [[server.location]]
+  path = "/down.html"
+  exact = true
+  root = "{tmp}/www"
+""", name="keepalive")
+    yield port
+    r.stop()
+
+
+def _responses(sock: socket.socket, n: int) -> list[tuple[int, dict, bytes]]:
+    """Reads `n` responses (Content-Length framed) from `sock`; then whether it closed."""
+    f = sock.makefile("rb")
+    out = []
+    for _ in range(n):
+        status = int(f.readline().split()[1])
+        headers = {}
+        while (line := f.readline()) not in (b"\r\n", b""):
+            k, _, v = line.decode().partition(":")
+            headers[k.strip().lower()] = v.strip()
+        out.append((status, headers, f.read(int(headers.get("content-length", 0)))))
+    return out
+
+
+def _closed(sock: socket.socket) -> bool:
+    sock.settimeout(1)
+    try:
+        return sock.recv(1) == b""
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def _ask(port: int, data: bytes, n: int):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        got = _responses(s, n)
+        return got, _closed(s)
+
+
+def _get(path: str, extra: str = "", version: str = "1.1") -> bytes:
+    return f"GET {path} HTTP/{version}\r\nHost: x\r\n{extra}\r\n".encode()
+
+
+@pytest.mark.parametrize("path,body", [("/plain/x", None), ("/paged/x", b"we are down\n")])
+def test_the_connection_goes_on_after_a_502(peer, path, body):
+    got, closed = _ask(peer, _get(path), 1)
+    assert got[0][0] == 502 and got[0][1].get("connection") != "close", got
+    if body is not None:
+        assert got[0][2] == body
+    # The same connection serves the next request.
+    with socket.create_connection(("127.0.0.1", peer), timeout=10) as s:
+        for _ in range(3):
+            s.sendall(_get(path))
+            (status, headers, page), = _responses(s, 1)
+            assert status == 502 and headers.get("connection") != "close", headers
+        assert not _closed(s)
+
+
+def test_pipelined_requests_after_a_502_are_answered_in_order(peer):
+    got, closed = _ask(peer, _get("/plain/a") + _get("/paged/b") + _get("/plain/c"), 3)
+    assert [g[0] for g in got] == [502, 502, 502]
+    assert got[1][2] == b"we are down\n"
+    assert not closed
+
+
+def test_a_request_whose_body_all_arrived_keeps_the_connection(peer):
+    post = (b"POST /plain/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+    got, closed = _ask(peer, post + _get("/paged/y"), 2)
+    assert [g[0] for g in got] == [502, 502] and not closed, got
+
+
+@pytest.mark.parametrize("data,kept", [
+    (_get("/plain/x", "Connection: close\r\n"), False),
+    (_get("/plain/x", version="1.0"), False),
+    (_get("/plain/x", "Connection: keep-alive\r\n", version="1.0"), True),
+])
+def test_the_client_decides_whether_the_connection_stays(peer, data, kept):
+    got, closed = _ask(peer, data, 1)
+    assert got[0][0] == 502
+    assert closed == (not kept), got
+    if kept:
+        assert got[0][1].get("connection", "").lower() == "keep-alive", got
