@@ -59,7 +59,7 @@ def www(tmp_path_factory):
     (www / "errors").mkdir()
     (www / "errors" / "denied.html").write_text("denied page\n")
     (www / "errors" / "page.html").write_text("page 503\n")
-    for d in ("m", "moff", "x"):
+    for d in ("m", "moff", "x", "x2"):
         (www / d).mkdir()
     return www
 
@@ -95,6 +95,11 @@ server {{
   location /s3/ {{ proxy_pass http://{u}; {i} error_page 502 @b3; recursive_error_pages on; }}
   location @b3 {{ proxy_pass http://{u3}; {i} error_page 503 @c3; }}
   location /s4/ {{ proxy_pass http://{u}; {i} error_page 502 = @c3; recursive_error_pages on; }}
+  location /uh/ {{ proxy_pass http://{u}; {i} error_page 502 /uh2; recursive_error_pages on; }}
+  location /uh2 {{ proxy_pass http://{u}; {i} error_page 502 = @e; recursive_error_pages on; }}
+  location @e {{ proxy_pass http://{u3}; }}
+  location /mq/ {{ proxy_pass http://{u}; {i} error_page 502 /x2/nothere.html; recursive_error_pages on; }}
+  location /x2/ {{ root {www}; error_page 404 = @e; }}
 }}
 server {{
   listen 127.0.0.1:{port2};
@@ -144,6 +149,11 @@ def ringx_site(port, port2, u, u3, www, log):
             + proxied("/s3/", u, '"502" = "@b3"', on)
             + proxied("@b3", u3, '"503" = "@c3"')
             + proxied("/s4/", u, '"502" = "= @c3"', on)
+            + proxied("/uh/", u, '"502" = "/uh2"', on)
+            + proxied("/uh2", u, '"502" = "= @e"', on)
+            + _loc("@e", f'proxy_pass = "http://{u3}"')
+            + proxied("/mq/", u, '"502" = "/x2/nothere.html"', on)
+            + _loc("/x2/", f'root = "{www}"', 'error_page = { "404" = "= @e" }')
             + f'[[server]]\nlisten = ["127.0.0.1:{port2}"]\n{on}\n'
             + proxied("/inh/", u, '"502" = "= @r"')
             + proxied("/inhoff/", u, '"502" = "= @r"', "recursive_error_pages = false")
@@ -288,6 +298,22 @@ def test_a_missing_page_file_with_the_flag_is_a_500(peer):
     st, body = ask(peer.port, "/m/zz")
     assert (st, shown(body)) == (500, PLAIN), (peer.name, body[:200])
     expect_cycle_line(peer, before, FILE_CYCLE)
+
+
+@pytest.mark.parametrize("path,via", [
+    # `/uh/` -> `/uh2` (a URI) fails -> `@e`: the named location gets the URI `/uh2`.
+    ("/uh/x", "/uh2"),
+    # `/mq/` -> `/x2/nothere.html` (missing: a 404 there) -> `@e`, with that URI; the
+    # request is kept (its head) for this although `/mq/`'s own page is a file.
+    ("/mq/x", "/x2/nothere.html"),
+])
+def test_a_named_location_gets_the_uri_the_request_was_redirected_to(peer, origins, path, via):
+    o502, o503 = origins
+    b503 = o503.count(via)
+    st, body = ask(peer.port, path)
+    assert (st, body, o503.count(via) - b503) == (503, b"origin 503\n", 1), (peer.name, body)
+    code, body = h2(peer.h2port, path)
+    assert (code, body, o503.count(via) - b503) == (503, b"origin 503\n", 2), (peer.name, body)
 
 
 def test_a_location_inherits_the_servers_flag_and_may_turn_it_off(peer, origins):

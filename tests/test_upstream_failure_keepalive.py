@@ -6,7 +6,10 @@ file replacing it) once nothing of the request is left to read; ringx does the s
   served (also pipelined: both requests in one write, both answered in order);
 - an `error_page` file page for the 502: the same;
 - a request with a body that all arrived: kept; HTTP/1.0 with `Connection: keep-alive`:
-  kept, and said so; `Connection: close` or HTTP/1.0 without keep-alive: closed.
+  kept, and said so; `Connection: close` or HTTP/1.0 without keep-alive: closed;
+- an upstream's error taken by `proxy_intercept_errors`: kept after its page for a 502 or
+  503, closed after a 500's (nginx never keeps a connection after a 400, 413, 414, 500 or
+  501, whatever page replaces it).
 
 Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_upstream_failure_keepalive.py
 """
@@ -19,6 +22,7 @@ import pytest
 
 from conftest import free_port, runtime_section
 from nginx_peer import NginxPeer
+from origin_server import Origin
 
 
 def _dead_port() -> int:
@@ -30,8 +34,17 @@ def _dead_port() -> int:
     return port
 
 
+@pytest.fixture(scope="module")
+def origin():
+    o = Origin()
+    for code in (500, 502, 503):
+        o.route(f"/icpt/{code}", status=code, body=b"origin says %d\n" % code)
+    yield o
+    o.close()
+
+
 @pytest.fixture(scope="module", params=["nginx", "ringx"])
-def peer(request, tmp_path_factory):
+def peer(request, origin, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"ka-{request.param}")
     (tmp / "www").mkdir()
     (tmp / "www" / "down.html").write_text("we are down\n")
@@ -44,6 +57,10 @@ def peer(request, tmp_path_factory):
         location /plain/ {{ proxy_pass http://127.0.0.1:{dead}; }}
         location /paged/ {{ proxy_pass http://127.0.0.1:{dead}; error_page 502 /down.html; }}
         location = /down.html {{ root {tmp}/www; }}
+        location /icpt/ {{
+            proxy_pass http://{origin.addr}; proxy_intercept_errors on;
+            error_page 500 502 503 /down.html;
+        }}
     }}
 """, port)
         yield port
@@ -63,6 +80,11 @@ listen = ["127.0.0.1:{port}"]
   path = "/down.html"
   exact = true
   root = "{tmp}/www"
+  [[server.location]]
+  path = "/icpt/"
+  proxy_pass = "http://{origin.addr}"
+  proxy_intercept_errors = true
+  error_page = {{ "500 502 503" = "/down.html" }}
 """, name="keepalive")
     yield port
     r.stop()
@@ -142,3 +164,11 @@ def test_the_client_decides_whether_the_connection_stays(peer, data, kept):
     assert closed == (not kept), got
     if kept:
         assert got[0][1].get("connection", "").lower() == "keep-alive", got
+
+
+@pytest.mark.parametrize("code,kept", [(502, True), (503, True), (500, False)])
+def test_an_intercepted_error_keeps_the_connection_unless_it_is_a_500(peer, code, kept):
+    got, closed = _ask(peer, _get(f"/icpt/{code}"), 1)
+    assert (got[0][0], got[0][2]) == (code, b"we are down\n"), got
+    assert closed == (not kept), got
+    assert (got[0][1].get("connection") == "close") == (not kept), got

@@ -55,6 +55,14 @@ pub struct Fallback {
     pub open: bool,
 }
 
+/// An `error_page` URI target as the request gets it: its path, and its query if any.
+pub fn split_uri(uri: &str) -> (String, Option<String>) {
+    match uri.split_once('?') {
+        Some((p, a)) => (p.to_string(), (!a.is_empty()).then(|| a.to_string())),
+        None => (uri.to_string(), None),
+    }
+}
+
 /// Redirects by error pages one request may have (nginx's `NGX_HTTP_MAX_URI_CHANGES`); one
 /// more is a cycle.
 pub const MAX_REDIRECTS: u8 = 10;
@@ -74,6 +82,27 @@ pub fn log_cycle(uri: &str) {
 }
 
 impl Fallback {
+    /// Makes a head kept by [`save_head`] at the fallback location say the request as it is
+    /// there: a URI target's path and query on its request line (a named location further
+    /// on gets that URI, as in nginx); a named location's keeps the request's own.
+    pub fn retarget(&self, head: &mut Vec<u8>) {
+        let Some((path, query)) = &self.uri else {
+            return;
+        };
+        let Some(start) = head.iter().position(|&c| c == b' ').map(|i| i + 1) else {
+            return;
+        };
+        let Some(len) = head[start..].iter().position(|&c| c == b' ') else {
+            return;
+        };
+        let mut target = path.clone().into_bytes();
+        if let Some(q) = query {
+            target.push(b'?');
+            target.extend_from_slice(q.as_bytes());
+        }
+        head.splice(start..start + len, target);
+    }
+
     /// The request as the fallback location gets it: `GET` for a URI target (HEAD kept).
     pub fn request<'h, 'b>(&self, req: &Request<'h, 'b>) -> Request<'h, 'b> {
         let mut r = *req;

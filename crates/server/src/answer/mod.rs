@@ -364,10 +364,7 @@ impl Page<'_> {
             if !self.may_proxy {
                 return None;
             }
-            let uri = (!uri.starts_with('@')).then(|| match uri.split_once('?') {
-                Some((p, a)) => (p.to_string(), (!a.is_empty()).then(|| a.to_string())),
-                None => (uri.clone(), None),
-            });
+            let uri = (!uri.starts_with('@')).then(|| fallback::split_uri(uri));
             let fb = fallback::Fallback {
                 loc,
                 uri,
@@ -393,7 +390,7 @@ impl Page<'_> {
             Action::Files(root) => {
                 let path = uri.split_once('?').map_or(&uri[..], |(p, _)| p);
                 let Some((file, len, ctype)) = crate::static_files::page(root, path) else {
-                    return Some(self.missing(out, target, vars));
+                    return Some(self.missing(out, uri, target, vars));
                 };
                 let code = code(200);
                 let extra = added(code, format!("Content-Type: {ctype}\r\n{}", self.extra));
@@ -419,7 +416,8 @@ impl Page<'_> {
     /// The page's file is not there: as in nginx, the redirected request is a 404 at the
     /// target location, answered with that location's error page for 404 where this page's
     /// location is recursive, else with the plain 404 (not the original error's status).
-    fn missing(&self, out: &mut Vec<u8>, target: &Loc, vars: Option<&Vars>) -> Reply {
+    /// A named location it leads to gets the page's URI (the request is there now).
+    fn missing(&self, out: &mut Vec<u8>, uri: &str, target: &Loc, vars: Option<&Vars>) -> Reply {
         if self.recursive {
             if let Some(t) = crate::rewrite::error_page(target.rw.as_deref(), 404) {
                 let next = Page {
@@ -433,7 +431,10 @@ impl Page<'_> {
                     hops: self.hops + 1,
                     recursive: crate::rewrite::recursive_pages(target.rw.as_deref()),
                 };
-                if let Some(r) = next.write(out, 404, t, vars) {
+                if let Some(mut r) = next.write(out, 404, t, vars) {
+                    if let Some(fb) = r.fallback.as_mut().filter(|fb| fb.uri.is_none()) {
+                        fb.uri = Some(fallback::split_uri(uri));
+                    }
                     return r;
                 }
             }

@@ -107,7 +107,10 @@ pub fn prepare(
                 routes: ctx.routes.clone(),
                 at: (si, li),
                 head_only: req.method == Method::Head,
-                head: pages.proxies().then(|| save_head(req)),
+                // Also where the pages are recursive: a missing page's 404 may lead on to
+                // a location that proxies.
+                head: (pages.proxies() || crate::rewrite::recursive_pages(location.rw.as_deref()))
+                    .then(|| save_head(req)),
                 hops: 0,
             })
         });

@@ -464,13 +464,14 @@ impl H2 {
                 match fb {
                     // A fallback gets no error page of its own unless the page that sent it
                     // there is recursive.
-                    Some(fb) if !fb.open => {
-                        self.answer_error(cx, b, c, s, fb.status.unwrap_or(status))
-                    }
+                    Some(fb) if !fb.open => self.answer_error(cx, b, c, s, status),
                     _ => {
                         let mut page = page;
                         if let (Some(p), Some(fb)) = (page.as_mut(), fb) {
                             p.hops = fb.hops;
+                            if let Some(head) = p.head.as_mut() {
+                                fb.retarget(head);
+                            }
                         }
                         self.give_up(cx, b, c, s, status, page.as_deref())
                     }
@@ -481,7 +482,12 @@ impl H2 {
                     // Re-served by an `error_page`: told the status it says, no page of its
                     // own unless the page that sent it here is recursive.
                     match p.page.as_mut() {
-                        Some(x) if fb.open => x.hops = fb.hops,
+                        Some(x) if fb.open => {
+                            x.hops = fb.hops;
+                            if let Some(head) = x.head.as_mut() {
+                                fb.retarget(head);
+                            }
+                        }
                         _ => p.page = None,
                     }
                     let deco = p.ex.deco.get_or_insert_with(Box::default);

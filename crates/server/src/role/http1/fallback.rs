@@ -119,6 +119,9 @@ pub(super) fn serve(
     if next.is_none() {
         h.redirect = None;
     }
+    if let (Some(_), Some(head)) = (&next, h.page.as_mut().and_then(|p| p.head.as_mut())) {
+        fb.retarget(head);
+    }
     if let (Some(_), Some(ex), false) = (&next, h.exchange.as_mut(), fb.extra.is_empty()) {
         // The refusal's challenge rides on the fallback's response (as in nginx).
         let deco = ex.deco.get_or_insert_with(Box::default);

@@ -158,7 +158,7 @@ impl Http1 {
             return;
         };
         if ex.send(cx, b, c).is_err() {
-            self.give_up(cx, b, c, 502);
+            self.give_up(cx, b, c, 502, false);
         }
     }
 
@@ -237,7 +237,7 @@ impl Http1 {
         }
         if let Some(status) = gave_up {
             // The body is all here now: the request falls back with it.
-            self.give_up(cx, b, c, status);
+            self.give_up(cx, b, c, status, false);
         }
         Some(pos)
     }
@@ -271,8 +271,11 @@ impl Http1 {
     }
 
     /// No response can be had: `status` (502, 504, or an upstream error intercepted) to the
-    /// client, the location's error page for it if it has one.
-    fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16) {
+    /// client, the location's error page for it if it has one. `event`: called for an
+    /// upstream's event, not while the client's input is being processed (`send` and
+    /// `proxy_body` run inside `process`, which goes on with the input itself: the
+    /// connection closes after their failures, as it did before keep-alive was kept here).
+    fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16, event: bool) {
         if let Some(ex) = self.exchange.as_mut() {
             let reading = ex.has_body && ex.req_body.is_some() && ex.replay.is_some();
             if reading
@@ -300,6 +303,25 @@ impl Http1 {
             .as_mut()
             .filter(|x| x.has_body && x.req_body.is_none())
             .and_then(|x| x.replay.take());
+        let always = self
+            .exchange
+            .as_mut()
+            .and_then(|x| x.deco.as_mut())
+            .map(|d| std::mem::take(&mut d.add_always))
+            .unwrap_or_default();
+        let head_only = self.exchange.as_ref().is_some_and(|x| x.head_request);
+        let keep = self.exchange.as_ref().is_some_and(|x| x.keep);
+        // The connection goes on where nothing of the request is left to read, as nginx
+        // keeps it after a 502/504 or an intercepted error's page; nginx closes it after a
+        // 400, 413, 414, 500 or 501 whatever page replaces them.
+        let close = !event
+            || matches!(status, 400 | 413 | 414 | 500 | 501)
+            || self.exchange.as_ref().is_none_or(|x| x.client_closes(b));
+        let v11 = self
+            .exchange
+            .as_ref()
+            .is_some_and(|x| x.version == Version::Http11);
+        let ch = ConnHdr::new(v11, !close);
         if let Some(mut cap) = self.exchange.as_mut().and_then(|x| x.capture.take()) {
             self.end_exchange(cx);
             self.page = None;
@@ -311,22 +333,6 @@ impl Http1 {
             }
             self.exchange = None;
         }
-        let always = self
-            .exchange
-            .as_mut()
-            .and_then(|x| x.deco.as_mut())
-            .map(|d| std::mem::take(&mut d.add_always))
-            .unwrap_or_default();
-        let head_only = self.exchange.as_ref().is_some_and(|x| x.head_request);
-        let keep = self.exchange.as_ref().is_some_and(|x| x.keep);
-        // The connection goes on where nothing of the request is left to read, as nginx
-        // keeps it after a 502/504 or an intercepted error's page.
-        let close = self.exchange.as_ref().is_none_or(|x| x.client_closes(b));
-        let v11 = self
-            .exchange
-            .as_ref()
-            .is_some_and(|x| x.version == Version::Http11);
-        let ch = ConnHdr::new(v11, !close);
         self.end_exchange(cx);
         self.phase = Phase::Idle;
         b.paused = false;
@@ -363,6 +369,9 @@ impl Http1 {
     fn failure_answered(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, close: bool) {
         if close {
             cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+            self.body = None;
+            self.pending = None;
+            self.progress.conn = None;
             return self.linger(cx, b, c);
         }
         let more = !b.inbuf.is_empty();
@@ -511,7 +520,7 @@ impl Http1 {
                 None
             }
             Outcome::GiveUp(status) => {
-                self.give_up(cx, b, c, status);
+                self.give_up(cx, b, c, status, true);
                 None
             }
             Outcome::Cut => {
