@@ -13,7 +13,7 @@ use ringx_http::{BodyKind, Parsed, Request};
 use super::cache::{self, CacheStep};
 use super::guard::{self, Gate};
 use super::proxy::Proxied;
-use super::stream::{H2Stream, Piece, Squeeze, StreamLog};
+use super::stream::{connection_specific, H2Stream, Piece, Squeeze, StreamLog};
 use super::wait::{Held, HeldBody};
 use super::H2;
 use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
@@ -33,19 +33,6 @@ use crate::zone::ctx::Cx;
 
 /// Header storage per parse (the HTTP/2 list size bounds the count before this).
 const MAX_HEADERS: usize = 128;
-
-/// Response fields an HTTP/2 response must not carry (RFC 9113 §8.2.2).
-fn connection_specific(name: &[u8]) -> bool {
-    [
-        &b"connection"[..],
-        b"keep-alive",
-        b"proxy-connection",
-        b"transfer-encoding",
-        b"upgrade",
-    ]
-    .iter()
-    .any(|n| name.eq_ignore_ascii_case(n))
-}
 
 impl H2 {
     /// A new request on stream `id`.

@@ -326,3 +326,16 @@ fn flush(conn: &mut Conn, tr: &mut Transport, cx: &mut Cx, c: ConnId) {
         conn.clear_out();
     }
 }
+
+/// Response fields an HTTP/2 response must not carry (RFC 9113 §8.2.2).
+pub(super) fn connection_specific(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
+}
