@@ -9,14 +9,18 @@ file replacing it) once nothing of the request is left to read; ringx does the s
   kept, and said so; `Connection: close` or HTTP/1.0 without keep-alive: closed;
 - an upstream's error taken by `proxy_intercept_errors`: kept after its page for a 502 or
   503, closed after a 500's (nginx never keeps a connection after a 400, 413, 414, 500 or
-  501, whatever page replaces it).
+  501, whatever page replaces it);
+- a failure met while the request's input is still being processed (no connection to the
+  upstream could even start): the connection closes after the answer, and never stalls.
 
 Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_upstream_failure_keepalive.py
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 
 import pytest
 
@@ -172,3 +176,69 @@ def test_an_intercepted_error_keeps_the_connection_unless_it_is_a_500(peer, code
     assert (got[0][0], got[0][2]) == (code, b"we are down\n"), got
     assert closed == (not kept), got
     assert (got[0][1].get("connection") == "close") == (not kept), got
+
+
+@pytest.fixture(scope="module")
+def at_once(ringx_module, origin, tmp_path_factory):
+    """A ringx whose upstream fails while the request is still being read: `bind = "client"`
+    with a client on ::1 and a server on 127.0.0.1 (no connection can even start)."""
+    if os.geteuid() != 0:
+        pytest.skip('bind = "client" needs CAP_NET_ADMIN (IP_TRANSPARENT): run as root')
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError as e:
+        pytest.skip(f"no IPv6 loopback here ({e})")
+    www = tmp_path_factory.mktemp("ka-at-once")
+    (www / "ok.html").write_text("ok\n")
+    port = free_port()
+    r = ringx_module.make(runtime_section(None) + f"""
+[[upstream]]
+name = "far"
+servers = ["{origin.addr}"]
+bind = "client"
+
+[[server]]
+listen = ["[::1]:{port}"]
+  [[server.location]]
+  path = "/plain/"
+  proxy_pass = "far"
+  [[server.location]]
+  path = "/paged/"
+  proxy_pass = "far"
+  error_page = {{ "502" = "/ok.html" }}
+  [[server.location]]
+  path = "/fb/"
+  proxy_pass = "far"
+  error_page = {{ "502" = "= @denied" }}
+  [[server.location]]
+  path = "@denied"
+  proxy_pass = "http://{origin.addr}"
+  access = ["deny all"]
+  [[server.location]]
+  path = "/ok.html"
+  exact = true
+  root = "{www}"
+""", name="at-once", start=False)
+    r.start(wait=False)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("::1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, r.log()
+            time.sleep(0.05)
+    yield port
+    r.stop()
+
+
+@pytest.mark.parametrize("path,status", [("/plain/x", 502), ("/paged/x", 502), ("/fb/x", 403)])
+def test_a_failure_met_while_the_input_is_read_closes_and_never_stalls(at_once, path, status):
+    """Two pipelined requests whose upstream fails at once (inside the input's processing):
+    the first is answered with `Connection: close` (a 502, its page, or the fallback's own
+    answer written at once) and the connection closes; nothing waits for a timeout."""
+    with socket.create_connection(("::1", at_once), timeout=5) as s:
+        s.sendall(_get(path) * 2)
+        got = _responses(s, 1)
+        assert got[0][0] == status and got[0][1].get("connection") == "close", got
+        assert _closed(s), got

@@ -114,18 +114,10 @@ pub(super) fn serve(
             Err(next) => return Some(next),
         }
     }
-    h.redirect = Some((fb.status, fb.hops, fb.open));
+    h.redirect = Some(Box::new(fb.clone()));
     let next = h.try_proxy(cx, b, c, &req2, keep, &route, &rq, capture);
     if next.is_none() {
         h.redirect = None;
-    }
-    if let (Some(_), Some(head)) = (&next, h.page.as_mut().and_then(|p| p.head.as_mut())) {
-        fb.retarget(head);
-    }
-    if let (Some(_), Some(ex), false) = (&next, h.exchange.as_mut(), fb.extra.is_empty()) {
-        // The refusal's challenge rides on the fallback's response (as in nginx).
-        let deco = ex.deco.get_or_insert_with(Box::default);
-        deco.add_always.push_str(&fb.extra);
     }
     if let (Some(_), Some(body)) = (&next, body) {
         // The body goes to the fallback's upstream as if it arrived now.

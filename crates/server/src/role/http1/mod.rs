@@ -112,10 +112,9 @@ pub struct Http1 {
     /// after it.
     stream: Option<(Box<FileStream>, bool)>,
     /// The request about to be proxied is re-served by an `error_page` (`proxy.rs`
-    /// `fall_back`): the status the client is told instead of the upstream's (None: the
-    /// upstream's), its redirects so far, and whether its location's error pages apply to
-    /// it (`Fallback::open`; else it gets no error page of its own).
-    redirect: Option<(Option<u16>, u8, bool)>,
+    /// `fall_back`): the status the client is told (`Fallback::status`), its redirects so
+    /// far, whether its location's error pages apply to it (`open`), its URI there.
+    redirect: Option<Box<crate::answer::fallback::Fallback>>,
     /// The request waiting is on its way to an `error_page` location (`fallback.rs`).
     refall: Option<Box<crate::answer::fallback::Refall>>,
 }
@@ -328,7 +327,9 @@ impl Http1 {
                         Some(n) => pos += n,
                         None => return input.len(),
                     }
-                    break;
+                    if self.phase == Phase::Proxy {
+                        break; // else it ended with its body (a fallback answered it)
+                    }
                 }
                 Phase::ProxyHeader | Phase::Wait | Phase::Stream => break,
                 Phase::Body => {

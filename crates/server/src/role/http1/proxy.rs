@@ -53,15 +53,23 @@ impl Http1 {
             return None;
         };
         self.page = page;
-        if let Some((status, hops, open)) = self.redirect.take() {
+        if let Some(fb) = self.redirect.take() {
             // Re-served by an `error_page`: told the status it says, and no page of its own
-            // unless the page that sent it here is recursive.
+            // unless the page that sent it here is recursive (then its kept head says the
+            // request as it is here). Done before it is sent: a failure at once goes on.
             match self.page.as_mut() {
-                Some(p) if open => p.hops = hops,
+                Some(p) if fb.open => {
+                    p.hops = fb.hops;
+                    if let Some(head) = p.head.as_mut() {
+                        fb.retarget(head);
+                    }
+                }
                 _ => self.page = None,
             }
             let deco = ex.deco.get_or_insert_with(Box::default);
-            deco.status_as = status;
+            deco.status_as = fb.status;
+            // A refusal's challenge rides on the fallback's response (as in nginx).
+            deco.add_always.push_str(&fb.extra);
         }
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         ex.up = None;
@@ -96,6 +104,15 @@ impl Http1 {
             b.paused = true;
         }
         self.send(cx, b, c);
+        if self.exchange.is_none() {
+            // It ended at once (no server could be reached) and was answered: the input
+            // after it goes on here, as the connection now is.
+            return Some(match self.phase {
+                Phase::Lingering => Next::Stop,
+                Phase::Idle if !b.paused => Next::Continue,
+                _ => Next::Hold,
+            });
+        }
         Some(if has_body { Next::Continue } else { Next::Hold })
     }
 
@@ -340,7 +357,10 @@ impl Http1 {
             if let Some(out) = b.tr.out_buf(cx.io, c) {
                 if let Some(r) = p.write(cx.ctx.responder(), out, status, ch) {
                     if let Some(fb) = r.fallback {
-                        if self.fall_back_saved(cx, b, c, &p, &fb, keep, body) {
+                        // nginx does not keep the connection after a 500 (and the like) whatever
+                        // page replaces it; nor does ringx after a failure met while the
+                        // input is being processed (`event`).
+                        if self.fall_back_saved(cx, b, c, &p, &fb, keep && !close, body) {
                             return;
                         }
                         return self.fail_with(cx, b, c, status, head_only, &always);
