@@ -291,6 +291,15 @@ pub fn parse_error_pages(
                 format!("error_page {t:?}: variables are not supported in error_page targets"),
             ));
         }
+        if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(src.err(
+                target.span(),
+                format!(
+                    "error_page {t:?}: the target has a space or a control character; \
+                     percent-encode it (%20)"
+                ),
+            ));
+        }
         for code in codes.get_ref().split_whitespace() {
             let c = code
                 .parse::<u16>()

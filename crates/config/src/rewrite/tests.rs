@@ -167,6 +167,13 @@ fn error_pages_and_try_files() {
         "[[server.location]]\npath = \"/\"\nreturn = { status = 200 }\nerror_page = { \"404\" = \"@gone\" }\n",
     ));
     assert!(e.contains("\"@gone\" names no location"), "{e}");
+    let e = err_of(&cfg(
+        "[[server.location]]\npath = \"/\"\nreturn = { status = 200 }\nerror_page = { \"404\" = \"/a b\\r\\n.html\" }\n",
+    ));
+    assert!(
+        e.starts_with("bad.toml:6:") && e.contains("a space or a control character"),
+        "{e}"
+    );
     let dir = std::env::temp_dir();
     let e = err_of(&cfg(&format!(
         "[[server.location]]\npath = \"/\"\nroot = \"{}\"\ntry_files = [\"$uri\"]\n",
