@@ -230,6 +230,15 @@ pub struct PageCtx {
 }
 
 impl PageCtx {
+    /// The request was re-served here by `fb` (its error pages apply: `fb.open`): its
+    /// redirects so far, and its kept head as it is here.
+    pub fn reached_by(&mut self, fb: &fallback::Fallback) {
+        self.hops = fb.hops;
+        if let Some(head) = self.head.as_mut() {
+            fb.retarget(head);
+        }
+    }
+
     /// Whether the location's error page for `status` re-serves the request at a location
     /// that proxies or serves files behind a guard (`fallback.rs`).
     pub fn falls_back(&self, status: u16) -> bool {

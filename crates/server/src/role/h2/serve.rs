@@ -455,10 +455,7 @@ impl H2 {
                     _ => {
                         let mut page = page;
                         if let (Some(p), Some(fb)) = (page.as_mut(), fb) {
-                            p.hops = fb.hops;
-                            if let Some(head) = p.head.as_mut() {
-                                fb.retarget(head);
-                            }
+                            p.reached_by(fb);
                         }
                         self.give_up(cx, b, c, s, status, page.as_deref())
                     }
@@ -469,12 +466,7 @@ impl H2 {
                     // Re-served by an `error_page`: told the status it says, no page of its
                     // own unless the page that sent it here is recursive.
                     match p.page.as_mut() {
-                        Some(x) if fb.open => {
-                            x.hops = fb.hops;
-                            if let Some(head) = x.head.as_mut() {
-                                fb.retarget(head);
-                            }
-                        }
+                        Some(x) if fb.open => x.reached_by(fb),
                         _ => p.page = None,
                     }
                     let deco = p.ex.deco.get_or_insert_with(Box::default);

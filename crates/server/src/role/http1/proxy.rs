@@ -58,12 +58,7 @@ impl Http1 {
             // unless the page that sent it here is recursive (then its kept head says the
             // request as it is here). Done before it is sent: a failure at once goes on.
             match self.page.as_mut() {
-                Some(p) if fb.open => {
-                    p.hops = fb.hops;
-                    if let Some(head) = p.head.as_mut() {
-                        fb.retarget(head);
-                    }
-                }
+                Some(p) if fb.open => p.reached_by(&fb),
                 _ => self.page = None,
             }
             let deco = ex.deco.get_or_insert_with(Box::default);
