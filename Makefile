@@ -28,6 +28,7 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	python3 scripts/check_layout.py
+	$(if $(PRUNE),rm -rf target/debug)
 
 integration: release
 	RINGX_BIN=$(CURDIR)/$(BIN) python3 -m pytest -q -rs tests/
@@ -42,11 +43,16 @@ fuzz: deps
 	cd crates/h2proto/fuzz && for t in conn client; do \
 	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
 	done
+	$(if $(PRUNE),rm -rf crates/http/fuzz/target crates/h2proto/fuzz/target)
 
 # Model checking of the lock-free token queue (its own target dir: --cfg loom rebuilds all).
 loom: deps
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p ringx-tokenq --release --test loom
+	$(if $(PRUNE),rm -rf target/loom)
 
+# PRUNE=1 (.ci/run sets it): each build folder goes once the steps that need it have run
+# (target/debug after lint, target/loom after loom, the fuzz targets after fuzz), so that a
+# machine with little disk holds about one at a time next to target/release.
 test: deps release unit lint loom fuzz integration
 
 # Each unit test of the server's roles and zone run against a mutation of the production code

@@ -29,6 +29,8 @@ have clang   || need_apt+=(clang)
 have bpftool || [ -x /usr/sbin/bpftool ] || need_apt+=(bpftool)
 have hping3  || [ -x /usr/sbin/hping3 ] || need_apt+=(hping3)
 have iptables || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
+# nft: tests/test_tproxy.py sets up the transparent proxy's rules with iptables and with nft.
+have nft || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
 have ethtool || [ -x /usr/sbin/ethtool ] || need_apt+=(ethtool)
 # liburing: `make bench` builds the io_uring yardsticks (bench/yardstick/, bench/echo/yardstick/).
 [ -f /usr/include/liburing.h ] || need_apt+=(liburing-dev)
