@@ -12,9 +12,18 @@ A path without a route answers 404. Keep-alive, Content-Length framing.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A pooled connection the proxy (ringx or nginx) reset: not worth a traceback. Any
+        # other error in a handler is still printed.
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
 
 
 class Origin:
@@ -66,7 +75,7 @@ class Origin:
 
             do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _answer
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server = _Server((host, port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.addr = f"{host}:{self.port}"
