@@ -100,6 +100,18 @@ server {{
   location @e {{ proxy_pass http://{u3}; }}
   location /mq/ {{ proxy_pass http://{u}; {i} error_page 502 /x2/nothere.html; recursive_error_pages on; }}
   location /x2/ {{ root {www}; error_page 404 = @e; }}
+  location /rwn/ {{ rewrite ^/rwn/(.*)$ /rwm/$1 last; }}
+  location /rwm/ {{ rewrite ^/rwm/(.*)$ /named/$1 last; }}
+  location /rwb/ {{ rewrite ^ /b last; }}
+  location /tf/ {{ root {www}; try_files $uri /b; }}
+  location /rwg/ {{ rewrite ^/rwg/(.*)$ /gd/$1 last; }}
+  location /gd/ {{ proxy_pass http://{u}; deny all; error_page 403 = @a; recursive_error_pages on; }}
+  location /rwk/ {{ rewrite ^/rwk/(.*)$ /k/$1?q=1 break; proxy_pass http://{u}; {i} error_page 502 = @e; }}
+  location /rws/ {{ rewrite ^/rws/(.*)$ /x/$1 break; root {www}; error_page 404 = @e; }}
+  location /rwd/ {{ rewrite ^/rwd/(.*)$ /dd/$1 last; }}
+  location /dd/ {{ root {www}; deny all; error_page 403 = @e; }}
+  location /rwp/ {{ rewrite ^/rwp/(.*)$ /pp/$1 last; }}
+  location /pp/ {{ proxy_pass http://{u}; deny all; error_page 403 = @e; }}
 }}
 server {{
   listen 127.0.0.1:{port2};
@@ -154,6 +166,22 @@ def ringx_site(port, port2, u, u3, www, log):
             + _loc("@e", f'proxy_pass = "http://{u3}"')
             + proxied("/mq/", u, '"502" = "/x2/nothere.html"', on)
             + _loc("/x2/", f'root = "{www}"', 'error_page = { "404" = "= @e" }')
+            + _loc("/rwn/", 'rewrite = ["^/rwn/(.*)$ /rwm/$1 last"]')
+            + _loc("/rwm/", 'rewrite = ["^/rwm/(.*)$ /named/$1 last"]')
+            + _loc("/rwb/", 'rewrite = ["^ /b last"]')
+            + _loc("/tf/", f'root = "{www}"', 'try_files = ["$uri", "/b"]')
+            + _loc("/rwg/", 'rewrite = ["^/rwg/(.*)$ /gd/$1 last"]')
+            + _loc("/gd/", f'proxy_pass = "http://{u}"', 'access = ["deny all"]',
+                   'error_page = { "403" = "= @a" }', on)
+            + proxied("/rwk/", u, '"502" = "= @e"', 'rewrite = ["^/rwk/(.*)$ /k/$1?q=1 break"]')
+            + _loc("/rws/", 'rewrite = ["^/rws/(.*)$ /x/$1 break"]', f'root = "{www}"',
+                   'error_page = { "404" = "= @e" }')
+            + _loc("/rwd/", 'rewrite = ["^/rwd/(.*)$ /dd/$1 last"]')
+            + _loc("/dd/", f'root = "{www}"', 'access = ["deny all"]',
+                   'error_page = { "403" = "= @e" }')
+            + _loc("/rwp/", 'rewrite = ["^/rwp/(.*)$ /pp/$1 last"]')
+            + _loc("/pp/", f'proxy_pass = "http://{u}"', 'access = ["deny all"]',
+                   'error_page = { "403" = "= @e" }')
             + f'[[server]]\nlisten = ["127.0.0.1:{port2}"]\n{on}\n'
             + proxied("/inh/", u, '"502" = "= @r"')
             + proxied("/inhoff/", u, '"502" = "= @r"', "recursive_error_pages = false")
@@ -392,6 +420,53 @@ def test_http2_streams_are_redirected_the_same(peer, origins, path, n502, status
     o502, _ = origins
     (st, body), n = counted(o502, path, lambda: h2(peer.h2port, path))
     assert (st, shown(body), n) == (status, page, n502), (peer.name, path, body[:200])
+
+
+@pytest.mark.parametrize("proto", ["http/1.1", "h2"])
+@pytest.mark.parametrize("path,seen,n502,words", [
+    # Two rewrites (`/rwn/` -> `/rwm/` -> `/named/`) leave 8 redirects: 9 asks, not 11.
+    ("/rwn/x", "/named/x", 9, NAMED_CYCLE),
+    # One rewrite, or a `try_files` fallback, leaves 9.
+    ("/rwb/x", "/b", 10, URI_CYCLE),
+    ("/tf/x", "/b", 10, URI_CYCLE),
+    # A rewrite, then a refusal of the access phase sent on to `@a`: 1 + 8 asks there.
+    ("/rwg/x", "/gd/x", 9, NAMED_CYCLE),
+])
+def test_rewrites_count_toward_the_ten_redirects(peer, origins, proto, path, seen, n502, words):
+    """nginx counts the URI changes of rewrites and try_files with the redirects of error
+    pages toward one limit of 10."""
+    o502, _ = origins
+    before = len(cycle_lines(peer.log, words))
+    if proto == "h2":
+        (st, body), n = counted(o502, seen, lambda: h2(peer.h2port, path))
+    else:
+        (st, body), n = counted(o502, seen, lambda: ask(peer.port, path))
+    assert (st, shown(body), n) == (500, PLAIN, n502), (peer.name, path, body[:200])
+    expect_cycle_line(peer, before, words)
+
+
+@pytest.mark.parametrize("proto", ["http/1.1", "h2"])
+@pytest.mark.parametrize("path,seen", [
+    # An upstream's failure after `rewrite ... break` (the new query too).
+    ("/rwk/x", "/k/x?q=1"),
+    # The path is decoded to be rewritten, and escaped again to be sent.
+    ("/rwk/a%20b", "/k/a%20b?q=1"),
+    # A static 404 after `rewrite ... break`.
+    ("/rws/zz", "/x/zz"),
+    # A refusal of the access phase at a location a rewrite led to (serving files, proxying).
+    ("/rwd/x", "/dd/x"),
+    ("/rwp/x", "/pp/x"),
+])
+def test_a_named_location_gets_the_uri_a_rewrite_made(peer, origins, proto, path, seen):
+    """nginx's named location keeps the request's URI as it is, rewritten."""
+    _, o503 = origins
+    before = len(o503.requests())
+    if proto == "h2":
+        st, _ = h2(peer.h2port, path)
+    else:
+        st, _ = ask(peer.port, path)
+    got = [t for _, t, _ in o503.requests()[before:]]
+    assert (st, got) == (503, [seen]), (peer.name, path)
 
 
 # -- ringx check ----------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 //! (a refusal there gets the plain page for the refusal's status).
 //!
 //! nginx's rules, kept:
-//! - a named location (`@name`) gets the request as it came (method, target);
+//! - a named location (`@name`) gets the request with its method, at its URI as routing
+//!   left it (a `rewrite`, a `try_files` fallback, an earlier error page's URI);
 //! - a URI target gets `GET` (a `HEAD` stays `HEAD`) of that URI, with the URI's own query
 //!   (none if it has none);
 //! - the client sees the original error's status unless the entry says `=` (the fallback's
@@ -17,8 +18,8 @@
 //! - with `recursive_error_pages on` in the location whose error page sent it, the request
 //!   may be sent on by the error pages of the location it reached (a fallback's own failure
 //!   or refusal, an error page's missing file), whose own flag decides about the next step;
-//!   at most [`MAX_REDIRECTS`] redirects, then a plain 500 and nginx's "rewrite or internal
-//!   redirection cycle" line in the error log.
+//!   at most [`MAX_REDIRECTS`] redirects, the URI changes of routing included, then a plain
+//!   500 and nginx's "rewrite or internal redirection cycle" line in the error log.
 //!
 //! Only a request without a body falls back this way: its body was streamed to the first
 //! upstream and is not kept. One with a body gets the plain error page for the status.
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 use ringx_http::{Method, Request};
 
+use crate::rewrite::vars::{escape_args, escape_path};
 use crate::route::Routes;
 
 /// Where a failed request is re-served.
@@ -53,7 +55,16 @@ pub struct Fallback {
     /// The error pages of the fallback location apply to its own failures (the location
     /// whose error page sent the request here has `recursive_error_pages`).
     pub open: bool,
+    /// A named location reached by a request whose URI routing changed (a rewrite, a
+    /// `try_files` fallback, an earlier error page's URI): `uri` is that URI (its path
+    /// decoded, as routing holds it), and the method stays, as nginx's named location keeps
+    /// the request as it is now.
+    pub named_at_uri: bool,
 }
+
+/// A request's URI as routing left it, where it differs from the one it came with: its
+/// decoded path and its query.
+pub type Now<'a> = Option<(&'a str, Option<&'a str>)>;
 
 /// An `error_page` URI target as the request gets it: its path, and its query if any.
 pub fn split_uri(uri: &str) -> (String, Option<String>) {
@@ -95,18 +106,40 @@ impl Fallback {
         let Some(len) = head[start..].iter().position(|&c| c == b' ') else {
             return;
         };
-        let mut target = path.clone().into_bytes();
-        if let Some(q) = query {
-            target.push(b'?');
-            target.extend_from_slice(q.as_bytes());
-        }
+        let target = if self.named_at_uri {
+            // Routing's path is decoded: escaped again for a request line.
+            let mut t = String::with_capacity(path.len() + 16);
+            escape_path(path, &mut t);
+            if let Some(q) = query {
+                t.push('?');
+                escape_args(q, &mut t);
+            }
+            t.into_bytes()
+        } else {
+            let mut t = path.clone().into_bytes();
+            if let Some(q) = query {
+                t.push(b'?');
+                t.extend_from_slice(q.as_bytes());
+            }
+            t
+        };
         head.splice(start..start + len, target);
+    }
+
+    /// A fallback to a named location, from a request at URI `now` (routing changed it):
+    /// the named location gets that URI, as in nginx. Nothing where `now` is None or the
+    /// target is a URI (it has its own).
+    pub fn keep_uri(&mut self, now: Now<'_>) {
+        if let (None, Some((path, args))) = (&self.uri, now) {
+            self.uri = Some((path.to_string(), args.map(str::to_string)));
+            self.named_at_uri = true;
+        }
     }
 
     /// The request as the fallback location gets it: `GET` for a URI target (HEAD kept).
     pub fn request<'h, 'b>(&self, req: &Request<'h, 'b>) -> Request<'h, 'b> {
         let mut r = *req;
-        if self.uri.is_some() && r.method != Method::Head {
+        if self.uri.is_some() && !self.named_at_uri && r.method != Method::Head {
             r.method = Method::Get;
             r.method_str = "GET";
         }

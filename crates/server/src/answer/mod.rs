@@ -145,13 +145,21 @@ impl<'a> Answer<'a> {
             may_proxy: fallback::may_fall_back(self.req),
             extra: "",
             guarded: false,
-            hops: 0,
+            hops: self.ext.map_or(0, |e| e.changes),
             recursive: match self.loc {
                 Some(l) => crate::rewrite::recursive_pages(l.rw.as_deref()),
                 None => self.server.recursive_pages,
             },
         };
-        page.write(out, status, t, Some(&self.vars()))
+        let mut r = page.write(out, status, t, Some(&self.vars()))?;
+        if let Some(fb) = r.fallback.as_mut() {
+            let now = match self.ext {
+                Some(e) if e.changed => Some((self.path, e.args.as_deref())),
+                _ => None,
+            };
+            fb.keep_uri(now);
+        }
+        Some(r)
     }
 
     /// A pre-serialised `return`: its compressed variant when the client takes one, the
@@ -227,6 +235,9 @@ pub struct PageCtx {
     pub head: Option<Vec<u8>>,
     /// The request's redirects by error pages so far (it reached this location by them).
     pub hops: u8,
+    /// The URI routing changed the request's to (path decoded, query): a named location an
+    /// error page sends it to gets it (`Fallback::keep_uri`).
+    pub uri: Option<(String, Option<String>)>,
 }
 
 impl PageCtx {
@@ -287,7 +298,11 @@ impl PageCtx {
             hops: self.hops,
             recursive: crate::rewrite::recursive_pages(loc.rw.as_deref()),
         };
-        page.write(out, status, t, None)
+        let mut r = page.write(out, status, t, None)?;
+        if let Some(fb) = r.fallback.as_mut() {
+            fb.keep_uri(self.uri.as_ref().map(|(p, a)| (p.as_str(), a.as_deref())));
+        }
+        Some(r)
     }
 }
 
@@ -386,6 +401,7 @@ impl Page<'_> {
                 page: matches!(target.action, Action::Files(_)).then(|| Box::new(t.clone())),
                 hops: self.hops + 1,
                 open: self.recursive,
+                named_at_uri: false,
             };
             return Some(Reply {
                 fallback: Some(Box::new(fb)),

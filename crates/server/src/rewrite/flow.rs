@@ -30,6 +30,10 @@ pub struct RouteExt {
     pub broke: bool,
     /// A response decided while routing.
     pub early: Option<Early>,
+    /// Changes of the URI while routing (a rewrite that searched the locations again, a
+    /// `try_files` fallback): nginx counts them with the redirects of error pages toward one
+    /// limit (`answer::fallback::MAX_REDIRECTS`), so a page's redirects start from here.
+    pub changes: u8,
 }
 
 /// A response decided while routing.
@@ -156,6 +160,7 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
                 Tried::Named(n) => {
                     at = Some((si, n));
                     ext.broke = false;
+                    changes += 1;
                 }
                 Tried::Status(s) => early(&mut ext, Early::Status(s)),
                 Tried::Bad => early(&mut ext, Early::Status(400)),
@@ -167,6 +172,7 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
         }
         break;
     }
+    ext.changes = u8::try_from(changes).unwrap_or(u8::MAX);
     Routed {
         path: Some(Cow::Owned(uri)),
         at,

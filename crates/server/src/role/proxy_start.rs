@@ -111,7 +111,11 @@ pub fn prepare(
                 // a location that proxies.
                 head: (pages.proxies() || crate::rewrite::recursive_pages(location.rw.as_deref()))
                     .then(|| save_head(req)),
-                hops: 0,
+                // The URI changes of routing count toward the limit of redirects.
+                hops: route.ext.as_ref().map_or(0, |e| e.changes),
+                uri: route
+                    .now()
+                    .map(|(p, a)| (p.to_string(), a.map(str::to_string))),
             })
         });
     let key = match &def.hash_key {

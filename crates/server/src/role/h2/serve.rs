@@ -182,7 +182,7 @@ impl H2 {
                     // The error page for the refusal (for a fallback's own refusal only where
                     // the page that sent it there is recursive).
                     let hops = match &fb {
-                        None => Some(0),
+                        None => Some(route.sent().0),
                         Some(f) => f.1.open.then_some(f.1.hops),
                     };
                     let r = hops.and_then(|hops| {
@@ -194,7 +194,7 @@ impl H2 {
                             at,
                             (status, &headers),
                             ConnHdr::Keep11,
-                            hops,
+                            (hops, route.now()),
                         )
                     });
                     if let Some(r) = r {

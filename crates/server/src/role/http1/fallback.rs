@@ -20,7 +20,7 @@ use ringx_http::{Method, Request, Version};
 use super::local;
 use super::{guard, Http1, Next, Phase};
 use crate::answer::fallback::{
-    may_fall_back, parse_saved, save_head, Fallback, Refall, MAX_SAVED_HEADERS,
+    may_fall_back, parse_saved, save_head, Fallback, Now, Refall, MAX_SAVED_HEADERS,
 };
 use crate::answer::{Page, ReqCtx};
 use crate::guard::Verdict;
@@ -70,7 +70,8 @@ pub(super) fn serve(
             Verdict::Refuse { status, headers } => {
                 if fb.open {
                     let refusal = (status, headers.as_str());
-                    if let Some(n) = refused(h, cx, b, c, &req2, at, refusal, keep, fb.hops) {
+                    let sent = (fb.hops, route.now());
+                    if let Some(n) = refused(h, cx, b, c, &req2, at, refusal, keep, sent) {
                         return Some(n);
                     }
                 }
@@ -131,8 +132,8 @@ pub(super) fn serve(
 /// A refusal `status` (with its header lines) of the guard of location `at`, answered with
 /// the `error_page` configured for it: a page served here (the refusal's status, or the one
 /// the entry says, with the refusal's `WWW-Authenticate`/`Retry-After`), or a fallback to a
-/// proxying location. None: no page for it, the plain refusal goes out. `hops`: the
-/// request's redirects by error pages so far.
+/// proxying location. None: no page for it, the plain refusal goes out. `sent`: the
+/// request's redirects so far, and its URI where routing changed it.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn refused(
     h: &mut Http1,
@@ -143,7 +144,7 @@ pub(super) fn refused(
     at: (usize, usize),
     (status, headers): (u16, &str),
     keep: bool,
-    hops: u8,
+    sent: (u8, Now<'_>),
 ) -> Option<Next> {
     let loc = &cx.ctx.routes.servers[at.0].locations[at.1];
     loc.rw.as_ref()?.error_pages.as_ref()?.get(status)?;
@@ -163,7 +164,7 @@ pub(super) fn refused(
         at,
         (status, headers),
         ch,
-        hops,
+        sent,
     )?;
     let more_input = !b.inbuf.is_empty();
     if let Some(fb) = r.fallback {

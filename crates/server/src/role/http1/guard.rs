@@ -9,7 +9,7 @@ use ringx_engine::ConnId;
 use ringx_http::upstream::{write_request_head, Forward};
 use ringx_http::{BodyKind, Method, Request, Version};
 
-use crate::answer::fallback::may_fall_back;
+use crate::answer::fallback::{may_fall_back, Now};
 use crate::answer::Page;
 use crate::guard::{AuthAnswer, Input, Progress, Verdict};
 use crate::response::{ConnHdr, ErrorPage, Reply, Responder, Written};
@@ -99,8 +99,9 @@ pub(super) fn write_refusal(
 /// written into `out` with the refusal's header lines, as nginx sends a 401/403/429/503 of its
 /// access phase to the error page configured for it. None: there is none for that status,
 /// or it cannot be served (the plain refusal goes out). A page that proxies writes nothing:
-/// the reply carries the fallback for the role to start. `hops`: the request's redirects by
-/// error pages so far (it was refused at a fallback location).
+/// the reply carries the fallback for the role to start. `hops`: the request's redirects so
+/// far (by routing, and by error pages where it was refused at a fallback location); `now`:
+/// its URI where routing changed it (a named location it is sent to gets it).
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -112,7 +113,7 @@ pub(crate) fn refusal_page(
     at: (usize, usize),
     (status, headers): (u16, &str),
     ch: ConnHdr,
-    hops: u8,
+    (hops, now): (u8, Now<'_>),
 ) -> Option<Reply> {
     let server = routes.servers.get(at.0)?;
     let rw = server.locations.get(at.1)?.rw.as_deref();
@@ -128,7 +129,11 @@ pub(crate) fn refusal_page(
         hops,
         recursive: crate::rewrite::recursive_pages(rw),
     };
-    page.write(out, status, t, None)
+    let mut r = page.write(out, status, t, None)?;
+    if let Some(fb) = r.fallback.as_mut() {
+        fb.keep_uri(now);
+    }
+    Some(r)
 }
 
 /// What an `auth_request` subrequest's answer (None: none could be had) means.

@@ -27,6 +27,21 @@ pub struct Route<'r> {
     pub ext: Option<Box<RouteExt>>,
 }
 
+impl Route<'_> {
+    /// The URI routing changed the request's to (a rewrite, a `try_files` fallback, an error
+    /// page's URI): its decoded path and query. None: the request's own.
+    pub fn now(&self) -> crate::answer::fallback::Now<'_> {
+        let ext = self.ext.as_ref().filter(|e| e.changed)?;
+        Some((self.path.as_deref()?, ext.args.as_deref()))
+    }
+
+    /// What an error page sending the request on needs of its routing: the URI changes so far
+    /// (they count toward the limit of redirects, as in nginx) and [`Route::now`].
+    pub fn sent(&self) -> (u8, crate::answer::fallback::Now<'_>) {
+        (self.ext.as_ref().map_or(0, |e| e.changes), self.now())
+    }
+}
+
 /// Routes a request: its server by Host, then its location, through the server's rewriting
 /// when it has any (which reads the connection, `conn`, and the `$request_id`).
 pub fn route<'r>(

@@ -463,9 +463,7 @@ impl Http1 {
             None => (false, false),
         };
         if guarded {
-            let uri = route.path.as_deref().unwrap_or("");
-            let at = route.at.expect("a guarded request has a location");
-            if let Some(next) = self.guard(cx, b, c, req, uri, at, keep, more_input) {
+            if let Some(next) = self.guard(cx, b, c, req, &route, keep, more_input) {
                 return next;
             }
         }
@@ -584,7 +582,7 @@ impl Http1 {
         Next::Continue
     }
 
-    /// Runs the guard of location `at`; None: the request goes on to its location.
+    /// Runs the guard of the location `route` reached; None: the request goes on to it.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn guard(
@@ -593,16 +591,18 @@ impl Http1 {
         b: &mut Base,
         c: ConnId,
         req: &Request,
-        uri: &str,
-        at: (usize, usize),
+        route: &local::Route<'_>,
         keep: bool,
         more_input: bool,
     ) -> Option<Next> {
         self.progress.touched = true;
+        let uri = route.path.as_deref().unwrap_or("");
+        let at = route.at.expect("a guarded request has a location");
         match guard::check(cx, b, req, uri, at, &mut self.progress) {
             Verdict::Pass => None,
             Verdict::Refuse { status, headers } => {
-                let page = self.refused_page(cx, b, c, req, at, (status, &headers), keep);
+                let refusal = (status, headers.as_str());
+                let page = self.refused_page(cx, b, c, req, at, refusal, keep, route.sent());
                 if page.is_some() {
                     return page;
                 }

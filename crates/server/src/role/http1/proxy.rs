@@ -8,7 +8,7 @@ use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
 use super::local::Route;
 use super::{cached, fallback, Http1, Next, Phase};
-use crate::answer::fallback::{parse_saved, Fallback, Refall, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{parse_saved, Fallback, Now, Refall, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::loc::Decision;
@@ -429,7 +429,8 @@ impl Http1 {
     }
 
     /// A refusal of location `at`'s guard answered with its `error_page` (`fallback.rs`
-    /// `refused`); None: it has none for the status.
+    /// `refused`), after `sent.0` redirects, at URI `sent.1` if routing changed it; None: it
+    /// has none for the status.
     #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
@@ -442,8 +443,9 @@ impl Http1 {
         at: (usize, usize),
         refusal: (u16, &str),
         keep: bool,
+        sent: (u8, Now<'_>),
     ) -> Option<Next> {
-        fallback::refused(self, cx, b, c, req, at, refusal, keep, 0)
+        fallback::refused(self, cx, b, c, req, at, refusal, keep, sent)
     }
 
     /// A request held on its way to a fallback location is looked at again.
