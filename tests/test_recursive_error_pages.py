@@ -112,6 +112,7 @@ server {{
   location /dd/ {{ root {www}; deny all; error_page 403 = @e; }}
   location /rwp/ {{ rewrite ^/rwp/(.*)$ /pp/$1 last; }}
   location /pp/ {{ proxy_pass http://{u}; deny all; error_page 403 = @e; }}
+  location /uq/ {{ proxy_pass http://{u}; {i} error_page 502 /dd/y; recursive_error_pages on; }}
 }}
 server {{
   listen 127.0.0.1:{port2};
@@ -182,6 +183,7 @@ def ringx_site(port, port2, u, u3, www, log):
             + _loc("/rwp/", 'rewrite = ["^/rwp/(.*)$ /pp/$1 last"]')
             + _loc("/pp/", f'proxy_pass = "http://{u}"', 'access = ["deny all"]',
                    'error_page = { "403" = "= @e" }')
+            + proxied("/uq/", u, '"502" = "/dd/y"', on)
             + f'[[server]]\nlisten = ["127.0.0.1:{port2}"]\n{on}\n'
             + proxied("/inh/", u, '"502" = "= @r"')
             + proxied("/inhoff/", u, '"502" = "= @r"', "recursive_error_pages = false")
@@ -456,6 +458,8 @@ def test_rewrites_count_toward_the_ten_redirects(peer, origins, proto, path, see
     # A refusal of the access phase at a location a rewrite led to (serving files, proxying).
     ("/rwd/x", "/dd/x"),
     ("/rwp/x", "/pp/x"),
+    # An error page's URI, then a refusal there.
+    ("/uq/x", "/dd/y"),
 ])
 def test_a_named_location_gets_the_uri_a_rewrite_made(peer, origins, proto, path, seen):
     """nginx's named location keeps the request's URI as it is, rewritten."""
