@@ -59,8 +59,9 @@ def www(tmp_path_factory):
     (www / "errors").mkdir()
     (www / "errors" / "denied.html").write_text("denied page\n")
     (www / "errors" / "page.html").write_text("page 503\n")
-    for d in ("m", "moff", "x", "x2"):
+    for d in ("m", "moff", "x", "x2", "tg"):
         (www / d).mkdir()
+    (www / "tg" / "page.html").write_text("tg page\n")
     return www
 
 
@@ -97,7 +98,7 @@ server {{
   location /s4/ {{ proxy_pass http://{u}; {i} error_page 502 = @c3; recursive_error_pages on; }}
   location /uh/ {{ proxy_pass http://{u}; {i} error_page 502 /uh2; recursive_error_pages on; }}
   location /uh2 {{ proxy_pass http://{u}; {i} error_page 502 = @e; recursive_error_pages on; }}
-  location @e {{ proxy_pass http://{u3}; }}
+  location @e {{ proxy_pass http://{u3}; proxy_set_header X-RU $request_uri; }}
   location /mq/ {{ proxy_pass http://{u}; {i} error_page 502 /x2/nothere.html; recursive_error_pages on; }}
   location /x2/ {{ root {www}; error_page 404 = @e; }}
   location /rwn/ {{ rewrite ^/rwn/(.*)$ /rwm/$1 last; }}
@@ -113,6 +114,13 @@ server {{
   location /rwp/ {{ rewrite ^/rwp/(.*)$ /pp/$1 last; }}
   location /pp/ {{ proxy_pass http://{u}; deny all; error_page 403 = @e; }}
   location /uq/ {{ proxy_pass http://{u}; {i} error_page 502 /dd/y; recursive_error_pages on; }}
+  location /rq/ {{ rewrite ^/rq/(.*)$ /rq2/$1 last; }}
+  location /rq2/ {{ proxy_pass http://{u}; {i} error_page 502 = @q1; recursive_error_pages on; }}
+  location @q1 {{ proxy_pass http://{u}; {i} error_page 502 = @e; }}
+  location /tg/ {{ root {www}; try_files $uri.html $uri =404; deny all; error_page 403 = @e; }}
+  location /r/ {{ rewrite ^/r/(.*)$ /$1 last; }}
+  location /tn {{ root {www}; try_files /nonexist @e; }}
+  location /lp/ {{ rewrite ^ /lp/ last; error_page 500 /errors/page.html; }}
 }}
 server {{
   listen 127.0.0.1:{port2};
@@ -164,7 +172,7 @@ def ringx_site(port, port2, u, u3, www, log):
             + proxied("/s4/", u, '"502" = "= @c3"', on)
             + proxied("/uh/", u, '"502" = "/uh2"', on)
             + proxied("/uh2", u, '"502" = "= @e"', on)
-            + _loc("@e", f'proxy_pass = "http://{u3}"')
+            + _loc("@e", f'proxy_pass = "http://{u3}"', 'proxy_set_header = { "X-RU" = "$request_uri" }')
             + proxied("/mq/", u, '"502" = "/x2/nothere.html"', on)
             + _loc("/x2/", f'root = "{www}"', 'error_page = { "404" = "= @e" }')
             + _loc("/rwn/", 'rewrite = ["^/rwn/(.*)$ /rwm/$1 last"]')
@@ -184,6 +192,14 @@ def ringx_site(port, port2, u, u3, www, log):
             + _loc("/pp/", f'proxy_pass = "http://{u}"', 'access = ["deny all"]',
                    'error_page = { "403" = "= @e" }')
             + proxied("/uq/", u, '"502" = "/dd/y"', on)
+            + _loc("/rq/", 'rewrite = ["^/rq/(.*)$ /rq2/$1 last"]')
+            + proxied("/rq2/", u, '"502" = "= @q1"', on)
+            + proxied("@q1", u, '"502" = "= @e"')
+            + _loc("/tg/", f'root = "{www}"', 'try_files = ["$uri.html", "$uri", "=404"]',
+                   'access = ["deny all"]', 'error_page = { "403" = "= @e" }')
+            + _loc("/r/", 'rewrite = ["^/r/(.*)$ /$1 last"]')
+            + _loc("/tn", f'root = "{www}"', 'try_files = ["/nonexist", "@e"]')
+            + _loc("/lp/", 'rewrite = ["^ /lp/ last"]', 'error_page = { "500" = "/errors/page.html" }')
             + f'[[server]]\nlisten = ["127.0.0.1:{port2}"]\n{on}\n'
             + proxied("/inh/", u, '"502" = "= @r"')
             + proxied("/inhoff/", u, '"502" = "= @r"', "recursive_error_pages = false")
@@ -462,15 +478,65 @@ def test_rewrites_count_toward_the_ten_redirects(peer, origins, proto, path, see
     ("/uq/x", "/dd/y"),
 ])
 def test_a_named_location_gets_the_uri_a_rewrite_made(peer, origins, proto, path, seen):
-    """nginx's named location keeps the request's URI as it is, rewritten."""
+    """nginx's named location keeps the request's URI as it is, rewritten; `$request_uri`
+    stays the one the client sent."""
     _, o503 = origins
     before = len(o503.requests())
     if proto == "h2":
         st, _ = h2(peer.h2port, path)
     else:
         st, _ = ask(peer.port, path)
+    got = [(t, h.get("x-ru")) for _, t, h in o503.requests()[before:]]
+    assert (st, got) == (503, [(seen, path)]), (peer.name, path)
+
+
+@pytest.mark.parametrize("proto", ["http/1.1", "h2"])
+@pytest.mark.parametrize("path,seen", [
+    # A rewrite, then two named locations: the second gets the rewritten URI, and
+    # `$request_uri` is still the client's.
+    ("/rq/x?a=1", "/rq2/x?a=1"),
+    # An error page's URI, then a named location (nginx: `$request_uri` is the client's).
+    ("/uh/x", "/uh2"),
+])
+def test_request_uri_stays_the_clients_through_redirects(peer, origins, proto, path, seen):
+    _, o503 = origins
+    before = len(o503.requests())
+    if proto == "h2":
+        st, _ = h2(peer.h2port, path)
+    else:
+        st, _ = ask(peer.port, path)
+    got = [(t, h.get("x-ru")) for _, t, h in o503.requests()[before:]]
+    assert (st, got) == (503, [(seen, path)]), (peer.name, path)
+
+
+@pytest.mark.parametrize("path,status,upstream", [
+    # A file `try_files` found is not a URI change: the refusal's named location gets the
+    # URI as the access phase saw it (nginx runs try_files after the access phase).
+    ("/tg/page", 503, "/tg/page"),
+    # Ten rewrites, then a `try_files` fallback to a named location: the 11th change, a
+    # cycle (a plain 500, and nothing asked of the upstream).
+    ("/r/r/r/r/r/r/r/r/r/r/tn", 500, None),
+    # Nine: the named location answers.
+    ("/r/r/r/r/r/r/r/r/r/tn", 503, "/tn"),
+])
+def test_try_files_and_the_named_redirect(peer, origins, www, path, status, upstream):
+    _, o503 = origins
+    before = len(o503.requests())
+    st, body = ask(peer.port, path)
     got = [t for _, t, _ in o503.requests()[before:]]
-    assert (st, got) == (503, [seen]), (peer.name, path)
+    assert (st, got) == (status, [upstream] if upstream else []), (peer.name, path, body[:200])
+
+
+def test_a_rewrite_cycle_spends_the_count_so_no_error_page_applies(peer):
+    """nginx: the 11th rewrite is a cycle, logged once; with the count spent, the location's
+    error page for 500 is not applied (a plain 500, no second cycle line for the page)."""
+    words = "rewrite or internal redirection cycle while processing"
+    page = 'rewrite or internal redirection cycle while internally redirecting to "/errors/'
+    before, before_page = len(cycle_lines(peer.log, words)), len(cycle_lines(peer.log, page))
+    st, body = ask(peer.port, "/lp/x")
+    assert (st, shown(body)) == (500, PLAIN), (peer.name, body[:200])
+    expect_cycle_line(peer, before, words)
+    assert len(cycle_lines(peer.log, page)) == before_page, peer.name
 
 
 # -- ringx check ----------------------------------------------------------------------------

@@ -28,7 +28,6 @@ use std::sync::Arc;
 
 use ringx_http::{Method, Request};
 
-use crate::rewrite::vars::{escape_args, escape_path};
 use crate::route::Routes;
 
 /// Where a failed request is re-served.
@@ -57,8 +56,8 @@ pub struct Fallback {
     pub open: bool,
     /// A named location reached by a request whose URI routing changed (a rewrite, a
     /// `try_files` fallback, an earlier error page's URI): `uri` is that URI (its path
-    /// decoded, as routing holds it), and the method stays, as nginx's named location keeps
-    /// the request as it is now.
+    /// decoded, as routing holds it; sent escaped again, as any rewritten path), and the
+    /// method stays, as nginx's named location keeps the request as it is now.
     pub named_at_uri: bool,
 }
 
@@ -93,39 +92,6 @@ pub fn log_cycle(uri: &str) {
 }
 
 impl Fallback {
-    /// Makes a head kept by [`save_head`] at the fallback location say the request as it is
-    /// there: a URI target's path and query on its request line (a named location further
-    /// on gets that URI, as in nginx); a named location's keeps the request's own.
-    pub fn retarget(&self, head: &mut Vec<u8>) {
-        let Some((path, query)) = &self.uri else {
-            return;
-        };
-        let Some(start) = head.iter().position(|&c| c == b' ').map(|i| i + 1) else {
-            return;
-        };
-        let Some(len) = head[start..].iter().position(|&c| c == b' ') else {
-            return;
-        };
-        let target = if self.named_at_uri {
-            // Routing's path is decoded: escaped again for a request line.
-            let mut t = String::with_capacity(path.len() + 16);
-            escape_path(path, &mut t);
-            if let Some(q) = query {
-                t.push('?');
-                escape_args(q, &mut t);
-            }
-            t.into_bytes()
-        } else {
-            let mut t = path.clone().into_bytes();
-            if let Some(q) = query {
-                t.push(b'?');
-                t.extend_from_slice(q.as_bytes());
-            }
-            t
-        };
-        head.splice(start..start + len, target);
-    }
-
     /// A fallback to a named location, from a request at URI `now` (routing changed it):
     /// the named location gets that URI, as in nginx. Nothing where `now` is None or the
     /// target is a URI (it has its own).

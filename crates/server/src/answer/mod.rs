@@ -153,11 +153,7 @@ impl<'a> Answer<'a> {
         };
         let mut r = page.write(out, status, t, Some(&self.vars()))?;
         if let Some(fb) = r.fallback.as_mut() {
-            let now = match self.ext {
-                Some(e) if e.changed => Some((self.path, e.args.as_deref())),
-                _ => None,
-            };
-            fb.keep_uri(now);
+            fb.keep_uri(self.ext.and_then(|e| e.now(self.path)));
         }
         Some(r)
     }
@@ -242,12 +238,10 @@ pub struct PageCtx {
 
 impl PageCtx {
     /// The request was re-served here by `fb` (its error pages apply: `fb.open`): its
-    /// redirects so far, and its kept head as it is here.
+    /// redirects so far. Its kept head stays as it came (`$request_uri`, as in nginx); the
+    /// URI it is at here is `uri`, from its route.
     pub fn reached_by(&mut self, fb: &fallback::Fallback) {
         self.hops = fb.hops;
-        if let Some(head) = self.head.as_mut() {
-            fb.retarget(head);
-        }
     }
 
     /// Whether the location's error page for `status` re-serves the request at a location
@@ -356,7 +350,12 @@ impl Page<'_> {
             }
             ErrTarget::Local { status, uri, loc } => (*status, uri, *loc),
         };
-        if self.hops >= fallback::MAX_REDIRECTS {
+        if self.hops > fallback::MAX_REDIRECTS {
+            // Routing spent the count (a rewrite cycle, logged there): no error page
+            // applies, as nginx's `uri_changes` at 0.
+            return None;
+        }
+        if self.hops == fallback::MAX_REDIRECTS {
             // nginx's plain 500, which closes the connection.
             fallback::log_cycle(uri);
             let page = ErrorPage::new(500, ConnHdr::Close, self.head_only);

@@ -30,10 +30,30 @@ pub struct RouteExt {
     pub broke: bool,
     /// A response decided while routing.
     pub early: Option<Early>,
+    /// A rewrite or an internal redirect (a `try_files` fallback, an error page's URI)
+    /// changed the URI; a file `try_files` found does not count.
+    pub moved: bool,
+    /// The URI before `try_files` took a file it found (None: it took none, or the URI).
+    pub found_from: Option<String>,
     /// Changes of the URI while routing (a rewrite that searched the locations again, a
     /// `try_files` fallback): nginx counts them with the redirects of error pages toward one
     /// limit (`answer::fallback::MAX_REDIRECTS`), so a page's redirects start from here.
     pub changes: u8,
+}
+
+impl RouteExt {
+    /// The URI a request routed to `path` is at, where a rewrite or an internal redirect
+    /// changed it (None: the one it came with): its decoded path, as before a file
+    /// `try_files` found (nginx's access phase runs before `try_files`), and its query. A
+    /// named location an error page sends it to gets this URI.
+    pub fn now<'a>(&'a self, path: &'a str) -> crate::answer::fallback::Now<'a> {
+        self.moved.then(|| {
+            (
+                self.found_from.as_deref().unwrap_or(path),
+                self.args.as_deref(),
+            )
+        })
+    }
 }
 
 /// A response decided while routing.
@@ -143,7 +163,7 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
             match try_files(tf, root, &uri, &ext, cx) {
                 Tried::Found(p) => {
                     if p != uri {
-                        uri = p;
+                        ext.found_from = Some(std::mem::replace(&mut uri, p));
                         ext.changed = true;
                     }
                 }
@@ -153,6 +173,7 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
                         ext.args = a;
                     }
                     ext.changed = true;
+                    ext.moved = true;
                     ext.broke = false;
                     changes += 1;
                     continue;
@@ -161,6 +182,12 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
                     at = Some((si, n));
                     ext.broke = false;
                     changes += 1;
+                    if changes > MAX_URI_CHANGES {
+                        // nginx's named redirect counts too: the 11th change is a cycle.
+                        let name = &server.locations[n].path;
+                        crate::answer::fallback::log_cycle(name);
+                        early(&mut ext, Early::Status(500));
+                    }
                 }
                 Tried::Status(s) => early(&mut ext, Early::Status(s)),
                 Tried::Bad => early(&mut ext, Early::Status(400)),
@@ -232,6 +259,7 @@ fn run_rules(rules: &[RewriteRule], uri: &mut String, ext: &mut RouteExt, cx: &C
         *uri = clean;
         ext.args = args;
         ext.changed = true;
+        ext.moved = true;
         changed = true;
         match rule.flag {
             Flag::Last => return RuleEnd::Last,

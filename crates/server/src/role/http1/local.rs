@@ -29,10 +29,9 @@ pub struct Route<'r> {
 
 impl Route<'_> {
     /// The URI routing changed the request's to (a rewrite, a `try_files` fallback, an error
-    /// page's URI): its decoded path and query. None: the request's own.
+    /// page's URI): its decoded path and query (`RouteExt::now`). None: the request's own.
     pub fn now(&self) -> crate::answer::fallback::Now<'_> {
-        let ext = self.ext.as_ref().filter(|e| e.changed)?;
-        Some((self.path.as_deref()?, ext.args.as_deref()))
+        self.ext.as_ref()?.now(self.path.as_deref()?)
     }
 
     /// What an error page sending the request on needs of its routing: the URI changes so far
@@ -103,6 +102,7 @@ pub fn fallback_route<'r>(fb: &Fallback, si: usize, req: &Request<'_, 'r>) -> Ro
             ext: Some(Box::new(RouteExt {
                 args: args.clone(),
                 changed: true,
+                moved: true,
                 ..RouteExt::default()
             })),
         },
