@@ -59,8 +59,9 @@ def www(tmp_path_factory):
     (www / "errors").mkdir()
     (www / "errors" / "denied.html").write_text("denied page\n")
     (www / "errors" / "page.html").write_text("page 503\n")
-    for d in ("m", "moff", "x", "x2", "tg"):
+    for d in ("m", "moff", "x", "x2", "tg", "p405"):
         (www / d).mkdir()
+    (www / "p405" / "page.html").write_text("p405 page\n")
     (www / "tg" / "page.html").write_text("tg page\n")
     return www
 
@@ -121,6 +122,7 @@ server {{
   location /r/ {{ rewrite ^/r/(.*)$ /$1 last; }}
   location /tn {{ root {www}; try_files /nonexist @e; }}
   location /lp/ {{ rewrite ^ /lp/ last; error_page 500 /errors/page.html; }}
+  location /p405/ {{ root {www}; error_page 405 = @e; }}
 }}
 server {{
   listen 127.0.0.1:{port2};
@@ -200,6 +202,7 @@ def ringx_site(port, port2, u, u3, www, log):
             + _loc("/r/", 'rewrite = ["^/r/(.*)$ /$1 last"]')
             + _loc("/tn", f'root = "{www}"', 'try_files = ["/nonexist", "@e"]')
             + _loc("/lp/", 'rewrite = ["^ /lp/ last"]', 'error_page = { "500" = "/errors/page.html" }')
+            + _loc("/p405/", f'root = "{www}"', 'error_page = { "405" = "= @e" }')
             + f'[[server]]\nlisten = ["127.0.0.1:{port2}"]\n{on}\n'
             + proxied("/inh/", u, '"502" = "= @r"')
             + proxied("/inhoff/", u, '"502" = "= @r"', "recursive_error_pages = false")
@@ -537,6 +540,25 @@ def test_a_rewrite_cycle_spends_the_count_so_no_error_page_applies(peer):
     assert (st, shown(body)) == (500, PLAIN), (peer.name, body[:200])
     expect_cycle_line(peer, before, words)
     assert len(cycle_lines(peer.log, page)) == before_page, peer.name
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_a_405_with_an_empty_body_goes_to_the_named_location(peer, origins, method):
+    """`Content-Length: 0` is no body: the static location's 405 goes to `@e`, which gets the
+    request with its method (ringx closed the connection without an answer)."""
+    _, o503 = origins
+    before = len(o503.requests())
+    c = http.client.HTTPConnection("127.0.0.1", peer.port, timeout=20)
+    c.request(method, "/p405/page.html", body=b"", headers={"Content-Length": "0"})
+    r = c.getresponse()
+    r.read()
+    got = [(m, t) for m, t, _ in o503.requests()[before:]]
+    assert (r.status, got) == (503, [(method, "/p405/page.html")]), peer.name
+    # The connection goes on.
+    c.request("GET", "/p405/page.html")
+    r = c.getresponse()
+    assert (r.status, r.read()) == (200, b"p405 page\n"), peer.name
+    c.close()
 
 
 # -- ringx check ----------------------------------------------------------------------------

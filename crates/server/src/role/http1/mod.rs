@@ -417,7 +417,8 @@ impl Http1 {
         let set = &cx.ctx.set;
         let head_only = req.method == Method::Head;
         let keep = req.keep_alive && !cx.ctx.draining && self.requests < set.keepalive_requests;
-        let has_body = !matches!(req.body, BodyKind::None);
+        // `Content-Length: 0` is no body to wait for (an error page may re-serve it elsewhere).
+        let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         if matches!(req.body, BodyKind::Length(n) if n > set.max_body) {
             self.fail(cx, b, c, 413, head_only);
             return Next::Stop;
