@@ -91,17 +91,12 @@ pub fn log_cycle(uri: &str) {
     }
 }
 
-impl Fallback {
-    /// A fallback to a named location, from a request at URI `now` (routing changed it):
-    /// the named location gets that URI, as in nginx. Nothing where `now` is None or the
-    /// target is a URI (it has its own).
-    pub fn keep_uri(&mut self, now: Now<'_>) {
-        if let (None, Some((path, args))) = (&self.uri, now) {
-            self.uri = Some((path.to_string(), args.map(str::to_string)));
-            self.named_at_uri = true;
-        }
-    }
+/// [`Now`] as [`Fallback::uri`] holds it.
+pub fn owned(now: Now<'_>) -> Option<(String, Option<String>)> {
+    now.map(|(path, args)| (path.to_string(), args.map(str::to_string)))
+}
 
+impl Fallback {
     /// The request as the fallback location gets it: `GET` for a URI target (HEAD kept).
     pub fn request<'h, 'b>(&self, req: &Request<'h, 'b>) -> Request<'h, 'b> {
         let mut r = *req;

@@ -150,12 +150,9 @@ impl<'a> Answer<'a> {
                 Some(l) => crate::rewrite::recursive_pages(l.rw.as_deref()),
                 None => self.server.recursive_pages,
             },
+            now: self.ext.and_then(|e| e.now(self.path)),
         };
-        let mut r = page.write(out, status, t, Some(&self.vars()))?;
-        if let Some(fb) = r.fallback.as_mut() {
-            fb.keep_uri(self.ext.and_then(|e| e.now(self.path)));
-        }
-        Some(r)
+        page.write(out, status, t, Some(&self.vars()))
     }
 
     /// A pre-serialised `return`: its compressed variant when the client takes one, the
@@ -232,7 +229,7 @@ pub struct PageCtx {
     /// The request's redirects by error pages so far (it reached this location by them).
     pub hops: u8,
     /// The URI routing changed the request's to (path decoded, query): a named location an
-    /// error page sends it to gets it (`Fallback::keep_uri`).
+    /// error page sends it to gets it (`Page::now`).
     pub uri: Option<(String, Option<String>)>,
 }
 
@@ -291,12 +288,9 @@ impl PageCtx {
             guarded: false,
             hops: self.hops,
             recursive: crate::rewrite::recursive_pages(loc.rw.as_deref()),
+            now: self.uri.as_ref().map(|(p, a)| (p.as_str(), a.as_deref())),
         };
-        let mut r = page.write(out, status, t, None)?;
-        if let Some(fb) = r.fallback.as_mut() {
-            fb.keep_uri(self.uri.as_ref().map(|(p, a)| (p.as_str(), a.as_deref())));
-        }
-        Some(r)
+        page.write(out, status, t, None)
     }
 }
 
@@ -320,6 +314,8 @@ pub struct Page<'a> {
     /// The location whose error page this is has `recursive_error_pages`: the target's own
     /// error pages apply to what fails there (its missing file, the fallback it starts).
     pub recursive: bool,
+    /// The request's URI where routing changed it: a named location it is sent to gets it.
+    pub now: fallback::Now<'a>,
 }
 
 impl Page<'_> {
@@ -387,7 +383,12 @@ impl Page<'_> {
             if !self.may_proxy {
                 return None;
             }
-            let uri = (!uri.starts_with('@')).then(|| fallback::split_uri(uri));
+            // A named location gets the URI the request is at (`now`), with its method.
+            let (uri, named_at_uri) = if uri.starts_with('@') {
+                (fallback::owned(self.now), self.now.is_some())
+            } else {
+                (Some(fallback::split_uri(uri)), false)
+            };
             let fb = fallback::Fallback {
                 loc,
                 uri,
@@ -400,7 +401,7 @@ impl Page<'_> {
                 page: matches!(target.action, Action::Files(_)).then(|| Box::new(t.clone())),
                 hops: self.hops + 1,
                 open: self.recursive,
-                named_at_uri: false,
+                named_at_uri,
             };
             return Some(Reply {
                 fallback: Some(Box::new(fb)),
@@ -454,6 +455,8 @@ impl Page<'_> {
                     guarded: false,
                     hops: self.hops + 1,
                     recursive: crate::rewrite::recursive_pages(target.rw.as_deref()),
+                    // A named location further on gets the page's URI (set below).
+                    now: None,
                 };
                 if let Some(mut r) = next.write(out, 404, t, vars) {
                     if let Some(fb) = r.fallback.as_mut().filter(|fb| fb.uri.is_none()) {

@@ -112,10 +112,8 @@ pub fn prepare(
                 head: (pages.proxies() || crate::rewrite::recursive_pages(location.rw.as_deref()))
                     .then(|| save_head(req)),
                 // The URI changes of routing count toward the limit of redirects.
-                hops: route.ext.as_ref().map_or(0, |e| e.changes),
-                uri: route
-                    .now()
-                    .map(|(p, a)| (p.to_string(), a.map(str::to_string))),
+                hops: route.sent().0,
+                uri: crate::answer::fallback::owned(route.now()),
             })
         });
     let key = match &def.hash_key {

@@ -270,6 +270,7 @@ impl H2 {
                 // Counted in `fb.hops` already (as HTTP/1's `fallback::page`).
                 hops: fb.hops - 1,
                 recursive: fb.open,
+                now: None,
             };
             match fb
                 .page

@@ -217,6 +217,7 @@ fn page(
         // a 404 at this location, answered by its error pages if the sender is recursive.
         hops: fb.hops - 1,
         recursive: fb.open,
+        now: None,
     };
     let r = match page.write(out, fb.error, t, None) {
         Some(r) => r,

@@ -128,12 +128,9 @@ pub(crate) fn refusal_page(
         guarded: false,
         hops,
         recursive: crate::rewrite::recursive_pages(rw),
+        now,
     };
-    let mut r = page.write(out, status, t, None)?;
-    if let Some(fb) = r.fallback.as_mut() {
-        fb.keep_uri(now);
-    }
-    Some(r)
+    page.write(out, status, t, None)
 }
 
 /// What an `auth_request` subrequest's answer (None: none could be had) means.
