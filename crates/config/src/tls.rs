@@ -108,6 +108,14 @@ pub struct ServerTls {
 }
 
 impl TlsValue {
+    /// The CA file client certificates must chain to, where the server asks for them.
+    pub fn client_ca(&self) -> Option<&Spanned<PathBuf>> {
+        match self {
+            TlsValue::List(_) => None,
+            TlsValue::Table(t) => t.client_ca.as_ref(),
+        }
+    }
+
     /// The settings, or what is wrong with them.
     pub fn resolve(
         &self,

@@ -134,13 +134,18 @@ fn main() -> ExitCode {
             print!("{}", ringx_config::DEFAULT_CONFIG);
             ExitCode::SUCCESS
         }
-        Cmd::Check { config } => match load(&config)
-            .map_err(ringx_server::error::Error::from)
-            .and_then(|c| {
-                // What start-up would do with it: roots opened, upstream names resolved,
-                // certificates and keys read and checked.
-                ringx_server::compiled::Compiled::from(&c).map(|_| c)
-            }) {
+        Cmd::Check { config } => match {
+            // Warnings (an expiring certificate, an upstream not verified) on standard error,
+            // as `nginx -t` prints them.
+            lifecycle::init_logging("warn");
+            load(&config)
+        }
+        .map_err(ringx_server::error::Error::from)
+        .and_then(|c| {
+            // What start-up would do with it: roots opened, upstream names resolved,
+            // certificates and keys read and checked.
+            ringx_server::compiled::Compiled::from(&c).map(|_| c)
+        }) {
             Ok(c) => {
                 let name = config.map_or("(embedded default)".to_string(), |p| {
                     p.display().to_string()

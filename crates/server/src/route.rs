@@ -15,6 +15,10 @@ pub struct Routes {
     pub listen: Vec<SocketAddr>,
     /// Servers on each listen address; the first is the default one.
     pub by_listener: Vec<Vec<usize>>,
+    /// Each listen address's servers by name: the one matcher of `Host` and of SNI
+    /// (`crate::tls` hands a TLS listener's map to its handshakes), so the two pick one
+    /// server for the same name.
+    pub by_name: Vec<ringx_tls::sni::SniMap>,
     pub servers: Vec<VServer>,
     /// `Server:` header line, with CRLF.
     pub server_header: Vec<u8>,
@@ -97,10 +101,6 @@ pub enum HostMode {
 }
 
 pub struct VServer {
-    /// Exact names, lowercase.
-    pub names: Vec<String>,
-    /// `*.example.com` names, stored as `.example.com`.
-    pub suffixes: Vec<String>,
     /// Exact locations, then prefixes longest first, then regexes in the order written, then
     /// named ones (`LocKind::class`).
     pub locations: Vec<Loc>,
@@ -114,6 +114,10 @@ pub struct VServer {
     pub error_pages: Option<Arc<ErrorPages>>,
     /// The server's `recursive_error_pages`.
     pub recursive_pages: bool,
+    /// The server asks TLS clients for a certificate (`client_ca`, required or optional).
+    pub verifies_clients: bool,
+    /// The server offers HTTP/2 (ALPN `h2`).
+    pub http2: bool,
 }
 
 pub struct Loc {
@@ -201,30 +205,28 @@ impl Routes {
         if cands.len() == 1 {
             return cands[0];
         }
-        if let Some(h) = host_name() {
-            let mut h = h;
-            while let Some(rest) = h.strip_suffix(b".") {
-                h = rest;
-            }
-            for &i in cands {
-                if self.servers[i]
-                    .names
-                    .iter()
-                    .any(|n| n.as_bytes().eq_ignore_ascii_case(h))
-                {
-                    return i;
-                }
-            }
-            for &i in cands {
-                if self.servers[i].suffixes.iter().any(|suf| {
-                    h.len() > suf.len()
-                        && h[h.len() - suf.len()..].eq_ignore_ascii_case(suf.as_bytes())
-                }) {
-                    return i;
-                }
-            }
+        match host_name() {
+            Some(h) => self.by_name[listener].pick_name(h),
+            None => cands[0],
         }
-        cands[0]
+    }
+
+    /// Whether a request on a TLS connection routed to server `si` must be refused with
+    /// 421 Misdirected Request, as nginx refuses it: the handshake chose another server
+    /// (SNI, or the listener's default without SNI) and `si` verifies client certificates,
+    /// which that handshake did not ask for under `si`'s CA. Without it, any client could
+    /// reach a client-certificate server by naming an open one in SNI and the protected
+    /// one in `Host`. Also refused: an HTTP/2 request for a server that does not offer
+    /// HTTP/2 (its operator turned it off). A server that differs only in its certificate
+    /// serves the request: a client coalescing names under one certificate (RFC 9113
+    /// §9.1.1) has verified that certificate for this name, and 421 is its signal to open a
+    /// new connection only where the answer would differ.
+    pub fn misdirected(&self, handshake_server: usize, si: usize, h2: bool) -> bool {
+        if handshake_server == si {
+            return false;
+        }
+        let s = &self.servers[si];
+        s.verifies_clients || (h2 && !s.http2)
     }
 }
 

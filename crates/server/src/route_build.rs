@@ -54,15 +54,6 @@ impl Routes {
                     by_listener[li].push(si);
                 }
             }
-            let mut names = Vec::new();
-            let mut suffixes = Vec::new();
-            for n in &s.server_name {
-                let n = n.get_ref().to_ascii_lowercase();
-                match n.strip_prefix('*') {
-                    Some(rest) => suffixes.push(rest.to_string()),
-                    None => names.push(n),
-                }
-            }
             let mut locations = Vec::new();
             let mut order = Vec::new();
             for (i, l) in s.location.iter().enumerate() {
@@ -89,8 +80,6 @@ impl Routes {
             let (locations, order): (Vec<Loc>, Vec<usize>) = paired.into_iter().unzip();
             let rw = ServerRw::compile(s)?;
             let mut vs = VServer {
-                names,
-                suffixes,
                 locations,
                 rw: (rw.full_route || !rw.rules.is_empty()).then(|| Box::new(rw)),
                 name: s
@@ -100,6 +89,11 @@ impl Routes {
                 add_header: None,
                 error_pages: None,
                 recursive_pages: false,
+                verifies_clients: s
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| t.get_ref().client_ca().is_some()),
+                http2: cfg.http2.enable && s.http2.unwrap_or(true),
             };
             finish_rewriting(cfg, &mut vs, s, &order)?;
             servers.push(vs);
@@ -169,9 +163,30 @@ impl Routes {
                     || l.guard.as_ref().is_some_and(|g| g.auth_request.is_some())
             })
         });
+        let server_names: Vec<Vec<String>> = cfg
+            .server
+            .iter()
+            .map(|s| {
+                s.get_ref()
+                    .server_name
+                    .iter()
+                    .map(|n| n.get_ref().clone())
+                    .collect()
+            })
+            .collect();
+        let by_name = by_listener
+            .iter()
+            .map(|servers| {
+                ringx_tls::sni::SniMap::new(
+                    servers.iter().map(|&i| (i, &server_names[i][..])),
+                    servers.first().copied().unwrap_or(0),
+                )
+            })
+            .collect();
         Ok(Routes {
             listen,
             by_listener,
+            by_name,
             servers,
             server_header,
             server_token: token.into_bytes(),

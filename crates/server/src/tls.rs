@@ -67,11 +67,7 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
     // Servers first, then streams (stream i is entry `cfg.server.len() + i`).
     let mut specs = Vec::with_capacity(values.len());
     // ALPN h2 per server ([http2] enable, a server's own `http2`); never on streams.
-    let h2: Vec<bool> = cfg
-        .server
-        .iter()
-        .map(|s| cfg.http2.enable && s.get_ref().http2.unwrap_or(true))
-        .collect();
+    let h2: Vec<bool> = routes.servers.iter().map(|s| s.http2).collect();
     for (i, t) in values.into_iter().enumerate() {
         let Some(t) = t else {
             specs.push(None);
@@ -116,22 +112,14 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
             h2: h2.get(i).copied().unwrap_or(false),
         }));
     }
-    let names: Vec<Vec<String>> = cfg
-        .server
-        .iter()
-        .map(|s| {
-            s.get_ref()
-                .server_name
-                .iter()
-                .map(|n| n.get_ref().clone())
-                .collect()
-        })
-        .collect();
+    // A TLS listener's handshakes pick their server with the map requests pick theirs by
+    // `Host` with (`Routes::by_name`).
     let listeners = routes
         .by_listener
         .iter()
         .zip(&routes.listener_kind)
-        .map(|(servers, kind)| {
+        .zip(&routes.by_name)
+        .map(|((servers, kind), by_name)| {
             if let crate::route::ListenerKind::Stream(i) = kind {
                 let at = cfg.server.len() + i;
                 specs[at].as_ref()?;
@@ -139,10 +127,7 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
             }
             let first = *servers.first()?;
             specs[first].as_ref()?;
-            Some(SniMap::new(
-                servers.iter().map(|&i| (i, &names[i][..])),
-                first,
-            ))
+            Some(by_name.clone())
         })
         .collect();
     let sessions = Sessions {
@@ -209,13 +194,14 @@ pub fn info_of(conn: &ringx_tls::Session) -> crate::transport::TlsInfo {
         .negotiated_cipher_suite()
         .and_then(|s| s.suite().as_str())
         .unwrap_or("-");
+    // Printable before anything reads it: it goes into upstream headers and log lines.
     let client_dn = conn
         .peer_certificates()
         .and_then(|c| c.first())
         .and_then(|der| {
             x509_parser::parse_x509_certificate(der.as_ref())
                 .ok()
-                .map(|(_, c)| c.subject().to_string())
+                .map(|(_, c)| printable(&c.subject().to_string()))
         });
     crate::transport::TlsInfo {
         protocol,
@@ -223,6 +209,7 @@ pub fn info_of(conn: &ringx_tls::Session) -> crate::transport::TlsInfo {
         sni: conn.server_name().map(str::to_string),
         client_dn,
         client_auth: false,
+        server: 0,
         resumed: matches!(conn.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
         h2: conn.alpn_protocol() == Some(b"h2"),
     }

@@ -171,6 +171,12 @@ impl Sites {
             .unwrap_or(false)
     }
 
+    /// The server a handshake on listener `l` with this SNI name gets (None: a plain
+    /// listener).
+    pub fn server(&self, l: usize, sni: Option<&str>) -> Option<usize> {
+        Some(self.listeners.get(l)?.as_ref()?.pick(sni))
+    }
+
     /// The configuration for a handshake on listener `l` with this SNI name.
     pub fn config(&self, l: usize, sni: Option<&str>) -> Option<Arc<ServerConfig>> {
         let map = self.listeners.get(l)?.as_ref()?;

@@ -1,6 +1,8 @@
-//! Which server's TLS settings a handshake uses: the SNI name matched against the listener's
-//! servers as request routing matches `Host` (exact names first, then the longest wildcard
-//! suffix), and the listener's default server when SNI is absent or matches none.
+//! Which of a listener's servers a name picks: exact names first (any case, trailing dots
+//! ignored), then the longest wildcard suffix, then the listener's default server (nginx's
+//! order). One map per listener serves both the handshake's SNI and the request's `Host`
+//! (the server crate's `Routes::server_index`), so an honest client whose two names agree
+//! always gets one server, and a request whose names pick two servers can be told apart.
 
 /// The servers of one listener, by name.
 #[derive(Debug, Default, Clone)]
@@ -38,14 +40,22 @@ impl SniMap {
 
     /// The server for an SNI name (or for none).
     pub fn pick(&self, sni: Option<&str>) -> usize {
-        let Some(name) = sni else {
-            return self.default;
-        };
-        let name = name.trim_end_matches('.');
+        match sni {
+            Some(name) => self.pick_name(name.as_bytes()),
+            None => self.default,
+        }
+    }
+
+    /// The server for a name as bytes (a `Host` without its port, an SNI name).
+    pub fn pick_name(&self, name: &[u8]) -> usize {
+        let mut name = name;
+        while let Some(rest) = name.strip_suffix(b".") {
+            name = rest;
+        }
         if let Some((_, i)) = self
             .exact
             .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
         {
             return *i;
         }
@@ -53,10 +63,14 @@ impl SniMap {
             .iter()
             .find(|(suffix, _)| {
                 name.len() > suffix.len()
-                    && name.as_bytes()[name.len() - suffix.len()..]
-                        .eq_ignore_ascii_case(suffix.as_bytes())
+                    && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
             })
             .map_or(self.default, |(_, i)| *i)
+    }
+
+    /// The listener's default server (no name, or one no server has).
+    pub fn default_server(&self) -> usize {
+        self.default
     }
 }
 
@@ -78,5 +92,20 @@ mod tests {
         assert_eq!(m.pick(None), 2);
         // A wildcard needs a label before its suffix.
         assert_eq!(m.pick(Some(".example.com")), 2);
+        assert_eq!(m.pick_name(b"V1.API.example.com.."), 1);
+    }
+
+    /// The longest wildcard wins whatever the order the servers were written in (nginx's
+    /// rule), and of two equally long the first written.
+    #[test]
+    fn longest_wildcard_whatever_the_order() {
+        let short = ["*.example.com".to_string()];
+        let long = ["*.api.example.com".to_string()];
+        let m = SniMap::new([(0, &short[..]), (1, &long[..])], 0);
+        assert_eq!(m.pick_name(b"x.api.example.com"), 1);
+        assert_eq!(m.pick_name(b"x.www.example.com"), 0);
+        let m = SniMap::new([(0, &long[..]), (1, &short[..])], 0);
+        assert_eq!(m.pick_name(b"x.api.example.com"), 0);
+        assert_eq!(m.pick_name(b"x.www.example.com"), 1);
     }
 }

@@ -202,6 +202,16 @@ fn is_hop_by_hop(name: &str) -> bool {
 /// other: it declares the framing it will actually send, from what it parsed, so the next hop
 /// reads exactly the body the proxy relays. A `Connection` option naming one of them therefore
 /// changes nothing (it used to remove the length and let the body be read as a second request).
+/// Whether a field is one the proxy alone writes about the client's certificate
+/// (`X-SSL-Client-Verify`, `X-SSL-Client-S-DN`, and any other `X-SSL-Client-*` an upstream
+/// may read): a client's own are dropped whatever else the location says, so no client can
+/// pose as verified.
+pub fn is_client_cert_field(name: &str) -> bool {
+    const PREFIX: &str = "x-ssl-client-";
+    name.len() >= PREFIX.len()
+        && name.as_bytes()[..PREFIX.len()].eq_ignore_ascii_case(PREFIX.as_bytes())
+}
+
 fn is_framing(name: &str) -> bool {
     name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("transfer-encoding")
 }
@@ -247,8 +257,9 @@ pub struct Forward<'a> {
     pub upgrade: Option<&'a [u8]>,
     /// The client came over TLS: `Some(Some(subject))` with a verified client certificate
     /// (`X-SSL-Client-Verify: SUCCESS` and `X-SSL-Client-S-DN`), `Some(None)` without one
-    /// (`X-SSL-Client-Verify: NONE`). With `forwarded_headers`, these fields sent by the
-    /// client are always dropped, so an upstream can trust them.
+    /// (`X-SSL-Client-Verify: NONE`), written with `forwarded_headers`. The client's own
+    /// `X-SSL-Client-*` fields are always dropped ([`is_client_cert_field`]), so an upstream
+    /// can trust them. The subject must be printable ASCII (the server escapes the rest).
     pub tls_client: Option<Option<&'a str>>,
 }
 
@@ -338,7 +349,7 @@ fn request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>, edit:
         if is_hop_by_hop(n) || is_framing(n) || n.eq_ignore_ascii_case("host") {
             continue;
         }
-        if named_by_connection(req.headers, n) || dropped(n) {
+        if named_by_connection(req.headers, n) || dropped(n) || is_client_cert_field(n) {
             continue;
         }
         if f.forwarded_headers {
@@ -346,11 +357,7 @@ fn request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>, edit:
                 xff = Some(h.value); // extended below (several fields: the last one wins)
                 continue;
             }
-            if n.eq_ignore_ascii_case("x-real-ip")
-                || n.eq_ignore_ascii_case("x-forwarded-proto")
-                || n.eq_ignore_ascii_case("x-ssl-client-verify")
-                || n.eq_ignore_ascii_case("x-ssl-client-s-dn")
-            {
+            if n.eq_ignore_ascii_case("x-real-ip") || n.eq_ignore_ascii_case("x-forwarded-proto") {
                 continue; // replaced below
             }
         }
@@ -397,8 +404,14 @@ fn request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>, edit:
             Some(None) => out.extend_from_slice(b"X-SSL-Client-Verify: NONE\r\n"),
             Some(Some(dn)) => {
                 out.extend_from_slice(b"X-SSL-Client-Verify: SUCCESS\r\n");
-                // The subject was made printable ASCII when the handshake finished.
-                put(out, "X-SSL-Client-S-DN", dn.as_bytes());
+                // The subject was made printable ASCII when the handshake finished; a byte
+                // that could end the field is never written, whoever forgot that.
+                out.extend_from_slice(b"X-SSL-Client-S-DN: ");
+                out.extend(
+                    dn.bytes()
+                        .map(|c| if c < 0x20 || c == 0x7f { b'?' } else { c }),
+                );
+                out.extend_from_slice(b"\r\n");
             }
         }
     }

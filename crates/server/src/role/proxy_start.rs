@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use ringx_h2proto::response::FieldList;
 use ringx_http::upstream::{
-    upgrade_request, write_request_head_edit, write_request_head_target, Forward, RequestEdit,
+    is_client_cert_field, upgrade_request, write_request_head_edit, write_request_head_target,
+    Forward, RequestEdit,
 };
 use ringx_http::{Method, Request};
 
@@ -192,8 +193,8 @@ pub fn prepare_grpc(
         // Host is :authority; the body is framed by DATA; the proxy's own fields are
         // replaced below (as for HTTP/1.1 upstreams).
         let own = ["host", "transfer-encoding", "content-length", "connection"];
-        if own.iter().any(|o| n.eq_ignore_ascii_case(o)) || dropped(n) {
-            continue;
+        if own.iter().any(|o| n.eq_ignore_ascii_case(o)) || dropped(n) || is_client_cert_field(n) {
+            continue; // client-certificate fields: only the proxy writes them (below)
         }
         if loc.forwarded_headers {
             if n.eq_ignore_ascii_case("x-forwarded-for") {
@@ -222,6 +223,18 @@ pub fn prepare_grpc(
         }
         if !dropped("x-forwarded-proto") {
             f.push(b"x-forwarded-proto", proto.as_bytes());
+        }
+        // As the HTTP/1.1 writer does: what the handshake verified, never what the client
+        // says (the subject is printable ASCII, `crate::tls::printable`).
+        match b.tr.tls_info().filter(|i| i.client_auth) {
+            None => {}
+            Some(i) => match i.client_dn.as_deref() {
+                None => f.push(b"x-ssl-client-verify", b"NONE"),
+                Some(dn) => {
+                    f.push(b"x-ssl-client-verify", b"SUCCESS");
+                    f.push(b"x-ssl-client-s-dn", dn.as_bytes());
+                }
+            },
         }
     }
     for line in added.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {

@@ -132,10 +132,10 @@ impl Stream {
         match self.dial.reach(cx.io, pools, connector, false, from, now) {
             Ok(r) => {
                 let def = &pools.defs.list[self.dial.upstream];
-                let tls = def.tls.as_ref().and_then(|t| {
-                    t.name_for(&def.servers[self.dial.server])
-                        .map(|n| (t.config.clone(), n))
-                });
+                let tls = def
+                    .tls
+                    .as_ref()
+                    .map(|t| (t.config.clone(), t.name(self.dial.server)));
                 let rec = attach(cx.io, cx.ups, b, c, &self.dial, r, Opening { pp, tls });
                 rec.state = UpState::Connecting;
                 cx.ctx.set_up_deadline(cx.io, rec, r.conn, now + timeout);

@@ -55,6 +55,9 @@ pub struct TlsInfo {
     pub client_dn: Option<String>,
     /// The server asked for a client certificate.
     pub client_auth: bool,
+    /// The server whose TLS settings the handshake used (by SNI, or the listener's default):
+    /// a request routed by `Host` to another is checked by `Routes::misdirected`.
+    pub server: usize,
     pub resumed: bool,
     /// ALPN agreed on `h2`: the connection speaks HTTP/2.
     pub h2: bool,

@@ -53,9 +53,9 @@ fn run(ups: &Upstreams, stop: &AtomicBool) {
         let mut next_due = now + Duration::from_millis(500);
         for (u, tracks) in ups.list.iter().zip(track.iter_mut()) {
             let Some(h) = &u.health else { continue };
-            for (s, t) in u.servers.iter().zip(tracks.iter_mut()) {
+            for (i, (s, t)) in u.servers.iter().zip(tracks.iter_mut()).enumerate() {
                 if t.next <= now {
-                    let ok = check(s, h, u.tls.as_ref());
+                    let ok = check(s, h, u.tls.as_ref().map(|t| (t, i)));
                     record(&u.name, s, h, t, ok);
                     t.next = Instant::now() + h.interval;
                 }
@@ -90,7 +90,8 @@ fn record(up: &str, s: &ServerDef, h: &HealthDef, t: &mut Track, ok: bool) {
 }
 
 /// One check: connect (with TLS for a TLS upstream), `GET path`, read the status line.
-pub fn check(s: &ServerDef, h: &HealthDef, tls: Option<&UpTls>) -> bool {
+/// `tls`: the upstream's TLS and the server's index in it.
+pub fn check(s: &ServerDef, h: &HealthDef, tls: Option<(&UpTls, usize)>) -> bool {
     let Ok(tcp) = TcpStream::connect_timeout(&s.addr, h.timeout) else {
         return false;
     };
@@ -98,11 +99,8 @@ pub fn check(s: &ServerDef, h: &HealthDef, tls: Option<&UpTls>) -> bool {
     let _ = tcp.set_write_timeout(Some(h.timeout));
     let mut c: Box<dyn ReadWrite> = match tls {
         None => Box::new(tcp),
-        Some(t) => {
-            let Some(name) = t.name_for(s) else {
-                return false;
-            };
-            let Ok(conn) = rustls::ClientConnection::new(t.config.clone(), name) else {
+        Some((t, i)) => {
+            let Ok(conn) = rustls::ClientConnection::new(t.config.clone(), t.name(i)) else {
                 return false;
             };
             Box::new(rustls::StreamOwned::new(conn, tcp))

@@ -54,30 +54,62 @@ pub struct UpTls {
     pub config: Arc<rustls::ClientConfig>,
     /// The same, offering ALPN `h2` (gRPC's multiplexed connections).
     pub h2: Arc<rustls::ClientConfig>,
-    /// The name to send and verify (default: each server's host as written).
-    pub sni: Option<String>,
+    /// Per server (in the upstream's order): the name sent as SNI and verified (`sni`, or
+    /// the server's host as written). Made when the configuration is compiled, so that a
+    /// name TLS cannot carry is refused there (`ringx check`, FILE:LINE:COL) and a connection
+    /// never goes out in clear for want of one.
+    names: Vec<rustls::pki_types::ServerName<'static>>,
 }
 
 impl UpTls {
-    /// TLS with `config` (ALPN http/1.1) and its `h2` twin.
-    pub fn new(config: Arc<rustls::ClientConfig>, sni: Option<String>) -> UpTls {
+    /// TLS with `config` (ALPN http/1.1) and its `h2` twin, for `servers`; the error names
+    /// the first name that cannot be a TLS server name (the server, or `sni`) and why.
+    pub fn new(
+        config: Arc<rustls::ClientConfig>,
+        sni: Option<&str>,
+        servers: &[ServerDef],
+    ) -> Result<UpTls, String> {
+        let mut names = Vec::with_capacity(servers.len());
+        for s in servers {
+            let (host, what) = match sni {
+                Some(n) => (n, "sni"),
+                None => (host_of(&s.name), "the server's host"),
+            };
+            names.push(tls_name(host).map_err(|why| {
+                format!(
+                    "{what} {host:?} (server {}) cannot be sent as a TLS server name: {why}; \
+                     set tls = {{ sni = \"name.in.its.certificate\" }}",
+                    s.name
+                )
+            })?);
+        }
         let mut h2 = (*config).clone();
         h2.alpn_protocols = vec![b"h2".to_vec()];
-        UpTls {
+        Ok(UpTls {
             config,
             h2: Arc::new(h2),
-            sni,
-        }
+            names,
+        })
     }
 
-    /// The name a connection to `server` sends as SNI and verifies.
-    pub fn name_for(&self, server: &ServerDef) -> Option<rustls::pki_types::ServerName<'static>> {
-        let host = match &self.sni {
-            Some(n) => n.as_str(),
-            None => host_of(&server.name),
-        };
-        rustls::pki_types::ServerName::try_from(host.to_string()).ok()
+    /// The name a connection to server `i` sends as SNI and verifies.
+    pub fn name(&self, i: usize) -> rustls::pki_types::ServerName<'static> {
+        self.names[i].clone()
     }
+}
+
+/// `host` as a TLS server name: a DNS name (no wildcard: a certificate may hold one, a
+/// client never asks for one) or an IP address (no IPv6 zone: it means nothing to the peer).
+fn tls_name(host: &str) -> Result<rustls::pki_types::ServerName<'static>, &'static str> {
+    if host.contains('*') {
+        return Err("a wildcard names no server");
+    }
+    if host.contains('%') {
+        return Err("an IPv6 zone is not part of an address a certificate can hold");
+    }
+    rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|_| {
+        "not a DNS name (letters, digits and inner hyphens in each label) nor an IP address"
+    })
 }
 
 /// The host of `host:port` (`[v6]:port` → `v6`).
@@ -171,6 +203,10 @@ impl Upstreams {
                 None if key == "uri" => HashKey::Uri,
                 None => HashKey::Client,
             };
+            let tls = match &u.tls {
+                None => None,
+                Some(t) => Some(client_tls(cfg, provider, t.get_ref(), t.span(), &servers)?),
+            };
             list.push(UpstreamDef {
                 name: u.name.get_ref().clone(),
                 servers,
@@ -192,10 +228,7 @@ impl Upstreams {
                     fall: h.fall,
                     timeout: h.timeout.0,
                 }),
-                tls: match &u.tls {
-                    None => None,
-                    Some(t) => Some(client_tls(cfg, provider, t.get_ref(), t.span())?),
-                },
+                tls,
                 bind_client: u.bind.is_some(),
             });
         }
@@ -238,6 +271,15 @@ impl Upstreams {
             Some(_) => format!("https://{addr}"),
             None => format!("{addr}"),
         };
+        let servers = vec![ServerDef {
+            name: addr_s.to_string(),
+            addr,
+            weight: 1,
+            max_fails: 1,
+            fail_timeout: Duration::from_secs(10),
+            backup: false,
+            healthy: AtomicBool::new(true),
+        }];
         let tls = match https {
             None => None,
             Some(_) => {
@@ -256,7 +298,10 @@ impl Upstreams {
                         c
                     }
                 };
-                Some(UpTls::new(config, None))
+                Some(
+                    UpTls::new(config, None, &servers)
+                        .map_err(|e| Error::config(format!("proxy_pass {target}: {e}")))?,
+                )
             }
         };
         if let Some(i) = self.list.iter().position(|u| u.name == name) {
@@ -264,15 +309,7 @@ impl Upstreams {
         }
         self.list.push(UpstreamDef {
             name: name.clone(),
-            servers: vec![ServerDef {
-                name: addr_s.to_string(),
-                addr,
-                weight: 1,
-                max_fails: 1,
-                fail_timeout: Duration::from_secs(10),
-                backup: false,
-                healthy: AtomicBool::new(true),
-            }],
+            servers,
             policy: Policy::RoundRobin,
             hash_key: HashKey::Client,
             maglev: None,
@@ -297,6 +334,7 @@ fn client_tls(
     provider: ringx_tls::Provider,
     u: &ringx_config::tls::UpstreamTls,
     span: std::ops::Range<usize>,
+    servers: &[ServerDef],
 ) -> Result<UpTls, Error> {
     let cert = match (&u.cert, &u.key) {
         (Some(c), Some(k)) => Some((c.get_ref().as_path(), k.get_ref().as_path())),
@@ -314,6 +352,40 @@ fn client_tls(
         cert,
     };
     let config = ringx_tls::client::config(provider, &spec)
-        .map_err(|e| Error::config(cfg.error_at(span, e.to_string()).to_string()))?;
-    Ok(UpTls::new(config, u.sni.clone()))
+        .map_err(|e| Error::config(cfg.error_at(span.clone(), e.to_string()).to_string()))?;
+    if !u.verify {
+        tracing::warn!(
+            "{}",
+            cfg.error_at(
+                span.clone(),
+                "tls verify = false: the upstream's certificate is not checked, so anyone on \
+                 the path to it can read and change the traffic; name its CA with ca = \"...\""
+            )
+        );
+    }
+    UpTls::new(config, u.sni.as_deref(), servers)
+        .map_err(|e| Error::config(cfg.error_at(span, e).to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tls_name;
+
+    /// Names TLS can carry, and the ones that used to send a connection out in clear.
+    #[test]
+    fn tls_names_refused_rather_than_dropped() {
+        for ok in ["app.test", "a-b.c.test", "127.0.0.1", "::1", "localhost"] {
+            assert!(tls_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "*.app.test",
+            "fe80::1%eth0",
+            "bad-.test",
+            "-bad.test",
+            "a..test",
+            "",
+        ] {
+            assert!(tls_name(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -52,6 +52,7 @@ pub fn receive(
         if let Some(s) = t.conn.session() {
             let mut info = crate::tls::info_of(s);
             info.client_auth = z.sites.asks_client_cert(li, info.sni.as_deref());
+            info.server = z.sites.server(li, info.sni.as_deref()).unwrap_or(0);
             bump(
                 if info.resumed {
                     &counters.tls_resumed

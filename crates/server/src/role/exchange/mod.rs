@@ -163,10 +163,10 @@ impl Exchange {
             rehost(&mut self.head, &def.servers[self.dial.server].name);
         }
         let pp = def.proxy_protocol;
-        let tls = def.tls.as_ref().and_then(|t| {
-            t.name_for(&def.servers[self.dial.server])
-                .map(|n| (t.config.clone(), n))
-        });
+        let tls = def
+            .tls
+            .as_ref()
+            .map(|t| (t.config.clone(), t.name(self.dial.server)));
         let rec = attach(
             cx.io,
             cx.ups,

@@ -111,10 +111,7 @@ fn connect(cx: &mut Cx, gen: u32, upstream: usize, s: usize) -> Option<ConnId> {
             return None;
         }
     };
-    let tls = def
-        .tls
-        .as_ref()
-        .and_then(|t| t.name_for(&def.servers[s]).map(|n| (t.h2.clone(), n)));
+    let tls = def.tls.as_ref().map(|t| (t.h2.clone(), t.name(s)));
     let connect_timeout = def.connect_timeout;
     pools.per[upstream].h2[s].push(u);
     let limits = cx.ctx.set.h2.clone();

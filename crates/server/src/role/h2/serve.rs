@@ -162,6 +162,12 @@ impl H2 {
                 )
             }
         };
+        if fb.is_none() && local::misdirected(&cx.ctx.routes, b, &route) {
+            // The stream alone: the client retries it on a connection of its own (RFC 9113
+            // §9.1.2), the connection's other streams go on.
+            self.answer_error(cx, b, c, s, 421);
+            return Some(body);
+        }
         let (guarded, cached) = match route.at {
             Some((si, li)) => {
                 let l = &cx.ctx.routes.servers[si].locations[li];

@@ -84,6 +84,45 @@ pub fn route<'r>(
     }
 }
 
+/// The status an HTTP/1 request is refused with before any of its location's steps, and the
+/// connection closed after it: a declared body over `client_max_body_size` (413), `CONNECT`
+/// (405: ringx is no forward proxy), a misdirected request (421, [`misdirected`]).
+pub fn refused(
+    routes: &Routes,
+    max_body: u64,
+    b: &crate::zone::client::Base,
+    req: &Request,
+    route: &Route<'_>,
+) -> Option<u16> {
+    if matches!(req.body, ringx_http::BodyKind::Length(n) if n > max_body) {
+        return Some(413);
+    }
+    if req.method == Method::Connect {
+        return Some(405);
+    }
+    misdirected(routes, b, route).then_some(421)
+}
+
+/// Whether the request routed by `route` came on a TLS connection whose handshake used
+/// another server's settings in a way that matters (`Routes::misdirected`): it gets 421.
+/// Logged at info, with nginx's words, so an operator can tell a probe from a client bug.
+pub fn misdirected(routes: &Routes, b: &crate::zone::client::Base, route: &Route<'_>) -> bool {
+    let Some(t) = b.tr.tls_info() else {
+        return false;
+    };
+    let refuse = routes.misdirected(t.server, route.server, t.h2);
+    if refuse {
+        tracing::info!(
+            client = ?b.addr,
+            sni = t.sni.as_deref().unwrap_or("-"),
+            server = routes.servers[route.server].name.as_str(),
+            "421: the client requested a server name different from the one negotiated \
+             (that server verifies client certificates, or does not offer HTTP/2)"
+        );
+    }
+    refuse
+}
+
 /// A request routed to the location of server `si` that an `error_page` re-serves it at
 /// (`answer/fallback.rs`): a named location keeps its path and target; a URI target is the
 /// path and query the request now has, sent upstream as such.

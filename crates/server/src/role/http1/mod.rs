@@ -419,14 +419,6 @@ impl Http1 {
         let keep = req.keep_alive && !cx.ctx.draining && self.requests < set.keepalive_requests;
         // `Content-Length: 0` is no body to wait for (an error page may re-serve it elsewhere).
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
-        if matches!(req.body, BodyKind::Length(n) if n > set.max_body) {
-            self.fail(cx, b, c, 413, head_only);
-            return Next::Stop;
-        }
-        if req.method == Method::Connect {
-            self.fail(cx, b, c, 405, head_only);
-            return Next::Stop;
-        }
         // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
         if cx.ctx.routes.http_guard.real_ip.is_some() {
             guard::client_ip(cx, b, req);
@@ -438,6 +430,11 @@ impl Http1 {
         // Routed once: the proxy and the local responder both take this.
         let info = (|| local::conn_info(b), &request_id);
         let route = local::route(&cx.ctx.routes, b.listener as usize, req, info);
+        let max_body = cx.ctx.set.max_body;
+        if let Some(status) = local::refused(&cx.ctx.routes, max_body, b, req, &route) {
+            self.fail(cx, b, c, status, head_only);
+            return Next::Stop;
+        }
         if !has_body {
             if let Some(canned) = local::plain_return(&cx.ctx.routes, &route) {
                 let Some(out) = b.tr.out_buf(cx.io, c) else {
