@@ -611,6 +611,29 @@ impl Io {
         }
     }
 
+    /// Closes with a reset (RST) once everything queued before it has been written:
+    /// `SO_LINGER` {on, 0} queued behind the output ([`Io::set_sockopt`]), then the close. A
+    /// peer can then tell output cut short from output that ended. Where the driver cannot
+    /// set the option in order (io_uring before Linux 6.7), the close is a FIN.
+    pub fn reset_after_flush(&mut self, c: ConnId) {
+        if self.can_set_sockopt() {
+            let linger = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            // SAFETY: `linger` is a live local of two C ints with no padding: its bytes are
+            // valid to read for its size, and they are copied before it goes out of scope.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(
+                    (&linger as *const libc::linger).cast::<u8>(),
+                    std::mem::size_of::<libc::linger>(),
+                )
+            };
+            self.set_sockopt(c, libc::SOL_SOCKET, libc::SO_LINGER, bytes.to_vec());
+        }
+        self.close_after_flush(c);
+    }
+
     /// Sends FIN (shutdown of the write side) once everything queued has been written;
     /// reading goes on, so a lingering close can drain what the peer still sends.
     pub fn shutdown_after_flush(&mut self, c: ConnId) {

@@ -115,6 +115,10 @@ pub struct TlsUpConn {
     conn: ClientConnection,
     /// Plaintext received, for the exchange.
     pub plain: Vec<u8>,
+    /// The server sent close_notify: what it sent is complete. A TCP FIN without it may be
+    /// an attacker's truncation (RFC 8446 §6.1), so a response that ends with the connection
+    /// is complete only with it.
+    pub closed: bool,
 }
 
 impl TlsUpConn {
@@ -129,14 +133,17 @@ impl TlsUpConn {
         let mut t = TlsUpConn {
             conn,
             plain: Vec::new(),
+            closed: false,
         };
         t.flush(out);
         Ok(t)
     }
 
-    /// Feeds wire bytes; decrypted bytes go to `plain`, what to send back to `out`. An error
-    /// says why the connection cannot go on (a certificate that did not verify...).
-    pub fn receive(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    /// Feeds wire bytes; decrypted bytes go to `plain`, what to send back to `out`. `true`:
+    /// close_notify arrived with these bytes (it ends what the server sends; `closed` is set).
+    /// An error says why the connection cannot go on (a certificate that did not verify...).
+    pub fn receive(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<bool, String> {
+        let was_closed = self.closed;
         while !data.is_empty() {
             self.conn.read_tls(&mut data).map_err(|e| e.to_string())?;
             let st = match self.conn.process_new_packets() {
@@ -146,6 +153,7 @@ impl TlsUpConn {
                     return Err(e.to_string());
                 }
             };
+            self.closed |= st.peer_has_closed();
             let n = st.plaintext_bytes_to_read();
             if n > 0 {
                 let at = self.plain.len();
@@ -161,7 +169,7 @@ impl TlsUpConn {
             }
         }
         self.flush(out);
-        Ok(())
+        Ok(self.closed && !was_closed)
     }
 
     /// Encrypts `data` (buffered by rustls until the handshake is done) into `out`.

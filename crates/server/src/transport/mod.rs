@@ -107,6 +107,20 @@ impl Transport {
         }
     }
 
+    /// Ends the connection as an abort once everything queued has been written: a reset
+    /// (`SO_LINGER` 0, where the driver can set it in order) and, over TLS, no close_notify,
+    /// so that a client can tell a response cut short (a close-delimited body, a failed
+    /// upstream mid-body) from one that ended.
+    pub fn abort_after_flush(&mut self, io: &mut Io, c: ConnId) {
+        match self {
+            Transport::Plain => io.reset_after_flush(c),
+            Transport::Tls(t) if t.plain => io.reset_after_flush(c),
+            Transport::Tls(t) => t.abort_after_flush(),
+            Transport::TlsUp(_) => io.close(c),
+            Transport::Mem(_) => {}
+        }
+    }
+
     /// Ends the write side (FIN) once everything queued has been written.
     #[inline]
     pub fn shutdown_after_flush(&mut self, io: &mut Io, c: ConnId) {
@@ -160,6 +174,15 @@ impl Transport {
     #[inline]
     pub fn is_tls(&self) -> bool {
         matches!(self, Transport::Tls(_))
+    }
+
+    /// For a TLS upstream connection, whether the server's close_notify has arrived (None:
+    /// not one).
+    pub fn tls_closed(&self) -> Option<bool> {
+        match self {
+            Transport::TlsUp(t) => Some(t.conn.closed),
+            Transport::Plain | Transport::Tls(_) | Transport::Mem(_) => None,
+        }
     }
 
     /// What the TLS handshake agreed (None: plain, or still handshaking).

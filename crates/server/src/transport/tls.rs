@@ -43,6 +43,8 @@ enum End {
     Open,
     Close,
     Shutdown,
+    /// Closed without close_notify, as a reset: what was sent is incomplete.
+    Abort,
 }
 
 /// What a finished handshake agreed, for the access log and upstream headers.
@@ -148,7 +150,7 @@ impl TlsTransport {
             }
         }
         match self.end {
-            End::Open => {}
+            End::Open | End::Abort => {}
             End::Close | End::Shutdown => {
                 let mut none = Vec::new();
                 self.conn.close_notify(&mut none);
@@ -160,6 +162,7 @@ impl TlsTransport {
             End::Open => {}
             End::Close => io.close_after_flush(c),
             End::Shutdown => io.shutdown_after_flush(c),
+            End::Abort => io.reset_after_flush(c),
         }
     }
 
@@ -198,6 +201,11 @@ impl TlsTransport {
 
     pub fn close_after_flush(&mut self) {
         self.end = End::Close;
+    }
+
+    /// Ends the connection without close_notify once what is queued is sealed and written.
+    pub fn abort_after_flush(&mut self) {
+        self.end = End::Abort;
     }
 
     pub fn shutdown_after_flush(&mut self) {
@@ -295,6 +303,10 @@ impl TlsTransport {
             End::Close => {
                 self.conn.close_notify(out);
                 io.close_after_flush(c);
+            }
+            End::Abort => {
+                self.conn.seal(out);
+                io.reset_after_flush(c);
             }
             End::Shutdown => {
                 self.conn.close_notify(out);

@@ -537,8 +537,13 @@ impl Handler for Zone {
             return match tls_in::upstream_receive(io, &mut up.tr, c, data) {
                 None => self.upstream_event(io, c, UpEvent::Data(data)),
                 Some(tls_in::UpNext::Nothing) => {}
-                Some(tls_in::UpNext::Data(plain)) => {
-                    self.upstream_event(io, c, UpEvent::Data(&plain));
+                Some(tls_in::UpNext::Data(plain, closed)) => {
+                    if !plain.is_empty() {
+                        self.upstream_event(io, c, UpEvent::Data(&plain));
+                    }
+                    if closed && self.ups.contains(c) {
+                        self.upstream_event(io, c, UpEvent::Eof);
+                    }
                     if let Some(crate::transport::Transport::TlsUp(t)) =
                         self.ups.get_mut(c).map(|x| &mut x.tr)
                     {
@@ -550,20 +555,7 @@ impl Handler for Zone {
                 }
                 Some(tls_in::UpNext::Failed(why)) => {
                     let up = self.ups.get(c).map(|x| x.upstream);
-                    let name = up
-                        .and_then(|i| self.ctx.current_pools().map(|(p, _)| (p, i)))
-                        .map(|(p, i)| {
-                            p.defs
-                                .list
-                                .get(i)
-                                .map_or("?", |d| d.name.as_str())
-                                .to_string()
-                        });
-                    tracing::warn!(
-                        "upstream {} ({:?}): TLS failed: {why}",
-                        name.as_deref().unwrap_or("?"),
-                        io.peer_addr(c)
-                    );
+                    tls_in::upstream_failed(io, &self.ctx, up, c, &why);
                     io.close(c);
                 }
             };

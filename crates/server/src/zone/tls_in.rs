@@ -122,7 +122,9 @@ pub fn give_back(base: &mut Base, mut buf: Vec<u8>) {
 /// What arrived on a TLS upstream connection, for its exchange.
 pub enum UpNext {
     Nothing,
-    Data(Vec<u8>),
+    /// Plaintext (perhaps none), and whether the server's close_notify came with it: the end
+    /// of what it sends, told to the exchange as a FIN is (`UpEvent::Eof`).
+    Data(Vec<u8>, bool),
     /// The handshake or a record failed (why): the connection closes, and its exchange
     /// answers 502 or tries another server as for any connection lost before a response.
     Failed(String),
@@ -135,8 +137,26 @@ pub fn upstream_receive(io: &mut Io, tr: &mut Transport, u: ConnId, data: &[u8])
     };
     let out = io.out_buf(u)?;
     Some(match t.conn.receive(data, out) {
-        Ok(()) if t.conn.plain.is_empty() => UpNext::Nothing,
-        Ok(()) => UpNext::Data(std::mem::take(&mut t.conn.plain)),
+        Ok(false) if t.conn.plain.is_empty() => UpNext::Nothing,
+        Ok(closed) => UpNext::Data(std::mem::take(&mut t.conn.plain), closed),
         Err(e) => UpNext::Failed(e),
     })
+}
+
+/// The warning for an upstream connection whose TLS failed, naming its upstream.
+pub fn upstream_failed(
+    io: &Io,
+    ctx: &crate::zone::ctx::ZoneCtx,
+    up: Option<usize>,
+    u: ConnId,
+    why: &str,
+) {
+    let name = up
+        .and_then(|i| ctx.current_pools().map(|(p, _)| (p, i)))
+        .and_then(|(p, i)| p.defs.list.get(i).map(|d| d.name.clone()));
+    tracing::warn!(
+        "upstream {} ({:?}): TLS failed: {why}",
+        name.as_deref().unwrap_or("?"),
+        io.peer_addr(u)
+    );
 }

@@ -55,6 +55,9 @@ pub struct Exchange {
     pub upgrade: bool,
     /// Response bytes went to the client: no retry, and a failure now cuts the response.
     pub started: bool,
+    /// The client's response is delimited by closing its connection: a cut must then be a
+    /// reset, or the client would take what it got for the whole body.
+    pub close_framed: bool,
     /// Reading from the client stopped because the upstream's queue is full.
     pub body_paused: bool,
     /// The response status goes to the client connection's request log (HTTP/1); an
@@ -90,6 +93,7 @@ impl Default for Exchange {
             keep: false,
             upgrade: false,
             started: false,
+            close_framed: false,
             body_paused: false,
             log: true,
             deco: None,

@@ -103,16 +103,28 @@ impl Exchange {
             return Outcome::Pending;
         };
         up.eof = true;
+        // Over TLS only close_notify ends what the server sends; a FIN without it may be a
+        // truncation by anyone on the path (RFC 8446 §6.1).
+        let truncated = up.tr.tls_closed() == Some(false);
         match up.state {
             // The response runs until the server closes: this is its end.
-            UpState::Busy if up.head_done && up.until_close => {
+            UpState::Busy if up.head_done && up.until_close && !truncated => {
                 if !self.finish_relay(cx, base, c) {
                     return Outcome::Cut;
                 }
                 self.response_done(cx, u, false)
             }
             UpState::Busy | UpState::Connecting => {
-                let why = Error::new(Kind::Reset, Side::Upstream);
+                let mut why = Error::new(Kind::Reset, Side::Upstream);
+                if truncated && up.head_done {
+                    why = why.context(format!(
+                        "upstream {}: TLS: the server closed the connection without \
+                         close_notify, so the response may be truncated; it is cut, not passed \
+                         on as complete (nor cached)",
+                        self.dial.name(cx.ctx.pools(self.dial.gen))
+                    ));
+                    tracing::warn!("{why}");
+                }
                 self.upstream_failed(cx, base, c, u, why)
             }
             _ => Outcome::Pending,
@@ -286,6 +298,7 @@ impl Exchange {
             let head_len = (out.len() - before) as u32;
             self.started = true;
             self.keep = keep_client && framing == ClientFraming::Same;
+            self.close_framed = framing == ClientFraming::Close;
             let (ui, s) = (self.dial.upstream, self.dial.server);
             let written = Written {
                 status: h.status,

@@ -76,6 +76,7 @@ impl Http1 {
         ex.keep = keep && upgrade.is_none();
         ex.upgrade = upgrade.is_some();
         ex.started = false;
+        ex.close_framed = false;
         ex.body_paused = false;
         ex.log = true;
         ex.capture = capture.map(Box::new);
@@ -542,9 +543,16 @@ impl Http1 {
             }
             Outcome::Cut => {
                 // Part of the response is out: end the connection so the client sees it cut.
+                // A body delimited by the close needs a reset (and over TLS no close_notify):
+                // a plain close would pass for its end.
+                let reset = self.exchange.as_ref().is_some_and(|e| e.close_framed);
                 self.end_exchange(cx);
                 self.phase = Phase::Lingering;
-                b.tr.close_after_flush(cx.io, c);
+                if reset {
+                    b.tr.abort_after_flush(cx.io, c);
+                } else {
+                    b.tr.close_after_flush(cx.io, c);
+                }
                 None
             }
             Outcome::Upgrade(u) => {
