@@ -55,8 +55,10 @@ pub(crate) enum Chunk {
 pub(crate) enum Ctl {
     /// A socket option.
     SockOpt(SockOpt),
-    /// Bytes sent as one kernel TLS record of a content type.
-    TlsRecord(crate::tls_record::TlsRecord),
+    /// Bytes sent as one kernel TLS record of a content type. Boxed: io_uring's `SENDMSG`
+    /// holds pointers into the record (its `msghdr`, `iovec` and control message) until its
+    /// completion, and the queue moves its elements when it grows.
+    TlsRecord(Box<crate::tls_record::TlsRecord>),
 }
 
 /// A socket option queued behind a connection's output.

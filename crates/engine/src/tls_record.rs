@@ -5,8 +5,10 @@
 //! `sendmsg(2)` carries a `SOL_TLS` / `TLS_SET_RECORD_TYPE` control message with another
 //! type (`Documentation/networking/tls.rst`, "Sending TLS control messages"): that is how an
 //! alert or a KeyUpdate leaves. The message header, its one `iovec` and the control buffer
-//! live in the boxed record, so their addresses stay put while io_uring's `SENDMSG` reads
-//! them.
+//! live in the record, and a record only exists boxed ([`TlsRecord::new`]): the connection's
+//! control queue moves the box when it grows, never the record, so the addresses stay put
+//! while io_uring's `SENDMSG` reads them (the kernel copies the control message again at
+//! each retry of a send parked for room).
 
 /// `SOL_TLS` and `TLS_SET_RECORD_TYPE` (`include/uapi/linux/tls.h`).
 pub(crate) const SOL_TLS: i32 = 282;
@@ -17,6 +19,7 @@ pub(crate) const TLS_SET_RECORD_TYPE: i32 = 1;
 const CONTROL_WORDS: usize = 3;
 const _: () = assert!(std::mem::size_of::<libc::cmsghdr>() == 16);
 
+/// A record queued on a connection. Only ever boxed: io_uring's `SENDMSG` points into it.
 pub(crate) struct TlsRecord {
     pub typ: u8,
     pub buf: Vec<u8>,
@@ -27,18 +30,21 @@ pub(crate) struct TlsRecord {
 }
 
 impl TlsRecord {
-    pub(crate) fn new(typ: u8, data: &[u8]) -> TlsRecord {
+    /// A record of type `typ` with a copy of `data`, boxed: its address is where the message
+    /// header [`TlsRecord::msghdr`] makes points, for as long as the box lives, however the
+    /// box itself is moved.
+    pub(crate) fn new(typ: u8, data: &[u8]) -> Box<TlsRecord> {
         // SAFETY: msghdr and iovec are plain C structs for which all-zero is a valid value
         // (null pointers, zero lengths).
         let (msg, iov) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-        TlsRecord {
+        Box::new(TlsRecord {
             typ,
             buf: data.to_vec(),
             pos: 0,
             msg,
             iov,
             control: [0; CONTROL_WORDS],
-        }
+        })
     }
 
     /// The control message: one `SOL_TLS` `TLS_SET_RECORD_TYPE` with the type byte.
@@ -52,8 +58,10 @@ impl TlsRecord {
         b
     }
 
-    /// The message for the bytes not sent yet, pointing into this (boxed) record: valid for
-    /// as long as the record neither moves nor changes.
+    /// The message for the bytes not sent yet. It points into this record (its `iovec` and
+    /// control buffer) and into `buf`'s heap bytes, so it stays valid for as long as the
+    /// record is neither dropped nor changed: records are only ever boxed (`new`), so moving
+    /// the box (the control queue growing) does not move them.
     pub(crate) fn msghdr(&mut self) -> *const libc::msghdr {
         let ctl = Self::control_bytes(self.typ);
         for (w, c) in self.control.iter_mut().zip(ctl.chunks_exact(8)) {
@@ -116,7 +124,7 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (mut s, _) = l.accept().unwrap();
-        let mut r = Box::new(TlsRecord::new(21, &[1, 0]));
+        let mut r = TlsRecord::new(21, &[1, 0]);
         let n = r.send(std::os::fd::AsRawFd::as_raw_fd(&c));
         assert_eq!(n, 2, "{}", std::io::Error::last_os_error());
         let mut got = [0u8; 2];
