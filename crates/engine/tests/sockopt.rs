@@ -3,12 +3,15 @@
 //! "x" arrives, and the close that follows is a reset, not a FIN), a refused option closes
 //! the connection with the kernel's error after what was queued before it (the `tls` ULP
 //! where the kernel lacks it; where it has it, the ULP attaches and the output goes on), and a
-//! TLS record on a socket without kernel TLS arrives as its bytes, in order.
+//! TLS record on a socket without kernel TLS arrives as its bytes, in order. A record too
+//! big for the socket buffers waits for room: records queued meanwhile follow it in order,
+//! and a close does not wait for a peer that stopped reading.
 
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +23,12 @@ struct Scripted {
     errors: Arc<Mutex<Vec<String>>>,
     /// A file of 200 KB (`F`: sent, then a record, then bytes).
     file: Option<std::path::PathBuf>,
+    /// Connections closed.
+    closed: Arc<AtomicUsize>,
 }
+
+/// A record bigger than loopback's socket buffers: its send waits for room.
+const BIG: usize = 16 << 20;
 
 const TCP_ULP: i32 = 31;
 
@@ -62,6 +70,14 @@ impl Handler for Scripted {
                 io.send_tls_record(c, 21, &[1, 0]);
                 io.write(c, b"tail");
             }
+            b'K' => io.send_tls_record(c, 23, &vec![7; BIG]),
+            b'M' => {
+                // Behind the big record, still waiting for room: the queue grows.
+                for i in 0..8 {
+                    io.send_tls_record(c, 23, &[b'0' + i]);
+                }
+                io.write(c, b"end");
+            }
             b'C' => io.close(c),
             _ => {}
         }
@@ -70,6 +86,7 @@ impl Handler for Scripted {
         io.close(c);
     }
     fn on_closed(&mut self, _: &mut Io, _: ConnId, err: Option<std::io::Error>) {
+        self.closed.fetch_add(1, Ordering::SeqCst);
         if let Some(e) = err {
             self.errors.lock().unwrap().push(e.to_string());
         }
@@ -95,6 +112,37 @@ fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
     b
 }
 
+/// Bytes waiting in `s`'s receive queue.
+fn unread(s: &TcpStream) -> libc::c_int {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int, to `n`, which lives through the call; the descriptor
+    // is `s`'s, open while it is borrowed.
+    let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(s), libc::FIONREAD, &mut n) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    n
+}
+
+/// Waits until the big record waits for room: its first bytes arrived, no more come, and the
+/// zone is parked (nothing to do but wait).
+fn wait_stalled(s: &TcpStream, w: &ringx_engine::Waker) {
+    let t = std::time::Instant::now();
+    let (mut last, mut still) = (0, 0);
+    while still < 5 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the record never stalled"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        let n = unread(s);
+        still = if n > 0 && n == last && w.stats().parked {
+            still + 1
+        } else {
+            0
+        };
+        last = n;
+    }
+}
+
 fn kernel_has_tls_ulp() -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
         .is_ok_and(|s| s.split_whitespace().any(|u| u == "tls"))
@@ -118,6 +166,7 @@ fn options_and_records(engine: EngineKind) {
     let h = Scripted {
         errors: errors.clone(),
         file: Some(path.clone()),
+        closed: Arc::default(),
     };
     let Some(zone) = common::spawn_zone(cfg, h, |_| ()) else {
         return;
@@ -172,6 +221,71 @@ fn options_and_records(engine: EngineKind) {
             "{engine:?}: the refusal is the close's error: {errors:?}"
         );
     }
+}
+
+/// A record that waits for room (the peer reads nothing yet): records queued meanwhile
+/// arrive after it, in order; and a close while one waits ends the connection without the
+/// peer reading.
+fn records_waiting_for_room(engine: EngineKind) {
+    let cfg = ZoneConfig {
+        engine,
+        max_conns: 16,
+        recv_buffers: 8,
+        recv_buffer_size: 1024,
+        ..ZoneConfig::default()
+    };
+    let closed = Arc::new(AtomicUsize::new(0));
+    let h = Scripted {
+        closed: closed.clone(),
+        ..Scripted::default()
+    };
+    let Some(zone) = common::spawn_zone(cfg, h, |_| ()) else {
+        return;
+    };
+    let mut s = client(zone.addr, b'K');
+    wait_stalled(&s, &zone.waker);
+    s.write_all(b"M").unwrap();
+    std::thread::sleep(Duration::from_millis(50)); // queued behind it
+    let got = read_n(&mut s, BIG + 8 + 3);
+    assert!(
+        got[..BIG].iter().all(|&b| b == 7),
+        "{engine:?}: the big record"
+    );
+    assert_eq!(&got[BIG..], b"01234567end", "{engine:?}");
+    drop(s);
+    let t = std::time::Instant::now();
+    while closed.load(Ordering::SeqCst) < 1 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{engine:?}: never closed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Closed while the record waits for a peer that reads nothing: closed all the same.
+    let mut s = client(zone.addr, b'K');
+    wait_stalled(&s, &zone.waker);
+    s.write_all(b"C").unwrap();
+    let t = std::time::Instant::now();
+    while closed.load(Ordering::SeqCst) < 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "{engine:?}: the close waits for the record"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(s);
+    zone.waker.wake();
+    zone.thread.join().unwrap();
+}
+
+#[test]
+fn epoll_records_waiting_for_room() {
+    records_waiting_for_room(EngineKind::Epoll);
+}
+
+#[test]
+fn uring_records_waiting_for_room() {
+    records_waiting_for_room(EngineKind::Uring);
 }
 
 #[test]

@@ -57,11 +57,18 @@ pub(super) fn begin(d: &mut UringDriver, c: ConnId, err: Option<std::io::Error>)
     }
 }
 
-/// Cancels the connection's write in flight: a send, one of a splice's two halves, or a
-/// sendfile's wait for room (whichever is pending; the other cancels find nothing). Its
-/// completion, with `-ECANCELED` or the bytes it wrote, then lets the close go on.
+/// Cancels the connection's write in flight: a send, one of a splice's two halves, a
+/// sendfile's wait for room, or a kernel TLS record's `SENDMSG` (whichever is pending; the
+/// other cancels find nothing). Its completion, with `-ECANCELED` or the bytes it wrote,
+/// then lets the close go on; until then the record stays queued (`sendmsg.rs`).
 fn cancel_output(d: &mut UringDriver, c: ConnId) {
-    for kind in [Kind::Send, Kind::SpliceIn, Kind::SpliceOut, Kind::PollOut] {
+    for kind in [
+        Kind::Send,
+        Kind::SpliceIn,
+        Kind::SpliceOut,
+        Kind::PollOut,
+        Kind::SendMsg,
+    ] {
         let e = cancel_entry(d, c, kind, Kind::CancelQuiet);
         // SAFETY: a cancellation refers to no memory of ours.
         unsafe { d.push(&e) };

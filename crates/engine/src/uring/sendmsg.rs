@@ -45,7 +45,8 @@ pub(super) fn submit(d: &mut UringDriver, c: ConnId) {
     // - dropped: the queue is dropped only by `ctl_pop` (here, after the completion) and by
     //   `ConnIo::open` when the slot is reused, which needs the slot `Free`: that is set by
     //   the CLOSE's completion, and `close::try_finish` submits the CLOSE only once
-    //   `in_flight` is clear. A close keeps the queue (`drop_unsent` trims only `out`). At
+    //   `in_flight` is clear. A close keeps the queue (`drop_unsent` trims only `out`)
+    //   and, though it cancels this SENDMSG (`close::cancel_output`), waits for its CQE. At
     //   teardown the ring is dropped before `io` (`UringDriver`'s field order), as for
     //   every other buffer in flight.
     // Ordering: the header was written above, before the push; the submission queue's tail
