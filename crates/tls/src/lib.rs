@@ -42,4 +42,6 @@ pub use traffic::{KernelOut, Session};
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_limits;
+#[cfg(test)]
 mod tests_traffic;

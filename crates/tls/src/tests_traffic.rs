@@ -17,7 +17,7 @@ use crate::record::{APPLICATION_DATA, HANDSHAKE};
 use crate::tests::{drive, sites_with, Pki};
 use crate::{Budget, KernelOut, Provider, Recv, TlsConn};
 
-const SUITES: [SupportedCipherSuite; 6] = [
+pub(crate) const SUITES: [SupportedCipherSuite; 6] = [
     cs::TLS13_AES_128_GCM_SHA256,
     cs::TLS13_AES_256_GCM_SHA384,
     cs::TLS13_CHACHA20_POLY1305_SHA256,
@@ -26,7 +26,7 @@ const SUITES: [SupportedCipherSuite; 6] = [
     cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
 ];
 
-const ALL: Support = Support {
+pub(crate) const ALL: Support = Support {
     aes_gcm_128: true,
     aes_gcm_256: true,
     chacha20_poly1305: true,
@@ -45,7 +45,7 @@ fn client_for(pki: &Pki, suite: SupportedCipherSuite) -> ClientConnection {
 
 /// Feeds `wire` to the client; returns the plaintext it reads and whether it saw
 /// close_notify.
-fn client_reads(c: &mut ClientConnection, mut wire: &[u8]) -> (Vec<u8>, bool) {
+pub(crate) fn client_reads(c: &mut ClientConnection, mut wire: &[u8]) -> (Vec<u8>, bool) {
     let mut closed = false;
     let mut got = Vec::new();
     while !wire.is_empty() {
@@ -59,7 +59,7 @@ fn client_reads(c: &mut ClientConnection, mut wire: &[u8]) -> (Vec<u8>, bool) {
     (got, closed)
 }
 
-fn client_wire(c: &mut ClientConnection) -> Vec<u8> {
+pub(crate) fn client_wire(c: &mut ClientConnection) -> Vec<u8> {
     let mut wire = Vec::new();
     while c.wants_write() {
         c.write_tls(&mut wire).unwrap();
@@ -68,7 +68,7 @@ fn client_wire(c: &mut ClientConnection) -> Vec<u8> {
 }
 
 /// A finished handshake; the client's first words already read by the server.
-fn established(
+pub(crate) fn established(
     pki: &Pki,
     provider: Provider,
     suite: SupportedCipherSuite,
@@ -86,7 +86,12 @@ fn established(
     (cl, srv, sites)
 }
 
-fn receive(srv: &mut TlsConn, sites: &crate::Sites, wire: &[u8], out: &mut Vec<u8>) -> Recv {
+pub(crate) fn receive(
+    srv: &mut TlsConn,
+    sites: &crate::Sites,
+    wire: &[u8],
+    out: &mut Vec<u8>,
+) -> Recv {
     let cfg = |sni: Option<&str>| sites.config(0, sni);
     let mut budget = Budget::new(1.0, Instant::now());
     srv.receive(wire, &cfg, &mut budget, Instant::now(), out)

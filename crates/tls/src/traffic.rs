@@ -1,7 +1,8 @@
 //! A connection after its handshake: records opened and sealed by [`crate::record`] (or
 //! sealed by the kernel), and the few messages TLS still exchanges then — alerts,
 //! close_notify, TLS 1.3 KeyUpdate (its key schedule is rustls's `KernelConnection`) — handled
-//! here, whoever seals.
+//! here, whoever seals. What a client may send that costs and carries nothing (renegotiation
+//! attempts, warning alerts, empty records, KeyUpdates) is limited as rustls limits it.
 
 use rustls::kernel::KernelConnection;
 use rustls::pki_types::CertificateDer;
@@ -75,6 +76,22 @@ const MAX_MESSAGE: usize = 1024;
 /// A KeyUpdate with `update_not_requested`.
 const KEY_UPDATE: [u8; 5] = [24, 0, 0, 1, 0];
 
+// What a client may send that costs the server and carries nothing, limited as rustls 0.23
+// limits it (`TemperCounters`, after BoringSSL, and `ALLOWED_CONSECUTIVE_EMPTY_FRAGMENTS_MAX`);
+// past a limit the connection ends with a fatal unexpected_message. What the connection
+// queues in answer is bounded with them: one no_renegotiation warning in its life, one fatal
+// alert, and one KeyUpdate of ours per batch of records received (one at most waiting for the
+// kernel to be handed it), so 32 at most between two records of the client's data.
+/// TLS 1.2 renegotiations refused with a no_renegotiation warning; the next one is fatal.
+const MAX_RENEGOTIATIONS: u8 = 1;
+/// Warning alerts read past (TLS 1.2's, user_canceled) over the connection's life.
+const MAX_WARNINGS: u8 = 4;
+/// Empty records in a row (each costs a decrypt).
+const MAX_EMPTY_RECORDS: u8 = 32;
+/// KeyUpdates (TLS 1.3) between two records of application data with content (rustls counts
+/// from any record of application data; an empty one buys nothing here).
+const MAX_KEY_UPDATES: u8 = 32;
+
 pub(crate) struct Traffic {
     pub(crate) records: Records,
     /// rustls's key schedule, for KeyUpdate.
@@ -84,6 +101,11 @@ pub(crate) struct Traffic {
     hs: Vec<u8>,
     /// The client asked for a KeyUpdate of ours.
     key_update_due: bool,
+    /// What is left of the limits above, and the empty records just read.
+    renegotiations_left: u8,
+    warnings_left: u8,
+    key_updates_left: u8,
+    empty_in_a_row: u8,
     peer_closed: bool,
     sent_close: bool,
     /// Records the current send keys may seal (AES-GCM's confidentiality limit, RFC 8446
@@ -109,6 +131,10 @@ impl Traffic {
             session,
             hs: Vec::new(),
             key_update_due: false,
+            renegotiations_left: MAX_RENEGOTIATIONS,
+            warnings_left: MAX_WARNINGS,
+            key_updates_left: MAX_KEY_UPDATES,
+            empty_in_a_row: 0,
             peer_closed: false,
             sent_close: false,
             limit,
@@ -136,8 +162,19 @@ impl Traffic {
             };
             let content = at + o.start..at + o.start + o.len;
             at += o.consumed;
+            if o.len > 0 {
+                self.empty_in_a_row = 0;
+            } else if self.empty_in_a_row == MAX_EMPTY_RECORDS {
+                failed = Some((alert::UNEXPECTED_MESSAGE, "too many empty records".into()));
+                break;
+            } else {
+                self.empty_in_a_row += 1;
+            }
             let r = match o.typ {
                 APPLICATION_DATA => {
+                    if o.len > 0 {
+                        self.key_updates_left = MAX_KEY_UPDATES;
+                    }
                     plain.extend_from_slice(&incoming[content]);
                     Ok(())
                 }
@@ -188,8 +225,8 @@ impl Traffic {
             }
             // RFC 8446 §6: every alert but close_notify and user_canceled is fatal in TLS
             // 1.3; TLS 1.2's warnings are ignored, as rustls does.
-            alert::USER_CANCELED => Ok(()),
-            _ if level == 1 && !self.records.tls13() => Ok(()),
+            alert::USER_CANCELED => self.warning(),
+            _ if level == 1 && !self.records.tls13() => self.warning(),
             d => {
                 self.sent_close = true; // the peer has gone: no alert back
                 Err((alert::CLOSE_NOTIFY, format!("the client sent alert {d}")))
@@ -197,33 +234,56 @@ impl Traffic {
         }
     }
 
+    /// A warning alert read past, while the limit allows.
+    fn warning(&mut self) -> Result<(), (u8, String)> {
+        self.warnings_left = self.warnings_left.checked_sub(1).ok_or((
+            alert::UNEXPECTED_MESSAGE,
+            "too many warning alerts".to_string(),
+        ))?;
+        Ok(())
+    }
+
     /// Complete handshake messages in `hs`: TLS 1.3 KeyUpdate; a TLS 1.2 renegotiation is
-    /// refused with a warning, as rustls does; anything else is unexpected.
+    /// refused with a warning, as rustls does; anything else is unexpected. One pass, and
+    /// the messages read removed once.
     fn messages(&mut self, out: &mut Vec<u8>) -> Result<(), (u8, String)> {
-        while self.hs.len() >= 4 {
-            let len = usize::from(self.hs[1]) << 16
-                | usize::from(self.hs[2]) << 8
-                | usize::from(self.hs[3]);
+        let mut at = 0;
+        let r = self.each_message(&mut at, out);
+        self.hs.drain(..at);
+        r
+    }
+
+    fn each_message(&mut self, at: &mut usize, out: &mut Vec<u8>) -> Result<(), (u8, String)> {
+        while let [typ, l0, l1, l2, ref rest @ ..] = self.hs[*at..] {
+            let len = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
             if len > MAX_MESSAGE {
                 return Err((alert::DECODE_ERROR, "handshake message too long".into()));
             }
-            if self.hs.len() < 4 + len {
+            if rest.len() < len {
                 break;
             }
-            match (self.hs[0], self.records.tls13()) {
+            // RFC 8446 §5.1: a message before a key change ends its record.
+            let last = rest.len() == len;
+            let requested = match &rest[..len] {
+                [0] => Some(false),
+                [1] => Some(true),
+                _ => None,
+            };
+            *at += 4 + len;
+            match (typ, self.records.tls13()) {
                 (24, true) => {
-                    let requested = match &self.hs[4..4 + len] {
-                        [0] => false,
-                        [1] => true,
-                        _ => return Err((alert::DECODE_ERROR, "malformed KeyUpdate".into())),
-                    };
-                    // RFC 8446 §5.1: a message before a key change ends its record.
-                    if self.hs.len() > 4 + len {
+                    let requested = requested
+                        .ok_or((alert::DECODE_ERROR, "malformed KeyUpdate".to_string()))?;
+                    if !last {
                         return Err((
                             alert::UNEXPECTED_MESSAGE,
                             "data after a KeyUpdate in its record".into(),
                         ));
                     }
+                    self.key_updates_left = self.key_updates_left.checked_sub(1).ok_or((
+                        alert::UNEXPECTED_MESSAGE,
+                        "too many KeyUpdates without data".to_string(),
+                    ))?;
                     let (_, s) = self
                         .kernel
                         .update_rx_secret()
@@ -234,7 +294,13 @@ impl Traffic {
                         .ok_or((alert::UNEXPECTED_MESSAGE, "KeyUpdate: no keys".into()))?;
                     self.key_update_due |= requested;
                 }
-                (1, false) => self.send_alert(1, alert::NO_RENEGOTIATION, out),
+                (1, false) => {
+                    self.renegotiations_left = self.renegotiations_left.checked_sub(1).ok_or((
+                        alert::UNEXPECTED_MESSAGE,
+                        "renegotiation asked again".to_string(),
+                    ))?;
+                    self.send_alert(1, alert::NO_RENEGOTIATION, out);
+                }
                 (t, _) => {
                     return Err((
                         alert::UNEXPECTED_MESSAGE,
@@ -242,7 +308,6 @@ impl Traffic {
                     ))
                 }
             }
-            self.hs.drain(..4 + len);
         }
         Ok(())
     }
@@ -251,6 +316,13 @@ impl Traffic {
     fn update_tx(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
         if !self.records.tls13() {
             return Err("TLS 1.2 connection at its record limit".into());
+        }
+        let queued = |k: &KernelOut| matches!(k, KernelOut::TxKeys(_));
+        if self.records.tx.is_none() && self.kernel_out.iter().any(queued) {
+            // A KeyUpdate of ours the kernel has not been handed yet goes out after this
+            // request and answers it too (RFC 8446 §4.6.3): one at most waits in
+            // `kernel_out`, and the key schedule moves once for it.
+            return Ok(());
         }
         let (_, s) = self
             .kernel
