@@ -18,14 +18,18 @@ use rustls::crypto::hmac::{Hmac, Key, Tag};
 use rustls::crypto::tls13::HkdfUsingHmac;
 use rustls::{SupportedCipherSuite, Tls13CipherSuite};
 
+use crate::wipe::Wiped;
+
 /// An HMAC whose key is set up once ([`Hmac::with_key`]) and then signs many messages.
 struct RingHmac(hmac::Algorithm);
 
-struct RingKey(hmac::Key);
+/// The keyed HMAC state, a plain value in *ring*, holds what the secret keys: wiped when the
+/// key schedule drops it.
+struct RingKey(Wiped<hmac::Key>);
 
 impl Hmac for RingHmac {
     fn with_key(&self, key: &[u8]) -> Box<dyn Key> {
-        Box::new(RingKey(hmac::Key::new(self.0, key)))
+        Box::new(RingKey(Wiped::new(hmac::Key::new(self.0, key))))
     }
 
     fn hash_output_len(&self) -> usize {

@@ -20,6 +20,7 @@
 //! by [`crate::traffic`], and sent by the engine (`Io::send_tls_record`).
 
 use rustls::{ConnectionTrafficSecrets, ProtocolVersion};
+use zeroize::Zeroize;
 
 /// `SOL_TLS`, `TLS_TX`, `TLS_RX`, `TCP_ULP`, the control message types of a record's type
 /// (`include/uapi/linux/tls.h`, `tcp.h`).
@@ -170,8 +171,31 @@ fn try_cipher(cipher: u16) -> Result<(), Stage> {
 
 /// One direction's `struct tls12_crypto_info_*`, as the bytes `setsockopt` takes (the
 /// structures are a `u16` version and a `u16` cipher followed by byte arrays: no padding).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CryptoInfo(pub Vec<u8>);
+/// They hold the key, IV and salt: wiped when dropped, not cloned, and not printed by `Debug`.
+#[derive(PartialEq, Eq)]
+pub struct CryptoInfo(Vec<u8>);
+
+impl Drop for CryptoInfo {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+impl zeroize::ZeroizeOnDrop for CryptoInfo {}
+
+impl std::fmt::Debug for CryptoInfo {
+    /// The version and the cipher only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let word = |at: usize| match self.0.get(at..at + 2) {
+            Some(&[a, b]) => u16::from_ne_bytes([a, b]),
+            _ => 0,
+        };
+        f.debug_struct("CryptoInfo")
+            .field("version", &format_args!("{:#06x}", word(0)))
+            .field("cipher", &word(2))
+            .finish_non_exhaustive()
+    }
+}
 
 impl CryptoInfo {
     /// From one direction of rustls's extracted secrets: `(sequence number, secrets)`.
@@ -185,6 +209,7 @@ impl CryptoInfo {
             ProtocolVersion::TLSv1_3 => TLS_1_3_VERSION,
             _ => return None,
         };
+        // The largest structure (AES-256-GCM's): never reallocated, so no copy is left behind.
         let mut b = Vec::with_capacity(56);
         let seq_n = seq;
         let seq = seq.to_be_bytes();
@@ -218,6 +243,12 @@ impl CryptoInfo {
             _ => return None,
         }
         Some(CryptoInfo(b))
+    }
+
+    /// The bytes for `setsockopt(SOL_TLS, TLS_TX)`, handed over: from here on they are the
+    /// caller's to wipe.
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        std::mem::take(&mut self.0)
     }
 }
 

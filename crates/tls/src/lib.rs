@@ -32,6 +32,7 @@ pub mod sites;
 pub mod sni;
 pub mod tickets;
 pub mod traffic;
+mod wipe;
 
 pub use budget::Budget;
 pub use conn::{Recv, TlsConn};

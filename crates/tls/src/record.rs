@@ -25,7 +25,10 @@ use std::os::fd::AsRawFd;
 
 use rustls::{ConnectionTrafficSecrets, ProtocolVersion};
 
+use zeroize::Zeroize;
+
 use crate::provider::Provider;
+use crate::wipe::Wiped;
 
 /// Record content types.
 pub const CHANGE_CIPHER_SPEC: u8 = 20;
@@ -57,10 +60,12 @@ enum Alg {
     Chacha20Poly1305,
 }
 
+/// An AEAD key, wiped when dropped: aws-lc's in its own allocation, which `OPENSSL_free`
+/// cleanses; ring's, a plain value, by [`Wiped`].
 enum Key {
     AwsLc(aws_lc_rs::aead::LessSafeKey),
     // Boxed: ring's key schedule is inline (544 bytes), AWS-LC's behind a pointer already.
-    Ring(Box<ring::aead::LessSafeKey>),
+    Ring(Box<Wiped<ring::aead::LessSafeKey>>),
 }
 
 impl Key {
@@ -82,9 +87,9 @@ impl Key {
                     Alg::Aes256Gcm => &r::AES_256_GCM,
                     Alg::Chacha20Poly1305 => &r::CHACHA20_POLY1305,
                 };
-                Key::Ring(Box::new(r::LessSafeKey::new(
+                Key::Ring(Box::new(Wiped::new(r::LessSafeKey::new(
                     r::UnboundKey::new(alg, key).ok()?,
-                )))
+                ))))
             }
         })
     }
@@ -146,12 +151,21 @@ impl Key {
     }
 }
 
-/// One direction's key, IV and next sequence number.
+/// One direction's key, IV and next sequence number; the key and IV are wiped when dropped
+/// (no `Debug`, no `Clone`).
 pub struct Keys {
     key: Key,
     iv: [u8; NONCE],
     pub seq: u64,
 }
+
+impl Drop for Keys {
+    fn drop(&mut self) {
+        self.iv.zeroize();
+    }
+}
+
+impl zeroize::ZeroizeOnDrop for Keys {}
 
 impl Keys {
     /// From rustls's secrets for one direction (`None`: an AEAD this layer does not know).

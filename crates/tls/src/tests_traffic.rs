@@ -232,7 +232,7 @@ fn when_the_kernel_seals_only_control_records_are_left_for_it() {
         let mut wire = kernel_seal(&tx, 0, 23, b"from the kernel");
         let tls13 = !format!("{suite:?}").starts_with("TLS_ECDHE");
         let mut j = 1;
-        let mut keys = tx.clone();
+        let mut keys = tx;
         if tls13 {
             // A KeyUpdate asked of us: the kernel sends ours, then takes new keys.
             cl.refresh_traffic_keys().unwrap();
@@ -240,14 +240,14 @@ fn when_the_kernel_seals_only_control_records_are_left_for_it() {
             let r = receive(&mut srv, &sites, &client_wire(&mut cl), &mut out);
             assert_eq!(r, Recv::Data);
             assert!(out.is_empty(), "no record from user space");
-            let k = srv.take_kernel_out();
+            let mut k = srv.take_kernel_out();
             assert_eq!(k.len(), 2, "{k:?}");
             assert_eq!(k[0], KernelOut::Record(22, vec![24, 0, 0, 1, 0]));
-            let KernelOut::TxKeys(next) = &k[1] else {
+            let Some(KernelOut::TxKeys(next)) = k.pop() else {
                 panic!("{k:?}")
             };
             wire.extend(kernel_seal(&keys, j, 22, &[24, 0, 0, 1, 0]));
-            keys = next.clone();
+            keys = next;
             j = 0;
             wire.extend(kernel_seal(&keys, j, 23, b" and after a KeyUpdate"));
             j += 1;

@@ -62,8 +62,9 @@ impl Session {
     }
 }
 
-/// What the kernel must send while it seals a connection's records (kTLS), in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the kernel must send while it seals a connection's records (kTLS), in order. Not
+/// `Clone`: the keys are not copied; `Debug` does not print them.
+#[derive(Debug, PartialEq, Eq)]
 pub enum KernelOut {
     /// These bytes as one record of this content type (an alert, a KeyUpdate).
     Record(u8, Vec<u8>),

@@ -105,7 +105,7 @@ impl TlsTransport {
             return false;
         };
         io.set_sockopt(c, libc::SOL_TCP, ktls::TCP_ULP, b"tls".to_vec());
-        io.set_sockopt(c, ktls::SOL_TLS, ktls::TLS_TX, keys.0);
+        io.set_sockopt(c, ktls::SOL_TLS, ktls::TLS_TX, keys.into_bytes());
         self.kernel = true;
         true
     }
@@ -115,7 +115,9 @@ impl TlsTransport {
         for k in self.conn.take_kernel_out() {
             match k {
                 KernelOut::Record(typ, data) => io.send_tls_record(c, typ, &data),
-                KernelOut::TxKeys(keys) => io.set_sockopt(c, ktls::SOL_TLS, ktls::TLS_TX, keys.0),
+                KernelOut::TxKeys(keys) => {
+                    io.set_sockopt(c, ktls::SOL_TLS, ktls::TLS_TX, keys.into_bytes())
+                }
             }
         }
     }

@@ -323,3 +323,19 @@ fn the_extracted_secrets_open_the_next_record_for_every_suite() {
         );
     }
 }
+
+#[test]
+fn debug_output_names_the_cipher_not_the_keys() {
+    use rustls::crypto::cipher::{AeadKey, Iv};
+    let s = rustls::ConnectionTrafficSecrets::Aes256Gcm {
+        key: AeadKey::from([0xab; 32]),
+        iv: Iv::new([0xcd; 12]),
+    };
+    let info = CryptoInfo::new(rustls::ProtocolVersion::TLSv1_3, 7, &s).unwrap();
+    let d = format!("{:?}", crate::KernelOut::TxKeys(info));
+    assert_eq!(d, "TxKeys(CryptoInfo { version: 0x0304, cipher: 52, .. })");
+    // Neither the key (171), the IV (205) nor the salt, in decimal or hex.
+    for k in ["171", "205", "ab", "cd"] {
+        assert!(!d.to_lowercase().contains(k), "{d}");
+    }
+}

@@ -324,3 +324,30 @@ fn record_sizes_are_held_to_the_limits() {
         }
     }
 }
+
+#[test]
+fn keys_wipe_their_iv_when_dropped() {
+    use std::mem::MaybeUninit;
+    let at = std::mem::offset_of!(Keys, iv);
+    let iv = |slot: &MaybeUninit<Keys>| {
+        // SAFETY: the IV's 12 bytes lie at its offset inside the slot, which is alive; they
+        // are initialised (by `Keys::new`, then by the drop's zeroize), and any bytes are
+        // valid `u8`s.
+        unsafe {
+            slot.as_ptr()
+                .cast::<u8>()
+                .add(at)
+                .cast::<[u8; NONCE]>()
+                .read()
+        }
+    };
+    for p in [Provider::AwsLc, Provider::Ring] {
+        for chacha in [false, true] {
+            let mut slot = MaybeUninit::new(Keys::new(p, 0, &secrets(chacha, 2)).unwrap());
+            assert_eq!(iv(&slot), [6; NONCE]);
+            // SAFETY: `slot` holds a `Keys`, dropped once here and never used as one again.
+            unsafe { std::ptr::drop_in_place(slot.as_mut_ptr()) };
+            assert_eq!(iv(&slot), [0; NONCE], "{p:?} chacha {chacha}");
+        }
+    }
+}
