@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
 import struct
 import threading
 import time
@@ -381,7 +382,28 @@ def test_udp_session_timeout(ringx, engine, dns_up):
     assert len(set(u.peers)) == 2, "after the timeout the client has a new session"
 
 
+def listener_drops(port: int) -> int:
+    """Datagrams the kernel dropped at the UDP sockets bound to `port` (its receive buffer
+    was full), from /proc/net/udp."""
+    total = 0
+    for name in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            lines = open(name).read().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            if int(f[1].rsplit(":", 1)[1], 16) == port:
+                total += int(f[-1])
+    return total
+
+
 def test_udp_ten_thousand_clients_bounded(ringx, engine, dns_up):
+    """10 000 clients, each one datagram from its own address, against max_sessions = 1000:
+    1000 sessions, every other datagram dropped and counted, memory bounded. What the kernel
+    drops when the zone falls behind (load can make it) is counted on the listener's socket,
+    so every datagram is accounted for whatever the machine is doing: none is asserted to
+    arrive beyond the first 1000, which are paced so that they do."""
     u = dns_up("a")
     port, admin = free_udp_port(), free_port()
     # Sessions outlive the test however slow a busy machine makes it.
@@ -392,29 +414,33 @@ def test_udp_ten_thousand_clients_bounded(ringx, engine, dns_up):
     ask(c, port, 1)  # warm up: the zone's buffers exist; growth is counted from here
     with open(f"/proc/{r.pid}/status") as f:
         base = int([ln for ln in f if ln.startswith("VmRSS")][0].split()[1])
-    sent = 0
+
+    def seen_and_dropped() -> tuple[int, int]:
+        seen = udp_total(udp_metrics(admin), "ringx_udp_datagrams_total",
+                         direction="from_clients")
+        return int(seen), listener_drops(port)
+
+    sent = 1  # the warm-up
     for i in range(10_000):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.bind((f"127.1.{i // 250}.{i % 250 + 1}", 0))
         s.sendto(dns_query(i, "flood.test"), ("127.0.0.1", port))
         sent += 1
         s.close()
-        if i % 500 == 499:
-            # Keep the listener's socket buffer from overflowing on a busy machine: let ringx
-            # catch up with each 500 before the next.
-            deadline = time.monotonic() + 1
-            while (udp_total(udp_metrics(admin), "ringx_udp_datagrams_total",
-                             direction="from_clients") < sent - 10
-                   and time.monotonic() < deadline):
-                time.sleep(0.02)
-    deadline = time.monotonic() + 10
-    while True:
-        m = udp_metrics(admin)
-        seen = udp_total(m, "ringx_udp_datagrams_total", direction="from_clients")
-        if seen >= sent + 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert seen >= 0.95 * sent, f"only {seen} of {sent} datagrams reached ringx"
+        if i < 1000 and i % 100 == 99:
+            # The first 1000 open the sessions: each batch is taken before the next.
+            deadline = time.monotonic() + 30
+            while sum(seen_and_dropped()) < sent and time.monotonic() < deadline:
+                time.sleep(0.01)
+    deadline = time.monotonic() + 30
+    while sum(seen_and_dropped()) < sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen, dropped = seen_and_dropped()
+    assert seen + dropped == sent, f"{sent} sent: {seen} reached ringx, {dropped} dropped by the kernel"
+    if dropped:
+        print(f"the kernel dropped {dropped} of {sent} datagrams (receive buffer full)")
+    m = udp_metrics(admin)
+    assert seen >= 1001, f"the paced first 1000 did not all arrive: {seen}, {dropped} dropped"
     assert udp_total(m, "ringx_udp_sessions") == 1000
     full = udp_total(m, "ringx_udp_dropped_total", reason="sessions_full")
     assert full == seen - 1000, (full, seen)
@@ -422,6 +448,23 @@ def test_udp_ten_thousand_clients_bounded(ringx, engine, dns_up):
     with open(f"/proc/{r.pid}/status") as f:
         now = int([ln for ln in f if ln.startswith("VmRSS")][0].split()[1])
     assert now - base < 16 * 1024, f"RSS grew by {(now - base) // 1024} MiB for 1000 sessions"
+
+
+def test_udp_listener_asks_for_its_receive_buffer(ringx, engine, dns_up):
+    """`rcvbuf` (default 4m) sizes the listener's receive buffer, so a burst of new clients
+    waits there instead of being dropped: read back from the socket with ss."""
+    u = dns_up("a")
+    port, admin = free_udp_port(), free_port()
+    ringx.make(udp_config(engine, port, admin, [u.addr], 'rcvbuf = "3m"'), engine=engine)
+    out = subprocess.run(["ss", "-uamnH", "sport", "=", f":{port}"], capture_output=True,
+                         text=True, timeout=10).stdout
+    sizes = [int(x) for x in re.findall(r"rb(\d+)", out)]
+    assert sizes, out
+    if os.geteuid() == 0:
+        # SO_RCVBUFFORCE: the kernel keeps twice what it was given.
+        assert all(sz >= 2 * 3 * 1024 * 1024 for sz in sizes), out
+    else:
+        print(f"not root: the buffer is capped by net.core.rmem_max: {sizes}")
 
 
 def test_udp_bad_datagrams_dropped_and_counted(ringx, engine, dns_up):

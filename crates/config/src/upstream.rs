@@ -35,6 +35,7 @@
 //! responses = 1               # answers per client datagram; the session ends once they came
 //! max_sessions = 8192         # per zone; a new client beyond that is dropped and counted
 //! max_datagram_size = "16k"   # larger datagrams are dropped and counted
+//! rcvbuf = "4m"               # the listener's receive buffer: absorbs bursts of new clients
 //!
 //! [[stream]]                  # TLS passed through, routed by the ClientHello's SNI name
 //! listen = ["0.0.0.0:443"]
@@ -178,6 +179,12 @@ pub struct Stream {
     /// UDP: the largest datagram passed on, either way; larger ones are dropped and counted.
     /// Default 16k (nginx's `proxy_buffer_size`), at most 65507.
     pub max_datagram_size: Option<Spanned<crate::units::Size>>,
+    /// UDP: the listening socket's receive buffer (`SO_RCVBUF`, nginx's `listen ...
+    /// rcvbuf=`): datagrams that arrive while the zone is busy wait there, and a burst of new
+    /// clients, each of whom costs a socket to the server, is absorbed instead of dropped by
+    /// the kernel. Default 4m; set with `SO_RCVBUFFORCE` where ringx may (root,
+    /// CAP_NET_ADMIN), else capped by `net.core.rmem_max` (logged).
+    pub rcvbuf: Option<Spanned<crate::units::Size>>,
     /// Expect a PROXY protocol header (v1 or v2) at the start of each connection.
     #[serde(default)]
     pub proxy_protocol: bool,
@@ -510,7 +517,7 @@ pub(crate) fn validate(
 }
 
 /// What only one protocol has: UDP streams take no TLS, SNI routing or PROXY header;
-/// `responses`, `max_sessions` and `max_datagram_size` are for UDP. Two UDP streams cannot
+/// `responses`, `max_sessions`, `max_datagram_size` and `rcvbuf` are for UDP. Two UDP streams cannot
 /// share an address (`earlier`: the streams before this one).
 fn validate_protocol(
     s: &Stream,
@@ -524,6 +531,7 @@ fn validate_protocol(
             s.max_datagram_size
                 .as_ref()
                 .map(|v| ("max_datagram_size", v.span())),
+            s.rcvbuf.as_ref().map(|v| ("rcvbuf", v.span())),
         ];
         if let Some((key, span)) = udp_only.into_iter().flatten().next() {
             return Err(src.err(

@@ -22,6 +22,9 @@ pub struct ListenOptions {
     /// addresses that are not local, which TPROXY rules steer to this socket. Needs
     /// CAP_NET_ADMIN.
     pub transparent: bool,
+    /// UDP: the receive buffer to ask for (`SO_RCVBUFFORCE`, else `SO_RCVBUF` as the kernel
+    /// caps it); 0 keeps the kernel's default.
+    pub rcvbuf: u32,
 }
 
 impl Default for ListenOptions {
@@ -31,6 +34,7 @@ impl Default for ListenOptions {
             defer_accept_secs: 0,
             nodelay: true,
             transparent: false,
+            rcvbuf: 0,
         }
     }
 }
@@ -92,8 +96,34 @@ pub fn bind_udp_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<
         crate::sys::setsockopt_int(std::os::fd::AsRawFd::as_raw_fd(&sock), level, name, 1)
             .map_err(|e| ctx("IP_PKTINFO on", e))?;
     }
+    if opts.rcvbuf > 0 {
+        set_rcvbuf(&sock, addr, opts.rcvbuf as usize).map_err(|e| ctx("SO_RCVBUF on", e))?;
+    }
     sock.bind(&addr.into()).map_err(|e| ctx("bind", e))?;
     Ok(sock.into())
+}
+
+/// Asks for a receive buffer of `bytes`: `SO_RCVBUFFORCE` (CAP_NET_ADMIN) goes past
+/// `net.core.rmem_max`; without the capability `SO_RCVBUF`, which the kernel caps there. A
+/// buffer smaller than asked for is logged once per address with what to raise.
+fn set_rcvbuf(sock: &Socket, addr: SocketAddr, bytes: usize) -> io::Result<()> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+    let want = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+    if crate::sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
+        sock.set_recv_buffer_size(bytes)?;
+    }
+    // The kernel reports twice what it was given (its bookkeeping share included).
+    let got = sock.recv_buffer_size()? / 2;
+    if got < bytes {
+        tracing::info!(
+            "udp {addr}: receive buffer {} KiB of the {} KiB asked for (net.core.rmem_max); \
+             bursts of datagrams beyond it are dropped by the kernel: raise net.core.rmem_max \
+             or run with CAP_NET_ADMIN",
+            got >> 10,
+            bytes >> 10
+        );
+    }
+    Ok(())
 }
 
 /// `IP_TRANSPARENT` or `IPV6_TRANSPARENT`, whichever family `addr` is. The error says what

@@ -209,6 +209,7 @@ impl Control {
             for z in per_zone.iter_mut() {
                 let opts = ListenOptions {
                     transparent: routes.is_transparent(addr, true),
+                    rcvbuf: routes.udp_rcvbuf(addr),
                     ..self.lopts.clone()
                 };
                 let u = ringx_engine::bind_udp_reuseport(addr, &opts)

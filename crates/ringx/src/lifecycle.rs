@@ -261,6 +261,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         for addr in &routes.udp_listen {
             let opts = ListenOptions {
                 transparent: routes.is_transparent(*addr, true),
+                rcvbuf: routes.udp_rcvbuf(*addr),
                 ..lopts.clone()
             };
             match ringx_engine::bind_udp_reuseport(*addr, &opts) {

@@ -72,11 +72,14 @@ pub struct UdpDef {
     pub max_sessions: u32,
     /// The largest datagram passed on, either way.
     pub max_datagram: u32,
+    /// The listening socket's receive buffer in bytes.
+    pub rcvbuf: u32,
 }
 
 /// Defaults of a UDP stream's settings.
 pub const UDP_MAX_SESSIONS: u32 = 8192;
 pub const UDP_MAX_DATAGRAM: u32 = 16 * 1024;
+pub const UDP_RCVBUF: u32 = 4 << 20;
 
 /// A `proxy_pass` location.
 pub struct ProxyLoc {
@@ -188,6 +191,15 @@ pub struct FileRoot {
 }
 
 impl Routes {
+    /// The receive buffer a UDP listener on `addr` asks for (0: the kernel's default).
+    pub fn udp_rcvbuf(&self, addr: SocketAddr) -> u32 {
+        self.udp_listen
+            .iter()
+            .position(|a| *a == addr)
+            .and_then(|i| self.streams[self.udp_stream[i]].udp)
+            .map_or(0, |u| u.rcvbuf)
+    }
+
     /// Whether the listener for `addr` (a UDP one when `udp`) is bound `IP_TRANSPARENT`.
     pub fn is_transparent(&self, addr: SocketAddr, udp: bool) -> bool {
         self.transparent.contains(&(addr, udp))

@@ -19,7 +19,7 @@ use crate::rewrite::headers::{AddHeaders, ErrTarget, ErrorPages, ProxyEdit};
 use crate::rewrite::{FallbackC, LocKind, LocRw, ReturnT, ServerRw, TryFilesC};
 use crate::route::{
     Action, Canned, FileRoot, HostMode, ListenerKind, Loc, ProxyLoc, Routes, StreamDef, UdpDef,
-    VServer, UDP_MAX_DATAGRAM, UDP_MAX_SESSIONS,
+    VServer, UDP_MAX_DATAGRAM, UDP_MAX_SESSIONS, UDP_RCVBUF,
 };
 use crate::upstream::Upstreams;
 
@@ -122,6 +122,9 @@ impl Routes {
                     .max_datagram_size
                     .as_ref()
                     .map_or(UDP_MAX_DATAGRAM, |m| m.get_ref().0 as u32),
+                rcvbuf: st.rcvbuf.as_ref().map_or(UDP_RCVBUF, |m| {
+                    m.get_ref().0.min(i32::MAX as u64 / 2) as u32
+                }),
             });
             if udp.is_some() {
                 // Picked by a hash of the client's address whatever the upstream's policy:
