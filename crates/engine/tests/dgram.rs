@@ -127,7 +127,7 @@ fn run(
 )> {
     if engine == EngineKind::Uring {
         if let Err(why) = ringx_engine::uring::probe::check() {
-            eprintln!("SKIP io_uring test: {why}");
+            ringx_kerneltest::skip(format!("io_uring is unavailable here: {why}"));
             return None;
         }
     }

@@ -129,7 +129,7 @@ fn epoll_holds_max_conns() {
 #[test]
 fn uring_holds_max_conns_and_refuses_none() {
     if let Err(why) = ringx_engine::uring::probe::check() {
-        println!("skipped: io_uring is unavailable here ({why})");
+        ringx_kerneltest::skip(format!("io_uring is unavailable here: {why}"));
         return;
     }
     holds_max_conns(EngineKind::Uring);

@@ -296,7 +296,7 @@ fn epoll_sets_options_and_sends_records_in_order() {
 #[test]
 fn uring_sets_options_and_sends_records_in_order() {
     if !ringx_engine::sys::kernel_at_least(6, 7) {
-        println!("skipped: io_uring socket commands need Linux 6.7");
+        ringx_kerneltest::skip("io_uring socket commands need Linux 6.7");
         return;
     }
     options_and_records(EngineKind::Uring);

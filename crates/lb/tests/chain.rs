@@ -36,7 +36,7 @@ fn filter_counts(f: &Filter) -> Vec<(FReason, u64)> {
 
 #[test]
 fn filter_then_balancer_each_replaceable() {
-    if common::skip() {
+    if !common::bpf() {
         return;
     }
     let fdir = common::PinDir::new("chainf");
@@ -182,12 +182,12 @@ fn steering(here: u32, ncpu: u32) -> ringx_steer::xdp::Steer {
 /// stage.
 #[test]
 fn filter_balancer_steering_each_replaceable() {
-    if common::skip() {
+    if !common::bpf() {
         return;
     }
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     if ncpu < 2 {
-        eprintln!("skipped: needs 2 CPUs (steering redirects to the other one)");
+        ringx_kerneltest::skip("needs 2 CPUs (steering redirects to the other one)");
         return;
     }
     let here = stay_here();

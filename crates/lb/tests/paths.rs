@@ -2,7 +2,7 @@
 //! flow takes (`fast4` in bpf/ringx_lb.bpf.c) gives the same frame and counters as the
 //! general one, and hands every case it does not decide to it; and the answers to packets too
 //! big once encapsulated, ICMPv6 packet-too-big beside IPv4's fragmentation-needed, and their
-//! rate limit. Needs root; prints "skipped: <reason>" otherwise.
+//! rate limit. Needs root; skips otherwise (`ringx_kerneltest`).
 
 mod common;
 

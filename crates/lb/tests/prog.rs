@@ -2,7 +2,7 @@
 //! verdict, the counters and the frame out, for every branch (IPv4/IPv6, TCP/UDP, services
 //! and not, connection-table hits and misses, ICMP errors, fragments, truncated and
 //! malformed headers), both encapsulations, and the round trip through the backend's half.
-//! Needs root; prints "skipped: <reason>" otherwise.
+//! Needs root; skips otherwise (`ringx_kerneltest`).
 
 mod common;
 

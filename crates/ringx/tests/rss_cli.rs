@@ -173,7 +173,7 @@ fn hash_input_errors() {
 #[test]
 fn show_loopback_recommends_software_steering() {
     if !Path::new("/sys/class/net/lo").exists() {
-        eprintln!("skipped: no /sys/class/net/lo in this environment");
+        ringx_kerneltest::skip("no /sys/class/net/lo in this environment");
         return;
     }
     let o = ringx(&["rss", "show", "--dev", "lo"]);

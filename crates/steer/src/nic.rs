@@ -712,7 +712,7 @@ mod tests {
     #[test]
     fn loopback_has_no_rss() {
         if !Path::new("/sys/class/net/lo").exists() {
-            eprintln!("skipped: no /sys/class/net/lo (no sysfs in this environment)");
+            ringx_kerneltest::skip("no /sys/class/net/lo (no sysfs in this environment)");
             return;
         }
         let report = discover("lo").expect("discover lo");

@@ -23,13 +23,12 @@ impl Drop for PinDir {
 
 #[test]
 fn steering_behind_the_filter() {
-    if let Some(why) = ringx_xdp::bpf_unavailable() {
-        eprintln!("skipped: {why}");
+    if !ringx_kerneltest::require(ringx_xdp::bpf_unavailable()) {
         return;
     }
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     if ncpu < 2 {
-        eprintln!("skipped: needs 2 CPUs");
+        ringx_kerneltest::skip(format!("needs 2 CPUs, this process may use {ncpu}"));
         return;
     }
     // SAFETY: sched_getcpu has no preconditions.

@@ -4,8 +4,9 @@
 //! connection must come out of that CPU's listener; after a listener closes its CPU's
 //! connections must still be accepted (by the other), none refused.
 //!
-//! The eBPF case needs root (or CAP_BPF + CAP_NET_ADMIN) and skips with the reason otherwise;
-//! the SO_INCOMING_CPU case runs unprivileged on Linux 6.2+.
+//! The eBPF case needs root (or CAP_BPF + CAP_NET_ADMIN), the SO_INCOMING_CPU case Linux
+//! 6.2+, every case two CPUs; without them a test skips (`ringx_kerneltest`: said, and a
+//! failure under CI).
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -23,7 +24,7 @@ const N: usize = 24;
 fn two_cpus() -> Option<[usize; 2]> {
     let cpus = ringx_engine::sys::allowed_cpus();
     if cpus.len() < 2 {
-        eprintln!("SKIP reuseport steering test: needs 2 CPUs, this process may use {cpus:?}");
+        ringx_kerneltest::skip(format!("needs 2 CPUs, this process may use {cpus:?}"));
         return None;
     }
     Some([cpus[0], cpus[1]])
@@ -87,7 +88,7 @@ fn steering_case(method: Method) {
     let steering = match steering {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("SKIP reuseport steering by {method:?}: {e}");
+            ringx_kerneltest::skip(format!("no reuseport steering by {method:?}: {e}"));
             return;
         }
     };
@@ -163,7 +164,7 @@ fn hash_baseline_and_map_updates() {
     let steering = match CpuSteering::attach_ebpf(&[(cpus[0], &l0), (cpus[1], &l1)]) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("SKIP eBPF map updates: {e}");
+            ringx_kerneltest::skip(format!("no eBPF reuseport steering: {e}"));
             return;
         }
     };
@@ -195,7 +196,7 @@ fn attach_picks_a_method() {
             );
             assert_eq!(s.method() == Method::Ebpf, s.fallback_reason().is_none());
         }
-        Err(e) => eprintln!("SKIP attach: no steering here: {e}"),
+        Err(e) => ringx_kerneltest::skip(format!("no reuseport steering here: {e}")),
     }
 }
 
@@ -209,7 +210,7 @@ fn detached_steering_is_shared_by_id() {
     let a = match CpuSteering::ebpf_detached() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("SKIP detached eBPF steering: {e}");
+            ringx_kerneltest::skip(format!("no detached eBPF steering: {e}"));
             return;
         }
     };

@@ -1,12 +1,11 @@
 //! The software steering program (bpf/ringx_steer.bpf.c) through BPF_PROG_TEST_RUN: the zone
 //! each packet is given, active (by destination port & mask) and passive (by a hash of the
 //! client's address and port), IPv4 and IPv6, VLAN tags, and every pass-through reason; then
-//! attach and detach on a veth. Needs root; prints "skipped: <reason>" otherwise.
-
-mod common;
+//! attach and detach on a veth. Needs root; skips otherwise (`ringx_kerneltest`).
 
 use std::net::SocketAddr;
 
+use ringx_kerneltest::{in_netns, ip};
 use ringx_steer::xdp::{fold_addr, passive_zone, Steer, SteerSettings, SteerStats};
 use ringx_xdp::packet::{PacketBuilder, ETH_P_8021Q, TCP_ACK};
 use ringx_xdp::{Error, Mode};
@@ -59,15 +58,20 @@ fn settings(zone_cpus: Vec<u32>) -> SteerSettings {
     }
 }
 
+/// Whether BPF can be used here; if not, the test skips ([`ringx_kerneltest::require`]).
+fn bpf() -> bool {
+    ringx_kerneltest::require(ringx_xdp::bpf_unavailable())
+}
+
+/// Loads the steering program, or skips and returns None.
 fn load(s: &SteerSettings) -> Option<Steer> {
-    if let Some(why) = common::skip_reason() {
-        eprintln!("skipped: {why}");
+    if !bpf() {
         return None;
     }
     match Steer::load(s) {
         Ok(st) => Some(st),
         Err(e @ Error::Permission { .. }) => {
-            eprintln!("skipped: {e}");
+            ringx_kerneltest::skip(e);
             None
         }
         Err(e) => panic!("loading the steering program failed: {e}"),
@@ -130,7 +134,7 @@ fn expect_pass(st: &Steer, name: &str, pkt: &[u8], field: fn(&SteerStats) -> u64
 fn zones_of_active_and_passive_packets() {
     let all = cpus();
     if all.len() < 2 {
-        eprintln!("skipped: needs 2 CPUs, this process may use {all:?}");
+        ringx_kerneltest::skip(format!("needs 2 CPUs, this process may use {all:?}"));
         return;
     }
     // Zone i on CPU all[i % 2]: 4 zones, so the mask is 3 and zones 0 and 2 share a CPU.
@@ -231,8 +235,7 @@ fn ports_without_a_zone_pass() {
 
 #[test]
 fn bad_settings_are_refused() {
-    if let Some(why) = common::skip_reason() {
-        eprintln!("skipped: {why}");
+    if !bpf() {
         return;
     }
     let mut s = settings(vec![0, 0, 0]);
@@ -249,15 +252,14 @@ fn bad_settings_are_refused() {
 
 #[test]
 fn attach_to_veth_and_detach_on_drop() {
-    if let Some(why) = common::skip_reason() {
-        eprintln!("skipped: {why}");
+    if !bpf() {
         return;
     }
     let zone_cpus = vec![cpus()[0]];
-    common::in_netns(move || {
-        common::ip("link add rxst0 type veth peer name rxst1");
-        common::ip("link set rxst0 up");
-        common::ip("link set rxst1 up");
+    in_netns(move || {
+        ip("link add rxst0 type veth peer name rxst1");
+        ip("link set rxst0 up");
+        ip("link set rxst1 up");
         let show = || {
             let out = std::process::Command::new("ip")
                 .args(["-d", "link", "show", "dev", "rxst0"])

@@ -69,15 +69,57 @@ pub const MOUNT_NOTE: &str = "no bpffs was mounted at /sys/fs/bpf, so ringx moun
     under `ip netns exec` that mount is private to this command and the pins go with it \
     (enter namespaces with `nsenter --net=/run/netns/NAME` instead)";
 
-/// Why BPF cannot be used here, or None when it can: not root, or the kernel refuses a
-/// trivial map. For tests to skip with a reason.
+/// Why BPF cannot be used here, or None when it can: not root, root without the capabilities
+/// (a container's), or no /sys/fs/bpf. For tests to skip with a reason.
 pub fn bpf_unavailable() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root (BPF programs need root or CAP_BPF + CAP_NET_ADMIN)".into());
     }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+    if let Some(why) = cap_eff.and_then(missing_caps) {
+        return Some(why);
+    }
     if !std::path::Path::new("/sys/fs/bpf").is_dir() {
         return Some("/sys/fs/bpf does not exist (no sysfs or no BPF file system support)".into());
     }
     None
+}
+
+/// What root lacks for BPF with effective capabilities `cap_eff` (CapEff of /proc/self/status):
+/// CAP_NET_ADMIN, and CAP_BPF or (before Linux 5.8) CAP_SYS_ADMIN.
+fn missing_caps(cap_eff: u64) -> Option<String> {
+    const CAP_NET_ADMIN: u32 = 12;
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_BPF: u32 = 39;
+    let has = |cap: u32| cap_eff >> cap & 1 == 1;
+    if has(CAP_NET_ADMIN) && (has(CAP_BPF) || has(CAP_SYS_ADMIN)) {
+        return None;
+    }
+    Some(format!(
+        "root, but BPF needs CAP_NET_ADMIN and CAP_BPF (or CAP_SYS_ADMIN) and the effective \
+         capabilities are {cap_eff:#x} (a container's root?)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn root_needs_bpf_or_sys_admin_and_net_admin() {
+        let caps = |bits: &[u32]| bits.iter().fold(0u64, |m, b| m | 1 << b);
+        assert_eq!(super::missing_caps(0x1ff_ffff_ffff), None);
+        assert_eq!(super::missing_caps(caps(&[12, 39])), None);
+        assert_eq!(super::missing_caps(caps(&[12, 21])), None);
+        for lacking in [caps(&[39, 21]), caps(&[12]), 0] {
+            let why = super::missing_caps(lacking).expect("refused");
+            assert!(
+                why.contains("CAP_BPF") && why.contains("CAP_NET_ADMIN"),
+                "{why}"
+            );
+        }
+    }
 }

@@ -1,10 +1,11 @@
 //! Attaching, atomic replacement and detaching, on devices in a private network namespace.
-//! Needs root; prints "skipped: <reason>" otherwise.
+//! Needs root; skips otherwise (`ringx_kerneltest`).
 
 mod common;
 
 use std::path::PathBuf;
 
+use ringx_kerneltest::{in_netns, ip};
 use ringx_xdp::bench::BenchProgs;
 use ringx_xdp::{attachments, detach, Error, Filter, Mode, Settings};
 
@@ -22,10 +23,10 @@ fn attach_replace_detach_on_veth() {
         return;
     };
     let path: PathBuf = dir.path().to_path_buf();
-    common::in_netns(move || {
-        common::ip("link add rxa0 type veth peer name rxa1");
-        common::ip("link set rxa0 up");
-        common::ip("link set rxa1 up");
+    in_netns(move || {
+        ip("link add rxa0 type veth peer name rxa1");
+        ip("link set rxa0 up");
+        ip("link set rxa1 up");
 
         let mut first = Filter::load(&Settings::default(), &path).unwrap();
         let a = first.attach("rxa0", Mode::Native).unwrap();
@@ -80,10 +81,10 @@ fn detach_by_name_and_generic_mode() {
         return;
     };
     let path = dir.path().to_path_buf();
-    common::in_netns(move || {
+    in_netns(move || {
         // A bridge: no native XDP in its driver (the kernel here has no dummy driver).
-        common::ip("link add rxd0 type bridge");
-        common::ip("link set rxd0 up");
+        ip("link add rxd0 type bridge");
+        ip("link set rxd0 up");
         let mut f = Filter::load(&Settings::default(), &path).unwrap();
         // The error says to use generic mode.
         match f.attach("rxd0", Mode::Native) {
@@ -110,15 +111,15 @@ fn clear_errors_for_missing_and_busy_devices() {
         return;
     };
     let path = dir.path().to_path_buf();
-    common::in_netns(move || {
+    in_netns(move || {
         let mut f = Filter::load(&Settings::default(), &path).unwrap();
         match f.attach("nosuchdev0", Mode::Native) {
             Err(e @ Error::NoDevice(_)) => assert!(e.to_string().contains("nosuchdev0")),
             other => panic!("missing device: {other:?}"),
         }
         // Another XDP program already on the device.
-        common::ip("link add rxb0 type veth peer name rxb1");
-        common::ip("link set rxb0 up");
+        ip("link add rxb0 type veth peer name rxb1");
+        ip("link set rxb0 up");
         let mut other = BenchProgs::load(0).unwrap();
         other.attach("xdp_pass", "rxb0", Mode::Native).unwrap();
         match f.attach("rxb0", Mode::Native) {
@@ -134,17 +135,17 @@ fn a_defunct_link_is_replaced_by_a_new_one() {
         return;
     };
     let path = dir.path().to_path_buf();
-    common::in_netns(move || {
-        common::ip("link add rxc0 type veth peer name rxc1");
+    in_netns(move || {
+        ip("link add rxc0 type veth peer name rxc1");
         let mut f = Filter::load(&Settings::default(), &path).unwrap();
         let a = f.attach("rxc0", Mode::Native).unwrap();
-        common::ip("link del rxc0");
+        ip("link del rxc0");
         assert_eq!(
             attachments(&path).unwrap()[0].ifindex,
             0,
             "defunct once the device is gone"
         );
-        common::ip("link add rxc0 type veth peer name rxc1");
+        ip("link add rxc0 type veth peer name rxc1");
         let b = f.attach("rxc0", Mode::Native).unwrap();
         assert!(!b.replaced);
         assert_ne!(b.link_id, a.link_id);

@@ -1,6 +1,6 @@
 //! The filter program through BPF_PROG_TEST_RUN: a packet in, the verdict and the counters
 //! out, for every rule, for malformed and truncated packets, IPv6 extension headers and VLAN
-//! tags. Needs root; prints "skipped: <reason>" otherwise.
+//! tags. Needs root; skips otherwise (`ringx_kerneltest`).
 
 mod common;
 
@@ -665,8 +665,7 @@ fn a_new_version_reuses_the_pinned_maps() {
 
 #[test]
 fn incompatible_pinned_maps_are_refused() {
-    if let Some(why) = common::skip_reason() {
-        eprintln!("skipped: {why}");
+    if !common::bpf() {
         return;
     }
     let dir = common::PinDir::new("incompat");
@@ -682,9 +681,9 @@ fn incompatible_pinned_maps_are_refused() {
     {
         Ok(o) => o,
         Err(e) => {
-            eprintln!(
-                "skipped: bpftool is not available ({e}); scripts/install-deps.sh installs it"
-            );
+            ringx_kerneltest::skip(format!(
+                "bpftool is not available ({e}); scripts/install-deps.sh installs it"
+            ));
             return;
         }
     };

@@ -15,8 +15,9 @@ pub struct TestZone<R> {
     pub thread: JoinHandle<R>,
 }
 
-/// Starts `handler` on a zone with `cfg` (its engine decides the driver). Returns `None`, with
-/// the reason printed, when io_uring is requested but refused here.
+/// Starts `handler` on a zone with `cfg` (its engine decides the driver). Returns `None`, after
+/// skipping (`ringx_kerneltest`: said, and a failure under CI), when io_uring is requested but
+/// refused here.
 pub fn spawn_zone<H, R>(cfg: ZoneConfig, mut handler: H, result: fn(H) -> R) -> Option<TestZone<R>>
 where
     H: Handler + Send + 'static,
@@ -24,7 +25,7 @@ where
 {
     if cfg.engine == EngineKind::Uring {
         if let Err(why) = ringx_engine::uring::probe::check() {
-            eprintln!("SKIP io_uring test: {why}");
+            ringx_kerneltest::skip(format!("io_uring is unavailable here: {why}"));
             return None;
         }
     }

@@ -1,5 +1,6 @@
 //! Shared set-up for the balancer's kernel tests: private pin directories (removed after),
-//! skipping with a printed reason where BPF cannot run, fixed next hops, packet helpers.
+//! skipping where BPF cannot run (`ringx_kerneltest`: said, and a failure under CI), fixed
+//! next hops, packet helpers.
 
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -36,12 +37,10 @@ impl Drop for PinDir {
     }
 }
 
-pub fn skip() -> bool {
-    if let Some(why) = ringx_xdp::bpf_unavailable() {
-        eprintln!("skipped: {why}");
-        return true;
-    }
-    false
+/// Whether BPF can be used here; if not, the test skips ([`ringx_kerneltest::require`]).
+/// Loading mounts a bpffs on /sys/fs/bpf where none is (`ringx_xdp::ensure_pin_dir`).
+pub fn bpf() -> bool {
+    ringx_kerneltest::require(ringx_xdp::bpf_unavailable())
 }
 
 pub fn settings(encap: Encap) -> LbSettings {
@@ -54,21 +53,21 @@ pub fn settings(encap: Encap) -> LbSettings {
     }
 }
 
-/// Loads the balancer into a fresh pin directory, or prints why not and returns None.
+/// Loads the balancer into a fresh pin directory, or skips and returns None.
 pub fn load(tag: &str, encap: Encap) -> Option<(Balancer, PinDir)> {
     load_with(tag, &settings(encap))
 }
 
 /// As [`load`], with these settings.
 pub fn load_with(tag: &str, settings: &LbSettings) -> Option<(Balancer, PinDir)> {
-    if skip() {
+    if !bpf() {
         return None;
     }
     let dir = PinDir::new(tag);
     match Balancer::load(settings, dir.path()) {
         Ok(b) => Some((b, dir)),
         Err(e @ Error::Permission { .. }) => {
-            eprintln!("skipped: {e}");
+            ringx_kerneltest::skip(e);
             None
         }
         Err(e) => panic!("loading the balancer failed: {e}"),
@@ -76,7 +75,7 @@ pub fn load_with(tag: &str, settings: &LbSettings) -> Option<(Balancer, PinDir)>
 }
 
 pub fn load_decap(tag: &str, gue_port: u16) -> Option<(Decap, PinDir)> {
-    if skip() {
+    if !bpf() {
         return None;
     }
     let dir = PinDir::new(tag);

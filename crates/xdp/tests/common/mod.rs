@@ -1,5 +1,6 @@
 //! Shared set-up for the filter's kernel tests: a private pin directory per test, removed
-//! afterwards, and skipping with a printed reason where BPF cannot run.
+//! afterwards, and skipping where BPF cannot run (`ringx_kerneltest`: said, and a failure
+//! under CI).
 
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -33,57 +34,24 @@ impl Drop for PinDir {
     }
 }
 
-/// Why the kernel tests cannot run here, printed as "skipped: <reason>".
-pub fn skip_reason() -> Option<String> {
-    ringx_xdp::bpf_unavailable()
+/// Whether BPF can be used here; if not, the test skips ([`ringx_kerneltest::require`]).
+/// Loading mounts a bpffs on /sys/fs/bpf where none is (`ringx_xdp::ensure_pin_dir`).
+pub fn bpf() -> bool {
+    ringx_kerneltest::require(ringx_xdp::bpf_unavailable())
 }
 
-/// Loads the filter into a fresh pin directory, or prints why not and returns None.
+/// Loads the filter into a fresh pin directory, or skips and returns None.
 pub fn load(tag: &str, settings: &Settings) -> Option<(Filter, PinDir)> {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+    if !bpf() {
         return None;
     }
     let dir = PinDir::new(tag);
     match Filter::load(settings, dir.path()) {
         Ok(f) => Some((f, dir)),
         Err(e @ Error::Permission { .. }) => {
-            eprintln!("skipped: {e}");
+            ringx_kerneltest::skip(e);
             None
         }
         Err(e) => panic!("loading the filter failed: {e}"),
     }
-}
-
-/// Runs `f` on a new thread inside a new network namespace (unshare(CLONE_NEWNET) affects
-/// only the calling thread, and the namespace disappears with it, devices included).
-/// Returns None, printed, when namespaces are unavailable.
-pub fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let h = std::thread::spawn(move || {
-        // SAFETY: unshare takes a flag word; it changes only this thread's namespaces.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(f())
-    });
-    match h.join().expect("netns thread panicked") {
-        Ok(v) => Some(v),
-        Err(e) => {
-            eprintln!("skipped: cannot create a network namespace: {e}");
-            None
-        }
-    }
-}
-
-/// Runs `ip ARGS` (in the calling thread's network namespace), panicking on failure.
-pub fn ip(args: &str) {
-    let out = std::process::Command::new("ip")
-        .args(args.split_whitespace())
-        .output()
-        .expect("run ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {args}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
