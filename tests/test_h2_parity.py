@@ -259,18 +259,65 @@ def test_h2_stale_while_revalidate_refreshes_in_the_background(ringx, origin, tm
     origin.route("/s", body=b"v1", headers=cc)
     ringx.make(cache_config(port, ap, origin, tmp_path))
     assert h2_get(port, "/s").headers["x-cache-status"] == "MISS"
-    origin.route("/s", body=b"v2", headers={**cc, "ETag": '"v2"'})
-    time.sleep(1.2)
+    # v2 stays fresh for a minute: however slow the machine, the HIT below is v2's.
+    origin.route("/s", body=b"v2",
+                 headers={"Cache-Control": "max-age=60", "ETag": '"v2"'})
+    time.sleep(1.2)  # v1's max-age=1 passes (a time the test is about, not a wait)
     a = h2_get(port, "/s")
     assert (a.headers["x-cache-status"], bytes(a.body)) == ("STALE", b"v1")
-    for _ in range(50):  # the refresh went on after the answer
-        if origin.count("/s") == 2:
+    # The refresh goes on after the answer. Until it is stored, requests get the stale copy
+    # (UPDATING: the refresh in flight holds the entry's lock, so no second one starts);
+    # then v2 is a HIT. Waited for by its condition: seeing the origin's count reach 2 is
+    # not enough, the refresh's response may still be on its way into the cache.
+    deadline = time.monotonic() + 20
+    seen = []
+    while True:
+        a = h2_get(port, "/s")
+        got = (a.headers["x-cache-status"], bytes(a.body))
+        if got == ("HIT", b"v2"):
             break
-        time.sleep(0.05)
-    time.sleep(0.1)
-    a = h2_get(port, "/s")
-    assert (a.headers["x-cache-status"], bytes(a.body)) == ("HIT", b"v2")
-    assert origin.count("/s") == 2
+        seen.append(got[0])
+        assert got in {("UPDATING", b"v1"), ("STALE", b"v1")}, got
+        assert time.monotonic() < deadline, f"the refresh was not stored: {got}"
+        time.sleep(0.01)
+    assert origin.count("/s") == 2, seen
+
+
+@pytest.mark.parametrize("proto", ["h2", "http1"])
+def test_a_refresh_outlives_the_client_that_started_it(ringx, origin, tmp_path, proto):
+    """The client that got the stale answer closes at once, while its refresh still waits
+    for the origin (0.5 s): the refresh ends in the cache all the same. Before, the closing
+    connection took its refresh with it: the entry stayed locked until the lock aged (5 s),
+    then the next request was STALE and sent a second refresh."""
+    port, ap = free_port(), free_port()
+    cc = {"Cache-Control": "max-age=1, stale-while-revalidate=60", "ETag": '"v1"'}
+    origin.route("/r", body=b"v1", headers=cc)
+    ringx.make(cache_config(port, ap, origin, tmp_path))
+    get = (lambda: h2_get(port, "/r")) if proto == "h2" else None
+
+    def status_body():
+        if proto == "h2":
+            a = get()
+            return a.headers["x-cache-status"], bytes(a.body)
+        st, cs, body = h1_get(port, "/r")
+        return cs, body
+
+    assert status_body()[0] == "MISS"
+    origin.route("/r", body=b"v2", headers={"Cache-Control": "max-age=60", "ETag": '"v2"'},
+                 delay=0.5)
+    time.sleep(1.2)  # v1's max-age=1 passes
+    assert status_body() == ("STALE", b"v1")  # and that client is gone
+    deadline = time.monotonic() + 20
+    seen = []
+    while True:
+        got = status_body()
+        if got == ("HIT", b"v2"):
+            break
+        seen.append(got[0])
+        assert got == ("UPDATING", b"v1"), (got, seen)
+        assert time.monotonic() < deadline, f"the refresh was not stored: {seen}"
+        time.sleep(0.02)
+    assert origin.count("/r") == 2
 
 
 def guard_config(port, locations, top=""):

@@ -89,6 +89,8 @@ pub struct Zone {
     /// The engine's count of truncated datagrams already added to the UDP counters.
     udp_truncated: std::cell::Cell<u64>,
     max_conns: u32,
+    /// Cache refreshes whose HTTP/2 connection closed before they ended.
+    updates: crate::role::h2::Background,
 }
 
 impl Zone {
@@ -112,6 +114,7 @@ impl Zone {
             ready: true,
             udp_truncated: std::cell::Cell::new(0),
             max_conns: s.max_conns.max(1),
+            updates: Default::default(),
         }
     }
 
@@ -165,6 +168,10 @@ impl Zone {
             ctx: &mut self.ctx,
             ups: &mut self.ups,
         };
+        // A cache refresh whose client has closed (its slot may be free or reused by now).
+        if self.updates.has(u) {
+            return self.updates.event(&mut cx, u, ev);
+        }
         if let Some((c, Client { base, role })) = client {
             let next = match role {
                 ClientRole::Http1(h) => h.upstream_event(&mut cx, base, c, u, ev),
@@ -667,7 +674,7 @@ impl Handler for Zone {
         };
         match role {
             ClientRole::Http1(h) => h.on_closed(&mut cx),
-            ClientRole::H2(h) => h.on_closed(&mut cx, base, c),
+            ClientRole::H2(h) => self.updates.adopt(h.on_closed(&mut cx, base, c)),
             ClientRole::Tunnel(t) => t.client_closed(&mut cx),
             ClientRole::Stream(s) => s.client_closed(&mut cx),
             ClientRole::Free => {}

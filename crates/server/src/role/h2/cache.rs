@@ -5,7 +5,8 @@
 //! for an entry another request is filling waits (`wait.rs`) and looks again; a stale
 //! entry stands in when the upstream fails, answers a revalidation's 304, and is refreshed
 //! in the background after a stale answer (`stale-while-revalidate`), by an exchange the
-//! connection owns beside its streams ([`Background`]).
+//! connection owns beside its streams ([`Background`]), and the zone once the connection has
+//! gone: a client that leaves after its stale answer does not cancel the refresh.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -136,15 +137,19 @@ pub(super) fn stale_answer(
     Some(found_response(cx, s, Found::Mem(obj), "STALE", &line, &fill.asked).0)
 }
 
-/// Background updates of cache entries (a stale answer's refresh), owned by the connection
-/// beside its streams until they end, by their upstream connection.
+/// Background updates of cache entries (a stale answer's refresh), by their upstream
+/// connection, each with the client connection it was sent for. Owned by that connection
+/// beside its streams while it lives; when it closes, the zone adopts what is left
+/// ([`Background::adopt`]), so the update still ends in the cache (nginx finishes its
+/// background update whatever the client does): otherwise the entry would stay stale and
+/// its next request would send the refresh again.
 #[derive(Default)]
-pub(super) struct Background(HashMap<ConnId, Box<Proxied>>);
+pub struct Background(HashMap<ConnId, (ConnId, Box<Proxied>)>);
 
 impl Background {
     /// Sends the update (`head` to `upstream` for `fill`). When it cannot be sent, the fill
     /// is dropped: the stale copy stays, and a later request updates it.
-    pub fn start(
+    pub(super) fn start(
         &mut self,
         cx: &mut Cx,
         b: &Base,
@@ -154,7 +159,7 @@ impl Background {
         let cap = cached::filling(fill, false);
         if let Some(p) = Proxied::sub(cx, b, c, upstream, head, cap) {
             if let Some(u) = p.ex.up {
-                self.0.insert(u, p);
+                self.0.insert(u, (c, p));
             }
         }
     }
@@ -168,10 +173,15 @@ impl Background {
         self.0.is_empty()
     }
 
+    /// Takes over `other`'s updates (a closed connection's).
+    pub fn adopt(&mut self, other: Background) {
+        self.0.extend(other.0);
+    }
+
     /// An event on the upstream connection `u` of an update: when it ends, the entry is
     /// stored or refreshed (or, failed, the stale copy stays).
-    pub fn event(&mut self, cx: &mut Cx, c: ConnId, u: ConnId, ev: UpEvent) {
-        let Some(mut p) = self.0.remove(&u) else {
+    pub fn event(&mut self, cx: &mut Cx, u: ConnId, ev: UpEvent) {
+        let Some((c, mut p)) = self.0.remove(&u) else {
             return;
         };
         let (outcome, _) = p.event(cx, c, u, ev);
@@ -179,7 +189,7 @@ impl Background {
             // A retry may have moved it to another connection.
             Outcome::Pending => {
                 let at = p.ex.up.unwrap_or(u);
-                self.0.insert(at, p);
+                self.0.insert(at, (c, p));
             }
             Outcome::Done => {
                 let now = cx.ctx.wall_ms(cx.io.now());
@@ -190,13 +200,6 @@ impl Background {
                 }
             }
             _ => p.detach(cx),
-        }
-    }
-
-    /// The connection is gone: the updates let go of their upstream connections.
-    pub fn detach_all(&mut self, cx: &mut Cx) {
-        for (_, p) in self.0.drain() {
-            p.detach(cx);
         }
     }
 }

@@ -14,6 +14,7 @@
 //! in flight finish.
 
 mod cache;
+pub use cache::Background;
 mod grpc;
 mod guard;
 mod proxy;
@@ -296,7 +297,9 @@ impl H2 {
         self.after(cx, b, c);
     }
 
-    pub fn on_closed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+    /// The connection is gone: its streams end; its background updates are returned for
+    /// the zone to finish.
+    pub fn on_closed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) -> cache::Background {
         let ids: Vec<u32> = self.streams.keys().copied().collect();
         for id in ids {
             if let Some(s) = self.streams.remove(&id) {
@@ -305,7 +308,7 @@ impl H2 {
             }
         }
         self.ups.clear();
-        self.bg.detach_all(cx);
+        std::mem::take(&mut self.bg)
     }
 
     /// Graceful shutdown or a reload that removed this connection's address: GOAWAY with

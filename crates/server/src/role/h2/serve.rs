@@ -632,7 +632,7 @@ impl H2 {
         ev: UpEvent,
     ) {
         if self.bg.has(u) {
-            return self.bg.event(cx, c, u, ev);
+            return self.bg.event(cx, u, ev);
         }
         let Some(&id) = self.ups.get(&u) else {
             if let Some(up) = cx.ups.get_mut(u) {
