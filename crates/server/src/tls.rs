@@ -3,7 +3,8 @@
 //! ([`ringx_tls::Sites`]), and each zone's share of it ([`ZoneTls`]: its copy of the
 //! configurations, its handshake budget, and the connections whose handshake waits for it).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use ringx_config::Config;
@@ -151,8 +152,78 @@ pub struct ZoneTls {
     /// The ciphers the kernel seals (kTLS), if it may.
     pub ktls: Option<ringx_tls::ktls::Support>,
     pub budget: Budget,
-    /// Connections whose handshake waits for the budget, with their generation, oldest first.
-    pub waiting: VecDeque<(ConnId, u32)>,
+    /// Connections whose handshake waits for the budget.
+    pub waiting: Waiting,
+}
+
+/// Handshakes waiting for the budget, with their connection's generation. Those already
+/// under way go first (a client's second flight, which finishes a handshake the zone has paid
+/// for). New ones are served round robin across client addresses, oldest first within each:
+/// a flood of ClientHellos from a few addresses, however far beyond the budget, then delays a
+/// client elsewhere by one handshake per flooding address, instead of putting it behind the
+/// whole flood. A connection is queued once at most (`TlsTransport::queued`), so the queue is
+/// bounded by the zone's connections, and what each holds meanwhile by
+/// `ringx_tls::conn::MAX_HANDSHAKE_INPUT`. Entries of connections gone since are skipped
+/// when their turn comes.
+#[derive(Default)]
+pub struct Waiting {
+    started: VecDeque<(ConnId, u32)>,
+    new: HashMap<Option<IpAddr>, VecDeque<(ConnId, u32)>>,
+    /// Addresses with new handshakes waiting, in turn.
+    turn: VecDeque<Option<IpAddr>>,
+    new_count: usize,
+}
+
+impl Waiting {
+    /// Queues a handshake from `src`.
+    pub fn push(&mut self, c: ConnId, gen: u32, started: bool, src: Option<IpAddr>) {
+        if started {
+            return self.started.push_back((c, gen));
+        }
+        let q = self.new.entry(src).or_default();
+        if q.is_empty() {
+            self.turn.push_back(src);
+        }
+        q.push_back((c, gen));
+        self.new_count += 1;
+    }
+
+    /// The next handshake to go on with.
+    pub fn front(&self) -> Option<(ConnId, u32)> {
+        if let Some(s) = self.started.front() {
+            return Some(*s);
+        }
+        let src = self.turn.front()?;
+        self.new.get(src)?.front().copied()
+    }
+
+    /// Removes what [`Waiting::front`] returned; its address's turn passes.
+    pub fn pop_front(&mut self) {
+        if self.started.pop_front().is_some() {
+            return;
+        }
+        let Some(src) = self.turn.pop_front() else {
+            return;
+        };
+        if let Some(q) = self.new.get_mut(&src) {
+            if q.pop_front().is_some() {
+                self.new_count -= 1;
+            }
+            if q.is_empty() {
+                self.new.remove(&src);
+            } else {
+                self.turn.push_back(src);
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.started.is_empty() && self.new_count == 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.started.len() + self.new_count
+    }
 }
 
 /// How often a zone goes on with handshakes that wait for the budget.
@@ -164,7 +235,7 @@ impl ZoneTls {
             sites: setup.sites.for_zone(),
             ktls: setup.ktls,
             budget: Budget::new(setup.share, now),
-            waiting: VecDeque::new(),
+            waiting: Waiting::default(),
         }
     }
 
@@ -177,6 +248,23 @@ impl ZoneTls {
         // The counters go on across reloads.
         self.budget.waits = waits;
         self.budget.spent_ns = spent;
+    }
+}
+
+/// The transport of a connection accepted on listener `li`: TLS where the listener speaks it
+/// (kernel TLS offered where the zone's driver can hand the keys over in order), else plain.
+pub fn transport_for(
+    z: Option<&ZoneTls>,
+    li: usize,
+    io: &ringx_engine::Io,
+) -> crate::transport::Transport {
+    use crate::transport::{TlsTransport, Transport};
+    match z {
+        Some(z) if z.sites.is_tls(li) => {
+            let ktls = z.ktls.filter(|_| io.can_set_sockopt());
+            Transport::Tls(Box::new(TlsTransport::new(z.sites.provider(), ktls)))
+        }
+        _ => Transport::Plain,
     }
 }
 
@@ -227,4 +315,42 @@ pub fn printable(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Waiting;
+    use ringx_engine::ConnId;
+
+    fn ip(last: u8) -> Option<std::net::IpAddr> {
+        Some(std::net::IpAddr::from([127, 0, 0, last]))
+    }
+
+    /// Handshakes under way go first; new ones take turns by client address, oldest first
+    /// within one.
+    #[test]
+    fn started_first_then_addresses_in_turn() {
+        let mut w = Waiting::default();
+        let flood = ip(1);
+        for i in 0..100 {
+            w.push(ConnId(i), 1, false, flood);
+        }
+        w.push(ConnId(2000), 7, false, ip(2));
+        w.push(ConnId(3000), 1, true, flood);
+        assert_eq!(w.len(), 102);
+        let mut order = Vec::new();
+        while let Some((c, _)) = w.front() {
+            order.push(c.0);
+            w.pop_front();
+            if order.len() == 5 {
+                break;
+            }
+        }
+        assert_eq!(
+            order,
+            [3000, 0, 2000, 1, 2],
+            "under way, flood, the other client, flood"
+        );
+        assert_eq!(w.len(), 97);
+    }
 }

@@ -38,6 +38,10 @@ enum State {
     Done,
 }
 
+/// The most a client may send before its handshake ends (unconsumed bytes held by the
+/// connection): two flights with a client certificate chain fit many times over.
+pub const MAX_HANDSHAKE_INPUT: usize = 128 * 1024;
+
 /// A server-side TLS connection.
 pub struct TlsConn {
     state: State,
@@ -131,6 +135,15 @@ impl TlsConn {
         }
         if matches!(self.state, State::Done) {
             return Recv::Failed("connection already closed".into());
+        }
+        if self.handshaking() && self.incoming.len() + data.len() > MAX_HANDSHAKE_INPUT {
+            // A client's flights are a ClientHello (16 KiB at most here) and a certificate
+            // chain with its proof: bytes beyond that while it waits are no handshake.
+            self.state = State::Done;
+            return Recv::Failed(format!(
+                "more than {} KiB received during the handshake",
+                MAX_HANDSHAKE_INPUT >> 10
+            ));
         }
         self.incoming.extend_from_slice(data);
         self.pump(config, budget, now, out)
@@ -430,6 +443,12 @@ impl TlsConn {
     /// Whether bytes wait for the budget.
     pub fn waiting(&self) -> bool {
         self.waiting
+    }
+
+    /// Whether the handshake is under way (the zone paid for its first step): what waits now
+    /// is the client's second flight.
+    pub fn started(&self) -> bool {
+        matches!(self.state, State::Handshaking(_))
     }
 }
 

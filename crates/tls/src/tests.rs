@@ -357,6 +357,46 @@ fn an_empty_budget_holds_the_handshake_until_it_refills() {
     assert!(budget.waits >= 2);
 }
 
+/// A client that keeps sending while its handshake waits for the budget holds at most
+/// MAX_HANDSHAKE_INPUT bytes of the zone's memory: past it the handshake fails.
+#[test]
+fn bytes_sent_while_a_handshake_waits_are_bounded() {
+    let pki = Pki::new("bounded");
+    let sites = sites(&pki);
+    let t0 = Instant::now();
+    let mut budget = Budget::new(0.5, t0);
+    budget.charge(Duration::from_secs(1)); // no handshake step runs during this test
+    let cfg = |sni: Option<&str>| sites.config(0, sni);
+    let mut cl = client(&pki, "a.test", false);
+    let mut wire = Vec::new();
+    cl.write_tls(&mut wire).unwrap();
+    let mut srv = TlsConn::default();
+    let mut out = Vec::new();
+    assert_eq!(
+        srv.receive(&wire, &cfg, &mut budget, t0, &mut out),
+        Recv::Waiting
+    );
+    assert!(!srv.started(), "no step ran: a new handshake");
+    // Records of junk while it waits: held until the bound, then refused.
+    let junk = [0x16u8; 16 * 1024];
+    let mut sent = wire.len();
+    let r = loop {
+        let r = srv.receive(&junk, &cfg, &mut budget, t0, &mut out);
+        sent += junk.len();
+        if r != Recv::Waiting {
+            break r;
+        }
+        assert!(
+            sent <= crate::conn::MAX_HANDSHAKE_INPUT,
+            "held {sent} bytes"
+        );
+    };
+    assert!(
+        matches!(&r, Recv::Failed(why) if why.contains("128 KiB")),
+        "{r:?}"
+    );
+}
+
 #[test]
 fn the_file_checks_name_the_file_and_the_fault() {
     let pki = Pki::new("checks");

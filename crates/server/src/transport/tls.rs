@@ -80,6 +80,8 @@ pub struct TlsTransport {
     pub kernel: bool,
     /// Plaintext bytes encrypted so far (or handed to the kernel to seal).
     pub sealed: u64,
+    /// The handshake is in the zone's queue of those waiting for the budget.
+    pub queued: bool,
 }
 
 impl TlsTransport {
@@ -94,6 +96,7 @@ impl TlsTransport {
             plain: false,
             kernel: false,
             sealed: 0,
+            queued: false,
         }
     }
 

@@ -26,7 +26,7 @@ use crate::role::{ClientRole, Http1, Stream, H2};
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
 use crate::tls::{TlsSetup, ZoneTls, RETRY};
-use crate::transport::{TlsTransport, Transport};
+use crate::transport::Transport;
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
@@ -355,7 +355,7 @@ impl Zone {
             let Some(z) = self.ctx.tls.as_mut() else {
                 return;
             };
-            let Some(&(c, gen)) = z.waiting.front() else {
+            let Some((c, gen)) = z.waiting.front() else {
                 return;
             };
             if self
@@ -494,13 +494,7 @@ impl Handler for Zone {
         let li = self.listeners.route(listener);
         let kind = self.ctx.routes.listener_kind.get(li as usize).copied();
         let local = self.ctx.routes.listen.get(li as usize).copied();
-        let tr = match &self.ctx.tls {
-            Some(z) if z.sites.is_tls(li as usize) => {
-                let ktls = z.ktls.filter(|_| io.can_set_sockopt());
-                Transport::Tls(Box::new(TlsTransport::new(z.sites.provider(), ktls)))
-            }
-            _ => Transport::Plain,
-        };
+        let tr = crate::tls::transport_for(self.ctx.tls.as_ref(), li as usize, io);
         let Client { base, role } = &mut self.clients[c.index()];
         base.open(li, io.peer_addr(c), local, tr, now);
         // A stream listener's role replaces this one below; until then, and for a connection

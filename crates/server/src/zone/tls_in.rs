@@ -46,7 +46,10 @@ pub fn receive(
     };
     let r = match data {
         Some(d) => t.conn.receive(d, &config, &mut z.budget, now, out),
-        None => t.conn.resume(&config, &mut z.budget, now, out),
+        None => {
+            t.queued = false; // the zone took it from the queue (`Zone::tls_retry`)
+            t.conn.resume(&config, &mut z.budget, now, out)
+        }
     };
     if was_handshaking {
         if let Some(s) = t.conn.session() {
@@ -81,7 +84,11 @@ pub fn receive(
     match r {
         Recv::Handshaking => Next::Nothing,
         Recv::Waiting => {
-            z.waiting.push_back((c, base.gen));
+            // Once per connection: the queue holds at most one entry for each.
+            if !std::mem::replace(&mut t.queued, true) {
+                let src = base.addr.map(|a| a.ip());
+                z.waiting.push(c, base.gen, t.conn.started(), src);
+            }
             io.timer_at(now + RETRY);
             Next::Nothing
         }
