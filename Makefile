@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth clean fmt
 
 all: release
 
@@ -63,8 +63,8 @@ mutants: deps
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
 # bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-preload-proxy, bench-tls, bench-h2, bench-grpc, bench-compress, bench-cache, bench-escalate,
-# bench-udp). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp
+# bench-udp, bench-auth). How long each takes: bench/README.md.
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -117,6 +117,11 @@ bench-xdp: release
 # A cache hit of a 4 KB proxied object against nginx's proxy_cache (bench/cache.py).
 bench-cache: release
 	python3 bench/cache.py $(BENCH_ARGS)
+
+# A neighbour's p99 on the same zone during a wrong-password (bcrypt) flood, against nginx
+# (bench/auth_flood.py); BASE_BIN=<ringx of the commit before the auth pool> adds it.
+bench-auth: release
+	python3 bench/auth_flood.py $(if $(BASE_BIN),--base $(BASE_BIN)) $(BENCH_ARGS)
 
 # CPU per abusive request before and after escalation to the XDP block list (bench/escalate.py).
 bench-escalate: release

@@ -133,6 +133,12 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             "runtime.recv_buffer_size must be between 512 bytes and 1m",
         ));
     }
+    if *rt.auth_threads.get_ref() > 64 {
+        return Err(src.err(
+            rt.auth_threads.span(),
+            "auth_threads must be between 0 (verify on the zones) and 64",
+        ));
+    }
     if let Some(u) = &rt.user {
         if lookup_user(u.get_ref()).is_none() {
             return Err(src.err(u.span(), format!("no such user {:?}", u.get_ref())));

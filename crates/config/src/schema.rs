@@ -156,6 +156,11 @@ pub struct Runtime {
     /// calls, more sleeps; see the engine's `ZoneConfig::batch_when_pending`).
     #[serde(default)]
     pub batch_when_pending: bool,
+    /// Threads that verify `auth_basic`'s slow password hashes (bcrypt, SHA-crypt at its
+    /// default rounds) off the zones, so that guessing passwords does not stop a zone; 0:
+    /// every hash is verified on the zone thread, as nginx does in its worker. At most 64.
+    #[serde(default = "default_auth_threads")]
+    pub auth_threads: Spanned<usize>,
 }
 
 impl Default for Runtime {
@@ -254,6 +259,9 @@ fn default_sqpoll_idle() -> Dur {
 }
 fn default_sqpoll_spin() -> Dur {
     Dur(std::time::Duration::from_micros(50))
+}
+fn default_auth_threads() -> Spanned<usize> {
+    Spanned::new(0..0, 2)
 }
 fn default_batch_wait_us() -> u32 {
     20

@@ -105,6 +105,17 @@ fn ops_settings() {
     assert_eq!(e.line, 2, "{e}");
 }
 
+#[test]
+fn auth_threads_default_to_two_and_are_bounded() {
+    let base = "[[server]]\nlisten = [\"127.0.0.1:1\"]\n[[server.location]]\npath = \"/\"\nreturn = { status = 200 }\n";
+    assert_eq!(*parse("t", base).unwrap().runtime.auth_threads.get_ref(), 2);
+    let c = parse("t", &format!("[runtime]\nauth_threads = 0\n{base}")).unwrap();
+    assert_eq!(*c.runtime.auth_threads.get_ref(), 0);
+    let e = parse("t", &format!("[runtime]\nauth_threads = 65\n{base}")).unwrap_err();
+    assert_eq!((e.line, e.col), (2, 16), "{e}");
+    assert!(e.message.contains("between 0"), "{e}");
+}
+
 /// Issue 26: each of these was accepted. (config text, the offending entry: the error must point
 /// at the last place this text occurs, words of the message)
 #[test]

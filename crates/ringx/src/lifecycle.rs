@@ -390,6 +390,18 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The auth pool (`[runtime] auth_threads`): slow password hashes verified off the zones;
+    // its threads stop when serve returns.
+    let (_auth_pool, mut auth_ends) = match *cfg.runtime.auth_threads.get_ref() {
+        0 => (None, Vec::new()),
+        n => match ringx_server::guard::verify::start(n, plan.wakers()) {
+            Ok((p, ends)) => (Some(p), ends.into_iter().map(Some).collect()),
+            Err(e) => {
+                tracing::error!("cannot start the auth threads: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let (ev_tx, ev_rx) = mpsc::channel::<ZoneEvent>();
     let ctls: Vec<(Arc<ZoneCtl>, Waker)> = plan
         .wakers()
@@ -410,6 +422,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             listeners: zops.addrs,
             max_conns,
             tls: tls.clone(),
+            verify: auth_ends.get_mut(z.id).and_then(Option::take),
         };
         move || Zone::new(setup)
     });

@@ -74,13 +74,17 @@ pub struct ZoneCounters {
     /// UDP streams.
     pub udp: crate::udp_counters::UdpCounters,
     /// Access control and limits (`crate::guard`): limit_req verdicts, limit_conn
-    /// refusals, requests denied by access rules and by authentication.
+    /// refusals, requests denied by access rules and by authentication; `auth_basic`
+    /// passwords verified on the zone, handed to the auth pool, refused with the pool full.
     pub limit_req_passed: AtomicU64,
     pub limit_req_delayed: AtomicU64,
     pub limit_req_refused: AtomicU64,
     pub limit_conn_refused: AtomicU64,
     pub access_denied: AtomicU64,
     pub auth_denied: AtomicU64,
+    pub auth_inline: AtomicU64,
+    pub auth_pool: AtomicU64,
+    pub auth_busy: AtomicU64,
     /// Proxy cache answers by status ([`crate::cache::loc::STATUSES`]).
     pub cache: [AtomicU64; 7],
     /// gRPC proxying: calls started, upstream HTTP/2 connections opened, and calls ringx

@@ -49,6 +49,22 @@ impl Harness {
 
     /// A zone holding at most `max_conns` client connections.
     pub fn with_max_conns(toml: &str, max_conns: u32) -> Harness {
+        Harness::build(toml, max_conns, None)
+    }
+
+    /// A zone with an auth pool of one worker, which the test runs
+    /// ([`Worker::run_one`](crate::guard::verify::Worker::run_one), then [`Harness::wake`]).
+    pub fn with_auth_pool(toml: &str) -> (Harness, crate::guard::verify::Worker) {
+        let w = ringx_engine::Waker::new().expect("eventfd");
+        let (mut workers, mut ends) = crate::guard::verify::unstarted(1, &[w]);
+        (Harness::build(toml, 1024, ends.pop()), workers.remove(0))
+    }
+
+    fn build(
+        toml: &str,
+        max_conns: u32,
+        verify: Option<crate::guard::verify::ZoneVerify>,
+    ) -> Harness {
         let cfg = ringx_config::parse("test.toml", toml).unwrap_or_else(|e| panic!("{e}"));
         let c = Compiled::from(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let (tx, events) = mpsc::channel();
@@ -68,6 +84,7 @@ impl Harness {
             listeners: Vec::new(),
             max_conns,
             tls: c.tls,
+            verify,
         });
         let mut t = TestDriver::with_limits(max_conns, 1024);
         for _ in 0..listeners + udp_listeners {
@@ -125,6 +142,11 @@ impl Harness {
 
     pub fn send(&mut self, c: ConnId, bytes: &[u8]) {
         self.t.recv(&mut self.z, c, bytes);
+    }
+
+    /// The zone is woken (as the control thread or the auth pool wakes it).
+    pub fn wake(&mut self) {
+        self.t.wake(&mut self.z);
     }
 
     pub fn eof(&mut self, c: ConnId) {

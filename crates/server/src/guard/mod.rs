@@ -4,15 +4,18 @@
 //!
 //! A location with none of them has no [`Guard`] and costs nothing. [`Guard::check`] is
 //! sans-I/O: it returns a [`Verdict`] the HTTP/1 role acts on (`role/http1/guard.rs`):
-//! answer a refusal, hold the request for a delay, or send the `auth_request` subrequest.
-//! The HTTP/2 role runs the same check per stream (`role/h2/guard.rs`).
+//! answer a refusal, hold the request for a delay or for the auth pool's verification of its
+//! password (which the check has handed over, `verify.rs`), or send the `auth_request`
+//! subrequest. The HTTP/2 role runs the same check per stream (`role/h2/guard.rs`).
 //! What was already decided for a held request is kept in its [`Progress`], so the request
 //! is not charged twice when it is looked at again.
 //!
 //! | file | holds |
 //! |---|---|
 //! | `access.rs` | allow/deny rules, the real client address |
-//! | `basic.rs` | htpasswd verification, remembered credentials |
+//! | `basic.rs` | `auth_basic`: credentials checked, remembered, handed to the pool |
+//! | `hash.rs` | the htpasswd hashes verified, and what each costs |
+//! | `verify.rs` | the pool of threads that verifies slow hashes off the zones |
 //! | `limit.rs` | the lock-free tables shared by the zones (and the error bound) |
 //! | `escalate.rs` | refusals counted per address, the XDP block list thread |
 //! | `key.rs` | key templates evaluated for a request |
@@ -20,8 +23,10 @@
 pub mod access;
 pub mod basic;
 pub mod escalate;
+pub mod hash;
 pub mod key;
 pub mod limit;
+pub mod verify;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -83,6 +88,9 @@ pub enum Verdict {
     Delay(Duration),
     /// The `auth_request` upstream must decide: send the subrequest, then look again.
     Ask,
+    /// `auth_basic`'s password is being verified on the pool: hold the request (no timer)
+    /// until the answer comes back (`Progress::verified`), then look again.
+    Verify,
 }
 
 /// What the `auth_request` subrequest said.
@@ -106,6 +114,8 @@ pub struct Progress {
     /// limit_conn counts it until the response is complete.
     pub conn: Option<ConnSlot>,
     pub auth: Option<AuthAnswer>,
+    /// `auth_basic`'s verification handed to the pool, and its answer once in.
+    pub basic: basic::Asked,
     /// Waiting for another request's cache fill: since when, and how many looks so far.
     pub waiting: Option<(Instant, u32)>,
     /// A guard or a cache looked at the request (set before they do): the rest may be set.
@@ -121,12 +131,25 @@ impl Progress {
             *self = Progress::default();
         }
     }
+
+    /// The pool's answer `ok` for credentials `key`; true when the request was waiting for
+    /// it (then it is looked at again), false for an answer it does not wait for.
+    pub fn verified(&mut self, key: u128, ok: bool) -> bool {
+        match &mut self.basic {
+            Some((k, answer @ None)) if *k == key => {
+                *answer = Some(ok);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
-/// A zone's own state for the guards: remembered credentials, a key buffer.
+/// A zone's own state for the guards: remembered credentials and its end of the auth pool,
+/// a key buffer.
 #[derive(Default)]
 pub struct ZoneGuard {
-    pub remembered: basic::Remembered,
+    pub auth: basic::ZoneAuth,
     keybuf: Vec<u8>,
 }
 
@@ -141,6 +164,8 @@ pub struct Input<'a, 'r> {
     pub tls: bool,
     pub uri: &'a str,
     pub now: Instant,
+    /// Who waits if a verification is handed to the pool.
+    pub tag: verify::Tag,
 }
 
 impl Guard {
@@ -291,12 +316,24 @@ impl Guard {
             };
         }
         if let Some(b) = &self.basic {
-            if !b.check(inp.req.header("authorization"), &mut z.remembered, inp.now) {
-                bump(&n.auth_denied, 1);
-                return Verdict::Refuse {
-                    status: 401,
-                    headers: b.challenge.clone(),
-                };
+            let v = inp.req.header("authorization");
+            match b.check(v, &mut p.basic, &mut z.auth, (inp.tag, inp.now), n) {
+                basic::Checked::Pass => {}
+                basic::Checked::Refuse => {
+                    bump(&n.auth_denied, 1);
+                    return Verdict::Refuse {
+                        status: 401,
+                        headers: b.challenge.clone(),
+                    };
+                }
+                basic::Checked::Wait => return Verdict::Verify,
+                // Every queue of the pool is full (a flood of guesses): come back later.
+                basic::Checked::Busy => {
+                    return Verdict::Refuse {
+                        status: 503,
+                        headers: "Retry-After: 1\r\n".into(),
+                    }
+                }
             }
         }
         if self.auth_request.is_some() {

@@ -48,6 +48,26 @@ impl Metrics {
             "Requests refused by auth_basic or auth_request (401, 403).",
             &col(&|z| &z.auth_denied),
         );
+        o.family(
+            "ringx_auth_verifications_total",
+            "counter",
+            "auth_basic passwords verified on the zone thread (fast hashes, or no auth pool), \
+             handed to the auth pool's threads (slow hashes), or refused with 503 because every \
+             queue of the pool was full.",
+        );
+        for (place, vals) in [
+            ("zone", col(&|z| &z.auth_inline)),
+            ("pool", col(&|z| &z.auth_pool)),
+            ("busy", col(&|z| &z.auth_busy)),
+        ] {
+            for (z, v) in vals.iter().enumerate() {
+                o.sample(
+                    "ringx_auth_verifications_total",
+                    &[("zone", &z.to_string()), ("where", place)],
+                    v,
+                );
+            }
+        }
         let s = crate::guard::escalate::stats();
         o.family(
             "ringx_escalations_total",

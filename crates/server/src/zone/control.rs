@@ -30,17 +30,51 @@ use crate::upstream::pools::ZonePools;
 const RETIRE_POLL: Duration = Duration::from_millis(100);
 
 impl Zone {
-    /// The zone was woken: drain, or messages in the inbox.
+    /// The zone was woken: drain, answers of the auth pool, or messages in the inbox.
     pub(super) fn control(&mut self, io: &mut Io) {
         if self.ctl.cmd.load(Ordering::Acquire) == CMD_DRAIN {
             self.ctx.log.flush();
             self.start_drain(io);
+        }
+        if self.ctx.guard.auth.pool.is_some() {
+            self.verified(io);
         }
         let msgs = std::mem::take(&mut *self.ctl.inbox.lock().unwrap_or_else(|e| e.into_inner()));
         for m in msgs {
             match m {
                 ZoneMsg::Reload(r) => self.reload(io, *r),
             }
+        }
+    }
+
+    /// The auth pool's answers (`guard::verify`), each to the request that waits for it: a
+    /// connection of that generation, on HTTP/2 its stream.
+    fn verified(&mut self, io: &mut Io) {
+        let Some(done) = self.ctx.guard.auth.pool.as_mut().map(|p| p.take()) else {
+            return;
+        };
+        for d in &done {
+            let c = d.tag.conn;
+            let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
+                continue;
+            };
+            if base.gen != d.tag.gen {
+                continue; // the connection has gone: its request with it
+            }
+            let mut cx = Cx {
+                io: &mut *io,
+                ctx: &mut self.ctx,
+                ups: &mut self.ups,
+            };
+            match role {
+                ClientRole::Http1(h) => h.verified(&mut cx, base, c, d.key, d.ok),
+                ClientRole::H2(h) => h.verified(&mut cx, base, c, d.tag.stream, d.key, d.ok),
+                _ => {}
+            }
+            base.tr.seal(cx.io, c);
+        }
+        if let Some(p) = self.ctx.guard.auth.pool.as_mut() {
+            p.recycle(done);
         }
     }
 
@@ -204,6 +238,12 @@ impl Zone {
             zone: self.ctx.id,
             generation,
         });
+    }
+
+    /// Upstream states of replaced configurations still in use (tests).
+    #[cfg(test)]
+    pub fn retired_generations(&self) -> usize {
+        self.ctx.retired().count()
     }
 
     /// Timer work while old upstream states are retired: forget those nothing uses; past

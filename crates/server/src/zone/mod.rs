@@ -72,6 +72,8 @@ pub struct ZoneSetup {
     pub max_conns: u32,
     /// TLS settings, when a server has `tls`.
     pub tls: Option<Arc<TlsSetup>>,
+    /// The zone's end of the auth pool (`guard::verify`); None: every hash on the zone.
+    pub verify: Option<crate::guard::verify::ZoneVerify>,
 }
 
 /// One zone's connections and everything they share.
@@ -103,6 +105,7 @@ impl Zone {
             .store(1, std::sync::atomic::Ordering::Relaxed);
         let mut ctx = ZoneCtx::new(s.id, s.routes, s.settings, pools, s.connector, s.log);
         ctx.tls = s.tls.map(|t| ZoneTls::new(&t, std::time::Instant::now()));
+        ctx.guard.auth.pool = s.verify;
         Zone {
             ctx,
             clients: Vec::new(),
@@ -142,12 +145,6 @@ impl Zone {
         if let Some(z) = self.ctx.tls.as_mut() {
             z.ktls = Some(s);
         }
-    }
-
-    /// Upstream states of replaced configurations still in use (tests).
-    #[cfg(test)]
-    pub fn retired_generations(&self) -> usize {
-        self.ctx.retired().count()
     }
 
     /// An event on the upstream connection `u`: to the role of the client that owns it, or

@@ -1,10 +1,12 @@
 //! The guards (`crate::guard`) for a request on an HTTP/2 stream: the same check as an
 //! HTTP/1 request's (`role/http1/guard.rs`), with the same progress kept while the stream
 //! waits (`wait.rs`): a `limit_req` delay holds the stream, an `auth_request` location
-//! sends the subrequest and holds the stream until its answer.
+//! sends the subrequest and holds the stream until its answer, a password verified on the
+//! auth pool holds it until the pool answers.
 
 use std::time::Duration;
 
+use ringx_engine::ConnId;
 use ringx_http::Request;
 
 use crate::guard::limit::ConnSlot;
@@ -23,23 +25,27 @@ pub(super) enum Gate {
     Delay(Duration),
     /// Ask the `auth_request` upstream (`head` to upstream `.0`), then look again.
     Ask(usize, Vec<u8>),
+    /// Its password is being verified on the auth pool: look again when the answer is in.
+    Verify,
 }
 
-/// Runs the guard of location `at` for `req` (`uri`: its path after rewriting), with what
-/// was decided for it already (`progress`).
+/// Runs the guard of location `at` for `req` (`uri`: its path after rewriting) on stream
+/// `who.1` of connection `who.0`, with what was decided for it already (`progress`).
 pub(super) fn check(
     cx: &mut Cx,
     b: &mut Base,
+    who: (ConnId, u32),
     req: &Request,
     uri: &str,
     at: (usize, usize),
     progress: &mut Progress,
 ) -> Gate {
     progress.touched = true;
-    match h1::check(cx, b, req, uri, at, progress) {
+    match h1::check(cx, b, who, req, uri, at, progress) {
         Verdict::Pass => Gate::Pass(progress.conn.take()),
         Verdict::Refuse { status, headers } => Gate::Refuse { status, headers },
         Verdict::Delay(d) => Gate::Delay(d),
+        Verdict::Verify => Gate::Verify,
         Verdict::Ask => {
             let routes = &cx.ctx.routes;
             let g = routes.servers[at.0].locations[at.1].guard.as_deref();

@@ -581,7 +581,7 @@ impl H2 {
 }
 
 impl H2 {
-    /// Parks stream `s` until `until` (None: until its subrequest answers).
+    /// Parks stream `s` until `until` (None: until its subrequest or the auth pool answers).
     fn park(
         &mut self,
         cx: &mut Cx,
@@ -621,6 +621,17 @@ impl H2 {
         for id in due {
             self.unpark(cx, b, c, id);
         }
+        self.after(cx, b, c);
+    }
+
+    /// The auth pool's answer `ok` for credentials `key` (`guard::verify`): held stream `id`,
+    /// if it waits for it, is looked at again; an answer no stream waits for is dropped.
+    pub fn verified(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, key: u128, ok: bool) {
+        let held = self.streams.get_mut(&id).and_then(|s| s.held.as_mut());
+        if self.failed || !held.is_some_and(|h| h.progress.verified(key, ok)) {
+            return;
+        }
+        self.unpark(cx, b, c, id);
         self.after(cx, b, c);
     }
 

@@ -178,7 +178,7 @@ impl H2 {
         if guarded {
             let uri = route.path.as_deref().unwrap_or("");
             let at = route.at.expect("a guarded request has a location");
-            match guard::check(cx, b, &req, uri, at, &mut held.progress) {
+            match guard::check(cx, b, (c, s.id), &req, uri, at, &mut held.progress) {
                 Gate::Pass(slot) => {
                     s.conn_slot = slot;
                     s.limited = held.progress.limited;
@@ -224,6 +224,11 @@ impl H2 {
                 Gate::Ask(upstream, head) => {
                     held.body = body;
                     self.ask(cx, b, c, s, held, upstream, head);
+                    return None;
+                }
+                Gate::Verify => {
+                    held.body = body;
+                    self.park(cx, b, c, s, held, None);
                     return None;
                 }
             }

@@ -907,3 +907,56 @@ retries = 0
     assert_eq!(cl.got(&mut h, 17).status, 204);
     assert!(h.t.is_open(cl.c));
 }
+
+/// A stream whose password is verified on the auth pool (`guard::verify`) waits alone: the
+/// connection's other streams are answered meanwhile, and each answer of the pool comes back
+/// to its stream.
+#[test]
+fn a_stream_waits_for_the_auth_pool_alone() {
+    let users = "alice:$2y$04$PSP8EQ/tSO3IOd.ESMCCZOSVl7MNmbPFnP892W9X4fHnLGQe1p.RK\n";
+    let dir = TempDir::new(&[("users", users.as_bytes())]);
+    let (mut h, mut w) = Harness::with_auth_pool(&format!(
+        r#"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "open" }}
+  [[server.location]]
+  path = "/g/"
+  return = {{ status = 200, body = "guarded" }}
+  auth_basic = {{ realm = "r", user_file = "{}/users" }}
+"#,
+        dir.path()
+    ));
+    let mut cl = Client::open(&mut h, &[]);
+    for (id, cred) in [(1, "YWxpY2U6d3Jvbmc="), (3, "YWxpY2U6c2VjcmV0")] {
+        let auth = format!("Basic {cred}");
+        let b = cl.headers(
+            id,
+            &[
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":path", "/g/"),
+                (":authority", "a"),
+                ("authorization", &auth),
+            ],
+            true,
+        );
+        h.send(cl.c, &b);
+    }
+    cl.get(&mut h, 5, "/");
+    assert_eq!(
+        cl.got(&mut h, 5).status,
+        200,
+        "answered while the others wait"
+    );
+    assert_eq!(cl.got(&mut h, 1).status, 0);
+    while w.run_one() {}
+    h.wake();
+    let g = cl.got(&mut h, 1);
+    assert_eq!(g.status, 401);
+    assert!(g.header("www-authenticate").is_some());
+    let g = cl.got(&mut h, 3);
+    assert_eq!((g.status, g.body.as_slice()), (200, &b"guarded"[..]));
+}

@@ -65,7 +65,7 @@ pub(super) fn serve(
     if guarded {
         h.progress.touched = true;
         let uri = route.path.as_deref().unwrap_or("");
-        match guard::check(cx, b, &req2, uri, at, &mut h.progress) {
+        match guard::check(cx, b, (c, 0), &req2, uri, at, &mut h.progress) {
             Verdict::Pass => {}
             Verdict::Refuse { status, headers } => {
                 if fb.open {
@@ -86,7 +86,12 @@ pub(super) fn serve(
             Verdict::Delay(d) => {
                 wait(h, cx, (req, body), si, fb, keep);
                 let until = cx.io.now() + d;
-                h.hold(cx, b, c, until);
+                h.hold(cx, b, c, Some(until));
+                return Some(Next::Hold);
+            }
+            Verdict::Verify => {
+                wait(h, cx, (req, body), si, fb, keep);
+                h.hold(cx, b, c, None);
                 return Some(Next::Hold);
             }
             Verdict::Ask => {

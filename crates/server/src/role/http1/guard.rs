@@ -11,6 +11,7 @@ use ringx_http::{BodyKind, Method, Request, Version};
 
 use crate::answer::fallback::{may_fall_back, Now};
 use crate::answer::Page;
+use crate::guard::verify::Tag;
 use crate::guard::{AuthAnswer, Input, Progress, Verdict};
 use crate::response::{ConnHdr, ErrorPage, Reply, Responder, Written};
 use crate::role::exchange::capture::Capture;
@@ -39,10 +40,12 @@ fn behind_proxy_protocol(cx: &Cx, b: &Base) -> bool {
     )
 }
 
-/// Runs the guard of location `at` for `req`.
+/// Runs the guard of location `at` for `req`, on connection `c` (`stream`: its HTTP/2 stream,
+/// 0 on HTTP/1: who waits for a verification handed to the auth pool).
 pub(crate) fn check(
     cx: &mut Cx,
     b: &mut Base,
+    (c, stream): (ConnId, u32),
     req: &Request,
     uri: &str,
     at: (usize, usize),
@@ -60,6 +63,11 @@ pub(crate) fn check(
         tls: b.tr.is_tls(),
         uri,
         now: cx.io.now(),
+        tag: Tag {
+            conn: c,
+            gen: b.gen,
+            stream,
+        },
     };
     g.check(&inp, progress, &mut ctx.guard, &ctx.log.counters)
 }

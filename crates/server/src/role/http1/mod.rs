@@ -10,6 +10,7 @@ mod fallback;
 mod file_body;
 pub(crate) mod guard;
 pub mod local;
+mod phase;
 mod proxy;
 
 use std::cell::Cell;
@@ -29,6 +30,8 @@ use crate::role::exchange::Exchange;
 use crate::role::proxy_header::{self, Step};
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
+use phase::Next;
+pub use phase::Phase;
 
 /// Queued output above which a connection stops reading (pipelined requests wait).
 const OUT_HIGH_WATER: u64 = 256 * 1024;
@@ -41,46 +44,12 @@ const MAX_HEADERS_STACK: usize = 128;
 /// request the client already sent.
 pub const DRAIN_IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Between requests, nothing buffered.
-    Idle,
-    /// Part of a request head has arrived.
-    Head,
-    /// Reading (and discarding) a request body; the response waits in `pending`.
-    Body,
-    /// The last response is queued; reading and discarding until the client closes.
-    Lingering,
-    /// Waiting for the PROXY protocol header a load balancer sends first.
-    ProxyHeader,
-    /// A request is being proxied: its body streams to the upstream, then the response
-    /// streams back; further requests wait (reading paused).
-    Proxy,
-    /// A request waits with its head still buffered (a `limit_req` delay, a subrequest's
-    /// answer, a cache entry being filled), to be looked at again (`Http1::resume`).
-    Wait,
-    /// A static file is being compressed as the client takes it (`file_body.rs`); further
-    /// requests wait.
-    Stream,
-}
-
 /// A response prepared before its request's body was read.
 struct Pending {
     bytes: Vec<u8>,
     written: Written,
     file: Option<FilePart>,
     close: bool,
-}
-
-/// What processing a request decided about the rest of the input.
-enum Next {
-    Continue,
-    Stop,
-    /// Stop here and keep the rest of the input buffered (a proxied request is in progress).
-    Hold,
-    /// Stop before this request: its head stays buffered and is parsed again when the
-    /// request is resumed (it waits for a delay, a subrequest or a cache fill).
-    Defer,
 }
 
 /// An HTTP/1.x client connection.
@@ -596,7 +565,7 @@ impl Http1 {
         self.progress.touched = true;
         let uri = route.path.as_deref().unwrap_or("");
         let at = route.at.expect("a guarded request has a location");
-        match guard::check(cx, b, req, uri, at, &mut self.progress) {
+        match guard::check(cx, b, (c, 0), req, uri, at, &mut self.progress) {
             Verdict::Pass => None,
             Verdict::Refuse { status, headers } => {
                 let refusal = (status, headers.as_str());
@@ -618,7 +587,11 @@ impl Http1 {
             }
             Verdict::Delay(d) => {
                 let until = cx.io.now() + d;
-                self.hold(cx, b, c, until);
+                self.hold(cx, b, c, Some(until));
+                Some(Next::Defer)
+            }
+            Verdict::Verify => {
+                self.hold(cx, b, c, None);
                 Some(Next::Defer)
             }
             Verdict::Ask => {
@@ -632,13 +605,24 @@ impl Http1 {
         }
     }
 
-    /// Holds the request (its head stays buffered) until `until`, then looks at it again.
-    pub(super) fn hold(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, until: Instant) {
+    /// Holds the request (its head stays buffered) until `until`, then looks at it again
+    /// (None: until what it waits for resumes it, within a `send_timeout`).
+    pub(super) fn hold(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, until: Option<Instant>) {
         self.phase = Phase::Wait;
         b.paused = true;
-        cx.ctx.wake_at(cx.io, until, c, b.gen);
-        let at = until + cx.ctx.set.send_timeout;
+        if let Some(t) = until {
+            cx.ctx.wake_at(cx.io, t, c, b.gen);
+        }
+        let at = until.unwrap_or(cx.io.now()) + cx.ctx.set.send_timeout;
         cx.ctx.set_deadline(cx.io, b, c, at);
+    }
+
+    /// The auth pool's answer `ok` for credentials `key` (`guard::verify`): the request that
+    /// waits for it is looked at again; an answer it does not wait for is dropped.
+    pub fn verified(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, key: u128, ok: bool) {
+        if self.phase == Phase::Wait && self.progress.verified(key, ok) {
+            self.resume(cx, b, c);
+        }
     }
 
     /// A held request's time came (or what it waited for is there): it is parsed and routed
@@ -795,3 +779,5 @@ impl Http1 {
 mod cache_tests;
 #[cfg(test)]
 mod guard_tests;
+#[cfg(test)]
+mod verify_tests;

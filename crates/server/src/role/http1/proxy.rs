@@ -162,7 +162,7 @@ impl Http1 {
     ) {
         self.progress.auth = Some(super::guard::auth_answer(capture));
         let now = cx.io.now();
-        self.hold(cx, b, c, now);
+        self.hold(cx, b, c, Some(now));
     }
 
     /// Hands the request to a server; answers 502 when none can be reached.
@@ -630,7 +630,7 @@ impl Http1 {
                 let now = cx.io.now();
                 let (since, looks) = self.progress.waiting.unwrap_or((now, 0));
                 self.progress.waiting = Some((since, looks + 1));
-                self.hold(cx, b, c, now + after);
+                self.hold(cx, b, c, Some(now + after));
                 Err(Next::Defer)
             }
             Decision::Hit {
