@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth clean fmt
+.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl clean fmt
 
 all: release
 
@@ -63,8 +63,8 @@ mutants: deps
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
 # bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-preload-proxy, bench-tls, bench-h2, bench-grpc, bench-compress, bench-cache, bench-escalate,
-# bench-udp, bench-auth). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth
+# bench-udp, bench-auth, bench-testssl). How long each takes: bench/README.md.
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -89,6 +89,11 @@ bench-compress: release
 # UDP stream proxying in datagrams per CPU-second against nginx's stream UDP proxy (bench/udp.py).
 bench-udp: release
 	python3 bench/udp.py $(BENCH_ARGS)
+
+# testssl.sh's scan of ringx against nginx's on the same certificates; exits 1 if a ringx
+# finding is rated worse than nginx's (bench/testssl.py).
+bench-testssl: release
+	python3 bench/testssl.py $(filter --quick,$(BENCH_ARGS))
 
 bench-http: release
 	python3 bench/http_bench.py $(BENCH_ARGS)

@@ -38,6 +38,8 @@ have ethtool || [ -x /usr/sbin/ethtool ] || need_apt+=(ethtool)
 have perf    || need_apt+=(linux-perf)
 # valgrind: instructions per request in `make bench-ab` (bench/instructions.py).
 have valgrind || need_apt+=(valgrind)
+# testssl.sh: the TLS scan of tests/test_testssl.py and `make bench-testssl` (bench/testssl.py).
+have testssl || have testssl.sh || need_apt+=(testssl.sh)
 # Go builds h2spec, the HTTP/2 conformance suite tests/test_h2.py runs (below).
 have go || [ -x /usr/local/go/bin/go ] || need_apt+=(golang-go)
 

@@ -47,8 +47,10 @@ class Pki:
         self.ca_path.write_bytes(_pem(self.ca))
 
     def leaf(self, file: str, names: list[str], kind: str = "ec", days: tuple[int, int] = (-1, 30),
-             client: bool = False, cn: str | None = None) -> tuple[Path, Path]:
-        """Writes FILE.pem (the leaf, then the CA) and FILE.key; returns both paths."""
+             client: bool = False, cn: str | None = None,
+             crl: str | None = None) -> tuple[Path, Path]:
+        """Writes FILE.pem (the leaf, then the CA) and FILE.key; returns both paths. `crl`: a
+        CRL distribution point URL to name in the leaf (nothing serves it)."""
         key = _key(kind)
         now = dt.datetime.now(dt.timezone.utc)
         b = (x509.CertificateBuilder()
@@ -63,6 +65,9 @@ class Pki:
         else:
             b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]),
                                 critical=False)
+        if crl:
+            b = b.add_extension(x509.CRLDistributionPoints([x509.DistributionPoint(
+                [x509.UniformResourceIdentifier(crl)], None, None, None)]), critical=False)
         cert = b.sign(self.ca_key, hashes.SHA256())
         c, k = self.dir / f"{file}.pem", self.dir / f"{file}.key"
         c.write_bytes(_pem(cert) + _pem(self.ca))
