@@ -86,9 +86,11 @@ bench-grpc: release
 bench-compress: release
 	python3 bench/compress.py $(BENCH_ARGS)
 
-# UDP stream proxying in datagrams per CPU-second against nginx's stream UDP proxy (bench/udp.py).
+# UDP stream proxying in datagrams per CPU-second against nginx's stream UDP proxy (bench/udp.py),
+# then new sessions: per CPU-second, the sustained rate, burst drops (bench/udp_sessions.py).
 bench-udp: release
 	python3 bench/udp.py $(BENCH_ARGS)
+	python3 bench/udp_sessions.py $(BENCH_ARGS)
 
 # testssl.sh's scan of ringx against nginx's on the same certificates; exits 1 if a ringx
 # finding is rated worse than nginx's (bench/testssl.py).

@@ -73,24 +73,30 @@ def answers(port, timeout=5):
 
 
 class Proxy:
-    def __init__(self, name, wl, work, up_port):
+    def __init__(self, name, wl, work, up_port, responses=None, rcvbuf=None):
+        """`name`: nginx..., or ringx-<engine>...; `responses` where `wl` is not one of
+        WORKLOADS (bench/udp_sessions.py); `rcvbuf`: the listener's receive buffer (ringx
+        `rcvbuf`, nginx `listen ... rcvbuf=`), None for each one's default."""
         self.name, self.wl, self.work, self.up = name, wl, work, up_port
+        self.responses = WORKLOADS[wl][2] if wl in WORKLOADS else responses
+        self.rcvbuf = rcvbuf
         self.port = free_udp_port()
         self.proc = None
 
     def start(self):
-        w, cpu, responses = self.work, lib.SERVER_CPU, WORKLOADS[self.wl][2]
+        w, cpu, responses = self.work, lib.SERVER_CPU, self.responses
         tag = f"{self.name}-{self.wl}"
-        if self.name == "nginx":
+        if self.name.startswith("nginx"):
             conf = os.path.join(w, f"{tag}.conf")
             resp = f"proxy_responses {responses};" if responses is not None else ""
+            rcv = f" rcvbuf={self.rcvbuf}" if self.rcvbuf else ""
             open(conf, "w").write(f"""
 load_module {NGINX_STREAM};
 worker_processes 1; daemon off; pid {w}/{tag}.pid; error_log {w}/{tag}-error.log warn;
 events {{ worker_connections 16384; }}
 stream {{
   upstream echo {{ hash $remote_addr consistent; server 127.0.0.1:{self.up}; }}
-  server {{ listen 127.0.0.1:{self.port} udp; proxy_pass echo; proxy_timeout 60s; {resp} }}
+  server {{ listen 127.0.0.1:{self.port} udp{rcv}; proxy_pass echo; proxy_timeout 60s; {resp} }}
 }}
 """)
             cmd = [lib.nginx_bin(), "-c", conf, "-e", f"{w}/{tag}-error.log"]
@@ -98,6 +104,8 @@ stream {{
             engine = self.name.split("-")[1]
             conf = os.path.join(w, f"{tag}.toml")
             resp = f"responses = {responses}\n" if responses is not None else ""
+            if self.rcvbuf is not None:
+                resp += f'rcvbuf = "{self.rcvbuf}"\n'
             open(conf, "w").write(f"""
 [runtime]
 zones = 1
