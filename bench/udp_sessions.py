@@ -27,7 +27,7 @@ Three measurements:
 - `burst`: 10 000 datagrams from 10 000 new sources as fast as one sendmmsg loop sends them,
   then the listener's drops: ringx with its default buffer (4m), `rcvbuf = "208k"` (the
   kernel doubles what it is given, so that is 416 KiB) and `rcvbuf = "0"` (the kernel default,
-  208 KiB, which is what ringx had before 8eef4b4); nginx with its default (the kernel's) and
+  208 KiB, which is what ringx had before 03dd01f); nginx with its default (the kernel's) and
   `listen ... udp rcvbuf=4m`.
 
 The peers for `rate` and `sustained` are nginx with the kernel's buffer (as in bench/udp.py),
@@ -72,8 +72,8 @@ CONFIGS = {
     "ringx-epoll": (None, "ringx epoll, default rcvbuf (4m)"),
     "ringx-uring-208k": ("208k", 'ringx io_uring, rcvbuf = "208k"'),
     "ringx-epoll-208k": ("208k", 'ringx epoll, rcvbuf = "208k"'),
-    "ringx-uring-0": ("0", 'ringx io_uring, rcvbuf = "0" (kernel default, as before 8eef4b4)'),
-    "ringx-epoll-0": ("0", 'ringx epoll, rcvbuf = "0" (kernel default, as before 8eef4b4)'),
+    "ringx-uring-0": ("0", 'ringx io_uring, rcvbuf = "0" (kernel default, as before 03dd01f)'),
+    "ringx-epoll-0": ("0", 'ringx epoll, rcvbuf = "0" (kernel default, as before 03dd01f)'),
 }
 PEERS = ["nginx", "nginx-4m", "ringx-uring", "ringx-epoll"]
 BURST_PEERS = ["nginx", "nginx-4m", "ringx-uring", "ringx-uring-208k", "ringx-uring-0",
