@@ -178,6 +178,13 @@ pub(crate) fn drive(
     last
 }
 
+/// The first flight of a new client for `name`: its ClientHello.
+fn client_hello(pki: &Pki, name: &str) -> Vec<u8> {
+    let mut wire = Vec::new();
+    client(pki, name, false).write_tls(&mut wire).unwrap();
+    wire
+}
+
 fn leaf_subject(cl: &ClientConnection) -> String {
     let der = &cl.peer_certificates().unwrap()[0];
     let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
@@ -316,9 +323,7 @@ fn plain_http_and_garbage_are_told_apart() {
     let r = TlsConn::default().receive(&[0u8; 64], &cfg, &mut budget, Instant::now(), &mut out);
     assert!(matches!(r, Recv::Failed(_)), "{r:?}");
     // A truncated ClientHello waits for the rest (the zone's handshake timeout ends it).
-    let mut cl = client(&pki, "a.test", false);
-    let mut wire = Vec::new();
-    cl.write_tls(&mut wire).unwrap();
+    let wire = client_hello(&pki, "a.test");
     let r = TlsConn::default().receive(
         &wire[..wire.len() / 2],
         &cfg,
@@ -337,9 +342,7 @@ fn an_empty_budget_holds_the_handshake_until_it_refills() {
     let mut budget = Budget::new(0.5, t0);
     budget.charge(Duration::from_millis(10)); // a flood just used it up
     let cfg = |sni: Option<&str>| sites.config(0, sni);
-    let mut cl = client(&pki, "a.test", false);
-    let mut wire = Vec::new();
-    cl.write_tls(&mut wire).unwrap();
+    let wire = client_hello(&pki, "a.test");
     let mut srv = TlsConn::default();
     let mut out = Vec::new();
     assert_eq!(
@@ -367,9 +370,7 @@ fn bytes_sent_while_a_handshake_waits_are_bounded() {
     let mut budget = Budget::new(0.5, t0);
     budget.charge(Duration::from_secs(1)); // no handshake step runs during this test
     let cfg = |sni: Option<&str>| sites.config(0, sni);
-    let mut cl = client(&pki, "a.test", false);
-    let mut wire = Vec::new();
-    cl.write_tls(&mut wire).unwrap();
+    let wire = client_hello(&pki, "a.test");
     let mut srv = TlsConn::default();
     let mut out = Vec::new();
     assert_eq!(
