@@ -20,6 +20,12 @@
  *       when it must share a CPU with the measured client). This is also what a cheap
  *       attacker does. "done" counts connections answered with a server flight.
  *
+ *   tls_load hold HOST PORT RATE SECS [MAX_INFLIGHT]
+ *       the hello flood, but no connection is ever let go before SECS are over: one not yet
+ *       answered waits for its answer as long as it takes, and one answered stays open, its
+ *       handshake never finished (MAX_INFLIGHT default 20000). The server's queue of
+ *       handshakes is then only drained by the server, never by the client giving up.
+ *
  *   tls_load keepalive HOST PORT CONNS RPS SECS PATH
  *       CONNS keep-alive TLS connections, made before timing starts, send GET PATH at RPS
  *       requests per second in all, each connection on its own fixed schedule (open loop:
@@ -251,7 +257,7 @@ struct hc {
     double started;
 };
 
-static int hello_flood(double rate, double secs, int max_inflight) {
+static int hello_flood(double rate, double secs, int max_inflight, int hold) {
     record_hello();
     int ep = epoll_create1(EPOLL_CLOEXEC);
     struct hc *conns = calloc(max_inflight, sizeof *conns);
@@ -298,7 +304,7 @@ static int hello_flood(double rate, double secs, int max_inflight) {
             if (++inflight > inflight_max)
                 inflight_max = inflight;
         }
-        if (t >= next_sweep) {
+        if (!hold && t >= next_sweep) {
             next_sweep = t + 0.01;
             for (int i = 0; i < max_inflight; i++)
                 if (conns[i].fd >= 0 && t - conns[i].started > HANDSHAKE_TIMEOUT) {
@@ -310,7 +316,7 @@ static int hello_flood(double rate, double secs, int max_inflight) {
         for (int k = 0; k < n; k++) {
             int i = evs[k].data.u32;
             struct hc *c = &conns[i];
-            if (c->fd < 0)
+            if (c->fd < 0 || c->sent == 2)
                 continue;
             if (!c->sent) {
                 /* Connected: the whole hello in one write (a few hundred bytes). */
@@ -328,20 +334,31 @@ static int hello_flood(double rate, double secs, int max_inflight) {
             if (r < 0 && errno == EAGAIN)
                 continue;
             /* A TLS handshake record (0x16) back: the server has signed its flight. */
-            if (r > 0 && (unsigned char)sink[0] == 0x16)
+            int answered = r > 0 && (unsigned char)sink[0] == 0x16;
+            if (answered)
                 done++;
             else
                 failed++;
+            if (hold && answered) {
+                /* Held open, never answered back: out of the epoll set, slot kept. */
+                epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                c->sent = 2;
+                continue;
+            }
             HC_END(i);
         }
     }
+    int held = inflight;
+    for (int i = 0; i < max_inflight; i++)
+        if (conns[i].fd >= 0)
+            HC_END(i);
     double took = now_s() - t0;
     printf("{\"mode\": \"hello\", \"rate_asked\": %.0f, \"secs\": %.3f, \"started\": %ld, "
            "\"done\": %ld, \"failed\": %ld, \"timed_out\": %ld, \"skipped\": %ld, "
            "\"connect_errors\": %ld, \"started_per_s\": %.1f, \"done_per_s\": %.1f, "
-           "\"inflight_max\": %d, \"inflight_at_end\": %d, \"hello_bytes\": %d}\n",
+           "\"inflight_max\": %d, \"inflight_at_end\": %d, \"hello_bytes\": %d, \"hold\": %d}\n",
            rate, took, started, done, failed, timed_out, skipped, connect_err, started / took,
-           done / took, inflight_max, inflight, hello_len);
+           done / took, inflight_max, held, hello_len, hold);
     return 0;
 }
 
@@ -487,6 +504,7 @@ static int keepalive(int nconns, double rps, double secs, const char *path) {
 static void usage(void) {
     fprintf(stderr, "usage: tls_load flood HOST PORT RATE SECS [MAX_INFLIGHT]\n"
                     "       tls_load hello HOST PORT RATE SECS [MAX_INFLIGHT]\n"
+                    "       tls_load hold HOST PORT RATE SECS [MAX_INFLIGHT]\n"
                     "       tls_load keepalive HOST PORT CONNS RPS SECS PATH\n");
     exit(64);
 }
@@ -504,7 +522,9 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "flood") == 0 && (argc == 6 || argc == 7))
         return flood(atof(argv[4]), atof(argv[5]), argc == 7 ? atoi(argv[6]) : 4000);
     if (strcmp(argv[1], "hello") == 0 && (argc == 6 || argc == 7))
-        return hello_flood(atof(argv[4]), atof(argv[5]), argc == 7 ? atoi(argv[6]) : 4000);
+        return hello_flood(atof(argv[4]), atof(argv[5]), argc == 7 ? atoi(argv[6]) : 4000, 0);
+    if (strcmp(argv[1], "hold") == 0 && (argc == 6 || argc == 7))
+        return hello_flood(atof(argv[4]), atof(argv[5]), argc == 7 ? atoi(argv[6]) : 20000, 1);
     if (strcmp(argv[1], "keepalive") == 0 && argc == 8)
         return keepalive(atoi(argv[4]), atof(argv[5]), atof(argv[6]), argv[7]);
     usage();

@@ -10,12 +10,17 @@ handshakes answered per second are the capacity. Then the same flood at twice th
 meanwhile curl (TLS 1.3, a full handshake, then one GET) every 250 ms from CPU 1: how many
 get their answer, and how long their handshake took (curl's time_appconnect).
 
+`--flood hold` makes the flood hold its connections (`tls_load hold`): none is given up before
+the end, answered or not, so the server's queue only drains by the server's own work and its
+connection table fills; the plain flood gives up each connection after 1 s, which also bounds
+an unordered queue.
+
 Before the queue was bounded and ordered, a new client waited behind every ClientHello queued
 before it, and its second flight went to the back of the queue again. `--base BIN` measures
 another build beside this one (alternated, `--rounds` rounds).
 
-Usage: bench/tls_starve.py [--base BIN] [--rounds N] [--secs S]
-Writes bench/results/tls-starve-<date>.json and prints a table.
+Usage: bench/tls_starve.py [--base BIN] [--rounds N] [--secs S] [--flood hello|hold]
+Writes bench/results/tls-starve[-hold]-<date>.json and prints a table.
 """
 import argparse
 import datetime
@@ -88,7 +93,7 @@ def handshake_cpu_s(admin):
     return float(m.group(1))
 
 
-def measure(binary, tool, work, pki, cert, secs):
+def measure(binary, tool, work, pki, cert, secs, flood_mode):
     port, admin = lib.free_port(), lib.free_port()
     p = start(binary, work, cert, port, admin)
     try:
@@ -99,7 +104,7 @@ def measure(binary, tool, work, pki, cert, secs):
         cost = (handshake_cpu_s(admin) - before) / max(probe["done"], 1)
         cap = 0.5 / cost
         rate = max(int(2 * cap), 100)
-        fl = subprocess.Popen(["taskset", "-c", lib.CLIENT_CPU, tool, "hello", "127.0.0.1",
+        fl = subprocess.Popen(["taskset", "-c", lib.CLIENT_CPU, tool, flood_mode, "127.0.0.1",
                                str(port), str(rate), str(secs + 1)],
                               stdout=subprocess.PIPE, text=True)
         time.sleep(0.5)
@@ -124,6 +129,7 @@ def main():
     ap.add_argument("--base", help="another ringx binary, measured beside this build")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--secs", type=int, default=8)
+    ap.add_argument("--flood", choices=["hello", "hold"], default="hello")
     a = ap.parse_args()
     this = os.path.join(lib.ROOT, "target", "release", "ringx")
     peers = [("this build", this)] + ([("base", a.base)] if a.base else [])
@@ -134,19 +140,21 @@ def main():
     rows = []
     for r in range(a.rounds):
         for name, binary in peers:
-            m = measure(binary, tool, work, pki, cert, a.secs)
+            m = measure(binary, tool, work, pki, cert, a.secs, a.flood)
             m.update(peer=name, round=r)
             rows.append(m)
             print(f"{name} round {r}: capacity {m['capacity_per_s']:.0f}/s, flood asked "
                   f"{m['flood_rate_asked']}/s (started {m['flood']['started_per_s']:.0f}/s, "
-                  f"answered {m['flood']['done_per_s']:.0f}/s); curl {m['curl_ok']}/{m['curl_tries']} "
+                  f"answered {m['flood']['done_per_s']:.0f}/s, held at the end "
+                  f"{m['flood']['inflight_at_end']}); curl {m['curl_ok']}/{m['curl_tries']} "
                   f"ok, handshake p50 {m['curl_handshake_p50_s']} s, max {m['curl_handshake_max_s']} s",
                   flush=True)
     day = datetime.date.today().isoformat()
-    out = os.path.join(lib.RESULTS, f"tls-starve-{day}.json")
+    kind = "" if a.flood == "hello" else f"-{a.flood}"
+    out = os.path.join(lib.RESULTS, f"tls-starve{kind}-{day}.json")
     with open(out, "w") as f:
         json.dump({"machine": lib.machine(), "versions": lib.versions(),
-                   "command": " ".join(sys.argv), "base": a.base, "rows": rows}, f, indent=1)
+                   "command": " ".join(sys.argv), "base": a.base, "flood": a.flood, "rows": rows}, f, indent=1)
     print(f"wrote {out}")
 
 

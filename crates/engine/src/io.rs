@@ -61,11 +61,19 @@ pub(crate) enum Ctl {
     TlsRecord(Box<crate::tls_record::TlsRecord>),
 }
 
-/// A socket option queued behind a connection's output.
+/// A socket option queued behind a connection's output. Its value may be key material
+/// (kernel TLS's `TLS_TX` holds the traffic key and IV): it is wiped when the operation is
+/// dropped, whether the kernel took it or the connection closed first.
 pub(crate) struct SockOpt {
     pub level: i32,
     pub name: i32,
     pub value: Vec<u8>,
+}
+
+impl Drop for SockOpt {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.value);
+    }
 }
 
 impl SockOpt {
