@@ -163,6 +163,14 @@ fn options_and_records(engine: EngineKind) {
     ));
     let body: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(&path, &body).unwrap();
+    // Removed however the test ends (a skip, a failed assertion).
+    struct Removed(std::path::PathBuf);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _removed = Removed(path.clone());
     let h = Scripted {
         errors: errors.clone(),
         file: Some(path.clone()),
@@ -208,7 +216,6 @@ fn options_and_records(engine: EngineKind) {
         "{engine:?}"
     );
     drop(s);
-    let _ = std::fs::remove_file(&path);
     std::thread::sleep(Duration::from_millis(100));
     zone.waker.wake();
     zone.thread.join().unwrap();

@@ -113,14 +113,12 @@ fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-/// A file with `bytes` in a directory of this test's own; removed when dropped.
+/// A file with `bytes`, named for this process; removed when dropped.
 struct TempFile(std::path::PathBuf);
 
 impl TempFile {
     fn new(name: &str, bytes: &[u8]) -> TempFile {
-        let dir = std::env::temp_dir().join(format!("ringx-testio-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+        let path = std::env::temp_dir().join(format!("ringx-testio-{}-{name}", std::process::id()));
         File::create(&path).unwrap().write_all(bytes).unwrap();
         TempFile(path)
     }

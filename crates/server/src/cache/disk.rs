@@ -66,7 +66,12 @@ pub fn spawn(z: &'static dyn Tier, rx: Receiver<Job>) -> std::io::Result<()> {
 fn write(z: &dyn Tier, h: u128, o: &Object) -> std::io::Result<()> {
     let path = z.path(h);
     let dir = path.parent().expect("a cache file is in a subdirectory");
-    std::fs::create_dir_all(dir)?;
+    // The level directory only: a cache directory removed under a running server is an
+    // error to report, not a tree to create again (nor, in tests, a temp dir to leak).
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
     let tmp = dir.join(format!(".{h:032x}.tmp"));
     let head = o.encode_head();
     {
