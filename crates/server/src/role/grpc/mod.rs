@@ -6,3 +6,6 @@
 pub mod mux;
 pub mod pool;
 pub mod status;
+
+#[cfg(test)]
+mod mux_tests;

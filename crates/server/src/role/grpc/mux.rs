@@ -8,6 +8,13 @@
 //! so that it reopens its client's window only then. Response bytes the other way are
 //! released to the server's window only once the owner sent them on to its client
 //! ([`Mux::release`]), so neither direction buffers more than a window.
+//!
+//! The connection is shared by many clients, and one that never reads (its own window
+//! closed) must not hold the others up: the connection's receive window covers the
+//! stream window of every call the connection may carry at once ([`Mux::new`] caps them
+//! at the connection window over the stream window), so calls whose bytes wait for their
+//! clients can spend their own stream windows only. And a call that ends gives back what it
+//! had received and not released ([`Mux::end`]), whether its client read it or left.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -67,6 +74,12 @@ struct Waiting {
 pub struct Mux {
     pub conn: ClientConn,
     owners: HashMap<u32, Owner>,
+    /// Every call from its start until its owner ends it ([`Mux::end`]): the response bytes
+    /// delivered to the owner and not yet released to the server's windows.
+    held: HashMap<u32, usize>,
+    /// The calls the connection may carry at once: its receive window over a stream's, so
+    /// that the stream windows of all of them never add up to more than the connection's.
+    max_calls: usize,
     waiting: HashMap<u32, Waiting>,
     /// A frame not complete yet.
     inbuf: Vec<u8>,
@@ -79,10 +92,15 @@ pub struct Mux {
 }
 
 impl Mux {
+    /// A connection with `limits`; it carries at most `conn_window / initial_window` calls
+    /// at once (give it a connection window as large as the calls it should carry).
     pub fn new(limits: Limits) -> Mux {
+        let max_calls = (limits.conn_window / limits.initial_window.max(1)).max(1) as usize;
         Mux {
             conn: ClientConn::new(limits),
             owners: HashMap::new(),
+            held: HashMap::new(),
+            max_calls,
             waiting: HashMap::new(),
             inbuf: Vec::new(),
             wbuf: Vec::new(),
@@ -91,9 +109,10 @@ impl Mux {
         }
     }
 
-    /// Whether a new call may start on this connection.
+    /// Whether a new call may start on this connection: the server's stream limit, and
+    /// ours (calls not yet ended by their owners, whose windows the connection's covers).
     pub fn can_open(&self) -> bool {
-        !self.failed && self.conn.can_open()
+        !self.failed && self.conn.can_open() && self.held.len() < self.max_calls
     }
 
     /// Calls in flight.
@@ -123,6 +142,7 @@ impl Mux {
     ) -> u32 {
         let id = self.conn.open(&mut self.wbuf, fields, end);
         self.owners.insert(id, owner);
+        self.held.insert(id, 0);
         id
     }
 
@@ -205,16 +225,29 @@ impl Mux {
 
     /// `n` bytes of stream `id`'s response were sent on to the client: the server may send
     /// as many more.
+    /// (A call already ended gave its bytes back then: nothing more goes.)
     pub fn release(&mut self, id: u32, n: usize) {
-        self.conn.release(id, n);
+        if let Some(h) = self.held.get_mut(&id) {
+            *h = h.saturating_sub(n);
+            self.conn.release(id, n);
+        }
     }
 
     /// The owner is done with stream `id` (its response ended, or its client went away):
-    /// a stream still open is cancelled.
+    /// a stream still open is cancelled, and the bytes it received that were never sent on
+    /// go back to the connection's window (the stream's own window went with the stream).
     pub fn end(&mut self, id: u32) {
         self.owners.remove(&id);
         self.waiting.remove(&id);
         self.conn.reset(id, ErrorCode::Cancel);
+        if let Some(n) = self.held.remove(&id) {
+            self.conn.release(id, n);
+        }
+    }
+
+    /// Response bytes delivered to owners and not yet released, all calls together.
+    pub fn held_bytes(&self) -> usize {
+        self.held.values().sum()
     }
 
     /// Reads what the server sent; the owners' events go to `out`.
@@ -288,7 +321,12 @@ impl Mux {
                     self.owners.get(&id).copied()
                 };
                 match owner {
-                    Some(o) => out.push((o, CallEvent::Data(data.to_vec(), end_stream))),
+                    Some(o) => {
+                        if let Some(h) = self.held.get_mut(&id) {
+                            *h += data.len();
+                        }
+                        out.push((o, CallEvent::Data(data.to_vec(), end_stream)))
+                    }
                     None => self.conn.release(id, data.len()),
                 }
             }

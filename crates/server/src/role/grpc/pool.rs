@@ -114,7 +114,7 @@ fn connect(cx: &mut Cx, gen: u32, upstream: usize, s: usize) -> Option<ConnId> {
     let tls = def.tls.as_ref().map(|t| (t.h2.clone(), t.name(s)));
     let connect_timeout = def.connect_timeout;
     pools.per[upstream].h2[s].push(u);
-    let limits = cx.ctx.set.h2.clone();
+    let limits = upstream_limits(&cx.ctx.set.h2);
     let rec = cx.ups.open(u, upstream, s, false, now);
     rec.pools_gen = gen;
     rec.state = UpState::Busy;
@@ -134,6 +134,21 @@ fn connect(cx: &mut Cx, gen: u32, upstream: usize, s: usize) -> Option<ConnId> {
     cx.ctx.set_up_deadline(cx.io, rec, u, now + connect_timeout);
     bump(cx, |c| &c.grpc_connections);
     Some(u)
+}
+
+/// A gRPC upstream connection's limits: `[http2]`'s, with a connection window that covers
+/// the stream windows of as many calls as a client connection may make at once
+/// (`max_concurrent_streams`), so that calls whose clients do not read hold their own
+/// streams' windows only, never the whole connection's (see `mux.rs`). Past that many calls
+/// the pool opens another connection.
+pub fn upstream_limits(h2: &ringx_h2proto::Limits) -> ringx_h2proto::Limits {
+    let streams = u64::from(h2.max_concurrent_streams.max(1));
+    let covered = u64::from(h2.initial_window.max(1)) * streams;
+    let conn_window = covered.max(u64::from(h2.conn_window)).min((1 << 31) - 1) as u32;
+    ringx_h2proto::Limits {
+        conn_window,
+        ..h2.clone()
+    }
 }
 
 /// An event on gRPC connection `u`; the calls' events go to `out` (the zone delivers them).
