@@ -21,7 +21,8 @@ def nginx_bin() -> str:
 
 
 class NginxPeer:
-    def __init__(self, tmp: Path, server_block: str, port: int, http_extra: str = ""):
+    def __init__(self, tmp: Path, server_block: str, port: int, http_extra: str = "",
+                 worker_connections: int = 256):
         self.tmp = Path(tmp)
         for d in ("body", "proxy", "fastcgi", "uwsgi", "scgi", "logs"):
             (self.tmp / d).mkdir(parents=True, exist_ok=True)
@@ -34,7 +35,7 @@ master_process off;
 worker_processes 1;
 pid {self.tmp}/nginx.pid;
 error_log {self.tmp}/logs/error.log info;
-events {{ worker_connections 256; }}
+events {{ worker_connections {worker_connections}; }}
 http {{
     access_log off;
     default_type text/plain;

@@ -137,6 +137,9 @@ pub(crate) struct ConnIo {
     pub after_flush: AfterFlush,
     pub notify_flushed: bool,
     pub paused: bool,
+    /// The most one receive takes before the handler can pause it ([`Io::limit_recv`]; 0:
+    /// the driver's own).
+    pub recv_limit: u32,
     pub eof: bool,
     /// The peer will send nothing more ([`Io::peer_done`]).
     pub peer_done: bool,
@@ -212,6 +215,7 @@ impl ConnIo {
             after_flush: AfterFlush::Nothing,
             notify_flushed: false,
             paused: false,
+            recv_limit: 0,
             eof: false,
             peer_done: false,
             dirty: false,
@@ -232,6 +236,7 @@ impl ConnIo {
         self.after_flush = AfterFlush::Nothing;
         self.notify_flushed = false;
         self.paused = false;
+        self.recv_limit = 0;
         self.eof = false;
         self.peer_done = false;
         self.dirty = false;
@@ -658,6 +663,17 @@ impl Io {
         if self.is_open(c) && !self.conns[c.index()].paused {
             self.conns[c.index()].paused = true;
             self.actions.push(Action::PauseRecv(c));
+        }
+    }
+
+    /// Bounds what `c` may still deliver after [`Io::pause_recv`]: each receive takes at most
+    /// about `bytes` before the handler sees it (io_uring: the multishot receive's byte limit
+    /// from Linux 6.17, for the receives armed from now on; the epoll driver reads a buffer
+    /// at a time and stops at the pause anyway). For a connection whose reader holds what
+    /// arrives until someone else drains it: an upstream relayed to a slow client.
+    pub fn limit_recv(&mut self, c: ConnId, bytes: u32) {
+        if self.is_open(c) {
+            self.conns[c.index()].recv_limit = bytes.max(1);
         }
     }
 

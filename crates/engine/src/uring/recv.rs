@@ -32,10 +32,14 @@ pub(super) fn arm(d: &mut UringDriver, c: ConnId) {
         return;
     }
     let gen = conn.gen;
+    let limit = match conn.recv_limit {
+        0 => d.recv_limit,
+        own => d.recv_limit.min(own),
+    };
     d.set_recv_state(c, RECV_ARMED);
     let mut e = opcode::RecvMulti::new(types::Fixed(c.0), BGID).build();
-    if d.recv_limit > 0 {
-        e = super::sqe::with_optlen(e, d.recv_limit);
+    if limit > 0 {
+        e = super::sqe::with_optlen(e, limit);
     }
     let e = e.user_data(pack(Kind::Recv, gen, c.0));
     // SAFETY: the receive writes only into ring buffers, which live as long as the ring;

@@ -17,6 +17,10 @@ pub struct MemOut {
     pub notify: bool,
     /// Bytes taken so far.
     pub written: u64,
+    /// Pending bytes above which the exchange stops reading from its upstream (None: the
+    /// exchange's own mark). An HTTP/2 connection shares one budget among its proxied
+    /// streams this way, so that what it holds does not grow with its stream count.
+    pub high_water: Option<u64>,
 }
 
 impl MemOut {

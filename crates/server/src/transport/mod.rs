@@ -91,6 +91,15 @@ impl Transport {
         }
     }
 
+    /// The output above which a relayed response stops reading from its upstream, where
+    /// this transport sets its own ([`MemOut::high_water`]); else `default`.
+    pub fn high_water(&self, default: u64) -> u64 {
+        match self {
+            Transport::Mem(m) => m.high_water.unwrap_or(default),
+            _ => default,
+        }
+    }
+
     /// Closes the connection once everything queued has been written.
     #[inline]
     pub fn close_after_flush(&mut self, io: &mut Io, c: ConnId) {

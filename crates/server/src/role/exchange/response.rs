@@ -435,7 +435,7 @@ impl Exchange {
             return Outcome::Cut;
         }
         // A slow client: stop reading from the upstream until the client's queue drains.
-        if !sub && base.tr.pending(cx.io, c) > PROXY_HIGH_WATER {
+        if !sub && base.tr.pending(cx.io, c) > base.tr.high_water(PROXY_HIGH_WATER) {
             if let Some(up) = cx.ups.get_mut(u) {
                 if !up.paused {
                     pause_upstream(cx.io, up, u);

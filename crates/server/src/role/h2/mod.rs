@@ -236,6 +236,9 @@ impl H2 {
         if self.failed {
             return;
         }
+        if b.eof {
+            self.drop_stalled(cx, b, c);
+        }
         let (_, grpc_next) = self.grpc_deadlines(cx, b, c);
         self.pump(cx, b, c);
         self.flush_ctl(cx, b, c);
@@ -291,6 +294,28 @@ impl H2 {
             self.drop_stream(cx, b, c, id, true);
         }
         self.after(cx, b, c);
+    }
+
+    /// A proxied stream started: the connection's budget is shared again.
+    fn share_budget(&mut self, cx: &mut Cx) {
+        let proxied = self.streams.values_mut();
+        proxy::share_budget(cx, proxied.filter_map(|s| s.proxy.as_deref_mut()).collect());
+    }
+
+    /// After the peer's FIN no WINDOW_UPDATE can come: a stream whose output waits for a
+    /// closed window will never finish, so it ends now, its exchange and upstream connection
+    /// with it, instead of holding them until `send_timeout` (nginx ends every stream when
+    /// its client closes).
+    fn drop_stalled(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        let stalled: Vec<u32> = self
+            .streams
+            .values()
+            .filter(|s| s.has_output() && self.conn.capacity(s.id) == 0)
+            .map(|s| s.id)
+            .collect();
+        for id in stalled {
+            self.drop_stream(cx, b, c, id, true);
+        }
     }
 
     pub fn on_flushed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {

@@ -26,6 +26,30 @@ use crate::upstream::dial::Dial;
 use crate::zone::client::Base;
 use crate::zone::ctx::Cx;
 
+/// What the proxied streams of one HTTP/2 connection may hold together, response bytes read
+/// from their upstreams and not yet sent (their peer's windows closed): each stream stops
+/// reading from its upstream past its share, [`CONN_BUDGET`] over the connection's proxied
+/// streams, no less than [`STREAM_FLOOR`] and no more than one HTTP/1 exchange's mark. One
+/// stream streams as an HTTP/1.1 client's response does; 128 streams whose peer opens no
+/// window hold 16 KiB each (plus one read), not 256 KiB each.
+pub(super) const CONN_BUDGET: u64 = 1 << 20;
+pub(super) const STREAM_FLOOR: u64 = 16 * 1024;
+
+/// Shares [`CONN_BUDGET`] among a connection's `proxied` streams (when one starts): each
+/// stream's mark, and what its upstream may deliver after a pause ([`Io::limit_recv`]).
+///
+/// [`Io::limit_recv`]: ringx_engine::Io::limit_recv
+pub(super) fn share_budget(cx: &mut Cx, proxied: Vec<&mut Proxied>) {
+    let n = proxied.len().max(1) as u64;
+    let mark = (CONN_BUDGET / n).clamp(STREAM_FLOOR, PROXY_HIGH_WATER);
+    for p in proxied {
+        p.out().high_water = Some(mark);
+        if let Some(u) = p.ex.up {
+            cx.io.limit_recv(u, mark as u32);
+        }
+    }
+}
+
 /// Why a stream could not be proxied: the status to answer with, the location's error
 /// pages, and the capture it was started with (a cache fill may answer from a stale copy).
 pub(super) type Failed = (u16, Option<Box<PageCtx>>, Option<Box<Capture>>);

@@ -490,6 +490,7 @@ impl H2 {
                 }
                 s.proxy = Some(p);
                 self.streams.insert(s.id, s);
+                self.share_budget(cx);
             }
         }
     }

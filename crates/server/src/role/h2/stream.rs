@@ -258,7 +258,8 @@ impl H2Stream {
                 let out = p.out();
                 tr.write(cx.io, c, &out.pending()[..n as usize]);
                 out.take(n as usize);
-                if out.notify && (out.pending().len() as u64) < PROXY_HIGH_WATER / 2 {
+                let mark = out.high_water.unwrap_or(PROXY_HIGH_WATER);
+                if out.notify && (out.pending().len() as u64) < mark / 2 {
                     out.notify = false;
                     p.resume_upstream(cx);
                 }
