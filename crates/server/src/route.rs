@@ -121,6 +121,9 @@ pub struct VServer {
     pub verifies_clients: bool,
     /// The server offers HTTP/2 (ALPN `h2`).
     pub http2: bool,
+    /// Some exact or prefix location ending in '/' proxies: a request for its path without
+    /// the slash may be redirected ([`VServer::slash_redirect`]).
+    pub slash_redirects: bool,
 }
 
 pub struct Loc {
@@ -137,6 +140,19 @@ pub struct Loc {
     pub guard: Option<Box<crate::guard::Guard>>,
     /// The proxy cache of a `proxy_pass` location (`crate::cache`); None: none.
     pub cache: Option<Box<crate::cache::loc::CacheLoc>>,
+}
+
+impl Loc {
+    /// An exact or prefix location ending in '/' that proxies: its path without the slash is
+    /// redirected to it ([`VServer::slash_redirect`]).
+    pub fn redirects_slashless(&self) -> bool {
+        matches!(
+            self.kind,
+            LocKind::Exact | LocKind::Prefix | LocKind::PrefixStop
+        ) && self.path.len() > 1
+            && self.path.ends_with('/')
+            && matches!(self.action, Action::Proxy(_))
+    }
 }
 
 pub enum Action {
@@ -256,6 +272,37 @@ impl VServer {
         })
     }
 
+    /// nginx's redirect of a proxied directory requested without its slash: the location
+    /// (an index into `locations`) whose path is `path` with a '/' appended, when it is an
+    /// exact or prefix location (not a regex or named one) that proxies (`proxy_pass`, HTTP
+    /// or gRPC), and no exact or prefix location has `path` itself. nginx answers such a
+    /// request with 301 to the path with the slash (the query kept) before any location's
+    /// steps, and before the regexes are tried (`ngx_http_core_find_static_location`, its
+    /// `auto_redirect`); so `GET /admin` cannot reach `location /` past a protected
+    /// `location /admin/`. An exact `= /admin` (or a prefix `/admin`) is the way out, as in
+    /// nginx.
+    pub fn slash_redirect(&self, path: &str) -> Option<usize> {
+        if !self.slash_redirects || path.ends_with('/') {
+            return None;
+        }
+        let mut hit = None;
+        for (i, l) in self.locations.iter().enumerate() {
+            if !matches!(
+                l.kind,
+                LocKind::Exact | LocKind::Prefix | LocKind::PrefixStop
+            ) {
+                continue;
+            }
+            if l.path == path {
+                return None;
+            }
+            if hit.is_none() && l.redirects_slashless() && l.path[..l.path.len() - 1] == *path {
+                hit = Some(i);
+            }
+        }
+        hit
+    }
+
     /// Whether requests need the full route (`rewrite::flow::route`).
     #[inline]
     pub fn full_route(&self) -> bool {
@@ -325,5 +372,79 @@ listen = ["127.0.0.1:18902"]
             !asked.get(),
             "a listener with one server does not read the Host"
         );
+    }
+    /// nginx's `auto_redirect`: a path without the slash of an exact or prefix location that
+    /// proxies (HTTP or gRPC) is redirected there, unless an exact or prefix location has the
+    /// path itself; regex locations and locations that do not proxy never redirect. Checked
+    /// beside nginx 1.22 (tests/test_vhosts.py).
+    #[test]
+    fn slashless_proxied_directory_redirects() {
+        let cfg = r#"
+[[server]]
+listen = ["127.0.0.1:18903"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://127.0.0.1:9"
+  [[server.location]]
+  path = "/admin/"
+  proxy_pass = "http://127.0.0.1:9"
+  access = ["deny all"]
+  [[server.location]]
+  path = "= /eq/"
+  proxy_pass = "http://127.0.0.1:9"
+  [[server.location]]
+  path = "^~ /stop/"
+  proxy_pass = "http://127.0.0.1:9"
+  [[server.location]]
+  path = "/rpc/"
+  proxy_pass = "grpc://127.0.0.1:9"
+  [[server.location]]
+  path = "/ret/"
+  return = { status = 204 }
+  [[server.location]]
+  path = "~ ^/re/$"
+  proxy_pass = "http://127.0.0.1:9"
+  [[server.location]]
+  path = "/ov/"
+  proxy_pass = "http://127.0.0.1:9"
+  [[server.location]]
+  path = "= /ov"
+  return = { status = 204 }
+  [[server.location]]
+  path = "/pv/"
+  proxy_pass = "http://127.0.0.1:9"
+  [[server.location]]
+  path = "/pv"
+  return = { status = 204 }
+[[server]]
+listen = ["127.0.0.1:18904"]
+  [[server.location]]
+  path = "/files/"
+  return = { status = 204 }
+"#;
+        let cfg = ringx_config::parse("test.toml", cfg).expect("test config parses");
+        let mut ups = Upstreams::compile(&cfg).expect("upstreams");
+        let r = Routes::compile(&cfg, &mut ups).expect("routes compile");
+        let s = &r.servers[0];
+        let to = |p: &str| s.slash_redirect(p).map(|li| s.locations[li].path.as_str());
+        assert_eq!(to("/admin"), Some("/admin/"));
+        assert_eq!(
+            to("/eq"),
+            Some("/eq/"),
+            "nginx redirects to an exact location too"
+        );
+        assert_eq!(to("/stop"), Some("/stop/"));
+        assert_eq!(
+            to("/rpc"),
+            Some("/rpc/"),
+            "grpc_pass sets it as proxy_pass does"
+        );
+        for p in [
+            "/admin/", "/admin/x", "/adm", "/ADMIN", "/admin.", "/ret", "/re", "/ov", "/pv", "/",
+        ] {
+            assert_eq!(to(p), None, "{p}");
+        }
+        assert!(!r.servers[1].slash_redirects, "nothing proxies there");
+        assert_eq!(r.servers[1].slash_redirect("/files"), None);
     }
 }

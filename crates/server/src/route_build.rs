@@ -79,7 +79,9 @@ impl Routes {
             });
             let (locations, order): (Vec<Loc>, Vec<usize>) = paired.into_iter().unzip();
             let rw = ServerRw::compile(s)?;
+            let slash_redirects = locations.iter().any(Loc::redirects_slashless);
             let mut vs = VServer {
+                slash_redirects,
                 locations,
                 rw: (rw.full_route || !rw.rules.is_empty()).then(|| Box::new(rw)),
                 name: s

@@ -128,6 +128,11 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
             early(&mut ext, Early::Status(500));
             break;
         }
+        if let Some(e) = slash_redirect(server, &uri, ext.args.as_deref(), cx) {
+            at = None;
+            early(&mut ext, e);
+            break;
+        }
         let Some((li, caps)) = locate(server, &uri) else {
             break;
         };
@@ -205,6 +210,23 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
         at,
         ext: Some(Box::new(ext)),
     }
+}
+
+/// nginx's 301 for a proxied directory requested without its slash
+/// ([`VServer::slash_redirect`]): to `uri` with the slash, the query `args` kept, made
+/// absolute as nginx's `absolute_redirect` makes it. Decided before the location's steps
+/// (its access rules answer the redirected request).
+pub fn slash_redirect(
+    server: &VServer,
+    uri: &str,
+    args: Option<&str>,
+    cx: &Ctx<'_>,
+) -> Option<Early> {
+    server.slash_redirect(uri)?;
+    Some(Early::Redirect {
+        status: 301,
+        location: redirect_url(&format!("{uri}/"), args, cx),
+    })
 }
 
 fn run_rules(rules: &[RewriteRule], uri: &mut String, ext: &mut RouteExt, cx: &Ctx<'_>) -> RuleEnd {

@@ -75,6 +75,16 @@ pub fn route<'r>(
             ext: r.ext,
         };
     }
+    if server.slash_redirects {
+        if let Some(e) = slash_redirect(server, req, &path, conn, request_id) {
+            return Route {
+                path: Some(path),
+                server: si,
+                at: None,
+                ext: Some(Box::new(e)),
+            };
+        }
+    }
     let at = server.location_index(&path).map(|li| (si, li));
     Route {
         path: Some(path),
@@ -82,6 +92,33 @@ pub fn route<'r>(
         at,
         ext: None,
     }
+}
+
+/// nginx's 301 for a proxied directory requested without its slash, in a server that does
+/// not rewrite (`flow::route` decides it for those that do): no location is chosen, so none
+/// of the protected location's steps run before the client comes back with the slash.
+#[cold]
+fn slash_redirect(
+    server: &crate::route::VServer,
+    req: &Request<'_, '_>,
+    path: &str,
+    conn: impl FnOnce() -> ConnInfo,
+    request_id: &Cell<Option<[u8; 32]>>,
+) -> Option<RouteExt> {
+    server.slash_redirect(path)?;
+    let conn = conn();
+    let cx = flow::Ctx {
+        req,
+        conn: &conn,
+        server_name: &server.name,
+        request_id,
+    };
+    let early = flow::slash_redirect(server, path, req.query, &cx)?;
+    Some(RouteExt {
+        args: req.query.map(str::to_string),
+        early: Some(early),
+        ..RouteExt::default()
+    })
 }
 
 /// The status an HTTP/1 request is refused with before any of its location's steps, and the
