@@ -5,6 +5,8 @@ command line, then a certificate and key to serve TLS (ALPN h2) instead of h2c. 
 - Unary: answers the request reversed, with initial metadata `x-head: h` and trailing
   metadata `x-trail: t`.
 - Fail: ends with status NOT_FOUND (5) and message "nope".
+- BadTrailers: echoes the request, with trailing metadata `x-trail: t` and fields that may
+  not be trailers (`set-cookie`, `authorization`, `x-forwarded-for`, `cache-control`).
 - ServerStream: the request is "N SIZE"; answers N messages of SIZE bytes, message i made
   of the byte `i % 251`.
 - ClientStream: answers the SHA-256 of the request messages concatenated, and their count.
@@ -26,6 +28,12 @@ def unary(req, ctx):
     ctx.send_initial_metadata((("x-head", "h"),))
     ctx.set_trailing_metadata((("x-trail", "t"),))
     return req[::-1]
+
+
+def bad_trailers(req, ctx):
+    ctx.set_trailing_metadata((("x-trail", "t"), ("set-cookie", "s=1"), ("authorization", "x"),
+                               ("x-forwarded-for", "6.6.6.6"), ("cache-control", "no-store")))
+    return req
 
 
 def fail(req, ctx):
@@ -63,6 +71,7 @@ def main():
     h = grpc.method_handlers_generic_handler("t.T", {
         "Unary": grpc.unary_unary_rpc_method_handler(unary),
         "Fail": grpc.unary_unary_rpc_method_handler(fail),
+        "BadTrailers": grpc.unary_unary_rpc_method_handler(bad_trailers),
         "ServerStream": grpc.unary_stream_rpc_method_handler(server_stream),
         "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream),
         "Bidi": grpc.stream_stream_rpc_method_handler(bidi),

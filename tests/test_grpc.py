@@ -129,6 +129,17 @@ def test_unary_with_metadata_and_trailers(site):
         assert info.code() == grpc.StatusCode.OK
 
 
+def test_trailers_that_may_not_be_trailers_are_dropped(site):
+    """The upstream's trailers pass but for those that may never be trailers (RFC 9110
+    §6.5.1; issue 36): gRPC's status and the call's own metadata pass."""
+    with channel(site.main) as ch:
+        resp, info = ch.unary_unary("/t.T/BadTrailers").with_call(b"x", timeout=10)
+    assert resp == b"x" and info.code() == grpc.StatusCode.OK
+    got = dict(info.trailing_metadata())
+    assert got.get("x-trail") == "t", got
+    assert not {"set-cookie", "authorization", "x-forwarded-for", "cache-control"} & set(got), got
+
+
 def test_the_upstreams_status_passes_through(site):
     with channel(site.main) as ch:
         with pytest.raises(grpc.RpcError) as e:

@@ -2,7 +2,7 @@
 framing and failure can be produced on purpose.
 
 Paths (query parameters in brackets):
-  /echo            200, JSON of the request line, headers and body length (keep-alive)
+  /echo            200, JSON of the request line, headers, body length and trailers (keep-alive)
   /slow[?ms=N]     sleeps N ms before answering
   /chunked[?n=K&size=S]  K chunks of S bytes, chunked framing
   /big[?n=BYTES]   Content-Length body of BYTES bytes (a repeating pattern)
@@ -11,6 +11,7 @@ Paths (query parameters in brackets):
   /status/CODE     answers CODE
   /reset           resets the connection without answering (RST)
   /reset-mid       sends half of a 1000-byte body, then resets
+  /bad-trailers    a chunked body whose trailer section holds fields that may not be trailers
   /upload          reads the body (Content-Length or chunked) and answers its length and sha256
   /ws              101 Switching Protocols, then echoes bytes (and sends FIN after the peer's FIN)
   /name            answers the server's name (to see which server was picked)
@@ -26,6 +27,14 @@ import struct
 import threading
 import time
 from urllib.parse import parse_qs, urlsplit
+
+
+# Trailer fields /bad-trailers sends: two that may be trailers, then many that may not.
+BAD_TRAILERS = (b"X-Checksum: abc123\r\ngrpc-status: 0\r\nHost: evil.test\r\n"
+                b"Authorization: Basic eDp5\r\nSet-Cookie: s=1\r\nCookie: s=1\r\n"
+                b"Content-Length: 99\r\nContent-Type: text/evil\r\nTrailer: X-Checksum\r\n"
+                b"Cache-Control: no-store\r\nX-Forwarded-For: 6.6.6.6\r\nLocation: /evil\r\n"
+                b"WWW-Authenticate: Basic\r\nTransfer-Encoding: x\r\n")
 
 
 def pattern(n: int) -> bytes:
@@ -123,12 +132,12 @@ class UpstreamServer:
                     k, v = ln.split(":", 1)
                     headers.append((k.strip(), v.strip()))
                 hmap = {k.lower(): v for k, v in headers}
-                body, buf, ok = self._read_body(c, hmap, buf)
+                body, buf, ok, trailers = self._read_body(c, hmap, buf)
                 if not ok:
                     return
                 req = {"method": method, "target": target, "version": version,
                        "headers": headers, "body_len": len(body),
-                       "sha256": hashlib.sha256(body).hexdigest()}
+                       "sha256": hashlib.sha256(body).hexdigest(), "trailers": trailers}
                 with self._lock:
                     self.requests.append(req)
                 keep = self._respond(c, req, hmap, body)
@@ -152,6 +161,8 @@ class UpstreamServer:
                 pass
 
     def _read_body(self, c, hmap, buf):
+        """The body, what follows it, whether it all came, and a chunked body's trailer
+        fields ((name, value) as sent)."""
         if "content-length" in hmap:
             n = int(hmap["content-length"])
             body = bytearray(buf[:n])
@@ -159,29 +170,44 @@ class UpstreamServer:
             while len(body) < n:
                 d = c.recv(min(1 << 20, n - len(body)))
                 if not d:
-                    return b"", b"", False
+                    return b"", b"", False, []
                 body += d
-            return bytes(body), buf, True
+            return bytes(body), buf, True, []
         if hmap.get("transfer-encoding", "").lower() == "chunked":
             body = bytearray()
-            while True:
+            trailers: list[tuple[str, str]] = []
+
+            def line():
+                nonlocal buf
                 while b"\r\n" not in buf:
                     d = c.recv(65536)
                     if not d:
-                        return b"", b"", False
+                        return None
                     buf += d
-                line, buf = buf.split(b"\r\n", 1)
-                size = int(line.split(b";")[0], 16)
+                ln, buf = buf.split(b"\r\n", 1)
+                return ln
+
+            while True:
+                ln = line()
+                if ln is None:
+                    return b"", b"", False, []
+                size = int(ln.split(b";")[0], 16)
+                if size == 0:
+                    # The trailer section, up to its empty line.
+                    while (ln := line()) != b"":
+                        if ln is None:
+                            return b"", b"", False, []
+                        k, v = ln.decode("latin-1").split(":", 1)
+                        trailers.append((k.strip(), v.strip()))
+                    return bytes(body), buf, True, trailers
                 while len(buf) < size + 2:
                     d = c.recv(1 << 20)
                     if not d:
-                        return b"", b"", False
+                        return b"", b"", False, []
                     buf += d
                 body += buf[:size]
                 buf = buf[size + 2:]
-                if size == 0:
-                    return bytes(body), buf, True
-        return b"", buf, True
+        return b"", buf, True, []
 
     def _respond(self, c: socket.socket, req: dict, hmap: dict, body: bytes) -> bool:
         url = urlsplit(req["target"])
@@ -218,6 +244,10 @@ class UpstreamServer:
             c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"
                       b"5\r\nhello\r\n6\r\n world\r\n0\r\nX-Checksum: abc123\r\n"
                       b"Grpc-Status: 0\r\nTransfer-Encoding: x\r\n\r\n")
+        elif path == "/bad-trailers":
+            # A trailer section full of fields that may not be trailers, and two that may.
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      b"5\r\nhello\r\n0\r\n" + BAD_TRAILERS + b"\r\n")
         elif path == "/big":
             n = int(q.get("n", "1000000"))
             c.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode())

@@ -27,6 +27,12 @@ pub struct Decoded<'b> {
     pub data: &'b [u8],
     /// The whole body has been decoded.
     pub done: bool,
+    /// Bytes at the end of `consumed` that are a chunked body's trailer section and its
+    /// final CRLF. A relay passing the body on as it came writes the first
+    /// `consumed - trailer` bytes, and at the end the section it kept
+    /// ([`BodyDecoder::keep_trailers`]) less the fields that may not be trailers
+    /// ([`crate::trailer::allowed_lines`]), then CRLF.
+    pub trailer: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -104,8 +110,8 @@ impl BodyDecoder {
 
     /// Decodes a prefix of `input`. See the type documentation.
     pub fn decode<'b>(&mut self, input: &'b [u8]) -> Result<Decoded<'b>, BodyError> {
-        let (consumed, data) = match &mut self.state {
-            State::Done => (0, &input[..0]),
+        let (consumed, data, trailer) = match &mut self.state {
+            State::Done => (0, &input[..0], 0),
             State::Failed(reason) => return Err(BodyError { reason }),
             State::Length(remaining) => {
                 let n = (*remaining).min(input.len() as u64) as usize;
@@ -113,7 +119,7 @@ impl BodyDecoder {
                 if *remaining == 0 {
                     self.state = State::Done;
                 }
-                (n, &input[..n])
+                (n, &input[..n], 0)
             }
             State::Chunked(chunked) => {
                 let progress = chunked.decode(input, &self.limits);
@@ -128,7 +134,7 @@ impl BodyDecoder {
                     self.trailers = chunked.take_trailers();
                     self.state = State::Done;
                 }
-                (progress.consumed, data)
+                (progress.consumed, data, progress.trailer)
             }
         };
         self.received += data.len() as u64;
@@ -136,6 +142,7 @@ impl BodyDecoder {
             consumed,
             data,
             done: self.is_done(),
+            trailer,
         })
     }
 

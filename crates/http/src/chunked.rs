@@ -89,6 +89,8 @@ pub(crate) struct Progress {
     pub data: (usize, usize),
     /// An error found at `consumed` (after any data, which is still valid).
     pub error: Option<&'static str>,
+    /// Bytes at the end of `consumed` that are the trailer section and its final CRLF.
+    pub trailer: usize,
 }
 
 impl Chunked {
@@ -123,6 +125,7 @@ impl Chunked {
         let mut i = 0;
         let mut data = (0, 0);
         let mut have_data = false;
+        let mut trailer = 0;
         while i < input.len() {
             match self.state {
                 State::Done => break,
@@ -141,13 +144,23 @@ impl Chunked {
                     }
                 }
                 _ => {
+                    let in_trailer = matches!(
+                        self.state,
+                        State::TrailerStart
+                            | State::TrailerName
+                            | State::TrailerValue
+                            | State::TrailerLf
+                            | State::FinalLf
+                    );
                     if let Err(reason) = self.step(input[i], limits) {
                         return Progress {
                             consumed: i,
                             data,
                             error: Some(reason),
+                            trailer,
                         };
                     }
+                    trailer += usize::from(in_trailer);
                     i += 1;
                 }
             }
@@ -156,6 +169,7 @@ impl Chunked {
             consumed: i,
             data,
             error: None,
+            trailer,
         }
     }
 

@@ -117,6 +117,7 @@ mod request;
 mod response;
 mod status;
 mod target;
+pub mod trailer;
 pub mod upstream;
 mod version;
 

@@ -330,3 +330,43 @@ fn trailers_are_kept_when_asked_however_the_input_is_split() {
         "asked, there were none"
     );
 }
+
+/// A relay that passes a chunked body on as it came, however it is split, writes everything
+/// up to the trailer section (`consumed - trailer` of each call), then the section it kept
+/// less the fields that may not be trailers (RFC 9110 §6.5.1), then the final CRLF.
+#[test]
+fn a_relay_passes_the_trailer_section_without_forbidden_fields() {
+    let input = with_next(
+        b"5\r\nhello\r\n0;x=1\r\nX-Checksum: c1\r\nHost: evil\r\nAuthorization: x\r\n\
+          grpc-status: 0\r\nContent-Length: 9\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n",
+    );
+    let want = b"5\r\nhello\r\n0;x=1\r\nX-Checksum: c1\r\ngrpc-status: 0\r\n\r\n";
+    for k in 0..=input.len() {
+        let mut d = BodyDecoder::new(BodyKind::Chunked, BodyLimits::default());
+        d.keep_trailers();
+        let (mut out, mut pending) = (Vec::new(), Vec::new());
+        for piece in [&input[..k], &input[k..]] {
+            pending.extend_from_slice(piece);
+            while !d.is_done() {
+                let r = d.decode(&pending).expect("a valid body");
+                let (consumed, trailer, done) = (r.consumed, r.trailer, r.done);
+                out.extend_from_slice(&pending[..consumed - trailer]);
+                if done {
+                    let kept = d.take_trailers().expect("kept");
+                    out.extend_from_slice(&ringx_http::trailer::allowed_lines(&kept));
+                    out.extend_from_slice(b"\r\n");
+                }
+                pending.drain(..consumed);
+                if consumed == 0 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(pending, NEXT, "split at {k}");
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(want),
+            "split at {k}"
+        );
+    }
+}

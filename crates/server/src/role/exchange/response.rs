@@ -347,10 +347,10 @@ impl Exchange {
                     up.body = Some(BodyDecoder::new(BodyKind::Length(n), BodyLimits::default()))
                 }
                 ResponseBody::Chunked => {
+                    // Kept for an HTTP/2 client's trailers, or to pass the section on to an
+                    // HTTP/1.1 client without the fields that may not be trailers.
                     let mut dec = BodyDecoder::new(BodyKind::Chunked, BodyLimits::default());
-                    if self.pass_trailers {
-                        dec.keep_trailers();
-                    }
+                    dec.keep_trailers();
                     up.body = Some(dec)
                 }
                 ResponseBody::UntilClose => up.until_close = true,
@@ -390,6 +390,7 @@ impl Exchange {
             let Some(dec) = up.body.as_mut() else {
                 return Outcome::Pending;
             };
+            let raw = !sub && relay.is_none() && framing == ClientFraming::Same;
             let mut pos = 0;
             while pos < input.len() {
                 let d = match dec.decode(&input[pos..]) {
@@ -406,7 +407,7 @@ impl Exchange {
                 match (relay.as_mut(), framing) {
                     _ if sub => {}
                     (Some(r), _) => encode_failed |= r.feed(d.data, &mut w).is_err(),
-                    (None, ClientFraming::Same) => w(&input[pos..pos + d.consumed]),
+                    (None, ClientFraming::Same) => w(&input[pos..pos + d.consumed - d.trailer]),
                     (None, ClientFraming::Close) => w(d.data),
                 }
                 if let Some(cap) = self.capture.as_mut() {
@@ -415,7 +416,16 @@ impl Exchange {
                 pos += d.consumed;
                 if d.done && !encode_failed {
                     let clean = pos == input.len();
-                    self.trailers = dec.take_trailers();
+                    let kept = dec.take_trailers();
+                    if let (true, Some(t)) = (raw, &kept) {
+                        // The trailer section as it came, less what may not be a trailer.
+                        let mut end = ringx_http::trailer::allowed_lines(t);
+                        end.extend_from_slice(b"\r\n");
+                        base.tr.write(cx.io, c, &end);
+                    }
+                    if self.pass_trailers {
+                        self.trailers = kept;
+                    }
                     if !self.finish_relay(cx, base, c) {
                         return Outcome::Cut;
                     }

@@ -520,7 +520,12 @@ impl H2 {
             }
             CallEvent::Trailers(f) => {
                 g.end(cx);
-                s.trailers = f.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+                // gRPC's own trailers pass; what may not be a trailer does not.
+                s.trailers = f
+                    .iter()
+                    .filter(|(n, _)| !ringx_http::trailer::is_forbidden_trailer(n))
+                    .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                    .collect();
                 s.end = true;
                 self.wake(id);
             }

@@ -220,27 +220,16 @@ impl Proxied {
             return;
         }
         let mut end = b"0\r\n".to_vec();
-        end.extend_from_slice(lines);
+        end.extend_from_slice(&ringx_http::trailer::allowed_lines(lines));
         end.extend_from_slice(b"\r\n");
         self.forward(cx, &end, 0);
     }
 
     /// The response's trailer fields, once the exchange is done: an HTTP/1.1 upstream's
     /// chunked trailer section as HTTP/2 fields (names lowercased, values trimmed), without
-    /// the fields that belong to a connection or to framing, which an HTTP/2 peer treats as
-    /// malformed (RFC 9113 §8.2.2) and which may not be trailers (RFC 9110 §6.5.1).
+    /// the fields that may not be trailers (`ringx_http::trailer`; those that belong to a
+    /// connection or to framing an HTTP/2 peer also treats as malformed, RFC 9113 §8.2.2).
     pub fn response_trailers(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        const NOT_TRAILERS: &[&[u8]] = &[
-            b"connection",
-            b"keep-alive",
-            b"proxy-connection",
-            b"transfer-encoding",
-            b"upgrade",
-            b"te",
-            b"content-length",
-            b"host",
-            b"trailer",
-        ];
         let Some(lines) = self.ex.trailers.take() else {
             return Vec::new();
         };
@@ -253,7 +242,7 @@ impl Proxied {
                 let i = l.iter().position(|&b| b == b':')?;
                 let name = l[..i].to_ascii_lowercase();
                 let value = l[i + 1..].trim_ascii().to_vec();
-                (!name.is_empty() && !NOT_TRAILERS.contains(&name.as_slice()))
+                (!name.is_empty() && !ringx_http::trailer::is_forbidden_trailer(&name))
                     .then_some((name, value))
             })
             .collect()

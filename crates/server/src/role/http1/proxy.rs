@@ -71,7 +71,13 @@ impl Http1 {
         ex.has_body = has_body;
         ex.replay = has_body.then(Vec::new);
         ex.gave_up = None;
-        ex.req_body = has_body.then(|| BodyDecoder::new(req.body, BodyLimits::default()));
+        ex.req_body = has_body.then(|| {
+            let mut d = BodyDecoder::new(req.body, BodyLimits::default());
+            // A chunked body's trailer section goes on without the fields that may not be
+            // trailers (`proxy_body`).
+            d.keep_trailers();
+            d
+        });
         ex.version = req.version;
         ex.keep = keep && upgrade.is_none();
         ex.upgrade = upgrade.is_some();
@@ -200,7 +206,21 @@ impl Http1 {
                     return None;
                 }
             };
-            let raw = &input[pos..pos + d.consumed];
+            // Chunked framing passes through as it came, up to the trailer section: that
+            // goes on without the fields that may not be trailers (RFC 9110 §6.5.1).
+            let raw = &input[pos..pos + d.consumed - d.trailer];
+            let end;
+            let kept = if d.done { dec.take_trailers() } else { None };
+            let raw = match kept {
+                Some(t) => {
+                    let mut b = raw.to_vec();
+                    b.extend_from_slice(&ringx_http::trailer::allowed_lines(&t));
+                    b.extend_from_slice(b"\r\n");
+                    end = b;
+                    &end[..]
+                }
+                None => raw,
+            };
             if let Some(up) = u.and_then(|u| cx.ups.get_mut(u).map(|x| (u, x))) {
                 up.1.tr.write(cx.io, up.0, raw);
             }
