@@ -62,6 +62,19 @@ def _bindable(p: int) -> bool:
     return True
 
 
+def close_listener(sock: socket.socket) -> None:
+    """Closes a listening socket that a thread may be blocked on in accept().
+
+    close() alone leaves the socket listening until that accept() returns (the kernel holds
+    the file): a later connection to the port, or to the descriptor number reused by a new
+    socket, reaches a server of an earlier test. shutdown() wakes accept() first."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def free_port() -> int:
     """A port (TCP and UDP) that was free a moment ago, below the kernel's ephemeral range.
 

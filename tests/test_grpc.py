@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, runtime_section
+from conftest import close_listener, free_port, runtime_section
 from tls_pki import Pki
 
 grpc = pytest.importorskip("grpc", reason="grpcio is not installed (tests/requirements.txt)")
@@ -60,7 +60,7 @@ class BlackHole:
             self.conns.append(c)
 
     def close(self):
-        self.sock.close()
+        close_listener(self.sock)
         for c in self.conns:
             c.close()
 

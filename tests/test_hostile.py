@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import runtime_section
+from conftest import close_listener, runtime_section
 from util_http import Conn, request, roundtrip
 
 SMUGGLED = b"GET /secret/x HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -76,7 +76,8 @@ class RawUpstream:
 
     def close(self) -> None:
         self.stopped = True
-        for s in [self.sock, *list(self.live)]:
+        close_listener(self.sock)
+        for s in list(self.live):
             try:
                 s.close()
             except OSError:

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import free_port, runtime_section
+from conftest import close_listener, free_port, runtime_section
 
 
 class TcpUpstream:
@@ -76,7 +76,7 @@ class TcpUpstream:
             c.close()
 
     def close(self):
-        self.sock.close()
+        close_listener(self.sock)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, runtime_section
+from conftest import close_listener, free_port, runtime_section
 from tls_pki import Pki
 from upstream_server import UpstreamServer
 
@@ -622,7 +622,7 @@ class TlsBackend:
                 pass
 
     def close(self):
-        self.sock.close()
+        close_listener(self.sock)
 
 
 def test_streams_route_tls_by_sni_without_terminating(ringx, tmp_path):

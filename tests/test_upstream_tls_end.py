@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import free_port, runtime_section
+from conftest import close_listener, free_port, runtime_section
 from nginx_peer import NginxPeer
 from tls_pki import Pki
 
@@ -78,7 +78,7 @@ class UntilCloseUpstream:
 
     def close(self):
         self.stop = True
-        self.sock.close()
+        close_listener(self.sock)
 
 
 @pytest.fixture(scope="module")
