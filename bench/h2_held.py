@@ -10,7 +10,10 @@ then `--conns` h2c connections (default 40) announce SETTINGS_INITIAL_WINDOW_SIZ
 128 GETs of the object each, never opening a window; once every response head is in, the
 proxy's RSS is sampled for 3 s (its peak is the growth over the quiet RSS); then the attackers
 close, and the time until the proxy's RSS is back within 10 % of the growth (or 5 MB) of
-where it was is measured (at most 30 s), with the number of upstream connections left.
+where it was is measured (at most 30 s), with the share of the growth returned 5 s after the
+close and the number of upstream connections left. The
+normal client's latencies during the attack are also given apart: while the attackers open
+their streams (every response head in), and while they hold them (the 3 s of sampling).
 
 ringx: one zone (`zones = 1`). nginx: one worker (`master_process off`), `proxy_http_version
 1.1`, default proxy buffering (it reads the upstream's response into its buffers and a temp
@@ -21,7 +24,6 @@ Writes bench/results/h2-held-<date>.json and prints a table.
 """
 import argparse
 import datetime
-import http.client
 import json
 import os
 import resource
@@ -30,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -92,33 +93,56 @@ listen = ["127.0.0.1:{port}"]
     return p
 
 
+# The normal client runs in a process of its own: in this one, the attackers' threads would hold
+# the interpreter's lock while it waits, and their work would count as the proxy's latency.
+NORMAL = r"""
+import http.client, sys, time
+port, out = int(sys.argv[1]), open(sys.argv[2], "w", buffering=1)
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+nxt = time.monotonic()
+while True:
+    t = time.monotonic()
+    try:
+        c.request("GET", "/small")
+        c.getresponse().read()
+        out.write(f"{t} {time.monotonic() - t}\n")
+    except (OSError, http.client.HTTPException):
+        out.write(f"{t} error\n")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    nxt += 0.02
+    time.sleep(max(0.0, nxt - time.monotonic()))
+"""
+
+
 class Normal:
-    """GET /small every 20 ms on one keep-alive HTTP/1.1 connection; latencies kept."""
+    """GET /small every 20 ms on one keep-alive HTTP/1.1 connection, from another process;
+    each request's start and latency kept (CLOCK_MONOTONIC, the same in both processes)."""
 
-    def __init__(self, port):
-        self.port, self.lat, self.errors = port, [], 0
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
+    def __init__(self, port, work):
+        self.path = os.path.join(work, f"normal-{port}.txt")
+        self.p = subprocess.Popen([sys.executable, "-c", NORMAL, str(port), self.path])
+        self.marks = [time.monotonic()]
 
-    def run(self):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        nxt = time.monotonic()
-        while not self.stop.is_set():
-            t = time.monotonic()
-            try:
-                c.request("GET", "/small")
-                c.getresponse().read()
-                self.lat.append(time.monotonic() - t)
-            except (OSError, http.client.HTTPException):
-                self.errors += 1
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-            nxt += 0.02
-            time.sleep(max(0.0, nxt - time.monotonic()))
+    def mark(self):
+        """Ends a window of samples here."""
+        self.marks.append(time.monotonic())
 
-    def take(self):
-        lat, self.lat = self.lat, []
-        return lat
+    def windows(self):
+        """Stops the client; the latencies of each window between marks, and the errors."""
+        self.p.kill()
+        self.p.wait()
+        wins = [[] for _ in self.marks[1:]]
+        errors = 0
+        with open(self.path) as f:
+            for line in f:
+                t, lat = line.split()
+                if lat == "error":
+                    errors += 1
+                    continue
+                for i, (a, b) in enumerate(zip(self.marks, self.marks[1:])):
+                    if a <= float(t) < b:
+                        wins[i].append(float(lat))
+        return wins, errors
 
 
 def port_free(port):
@@ -147,42 +171,52 @@ def measure(peer, binary, work, up, conns):
     try:
         subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null",
                         f"http://127.0.0.1:{port}/obj"], check=True, timeout=30)
-        n = Normal(plain)
+        n = Normal(plain, work)
         time.sleep(3)
-        quiet = n.take()
+        n.mark()
         base = rss_kib(p.pid)
         stingy = [Stingy(port, "/obj", 128) for _ in range(conns)]
         deadline = time.monotonic() + 120
         for s in stingy:
             s.wait_heads(deadline)
+        n.mark()
         peak, end = 0, time.monotonic() + 3
         while time.monotonic() < end:
             peak = max(peak, rss_kib(p.pid))
             time.sleep(0.05)
         ups_held = connections_to(up)
-        during = n.take()
+        n.mark()
         t0 = time.monotonic()
         for s in stingy:
             s.close()
         grown = peak - base
         target = base + max(grown * 0.1, 5 * 1024)
-        back = None
+        back, at5 = None, None
         while time.monotonic() < t0 + 30:
+            now = time.monotonic()
+            if at5 is None and now >= t0 + 5:
+                at5 = rss_kib(p.pid)
             if rss_kib(p.pid) <= target:
-                back = time.monotonic() - t0
+                back = now - t0
                 break
             time.sleep(0.05)
+        if at5 is None:
+            at5 = rss_kib(p.pid)
         after_rss = rss_kib(p.pid)
-        n.stop.set()
-        n.t.join()
+        (quiet, opening, held), errors = n.windows()
+        during = opening + held
         return {"peer": peer, "streams": conns * 128, "rss_quiet_kib": base,
                 "rss_peak_kib": peak, "grown_kib": grown,
                 "grown_per_stream_kib": grown / (conns * 128),
                 "upstream_conns_during": ups_held, "back_within_s": back,
-                "rss_after_kib": after_rss, "upstream_conns_after": connections_to(up),
+                "rss_after_kib": after_rss, "rss_5s_after_close_kib": at5,
+                "returned_in_5s_pct": 100 * (peak - at5) / grown if grown > 0 else None, "upstream_conns_after": connections_to(up),
                 "normal_quiet_p50_ms": pct(quiet, 0.5), "normal_quiet_p99_ms": pct(quiet, 0.99),
                 "normal_during_p50_ms": pct(during, 0.5), "normal_during_p99_ms": pct(during, 0.99),
-                "normal_requests_during": len(during), "normal_errors": n.errors}
+                "normal_requests_during": len(during), "normal_errors": errors,
+                "normal_opening_p99_ms": pct(opening, 0.99), "normal_opening_max_ms":
+                pct(opening, 1.0), "normal_requests_opening": len(opening),
+                "normal_held_p99_ms": pct(held, 0.99), "normal_requests_held": len(held)}
     finally:
         p.kill()
         p.wait()
@@ -218,10 +252,13 @@ def main():
                 print(f"{name} round {r}: {m['streams']} streams, RSS +{m['grown_kib'] / 1024:.1f} MB "
                       f"({m['grown_per_stream_kib']:.1f} KiB a stream), upstream conns "
                       f"{m['upstream_conns_during']}; after close: back in {m['back_within_s']} s, "
-                      f"{m['upstream_conns_after']} upstream conns; normal p99 quiet "
-                      f"{m['normal_quiet_p99_ms']} ms, during {m['normal_during_p99_ms']} ms "
-                      f"({m['normal_requests_during']} requests, {m['normal_errors']} errors)",
-                      flush=True)
+                      f"{m['upstream_conns_after']} upstream conns, {m['returned_in_5s_pct']:.0f} % of the growth "
+                      f"returned within 5 s; normal p99 quiet "
+                      f"{m['normal_quiet_p99_ms']:.1f} ms, during {m['normal_during_p99_ms']:.1f} ms "
+                      f"({m['normal_requests_during']} requests, {m['normal_errors']} errors): "
+                      f"while streams open {m['normal_opening_p99_ms']:.1f} ms "
+                      f"({m['normal_requests_opening']} requests), held "
+                      f"{m['normal_held_p99_ms']:.1f} ms", flush=True)
     finally:
         upstream.kill()
         upstream.wait()

@@ -10,9 +10,11 @@ the clients closed their upstream connections stayed until the upstream's read t
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -88,6 +90,7 @@ def site(ringx, tmp_path):
     www = tmp_path / "www"
     www.mkdir()
     (www / "obj").write_bytes(os.urandom(OBJECT))
+    (www / "small").write_bytes(b"small\n")
     up_port, port = free_port(), free_port()
     nginx = NginxPeer(tmp_path / "nginx", f"""
     server {{
@@ -146,3 +149,54 @@ def test_closed_windows_hold_little_and_let_go_when_the_clients_leave(site):
     while connections_to(up_port) > 1:
         assert time.monotonic() < deadline, f"{connections_to(up_port)} upstream connections left"
         time.sleep(0.05)
+
+
+def test_the_memory_of_a_crowd_goes_back_to_the_kernel_when_it_leaves(site):
+    """20 such clients (2560 streams, each with its upstream connection) grow ringx by tens of
+    megabytes. When they leave, the zone gives the freed memory back to the kernel (zone/trim.rs):
+    on the build before, glibc kept it in the zone's arena and ringx's RSS stayed where the
+    crowd had taken it, for as long as ringx ran. A normal client asks all along: its requests
+    keep the zone's timer busy, which must not lose the look at freed memory."""
+    port, up_port, srv = site
+    clients = 20
+    stop = threading.Event()
+
+    def normal():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        while not stop.wait(0.02):
+            c.request("GET", "/small")
+            assert c.getresponse().read() == b"small\n"
+
+    t = threading.Thread(target=normal, daemon=True)
+    t.start()
+    try:
+        crowd_leaves(port, up_port, srv, clients)
+    finally:
+        stop.set()
+        t.join()
+
+
+def crowd_leaves(port, up_port, srv, clients):
+    subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null",
+                    f"http://127.0.0.1:{port}/obj"], check=True, timeout=30)
+    base = rss_kib(srv.proc.pid)
+    stingy = [Stingy(port, "/obj", STREAMS) for _ in range(clients)]
+    deadline = time.monotonic() + 120
+    for s in stingy:
+        s.wait_heads(deadline)
+    while connections_to(up_port) < clients * (STREAMS - 1):
+        assert time.monotonic() < deadline, f"{connections_to(up_port)} upstream connections"
+        time.sleep(0.05)
+    grown = rss_kib(srv.proc.pid) - base
+    assert grown > 32 * 1024, f"the crowd grew ringx by {grown} KiB only: nothing to give back"
+    for s in stingy:
+        s.close()
+    # Half of the growth back: what stays is pages that live allocations still touch.
+    target = base + grown // 2
+    deadline = time.monotonic() + 10
+    while (now := rss_kib(srv.proc.pid)) > target:
+        assert time.monotonic() < deadline, (
+            f"ringx grew {grown} KiB for the crowd and still holds {now - base} KiB of it, "
+            "10 s after it left")
+        time.sleep(0.05)
+    print(f"ringx grew {grown} KiB; back to +{now - base} KiB after the crowd left")

@@ -232,6 +232,8 @@ pub type UpTlsStart = (
 pub struct UpTable {
     conns: Vec<Option<Box<UpConn>>>,
     gen: u32,
+    /// Records held.
+    live: usize,
 }
 
 impl UpTable {
@@ -272,6 +274,7 @@ impl UpTable {
             }
             _ => {
                 self.gen = self.gen.wrapping_add(1);
+                self.live += usize::from(slot.is_none());
                 *slot = Some(Box::new(UpConn::new(self.gen, upstream, server, now)));
             }
         }
@@ -282,7 +285,14 @@ impl UpTable {
 
     /// Takes the record out (the connection closed).
     pub fn take(&mut self, c: ConnId) -> Option<Box<UpConn>> {
-        self.conns.get_mut(c.index()).and_then(Option::take)
+        let out = self.conns.get_mut(c.index()).and_then(Option::take);
+        self.live -= usize::from(out.is_some());
+        out
+    }
+
+    /// How many upstream connections the zone holds.
+    pub fn len(&self) -> usize {
+        self.live
     }
 
     /// Every upstream connection, with its handle.
@@ -294,7 +304,7 @@ impl UpTable {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.conns.iter().all(Option::is_none)
+        self.live == 0
     }
 }
 

@@ -52,6 +52,8 @@ pub struct ZoneCtx {
     /// Held requests to look at again, by time: (when, connection, generation). Precise,
     /// unlike the timer wheel: a `limit_req` delay is milliseconds.
     pub soon: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    /// When to give freed memory back to the kernel.
+    pub trim: super::trim::Trim,
 }
 
 /// A role callback's view of its zone.
@@ -91,6 +93,34 @@ impl ZoneCtx {
             tls: None,
             guard: crate::guard::ZoneGuard::default(),
             soon: BinaryHeap::new(),
+            trim: super::trim::Trim::default(),
+        }
+    }
+
+    /// A client or upstream connection closed, `live` remain: arms the look at freed memory
+    /// when a crowd has left ([`super::trim`]).
+    pub fn left(&mut self, io: &mut Io, live: usize) {
+        if let Some(at) = self.trim.closed(live, io.now()) {
+            io.timer_at(at);
+        }
+    }
+
+    /// From the zone's timer: gives freed memory back when the look is due.
+    pub fn trim(&mut self, io: &mut Io, live: usize) {
+        let Some(look) = self.trim.timer(live, io.now()) else {
+            return;
+        };
+        if let Some(at) = look.again {
+            io.timer_at(at);
+        }
+        if let Some((free, used)) = look.trimmed {
+            tracing::debug!(
+                zone = self.id,
+                live,
+                "a crowd left: gave up to {} MiB back to the kernel, {} MiB in use",
+                free >> 20,
+                used >> 20
+            );
         }
     }
 

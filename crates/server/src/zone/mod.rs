@@ -13,6 +13,7 @@ mod grpc_up;
 mod listeners;
 pub mod reqlog;
 mod tls_in;
+mod trim;
 
 use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
@@ -221,6 +222,7 @@ impl Zone {
         if self.ups.get(u).is_some_and(|x| x.gen == gen) {
             self.ups.take(u);
         }
+        self.ctx.left(io, self.ctx.active + self.ups.len());
     }
 
     /// The zone is close to its connection limit: the connections that wait longest for a
@@ -674,6 +676,7 @@ impl Handler for Zone {
         base.release();
         let ctx = &mut self.ctx;
         ctx.active -= 1;
+        ctx.left(io, ctx.active + self.ups.len());
         ctx.log.end(io, c, base, ctx.id);
         ctx.log.active(ctx.active);
         if ctx.draining && ctx.active == 0 {
@@ -750,6 +753,7 @@ impl Handler for Zone {
             }
         }
         self.ctx.log.tick(now);
+        self.ctx.trim(io, self.ctx.active + self.ups.len());
         if self.ctx.retired().next().is_some() {
             self.check_retired(io);
         }
@@ -763,7 +767,8 @@ impl Handler for Zone {
             .soon
             .peek()
             .map(|r| r.0 .0.saturating_duration_since(now));
-        let next = next.into_iter().chain(soon).min();
+        let trim = self.ctx.trim.at().map(|t| t.saturating_duration_since(now));
+        let next = next.into_iter().chain(soon).chain(trim).min();
         if self.ctx.draining {
             return Some(next.map_or(Duration::from_millis(100), |d| {
                 d.min(Duration::from_millis(100))

@@ -432,6 +432,44 @@ fn a_client_fin_after_a_response_closes_the_connection() {
     assert!(h.output(c).is_empty());
 }
 
+#[test]
+fn the_look_at_freed_memory_survives_the_zones_other_timers() {
+    // Four keep-alive clients; two leave just before the others' keep-alive timeout. The zone
+    // arms a look at freed memory (zone/trim.rs) for after that timeout, whose timer call
+    // must not forget it.
+    let mut h = zone();
+    let cs: Vec<_> = (0..4)
+        .map(|_| {
+            let c = h.client();
+            h.send(c, &get("/"));
+            assert_eq!(h.responses(c).len(), 1);
+            c
+        })
+        .collect();
+    h.advance(Duration::from_millis(29_800));
+    for &c in &cs[..2] {
+        h.eof(c);
+        assert!(h.t.closed(c));
+    }
+    let at =
+        h.z.ctx
+            .trim
+            .at()
+            .expect("half the connections left: a look is armed");
+    h.advance(Duration::from_millis(400));
+    assert!(h.t.closed(cs[2]) && h.t.closed(cs[3]), "keep-alive timeout");
+    assert_eq!(h.z.ctx.trim.at(), Some(at), "not due yet");
+    assert!(
+        h.t.next_timer().is_some_and(|t| t <= at),
+        "the zone's timer forgot the look"
+    );
+    h.advance(Duration::from_millis(200));
+    assert!(
+        h.z.ctx.trim.at().is_none_or(|t| t > at),
+        "the look was due and did not happen"
+    );
+}
+
 // ---- timeouts -----------------------------------------------------------------------------
 
 #[test]
