@@ -26,7 +26,6 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import socket
 import statistics
 import subprocess
@@ -45,11 +44,6 @@ from test_h2_held import Stingy, connections_to, rss_kib  # noqa: E402
 OBJECT = 256 * 1024
 
 
-def nofile():
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 def start_nginx(work, name, server, cpu):
     d = os.path.join(work, name)
     os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
@@ -64,7 +58,8 @@ http {{ access_log off; client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp;
   {server} }}
 """)
     p = subprocess.Popen(["taskset", "-c", cpu, lib.nginx_bin(), "-p", d, "-c", conf],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=nofile)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         preexec_fn=lib.raise_nofile)
     return p
 
 
@@ -75,22 +70,10 @@ def start_peer(peer, binary, work, port, up):
   server {{ listen 127.0.0.1:{port} http2; listen 127.0.0.1:{port + 1};
     location / {{ proxy_pass http://up; proxy_http_version 1.1;
       proxy_set_header Connection ""; }} }}""", lib.SERVER_CPU)
-    else:
-        cfg = os.path.join(work, f"ringx-{port}.toml")
-        with open(cfg, "w") as f:
-            f.write(f"""[runtime]
-zones = 1
-[[server]]
-listen = ["127.0.0.1:{port}"]
-  [[server.location]]
-  path = "/"
-  proxy_pass = "http://127.0.0.1:{up}"
-""")
-        log = open(os.path.join(work, f"ringx-{port}.log"), "wb")
-        p = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, binary, "serve", "-c", cfg],
-                             stdout=log, stderr=log, preexec_fn=nofile)
-    lib.wait_port(port, p)
-    return p
+        lib.wait_port(port, p)
+        return p
+    return lib.start_ringx_zone(binary, work, port, f'proxy_pass = "http://127.0.0.1:{up}"',
+                                f"ringx-{port}.log")
 
 
 # The normal client runs in a process of its own: in this one, the attackers' threads would hold
@@ -156,11 +139,6 @@ def port_free(port):
         s.close()
 
 
-def pct(v, q):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(q * len(v)))] * 1000 if v else None
-
-
 def measure(peer, binary, work, up, conns):
     port = lib.free_port()
     while not port_free(port + 1):
@@ -211,12 +189,14 @@ def measure(peer, binary, work, up, conns):
                 "upstream_conns_during": ups_held, "back_within_s": back,
                 "rss_after_kib": after_rss, "rss_5s_after_close_kib": at5,
                 "returned_in_5s_pct": 100 * (peak - at5) / grown if grown > 0 else None, "upstream_conns_after": connections_to(up),
-                "normal_quiet_p50_ms": pct(quiet, 0.5), "normal_quiet_p99_ms": pct(quiet, 0.99),
-                "normal_during_p50_ms": pct(during, 0.5), "normal_during_p99_ms": pct(during, 0.99),
+                "normal_quiet_p50_ms": lib.pct_ms(quiet, 0.5),
+                "normal_quiet_p99_ms": lib.pct_ms(quiet, 0.99),
+                "normal_during_p50_ms": lib.pct_ms(during, 0.5),
+                "normal_during_p99_ms": lib.pct_ms(during, 0.99),
                 "normal_requests_during": len(during), "normal_errors": errors,
-                "normal_opening_p99_ms": pct(opening, 0.99), "normal_opening_max_ms":
-                pct(opening, 1.0), "normal_requests_opening": len(opening),
-                "normal_held_p99_ms": pct(held, 0.99), "normal_requests_held": len(held)}
+                "normal_opening_p99_ms": lib.pct_ms(opening, 0.99), "normal_opening_max_ms":
+                lib.pct_ms(opening, 1.0), "normal_requests_opening": len(opening),
+                "normal_held_p99_ms": lib.pct_ms(held, 0.99), "normal_requests_held": len(held)}
     finally:
         p.kill()
         p.wait()
@@ -228,7 +208,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--base", help="another ringx binary, measured beside this build")
     a = ap.parse_args()
-    nofile()
+    lib.raise_nofile()
     work = tempfile.mkdtemp(prefix="ringx-h2held-")
     www = os.path.join(work, "www")
     os.makedirs(www)

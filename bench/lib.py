@@ -72,6 +72,39 @@ def wait_port(port, proc, timeout=10):
     raise RuntimeError(f"port {port} did not open")
 
 
+def raise_nofile():
+    """The soft limit on open files up to the hard one (this process and its children)."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def pct_ms(v, q):
+    """The q-quantile of latencies v (seconds), in ms; None when there are none."""
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))] * 1000 if v else None
+
+
+def start_ringx_zone(binary, work, port, location, log_name):
+    """ringx with one zone pinned to the server CPU, listening on `port` with one `/` location
+    whose settings are `location` (TOML lines); waits until it listens."""
+    cfg = os.path.join(work, f"ringx-{port}.toml")
+    with open(cfg, "w") as f:
+        f.write(f"""[runtime]
+zones = 1
+[[server]]
+listen = ["127.0.0.1:{port}"]
+  [[server.location]]
+  path = "/"
+  {location}
+""")
+    log = open(os.path.join(work, log_name), "wb")
+    p = subprocess.Popen(["taskset", "-c", SERVER_CPU, binary, "serve", "-c", cfg],
+                         stdout=log, stderr=log, preexec_fn=raise_nofile)
+    wait_port(port, p)
+    return p
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
