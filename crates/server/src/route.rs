@@ -2,6 +2,7 @@
 //! shared read-only by every zone; the choice of a request's server and (for servers that do
 //! not rewrite) its location.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -121,9 +122,9 @@ pub struct VServer {
     pub verifies_clients: bool,
     /// The server offers HTTP/2 (ALPN `h2`).
     pub http2: bool,
-    /// Some exact or prefix location ending in '/' proxies: a request for its path without
-    /// the slash may be redirected ([`VServer::slash_redirect`]).
-    pub slash_redirects: bool,
+    /// The paths redirected to their location with a slash ([`VServer::slash_redirect`]),
+    /// found once at compile time ([`VServer::slashless_paths`]): routing looks one up.
+    pub slashless: HashMap<Box<str>, usize>,
 }
 
 pub struct Loc {
@@ -143,13 +144,19 @@ pub struct Loc {
 }
 
 impl Loc {
-    /// An exact or prefix location ending in '/' that proxies: its path without the slash is
-    /// redirected to it ([`VServer::slash_redirect`]).
-    pub fn redirects_slashless(&self) -> bool {
+    /// An exact or prefix location (not a regex or named one).
+    fn is_static(&self) -> bool {
         matches!(
             self.kind,
             LocKind::Exact | LocKind::Prefix | LocKind::PrefixStop
-        ) && self.path.len() > 1
+        )
+    }
+
+    /// An exact or prefix location ending in '/' that proxies: its path without the slash is
+    /// redirected to it ([`VServer::slash_redirect`]).
+    fn redirects_slashless(&self) -> bool {
+        self.is_static()
+            && self.path.len() > 1
             && self.path.ends_with('/')
             && matches!(self.action, Action::Proxy(_))
     }
@@ -281,26 +288,27 @@ impl VServer {
     /// `auto_redirect`); so `GET /admin` cannot reach `location /` past a protected
     /// `location /admin/`. An exact `= /admin` (or a prefix `/admin`) is the way out, as in
     /// nginx.
+    #[inline]
     pub fn slash_redirect(&self, path: &str) -> Option<usize> {
-        if !self.slash_redirects || path.ends_with('/') {
+        if self.slashless.is_empty() {
             return None;
         }
-        let mut hit = None;
-        for (i, l) in self.locations.iter().enumerate() {
-            if !matches!(
-                l.kind,
-                LocKind::Exact | LocKind::Prefix | LocKind::PrefixStop
-            ) {
-                continue;
-            }
-            if l.path == path {
-                return None;
-            }
-            if hit.is_none() && l.redirects_slashless() && l.path[..l.path.len() - 1] == *path {
-                hit = Some(i);
+        self.slashless.get(path).copied()
+    }
+
+    /// The table of [`VServer::slash_redirect`] for `locations` (in their routing order):
+    /// each path it redirects, with the location it redirects to.
+    pub fn slashless_paths(locations: &[Loc]) -> HashMap<Box<str>, usize> {
+        let mut out = HashMap::new();
+        for (i, l) in locations.iter().enumerate() {
+            if l.redirects_slashless() {
+                let bare = &l.path[..l.path.len() - 1];
+                if !locations.iter().any(|o| o.is_static() && o.path == bare) {
+                    out.entry(bare.into()).or_insert(i);
+                }
             }
         }
-        hit
+        out
     }
 
     /// Whether requests need the full route (`rewrite::flow::route`).
@@ -444,7 +452,7 @@ listen = ["127.0.0.1:18904"]
         ] {
             assert_eq!(to(p), None, "{p}");
         }
-        assert!(!r.servers[1].slash_redirects, "nothing proxies there");
+        assert!(r.servers[1].slashless.is_empty(), "nothing proxies there");
         assert_eq!(r.servers[1].slash_redirect("/files"), None);
     }
 }

@@ -79,9 +79,9 @@ impl Routes {
             });
             let (locations, order): (Vec<Loc>, Vec<usize>) = paired.into_iter().unzip();
             let rw = ServerRw::compile(s)?;
-            let slash_redirects = locations.iter().any(Loc::redirects_slashless);
+            let slashless = VServer::slashless_paths(&locations);
             let mut vs = VServer {
-                slash_redirects,
+                slashless,
                 locations,
                 rw: (rw.full_route || !rw.rules.is_empty()).then(|| Box::new(rw)),
                 name: s

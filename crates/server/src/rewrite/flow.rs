@@ -213,8 +213,7 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
 }
 
 /// nginx's 301 for a proxied directory requested without its slash
-/// ([`VServer::slash_redirect`]): to `uri` with the slash, the query `args` kept, made
-/// absolute as nginx's `absolute_redirect` makes it. Decided before the location's steps
+/// ([`VServer::slash_redirect`]), when `uri` is one. Decided before the location's steps
 /// (its access rules answer the redirected request).
 pub fn slash_redirect(
     server: &VServer,
@@ -223,10 +222,16 @@ pub fn slash_redirect(
     cx: &Ctx<'_>,
 ) -> Option<Early> {
     server.slash_redirect(uri)?;
-    Some(Early::Redirect {
+    Some(slash_answer(uri, args, cx))
+}
+
+/// The 301 of [`slash_redirect`]: to `uri` with the slash, the query `args` kept, made
+/// absolute as nginx's `absolute_redirect` makes it.
+pub fn slash_answer(uri: &str, args: Option<&str>, cx: &Ctx<'_>) -> Early {
+    Early::Redirect {
         status: 301,
         location: redirect_url(&format!("{uri}/"), args, cx),
-    })
+    }
 }
 
 fn run_rules(rules: &[RewriteRule], uri: &mut String, ext: &mut RouteExt, cx: &Ctx<'_>) -> RuleEnd {

@@ -75,15 +75,14 @@ pub fn route<'r>(
             ext: r.ext,
         };
     }
-    if server.slash_redirects {
-        if let Some(e) = slash_redirect(server, req, &path, conn, request_id) {
-            return Route {
-                path: Some(path),
-                server: si,
-                at: None,
-                ext: Some(Box::new(e)),
-            };
-        }
+    if server.slash_redirect(&path).is_some() {
+        let ext = slash_redirect(server, req, &path, conn, request_id);
+        return Route {
+            path: Some(path),
+            server: si,
+            at: None,
+            ext: Some(Box::new(ext)),
+        };
     }
     let at = server.location_index(&path).map(|li| (si, li));
     Route {
@@ -104,8 +103,7 @@ fn slash_redirect(
     path: &str,
     conn: impl FnOnce() -> ConnInfo,
     request_id: &Cell<Option<[u8; 32]>>,
-) -> Option<RouteExt> {
-    server.slash_redirect(path)?;
+) -> RouteExt {
     let conn = conn();
     let cx = flow::Ctx {
         req,
@@ -113,12 +111,11 @@ fn slash_redirect(
         server_name: &server.name,
         request_id,
     };
-    let early = flow::slash_redirect(server, path, req.query, &cx)?;
-    Some(RouteExt {
+    RouteExt {
         args: req.query.map(str::to_string),
-        early: Some(early),
+        early: Some(flow::slash_answer(path, req.query, &cx)),
         ..RouteExt::default()
-    })
+    }
 }
 
 /// The status an HTTP/1 request is refused with before any of its location's steps, and the
