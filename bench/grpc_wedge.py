@@ -23,8 +23,6 @@ Usage: bench/grpc_wedge.py [--conns N] [--calls N] [--mb N] [--hold S] [--rounds
 Writes bench/results/grpc-wedge-<date>.json and prints a table.
 """
 import argparse
-import datetime
-import json
 import os
 import signal
 import subprocess
@@ -214,12 +212,7 @@ def main():
     finally:
         upstream.kill()
         upstream.wait()
-    day = datetime.date.today().isoformat()
-    out = os.path.join(lib.RESULTS, f"grpc-wedge-{day}.json")
-    with open(out, "w") as f:
-        json.dump({"machine": lib.machine(), "versions": lib.versions(),
-                   "command": " ".join(sys.argv), "rows": rows}, f, indent=1)
-    print(f"wrote {out}")
+    lib.write_results("grpc-wedge", rows)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ Usage: bench/h2_held.py [--conns N] [--rounds N] [--base BIN]
 Writes bench/results/h2-held-<date>.json and prints a table.
 """
 import argparse
-import datetime
-import json
 import os
 import socket
 import statistics
@@ -242,12 +240,7 @@ def main():
     finally:
         upstream.kill()
         upstream.wait()
-    day = datetime.date.today().isoformat()
-    out = os.path.join(lib.RESULTS, f"h2-held-{day}.json")
-    with open(out, "w") as f:
-        json.dump({"machine": lib.machine(), "versions": lib.versions(),
-                   "command": " ".join(sys.argv), "rows": rows}, f, indent=1)
-    print(f"wrote {out}")
+    lib.write_results("h2-held", rows)
     if rows:
         for name, _ in peers:
             g = [x["grown_kib"] for x in rows if x["peer"] == name]

@@ -5,6 +5,8 @@ host noise, the machine's description, and medians with ratios to a base peer.
 Not a benchmark itself: bench/http_bench.py (HTTP against nginx), proxy.py, echo.py, ops.py,
 steer.py and xdp.py import it. Method: see bench/README.md.
 """
+import datetime
+import json
 import os
 import re
 import shutil
@@ -83,6 +85,18 @@ def pct_ms(v, q):
     """The q-quantile of latencies v (seconds), in ms; None when there are none."""
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))] * 1000 if v else None
+
+
+def write_results(stem, rows, **extra):
+    """Writes bench/results/<stem>-<date>.json: the machine, the versions, the command line,
+    `extra` and the rows; says where, and returns the path."""
+    day = datetime.date.today().isoformat()
+    out = os.path.join(RESULTS, f"{stem}-{day}.json")
+    with open(out, "w") as f:
+        json.dump({"machine": machine(), "versions": versions(), "command": " ".join(sys.argv),
+                   **extra, "rows": rows}, f, indent=1)
+    print(f"wrote {out}")
+    return out
 
 
 def start_ringx_zone(binary, work, port, location, log_name):

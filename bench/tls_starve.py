@@ -23,7 +23,6 @@ Usage: bench/tls_starve.py [--base BIN] [--rounds N] [--secs S] [--flood hello|h
 Writes bench/results/tls-starve[-hold]-<date>.json and prints a table.
 """
 import argparse
-import datetime
 import json
 import os
 import re
@@ -149,13 +148,8 @@ def main():
                   f"{m['flood']['inflight_at_end']}); curl {m['curl_ok']}/{m['curl_tries']} "
                   f"ok, handshake p50 {m['curl_handshake_p50_s']} s, max {m['curl_handshake_max_s']} s",
                   flush=True)
-    day = datetime.date.today().isoformat()
     kind = "" if a.flood == "hello" else f"-{a.flood}"
-    out = os.path.join(lib.RESULTS, f"tls-starve{kind}-{day}.json")
-    with open(out, "w") as f:
-        json.dump({"machine": lib.machine(), "versions": lib.versions(),
-                   "command": " ".join(sys.argv), "base": a.base, "flood": a.flood, "rows": rows}, f, indent=1)
-    print(f"wrote {out}")
+    lib.write_results(f"tls-starve{kind}", rows, base=a.base, flood=a.flood)
 
 
 if __name__ == "__main__":
