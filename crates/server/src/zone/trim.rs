@@ -23,7 +23,7 @@ pub const WORTH: usize = 16 << 20;
 /// What a look found and did.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Look {
-    /// Free bytes in the arenas before, and bytes in use after; `None` when not worth a trim.
+    /// Free bytes in the arenas before, and bytes in use; `None` when not worth a trim.
     pub trimmed: Option<(usize, usize)>,
     /// When to look again: connections were still leaving after a trim.
     pub again: Option<Instant>,
@@ -69,7 +69,8 @@ impl Trim {
         }
         self.at = None;
         self.high = live;
-        let (free, _) = arena_bytes();
+        // (A trim changes no allocation: what is in use now is in use after.)
+        let (free, used) = arena_bytes();
         if free < WORTH {
             return Some(Look {
                 trimmed: None,
@@ -80,7 +81,7 @@ impl Trim {
         let again = (std::mem::take(&mut self.closes) > 0).then(|| now + SETTLE);
         self.at = again;
         Some(Look {
-            trimmed: Some((free, arena_bytes().1)),
+            trimmed: Some((free, used)),
             again,
         })
     }

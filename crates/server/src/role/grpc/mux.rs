@@ -246,6 +246,7 @@ impl Mux {
     }
 
     /// Response bytes delivered to owners and not yet released, all calls together.
+    #[cfg(test)]
     pub fn held_bytes(&self) -> usize {
         self.held.values().sum()
     }
