@@ -110,17 +110,24 @@ listen = ["127.0.0.1:{port}"]
     nginx.stop()
 
 
-def test_closed_windows_hold_little_and_let_go_when_the_clients_leave(site):
-    port, up_port, srv = site
-    clients = 2
-    # Warm up: one ordinary proxied request (pools, buffers, code paths) before the baseline.
+def stingy_clients(port: int, srv, clients: int, secs: float):
+    """After one ordinary proxied request (pools, buffers, code paths warm), ringx's RSS as the
+    baseline; then `clients` Stingy connections, each with every response head in. Returns
+    the baseline (KiB), the clients and the deadline (`secs` from the start) they met."""
     subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null",
                     f"http://127.0.0.1:{port}/obj"], check=True, timeout=30)
     base = rss_kib(srv.proc.pid)
     stingy = [Stingy(port, "/obj", STREAMS) for _ in range(clients)]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + secs
     for s in stingy:
         s.wait_heads(deadline)
+    return base, stingy, deadline
+
+
+def test_closed_windows_hold_little_and_let_go_when_the_clients_leave(site):
+    port, up_port, srv = site
+    clients = 2
+    base, stingy, deadline = stingy_clients(port, srv, clients, 60)
     # Every stream is under way upstream. ringx reads each one's response up to the
     # stream's share and then stops reading, keeping its upstream connection (the kernel's
     # buffers hold the rest); the build before read each whole 256 KiB object into memory
@@ -177,13 +184,7 @@ def test_the_memory_of_a_crowd_goes_back_to_the_kernel_when_it_leaves(site):
 
 
 def crowd_leaves(port, up_port, srv, clients):
-    subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null",
-                    f"http://127.0.0.1:{port}/obj"], check=True, timeout=30)
-    base = rss_kib(srv.proc.pid)
-    stingy = [Stingy(port, "/obj", STREAMS) for _ in range(clients)]
-    deadline = time.monotonic() + 120
-    for s in stingy:
-        s.wait_heads(deadline)
+    base, stingy, deadline = stingy_clients(port, srv, clients, 120)
     while connections_to(up_port) < clients * (STREAMS - 1):
         assert time.monotonic() < deadline, f"{connections_to(up_port)} upstream connections"
         time.sleep(0.05)
