@@ -160,7 +160,7 @@ def test_closed_windows_hold_little_and_let_go_when_the_clients_leave(site):
 
 def test_the_memory_of_a_crowd_goes_back_to_the_kernel_when_it_leaves(site):
     """20 such clients (2560 streams, each with its upstream connection) grow ringx by tens of
-    megabytes. When they leave, the zone gives the freed memory back to the kernel (zone/trim.rs):
+    megabytes. When they leave, the zone gives the freed memory back to the kernel (ctx/trim.rs):
     on the build before, glibc kept it in the zone's arena and ringx's RSS stayed where the
     crowd had taken it, for as long as ringx ran. A normal client asks all along: its requests
     keep the zone's timer busy, which must not lose the look at freed memory."""

@@ -18,8 +18,8 @@ use crate::control::{Control, ZoneHandle};
 use ringx_config::ops::LogFormat;
 use ringx_config::Config;
 use ringx_server::accesslog::LogWriter;
+use ringx_server::ctx::reqlog::RequestLog;
 use ringx_server::metrics::{Metrics, ZoneCounters};
-use ringx_server::zone::reqlog::RequestLog;
 use ringx_server::zone::ZoneCtl;
 use ringx_server::{Compiled, Error};
 

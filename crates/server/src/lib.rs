@@ -5,7 +5,7 @@
 //!
 //! A connection is a [transport](transport) plus a [role](role): the zone ([`zone::Zone`])
 //! keeps one record per connection and dispatches the engine's events to its role; the roles
-//! share a [`zone::ctx::ZoneCtx`]. See `ARCHITECTURE.md` at the repository's root.
+//! share a [`ctx::ZoneCtx`]. See `ARCHITECTURE.md` at the repository's root.
 //!
 //! | module | holds |
 //! |---|---|
@@ -17,9 +17,10 @@
 //! | [`rewrite`] | nginx's location order, rewrite rules, try_files, error pages, added headers, variables |
 //! | [`static_files`], [`mime`] | files beneath a root, validators, ranges |
 //! | [`role`] | HTTP/1, upstream, tunnel, stream and echo connections; the proxied exchange |
-//! | [`transport`] | the byte layer under a role (plain TCP; TLS next) |
+//! | [`transport`] | the byte layer under a role (plain TCP or TLS) |
 //! | [`upstream`] | upstream definitions, balancing and pools per zone, health checks, the connector |
-//! | [`zone`] | the zone handler: dispatch, timers, control (drain, reload), the request log |
+//! | [`ctx`] | what the roles share with their zone: [`ctx::Cx`], a connection's [`ctx::base::Base`], the request log, the memory trim |
+//! | [`zone`] | the zone handler: dispatch, timers, control (drain, reload) |
 //! | [`metrics`], [`udp_counters`], [`accesslog`] | counters and their exposition; the access log writer |
 //! | [`error`] | typed errors: what failed, on which side, whether to retry |
 //! | [`guard`] | access rules, authentication, request and connection limits, escalation to XDP |
@@ -29,6 +30,7 @@ pub mod answer;
 pub mod cache;
 pub mod compiled;
 pub mod compress;
+pub mod ctx;
 pub mod error;
 pub mod guard;
 pub mod metrics;

@@ -18,9 +18,9 @@ use std::time::Duration;
 use ringx_engine::testio::TestDriver;
 use ringx_engine::{ConnId, ListenerId};
 
+use crate::ctx::reqlog::RequestLog;
 use crate::metrics::ZoneCounters;
 use crate::upstream::connector::Connector;
-use crate::zone::reqlog::RequestLog;
 use crate::zone::{Zone, ZoneCtl, ZoneEvent, ZoneSetup};
 use crate::Compiled;
 
@@ -237,6 +237,22 @@ impl Harness {
             .expect("inbox")
             .push(crate::zone::ZoneMsg::Reload(Box::new(msg)));
         self.t.wake(&mut self.z);
+    }
+
+    /// Tells the zone to drain, as the control thread does, and wakes it.
+    pub fn drain(&mut self) {
+        let drain = crate::zone::CMD_DRAIN;
+        self.ctl
+            .cmd
+            .store(drain, std::sync::atomic::Ordering::Release);
+        self.t.wake(&mut self.z);
+    }
+
+    /// Whether the zone reported a reload applied since the last look at its events.
+    pub fn reloaded(&mut self) -> bool {
+        self.events
+            .try_iter()
+            .any(|e| matches!(e, ZoneEvent::Reloaded { .. }))
     }
 
     /// Requests upstream connection `u` received since the last call.

@@ -1,5 +1,5 @@
 //! Connection roles. A connection is a [transport](crate::transport) plus a role; the zone
-//! ([`crate::zone::Zone`]) keeps one record per connection and only dispatches the engine's
+//! (`zone/`) keeps one record per connection and only dispatches the engine's
 //! events to the role the connection plays.
 //!
 //! | role | a connection that… | file |

@@ -4,7 +4,7 @@
 
 use ringx_http::proxy_protocol::{self, ProxyHeader};
 
-use crate::zone::client::Base;
+use crate::ctx::base::Base;
 
 /// A PROXY v2 header is at most 16 + 536 bytes; v1 at most 107.
 pub const MAX_PROXY_HEADER: usize = 16 + 536;

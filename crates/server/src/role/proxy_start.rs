@@ -20,6 +20,8 @@ use crate::answer::fallback::save_head;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::Fill;
 use crate::compress::Accept;
+use crate::ctx::base::Base;
+use crate::ctx::ZoneCtx;
 use crate::rewrite::vars::{escape_args, escape_path, Vars};
 use crate::role::exchange::deco::Deco;
 use crate::role::exchange::Exchange;
@@ -28,8 +30,6 @@ use crate::role::http1::local::Route;
 use crate::route::{Action, HostMode, Loc, ProxyLoc, Routes};
 use crate::upstream::dial::Dial;
 use crate::upstream::{HashKey, UpstreamDef};
-use crate::zone::client::Base;
-use crate::zone::ctx::ZoneCtx;
 
 /// The `proxy_pass` location `route` sends the request to, if it does: none when a redirect
 /// or an error was decided while routing (those are answered locally).

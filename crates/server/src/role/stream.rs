@@ -12,13 +12,13 @@
 
 use ringx_engine::ConnId;
 
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::role::exchange::PROXY_HIGH_WATER;
 use crate::role::proxy_header::{self, Step};
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::{attach, Opening, UpEvent, UpState};
 use crate::upstream::dial::Dial;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 pub struct Stream {
     /// Index of the `[[stream]]` (in the routes it was accepted under).

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use ringx_engine::ConnId;
 
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::role::exchange::PROXY_HIGH_WATER;
 use crate::role::upstream::{UpEvent, UpState};
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 pub struct Tunnel {
     /// The upstream connection.

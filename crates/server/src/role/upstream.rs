@@ -12,10 +12,10 @@ use ringx_engine::{ConnId, Io};
 use ringx_http::upstream::ClientFraming;
 use ringx_http::BodyDecoder;
 
+use crate::ctx::base::Base;
 use crate::transport::{TlsUpTransport, Transport};
 use crate::upstream::dial::{Dial, Reached};
 use crate::upstream::pools::ZonePools;
-use crate::zone::client::Base;
 use ringx_config::upstream::ProxyProtocol;
 
 /// Timer-wheel keys of upstream connections carry this bit (client connections do not).

@@ -17,10 +17,10 @@ use std::time::Duration;
 use ringx_engine::{ConnId, Io, ListenerId};
 
 use super::ctl::{ReloadMsg, ZoneEvent, ZoneMsg, CMD_DRAIN};
-use super::ctx::Cx;
 use super::listeners::NO_ROUTE;
 use super::Client;
 use super::Zone;
+use crate::ctx::Cx;
 use crate::role::http1::{Phase, DRAIN_IDLE_GRACE};
 use crate::role::upstream::{UpEvent, UpState};
 use crate::role::ClientRole;

@@ -4,7 +4,7 @@
 
 use ringx_engine::ConnId;
 
-use super::ctx::Cx;
+use crate::ctx::Cx;
 use crate::role::grpc::mux::{CallEvent, Owner};
 use crate::role::grpc::pool;
 use crate::role::upstream::{UpEvent, UpTable};

@@ -5,15 +5,11 @@
 //! [`crate::role::tunnel`]; timers fire per connection, and control messages (drain, reload)
 //! are in `control.rs`.
 
-pub mod client;
 mod control;
 pub mod ctl;
-pub mod ctx;
 mod grpc_up;
 mod listeners;
-pub mod reqlog;
 mod tls_in;
-mod trim;
 
 use std::net::SocketAddr;
 use std::sync::{mpsc, Arc};
@@ -21,6 +17,9 @@ use std::time::Duration;
 
 use ringx_engine::{ConnId, Datagram, Handler, Io, ListenerId};
 
+use crate::ctx::base::Base;
+use crate::ctx::reqlog::RequestLog;
+use crate::ctx::{Cx, ZoneCtx};
 use crate::role::udp::{UdpProxy, UDP_KEY};
 use crate::role::upstream::{UpEvent, UpTable, UP_KEY};
 use crate::role::{ClientRole, Http1, Stream, H2};
@@ -31,11 +30,8 @@ use crate::transport::Transport;
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
-use client::Base;
 pub use ctl::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg, CMD_DRAIN};
-use ctx::{Cx, ZoneCtx};
 use listeners::Listeners;
-use reqlog::RequestLog;
 
 /// A role callback's view of the zone (`Cx`), borrowing only the fields it needs, so the
 /// zone's other fields (its UDP sessions) stay usable beside it.

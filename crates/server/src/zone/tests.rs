@@ -435,7 +435,7 @@ fn a_client_fin_after_a_response_closes_the_connection() {
 #[test]
 fn the_look_at_freed_memory_survives_the_zones_other_timers() {
     // Four keep-alive clients; two leave just before the others' keep-alive timeout. The zone
-    // arms a look at freed memory (zone/trim.rs) for after that timeout, whose timer call
+    // arms a look at freed memory (ctx/trim.rs) for after that timeout, whose timer call
     // must not forget it.
     let mut h = zone();
     let cs: Vec<_> = (0..4)

@@ -7,7 +7,7 @@ use ringx_tls::Recv;
 
 use std::sync::atomic::Ordering;
 
-use super::client::Base;
+use crate::ctx::base::Base;
 use crate::metrics::{bump, ZoneCounters};
 use crate::tls::{ZoneTls, PLAIN_HTTP_BODY, RETRY};
 use crate::transport::Transport;
@@ -153,7 +153,7 @@ pub fn upstream_receive(io: &mut Io, tr: &mut Transport, u: ConnId, data: &[u8])
 /// The warning for an upstream connection whose TLS failed, naming its upstream.
 pub fn upstream_failed(
     io: &Io,
-    ctx: &crate::zone::ctx::ZoneCtx,
+    ctx: &crate::ctx::ZoneCtx,
     up: Option<usize>,
     u: ConnId,
     why: &str,

@@ -14,12 +14,12 @@ mod response;
 use ringx_engine::{ConnId, Io};
 use ringx_http::{BodyDecoder, Version};
 
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::error::{Error, Kind, Side};
 use crate::role::upstream::{attach, Opening, UpConn, UpState};
 use crate::upstream::dial::Dial;
 use crate::upstream::pools::ZonePools;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// Request body kept to replay on another server; a larger body is not retried.
 pub const MAX_REPLAY: usize = 64 * 1024;

@@ -14,11 +14,11 @@ use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Parsed, Version};
 use super::{pause_upstream, up_timeouts, Exchange, Outcome, MAX_RESPONSE_HEAD, PROXY_HIGH_WATER};
 use crate::compress::encoder::Encoder;
 use crate::compress::relay::Relay;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::error::{Error, Kind, Side};
 use crate::response::{ConnHdr, Written};
 use crate::role::upstream::UpState;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// Where parsing a response head left the input.
 enum Head {

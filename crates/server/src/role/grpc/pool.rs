@@ -14,9 +14,9 @@ use ringx_h2proto::ErrorCode;
 
 use super::mux::{CallEvent, Mux, Owner};
 use super::status::Code;
+use crate::ctx::Cx;
 use crate::role::upstream::{UpEvent, UpState};
 use crate::transport::{TlsUpTransport, Transport};
-use crate::zone::ctx::Cx;
 
 /// Where a call went: its upstream connection (handle and record generation), its stream
 /// there, and the server (for the balancer's books).

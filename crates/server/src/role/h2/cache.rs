@@ -21,6 +21,8 @@ use crate::answer::ReqCtx;
 use crate::cache::fill::{Asked, Fill};
 use crate::cache::loc::{count, Decision};
 use crate::cache::Found;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::guard::Progress;
 use crate::response::{ConnHdr, FilePart};
 use crate::role::exchange::capture::Capture;
@@ -29,8 +31,6 @@ use crate::role::http1::cached;
 use crate::role::http1::local::Route;
 use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// What the cache of a stream's location does with its request.
 pub(super) enum CacheStep {

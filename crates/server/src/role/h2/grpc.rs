@@ -18,6 +18,8 @@ use ringx_h2proto::response::FieldList;
 use ringx_http::Request;
 
 use crate::answer::ReqCtx;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::metrics::bump;
 use crate::role::exchange::deco::Deco;
 use crate::role::grpc::mux::Owner;
@@ -25,8 +27,6 @@ use crate::role::grpc::pool::{self, Placed};
 use crate::role::grpc::status::{self, Code};
 use crate::role::http1::local::Route;
 use crate::role::proxy_start;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// A call in flight.
 pub(super) struct GrpcCall {

@@ -9,11 +9,11 @@ use std::time::Duration;
 use ringx_engine::ConnId;
 use ringx_http::Request;
 
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::guard::limit::ConnSlot;
 use crate::guard::{Progress, Verdict};
 use crate::role::http1::guard as h1;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// What a stream's request gets from its location's guard.
 pub(super) enum Gate {

@@ -31,6 +31,8 @@ use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
 use ringx_http::Request;
 
 use crate::answer::ReqCtx;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::guard::AuthAnswer;
 use crate::metrics::{bump, H2_STALL};
 use crate::role::exchange::capture::Capture;
@@ -41,8 +43,6 @@ use crate::role::grpc::status::Code;
 use crate::role::http1::guard as h1guard;
 use crate::role::http1::local::Route;
 use crate::role::upstream::UpEvent;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 use grpc::Started;
 use proxy::Proxied;
 use stream::{H2Stream, Turn};

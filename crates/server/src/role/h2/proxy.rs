@@ -16,6 +16,8 @@ use ringx_h2proto::Framing;
 use ringx_http::Request;
 
 use crate::answer::{PageCtx, ReqCtx};
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::http1::local::Route;
@@ -23,8 +25,6 @@ use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
 use crate::transport::{MemOut, Transport};
 use crate::upstream::dial::Dial;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// What the proxied streams of one HTTP/2 connection may hold together, response bytes read
 /// from their upstreams and not yet sent (their peer's windows closed): each stream stops

@@ -19,6 +19,8 @@ use super::H2;
 use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx, Streams};
 use crate::compress::file_stream::FileStream;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
@@ -28,8 +30,6 @@ use crate::role::http1::guard as h1guard;
 use crate::role::http1::local::{self, Route};
 use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// Header storage per parse (the HTTP/2 list size bounds the count before this).
 const MAX_HEADERS: usize = 128;

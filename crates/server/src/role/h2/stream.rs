@@ -16,10 +16,10 @@ use super::proxy::Proxied;
 use super::wait::Held;
 use crate::accesslog::Entry;
 use crate::compress::file_stream::FileStream;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::role::exchange::PROXY_HIGH_WATER;
 use crate::transport::Transport;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// Part of a response body waiting for the window.
 pub(super) enum Piece {

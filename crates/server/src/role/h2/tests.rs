@@ -500,10 +500,7 @@ fn a_drain_sends_goaway_and_lets_the_stream_in_flight_finish() {
     let mut cl = Client::open(&mut h, &[]);
     cl.get(&mut h, 1, "/");
     let (u, _) = h.accept_upstream();
-    h.ctl
-        .cmd
-        .store(crate::zone::CMD_DRAIN, std::sync::atomic::Ordering::Release);
-    h.t.wake(&mut h.z);
+    h.drain();
     cl.read(&mut h);
     assert_eq!(cl.goaway, Some((1, 0)), "GOAWAY NO_ERROR, last stream 1");
     cl.get(&mut h, 3, "/late");

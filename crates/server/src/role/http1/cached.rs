@@ -15,10 +15,10 @@ use crate::cache::fill::Fill;
 use crate::cache::loc::{count, Ctx, Decision};
 use crate::cache::object::Object;
 use crate::cache::Found;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::response::{ConnHdr, FilePart, Written};
 use crate::role::exchange::capture::Capture;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// What the cache of location `at` does with `req`; None: the location has no cache.
 pub(crate) fn decide(

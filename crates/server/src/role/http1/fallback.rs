@@ -23,12 +23,12 @@ use crate::answer::fallback::{
     may_fall_back, parse_saved, save_head, Fallback, Now, Refall, MAX_SAVED_HEADERS,
 };
 use crate::answer::{Page, ReqCtx};
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::guard::Verdict;
 use crate::response::{ConnHdr, ErrorPage, Reply};
 use crate::rewrite::headers::ErrTarget;
 use crate::role::exchange::capture::Capture;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// Re-serves `req` (as it came, with `body`: all of its body, kept when it was proxied),
 /// which failed with `fb.error`, at `fb`'s location of server `si`. None: it cannot be

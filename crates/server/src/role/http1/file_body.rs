@@ -5,8 +5,8 @@
 use ringx_engine::ConnId;
 
 use crate::compress::file_stream::FileStream;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 
 /// Queued output above which no more of the file is compressed until it drains.
 const HIGH_WATER: u64 = 256 * 1024;

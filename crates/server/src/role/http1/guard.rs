@@ -11,13 +11,13 @@ use ringx_http::{BodyKind, Method, Request, Version};
 
 use crate::answer::fallback::{may_fall_back, Now};
 use crate::answer::Page;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::guard::verify::Tag;
 use crate::guard::{AuthAnswer, Input, Progress, Verdict};
 use crate::response::{ConnHdr, ErrorPage, Reply, Responder, Written};
 use crate::role::exchange::capture::Capture;
 use crate::route::{ListenerKind, Routes};
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 /// The client's address for this request (after `real_ip_from`), and whether it is the
 /// connection's own (not a PROXY header's or a forwarded one). Noted in `b` for the log.

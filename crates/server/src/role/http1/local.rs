@@ -124,7 +124,7 @@ fn slash_redirect(
 pub fn refused(
     routes: &Routes,
     max_body: u64,
-    b: &crate::zone::client::Base,
+    b: &crate::ctx::base::Base,
     req: &Request,
     route: &Route<'_>,
 ) -> Option<u16> {
@@ -140,7 +140,7 @@ pub fn refused(
 /// Whether the request routed by `route` came on a TLS connection whose handshake used
 /// another server's settings in a way that matters (`Routes::misdirected`): it gets 421.
 /// Logged at info, with nginx's words, so an operator can tell a probe from a client bug.
-pub fn misdirected(routes: &Routes, b: &crate::zone::client::Base, route: &Route<'_>) -> bool {
+pub fn misdirected(routes: &Routes, b: &crate::ctx::base::Base, route: &Route<'_>) -> bool {
     let Some(t) = b.tr.tls_info() else {
         return false;
     };
@@ -270,7 +270,7 @@ pub fn respond(
 /// that the one its headers send (`proxy_set_header`, `add_header`) is the one logged.
 #[inline(never)]
 pub(super) fn json_request_id(
-    cx: &mut crate::zone::ctx::Cx,
+    cx: &mut crate::ctx::Cx,
     c: ringx_engine::ConnId,
     request_id: &Cell<Option<[u8; 32]>>,
 ) {
@@ -281,7 +281,7 @@ pub(super) fn json_request_id(
 
 /// What a request's variables read of its connection: the client's address after
 /// `real_ip_from`, the local one, whether it is TLS.
-pub(crate) fn conn_info(b: &crate::zone::client::Base) -> ConnInfo {
+pub(crate) fn conn_info(b: &crate::ctx::base::Base) -> ConnInfo {
     ConnInfo {
         client: match b.real_ip {
             None => b.addr,

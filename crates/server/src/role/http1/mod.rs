@@ -23,13 +23,13 @@ use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Ver
 
 use crate::answer::ReqCtx;
 use crate::compress::file_stream::FileStream;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::guard::Verdict;
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
 use crate::role::proxy_header::{self, Step};
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 use phase::Next;
 pub use phase::Phase;
 

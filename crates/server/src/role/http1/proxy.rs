@@ -13,6 +13,8 @@ use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::loc::Decision;
 use crate::cache::Found;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
 use crate::response::{ConnHdr, ErrorPage};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
@@ -20,8 +22,6 @@ use crate::role::proxy_start;
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
 use crate::upstream::dial::Dial;
-use crate::zone::client::Base;
-use crate::zone::ctx::Cx;
 
 impl Http1 {
     /// Starts proxying if the request routes to a `proxy_pass` location; `capture`: what the

@@ -26,10 +26,10 @@ use std::time::Instant;
 
 use ringx_engine::{ConnId, ConnectTo, Datagram, Io, ListenerId};
 
+use crate::ctx::Cx;
 use crate::metrics::bump;
 use crate::udp_counters::{Drop, UdpCounters};
 use crate::upstream::connector::transparent_to;
-use crate::zone::ctx::Cx;
 pub use session::{Key, Session, Sessions};
 
 /// Timer-wheel keys of UDP sessions carry this bit (and their slot).

@@ -237,7 +237,6 @@ return = { status = 200, body = "ok" }
     let mut h = Harness::new(&conf(""));
     h.datagram(0, "198.51.100.41:5000", b"q");
     let (u, _) = open_session(&mut h);
-    h.ctl.cmd.store(crate::zone::CMD_DRAIN, Relaxed);
-    h.t.wake(&mut h.z);
+    h.drain();
     assert!(h.t.closed(u));
 }

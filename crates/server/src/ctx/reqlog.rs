@@ -12,7 +12,7 @@ use ringx_config::ops::LogFormat;
 use ringx_engine::{ConnId, Io};
 use ringx_http::Request;
 
-use super::client::Base;
+use super::base::Base;
 use crate::accesslog::{self, LogClock, LogSink};
 use crate::metrics::{bump, ZoneCounters};
 use crate::response::Written;

@@ -3,7 +3,14 @@
 //! request log and counters, and whether the zone is draining.
 //!
 //! Every role callback gets a [`Cx`]: the engine's [`Io`], this context and the zone's upstream
-//! connections.
+//! connections; and each client connection's [`Base`] (what it is whatever its role).
+//!
+//! The zone (`crate::zone`) owns these and dispatches to the roles; the roles use them and
+//! never the zone, so the arrows point one way: zone → role → ctx.
+
+pub mod base;
+pub mod reqlog;
+pub mod trim;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -13,14 +20,14 @@ use std::time::{Duration, Instant, SystemTime};
 use ringx_engine::{ConnId, Io, TimerWheel};
 use ringx_http::DateCache;
 
-use super::client::Base;
-use super::reqlog::RequestLog;
 use crate::response::Responder;
 use crate::role::upstream::{UpConn, UpTable, UP_KEY};
 use crate::route::Routes;
 use crate::settings::Settings;
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
+use base::Base;
+use reqlog::RequestLog;
 
 pub struct ZoneCtx {
     pub id: usize,
@@ -53,7 +60,7 @@ pub struct ZoneCtx {
     /// unlike the timer wheel: a `limit_req` delay is milliseconds.
     pub soon: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     /// When to give freed memory back to the kernel.
-    pub trim: super::trim::Trim,
+    pub trim: trim::Trim,
 }
 
 /// A role callback's view of its zone.
@@ -93,12 +100,12 @@ impl ZoneCtx {
             tls: None,
             guard: crate::guard::ZoneGuard::default(),
             soon: BinaryHeap::new(),
-            trim: super::trim::Trim::default(),
+            trim: trim::Trim::default(),
         }
     }
 
     /// A client or upstream connection closed, `live` remain: arms the look at freed memory
-    /// when a crowd has left ([`super::trim`]).
+    /// when a crowd has left ([`trim`]).
     pub fn left(&mut self, io: &mut Io, live: usize) {
         if let Some(at) = self.trim.closed(live, io.now()) {
             io.timer_at(at);
