@@ -82,7 +82,8 @@ with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             ok = call(b"ping", timeout=10) == b"gnip"
             out.write(f"{t} {time.monotonic() - t} {'OK' if ok else 'WRONG'}\n")
         except grpc.RpcError as e:
-            out.write(f"{t} {time.monotonic() - t} {e.code().name}\n")
+            why = " ".join(str(e.details()).split())
+            out.write(f"{t} {time.monotonic() - t} {e.code().name}: {why}\n")
         nxt += 0.02
         time.sleep(max(0.0, nxt - time.monotonic()))
 """
@@ -157,7 +158,7 @@ def measure(peer, binary, work, up, a):
     rows = []
     with open(samples) as f:
         for line in f:
-            t, lat, st = line.split()
+            t, lat, st = line.rstrip("\n").split(" ", 2)
             rows.append((float(t), float(lat), st))
     during = [r for r in rows if t_attack <= r[0] < t_close]
     before = [r for r in rows if r[0] < t_attack]
@@ -171,7 +172,7 @@ def measure(peer, binary, work, up, a):
             "upstream_conns_during": ups_during, "upstream_conns_5s_after": ups_after,
             "neighbour_before_p99_ms": lib.pct_ms(ok(before), 0.99),
             "neighbour_during_calls": len(during),
-            "neighbour_during_failed": [r[2] for r in during if r[2] != "OK"],
+            "neighbour_during_failed": [r[2] for r in during if r[2] != "OK"],  # "CODE: details"
             "neighbour_during_p50_ms": lib.pct_ms(ok(during), 0.5),
             "neighbour_during_p99_ms": lib.pct_ms(ok(during), 0.99),
             "neighbour_during_max_ms": lib.pct_ms(ok(during), 1.0),

@@ -173,7 +173,7 @@ def test_a_reset_storm_cancels_no_neighbour(site):
                     assert call(b"ping", timeout=10) == b"gnip"
                     results.append(time.monotonic() - t)
                 except grpc.RpcError as e:
-                    results.append(e.code())
+                    results.append((e.code(), e.details()))
 
     t = threading.Thread(target=neighbour)
     t.start()

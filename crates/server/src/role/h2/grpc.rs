@@ -10,6 +10,13 @@
 //! DEADLINE_EXCEEDED. A call the upstream cannot take (no server reachable, connection
 //! lost, stream refused or reset) ends with a gRPC status in trailers — UNAVAILABLE and
 //! the like — never an HTTP error page, which a gRPC client could not read.
+//!
+//! A call is decided when its HEADERS arrive and placed on an upstream connection once the
+//! client's read that brought them has been handled ([`GrpcCall::place`], from
+//! `H2::after`): a call its client resets in the same read (a rapid reset) never reaches
+//! the upstream. The upstream connection is shared, and a storm of calls started and
+//! cancelled there is load the upstream server sheds on everyone's calls, the neighbours'
+//! included (grpcio's server cancels calls at random past 1000 waiting for its handlers).
 
 use std::cell::Cell;
 use std::time::Instant;
@@ -26,11 +33,14 @@ use crate::role::grpc::mux::Owner;
 use crate::role::grpc::pool::{self, Placed};
 use crate::role::grpc::status::{self, Code};
 use crate::role::http1::local::Route;
-use crate::role::proxy_start;
+use crate::role::proxy_start::{self, GrpcStart};
 
 /// A call in flight.
 pub(super) struct GrpcCall {
-    pub placed: Placed,
+    /// Where it went; None until it is placed.
+    placed: Option<Placed>,
+    /// What placing it needs, and the request body that came before (None once placed).
+    unplaced: Option<Box<Unplaced>>,
     /// `grpc-timeout` as a point in time.
     pub deadline: Option<Instant>,
     /// Response bytes received and not yet framed to the client (from `at`).
@@ -42,6 +52,19 @@ pub(super) struct GrpcCall {
     done: Cell<bool>,
 }
 
+/// A call decided and not placed yet.
+struct Unplaced {
+    start: GrpcStart,
+    /// The request has no body (END_STREAM on its HEADERS).
+    end: bool,
+    /// Request body received meanwhile; the client's window for it is given back once the
+    /// upstream's window takes it.
+    body: Vec<u8>,
+    /// The body ended (with `trailers`: by trailers).
+    body_end: bool,
+    trailers: bool,
+}
+
 /// What starting a call gave.
 pub(super) enum Started {
     Call(Box<GrpcCall>),
@@ -49,48 +72,79 @@ pub(super) enum Started {
     Failed(Code, &'static str),
 }
 
-/// Starts the call of `owner`'s stream (`end`: the request has no body).
+/// Decides the call of a stream (`end`: the request has no body); it is placed later
+/// ([`GrpcCall::place`]).
 pub(super) fn start(
     cx: &mut Cx,
     b: &Base,
-    owner: Owner,
     req: &Request,
     route: &Route<'_>,
     rq: &ReqCtx,
     end: bool,
 ) -> Started {
-    let Some(g) = proxy_start::prepare_grpc(cx.ctx, b, req, route, rq) else {
+    let Some(mut g) = proxy_start::prepare_grpc(cx.ctx, b, req, route, rq) else {
         return Started::Failed(Code::Unavailable, "no upstream for this location");
     };
     let deadline = req
         .header("grpc-timeout")
         .and_then(status::parse_timeout)
         .map(|d| cx.io.now() + d);
-    match pool::start(
-        cx,
-        owner,
-        g.gen,
-        g.upstream,
-        g.key.as_deref(),
-        &g.fields,
-        end,
-    ) {
-        Ok(placed) => Started::Call(Box::new(GrpcCall {
-            placed,
-            deadline,
-            out: Vec::new(),
-            at: 0,
-            deco: g.deco,
-            done: Cell::new(false),
+    let deco = g.deco.take();
+    Started::Call(Box::new(GrpcCall {
+        placed: None,
+        unplaced: Some(Box::new(Unplaced {
+            start: g,
+            end,
+            body: Vec::new(),
+            body_end: false,
+            trailers: false,
         })),
-        Err(why) => {
-            tracing::warn!("gRPC call {}: {why}", req.path);
-            Started::Failed(Code::Unavailable, "upstream unavailable")
-        }
-    }
+        deadline,
+        out: Vec::new(),
+        at: 0,
+        deco,
+        done: Cell::new(false),
+    }))
 }
 
 impl GrpcCall {
+    /// Places the call of `owner`'s stream on an upstream connection, with the request body
+    /// that came meanwhile; returns how many of those bytes the upstream's window took (the
+    /// client's window reopens by as many). Err: no server could be reached (logged). A
+    /// call placed already, or ended before, is left as it is (Ok(0)).
+    pub fn place(&mut self, cx: &mut Cx, owner: Owner) -> Result<usize, ()> {
+        if self.done.get() {
+            return Ok(0);
+        }
+        let Some(u) = self.unplaced.take() else {
+            return Ok(0);
+        };
+        let g = &u.start;
+        let path = g.fields.iter().find(|(n, _)| *n == b":path").map(|f| f.1);
+        let placed = pool::start(
+            cx,
+            owner,
+            g.gen,
+            g.upstream,
+            g.key.as_deref(),
+            &g.fields,
+            u.end,
+        )
+        .map_err(|why| {
+            let path = String::from_utf8_lossy(path.unwrap_or_default());
+            tracing::warn!("gRPC call {path}: {why}");
+        })?;
+        self.placed = Some(placed);
+        let mut took = 0;
+        if !u.body.is_empty() || (u.body_end && !u.trailers) {
+            took = self.body(cx, &u.body, u.body_end && !u.trailers);
+        }
+        if u.trailers {
+            self.end_request(cx);
+        }
+        Ok(took)
+    }
+
     /// Response bytes waiting to be framed.
     pub fn pending(&self) -> &[u8] {
         &self.out[self.at..]
@@ -104,22 +158,38 @@ impl GrpcCall {
             self.out.clear();
             self.at = 0;
         }
-        let id = self.placed.id;
-        pool::with_mux(cx, &self.placed, |m, _| m.release(id, n));
+        if let Some(p) = &self.placed {
+            pool::with_mux(cx, p, |m, _| m.release(p.id, n));
+        }
     }
 
     /// Request body bytes (`end`: the last); returns how many the upstream's window took
     /// now (the client's window reopens by as many; the rest come as `CallEvent::Sent`).
     pub fn body(&mut self, cx: &mut Cx, data: &[u8], end: bool) -> usize {
-        let (u, id) = (self.placed.u, self.placed.id);
-        pool::with_mux(cx, &self.placed, |m, io| m.send_body(io, u, id, data, end))
-            .unwrap_or(data.len())
+        if let Some(w) = self.unplaced.as_mut() {
+            w.body.extend_from_slice(data);
+            w.body_end |= end;
+            return 0;
+        }
+        let Some(p) = &self.placed else {
+            return data.len(); // ended: read and dropped
+        };
+        let (u, id) = (p.u, p.id);
+        pool::with_mux(cx, p, |m, io| m.send_body(io, u, id, data, end)).unwrap_or(data.len())
     }
 
     /// The request ended with trailers (gRPC clients send none; they end the body).
     pub fn end_request(&mut self, cx: &mut Cx) {
-        let (u, id) = (self.placed.u, self.placed.id);
-        pool::with_mux(cx, &self.placed, |m, io| {
+        if let Some(w) = self.unplaced.as_mut() {
+            w.body_end = true;
+            w.trailers = true;
+            return;
+        }
+        let Some(p) = &self.placed else {
+            return;
+        };
+        let (u, id) = (p.u, p.id);
+        pool::with_mux(cx, p, |m, io| {
             m.send_trailers(io, u, id, FieldList::default())
         });
     }
@@ -139,10 +209,13 @@ impl GrpcCall {
     }
 
     /// The call is over on our side: the upstream stream is let go (cancelled if still
-    /// open) and the balancer counts it finished; once only.
+    /// open) and the balancer counts it finished; once only. A call not placed yet never
+    /// will be: nothing of it reached the upstream.
     pub fn end(&self, cx: &mut Cx) {
         if !self.done.replace(true) {
-            pool::end(cx, &self.placed);
+            if let Some(p) = &self.placed {
+                pool::end(cx, p);
+            }
         }
     }
 }

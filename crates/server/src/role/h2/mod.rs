@@ -27,7 +27,6 @@ use std::time::Instant;
 
 use ringx_engine::ConnId;
 use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
-
 use ringx_http::Request;
 
 use crate::answer::ReqCtx;
@@ -65,6 +64,9 @@ pub struct H2 {
     failed: bool,
     /// The peer is going away (GOAWAY or FIN): close once the streams are done.
     peer_away: bool,
+    /// Streams whose gRPC call waits to be placed once the current read is handled
+    /// (`grpc.rs`).
+    unplaced: Vec<u32>,
 }
 
 /// Whether `data` (what a new connection sent first) opens with the HTTP/2 preface: a
@@ -86,6 +88,7 @@ impl H2 {
             bg: cache::Background::default(),
             failed: false,
             peer_away: false,
+            unplaced: Vec::new(),
         };
         bump(&cx.ctx.log.counters.h2_connections, 1);
         h.flush_ctl(cx, b, c);
@@ -236,6 +239,7 @@ impl H2 {
         if self.failed {
             return;
         }
+        self.place_calls(cx, b, c);
         if b.eof {
             self.drop_stalled(cx, b, c);
         }
@@ -450,19 +454,37 @@ impl H2 {
         end: bool,
     ) {
         let id = s.id;
-        let owner = Owner {
-            c,
-            gen: b.gen,
-            sid: id,
-        };
-        match grpc::start(cx, b, owner, req, route, rq, end) {
+        match grpc::start(cx, b, req, route, rq, end) {
             Started::Call(call) => {
                 s.grpc = Some(call);
                 self.streams.insert(id, s);
+                self.unplaced.push(id);
             }
             Started::Failed(code, msg) => {
                 self.streams.insert(id, s);
                 self.grpc_fail(cx, b, c, id, code, msg);
+            }
+        }
+    }
+
+    /// Places the calls decided during the read just handled (or a wait just ended) on
+    /// their upstream connections; those their clients reset meanwhile are gone already.
+    pub(super) fn place_calls(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        for id in std::mem::take(&mut self.unplaced) {
+            let owner = Owner {
+                c,
+                gen: b.gen,
+                sid: id,
+            };
+            let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) else {
+                continue;
+            };
+            match g.place(cx, owner) {
+                Ok(took) => self.conn.release(id, took),
+                Err(()) => {
+                    let msg = "upstream unavailable";
+                    self.grpc_fail(cx, b, c, id, Code::Unavailable, msg);
+                }
             }
         }
     }
@@ -756,5 +778,7 @@ impl H2 {
     }
 }
 
+#[cfg(test)]
+mod grpc_tests;
 #[cfg(test)]
 mod tests;
