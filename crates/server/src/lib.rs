@@ -16,6 +16,7 @@
 //! | [`compress`] | Accept-Encoding negotiation, the streaming encoders, precompressed files |
 //! | [`rewrite`] | nginx's location order, rewrite rules, try_files, error pages, added headers, variables |
 //! | [`static_files`], [`mime`] | files beneath a root, validators, ranges |
+//! | [`pipeline`] | the request policy whatever the protocol: each stage decides a [`pipeline::Step`], the roles carry it out |
 //! | [`role`] | HTTP/1, upstream, tunnel, stream and echo connections; the proxied exchange |
 //! | [`transport`] | the byte layer under a role (plain TCP or TLS) |
 //! | [`upstream`] | upstream definitions, balancing and pools per zone, health checks, the connector |
@@ -35,6 +36,7 @@ pub mod error;
 pub mod guard;
 pub mod metrics;
 pub mod mime;
+pub mod pipeline;
 pub mod response;
 pub mod rewrite;
 pub mod role;

@@ -3,8 +3,8 @@
 //! variables, compressed `return` bodies, and static files (`files.rs`: precompressed
 //! variants and compression on the fly).
 //!
-//! [`Answer`] gathers what these need of one request; the HTTP/1 role builds one per request
-//! it answers locally (`role/http1/local.rs`).
+//! [`Answer`] gathers what these need of one request; the pipeline's routing stage builds one
+//! per request answered locally (`pipeline/routing.rs`).
 
 pub mod fallback;
 mod files;

@@ -207,6 +207,37 @@ impl Fill {
     }
 }
 
+/// The client's fields a fill does not forward: its own validators and ranges (the cache
+/// wants the whole, current response).
+pub const FILL_DROP: [&str; 6] = [
+    "if-none-match",
+    "if-modified-since",
+    "if-match",
+    "if-unmodified-since",
+    "if-range",
+    "range",
+];
+
+impl Fill {
+    /// The cache's validators for a fill that revalidates its stale copy (field lines).
+    pub fn validators(&self, out: &mut Vec<u8>) {
+        let Some(s) = self.stale.as_ref().filter(|_| self.mode != Mode::Fetch) else {
+            return;
+        };
+        for (name, v) in [
+            ("If-None-Match", &s.etag),
+            ("If-Modified-Since", &s.last_modified),
+        ] {
+            if let Some(v) = v {
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(v.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+}
+
 fn wall(ms: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }

@@ -3,10 +3,10 @@
 //! rules, `auth_basic` and `auth_request` (access: all must allow).
 //!
 //! A location with none of them has no [`Guard`] and costs nothing. [`Guard::check`] is
-//! sans-I/O: it returns a [`Verdict`] the HTTP/1 role acts on (`role/http1/guard.rs`):
-//! answer a refusal, hold the request for a delay or for the auth pool's verification of its
-//! password (which the check has handed over, `verify.rs`), or send the `auth_request`
-//! subrequest. The HTTP/2 role runs the same check per stream (`role/h2/guard.rs`).
+//! sans-I/O: it returns a [`Verdict`], which the pipeline's access stage turns into a step
+//! (`pipeline/access.rs`) that the HTTP/1 and HTTP/2 roles carry out: answer a refusal, hold
+//! the request for a delay or for the auth pool's verification of its password (which the
+//! check has handed over, `verify.rs`), or send the `auth_request` subrequest.
 //! What was already decided for a held request is kept in its [`Progress`], so the request
 //! is not charged twice when it is looked at again.
 //!

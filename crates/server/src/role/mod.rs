@@ -21,7 +21,7 @@
 //!
 //! **Where a new protocol goes.** HTTP/2 is a new client role, `role/h2/`, beside [`Http1`]:
 //! a variant of [`ClientRole`] and one match arm per event in the zone's dispatch. It reuses
-//! the response writer, local routing (`http1::local`), [`Exchange`]s for proxied streams
+//! the response writer, the pipeline's stages (`crate::pipeline`), [`Exchange`]s for proxied streams
 //! and the upstream pools unchanged. A connection becomes one when ALPN says `h2` (the TLS
 //! transport tells the zone at the end of the handshake) or when its first bytes are the h2c
 //! preface.

@@ -22,11 +22,10 @@ use crate::cache::fill::Fill;
 use crate::compress::Accept;
 use crate::ctx::base::Base;
 use crate::ctx::ZoneCtx;
+use crate::pipeline::routing::Route;
 use crate::rewrite::vars::{escape_args, escape_path, Vars};
 use crate::role::exchange::deco::Deco;
 use crate::role::exchange::Exchange;
-use crate::role::http1::cached;
-use crate::role::http1::local::Route;
 use crate::route::{Action, HostMode, Loc, ProxyLoc, Routes};
 use crate::upstream::dial::Dial;
 use crate::upstream::{HashKey, UpstreamDef};
@@ -422,8 +421,8 @@ fn forward_head<'v>(
     let mut drop = std::borrow::Cow::Borrowed(configured);
     if let Some(f) = fill {
         drop.to_mut()
-            .extend(cached::FILL_DROP.iter().map(|n| n.to_string()));
-        cached::validators(f, &mut added);
+            .extend(crate::cache::fill::FILL_DROP.iter().map(|n| n.to_string()));
+        f.validators(&mut added);
     }
     forward.host = upstream_host(set_host.as_deref(), loc, def);
     write_request_head_edit(

@@ -1,100 +1,26 @@
-//! The proxy cache (`crate::cache`) for HTTP/2 streams, deciding as for an HTTP/1 request
-//! (`role/http1/cached.rs`) and sharing its entries: a hit is answered from the entry (its
-//! `Age`, the cache status field, a 304 for a matching `If-None-Match`, a body kept on disk
-//! sent from the file); a miss is proxied with the capture that fills the entry; a request
-//! for an entry another request is filling waits (`wait.rs`) and looks again; a stale
-//! entry stands in when the upstream fails, answers a revalidation's 304, and is refreshed
-//! in the background after a stale answer (`stale-while-revalidate`), by an exchange the
-//! connection owns beside its streams ([`Background`]), and the zone once the connection has
-//! gone: a client that leaves after its stale answer does not cancel the refresh.
+//! The HTTP/2 role carrying out the cache stage (`pipeline::cache`, which decides as for
+//! any request, with the same entries): a hit answered from the entry (a body kept on disk
+//! sent from the file); a stale entry standing in when the upstream fails or answering a
+//! revalidation's 304; and the refresh after a stale answer (`stale-while-revalidate`), by
+//! an exchange the connection owns beside its streams ([`Background`]), and the zone once
+//! the connection has gone: a client that leaves after its stale answer does not cancel the
+//! refresh.
 
 use std::collections::HashMap;
-use std::rc::Rc;
-use std::time::Instant;
 
 use ringx_engine::ConnId;
-use ringx_http::Request;
 
 use super::proxy::Proxied;
 use super::stream::H2Stream;
-use crate::answer::ReqCtx;
 use crate::cache::fill::{Asked, Fill};
-use crate::cache::loc::{count, Decision};
 use crate::cache::Found;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
-use crate::guard::Progress;
-use crate::response::{ConnHdr, FilePart};
+use crate::pipeline::{cache, Hit, Refresh};
+use crate::response::FilePart;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
-use crate::role::http1::cached;
-use crate::role::http1::local::Route;
-use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
-
-/// What the cache of a stream's location does with its request.
-pub(super) enum CacheStep {
-    /// Proxy it, with this capture (the fill, or the cache status it passes with).
-    Go(Option<Capture>),
-    /// Answered from the cache: this response (and its body on disk), and the background
-    /// update to send after it (a stale answer's refresh: the fill, its upstream and head).
-    Hit(
-        Vec<u8>,
-        Option<FilePart>,
-        Option<(Box<Fill>, usize, Vec<u8>)>,
-    ),
-    /// Another request fills the entry: look again at this time.
-    Wait(Instant),
-}
-
-/// The cache's decision for stream `s`'s request, routed to a location with a cache.
-pub(super) fn step(
-    cx: &mut Cx,
-    b: &mut Base,
-    s: &mut H2Stream,
-    req: &Request,
-    (route, rq): (&Route<'_>, &ReqCtx),
-    progress: &mut Progress,
-    status_as: Option<u16>,
-) -> CacheStep {
-    let Some(at) = route.at else {
-        return CacheStep::Go(None);
-    };
-    let uri = route.path.as_deref().unwrap_or("");
-    progress.touched = true;
-    let Some(d) = cached::decide(cx, b, req, uri, at, true, progress.waiting) else {
-        return CacheStep::Go(None);
-    };
-    match d {
-        Decision::Bypass => CacheStep::Go(Some(cached::passing(cx, at, "BYPASS"))),
-        Decision::Uncached => CacheStep::Go(Some(cached::passing(cx, at, "MISS"))),
-        Decision::Fetch(mut fill) => {
-            fill.asked.status_as = status_as;
-            CacheStep::Go(Some(cached::filling(fill, true)))
-        }
-        Decision::Wait(after) => {
-            let now = cx.io.now();
-            let (since, looks) = progress.waiting.unwrap_or((now, 0));
-            progress.waiting = Some((since, looks + 1));
-            CacheStep::Wait(now + after)
-        }
-        Decision::Hit {
-            found,
-            status,
-            update,
-        } => {
-            let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
-            let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
-            let update = update.and_then(|f| {
-                proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f).map(|(u, h)| (f, u, h))
-            });
-            let mut asked = cached::asked_now(req, true);
-            asked.status_as = status_as;
-            let (resp, file) = found_response(cx, s, found, status, &line, &asked);
-            CacheStep::Hit(resp, file, update)
-        }
-    }
-}
 
 /// A fill's exchange for stream `s` ended without its response going to the client (a
 /// revalidation's 304, or an upstream status the stale copy stands in for; `failed`: it
@@ -111,7 +37,7 @@ pub(super) fn answer_from_fill(
     };
     let now = cx.ctx.wall_ms(cx.io.now());
     let answer = match failed {
-        None => cached::settle(&mut cap, &mut fill, now),
+        None => cache::settle(&mut cap, &mut fill, now),
         Some(st) => fill
             .stale_for(st, false, now)
             .cloned()
@@ -119,7 +45,7 @@ pub(super) fn answer_from_fill(
     };
     let (obj, cache_status) = answer.ok_or(status)?;
     let line = fill.line(cache_status);
-    let (resp, _) = found_response(cx, s, Found::Mem(obj), cache_status, &line, &fill.asked);
+    let (resp, _) = found_response(cx, s, Found::Mem(obj), (cache_status, &line), &fill.asked);
     Ok(resp)
 }
 
@@ -134,7 +60,7 @@ pub(super) fn stale_answer(
     let now = cx.ctx.wall_ms(cx.io.now());
     let obj = fill.stale_for(status, false, now).cloned()?;
     let line = fill.line("STALE");
-    Some(found_response(cx, s, Found::Mem(obj), "STALE", &line, &fill.asked).0)
+    Some(found_response(cx, s, Found::Mem(obj), ("STALE", &line), &fill.asked).0)
 }
 
 /// Background updates of cache entries (a stale answer's refresh), by their upstream
@@ -156,7 +82,7 @@ impl Background {
         c: ConnId,
         (fill, upstream, head): (Box<Fill>, usize, Vec<u8>),
     ) {
-        let cap = cached::filling(fill, false);
+        let cap = cache::filling(fill, false);
         if let Some(p) = Proxied::sub(cx, b, c, upstream, head, cap) {
             if let Some(u) = p.ex.up {
                 self.0.insert(u, (c, p));
@@ -195,7 +121,7 @@ impl Background {
                 let now = cx.ctx.wall_ms(cx.io.now());
                 if let Some(mut cap) = p.ex.capture.take() {
                     if let Some(mut fill) = cap.fill.take() {
-                        cached::settle(&mut cap, &mut fill, now);
+                        cache::settle(&mut cap, &mut fill, now);
                     }
                 }
             }
@@ -204,43 +130,31 @@ impl Background {
     }
 }
 
+/// The HTTP/1.1 response of an answer from the cache (its body's file part when it is kept
+/// on disk), and the refresh to send after it (a stale answer's).
+pub(super) fn hit_response(
+    cx: &Cx,
+    s: &mut H2Stream,
+    hit: Hit,
+) -> (Vec<u8>, Option<FilePart>, Option<Refresh>) {
+    let (status, line) = (hit.status, &hit.line[..]);
+    let (resp, file) = found_response(cx, s, hit.found, (status, line), &hit.asked);
+    (resp, file, hit.refresh)
+}
+
 /// The HTTP/1.1 response for what `asked` asked from entry `found`, with cache status
 /// `status` (`line`: its header line); the body's file part when it is kept on disk.
 /// Counted, and noted for the stream's log line.
 fn found_response(
-    cx: &mut Cx,
+    cx: &Cx,
     s: &mut H2Stream,
     found: Found,
-    status: &'static str,
-    line: &[u8],
+    (status, line): (&'static str, &[u8]),
     asked: &Asked,
 ) -> (Vec<u8>, Option<FilePart>) {
-    let (obj, file) = match found {
-        Found::Mem(o) => (o, None),
-        Found::Disk(o, f, off) => (o, Some((f, off))),
-    };
-    let nm = asked.status_as.is_none()
-        && asked
-            .if_none_match
-            .as_deref()
-            .is_some_and(|v| obj.matches_etag(v));
-    let now = cx.ctx.wall_ms(cx.io.now());
-    let body = if file.is_none() { obj.body.len() } else { 0 };
-    let mut out = Vec::with_capacity(obj.head.len() + line.len() + 64 + body);
-    cached::write_object(
-        &obj,
-        &mut out,
-        now,
-        line,
-        ConnHdr::Keep11,
-        (asked.head_only, asked.status_as),
-        nm,
-        file.is_some(),
-    );
+    let mut out = Vec::new();
+    let now = cx.io.now();
+    let (_, part) = cache::write_found((cx.ctx, now), &mut out, found, (status, line), asked);
     s.cache = status;
-    count(&cx.ctx.log.counters, status);
-    let part = file
-        .filter(|_| !asked.head_only && !nm && obj.body_len > 0)
-        .map(|(f, off)| (Rc::new(f), off, obj.body_len));
     (out, part)
 }

@@ -28,11 +28,11 @@ use crate::answer::ReqCtx;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::metrics::bump;
+use crate::pipeline::routing::Route;
 use crate::role::exchange::deco::Deco;
 use crate::role::grpc::mux::Owner;
 use crate::role::grpc::pool::{self, Placed};
 use crate::role::grpc::status::{self, Code};
-use crate::role::http1::local::Route;
 use crate::role::proxy_start::{self, GrpcStart};
 
 /// A call in flight.

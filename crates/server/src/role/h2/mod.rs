@@ -16,7 +16,6 @@
 mod cache;
 pub use cache::Background;
 mod grpc;
-mod guard;
 mod proxy;
 mod serve;
 mod stream;
@@ -34,13 +33,12 @@ use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::guard::AuthAnswer;
 use crate::metrics::{bump, H2_STALL};
+use crate::pipeline::routing::Route;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
 use crate::role::grpc::mux::{CallEvent, Owner};
 use crate::role::grpc::status;
 use crate::role::grpc::status::Code;
-use crate::role::http1::guard as h1guard;
-use crate::role::http1::local::Route;
 use crate::role::upstream::UpEvent;
 use grpc::Started;
 use proxy::Proxied;
@@ -770,7 +768,7 @@ impl H2 {
             return; // not a held stream's subrequest (never the case)
         };
         let answer = match outcome {
-            Outcome::Done => h1guard::auth_answer(cap.as_deref()),
+            Outcome::Done => crate::pipeline::access::auth_answer(cap.as_deref()),
             _ => AuthAnswer::Error,
         };
         held.progress.auth = Some(answer);

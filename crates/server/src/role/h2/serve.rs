@@ -10,8 +10,7 @@ use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{BodyKind, Parsed, Request};
 
-use super::cache::{self, CacheStep};
-use super::guard::{self, Gate};
+use super::cache::{answer_from_fill, hit_response, stale_answer};
 use super::proxy::Proxied;
 use super::stream::{connection_specific, H2Stream, Piece, Squeeze, StreamLog};
 use super::wait::{Held, HeldBody};
@@ -21,13 +20,12 @@ use crate::answer::{PageCtx, ReqCtx, Streams};
 use crate::compress::file_stream::FileStream;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::routing::{self, Route};
+use crate::pipeline::{access, cache, Step};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
-use crate::role::http1::cached;
-use crate::role::http1::guard as h1guard;
-use crate::role::http1::local::{self, Route};
 use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
 
@@ -133,9 +131,9 @@ impl H2 {
         }
         // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
         if cx.ctx.routes.http_guard.real_ip.is_some() {
-            h1guard::client_ip(cx, b, &req);
+            access::client_ip(cx, b, &req);
         }
-        let mut rq = ReqCtx::new(local::conn_info(b));
+        let mut rq = ReqCtx::new(routing::conn_info(b));
         rq.streams = Streams::Frames;
         if let Some(l) = s.log.as_mut() {
             if cx.ctx.log.format() == Some(LogFormat::Json) {
@@ -151,10 +149,10 @@ impl H2 {
             None => req,
         };
         let route = match &fb {
-            Some(f) => local::fallback_route(&f.1, f.0, &req),
+            Some(f) => routing::fallback_route(&f.1, f.0, &req),
             None => {
                 let conn = || rq.conn;
-                local::route(
+                routing::route(
                     &cx.ctx.routes,
                     b.listener as usize,
                     &req,
@@ -162,7 +160,7 @@ impl H2 {
                 )
             }
         };
-        if fb.is_none() && local::misdirected(&cx.ctx.routes, b, &route) {
+        if fb.is_none() && routing::misdirected(&cx.ctx.routes, b, &route) {
             // The stream alone: the client retries it on a connection of its own (RFC 9113
             // §9.1.2), the connection's other streams go on.
             self.answer_error(cx, b, c, s, 421);
@@ -178,12 +176,13 @@ impl H2 {
         if guarded {
             let uri = route.path.as_deref().unwrap_or("");
             let at = route.at.expect("a guarded request has a location");
-            match guard::check(cx, b, (c, s.id), &req, uri, at, &mut held.progress) {
-                Gate::Pass(slot) => {
-                    s.conn_slot = slot;
+            match access::check(cx, b, (c, s.id), &req, uri, at, &mut held.progress) {
+                Step::Go(_) | Step::Hit(_) => {
+                    // `limit_conn` counts it while the slot is held (for the stream's life).
+                    s.conn_slot = held.progress.conn.take();
                     s.limited = held.progress.limited;
                 }
-                Gate::Refuse { status, headers } => {
+                Step::Refuse { status, headers } => {
                     let mut resp = Vec::with_capacity(512);
                     // The error page for the refusal (for a fallback's own refusal only where
                     // the page that sent it there is recursive).
@@ -192,7 +191,7 @@ impl H2 {
                         Some(f) => f.1.open.then_some(f.1.hops),
                     };
                     let r = hops.and_then(|hops| {
-                        h1guard::refusal_page(
+                        access::refusal_page(
                             &cx.ctx.routes,
                             cx.ctx.responder(),
                             &mut resp,
@@ -215,18 +214,17 @@ impl H2 {
                     self.answer(cx, b, c, s, resp, None);
                     return Some(body);
                 }
-                Gate::Delay(d) => {
+                Step::WaitUntil(until) => {
                     held.body = body;
-                    let until = cx.io.now() + d;
                     self.park(cx, b, c, s, held, Some(until));
                     return None;
                 }
-                Gate::Ask(upstream, head) => {
+                Step::Ask { upstream, head } => {
                     held.body = body;
                     self.ask(cx, b, c, s, held, upstream, head);
                     return None;
                 }
-                Gate::Verify => {
+                Step::WaitVerify => {
                     held.body = body;
                     self.park(cx, b, c, s, held, None);
                     return None;
@@ -248,20 +246,23 @@ impl H2 {
             if cached {
                 let status_as = fb.and_then(|f| f.status);
                 let progress = &mut held.progress;
-                match cache::step(cx, b, &mut s, &req, (&route, &rq), progress, status_as) {
-                    CacheStep::Go(cap) => capture = cap,
-                    CacheStep::Hit(resp, file, update) => {
+                match cache::step(cx, b, &req, (&route, &rq), progress, true, status_as) {
+                    Step::Hit(hit) => {
+                        let (resp, file, refresh) = hit_response(cx, &mut s, *hit);
                         self.answer(cx, b, c, s, resp, file);
-                        if let Some(u) = update {
+                        if let Some(u) = refresh {
                             self.bg.start(cx, b, c, u);
                         }
                         return Some(body);
                     }
-                    CacheStep::Wait(until) => {
+                    Step::WaitUntil(until) => {
                         held.body = body;
                         self.park(cx, b, c, s, held, Some(until));
                         return None;
                     }
+                    Step::Go(cap) => capture = cap,
+                    // The cache stage makes no other step.
+                    _ => {}
                 }
             }
             self.start_proxy(cx, b, c, s, (&req, &route, &rq), framing, capture, fb);
@@ -294,7 +295,7 @@ impl H2 {
             return Some(body);
         }
         let mut resp = Vec::with_capacity(256);
-        let r = local::respond(
+        let r = routing::respond(
             &cx.ctx.routes,
             cx.ctx.responder(),
             &mut resp,
@@ -457,7 +458,7 @@ impl H2 {
         match Proxied::start(cx, b, c, req, route, rq, framing, capture) {
             Err((status, page, cap)) => {
                 let fill = cap.and_then(|mut x| x.fill.take());
-                if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
+                if let Some(resp) = fill.and_then(|f| stale_answer(cx, &mut s, &f, status)) {
                     return self.answer(cx, b, c, s, resp, None);
                 }
                 match fb {
@@ -683,7 +684,7 @@ impl H2 {
             };
             return match cap
                 .ok_or(502)
-                .and_then(|x| cache::answer_from_fill(cx, &mut s, x, failed))
+                .and_then(|x| answer_from_fill(cx, &mut s, x, failed))
             {
                 Ok(resp) => self.answer(cx, b, c, s, resp, None),
                 Err(status) => self.give_up(cx, b, c, s, status, None),
@@ -698,7 +699,7 @@ impl H2 {
                     if let Some(p) = s.proxy.as_mut() {
                         s.trailers = p.response_trailers();
                         if let Some(mut cap) = p.ex.capture.take() {
-                            cached::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
+                            cache::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
                         }
                     }
                 }
@@ -753,7 +754,7 @@ impl H2 {
             .as_mut()
             .and_then(|p| p.ex.capture.as_mut())
             .and_then(|x| x.fill.take());
-        if let Some(resp) = fill.and_then(|f| cache::stale_answer(cx, &mut s, &f, status)) {
+        if let Some(resp) = fill.and_then(|f| stale_answer(cx, &mut s, &f, status)) {
             s.proxy = None; // the stream's body is the entry's, not the exchange's output
             return self.answer(cx, b, c, s, resp, None);
         }

@@ -17,15 +17,15 @@ use std::sync::Arc;
 use ringx_engine::ConnId;
 use ringx_http::{Method, Request, Version};
 
-use super::local;
-use super::{guard, Http1, Next, Phase};
+use super::{Http1, Next, Phase};
 use crate::answer::fallback::{
     may_fall_back, parse_saved, save_head, Fallback, Now, Refall, MAX_SAVED_HEADERS,
 };
 use crate::answer::{Page, ReqCtx};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
-use crate::guard::Verdict;
+use crate::pipeline::routing;
+use crate::pipeline::{access, Step};
 use crate::response::{ConnHdr, ErrorPage, Reply};
 use crate::rewrite::headers::ErrTarget;
 use crate::role::exchange::capture::Capture;
@@ -56,18 +56,17 @@ pub(super) fn serve(
     if body.is_some() {
         req2.expect_continue = false; // the body is here already
     }
-    let route = local::fallback_route(fb, si, &req2);
+    let route = routing::fallback_route(fb, si, &req2);
     let at = (si, fb.loc);
     let l = &cx.ctx.routes.servers[si].locations[fb.loc];
     let (guarded, cached) = (l.guard.is_some(), l.cache.is_some());
-    let rq = ReqCtx::new(local::conn_info(b));
+    let rq = ReqCtx::new(routing::conn_info(b));
     let more_input = !b.inbuf.is_empty();
     if guarded {
-        h.progress.touched = true;
         let uri = route.path.as_deref().unwrap_or("");
-        match guard::check(cx, b, (c, 0), &req2, uri, at, &mut h.progress) {
-            Verdict::Pass => {}
-            Verdict::Refuse { status, headers } => {
+        match access::check(cx, b, (c, 0), &req2, uri, at, &mut h.progress) {
+            Step::Go(_) | Step::Hit(_) => {}
+            Step::Refuse { status, headers } => {
                 if fb.open {
                     let refusal = (status, headers.as_str());
                     let sent = (fb.hops, route.now());
@@ -76,28 +75,24 @@ pub(super) fn serve(
                     }
                 }
                 let Some((_, close)) =
-                    guard::write_refusal(cx, b, c, &req2, status, &headers, keep)
+                    super::write::refusal(cx, b, c, &req2, status, &headers, keep)
                 else {
                     return Some(Next::Stop);
                 };
                 let close = close || !keep;
                 return Some(h.after_response(cx, b, c, close, more_input));
             }
-            Verdict::Delay(d) => {
+            Step::WaitUntil(until) => {
                 wait(h, cx, (req, body), si, fb, keep);
-                let until = cx.io.now() + d;
                 h.hold(cx, b, c, Some(until));
                 return Some(Next::Hold);
             }
-            Verdict::Verify => {
+            Step::WaitVerify => {
                 wait(h, cx, (req, body), si, fb, keep);
                 h.hold(cx, b, c, None);
                 return Some(Next::Hold);
             }
-            Verdict::Ask => {
-                let g = cx.ctx.routes.servers[si].locations[fb.loc].guard.as_deref();
-                let a = g.and_then(|g| g.auth_request.as_ref())?;
-                let (upstream, head) = (a.upstream, guard::auth_head(&req2, &a.uri, b));
+            Step::Ask { upstream, head } => {
                 wait(h, cx, (req, body), si, fb, keep);
                 h.subrequest(cx, b, c, upstream, head, Capture::subrequest());
                 return Some(Next::Hold);
@@ -161,7 +156,7 @@ pub(super) fn refused(
     };
     let out = b.tr.out_buf(cx.io, c)?;
     let routes = &cx.ctx.routes;
-    let r = guard::refusal_page(
+    let r = access::refusal_page(
         routes,
         cx.ctx.responder(),
         out,

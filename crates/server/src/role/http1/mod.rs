@@ -5,13 +5,11 @@
 //! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
 //! answered here through the response writer (`local.rs`).
 
-pub(crate) mod cached;
 mod fallback;
 mod file_body;
-pub(crate) mod guard;
-pub mod local;
 mod phase;
 mod proxy;
+mod write;
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
@@ -25,11 +23,11 @@ use crate::answer::ReqCtx;
 use crate::compress::file_stream::FileStream;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
-use crate::guard::Verdict;
+use crate::pipeline::{access, routing, Step};
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
-use crate::role::proxy_header::{self, Step};
+use crate::role::proxy_header;
 use phase::Next;
 pub use phase::Phase;
 
@@ -347,7 +345,7 @@ impl Http1 {
                             break;
                         }
                         Err(e) => {
-                            guard::malformed(cx, b, e.status);
+                            access::malformed(cx, b, e.status);
                             self.fail(cx, b, c, e.status, false);
                             return input.len();
                         }
@@ -390,22 +388,22 @@ impl Http1 {
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
         if cx.ctx.routes.http_guard.real_ip.is_some() {
-            guard::client_ip(cx, b, req);
+            access::client_ip(cx, b, req);
         }
         let request_id = Cell::new(None);
         if cx.ctx.log.format() == Some(LogFormat::Json) {
-            local::json_request_id(cx, c, &request_id);
+            routing::json_request_id(cx, c, &request_id);
         }
         // Routed once: the proxy and the local responder both take this.
-        let info = (|| local::conn_info(b), &request_id);
-        let route = local::route(&cx.ctx.routes, b.listener as usize, req, info);
+        let info = (|| routing::conn_info(b), &request_id);
+        let route = routing::route(&cx.ctx.routes, b.listener as usize, req, info);
         let max_body = cx.ctx.set.max_body;
-        if let Some(status) = local::refused(&cx.ctx.routes, max_body, b, req, &route) {
+        if let Some(status) = routing::refused(&cx.ctx.routes, max_body, b, req, &route) {
             self.fail(cx, b, c, status, head_only);
             return Next::Stop;
         }
         if !has_body {
-            if let Some(canned) = local::plain_return(&cx.ctx.routes, &route) {
+            if let Some(canned) = routing::plain_return(&cx.ctx.routes, &route) {
                 let Some(out) = b.tr.out_buf(cx.io, c) else {
                     return Next::Stop;
                 };
@@ -416,7 +414,7 @@ impl Http1 {
             }
         }
         let rq = ReqCtx {
-            conn: local::conn_info(b),
+            conn: routing::conn_info(b),
             request_id,
             streams: crate::answer::Streams::Http1,
         };
@@ -454,7 +452,7 @@ impl Http1 {
         let Some(out) = b.tr.out_buf(cx.io, c) else {
             return Next::Stop;
         };
-        let r = local::respond(
+        let r = routing::respond(
             &cx.ctx.routes,
             cx.ctx.responder(),
             out,
@@ -513,12 +511,12 @@ impl Http1 {
         b: &mut Base,
         c: ConnId,
         req: &Request,
-        (route, rq): (&local::Route<'_>, &ReqCtx),
+        (route, rq): (&routing::Route<'_>, &ReqCtx),
         ch: ConnHdr,
         keep: bool,
     ) -> Next {
         let mut bytes = Vec::new();
-        let r = local::respond(
+        let r = routing::respond(
             &cx.ctx.routes,
             cx.ctx.responder(),
             &mut bytes,
@@ -558,23 +556,21 @@ impl Http1 {
         b: &mut Base,
         c: ConnId,
         req: &Request,
-        route: &local::Route<'_>,
+        route: &routing::Route<'_>,
         keep: bool,
         more_input: bool,
     ) -> Option<Next> {
-        self.progress.touched = true;
         let uri = route.path.as_deref().unwrap_or("");
         let at = route.at.expect("a guarded request has a location");
-        match guard::check(cx, b, (c, 0), req, uri, at, &mut self.progress) {
-            Verdict::Pass => None,
-            Verdict::Refuse { status, headers } => {
+        match access::check(cx, b, (c, 0), req, uri, at, &mut self.progress) {
+            Step::Go(_) => None,
+            Step::Refuse { status, headers } => {
                 let refusal = (status, headers.as_str());
                 let page = self.refused_page(cx, b, c, req, at, refusal, keep, route.sent());
                 if page.is_some() {
                     return page;
                 }
-                let Some((_, close)) = guard::write_refusal(cx, b, c, req, status, &headers, keep)
-                else {
+                let Some((_, close)) = write::refusal(cx, b, c, req, status, &headers, keep) else {
                     return Some(Next::Stop);
                 };
                 if close {
@@ -585,23 +581,20 @@ impl Http1 {
                 }
                 Some(self.after_response(cx, b, c, !keep, more_input))
             }
-            Verdict::Delay(d) => {
-                let until = cx.io.now() + d;
+            Step::WaitUntil(until) => {
                 self.hold(cx, b, c, Some(until));
                 Some(Next::Defer)
             }
-            Verdict::Verify => {
+            Step::WaitVerify => {
                 self.hold(cx, b, c, None);
                 Some(Next::Defer)
             }
-            Verdict::Ask => {
-                let routes = &cx.ctx.routes;
-                let g = routes.servers[at.0].locations[at.1].guard.as_deref();
-                let a = g.and_then(|g| g.auth_request.as_ref())?;
-                let (upstream, head) = (a.upstream, guard::auth_head(req, &a.uri, b));
+            Step::Ask { upstream, head } => {
                 self.subrequest(cx, b, c, upstream, head, Capture::subrequest());
                 Some(Next::Defer)
             }
+            // The access stage makes no other step.
+            Step::Hit(_) => None,
         }
     }
 
@@ -761,13 +754,13 @@ impl Http1 {
     /// `b.inbuf`, not processed yet (it may be the h2c preface: the zone decides).
     pub fn proxy_header(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) -> bool {
         match proxy_header::feed(b, data) {
-            Step::Partial => false,
-            Step::Refused => {
+            proxy_header::Step::Partial => false,
+            proxy_header::Step::Refused => {
                 self.phase = Phase::Lingering;
                 cx.io.close(c);
                 false
             }
-            Step::Done => {
+            proxy_header::Step::Done => {
                 self.phase = Phase::Idle;
                 true
             }

@@ -6,15 +6,15 @@ use ringx_engine::ConnId;
 use ringx_http::upstream::upgrade_request;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
-use super::local::Route;
-use super::{cached, fallback, Http1, Next, Phase};
+use super::{fallback, write, Http1, Next, Phase};
 use crate::answer::fallback::{parse_saved, Fallback, Now, Refall, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
-use crate::cache::loc::Decision;
 use crate::cache::Found;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::routing::Route;
+use crate::pipeline::{access, cache, Hit, Step};
 use crate::response::{ConnHdr, ErrorPage};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
@@ -166,7 +166,7 @@ impl Http1 {
         c: ConnId,
         capture: Option<&Capture>,
     ) {
-        self.progress.auth = Some(super::guard::auth_answer(capture));
+        self.progress.auth = Some(access::auth_answer(capture));
         let now = cx.io.now();
         self.hold(cx, b, c, Some(now));
     }
@@ -596,7 +596,7 @@ impl Http1 {
                     None => self.sub_done(cx, b, c, Some(&cap)),
                 };
             }
-            cached::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
+            cache::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
         }
         self.phase = Phase::Idle;
         b.paused = false;
@@ -631,58 +631,35 @@ impl Http1 {
         more_input: bool,
         status_as: Option<u16>,
     ) -> Result<Option<Capture>, Next> {
-        let Some(at) = route.at else {
-            return Ok(None);
-        };
-        let uri = route.path.as_deref().unwrap_or("");
-        self.progress.touched = true;
-        let Some(d) = cached::decide(cx, b, req, uri, at, keep, self.progress.waiting) else {
-            return Ok(None);
-        };
-        match d {
-            Decision::Bypass => Ok(Some(cached::passing(cx, at, "BYPASS"))),
-            Decision::Uncached => Ok(Some(cached::passing(cx, at, "MISS"))),
-            Decision::Fetch(mut fill) => {
-                fill.asked.status_as = status_as;
-                Ok(Some(cached::filling(fill, true)))
-            }
-            Decision::Wait(after) => {
-                let now = cx.io.now();
-                let (since, looks) = self.progress.waiting.unwrap_or((now, 0));
-                self.progress.waiting = Some((since, looks + 1));
-                self.hold(cx, b, c, Some(now + after));
+        match cache::step(cx, b, req, (route, rq), &mut self.progress, keep, status_as) {
+            Step::Go(capture) => Ok(capture),
+            Step::WaitUntil(at) => {
+                self.hold(cx, b, c, Some(at));
                 Err(Next::Defer)
             }
-            Decision::Hit {
-                found,
-                status,
-                update,
-            } => {
-                let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
-                let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
-                let update = update.and_then(|f| {
-                    proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f)
-                        .map(|(u, h)| (f, u, h))
-                });
-                let mut asked = cached::asked_now(req, keep);
-                asked.status_as = status_as;
-                let Some((_, file)) = cached::write_found(cx, b, c, found, status, &line, &asked)
-                else {
+            Step::Hit(hit) => {
+                let Hit {
+                    found,
+                    status,
+                    line,
+                    asked,
+                    refresh,
+                } = *hit;
+                if write::found(cx, b, c, found, (status, &line), &asked).is_none() {
                     return Err(Next::Stop);
-                };
-                if let Some((f, off, len)) = file {
-                    b.tr.send_file(cx.io, c, f, off, len);
                 }
                 let next = self.after_response(cx, b, c, !keep, more_input);
-                if let (Some((fill, up, head)), Phase::Idle) = (update, self.phase) {
+                if let (Some((fill, up, head)), Phase::Idle) = (refresh, self.phase) {
                     // The client has its answer; this connection refreshes the entry before
                     // it reads on (nginx's background update does the same).
-                    let cap = cached::filling(fill, false);
+                    let cap = cache::filling(fill, false);
                     self.subrequest(cx, b, c, up, head, cap);
                     return Err(Next::Hold);
                 }
                 Err(next)
             }
+            // The cache stage makes no other step.
+            _ => Ok(None),
         }
     }
 
@@ -703,7 +680,7 @@ impl Http1 {
         let now = cx.ctx.wall_ms(cx.io.now());
         if fill.mode == Mode::Background {
             if failed.is_none() {
-                cached::settle(&mut cap, &mut fill, now);
+                cache::settle(&mut cap, &mut fill, now);
             }
             drop(fill);
             if !b.eof {
@@ -712,7 +689,7 @@ impl Http1 {
             return self.process_buffered(cx, b, c);
         }
         let answer = match failed {
-            None => cached::settle(&mut cap, &mut fill, now),
+            None => cache::settle(&mut cap, &mut fill, now),
             Some(st) => fill
                 .stale_for(st, false, now)
                 .cloned()
@@ -724,7 +701,7 @@ impl Http1 {
         let line = fill.line(status);
         let close = !fill.asked.keep || b.eof;
         drop(fill.stale.take());
-        if cached::write_found(cx, b, c, Found::Mem(obj), status, &line, &fill.asked).is_none() {
+        if write::found(cx, b, c, Found::Mem(obj), (status, &line), &fill.asked).is_none() {
             return;
         }
         drop(fill);

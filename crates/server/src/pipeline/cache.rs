@@ -1,27 +1,89 @@
-//! The HTTP/1 role's side of the proxy cache (`crate::cache`): looking a request up, writing
-//! an answer from the cache, the capture a fill's exchange carries, and storing what it
-//! brought. The role acts on the decisions (`Http1::cache_step` and the completions in
-//! `proxy.rs`).
+//! The cache stage of the request pipeline: the location's proxy cache (`crate::cache`)
+//! looks the request up and its decision becomes a [`Step`] ([`step`]); with an answer from
+//! the cache written, the capture a fill's exchange carries, and storing what it brought.
+//! The roles carry out the steps (answering, proxying with the capture, holding the
+//! request) and complete the fills (`role/http1/proxy.rs`, `role/h2/cache.rs`).
 
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ringx_engine::ConnId;
 use ringx_http::Request;
 
+use super::{Hit, Step};
+use crate::answer::ReqCtx;
 use crate::cache::fill::Asked;
 use crate::cache::fill::Fill;
 use crate::cache::loc::{count, Ctx, Decision};
 use crate::cache::object::Object;
 use crate::cache::Found;
 use crate::ctx::base::Base;
-use crate::ctx::Cx;
+use crate::ctx::{Cx, ZoneCtx};
+use crate::guard::Progress;
+use crate::pipeline::routing::Route;
 use crate::response::{ConnHdr, FilePart, Written};
 use crate::role::exchange::capture::Capture;
+use crate::role::proxy_start;
+
+/// What the cache of the location `route` reached does with `req` (`keep`: the client
+/// connection stays open after the answer; `status_as`: the status an `error_page` tells
+/// instead of the response's). [`Step::Go`]: proxy it with the capture; [`Step::Hit`];
+/// [`Step::WaitUntil`] another request's fill (counted in `progress.waiting`).
+pub fn step(
+    cx: &mut Cx,
+    b: &Base,
+    req: &Request,
+    (route, rq): (&Route<'_>, &ReqCtx),
+    progress: &mut Progress,
+    keep: bool,
+    status_as: Option<u16>,
+) -> Step {
+    let Some(at) = route.at else {
+        return Step::Go(None);
+    };
+    let uri = route.path.as_deref().unwrap_or("");
+    progress.touched = true;
+    let Some(d) = decide(cx, b, req, uri, at, keep, progress.waiting) else {
+        return Step::Go(None);
+    };
+    match d {
+        Decision::Bypass => Step::Go(Some(passing(cx, at, "BYPASS"))),
+        Decision::Uncached => Step::Go(Some(passing(cx, at, "MISS"))),
+        Decision::Fetch(mut fill) => {
+            fill.asked.status_as = status_as;
+            Step::Go(Some(filling(fill, true)))
+        }
+        Decision::Wait(after) => {
+            let now = cx.io.now();
+            let (since, looks) = progress.waiting.unwrap_or((now, 0));
+            progress.waiting = Some((since, looks + 1));
+            Step::WaitUntil(now + after)
+        }
+        Decision::Hit {
+            found,
+            status,
+            update,
+        } => {
+            let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
+            let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
+            let refresh = update.and_then(|f| {
+                proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f).map(|(u, h)| (f, u, h))
+            });
+            let mut asked = asked_now(req, keep);
+            asked.status_as = status_as;
+            Step::Hit(Box::new(Hit {
+                found,
+                status,
+                line,
+                asked,
+                refresh,
+            }))
+        }
+    }
+}
 
 /// What the cache of location `at` does with `req`; None: the location has no cache.
-pub(crate) fn decide(
+pub fn decide(
     cx: &Cx,
     b: &Base,
     req: &Request,
@@ -46,7 +108,7 @@ pub(crate) fn decide(
 }
 
 /// The capture of a request the cache passes by (counted, and its status on the response).
-pub(crate) fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capture {
+pub fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capture {
     let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
     Capture {
         to_client: true,
@@ -59,7 +121,7 @@ pub(crate) fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capt
 
 /// The capture of a fill: the response goes to the client and is kept, up to the cache's
 /// largest object.
-pub(crate) fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
+pub fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
     Capture {
         to_client,
         client: to_client,
@@ -71,17 +133,16 @@ pub(crate) fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
     }
 }
 
-/// Writes the answer from `found` for what `asked` asked, with cache status `status`.
-/// Returns what was written and the file part of the body (an entry kept on disk).
-pub(crate) fn write_found(
-    cx: &mut Cx,
-    b: &mut Base,
-    c: ConnId,
+/// Writes the answer from `found` for what `asked` asked into `out`, with cache status
+/// `status` (`line`: its header line); counted. Returns what was written and the file part
+/// of the body (an entry kept on disk), which the caller sends after it.
+pub fn write_found(
+    (ctx, now): (&ZoneCtx, Instant),
+    out: &mut Vec<u8>,
     found: Found,
-    status: &'static str,
-    line: &[u8],
+    (status, line): (&'static str, &[u8]),
     asked: &Asked,
-) -> Option<(Written, Option<FilePart>)> {
+) -> (Written, Option<FilePart>) {
     let (obj, file) = match found {
         Found::Mem(o) => (o, None),
         Found::Disk(o, f, off) => (o, Some((f, off))),
@@ -93,8 +154,9 @@ pub(crate) fn write_found(
             .as_deref()
             .is_some_and(|v| obj.matches_etag(v));
     let ch = ConnHdr::new(asked.version11, asked.keep);
-    let now = cx.ctx.wall_ms(cx.io.now());
-    let out = b.tr.out_buf(cx.io, c)?;
+    let now = ctx.wall_ms(now);
+    let body = if file.is_none() { obj.body.len() } else { 0 };
+    out.reserve(obj.head.len() + line.len() + 64 + body);
     let w = write_object(
         &obj,
         out,
@@ -105,13 +167,11 @@ pub(crate) fn write_found(
         nm,
         file.is_some(),
     );
-    cx.ctx.log.status(cx.io, c, w, b);
-    cx.ctx.log.cache_status(c, status);
-    count(&cx.ctx.log.counters, status);
+    count(&ctx.log.counters, status);
     let part = file
         .filter(|_| !asked.head_only && !nm && obj.body_len > 0)
         .map(|(f, off)| (Rc::new(f), off, obj.body_len));
-    Some((w, part))
+    (w, part)
 }
 
 /// Writes the response for a hit into `out`: status line, the stored fields, `Age`, the
@@ -120,7 +180,7 @@ pub(crate) fn write_found(
 /// the body is on disk (`body_follows`: the caller sends it). `status_as`: the status the
 /// client is told instead of the stored one (an `error_page` without `=`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn write_object(
+pub fn write_object(
     obj: &Object,
     out: &mut Vec<u8>,
     now: u64,
@@ -157,41 +217,8 @@ pub(crate) fn write_object(
     Written { status, head_len }
 }
 
-/// The client's fields a fill does not forward: its own validators and ranges (the cache
-/// wants the whole, current response).
-pub(crate) const FILL_DROP: [&str; 6] = [
-    "if-none-match",
-    "if-modified-since",
-    "if-match",
-    "if-unmodified-since",
-    "if-range",
-    "range",
-];
-
-/// The cache's validators for a fill that revalidates its stale copy (field lines).
-pub(crate) fn validators(fill: &Fill, out: &mut Vec<u8>) {
-    let Some(s) = fill
-        .stale
-        .as_ref()
-        .filter(|_| fill.mode != crate::cache::fill::Mode::Fetch)
-    else {
-        return;
-    };
-    for (name, v) in [
-        ("If-None-Match", &s.etag),
-        ("If-Modified-Since", &s.last_modified),
-    ] {
-        if let Some(v) = v {
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(v.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-}
-
 /// What a request asked, for an answer written now.
-pub(crate) fn asked_now(req: &Request, keep: bool) -> Asked {
+pub fn asked_now(req: &Request, keep: bool) -> Asked {
     Asked {
         head_only: req.method == ringx_http::Method::Head,
         version11: req.version == ringx_http::Version::Http11,
@@ -203,7 +230,7 @@ pub(crate) fn asked_now(req: &Request, keep: bool) -> Asked {
 }
 
 /// A fill's response reached the client whole: stored if it may be.
-pub(crate) fn finish(cap: &mut Capture, now: u64) {
+pub fn finish(cap: &mut Capture, now: u64) {
     if let Some(mut fill) = cap.fill.take() {
         let whole = cap.complete && !cap.overflow;
         if let Some(built) = fill.object(&cap.head, &cap.body, now).filter(|_| whole) {
@@ -215,11 +242,7 @@ pub(crate) fn finish(cap: &mut Capture, now: u64) {
 /// A background update (or a fill turned into one) ended: the entry stored or refreshed
 /// (a 304). Returns the object the client can be answered from, and its status: the new or
 /// refreshed entry, else the stale copy.
-pub(crate) fn settle(
-    cap: &mut Capture,
-    fill: &mut Fill,
-    now: u64,
-) -> Option<(Arc<Object>, &'static str)> {
+pub fn settle(cap: &mut Capture, fill: &mut Fill, now: u64) -> Option<(Arc<Object>, &'static str)> {
     if cap.complete && cap.status == 304 {
         if let Some(built) = fill.refreshed(&cap.head, now) {
             return Some((fill.store(built), "REVALIDATED"));

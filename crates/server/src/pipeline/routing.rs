@@ -1,6 +1,8 @@
-//! Requests answered by the zone itself: routing a request to its server and location
-//! (through `rewrite::flow` where the server rewrites), and writing the response of `return`,
-//! static-file and missing locations through [`Answer`] and the response writer.
+//! The routing stage of the request pipeline, and requests answered by the zone itself:
+//! routing a request to its server and location (through `rewrite::flow` where the server
+//! rewrites), what is refused before that (a bad path, a body over the limit, a misdirected
+//! request), and writing the response of `return`, static-file and missing locations through
+//! [`Answer`] and the response writer.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -269,7 +271,7 @@ pub fn respond(
 /// The JSON access log carries every request's id: made before the request is routed, so
 /// that the one its headers send (`proxy_set_header`, `add_header`) is the one logged.
 #[inline(never)]
-pub(super) fn json_request_id(
+pub fn json_request_id(
     cx: &mut crate::ctx::Cx,
     c: ringx_engine::ConnId,
     request_id: &Cell<Option<[u8; 32]>>,
@@ -281,7 +283,7 @@ pub(super) fn json_request_id(
 
 /// What a request's variables read of its connection: the client's address after
 /// `real_ip_from`, the local one, whether it is TLS.
-pub(crate) fn conn_info(b: &crate::ctx::base::Base) -> ConnInfo {
+pub fn conn_info(b: &crate::ctx::base::Base) -> ConnInfo {
     ConnInfo {
         client: match b.real_ip {
             None => b.addr,

@@ -1,27 +1,29 @@
-//! The HTTP/1 role's side of the guards (`crate::guard`): the request's real client address,
-//! the check, refusals written, the `auth_request` subrequest's head and what its answer
-//! means, malformed requests counted for escalation. The role acts on the verdicts
-//! (`Http1::guard`, holding and resuming requests, in `mod.rs`).
+//! The access stage of the request pipeline: the guards of a location (`crate::guard`) run
+//! for a request of any protocol, and their verdict becomes a [`Step`]; with the request's
+//! real client address, the error page of a refusal, the `auth_request` subrequest's head and
+//! what its answer means, and malformed requests counted for escalation. The roles carry
+//! out the steps (holding a request, sending the subrequest, writing the refusal).
 
 use std::net::IpAddr;
 
 use ringx_engine::ConnId;
 use ringx_http::upstream::{write_request_head, Forward};
-use ringx_http::{BodyKind, Method, Request, Version};
+use ringx_http::{BodyKind, Method, Request};
 
+use super::Step;
 use crate::answer::fallback::{may_fall_back, Now};
 use crate::answer::Page;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::guard::verify::Tag;
 use crate::guard::{AuthAnswer, Input, Progress, Verdict};
-use crate::response::{ConnHdr, ErrorPage, Reply, Responder, Written};
+use crate::response::{ConnHdr, Reply, Responder};
 use crate::role::exchange::capture::Capture;
 use crate::route::{ListenerKind, Routes};
 
 /// The client's address for this request (after `real_ip_from`), and whether it is the
 /// connection's own (not a PROXY header's or a forwarded one). Noted in `b` for the log.
-pub(crate) fn client_ip(cx: &Cx, b: &mut Base, req: &Request) -> (Option<IpAddr>, bool) {
+pub fn client_ip(cx: &Cx, b: &mut Base, req: &Request) -> (Option<IpAddr>, bool) {
     let peer = b.addr.map(|a| a.ip().to_canonical());
     let client = match (&cx.ctx.routes.http_guard.real_ip, peer) {
         (Some(r), Some(p)) => Some(r.client(p, req)),
@@ -40,9 +42,45 @@ fn behind_proxy_protocol(cx: &Cx, b: &Base) -> bool {
     )
 }
 
-/// Runs the guard of location `at` for `req`, on connection `c` (`stream`: its HTTP/2 stream,
-/// 0 on HTTP/1: who waits for a verification handed to the auth pool).
-pub(crate) fn check(
+/// Runs the guard of location `at` for `req` (`uri`: its path after rewriting), on
+/// connection `c` (`stream`: its HTTP/2 stream, 0 on HTTP/1: who waits for a verification
+/// handed to the auth pool), with what was decided for it already (`progress`).
+/// [`Step::Go`] lets it go on (`limit_conn` counts it while `progress.conn` holds its slot).
+pub fn check(
+    cx: &mut Cx,
+    b: &mut Base,
+    who: (ConnId, u32),
+    req: &Request,
+    uri: &str,
+    at: (usize, usize),
+    progress: &mut Progress,
+) -> Step {
+    progress.touched = true;
+    match verdict(cx, b, who, req, uri, at, progress) {
+        Verdict::Pass => Step::Go(None),
+        Verdict::Refuse { status, headers } => Step::Refuse { status, headers },
+        Verdict::Delay(d) => Step::WaitUntil(cx.io.now() + d),
+        Verdict::Verify => Step::WaitVerify,
+        Verdict::Ask => {
+            let routes = &cx.ctx.routes;
+            let g = routes.servers[at.0].locations[at.1].guard.as_deref();
+            match g.and_then(|g| g.auth_request.as_ref()) {
+                Some(a) => Step::Ask {
+                    upstream: a.upstream,
+                    head: auth_head(req, &a.uri, b),
+                },
+                // Asked for by a location without one (never the case): refused as an error.
+                None => Step::Refuse {
+                    status: 500,
+                    headers: String::new(),
+                },
+            }
+        }
+    }
+}
+
+/// The guard's own verdict.
+fn verdict(
     cx: &mut Cx,
     b: &mut Base,
     (c, stream): (ConnId, u32),
@@ -72,37 +110,6 @@ pub(crate) fn check(
     g.check(&inp, progress, &mut ctx.guard, &ctx.log.counters)
 }
 
-/// Writes the refusal `status` with `headers` for `req`. Returns what was written and whether
-/// the connection must close after it (the request has a body, which is not read).
-pub(super) fn write_refusal(
-    cx: &mut Cx,
-    b: &mut Base,
-    c: ConnId,
-    req: &Request,
-    status: u16,
-    headers: &str,
-    keep: bool,
-) -> Option<(Written, bool)> {
-    let head_only = req.method == Method::Head;
-    let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
-    let page = if has_body {
-        ErrorPage::closing(status)
-    } else {
-        ErrorPage::new(
-            status,
-            ConnHdr::new(req.version == Version::Http11, keep),
-            head_only,
-        )
-    };
-    let out = b.tr.out_buf(cx.io, c)?;
-    let w = cx
-        .ctx
-        .responder()
-        .error(out, page.head_only(head_only).extra(headers));
-    cx.ctx.log.status(cx.io, c, w, b);
-    Some((w, has_body))
-}
-
 /// The location's (or server's) `error_page` for a refusal `status` of `req` routed to `at`,
 /// written into `out` with the refusal's header lines, as nginx sends a 401/403/429/503 of its
 /// access phase to the error page configured for it. None: there is none for that status,
@@ -113,7 +120,7 @@ pub(super) fn write_refusal(
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
-pub(crate) fn refusal_page(
+pub fn refusal_page(
     routes: &Routes,
     r: Responder<'_>,
     out: &mut Vec<u8>,
@@ -142,7 +149,7 @@ pub(crate) fn refusal_page(
 }
 
 /// What an `auth_request` subrequest's answer (None: none could be had) means.
-pub(crate) fn auth_answer(capture: Option<&Capture>) -> AuthAnswer {
+pub fn auth_answer(capture: Option<&Capture>) -> AuthAnswer {
     match capture.filter(|x| x.complete) {
         Some(x) if (200..300).contains(&x.status) => AuthAnswer::Allow,
         Some(x) if x.status == 401 || x.status == 403 => {
@@ -165,7 +172,7 @@ pub(crate) fn auth_answer(capture: Option<&Capture>) -> AuthAnswer {
 
 /// A request that could not be parsed: counted for `escalate_malformed` (400s only; the
 /// limits' 413/414/431 are not malformed).
-pub(super) fn malformed(cx: &Cx, b: &Base, status: u16) {
+pub fn malformed(cx: &Cx, b: &Base, status: u16) {
     let Some(e) = cx.ctx.routes.http_guard.malformed else {
         return;
     };
@@ -178,7 +185,7 @@ pub(super) fn malformed(cx: &Cx, b: &Base, status: u16) {
 
 /// The head of an `auth_request` subrequest: a GET of `uri` with the client's fields (no
 /// body), and where the original request went.
-pub(crate) fn auth_head(req: &Request, uri: &str, b: &Base) -> Vec<u8> {
+pub fn auth_head(req: &Request, uri: &str, b: &Base) -> Vec<u8> {
     let sub = Request {
         method: Method::Get,
         method_str: "GET",

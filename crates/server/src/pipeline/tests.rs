@@ -1,0 +1,288 @@
+//! The pipeline's stages decided with no zone and no socket: a zone context built from a
+//! configuration text, the engine's test I/O for its clock, and a connection's [`Base`] as
+//! a client's would be. Every [`Step`] each stage makes is reached here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringx_engine::testio::TestDriver;
+use ringx_engine::ConnId;
+use ringx_http::{parse_request, Limits, Parsed};
+
+use super::{access, cache, Step};
+use crate::answer::ReqCtx;
+use crate::ctx::base::Base;
+use crate::ctx::reqlog::RequestLog;
+use crate::ctx::{Cx, ZoneCtx};
+use crate::guard::Progress;
+use crate::metrics::ZoneCounters;
+use crate::pipeline::routing;
+use crate::role::upstream::UpTable;
+use crate::testkit::TempDir;
+use crate::upstream::connector::Connector;
+use crate::upstream::pools::ZonePools;
+use crate::Compiled;
+
+/// One zone's context for the stages, and a client connection's base.
+struct Stage {
+    t: TestDriver,
+    ctx: ZoneCtx,
+    ups: UpTable,
+    b: Base,
+}
+
+impl Stage {
+    fn new(toml: &str) -> Stage {
+        let cfg = ringx_config::parse("pipeline.toml", toml).unwrap_or_else(|e| panic!("{e}"));
+        let c = Compiled::from(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let counters = Arc::new(ZoneCounters::default());
+        let pools = c.upstreams.map(|u| ZonePools::new(u, 0));
+        let ctx = ZoneCtx::new(
+            0,
+            c.routes,
+            c.settings,
+            pools,
+            Connector::new(None, None, Some(counters.clone())),
+            RequestLog::new(counters, None, None),
+        );
+        let mut t = TestDriver::with_limits(16, 16);
+        let mut b = Base::new(t.io().now());
+        let peer: SocketAddr = "192.0.2.10:40000".parse().unwrap();
+        b.open(0, Some(peer), None, Default::default(), t.io().now());
+        Stage {
+            t,
+            ctx,
+            ups: UpTable::default(),
+            b,
+        }
+    }
+
+    /// Runs `f` with the request `head` as HTTP/1 parses it, routed, and a [`Cx`].
+    fn with<R>(
+        &mut self,
+        head: &str,
+        f: impl FnOnce(&mut Cx, &mut Base, &ringx_http::Request, &routing::Route<'_>, &ReqCtx) -> R,
+    ) -> R {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let Ok(Parsed::Complete(req)) =
+            parse_request(head.as_bytes(), &mut headers, &Limits::default())
+        else {
+            panic!("not a request head: {head:?}");
+        };
+        let rq = ReqCtx::new(routing::conn_info(&self.b));
+        let conn = || rq.conn;
+        let route = routing::route(&self.ctx.routes, 0, &req, (conn, &rq.request_id));
+        let mut cx = Cx {
+            io: self.t.io(),
+            ctx: &mut self.ctx,
+            ups: &mut self.ups,
+        };
+        f(&mut cx, &mut self.b, &req, &route, &rq)
+    }
+
+    /// The access stage for `head`.
+    fn access(&mut self, head: &str, progress: &mut Progress) -> Step {
+        self.with(head, |cx, b, req, route, _| {
+            let uri = route.path.as_deref().unwrap_or("");
+            let at = route.at.expect("routed to a location");
+            access::check(cx, b, (ConnId(1), 0), req, uri, at, progress)
+        })
+    }
+
+    /// The cache stage for `head`.
+    fn cache(&mut self, head: &str, progress: &mut Progress) -> Step {
+        self.with(head, |cx, b, req, route, rq| {
+            cache::step(cx, b, req, (route, rq), progress, true, None)
+        })
+    }
+}
+
+fn get(path: &str, extra: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: h.test\r\n{extra}\r\n")
+}
+
+const GUARDS: &str = r#"
+[[limit_req_zone]]
+name = "pipeline_delay"
+key = "$remote_addr"
+rate = "1r/s"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/open/"
+  access = ["allow 192.0.2.0/24", "deny all"]
+  return = { status = 200 }
+  [[server.location]]
+  path = "/closed/"
+  access = ["deny all"]
+  return = { status = 200 }
+  [[server.location]]
+  path = "/slow/"
+  limit_req = { zone = "pipeline_delay", burst = 5 }
+  return = { status = 200 }
+  [[server.location]]
+  path = "/asked/"
+  auth_request = { proxy_pass = "auth", uri = "/check" }
+  return = { status = 200 }
+[[upstream]]
+name = "auth"
+servers = ["127.0.0.1:9001"]
+"#;
+
+#[test]
+fn the_access_stage_lets_a_request_go_refuses_delays_and_asks() {
+    let mut s = Stage::new(GUARDS);
+    let mut p = Progress::default();
+    assert!(matches!(
+        s.access(&get("/open/", ""), &mut p),
+        Step::Go(None)
+    ));
+    match s.access(&get("/closed/", ""), &mut Progress::default()) {
+        Step::Refuse { status, headers } => assert_eq!((status, headers.as_str()), (403, "")),
+        _ => panic!("deny all refuses"),
+    }
+    // Within the burst, over the rate: the second waits a second's share.
+    let now = s.t.io().now();
+    assert!(matches!(
+        s.access(&get("/slow/", ""), &mut Progress::default()),
+        Step::Go(None)
+    ));
+    match s.access(&get("/slow/", ""), &mut Progress::default()) {
+        Step::WaitUntil(at) => {
+            let d = at - now;
+            assert!(d > Duration::ZERO && d <= Duration::from_secs(1), "{d:?}");
+        }
+        _ => panic!("over the rate within the burst: a delay"),
+    }
+    match s.access(
+        &get("/asked/x?y=1", "Cookie: s=1\r\n"),
+        &mut Progress::default(),
+    ) {
+        Step::Ask { upstream, head } => {
+            let head = String::from_utf8(head).unwrap();
+            assert_eq!(upstream, 0);
+            assert!(head.starts_with("GET /check HTTP/1.1\r\n"), "{head}");
+            assert!(head.contains("X-Original-URI: /asked/x?y=1\r\n"), "{head}");
+            assert!(head.contains("Cookie: s=1\r\n"), "{head}");
+        }
+        _ => panic!("auth_request asks its upstream"),
+    }
+}
+
+#[test]
+fn the_access_stage_waits_for_the_auth_pool_with_a_slow_hash() {
+    // bcrypt, cost 4: alice:secret.
+    let users = "alice:$2y$04$PSP8EQ/tSO3IOd.ESMCCZOSVl7MNmbPFnP892W9X4fHnLGQe1p.RK\n";
+    let dir = TempDir::new(&[("users", users.as_bytes())]);
+    let mut s = Stage::new(&format!(
+        r#"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/g/"
+  return = {{ status = 200 }}
+  auth_basic = {{ realm = "r", user_file = "{}/users" }}
+"#,
+        dir.path()
+    ));
+    let w = ringx_engine::Waker::new().expect("eventfd");
+    let (_workers, mut ends) = crate::guard::verify::unstarted(1, &[w]);
+    s.ctx.guard.auth.pool = ends.pop();
+    let mut p = Progress::default();
+    match s.access(&get("/g/", ""), &mut p) {
+        Step::Refuse { status, headers } => {
+            assert_eq!(status, 401);
+            assert!(
+                headers.starts_with("WWW-Authenticate: Basic realm=\"r\""),
+                "{headers}"
+            );
+        }
+        _ => panic!("no credentials: 401 with the challenge"),
+    }
+    let alice = "Authorization: Basic YWxpY2U6c2VjcmV0\r\n";
+    assert!(matches!(
+        s.access(&get("/g/", alice), &mut p),
+        Step::WaitVerify
+    ));
+}
+
+fn cached(dir: &TempDir) -> String {
+    format!(
+        r#"
+[[proxy_cache_path]]
+name = "pipeline_c"
+path = "{}/cache"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "app"
+  proxy_cache = {{ zone = "pipeline_c" }}
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+"#,
+        dir.path()
+    )
+}
+
+#[test]
+fn the_cache_stage_fills_waits_hits_and_passes() {
+    let dir = TempDir::new(&[]);
+    let mut s = Stage::new(&cached(&dir));
+    let now_ms = |s: &mut Stage| {
+        let now = s.t.io().now();
+        s.ctx.wall_ms(now)
+    };
+    // A miss fills the entry: proxied with a capture that keeps the response.
+    let Step::Go(Some(mut cap)) = s.cache(&get("/a", ""), &mut Progress::default()) else {
+        panic!("a miss is proxied with its fill");
+    };
+    assert!(cap.fill.is_some() && cap.to_client);
+    // Another request for it while it fills waits for the fill.
+    let mut p = Progress::default();
+    assert!(matches!(
+        s.cache(&get("/a", ""), &mut p),
+        Step::WaitUntil(_)
+    ));
+    assert_eq!(p.waiting.map(|w| w.1), Some(1), "the look is counted");
+    // The fill's response arrives whole: the next request is a hit.
+    cap.status = 200;
+    cap.head =
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 2\r\n\r\n".to_vec();
+    cap.body = b"hi".to_vec();
+    cap.complete = true;
+    let now = now_ms(&mut s);
+    cache::finish(&mut cap, now);
+    match s.cache(&get("/a", ""), &mut Progress::default()) {
+        Step::Hit(hit) => {
+            assert_eq!(hit.status, "HIT");
+            assert!(hit.refresh.is_none(), "fresh: nothing to refresh");
+            let mut out = Vec::new();
+            let at = s.t.io().now();
+            let (w, file) = cache::write_found(
+                (&s.ctx, at),
+                &mut out,
+                hit.found,
+                (hit.status, &hit.line),
+                &hit.asked,
+            );
+            let text = String::from_utf8(out).unwrap();
+            assert_eq!(w.status, 200);
+            assert!(file.is_none() && text.ends_with("\r\n\r\nhi"), "{text}");
+        }
+        _ => panic!("stored: a hit"),
+    }
+    // A request the cache may not answer passes it by, marked.
+    match s.cache(
+        &get("/a", "Authorization: Basic eDp5\r\n"),
+        &mut Progress::default(),
+    ) {
+        Step::Go(Some(cap)) => {
+            assert!(cap.fill.is_none());
+            assert_eq!(cap.client_status, "BYPASS");
+        }
+        _ => panic!("an authorized request bypasses the cache"),
+    }
+}
