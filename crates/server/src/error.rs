@@ -1,6 +1,7 @@
 //! Typed errors, in the manner of `pingora-error`: what failed ([`Kind`]), on which side of the
-//! proxy the fault lies ([`Side`]), whether the work may be retried elsewhere, and the context
-//! an operator needs (the upstream, the address, the file).
+//! proxy the fault lies ([`Side`]), and the context an operator needs (the upstream, the
+//! address, the file). Whether another server may be tried follows from the first two
+//! ([`Error::retryable`]), as the status a client gets does ([`Error::status`]).
 //!
 //! The request path never allocates for an error it handles itself: a [`Kind`] and a [`Side`]
 //! are plain values, and `context` is filled only for errors that are logged or reported.
@@ -48,8 +49,6 @@ pub enum Kind {
 pub struct Error {
     pub kind: Kind,
     pub side: Side,
-    /// Another server may be tried (nothing reached the client, the request can be replayed).
-    pub retry: bool,
     /// What was being done, where: "upstream app (10.0.0.5:8080)", "bind 0.0.0.0:80".
     pub context: Option<Cow<'static, str>>,
     pub cause: Option<Box<dyn std::error::Error + Send + Sync>>,
@@ -59,12 +58,11 @@ pub struct Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// An error of `kind` on `side`, not retryable, without context.
+    /// An error of `kind` on `side`, without context.
     pub fn new(kind: Kind, side: Side) -> Error {
         Error {
             kind,
             side,
-            retry: false,
             context: None,
             cause: None,
         }
@@ -95,9 +93,21 @@ impl Error {
         self
     }
 
-    pub fn retry(mut self, retry: bool) -> Error {
-        self.retry = retry;
-        self
+    /// Whether another server may answer in its stead (pingora's `retry`): a fault of an
+    /// upstream server or of the connection to it (refused, reset, timed out, broken framing,
+    /// a 502 or 503), not of the client or of ringx. Whether the request is retried also
+    /// depends on the request (nothing of the response sent yet, an idempotent method, a
+    /// body that can be replayed) and on the tries left: `Exchange::can_retry`.
+    pub fn retryable(&self) -> bool {
+        self.side == Side::Upstream
+            && matches!(
+                self.kind,
+                Kind::Connect
+                    | Kind::Reset
+                    | Kind::Timeout
+                    | Kind::Malformed
+                    | Kind::Status(502 | 503)
+            )
     }
 
     /// The HTTP status a client gets for this error when nothing of the response was sent:
@@ -186,6 +196,19 @@ mod tests {
         assert_eq!(Error::new(Kind::Malformed, Side::Client).status(), 400);
         assert_eq!(Error::new(Kind::Refused(413), Side::Client).status(), 413);
         assert_eq!(Error::new(Kind::Io, Side::Internal).status(), 500);
+    }
+
+    #[test]
+    fn only_an_upstreams_fault_may_go_to_another_server() {
+        for k in [Kind::Connect, Kind::Reset, Kind::Timeout, Kind::Malformed] {
+            assert!(Error::new(k, Side::Upstream).retryable(), "{k}");
+            assert!(!Error::new(k, Side::Client).retryable(), "{k}");
+            assert!(!Error::new(k, Side::Internal).retryable(), "{k}");
+        }
+        assert!(Error::new(Kind::Status(502), Side::Upstream).retryable());
+        assert!(Error::new(Kind::Status(503), Side::Upstream).retryable());
+        assert!(!Error::new(Kind::Status(500), Side::Upstream).retryable());
+        assert!(!Error::new(Kind::Io, Side::Internal).retryable());
     }
 
     #[test]

@@ -314,7 +314,7 @@ impl Exchange {
             self.dial.tried.retain(|&x| x != f.server);
             return self.resend(cx, base, c);
         }
-        if self.can_retry(cx.ctx.pools(self.dial.gen)) {
+        if why.retryable() && self.can_retry(cx.ctx.pools(self.dial.gen)) {
             self.dial.tries_left -= 1;
             return self.resend(cx, base, c);
         }

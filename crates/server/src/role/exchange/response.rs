@@ -178,7 +178,7 @@ impl Exchange {
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             }
             if matches!(h.status, 502 | 503) && self.can_retry(cx.ctx.pools(self.dial.gen)) {
-                let why = Error::new(Kind::Status(h.status), Side::Upstream).retry(true);
+                let why = Error::new(Kind::Status(h.status), Side::Upstream);
                 return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             }
             if self.deco.as_ref().is_some_and(|d| d.intercepts(h.status)) {
