@@ -1,6 +1,7 @@
 //! `ringx`: the command line.
 
 mod admin;
+mod cli_import;
 mod cli_lb;
 mod cli_rss;
 mod cli_tproxy;
@@ -52,6 +53,8 @@ enum Cmd {
     },
     /// Print the embedded default configuration.
     DefaultConfig,
+    /// Translate an nginx configuration into ringx's, reporting what was not carried over.
+    Import(cli_import::ImportArgs),
     /// RSS: hash flows like a NIC, show a device's RSS setup.
     #[command(subcommand)]
     Rss(cli_rss::RssCmd),
@@ -130,6 +133,7 @@ fn main() -> ExitCode {
         Cmd::Echo(args) => echo::run(args),
         Cmd::Run(args) => run::run(args),
         Cmd::Tproxy(args) => cli_tproxy::run(args),
+        Cmd::Import(args) => cli_import::run(args),
         Cmd::DefaultConfig => {
             print!("{}", ringx_config::DEFAULT_CONFIG);
             ExitCode::SUCCESS
