@@ -61,6 +61,8 @@ pub struct Cx {
     pub maps: HashMap<String, MapDef>,
     /// `proxy_set_header`s seen, noted where a location proxies with them.
     pub headers: Vec<Directive>,
+    /// Upstreams left out (none of their servers could be translated).
+    pub dropped: Vec<String>,
 }
 
 impl Cx {
@@ -79,6 +81,7 @@ impl Cx {
             zones: Vec::new(),
             maps: HashMap::new(),
             headers: Vec::new(),
+            dropped: Vec::new(),
         }
     }
 

@@ -241,8 +241,17 @@ pub fn return_value(cx: &mut Cx, d: &Directive, inh: &Inh, t: &mut Table) -> boo
         }
         None => {}
     }
+    let typed = r.iter().any(|(k, _)| k == "body");
     t.set("return", V::T(r));
-    cx.report.ok(d);
+    if typed {
+        cx.report.approx(
+            d,
+            "nginx types a return body by the request's extension (/x.html: text/html), else \
+             default_type; ringx sends the location's one content_type",
+        );
+    } else {
+        cx.report.ok(d);
+    }
     true
 }
 
@@ -284,6 +293,13 @@ fn proxy_pass(cx: &mut Cx, d: &Directive, inh: &Inh, t: &mut Table) -> bool {
         return false;
     }
     let (hostport, _uri) = rest.split_once('/').unwrap_or((&rest, ""));
+    if cx.dropped.iter().any(|u| u == hostport) {
+        cx.report.refuse(
+            d,
+            format!("its upstream {hostport:?} was left out (see its line)"),
+        );
+        return false;
+    }
     let group = cx.has_upstream(hostport);
     let target = match (scheme.as_str(), grpc) {
         ("http" | "https", false) => url.clone(),

@@ -40,6 +40,9 @@ pub fn stream(cx: &mut Cx, d: &Directive) {
 
 /// A proxy target: an upstream's name, or `host:port`.
 fn target(cx: &Cx, v: &str) -> Result<String, String> {
+    if cx.dropped.iter().any(|u| u == v) {
+        return Err(format!("its upstream {v:?} was left out (see its line)"));
+    }
     if cx.has_upstream(v) {
         return Ok(v.to_string());
     }

@@ -134,6 +134,7 @@ pub fn upstream(cx: &mut Cx, d: &Directive, stream: bool) {
             d,
             "no server of it could be translated: the upstream is left out",
         );
+        cx.dropped.push(name);
         return;
     }
     t.kv.insert(1, ("servers".into(), V::A(servers)));

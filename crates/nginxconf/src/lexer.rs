@@ -260,6 +260,16 @@ impl<'a> Lexer<'a> {
                 ),
             ));
         }
+        if !quoted {
+            if let Some(i) = raw.windows(2).position(|w| w == [0xc2, 0xa0]) {
+                let line = line + raw[..i].iter().filter(|&&b| b == b'\n').count();
+                return Err(self.err(
+                    line,
+                    "a non-breaking space (U+00A0) inside a word: nginx does not take it as a \
+                     space (text pasted from a web page?); replace it with a plain space",
+                ));
+            }
+        }
         let text = std::str::from_utf8(&unescape(raw))
             .map_err(|e| {
                 let bad = e.valid_up_to();

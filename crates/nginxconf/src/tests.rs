@@ -255,3 +255,11 @@ fn glob_matching() {
     assert!(!Path::new("/nonexistent/dir").exists());
     assert!(crate::glob::expand(Path::new("/nonexistent/dir/*.conf")).is_empty());
 }
+
+#[test]
+fn a_non_breaking_space_is_named_where_it_is() {
+    let e = err("a;\nlisten\u{a0}80;\n");
+    assert!(e.starts_with("t.conf:2: a non-breaking space"), "{e}");
+    // Inside quotes it is text.
+    assert_eq!(parse("return 200 \"a\u{a0}b\";")[0].args()[1], "a\u{a0}b");
+}
