@@ -242,8 +242,15 @@ pub fn return_value(cx: &mut Cx, d: &Directive, inh: &Inh, t: &mut Table) -> boo
         None => {}
     }
     let typed = r.iter().any(|(k, _)| k == "body");
+    let redirect = r.iter().any(|(k, _)| k == "location");
     t.set("return", V::T(r));
-    if typed {
+    if redirect {
+        cx.report.approx(
+            d,
+            "nginx sends its HTML page for the code with the redirect (text/html); ringx's \
+             body is empty",
+        );
+    } else if typed {
         cx.report.approx(
             d,
             "nginx types a return body by the request's extension (/x.html: text/html), else \
