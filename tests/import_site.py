@@ -1,0 +1,213 @@
+"""What the `ringx import` tests (test_import*.py) share: a configuration from
+tests/nginx_configs/ copied into a temp dir and made to run on this machine, then served by
+nginx (its own file) or by ringx (the file `ringx import` makes of it), one after the other on
+the same ports, document root and upstreams.
+
+The committed files stay as they came: `Site` rewrites only what belongs to a machine (listen
+ports, paths, the upstreams' addresses, CPUs, users)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import warnings
+from pathlib import Path
+
+from conftest import free_port
+from nginx_peer import nginx_bin
+
+CONFIGS = Path(__file__).resolve().parent / "nginx_configs"
+COUNTS = re.compile(r"^translated (\d+), approximated (\d+), refused (\d+), irrelevant (\d+)$", re.M)
+# Snippets written for conf.d/ (no http block of their own) go into Debian's nginx.conf.
+SNIPPETS = {"grafana/grafana.conf", "mozilla/intermediate.conf"}
+# The hosts and sockets the HTTP examples proxy to, all pointed at the test's echoing origin.
+HTTP_UPSTREAMS = ("unix:/tmp/gunicorn.sock", "srv1.example.com", "srv2.example.com",
+                  "srv3.example.com", "localhost:3000")
+# nginx's prefix-relative paths ring the same under the test's prefix: `html` is the docroot.
+ROOTS = ("/var/www/html", "/path/to/app/current/public", "/usr/share/nginx/html")
+STREAM_SO = Path("/usr/lib/nginx/modules/ngx_stream_module.so")
+LISTEN = re.compile(r"(?m)^(\s*listen\s+)(\[::1?\]:|\*:|[\d.]+:)?(\d+)([^;]*);")
+
+
+def run_import(ringx_bin, conf: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([ringx_bin, "import", *extra, str(conf)], capture_output=True,
+                          text=True, timeout=60)
+
+
+class Site:
+    """A configuration copied into `tmp` and made to run here. `subst` maps what the
+    configuration names (an upstream's host:port, a certificate's path) to this machine's."""
+
+    def __init__(self, tmp: Path, name: str, subst: dict[str, str]):
+        self.tmp = tmp
+        self.www = tmp / "www"
+        self.www.mkdir()
+        (self.www / "index.html").write_text("<h1>index</h1>\n" * 40)
+        (self.www / "style.css").write_text("body { color: red }\n" * 30)
+        for d in ("dir", "search"):
+            (self.www / d).mkdir()
+            (self.www / d / "index.html").write_text(f"{d} index\n")
+        (self.www / "500.html").write_text("an error page\n")
+        (self.tmp / "html").symlink_to(self.www)
+        src = CONFIGS / name
+        shutil.copytree(src.parent, tmp / "conf")
+        if name in SNIPPETS:
+            shutil.copytree(CONFIGS / "debian", tmp / "conf", dirs_exist_ok=True)
+            (tmp / "conf" / "conf.d").mkdir(exist_ok=True)
+            shutil.copy(src, tmp / "conf" / "conf.d" / src.name)
+            self.main = tmp / "conf" / "nginx.conf"
+            # Debian's default site would claim the same port: only the snippet is served.
+            (tmp / "conf" / "nginx.conf").write_text(
+                (tmp / "conf" / "nginx.conf").read_text()
+                .replace("include /etc/nginx/sites-enabled/*;", ""))
+        else:
+            self.main = tmp / "conf" / src.name
+            # Other configurations that live beside it are not part of it.
+            for other in (tmp / "conf").glob("*.conf"):
+                if other != self.main:
+                    other.unlink()
+        if name.startswith("debian/"):
+            (tmp / "conf" / "sites-enabled").mkdir()
+            shutil.copy(tmp / "conf" / "sites-available" / "default",
+                        tmp / "conf" / "sites-enabled" / "default")
+        self.ports: dict[str, int] = {}
+        self.udp: set[int] = set()
+        for f in (tmp / "conf").rglob("*"):
+            if f.is_file() and f.suffix != ".types":
+                f.write_text(self.localise(f.read_text(), subst))
+        (tmp / "logs").mkdir()
+
+    def port(self, orig: str) -> int:
+        return self.ports.setdefault(orig, free_port())
+
+    def _listen(self, m: re.Match) -> str:
+        port = self.port(m.group(3))
+        if re.search(r"\budp\b", m.group(4)):
+            self.udp.add(port)
+        return f"{m.group(1)}{m.group(2) or ''}{port}{m.group(4)};"
+
+    def localise(self, text: str, subst: dict[str, str]) -> str:
+        t = self.tmp
+        text = re.sub(r"(?m)^\s*user\s+[^;]*;", "", text)
+        if re.search(r"(?m)^\s*(http|stream)\s*\{", text) and "events" not in text:
+            # The documentation's examples leave out the events block nginx requires.
+            text = "events {}\n" + text
+        if re.search(r"(?m)^\s*http\s*\{", text) and not LISTEN.search(text):
+            # A server without `listen` is on *:80 (as root): the example's port, made free.
+            text = re.sub(r"(?m)^(\s*server\s*\{)", r"\1\n        listen 80;", text)
+        text = LISTEN.sub(self._listen, text)
+        text = text.replace("/etc/nginx/", f"{t}/conf/")
+        text = re.sub(r"/var/log/nginx/", f"{t}/logs/", text)
+        text = re.sub(r"pid\s+\S+;", f"pid {t}/nginx.pid;", text)
+        for root in ROOTS:
+            text = text.replace(root, str(self.www))
+        for what, here in subst.items():
+            text = text.replace(what, here)
+        # One worker on CPU 0: nginx runs without its master here, and a second reuseport
+        # socket would be served by no process; this machine may not have the CPUs named.
+        text = re.sub(r"worker_processes\s+\w+;", "worker_processes 1;", text)
+        text = re.sub(r"worker_cpu_affinity[^;]*;", "worker_cpu_affinity 01;", text)
+        return text
+
+    def nginx(self) -> subprocess.Popen:
+        log = open(self.tmp / "nginx.stderr", "ab")
+        g = "daemon off; master_process off;"
+        if re.search(r"(?m)^\s*stream\s*\{", self.main.read_text()) and STREAM_SO.exists():
+            # Debian builds the stream module as a module its own nginx.conf loads.
+            g += f" load_module {STREAM_SO};"
+        p = subprocess.Popen([nginx_bin(), "-p", str(self.tmp), "-c", str(self.main), "-g", g],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        self.wait_ports(p, "nginx")
+        return p
+
+    def ringx(self, ringx_bin) -> subprocess.Popen:
+        out = self.tmp / "ringx.toml"
+        p = run_import(ringx_bin, self.main, "--prefix", str(self.tmp), "-o", str(out))
+        assert p.returncode == 0, p.stderr + out.read_text()
+        assert "passes `ringx check`" in p.stderr
+        self.report = p.stderr
+        chk = subprocess.run([ringx_bin, "check", "-c", str(out)], capture_output=True, text=True)
+        assert chk.returncode == 0, chk.stderr
+        log = open(self.tmp / "ringx.stderr", "ab")
+        proc = subprocess.Popen([ringx_bin, "serve", "-c", str(out)], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log)
+        self.wait_ports(proc, "ringx")
+        return proc
+
+    def serve(self, who: str, ringx_bin) -> subprocess.Popen:
+        return self.nginx() if who == "nginx" else self.ringx(ringx_bin)
+
+    def wait_ports(self, proc, who):
+        """Until every TCP port answers (a UDP port has nothing to connect to: the
+        datagram tests retry their first exchange instead)."""
+        deadline = time.monotonic() + 15
+        for port in set(self.ports.values()) - self.udp:
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"{who} exited: " + _read(self.tmp / f"{who}.stderr")
+                                         + _read(self.tmp / "logs" / "error.log"))
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, f"{who} does not listen on {port}"
+                    time.sleep(0.05)
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text()
+    except OSError:
+        return ""
+
+
+def stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.kill()
+        p.wait(timeout=10)
+
+
+def tls_client(ca: Path | None, version: ssl.TLSVersion | None = None,
+               ciphers: str | None = None) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    if ca:
+        ctx.load_verify_locations(ca)
+    else:
+        ctx.verify_mode = ssl.CERT_NONE
+    if version:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = ctx.maximum_version = version
+        # OpenSSL 3 offers nothing below TLS 1.2 at its default level: ask at level 0, so a
+        # refusal is the server's.
+        ctx.set_ciphers((ciphers or "DEFAULT") + ":@SECLEVEL=0")
+    elif ciphers:
+        ctx.set_ciphers(ciphers)
+    return ctx
+
+
+def handshake(port: int, ctx: ssl.SSLContext, sni: str | None, payload: bytes = b"ping"):
+    """(protocol, cipher's name, the served certificate's names, what came back) of a TLS
+    connection, or "refused" where the server refused the handshake (with an alert of its
+    choice: nginx's OpenSSL and ringx's rustls name different ones)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname=sni) as s:
+                cert = s.getpeercert()
+                names = sorted(v for k, v in cert.get("subjectAltName", ())) if cert else None
+                got = None
+                if payload:
+                    s.sendall(payload)
+                    got = s.recv(65536)
+                return s.version(), s.cipher()[0], names, got
+    except ssl.SSLError as e:
+        # A client that offered nothing would not test the server: that is an error here.
+        assert e.reason not in ("NO_PROTOCOLS_AVAILABLE", "NO_CIPHERS_AVAILABLE"), e
+        return "refused"
+    except ConnectionResetError:
+        return "refused"
