@@ -58,7 +58,7 @@ pub struct Reply {
     pub written: Written,
     pub file: Option<FilePart>,
     pub close: bool,
-    pub stream: Option<Box<crate::compress::file_stream::FileStream>>,
+    pub encoder: Option<Box<crate::compress::file_encoder::FileEncoder>>,
     /// Nothing was written: an `error_page` sends the request to a location that proxies,
     /// which the role starts (`answer/fallback.rs`).
     pub fallback: Option<Box<crate::answer::fallback::Fallback>>,
@@ -70,7 +70,7 @@ impl Reply {
             written,
             file: None,
             close: false,
-            stream: None,
+            encoder: None,
             fallback: None,
         }
     }

@@ -63,7 +63,7 @@ pub struct Fallback {
 
 /// A request's URI as routing left it, where it differs from the one it came with: its
 /// decoded path and its query.
-pub type Now<'a> = Option<(&'a str, Option<&'a str>)>;
+pub type NewUri<'a> = Option<(&'a str, Option<&'a str>)>;
 
 /// An `error_page` URI target as the request gets it: its path, and its query if any.
 pub fn split_uri(uri: &str) -> (String, Option<String>) {
@@ -91,8 +91,8 @@ pub fn log_cycle(uri: &str) {
     }
 }
 
-/// [`Now`] as [`Fallback::uri`] holds it.
-pub fn owned(now: Now<'_>) -> Option<(String, Option<String>)> {
+/// [`NewUri`] as [`Fallback::uri`] holds it.
+pub fn owned(now: NewUri<'_>) -> Option<(String, Option<String>)> {
     now.map(|(path, args)| (path.to_string(), args.map(str::to_string)))
 }
 

@@ -7,11 +7,11 @@
 
 use std::os::unix::fs::FileExt;
 
-use super::{varies, Answer, Streams};
+use super::{varies, Answer, UnsizedBody};
 use ringx_http::{BodyKind, Version};
 
 use crate::compress::encoder::compress;
-use crate::compress::file_stream::FileStream;
+use crate::compress::file_encoder::FileEncoder;
 use crate::compress::{Accept, Codec};
 use crate::response::{ConnHdr, Reply};
 use crate::rewrite::vars::escape_path;
@@ -19,7 +19,7 @@ use crate::route::FileRoot;
 use crate::static_files::{self, FileReply, Precompressed};
 
 /// Files compressed on the fly are read and compressed whole, with a `Content-Length`, up to
-/// this size; a larger one streams (`compress::file_stream`), so one request holds a bounded
+/// this size; a larger one streams (`compress::file_encoder`), so one request holds a bounded
 /// amount of memory.
 pub const MAX_COMPRESS_WHOLE: u64 = 4 << 20;
 
@@ -63,25 +63,25 @@ impl Answer<'_> {
                 // in one buffer: it gets the file as it is.)
                 let streams = len > MAX_COMPRESS_WHOLE
                     && self.req.body == BodyKind::None
-                    && self.rq.streams != Streams::No;
+                    && self.rq.unsized_body != UnsizedBody::No;
                 if let Some(codec) = on_the_fly.filter(|_| streams) {
                     // Too large to compress at once: compressed as the client takes it. Its
                     // length is unknown until the end: chunked to HTTP/1.1, delimited by the
                     // close for HTTP/1.0, by END_STREAM for HTTP/2.
-                    let frames = self.rq.streams == Streams::Frames;
+                    let frames = self.rq.unsized_body == UnsizedBody::Frames;
                     let chunked = !frames && self.req.version == Version::Http11;
                     let ch = if chunked || frames {
                         self.ch
                     } else {
                         ConnHdr::Close
                     };
-                    if let Ok(s) = FileStream::new(file.clone(), off, len, codec, chunked) {
+                    if let Ok(s) = FileEncoder::new(file.clone(), off, len, codec, chunked) {
                         let headers = compressed_headers(&headers, codec);
                         let headers = self.with_added(200, &headers);
                         let written = self.r.head_unsized(out, 200, &headers, ch, chunked);
                         return Reply {
                             close: !chunked && !frames,
-                            stream: Some(Box::new(s)),
+                            encoder: Some(Box::new(s)),
                             ..Reply::bytes(written)
                         };
                     }

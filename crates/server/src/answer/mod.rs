@@ -27,12 +27,12 @@ use crate::route::{Action, Canned, Loc, Routes, VServer};
 pub struct ReqCtx {
     pub conn: ConnInfo,
     pub request_id: Cell<Option<[u8; 32]>>,
-    pub streams: Streams,
+    pub unsized_body: UnsizedBody,
 }
 
-/// How a role takes a body compressed as it streams (`Reply::stream`).
+/// How a role takes a body compressed as it streams (`Reply::encoder`).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Streams {
+pub enum UnsizedBody {
     /// It does not: a file too large to compress whole goes as it is.
     No,
     /// HTTP/1: chunked for HTTP/1.1, delimited by the close for HTTP/1.0.
@@ -46,7 +46,7 @@ impl ReqCtx {
         ReqCtx {
             conn,
             request_id: Cell::new(None),
-            streams: Streams::No,
+            unsized_body: UnsizedBody::No,
         }
     }
 }
@@ -150,7 +150,7 @@ impl<'a> Answer<'a> {
                 Some(l) => crate::rewrite::recursive_pages(l.rw.as_deref()),
                 None => self.server.recursive_pages,
             },
-            now: self.ext.and_then(|e| e.now(self.path)),
+            new_uri: self.ext.and_then(|e| e.new_uri(self.path)),
         };
         page.write(out, status, t, Some(&self.vars()))
     }
@@ -288,7 +288,7 @@ impl PageCtx {
             guarded: false,
             hops: self.hops,
             recursive: crate::rewrite::recursive_pages(loc.rw.as_deref()),
-            now: self.uri.as_ref().map(|(p, a)| (p.as_str(), a.as_deref())),
+            new_uri: self.uri.as_ref().map(|(p, a)| (p.as_str(), a.as_deref())),
         };
         page.write(out, status, t, None)
     }
@@ -315,7 +315,7 @@ pub struct Page<'a> {
     /// error pages apply to what fails there (its missing file, the fallback it starts).
     pub recursive: bool,
     /// The request's URI where routing changed it: a named location it is sent to gets it.
-    pub now: fallback::Now<'a>,
+    pub new_uri: fallback::NewUri<'a>,
 }
 
 impl Page<'_> {
@@ -385,7 +385,7 @@ impl Page<'_> {
             }
             // A named location gets the URI the request is at (`now`), with its method.
             let (uri, named_at_uri) = if uri.starts_with('@') {
-                (fallback::owned(self.now), self.now.is_some())
+                (fallback::owned(self.new_uri), self.new_uri.is_some())
             } else {
                 (Some(fallback::split_uri(uri)), false)
             };
@@ -456,7 +456,7 @@ impl Page<'_> {
                     hops: self.hops + 1,
                     recursive: crate::rewrite::recursive_pages(target.rw.as_deref()),
                     // A named location further on gets the page's URI (set below).
-                    now: None,
+                    new_uri: None,
                 };
                 if let Some(mut r) = next.write(out, 404, t, vars) {
                     if let Some(fb) = r.fallback.as_mut().filter(|fb| fb.uri.is_none()) {

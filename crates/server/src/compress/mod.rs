@@ -7,7 +7,7 @@
 //! with the same q-value, brotli is preferred, then zstd, then gzip.
 
 pub mod encoder;
-pub mod file_stream;
+pub mod file_encoder;
 pub mod relay;
 
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use ringx_http::upstream::{write_request_head, Forward};
 use ringx_http::{BodyKind, Method, Request};
 
 use super::Step;
-use crate::answer::fallback::{may_fall_back, Now};
+use crate::answer::fallback::{may_fall_back, NewUri};
 use crate::answer::Page;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
@@ -128,7 +128,7 @@ pub fn refusal_page(
     at: (usize, usize),
     (status, headers): (u16, &str),
     ch: ConnHdr,
-    (hops, now): (u8, Now<'_>),
+    (hops, new_uri): (u8, NewUri<'_>),
 ) -> Option<Reply> {
     let server = routes.servers.get(at.0)?;
     let rw = server.locations.get(at.1)?.rw.as_deref();
@@ -143,7 +143,7 @@ pub fn refusal_page(
         guarded: false,
         hops,
         recursive: crate::rewrite::recursive_pages(rw),
-        now,
+        new_uri,
     };
     page.write(out, status, t, None)
 }

@@ -32,14 +32,14 @@ pub struct Route<'r> {
 impl Route<'_> {
     /// The URI routing changed the request's to (a rewrite, a `try_files` fallback, an error
     /// page's URI): its decoded path and query (`RouteExt::now`). None: the request's own.
-    pub fn now(&self) -> crate::answer::fallback::Now<'_> {
-        self.ext.as_ref()?.now(self.path.as_deref()?)
+    pub fn new_uri(&self) -> crate::answer::fallback::NewUri<'_> {
+        self.ext.as_ref()?.new_uri(self.path.as_deref()?)
     }
 
     /// What an error page sending the request on needs of its routing: the URI changes so far
     /// (they count toward the limit of redirects, as in nginx) and [`Route::now`].
-    pub fn sent(&self) -> (u8, crate::answer::fallback::Now<'_>) {
-        (self.ext.as_ref().map_or(0, |e| e.changes), self.now())
+    pub fn sent(&self) -> (u8, crate::answer::fallback::NewUri<'_>) {
+        (self.ext.as_ref().map_or(0, |e| e.changes), self.new_uri())
     }
 }
 

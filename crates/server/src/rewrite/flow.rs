@@ -46,7 +46,7 @@ impl RouteExt {
     /// changed it (None: the one it came with): its decoded path, as before a file
     /// `try_files` found (nginx's access phase runs before `try_files`), and its query. A
     /// named location an error page sends it to gets this URI.
-    pub fn now<'a>(&'a self, path: &'a str) -> crate::answer::fallback::Now<'a> {
+    pub fn new_uri<'a>(&'a self, path: &'a str) -> crate::answer::fallback::NewUri<'a> {
         self.moved.then(|| {
             (
                 self.found_from.as_deref().unwrap_or(path),

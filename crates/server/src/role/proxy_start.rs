@@ -113,7 +113,7 @@ pub fn prepare(
                     .then(|| save_head(req)),
                 // The URI changes of routing count toward the limit of redirects.
                 hops: route.sent().0,
-                uri: crate::answer::fallback::owned(route.now()),
+                uri: crate::answer::fallback::owned(route.new_uri()),
             })
         });
     let key = match &def.hash_key {

@@ -16,8 +16,8 @@ use super::stream::{connection_specific, H2Stream, Piece, Squeeze, StreamLog};
 use super::wait::{Held, HeldBody};
 use super::H2;
 use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
-use crate::answer::{PageCtx, ReqCtx, Streams};
-use crate::compress::file_stream::FileStream;
+use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
+use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::routing::{self, Route};
@@ -134,7 +134,7 @@ impl H2 {
             access::client_ip(cx, b, &req);
         }
         let mut rq = ReqCtx::new(routing::conn_info(b));
-        rq.streams = Streams::Frames;
+        rq.unsized_body = UnsizedBody::Frames;
         if let Some(l) = s.log.as_mut() {
             if cx.ctx.log.format() == Some(LogFormat::Json) {
                 // One id for the request however often it is looked at.
@@ -199,7 +199,7 @@ impl H2 {
                             at,
                             (status, &headers),
                             ConnHdr::Keep11,
-                            (hops, route.now()),
+                            (hops, route.new_uri()),
                         )
                     });
                     if let Some(r) = r {
@@ -282,7 +282,7 @@ impl H2 {
                 // Counted in `fb.hops` already (as HTTP/1's `fallback::page`).
                 hops: fb.hops - 1,
                 recursive: fb.open,
-                now: None,
+                new_uri: None,
             };
             match fb
                 .page
@@ -308,7 +308,7 @@ impl H2 {
             self.fall_back(cx, b, c, s, (&req, None), route.server, &fb);
             return Some(body);
         }
-        if let Some(z) = r.stream {
+        if let Some(z) = r.encoder {
             self.answer_compressing(cx, b, c, s, resp, z);
             return Some(body);
         }
@@ -325,7 +325,7 @@ impl H2 {
         c: ConnId,
         mut s: H2Stream,
         resp: Vec<u8>,
-        z: Box<FileStream>,
+        z: Box<FileEncoder>,
     ) {
         let id = s.id;
         if !self.conn.is_open(id) {

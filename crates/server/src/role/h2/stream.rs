@@ -15,7 +15,7 @@ use super::grpc::GrpcCall;
 use super::proxy::Proxied;
 use super::wait::Held;
 use crate::accesslog::Entry;
-use crate::compress::file_stream::FileStream;
+use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::role::exchange::PROXY_HIGH_WATER;
@@ -47,11 +47,11 @@ impl Piece {
 }
 
 /// A static file too large to compress whole, compressed as the peer's window takes it
-/// ([`FileStream`]): the next piece of the file is read and compressed only once what the last
+/// ([`FileEncoder`]): the next piece of the file is read and compressed only once what the last
 /// one made has gone out and the stream's window is open, so a stream holds the encoder and
 /// one piece's output, and a peer that grants no window gets nothing more read.
 pub(super) struct Squeeze {
-    file: Box<FileStream>,
+    file: Box<FileEncoder>,
     buf: Vec<u8>,
     at: usize,
     /// The encoder's end is in `buf`.
@@ -59,7 +59,7 @@ pub(super) struct Squeeze {
 }
 
 impl Squeeze {
-    pub fn new(file: Box<FileStream>) -> Squeeze {
+    pub fn new(file: Box<FileEncoder>) -> Squeeze {
         Squeeze {
             file,
             buf: Vec::new(),

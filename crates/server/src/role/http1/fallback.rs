@@ -19,7 +19,7 @@ use ringx_http::{Method, Request, Version};
 
 use super::{Http1, Next, Phase};
 use crate::answer::fallback::{
-    may_fall_back, parse_saved, save_head, Fallback, Now, Refall, MAX_SAVED_HEADERS,
+    may_fall_back, parse_saved, save_head, Fallback, NewUri, Refall, MAX_SAVED_HEADERS,
 };
 use crate::answer::{Page, ReqCtx};
 use crate::ctx::base::Base;
@@ -69,7 +69,7 @@ pub(super) fn serve(
             Step::Refuse { status, headers } => {
                 if fb.open {
                     let refusal = (status, headers.as_str());
-                    let sent = (fb.hops, route.now());
+                    let sent = (fb.hops, route.new_uri());
                     if let Some(n) = refused(h, cx, b, c, &req2, at, refusal, keep, sent) {
                         return Some(n);
                     }
@@ -144,7 +144,7 @@ pub(super) fn refused(
     at: (usize, usize),
     (status, headers): (u16, &str),
     keep: bool,
-    sent: (u8, Now<'_>),
+    sent: (u8, NewUri<'_>),
 ) -> Option<Next> {
     let loc = &cx.ctx.routes.servers[at.0].locations[at.1];
     loc.rw.as_ref()?.error_pages.as_ref()?.get(status)?;
@@ -217,7 +217,7 @@ fn page(
         // a 404 at this location, answered by its error pages if the sender is recursive.
         hops: fb.hops - 1,
         recursive: fb.open,
-        now: None,
+        new_uri: None,
     };
     let r = match page.write(out, fb.error, t, None) {
         Some(r) => r,

@@ -1,10 +1,10 @@
-//! A compressed static body produced as the client takes it ([`FileStream`]): pieces are read
+//! A compressed static body produced as the client takes it ([`FileEncoder`]): pieces are read
 //! and compressed only while the connection's queued output is below a high-water mark; past
 //! it, the next piece waits until the output has drained.
 
 use ringx_engine::ConnId;
 
-use crate::compress::file_stream::FileStream;
+use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 
@@ -21,7 +21,7 @@ pub(super) enum Pumped {
 }
 
 /// Produces the body's next pieces while the client keeps up.
-pub(super) fn pump(s: &mut FileStream, cx: &mut Cx, b: &mut Base, c: ConnId) -> Pumped {
+pub(super) fn pump(s: &mut FileEncoder, cx: &mut Cx, b: &mut Base, c: ConnId) -> Pumped {
     loop {
         if b.tr.pending(cx.io, c) > HIGH_WATER {
             b.tr.notify_when_flushed(cx.io, c);

@@ -20,7 +20,7 @@ use ringx_engine::ConnId;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
 
 use crate::answer::ReqCtx;
-use crate::compress::file_stream::FileStream;
+use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::{access, routing, Step};
@@ -75,9 +75,9 @@ pub struct Http1 {
     resumed: bool,
     /// What the location's guard decided so far for the request in progress.
     progress: crate::guard::Progress,
-    /// The body being compressed in [`Phase::Stream`], and whether the connection closes
+    /// The body being compressed in [`Phase::Compressing`], and whether the connection closes
     /// after it.
-    stream: Option<(Box<FileStream>, bool)>,
+    encoding: Option<(Box<FileEncoder>, bool)>,
     /// The request about to be proxied is re-served by an `error_page` (`proxy.rs`
     /// `fall_back`): the status the client is told (`Fallback::status`), its redirects so
     /// far, whether its location's error pages apply to it (`open`), its URI there.
@@ -104,7 +104,7 @@ impl Http1 {
             page: None,
             resumed: false,
             progress: crate::guard::Progress::default(),
-            stream: None,
+            encoding: None,
             redirect: None,
             refall: None,
         }
@@ -181,8 +181,8 @@ impl Http1 {
             Phase::Lingering if b.tr.pending(cx.io, c) == 0 => cx.io.close(c),
             Phase::Lingering => b.tr.close_after_flush(cx.io, c),
             Phase::Body | Phase::Head => cx.io.close(c),
-            Phase::Wait | Phase::Stream => {} // answered (or finished), then closed
-            Phase::Idle if b.paused => {}     // finishes in on_flushed
+            Phase::Wait | Phase::Compressing => {} // answered (or finished), then closed
+            Phase::Idle if b.paused => {}          // finishes in on_flushed
             _ => b.tr.close_after_flush(cx.io, c),
         }
     }
@@ -191,8 +191,8 @@ impl Http1 {
         if self.phase == Phase::Proxy {
             return self.proxy_client_flushed(cx);
         }
-        if self.phase == Phase::Stream {
-            if self.stream_more(cx, b, c).is_some() && self.phase == Phase::Idle && !b.paused {
+        if self.phase == Phase::Compressing {
+            if self.compress_more(cx, b, c).is_some() && self.phase == Phase::Idle && !b.paused {
                 self.process_buffered(cx, b, c);
             }
             return;
@@ -211,16 +211,18 @@ impl Http1 {
         self.body = None;
         self.pending = None;
         self.progress.clear();
-        self.stream = None;
+        self.encoding = None;
         self.refall = None;
     }
 
     /// The connection's deadline passed with nothing left to send.
     pub fn expire(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         match self.phase {
-            Phase::Idle | Phase::Lingering | Phase::ProxyHeader | Phase::Wait | Phase::Stream => {
-                cx.io.close(c)
-            }
+            Phase::Idle
+            | Phase::Lingering
+            | Phase::ProxyHeader
+            | Phase::Wait
+            | Phase::Compressing => cx.io.close(c),
             Phase::Head | Phase::Body => self.fail(cx, b, c, 408, false),
             Phase::Proxy => self.proxy_client_timeout(cx, b, c),
         }
@@ -298,7 +300,7 @@ impl Http1 {
                         break; // else it ended with its body (a fallback answered it)
                     }
                 }
-                Phase::ProxyHeader | Phase::Wait | Phase::Stream => break,
+                Phase::ProxyHeader | Phase::Wait | Phase::Compressing => break,
                 Phase::Body => {
                     let dec = self.body.as_mut().expect("a body phase has a decoder");
                     match dec.decode(&input[pos..]) {
@@ -416,7 +418,7 @@ impl Http1 {
         let rq = ReqCtx {
             conn: routing::conn_info(b),
             request_id,
-            streams: crate::answer::Streams::Http1,
+            unsized_body: crate::answer::UnsizedBody::Http1,
         };
         // Each of a location's optional steps is one test of what its compiled form has
         // (`Loc::guard`, `Loc::cache`, the action); the steps themselves stay out of line.
@@ -468,31 +470,31 @@ impl Http1 {
             b.tr.send_file(cx.io, c, f, off, len);
         }
         cx.ctx.log.status(cx.io, c, r.written, b);
-        if let Some(s) = r.stream {
-            self.stream = Some((s, !keep || r.close));
-            self.phase = Phase::Stream;
+        if let Some(s) = r.encoder {
+            self.encoding = Some((s, !keep || r.close));
+            self.phase = Phase::Compressing;
             b.paused = true; // pipelined requests wait in the buffer
-            return self.stream_more(cx, b, c).unwrap_or(Next::Hold);
+            return self.compress_more(cx, b, c).unwrap_or(Next::Hold);
         }
         self.after_response(cx, b, c, !keep || r.close, more_input)
     }
 
     /// Compresses more of the file being streamed; `Some`: the response is complete (or cut,
     /// and the connection closed), and what follows it.
-    fn stream_more(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) -> Option<Next> {
-        let (s, close) = self.stream.as_mut()?;
+    fn compress_more(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) -> Option<Next> {
+        let (s, close) = self.encoding.as_mut()?;
         let close = *close;
         match file_body::pump(s, cx, b, c) {
             file_body::Pumped::Waiting => None,
             file_body::Pumped::Failed => {
-                self.stream = None;
+                self.encoding = None;
                 cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
                 self.phase = Phase::Lingering;
                 cx.io.close(c);
                 Some(Next::Stop)
             }
             file_body::Pumped::Done => {
-                self.stream = None;
+                self.encoding = None;
                 b.paused = false;
                 let more = !b.inbuf.is_empty();
                 Some(self.after_response(cx, b, c, close, more))
@@ -738,7 +740,7 @@ impl Http1 {
         b.inbuf = buf;
         let busy = matches!(
             self.phase,
-            Phase::Body | Phase::Proxy | Phase::Wait | Phase::Stream
+            Phase::Body | Phase::Proxy | Phase::Wait | Phase::Compressing
         );
         if b.eof && !b.paused && !busy {
             b.tr.close_after_flush(cx.io, c);

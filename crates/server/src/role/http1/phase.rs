@@ -22,7 +22,7 @@ pub enum Phase {
     Wait,
     /// A static file is being compressed as the client takes it (`file_body.rs`); further
     /// requests wait.
-    Stream,
+    Compressing,
 }
 
 /// What processing a request decided about the rest of the input.

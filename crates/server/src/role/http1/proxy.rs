@@ -7,7 +7,7 @@ use ringx_http::upstream::upgrade_request;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
 use super::{fallback, write, Http1, Next, Phase};
-use crate::answer::fallback::{parse_saved, Fallback, Now, Refall, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{parse_saved, Fallback, NewUri, Refall, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::Found;
@@ -464,7 +464,7 @@ impl Http1 {
         at: (usize, usize),
         refusal: (u16, &str),
         keep: bool,
-        sent: (u8, Now<'_>),
+        sent: (u8, NewUri<'_>),
     ) -> Option<Next> {
         fallback::refused(self, cx, b, c, req, at, refusal, keep, sent)
     }

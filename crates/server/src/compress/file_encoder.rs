@@ -14,7 +14,7 @@ use super::Codec;
 /// Bytes of the file read (and compressed) per step.
 pub const PIECE: usize = 64 * 1024;
 
-pub struct FileStream {
+pub struct FileEncoder {
     file: Rc<File>,
     /// Where the next piece starts, and what is left of the length the head was made for.
     off: u64,
@@ -23,7 +23,7 @@ pub struct FileStream {
     buf: Vec<u8>,
 }
 
-impl FileStream {
+impl FileEncoder {
     /// `len` bytes of `file` from `off`, encoded as `codec` says; `chunked`: framed as chunks
     /// (HTTP/1.1), else delimited by the close.
     pub fn new(
@@ -32,9 +32,9 @@ impl FileStream {
         len: u64,
         codec: &Codec,
         chunked: bool,
-    ) -> std::io::Result<FileStream> {
+    ) -> std::io::Result<FileEncoder> {
         let enc = Encoder::new(codec.coding, codec.level, Some(len))?;
-        Ok(FileStream {
+        Ok(FileEncoder {
             file,
             off,
             left: len,
@@ -130,7 +130,7 @@ mod tests {
             .map(|i| b"ringx streams files "[i % 20] ^ (i / 4096) as u8)
             .collect();
         let f = file_of(&data);
-        let mut s = FileStream::new(f, 0, data.len() as u64, &codec(Coding::Gzip), true).unwrap();
+        let mut s = FileEncoder::new(f, 0, data.len() as u64, &codec(Coding::Gzip), true).unwrap();
         let mut out = Vec::new();
         let mut steps = 0;
         while !s.step(&mut |b| out.extend_from_slice(b)).unwrap() {
@@ -149,7 +149,7 @@ mod tests {
     fn a_file_that_shrank_is_an_error() {
         let data = vec![b'a'; 2 * PIECE];
         let f = file_of(&data);
-        let mut s = FileStream::new(f, 0, 4 * PIECE as u64, &codec(Coding::Zstd), false).unwrap();
+        let mut s = FileEncoder::new(f, 0, 4 * PIECE as u64, &codec(Coding::Zstd), false).unwrap();
         let mut sink = |_: &[u8]| {};
         let mut r = Ok(false);
         for _ in 0..4 {
