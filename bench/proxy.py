@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
 """Reverse-proxy benchmark: ringx vs nginx `proxy_pass` vs HAProxy, with keep-alive upstream
-connections, 64-byte and 1 KB responses, on one 2-core machine.
+connections, 64-byte and 1 KB responses, on one 2-core machine, beside a yardstick.
 
 Same method as bench/http_bench.py (bench/README.md): each proxy is pinned to CPU 0 (one zone,
 one nginx worker, one HAProxy thread); the client (wrk) and the shared upstream (nginx
 `return 200`, one worker) to CPU 1. Peers are measured alternately, A B C A B C ..., at least
 3 rounds. The figure that matters is the proxy's own CPU per proxied request (every thread of
 the proxy's processes, from schedstat; the upstream is not counted), plus throughput with the
-proxy capped at 40% of a core, and wrk's latency. Ratios are to nginx and to HAProxy measured
-in the same run.
+proxy capped at 40% of a core, and wrk's latency. Ratios are to nginx, to HAProxy and to the
+yardstick measured in the same run.
+
+The yardstick (peer `yardstick`, a reference, not a competitor) is bench/yardstick/proxy_uring.c,
+built with gcc and liburing at run time: a minimal io_uring HTTP/1.1 forwarder, one thread, with
+a keep-alive pool to the same upstream, each request head copied to a pooled connection and the
+response copied back with fixed framing (a head ending in CRLF CRLF, a Content-Length), no other
+HTTP work. It is pinned, measured and capped as the others, so its CPU per request is what
+proxying costs on this machine; ringx's ratio to it is the proxied path's distance from that
+limit (issue 37's target: at most 1.15x). Without liburing-dev it is left out, with the reason
+printed.
 
 All three do the same work: HTTP/1.1 keep-alive to the client and to the upstream (a pool of
 idle connections), no access log, no added forwarding headers (nginx and HAProxy add none by
@@ -41,7 +50,12 @@ WORKLOADS = {
     "proxy1k_c50": ("/r1k", 50, "1 KB response, keep-alive, 50 client connections"),
 }
 PEERS = ["nginx", "haproxy", "ringx-uring", "ringx-epoll"]
-COLORS = {"nginx": "#4d7ea8", "haproxy": "#6a9f58", "ringx-epoll": "#c9a227", "ringx-uring": "#c0392b"}
+# The reference peer (docstring): measured alternately with the others when it builds.
+YARDSTICK = "yardstick"
+YARDSTICK_SRC = "yardstick/proxy_uring.c"
+YARDSTICK_TARGET = 1.15  # issue 37: ringx's CPU per proxied request at most this × the yardstick's
+COLORS = {"nginx": "#4d7ea8", "haproxy": "#6a9f58", "ringx-epoll": "#c9a227", "ringx-uring": "#c0392b",
+          YARDSTICK: "#999999"}
 
 
 class Upstream:
@@ -80,6 +94,7 @@ class Proxy:
     def __init__(self, name, work, up_port):
         self.name, self.work, self.up = name, work, up_port
         self.base = None
+        self.binary = None  # the yardstick's, once built
         self.port = lib.free_port()
 
     def start(self):
@@ -119,6 +134,8 @@ backend app
   server s1 127.0.0.1:{self.up}
 """)
             cmd = ["haproxy", "-f", conf]
+        elif self.name == YARDSTICK:
+            cmd = [self.binary, f"127.0.0.1:{self.port}", f"127.0.0.1:{self.up}"]
         else:
             engine = self.name.split("-")[1]
             conf = os.path.join(w, f"px-{self.name}.toml")
@@ -175,8 +192,25 @@ def measure(p, wl, secs, cg, capped):
     return r
 
 
+def build_yardstick(work):
+    """Compiles bench/yardstick/proxy_uring.c (liburing); returns its path, or None with the
+    reason printed (its rows are then left out)."""
+    out = lib.build_c(YARDSTICK_SRC, os.path.join(work, "proxy_uring"), ["-luring"])
+    if out is None:
+        print("bench/proxy: no yardstick (install liburing-dev: scripts/install-deps.sh): its rows are left out",
+              flush=True)
+    return out
+
+
 def summarise(rows, peers=PEERS):
-    return lib.summarise(rows, WORKLOADS, peers, ("nginx", "haproxy"))
+    return lib.summarise(rows, WORKLOADS, peers, ("nginx", "haproxy", YARDSTICK))
+
+
+def to_yardstick(summary):
+    """Per workload, ringx-uring's CPU per request relative to the yardstick's (None where
+    either is missing)."""
+    return {wl: s.get("ringx-uring", {}).get("cpu_us_per_req", {}).get(f"ratio_to_{YARDSTICK}")
+            for wl, s in summary.items()}
 
 
 def report(result, name):
@@ -199,19 +233,24 @@ def report(result, name):
         v = s[m]
         d = 2 if v["median"] < 100 else 0
         t = f"{v['median']:.{d}f} ({v['min']:.{d}f}–{v['max']:.{d}f})"
-        r = [f"{v[k]:.2f}×" for k in ("ratio_to_nginx", "ratio_to_haproxy") if k in v]
+        r = [f"{v[k]:.2f}×" for k in ("ratio_to_nginx", "ratio_to_haproxy", f"ratio_to_{YARDSTICK}") if k in v]
         return t + (f" **{' / '.join(r)}**" if r else "")
     for wl, desc in ((w, WORKLOADS[w][2]) for w in WORKLOADS):
         if not summary.get(wl):
             continue
-        lines += [f"**{wl}** — {desc}. Ratios: to nginx / to HAProxy.", "",
+        ratios = "to nginx / to HAProxy" + (" / to the yardstick" if YARDSTICK in summary[wl] else "")
+        lines += [f"**{wl}** — {desc}. Ratios: {ratios}.", "",
                   "| peer | CPU µs/req | req/s | capped req/s | mean ms | p99 ms |",
                   "|---|---|---|---|---|---|"]
-        for peer in PEERS:
+        for peer in PEERS + [YARDSTICK]:
             s = summary[wl].get(peer)
             if s:
                 lines.append(f"| {peer} | " + " | ".join(cell(s, m) for m in
                              ("cpu_us_per_req", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms")) + " |")
+        y = to_yardstick(summary)[wl]
+        if y is not None:
+            lines += ["", f"ringx-uring's CPU per request is **{y:.2f}×** the yardstick's "
+                          f"([`yardstick/proxy_uring.c`](yardstick/proxy_uring.c); target ≤ {YARDSTICK_TARGET}×)."]
         lines.append("")
     for f, title in files:
         lines.append(f"![{title}](results/{f})")
@@ -249,9 +288,13 @@ def main():
     cg.cap(lib.CAP_PCT)
     up = Upstream(work)
     peers = PEERS + lib.base_peers(args.base)
+    yardstick = build_yardstick(work)
+    if yardstick:
+        peers.append(YARDSTICK)
     proxies = {p: Proxy(p, work, up.port) for p in peers}
     for p in proxies.values():
         p.base = args.base
+        p.binary = yardstick
     rows = []
     t0 = time.time()
     try:
@@ -289,8 +332,12 @@ def main():
               "load_avg_after": os.getloadavg(),
               "method": {"proxy_cpu": lib.SERVER_CPU, "client_and_upstream_cpu": UPSTREAM_CPU,
                          "cpu": "schedstat run time of the proxy's processes only",
+                         "yardstick": YARDSTICK_SRC if yardstick else None,
                          "workloads": {k: v[2] for k, v in WORKLOADS.items()}},
               "rows": rows, "summary": summarise(rows, peers), "base": lib.shown(args.base and os.path.abspath(args.base))}
+    for wl, y in to_yardstick(result["summary"]).items():
+        if y is not None:
+            print(f"{wl}: ringx-uring CPU per request {y:.2f}× the yardstick's (target ≤ {YARDSTICK_TARGET}×)")
     os.makedirs(RESULTS, exist_ok=True)
     name = datetime.date.today().isoformat() + ("-quick" if args.quick else "") + ("-ab" if args.base else "")
     path = os.path.join(RESULTS, f"proxy-{name}.json")
