@@ -132,20 +132,27 @@ static void settle(int fd) {
 static int frame(struct conn *c, const char *p, int n) {
   static const char END[] = "\r\n\r\n", CL[] = "\ncontent-length:";
   int i = 0;
-  for (; i < n && c->left < 0; i++) {
-    char ch = p[i], lc = ch >= 'A' && ch <= 'Z' ? ch + 32 : ch;
-    c->end = ch == END[c->end] ? c->end + 1 : ch == '\r';
-    if (c->clat < 16) {  // matching the header's name at a line's start
-      c->clat = lc == CL[c->clat] ? c->clat + 1 : ch == '\n';
-      if (c->clat == 16) c->cl = 0;
-    } else if (ch >= '0' && ch <= '9' && c->cl < (1L << 40)) c->cl = c->cl * 10 + ch - '0';
-    else if (ch != ' ' && ch != '\t') c->clat = 0;  // the value ended
-    if (c->end == 4) {
-      if (c->cl < 0 && c->up) return -1;
-      c->left = c->cl < 0 ? 0 : c->cl;
+  if (c->left < 0) {  // in the head (the state in locals: stores through c could alias p)
+    int end = c->end, clat = c->clat; long cl = c->cl;
+    while (i < n && end < 4) {
+      if (clat == 0 && end <= 1) {  // mid-line, nothing matching: skip to the line's last byte
+        const char *q = memchr(p + i, '\n', n - i);
+        if (!q) { end = p[n - 1] == '\r'; i = n; break; }
+        if (q - p - 1 > i) i = q - p - 1;  // from here "end" restarts as from any mid-line state
+      }
+      char ch = p[i++], lc = ch >= 'A' && ch <= 'Z' ? ch + 32 : ch;
+      end = ch == END[end] ? end + 1 : ch == '\r';
+      if (clat < 16) {  // matching the header's name at a line's start
+        clat = lc == CL[clat] ? clat + 1 : ch == '\n';
+        if (clat == 16) cl = 0;
+      } else if (ch >= '0' && ch <= '9' && cl < (1L << 40)) cl = cl * 10 + ch - '0';
+      else if (ch != ' ' && ch != '\t') clat = 0;  // the value ended
     }
+    c->end = end; c->clat = clat; c->cl = cl;
+    if (end < 4) return n;  // the head goes on in the next bytes
+    if (cl < 0 && c->up) return -1;
+    c->left = cl < 0 ? 0 : cl;
   }
-  if (c->left < 0) return n;  // the head goes on in the next bytes
   long body = c->left < n - i ? c->left : n - i;
   c->left -= body;
   c->done = c->left == 0;
