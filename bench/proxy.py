@@ -12,9 +12,10 @@ yardstick measured in the same run.
 
 The yardstick (peer `yardstick`, a reference, not a competitor) is bench/yardstick/proxy_uring.c,
 built with gcc and liburing at run time: a minimal io_uring HTTP/1.1 forwarder, one thread, with
-a keep-alive pool to the same upstream, each request head copied to a pooled connection and the
-response copied back with fixed framing (a head ending in CRLF CRLF, a Content-Length), no other
-HTTP work. It is pinned, measured and capped as the others, so its CPU per request is what
+a keep-alive pool to the same upstream, each request passed to a pooled connection and the
+response passed back with fixed framing (a head ending in CRLF CRLF, a Content-Length), no other
+HTTP work; multishot receive into a provided-buffer ring and each send made from the buffer the
+bytes arrived in (two SQEs per request), as tight as yardstick/http_uring.c serves. It is pinned, measured and capped as the others, so its CPU per request is what
 proxying costs on this machine; ringx's ratio to it is the proxied path's distance from that
 limit (issue 37's target: at most 1.15x). Without liburing-dev it is left out, with the reason
 printed.
