@@ -306,7 +306,14 @@ impl Exchange {
             return Outcome::Pending; // it no longer served this exchange
         }
         self.up = None;
+        // A connection the server closed under a request is worth the operator's eye when
+        // the client pays for it (nginx: "upstream prematurely closed connection"); a
+        // keep-alive race that is sent again is not. Other kinds were logged where they arose.
+        let reset = why.kind == Kind::Reset && why.side == Side::Upstream && !silent;
         if self.started {
+            if reset {
+                tracing::warn!("{why}: closed with the response under way; the client's is cut");
+            }
             return Outcome::Cut;
         }
         if silent {
@@ -317,6 +324,12 @@ impl Exchange {
         if why.retryable() && self.can_retry(cx.ctx.pools(self.dial.gen)) {
             self.dial.tries_left -= 1;
             return self.resend(cx, base, c);
+        }
+        if reset {
+            tracing::warn!(
+                "{why}: closed before its response; the client gets {}",
+                why.status()
+            );
         }
         Outcome::GiveUp(why.status())
     }
