@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A/B of two ringx builds by what does not drift with the host: user-space instructions per
 request (callgrind) and system calls per request (perf's raw_syscalls:sys_enter), on 64-byte
-`return` responses (keep-alive with 50 and 500 connections, and a new connection per request)
-and on 64-byte proxied responses.
+`return` responses (keep-alive with 50 and 500 connections, a new connection per request, and
+HTTP/2 over h2c: 10 connections of 10 streams, by h2load) and on 64-byte proxied responses.
 
 On a shared VM, CPU time per request swings by 10-20% from one minute to the next (other
 tenants, steal); instruction and system call counts do not, so a change that must not cost
@@ -38,13 +38,27 @@ import lib  # noqa: E402
 
 BODY = "x" * 64
 
-# name: (proxied to nginx?, wrk connections, extra wrk arguments)
+# name: (proxied to nginx?, connections, extra wrk arguments; for HTTP/2, ["h2", streams])
 WORKLOADS = {
     "return64_c50": (False, 50, []),
     "return64_c500": (False, 500, []),
     "close64_c50": (False, 50, ["-H", "Connection: close"]),
     "proxy64_c50": (True, 50, []),
+    "h2_return64_c10m10": (False, 10, ["h2", 10]),
 }
+
+
+def load(port, conns, secs, extra):
+    """wrk, or h2load for an HTTP/2 workload (h2c prior knowledge); the requests completed."""
+    if extra[:1] != ["h2"]:
+        return lib.run_wrk(port, "/", conns, secs, extra)
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, "h2load", "-c", str(conns), "-m", str(extra[1]),
+           "-t", "1", "-D", str(secs), f"http://127.0.0.1:{port}/"]
+    out = lib.sh(cmd, timeout=secs + 60).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
+    if not m or m.group(1) != m.group(2):
+        raise RuntimeError(f"h2load gave no clean result: {' '.join(cmd)}\n{out[-2000:]}")
+    return {"requests": int(m.group(2))}
 
 
 def ringx_config(port, upstream=None):
@@ -91,9 +105,9 @@ def instructions(binary, work, tag, upstream, conns, extra, secs):
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         lib.wait_port(port, p, timeout=60)
-        lib.run_wrk(port, "/", conns, 2, extra)  # warm-up, not counted
+        load(port, conns, 2, extra)  # warm-up, not counted
         subprocess.run(["callgrind_control", "-i", "on", str(p.pid)], capture_output=True)
-        r = lib.run_wrk(port, "/", conns, secs, extra)
+        r = load(port, conns, secs, extra)
         subprocess.run(["callgrind_control", "-i", "off", str(p.pid)], capture_output=True)
         subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True)
         time.sleep(1)
@@ -115,11 +129,11 @@ def syscalls(binary, work, tag, upstream, conns, extra, secs):
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         lib.wait_port(port, p)
-        lib.run_wrk(port, "/", conns, 1, extra)
+        load(port, conns, 1, extra)
         perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(p.pid)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(0.2)
-        r = lib.run_wrk(port, "/", conns, secs, extra)
+        r = load(port, conns, secs, extra)
         perf.send_signal(signal.SIGINT)
         err = perf.communicate()[1]
     finally:
@@ -140,7 +154,7 @@ def main():
     unknown = [w for w in wls if w not in WORKLOADS]
     if unknown:
         sys.exit(f"bench/instructions: unknown workload {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
-    for tool in ("valgrind", "callgrind_control", "perf", "wrk"):
+    for tool in ("valgrind", "callgrind_control", "perf", "wrk", "h2load"):
         if not shutil.which(tool):
             sys.exit(f"bench/instructions: {tool} missing (apt-get install valgrind linux-perf wrk)")
     work = tempfile.mkdtemp(prefix="ringx-instr-")

@@ -42,6 +42,22 @@ impl RequestHead {
         self.method == b"CONNECT"
     }
 
+    /// The request's fields in the order its HTTP/1.1 head has them: `host` (`:authority`,
+    /// else `host`), the regular fields, then `cookie` joined; the framing fields are the
+    /// caller's ([`Framing`]).
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let host = self.authority.as_deref().or(self.host.as_deref());
+        let host = host.map(|h| (&b"host"[..], h));
+        let lines = self.lines.split(|&b| b == b'\n').filter_map(|line| {
+            // "name: value\r" (the lines were written by `push_line`).
+            let line = line.strip_suffix(b"\r")?;
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], &line[colon + 2..]))
+        });
+        let cookie = (!self.cookie.is_empty()).then(|| (&b"cookie"[..], &self.cookie[..]));
+        host.into_iter().chain(lines).chain(cookie)
+    }
+
     /// The HTTP/1.1 head of this request, for the HTTP/1 parser and the upstreams.
     pub fn write_http1(&self, out: &mut Vec<u8>, framing: Framing) {
         out.extend_from_slice(&self.method);
@@ -223,10 +239,78 @@ fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// RFC 9110 token characters.
+/// RFC 9110 token characters (a table: every byte of every field name is looked up).
+#[inline]
 pub fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    CLASS[b as usize] & TCHAR != 0
 }
+
+/// A byte of `:authority` or `host`: RFC 3986's unreserved, sub-delims, `:`, `[`, `]`, `%`.
+#[inline]
+fn is_authority_byte(b: u8) -> bool {
+    CLASS[b as usize] & AUTHORITY != 0
+}
+
+const TCHAR: u8 = 1;
+const AUTHORITY: u8 = 2;
+
+/// Each byte's classes.
+const CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let alnum = b.is_ascii_alphanumeric();
+        if alnum
+            || matches!(
+                b,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            )
+        {
+            t[i] |= TCHAR;
+        }
+        if alnum
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'['
+                    | b']'
+                    | b'%'
+            )
+        {
+            t[i] |= AUTHORITY;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// A regular field's name: lowercase token characters, and not one that belongs to a
 /// connection (RFC 9113 §8.2.2).
@@ -255,8 +339,7 @@ pub(crate) fn check_value(v: &[u8]) -> Result<(), &'static str> {
 
 /// `:authority` or `host`: host[:port] in the characters RFC 3986 allows there, no userinfo.
 fn check_authority(v: &[u8]) -> Result<(), &'static str> {
-    let ok = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b);
-    if v.is_empty() || !v.iter().all(|&b| ok(b)) {
+    if v.is_empty() || !v.iter().all(|&b| is_authority_byte(b)) {
         return Err("an invalid :authority or host");
     }
     Ok(())
@@ -314,6 +397,13 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "GET /a?b HTTP/1.1\r\nhost: example.com\r\naccept: */*\r\ncookie: a=1; b=2\r\ncontent-length: 5\r\n\r\n"
         );
+        let fields: Vec<(&[u8], &[u8])> = h.fields().collect();
+        let want: [(&[u8], &[u8]); 3] = [
+            (b"host", b"example.com"),
+            (b"accept", b"*/*"),
+            (b"cookie", b"a=1; b=2"),
+        ];
+        assert_eq!(fields, want, "the same fields, in the same order");
     }
 
     #[test]
@@ -380,5 +470,15 @@ mod tests {
         assert_eq!(t.lines, b"grpc-status: 0\r\n");
         t.field(b":status", b"200");
         assert!(t.fault.is_some());
+    }
+
+    #[test]
+    fn the_byte_tables_are_the_rfcs_classes() {
+        for b in 0..=255u8 {
+            let tchar = b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            let auth = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b);
+            assert_eq!(super::is_tchar(b), tchar, "{b:#x}");
+            assert_eq!(super::is_authority_byte(b), auth, "{b:#x}");
+        }
     }
 }

@@ -29,6 +29,7 @@ pub enum Method {
 
 impl Method {
     /// Maps a method token to a `Method` (case-sensitive).
+    #[inline(always)]
     pub fn from_token(token: &str) -> Method {
         match token {
             "GET" => Method::Get,

@@ -1,6 +1,8 @@
-//! The request head: [`parse_request`] and the [`Request`] it produces.
+//! The request head: [`parse_request`] (HTTP/1.1 text) or [`request_from_parts`] (decoded
+//! fields), and the [`Request`] either produces.
 
 use crate::body::BodyKind;
+use crate::bytes::{all_field_bytes, is_tchar};
 use crate::error::RequestError;
 use crate::fields::analyze;
 use crate::head::{
@@ -162,29 +164,27 @@ fn finish<'h, 'b>(
     let (Some(method_str), Some(target), Some(version)) = (method, path, version) else {
         return Err(RequestError::bad("incomplete request line"));
     };
-    // `httparse` accepted the method as a token, so only its length is left to check.
-    if method_str.len() > MAX_METHOD_LEN {
-        return Err(RequestError::new(501, "method too long"));
-    }
     let version = match version {
         0 => Version::Http10,
         1 => Version::Http11,
         _ => return Err(RequestError::new(505, "HTTP version not supported")),
     };
-    let headers: &'h [Header<'b>] = headers;
-
-    if target.len() > limits.max_uri {
-        return Err(RequestError::new(414, "request-target too long"));
-    }
     // `httparse` rejects NUL and bare CR anywhere in a head; the property test
     // `head_bytes_prop` and the parse_request fuzz target hold it to that, so release builds
     // do not scan every head a second time.
     debug_assert!(check_raw_bytes(&buf[..head_len]).is_ok());
-
+    // `httparse` accepted the method as a token, so only its length is left to check.
+    if method_str.len() > MAX_METHOD_LEN {
+        return Err(RequestError::new(501, "method too long"));
+    }
+    if target.len() > limits.max_uri {
+        return Err(RequestError::new(414, "request-target too long"));
+    }
     let method = Method::from_token(method_str);
     let target_parts = parse_target(method, target)?;
     let fields = analyze(headers, version)?;
-
+    // Built here, not through `request_from_parts`' tail: a Request returned and then wrapped
+    // is moved once more on the parser's hot path (+~40 instructions a request).
     Ok(Parsed::Complete(Request {
         method,
         method_str,
@@ -199,6 +199,102 @@ fn finish<'h, 'b>(
         expect_continue: fields.expect_continue,
         head_len,
     }))
+}
+
+/// A request given by its parts rather than as HTTP/1.1 text: an HTTP/2 (or HTTP/3)
+/// request's decoded fields, `headers` in order with `Host` among them. It is held to what
+/// [`parse_request`] holds a head to: the method a token, the target and every field made of
+/// the bytes `httparse` admits, at most `max_headers` fields, then the same checks of the
+/// request line and the fields; a request either way is the same [`Request`]. Its
+/// `head_len` is the size of its fields (what an HTTP/1.1 head of them would hold, roughly).
+pub fn request_from_parts<'h, 'b>(
+    method_str: &'b str,
+    target: &'b str,
+    headers: &'h [Header<'b>],
+    limits: &Limits,
+) -> Result<Request<'h, 'b>, RequestError> {
+    // In the parser's order: the method's and the target's lengths first, then the request
+    // line's bytes, then the fields one by one (too many is 431 where the parser runs out of
+    // room before it meets a bad byte).
+    if method_str.bytes().take_while(|&b| is_tchar(b)).count() > MAX_METHOD_LEN {
+        return Err(RequestError::new(501, "method too long"));
+    }
+    // The target's length counts up to its first byte that cannot be part of one, and only
+    // after a valid method (`head::check_target_len`).
+    let method_ok = !method_str.is_empty() && method_str.bytes().all(is_tchar);
+    let run = target
+        .bytes()
+        .take_while(|&b| b > b' ' && b != 0x7f)
+        .count();
+    if method_ok && run > limits.max_uri {
+        return Err(RequestError::new(414, "request-target too long"));
+    }
+    if !method_ok {
+        return Err(RequestError::bad("invalid request line"));
+    }
+    if target.is_empty() || !target.bytes().all(httparse_uri_byte) {
+        return Err(RequestError::bad("invalid request line"));
+    }
+    let mut head_len = method_str.len() + target.len() + 12;
+    for (i, h) in headers.iter().enumerate() {
+        if i >= limits.max_headers {
+            return Err(RequestError::new(431, "too many header fields"));
+        }
+        if h.name.is_empty() || !h.name.bytes().all(is_tchar) {
+            return Err(RequestError::bad("invalid header name"));
+        }
+        if !all_field_bytes(h.value) {
+            return Err(RequestError::bad("invalid header value"));
+        }
+        head_len += h.name.len() + h.value.len() + 4;
+    }
+    complete(
+        (method_str, target, Version::Http11),
+        headers,
+        head_len,
+        limits,
+    )
+}
+
+/// A byte `httparse` admits in a request-target.
+fn httparse_uri_byte(b: u8) -> bool {
+    matches!(b, b'!'..=0x7e | 0x80..=0xff)
+}
+
+/// What a request line and its fields make, checked as [`parse_request`] checks them once
+/// `httparse` has read them: the method's length, the target's length and form, the framing
+/// and connection fields.
+fn complete<'h, 'b>(
+    (method_str, target, version): (&'b str, &'b str, Version),
+    headers: &'h [Header<'b>],
+    head_len: usize,
+    limits: &Limits,
+) -> Result<Request<'h, 'b>, RequestError> {
+    // A token (checked by the caller), so only its length is left.
+    if method_str.len() > MAX_METHOD_LEN {
+        return Err(RequestError::new(501, "method too long"));
+    }
+    if target.len() > limits.max_uri {
+        return Err(RequestError::new(414, "request-target too long"));
+    }
+    let method = Method::from_token(method_str);
+    let target_parts = parse_target(method, target)?;
+    let fields = analyze(headers, version)?;
+
+    Ok(Request {
+        method,
+        method_str,
+        target,
+        path: target_parts.path,
+        query: target_parts.query,
+        version,
+        host: target_parts.authority.map(str::as_bytes).or(fields.host),
+        headers,
+        body: fields.body,
+        keep_alive: fields.keep_alive,
+        expect_continue: fields.expect_continue,
+        head_len,
+    })
 }
 
 fn httparse_reason(e: httparse::Error) -> &'static str {

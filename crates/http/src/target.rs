@@ -22,6 +22,7 @@ pub(crate) struct Target<'b> {
 ///   authority without userinfo, and an optional path and query.
 ///
 /// Fragments (`#`), non-ASCII bytes and controls are rejected in every form.
+#[inline(always)]
 pub(crate) fn parse_target(method: Method, target: &str) -> Result<Target<'_>, RequestError> {
     if !target.bytes().all(|b| b.is_ascii_graphic() && b != b'#') {
         return Err(RequestError::bad("invalid character in request-target"));
@@ -52,6 +53,7 @@ pub(crate) fn parse_target(method: Method, target: &str) -> Result<Target<'_>, R
     absolute_form(target)
 }
 
+#[inline(always)]
 fn split_query(s: &str) -> (&str, Option<&str>) {
     // Every request's target goes through here.
     match crate::bytes::find_byte(b'?', s.as_bytes()) {

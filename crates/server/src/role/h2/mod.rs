@@ -17,6 +17,7 @@ mod cache;
 pub use cache::Background;
 mod grpc;
 mod proxy;
+mod request;
 mod serve;
 mod stream;
 mod wait;
@@ -146,7 +147,7 @@ impl H2 {
                 id,
                 head,
                 end_stream,
-            } => self.request(cx, b, c, id, &head, end_stream),
+            } => self.request(cx, b, c, id, *head, end_stream),
             Event::HeadTooLarge { id, .. } => {
                 let s = H2Stream::new(id, cx.io.now(), false);
                 self.answer_error(cx, b, c, s, 431);

@@ -3,19 +3,18 @@
 //! HTTP/1.1 response it writes becomes HEADERS (connection-specific fields left out) and
 //! the body, which waits for the window in the stream.
 
-use std::mem::MaybeUninit;
-
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
-use ringx_http::{BodyKind, Parsed, Request};
+use ringx_http::{BodyKind, Request};
 
 use super::cache::{answer_from_fill, hit_response, stale_answer};
 use super::proxy::Proxied;
+use super::request::{head_of, request_fields, HeaderList};
 use super::stream::{connection_specific, H2Stream, Piece, Squeeze, StreamLog};
 use super::wait::{Held, HeldBody};
 use super::H2;
-use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
@@ -40,23 +39,14 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         id: u32,
-        head: &RequestHead,
+        head: RequestHead,
         end_stream: bool,
     ) {
         cx.ctx.log.stream_request();
         let now = cx.io.now();
         let mut s = H2Stream::new(id, now, head.method == b"HEAD");
         if cx.ctx.log.logging() {
-            let mut request = head.method.clone();
-            request.push(b' ');
-            request.extend_from_slice(head.path.as_deref().unwrap_or(b"-"));
-            request.extend_from_slice(b" HTTP/2.0");
-            s.log = Some(Box::new(StreamLog {
-                request,
-                referer: Vec::new(),
-                user_agent: Vec::new(),
-                request_id: None,
-            }));
+            s.log = Some(Box::new(StreamLog::of(&head)));
         }
         if head.is_connect() {
             return self.answer_error(cx, b, c, s, 405);
@@ -71,9 +61,7 @@ impl H2 {
                 return self.answer_error(cx, b, c, s, 413);
             }
         }
-        let mut h1 = Vec::with_capacity(128 + head.lines.len());
-        head.write_http1(&mut h1, framing);
-        self.serve(cx, b, c, s, Held::new(h1, framing));
+        self.serve(cx, b, c, s, Held::new(head, framing));
     }
 
     /// Parses, routes and serves stream `s`'s request (`held`: its HTTP/1.1 head and what was
@@ -106,18 +94,30 @@ impl H2 {
         let body = std::mem::take(&mut held.body);
         let framing = held.framing;
         let first = !held.resumed;
-        let mut storage = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
-        let n = cx.ctx.set.limits.max_headers.min(MAX_HEADERS);
+        // The request from its fields, held to what the HTTP/1 parser holds a head to
+        // (`ringx_http::request_from_parts`): no HTTP/1.1 text in between.
         let limits = ringx_http::Limits {
-            max_head: held.h1.len().max(cx.ctx.set.limits.max_head),
+            max_headers: cx.ctx.set.limits.max_headers.min(MAX_HEADERS),
             ..cx.ctx.set.limits
         };
-        let req = match ringx_http::parse_request_uninit(&held.h1, &mut storage[..n], &limits) {
-            Ok(Parsed::Complete(r)) => r,
-            Ok(Parsed::Partial) => {
-                self.answer_error(cx, b, c, s, 400);
-                return Some(body);
-            }
+        let (mut length, mut headers) = ([0u8; 20], HeaderList::new());
+        let max = limits.max_headers;
+        if request_fields(&held.head, framing, &mut length, max, &mut headers).is_none() {
+            self.answer_error(cx, b, c, s, 400);
+            return Some(body);
+        }
+        let head = &held.head;
+        let (Ok(method), Ok(target)) = (
+            std::str::from_utf8(&head.method),
+            std::str::from_utf8(head.path.as_deref().unwrap_or(b"/")),
+        ) else {
+            // The HTTP/1 parser refuses a target that is not UTF-8 too.
+            self.answer_error(cx, b, c, s, 400);
+            return Some(body);
+        };
+        let req = match ringx_http::request_from_parts(method, target, headers.as_slice(), &limits)
+        {
+            Ok(r) => r,
             Err(e) => {
                 self.answer_error(cx, b, c, s, e.status);
                 return Some(body);
@@ -572,7 +572,7 @@ impl H2 {
         let framing = body
             .as_ref()
             .map_or(Framing::None, |b| Framing::Length(b.0));
-        let mut held = Held::new(save_head(req), framing);
+        let mut held = Held::new(head_of(req), framing);
         if let Some((_, data)) = body {
             // Its window was given back when it first arrived: not again.
             held.body = HeldBody {

@@ -90,6 +90,22 @@ pub(super) struct StreamLog {
     pub request_id: Option<[u8; 32]>,
 }
 
+impl StreamLog {
+    /// The log's view of a new request: its line ("METHOD path HTTP/2.0").
+    pub fn of(head: &ringx_h2proto::RequestHead) -> StreamLog {
+        let mut request = head.method.clone();
+        request.push(b' ');
+        request.extend_from_slice(head.path.as_deref().unwrap_or(b"-"));
+        request.extend_from_slice(b" HTTP/2.0");
+        StreamLog {
+            request,
+            referer: Vec::new(),
+            user_agent: Vec::new(),
+            request_id: None,
+        }
+    }
+}
+
 /// A stream's request and response.
 pub(super) struct H2Stream {
     pub id: u32,

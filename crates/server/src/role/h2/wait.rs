@@ -12,15 +12,15 @@
 
 use std::time::Instant;
 
-use ringx_h2proto::Framing;
+use ringx_h2proto::{Framing, RequestHead};
 
 use crate::answer::fallback::Fallback;
 use crate::guard::Progress;
 
 /// A stream's request while it is being decided.
 pub(super) struct Held {
-    /// The request as an HTTP/1.1 head (parsed again on each look).
-    pub h1: Vec<u8>,
+    /// The request's fields as decoded (made a request again on each look).
+    pub head: RequestHead,
     pub framing: Framing,
     pub progress: Progress,
     /// When it is looked at again (None: when its subrequest answers).
@@ -47,9 +47,9 @@ pub(super) struct HeldBody {
 }
 
 impl Held {
-    pub fn new(h1: Vec<u8>, framing: Framing) -> Box<Held> {
+    pub fn new(head: RequestHead, framing: Framing) -> Box<Held> {
         Box::new(Held {
-            h1,
+            head,
             framing,
             progress: Progress::default(),
             until: None,
