@@ -1,9 +1,9 @@
 //! The HTTP/2 client connection role: a [`Conn`] from `ringx-h2proto` reads frames and keeps
 //! the protocol's books; this role turns its events into requests served as over HTTP/1.1.
 //!
-//! Each request is written as an HTTP/1.1 head and parsed again by `ringx-http`'s strict
-//! parser, so routing, `return`, static files (Range, 304), error pages and the proxy take
-//! exactly the request they take over HTTP/1.1 (`serve.rs`); a proxied stream is an
+//! Each request is made from its decoded fields and held to every check `ringx-http`'s
+//! strict parser makes (`request.rs`), so routing, `return`, static files (Range, 304),
+//! error pages and the proxy take exactly the request they take over HTTP/1.1 (`serve.rs`); a proxied stream is an
 //! [`Exchange`](crate::role::Exchange) with the upstream pools HTTP/1 uses, whose output is
 //! held per stream and framed as the peer's window allows (`proxy.rs`). Responses go out
 //! in turns across streams, a frame at a time, within the windows and while the socket's

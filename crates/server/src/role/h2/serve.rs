@@ -1,7 +1,7 @@
-//! A request on an HTTP/2 stream: written as an HTTP/1.1 head and parsed by the same strict
-//! parser as HTTP/1.1 requests, routed, and answered by the same response writer — the
-//! HTTP/1.1 response it writes becomes HEADERS (connection-specific fields left out) and
-//! the body, which waits for the window in the stream.
+//! A request on an HTTP/2 stream: made from its fields with the checks of the HTTP/1.1
+//! parser (`request.rs`), routed, and answered by the same response writer — the HTTP/1.1
+//! response it writes becomes HEADERS (connection-specific fields left out) and the body,
+//! which waits for the window in the stream.
 
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
@@ -64,7 +64,7 @@ impl H2 {
         self.serve(cx, b, c, s, Held::new(head, framing));
     }
 
-    /// Parses, routes and serves stream `s`'s request (`held`: its HTTP/1.1 head and what was
+    /// Makes, routes and serves stream `s`'s request (`held`: its fields and what was
     /// decided for it so far); a request that must wait is parked (`wait.rs`) and comes back
     /// here when it is looked at again.
     pub(super) fn serve(

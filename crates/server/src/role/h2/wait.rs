@@ -1,8 +1,8 @@
 //! Streams whose request waits, as an HTTP/1 request is held (`Next::Defer`): for a
 //! `limit_req` delay, for the `auth_request` subrequest's answer, or for another request's
-//! fill of the cache entry it wants. The request's HTTP/1.1 head is kept with what was
-//! already decided for it ([`Progress`]: charged to the rate, the auth answer, how long it
-//! waited), and it is parsed and routed again when its time comes (`H2::resume` in `serve.rs`, from the
+//! fill of the cache entry it wants. The request's fields are kept with what was already
+//! decided for it ([`Progress`]: charged to the rate, the auth answer, how long it waited),
+//! and it is made and routed again when its time comes (`H2::resume` in `serve.rs`, from the
 //! zone's millisecond timer) or its answer arrives. Only that stream waits: the
 //! connection's other streams go on.
 //!
