@@ -248,35 +248,8 @@ pub fn request_from_parts<'h, 'b>(
         }
         head_len += h.name.len() + h.value.len() + 4;
     }
-    complete(
-        (method_str, target, Version::Http11),
-        headers,
-        head_len,
-        limits,
-    )
-}
-
-/// A byte `httparse` admits in a request-target.
-fn httparse_uri_byte(b: u8) -> bool {
-    matches!(b, b'!'..=0x7e | 0x80..=0xff)
-}
-
-/// What a request line and its fields make, checked as [`parse_request`] checks them once
-/// `httparse` has read them: the method's length, the target's length and form, the framing
-/// and connection fields.
-fn complete<'h, 'b>(
-    (method_str, target, version): (&'b str, &'b str, Version),
-    headers: &'h [Header<'b>],
-    head_len: usize,
-    limits: &Limits,
-) -> Result<Request<'h, 'b>, RequestError> {
-    // A token (checked by the caller), so only its length is left.
-    if method_str.len() > MAX_METHOD_LEN {
-        return Err(RequestError::new(501, "method too long"));
-    }
-    if target.len() > limits.max_uri {
-        return Err(RequestError::new(414, "request-target too long"));
-    }
+    // The method's and the target's lengths were checked above, in the parser's order.
+    let version = Version::Http11;
     let method = Method::from_token(method_str);
     let target_parts = parse_target(method, target)?;
     let fields = analyze(headers, version)?;
@@ -295,6 +268,11 @@ fn complete<'h, 'b>(
         expect_continue: fields.expect_continue,
         head_len,
     })
+}
+
+/// A byte `httparse` admits in a request-target.
+fn httparse_uri_byte(b: u8) -> bool {
+    matches!(b, b'!'..=0x7e | 0x80..=0xff)
 }
 
 fn httparse_reason(e: httparse::Error) -> &'static str {

@@ -120,7 +120,6 @@ impl GrpcCall {
             return Ok(0);
         };
         let g = &u.start;
-        let path = g.fields.iter().find(|(n, _)| *n == b":path").map(|f| f.1);
         let placed = pool::start(
             cx,
             owner,
@@ -131,6 +130,8 @@ impl GrpcCall {
             u.end,
         )
         .map_err(|why| {
+            // The path is looked up only for the log line, not for every call placed.
+            let path = g.fields.iter().find(|(n, _)| *n == b":path").map(|f| f.1);
             let path = String::from_utf8_lossy(path.unwrap_or_default());
             tracing::warn!("gRPC call {path}: {why}");
         })?;
