@@ -213,7 +213,20 @@ pub struct FileRoot {
     pub index: Vec<String>,
 }
 
+/// A location of the routes: the index of its server in `Routes::servers` and its own in
+/// that server's `locations`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocId {
+    pub server: usize,
+    pub loc: usize,
+}
+
 impl Routes {
+    /// The location `id` names.
+    pub fn location(&self, id: LocId) -> &Loc {
+        &self.servers[id.server].locations[id.loc]
+    }
+
     /// The receive buffer a UDP listener on `addr` asks for (0: the kernel's default).
     pub fn udp_rcvbuf(&self, addr: SocketAddr) -> u32 {
         self.udp_listen

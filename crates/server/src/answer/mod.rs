@@ -20,7 +20,7 @@ use crate::rewrite::flow::RouteExt;
 use crate::rewrite::headers::{AddHeaders, ErrTarget};
 use crate::rewrite::vars::{field_safe, ConnInfo, Vars};
 use crate::rewrite::ReturnT;
-use crate::route::{Action, Canned, Loc, Routes, VServer};
+use crate::route::{Action, Canned, Loc, LocId, Routes, VServer};
 
 /// What the response writers need of a request beyond its head: its connection, its
 /// `$request_id` once one is made, and how its role sends a body compressed as it streams.
@@ -221,7 +221,7 @@ impl<'a> Answer<'a> {
 /// it was routed by (a reload may have replaced the zone's since), and its location.
 pub struct PageCtx {
     pub routes: std::sync::Arc<Routes>,
-    pub at: (usize, usize),
+    pub at: LocId,
     pub head_only: bool,
     /// The request's head, kept where an error page may send it to another proxying
     /// location (`fallback.rs`).
@@ -244,8 +244,8 @@ impl PageCtx {
     /// Whether the location's error page for `status` re-serves the request at a location
     /// that proxies or serves files behind a guard (`fallback.rs`).
     pub fn falls_back(&self, status: u16) -> bool {
-        let server = &self.routes.servers[self.at.0];
-        let t = server.locations[self.at.1]
+        let server = &self.routes.servers[self.at.server];
+        let t = server.locations[self.at.loc]
             .rw
             .as_ref()
             .and_then(|rw| rw.error_pages.as_ref())
@@ -271,13 +271,13 @@ impl PageCtx {
         status: u16,
         ch: ConnHdr,
     ) -> Option<Reply> {
-        let server = &self.routes.servers[self.at.0];
-        let t = server.locations[self.at.1]
+        let server = &self.routes.servers[self.at.server];
+        let t = server.locations[self.at.loc]
             .rw
             .as_ref()
             .and_then(|rw| rw.error_pages.as_ref())
             .and_then(|pages| pages.get(status))?;
-        let loc = &server.locations[self.at.1];
+        let loc = &server.locations[self.at.loc];
         let page = Page {
             r,
             server,

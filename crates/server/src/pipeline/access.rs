@@ -19,7 +19,7 @@ use crate::guard::verify::Tag;
 use crate::guard::{AuthAnswer, Input, Progress, Verdict};
 use crate::response::{ConnHdr, Reply, Responder};
 use crate::role::exchange::capture::Capture;
-use crate::route::{ListenerKind, Routes};
+use crate::route::{ListenerKind, LocId, Routes};
 
 /// The client's address for this request (after `real_ip_from`), and whether it is the
 /// connection's own (not a PROXY header's or a forwarded one). Noted in `b` for the log.
@@ -52,7 +52,7 @@ pub fn check(
     who: (ConnId, u32),
     req: &Request,
     uri: &str,
-    at: (usize, usize),
+    at: LocId,
     progress: &mut Progress,
 ) -> Step {
     progress.touched = true;
@@ -63,7 +63,7 @@ pub fn check(
         Verdict::Verify => Step::WaitVerify,
         Verdict::Ask => {
             let routes = &cx.ctx.routes;
-            let g = routes.servers[at.0].locations[at.1].guard.as_deref();
+            let g = routes.location(at).guard.as_deref();
             match g.and_then(|g| g.auth_request.as_ref()) {
                 Some(a) => Step::Ask {
                     upstream: a.upstream,
@@ -86,12 +86,12 @@ fn verdict(
     (c, stream): (ConnId, u32),
     req: &Request,
     uri: &str,
-    at: (usize, usize),
+    at: LocId,
     progress: &mut Progress,
 ) -> Verdict {
     let (client, own_address) = client_ip(cx, b, req);
     let ctx = &mut *cx.ctx;
-    let Some(g) = ctx.routes.servers[at.0].locations[at.1].guard.as_deref() else {
+    let Some(g) = ctx.routes.location(at).guard.as_deref() else {
         return Verdict::Pass;
     };
     let inp = Input {
@@ -125,13 +125,13 @@ pub fn refusal_page(
     r: Responder<'_>,
     out: &mut Vec<u8>,
     req: &Request,
-    at: (usize, usize),
+    at: LocId,
     (status, headers): (u16, &str),
     ch: ConnHdr,
     (hops, new_uri): (u8, NewUri<'_>),
 ) -> Option<Reply> {
-    let server = routes.servers.get(at.0)?;
-    let rw = server.locations.get(at.1)?.rw.as_deref();
+    let server = routes.servers.get(at.server)?;
+    let rw = server.locations.get(at.loc)?.rw.as_deref();
     let t = crate::rewrite::error_page(rw, status)?;
     let page = Page {
         r,

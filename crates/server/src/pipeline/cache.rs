@@ -24,6 +24,7 @@ use crate::pipeline::routing::Route;
 use crate::response::{ConnHdr, FilePart, Written};
 use crate::role::exchange::capture::Capture;
 use crate::role::proxy_start;
+use crate::route::LocId;
 
 /// What the cache of the location `route` reached does with `req` (`keep`: the client
 /// connection stays open after the answer; `status_as`: the status an `error_page` tells
@@ -64,7 +65,7 @@ pub fn step(
             status,
             update,
         } => {
-            let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
+            let cl = cx.ctx.routes.location(at).cache.as_deref();
             let line = cl.map_or_else(Vec::new, |cl| cl.status_line(status));
             let refresh = update.and_then(|f| {
                 proxy_start::upstream_head(cx.ctx, b, req, route, rq, &f).map(|(u, h)| (f, u, h))
@@ -88,13 +89,11 @@ pub fn decide(
     b: &Base,
     req: &Request,
     uri: &str,
-    at: (usize, usize),
+    at: LocId,
     keep: bool,
     waiting: Option<(Instant, u32)>,
 ) -> Option<Decision> {
-    let cl = cx.ctx.routes.servers[at.0].locations[at.1]
-        .cache
-        .as_deref()?;
+    let cl = cx.ctx.routes.location(at).cache.as_deref()?;
     let ctx = Ctx {
         client: b.real_ip.or(b.addr.map(|a| a.ip())),
         tls: b.tr.is_tls(),
@@ -108,8 +107,8 @@ pub fn decide(
 }
 
 /// The capture of a request the cache passes by (counted, and its status on the response).
-pub fn passing(cx: &Cx, at: (usize, usize), status: &'static str) -> Capture {
-    let cl = cx.ctx.routes.servers[at.0].locations[at.1].cache.as_deref();
+pub fn passing(cx: &Cx, at: LocId, status: &'static str) -> Capture {
+    let cl = cx.ctx.routes.location(at).cache.as_deref();
     Capture {
         to_client: true,
         client: true,

@@ -14,18 +14,15 @@ use crate::answer::{Answer, ReqCtx};
 use crate::response::{ConnHdr, ErrorPage, Reply, Responder};
 use crate::rewrite::flow::{self, Early, RouteExt};
 use crate::rewrite::vars::ConnInfo;
-use crate::route::{Action, Canned, Routes};
-
-/// Where a request goes: indices of its server and location in the routes (None: no
-/// location matches, or the path could not be normalised).
-pub type At = Option<(usize, usize)>;
+use crate::route::{Action, Canned, LocId, Routes};
 
 /// A request routed: its cleaned path (None: it cannot be normalised), its server and
 /// location, and what rewriting found (None where the server does not rewrite).
 pub struct Route<'r> {
     pub path: Option<Cow<'r, str>>,
     pub server: usize,
-    pub at: At,
+    /// Its location (None: no location matches, or the path could not be normalised).
+    pub at: Option<LocId>,
     pub ext: Option<Box<RouteExt>>,
 }
 
@@ -86,7 +83,9 @@ pub fn route<'r>(
             ext: Some(Box::new(ext)),
         };
     }
-    let at = server.location_index(&path).map(|li| (si, li));
+    let at = server
+        .location_index(&path)
+        .map(|loc| LocId { server: si, loc });
     Route {
         path: Some(path),
         server: si,
@@ -167,13 +166,19 @@ pub fn fallback_route<'r>(fb: &Fallback, si: usize, req: &Request<'_, 'r>) -> Ro
         None => Route {
             path: clean_path(req.path),
             server: si,
-            at: Some((si, fb.loc)),
+            at: Some(LocId {
+                server: si,
+                loc: fb.loc,
+            }),
             ext: None,
         },
         Some((path, args)) => Route {
             path: Some(Cow::Owned(path.clone())),
             server: si,
-            at: Some((si, fb.loc)),
+            at: Some(LocId {
+                server: si,
+                loc: fb.loc,
+            }),
             ext: Some(Box::new(RouteExt {
                 args: args.clone(),
                 changed: true,
@@ -189,8 +194,7 @@ pub fn fallback_route<'r>(fb: &Fallback, si: usize, req: &Request<'_, 'r>) -> Ro
 /// choose. Such a request is answered without gathering anything more about it.
 #[inline]
 pub fn plain_return<'a>(routes: &'a Routes, route: &Route<'_>) -> Option<&'a Canned> {
-    let (si, li) = route.at?;
-    let l = &routes.servers[si].locations[li];
+    let l = routes.location(route.at?);
     match &l.action {
         Action::Return(c)
             if route.ext.is_none()
@@ -229,7 +233,7 @@ pub fn respond(
         };
     };
     let server = &routes.servers[route.server];
-    let loc = route.at.map(|(_, li)| &server.locations[li]);
+    let loc = route.at.map(|at| routes.location(at));
     if let (Some(l), None) = (loc, &route.ext) {
         if let Action::Return(c) = &l.action {
             // The common fixed `return`: no rewriting, added headers or error pages here

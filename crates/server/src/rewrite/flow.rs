@@ -13,7 +13,7 @@ use ringx_http::Request;
 use super::locate::locate;
 use super::vars::{escape_args, escape_path, Caps, ConnInfo, Vars};
 use super::{FallbackC, TryFilesC};
-use crate::route::{Action, Routes, VServer};
+use crate::route::{Action, LocId, Routes, VServer};
 
 /// nginx's `NGX_HTTP_MAX_URI_CHANGES`.
 const MAX_URI_CHANGES: usize = 10;
@@ -70,7 +70,7 @@ pub enum Early {
 /// Where a request goes, when its server rewrites.
 pub struct Routed<'r> {
     pub path: Option<Cow<'r, str>>,
-    pub at: Option<(usize, usize)>,
+    pub at: Option<LocId>,
     pub ext: Option<Box<RouteExt>>,
 }
 
@@ -136,7 +136,10 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
         let Some((li, caps)) = locate(server, &uri) else {
             break;
         };
-        at = Some((si, li));
+        at = Some(LocId {
+            server: si,
+            loc: li,
+        });
         if caps.is_some() {
             ext.caps = caps;
         }
@@ -184,7 +187,7 @@ pub fn route<'r>(routes: &Routes, si: usize, path: Cow<'r, str>, cx: &Ctx<'_>) -
                     continue;
                 }
                 Tried::Named(n) => {
-                    at = Some((si, n));
+                    at = Some(LocId { server: si, loc: n });
                     ext.broke = false;
                     changes += 1;
                     if changes > MAX_URI_CHANGES {

@@ -33,11 +33,11 @@ use crate::upstream::{HashKey, UpstreamDef};
 /// The `proxy_pass` location `route` sends the request to, if it does: none when a redirect
 /// or an error was decided while routing (those are answered locally).
 fn proxy_loc<'r>(routes: &'r Routes, route: &Route<'_>) -> Option<&'r ProxyLoc> {
-    let (si, li) = route.at?;
+    let at = route.at?;
     if route.ext.as_ref().is_some_and(|e| e.early.is_some()) {
         return None;
     }
-    match &routes.servers[si].locations[li].action {
+    match &routes.location(at).action {
         Action::Proxy(p) => Some(p),
         _ => None,
     }
@@ -51,11 +51,11 @@ pub fn is_grpc(routes: &Routes, route: &Route<'_>) -> bool {
 /// Whether `route` sends the request to an upstream: a `proxy_pass` location, and no
 /// redirect or error decided while routing (those are answered locally).
 pub fn is_proxied(routes: &Routes, route: &Route<'_>) -> bool {
-    let Some((si, li)) = route.at else {
+    let Some(at) = route.at else {
         return false;
     };
     route.ext.as_ref().is_none_or(|e| e.early.is_none())
-        && matches!(routes.servers[si].locations[li].action, Action::Proxy(_))
+        && matches!(routes.location(at).action, Action::Proxy(_))
 }
 
 /// Fills `ex` for `req` (from the client `b`, routed by `route`): its head for the upstream,
@@ -79,10 +79,10 @@ pub fn prepare(
     if !is_proxied(&ctx.routes, route) || is_grpc(&ctx.routes, route) {
         return None;
     }
-    let (si, li) = route.at?;
+    let at = route.at?;
+    let si = at.server;
     let (pools, gen) = ctx.current_pools()?;
-    let server = &ctx.routes.servers[si];
-    let location = &server.locations[li];
+    let location = ctx.routes.location(at);
     let Action::Proxy(loc) = &location.action else {
         return None;
     };
@@ -105,7 +105,7 @@ pub fn prepare(
         .map(|pages| {
             Box::new(PageCtx {
                 routes: ctx.routes.clone(),
-                at: (si, li),
+                at,
                 head_only: req.method == Method::Head,
                 // Also where the pages are recursive: a missing page's 404 may lead on to
                 // a location that proxies.
@@ -157,10 +157,10 @@ pub fn prepare_grpc(
     rq: &ReqCtx,
 ) -> Option<GrpcStart> {
     let loc = proxy_loc(&ctx.routes, route).filter(|p| p.grpc)?;
-    let (si, li) = route.at?;
+    let at = route.at?;
+    let si = at.server;
     let (pools, gen) = ctx.current_pools()?;
-    let server = &ctx.routes.servers[si];
-    let location = &server.locations[li];
+    let location = ctx.routes.location(at);
     let def = &pools.defs.list[loc.upstream];
     let vars = request_vars(&ctx.routes, si, req, route, rq);
     let mut added = Vec::new();
@@ -462,8 +462,9 @@ pub fn upstream_head(
     rq: &ReqCtx,
     fill: &Fill,
 ) -> Option<(usize, Vec<u8>)> {
-    let (si, li) = route.at?;
-    let location = &ctx.routes.servers[si].locations[li];
+    let at = route.at?;
+    let si = at.server;
+    let location = ctx.routes.location(at);
     let Action::Proxy(loc) = &location.action else {
         return None;
     };

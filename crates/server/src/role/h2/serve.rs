@@ -167,8 +167,8 @@ impl H2 {
             return Some(body);
         }
         let (guarded, cached) = match route.at {
-            Some((si, li)) => {
-                let l = &cx.ctx.routes.servers[si].locations[li];
+            Some(at) => {
+                let l = cx.ctx.routes.location(at);
                 (l.guard.is_some(), l.cache.is_some())
             }
             None => (false, false),
@@ -204,7 +204,7 @@ impl H2 {
                     });
                     if let Some(r) = r {
                         match r.fallback {
-                            Some(f) => self.fall_back(cx, b, c, s, (&req, None), at.0, &f),
+                            Some(f) => self.fall_back(cx, b, c, s, (&req, None), at.server, &f),
                             None => self.answer(cx, b, c, s, resp, r.file),
                         }
                         return Some(body);
@@ -535,7 +535,7 @@ impl H2 {
                     _ => None,
                 };
                 if let (Some(req), Some(p), Some(body)) = (saved, page, body) {
-                    return self.fall_back(cx, b, c, s, (&req, body), p.at.0, &fb);
+                    return self.fall_back(cx, b, c, s, (&req, body), p.at.server, &fb);
                 }
             } else {
                 return self.answer(cx, b, c, s, resp, r.file);

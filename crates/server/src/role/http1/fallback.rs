@@ -29,6 +29,7 @@ use crate::pipeline::{access, Step};
 use crate::response::{ConnHdr, ErrorPage, Reply};
 use crate::rewrite::headers::ErrTarget;
 use crate::role::exchange::capture::Capture;
+use crate::route::LocId;
 
 /// Re-serves `req` (as it came, with `body`: all of its body, kept when it was proxied),
 /// which failed with `fb.error`, at `fb`'s location of server `si`. None: it cannot be
@@ -57,8 +58,11 @@ pub(super) fn serve(
         req2.expect_continue = false; // the body is here already
     }
     let route = routing::fallback_route(fb, si, &req2);
-    let at = (si, fb.loc);
-    let l = &cx.ctx.routes.servers[si].locations[fb.loc];
+    let at = LocId {
+        server: si,
+        loc: fb.loc,
+    };
+    let l = cx.ctx.routes.location(at);
     let (guarded, cached) = (l.guard.is_some(), l.cache.is_some());
     let rq = ReqCtx::new(routing::conn_info(b));
     let more_input = !b.inbuf.is_empty();
@@ -141,12 +145,12 @@ pub(super) fn refused(
     b: &mut Base,
     c: ConnId,
     req: &Request,
-    at: (usize, usize),
+    at: LocId,
     (status, headers): (u16, &str),
     keep: bool,
     sent: (u8, NewUri<'_>),
 ) -> Option<Next> {
-    let loc = &cx.ctx.routes.servers[at.0].locations[at.1];
+    let loc = &cx.ctx.routes.location(at);
     loc.rw.as_ref()?.error_pages.as_ref()?.get(status)?;
     let has_body = !may_fall_back(req);
     let ch = if has_body {
@@ -168,7 +172,7 @@ pub(super) fn refused(
     )?;
     let more_input = !b.inbuf.is_empty();
     if let Some(fb) = r.fallback {
-        return Some(h.fall_back(cx, b, c, req, at.0, &fb, keep, more_input));
+        return Some(h.fall_back(cx, b, c, req, at.server, &fb, keep, more_input));
     }
     if let Some((f, off, len)) = r.file {
         b.tr.send_file(cx.io, c, f, off, len);

@@ -423,8 +423,8 @@ impl Http1 {
         // Each of a location's optional steps is one test of what its compiled form has
         // (`Loc::guard`, `Loc::cache`, the action); the steps themselves stay out of line.
         let (guarded, cached) = match route.at {
-            Some((si, li)) => {
-                let l = &cx.ctx.routes.servers[si].locations[li];
+            Some(at) => {
+                let l = cx.ctx.routes.location(at);
                 (l.guard.is_some(), l.cache.is_some())
             }
             None => (false, false),

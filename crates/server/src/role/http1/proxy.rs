@@ -21,6 +21,7 @@ use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::proxy_start;
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
+use crate::route::LocId;
 use crate::upstream::dial::Dial;
 
 impl Http1 {
@@ -461,7 +462,7 @@ impl Http1 {
         b: &mut Base,
         c: ConnId,
         req: &Request,
-        at: (usize, usize),
+        at: LocId,
         refusal: (u16, &str),
         keep: bool,
         sent: (u8, NewUri<'_>),
@@ -509,7 +510,7 @@ impl Http1 {
             return false; // streamed and not kept: it cannot be sent again
         }
         let body = body.filter(|_| has_body);
-        let Some(next) = fallback::serve(self, cx, b, c, (&req, body), p.at.0, fb, keep, true)
+        let Some(next) = fallback::serve(self, cx, b, c, (&req, body), p.at.server, fb, keep, true)
         else {
             return false;
         };
