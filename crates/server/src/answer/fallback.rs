@@ -24,11 +24,7 @@
 //! Only a request without a body falls back this way: its body was streamed to the first
 //! upstream and is not kept. One with a body gets the plain error page for the status.
 
-use std::sync::Arc;
-
 use ringx_http::{Method, Request};
-
-use crate::route::Routes;
 
 /// Where a failed request is re-served.
 #[derive(Clone)]
@@ -157,18 +153,4 @@ pub fn parse_saved<'h, 'b>(
         Ok(ringx_http::Parsed::Complete(r)) => Some(r),
         _ => None,
     }
-}
-
-/// A request on its way to a fallback location, waiting for that location's guard (a delay,
-/// the `auth_request` answer) or cache (another request's fill).
-pub struct Refall {
-    /// The request's head as it came (the fallback's form is made again from it).
-    pub head: Vec<u8>,
-    /// Its body, all of it, to send again.
-    pub body: Option<Vec<u8>>,
-    /// The routes it was routed by: a reload meanwhile leaves the indices meaningless.
-    pub routes: Arc<Routes>,
-    pub si: usize,
-    pub fb: Fallback,
-    pub keep: bool,
 }

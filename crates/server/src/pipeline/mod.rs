@@ -12,6 +12,7 @@
 
 pub mod access;
 pub mod cache;
+pub mod pending;
 pub mod routing;
 
 use std::time::Instant;

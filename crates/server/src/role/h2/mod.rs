@@ -20,7 +20,6 @@ mod proxy;
 mod request;
 mod serve;
 mod stream;
-mod wait;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -34,6 +33,7 @@ use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::guard::AuthAnswer;
 use crate::metrics::{bump, H2_STALL};
+use crate::pipeline::pending::{Pending, SavedBody};
 use crate::pipeline::routing::Route;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
@@ -44,7 +44,6 @@ use crate::role::upstream::UpEvent;
 use grpc::Started;
 use proxy::Proxied;
 use stream::{H2Stream, Turn};
-use wait::{Held, HeldBody};
 
 /// Queued output above which no more frames are written until the socket drains.
 const OUT_HIGH_WATER: u64 = 256 * 1024;
@@ -186,10 +185,10 @@ impl H2 {
             self.detach(cx, &s);
             return self.answer_error(cx, b, c, s, 413);
         }
-        if let Some(h) = s.held.as_mut() {
+        if let Some(k) = s.pending.as_mut().and_then(|p| p.kept.as_mut()) {
             // Its window reopens once the request goes on.
-            h.body.data.extend_from_slice(data);
-            h.body.end |= end;
+            k.body.data.extend_from_slice(data);
+            k.body.end |= end;
             return;
         }
         if s.proxy.is_some() {
@@ -631,6 +630,14 @@ impl H2 {
     }
 }
 
+/// Streams whose request waits, as an HTTP/1 request is held (`Next::Defer`): for a
+/// `limit_req` delay, for the `auth_request` subrequest's answer, or for another request's
+/// fill of the cache entry it wants. The stream keeps its request as a [`Pending`] (its
+/// fields and what was already decided for it), made and routed again when its time comes
+/// (from the zone's millisecond timer) or its answer arrives. Only that stream waits: the
+/// connection's other streams go on. Request body that arrives meanwhile is kept, and the
+/// peer's window for it is not given back until the request goes on, so what a waiting
+/// stream holds is bounded by the stream's window (`[http2] initial_window`).
 impl H2 {
     /// Parks stream `s` until `until` (None: until its subrequest or the auth pool answers).
     fn park(
@@ -639,15 +646,15 @@ impl H2 {
         b: &Base,
         c: ConnId,
         mut s: H2Stream,
-        mut held: Box<Held>,
+        mut pending: Pending,
         until: Option<Instant>,
     ) {
-        held.until = until;
-        held.resumed = true;
+        pending.resumed = true;
         if let Some(at) = until {
             cx.ctx.wake_at(cx.io, at, c, b.gen);
         }
-        s.held = Some(held);
+        s.pending = Some(Box::new(pending));
+        s.wake_at = until;
         self.streams.insert(s.id, s);
     }
 
@@ -660,12 +667,7 @@ impl H2 {
         let mut due: Vec<u32> = self
             .streams
             .values()
-            .filter(|s| {
-                s.held
-                    .as_ref()
-                    .and_then(|h| h.until)
-                    .is_some_and(|t| t <= now)
-            })
+            .filter(|s| s.pending.is_some() && s.wake_at.is_some_and(|t| t <= now))
             .map(|s| s.id)
             .collect();
         due.sort_unstable(); // in the order they were opened
@@ -675,32 +677,32 @@ impl H2 {
         self.after(cx, b, c);
     }
 
-    /// The auth pool's answer `ok` for credentials `key` (`guard::verify`): held stream `id`,
+    /// The auth pool's answer `ok` for credentials `key` (`guard::verify`): waiting stream `id`,
     /// if it waits for it, is looked at again; an answer no stream waits for is dropped.
     pub fn verified(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, key: u128, ok: bool) {
-        let held = self.streams.get_mut(&id).and_then(|s| s.held.as_mut());
-        if self.failed || !held.is_some_and(|h| h.progress.verified(key, ok)) {
+        let pending = self.streams.get_mut(&id).and_then(|s| s.pending.as_mut());
+        if self.failed || !pending.is_some_and(|h| h.progress.verified(key, ok)) {
             return;
         }
         self.unpark(cx, b, c, id);
         self.after(cx, b, c);
     }
 
-    /// Looks at held stream `id` again.
+    /// Looks at waiting stream `id` again.
     fn unpark(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
         let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
-        let Some(held) = s.held.take() else {
+        let Some(pending) = s.pending.take().map(|p| *p) else {
             self.streams.insert(id, s);
             return;
         };
-        self.serve(cx, b, c, s, held);
+        self.serve(cx, b, c, s, pending);
     }
 
     /// What arrived of the body while stream `id` waited goes where the request went now:
     /// to its upstream, or read and dropped (its window given back either way).
-    fn pass_body(&mut self, cx: &mut Cx, id: u32, body: HeldBody) {
+    fn pass_body(&mut self, cx: &mut Cx, id: u32, body: SavedBody) {
         if body.data.is_empty() && !body.end {
             return;
         }
@@ -728,7 +730,7 @@ impl H2 {
         }
     }
 
-    /// Sends the `auth_request` subrequest (`head` to `upstream`) for held stream `s`; the
+    /// Sends the `auth_request` subrequest (`head` to `upstream`) for waiting stream `s`; the
     /// stream waits for its answer (`auth_done`). When it cannot be sent, the answer is an
     /// error at once (500, as over HTTP/1).
     #[allow(clippy::too_many_arguments)]
@@ -738,7 +740,7 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        mut held: Box<Held>,
+        mut pending: Pending,
         upstream: usize,
         head: Vec<u8>,
     ) {
@@ -748,16 +750,16 @@ impl H2 {
                     self.ups.insert(u, s.id);
                 }
                 s.proxy = Some(p);
-                self.park(cx, b, c, s, held, None);
+                self.park(cx, b, c, s, pending, None);
             }
             None => {
-                held.progress.auth = Some(AuthAnswer::Error);
-                self.serve(cx, b, c, s, held);
+                pending.progress.auth = Some(AuthAnswer::Error);
+                self.serve(cx, b, c, s, pending);
             }
         }
     }
 
-    /// The `auth_request` subrequest of held stream `id` ended (`outcome`): its answer is
+    /// The `auth_request` subrequest of waiting stream `id` ended (`outcome`): its answer is
     /// applied and the request looked at again.
     fn auth_done(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, outcome: Outcome) {
         let Some(mut s) = self.streams.remove(&id) else {
@@ -765,15 +767,15 @@ impl H2 {
         };
         self.detach(cx, &s);
         let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
-        let Some(mut held) = s.held.take() else {
-            return; // not a held stream's subrequest (never the case)
+        let Some(mut pending) = s.pending.take().map(|p| *p) else {
+            return; // not a pending stream's subrequest (never the case)
         };
         let answer = match outcome {
             Outcome::Done => crate::pipeline::access::auth_answer(cap.as_deref()),
             _ => AuthAnswer::Error,
         };
-        held.progress.auth = Some(answer);
-        self.serve(cx, b, c, s, held);
+        pending.progress.auth = Some(answer);
+        self.serve(cx, b, c, s, pending);
     }
 }
 

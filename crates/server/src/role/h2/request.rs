@@ -46,10 +46,29 @@ impl<'a> HeaderList<'a> {
     }
 }
 
+/// The request from fields `head` framed by `framing`, held to what the HTTP/1 parser holds
+/// a head to (`ringx_http::request_from_parts`). `length` and `headers` are storage it
+/// borrows (on the caller's stack). Err: the status it is refused with.
+pub(super) fn make_request<'h, 'a>(
+    (head, framing): (&'a RequestHead, Framing),
+    limits: &ringx_http::Limits,
+    length: &'a mut [u8; 20],
+    headers: &'h mut HeaderList<'a>,
+) -> Result<Request<'h, 'a>, u16> {
+    request_fields(head, framing, length, limits.max_headers, headers).ok_or(400u16)?;
+    let (Ok(method), Ok(target)) = (
+        std::str::from_utf8(&head.method),
+        std::str::from_utf8(head.path.as_deref().unwrap_or(b"/")),
+    ) else {
+        return Err(400); // the HTTP/1 parser refuses a target that is not UTF-8 too
+    };
+    ringx_http::request_from_parts(method, target, headers.as_slice(), limits).map_err(|e| e.status)
+}
+
 /// The fields of `head` as the request has them, with the framing's (`content-length`
 /// written into `length`, or `transfer-encoding: chunked`); at most `max + 1` of them (the
 /// request is then refused for having too many). None: a field name that is not text.
-pub(super) fn request_fields<'a>(
+fn request_fields<'a>(
     head: &'a RequestHead,
     framing: Framing,
     length: &'a mut [u8; 20],

@@ -10,15 +10,15 @@ use ringx_http::{BodyKind, Request};
 
 use super::cache::{answer_from_fill, hit_response, stale_answer};
 use super::proxy::Proxied;
-use super::request::{head_of, request_fields, HeaderList};
+use super::request::{head_of, make_request, HeaderList};
 use super::stream::{connection_specific, H2Stream, Piece, Squeeze, StreamLog};
-use super::wait::{Held, HeldBody};
 use super::H2;
 use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::pending::{Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing::{self, Route};
 use crate::pipeline::{access, cache, Step};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
@@ -61,10 +61,10 @@ impl H2 {
                 return self.answer_error(cx, b, c, s, 413);
             }
         }
-        self.serve(cx, b, c, s, Held::new(head, framing));
+        self.serve(cx, b, c, s, Pending::of_fields(head, framing));
     }
 
-    /// Makes, routes and serves stream `s`'s request (`held`: its fields and what was
+    /// Makes, routes and serves stream `s`'s request (`pending`: its fields and what was
     /// decided for it so far); a request that must wait is parked (`wait.rs`) and comes back
     /// here when it is looked at again.
     pub(super) fn serve(
@@ -73,10 +73,10 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         s: H2Stream,
-        held: Box<Held>,
+        pending: Pending,
     ) {
         let id = s.id;
-        if let Some(body) = self.route_stream(cx, b, c, s, held) {
+        if let Some(body) = self.route_stream(cx, b, c, s, pending) {
             self.pass_body(cx, id, body);
         }
     }
@@ -89,37 +89,29 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        mut held: Box<Held>,
-    ) -> Option<HeldBody> {
-        let body = std::mem::take(&mut held.body);
-        let framing = held.framing;
-        let first = !held.resumed;
-        // The request from its fields, held to what the HTTP/1 parser holds a head to
-        // (`ringx_http::request_from_parts`): no HTTP/1.1 text in between.
+        mut pending: Pending,
+    ) -> Option<SavedBody> {
+        let first = !pending.resumed;
+        let Some(kept) = pending.kept.as_mut() else {
+            // A stream's request is kept as its fields (`Pending::of_fields`): never the case.
+            self.answer_error(cx, b, c, s, 500);
+            return None;
+        };
+        let body = std::mem::take(&mut kept.body);
+        let Saved::Fields(head, framing) = &kept.request else {
+            self.answer_error(cx, b, c, s, 500);
+            return Some(body);
+        };
+        let framing = *framing;
         let limits = ringx_http::Limits {
             max_headers: cx.ctx.set.limits.max_headers.min(MAX_HEADERS),
             ..cx.ctx.set.limits
         };
         let (mut length, mut headers) = ([0u8; 20], HeaderList::new());
-        let max = limits.max_headers;
-        if request_fields(&held.head, framing, &mut length, max, &mut headers).is_none() {
-            self.answer_error(cx, b, c, s, 400);
-            return Some(body);
-        }
-        let head = &held.head;
-        let (Ok(method), Ok(target)) = (
-            std::str::from_utf8(&head.method),
-            std::str::from_utf8(head.path.as_deref().unwrap_or(b"/")),
-        ) else {
-            // The HTTP/1 parser refuses a target that is not UTF-8 too.
-            self.answer_error(cx, b, c, s, 400);
-            return Some(body);
-        };
-        let req = match ringx_http::request_from_parts(method, target, headers.as_slice(), &limits)
-        {
+        let req = match make_request((head, framing), &limits, &mut length, &mut headers) {
             Ok(r) => r,
-            Err(e) => {
-                self.answer_error(cx, b, c, s, e.status);
+            Err(status) => {
+                self.answer_error(cx, b, c, s, status);
                 return Some(body);
             }
         };
@@ -143,13 +135,18 @@ impl H2 {
             }
         }
         // Re-served at an `error_page` location: routed there, as the fallback sees it.
-        let fb = held.fallback.clone();
+        let fb = pending.fallback.clone();
+        if let Some(f) = fb.as_ref().filter(|f| !f.is_current(&cx.ctx.routes)) {
+            // A reload replaced the routes it was re-served by: its error, as over HTTP/1.
+            self.answer_error(cx, b, c, s, f.fb.error);
+            return Some(body);
+        }
         let req = match &fb {
-            Some(f) => f.1.request(&req),
+            Some(f) => f.fb.request(&req),
             None => req,
         };
         let route = match &fb {
-            Some(f) => routing::fallback_route(&f.1, f.0, &req),
+            Some(f) => routing::fallback_route(&f.fb, f.si, &req),
             None => {
                 let conn = || rq.conn;
                 routing::route(
@@ -176,11 +173,11 @@ impl H2 {
         if guarded {
             let uri = route.path.as_deref().unwrap_or("");
             let at = route.at.expect("a guarded request has a location");
-            match access::check(cx, b, (c, s.id), &req, uri, at, &mut held.progress) {
+            match access::check(cx, b, (c, s.id), &req, uri, at, &mut pending.progress) {
                 Step::Go(_) | Step::Hit(_) => {
                     // `limit_conn` counts it while the slot is held (for the stream's life).
-                    s.conn_slot = held.progress.conn.take();
-                    s.limited = held.progress.limited;
+                    s.conn_slot = pending.progress.conn.take();
+                    s.limited = pending.progress.limited;
                 }
                 Step::Refuse { status, headers } => {
                     let mut resp = Vec::with_capacity(512);
@@ -188,7 +185,7 @@ impl H2 {
                     // the page that sent it there is recursive).
                     let hops = match &fb {
                         None => Some(route.sent().0),
-                        Some(f) => f.1.open.then_some(f.1.hops),
+                        Some(f) => f.fb.open.then_some(f.fb.hops),
                     };
                     let r = hops.and_then(|hops| {
                         access::refusal_page(
@@ -215,27 +212,27 @@ impl H2 {
                     return Some(body);
                 }
                 Step::WaitUntil(until) => {
-                    held.body = body;
-                    self.park(cx, b, c, s, held, Some(until));
+                    pending.keep_body(body);
+                    self.park(cx, b, c, s, pending, Some(until));
                     return None;
                 }
                 Step::Ask { upstream, head } => {
-                    held.body = body;
-                    self.ask(cx, b, c, s, held, upstream, head);
+                    pending.keep_body(body);
+                    self.ask(cx, b, c, s, pending, upstream, head);
                     return None;
                 }
                 Step::WaitVerify => {
-                    held.body = body;
-                    self.park(cx, b, c, s, held, None);
+                    pending.keep_body(body);
+                    self.park(cx, b, c, s, pending, None);
                     return None;
                 }
             }
         }
         if fb.is_some() && s.conn_slot.is_none() {
             // The failed location's `limit_conn` slot, kept where the fallback has none.
-            s.conn_slot = held.progress.conn.take();
+            s.conn_slot = pending.progress.conn.take();
         }
-        let fb = fb.as_deref().map(|f| &f.1);
+        let fb = fb.as_deref().map(|f| &f.fb);
         if proxy_start::is_grpc(&cx.ctx.routes, &route) {
             let end = framing == Framing::None;
             self.start_grpc(cx, b, c, s, &req, &route, &rq, end);
@@ -245,7 +242,7 @@ impl H2 {
             let mut capture = None;
             if cached {
                 let status_as = fb.and_then(|f| f.status);
-                let progress = &mut held.progress;
+                let progress = &mut pending.progress;
                 match cache::step(cx, b, &req, (&route, &rq), progress, true, status_as) {
                     Step::Hit(hit) => {
                         let (resp, file, refresh) = hit_response(cx, &mut s, *hit);
@@ -256,8 +253,8 @@ impl H2 {
                         return Some(body);
                     }
                     Step::WaitUntil(until) => {
-                        held.body = body;
-                        self.park(cx, b, c, s, held, Some(until));
+                        pending.keep_body(body);
+                        self.park(cx, b, c, s, pending, Some(until));
                         return None;
                     }
                     Step::Go(cap) => capture = cap,
@@ -572,24 +569,28 @@ impl H2 {
         let framing = body
             .as_ref()
             .map_or(Framing::None, |b| Framing::Length(b.0));
-        let mut held = Held::new(head_of(req), framing);
+        let mut pending = Pending::of_fields(head_of(req), framing);
         if let Some((_, data)) = body {
             // Its window was given back when it first arrived: not again.
-            held.body = HeldBody {
+            pending.keep_body(SavedBody {
                 data,
                 end: true,
                 trailers: None,
                 replayed: true,
-            };
+            });
         }
-        held.resumed = true; // logged as it came
-                             // What the limits charged stays (each applies once per request, as in nginx); what
-                             // the failed location's `auth_request` or cache decided is not the fallback's.
-        held.progress.touched = true;
-        held.progress.limited = s.limited;
-        held.progress.conn = s.conn_slot.take();
-        held.fallback = Some(Box::new((si, fb.clone())));
-        self.serve(cx, b, c, s, held);
+        pending.resumed = true; // logged as it came
+                                // What the limits charged stays (each applies once per request, as in nginx); what
+                                // the failed location's `auth_request` or cache decided is not the fallback's.
+        pending.progress.touched = true;
+        pending.progress.limited = s.limited;
+        pending.progress.conn = s.conn_slot.take();
+        pending.fallback = Some(Box::new(Rerouted {
+            si,
+            fb: fb.clone(),
+            routes: cx.ctx.routes.clone(),
+        }));
+        self.serve(cx, b, c, s, pending);
     }
 
     /// Request body bytes of a proxied stream, to its upstream.
@@ -603,9 +604,10 @@ impl H2 {
 
     /// Trailers of a request: the end of a proxied chunked body.
     pub(super) fn trailers(&mut self, cx: &mut Cx, id: u32, lines: &[u8]) {
-        if let Some(h) = self.streams.get_mut(&id).and_then(|s| s.held.as_mut()) {
-            h.body.end = true;
-            h.body.trailers = Some(lines.to_vec());
+        let waiting = self.streams.get_mut(&id).and_then(|s| s.pending.as_mut());
+        if let Some(k) = waiting.and_then(|p| p.kept.as_mut()) {
+            k.body.end = true;
+            k.body.trailers = Some(lines.to_vec());
             return;
         }
         if let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) {
@@ -666,8 +668,8 @@ impl H2 {
             p.ex.capture
                 .as_ref()
                 .is_some_and(|x| !x.to_client && x.fill.is_some());
-        let held = self.streams.get(&id).is_some_and(|s| s.held.is_some());
-        if outcome != Outcome::Pending && held {
+        let pending = self.streams.get(&id).is_some_and(|s| s.pending.is_some());
+        if outcome != Outcome::Pending && pending {
             // The `auth_request` subrequest of a waiting stream.
             return self.auth_done(cx, b, c, id, outcome);
         }

@@ -13,11 +13,11 @@ use ringx_h2proto::Conn;
 
 use super::grpc::GrpcCall;
 use super::proxy::Proxied;
-use super::wait::Held;
 use crate::accesslog::Entry;
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::pending::Pending;
 use crate::role::exchange::PROXY_HIGH_WATER;
 use crate::transport::Transport;
 
@@ -138,7 +138,9 @@ pub(super) struct H2Stream {
     pub limited: bool,
     /// The request waits (a `limit_req` delay, an `auth_request` answer, another request's
     /// cache fill) and is looked at again then.
-    pub held: Option<Box<Held>>,
+    pub pending: Option<Box<Pending>>,
+    /// When the waiting request is looked at again (None: when what it waits for arrives).
+    pub wake_at: Option<Instant>,
     /// The proxy cache's status for the log ("" where the location has no cache).
     pub cache: &'static str,
 }
@@ -178,7 +180,8 @@ impl H2Stream {
             proxy: None,
             grpc: None,
             log: None,
-            held: None,
+            pending: None,
+            wake_at: None,
             cache: "",
         }
     }

@@ -4,26 +4,25 @@
 //! them, as nginx applies each once per request; then `access`, `auth_basic`,
 //! `auth_request`), then its proxy cache, then the proxy.
 //!
-//! A request the guard or the cache makes wait keeps a copy of its head in a [`Refall`]
-//! ([`Http1::resume`] comes back here, not to the original routing).
+//! A request the guard or the cache makes wait keeps a copy of its head and body in the
+//! connection's [`Pending`] ([`Http1::resume`] comes back here, not to the original routing).
 //!
 //! Also the other way in: a refusal of the access phase (`allow`/`deny`, `auth_basic`,
 //! `auth_request`, `limit_req`, `limit_conn`) goes to the `error_page` configured for its
 //! status, as in nginx ([`refused`]). A fallback's own refusal does too only where the
 //! error page that sent it there is recursive (`recursive_error_pages`; `answer/fallback.rs`).
 
-use std::sync::Arc;
-
 use ringx_engine::ConnId;
 use ringx_http::{Method, Request, Version};
 
 use super::{Http1, Next, Phase};
 use crate::answer::fallback::{
-    may_fall_back, parse_saved, save_head, Fallback, NewUri, Refall, MAX_SAVED_HEADERS,
+    may_fall_back, parse_saved, save_head, Fallback, NewUri, MAX_SAVED_HEADERS,
 };
 use crate::answer::{Page, ReqCtx};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::pending::{Kept, Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing;
 use crate::pipeline::{access, Step};
 use crate::response::{ConnHdr, ErrorPage, Reply};
@@ -50,8 +49,8 @@ pub(super) fn serve(
     if first {
         // What the failed location's `auth_request` or cache decided is not the fallback's;
         // what the limits charged stays (each applies once per request, as in nginx).
-        h.progress.auth = None;
-        h.progress.waiting = None;
+        h.pending.progress.auth = None;
+        h.pending.progress.waiting = None;
     }
     let mut req2 = fb.request(req);
     if body.is_some() {
@@ -68,7 +67,7 @@ pub(super) fn serve(
     let more_input = !b.inbuf.is_empty();
     if guarded {
         let uri = route.path.as_deref().unwrap_or("");
-        match access::check(cx, b, (c, 0), &req2, uri, at, &mut h.progress) {
+        match access::check(cx, b, (c, 0), &req2, uri, at, &mut h.pending.progress) {
             Step::Go(_) | Step::Hit(_) => {}
             Step::Refuse { status, headers } => {
                 if fb.open {
@@ -119,10 +118,14 @@ pub(super) fn serve(
             Err(next) => return Some(next),
         }
     }
-    h.redirect = Some(Box::new(fb.clone()));
+    h.pending.fallback = Some(Box::new(Rerouted {
+        si,
+        fb: fb.clone(),
+        routes: cx.ctx.routes.clone(),
+    }));
     let next = h.try_proxy(cx, b, c, &req2, keep, &route, &rq, capture);
     if next.is_none() {
-        h.redirect = None;
+        h.pending.fallback = None;
     }
     if let (Some(_), Some(body)) = (&next, body) {
         // The body goes to the fallback's upstream as if it arrived now.
@@ -180,7 +183,7 @@ pub(super) fn refused(
     cx.ctx.log.status(cx.io, c, r.written, b);
     if has_body {
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-        h.progress.conn = None;
+        h.pending.progress.conn = None;
         h.linger(cx, b, c);
         return Some(Next::Stop);
     }
@@ -246,29 +249,43 @@ fn wait(
     fb: &Fallback,
     keep: bool,
 ) {
-    h.refall = Some(Box::new(Refall {
-        head: save_head(req),
-        body,
-        routes: cx.ctx.routes.clone(),
+    let p: &mut Pending = &mut h.pending;
+    p.kept = Some(Box::new(Kept {
+        request: Saved::Text {
+            head: save_head(req),
+            keep,
+        },
+        body: SavedBody::whole(body),
+    }));
+    p.fallback = Some(Box::new(Rerouted {
         si,
         fb: fb.clone(),
-        keep,
+        routes: cx.ctx.routes.clone(),
     }));
 }
 
 /// A request held on its way to a fallback location is looked at again (its delay passed,
 /// its `auth_request` answered, the cache entry it waited for was filled).
-pub(super) fn resume(h: &mut Http1, cx: &mut Cx, b: &mut Base, c: ConnId, mut rf: Refall) {
+pub(super) fn resume(h: &mut Http1, cx: &mut Cx, b: &mut Base, c: ConnId) {
+    let (Some(kept), Some(rf)) = (h.pending.kept.take(), h.pending.fallback.take()) else {
+        return; // only a request on its way to a fallback keeps its head here
+    };
+    let Kept {
+        request: Saved::Text { head, keep },
+        mut body,
+    } = *kept
+    else {
+        return;
+    };
+    let body = body.take_whole();
     let mut storage =
         [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_SAVED_HEADERS];
-    let req = Arc::ptr_eq(&rf.routes, &cx.ctx.routes)
-        .then(|| parse_saved(&rf.head, &mut storage, &cx.ctx.set.limits))
+    let req = rf
+        .is_current(&cx.ctx.routes)
+        .then(|| parse_saved(&head, &mut storage, &cx.ctx.set.limits))
         .flatten();
     let next = match &req {
-        Some(req) => {
-            let body = rf.body.take();
-            serve(h, cx, b, c, (req, body), rf.si, &rf.fb, rf.keep, false)
-        }
+        Some(req) => serve(h, cx, b, c, (req, body), rf.si, &rf.fb, keep, false),
         None => None,
     };
     let next = match next {
@@ -281,14 +298,14 @@ pub(super) fn resume(h: &mut Http1, cx: &mut Cx, b: &mut Base, c: ConnId, mut rf
             let Some(out) = b.tr.out_buf(cx.io, c) else {
                 return;
             };
-            let ch = ConnHdr::new(v11, rf.keep);
+            let ch = ConnHdr::new(v11, keep);
             let w = cx
                 .ctx
                 .responder()
                 .error(out, ErrorPage::new(rf.fb.error, ch, head_only));
             cx.ctx.log.status(cx.io, c, w, b);
             let more = !b.inbuf.is_empty();
-            h.after_response(cx, b, c, !rf.keep, more)
+            h.after_response(cx, b, c, !keep, more)
         }
     };
     if matches!(next, Next::Continue) && h.phase == Phase::Idle && !b.paused {

@@ -23,6 +23,7 @@ use crate::answer::ReqCtx;
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::pending::Pending;
 use crate::pipeline::{access, routing, Step};
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
 use crate::role::exchange::capture::Capture;
@@ -43,7 +44,7 @@ const MAX_HEADERS_STACK: usize = 128;
 pub const DRAIN_IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// A response prepared before its request's body was read.
-struct Pending {
+struct Prepared {
     bytes: Vec<u8>,
     written: Written,
     file: Option<FilePart>,
@@ -60,30 +61,21 @@ pub struct Http1 {
     body: Option<BodyDecoder>,
     /// The response waiting for its request body to be read (boxed: rare, and it keeps the
     /// connection role small).
-    pending: Option<Box<Pending>>,
+    prepared: Option<Box<Prepared>>,
     /// The request being proxied.
     pub(crate) exchange: Option<Box<Exchange>>,
     /// The last exchange of this connection, kept for the next proxied request: its head
     /// and retry vectors keep their capacity, so a keep-alive connection whose requests are
     /// proxied allocates nothing for them after the first.
     spare: Option<Box<Exchange>>,
-    /// The error pages of the location of the request being proxied (a failure to reach its
-    /// upstream is answered with them).
-    page: Option<Box<crate::answer::PageCtx>>,
-    /// The request about to be handled was deferred and resumed: its head was counted and
-    /// logged already.
-    resumed: bool,
-    /// What the location's guard decided so far for the request in progress.
-    progress: crate::guard::Progress,
+    /// What the pipeline decided so far for the request in progress: its guard's progress,
+    /// that it was held and resumed (counted and logged already), the error pages of the
+    /// location proxying it, and where an `error_page` re-serves it (with its head and body
+    /// kept, when it waits on its way there).
+    pending: Pending,
     /// The body being compressed in [`Phase::Compressing`], and whether the connection closes
     /// after it.
     encoding: Option<(Box<FileEncoder>, bool)>,
-    /// The request about to be proxied is re-served by an `error_page` (`proxy.rs`
-    /// `fall_back`): the status the client is told (`Fallback::status`), its redirects so
-    /// far, whether its location's error pages apply to it (`open`), its URI there.
-    redirect: Option<Box<crate::answer::fallback::Fallback>>,
-    /// The request waiting is on its way to an `error_page` location (`fallback.rs`).
-    refall: Option<Box<crate::answer::fallback::Refall>>,
 }
 
 impl Http1 {
@@ -98,15 +90,11 @@ impl Http1 {
             requests: 0,
             client_closes: false,
             body: None,
-            pending: None,
+            prepared: None,
             exchange: None,
             spare: None,
-            page: None,
-            resumed: false,
-            progress: crate::guard::Progress::default(),
+            pending: Pending::default(),
             encoding: None,
-            redirect: None,
-            refall: None,
         }
     }
 
@@ -209,10 +197,9 @@ impl Http1 {
     pub fn on_closed(&mut self, cx: &mut Cx) {
         self.proxy_client_closed(cx);
         self.body = None;
-        self.pending = None;
-        self.progress.clear();
+        self.prepared = None;
+        self.pending.clear();
         self.encoding = None;
-        self.refall = None;
     }
 
     /// The connection's deadline passed with nothing left to send.
@@ -263,8 +250,8 @@ impl Http1 {
         cx.ctx.log.status(cx.io, c, w, b);
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         self.body = None;
-        self.pending = None;
-        self.progress.conn = None;
+        self.prepared = None;
+        self.pending.progress.conn = None;
         self.linger(cx, b, c);
     }
 
@@ -377,10 +364,10 @@ impl Http1 {
         req: &Request,
         more_input: bool,
     ) -> Next {
-        if !std::mem::take(&mut self.resumed) {
+        if !std::mem::take(&mut self.pending.resumed) {
             cx.ctx.log.request(cx.io, c, req, b);
             self.requests += 1;
-            self.progress.clear();
+            self.pending.clear();
         }
         self.client_closes = !req.keep_alive;
         let set = &cx.ctx.set;
@@ -534,7 +521,7 @@ impl Http1 {
             return self.refuse_now(cx, b, c, bytes, r.written);
         }
         self.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
-        self.pending = Some(Box::new(Pending {
+        self.prepared = Some(Box::new(Prepared {
             bytes,
             written: r.written,
             file: r.file,
@@ -564,7 +551,7 @@ impl Http1 {
     ) -> Option<Next> {
         let uri = route.path.as_deref().unwrap_or("");
         let at = route.at.expect("a guarded request has a location");
-        match access::check(cx, b, (c, 0), req, uri, at, &mut self.progress) {
+        match access::check(cx, b, (c, 0), req, uri, at, &mut self.pending.progress) {
             Step::Go(_) => None,
             Step::Refuse { status, headers } => {
                 let refusal = (status, headers.as_str());
@@ -577,7 +564,7 @@ impl Http1 {
                 };
                 if close {
                     cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-                    self.progress.conn = None;
+                    self.pending.progress.conn = None;
                     self.linger(cx, b, c);
                     return Some(Next::Stop);
                 }
@@ -615,7 +602,7 @@ impl Http1 {
     /// The auth pool's answer `ok` for credentials `key` (`guard::verify`): the request that
     /// waits for it is looked at again; an answer it does not wait for is dropped.
     pub fn verified(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, key: u128, ok: bool) {
-        if self.phase == Phase::Wait && self.progress.verified(key, ok) {
+        if self.phase == Phase::Wait && self.pending.progress.verified(key, ok) {
             self.resume(cx, b, c);
         }
     }
@@ -631,10 +618,10 @@ impl Http1 {
         if !b.eof {
             cx.io.resume_recv(c);
         }
-        if let Some(rf) = self.refall.take() {
-            return self.resume_fallback(cx, b, c, *rf);
+        if self.pending.kept.is_some() {
+            return self.resume_fallback(cx, b, c);
         }
-        self.resumed = true;
+        self.pending.resumed = true;
         self.process_buffered(cx, b, c);
     }
 
@@ -658,7 +645,7 @@ impl Http1 {
         b.tr.write(cx.io, c, &bytes);
         cx.ctx.log.status(cx.io, c, w, b);
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-        self.progress.conn = None;
+        self.pending.progress.conn = None;
         self.linger(cx, b, c);
         Next::Stop
     }
@@ -667,7 +654,7 @@ impl Http1 {
     fn finish_body(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         self.body = None;
         self.phase = Phase::Idle;
-        let Some(mut p) = self.pending.take() else {
+        let Some(mut p) = self.prepared.take() else {
             return;
         };
         if cx.ctx.draining && !p.close {
@@ -697,7 +684,7 @@ impl Http1 {
     ) -> Next {
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         // The request is complete for limit_conn.
-        self.progress.conn = None;
+        self.pending.progress.conn = None;
         let now = cx.io.now();
         if close || cx.ctx.draining {
             if more_input || self.requests == 0 {

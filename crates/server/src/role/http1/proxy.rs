@@ -7,7 +7,7 @@ use ringx_http::upstream::upgrade_request;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
 use super::{fallback, write, Http1, Next, Phase};
-use crate::answer::fallback::{parse_saved, Fallback, NewUri, Refall, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{parse_saved, Fallback, NewUri, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::Found;
@@ -53,14 +53,15 @@ impl Http1 {
             self.spare = Some(ex);
             return None;
         };
-        self.page = page;
-        if let Some(fb) = self.redirect.take() {
+        self.pending.page = page;
+        if let Some(rr) = self.pending.fallback.take() {
+            let fb = &rr.fb;
             // Re-served by an `error_page`: told the status it says, and no page of its own
             // unless the page that sent it here is recursive (then its kept head says the
             // request as it is here). Done before it is sent: a failure at once goes on.
-            match self.page.as_mut() {
-                Some(p) if fb.open => p.reached_by(&fb),
-                _ => self.page = None,
+            match self.pending.page.as_mut() {
+                Some(p) if fb.open => p.reached_by(fb),
+                _ => self.pending.page = None,
             }
             let deco = ex.deco.get_or_insert_with(Box::default);
             deco.status_as = fb.status;
@@ -167,7 +168,7 @@ impl Http1 {
         c: ConnId,
         capture: Option<&Capture>,
     ) {
-        self.progress.auth = Some(access::auth_answer(capture));
+        self.pending.progress.auth = Some(access::auth_answer(capture));
         let now = cx.io.now();
         self.hold(cx, b, c, Some(now));
     }
@@ -314,7 +315,11 @@ impl Http1 {
             let reading = ex.has_body && ex.req_body.is_some() && ex.replay.is_some();
             if reading
                 && ex.capture.is_none()
-                && self.page.as_ref().is_some_and(|p| p.falls_back(status))
+                && self
+                    .pending
+                    .page
+                    .as_ref()
+                    .is_some_and(|p| p.falls_back(status))
             {
                 // The fallback gets the body again: the rest of it is read (and kept) first
                 // (`proxy_body`), then the request falls back here with it.
@@ -358,7 +363,7 @@ impl Http1 {
         let ch = ConnHdr::new(v11, !close);
         if let Some(mut cap) = self.exchange.as_mut().and_then(|x| x.capture.take()) {
             self.end_exchange(cx);
-            self.page = None;
+            self.pending.page = None;
             if let Some(fill) = cap.fill.take() {
                 return self.cache_sub_done(cx, b, c, *cap, fill, Some(status));
             }
@@ -370,7 +375,7 @@ impl Http1 {
         self.end_exchange(cx);
         self.phase = Phase::Idle;
         b.paused = false;
-        if let Some(p) = self.page.take() {
+        if let Some(p) = self.pending.page.take() {
             if let Some(out) = b.tr.out_buf(cx.io, c) {
                 if let Some(r) = p.write(cx.ctx.responder(), out, status, ch) {
                     if let Some(fb) = r.fallback {
@@ -407,8 +412,8 @@ impl Http1 {
         if close {
             cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
             self.body = None;
-            self.pending = None;
-            self.progress.conn = None;
+            self.prepared = None;
+            self.pending.progress.conn = None;
             return self.linger(cx, b, c);
         }
         let more = !b.inbuf.is_empty();
@@ -473,8 +478,8 @@ impl Http1 {
     /// A request held on its way to a fallback location is looked at again.
     #[cold]
     #[inline(never)]
-    pub(super) fn resume_fallback(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, rf: Refall) {
-        fallback::resume(self, cx, b, c, rf)
+    pub(super) fn resume_fallback(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        fallback::resume(self, cx, b, c)
     }
 
     /// A proxied request whose upstream failed, re-served at the proxying location its error
@@ -588,7 +593,7 @@ impl Http1 {
         let Some(mut ex) = self.exchange.take() else {
             return;
         };
-        self.page = None;
+        self.pending.page = None;
         if let Some(mut cap) = ex.capture.take() {
             if !cap.to_client {
                 self.recycle(ex);
@@ -632,7 +637,15 @@ impl Http1 {
         more_input: bool,
         status_as: Option<u16>,
     ) -> Result<Option<Capture>, Next> {
-        match cache::step(cx, b, req, (route, rq), &mut self.progress, keep, status_as) {
+        match cache::step(
+            cx,
+            b,
+            req,
+            (route, rq),
+            &mut self.pending.progress,
+            keep,
+            status_as,
+        ) {
             Step::Go(capture) => Ok(capture),
             Step::WaitUntil(at) => {
                 self.hold(cx, b, c, Some(at));
