@@ -329,7 +329,13 @@ def test_mozilla_https_http2_and_tls_versions_alike(ringx_bin, tmp_path):
         try:
             r = got[who] = {}
             r["http"] = [ask(http_port, m, p, {**h, **x}, b) for m, p, x, b in redirects]
-            r["https"] = [ask(https_port, m, p, {**h, **x}, b, ctx) for m, p, x, b in REQUESTS]
+            try:
+                r["https"] = [ask(https_port, m, p, {**h, **x}, b, ctx) for m, p, x, b in REQUESTS]
+            except OSError as e:
+                logs = [site.tmp / f"{who}.stderr", site.tmp / "logs" / "error.log"]
+                raise AssertionError(f"{who} over HTTPS: {e!r}\n"
+                                     + "".join(q.read_text()[-3000:] for q in logs
+                                               if q.exists())) from e
             # httpx sets its ALPN list on the context it is given: one of its own.
             with httpx.Client(http2=True, verify=tls_client(pki.ca_path), timeout=10) as c:
                 # Bodies as sent (httpx would ask for gzip and hand back the body inflated).

@@ -44,8 +44,10 @@ listen = ["127.0.0.1:{port}"]
 
 
 def _wait_syscalls(admin_port):
-    """io_uring_enter calls of all zones so far, from ringx's own accounting (/metrics)."""
-    return int(total(samples(scrape(admin_port)[2]), "ringx_zone_wait_syscalls_total"))
+    """io_uring_enter calls of all zones so far, and requests served so far, from ringx's own
+    accounting (/metrics)."""
+    s = samples(scrape(admin_port)[2])
+    return int(total(s, "ringx_zone_wait_syscalls_total")), int(total(s, "ringx_requests_total"))
 
 
 def test_sqpoll_steady_state_makes_no_system_calls(ringx):
@@ -81,9 +83,15 @@ listen = ["127.0.0.1:{port}"]
         out = load.communicate(timeout=30)[0]
     m = re.search(r"(\d+) requests in", out)
     assert m and int(m.group(1)) > 2000, out
-    # The window lies inside the load: no io_uring_enter at all. One is tolerated for a host
-    # stall longer than the 50 ms spin (this runs on shared VMs).
-    assert after - before <= 1, f"{after - before} io_uring_enter calls in 1.5 s of steady load"
+    # The window lies inside the load: no io_uring_enter while the SQ thread runs. Each stall
+    # of the host longer than the 50 ms spin (a loaded or shared machine: the SQ thread does
+    # not get its CPU) puts it to sleep and costs one call to wake it; a zone without a
+    # working SQ thread makes one or more per batch of completions, thousands in the window.
+    # So: one call per 500 requests at most, and never more than one per 50 ms.
+    enters, served = after[0] - before[0], after[1] - before[1]
+    assert served > 0, "no request served in the window"
+    assert enters <= max(1, min(served // 500, 30)), (
+        f"{enters} io_uring_enter calls for {served} requests in 1.5 s of steady load")
 
 
 def _perf_counts_syscalls():
