@@ -2,13 +2,17 @@
 //! Each stage decides and returns a [`Step`] (sans-I/O, in the manner of the guards'
 //! `Verdict` and the cache's `Decision` it is built from); the roles (HTTP/1 and HTTP/2
 //! under `role/`, and HTTP/3 next) carry the steps out in their own framing: holding a
-//! request, sending a subrequest, writing a reply, proxying. Nothing here imports those roles.
+//! request, sending a subrequest, writing a reply, proxying. Nothing here imports those roles
+//! (only what they share: the proxied `Exchange`'s capture, `role::proxy_start`).
 //!
 //! | stage | file | decides |
 //! |---|---|---|
 //! | routing | `routing.rs` | the server and location (nginx's order, rewrites), a refusal before them, the local answer |
 //! | access | `access.rs` | the location's guards: pass, refuse, delay, verify, ask `auth_request` |
 //! | cache | `cache.rs` | the location's proxy cache: hit, pass, fill, wait for another's fill |
+//!
+//! A request between the stages' looks at it is a [`pending::Pending`], whichever protocol
+//! carries it.
 
 pub mod access;
 pub mod cache;
