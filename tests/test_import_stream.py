@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import close_listener
 from import_site import Site, handshake, stop, tls_client
 from tls_pki import Pki
 
@@ -55,7 +56,7 @@ class Echo:
             c.close()
 
     def close(self):
-        self.sock.close()
+        close_listener(self.sock)
 
 
 class UdpEcho:
