@@ -248,11 +248,15 @@ def run_streams(s, c, requests: dict[int, tuple[str, bytes | None]]) -> dict[int
     bodies: dict[int, bytearray] = {sid: bytearray() for sid in requests}
     done: set[int] = set()
     deadline = time.time() + 60
+    seen: list[str] = []  # what arrived, for a failure's message
+    t0 = time.time()
     while len(done) < len(requests) and time.time() < deadline:
         data = s.recv(1 << 20)
         if not data:
+            seen.append(f"EOF after {time.time() - t0:.3f} s")
             break
         for ev in c.receive_data(data):
+            seen.append(type(ev).__name__)
             if isinstance(ev, h2.events.ResponseReceived):
                 status[ev.stream_id] = int(dict(ev.headers)[":status"])
             elif isinstance(ev, h2.events.DataReceived):
@@ -261,7 +265,7 @@ def run_streams(s, c, requests: dict[int, tuple[str, bytes | None]]) -> dict[int
             elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
                 done.add(ev.stream_id)
         send_bodies()
-    assert done == set(requests), f"streams left: {set(requests) - done}"
+    assert done == set(requests), f"streams left: {set(requests) - done}; got {seen[-12:]}"
     return {sid: (status.get(sid, 0), bytes(bodies[sid])) for sid in requests}
 
 
