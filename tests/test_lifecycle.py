@@ -43,14 +43,25 @@ def _new_conn_refused_or_unserved(port) -> str:
         raise AssertionError(f"a connection opened after SIGTERM was served: {r}")
 
 
+def _idle_keepalive(port) -> Conn:
+    """A keep-alive connection left idle after one request. The zone closes it within
+    DRAIN_IDLE_GRACE (1 s) of the drain reaching it: how a test knows that the zone, not only
+    the control thread (whose "shutting down" line comes first), is draining."""
+    c = Conn(port, timeout=5)
+    c.send(request("GET", "/"))
+    assert c.read_response(timeout=5).status == 200
+    return c
+
+
 def test_sigterm_drains_inflight_request(engine, ringx):
     p = free_port()
     srv = ringx.make(simple_cfg(engine, p), engine=engine)
-    with Conn(p, timeout=5) as c:
+    with Conn(p, timeout=5) as c, _idle_keepalive(p) as idle:
         c.send(request("POST", "/", headers={"Content-Length": "10"}) + b"01234")
         time.sleep(0.2)
         srv.signal(signal.SIGTERM)
         srv.wait_log("shutting down", timeout=5)
+        assert idle.wait_closed(5), "an idle keep-alive connection outlived the drain's grace"
         what = _new_conn_refused_or_unserved(p)
         assert srv.proc.poll() is None, "exited before the in-flight request finished"
         c.send(b"56789")
@@ -67,11 +78,14 @@ def test_drain_response_says_connection_close(engine, ringx):
     so it should announce it (Connection: close), like a keepalive_requests cut."""
     p = free_port()
     srv = ringx.make(simple_cfg(engine, p), engine=engine)
-    with Conn(p, timeout=5) as c:
+    with Conn(p, timeout=5) as c, _idle_keepalive(p) as idle:
         c.send(request("POST", "/", headers={"Content-Length": "4"}) + b"01")
         time.sleep(0.2)
         srv.signal(signal.SIGTERM)
         srv.wait_log("shutting down", timeout=5)
+        # The rest of the body once the zone drains (sent before, it may be answered first:
+        # the drain reaches the zone as a message after the signal).
+        assert idle.wait_closed(5), "an idle keep-alive connection outlived the drain's grace"
         c.send(b"23")
         r = c.read_response(timeout=5)
         assert r.status == 200
