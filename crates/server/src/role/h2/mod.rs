@@ -693,11 +693,11 @@ impl H2 {
         let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
-        let Some(pending) = s.pending.take().map(|p| *p) else {
+        let Some(mut pending) = s.pending.take() else {
             self.streams.insert(id, s);
             return;
         };
-        self.serve(cx, b, c, s, pending);
+        self.serve(cx, b, c, s, &mut pending);
     }
 
     /// What arrived of the body while stream `id` waited goes where the request went now:
@@ -754,7 +754,7 @@ impl H2 {
             }
             None => {
                 pending.progress.auth = Some(AuthAnswer::Error);
-                self.serve(cx, b, c, s, pending);
+                self.serve(cx, b, c, s, &mut pending);
             }
         }
     }
@@ -767,7 +767,7 @@ impl H2 {
         };
         self.detach(cx, &s);
         let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
-        let Some(mut pending) = s.pending.take().map(|p| *p) else {
+        let Some(mut pending) = s.pending.take() else {
             return; // not a pending stream's subrequest (never the case)
         };
         let answer = match outcome {
@@ -775,7 +775,7 @@ impl H2 {
             _ => AuthAnswer::Error,
         };
         pending.progress.auth = Some(answer);
-        self.serve(cx, b, c, s, pending);
+        self.serve(cx, b, c, s, &mut pending);
     }
 }
 

@@ -61,7 +61,7 @@ impl H2 {
                 return self.answer_error(cx, b, c, s, 413);
             }
         }
-        self.serve(cx, b, c, s, Pending::of_fields(head, framing));
+        self.serve(cx, b, c, s, &mut Pending::of_fields(head, framing));
     }
 
     /// Makes, routes and serves stream `s`'s request (`pending`: its fields and what was
@@ -73,7 +73,7 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         s: H2Stream,
-        pending: Pending,
+        pending: &mut Pending,
     ) {
         let id = s.id;
         if let Some(body) = self.route_stream(cx, b, c, s, pending) {
@@ -89,7 +89,7 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        mut pending: Pending,
+        pending: &mut Pending,
     ) -> Option<SavedBody> {
         let first = !pending.resumed;
         let Some(kept) = pending.kept.as_mut() else {
@@ -213,17 +213,17 @@ impl H2 {
                 }
                 Step::WaitUntil(until) => {
                     pending.keep_body(body);
-                    self.park(cx, b, c, s, pending, Some(until));
+                    self.park(cx, b, c, s, std::mem::take(pending), Some(until));
                     return None;
                 }
                 Step::Ask { upstream, head } => {
                     pending.keep_body(body);
-                    self.ask(cx, b, c, s, pending, upstream, head);
+                    self.ask(cx, b, c, s, std::mem::take(pending), upstream, head);
                     return None;
                 }
                 Step::WaitVerify => {
                     pending.keep_body(body);
-                    self.park(cx, b, c, s, pending, None);
+                    self.park(cx, b, c, s, std::mem::take(pending), None);
                     return None;
                 }
             }
@@ -254,7 +254,7 @@ impl H2 {
                     }
                     Step::WaitUntil(until) => {
                         pending.keep_body(body);
-                        self.park(cx, b, c, s, pending, Some(until));
+                        self.park(cx, b, c, s, std::mem::take(pending), Some(until));
                         return None;
                     }
                     Step::Go(cap) => capture = cap,
@@ -590,7 +590,7 @@ impl H2 {
             fb: fb.clone(),
             routes: cx.ctx.routes.clone(),
         }));
-        self.serve(cx, b, c, s, pending);
+        self.serve(cx, b, c, s, &mut pending);
     }
 
     /// Request body bytes of a proxied stream, to its upstream.

@@ -367,7 +367,10 @@ impl Http1 {
         if !std::mem::take(&mut self.pending.resumed) {
             cx.ctx.log.request(cx.io, c, req, b);
             self.requests += 1;
-            self.pending.clear();
+            // What the last request left is cleared where it was used (the page when its
+            // exchange ends, the fallback when the proxy starts, the kept head when it is
+            // resumed): here only the guard's progress, one test unless a guard ran.
+            self.pending.progress.clear();
         }
         self.client_closes = !req.keep_alive;
         let set = &cx.ctx.set;
