@@ -89,3 +89,18 @@ if [ ! -x "$ROOT/tools/bin/h2spec" ]; then
       || echo "install-deps: h2spec could not be built; tests/test_h2.py skips its conformance run" >&2
   fi
 fi
+
+# pebble and pebble-challtestsrv (Let's Encrypt's test ACME server and its DNS/challenge
+# helper; tests/test_acme.py): Go modules, built once into tools/bin. pebble 2.10 needs Go
+# 1.25 (a Go of 1.21 or later fetches that toolchain itself; Debian 12's 1.19 cannot, and
+# the ACME tests then skip, saying so).
+PEBBLE_VERSION=v2.10.3
+if [ ! -x "$ROOT/tools/bin/pebble" ] || [ ! -x "$ROOT/tools/bin/pebble-challtestsrv" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  if [ -x "$GO" ]; then
+    echo "install-deps: building pebble $PEBBLE_VERSION"
+    GOBIN="$ROOT/tools/bin" "$GO" install "github.com/letsencrypt/pebble/v2/cmd/pebble@$PEBBLE_VERSION" \
+      "github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@$PEBBLE_VERSION" \
+      || echo "install-deps: pebble could not be built; tests/test_acme.py skips" >&2
+  fi
+fi

@@ -1,0 +1,138 @@
+"""Let's Encrypt's test ACME server for tests/test_acme.py: pebble and pebble-challtestsrv (its
+DNS server, which answers every name with 127.0.0.1), each test with its own ports, its own
+TLS certificate for the directory (so ringx's `[acme] ca` is what trusts it) and its own
+temporary directory.
+
+The binaries are Go modules that scripts/install-deps.sh builds into tools/bin; where they are
+missing and Go is present, the first test builds them there, under a lock, so that tests run
+in parallel build them once."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, free_port
+from tls_pki import Pki
+
+PEBBLE_VERSION = "v2.10.3"
+TOOLS = REPO / "tools" / "bin"
+
+
+def _go() -> str | None:
+    return shutil.which("go") or (
+        "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+
+
+def pebble_bins() -> tuple[str, str]:
+    """pebble and pebble-challtestsrv, built once into tools/bin if missing; skips with the
+    reason when they cannot be had."""
+    want = [TOOLS / "pebble", TOOLS / "pebble-challtestsrv"]
+    if all(os.access(p, os.X_OK) for p in want):
+        return str(want[0]), str(want[1])
+    on_path = [shutil.which("pebble"), shutil.which("pebble-challtestsrv")]
+    if all(on_path):
+        return on_path[0], on_path[1]
+    go = _go()
+    if go is None:
+        pytest.skip("pebble is not built and Go is missing (scripts/install-deps.sh builds it)")
+    TOOLS.mkdir(parents=True, exist_ok=True)
+    with open(TOOLS / ".pebble.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all(os.access(p, os.X_OK) for p in want):
+            r = subprocess.run(
+                [go, "install", f"github.com/letsencrypt/pebble/v2/cmd/pebble@{PEBBLE_VERSION}",
+                 f"github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@{PEBBLE_VERSION}"],
+                env={**os.environ, "GOBIN": str(TOOLS)}, capture_output=True, text=True,
+                timeout=900)
+            if r.returncode != 0:
+                pytest.skip(f"pebble could not be built with Go: {r.stderr[-500:]}")
+    return str(want[0]), str(want[1])
+
+
+class Pebble:
+    """One pebble with its DNS server. `http_port` and `tls_port` are where its validation
+    authority connects for http-01 and tls-alpn-01: ringx's listeners in the test."""
+
+    def __init__(self, workdir: Path, http_port: int, tls_port: int, validity: int = 7776000,
+                 env: dict[str, str] | None = None):
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port, self.mgmt, self.dns, self.dns_mgmt = (free_port() for _ in range(4))
+        self.http_port, self.tls_port = http_port, tls_port
+        pki = Pki(self.dir / "pki", name="pebble listener CA")
+        cert, key = pki.leaf("pebble-listener", ["localhost"])
+        self.listener_ca = pki.ca_path
+        cfg = {"pebble": {
+            "listenAddress": f"127.0.0.1:{self.port}",
+            "managementListenAddress": f"127.0.0.1:{self.mgmt}",
+            "certificate": str(cert), "privateKey": str(key),
+            "httpPort": http_port, "tlsPort": tls_port,
+            "ocspResponderURL": "", "externalAccountBindingRequired": False,
+            "retryAfter": {"authz": 1, "order": 1},
+            "keyAlgorithm": "ecdsa",
+            "profiles": {"default": {"description": "test", "validityPeriod": validity}},
+        }}
+        self.config = self.dir / "pebble.json"
+        self.config.write_text(json.dumps(cfg))
+        self.env = {"PEBBLE_VA_NOSLEEP": "1", "PEBBLE_WFE_NONCEREJECT": "0",
+                    "PEBBLE_AUTHZREUSE": "0", "PEBBLE_VA_ALWAYS_VALID": "0", **(env or {})}
+        self.procs: list[subprocess.Popen] = []
+        self.log_path = self.dir / "pebble.log"
+
+    @property
+    def directory(self) -> str:
+        return f"https://localhost:{self.port}/dir"
+
+    def start(self) -> "Pebble":
+        pebble, challtestsrv = pebble_bins()
+        log = open(self.log_path, "ab")
+        self.procs.append(subprocess.Popen(
+            [challtestsrv, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
+             "-dnsserver", f"127.0.0.1:{self.dns}", "-management", f"127.0.0.1:{self.dns_mgmt}",
+             "-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL))
+        self.procs.append(subprocess.Popen(
+            [pebble, "-config", str(self.config), "-dnsserver", f"127.0.0.1:{self.dns}"],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=self.dir,
+            env={**os.environ, **self.env}))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.get(self.directory)
+                return self
+            except OSError:
+                for p in self.procs:
+                    if p.poll() is not None:
+                        raise AssertionError(f"pebble exited: {self.log_path.read_text()}")
+                time.sleep(0.05)
+        raise AssertionError(f"pebble did not answer: {self.log_path.read_text()}")
+
+    def get(self, url: str) -> bytes:
+        ctx = ssl.create_default_context(cafile=str(self.listener_ca))
+        with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
+            return r.read()
+
+    def root_pem(self) -> bytes:
+        """The root pebble issues under (made when it starts)."""
+        return self.get(f"https://localhost:{self.mgmt}/roots/0")
+
+    def orders(self) -> int:
+        """Orders finalized so far, counted from pebble's log."""
+        return self.log_path.read_text(errors="replace").count("Issued certificate serial")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=5)
+        self.procs.clear()
