@@ -9,6 +9,7 @@
 //! `xdp`, `ops`, `tls`, `tproxy`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
+pub mod acme;
 pub mod cache;
 pub mod compress;
 mod error;
@@ -177,6 +178,26 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
             .chain(cfg.stream.iter().filter_map(|s| s.get_ref().tls.as_ref())),
         src,
     )?;
+    if let Some(st) = cfg
+        .stream
+        .iter()
+        .find_map(|s| s.get_ref().tls.as_ref().filter(|t| t.get_ref().is_acme()))
+    {
+        return Err(src.err(
+            st.span(),
+            "acme = true is for [[server]] tls: a [[stream]] has no names to order a certificate for",
+        ));
+    }
+    if cfg.acme.is_some()
+        || cfg.server.iter().any(|s| {
+            s.get_ref()
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.get_ref().is_acme())
+        })
+    {
+        acme::validate(cfg.acme.as_ref(), &cfg.server, src)?;
+    }
     policy::validate_guard(cfg, src)?;
     policy::validate_cache(cfg, src)?;
     steering::validate(&cfg.steering, cfg.xdp.as_ref(), src)?;

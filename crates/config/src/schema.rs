@@ -40,6 +40,8 @@ pub struct Config {
     pub xdp: Option<xdp::Xdp>,
     /// The admin listener (`/metrics`, `/healthz`); none without an [admin] section.
     pub admin: Option<ops::Admin>,
+    /// Where `tls = { acme = true }` servers get their certificates (`crate::acme`).
+    pub acme: Option<crate::acme::Acme>,
     /// TLS sessions and handshakes, for every server with `tls`.
     #[serde(default)]
     pub tls: tls::Tls,

@@ -88,6 +88,9 @@ pub struct TlsTable {
     /// `"required"`: no handshake without a valid client certificate; `"optional"`: one is
     /// asked for and verified if sent.
     pub verify: Option<Spanned<String>>,
+    /// The certificate comes from the `[acme]` CA, for the server's names
+    /// (`crate::acme`), instead of files.
+    pub acme: Option<Spanned<bool>>,
 }
 
 /// Whether and how client certificates are verified.
@@ -105,9 +108,19 @@ pub struct ServerTls {
     pub certs: Vec<Spanned<CertKey>>,
     pub client_ca: Option<Spanned<PathBuf>>,
     pub verify: Option<ClientVerify>,
+    /// The certificate comes from ACME (`certs` is then empty).
+    pub acme: bool,
 }
 
 impl TlsValue {
+    /// Whether the certificate comes from ACME (`tls = { acme = true }`).
+    pub fn is_acme(&self) -> bool {
+        match self {
+            TlsValue::List(_) => false,
+            TlsValue::Table(t) => t.acme.as_ref().is_some_and(|a| *a.get_ref()),
+        }
+    }
+
     /// The CA file client certificates must chain to, where the server asks for them.
     pub fn client_ca(&self) -> Option<&Spanned<PathBuf>> {
         match self {
@@ -126,6 +139,14 @@ impl TlsValue {
             TlsValue::List(certs) => return ServerTls::check(span, certs.clone(), None, None, src),
             TlsValue::Table(t) => t,
         };
+        if let Some(a) = t.acme.as_ref().filter(|a| *a.get_ref()) {
+            if t.cert.is_some() || t.key.is_some() || !t.certs.is_empty() {
+                return Err(src.err(
+                    a.span(),
+                    "tls has acme = true and certificate files: the certificate comes from one or the other",
+                ));
+            }
+        }
         let mut certs = t.certs.clone();
         match (&t.cert, &t.key) {
             (Some(c), Some(k)) => certs.insert(
@@ -159,7 +180,8 @@ impl TlsValue {
                 }
             }),
         };
-        ServerTls::check(span, certs, t.client_ca.clone(), verify, src)
+        let acme = self.is_acme();
+        ServerTls::check_acme(span, certs, t.client_ca.clone(), verify, acme, src)
     }
 }
 
@@ -171,10 +193,22 @@ impl ServerTls {
         verify: Option<ClientVerify>,
         src: &Source,
     ) -> Result<ServerTls, ConfigError> {
-        if certs.is_empty() {
+        ServerTls::check_acme(span, certs, client_ca, verify, false, src)
+    }
+
+    fn check_acme(
+        span: std::ops::Range<usize>,
+        certs: Vec<Spanned<CertKey>>,
+        client_ca: Option<Spanned<PathBuf>>,
+        verify: Option<ClientVerify>,
+        acme: bool,
+        src: &Source,
+    ) -> Result<ServerTls, ConfigError> {
+        if certs.is_empty() && !acme {
             return Err(src.err(
                 span,
-                "tls names no certificate: write tls = { cert = \"fullchain.pem\", key = \"key.pem\" }",
+                "tls names no certificate: write tls = { cert = \"fullchain.pem\", key = \"key.pem\" } \
+             (or tls = { acme = true })",
             ));
         }
         if certs.len() > 8 {
@@ -202,6 +236,7 @@ impl ServerTls {
             certs,
             client_ca,
             verify,
+            acme,
         })
     }
 }

@@ -139,3 +139,98 @@ fn a_stream_cannot_both_pass_tls_through_and_terminate_it() {
     );
     assert!(e.contains("sni name"), "{e}");
 }
+
+/// `tls = { acme = true }` with `[acme]`: the defaults, and what is refused at its place.
+#[test]
+fn acme_servers_and_their_refusals() {
+    let ok = format!(
+        "[acme]\ncontact = \"ops@example.com\"\nstorage = \"/tmp/acme\"\n{}",
+        server(
+            "server_name = [\"a.test\", \"www.a.test\"]\ntls = { acme = true }",
+            "127.0.0.1:443"
+        )
+    );
+    let c = parse("t.toml", &ok).unwrap();
+    let a = c.acme.as_ref().unwrap();
+    assert_eq!(a.directory.get_ref(), crate::acme::LETS_ENCRYPT);
+    assert_eq!(a.key_type.get_ref(), "ecdsa-p256");
+    assert_eq!(a.contact_uris(), ["mailto:ops@example.com"]);
+    let st = resolved(&ok);
+    assert!(st.acme && st.certs.is_empty());
+    assert_eq!(
+        crate::acme::names(c.server[0].get_ref()),
+        ["a.test", "www.a.test"]
+    );
+    // No [acme] section: Let's Encrypt's defaults.
+    assert!(parse(
+        "t.toml",
+        &server(
+            "server_name = [\"a.test\"]\ntls = { acme = true }",
+            "127.0.0.1:443"
+        )
+    )
+    .is_ok());
+    let refused = [
+        (
+            server(
+                "server_name = [\"*.a.test\"]\ntls = { acme = true }",
+                "127.0.0.1:443",
+            ),
+            "t.toml:3:16: server_name \"*.a.test\": a wildcard certificate",
+        ),
+        (
+            server("tls = { acme = true }", "127.0.0.1:443"),
+            "t.toml:3:7: tls = { acme = true } needs server_name",
+        ),
+        (
+            server(
+                "server_name = [\"a.test\"]\ntls = { acme = true, cert = \"c\", key = \"k\" }",
+                "127.0.0.1:443",
+            ),
+            "t.toml:4:16: tls has acme = true and certificate files",
+        ),
+        (
+            format!(
+                "[acme]\nkey_type = \"dsa\"\n{}",
+                server(
+                    "server_name = [\"a.test\"]\ntls = { acme = true }",
+                    "127.0.0.1:443"
+                )
+            ),
+            "t.toml:2:12: key_type = \"dsa\"",
+        ),
+        (
+            format!(
+                "[acme]\nchallenge = \"dns-01\"\n{}",
+                server(
+                    "server_name = [\"a.test\"]\ntls = { acme = true }",
+                    "127.0.0.1:443"
+                )
+            ),
+            "t.toml:2:13: challenge = \"dns-01\" needs dns_hook",
+        ),
+        (
+            format!(
+                "[acme]\ndirectory = \"http://ca/dir\"\n{}",
+                server(
+                    "server_name = [\"a.test\"]\ntls = { acme = true }",
+                    "127.0.0.1:443"
+                )
+            ),
+            "t.toml:2:13: directory = \"http://ca/dir\": an ACME directory is an https:// URL",
+        ),
+    ];
+    for (text, want) in refused {
+        let e = parse("t.toml", &text).unwrap_err().to_string();
+        assert!(e.starts_with(want), "{e}\nwanted {want}");
+    }
+    // A wildcard is fine where a DNS hook can answer dns-01.
+    let hook = format!(
+        "[acme]\ndns_hook = \"/usr/local/bin/dns-hook\"\n{}",
+        server(
+            "server_name = [\"*.a.test\"]\ntls = { acme = true }",
+            "127.0.0.1:443"
+        )
+    );
+    assert!(parse("t.toml", &hook).is_ok());
+}
