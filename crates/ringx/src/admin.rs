@@ -85,7 +85,11 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::
     }
     match target.split('?').next().unwrap_or("") {
         "/metrics" => {
-            let body = metrics.render();
+            let mut body = metrics.render();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            body.push_str(&ringx_acme::global().render_metrics(now));
             respond(
                 &mut s,
                 200,

@@ -275,6 +275,7 @@ impl Control {
                 .unwrap_or_else(|e| e.into_inner()) = next.upstreams.clone();
         }
         self.compiled = next;
+        crate::acme::start(&cfg);
         let list = |v: &[SocketAddr]| {
             v.iter()
                 .map(|a| a.to_string())

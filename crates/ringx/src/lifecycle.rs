@@ -480,6 +480,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         engine: engine.as_str(),
         log,
     });
+    crate::acme::start(&cfg);
 
     let wakers = pool.wakers().to_vec();
     loop {

@@ -1,5 +1,6 @@
 //! `ringx`: the command line.
 
+mod acme;
 mod admin;
 mod cli_import;
 mod cli_lb;

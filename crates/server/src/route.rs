@@ -38,6 +38,9 @@ pub struct Routes {
     pub transparent: Vec<(SocketAddr, bool)>,
     /// Some location proxies (the zones then need client addresses).
     pub has_proxy: bool,
+    /// Some server's certificate comes from ACME: `/.well-known/acme-challenge/` is answered
+    /// before any location (`pipeline::routing::route`).
+    pub acme_http01: bool,
     /// Compression (`[http] gzip`, `brotli`, `zstd`, `*_static`); None: off.
     pub compress: Option<Arc<Policy>>,
     /// `[http]` real client addresses and malformed-request escalation.

@@ -204,6 +204,12 @@ impl Routes {
                 .map(|(a, p)| (a, p == StreamProtocol::Udp))
                 .collect(),
             has_proxy,
+            acme_http01: cfg.server.iter().any(|s| {
+                s.get_ref()
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| t.get_ref().is_acme())
+            }),
             compress,
             http_guard: crate::guard::HttpGuard::compile(cfg),
         })

@@ -75,6 +75,10 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
             continue;
         };
         let st = t.get_ref().resolve(t.span(), &src)?;
+        let resolver = match (st.acme, cfg.server.get(i)) {
+            (true, Some(s)) => Some(acme_resolver(cfg, s.get_ref())),
+            _ => None,
+        };
         let mut keys = Vec::new();
         for ck in &st.certs {
             let ck = ck.get_ref();
@@ -111,6 +115,7 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
             keys,
             client,
             h2: h2.get(i).copied().unwrap_or(false),
+            resolver,
         }));
     }
     // A TLS listener's handshakes pick their server with the map requests pick theirs by
@@ -144,6 +149,38 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
         share: *cfg.tls.handshake_share.get_ref(),
         ktls,
     }))
+}
+
+/// The certificate resolver of a server with `tls = { acme = true }`: its names' slot, kept
+/// across reloads (the ACME thread fills it), with a temporary self-signed certificate
+/// until the first one arrives unless `[acme] pending = "refuse"`.
+fn acme_resolver(
+    cfg: &Config,
+    server: &ringx_config::Server,
+) -> std::sync::Arc<dyn rustls::server::ResolvesServerCert> {
+    let names = ringx_config::acme::names(server);
+    let refuse = cfg
+        .acme
+        .as_ref()
+        .is_some_and(|a| a.pending.get_ref() == "refuse");
+    let shared = ringx_acme::global();
+    let self_signed = || match ringx_acme::certs::self_signed(&names) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(
+                "ACME: no temporary certificate for {}: {e}",
+                names.join(" ")
+            );
+            None
+        }
+    };
+    let slot = shared.slot(&names, || (!refuse).then(self_signed).flatten());
+    if refuse {
+        slot.set_pending(None);
+    } else if slot.current().is_none() {
+        slot.set_pending(self_signed());
+    }
+    std::sync::Arc::new(ringx_acme::Resolver::new(slot, shared))
 }
 
 /// One zone's TLS state.

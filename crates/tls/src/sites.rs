@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
-use rustls::server::{ProducesTickets, ServerSessionMemoryCache, WebPkiClientVerifier};
+use rustls::server::{
+    ProducesTickets, ResolvesServerCert, ServerSessionMemoryCache, WebPkiClientVerifier,
+};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 
@@ -36,6 +38,10 @@ pub struct SiteSpec {
     pub client: Option<ClientAuth>,
     /// Offer HTTP/2 (ALPN `h2` before `http/1.1`).
     pub h2: bool,
+    /// Where the certificate comes from instead of `keys` (ACME: a certificate swapped in
+    /// while the server runs, and tls-alpn-01's challenge certificates); its servers also
+    /// accept ALPN `acme-tls/1`, last.
+    pub resolver: Option<Arc<dyn ResolvesServerCert>>,
 }
 
 /// Every TLS server's rustls configuration and each listener's SNI map.
@@ -54,6 +60,8 @@ pub struct Sites {
 /// ALPN protocols offered, in preference order (HTTP/2 first where a server offers it).
 pub const ALPN: &[&[u8]] = &[b"http/1.1"];
 pub const ALPN_H2: &[&[u8]] = &[b"h2", b"http/1.1"];
+/// tls-alpn-01's protocol (RFC 8737), offered by servers whose certificate comes from ACME.
+pub const ACME_TLS: &[u8] = b"acme-tls/1";
 
 impl Sites {
     /// Builds the configurations. `servers[i]` is server i's TLS (`None`: plain);
@@ -99,9 +107,19 @@ impl Sites {
                     )
                 }
             };
-            let mut cfg = builder.with_cert_resolver(Arc::new(CertSet::new(spec.keys)));
+            let acme = spec.resolver.is_some();
+            let resolver = match spec.resolver {
+                Some(r) => r,
+                None => Arc::new(CertSet::new(spec.keys)),
+            };
+            let mut cfg = builder.with_cert_resolver(resolver);
             let alpn = if spec.h2 { ALPN_H2 } else { ALPN };
             cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            if acme {
+                // A CA validating tls-alpn-01 offers this protocol alone; rustls picks the
+                // first of ours a client offers, so it is last.
+                cfg.alpn_protocols.push(ACME_TLS.to_vec());
+            }
             // 0-RTT stays off (rustls's default, max_early_data_size 0): early data can be
             // replayed, and a replayed POST would run twice.
             cfg.max_early_data_size = 0;

@@ -98,11 +98,13 @@ fn sites(pki: &Pki) -> Sites {
 /// [`sites`] on either provider.
 pub(crate) fn sites_with(pki: &Pki, provider: Provider) -> Sites {
     let a = SiteSpec {
+        resolver: None,
         keys: vec![key(pki, "a", &["a.test"], false)],
         client: None,
         h2: false,
     };
     let b = SiteSpec {
+        resolver: None,
         keys: vec![
             key(pki, "b-rsa", &["x.b.test"], true),
             key(pki, "b-ec", &["x.b.test"], false),

@@ -49,6 +49,11 @@ pub fn route<'r>(
     (conn, request_id): (impl FnOnce() -> ConnInfo, &Cell<Option<[u8; 32]>>),
 ) -> Route<'r> {
     let si = routes.server_index(listener, || req.host_name());
+    if routes.acme_http01 {
+        if let Some(token) = req.path.strip_prefix(ringx_acme::HTTP01_PREFIX) {
+            return acme_route(si, req.path, token);
+        }
+    }
     let Some(path) = clean_path(req.path) else {
         return Route {
             path: None,
@@ -92,6 +97,47 @@ pub fn route<'r>(
         at,
         ext: None,
     }
+}
+
+/// An ACME http-01 request: no location (so no guard, cache or upstream), and its answer
+/// decided now, from the tokens the ACME thread issued.
+#[cold]
+fn acme_route<'r>(si: usize, path: &'r str, token: &str) -> Route<'r> {
+    Route {
+        path: Some(Cow::Borrowed(path)),
+        server: si,
+        at: None,
+        ext: Some(Box::new(RouteExt {
+            early: Some(Early::Acme(ringx_acme::global().http01(token))),
+            ..RouteExt::default()
+        })),
+    }
+}
+
+/// The answer to an http-01 request: the key authorization (`text/plain`, RFC 8555 §8.3), or
+/// a plain 404 that no `error_page` re-serves.
+#[cold]
+fn acme_answer(
+    r: Responder<'_>,
+    out: &mut Vec<u8>,
+    answer: Option<&str>,
+    ch: ConnHdr,
+    head_only: bool,
+) -> Reply {
+    let Some(body) = answer else {
+        return Reply::bytes(r.error(out, ErrorPage::new(404, ch, head_only)));
+    };
+    let w = r.head(
+        out,
+        200,
+        "Content-Type: text/plain\r\n",
+        body.len() as u64,
+        ch,
+    );
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
+    }
+    Reply::bytes(w)
 }
 
 /// nginx's 301 for a proxied directory requested without its slash, in a server that does
@@ -232,6 +278,9 @@ pub fn respond(
             ..Reply::bytes(w)
         };
     };
+    if let Some(Early::Acme(answer)) = route.ext.as_ref().and_then(|e| e.early.as_ref()) {
+        return acme_answer(r, out, answer.as_deref(), ch, head_only);
+    }
     let server = &routes.servers[route.server];
     let loc = route.at.map(|at| routes.location(at));
     if let (Some(l), None) = (loc, &route.ext) {
@@ -258,7 +307,7 @@ pub fn respond(
     match route.ext.as_ref().and_then(|e| e.early.as_ref()) {
         Some(Early::Redirect { status, location }) => return a.redirect(out, *status, location),
         Some(Early::Status(s)) => return a.error(out, *s, ""),
-        None => {}
+        Some(Early::Acme(_)) | None => {}
     }
     match loc.map(|l| &l.action) {
         Some(Action::Return(canned)) => a.canned(out, canned),

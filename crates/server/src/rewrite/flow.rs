@@ -65,6 +65,9 @@ pub enum Early {
     /// An error: 404 (a rewrite-only location no rule matched), 500 (a redirect cycle),
     /// 400 (a rewrite climbed above the root), `try_files =CODE`.
     Status(u16),
+    /// An ACME http-01 request (`/.well-known/acme-challenge/TOKEN`), answered before any
+    /// location: the key authorization of a token ringx issued, else 404.
+    Acme(Option<std::sync::Arc<str>>),
 }
 
 /// Where a request goes, when its server rewrites.

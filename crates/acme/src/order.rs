@@ -1,0 +1,225 @@
+//! One order carried out (RFC 8555 §7.4): every authorization's challenge answered in
+//! `crate::shared` (or by the DNS hook) and announced, the order polled until ready,
+//! finalized with a CSR for a new key, and the certificate fetched. The answers are taken
+//! down when the order ends, however it ends.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use instant_acme::{
+    Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, Identifier, NewOrder,
+    OrderStatus,
+};
+
+use crate::block::block_on;
+use crate::certs::{self, KeyType};
+use crate::shared::Shared;
+
+/// How a CA is to validate the names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Challenge {
+    Http01,
+    TlsAlpn01,
+    Dns01,
+}
+
+/// How long an order may take before it is given up (and retried later).
+const ORDER_DEADLINE: Duration = Duration::from_secs(300);
+
+/// What an order needs.
+pub struct Ctx<'a> {
+    pub account: &'a Account,
+    pub shared: &'static Shared,
+    pub challenge: Challenge,
+    pub key_type: KeyType,
+    pub dns_hook: Option<&'a Path>,
+    pub dns_wait: Duration,
+}
+
+/// A certificate obtained: the chain as the CA sent it, and its key (PEM).
+pub struct Issued {
+    pub chain_pem: String,
+    pub key_pem: String,
+}
+
+/// Why an order failed.
+#[derive(Debug)]
+pub struct Failure {
+    pub message: String,
+    /// The CA said `rateLimited` (with its Retry-After, if it gave one).
+    pub rate_limited: Option<Option<Duration>>,
+}
+
+impl From<instant_acme::Error> for Failure {
+    fn from(e: instant_acme::Error) -> Failure {
+        let rate_limited = match &e {
+            instant_acme::Error::Api(p)
+                if p.r#type.as_deref() == Some("urn:ietf:params:acme:error:rateLimited") =>
+            {
+                Some(None)
+            }
+            _ => None,
+        };
+        Failure {
+            message: e.to_string(),
+            rate_limited,
+        }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::from(message.to_string())
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure {
+            message,
+            rate_limited: None,
+        }
+    }
+}
+
+/// A challenge answer to take down when the order ends.
+enum Posted {
+    Http(String),
+    Alpn(String),
+    Dns(String, String),
+}
+
+struct Cleanup<'a> {
+    cx: &'a Ctx<'a>,
+    posted: Vec<Posted>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        for p in self.posted.drain(..) {
+            match p {
+                Posted::Http(token) => self.cx.shared.set_http01(&token, None),
+                Posted::Alpn(name) => self.cx.shared.set_alpn(&name, None),
+                Posted::Dns(fqdn, value) => {
+                    if let Some(hook) = self.cx.dns_hook {
+                        let _ = run_hook(hook, "remove", &fqdn, &value);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn run_hook(hook: &Path, op: &str, fqdn: &str, value: &str) -> Result<(), String> {
+    let st = Command::new(hook)
+        .args([op, fqdn, value])
+        .status()
+        .map_err(|e| format!("dns_hook {}: {e}", hook.display()))?;
+    match st.success() {
+        true => Ok(()),
+        false => Err(format!("dns_hook {} {op} {fqdn}: {st}", hook.display())),
+    }
+}
+
+/// Orders a certificate for `names`; `replaces` names the certificate it renews (ARI).
+pub fn obtain(
+    cx: &Ctx<'_>,
+    names: &[String],
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> Result<Issued, Failure> {
+    let ids: Vec<Identifier> = names.iter().map(|n| Identifier::Dns(n.clone())).collect();
+    let mut new = NewOrder::new(&ids);
+    if let Some(r) = replaces {
+        new = new.replaces(r);
+    }
+    let mut order = block_on(cx.account.new_order(&new))?;
+    let mut cleanup = Cleanup {
+        cx,
+        posted: Vec::new(),
+    };
+    {
+        let mut authzs = order.authorizations();
+        while let Some(a) = block_on(authzs.next()) {
+            let mut a = a?;
+            match a.status {
+                AuthorizationStatus::Pending => {}
+                AuthorizationStatus::Valid => continue,
+                s => return Err(format!("authorization is {s:?}").into()),
+            }
+            let kind = match (a.wildcard, cx.challenge) {
+                (true, _) | (_, Challenge::Dns01) => ChallengeType::Dns01,
+                (_, Challenge::Http01) => ChallengeType::Http01,
+                (_, Challenge::TlsAlpn01) => ChallengeType::TlsAlpn01,
+            };
+            let mut ch = a
+                .challenge(kind.clone())
+                .ok_or_else(|| format!("the CA offers no {kind:?} challenge"))?;
+            let ka = ch.key_authorization();
+            let name = match ch.identifier().identifier {
+                Identifier::Dns(d) => d.clone(),
+                other => return Err(format!("identifier {other:?}").into()),
+            };
+            match kind {
+                ChallengeType::Http01 => {
+                    cx.shared.set_http01(&ch.token, Some(ka.as_str()));
+                    cleanup.posted.push(Posted::Http(ch.token.clone()));
+                }
+                ChallengeType::TlsAlpn01 => {
+                    let cert = certs::alpn_challenge(&name, ka.digest().as_ref())?;
+                    cx.shared.set_alpn(&name, Some(cert));
+                    cleanup.posted.push(Posted::Alpn(name.clone()));
+                }
+                _ => {
+                    let hook = cx.dns_hook.ok_or("dns-01 without dns_hook")?;
+                    let fqdn = format!("_acme-challenge.{name}");
+                    let value = ka.dns_value();
+                    run_hook(hook, "add", &fqdn, &value)?;
+                    cleanup.posted.push(Posted::Dns(fqdn, value));
+                    std::thread::sleep(cx.dns_wait);
+                }
+            }
+            tracing::debug!(name = %name, "ACME: {kind:?} answer posted");
+            block_on(ch.set_ready())?;
+        }
+    }
+    let start = Instant::now();
+    let mut delay = Duration::from_millis(200);
+    let mut wait = |what: &str| -> Result<(), Failure> {
+        if start.elapsed() > ORDER_DEADLINE {
+            return Err(format!("the order is still {what} after {ORDER_DEADLINE:?}").into());
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_secs(5));
+        Ok(())
+    };
+    loop {
+        let st = block_on(order.refresh())?;
+        match st.status {
+            OrderStatus::Ready | OrderStatus::Valid | OrderStatus::Processing => break,
+            OrderStatus::Invalid => {
+                let why = st
+                    .error
+                    .as_ref()
+                    .map_or_else(|| "an authorization failed".to_string(), |p| p.to_string());
+                return Err(format!("the order is invalid: {why}").into());
+            }
+            OrderStatus::Pending => wait("pending")?,
+        }
+    }
+    let key = cx.key_type.generate()?;
+    if order.state().status == OrderStatus::Ready {
+        block_on(order.finalize_csr(&certs::csr(names, &key)?))?;
+    }
+    let chain_pem = loop {
+        match block_on(order.certificate())? {
+            Some(c) => break c,
+            None => wait("processing")?,
+        }
+    };
+    drop(cleanup);
+    Ok(Issued {
+        chain_pem,
+        key_pem: key.serialize_pem(),
+    })
+}

@@ -1,0 +1,214 @@
+//! What the ACME thread hands to the zones: for each set of names its certificate
+//! ([`Slot`]), and the answers to the challenges under way. Zones only load (one atomic
+//! load of an `Arc`, no lock: `arc_swap`); the one writer is the ACME thread, which builds
+//! a new map and swaps it in. A [`Slot`] is created when a configuration is compiled and
+//! kept across reloads by its names, so a reload neither loses a certificate nor orders one.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use rustls::sign::CertifiedKey;
+
+/// The process's ACME state.
+pub fn global() -> &'static Shared {
+    static G: OnceLock<Shared> = OnceLock::new();
+    G.get_or_init(Shared::default)
+}
+
+/// One certificate's names and what is served for them.
+#[derive(Debug)]
+pub struct Slot {
+    /// The names, lowercase, in the configuration's order (the first names the storage entry).
+    pub names: Vec<String>,
+    cert: ArcSwapOption<CertifiedKey>,
+    /// Served until the first certificate arrives; None: such handshakes are refused.
+    pending: ArcSwapOption<CertifiedKey>,
+    /// When the served certificate expires (seconds since the epoch; 0: none yet).
+    not_after: AtomicI64,
+}
+
+impl Slot {
+    /// The certificate a handshake gets: the obtained one, else the temporary one (or none).
+    #[inline]
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        self.cert.load_full().or_else(|| self.pending.load_full())
+    }
+
+    /// Whether a certificate from the CA is installed.
+    pub fn has_cert(&self) -> bool {
+        self.cert.load().is_some()
+    }
+
+    /// Installs a certificate from the CA; new handshakes get it at once.
+    pub fn install(&self, key: Arc<CertifiedKey>, not_after: i64) {
+        self.cert.store(Some(key));
+        self.not_after.store(not_after, Ordering::Relaxed);
+    }
+
+    /// When the installed certificate expires (None: none installed).
+    pub fn not_after(&self) -> Option<i64> {
+        Some(self.not_after.load(Ordering::Relaxed)).filter(|&t| t != 0)
+    }
+
+    /// Sets what is served until the first certificate (None: refuse).
+    pub fn set_pending(&self, key: Option<Arc<CertifiedKey>>) {
+        self.pending.store(key);
+    }
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub orders_ok: AtomicU64,
+    pub orders_failed: AtomicU64,
+    pub http01_answered: AtomicU64,
+    pub http01_unknown: AtomicU64,
+}
+
+/// Every slot and the challenges under way.
+#[derive(Default)]
+pub struct Shared {
+    slots: Mutex<Vec<Arc<Slot>>>,
+    /// http-01: token → key authorization.
+    http01: ArcSwap<HashMap<String, Arc<str>>>,
+    /// tls-alpn-01: name → the challenge certificate.
+    alpn: ArcSwap<HashMap<String, Arc<CertifiedKey>>>,
+    pub counters: Counters,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("acme::Shared")
+    }
+}
+
+impl Shared {
+    /// The slot for these names (the same one for the same names, in any order), created
+    /// with `pending` as its temporary certificate if it is new.
+    pub fn slot(
+        &self,
+        names: &[String],
+        pending: impl FnOnce() -> Option<Arc<CertifiedKey>>,
+    ) -> Arc<Slot> {
+        let mut key: Vec<String> = names.to_vec();
+        key.sort();
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = slots.iter().find(|s| {
+            let mut k = s.names.clone();
+            k.sort();
+            k == key
+        }) {
+            return s.clone();
+        }
+        let s = Arc::new(Slot {
+            names: names.to_vec(),
+            cert: ArcSwapOption::empty(),
+            pending: ArcSwapOption::new(pending()),
+            not_after: AtomicI64::new(0),
+        });
+        slots.push(s.clone());
+        s
+    }
+
+    /// The key authorization for an http-01 token ringx issued (None: not one of ours).
+    #[inline]
+    pub fn http01(&self, token: &str) -> Option<Arc<str>> {
+        let found = self.http01.load().get(token).cloned();
+        let c = match found {
+            Some(_) => &self.counters.http01_answered,
+            None => &self.counters.http01_unknown,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Whether any http-01 answer is waiting (tests and logs).
+    pub fn http01_pending(&self) -> usize {
+        self.http01.load().len()
+    }
+
+    pub(crate) fn set_http01(&self, token: &str, answer: Option<&str>) {
+        let mut m = HashMap::clone(&self.http01.load());
+        match answer {
+            Some(a) => m.insert(token.to_string(), Arc::from(a)),
+            None => m.remove(token),
+        };
+        self.http01.store(Arc::new(m));
+    }
+
+    /// The tls-alpn-01 certificate for a name being validated.
+    #[inline]
+    pub fn alpn_cert(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        self.alpn.load().get(&name).cloned()
+    }
+
+    pub(crate) fn set_alpn(&self, name: &str, cert: Option<Arc<CertifiedKey>>) {
+        let mut m = HashMap::clone(&self.alpn.load());
+        match cert {
+            Some(c) => m.insert(name.to_string(), c),
+            None => m.remove(name),
+        };
+        self.alpn.store(Arc::new(m));
+    }
+
+    /// The ACME part of `/metrics` (Prometheus text): days to expiry per certificate,
+    /// orders, http-01 requests.
+    pub fn render_metrics(&self, now: i64) -> String {
+        let mut o = String::new();
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if slots.is_empty() {
+            return o;
+        }
+        o.push_str(
+            "# HELP ringx_acme_certificate_expiry_days Days until the ACME certificate served \
+             for these names expires (negative: expired; absent: none obtained yet).\n\
+             # TYPE ringx_acme_certificate_expiry_days gauge\n",
+        );
+        for s in &slots {
+            if let Some(t) = s.not_after() {
+                let _ = writeln!(
+                    o,
+                    "ringx_acme_certificate_expiry_days{{names=\"{}\"}} {:.3}",
+                    s.names.join(","),
+                    (t - now) as f64 / 86400.0
+                );
+            }
+        }
+        o.push_str(
+            "# HELP ringx_acme_certificate_pending Names served a temporary certificate (or \
+             refused) until their first certificate arrives.\n\
+             # TYPE ringx_acme_certificate_pending gauge\n",
+        );
+        for s in &slots {
+            let _ = writeln!(
+                o,
+                "ringx_acme_certificate_pending{{names=\"{}\"}} {}",
+                s.names.join(","),
+                u8::from(!s.has_cert())
+            );
+        }
+        let c = &self.counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = write!(
+            o,
+            "# HELP ringx_acme_orders_total ACME orders by result.\n\
+             # TYPE ringx_acme_orders_total counter\n\
+             ringx_acme_orders_total{{result=\"ok\"}} {}\n\
+             ringx_acme_orders_total{{result=\"error\"}} {}\n\
+             # HELP ringx_acme_http01_requests_total Requests to /.well-known/acme-challenge/: \
+             for a token ringx issued, or not (404).\n\
+             # TYPE ringx_acme_http01_requests_total counter\n\
+             ringx_acme_http01_requests_total{{token=\"known\"}} {}\n\
+             ringx_acme_http01_requests_total{{token=\"unknown\"}} {}\n",
+            r(&c.orders_ok),
+            r(&c.orders_failed),
+            r(&c.http01_answered),
+            r(&c.http01_unknown),
+        );
+        o
+    }
+}

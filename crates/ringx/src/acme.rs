@@ -1,0 +1,75 @@
+//! Hands the configuration's ACME servers to the ACME thread (`ringx_acme::manager`), at
+//! start-up once the zones serve (so the challenges can be answered) and after each reload.
+//! The slots were made when the configuration was compiled (`ringx_server::tls`); here they
+//! are looked up by the same names.
+
+use std::time::Duration;
+
+use ringx_acme::{Challenge, KeyType, Settings};
+use ringx_config::acme::{names, Acme};
+use ringx_config::Config;
+
+/// Starts (or updates) the ACME work for `cfg`; a configuration without ACME servers leaves
+/// the thread idle.
+pub fn start(cfg: &Config) {
+    let servers: Vec<_> = cfg
+        .server
+        .iter()
+        .map(|s| s.get_ref())
+        .filter(|s| s.tls.as_ref().is_some_and(|t| t.get_ref().is_acme()))
+        .collect();
+    if servers.is_empty() && cfg.acme.is_none() {
+        return;
+    }
+    let slots = servers
+        .iter()
+        .map(|s| ringx_acme::global().slot(&names(s), || None))
+        .collect();
+    let settings = settings(cfg, cfg.acme.as_ref().unwrap_or(&Acme::default()));
+    tracing::info!(
+        "ACME: {} certificate(s) from {} by {:?}, stored in {}",
+        servers.len(),
+        settings.directory,
+        settings.challenge,
+        settings.storage.display()
+    );
+    ringx_acme::manager::manage(settings, slots);
+}
+
+/// `[acme]` as the ACME thread takes it.
+fn settings(cfg: &Config, a: &Acme) -> Settings {
+    let challenge = match a.challenge.as_ref().map(|c| c.get_ref().as_str()) {
+        Some("http-01") => Challenge::Http01,
+        Some("tls-alpn-01") => Challenge::TlsAlpn01,
+        Some("dns-01") => Challenge::Dns01,
+        // A CA validates http-01 on port 80: where a plain server listens there, that;
+        // otherwise on the TLS port itself.
+        _ => {
+            let plain80 = cfg.server.iter().any(|s| {
+                let s = s.get_ref();
+                s.tls.is_none() && s.listen.iter().any(|l| l.get_ref().port() == 80)
+            });
+            if plain80 {
+                Challenge::Http01
+            } else {
+                Challenge::TlsAlpn01
+            }
+        }
+    };
+    Settings {
+        directory: a.directory.get_ref().clone(),
+        ca: a.ca.as_ref().map(|c| c.get_ref().clone()),
+        contact: a.contact_uris(),
+        eab: a
+            .eab
+            .as_ref()
+            .map(|e| (e.get_ref().kid.clone(), e.get_ref().hmac_key.clone())),
+        key_type: KeyType::parse(a.key_type.get_ref()).unwrap_or(KeyType::EcdsaP256),
+        storage: a.storage.get_ref().clone(),
+        challenge,
+        dns_hook: a.dns_hook.as_ref().map(|h| h.get_ref().clone()),
+        dns_wait: a.dns_propagation.0,
+        min_backoff: Duration::from_secs(2),
+        max_backoff: Duration::from_secs(3600),
+    }
+}

@@ -1,0 +1,391 @@
+"""Automatic HTTPS (issue 41): certificates obtained from a real ACME server (pebble) through
+http-01 and tls-alpn-01, served without a reload (checked with `openssl s_client` against
+pebble's root), renewed under load, retried through the CA's failures, kept across a restart
+without a new order; and `/.well-known/acme-challenge/` answered before any location."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import shutil
+import socket
+import ssl
+import stat
+import subprocess
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from acme_pebble import Pebble, pebble_bins
+from conftest import close_listener, free_port
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None,
+                                reason="openssl is not installed (the checks use s_client)")
+
+
+@pytest.fixture
+def pebble_env():
+    """Skips (with the reason) where pebble cannot be had; yields a factory, stops them all."""
+    pebble_bins()
+    made: list[Pebble] = []
+
+    def make(workdir: Path, **kw) -> Pebble:
+        p = Pebble(workdir, **kw)
+        made.append(p)
+        return p
+    yield make
+    for p in made:
+        p.stop()
+
+
+def config(http_port: int, tls_port: int, admin: int, storage: Path, directory: str, ca: Path,
+           challenge: str, names: list[str], extra: str = "", plain: bool = True) -> str:
+    q = ", ".join(f'"{n}"' for n in names)
+    plain_server = f"""
+[[server]]
+listen = ["127.0.0.1:{http_port}"]
+server_name = [{q}]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "plain\\n" }}
+""" if plain else ""
+    return f"""
+[runtime]
+zones = 2
+[admin]
+listen = "127.0.0.1:{admin}"
+[acme]
+directory = "{directory}"
+ca = "{ca}"
+contact = "ops@example.com"
+storage = "{storage}"
+challenge = "{challenge}"
+{extra}
+{plain_server}
+[[server]]
+listen = ["127.0.0.1:{tls_port}"]
+server_name = [{q}]
+tls = {{ acme = true }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "secure\\n" }}
+"""
+
+
+def s_client(port: int, name: str, root: Path | None) -> tuple[int, x509.Certificate | None, str]:
+    """openssl s_client's verdict (0: the chain verifies to `root` for `name`) and the leaf."""
+    args = ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", name,
+            "-showcerts"]
+    if root is not None:
+        args += ["-CAfile", str(root), "-verify_return_error", "-verify_hostname", name]
+    r = subprocess.run(args, input=b"", capture_output=True, timeout=20)
+    out = r.stdout.decode(errors="replace")
+    m = re.search(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", out, re.S)
+    leaf = x509.load_pem_x509_certificate(m.group(0).encode()) if m else None
+    return r.returncode, leaf, out + r.stderr.decode(errors="replace")
+
+
+def wait_issued(port: int, name: str, root: Path, timeout: float = 90.0, not_serial=None):
+    """Waits until the listener serves a certificate that verifies to pebble's root (and is
+    not the one with `not_serial`); returns its leaf."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        rc, leaf, out = s_client(port, name, root)
+        if rc == 0 and leaf is not None and leaf.serial_number != not_serial:
+            return leaf
+        last = out
+        time.sleep(0.2)
+    raise AssertionError(f"no pebble certificate for {name} on {port}:\n{last[-2000:]}")
+
+
+def sans(leaf: x509.Certificate) -> list[str]:
+    ext = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    return sorted(ext.value.get_values_for_type(x509.DNSName))
+
+
+def metrics(admin: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def start_site(ringx, pebble_env, tmp_path, challenge: str, names: list[str], plain=True, **kw):
+    http_port, tls_port, admin = free_port(), free_port(), free_port()
+    pb = pebble_env(tmp_path / "pebble", http_port=http_port, tls_port=tls_port, **kw).start()
+    root = tmp_path / "pebble-root.pem"
+    root.write_bytes(pb.root_pem())
+    storage = tmp_path / "acme"
+    cfg = config(http_port, tls_port, admin, storage, pb.directory, pb.listener_ca, challenge,
+                 names, plain=plain)
+    r = ringx.make(cfg)
+    return r, pb, root, (http_port, tls_port, admin), storage
+
+
+def test_http01_certificate_is_obtained_and_served(ringx, pebble_env, tmp_path):
+    names = ["a.test", "www.a.test"]
+    r, pb, root, (http_port, tls_port, admin), storage = start_site(
+        ringx, pebble_env, tmp_path, "http-01", names)
+    leaf = wait_issued(tls_port, "www.a.test", root)
+    assert "Pebble Intermediate CA" in leaf.issuer.rfc4514_string(), leaf.issuer
+    assert sans(leaf) == names
+    # Served in every zone without a reload, to curl too.
+    for _ in range(4):
+        out = subprocess.run(
+            ["curl", "-sS", "--cacert", str(root), "--resolve", f"a.test:{tls_port}:127.0.0.1",
+             f"https://a.test:{tls_port}/"], capture_output=True, timeout=10)
+        assert out.stdout == b"secure\n", out.stderr
+    # The plain site is untouched by ACME.
+    c = http.client.HTTPConnection("127.0.0.1", http_port, timeout=5)
+    c.request("GET", "/", headers={"Host": "a.test"})
+    assert c.getresponse().read() == b"plain\n"
+    m = metrics(admin)
+    days = re.search(r'ringx_acme_certificate_expiry_days\{names="a.test,www.a.test"\} ([0-9.]+)', m)
+    assert days and 89 < float(days.group(1)) <= 90, m
+    assert 'ringx_acme_orders_total{result="ok"} 1' in m
+    assert 'ringx_acme_http01_requests_total{token="known"}' in m
+    # Keys are the owner's alone.
+    keys = [p for p in storage.rglob("*") if p.name in ("key.pem", "account.json")]
+    assert len(keys) == 2, list(storage.rglob("*"))
+    for k in keys:
+        assert stat.S_IMODE(k.stat().st_mode) == 0o600, k
+    assert "ACME: certificate installed" in r.log()
+    assert pb.orders() == 1
+
+
+def test_tls_alpn01_certificate_is_obtained_and_served(ringx, pebble_env, tmp_path):
+    """No plain listener at all: pebble's http-01 port has nothing on it, so only the TLS
+    listener's answer to `acme-tls/1` can have validated the name."""
+    r, pb, root, (http_port, tls_port, _), _ = start_site(
+        ringx, pebble_env, tmp_path, "tls-alpn-01", ["b.test"], plain=False)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", http_port), timeout=2).close()
+    leaf = wait_issued(tls_port, "b.test", root)
+    assert "Pebble Intermediate CA" in leaf.issuer.rfc4514_string()
+    assert sans(leaf) == ["b.test"]
+    assert pb.orders() == 1
+
+
+def test_restart_loads_from_storage_and_orders_nothing(ringx, pebble_env, tmp_path):
+    r, pb, root, (_, tls_port, admin), _ = start_site(ringx, pebble_env, tmp_path, "http-01",
+                                                      ["c.test"])
+    first = wait_issued(tls_port, "c.test", root)
+    assert pb.orders() == 1
+    r.stop()
+    r2 = ringx.make(r.config_text, name="restarted")
+    r2.wait_log("ACME: certificate loaded from storage", 20)
+    rc, leaf, out = s_client(tls_port, "c.test", root)
+    assert rc == 0 and leaf.serial_number == first.serial_number, out
+    m = metrics(admin)
+    assert 'ringx_acme_orders_total{result="ok"} 0' in m
+    assert 'ringx_acme_certificate_pending{names="c.test"} 0' in m
+    assert "ordering a certificate" not in r2.log()
+    assert pb.orders() == 1
+
+
+def test_renewal_of_a_short_lived_certificate_under_load(ringx, pebble_env, tmp_path):
+    """30-second certificates: renewed at 2/3 of their life (ARI's window, not before
+    half), and installed while clients keep connecting, with no request failing."""
+    r, pb, root, (_, tls_port, admin), _ = start_site(ringx, pebble_env, tmp_path, "http-01",
+                                                      ["d.test"], validity=30)
+    first = wait_issued(tls_port, "d.test", root)
+    ctx = ssl.create_default_context(cafile=str(root))
+    serials: set[int] = set()
+    errors: list[str] = []
+    done = threading.Event()
+    counts = [0, 0]
+
+    def fresh_connections():
+        while not done.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", tls_port), timeout=10) as s:
+                    with ctx.wrap_socket(s, server_hostname="d.test") as t:
+                        der = t.getpeercert(binary_form=True)
+                        serials.add(x509.load_der_x509_certificate(der).serial_number)
+                        t.sendall(b"GET / HTTP/1.1\r\nHost: d.test\r\nConnection: close\r\n\r\n")
+                        data = b""
+                        while chunk := t.recv(4096):
+                            data += chunk
+                        assert data.endswith(b"secure\n"), data
+                counts[0] += 1
+            except Exception as e:  # noqa: BLE001 - any failure is the finding
+                errors.append(f"new connection: {e!r}")
+
+    def keep_alive():
+        """Requests on one connection, opened again only where ringx says it closes it
+        (keepalive_requests): a connection made before the swap keeps working across it."""
+        c = None
+        while not done.is_set():
+            try:
+                if c is None:
+                    c = http.client.HTTPConnection("127.0.0.1", tls_port, timeout=10)
+                    c.sock = ctx.wrap_socket(
+                        socket.create_connection(("127.0.0.1", tls_port), timeout=10),
+                        server_hostname="d.test")
+                c.request("GET", "/", headers={"Host": "d.test"})
+                resp = c.getresponse()
+                body = resp.read()
+                assert body == b"secure\n", body
+                counts[1] += 1
+                if (resp.getheader("Connection") or "").lower() == "close":
+                    c.close()
+                    c = None
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"keep-alive: {e!r}")
+                return
+
+    threads = [threading.Thread(target=fresh_connections), threading.Thread(target=keep_alive)]
+    for t in threads:
+        t.start()
+    try:
+        renewed = wait_issued(tls_port, "d.test", root, timeout=60, not_serial=first.serial_number)
+        # Load goes on across the swap until a client has seen the new certificate.
+        deadline = time.monotonic() + 30
+        while renewed.serial_number not in serials and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not errors, errors[:5]
+    assert {first.serial_number, renewed.serial_number} <= serials
+    assert counts[0] > 10 and counts[1] > 10, counts
+    lifetime = (first.not_valid_after_utc - first.not_valid_before_utc).total_seconds()
+    assert lifetime < 31
+    assert pb.orders() >= 2
+    assert "renewal" not in r.log() or "renewal failed" not in r.log(), r.log()[-2000:]
+    m = re.search(r'ringx_acme_orders_total\{result="ok"\} (\d+)', metrics(admin))
+    assert m and int(m.group(1)) >= 2
+
+
+def test_ca_down_at_start_then_nonce_rejections_retried(ringx, pebble_env, tmp_path):
+    """Start-up does not wait for the CA: the name is served a temporary self-signed
+    certificate while the directory is unreachable; once pebble runs, rejecting nonces at
+    random, ringx's retries get the certificate."""
+    http_port, tls_port, admin = free_port(), free_port(), free_port()
+    pb = pebble_env(tmp_path / "pebble", http_port=http_port, tls_port=tls_port,
+                    env={"PEBBLE_WFE_NONCEREJECT": "30"})
+    cfg = config(http_port, tls_port, admin, tmp_path / "acme", pb.directory, pb.listener_ca,
+                 "http-01", ["e.test"])
+    r = ringx.make(cfg)
+    r.wait_log("ACME: order failed", 30)
+    rc, leaf, out = s_client(tls_port, "e.test", None)
+    assert leaf is not None, out
+    assert "ringx temporary certificate" in leaf.subject.rfc4514_string()
+    assert 'ringx_acme_certificate_pending{names="e.test"} 1' in metrics(admin)
+    pb.start()
+    root = tmp_path / "pebble-root.pem"
+    root.write_bytes(pb.root_pem())
+    leaf = wait_issued(tls_port, "e.test", root, timeout=120)
+    assert "Pebble Intermediate CA" in leaf.issuer.rfc4514_string()
+    assert 'ringx_acme_certificate_pending{names="e.test"} 0' in metrics(admin)
+
+
+class Recorder(BaseHTTPRequestHandler):
+    seen: list[str] = []
+
+    def do_GET(self):  # noqa: N802
+        Recorder.seen.append(self.path)
+        body = b"upstream\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+    def log_message(self, *a):
+        pass
+
+
+def test_unknown_challenge_token_gets_404_before_any_location(ringx, tmp_path):
+    """A hostile request under /.well-known/acme-challenge/ is answered 404 by ringx: not by
+    the location that would take the path, not by an error_page that proxies, never
+    upstream. No CA is needed: none is reachable here."""
+    up = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    Recorder.seen = []
+    plain, tls = free_port(), free_port()
+    try:
+        r = ringx.make(f"""
+[runtime]
+zones = 1
+[acme]
+directory = "https://127.0.0.1:1/dir"
+storage = "{tmp_path / 'acme'}"
+challenge = "http-01"
+[[server]]
+listen = ["127.0.0.1:{plain}"]
+server_name = ["f.test"]
+error_page = {{ "404" = "/err" }}
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://127.0.0.1:{up.server_address[1]}"
+  [[server.location]]
+  path = "/.well-known/"
+  proxy_pass = "http://127.0.0.1:{up.server_address[1]}"
+  [[server.location]]
+  path = "/err"
+  proxy_pass = "http://127.0.0.1:{up.server_address[1]}"
+[[server]]
+listen = ["127.0.0.1:{tls}"]
+server_name = ["f.test"]
+tls = {{ acme = true }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "secure\\n" }}
+""")
+        for path in ["/.well-known/acme-challenge/unknown-token",
+                     "/.well-known/acme-challenge/",
+                     "/.well-known/acme-challenge/../../err",
+                     "/.well-known/acme-challenge/%2e%2e/x"]:
+            for method in ["GET", "HEAD"]:
+                c = http.client.HTTPConnection("127.0.0.1", plain, timeout=5)
+                c.request(method, path, headers={"Host": "f.test"})
+                resp = c.getresponse()
+                resp.read()
+                assert resp.status == 404, (method, path, resp.status)
+                c.close()
+        assert Recorder.seen == []
+        # The same server still proxies everything else.
+        c = http.client.HTTPConnection("127.0.0.1", plain, timeout=5)
+        c.request("GET", "/.well-known/other", headers={"Host": "f.test"})
+        assert c.getresponse().read() == b"upstream\n"
+        assert Recorder.seen == ["/.well-known/other"]
+        assert r.proc.poll() is None
+    finally:
+        up.shutdown()
+        close_listener(up.socket)
+
+
+@pytest.mark.parametrize("body,where,msg", [
+    ('server_name = ["*.g.test"]\ntls = { acme = true }', "*.g.test",
+     "a wildcard certificate can only be validated through dns-01"),
+    ('server_name = ["g.test"]\ntls = { acme = true, cert = "x.pem", key = "x.key" }', "acme",
+     "the certificate comes from one or the other"),
+    ('tls = { acme = true }', "tls", "needs server_name"),
+])
+def test_check_refuses_what_acme_cannot_order(ringx_bin, tmp_path, body, where, msg):
+    text = f"""[acme]
+storage = "{tmp_path}"
+
+[[server]]
+listen = ["127.0.0.1:{free_port()}"]
+{body}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "x" }}
+"""
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    r = subprocess.run([ringx_bin, "check", "-c", str(p)], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode != 0
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if where in ln
+                and not ln.startswith(("storage", "[")))
+    assert re.search(rf"bad\.toml:{line}:\d+: .*{re.escape(msg)}", r.stderr), r.stderr
