@@ -19,10 +19,20 @@ from pathlib import Path
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def readme_blocks() -> list[str]:
+def all_blocks() -> list[str]:
     blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
-    assert len(blocks) == 8, f"expected eight ```toml blocks in README.md, found {len(blocks)}"
+    assert len(blocks) == 9, f"expected nine ```toml blocks in README.md, found {len(blocks)}"
     return blocks
+
+
+def readme_blocks() -> list[str]:
+    """The blocks checked by position: every one but the automatic HTTPS example."""
+    return [b for b in all_blocks() if "acme = true" not in b]
+
+
+def acme_block() -> str:
+    [b] = [b for b in all_blocks() if "acme = true" in b]
+    return b
 
 
 def readme_toml() -> str:
@@ -157,3 +167,17 @@ def test_readme_access_limit_and_cache_examples_pass_check(ringx_bin, tmp_path):
     r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode != 0 and "[xdp]" in r.stderr, r.stderr
+
+
+def test_readme_automatic_https_example_is_two_lines_that_pass_check(ringx_bin, tmp_path):
+    text = acme_block()
+    assert len(text.strip().splitlines()) == 2, text
+    www = tmp_path / "www"
+    www.mkdir()
+    text, n = re.subn(r'root = "/srv/www"', f'root = "{www}"', text)
+    assert n == 1
+    r = check(ringx_bin, tmp_path, "acme.toml", text)
+    assert r.returncode == 0, f"ringx check rejects the README's automatic HTTPS example:\n{r.stderr}"
+    # And the check can fail: a wildcard without a DNS hook.
+    r = check(ringx_bin, tmp_path, "wild.toml", text.replace('"example.com"', '"*.example.com"'))
+    assert r.returncode != 0 and "dns-01" in r.stderr, r.stderr
