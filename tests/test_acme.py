@@ -9,6 +9,7 @@ import http.client
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import stat
@@ -169,6 +170,32 @@ def test_tls_alpn01_certificate_is_obtained_and_served(ringx, pebble_env, tmp_pa
     assert "Pebble Intermediate CA" in leaf.issuer.rfc4514_string()
     assert sans(leaf) == ["b.test"]
     assert pb.orders() == 1
+
+
+def test_a_ca_that_lost_the_account_gets_a_new_one(ringx, pebble_env, tmp_path):
+    """pebble restarted keeps nothing: the stored account is unknown to it. The next order
+    (a server added by reload) fails with accountDoesNotExist, and the retry registers anew."""
+    r, pb, root, (_, tls_port, _), storage = start_site(ringx, pebble_env, tmp_path, "http-01",
+                                                        ["n.test"])
+    wait_issued(tls_port, "n.test", root)
+    pb.stop()
+    pb.start()
+    root.write_bytes(pb.root_pem())
+    tls2 = free_port()
+    r.config_path.write_text(r.config_text + f"""
+[[server]]
+listen = ["127.0.0.1:{tls2}"]
+server_name = ["n2.test"]
+tls = {{ acme = true }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "second\\n" }}
+""")
+    r.signal(signal.SIGHUP)
+    leaf = wait_issued(tls2, "n2.test", root, timeout=60)
+    assert sans(leaf) == ["n2.test"]
+    assert "accountDoesNotExist" in r.log()
+    assert r.log().count("ACME: account registered") == 2
 
 
 def test_restart_loads_from_storage_and_orders_nothing(ringx, pebble_env, tmp_path):

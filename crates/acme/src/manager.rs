@@ -140,16 +140,21 @@ fn renew_at(v: &Validity) -> i64 {
 
 struct Worker {
     settings: Option<Settings>,
-    storage: DirStorage,
+    /// A directory today (`[acme] storage`); anything with the [`Storage`] interface (a
+    /// store a fleet shares) fits here.
+    storage: Box<dyn Storage>,
     account: Option<Account>,
+    /// The stored account is unknown to the CA (its data was reset): register anew.
+    stale_account: bool,
     jobs: Vec<Job>,
 }
 
 fn run() {
     let mut w = Worker {
         settings: None,
-        storage: DirStorage::new("/var/lib/ringx/acme"),
+        storage: Box::new(DirStorage::new("/var/lib/ringx/acme")),
         account: None,
+        stale_account: false,
         jobs: Vec::new(),
     };
     let h = handle();
@@ -193,7 +198,7 @@ impl Worker {
     fn replan(&mut self, settings: Option<Settings>, slots: Vec<Arc<Slot>>) {
         if settings != self.settings {
             if let Some(s) = &settings {
-                self.storage = DirStorage::new(&s.storage);
+                self.storage = Box::new(DirStorage::new(&s.storage));
             }
             let same_ca = settings.as_ref().map(|s| (&s.directory, &s.ca))
                 == self.settings.as_ref().map(|s| (&s.directory, &s.ca));
@@ -331,6 +336,10 @@ impl Worker {
                     .orders_failed
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 job.failures += 1;
+                if f.message.contains("accountDoesNotExist") {
+                    self.account = None;
+                    self.stale_account = true;
+                }
                 let shift = job.failures.saturating_sub(1).min(20);
                 let base = settings
                     .min_backoff
@@ -422,7 +431,8 @@ impl Worker {
             let stored = self
                 .storage
                 .load(&key)
-                .map_err(|e| format!("storage: {e}"))?;
+                .map_err(|e| format!("storage: {e}"))?
+                .filter(|_| !std::mem::take(&mut self.stale_account));
             let acc =
                 match stored.and_then(|b| serde_json::from_slice::<AccountCredentials>(&b).ok()) {
                     Some(creds) => {
