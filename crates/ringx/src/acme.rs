@@ -36,6 +36,39 @@ pub fn start(cfg: &Config) {
     ringx_acme::manager::manage(settings, slots);
 }
 
+/// Creates `[acme] storage` (mode 0700) before privileges are dropped, owned by the user
+/// they drop to (`owner`), so that the ACME thread can write the account and certificates.
+pub fn prepare_storage(cfg: &Config, owner: Option<(u32, u32)>) {
+    let acme_servers = cfg.server.iter().any(|s| {
+        s.get_ref()
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.get_ref().is_acme())
+    });
+    if !acme_servers {
+        return;
+    }
+    let default = Acme::default();
+    let dir = cfg.acme.as_ref().unwrap_or(&default).storage.get_ref();
+    use std::os::unix::fs::DirBuilderExt;
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        tracing::warn!("ACME: cannot create the storage {}: {e}", dir.display());
+        return;
+    }
+    if let Some((uid, gid)) = owner {
+        if let Err(e) = std::os::unix::fs::chown(dir, Some(uid), Some(gid)) {
+            tracing::warn!(
+                "ACME: cannot give the storage {} to uid {uid}: {e}",
+                dir.display()
+            );
+        }
+    }
+}
+
 /// `[acme]` as the ACME thread takes it.
 fn settings(cfg: &Config, a: &Acme) -> Settings {
     let challenge = match a.challenge.as_ref().map(|c| c.get_ref().as_str()) {

@@ -377,6 +377,8 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The ACME storage, made while privileges last and given to the user they drop to.
+    crate::acme::prepare_storage(&cfg, owner);
     if let Some(u) = &cfg.runtime.user {
         if let Err(e) = drop_privileges(u.get_ref()) {
             tracing::error!("cannot drop privileges to {:?}: {e}", u.get_ref());
