@@ -64,7 +64,7 @@ class Pebble:
     authority connects for http-01 and tls-alpn-01: ringx's listeners in the test."""
 
     def __init__(self, workdir: Path, http_port: int, tls_port: int, validity: int = 7776000,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, eab: dict[str, str] | None = None):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port, self.mgmt, self.dns, self.dns_mgmt = (free_port() for _ in range(4))
@@ -77,7 +77,8 @@ class Pebble:
             "managementListenAddress": f"127.0.0.1:{self.mgmt}",
             "certificate": str(cert), "privateKey": str(key),
             "httpPort": http_port, "tlsPort": tls_port,
-            "ocspResponderURL": "", "externalAccountBindingRequired": False,
+            "ocspResponderURL": "", "externalAccountBindingRequired": eab is not None,
+            "externalAccountMACKeys": eab or {},
             "retryAfter": {"authz": 1, "order": 1},
             "keyAlgorithm": "ecdsa",
             "profiles": {"default": {"description": "test", "validityPeriod": validity}},
@@ -121,6 +122,22 @@ class Pebble:
         ctx = ssl.create_default_context(cafile=str(self.listener_ca))
         with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
             return r.read()
+
+    def dns_hook(self, path: Path) -> Path:
+        """A dns-01 hook as an operator would write one for their DNS API: here the DNS
+        helper's management API, which pebble's validation then asks."""
+        api = f"http://127.0.0.1:{self.dns_mgmt}"
+        path.write_text(f"""#!/bin/sh
+set -e
+case "$1" in
+add) curl -sSf -d "{{\\"host\\":\\"$2.\\",\\"value\\":\\"$3\\"}}" {api}/set-txt ;;
+remove) curl -sSf -d "{{\\"host\\":\\"$2.\\"}}" {api}/clear-txt ;;
+*) exit 2 ;;
+esac
+echo "$1 $2" >> {path}.calls
+""")
+        path.chmod(0o755)
+        return path
 
     def root_pem(self) -> bytes:
         """The root pebble issues under (made when it starts)."""

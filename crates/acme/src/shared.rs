@@ -130,7 +130,9 @@ impl Shared {
         self.http01.load().len()
     }
 
-    pub(crate) fn set_http01(&self, token: &str, answer: Option<&str>) {
+    /// Posts (or, with None, takes down) the answer to an http-01 token: the ACME thread's
+    /// while an order is under way.
+    pub fn set_http01(&self, token: &str, answer: Option<&str>) {
         let mut m = HashMap::clone(&self.http01.load());
         match answer {
             Some(a) => m.insert(token.to_string(), Arc::from(a)),
@@ -146,7 +148,8 @@ impl Shared {
         self.alpn.load().get(&name).cloned()
     }
 
-    pub(crate) fn set_alpn(&self, name: &str, cert: Option<Arc<CertifiedKey>>) {
+    /// Posts (or takes down) tls-alpn-01's certificate for `name`.
+    pub fn set_alpn(&self, name: &str, cert: Option<Arc<CertifiedKey>>) {
         let mut m = HashMap::clone(&self.alpn.load());
         match cert {
             Some(c) => m.insert(name.to_string(), c),

@@ -286,3 +286,67 @@ fn the_cache_stage_fills_waits_hits_and_passes() {
         _ => panic!("an authorized request bypasses the cache"),
     }
 }
+
+/// `/.well-known/acme-challenge/` where a server's certificate comes from ACME: answered
+/// before any location (here one that proxies everything), the key authorization for a token
+/// ringx issued, a plain 404 for any other.
+#[test]
+fn acme_challenges_are_answered_before_any_location() {
+    let mut s = Stage::new(
+        r#"
+[acme]
+directory = "https://127.0.0.1:1/dir"
+[[server]]
+listen = ["127.0.0.1:8080"]
+server_name = ["a.test"]
+error_page = { "404" = "/err" }
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://127.0.0.1:9"
+  [[server.location]]
+  path = "/err"
+  proxy_pass = "http://127.0.0.1:9"
+[[server]]
+listen = ["127.0.0.1:8443"]
+server_name = ["a.test"]
+tls = { acme = true }
+  [[server.location]]
+  path = "/"
+  return = { status = 200 }
+"#,
+    );
+    ringx_acme::global().set_http01("pipeline-token", Some("pipeline-token.thumb"));
+    let answer = |s: &mut Stage, path: &str| {
+        s.with(&get(path, ""), |cx, _, req, route, rq| {
+            assert_eq!(route.at, None, "{path}: no location");
+            assert!(!crate::role::proxy_start::is_proxied(&cx.ctx.routes, route));
+            let mut out = Vec::new();
+            let ch = crate::response::ConnHdr::new(true, true);
+            let r = routing::respond(
+                &cx.ctx.routes,
+                cx.ctx.responder(),
+                &mut out,
+                req,
+                route,
+                ch,
+                rq,
+            );
+            assert!(r.fallback.is_none(), "{path}: no error_page");
+            String::from_utf8(out).unwrap()
+        })
+    };
+    let ok = answer(&mut s, "/.well-known/acme-challenge/pipeline-token");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(ok.ends_with("\r\n\r\npipeline-token.thumb"), "{ok}");
+    for hostile in [
+        "/.well-known/acme-challenge/other",
+        "/.well-known/acme-challenge/../err",
+        "/.well-known/acme-challenge/",
+    ] {
+        let no = answer(&mut s, hostile);
+        assert!(no.starts_with("HTTP/1.1 404"), "{hostile}: {no}");
+    }
+    ringx_acme::global().set_http01("pipeline-token", None);
+    let gone = answer(&mut s, "/.well-known/acme-challenge/pipeline-token");
+    assert!(gone.starts_with("HTTP/1.1 404"), "{gone}");
+}
