@@ -67,6 +67,7 @@ fn handle() -> &'static Handle {
 pub fn manage(settings: Settings, slots: Vec<Arc<Slot>>) {
     static STARTED: OnceLock<()> = OnceLock::new();
     let h = handle();
+    global().set_managed(&slots);
     {
         let mut p = h.plan.lock().unwrap_or_else(|e| e.into_inner());
         p.settings = Some(settings);
@@ -323,11 +324,13 @@ impl Worker {
         let result = self.order(&settings, i);
         let job = &mut self.jobs[i];
         match result {
-            Ok(v) => {
-                global()
-                    .counters
-                    .orders_ok
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok((v, ordered)) => {
+                if ordered {
+                    global()
+                        .counters
+                        .orders_ok
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 schedule(job, v);
             }
             Err(f) => {
@@ -474,7 +477,9 @@ impl Worker {
     }
 
     /// Orders job `i`'s certificate under the storage lock, stores and installs it.
-    fn order(&mut self, s: &Settings, i: usize) -> Result<Validity, Failure> {
+    /// Returns the certificate's validity, and whether it was ordered (not taken from the
+    /// storage, where another host put it).
+    fn order(&mut self, s: &Settings, i: usize) -> Result<(Validity, bool), Failure> {
         let slot = self.jobs[i].slot.clone();
         let first = slot.names.first().cloned().ok_or("no names".to_string())?;
         let _held = self
@@ -486,7 +491,8 @@ impl Worker {
         let had = self.jobs[i].validity.as_ref().map_or(0, |v| v.not_after);
         if let Some(v) = self.peek_stored(&slot) {
             if v.not_after > had && v.two_thirds() > now_secs() {
-                return self.load_stored(&slot).ok_or("storage changed".into());
+                let v = self.load_stored(&slot).ok_or("storage changed")?;
+                return Ok((v, false));
             }
         }
         let replaces = self.jobs[i].validity.as_ref().and_then(|v| v.ari.clone());
@@ -526,7 +532,7 @@ impl Worker {
             v.issuer,
             (v.not_after - now_secs()) as f64 / 86400.0
         );
-        Ok(v)
+        Ok((v, true))
     }
 }
 

@@ -72,6 +72,8 @@ pub struct Counters {
 #[derive(Default)]
 pub struct Shared {
     slots: Mutex<Vec<Arc<Slot>>>,
+    /// The slots of the configuration in force (`/metrics` shows these).
+    managed: Mutex<Vec<Arc<Slot>>>,
     /// http-01: token → key authorization.
     http01: ArcSwap<HashMap<String, Arc<str>>>,
     /// tls-alpn-01: name → the challenge certificate.
@@ -111,6 +113,12 @@ impl Shared {
         });
         slots.push(s.clone());
         s
+    }
+
+    /// The slots the ACME thread keeps certificates in now (a reload that drops a server
+    /// drops its line from `/metrics`).
+    pub fn set_managed(&self, slots: &[Arc<Slot>]) {
+        *self.managed.lock().unwrap_or_else(|e| e.into_inner()) = slots.to_vec();
     }
 
     /// The key authorization for an http-01 token ringx issued (None: not one of ours).
@@ -162,7 +170,11 @@ impl Shared {
     /// orders, http-01 requests.
     pub fn render_metrics(&self, now: i64) -> String {
         let mut o = String::new();
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let slots = self
+            .managed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         if slots.is_empty() {
             return o;
         }
@@ -213,5 +225,56 @@ impl Shared {
             r(&c.http01_unknown),
         );
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_by_names_answers_and_metrics() {
+        let sh = Shared::default();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let pending = crate::certs::self_signed(&names(&["a.test"])).unwrap();
+        let a = sh.slot(&names(&["a.test", "b.test"]), || Some(pending.clone()));
+        // The same names in another order are the same slot; its temporary certificate stays.
+        let again = sh.slot(&names(&["b.test", "a.test"]), || None);
+        assert!(Arc::ptr_eq(&a, &again));
+        assert!(a.current().is_some() && !a.has_cert());
+        assert_eq!(sh.render_metrics(0), "", "nothing managed yet");
+        sh.set_managed(std::slice::from_ref(&a));
+        let m = sh.render_metrics(0);
+        assert!(
+            m.contains("ringx_acme_certificate_pending{names=\"a.test,b.test\"} 1"),
+            "{m}"
+        );
+        assert!(!m.contains("expiry_days{"), "{m}");
+        a.install(pending.clone(), 86400 * 3);
+        let m = sh.render_metrics(86400);
+        assert!(
+            m.contains("ringx_acme_certificate_expiry_days{names=\"a.test,b.test\"} 2.000"),
+            "{m}"
+        );
+        assert!(
+            m.contains("ringx_acme_certificate_pending{names=\"a.test,b.test\"} 0"),
+            "{m}"
+        );
+        // http-01 answers: only the tokens posted, and counted.
+        sh.set_http01("t1", Some("t1.k"));
+        assert_eq!(sh.http01("t1").as_deref(), Some("t1.k"));
+        assert_eq!(sh.http01("t2"), None);
+        sh.set_http01("t1", None);
+        assert_eq!(sh.http01("t1"), None);
+        let m = sh.render_metrics(0);
+        assert!(
+            m.contains("{token=\"known\"} 1") && m.contains("{token=\"unknown\"} 2"),
+            "{m}"
+        );
+        // tls-alpn-01: by name, any case, trailing dot ignored.
+        sh.set_alpn("a.test", Some(pending));
+        assert!(sh.alpn_cert("A.test.").is_some());
+        sh.set_alpn("a.test", None);
+        assert!(sh.alpn_cert("a.test").is_none());
     }
 }
