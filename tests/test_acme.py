@@ -251,6 +251,30 @@ tls = {{ acme = true }}
     assert r.log().count("ACME: account registered") == 2
 
 
+def test_a_failed_validation_is_retried_until_it_passes(ringx, pebble_env, tmp_path):
+    """http-01 with nothing on pebble's port 80 stand-in: the CA's validation fails, the
+    order is invalid, the log says why; once a reload adds the plain listener, the retry
+    (backing off from 2 s) passes."""
+    r, pb, root, (http_port, tls_port, admin), _ = start_site(
+        ringx, pebble_env, tmp_path, "http-01", ["v.test"], plain=False)
+    r.wait_log("the order is invalid", 30)
+    assert "urn:ietf:params:acme:error:connection" in r.log(), r.log()[-2000:]
+    r.config_path.write_text(r.config_text + f"""
+[[server]]
+listen = ["127.0.0.1:{http_port}"]
+server_name = ["v.test"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200 }}
+""")
+    r.signal(signal.SIGHUP)
+    leaf = wait_issued(tls_port, "v.test", root, timeout=60)
+    assert sans(leaf) == ["v.test"]
+    m = metrics(admin)
+    assert re.search(r'ringx_acme_orders_total\{result="error"\} [1-9]', m), m
+    assert 'ringx_acme_orders_total{result="ok"} 1' in m
+
+
 def test_restart_loads_from_storage_and_orders_nothing(ringx, pebble_env, tmp_path):
     r, pb, root, (_, tls_port, admin), _ = start_site(ringx, pebble_env, tmp_path, "http-01",
                                                       ["c.test"])

@@ -198,10 +198,10 @@ pub fn obtain(
         match st.status {
             OrderStatus::Ready | OrderStatus::Valid | OrderStatus::Processing => break,
             OrderStatus::Invalid => {
-                let why = st
-                    .error
-                    .as_ref()
-                    .map_or_else(|| "an authorization failed".to_string(), |p| p.to_string());
+                let why = match &st.error {
+                    Some(p) => p.to_string(),
+                    None => challenge_errors(&mut order),
+                };
                 return Err(format!("the order is invalid: {why}").into());
             }
             OrderStatus::Pending => wait("pending")?,
@@ -222,4 +222,25 @@ pub fn obtain(
         chain_pem,
         key_pem: key.serialize_pem(),
     })
+}
+
+/// What the CA said of each failed challenge of an invalid order (its authorizations read
+/// again), for the log: the operator's clue (a port not reached, a wrong answer).
+fn challenge_errors(order: &mut instant_acme::Order) -> String {
+    let mut why = Vec::new();
+    let mut authzs = order.authorizations();
+    while let Some(Ok(mut a)) = block_on(authzs.next()) {
+        let Ok(st) = block_on(a.refresh()) else {
+            continue;
+        };
+        for c in &st.challenges {
+            if let Some(e) = &c.error {
+                why.push(format!("{}: {:?}: {e}", st.identifier(), c.r#type));
+            }
+        }
+    }
+    match why.is_empty() {
+        true => "an authorization failed".into(),
+        false => why.join("; "),
+    }
 }
