@@ -87,10 +87,12 @@ listen = ["127.0.0.1:{port}"]
     # of the host longer than the 50 ms spin (a loaded or shared machine: the SQ thread does
     # not get its CPU) puts it to sleep and costs one call to wake it; a zone without a
     # working SQ thread makes one or more per batch of completions, thousands in the window.
-    # So: one call per 500 requests at most, and never more than one per 50 ms.
+    # With 8 connections a zone without one makes at least one call per 8 requests; allowed
+    # here: one per 40 requests served, and never more than one per 50 ms of the window (a
+    # machine so loaded that the SQ thread sleeps that often serves few requests too).
     enters, served = after[0] - before[0], after[1] - before[1]
     assert served > 0, "no request served in the window"
-    assert enters <= max(1, min(served // 500, 30)), (
+    assert enters <= max(1, min(served // 40, 30)), (
         f"{enters} io_uring_enter calls for {served} requests in 1.5 s of steady load")
 
 
