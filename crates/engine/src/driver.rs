@@ -26,7 +26,20 @@ pub trait Driver {
 
     /// Waits entered by this driver so far (io_uring_enter or epoll_wait calls).
     fn waits(&self) -> u64;
+
+    /// Before [`run`] returns: stops accepting and waits, at most `limit`, until no accept
+    /// of this back end is pending in the kernel (dispatching what completes meanwhile to
+    /// `handler`). A listening socket outlives the zone when a binary upgrade handed it to
+    /// another process; an accept left pending would be torn down with the ring after the
+    /// thread is gone, and until then its waiter on the socket takes wake-ups meant for the
+    /// new process's accept. Nothing to do where closing removes the waiter at once (epoll).
+    fn quiesce<H: Handler>(&mut self, _handler: &mut H, _limit: Duration) -> io::Result<()> {
+        Ok(())
+    }
 }
+
+/// How long [`run`] waits for the kernel to give back the accepts of an exiting zone.
+const QUIESCE_LIMIT: Duration = Duration::from_secs(1);
 
 /// When the handler's [`Handler::on_timer`] is due next: the interval it last returned, or
 /// an earlier [`Io::timer_at`] request. One implementation for [`run`] and the test driver
@@ -76,12 +89,12 @@ pub fn run<D: Driver, H: Handler>(driver: &mut D, handler: &mut H) -> io::Result
         let now = driver.io().now;
         timer.tick(driver.io(), handler);
         if driver.io().exit {
-            return Ok(());
+            return driver.quiesce(handler, QUIESCE_LIMIT);
         }
         let timeout = timer.next().map(|t| t.saturating_duration_since(now));
         driver.poll(handler, timeout)?;
         if driver.io().exit {
-            return Ok(());
+            return driver.quiesce(handler, QUIESCE_LIMIT);
         }
     }
 }

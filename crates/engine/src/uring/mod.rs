@@ -43,7 +43,7 @@ pub use dgram_recv::OVERHEAD as DGRAM_OVERHEAD;
 pub use state::UringDriver;
 
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, IoUring};
 
@@ -506,6 +506,26 @@ impl Driver for UringDriver {
             accept::arm(self, id);
         }
         Ok(ListenerId(id))
+    }
+
+    fn quiesce<H: Handler>(&mut self, h: &mut H, limit: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + limit;
+        for id in 0..self.listeners.len() as u32 {
+            if !self.listeners[id as usize].udp {
+                accept::cancel(self, id);
+            }
+        }
+        // An accept's last completion comes once the kernel has taken its waiter off the
+        // socket (`accept::complete_cancel` then lets the socket go).
+        while self.listeners.iter().any(|l| !l.udp && l.sock.is_some()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!("zone exit: an accept was not given back within {limit:?}");
+                break;
+            }
+            self.poll(h, Some(left.min(Duration::from_millis(10))))?;
+        }
+        Ok(())
     }
 
     fn poll<H: Handler>(&mut self, h: &mut H, timeout: Option<Duration>) -> io::Result<()> {
