@@ -57,6 +57,8 @@ pub struct Control {
     pub upgrade: Option<Child>,
     /// `/healthz` says ok while this is set; cleared when draining begins.
     pub healthy: Arc<AtomicBool>,
+    /// systemd's notification socket (inert without `NOTIFY_SOCKET`).
+    pub notify: crate::sdnotify::Notify,
 }
 
 /// Duplicates of each zone's listeners, grouped by address.
@@ -118,6 +120,7 @@ impl Control {
             .map_or("(embedded default)".to_string(), |p| {
                 p.display().to_string()
             });
+        self.notify.reloading();
         match self.try_reload() {
             Ok(summary) => {
                 self.metrics.reloads_ok.fetch_add(1, Ordering::Relaxed);
@@ -130,6 +133,11 @@ impl Control {
             Err(e) => {
                 self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::error!("reload failed, configuration unchanged: {e}");
+                let line = e.to_string().replace('\n', " ");
+                self.notify.reloaded(&format!(
+                    "reload failed, generation {} still serving: {line}",
+                    self.generation
+                ));
             }
         }
     }
@@ -308,6 +316,10 @@ impl Control {
                         );
                         self.metrics.generation.store(generation, Ordering::Relaxed);
                         self.acks = None;
+                        self.notify.reloaded(&format!(
+                            "configuration generation {generation} serving on {} zones",
+                            self.zones.len()
+                        ));
                     }
                 }
             }
@@ -339,6 +351,7 @@ impl Control {
                     child.id(),
                     std::process::id()
                 );
+                self.notify.main_pid(child.id());
                 self.upgrade = Some(child);
                 true
             }

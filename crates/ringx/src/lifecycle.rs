@@ -123,6 +123,8 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ringx_engine::sys::ignore_sigpipe();
+    // Read before the upgrade handshake clears its variable (the watchdog follows MAINPID).
+    let notify = crate::sdnotify::Notify::from_env();
     let nofile = ringx_engine::sys::raise_nofile();
     // aya probes the kernel's BPF features once per process; a probe that a zone's io_uring
     // task work interrupts would be cached as "no global data" and fail every later load
@@ -481,8 +483,12 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         health_stop: health_stop.clone(),
         engine: engine.as_str(),
         log,
+        notify,
     });
     crate::acme::start(&cfg);
+    control
+        .notify
+        .ready(&crate::sdnotify::summary(zones, 0, None));
 
     let wakers = pool.wakers().to_vec();
     loop {
@@ -490,6 +496,8 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             control.event(ev);
         }
         handoff.check(&wakers, &control.sockets);
+        let (requests, conns) = crate::sdnotify::totals(&control.metrics);
+        control.notify.tick(&wakers, requests, conns);
         // A zone that stops on its own is a failure: report it and stop the others.
         if let Some(exit) = pool.wait_exit(Duration::ZERO) {
             tracing::error!("zone {} stopped: {}", exit.id, outcome(&exit));
@@ -500,6 +508,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         let tick = Duration::from_millis(if control.acks.is_some() { 20 } else { 100 });
         match wait_signal(&sigs, Some(tick)) {
             Some(libc::SIGTERM) | Some(libc::SIGINT) => {
+                control.notify.stopping();
                 control.begin_drain(true);
                 tell_zones_to_drain(&ctls);
                 tracing::info!(

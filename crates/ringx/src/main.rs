@@ -1,6 +1,7 @@
 //! `ringx`: the command line.
 
 mod acme;
+mod activation;
 mod admin;
 mod cli_import;
 mod cli_lb;
@@ -17,8 +18,10 @@ mod lb_setup;
 mod lifecycle;
 mod pidfile;
 mod run;
+mod sdnotify;
 mod serve_xdp;
 mod services;
+mod sockfd;
 mod steering;
 mod tproxy_rules;
 mod upgrade;

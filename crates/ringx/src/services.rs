@@ -97,6 +97,7 @@ pub struct ControlParts<'a> {
     pub health_stop: Arc<AtomicBool>,
     pub engine: &'static str,
     pub log: LogWriter,
+    pub notify: crate::sdnotify::Notify,
 }
 
 impl OpsSetup {
@@ -184,6 +185,7 @@ impl OpsSetup {
             pid_file: self.pid_file,
             upgrade: None,
             healthy,
+            notify: p.notify,
         }
     }
 }

@@ -17,6 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ringx_engine::{bind_reuseport, ListenOptions};
+
+use crate::sockfd::{is_listener, set_cloexec};
 use ringx_server::error::{Error, Kind, Side};
 
 pub const INHERIT_ENV: &str = "RINGX_INHERIT_FDS";
@@ -28,38 +30,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Default)]
 pub struct Inherited {
     by_addr: HashMap<SocketAddr, Vec<TcpListener>>,
-}
-
-fn set_cloexec(fd: RawFd, on: bool) -> std::io::Result<()> {
-    // SAFETY: F_SETFD takes an integer flag set; no memory is passed.
-    let r = unsafe { libc::fcntl(fd, libc::F_SETFD, if on { libc::FD_CLOEXEC } else { 0 }) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Whether `fd` is a listening TCP socket bound to `addr`.
-fn is_listener(fd: RawFd, addr: SocketAddr) -> bool {
-    let mut on: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes one c_int and its length into live locals.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            (&mut on as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 || on == 0 {
-        return false;
-    }
-    // SAFETY: a borrowed view of the descriptor, never dropped (ManuallyDrop), only asked
-    // for its address.
-    let view = std::mem::ManuallyDrop::new(unsafe { TcpListener::from_raw_fd(fd) });
-    view.local_addr().is_ok_and(|a| a == addr)
+    /// Sockets systemd passed (socket activation), one per address: the zones past the
+    /// first bind siblings beside it (`ReusePort=yes`), or share it where they cannot.
+    activated: HashMap<SocketAddr, TcpListener>,
 }
 
 impl Inherited {
@@ -68,6 +41,12 @@ impl Inherited {
     /// alone, with a warning.
     pub fn take() -> Inherited {
         let mut out = Inherited::default();
+        for (addr, l) in crate::activation::take() {
+            if let Ok(d) = l.try_clone() {
+                out.activated.insert(addr, d);
+            }
+            out.by_addr.entry(addr).or_default().push(l);
+        }
         let Some(spec) = std::env::var_os(INHERIT_ENV) else {
             return out;
         };
@@ -106,7 +85,17 @@ impl Inherited {
         if let Some(l) = self.by_addr.get_mut(&addr).and_then(Vec::pop) {
             return Ok(l);
         }
-        bind_reuseport(addr, opts)
+        match (bind_reuseport(addr, opts), self.activated.get(&addr)) {
+            (Ok(l), _) => Ok(l),
+            (Err(e), Some(shared)) => {
+                tracing::info!(
+                    "socket activation: another socket for {addr} cannot be bound ({e}); the \
+                     zones share systemd's (ReusePort=yes in ringx.socket gives each its own)"
+                );
+                shared.try_clone()
+            }
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// Sockets left over (the old process ran more zones): spread over the zones as extra
@@ -134,7 +123,7 @@ pub fn is_upgrade() -> bool {
 /// An inherited socket is waiting for `addr`.
 impl Inherited {
     pub fn holds(&self, addr: &SocketAddr) -> bool {
-        self.by_addr.get(addr).is_some_and(|v| !v.is_empty())
+        self.by_addr.get(addr).is_some_and(|v| !v.is_empty()) || self.activated.contains_key(addr)
     }
 }
 
