@@ -40,6 +40,9 @@ have perf    || need_apt+=(linux-perf)
 have valgrind || need_apt+=(valgrind)
 # testssl.sh: the TLS scan of tests/test_testssl.py and `make bench-testssl` (bench/testssl.py).
 have testssl || have testssl.sh || need_apt+=(testssl.sh)
+# Headless Chromium and its driver: the status page test (tests/test_status_page.py).
+have chromium || need_apt+=(chromium)
+have chromedriver || need_apt+=(chromium-driver)
 # Go builds h2spec, the HTTP/2 conformance suite tests/test_h2.py runs (below).
 have go || [ -x /usr/local/go/bin/go ] || need_apt+=(golang-go)
 
@@ -68,7 +71,8 @@ py_missing=$(python3 - <<'PY'
 import importlib.util
 mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib",
         "cryptography": "cryptography", "h2": "h2", "httpx": "httpx[http2]",
-        "brotli": "brotli", "zstandard": "zstandard", "grpc": "grpcio"}
+        "brotli": "brotli", "zstandard": "zstandard", "grpc": "grpcio",
+        "selenium": "selenium"}
 print(" ".join(p for m, p in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )

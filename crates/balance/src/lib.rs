@@ -216,6 +216,20 @@ impl Balancer {
         None
     }
 
+    /// Gives server `i` a new weight (at least 1; out-of-range indices are ignored), as an
+    /// operator's "set weight" does; round robin goes on from where it was. Maglev tables
+    /// are built once with equal shares, so [`Policy::Hash`] does not follow weights.
+    pub fn set_weight(&mut self, i: usize, weight: u32) {
+        if let Some(s) = self.servers.get_mut(i) {
+            s.weight = weight.max(1);
+        }
+    }
+
+    /// The weight server `i` has now.
+    pub fn weight(&self, i: usize) -> Option<u32> {
+        self.servers.get(i).map(|s| s.weight)
+    }
+
     /// A request started on server `i` (out-of-range indices are ignored).
     pub fn started(&mut self, i: usize) {
         if let Some(s) = self.servers.get_mut(i) {

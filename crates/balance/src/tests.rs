@@ -444,3 +444,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn set_weight_changes_the_shares_from_the_next_pick() {
+    let mut b = Balancer::new(Policy::RoundRobin, &specs(&[1, 1]), None, 0);
+    assert_eq!(counts(&mut b, 2, 100), vec![50, 50]);
+    b.set_weight(0, 3);
+    assert_eq!(b.weight(0), Some(3));
+    assert_eq!(counts(&mut b, 2, 400), vec![300, 100]);
+    b.set_weight(1, 0);
+    assert_eq!(b.weight(1), Some(1), "0 counts as 1");
+    b.set_weight(7, 5);
+    assert_eq!(b.weight(7), None);
+}

@@ -28,6 +28,9 @@ use crate::error::{ConfigError, Source};
 #[serde(deny_unknown_fields)]
 pub struct Admin {
     pub listen: Spanned<SocketAddr>,
+    /// What the status page's actions (drain, enable, weight, purge) need; none: the admin
+    /// address alone guards them.
+    pub token: Option<Spanned<String>>,
 }
 
 /// `access_log_format`.

@@ -1,6 +1,8 @@
-//! The admin listener (`[admin] listen`): `GET /metrics` (Prometheus text format),
-//! `GET /healthz`, and `PURGE` (or `DELETE`) `/cache/NAME?key=KEY` to remove a proxy cache
-//! entry (`/cache/NAME` alone empties the cache), served by one plain blocking thread. It is not on any request path, so it
+//! The admin listener (`[admin] listen`): `GET /` (the status page, `status_html.rs`) and
+//! `/status.json`, `POST /action` (its actions, `admin_action.rs`), `GET /metrics`
+//! (Prometheus text format), `GET /healthz`, and `PURGE` (or `DELETE`)
+//! `/cache/NAME?key=KEY` to remove a proxy cache entry (`/cache/NAME` alone empties the
+//! cache), served by one plain blocking thread. It is not on any request path, so it
 //! needs none of the zones' machinery; the socket has `SO_REUSEPORT` so that during a binary
 //! upgrade the old and the new process can both hold it.
 
@@ -25,16 +27,24 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(l)
 }
 
-/// Serves the admin endpoints on `l` in a thread of its own. `healthy` goes false when the
-/// server starts draining (`/healthz` then answers 503).
-pub fn spawn(l: TcpListener, metrics: Arc<Metrics>, healthy: Arc<AtomicBool>) {
+/// What the admin thread serves from.
+pub struct Admin {
+    pub board: crate::status::Board,
+    /// `healthy` goes false when the server starts draining (`/healthz` then answers 503).
+    pub healthy: Arc<AtomicBool>,
+    /// `[admin] token`: what the actions need.
+    pub token: Option<String>,
+}
+
+/// Serves the admin endpoints on `l` in a thread of its own.
+pub fn spawn(l: TcpListener, admin: Admin) {
     let spawned = std::thread::Builder::new()
         .name("ringx-admin".into())
         .spawn(move || {
             for s in l.incoming() {
                 match s {
                     Ok(s) => {
-                        if let Err(e) = serve_one(s, &metrics, &healthy) {
+                        if let Err(e) = serve_one(s, &admin) {
                             tracing::debug!("admin: {e}");
                         }
                     }
@@ -50,7 +60,9 @@ pub fn spawn(l: TcpListener, metrics: Arc<Metrics>, healthy: Arc<AtomicBool>) {
     }
 }
 
-fn serve_one(mut s: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::io::Result<()> {
+fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
+    let metrics: &Metrics = &admin.board.metrics;
+    let healthy: &AtomicBool = &admin.healthy;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.set_write_timeout(Some(Duration::from_secs(2)))?;
     let mut buf = Vec::with_capacity(1024);
@@ -65,11 +77,42 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::
             return respond(&mut s, 431, "text/plain", "request head too large\n", false);
         }
     }
-    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(buf.len())
+        + 4;
+    let head_text = String::from_utf8_lossy(&buf[..end.min(buf.len())]).into_owned();
+    let line = head_text.lines().next().unwrap_or_default();
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let head = method == "HEAD";
+    if method == "POST" {
+        let header = |name: &str| {
+            head_text.lines().skip(1).find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_string())
+            })
+        };
+        let len: usize = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if len > 16 * 1024 {
+            return respond(&mut s, 413, "text/plain", "form too large\n", false);
+        }
+        let mut body = buf.get(end..).unwrap_or_default().to_vec();
+        while body.len() < len {
+            let n = s.read(&mut chunk)?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+        body.truncate(len);
+        return post(&mut s, admin, target, &body, header);
+    }
     if method == "PURGE" || method == "DELETE" {
         let (status, body) = purge(target);
         return respond(&mut s, status, "text/plain", &body, false);
@@ -83,7 +126,30 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::
             head,
         );
     }
-    match target.split('?').next().unwrap_or("") {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    match path {
+        "/" | "/status" => {
+            let q = crate::admin_action::fields(query);
+            let get = |k: &str| {
+                q.iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            };
+            let refresh = get("refresh").and_then(|r| r.parse().ok()).unwrap_or(5u32);
+            // The page carries the token in its forms only when it was opened with the right one.
+            let token = get("token").filter(|t| admin.token.as_deref() == Some(t.as_str()));
+            let page = crate::status_html::render(
+                &admin.board.snapshot(),
+                refresh,
+                token.as_deref(),
+                admin.token.is_some(),
+            );
+            respond(&mut s, 200, "text/html; charset=utf-8", &page, head)
+        }
+        "/status.json" => {
+            let body = crate::status_json::render(&admin.board.snapshot());
+            respond(&mut s, 200, "application/json", &body, head)
+        }
         "/metrics" => {
             let mut body = metrics.render();
             let now = std::time::SystemTime::now()
@@ -109,7 +175,7 @@ fn serve_one(mut s: TcpStream, metrics: &Metrics, healthy: &AtomicBool) -> std::
             &mut s,
             404,
             "text/plain",
-            "not found: try /metrics, /healthz or PURGE /cache/NAME?key=KEY\n",
+            "not found: try /, /status.json, /metrics, /healthz, POST /action or PURGE /cache/NAME?key=KEY\n",
             head,
         ),
     }
@@ -128,7 +194,7 @@ fn purge(target: &str) -> (u16, String) {
     let key = query
         .split('&')
         .find_map(|kv| kv.strip_prefix("key="))
-        .map(percent_decode);
+        .map(crate::admin_action::percent_decode);
     match key {
         None if query.is_empty() => {
             let n = zone.purge_all();
@@ -144,29 +210,61 @@ fn purge(target: &str) -> (u16, String) {
     }
 }
 
-/// `%XX` decoding (and `+` as a space, as forms write it); None for a bad escape.
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
+/// `POST /action`: the status page's forms (back to the page after an action that worked)
+/// and scripts (the message as plain text).
+fn post(
+    s: &mut TcpStream,
+    admin: &Admin,
+    target: &str,
+    body: &[u8],
+    header: impl Fn(&str) -> Option<String>,
+) -> std::io::Result<()> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if path != "/action" {
+        return respond(s, 404, "text/plain", "POST /action only\n", false);
     }
-    Some(out)
+    let mut fields = crate::admin_action::fields(query);
+    fields.extend(crate::admin_action::fields(&String::from_utf8_lossy(body)));
+    let bearer = header("authorization")
+        .and_then(|a| a.strip_prefix("Bearer ").map(|t| t.trim().to_string()));
+    let header_token = header("x-ringx-token").or(bearer);
+    let req = crate::admin_action::Request {
+        fields: &fields,
+        header_token: header_token.as_deref(),
+        peer: s.peer_addr().ok(),
+    };
+    let (status, msg) =
+        crate::admin_action::run(&admin.board.metrics, admin.token.as_deref(), &req);
+    let back = fields.iter().any(|(k, v)| k == "back" && v == b"1");
+    if status == 200 && back {
+        let token = fields
+            .iter()
+            .find(|(k, _)| k == "token")
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+        let location = match token {
+            Some(t) if !t.is_empty() => format!("/?token={}", encode(&t)),
+            _ => "/".to_string(),
+        };
+        let out = format!(
+            "HTTP/1.1 303 See Other\r\nLocation: {location}\r\nContent-Type: text/plain\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{msg}",
+            msg.len()
+        );
+        return s.write_all(out.as_bytes());
+    }
+    respond(s, status, "text/plain", &msg, false)
+}
+
+/// Percent-encodes what is not unreserved (RFC 3986).
+fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn respond(
@@ -179,6 +277,8 @@ fn respond(
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
+        403 => "Forbidden",
+        413 => "Content Too Large",
         404 => "Not Found",
         405 => "Method Not Allowed",
         431 => "Request Header Fields Too Large",
@@ -199,12 +299,7 @@ fn respond(
 #[cfg(test)]
 mod tests {
     #[test]
-    fn keys_are_percent_decoded() {
-        assert_eq!(
-            super::percent_decode("http%3A%2F%2Fh%2Fa%0D%0Ab+c").unwrap(),
-            b"http://h/a\r\nb c"
-        );
-        assert!(super::percent_decode("%G1").is_none());
-        assert!(super::percent_decode("%4").is_none());
+    fn tokens_in_locations_are_encoded() {
+        assert_eq!(super::encode("a b&c=d~"), "a%20b%26c%3Dd~");
     }
 }

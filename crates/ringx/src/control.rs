@@ -282,6 +282,13 @@ impl Control {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = next.upstreams.clone();
         }
+        *self.metrics.certs.lock().unwrap_or_else(|e| e.into_inner()) =
+            next.tls.as_ref().map_or(Vec::new(), |t| t.certs.clone());
+        *self
+            .metrics
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = crate::status::listeners(&next);
         self.compiled = next;
         crate::acme::start(&cfg);
         let list = |v: &[SocketAddr]| {

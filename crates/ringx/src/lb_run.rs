@@ -45,6 +45,7 @@ fn check(t: &Target) -> bool {
                 fail_timeout: Duration::ZERO,
                 backup: false,
                 healthy: AtomicBool::new(true),
+                stats: Default::default(),
             };
             let h = ringx_server::upstream::HealthDef {
                 interval: t.health.interval.0,

@@ -3,6 +3,7 @@
 mod acme;
 mod activation;
 mod admin;
+mod admin_action;
 mod cli_import;
 mod cli_lb;
 mod cli_rss;
@@ -22,6 +23,9 @@ mod sdnotify;
 mod serve_xdp;
 mod services;
 mod sockfd;
+mod status;
+mod status_html;
+mod status_json;
 mod steering;
 mod tproxy_rules;
 mod upgrade;

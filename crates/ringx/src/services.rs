@@ -142,6 +142,13 @@ impl OpsSetup {
             zones: self.counters,
             wakers: p.zones.iter().map(|z| z.1.clone()).collect(),
             upstreams: Mutex::new(ups),
+            certs: Mutex::new(
+                p.compiled
+                    .tls
+                    .as_ref()
+                    .map_or(Vec::new(), |t| t.certs.clone()),
+            ),
+            listeners: Mutex::new(crate::status::listeners(&p.compiled)),
             xdp_pin_dir: p.cfg.xdp.as_ref().map(|x| x.pin_dir.clone()),
             lb_pin_dir: p.cfg.lb.as_ref().map(|l| l.pin_dir.clone()),
             reloads_ok: AtomicU64::new(0),
@@ -153,8 +160,17 @@ impl OpsSetup {
         let healthy = Arc::new(AtomicBool::new(true));
         if let Some(l) = self.admin {
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
-            crate::admin::spawn(l, metrics.clone(), healthy.clone());
-            tracing::info!("admin: http://{addr}/metrics and /healthz");
+            let admin = crate::admin::Admin {
+                board: crate::status::Board::new(metrics.clone()),
+                healthy: healthy.clone(),
+                token: p
+                    .cfg
+                    .admin
+                    .as_ref()
+                    .and_then(|a| a.token.as_ref().map(|t| t.get_ref().clone())),
+            };
+            crate::admin::spawn(l, admin);
+            tracing::info!("admin: http://{addr}/ (status page), /metrics and /healthz");
         }
         if let Some(pf) = &self.pid_file {
             pf.write();

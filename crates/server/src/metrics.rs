@@ -5,7 +5,6 @@
 //! writer). The admin thread reads every block and sums on read; the engine's per-zone wait
 //! statistics ([`ringx_engine::WaitStats`]) come from the zones' wakers the same way.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +14,12 @@ use ringx_engine::Waker;
 
 use crate::upstream::Upstreams;
 
+pub mod listeners;
+mod out;
 mod policy;
+mod upstream;
+
+use out::Out;
 
 /// Adds to a counter only its zone writes.
 #[inline]
@@ -128,6 +132,9 @@ pub struct Metrics {
     pub wakers: Vec<Waker>,
     /// The upstreams in use (replaced on reload), for their health.
     pub upstreams: Mutex<Option<Arc<Upstreams>>>,
+    /// The certificates served and the addresses listened on (replaced on reload).
+    pub certs: Mutex<Vec<listeners::CertInfo>>,
+    pub listeners: Mutex<Vec<listeners::ListenerInfo>>,
     /// Where the XDP filter's maps are pinned, when `[xdp]` is configured.
     pub xdp_pin_dir: Option<PathBuf>,
     /// Where the XDP load balancer's maps are pinned, when `[lb]` is configured.
@@ -277,46 +284,6 @@ impl Metrics {
 }
 
 /// A Prometheus text-format writer.
-struct Out {
-    s: String,
-}
-
-impl Out {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.s, "# HELP {name} {help}");
-        let _ = writeln!(self.s, "# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
-        self.s.push_str(name);
-        if !labels.is_empty() {
-            self.s.push('{');
-            for (i, (k, val)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.s.push(',');
-                }
-                let _ = write!(self.s, "{k}=\"{}\"", escape_label(val));
-            }
-            self.s.push('}');
-        }
-        let _ = writeln!(self.s, " {v}");
-    }
-
-    /// One sample per zone.
-    fn per_zone(&mut self, name: &str, kind: &str, help: &str, vals: &[u64]) {
-        self.family(name, kind, help);
-        for (z, v) in vals.iter().enumerate() {
-            self.sample(name, &[("zone", &z.to_string())], v);
-        }
-    }
-}
-
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 impl Metrics {
     /// The Prometheus text exposition (format 0.0.4).
     pub fn render(&self) -> String {
@@ -604,32 +571,16 @@ impl Metrics {
         );
         self.steering(&mut o, zc);
         Self::udp(&mut o, zc);
-        o.family(
-            "ringx_upstream_server_healthy",
-            "gauge",
-            "1 if the upstream server passes its health checks (always 1 without checks).",
-        );
-        if let Some(u) = self
-            .upstreams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
         {
-            for def in &u.list {
-                for s in &def.servers {
-                    let healthy = s.healthy.load(Ordering::Relaxed);
-                    o.sample(
-                        "ringx_upstream_server_healthy",
-                        &[
-                            ("upstream", &def.name),
-                            ("server", &s.name),
-                            ("addr", &s.addr.to_string()),
-                        ],
-                        u64::from(healthy),
-                    );
-                }
-            }
+            let ups = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
+            upstream::render(ups.as_deref(), &mut o);
         }
+        let certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+        listeners::render_certs(&certs, &mut o);
+        drop(certs);
+        let ls = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        listeners::render_listeners(&ls, &mut o);
+        drop(ls);
 
         o.per_zone(
             "ringx_access_log_lines_total",

@@ -25,6 +25,8 @@ pub struct TlsSetup {
     /// The ciphers the kernel seals, when kernel TLS is on (`[tls] ktls`) and the kernel has
     /// it.
     pub ktls: Option<ringx_tls::ktls::Support>,
+    /// Every certificate served, for the status page and `/metrics`.
+    pub certs: Vec<crate::metrics::listeners::CertInfo>,
 }
 
 /// The kernel's answer, asked once per process (a reload keeps it; the start-up log line
@@ -67,6 +69,7 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
     };
     // Servers first, then streams (stream i is entry `cfg.server.len() + i`).
     let mut specs = Vec::with_capacity(values.len());
+    let mut certs = Vec::new();
     // ALPN h2 per server ([http2] enable, a server's own `http2`); never on streams.
     let h2: Vec<bool> = routes.servers.iter().map(|s| s.http2).collect();
     for (i, t) in values.into_iter().enumerate() {
@@ -92,6 +95,16 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
                     Error::config(cfg.error_at(span, e.to_string()).to_string())
                 })?;
             let left = m.not_after - now.as_secs() as i64;
+            if !certs
+                .iter()
+                .any(|c: &crate::metrics::listeners::CertInfo| c.path == *ck.cert.get_ref())
+            {
+                certs.push(crate::metrics::listeners::CertInfo {
+                    path: ck.cert.get_ref().clone(),
+                    subject: m.subject.clone(),
+                    not_after: m.not_after,
+                });
+            }
             if left < 14 * 86400 {
                 tracing::warn!(
                     "{}: the certificate ({}) expires in {} days",
@@ -148,6 +161,7 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
         sites,
         share: *cfg.tls.handshake_share.get_ref(),
         ktls,
+        certs,
     }))
 }
 

@@ -196,7 +196,7 @@ impl Stream {
             if let Some(up) = cx.ups.get_mut(u) {
                 up.abandon(cx.io, u);
                 let p = cx.ctx.pools(self.dial.gen);
-                p.per[self.dial.upstream].bal.finished(self.dial.server);
+                p.finished(self.dial.upstream, self.dial.server);
             }
         }
     }
@@ -216,7 +216,7 @@ impl Stream {
                 self.up = None;
                 let pools = cx.ctx.pools(self.dial.gen);
                 pools.succeeded(self.dial.upstream, self.dial.server);
-                pools.per[self.dial.upstream].bal.finished(self.dial.server);
+                pools.finished(self.dial.upstream, self.dial.server);
                 Some(Tunnel::connected(cx, b, c, u, self.index, self.idle))
             }
             UpEvent::Closed(err) => {
@@ -255,7 +255,7 @@ impl Stream {
         self.up = None;
         let now = cx.io.now();
         let pools = cx.ctx.pools(self.dial.gen);
-        pools.per[self.dial.upstream].bal.finished(self.dial.server);
+        pools.finished(self.dial.upstream, self.dial.server);
         pools.failed(self.dial.upstream, self.dial.server, now);
         if self.dial.tries_left > 0 && self.dial.untried(pools) {
             self.dial.tries_left -= 1;

@@ -23,6 +23,8 @@ pub struct Dial {
     pub tries_left: u32,
     /// The balancer's hash key (`balance = "hash"`).
     pub key: Option<Vec<u8>>,
+    /// When the current attempt started (the server's response time runs from here).
+    pub at: Option<Instant>,
 }
 
 /// A connection to a server, ready to carry a request.
@@ -50,6 +52,7 @@ impl Dial {
             tried,
             tries_left: retries,
             key,
+            at: None,
         }
     }
 
@@ -110,9 +113,17 @@ impl Dial {
                     }
                 }
             };
-            pools.per[self.upstream].bal.started(s);
+            pools.started(self.upstream, s);
+            self.at = Some(now);
             return Ok(reached);
         }
+    }
+
+    /// How long the current attempt has taken by `now`.
+    pub fn took(&self, now: Instant) -> std::time::Duration {
+        self.at.map_or(std::time::Duration::ZERO, |t| {
+            now.saturating_duration_since(t)
+        })
     }
 
     /// Some server of the upstream was not tried yet.

@@ -7,6 +7,7 @@ pub mod connector;
 pub mod dial;
 pub mod health;
 pub mod pools;
+pub mod stats;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -30,6 +31,8 @@ pub struct ServerDef {
     pub backup: bool,
     /// Set by the health checker; always true without `[upstream.health]`.
     pub healthy: AtomicBool,
+    /// Requests, failures and response times per zone; drain and weight from the status page.
+    pub stats: stats::ServerStats,
 }
 
 /// What the balancer hashes for `balance = "hash"`.
@@ -156,6 +159,9 @@ impl UpstreamDef {
 /// `http://host:port` / `host:port` written directly in a `proxy_pass`.
 pub struct Upstreams {
     pub list: Vec<UpstreamDef>,
+    /// +1 each time the status page changes a server's weight: each zone's balancers look
+    /// at the servers' weights again when it moved.
+    pub admin_epoch: std::sync::atomic::AtomicU64,
     /// The crypto provider for TLS upstreams, and the configuration of `https://` targets
     /// (system CAs, verified), built when the first is met.
     provider: ringx_tls::Provider,
@@ -184,6 +190,7 @@ impl Upstreams {
                     fail_timeout: r.fail_timeout,
                     backup: r.backup,
                     healthy: AtomicBool::new(true),
+                    stats: Default::default(),
                 });
             }
             let policy = match u.balance {
@@ -234,6 +241,7 @@ impl Upstreams {
         }
         Ok(Upstreams {
             list,
+            admin_epoch: Default::default(),
             provider,
             https_default: None,
         })
@@ -279,6 +287,7 @@ impl Upstreams {
             fail_timeout: Duration::from_secs(10),
             backup: false,
             healthy: AtomicBool::new(true),
+            stats: Default::default(),
         }];
         let tls = match https {
             None => None,

@@ -25,10 +25,14 @@ pub struct PerUpstream {
     pub idle: Vec<Vec<ConnId>>,
     /// Multiplexed HTTP/2 (gRPC) connections per server, shared by the zone's calls.
     pub h2: Vec<Vec<ConnId>>,
+    /// The `Upstreams::admin_epoch` the balancer's weights follow.
+    epoch: u64,
 }
 
 pub struct ZonePools {
     pub defs: Arc<Upstreams>,
+    /// The zone these are (its slot in each server's `stats`).
+    zone: usize,
     pub per: Vec<PerUpstream>,
     /// Retired by a reload and past its drain time: no new connection is opened from it.
     pub expired: bool,
@@ -50,10 +54,12 @@ impl ZonePools {
                 passive: vec![Passive::default(); u.servers.len()],
                 idle: vec![Vec::new(); u.servers.len()],
                 h2: vec![Vec::new(); u.servers.len()],
+                epoch: 0,
             })
             .collect();
         ZonePools {
             defs,
+            zone,
             per,
             expired: false,
         }
@@ -69,10 +75,19 @@ impl ZonePools {
     ) -> Option<usize> {
         let defs = &self.defs;
         let per = &mut self.per[u];
-        let passive = &per.passive;
         let servers = &defs.list[u].servers;
+        let epoch = defs.admin_epoch.load(Ordering::Relaxed);
+        if per.epoch != epoch {
+            per.epoch = epoch;
+            for (i, s) in servers.iter().enumerate() {
+                let w = s.stats.weight.load(Ordering::Relaxed);
+                per.bal.set_weight(i, if w == 0 { s.weight } else { w });
+            }
+        }
+        let passive = &per.passive;
         let usable = |s: usize| {
             servers[s].healthy.load(Ordering::Relaxed)
+                && !servers[s].stats.drained.load(Ordering::Relaxed)
                 && passive[s].down_until.is_none_or(|t| t <= now)
         };
         // Everything down: like nginx, try the servers anyway rather than refuse outright.
@@ -100,6 +115,7 @@ impl ZonePools {
         let servers = &def.servers;
         let up = |s: usize| {
             servers[s].healthy.load(Ordering::Relaxed)
+                && !servers[s].stats.drained.load(Ordering::Relaxed)
                 && passive[s].down_until.is_none_or(|t| t <= now)
         };
         let fresh = |s: usize| s < servers.len() && !tried.contains(&s);
@@ -109,9 +125,34 @@ impl ZonePools {
             .or_else(|| maglev.lookup_usable(hash, fresh))
     }
 
+    /// A request goes to server `s` (the balancer's in-flight count, the status page's).
+    pub fn started(&mut self, u: usize, s: usize) {
+        self.per[u].bal.started(s);
+        if let Some(d) = self.defs.list[u].servers.get(s) {
+            d.stats.started(self.zone);
+        }
+    }
+
+    /// The request on server `s` is over.
+    pub fn finished(&mut self, u: usize, s: usize) {
+        self.per[u].bal.finished(s);
+        if let Some(d) = self.defs.list[u].servers.get(s) {
+            d.stats.finished(self.zone);
+        }
+    }
+
+    /// Server `s` answered (a response head) `took` after the request went out.
+    pub fn responded(&mut self, u: usize, s: usize, took: std::time::Duration) {
+        if let Some(d) = self.defs.list[u].servers.get(s) {
+            d.stats.responded(self.zone, took);
+        }
+        self.succeeded(u, s);
+    }
+
     /// A connect error, reset or timeout on server `s`.
     pub fn failed(&mut self, u: usize, s: usize, now: Instant) {
         let def = &self.defs.list[u].servers[s];
+        def.stats.failed(self.zone);
         if def.max_fails == 0 {
             return;
         }

@@ -207,7 +207,7 @@ impl Exchange {
         if up.state != UpState::Closing {
             up.abandon(cx.io, u);
             let p = cx.ctx.pools(self.dial.gen);
-            p.per[self.dial.upstream].bal.finished(self.dial.server);
+            p.finished(self.dial.upstream, self.dial.server);
         }
     }
 
@@ -295,7 +295,7 @@ impl Exchange {
         let silent = f.reused && !f.got_bytes && matches!(why.kind, Kind::Reset | Kind::Connect);
         let pools = cx.ctx.pools(self.dial.gen);
         if f.was_busy {
-            pools.per[f.upstream].bal.finished(f.server);
+            pools.finished(f.upstream, f.server);
         }
         // A 502/503 answer is the server's word, not a fault of the connection; and a client
         // that went away is not the server's fault.

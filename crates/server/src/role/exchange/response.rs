@@ -206,7 +206,8 @@ impl Exchange {
                 // A subrequest: nothing goes to the client; the body is read to its end (into
                 // the capture, or discarded) so the connection can be reused.
                 let (ui, s) = (self.dial.upstream, self.dial.server);
-                cx.ctx.pools(self.dial.gen).succeeded(ui, s);
+                let took = self.dial.took(cx.io.now());
+                cx.ctx.pools(self.dial.gen).responded(ui, s, took);
                 let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
                 up.head_done = true;
                 up.framing = ClientFraming::Same;
@@ -318,7 +319,8 @@ impl Exchange {
                 }
                 crate::cache::loc::count(&cx.ctx.log.counters, st);
             }
-            cx.ctx.pools(self.dial.gen).succeeded(ui, s);
+            let took = self.dial.took(cx.io.now());
+            cx.ctx.pools(self.dial.gen).responded(ui, s, took);
             let up = cx.ups.get_mut(u).expect("a busy upstream has a record");
             up.head_done = true;
             up.framing = framing;
@@ -329,7 +331,7 @@ impl Exchange {
                     base.tr.write(cx.io, c, &input[end..]);
                 }
                 up.state = UpState::Tunnel;
-                cx.ctx.pools(self.dial.gen).per[ui].bal.finished(s);
+                cx.ctx.pools(self.dial.gen).finished(ui, s);
                 self.up = None;
                 return Head::Ended(Outcome::Upgrade(u));
             }
@@ -481,7 +483,7 @@ impl Exchange {
         let reusable = clean && up.keep && !up.eof && !draining;
         let pools = cx.ctx.pools(self.dial.gen);
         let pooled = reusable && pools.put_idle(ui, s, u);
-        pools.per[ui].bal.finished(s);
+        pools.finished(ui, s);
         let (_, ka) = up_timeouts(pools, ui);
         self.up = None;
         if pooled {

@@ -78,7 +78,7 @@ pub fn start(
         let rec = cx.ups.get_mut(u).expect("checked");
         cx.ctx.set_up_deadline(cx.io, rec, u, now + rt);
     }
-    cx.ctx.pools(gen).per[upstream].bal.started(server);
+    cx.ctx.pools(gen).started(upstream, server);
     bump(cx, |c| &c.grpc_calls);
     Ok(Placed {
         u,
@@ -260,7 +260,7 @@ pub fn end(cx: &mut Cx, p: &Placed) {
     let Some(pools) = cx.ctx.pools_if(p.gen) else {
         return;
     };
-    pools.per[p.upstream].bal.finished(p.server);
+    pools.finished(p.upstream, p.server);
     let keep = pools.defs.list[p.upstream].keepalive_timeout;
     if idle == Some(true) {
         if let Some(rec) = cx.ups.get_mut(p.u) {

@@ -283,9 +283,7 @@ impl Proxied {
             if up.client.is_some() {
                 up.abandon(cx.io, u);
                 let pools = cx.ctx.pools(self.ex.dial.gen);
-                pools.per[self.ex.dial.upstream]
-                    .bal
-                    .finished(self.ex.dial.server);
+                pools.finished(self.ex.dial.upstream, self.ex.dial.server);
             }
         }
     }
