@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl clean fmt
+.PHONY: all deps build release run deb test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl clean fmt
 
 all: release
 
@@ -20,6 +20,11 @@ release: deps
 
 run: release
 	$(BIN) serve $(if $(CONFIG),-c $(CONFIG))
+
+# The Debian package: target/debian/ringx_<version>_<arch>.deb (scripts/build-deb.sh), for
+# `apt install ./target/debian/ringx_*.deb`.
+deb: release
+	scripts/build-deb.sh
 
 unit: deps
 	$(CARGO) test --workspace

@@ -43,6 +43,9 @@ have testssl || have testssl.sh || need_apt+=(testssl.sh)
 # Headless Chromium and its driver: the status page test (tests/test_status_page.py).
 have chromium || need_apt+=(chromium)
 have chromedriver || need_apt+=(chromium-driver)
+# objcopy (binutils) and dpkg-deb: `make deb` (scripts/build-deb.sh).
+have objcopy || need_apt+=(binutils)
+have dpkg-deb || need_apt+=(dpkg-dev)
 # Go builds h2spec, the HTTP/2 conformance suite tests/test_h2.py runs (below).
 have go || [ -x /usr/local/go/bin/go ] || need_apt+=(golang-go)
 

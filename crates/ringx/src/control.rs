@@ -59,6 +59,9 @@ pub struct Control {
     pub healthy: Arc<AtomicBool>,
     /// systemd's notification socket (inert without `NOTIFY_SOCKET`).
     pub notify: crate::sdnotify::Notify,
+    /// The admin listener (a duplicate), handed to a new binary with the zones' sockets: the
+    /// new process may run as `[runtime] user`, which cannot bind beside root's socket.
+    pub admin_sock: Option<(SocketAddr, OwnedFd)>,
 }
 
 /// Duplicates of each zone's listeners, grouped by address.
@@ -346,6 +349,7 @@ impl Control {
             .sockets
             .iter()
             .flat_map(|(a, fds)| fds.iter().map(move |f| (*a, f.as_raw_fd())))
+            .chain(self.admin_sock.iter().map(|(a, f)| (*a, f.as_raw_fd())))
             .collect();
         tracing::info!(
             "SIGUSR2: starting the new binary with {} listening sockets",

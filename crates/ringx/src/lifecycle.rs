@@ -63,6 +63,12 @@ fn drop_privileges(user: &str) -> Result<(), Error> {
     let (uid, gid) = ringx_config::lookup_user(user)
         .ok_or_else(|| Error::invalid(format!("no such user {user:?}")))?;
     let os = |call: String| Error::io(call, std::io::Error::last_os_error());
+    // SAFETY: getuid/getgid take nothing and cannot fail.
+    if unsafe { libc::getuid() == uid && libc::getgid() == gid } {
+        // Already that user: the new binary of an upgrade, started by a process that had
+        // dropped its privileges.
+        return Ok(());
+    }
     // SAFETY: setgroups reads one gid from a live local; setgid/setuid take integers. glibc
     // applies them to every thread of the process.
     unsafe {
@@ -238,6 +244,12 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // Bind every zone's listeners before anything runs: an address error stops start-up.
     // After a binary upgrade, the sockets of the process this one replaces are used instead.
     let mut inherited = crate::upgrade::Inherited::take();
+    // The admin listener's socket, when the process this one replaces handed it over (it
+    // may run as [runtime] user, which cannot bind a second socket beside root's).
+    let admin_sock = cfg
+        .admin
+        .as_ref()
+        .and_then(|a| inherited.take_addr(*a.listen.get_ref()));
     // An address this process does not inherit must be free: no other server may share it.
     for addr in &routes.listen {
         if !inherited.holds(addr) {
@@ -320,7 +332,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         .map(|(tcp, udp)| tcp.into_iter().map(Into::into).chain(udp).collect())
         .collect();
     // The admin listener, the access log file and the pid file, opened while privileges last.
-    let mut ops = match crate::services::open(&cfg) {
+    let mut ops = match crate::services::open(&cfg, admin_sock) {
         Ok(o) => o,
         Err(e) => {
             tracing::error!("{e}");

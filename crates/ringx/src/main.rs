@@ -4,6 +4,7 @@ mod acme;
 mod activation;
 mod admin;
 mod admin_action;
+mod cli_gen;
 mod cli_import;
 mod cli_lb;
 mod cli_rss;
@@ -33,7 +34,7 @@ mod upgrade;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -84,6 +85,9 @@ enum Cmd {
         #[arg(long = "pid-file")]
         pid_file: Option<PathBuf>,
     },
+    /// Print the man page or a shell's completions (what `make deb` packages).
+    #[command(hide = true)]
+    Gen(cli_gen::GenArgs),
 }
 
 fn load(path: &Option<PathBuf>) -> Result<ringx_config::Config, ringx_config::ConfigError> {
@@ -142,6 +146,7 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run::run(args),
         Cmd::Tproxy(args) => cli_tproxy::run(args),
         Cmd::Import(args) => cli_import::run(args),
+        Cmd::Gen(args) => cli_gen::run(args, Cli::command()),
         Cmd::DefaultConfig => {
             print!("{}", ringx_config::DEFAULT_CONFIG);
             ExitCode::SUCCESS

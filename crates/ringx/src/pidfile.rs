@@ -22,6 +22,19 @@ impl PidFile {
     /// the old process until this one serves), owned by `owner` (uid, gid) when given.
     pub fn open(path: &Path, owner: Option<(u32, u32)>) -> Result<PidFile, Error> {
         let ctx = || format!("pid file {}", path.display());
+        // Its folder (/run/ringx) is made by systemd's RuntimeDirectory; where nothing made it
+        // (a container, a chroot, a boot without systemd), ringx makes it.
+        if let Some(dir) = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::io(
+                    format!("{}: cannot make its folder {}", ctx(), dir.display()),
+                    e,
+                )
+            })?;
+        }
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -128,5 +141,16 @@ mod tests {
         f.remove();
         assert_eq!(read_pid_file(&p).ok(), Some(12345));
         let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn a_missing_folder_is_made() {
+        let d = std::env::temp_dir().join(format!("ringx-piddir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let p = d.join("run").join("ringx.pid");
+        let f = PidFile::open(&p, None).unwrap();
+        f.write();
+        assert_eq!(read_pid_file(&p).ok(), Some(std::process::id() as i32));
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -87,6 +87,10 @@ fn library(arg: Option<PathBuf>) -> Result<PathBuf, String> {
                 .ok()
                 .and_then(|p| p.parent().map(|d| d.join("libringx_preload.so"))),
         )
+        // Where the Debian package installs it.
+        .chain(std::iter::once(PathBuf::from(
+            "/usr/lib/ringx/libringx_preload.so",
+        )))
         .collect();
     candidates
         .iter()

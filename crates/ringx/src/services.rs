@@ -38,7 +38,8 @@ pub struct OpsSetup {
 /// Opens the admin listener, the access log and the pid file (before privileges are
 /// dropped); the files are given to the `[runtime] user` the server will run as, so that
 /// reopening the log and naming the process in the pid file work after the drop.
-pub fn open(cfg: &Config) -> Result<OpsSetup, Error> {
+/// `admin_sock`: the admin listener handed over by a binary upgrade, if any.
+pub fn open(cfg: &Config, admin_sock: Option<TcpListener>) -> Result<OpsSetup, Error> {
     let owner = match &cfg.runtime.user {
         Some(u) => Some(
             ringx_config::lookup_user(u.get_ref())
@@ -47,9 +48,15 @@ pub fn open(cfg: &Config) -> Result<OpsSetup, Error> {
         None => None,
     };
     let admin = match &cfg.admin {
-        Some(a) => Some(
-            crate::admin::bind(*a.listen.get_ref()).map_err(|e| Error::io("admin listener", e))?,
-        ),
+        Some(a) => Some(match admin_sock {
+            Some(l) => {
+                l.set_nonblocking(false)
+                    .map_err(|e| Error::io("admin listener", e))?;
+                l
+            }
+            None => crate::admin::bind(*a.listen.get_ref())
+                .map_err(|e| Error::io("admin listener", e))?,
+        }),
         None => None,
     };
     let log_path = cfg.http.access_log.as_ref().map(|p| p.get_ref().clone());
@@ -158,6 +165,11 @@ impl OpsSetup {
             log_errors: self.log_errors,
         });
         let healthy = Arc::new(AtomicBool::new(true));
+        // A duplicate of the admin socket, handed to a new binary on upgrade with the others.
+        let admin_sock = self
+            .admin
+            .as_ref()
+            .and_then(|l| Some((l.local_addr().ok()?, OwnedFd::from(l.try_clone().ok()?))));
         if let Some(l) = self.admin {
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
             let admin = crate::admin::Admin {
@@ -202,6 +214,7 @@ impl OpsSetup {
             upgrade: None,
             healthy,
             notify: p.notify,
+            admin_sock,
         }
     }
 }

@@ -98,6 +98,15 @@ impl Inherited {
         }
     }
 
+    /// The inherited socket for `addr`, taken out (the admin listener's).
+    pub fn take_addr(&mut self, addr: SocketAddr) -> Option<TcpListener> {
+        let l = self.by_addr.get_mut(&addr).and_then(Vec::pop);
+        if self.by_addr.get(&addr).is_some_and(Vec::is_empty) {
+            self.by_addr.remove(&addr);
+        }
+        l
+    }
+
     /// Sockets left over (the old process ran more zones): spread over the zones as extra
     /// listeners, so connections queued on them are still accepted.
     pub fn adopt_leftovers(&mut self, zones: &mut [Vec<TcpListener>]) {
@@ -160,6 +169,12 @@ pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, Error> {
     keep.push(w.as_raw_fd());
     let exe = std::fs::read_link("/proc/self/exe")
         .map_err(|e| Error::io("cannot find this binary (/proc/self/exe)", e))?;
+    // A package upgrade replaced the file: the kernel names the old one "PATH (deleted)",
+    // and the new binary is at PATH.
+    let exe = match exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+        Some(p) => std::path::PathBuf::from(p),
+        None => exe,
+    };
     let mut cmd = Command::new(&exe);
     cmd.args(std::env::args_os().skip(1))
         .env(INHERIT_ENV, spec)
