@@ -75,7 +75,7 @@ import importlib.util
 mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib",
         "cryptography": "cryptography", "h2": "h2", "httpx": "httpx[http2]",
         "brotli": "brotli", "zstandard": "zstandard", "grpc": "grpcio",
-        "selenium": "selenium"}
+        "selenium": "selenium", "yaml": "pyyaml"}
 print(" ".join(p for m, p in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )
