@@ -100,6 +100,23 @@ def port() -> int:
     return free_port()
 
 
+# Every ringx process a test module or test has started and not stopped yet: a failed test's
+# report carries the end of each one's log, so that a failure seen once in CI says what ringx
+# did at the time.
+_LIVE: list["Ringx"] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed and call.when == "call":
+        for r in _LIVE:
+            tail = r.log()[-6000:]
+            if tail:
+                rep.sections.append((f"ringx log {r.log_path}", tail))
+
+
 class Ringx:
     """One ringx process: writes the config, starts `ringx serve`, waits for
     the "listening on" line, captures stderr into a file, and stops it."""
@@ -117,6 +134,7 @@ class Ringx:
         self.preexec_fn = preexec_fn
         self.proc: subprocess.Popen | None = None
         self._log_file = None
+        _LIVE.append(self)
 
     # -- process control ------------------------------------------------------
     def start(self, timeout: float = 10.0, wait: bool = True) -> "Ringx":
@@ -179,6 +197,8 @@ class Ringx:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self in _LIVE:
+            _LIVE.remove(self)
 
 
 def runtime_section(engine: str | None, zones: int = 1, extra: str = "") -> str:
