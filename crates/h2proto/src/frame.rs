@@ -174,6 +174,37 @@ pub fn write_header_block(
     }
 }
 
+/// What a new plaintext connection's first bytes say about the HTTP/2 preface.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Preface {
+    /// The preface opens them: at least its first 4 bytes ("PRI ", no HTTP/1 method), or
+    /// all of it. HTTP/2 reads the rest.
+    Yes,
+    /// They are not the preface: HTTP/1.
+    No,
+    /// Fewer than 4 bytes, all the preface's ("P", "PR", "PRI"): either may follow. TCP may
+    /// deliver a client's first write in pieces, and a PROXY header may end just before.
+    Undecided,
+}
+
+/// Looks at the bytes a new connection has sent so far: `held` (kept from earlier reads)
+/// then `data`.
+pub fn preface(held: &[u8], data: &[u8]) -> Preface {
+    let p = PREFACE;
+    let mut n = 0;
+    for &x in held.iter().chain(data).take(p.len()) {
+        if x != p[n] {
+            return Preface::No;
+        }
+        n += 1;
+    }
+    if n >= 4 {
+        Preface::Yes
+    } else {
+        Preface::Undecided
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +248,32 @@ mod tests {
         write_header_block(&mut out, 3, &block[..16], false, 16);
         assert_eq!(out.len(), 9 + 16);
         assert_eq!(FrameHeader::parse(&out).unwrap().flags, flag::END_HEADERS);
+    }
+
+    #[test]
+    fn the_preface_is_told_from_http1_whatever_the_pieces() {
+        // Every split of the preface's first bytes between what was held and what came.
+        for n in 0..=PREFACE.len() {
+            for cut in 0..=n {
+                let (held, data) = (&PREFACE[..cut], &PREFACE[cut..n]);
+                let want = if n >= 4 {
+                    Preface::Yes
+                } else {
+                    Preface::Undecided
+                };
+                assert_eq!(preface(held, data), want, "{n} bytes cut at {cut}");
+            }
+        }
+        let mut more = PREFACE.to_vec();
+        more.extend_from_slice(b"\0\0\0\x04");
+        assert_eq!(preface(b"", &more), Preface::Yes);
+        assert_eq!(preface(b"P", b"OST / HTTP/1.1\r\n"), Preface::No);
+        assert_eq!(preface(b"PR", b"O"), Preface::No);
+        assert_eq!(preface(b"", b"GET / HTTP/1.1\r\n"), Preface::No);
+        assert_eq!(
+            preface(b"PRI ", b"* HTTP/1.1\r\n"),
+            Preface::No,
+            "HTTP/1 refuses it"
+        );
     }
 }

@@ -422,9 +422,14 @@ fn dispatch_data(cx: &mut Cx, base: &mut Base, role: &mut ClientRole, c: ConnId,
             }
             return;
         }
-        let h2c = cx.ctx.set.h2c && h.is_fresh() && base.inbuf.is_empty();
-        if h2c && !base.tr.is_tls() && crate::role::h2::is_preface(data) {
-            *role = ClientRole::H2(Box::new(start_h2(cx, base, c)));
+        if cx.ctx.set.h2c && h.is_fresh() && !base.tr.is_tls() {
+            use ringx_h2proto::frame::{preface, Preface};
+            match preface(&base.inbuf, data) {
+                // Held in the input buffer, where either protocol takes it from.
+                Preface::Undecided => return base.inbuf.extend_from_slice(data),
+                Preface::Yes => *role = ClientRole::H2(Box::new(start_h2(cx, base, c))),
+                Preface::No => {}
+            }
         }
     }
     match role {

@@ -67,14 +67,6 @@ pub struct H2 {
     unplaced: Vec<u32>,
 }
 
-/// Whether `data` (what a new connection sent first) opens with the HTTP/2 preface: a
-/// prefix of at least 4 bytes ("PRI ", no HTTP/1 method), or all of it.
-pub fn is_preface(data: &[u8]) -> bool {
-    let p = ringx_h2proto::frame::PREFACE;
-    let n = data.len().min(p.len());
-    n >= 4 && data[..n] == p[..n]
-}
-
 impl H2 {
     /// Starts HTTP/2 on a connection: our SETTINGS go out at once.
     pub fn start(cx: &mut Cx, b: &mut Base, c: ConnId, limits: Limits) -> H2 {

@@ -786,6 +786,47 @@ fn h2c_follows_a_proxy_header_and_the_client_address_is_the_announced_one() {
     assert!(!h.t.is_open(c), "closed without a PROXY header");
 }
 
+/// TCP may split a client's first write anywhere: a read that ends within the preface's
+/// first 4 bytes (after the PROXY header, or alone) decides nothing yet.
+#[test]
+fn a_preface_cut_in_its_first_bytes_still_starts_http2() {
+    let mut h = Harness::new(PROXIED_LB);
+    let mut b = frame::PREFACE.to_vec();
+    frame::write_header(&mut b, 0, kind::SETTINGS, 0, 0);
+    for cut in 1..4 {
+        let c = h.client();
+        let mut first = b"PROXY TCP4 203.0.113.9 10.0.0.1 4444 80\r\n".to_vec();
+        first.extend_from_slice(&b[..cut]);
+        h.send(c, &first);
+        assert!(h.output(c).is_empty(), "nothing answered yet ({cut} bytes)");
+        h.send(c, &b[cut..]);
+        let mut cl = Client::on(c);
+        cl.get(&mut h, 1, "/");
+        let g = cl.got(&mut h, 1);
+        assert!(
+            cl.settings,
+            "spoken to as HTTP/2 ({cut} bytes after the header)"
+        );
+        assert_eq!((g.status, g.body.as_slice()), (200, &b"hello over h2"[..]));
+    }
+    let mut h = Harness::new(RETURN);
+    for cut in 1..4 {
+        let c = h.client();
+        h.send(c, &b[..cut]);
+        h.send(c, &b[cut..]);
+        let mut cl = Client::on(c);
+        cl.get(&mut h, 1, "/");
+        assert_eq!(cl.got(&mut h, 1).status, 200, "{cut} bytes first");
+        assert!(cl.settings);
+    }
+    // An HTTP/1 request that starts like the preface ("P") is still HTTP/1.
+    let c = h.client();
+    h.send(c, b"P");
+    h.send(c, b"UT / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    let out = String::from_utf8_lossy(&h.output(c)).into_owned();
+    assert!(out.starts_with("HTTP/1.1 "), "{out}");
+}
+
 #[test]
 fn an_upstream_chunked_trailer_section_reaches_the_client_as_trailers() {
     let mut h = Harness::new(PROXY);
