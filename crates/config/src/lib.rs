@@ -6,11 +6,12 @@
 //!
 //! The top level and `[runtime]`/`[http]` are in `schema`, errors in `error`; each other
 //! section is a module of its own with its types and its checks (`upstream`, `steering`,
-//! `xdp`, `ops`, `tls`, `tproxy`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
+//! `xdp`, `ops`, `tls`, `tproxy`, `cluster`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
 pub mod acme;
 pub mod cache;
+pub mod cluster;
 pub mod compress;
 mod error;
 mod fields;
@@ -197,6 +198,9 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         })
     {
         acme::validate(cfg.acme.as_ref(), &cfg.server, src)?;
+    }
+    if let Some(c) = &cfg.cluster {
+        cluster::validate(c, src)?;
     }
     policy::validate_guard(cfg, src)?;
     policy::validate_cache(cfg, src)?;

@@ -42,6 +42,8 @@ pub struct Config {
     pub admin: Option<ops::Admin>,
     /// Where `tls = { acme = true }` servers get their certificates (`crate::acme`).
     pub acme: Option<crate::acme::Acme>,
+    /// Several hosts sharing state through Redis (`crate::cluster`); none without it.
+    pub cluster: Option<Spanned<crate::cluster::Cluster>>,
     /// TLS sessions and handshakes, for every server with `tls`.
     #[serde(default)]
     pub tls: tls::Tls,
