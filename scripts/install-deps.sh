@@ -46,6 +46,9 @@ have chromedriver || need_apt+=(chromium-driver)
 # objcopy (binutils) and dpkg-deb: `make deb` (scripts/build-deb.sh).
 have objcopy || need_apt+=(binutils)
 have dpkg-deb || need_apt+=(dpkg-dev)
+# Redis and Sentinel: [cluster]'s store (crates/cluster's tests, tests/test_cluster*.py).
+have redis-server || need_apt+=(redis-server)
+have redis-sentinel || need_apt+=(redis-sentinel)
 # Go builds h2spec, the HTTP/2 conformance suite tests/test_h2.py runs (below).
 have go || [ -x /usr/local/go/bin/go ] || need_apt+=(golang-go)
 
@@ -59,7 +62,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   # The Debian nginx package starts a service on port 80; ringx's tests run their own.
-  if have systemctl; then systemctl disable --now nginx haproxy >/dev/null 2>&1 || true; fi
+  # So do redis-server and redis-sentinel (6379, 26379).
+  if have systemctl; then systemctl disable --now nginx haproxy redis-server redis-sentinel >/dev/null 2>&1 || true; fi
   pkill -x haproxy 2>/dev/null || true
   [ -f /run/nginx.pid ] && kill "$(cat /run/nginx.pid)" 2>/dev/null || true
 fi

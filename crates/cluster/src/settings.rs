@@ -1,0 +1,35 @@
+//! `[cluster]` as the client takes it (the binary makes it from `ringx_config::cluster`).
+
+use std::time::Duration;
+
+use crate::conn::TlsSpec;
+use crate::discover::Target;
+
+/// `[cluster]`, as the client takes it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub target: Target,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub tls: Option<TlsSpec>,
+    /// Every key starts with it.
+    pub prefix: String,
+    pub connect_timeout: Duration,
+    /// A command's budget, and each read and write's timeout on the thread.
+    pub timeout: Duration,
+}
+
+/// Without the password: settings may be logged.
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("target", &self.target)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "(set)"))
+            .field("tls", &self.tls)
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}

@@ -1,0 +1,104 @@
+//! For tests (feature `testing`): a real `redis-server` on a free port, in a temporary
+//! directory, persisting nothing; stopped and restarted on the same port to test recovery.
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::conn::{Conn, Dial};
+
+/// One redis-server.
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// Why redis-server cannot run here, if it cannot.
+pub fn missing() -> Option<String> {
+    match Command::new("redis-server").arg("--version").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some("redis-server is not installed (scripts/install-deps.sh installs it)".into()),
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "ringx-redis-{}-{port}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let mut r = RedisServer {
+            port,
+            dir,
+            child: None,
+        };
+        r.restart();
+        r
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (again, on the same port) and waits until it answers.
+    pub fn restart(&mut self) {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let dial = Dial {
+            tls: None,
+            connect_timeout: Duration::from_millis(200),
+            timeout: Duration::from_secs(1),
+            username: None,
+            password: None,
+        };
+        while Instant::now() < deadline {
+            if let Ok(mut c) = Conn::open(&self.addr(), &dial, false) {
+                if c.call(&[b"PING"]).is_ok() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on {} did not answer", self.port);
+    }
+
+    /// Stops it and waits until the port refuses connections.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while TcpStream::connect(self.addr()).is_ok() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
