@@ -6,6 +6,7 @@
 //! | [`shared`] | what the zones read: each name set's certificate ([`Slot`]), the http-01 and tls-alpn-01 answers, swapped in without a lock |
 //! | [`resolver`] | rustls's certificate resolver for an ACME server: the challenge certificate for `acme-tls/1`, else the slot's |
 //! | [`storage`] | the account and certificates in a directory, behind [`Storage`] (with a lock, for a fleet sharing one) |
+//! | [`storage_redis`] | the same in Redis (`[cluster]`): one host of a fleet orders under a Redis lock, the others load what it stored |
 //! | [`certs`] | keys, CSRs, self-signed and challenge certificates; PEM to rustls; validity and the ARI identifier |
 //! | [`http`] | a blocking HTTPS client for instant-acme, trusting the configured CA bundle |
 //! | [`order`] | one order carried out: authorizations, challenges, finalization |
@@ -22,11 +23,13 @@ pub mod order;
 pub mod resolver;
 pub mod shared;
 pub mod storage;
+pub mod storage_redis;
 
 pub use manager::{Challenge, KeyType, Settings};
 pub use resolver::{Resolver, ACME_TLS_ALPN};
 pub use shared::{global, Shared, Slot};
 pub use storage::{DirStorage, Storage};
+pub use storage_redis::RedisStorage;
 
 /// The path prefix of http-01 (RFC 8555 §8.3).
 pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";

@@ -19,6 +19,7 @@ pub use crate::order::Challenge;
 use crate::order::{self, Failure};
 use crate::shared::{global, Slot};
 use crate::storage::{account_key, cert_key, DirStorage, Storage};
+use crate::storage_redis::RedisStorage;
 
 /// `[acme]`, as the thread uses it.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +31,9 @@ pub struct Settings {
     pub eab: Option<(String, String)>,
     pub key_type: KeyType,
     pub storage: PathBuf,
+    /// `[cluster]`: the account and certificates in Redis, shared by the fleet, instead of
+    /// `storage`.
+    pub cluster: Option<ringx_cluster::Client>,
     pub challenge: Challenge,
     pub dns_hook: Option<PathBuf>,
     pub dns_wait: Duration,
@@ -141,8 +145,7 @@ fn renew_at(v: &Validity) -> i64 {
 
 struct Worker {
     settings: Option<Settings>,
-    /// A directory today (`[acme] storage`); anything with the [`Storage`] interface (a
-    /// store a fleet shares) fits here.
+    /// A directory (`[acme] storage`), or Redis with `[cluster]` (a store the fleet shares).
     storage: Box<dyn Storage>,
     account: Option<Account>,
     /// The stored account is unknown to the CA (its data was reset): register anew.
@@ -199,7 +202,10 @@ impl Worker {
     fn replan(&mut self, settings: Option<Settings>, slots: Vec<Arc<Slot>>) {
         if settings != self.settings {
             if let Some(s) = &settings {
-                self.storage = Box::new(DirStorage::new(&s.storage));
+                self.storage = match &s.cluster {
+                    Some(c) => Box::new(RedisStorage::new(c.clone())),
+                    None => Box::new(DirStorage::new(&s.storage)),
+                };
             }
             let same_ca = settings.as_ref().map(|s| (&s.directory, &s.ca))
                 == self.settings.as_ref().map(|s| (&s.directory, &s.ca));

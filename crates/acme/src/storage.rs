@@ -2,7 +2,10 @@
 //! ringx hosts can share one, with [`Storage::lock`] keeping two hosts from ordering the
 //! same names at once); [`DirStorage`] keeps them in a directory: secrets (the account's
 //! credentials, certificate keys) mode 0600, written to a temporary file and renamed, so a
-//! crash leaves the old file or the new one.
+//! crash leaves the old file or the new one. With `[cluster]`, [`RedisStorage`]
+//! (`storage_redis.rs`) keeps them in Redis instead, for every host of the fleet.
+//!
+//! [`RedisStorage`]: crate::storage_redis::RedisStorage
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -38,20 +41,7 @@ impl DirStorage {
     }
 
     fn path(&self, key: &str) -> io::Result<PathBuf> {
-        let ok = !key.is_empty()
-            && !key.starts_with('/')
-            && key
-                .split('/')
-                .all(|p| !p.is_empty() && p != "." && p != "..")
-            && key
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
-        if !ok {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("storage key {key:?}"),
-            ));
-        }
+        check_key(key)?;
         Ok(self.root.join(key))
     }
 
@@ -108,6 +98,27 @@ impl Storage for DirStorage {
                 return Err(e);
             }
         }
+    }
+}
+
+/// Refuses a key that is not a relative path of `[a-z0-9._-]` and `/` (one that could leave
+/// the storage's directory, or its prefix).
+pub(crate) fn check_key(key: &str) -> io::Result<()> {
+    let ok = !key.is_empty()
+        && !key.starts_with('/')
+        && key
+            .split('/')
+            .all(|p| !p.is_empty() && p != "." && p != "..")
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("storage key {key:?}"),
+        ))
     }
 }
 

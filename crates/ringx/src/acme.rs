@@ -31,7 +31,10 @@ pub fn start(cfg: &Config) {
         servers.len(),
         settings.directory,
         settings.challenge,
-        settings.storage.display()
+        match &settings.cluster {
+            Some(_) => "Redis ([cluster])".to_string(),
+            None => settings.storage.display().to_string(),
+        }
     );
     ringx_acme::manager::manage(settings, slots);
 }
@@ -45,7 +48,8 @@ pub fn prepare_storage(cfg: &Config, owner: Option<(u32, u32)>) {
             .as_ref()
             .is_some_and(|t| t.get_ref().is_acme())
     });
-    if !acme_servers {
+    // With [cluster] the certificates are kept in Redis: no directory, no copy on disk.
+    if !acme_servers || cfg.cluster.is_some() {
         return;
     }
     let default = Acme::default();
@@ -99,6 +103,7 @@ fn settings(cfg: &Config, a: &Acme) -> Settings {
             .map(|e| (e.get_ref().kid.clone(), e.get_ref().hmac_key.clone())),
         key_type: KeyType::parse(a.key_type.get_ref()).unwrap_or(KeyType::EcdsaP256),
         storage: a.storage.get_ref().clone(),
+        cluster: crate::cluster::client(),
         challenge,
         dns_hook: a.dns_hook.as_ref().map(|h| h.get_ref().clone()),
         dns_wait: a.dns_propagation.0,

@@ -156,6 +156,7 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
             body.push_str(&ringx_acme::global().render_metrics(now));
+            body.push_str(&crate::cluster::render_metrics());
             respond(
                 &mut s,
                 200,

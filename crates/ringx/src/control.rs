@@ -228,6 +228,9 @@ impl Control {
                 z.push((addr, u.into()));
             }
         }
+        // [cluster]'s client takes the new settings (a TLS file that cannot be used cancels
+        // the reload, before anything below is committed).
+        crate::cluster::start(&cfg).map_err(Error::invalid)?;
         // Committed from here on.
         for (udp, addrs) in [(false, &added), (true, &udp_added)] {
             for &addr in addrs {

@@ -391,6 +391,11 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The Redis client of [cluster], its TLS files read while privileges last.
+    if let Err(e) = crate::cluster::start(&cfg) {
+        tracing::error!("{e}");
+        return ExitCode::FAILURE;
+    }
     // The ACME storage, made while privileges last and given to the user they drop to.
     crate::acme::prepare_storage(&cfg, owner);
     if let Some(u) = &cfg.runtime.user {

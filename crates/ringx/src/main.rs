@@ -10,6 +10,7 @@ mod cli_lb;
 mod cli_rss;
 mod cli_tproxy;
 mod cli_xdp;
+mod cluster;
 mod control;
 mod echo;
 mod echo_pool;
