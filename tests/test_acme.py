@@ -491,7 +491,7 @@ listen = ["127.0.0.1:{free_port()}"]
     p = tmp_path / "bad.toml"
     p.write_text(text)
     r = subprocess.run([ringx_bin, "check", "-c", str(p)], capture_output=True, text=True,
-                       timeout=20)
+                       timeout=60)
     assert r.returncode != 0
     line = next(i for i, ln in enumerate(text.splitlines(), 1) if where in ln
                 and not ln.startswith(("storage", "[")))

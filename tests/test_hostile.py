@@ -339,7 +339,7 @@ class TestCheckRefuses:
         line = text.count("\n", 0, at) + 1
         col = at - (text.rfind("\n", 0, at) + 1) + 1
         cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True,
-                            timeout=10)
+                            timeout=60)
         assert cp.returncode == 1, (cp.returncode, cp.stdout, cp.stderr)
         assert re.search(rf"{re.escape(str(f))}:{line}:{col}: .*{re.escape(words)}", cp.stderr), \
             (line, col, cp.stderr)
@@ -349,7 +349,7 @@ class TestCheckRefuses:
         f.write_text(server('server_name = ["a.test"]\ndefault = true\n', port=18081) +
                      server('server_name = ["a.test"]\ndefault = true\n', port=18082))
         cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True,
-                            timeout=10)
+                            timeout=60)
         assert cp.returncode == 0, cp.stderr
 
 

@@ -145,14 +145,14 @@ def test_default_config_is_valid(ringx_bin, tmp_path):
     assert cp.returncode == 0 and "[[server]]" in cp.stdout
     f = tmp_path / "default.toml"
     f.write_text(cp.stdout)
-    cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True, timeout=10)
+    cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
 
 
 def test_check_valid(ringx_bin, tmp_path):
     f = tmp_path / "ok.toml"
     f.write_text(simple_cfg("epoll", 8080))
-    cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True, timeout=10)
+    cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert "is valid" in cp.stdout + cp.stderr
 
@@ -174,7 +174,7 @@ BROKEN = [
 def test_check_broken(ringx_bin, tmp_path, text, line):
     f = tmp_path / "bad.toml"
     f.write_text(text)
-    cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True, timeout=10)
+    cp = subprocess.run([ringx_bin, "check", "-c", str(f)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 1, (cp.returncode, cp.stdout, cp.stderr)
     m = re.search(rf"ringx: {re.escape(str(f))}:(\d+):(\d+): \S", cp.stderr)
     assert m, cp.stderr

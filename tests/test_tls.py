@@ -459,7 +459,7 @@ tls = {{ cert = "{cert}", key = "{key}" }}
 
 
 def check(ringx_bin, path: Path) -> tuple[int, str]:
-    r = subprocess.run([ringx_bin, "check", "-c", str(path)], capture_output=True, timeout=20)
+    r = subprocess.run([ringx_bin, "check", "-c", str(path)], capture_output=True, timeout=60)
     return r.returncode, (r.stdout + r.stderr).decode()
 
 

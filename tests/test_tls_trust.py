@@ -307,7 +307,7 @@ listen = ["127.0.0.1:{free_port()}"]
   path = "/"
   proxy_pass = "http://app"
 """)
-        r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, timeout=20)
+        r = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, timeout=60)
         return r.returncode, (r.stdout + r.stderr).decode()
 
     for tls, needle in [('{ sni = "*.app.test" }', '"*.app.test"'),
