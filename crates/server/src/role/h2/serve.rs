@@ -11,7 +11,7 @@ use ringx_http::{BodyKind, Request};
 use super::cache::{answer_from_fill, hit_response, stale_answer};
 use super::proxy::Proxied;
 use super::request::{head_of, make_request, HeaderList};
-use super::stream::{connection_specific, H2Stream, Piece, Squeeze, StreamLog};
+use super::stream::{H2Stream, HeadFields, Piece, Squeeze, StreamLog, MAX_HEADERS};
 use super::H2;
 use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
@@ -27,9 +27,6 @@ use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
 use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
-
-/// Header storage per parse (the HTTP/2 list size bounds the count before this).
-const MAX_HEADERS: usize = 128;
 
 impl H2 {
     /// A new request on stream `id`.
@@ -401,34 +398,17 @@ impl H2 {
         resp: &[u8],
         last: bool,
     ) -> Option<usize> {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut r = httparse::Response::new(&mut headers);
-        let head_len = match r.parse(resp) {
-            Ok(httparse::Status::Complete(n)) => n,
-            _ => return None,
-        };
-        let status = r.code?;
+        let h = HeadFields::parse(resp)?;
+        let (status, head_len) = (h.status, h.len);
         let no_body =
             s.head_only || status == 204 || status == 304 || resp.len() == head_len && last;
-        let mut names = Vec::with_capacity(256);
-        let mut spans = Vec::with_capacity(r.headers.len());
-        for h in r.headers.iter() {
-            let n = h.name.as_bytes();
-            if connection_specific(n) {
-                continue;
-            }
-            let at = names.len();
-            names.extend(n.iter().map(u8::to_ascii_lowercase));
-            spans.push((at, names.len(), h.value));
-        }
-        let fields = spans.iter().map(|&(a, e, v)| (&names[a..e], v));
         let end = no_body && last;
         if !self.conn.out().is_empty() {
             b.tr.write(cx.io, c, self.conn.out());
             self.conn.clear_out();
         }
         let out = b.tr.out_buf(cx.io, c)?;
-        self.conn.send_headers(out, s.id, status, fields, end);
+        self.conn.send_headers(out, s.id, status, h.fields(), end);
         s.head_sent = true;
         s.status = status;
         s.ended = end;

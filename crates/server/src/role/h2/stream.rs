@@ -347,6 +347,56 @@ fn flush(conn: &mut Conn, tr: &mut Transport, cx: &mut Cx, c: ConnId) {
     }
 }
 
+/// Header storage per parse of a head (the HTTP/2 list size bounds the count before this).
+pub(super) const MAX_HEADERS: usize = 128;
+
+/// An HTTP/1.x response head (as the response writer and the proxy make it) as HTTP/2
+/// fields: its status and length, and its fields without the connection-specific ones, names
+/// lowercased.
+pub struct HeadFields<'a> {
+    pub status: u16,
+    /// The head's length in the response's bytes.
+    pub len: usize,
+    names: Vec<u8>,
+    /// Each field: its name's span in `names`, and its value.
+    spans: Vec<(usize, usize, &'a [u8])>,
+}
+
+impl<'a> HeadFields<'a> {
+    /// None: `resp` does not start with a complete response head.
+    pub fn parse(resp: &'a [u8]) -> Option<HeadFields<'a>> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut r = httparse::Response::new(&mut headers);
+        let len = match r.parse(resp) {
+            Ok(httparse::Status::Complete(n)) => n,
+            _ => return None,
+        };
+        let status = r.code?;
+        let mut names = Vec::with_capacity(256);
+        let mut spans = Vec::with_capacity(r.headers.len());
+        for h in r.headers.iter() {
+            let n = h.name.as_bytes();
+            if connection_specific(n) {
+                continue;
+            }
+            let at = names.len();
+            names.extend(n.iter().map(u8::to_ascii_lowercase));
+            spans.push((at, names.len(), h.value));
+        }
+        Some(HeadFields {
+            status,
+            len,
+            names,
+            spans,
+        })
+    }
+
+    /// The fields, as HPACK takes them.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &'a [u8])> + '_ {
+        self.spans.iter().map(|&(a, e, v)| (&self.names[a..e], v))
+    }
+}
+
 /// Response fields an HTTP/2 response must not carry (RFC 9113 §8.2.2).
 pub(super) fn connection_specific(name: &[u8]) -> bool {
     [
