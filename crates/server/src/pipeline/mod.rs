@@ -10,6 +10,7 @@
 //! | routing | `routing.rs` | the server and location (nginx's order, rewrites), a refusal before them, the local answer |
 //! | access | `access.rs` | the location's guards: pass, refuse, delay, verify, ask `auth_request` |
 //! | cache | `cache.rs` | the location's proxy cache: hit, pass, fill, wait for another's fill |
+//! | all of them | `serve.rs` | the stages in order, and where the request goes: proxy, gRPC, local answer |
 //!
 //! A request between the stages' looks at it is a [`pending::Pending`], whichever protocol
 //! carries it.
@@ -18,6 +19,7 @@ pub mod access;
 pub mod cache;
 pub mod pending;
 pub mod routing;
+pub mod serve;
 
 use std::time::Instant;
 
@@ -43,6 +45,13 @@ pub enum Step {
     /// Send the `auth_request` subrequest, `head` to `upstream`, and look at the request
     /// again with its answer.
     Ask { upstream: usize, head: Vec<u8> },
+    /// Proxy it, with the cache's capture (its fill, or the cache status it passes with).
+    Proxy(Option<Capture>),
+    /// Open its gRPC call (a `grpc://` location, over HTTP/2).
+    Grpc,
+    /// Answer it here: its location returns, serves files, or routing decided already (a
+    /// redirect, an error).
+    Local,
 }
 
 /// An answer from the cache.

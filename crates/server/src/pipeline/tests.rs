@@ -10,6 +10,7 @@ use ringx_engine::testio::TestDriver;
 use ringx_engine::ConnId;
 use ringx_http::{parse_request, Limits, Parsed};
 
+use super::serve::{self, Asked};
 use super::{access, cache, Step};
 use crate::answer::ReqCtx;
 use crate::ctx::base::Base;
@@ -87,6 +88,13 @@ impl Stage {
             let uri = route.path.as_deref().unwrap_or("");
             let at = route.at.expect("routed to a location");
             access::check(cx, b, (ConnId(1), 0), req, uri, at, progress)
+        })
+    }
+
+    /// All the stages for `head`, as a role asking `asked`.
+    fn serve(&mut self, head: &str, progress: &mut Progress, asked: Asked) -> Step {
+        self.with(head, |cx, b, req, route, rq| {
+            serve::serve(cx, b, (ConnId(1), 0), req, (route, rq), progress, asked)
         })
     }
 
@@ -349,4 +357,101 @@ tls = { acme = true }
     ringx_acme::global().set_http01("pipeline-token", None);
     let gone = answer(&mut s, "/.well-known/acme-challenge/pipeline-token");
     assert!(gone.starts_with("HTTP/1.1 404"), "{gone}");
+}
+
+/// The stages in order: a guard that refuses, delays or asks stops the request there; one
+/// that lets it go sends it on to the cache of a location that proxies, and then to the proxy,
+/// a gRPC call (for a role that carries them) or the local answer.
+#[test]
+fn the_stages_in_order_say_where_each_request_goes() {
+    let dir = TempDir::new(&[]);
+    let mut s = Stage::new(&format!(
+        r#"
+[[limit_req_zone]]
+name = "pipeline_serve"
+key = "$remote_addr"
+rate = "1r/s"
+[[proxy_cache_path]]
+name = "pipeline_s"
+path = "{}/cache"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/closed/"
+  access = ["deny all"]
+  proxy_pass = "app"
+  proxy_cache = {{ zone = "pipeline_s" }}
+  [[server.location]]
+  path = "/slow/"
+  limit_req = {{ zone = "pipeline_serve", burst = 5 }}
+  proxy_pass = "app"
+  [[server.location]]
+  path = "/asked/"
+  auth_request = {{ proxy_pass = "app", uri = "/check" }}
+  proxy_pass = "app"
+  [[server.location]]
+  path = "/cached/"
+  access = ["allow all"]
+  proxy_pass = "app"
+  proxy_cache = {{ zone = "pipeline_s" }}
+  [[server.location]]
+  path = "/grpc/"
+  proxy_pass = "grpc://app"
+  [[server.location]]
+  path = "/plain/"
+  proxy_pass = "app"
+  [[server.location]]
+  path = "/here/"
+  access = ["allow all"]
+  return = {{ status = 200 }}
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+"#,
+        dir.path()
+    ));
+    let h1 = Asked {
+        keep: true,
+        status_as: None,
+        grpc: false,
+    };
+    let h2 = Asked { grpc: true, ..h1 };
+    let serve = |s: &mut Stage, path: &str, asked: Asked| {
+        s.serve(&get(path, ""), &mut Progress::default(), asked)
+    };
+    // The guard first: refused before the cache is looked at.
+    assert!(matches!(
+        serve(&mut s, "/closed/a", h1),
+        Step::Refuse { status: 403, .. }
+    ));
+    assert!(matches!(serve(&mut s, "/slow/a", h1), Step::Proxy(None)));
+    assert!(matches!(serve(&mut s, "/slow/a", h1), Step::WaitUntil(_)));
+    assert!(matches!(
+        serve(&mut s, "/asked/a", h1),
+        Step::Ask { upstream: 0, .. }
+    ));
+    // Through the guard to the cache: a miss is proxied with its fill, then waited for.
+    let Step::Proxy(Some(mut cap)) = serve(&mut s, "/cached/a", h1) else {
+        panic!("a guarded, cached location's miss is proxied with its fill");
+    };
+    assert!(cap.fill.is_some());
+    assert!(matches!(serve(&mut s, "/cached/a", h1), Step::WaitUntil(_)));
+    cap.status = 200;
+    cap.head =
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 2\r\n\r\n".to_vec();
+    cap.body = b"hi".to_vec();
+    cap.complete = true;
+    let now = s.t.io().now();
+    cache::finish(&mut cap, s.ctx.wall_ms(now));
+    match serve(&mut s, "/cached/a", h1) {
+        Step::Hit(hit) => assert_eq!(hit.status, "HIT"),
+        _ => panic!("stored: a hit"),
+    }
+    // gRPC over HTTP/2 is a call of its own; over HTTP/1 it is proxied as any location.
+    assert!(matches!(serve(&mut s, "/grpc/x", h2), Step::Grpc));
+    assert!(matches!(serve(&mut s, "/grpc/x", h1), Step::Proxy(None)));
+    assert!(matches!(serve(&mut s, "/plain/x", h2), Step::Proxy(None)));
+    // Answered here: a location that returns (its guard passed), or no location at all.
+    assert!(matches!(serve(&mut s, "/here/x", h1), Step::Local));
+    assert!(matches!(serve(&mut s, "/nowhere", h1), Step::Local));
 }

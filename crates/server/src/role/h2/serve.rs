@@ -20,12 +20,12 @@ use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::pending::{Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing::{self, Route};
+use crate::pipeline::serve::{serve, Asked};
 use crate::pipeline::{access, cache, Step};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
-use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
 
 impl H2 {
@@ -160,107 +160,70 @@ impl H2 {
             self.answer_error(cx, b, c, s, 421);
             return Some(body);
         }
-        let (guarded, cached) = match route.at {
-            Some(at) => {
-                let l = cx.ctx.routes.location(at);
-                (l.guard.is_some(), l.cache.is_some())
-            }
-            None => (false, false),
+        let asked = Asked {
+            keep: true,
+            status_as: fb.as_ref().and_then(|f| f.fb.status),
+            grpc: true,
         };
-        if guarded {
-            let uri = route.path.as_deref().unwrap_or("");
-            let at = route.at.expect("a guarded request has a location");
-            match access::check(cx, b, (c, s.id), &req, uri, at, &mut pending.progress) {
-                Step::Go(_) | Step::Hit(_) => {
-                    // `limit_conn` counts it while the slot is held (for the stream's life).
-                    s.conn_slot = pending.progress.conn.take();
-                    s.limited = pending.progress.limited;
-                }
-                Step::Refuse { status, headers } => {
-                    let mut resp = Vec::with_capacity(512);
-                    // The error page for the refusal (for a fallback's own refusal only where
-                    // the page that sent it there is recursive).
-                    let hops = match &fb {
-                        None => Some(route.sent().0),
-                        Some(f) => f.fb.open.then_some(f.fb.hops),
-                    };
-                    let r = hops.and_then(|hops| {
-                        access::refusal_page(
-                            &cx.ctx.routes,
-                            cx.ctx.responder(),
-                            &mut resp,
-                            &req,
-                            at,
-                            (status, &headers),
-                            ConnHdr::Keep11,
-                            (hops, route.new_uri()),
-                        )
-                    });
-                    if let Some(r) = r {
-                        match r.fallback {
-                            Some(f) => self.fall_back(cx, b, c, s, (&req, None), at.server, &f),
-                            None => self.answer(cx, b, c, s, resp, r.file),
-                        }
-                        return Some(body);
-                    }
-                    let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
-                    cx.ctx.responder().error(&mut resp, page.extra(&headers));
-                    self.answer(cx, b, c, s, resp, None);
-                    return Some(body);
-                }
-                Step::WaitUntil(until) => {
-                    pending.keep_body(body);
-                    self.park(cx, b, c, s, std::mem::take(pending), Some(until));
-                    return None;
-                }
-                Step::Ask { upstream, head } => {
-                    pending.keep_body(body);
-                    self.ask(cx, b, c, s, std::mem::take(pending), upstream, head);
-                    return None;
-                }
-                Step::WaitVerify => {
-                    pending.keep_body(body);
-                    self.park(cx, b, c, s, std::mem::take(pending), None);
-                    return None;
-                }
+        let who = (c, s.id);
+        let step = serve(
+            cx,
+            b,
+            who,
+            &req,
+            (&route, &rq),
+            &mut pending.progress,
+            asked,
+        );
+        match step {
+            Step::Refuse { status, headers } => {
+                let fb = fb.as_deref().map(|f| &f.fb);
+                self.refused(cx, b, c, s, (&req, &route, fb), (status, &headers));
+                return Some(body);
             }
+            Step::WaitUntil(until) => {
+                pending.keep_body(body);
+                self.park(cx, b, c, s, std::mem::take(pending), Some(until));
+                return None;
+            }
+            Step::WaitVerify => {
+                pending.keep_body(body);
+                self.park(cx, b, c, s, std::mem::take(pending), None);
+                return None;
+            }
+            Step::Ask { upstream, head } => {
+                pending.keep_body(body);
+                self.ask(cx, b, c, s, std::mem::take(pending), upstream, head);
+                return None;
+            }
+            _ => {}
         }
-        if fb.is_some() && s.conn_slot.is_none() {
-            // The failed location's `limit_conn` slot, kept where the fallback has none.
+        // Going on: `limit_conn` counts it while the slot is held (for the stream's life;
+        // a fallback keeps the failed location's where its own has none).
+        if s.conn_slot.is_none() {
             s.conn_slot = pending.progress.conn.take();
         }
+        s.limited |= pending.progress.limited;
         let fb = fb.as_deref().map(|f| &f.fb);
-        if proxy_start::is_grpc(&cx.ctx.routes, &route) {
-            let end = framing == Framing::None;
-            self.start_grpc(cx, b, c, s, &req, &route, &rq, end);
-            return Some(body);
-        }
-        if proxy_start::is_proxied(&cx.ctx.routes, &route) {
-            let mut capture = None;
-            if cached {
-                let status_as = fb.and_then(|f| f.status);
-                let progress = &mut pending.progress;
-                match cache::step(cx, b, &req, (&route, &rq), progress, true, status_as) {
-                    Step::Hit(hit) => {
-                        let (resp, file, refresh) = hit_response(cx, &mut s, *hit);
-                        self.answer(cx, b, c, s, resp, file);
-                        if let Some(u) = refresh {
-                            self.bg.start(cx, b, c, u);
-                        }
-                        return Some(body);
-                    }
-                    Step::WaitUntil(until) => {
-                        pending.keep_body(body);
-                        self.park(cx, b, c, s, std::mem::take(pending), Some(until));
-                        return None;
-                    }
-                    Step::Go(cap) => capture = cap,
-                    // The cache stage makes no other step.
-                    _ => {}
+        match step {
+            Step::Hit(hit) => {
+                let (resp, file, refresh) = hit_response(cx, &mut s, *hit);
+                self.answer(cx, b, c, s, resp, file);
+                if let Some(u) = refresh {
+                    self.bg.start(cx, b, c, u);
                 }
+                return Some(body);
             }
-            self.start_proxy(cx, b, c, s, (&req, &route, &rq), framing, capture, fb);
-            return Some(body);
+            Step::Grpc => {
+                let end = framing == Framing::None;
+                self.start_grpc(cx, b, c, s, &req, &route, &rq, end);
+                return Some(body);
+            }
+            Step::Proxy(capture) => {
+                self.start_proxy(cx, b, c, s, (&req, &route, &rq), framing, capture, fb);
+                return Some(body);
+            }
+            _ => {}
         }
         if let Some(fb) = fb {
             // A location serving files behind a guard, which passed: its page.
@@ -417,6 +380,50 @@ impl H2 {
 }
 
 impl H2 {
+    /// A refusal `(status, headers)` of the guard of the location `route` reached (`fb`: the
+    /// fallback that re-serves the request there): the error page for it (for a fallback's
+    /// own refusal only where the page that sent it there is recursive), which may send the
+    /// request on to a proxying location, else the plain refusal.
+    fn refused(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        s: H2Stream,
+        (req, route, fb): (&Request, &Route<'_>, Option<&Fallback>),
+        (status, headers): (u16, &str),
+    ) {
+        let at = route.at.expect("only a location's guard refuses");
+        let mut resp = Vec::with_capacity(512);
+        let hops = match fb {
+            None => Some(route.sent().0),
+            Some(f) => f.open.then_some(f.hops),
+        };
+        let r = hops.and_then(|hops| {
+            access::refusal_page(
+                &cx.ctx.routes,
+                cx.ctx.responder(),
+                &mut resp,
+                req,
+                at,
+                (status, headers),
+                ConnHdr::Keep11,
+                (hops, route.new_uri()),
+            )
+        });
+        match r {
+            Some(r) => match r.fallback {
+                Some(f) => self.fall_back(cx, b, c, s, (req, None), at.server, &f),
+                None => self.answer(cx, b, c, s, resp, r.file),
+            },
+            None => {
+                let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
+                cx.ctx.responder().error(&mut resp, page.extra(headers));
+                self.answer(cx, b, c, s, resp, None);
+            }
+        }
+    }
+
     /// Starts proxying stream `s`'s request (routed to a `proxy_pass` location); `capture`:
     /// what the cache keeps of the response, and the cache status it carries.
     #[allow(clippy::too_many_arguments)]

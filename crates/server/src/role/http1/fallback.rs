@@ -24,6 +24,7 @@ use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::pending::{Kept, Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing;
+use crate::pipeline::serve::{self as stages, Asked};
 use crate::pipeline::{access, Step};
 use crate::response::{ConnHdr, ErrorPage, Reply};
 use crate::rewrite::headers::ErrTarget;
@@ -61,63 +62,53 @@ pub(super) fn serve(
         server: si,
         loc: fb.loc,
     };
-    let l = cx.ctx.routes.location(at);
-    let (guarded, cached) = (l.guard.is_some(), l.cache.is_some());
     let rq = ReqCtx::new(routing::conn_info(b));
     let more_input = !b.inbuf.is_empty();
-    if guarded {
-        let uri = route.path.as_deref().unwrap_or("");
-        match access::check(cx, b, (c, 0), &req2, uri, at, &mut h.pending.progress) {
-            Step::Go(_) | Step::Hit(_) => {}
-            Step::Refuse { status, headers } => {
-                if fb.open {
-                    let refusal = (status, headers.as_str());
-                    let sent = (fb.hops, route.new_uri());
-                    if let Some(n) = refused(h, cx, b, c, &req2, at, refusal, keep, sent) {
-                        return Some(n);
-                    }
+    let asked = Asked {
+        keep,
+        status_as: fb.status,
+        grpc: false,
+    };
+    let progress = &mut h.pending.progress;
+    let capture = match stages::serve(cx, b, (c, 0), &req2, (&route, &rq), progress, asked) {
+        Step::Proxy(capture) => capture,
+        Step::Refuse { status, headers } => {
+            if fb.open {
+                let refusal = (status, headers.as_str());
+                let sent = (fb.hops, route.new_uri());
+                if let Some(n) = refused(h, cx, b, c, &req2, at, refusal, keep, sent) {
+                    return Some(n);
                 }
-                let Some((_, close)) =
-                    super::write::refusal(cx, b, c, &req2, status, &headers, keep)
-                else {
-                    return Some(Next::Stop);
-                };
-                let close = close || !keep;
-                return Some(h.after_response(cx, b, c, close, more_input));
             }
-            Step::WaitUntil(until) => {
-                wait(h, cx, (req, body), si, fb, keep);
-                h.hold(cx, b, c, Some(until));
-                return Some(Next::Hold);
-            }
-            Step::WaitVerify => {
-                wait(h, cx, (req, body), si, fb, keep);
-                h.hold(cx, b, c, None);
-                return Some(Next::Hold);
-            }
-            Step::Ask { upstream, head } => {
-                wait(h, cx, (req, body), si, fb, keep);
-                h.subrequest(cx, b, c, upstream, head, Capture::subrequest());
-                return Some(Next::Hold);
-            }
+            let Some((_, close)) = super::write::refusal(cx, b, c, &req2, status, &headers, keep)
+            else {
+                return Some(Next::Stop);
+            };
+            let close = close || !keep;
+            return Some(h.after_response(cx, b, c, close, more_input));
         }
-    }
-    if let Some(t) = &fb.page {
-        return Some(page(h, cx, b, c, &req2, si, fb, t, keep));
-    }
-    let mut capture = None;
-    if cached {
-        let asked_as = fb.status;
-        match h.cache_step(cx, b, c, &req2, (&route, &rq), keep, more_input, asked_as) {
-            Ok(cap) => capture = cap,
-            Err(Next::Defer) => {
-                // Held (`cache_step` set the wait): its head is kept here, not in the input.
-                wait(h, cx, (req, body), si, fb, keep);
-                return Some(Next::Hold);
-            }
-            Err(next) => return Some(next),
+        Step::WaitUntil(until) => {
+            wait(h, cx, (req, body), si, fb, keep);
+            h.hold(cx, b, c, Some(until));
+            return Some(Next::Hold);
         }
-    }
+        Step::WaitVerify => {
+            wait(h, cx, (req, body), si, fb, keep);
+            h.hold(cx, b, c, None);
+            return Some(Next::Hold);
+        }
+        Step::Ask { upstream, head } => {
+            wait(h, cx, (req, body), si, fb, keep);
+            h.subrequest(cx, b, c, upstream, head, Capture::subrequest());
+            return Some(Next::Hold);
+        }
+        Step::Hit(hit) => return Some(h.hit(cx, b, c, *hit, (keep, more_input))),
+        Step::Local | Step::Grpc | Step::Go(_) => match &fb.page {
+            // A location serving files behind a guard, which passed: its page.
+            Some(t) => return Some(page(h, cx, b, c, &req2, si, fb, t, keep)),
+            None => None,
+        },
+    };
     h.pending.fallback = Some(Box::new(Rerouted {
         si,
         fb: fb.clone(),

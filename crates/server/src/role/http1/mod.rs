@@ -24,6 +24,7 @@ use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::pending::Pending;
+use crate::pipeline::serve::{serve, Asked};
 use crate::pipeline::{access, routing, Step};
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
 use crate::role::exchange::capture::Capture;
@@ -410,32 +411,20 @@ impl Http1 {
             request_id,
             unsized_body: crate::answer::UnsizedBody::Http1,
         };
-        // Each of a location's optional steps is one test of what its compiled form has
-        // (`Loc::guard`, `Loc::cache`, the action); the steps themselves stay out of line.
-        let (guarded, cached) = match route.at {
-            Some(at) => {
-                let l = cx.ctx.routes.location(at);
-                (l.guard.is_some(), l.cache.is_some())
-            }
-            None => (false, false),
+        let asked = Asked {
+            keep,
+            status_as: None,
+            grpc: false,
         };
-        if guarded {
-            if let Some(next) = self.guard(cx, b, c, req, &route, keep, more_input) {
-                return next;
+        let progress = &mut self.pending.progress;
+        match serve(cx, b, (c, 0), req, (&route, &rq), progress, asked) {
+            Step::Proxy(capture) => {
+                if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq, capture) {
+                    return next;
+                }
             }
-        }
-        if cx.ctx.routes.has_proxy {
-            let mut capture = None;
-            if cached {
-                capture =
-                    match self.cache_step(cx, b, c, req, (&route, &rq), keep, more_input, None) {
-                        Ok(cap) => cap,
-                        Err(next) => return next,
-                    };
-            }
-            if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq, capture) {
-                return next;
-            }
+            Step::Local | Step::Grpc | Step::Go(_) => {}
+            step => return self.carry_out(cx, b, c, (req, &route), step, (keep, more_input)),
         }
         let ch = ConnHdr::new(req.version == Version::Http11, keep);
         if has_body {
@@ -539,54 +528,54 @@ impl Http1 {
         Next::Continue
     }
 
-    /// Runs the guard of the location `route` reached; None: the request goes on to it.
-    #[allow(clippy::too_many_arguments)]
+    /// Carries out what the stages decided for a request that does not go on to its
+    /// location's answer or proxy: a refusal (its error page, or the plain refusal), a wait,
+    /// an `auth_request` subrequest, a cache hit. `(keep, more_input)`: the connection stays
+    /// open after the answer; more input follows the request.
     #[inline(never)]
-    fn guard(
+    fn carry_out(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
-        req: &Request,
-        route: &routing::Route<'_>,
-        keep: bool,
-        more_input: bool,
-    ) -> Option<Next> {
-        let uri = route.path.as_deref().unwrap_or("");
-        let at = route.at.expect("a guarded request has a location");
-        match access::check(cx, b, (c, 0), req, uri, at, &mut self.pending.progress) {
-            Step::Go(_) => None,
+        (req, route): (&Request, &routing::Route<'_>),
+        step: Step,
+        (keep, more_input): (bool, bool),
+    ) -> Next {
+        match step {
             Step::Refuse { status, headers } => {
+                let at = route.at.expect("only a location's guard refuses");
                 let refusal = (status, headers.as_str());
                 let page = self.refused_page(cx, b, c, req, at, refusal, keep, route.sent());
-                if page.is_some() {
-                    return page;
+                if let Some(next) = page {
+                    return next;
                 }
                 let Some((_, close)) = write::refusal(cx, b, c, req, status, &headers, keep) else {
-                    return Some(Next::Stop);
+                    return Next::Stop;
                 };
                 if close {
                     cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
                     self.pending.progress.conn = None;
                     self.linger(cx, b, c);
-                    return Some(Next::Stop);
+                    return Next::Stop;
                 }
-                Some(self.after_response(cx, b, c, !keep, more_input))
+                self.after_response(cx, b, c, !keep, more_input)
             }
             Step::WaitUntil(until) => {
                 self.hold(cx, b, c, Some(until));
-                Some(Next::Defer)
+                Next::Defer
             }
             Step::WaitVerify => {
                 self.hold(cx, b, c, None);
-                Some(Next::Defer)
+                Next::Defer
             }
             Step::Ask { upstream, head } => {
                 self.subrequest(cx, b, c, upstream, head, Capture::subrequest());
-                Some(Next::Defer)
+                Next::Defer
             }
-            // The access stage makes no other step.
-            Step::Hit(_) => None,
+            Step::Hit(hit) => self.hit(cx, b, c, *hit, (keep, more_input)),
+            // Steps that go on are the caller's.
+            Step::Go(_) | Step::Proxy(_) | Step::Grpc | Step::Local => Next::Continue,
         }
     }
 

@@ -14,7 +14,7 @@ use crate::cache::Found;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::routing::Route;
-use crate::pipeline::{access, cache, Hit, Step};
+use crate::pipeline::{access, cache, Hit};
 use crate::response::{ConnHdr, ErrorPage};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
@@ -621,60 +621,34 @@ impl Http1 {
         }
     }
 
-    /// The proxy cache's part of a request to a location with one (`Ok(None)`: it has none):
-    /// answered from the cache, held while another request fills the entry, or proxied with
-    /// the capture its fill (or its cache status) needs.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
-    pub(super) fn cache_step(
+    /// Answers a request from the cache; a stale answer's refresh goes out on this
+    /// connection once the client has its answer (nginx's background update does the same).
+    /// `(keep, more_input)`: the connection stays open after it; more input follows.
+    pub(super) fn hit(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
-        req: &Request,
-        (route, rq): (&Route<'_>, &ReqCtx),
-        keep: bool,
-        more_input: bool,
-        status_as: Option<u16>,
-    ) -> Result<Option<Capture>, Next> {
-        match cache::step(
-            cx,
-            b,
-            req,
-            (route, rq),
-            &mut self.pending.progress,
-            keep,
-            status_as,
-        ) {
-            Step::Go(capture) => Ok(capture),
-            Step::WaitUntil(at) => {
-                self.hold(cx, b, c, Some(at));
-                Err(Next::Defer)
-            }
-            Step::Hit(hit) => {
-                let Hit {
-                    found,
-                    status,
-                    line,
-                    asked,
-                    refresh,
-                } = *hit;
-                if write::found(cx, b, c, found, (status, &line), &asked).is_none() {
-                    return Err(Next::Stop);
-                }
-                let next = self.after_response(cx, b, c, !keep, more_input);
-                if let (Some((fill, up, head)), Phase::Idle) = (refresh, self.phase) {
-                    // The client has its answer; this connection refreshes the entry before
-                    // it reads on (nginx's background update does the same).
-                    let cap = cache::filling(fill, false);
-                    self.subrequest(cx, b, c, up, head, cap);
-                    return Err(Next::Hold);
-                }
-                Err(next)
-            }
-            // The cache stage makes no other step.
-            _ => Ok(None),
+        hit: Hit,
+        (keep, more_input): (bool, bool),
+    ) -> Next {
+        let Hit {
+            found,
+            status,
+            line,
+            asked,
+            refresh,
+        } = hit;
+        if write::found(cx, b, c, found, (status, &line), &asked).is_none() {
+            return Next::Stop;
         }
+        let next = self.after_response(cx, b, c, !keep, more_input);
+        if let (Some((fill, up, head)), Phase::Idle) = (refresh, self.phase) {
+            let cap = cache::filling(fill, false);
+            self.subrequest(cx, b, c, up, head, cap);
+            return Next::Hold;
+        }
+        next
     }
 
     /// A fill's exchange ended without its response going to the client: a background update
