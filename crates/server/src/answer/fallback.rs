@@ -26,11 +26,13 @@
 
 use ringx_http::{Method, Request};
 
+use crate::route::LocId;
+
 /// Where a failed request is re-served.
 #[derive(Clone)]
 pub struct Fallback {
-    /// The location (in the request's server).
-    pub loc: usize,
+    /// The location.
+    pub at: LocId,
     /// A URI target: the path and query the request now has (None: a named location, which
     /// keeps the request's own).
     pub uri: Option<(String, Option<String>)>,

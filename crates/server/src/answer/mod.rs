@@ -56,6 +56,8 @@ pub struct Answer<'a> {
     pub r: Responder<'a>,
     pub routes: &'a Routes,
     pub server: &'a VServer,
+    /// The index of `server` in `routes`.
+    pub si: usize,
     pub loc: Option<&'a Loc>,
     pub req: &'a Request<'a, 'a>,
     /// The path now (decoded, normalised, after rewrites).
@@ -140,6 +142,7 @@ impl<'a> Answer<'a> {
         let page = Page {
             r: self.r,
             server: self.server,
+            si: self.si,
             ch: self.ch,
             head_only: self.head_only,
             may_proxy: fallback::may_fall_back(self.req),
@@ -281,6 +284,7 @@ impl PageCtx {
         let page = Page {
             r,
             server,
+            si: self.at.server,
             ch,
             head_only: self.head_only,
             may_proxy: self.head.is_some(),
@@ -299,6 +303,8 @@ impl PageCtx {
 pub struct Page<'a> {
     pub r: Responder<'a>,
     pub server: &'a VServer,
+    /// The index of `server` (where a fallback the page starts is).
+    pub si: usize,
     pub ch: ConnHdr,
     pub head_only: bool,
     /// The request can be re-served by a location that proxies (it has no body; see
@@ -390,7 +396,10 @@ impl Page<'_> {
                 (Some(fallback::split_uri(uri)), false)
             };
             let fb = fallback::Fallback {
-                loc,
+                at: LocId {
+                    server: self.si,
+                    loc,
+                },
                 uri,
                 status: match want {
                     None => Some(status),
@@ -448,6 +457,7 @@ impl Page<'_> {
                 let next = Page {
                     r: self.r,
                     server: self.server,
+                    si: self.si,
                     ch: self.ch,
                     head_only: self.head_only,
                     may_proxy: self.may_proxy,

@@ -132,6 +132,14 @@ impl Progress {
         }
     }
 
+    /// The request is re-served at an `error_page` location: what the failed location's
+    /// `auth_request` or cache decided is not the fallback's; what the limits charged stays
+    /// (each applies once per request, as in nginx).
+    pub fn redirected(&mut self) {
+        self.auth = None;
+        self.waiting = None;
+    }
+
     /// The pool's answer `ok` for credentials `key`; true when the request was waiting for
     /// it (then it is looked at again), false for an answer it does not wait for.
     pub fn verified(&mut self, key: u128, ok: bool) -> bool {

@@ -136,6 +136,7 @@ pub fn refusal_page(
     let page = Page {
         r,
         server,
+        si: at.server,
         ch,
         head_only: req.method == Method::Head,
         may_proxy: may_fall_back(req),

@@ -51,12 +51,11 @@ pub enum Saved {
     Text { head: Vec<u8>, keep: bool },
 }
 
-/// Where a request is re-served: an `error_page` location of server `si`.
+/// Where a request is re-served: an `error_page` location.
 #[derive(Clone)]
 pub struct Rerouted {
-    pub si: usize,
     pub fb: Fallback,
-    /// The routes `si` and `fb` index: a reload meanwhile leaves them meaningless.
+    /// The routes `fb` indexes: a reload meanwhile leaves them meaningless.
     pub routes: Arc<Routes>,
 }
 

@@ -204,27 +204,21 @@ pub fn misdirected(routes: &Routes, b: &crate::ctx::base::Base, route: &Route<'_
     refuse
 }
 
-/// A request routed to the location of server `si` that an `error_page` re-serves it at
+/// A request routed to the location an `error_page` re-serves it at
 /// (`answer/fallback.rs`): a named location keeps its path and target; a URI target is the
 /// path and query the request now has, sent upstream as such.
-pub fn fallback_route<'r>(fb: &Fallback, si: usize, req: &Request<'_, 'r>) -> Route<'r> {
+pub fn fallback_route<'r>(fb: &Fallback, req: &Request<'_, 'r>) -> Route<'r> {
     match &fb.uri {
         None => Route {
             path: clean_path(req.path),
-            server: si,
-            at: Some(LocId {
-                server: si,
-                loc: fb.loc,
-            }),
+            server: fb.at.server,
+            at: Some(fb.at),
             ext: None,
         },
         Some((path, args)) => Route {
             path: Some(Cow::Owned(path.clone())),
-            server: si,
-            at: Some(LocId {
-                server: si,
-                loc: fb.loc,
-            }),
+            server: fb.at.server,
+            at: Some(fb.at),
             ext: Some(Box::new(RouteExt {
                 args: args.clone(),
                 changed: true,
@@ -296,6 +290,7 @@ pub fn respond(
         r,
         routes,
         server,
+        si: route.server,
         loc,
         req,
         path,

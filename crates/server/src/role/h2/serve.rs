@@ -143,7 +143,7 @@ impl H2 {
             None => req,
         };
         let route = match &fb {
-            Some(f) => routing::fallback_route(&f.fb, f.si, &req),
+            Some(f) => routing::fallback_route(&f.fb, &req),
             None => {
                 let conn = || rq.conn;
                 routing::route(
@@ -231,6 +231,7 @@ impl H2 {
             let page = crate::answer::Page {
                 r: cx.ctx.responder(),
                 server: &cx.ctx.routes.servers[route.server],
+                si: route.server,
                 ch: ConnHdr::Keep11,
                 head_only: s.head_only,
                 may_proxy: false,
@@ -262,7 +263,7 @@ impl H2 {
             &rq,
         );
         if let Some(fb) = r.fallback {
-            self.fall_back(cx, b, c, s, (&req, None), route.server, &fb);
+            self.fall_back(cx, b, c, s, (&req, None), &fb);
             return Some(body);
         }
         if let Some(z) = r.encoder {
@@ -413,7 +414,7 @@ impl H2 {
         });
         match r {
             Some(r) => match r.fallback {
-                Some(f) => self.fall_back(cx, b, c, s, (req, None), at.server, &f),
+                Some(f) => self.fall_back(cx, b, c, s, (req, None), &f),
                 None => self.answer(cx, b, c, s, resp, r.file),
             },
             None => {
@@ -518,8 +519,8 @@ impl H2 {
                     }
                     _ => None,
                 };
-                if let (Some(req), Some(p), Some(body)) = (saved, page, body) {
-                    return self.fall_back(cx, b, c, s, (&req, body), p.at.server, &fb);
+                if let (Some(req), Some(_), Some(body)) = (saved, page, body) {
+                    return self.fall_back(cx, b, c, s, (&req, body), &fb);
                 }
             } else {
                 return self.answer(cx, b, c, s, resp, r.file);
@@ -535,12 +536,11 @@ impl H2 {
     }
 
     /// Re-serves stream `s`'s request `req` (as it came), which failed with `fb.error`, at
-    /// the proxying location of server `si` an `error_page` names (`answer/fallback.rs`):
-    /// routed there by `route_stream`, through that location's guard and cache, as nginx's
-    /// internal redirect runs its access phase. It gets no error page of its own unless
-    /// `fb.open` (`recursive_error_pages`). `body`:
-    /// the request's body (its length and bytes) to send again, kept when it was proxied.
-    #[allow(clippy::too_many_arguments)]
+    /// the proxying location an `error_page` names (`answer/fallback.rs`): routed there by
+    /// `route_stream`, through that location's guard and cache, as nginx's internal redirect
+    /// runs its access phase. It gets no error page of its own unless `fb.open`
+    /// (`recursive_error_pages`). `body`: the request's body (its length and bytes) to send
+    /// again, kept when it was proxied.
     #[cold]
     #[inline(never)]
     fn fall_back(
@@ -550,7 +550,6 @@ impl H2 {
         c: ConnId,
         mut s: H2Stream,
         (req, body): (&Request, Option<(u64, Vec<u8>)>),
-        si: usize,
         fb: &Fallback,
     ) {
         let framing = body
@@ -566,14 +565,14 @@ impl H2 {
                 replayed: true,
             });
         }
-        pending.resumed = true; // logged as it came
-                                // What the limits charged stays (each applies once per request, as in nginx); what
-                                // the failed location's `auth_request` or cache decided is not the fallback's.
+        // Logged as it came. What the limits charged stays (each applies once per request, as
+        // in nginx); what the failed location's `auth_request` or cache decided is not the
+        // fallback's.
+        pending.resumed = true;
         pending.progress.touched = true;
         pending.progress.limited = s.limited;
         pending.progress.conn = s.conn_slot.take();
         pending.fallback = Some(Box::new(Rerouted {
-            si,
             fb: fb.clone(),
             routes: cx.ctx.routes.clone(),
         }));

@@ -27,41 +27,29 @@ use crate::pipeline::routing;
 use crate::pipeline::serve::{self as stages, Asked};
 use crate::pipeline::{access, Step};
 use crate::response::{ConnHdr, ErrorPage, Reply};
-use crate::rewrite::headers::ErrTarget;
 use crate::role::exchange::capture::Capture;
 use crate::route::LocId;
 
 /// Re-serves `req` (as it came, with `body`: all of its body, kept when it was proxied),
-/// which failed with `fb.error`, at `fb`'s location of server `si`. None: it cannot be
-/// proxied there (no upstream state), and the caller answers. `first`: this is the redirect
-/// itself, not a look again after a wait.
-#[allow(clippy::too_many_arguments)]
+/// which failed with `fb.error`, at `fb`'s location. None: it cannot be proxied there (no
+/// upstream state), and the caller answers. A redirect itself forgets what the failed
+/// location's `auth_request` or cache decided first (`Progress::redirected`); a look again
+/// after a wait keeps what the fallback's own stages decided.
 pub(super) fn serve(
     h: &mut Http1,
     cx: &mut Cx,
     b: &mut Base,
     c: ConnId,
     (req, body): (&Request, Option<Vec<u8>>),
-    si: usize,
     fb: &Fallback,
     keep: bool,
-    first: bool,
 ) -> Option<Next> {
-    if first {
-        // What the failed location's `auth_request` or cache decided is not the fallback's;
-        // what the limits charged stays (each applies once per request, as in nginx).
-        h.pending.progress.auth = None;
-        h.pending.progress.waiting = None;
-    }
     let mut req2 = fb.request(req);
     if body.is_some() {
         req2.expect_continue = false; // the body is here already
     }
-    let route = routing::fallback_route(fb, si, &req2);
-    let at = LocId {
-        server: si,
-        loc: fb.loc,
-    };
+    let route = routing::fallback_route(fb, &req2);
+    let at = fb.at;
     let rq = ReqCtx::new(routing::conn_info(b));
     let more_input = !b.inbuf.is_empty();
     let asked = Asked {
@@ -88,29 +76,28 @@ pub(super) fn serve(
             return Some(h.after_response(cx, b, c, close, more_input));
         }
         Step::WaitUntil(until) => {
-            wait(h, cx, (req, body), si, fb, keep);
+            wait(h, cx, (req, body), fb, keep);
             h.hold(cx, b, c, Some(until));
             return Some(Next::Hold);
         }
         Step::WaitVerify => {
-            wait(h, cx, (req, body), si, fb, keep);
+            wait(h, cx, (req, body), fb, keep);
             h.hold(cx, b, c, None);
             return Some(Next::Hold);
         }
         Step::Ask { upstream, head } => {
-            wait(h, cx, (req, body), si, fb, keep);
+            wait(h, cx, (req, body), fb, keep);
             h.subrequest(cx, b, c, upstream, head, Capture::subrequest());
             return Some(Next::Hold);
         }
         Step::Hit(hit) => return Some(h.hit(cx, b, c, *hit, (keep, more_input))),
         Step::Local | Step::Grpc | Step::Go(_) => match &fb.page {
             // A location serving files behind a guard, which passed: its page.
-            Some(t) => return Some(page(h, cx, b, c, &req2, si, fb, t, keep)),
+            Some(_) => return Some(page(h, cx, b, c, &req2, fb, keep)),
             None => None,
         },
     };
     h.pending.fallback = Some(Box::new(Rerouted {
-        si,
         fb: fb.clone(),
         routes: cx.ctx.routes.clone(),
     }));
@@ -166,7 +153,7 @@ pub(super) fn refused(
     )?;
     let more_input = !b.inbuf.is_empty();
     if let Some(fb) = r.fallback {
-        return Some(h.fall_back(cx, b, c, req, at.server, &fb, keep, more_input));
+        return Some(h.fall_back(cx, b, c, req, &fb, (keep, more_input)));
     }
     if let Some((f, off, len)) = r.file {
         b.tr.send_file(cx.io, c, f, off, len);
@@ -184,16 +171,13 @@ pub(super) fn refused(
 /// The page of a location serving files behind a guard, once the guard passed: written as
 /// [`Page`] writes it (the error's status unless the entry says otherwise), or the plain
 /// page for the error if the file cannot be served.
-#[allow(clippy::too_many_arguments)]
 fn page(
     h: &mut Http1,
     cx: &mut Cx,
     b: &mut Base,
     c: ConnId,
     req: &Request,
-    si: usize,
     fb: &Fallback,
-    t: &ErrTarget,
     keep: bool,
 ) -> Next {
     let more_input = !b.inbuf.is_empty();
@@ -202,10 +186,11 @@ fn page(
     let Some(out) = b.tr.out_buf(cx.io, c) else {
         return Next::Stop;
     };
-    let server = &cx.ctx.routes.servers[si];
+    let si = fb.at.server;
     let page = Page {
         r: cx.ctx.responder(),
-        server,
+        server: &cx.ctx.routes.servers[si],
+        si,
         ch,
         head_only,
         may_proxy: false,
@@ -217,7 +202,11 @@ fn page(
         recursive: fb.open,
         new_uri: None,
     };
-    let r = match page.write(out, fb.error, t, None) {
+    let written = fb
+        .page
+        .as_deref()
+        .and_then(|t| page.write(out, fb.error, t, None));
+    let r = match written {
         Some(r) => r,
         None => {
             let page = ErrorPage::new(fb.error, ch, head_only).extra(&fb.extra);
@@ -236,7 +225,6 @@ fn wait(
     h: &mut Http1,
     cx: &Cx,
     (req, body): (&Request, Option<Vec<u8>>),
-    si: usize,
     fb: &Fallback,
     keep: bool,
 ) {
@@ -249,7 +237,6 @@ fn wait(
         body: SavedBody::whole(body),
     }));
     p.fallback = Some(Box::new(Rerouted {
-        si,
         fb: fb.clone(),
         routes: cx.ctx.routes.clone(),
     }));
@@ -276,7 +263,7 @@ pub(super) fn resume(h: &mut Http1, cx: &mut Cx, b: &mut Base, c: ConnId) {
         .then(|| parse_saved(&head, &mut storage, &cx.ctx.set.limits))
         .flatten();
     let next = match &req {
-        Some(req) => serve(h, cx, b, c, (req, body), rf.si, &rf.fb, keep, false),
+        Some(req) => serve(h, cx, b, c, (req, body), &rf.fb, keep),
         None => None,
     };
     let next = match next {

@@ -443,7 +443,7 @@ impl Http1 {
             &rq,
         );
         if let Some(fb) = r.fallback {
-            return self.fall_back(cx, b, c, req, route.server, &fb, keep, more_input);
+            return self.fall_back(cx, b, c, req, &fb, (keep, more_input));
         }
         if let Some((f, off, len)) = r.file {
             b.tr.send_file(cx.io, c, f, off, len);

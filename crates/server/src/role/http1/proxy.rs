@@ -427,8 +427,8 @@ impl Http1 {
 
     /// Re-serves request `req`, which failed with `fb.error` before it was proxied, at the
     /// proxying location an `error_page` names (`fallback.rs`); the plain error page if it
-    /// cannot be proxied there (the zone has no upstream state).
-    #[allow(clippy::too_many_arguments)]
+    /// cannot be proxied there (the zone has no upstream state). `(keep, more_input)`: the
+    /// connection stays open after the answer; more input follows the request.
     #[cold]
     #[inline(never)]
     pub(super) fn fall_back(
@@ -437,12 +437,11 @@ impl Http1 {
         b: &mut Base,
         c: ConnId,
         req: &Request,
-        si: usize,
         fb: &Fallback,
-        keep: bool,
-        more_input: bool,
+        (keep, more_input): (bool, bool),
     ) -> Next {
-        if let Some(next) = fallback::serve(self, cx, b, c, (req, None), si, fb, keep, true) {
+        self.pending.progress.redirected();
+        if let Some(next) = fallback::serve(self, cx, b, c, (req, None), fb, keep) {
             return next;
         }
         let ch = ConnHdr::new(req.version == Version::Http11, keep);
@@ -515,8 +514,8 @@ impl Http1 {
             return false; // streamed and not kept: it cannot be sent again
         }
         let body = body.filter(|_| has_body);
-        let Some(next) = fallback::serve(self, cx, b, c, (&req, body), p.at.server, fb, keep, true)
-        else {
+        self.pending.progress.redirected();
+        let Some(next) = fallback::serve(self, cx, b, c, (&req, body), fb, keep) else {
             return false;
         };
         if matches!(next, Next::Continue) && self.phase == Phase::Idle && !b.paused {
