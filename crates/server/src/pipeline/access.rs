@@ -110,14 +110,25 @@ fn verdict(
     g.check(&inp, progress, &mut ctx.guard, &ctx.log.counters)
 }
 
-/// The location's (or server's) `error_page` for a refusal `status` of `req` routed to `at`,
-/// written into `out` with the refusal's header lines, as nginx sends a 401/403/429/503 of its
-/// access phase to the error page configured for it. None: there is none for that status,
-/// or it cannot be served (the plain refusal goes out). A page that proxies writes nothing:
-/// the reply carries the fallback for the role to start. `hops`: the request's redirects so
-/// far (by routing, and by error pages where it was refused at a fallback location); `now`:
-/// its URI where routing changed it (a named location it is sent to gets it).
-#[allow(clippy::too_many_arguments)]
+/// A refusal by the guard of a location, as its error page needs it.
+pub struct Refusal<'a> {
+    /// The location whose guard refused.
+    pub at: LocId,
+    pub status: u16,
+    /// The refusal's header lines (`WWW-Authenticate`, `Retry-After`), CRLF-terminated.
+    pub headers: &'a str,
+    /// The request's redirects so far (by routing, and by error pages where it was refused
+    /// at a fallback location).
+    pub hops: u8,
+    /// Its URI where routing changed it (a named location it is sent to gets it).
+    pub new_uri: NewUri<'a>,
+}
+
+/// The location's (or server's) `error_page` for refusal `f` of `req`, written into `out`
+/// with the refusal's header lines, as nginx sends a 401/403/429/503 of its access phase to
+/// the error page configured for it. None: there is none for that status, or it cannot be
+/// served (the plain refusal goes out). A page that proxies writes nothing: the reply carries
+/// the fallback for the role to start.
 #[cold]
 #[inline(never)]
 pub fn refusal_page(
@@ -125,11 +136,10 @@ pub fn refusal_page(
     r: Responder<'_>,
     out: &mut Vec<u8>,
     req: &Request,
-    at: LocId,
-    (status, headers): (u16, &str),
+    f: &Refusal<'_>,
     ch: ConnHdr,
-    (hops, new_uri): (u8, NewUri<'_>),
 ) -> Option<Reply> {
+    let (at, status) = (f.at, f.status);
     let server = routes.servers.get(at.server)?;
     let rw = server.locations.get(at.loc)?.rw.as_deref();
     let t = crate::rewrite::error_page(rw, status)?;
@@ -140,11 +150,11 @@ pub fn refusal_page(
         ch,
         head_only: req.method == Method::Head,
         may_proxy: may_fall_back(req),
-        extra: headers,
+        extra: f.headers,
         guarded: false,
-        hops,
+        hops: f.hops,
         recursive: crate::rewrite::recursive_pages(rw),
-        new_uri,
+        new_uri: f.new_uri,
     };
     page.write(out, status, t, None)
 }

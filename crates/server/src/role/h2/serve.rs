@@ -18,10 +18,11 @@ use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::access::{self, Refusal};
 use crate::pipeline::pending::{Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing::{self, Route};
 use crate::pipeline::serve::{serve, Asked};
-use crate::pipeline::{access, cache, Step};
+use crate::pipeline::{cache, Step};
 use crate::response::{ConnHdr, ErrorPage, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
@@ -401,16 +402,15 @@ impl H2 {
             Some(f) => f.open.then_some(f.hops),
         };
         let r = hops.and_then(|hops| {
-            access::refusal_page(
-                &cx.ctx.routes,
-                cx.ctx.responder(),
-                &mut resp,
-                req,
+            let f = Refusal {
                 at,
-                (status, headers),
-                ConnHdr::Keep11,
-                (hops, route.new_uri()),
-            )
+                status,
+                headers,
+                hops,
+                new_uri: route.new_uri(),
+            };
+            let r = cx.ctx.responder();
+            access::refusal_page(&cx.ctx.routes, r, &mut resp, req, &f, ConnHdr::Keep11)
         });
         match r {
             Some(r) => match r.fallback {

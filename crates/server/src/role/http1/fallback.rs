@@ -9,26 +9,24 @@
 //!
 //! Also the other way in: a refusal of the access phase (`allow`/`deny`, `auth_basic`,
 //! `auth_request`, `limit_req`, `limit_conn`) goes to the `error_page` configured for its
-//! status, as in nginx ([`refused`]). A fallback's own refusal does too only where the
+//! status, as in nginx ([`Http1::refused`]). A fallback's own refusal does too only where the
 //! error page that sent it there is recursive (`recursive_error_pages`; `answer/fallback.rs`).
 
 use ringx_engine::ConnId;
 use ringx_http::{Method, Request, Version};
 
 use super::{Http1, Next, Phase};
-use crate::answer::fallback::{
-    may_fall_back, parse_saved, save_head, Fallback, NewUri, MAX_SAVED_HEADERS,
-};
+use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{Page, ReqCtx};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::access::Refusal;
 use crate::pipeline::pending::{Kept, Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing;
 use crate::pipeline::serve::{self as stages, Asked};
-use crate::pipeline::{access, Step};
+use crate::pipeline::Step;
 use crate::response::{ConnHdr, ErrorPage, Reply};
 use crate::role::exchange::capture::Capture;
-use crate::route::LocId;
 
 /// Re-serves `req` (as it came, with `body`: all of its body, kept when it was proxied),
 /// which failed with `fb.error`, at `fb`'s location. None: it cannot be proxied there (no
@@ -62,9 +60,14 @@ pub(super) fn serve(
         Step::Proxy(capture) => capture,
         Step::Refuse { status, headers } => {
             if fb.open {
-                let refusal = (status, headers.as_str());
-                let sent = (fb.hops, route.new_uri());
-                if let Some(n) = refused(h, cx, b, c, &req2, at, refusal, keep, sent) {
+                let f = Refusal {
+                    at,
+                    status,
+                    headers: &headers,
+                    hops: fb.hops,
+                    new_uri: route.new_uri(),
+                };
+                if let Some(n) = h.refused(cx, b, c, &req2, &f, keep) {
                     return Some(n);
                 }
             }
@@ -112,60 +115,6 @@ pub(super) fn serve(
         }
     }
     next
-}
-
-/// A refusal `status` (with its header lines) of the guard of location `at`, answered with
-/// the `error_page` configured for it: a page served here (the refusal's status, or the one
-/// the entry says, with the refusal's `WWW-Authenticate`/`Retry-After`), or a fallback to a
-/// proxying location. None: no page for it, the plain refusal goes out. `sent`: the
-/// request's redirects so far, and its URI where routing changed it.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn refused(
-    h: &mut Http1,
-    cx: &mut Cx,
-    b: &mut Base,
-    c: ConnId,
-    req: &Request,
-    at: LocId,
-    (status, headers): (u16, &str),
-    keep: bool,
-    sent: (u8, NewUri<'_>),
-) -> Option<Next> {
-    let loc = &cx.ctx.routes.location(at);
-    loc.rw.as_ref()?.error_pages.as_ref()?.get(status)?;
-    let has_body = !may_fall_back(req);
-    let ch = if has_body {
-        ConnHdr::Close // the body is not read: the connection closes after the page
-    } else {
-        ConnHdr::new(req.version == Version::Http11, keep)
-    };
-    let out = b.tr.out_buf(cx.io, c)?;
-    let routes = &cx.ctx.routes;
-    let r = access::refusal_page(
-        routes,
-        cx.ctx.responder(),
-        out,
-        req,
-        at,
-        (status, headers),
-        ch,
-        sent,
-    )?;
-    let more_input = !b.inbuf.is_empty();
-    if let Some(fb) = r.fallback {
-        return Some(h.fall_back(cx, b, c, req, &fb, (keep, more_input)));
-    }
-    if let Some((f, off, len)) = r.file {
-        b.tr.send_file(cx.io, c, f, off, len);
-    }
-    cx.ctx.log.status(cx.io, c, r.written, b);
-    if has_body {
-        cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-        h.pending.progress.conn = None;
-        h.linger(cx, b, c);
-        return Some(Next::Stop);
-    }
-    Some(h.after_response(cx, b, c, !keep || r.close, more_input))
 }
 
 /// The page of a location serving files behind a guard, once the guard passed: written as

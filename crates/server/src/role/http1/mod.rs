@@ -23,9 +23,10 @@ use crate::answer::ReqCtx;
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::access::{self, Refusal};
 use crate::pipeline::pending::Pending;
 use crate::pipeline::serve::{serve, Asked};
-use crate::pipeline::{access, routing, Step};
+use crate::pipeline::{routing, Step};
 use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
@@ -426,10 +427,10 @@ impl Http1 {
             Step::Local | Step::Grpc | Step::Go(_) => {}
             step => return self.carry_out(cx, b, c, (req, &route), step, (keep, more_input)),
         }
-        let ch = ConnHdr::new(req.version == Version::Http11, keep);
         if has_body {
-            return self.respond_after_body(cx, b, c, req, (&route, &rq), ch, keep);
+            return self.respond_after_body(cx, b, c, req, (&route, &rq), keep);
         }
+        let ch = ConnHdr::new(req.version == Version::Http11, keep);
         let Some(out) = b.tr.out_buf(cx.io, c) else {
             return Next::Stop;
         };
@@ -484,7 +485,6 @@ impl Http1 {
     /// A request with a body answered locally: the response is prepared now and waits until
     /// the body has been read (and 100 Continue, if asked for, goes first); a refusal goes
     /// out at once.
-    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn respond_after_body(
         &mut self,
@@ -493,9 +493,9 @@ impl Http1 {
         c: ConnId,
         req: &Request,
         (route, rq): (&routing::Route<'_>, &ReqCtx),
-        ch: ConnHdr,
         keep: bool,
     ) -> Next {
+        let ch = ConnHdr::new(req.version == Version::Http11, keep);
         let mut bytes = Vec::new();
         let r = routing::respond(
             &cx.ctx.routes,
@@ -544,10 +544,15 @@ impl Http1 {
     ) -> Next {
         match step {
             Step::Refuse { status, headers } => {
-                let at = route.at.expect("only a location's guard refuses");
-                let refusal = (status, headers.as_str());
-                let page = self.refused_page(cx, b, c, req, at, refusal, keep, route.sent());
-                if let Some(next) = page {
+                let (hops, new_uri) = route.sent();
+                let f = Refusal {
+                    at: route.at.expect("only a location's guard refuses"),
+                    status,
+                    headers: &headers,
+                    hops,
+                    new_uri,
+                };
+                if let Some(next) = self.refused(cx, b, c, req, &f, keep) {
                     return next;
                 }
                 let Some((_, close)) = write::refusal(cx, b, c, req, status, &headers, keep) else {

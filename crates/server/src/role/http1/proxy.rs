@@ -7,21 +7,21 @@ use ringx_http::upstream::upgrade_request;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
 use super::{fallback, write, Http1, Next, Phase};
-use crate::answer::fallback::{parse_saved, Fallback, NewUri, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{may_fall_back, parse_saved, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::Found;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::access::{self, Refusal};
 use crate::pipeline::routing::Route;
-use crate::pipeline::{access, cache, Hit};
+use crate::pipeline::{cache, Hit};
 use crate::response::{ConnHdr, ErrorPage};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::proxy_start;
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
-use crate::route::LocId;
 use crate::upstream::dial::Dial;
 
 impl Http1 {
@@ -382,7 +382,7 @@ impl Http1 {
                         // nginx does not keep the connection after a 500 (and the like) whatever
                         // page replaces it; nor does ringx after a failure met while the
                         // input is being processed (`event`).
-                        if self.fall_back_saved(cx, b, c, &p, &fb, keep && !close, body) {
+                        if self.fall_back_saved(cx, b, c, (&p, &fb), keep && !close, body) {
                             return;
                         }
                         return self.fail_with(cx, b, c, status, head_only, &always);
@@ -454,24 +454,45 @@ impl Http1 {
         self.after_response(cx, b, c, !keep, more_input)
     }
 
-    /// A refusal of location `at`'s guard answered with its `error_page` (`fallback.rs`
-    /// `refused`), after `sent.0` redirects, at URI `sent.1` if routing changed it; None: it
-    /// has none for the status.
-    #[allow(clippy::too_many_arguments)]
-    #[cold]
-    #[inline(never)]
-    pub(super) fn refused_page(
+    /// Refusal `f` (with its header lines) answered with the `error_page` configured for its
+    /// status: a page served here (the refusal's status, or the one the entry says, with the
+    /// refusal's `WWW-Authenticate`/`Retry-After`), or a fallback to a proxying location. None: no
+    /// page for it, the plain refusal goes out.
+    pub(super) fn refused(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         req: &Request,
-        at: LocId,
-        refusal: (u16, &str),
+        f: &Refusal<'_>,
         keep: bool,
-        sent: (u8, NewUri<'_>),
     ) -> Option<Next> {
-        fallback::refused(self, cx, b, c, req, at, refusal, keep, sent)
+        let loc = &cx.ctx.routes.location(f.at);
+        loc.rw.as_ref()?.error_pages.as_ref()?.get(f.status)?;
+        let has_body = !may_fall_back(req);
+        let ch = if has_body {
+            ConnHdr::Close // the body is not read: the connection closes after the page
+        } else {
+            ConnHdr::new(req.version == Version::Http11, keep)
+        };
+        let out = b.tr.out_buf(cx.io, c)?;
+        let routes = &cx.ctx.routes;
+        let r = access::refusal_page(routes, cx.ctx.responder(), out, req, f, ch)?;
+        let more_input = !b.inbuf.is_empty();
+        if let Some(fb) = r.fallback {
+            return Some(self.fall_back(cx, b, c, req, &fb, (keep, more_input)));
+        }
+        if let Some((f, off, len)) = r.file {
+            b.tr.send_file(cx.io, c, f, off, len);
+        }
+        cx.ctx.log.status(cx.io, c, r.written, b);
+        if has_body {
+            cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+            self.pending.progress.conn = None;
+            self.linger(cx, b, c);
+            return Some(Next::Stop);
+        }
+        Some(self.after_response(cx, b, c, !keep || r.close, more_input))
     }
 
     /// A request held on its way to a fallback location is looked at again.
@@ -481,11 +502,10 @@ impl Http1 {
         fallback::resume(self, cx, b, c)
     }
 
-    /// A proxied request whose upstream failed, re-served at the proxying location its error
-    /// page names, from the head it kept (`p`) and its body (`body`: all of it, kept); false:
-    /// it cannot be (no head was kept, a reload replaced the routes it was routed by, its
-    /// body was not all read or too large to keep), and the caller answers.
-    #[allow(clippy::too_many_arguments)]
+    /// A proxied request whose upstream failed, re-served at the proxying location `fb` its
+    /// error page `p` names, from the head `p` kept and its body (`body`: all of it, kept);
+    /// false: it cannot be (no head was kept, a reload replaced the routes it was routed by,
+    /// its body was not all read or too large to keep), and the caller answers.
     #[cold]
     #[inline(never)]
     fn fall_back_saved(
@@ -493,8 +513,7 @@ impl Http1 {
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
-        p: &PageCtx,
-        fb: &Fallback,
+        (p, fb): (&PageCtx, &Fallback),
         keep: bool,
         body: Option<Vec<u8>>,
     ) -> bool {
