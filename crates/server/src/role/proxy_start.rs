@@ -65,13 +65,10 @@ pub fn is_proxied(routes: &Routes, route: &Route<'_>) -> bool {
 /// caller's. Returns the location's error pages for a failure to reach the upstream (None:
 /// it has none); None at all: the request is not proxied (see [`is_proxied`]) or the zone
 /// has no upstreams.
-#[allow(clippy::too_many_arguments)]
 pub fn prepare(
     ctx: &ZoneCtx,
     b: &Base,
-    req: &Request,
-    route: &Route<'_>,
-    rq: &ReqCtx,
+    (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
     ex: &mut Exchange,
     upgrade: Option<&[u8]>,
     fill: Option<&Fill>,

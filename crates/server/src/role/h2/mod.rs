@@ -431,16 +431,13 @@ impl H2 {
 impl H2 {
     /// Starts the gRPC call of stream `s` (routed to a `grpc://` location; `end`: it has
     /// no request body).
-    #[allow(clippy::too_many_arguments)]
     fn start_grpc(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        req: &Request,
-        route: &Route<'_>,
-        rq: &ReqCtx,
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
         end: bool,
     ) {
         let id = s.id;
@@ -725,7 +722,6 @@ impl H2 {
     /// Sends the `auth_request` subrequest (`head` to `upstream`) for waiting stream `s`; the
     /// stream waits for its answer (`auth_done`). When it cannot be sent, the answer is an
     /// error at once (500, as over HTTP/1).
-    #[allow(clippy::too_many_arguments)]
     fn ask(
         &mut self,
         cx: &mut Cx,
@@ -733,8 +729,7 @@ impl H2 {
         c: ConnId,
         mut s: H2Stream,
         mut pending: Pending,
-        upstream: usize,
-        head: Vec<u8>,
+        (upstream, head): (usize, Vec<u8>),
     ) {
         match Proxied::sub(cx, b, c, upstream, head, Capture::subrequest()) {
             Some(p) => {

@@ -104,20 +104,17 @@ impl Proxied {
     /// Starts an exchange for `req` (routed by `route` to a `proxy_pass` location, through
     /// the same preparation as HTTP/1 requests) on behalf of the connection `b`; `Err`: the
     /// status to answer with, and the location's error pages.
-    #[allow(clippy::too_many_arguments)]
     pub fn start(
         cx: &mut Cx,
         b: &Base,
         c: ConnId,
-        req: &Request,
-        route: &Route<'_>,
-        rq: &ReqCtx,
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
         framing: Framing,
         capture: Option<Capture>,
     ) -> Result<Box<Proxied>, Failed> {
         let mut ex = Box::<Exchange>::default();
         let fill = capture.as_ref().and_then(|x| x.fill.as_deref());
-        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, None, fill)
+        let Some(page) = proxy_start::prepare(cx.ctx, b, (req, route, rq), &mut ex, None, fill)
         else {
             return Err((502, None, capture.map(Box::new)));
         };

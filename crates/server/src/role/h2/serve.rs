@@ -194,7 +194,7 @@ impl H2 {
             }
             Step::Ask { upstream, head } => {
                 pending.keep_body(body);
-                self.ask(cx, b, c, s, std::mem::take(pending), upstream, head);
+                self.ask(cx, b, c, s, std::mem::take(pending), (upstream, head));
                 return None;
             }
             _ => {}
@@ -217,7 +217,7 @@ impl H2 {
             }
             Step::Grpc => {
                 let end = framing == Framing::None;
-                self.start_grpc(cx, b, c, s, &req, &route, &rq, end);
+                self.start_grpc(cx, b, c, s, (&req, &route, &rq), end);
                 return Some(body);
             }
             Step::Proxy(capture) => {
@@ -440,7 +440,7 @@ impl H2 {
         fb: Option<&Fallback>,
     ) {
         s.cache = capture.as_ref().map_or("", |x| x.client_status);
-        match Proxied::start(cx, b, c, req, route, rq, framing, capture) {
+        match Proxied::start(cx, b, c, (req, route, rq), framing, capture) {
             Err((status, page, cap)) => {
                 let fill = cap.and_then(|mut x| x.fill.take());
                 if let Some(resp) = fill.and_then(|f| stale_answer(cx, &mut s, &f, status)) {

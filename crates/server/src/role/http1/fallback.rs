@@ -104,7 +104,7 @@ pub(super) fn serve(
         fb: fb.clone(),
         routes: cx.ctx.routes.clone(),
     }));
-    let next = h.try_proxy(cx, b, c, &req2, keep, &route, &rq, capture);
+    let next = h.try_proxy(cx, b, c, (&req2, &route, &rq), keep, capture);
     if next.is_none() {
         h.pending.fallback = None;
     }

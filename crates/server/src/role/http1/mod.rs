@@ -420,7 +420,7 @@ impl Http1 {
         let progress = &mut self.pending.progress;
         match serve(cx, b, (c, 0), req, (&route, &rq), progress, asked) {
             Step::Proxy(capture) => {
-                if let Some(next) = self.try_proxy(cx, b, c, req, keep, &route, &rq, capture) {
+                if let Some(next) = self.try_proxy(cx, b, c, (req, &route, &rq), keep, capture) {
                     return next;
                 }
             }

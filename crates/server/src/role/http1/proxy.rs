@@ -27,17 +27,14 @@ use crate::upstream::dial::Dial;
 impl Http1 {
     /// Starts proxying if the request routes to a `proxy_pass` location; `capture`: what the
     /// cache keeps of the response (a fill), and the cache status it carries.
-    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     pub(super) fn try_proxy(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
-        req: &Request,
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
         keep: bool,
-        route: &Route<'_>,
-        rq: &ReqCtx,
         capture: Option<Capture>,
     ) -> Option<Next> {
         if !proxy_start::is_proxied(&cx.ctx.routes, route) {
@@ -48,7 +45,7 @@ impl Http1 {
         let mut ex = self.spare.take().unwrap_or_default();
         let upgrade = upgrade_request(req);
         let fill = capture.as_ref().and_then(|x| x.fill.as_deref());
-        let Some(page) = proxy_start::prepare(cx.ctx, b, req, route, rq, &mut ex, upgrade, fill)
+        let Some(page) = proxy_start::prepare(cx.ctx, b, (req, route, rq), &mut ex, upgrade, fill)
         else {
             self.spare = Some(ex);
             return None;
