@@ -19,6 +19,7 @@ use crate::ctx::{Cx, ZoneCtx};
 use crate::guard::Progress;
 use crate::metrics::ZoneCounters;
 use crate::pipeline::routing;
+use crate::role::exchange::capture::Capture;
 use crate::role::upstream::UpTable;
 use crate::testkit::TempDir;
 use crate::upstream::connector::Connector;
@@ -215,6 +216,17 @@ listen = ["127.0.0.1:8080"]
     ));
 }
 
+/// A fill's response (200, `hi`, fresh for a minute) arrives whole and is stored.
+fn fill_whole(s: &mut Stage, cap: &mut Capture) {
+    cap.status = 200;
+    cap.head =
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 2\r\n\r\n".to_vec();
+    cap.body = b"hi".to_vec();
+    cap.complete = true;
+    let now = s.t.io().now();
+    cache::finish(cap, s.ctx.wall_ms(now));
+}
+
 fn cached(dir: &TempDir) -> String {
     format!(
         r#"
@@ -239,10 +251,6 @@ servers = ["127.0.0.1:9001"]
 fn the_cache_stage_fills_waits_hits_and_passes() {
     let dir = TempDir::new(&[]);
     let mut s = Stage::new(&cached(&dir));
-    let now_ms = |s: &mut Stage| {
-        let now = s.t.io().now();
-        s.ctx.wall_ms(now)
-    };
     // A miss fills the entry: proxied with a capture that keeps the response.
     let Step::Go(Some(mut cap)) = s.cache(&get("/a", ""), &mut Progress::default()) else {
         panic!("a miss is proxied with its fill");
@@ -256,13 +264,7 @@ fn the_cache_stage_fills_waits_hits_and_passes() {
     ));
     assert_eq!(p.waiting.map(|w| w.1), Some(1), "the look is counted");
     // The fill's response arrives whole: the next request is a hit.
-    cap.status = 200;
-    cap.head =
-        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 2\r\n\r\n".to_vec();
-    cap.body = b"hi".to_vec();
-    cap.complete = true;
-    let now = now_ms(&mut s);
-    cache::finish(&mut cap, now);
+    fill_whole(&mut s, &mut cap);
     match s.cache(&get("/a", ""), &mut Progress::default()) {
         Step::Hit(hit) => {
             assert_eq!(hit.status, "HIT");
@@ -436,13 +438,7 @@ servers = ["127.0.0.1:9001"]
     };
     assert!(cap.fill.is_some());
     assert!(matches!(serve(&mut s, "/cached/a", h1), Step::WaitUntil(_)));
-    cap.status = 200;
-    cap.head =
-        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 2\r\n\r\n".to_vec();
-    cap.body = b"hi".to_vec();
-    cap.complete = true;
-    let now = s.t.io().now();
-    cache::finish(&mut cap, s.ctx.wall_ms(now));
+    fill_whole(&mut s, &mut cap);
     match serve(&mut s, "/cached/a", h1) {
         Step::Hit(hit) => assert_eq!(hit.status, "HIT"),
         _ => panic!("stored: a hit"),
