@@ -861,6 +861,16 @@ MUTATIONS = [
          find='            if let Some(id) = &e.request_id {',
          replace='            if let Some(id) = &e.request_id.filter(|_| false) {',
          why='the JSON access log leaves out the request id'),
+    dict(test='pipeline::tests::a_refusal_at_a_fallback_takes_error_pages_only_where_its_sender_is_recursive',
+         file=S + 'pipeline/failure.rs',
+         find='            Some(f) => f.open.then_some(f.hops)?,',
+         replace='            Some(f) => f.hops,',
+         why="a fallback's refusal takes its location's error pages though its sender is not recursive"),
+    dict(test='pipeline::tests::a_re_served_request_carries_its_body_again_only_where_it_was_kept',
+         file=S + 'pipeline/failure.rs',
+         find='    kept.map(Some)\n}',
+         replace='    Some(kept)\n}',
+         why='a request whose body was streamed and not kept is re-served without it'),
 ]
 # fmt: on
 

@@ -254,6 +254,25 @@ pub fn settle(cap: &mut Capture, fill: &mut Fill, now: u64) -> Option<(Arc<Objec
     fill.stale.clone().map(|s| (s, "STALE"))
 }
 
+/// A fill's exchange ended without its response going to the client: a revalidation's 304
+/// or an upstream status the stale copy stands in for ([`settle`]), or a failure (`failed`)
+/// it stands in for. The object the client is answered from and its cache status; None:
+/// the error.
+pub fn answer_of_fill(
+    cap: &mut Capture,
+    fill: &mut Fill,
+    failed: Option<u16>,
+    now: u64,
+) -> Option<(Arc<Object>, &'static str)> {
+    match failed {
+        None => settle(cap, fill, now),
+        Some(st) => fill
+            .stale_for(st, false, now)
+            .cloned()
+            .map(|o| (o, "STALE")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@
 
 pub mod access;
 pub mod cache;
+pub mod failure;
 pub mod pending;
 pub mod routing;
 pub mod serve;

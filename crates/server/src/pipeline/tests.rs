@@ -451,3 +451,57 @@ servers = ["127.0.0.1:9001"]
     assert!(matches!(serve(&mut s, "/here/x", h1), Step::Local));
     assert!(matches!(serve(&mut s, "/nowhere", h1), Step::Local));
 }
+
+/// A refusal takes its location's error pages, and a fallback's own refusal does only where
+/// the page that sent it there is recursive (`recursive_error_pages`), with the redirects
+/// counted so far.
+#[test]
+fn a_refusal_at_a_fallback_takes_error_pages_only_where_its_sender_is_recursive() {
+    use crate::answer::fallback::Fallback;
+    let mut s = Stage::new(GUARDS);
+    let fb = |open: bool| Fallback {
+        at: crate::route::LocId { server: 0, loc: 1 },
+        uri: None,
+        status: None,
+        error: 502,
+        extra: String::new(),
+        page: None,
+        hops: 3,
+        open,
+        named_at_uri: false,
+    };
+    s.with(&get("/closed/x", ""), |_, _, _, route, _| {
+        let f = access::Refusal::of(route, None, (403, "X: y\r\n")).expect("first refusal");
+        assert_eq!((f.status, f.headers, f.hops), (403, "X: y\r\n", 0));
+        assert_eq!(f.at, route.at.unwrap());
+        let shut = fb(false);
+        assert!(access::Refusal::of(route, Some(&shut), (403, "")).is_none());
+        let open = fb(true);
+        let f = access::Refusal::of(route, Some(&open), (403, "")).expect("recursive");
+        assert_eq!(f.hops, 3);
+    });
+}
+
+/// A request re-served elsewhere by an error page carries its body again only where all of
+/// it was kept; one without a body (or with an empty one) always may be.
+#[test]
+fn a_re_served_request_carries_its_body_again_only_where_it_was_kept() {
+    use super::failure::body_again;
+    let mut s = Stage::new(GUARDS);
+    s.with(&get("/open/", ""), |_, _, req, _, _| {
+        assert_eq!(body_again(req, None), Some(None));
+        assert_eq!(body_again(req, Some(b"x".to_vec())), Some(None));
+    });
+    let empty = "POST /open/ HTTP/1.1\r\nHost: h.test\r\nContent-Length: 0\r\n\r\n";
+    s.with(empty, |_, _, req, _, _| {
+        assert_eq!(body_again(req, None), Some(None))
+    });
+    let post = "POST /open/ HTTP/1.1\r\nHost: h.test\r\nContent-Length: 5\r\n\r\n";
+    s.with(post, |_, _, req, _, _| {
+        assert_eq!(body_again(req, None), None);
+        assert_eq!(
+            body_again(req, Some(b"hello".to_vec())),
+            Some(Some(b"hello".to_vec()))
+        );
+    });
+}

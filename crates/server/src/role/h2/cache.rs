@@ -36,13 +36,7 @@ pub(super) fn answer_from_fill(
         return Err(status);
     };
     let now = cx.ctx.wall_ms(cx.io.now());
-    let answer = match failed {
-        None => cache::settle(&mut cap, &mut fill, now),
-        Some(st) => fill
-            .stale_for(st, false, now)
-            .cloned()
-            .map(|o| (o, "STALE")),
-    };
+    let answer = cache::answer_of_fill(&mut cap, &mut fill, failed, now);
     let (obj, cache_status) = answer.ok_or(status)?;
     let line = fill.line(cache_status);
     let (resp, _) = found_response(cx, s, Found::Mem(obj), (cache_status, &line), &fill.asked);

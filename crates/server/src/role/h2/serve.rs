@@ -13,12 +13,13 @@ use super::proxy::Proxied;
 use super::request::{head_of, make_request, HeaderList};
 use super::stream::{H2Stream, HeadFields, Piece, Squeeze, StreamLog, MAX_HEADERS};
 use super::H2;
-use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::fallback::Fallback;
 use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::access::{self, Refusal};
+use crate::pipeline::failure;
 use crate::pipeline::pending::{Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing::{self, Route};
 use crate::pipeline::serve::{serve, Asked};
@@ -229,28 +230,8 @@ impl H2 {
         if let Some(fb) = fb {
             // A location serving files behind a guard, which passed: its page.
             let mut resp = Vec::with_capacity(256);
-            let page = crate::answer::Page {
-                r: cx.ctx.responder(),
-                server: &cx.ctx.routes.servers[route.server],
-                si: route.server,
-                ch: ConnHdr::Keep11,
-                head_only: s.head_only,
-                may_proxy: false,
-                extra: &fb.extra,
-                guarded: true,
-                // Counted in `fb.hops` already (as HTTP/1's `fallback::page`).
-                hops: fb.hops - 1,
-                recursive: fb.open,
-                new_uri: None,
-            };
-            match fb
-                .page
-                .as_deref()
-                .and_then(|t| page.write(&mut resp, fb.error, t, None))
-            {
-                Some(r) => self.answer(cx, b, c, s, resp, r.file),
-                None => self.answer_error(cx, b, c, s, fb.error),
-            }
+            let r = failure::guarded_page(cx.ctx, &mut resp, fb, (ConnHdr::Keep11, s.head_only));
+            self.answer(cx, b, c, s, resp, r.file);
             return Some(body);
         }
         let mut resp = Vec::with_capacity(256);
@@ -395,20 +376,8 @@ impl H2 {
         (req, route, fb): (&Request, &Route<'_>, Option<&Fallback>),
         (status, headers): (u16, &str),
     ) {
-        let at = route.at.expect("only a location's guard refuses");
         let mut resp = Vec::with_capacity(512);
-        let hops = match fb {
-            None => Some(route.sent().0),
-            Some(f) => f.open.then_some(f.hops),
-        };
-        let r = hops.and_then(|hops| {
-            let f = Refusal {
-                at,
-                status,
-                headers,
-                hops,
-                new_uri: route.new_uri(),
-            };
+        let r = Refusal::of(route, fb, (status, headers)).and_then(|f| {
             let r = cx.ctx.responder();
             access::refusal_page(&cx.ctx.routes, r, &mut resp, req, &f, ConnHdr::Keep11)
         });
@@ -499,27 +468,19 @@ impl H2 {
         if let Some(r) =
             page.and_then(|p| p.write(cx.ctx.responder(), &mut resp, status, ConnHdr::Keep11))
         {
-            if let Some(fb) = r.fallback {
-                let head = page.and_then(|p| p.head.as_deref());
-                let same = page.is_some_and(|p| std::sync::Arc::ptr_eq(&p.routes, &cx.ctx.routes));
-                let mut storage = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() };
-                    MAX_SAVED_HEADERS];
-                let limits = cx.ctx.set.limits;
-                let saved = head
-                    .filter(|_| same)
-                    .and_then(|h| parse_saved(h, &mut storage, &limits));
+            if let (Some(fb), Some(p)) = (r.fallback, page) {
+                let mut storage = failure::storage();
+                let saved = failure::saved_request(cx, p, &mut storage);
                 // The body goes again when it all arrived with a length and was kept.
-                let body = match (saved.as_ref().map(|r| r.body), &proxy) {
-                    (Some(BodyKind::None | BodyKind::Length(0)), _) => Some(None),
-                    (Some(BodyKind::Length(n)), Some(x)) => {
-                        x.ex.replay
-                            .as_ref()
-                            .filter(|r| r.len() as u64 == n)
-                            .map(|r| Some((n, r.clone())))
+                let kept = |req: &Request| {
+                    let replay = proxy.as_ref().and_then(|x| x.ex.replay.as_ref());
+                    match req.body {
+                        BodyKind::Length(n) => replay.filter(|r| r.len() as u64 == n).cloned(),
+                        _ => None,
                     }
-                    _ => None,
                 };
-                if let (Some(req), Some(_), Some(body)) = (saved, page, body) {
+                let again = saved.as_ref().and_then(|r| failure::body_again(r, kept(r)));
+                if let (Some(req), Some(body)) = (saved, again) {
                     return self.fall_back(cx, b, c, s, (&req, body), &fb);
                 }
             } else {
@@ -549,14 +510,14 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        (req, body): (&Request, Option<(u64, Vec<u8>)>),
+        (req, body): (&Request, Option<Vec<u8>>),
         fb: &Fallback,
     ) {
         let framing = body
             .as_ref()
-            .map_or(Framing::None, |b| Framing::Length(b.0));
+            .map_or(Framing::None, |b| Framing::Length(b.len() as u64));
         let mut pending = Pending::of_fields(head_of(req), framing);
-        if let Some((_, data)) = body {
+        if let Some(data) = body {
             // Its window was given back when it first arrived: not again.
             pending.keep_body(SavedBody {
                 data,

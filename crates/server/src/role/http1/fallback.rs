@@ -17,15 +17,16 @@ use ringx_http::{Method, Request, Version};
 
 use super::{Http1, Next, Phase};
 use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
-use crate::answer::{Page, ReqCtx};
+use crate::answer::ReqCtx;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::access::Refusal;
+use crate::pipeline::failure;
 use crate::pipeline::pending::{Kept, Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing;
 use crate::pipeline::serve::{self as stages, Asked};
 use crate::pipeline::Step;
-use crate::response::{ConnHdr, ErrorPage, Reply};
+use crate::response::{ConnHdr, ErrorPage};
 use crate::role::exchange::capture::Capture;
 
 /// Re-serves `req` (as it came, with `body`: all of its body, kept when it was proxied),
@@ -47,7 +48,6 @@ pub(super) fn serve(
         req2.expect_continue = false; // the body is here already
     }
     let route = routing::fallback_route(fb, &req2);
-    let at = fb.at;
     let rq = ReqCtx::new(routing::conn_info(b));
     let more_input = !b.inbuf.is_empty();
     let asked = Asked {
@@ -59,14 +59,7 @@ pub(super) fn serve(
     let capture = match stages::serve(cx, b, (c, 0), &req2, (&route, &rq), progress, asked) {
         Step::Proxy(capture) => capture,
         Step::Refuse { status, headers } => {
-            if fb.open {
-                let f = Refusal {
-                    at,
-                    status,
-                    headers: &headers,
-                    hops: fb.hops,
-                    new_uri: route.new_uri(),
-                };
+            if let Some(f) = Refusal::of(&route, Some(fb), (status, &headers)) {
                 if let Some(n) = h.refused(cx, b, c, &req2, &f, keep) {
                     return Some(n);
                 }
@@ -117,9 +110,7 @@ pub(super) fn serve(
     next
 }
 
-/// The page of a location serving files behind a guard, once the guard passed: written as
-/// [`Page`] writes it (the error's status unless the entry says otherwise), or the plain
-/// page for the error if the file cannot be served.
+/// The page of a location serving files behind a guard, once the guard passed.
 fn page(
     h: &mut Http1,
     cx: &mut Cx,
@@ -131,37 +122,10 @@ fn page(
 ) -> Next {
     let more_input = !b.inbuf.is_empty();
     let ch = ConnHdr::new(req.version == Version::Http11, keep);
-    let head_only = req.method == Method::Head;
     let Some(out) = b.tr.out_buf(cx.io, c) else {
         return Next::Stop;
     };
-    let si = fb.at.server;
-    let page = Page {
-        r: cx.ctx.responder(),
-        server: &cx.ctx.routes.servers[si],
-        si,
-        ch,
-        head_only,
-        may_proxy: false,
-        extra: &fb.extra,
-        guarded: true,
-        // The redirect to this page is counted in `fb.hops` already; its missing file is
-        // a 404 at this location, answered by its error pages if the sender is recursive.
-        hops: fb.hops - 1,
-        recursive: fb.open,
-        new_uri: None,
-    };
-    let written = fb
-        .page
-        .as_deref()
-        .and_then(|t| page.write(out, fb.error, t, None));
-    let r = match written {
-        Some(r) => r,
-        None => {
-            let page = ErrorPage::new(fb.error, ch, head_only).extra(&fb.extra);
-            Reply::bytes(cx.ctx.responder().error(out, page))
-        }
-    };
+    let r = failure::guarded_page(cx.ctx, out, fb, (ch, req.method == Method::Head));
     if let Some((f, off, len)) = r.file {
         b.tr.send_file(cx.io, c, f, off, len);
     }

@@ -544,15 +544,8 @@ impl Http1 {
     ) -> Next {
         match step {
             Step::Refuse { status, headers } => {
-                let (hops, new_uri) = route.sent();
-                let f = Refusal {
-                    at: route.at.expect("only a location's guard refuses"),
-                    status,
-                    headers: &headers,
-                    hops,
-                    new_uri,
-                };
-                if let Some(next) = self.refused(cx, b, c, req, &f, keep) {
+                let f = Refusal::of(route, None, (status, &headers));
+                if let Some(next) = f.and_then(|f| self.refused(cx, b, c, req, &f, keep)) {
                     return next;
                 }
                 let Some((_, close)) = write::refusal(cx, b, c, req, status, &headers, keep) else {

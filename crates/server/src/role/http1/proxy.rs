@@ -7,13 +7,14 @@ use ringx_http::upstream::upgrade_request;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
 
 use super::{fallback, write, Http1, Next, Phase};
-use crate::answer::fallback::{may_fall_back, parse_saved, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{may_fall_back, Fallback};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
 use crate::cache::Found;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::access::{self, Refusal};
+use crate::pipeline::failure;
 use crate::pipeline::routing::Route;
 use crate::pipeline::{cache, Hit};
 use crate::response::{ConnHdr, ErrorPage};
@@ -514,22 +515,13 @@ impl Http1 {
         keep: bool,
         body: Option<Vec<u8>>,
     ) -> bool {
-        let Some(head) = p.head.as_deref() else {
+        let mut storage = failure::storage();
+        let Some(req) = failure::saved_request(cx, p, &mut storage) else {
             return false;
         };
-        if !std::sync::Arc::ptr_eq(&p.routes, &cx.ctx.routes) {
-            return false; // the location named may not be the same one any more
-        }
-        let mut storage =
-            [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_SAVED_HEADERS];
-        let Some(req) = parse_saved(head, &mut storage, &cx.ctx.set.limits) else {
-            return false;
-        };
-        let has_body = !crate::answer::fallback::may_fall_back(&req);
-        if has_body && body.is_none() {
+        let Some(body) = failure::body_again(&req, body) else {
             return false; // streamed and not kept: it cannot be sent again
-        }
-        let body = body.filter(|_| has_body);
+        };
         self.pending.progress.redirected();
         let Some(next) = fallback::serve(self, cx, b, c, (&req, body), fb, keep) else {
             return false;
@@ -691,14 +683,7 @@ impl Http1 {
             }
             return self.process_buffered(cx, b, c);
         }
-        let answer = match failed {
-            None => cache::settle(&mut cap, &mut fill, now),
-            Some(st) => fill
-                .stale_for(st, false, now)
-                .cloned()
-                .map(|o| (o, "STALE")),
-        };
-        let Some((obj, status)) = answer else {
+        let Some((obj, status)) = cache::answer_of_fill(&mut cap, &mut fill, failed, now) else {
             return self.fail(cx, b, c, failed.unwrap_or(502), false);
         };
         let line = fill.line(status);
