@@ -15,6 +15,7 @@ use crate::answer::fallback::{may_fall_back, parse_saved, Fallback};
 use crate::answer::{Page, PageCtx};
 use crate::ctx::{Cx, ZoneCtx};
 use crate::response::{ConnHdr, ErrorPage, Reply};
+use crate::role::exchange::Exchange;
 
 /// The page of a location serving files behind a guard that fallback `fb` re-served the
 /// request at, once its guard passed: written as [`Page`] writes it (the error's status
@@ -50,6 +51,20 @@ pub fn guarded_page(
         let page = ErrorPage::new(fb.error, ch, head_only).extra(&fb.extra);
         Reply::bytes(ctx.responder().error(out, page))
     })
+}
+
+/// A proxied request re-served at `fb`'s location by an `error_page`, as it starts: told
+/// the status the entry says, carrying the error's header lines (a refusal's challenge rides
+/// on the fallback's response, as in nginx), and with no error page of its own (`page`)
+/// unless the page that sent it here is recursive.
+pub fn re_served(fb: &Fallback, page: &mut Option<Box<PageCtx>>, ex: &mut Exchange) {
+    match page.as_mut() {
+        Some(p) if fb.open => p.reached_by(fb),
+        _ => *page = None,
+    }
+    let deco = ex.deco.get_or_insert_with(Box::default);
+    deco.status_as = fb.status;
+    deco.add_always.push_str(&fb.extra);
 }
 
 impl<'a> Refusal<'a> {

@@ -430,15 +430,7 @@ impl H2 {
             }
             Ok(mut p) => {
                 if let Some(fb) = fb {
-                    // Re-served by an `error_page`: told the status it says, no page of its
-                    // own unless the page that sent it here is recursive.
-                    match p.page.as_mut() {
-                        Some(x) if fb.open => x.reached_by(fb),
-                        _ => p.page = None,
-                    }
-                    let deco = p.ex.deco.get_or_insert_with(Box::default);
-                    deco.status_as = fb.status;
-                    deco.add_always.push_str(&fb.extra);
+                    failure::re_served(fb, &mut p.page, &mut p.ex);
                 }
                 if let Some(u) = p.ex.up {
                     self.ups.insert(u, s.id);

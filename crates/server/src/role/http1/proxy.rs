@@ -53,18 +53,8 @@ impl Http1 {
         };
         self.pending.page = page;
         if let Some(rr) = self.pending.fallback.take() {
-            let fb = &rr.fb;
-            // Re-served by an `error_page`: told the status it says, and no page of its own
-            // unless the page that sent it here is recursive (then its kept head says the
-            // request as it is here). Done before it is sent: a failure at once goes on.
-            match self.pending.page.as_mut() {
-                Some(p) if fb.open => p.reached_by(fb),
-                _ => self.pending.page = None,
-            }
-            let deco = ex.deco.get_or_insert_with(Box::default);
-            deco.status_as = fb.status;
-            // A refusal's challenge rides on the fallback's response (as in nginx).
-            deco.add_always.push_str(&fb.extra);
+            // Done before it is sent: a failure at once goes on.
+            failure::re_served(&rr.fb, &mut self.pending.page, &mut ex);
         }
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         ex.up = None;
