@@ -22,6 +22,32 @@ impl FieldList {
         self.spans.push((a, b, self.buf.len() as u32));
     }
 
+    /// A field whose name may be in any case, lowercased; one that belongs to a connection
+    /// (RFC 9113 §8.2.2) is left out. Returns whether it was kept.
+    pub fn push_any_case(&mut self, name: &[u8], value: &[u8]) -> bool {
+        if connection_specific(name) {
+            return false;
+        }
+        let a = self.buf.len() as u32;
+        self.buf.extend(name.iter().map(u8::to_ascii_lowercase));
+        let b = self.buf.len() as u32;
+        self.buf.extend_from_slice(value);
+        self.spans.push((a, b, self.buf.len() as u32));
+        true
+    }
+
+    /// Header lines in HTTP/1's form as a server makes them (`Name: value`, each ending in
+    /// CRLF; a line without a colon is skipped), each as [`FieldList::push_any_case`] takes
+    /// it, the value without the blanks around it.
+    pub fn push_lines(&mut self, lines: &[u8]) {
+        for l in lines.split(|&b| b == b'\n') {
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            if let Some(colon) = l.iter().position(|&b| b == b':') {
+                self.push_any_case(&l[..colon], l[colon + 1..].trim_ascii());
+            }
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         self.spans.iter().map(|&(a, b, e)| {
             (
@@ -43,6 +69,19 @@ impl FieldList {
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
+}
+
+/// Whether a field belongs to a connection, which HTTP/2 does not carry (RFC 9113 §8.2.2).
+pub fn connection_specific(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
 }
 
 /// Collects a response head or trailers as they are decoded; the first fault is kept.

@@ -184,6 +184,8 @@ pub struct Canned {
     /// The whole HTTP/1.1 keep-alive response (the common case): `head`, a Date line to be
     /// overwritten, the empty line, `body`. One copy instead of five appends.
     pub keep11: Vec<u8>,
+    /// `head` as fields, for HTTP/2 and HTTP/3 (`response::Fields`).
+    pub fields: ringx_h2proto::response::FieldList,
     /// The body's `Content-Type` (for an error page served from this response).
     pub ctype: String,
     /// The same response compressed, one per coding that applies (made when the
@@ -193,6 +195,13 @@ pub struct Canned {
 
 impl Canned {
     pub fn new(status: u16, head: Vec<u8>, body: Vec<u8>) -> Canned {
+        // The same head as fields (HTTP/2, HTTP/3), split once here.
+        let mut fields = ringx_h2proto::response::FieldList::default();
+        let lines = head
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(&[][..], |i| &head[i + 1..]);
+        fields.push_lines(lines);
         let mut keep11 = head.clone();
         keep11.extend_from_slice(&[b'-'; ringx_http::DATE_HEADER_LEN]);
         keep11.extend_from_slice(b"\r\n");
@@ -202,6 +211,7 @@ impl Canned {
             head,
             body,
             keep11,
+            fields,
             ctype: "text/plain".into(),
             variants: Vec::new(),
         }

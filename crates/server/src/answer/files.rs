@@ -13,7 +13,7 @@ use ringx_http::{BodyKind, Version};
 use crate::compress::encoder::compress;
 use crate::compress::file_encoder::FileEncoder;
 use crate::compress::{Accept, Codec};
-use crate::response::{ConnHdr, Reply};
+use crate::response::{ConnHdr, HeadOut, Reply};
 use crate::rewrite::vars::escape_path;
 use crate::route::FileRoot;
 use crate::static_files::{self, FileReply, Precompressed};
@@ -25,7 +25,7 @@ pub const MAX_COMPRESS_WHOLE: u64 = 4 << 20;
 
 impl Answer<'_> {
     /// A static file, its head in `out`, its body (when sent by the file) in the reply.
-    pub fn files(&self, out: &mut Vec<u8>, root: &FileRoot, path: &str) -> Reply {
+    pub fn files<O: HeadOut + ?Sized>(&self, out: &mut O, root: &FileRoot, path: &str) -> Reply {
         let policy = self
             .routes
             .compress
@@ -91,7 +91,7 @@ impl Answer<'_> {
                         let headers = compressed_headers(&headers, codec);
                         let headers = self.with_added(200, &headers);
                         let written = self.r.head(out, 200, &headers, body.len() as u64, self.ch);
-                        out.extend_from_slice(&body);
+                        out.body().extend_from_slice(&body);
                         return Reply::bytes(written);
                     }
                 }

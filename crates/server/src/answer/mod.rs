@@ -15,7 +15,7 @@ use std::cell::Cell;
 use ringx_http::Request;
 
 use crate::compress::{status_compressible, Accept};
-use crate::response::{ConnHdr, ErrorPage, Reply, Responder};
+use crate::response::{ConnHdr, ErrorPage, HeadOut, Reply, Responder};
 use crate::rewrite::flow::RouteExt;
 use crate::rewrite::headers::{AddHeaders, ErrTarget};
 use crate::rewrite::vars::{field_safe, ConnInfo, Vars};
@@ -117,7 +117,7 @@ impl<'a> Answer<'a> {
 
     /// An error response: the `error_page` configured for `status`, else ringx's page.
     /// `extra`: header lines the error carries (`Allow`, `Content-Range`).
-    pub fn error(&self, out: &mut Vec<u8>, status: u16, extra: &str) -> Reply {
+    pub fn error<O: HeadOut + ?Sized>(&self, out: &mut O, status: u16, extra: &str) -> Reply {
         if let Some(t) = self.error_target(status) {
             if let Some(r) = self.custom_page(out, status, t) {
                 return r;
@@ -129,7 +129,7 @@ impl<'a> Answer<'a> {
     }
 
     /// A redirect to `location` (escaped by whoever made it).
-    pub fn redirect(&self, out: &mut Vec<u8>, status: u16, location: &str) -> Reply {
+    pub fn redirect<O: HeadOut + ?Sized>(&self, out: &mut O, status: u16, location: &str) -> Reply {
         let extra = format!("Location: {}\r\n", field_safe(location));
         let extra = self.with_added(status, &extra);
         let page = ErrorPage::new(status, self.ch, self.head_only).extra(&extra);
@@ -138,7 +138,12 @@ impl<'a> Answer<'a> {
 
     /// An `error_page` target; None when it cannot be served (the file is gone), and the
     /// plain error page goes out instead.
-    fn custom_page(&self, out: &mut Vec<u8>, status: u16, t: &ErrTarget) -> Option<Reply> {
+    fn custom_page<O: HeadOut + ?Sized>(
+        &self,
+        out: &mut O,
+        status: u16,
+        t: &ErrTarget,
+    ) -> Option<Reply> {
         let page = Page {
             r: self.r,
             server: self.server,
@@ -160,7 +165,7 @@ impl<'a> Answer<'a> {
 
     /// A pre-serialised `return`: its compressed variant when the client takes one, the
     /// location's added headers, or its error page.
-    pub fn canned(&self, out: &mut Vec<u8>, c: &Canned) -> Reply {
+    pub fn canned<O: HeadOut + ?Sized>(&self, out: &mut O, c: &Canned) -> Reply {
         if c.status >= 400 {
             if let Some(t) = self.error_target(c.status) {
                 if let Some(r) = self.custom_page(out, c.status, t) {
@@ -190,7 +195,7 @@ impl<'a> Answer<'a> {
     }
 
     /// A `return` with variables.
-    pub fn return_t(&self, out: &mut Vec<u8>, t: &ReturnT) -> Reply {
+    pub fn return_t<O: HeadOut + ?Sized>(&self, out: &mut O, t: &ReturnT) -> Reply {
         if t.status >= 400 {
             if let Some(target) = self.error_target(t.status) {
                 if let Some(r) = self.custom_page(out, t.status, target) {
@@ -214,7 +219,7 @@ impl<'a> Answer<'a> {
             .r
             .head(out, t.status, &extra, body.len() as u64, self.ch);
         if !self.head_only && t.status != 204 && t.status != 304 {
-            out.extend_from_slice(body.as_bytes());
+            out.body().extend_from_slice(body.as_bytes());
         }
         Reply::bytes(written)
     }
@@ -267,10 +272,10 @@ impl PageCtx {
 
     /// The location's error page for `status`, written into `out`; None when it has none for
     /// that status or it cannot be served (the plain error page goes out instead).
-    pub fn write(
+    pub fn write<O: HeadOut + ?Sized>(
         &self,
         r: Responder<'_>,
-        out: &mut Vec<u8>,
+        out: &mut O,
         status: u16,
         ch: ConnHdr,
     ) -> Option<Reply> {
@@ -334,9 +339,9 @@ impl Page<'_> {
     /// the location an internal redirect reaches), writes nothing: the reply carries the
     /// [`Fallback`](fallback::Fallback) for the role to start, and a page is written after
     /// the guard passes. (A `return` answers before the access phase, as in nginx.)
-    pub fn write(
+    pub fn write<O: HeadOut + ?Sized>(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut O,
         status: u16,
         t: &ErrTarget,
         vars: Option<&Vars>,
@@ -439,7 +444,7 @@ impl Page<'_> {
                 let extra = added(code, format!("Content-Type: {}\r\n{}", c.ctype, self.extra));
                 let written = self.r.head(out, code, &extra, c.body.len() as u64, self.ch);
                 if !self.head_only {
-                    out.extend_from_slice(&c.body);
+                    out.body().extend_from_slice(&c.body);
                 }
                 Some(Reply::bytes(written))
             }
@@ -451,7 +456,13 @@ impl Page<'_> {
     /// target location, answered with that location's error page for 404 where this page's
     /// location is recursive, else with the plain 404 (not the original error's status).
     /// A named location it leads to gets the page's URI (the request is there now).
-    fn missing(&self, out: &mut Vec<u8>, uri: &str, target: &Loc, vars: Option<&Vars>) -> Reply {
+    fn missing<O: HeadOut + ?Sized>(
+        &self,
+        out: &mut O,
+        uri: &str,
+        target: &Loc,
+        vars: Option<&Vars>,
+    ) -> Reply {
         if self.recursive {
             if let Some(t) = crate::rewrite::error_page(target.rw.as_deref(), 404) {
                 let next = Page {

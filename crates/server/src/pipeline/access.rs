@@ -17,7 +17,7 @@ use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::guard::verify::Tag;
 use crate::guard::{AuthAnswer, Input, Progress, Verdict};
-use crate::response::{ConnHdr, Reply, Responder};
+use crate::response::{ConnHdr, HeadOut, Reply, Responder};
 use crate::role::exchange::capture::Capture;
 use crate::route::{ListenerKind, LocId, Routes};
 
@@ -131,10 +131,10 @@ pub struct Refusal<'a> {
 /// the fallback for the role to start.
 #[cold]
 #[inline(never)]
-pub fn refusal_page(
+pub fn refusal_page<O: HeadOut + ?Sized>(
     routes: &Routes,
     r: Responder<'_>,
-    out: &mut Vec<u8>,
+    out: &mut O,
     req: &Request,
     f: &Refusal<'_>,
     ch: ConnHdr,

@@ -21,7 +21,7 @@ use crate::ctx::base::Base;
 use crate::ctx::{Cx, ZoneCtx};
 use crate::guard::Progress;
 use crate::pipeline::routing::Route;
-use crate::response::{ConnHdr, FilePart, Written};
+use crate::response::{ConnHdr, FilePart, HeadOut, Written};
 use crate::role::exchange::capture::Capture;
 use crate::role::proxy_start;
 use crate::route::LocId;
@@ -135,9 +135,9 @@ pub fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
 /// Writes the answer from `found` for what `asked` asked into `out`, with cache status
 /// `status` (`line`: its header line); counted. Returns what was written and the file part
 /// of the body (an entry kept on disk), which the caller sends after it.
-pub fn write_found(
+pub fn write_found<O: HeadOut + ?Sized>(
     (ctx, now): (&ZoneCtx, Instant),
-    out: &mut Vec<u8>,
+    out: &mut O,
     found: Found,
     (status, line): (&'static str, &[u8]),
     asked: &Asked,
@@ -155,7 +155,7 @@ pub fn write_found(
     let ch = ConnHdr::new(asked.version11, asked.keep);
     let now = ctx.wall_ms(now);
     let body = if file.is_none() { obj.body.len() } else { 0 };
-    out.reserve(obj.head.len() + line.len() + 64 + body);
+    out.body().reserve(obj.head.len() + line.len() + 64 + body);
     let w = write_object(
         &obj,
         out,
@@ -179,9 +179,9 @@ pub fn write_found(
 /// the body is on disk (`body_follows`: the caller sends it). `status_as`: the status the
 /// client is told instead of the stored one (an `error_page` without `=`).
 #[allow(clippy::too_many_arguments)]
-pub fn write_object(
+pub fn write_object<O: HeadOut + ?Sized>(
     obj: &Object,
-    out: &mut Vec<u8>,
+    out: &mut O,
     now: u64,
     status_line: &[u8],
     ch: ConnHdr,
@@ -189,29 +189,24 @@ pub fn write_object(
     not_modified: bool,
     body_follows: bool,
 ) -> Written {
-    let before = out.len();
+    let before = out.mark();
     let status = if not_modified {
         304
     } else {
         status_as.unwrap_or(obj.status)
     };
-    ringx_http::write_status_line(out, status);
-    out.extend_from_slice(&obj.head);
+    out.status(status);
+    out.lines(&obj.head);
     let age = now.saturating_sub(obj.stored) / 1000;
-    out.extend_from_slice(b"Age: ");
-    out.extend_from_slice(age.to_string().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(status_line);
+    out.lines(format!("Age: {age}\r\n").as_bytes());
+    out.lines(status_line);
     if status != 304 && status != 204 {
-        out.extend_from_slice(b"Content-Length: ");
-        out.extend_from_slice(obj.body_len.to_string().as_bytes());
-        out.extend_from_slice(b"\r\n");
+        out.length(obj.body_len);
     }
-    out.extend_from_slice(ch.bytes());
-    out.extend_from_slice(b"\r\n");
-    let head_len = (out.len() - before) as u32;
+    out.end(ch);
+    let head_len = (out.mark() - before) as u32;
     if !head_only && !not_modified && !body_follows {
-        out.extend_from_slice(&obj.body);
+        out.body().extend_from_slice(&obj.body);
     }
     Written { status, head_len }
 }

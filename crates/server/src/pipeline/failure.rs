@@ -14,16 +14,16 @@ use super::routing::Route;
 use crate::answer::fallback::{may_fall_back, parse_saved, Fallback};
 use crate::answer::{Page, PageCtx};
 use crate::ctx::{Cx, ZoneCtx};
-use crate::response::{ConnHdr, ErrorPage, Reply};
+use crate::response::{ConnHdr, ErrorPage, HeadOut, Reply};
 use crate::role::exchange::Exchange;
 
 /// The page of a location serving files behind a guard that fallback `fb` re-served the
 /// request at, once its guard passed: written as [`Page`] writes it (the error's status
 /// unless the entry says otherwise), or the plain page for the error, with the error's
 /// header lines, if the file cannot be served.
-pub fn guarded_page(
+pub fn guarded_page<O: HeadOut + ?Sized>(
     ctx: &ZoneCtx,
-    out: &mut Vec<u8>,
+    out: &mut O,
     fb: &Fallback,
     (ch, head_only): (ConnHdr, bool),
 ) -> Reply {

@@ -11,7 +11,7 @@ use ringx_http::{Method, Request};
 
 use crate::answer::fallback::Fallback;
 use crate::answer::{Answer, ReqCtx};
-use crate::response::{ConnHdr, ErrorPage, Reply, Responder};
+use crate::response::{ConnHdr, ErrorPage, HeadOut, Reply, Responder};
 use crate::rewrite::flow::{self, Early, RouteExt};
 use crate::rewrite::vars::ConnInfo;
 use crate::route::{Action, Canned, LocId, Routes};
@@ -117,9 +117,9 @@ fn acme_route<'r>(si: usize, path: &'r str, token: &str) -> Route<'r> {
 /// The answer to an http-01 request: the key authorization (`text/plain`, RFC 8555 §8.3), or
 /// a plain 404 that no `error_page` re-serves.
 #[cold]
-fn acme_answer(
+fn acme_answer<O: HeadOut + ?Sized>(
     r: Responder<'_>,
-    out: &mut Vec<u8>,
+    out: &mut O,
     answer: Option<&str>,
     ch: ConnHdr,
     head_only: bool,
@@ -135,7 +135,7 @@ fn acme_answer(
         ch,
     );
     if !head_only {
-        out.extend_from_slice(body.as_bytes());
+        out.body().extend_from_slice(body.as_bytes());
     }
     Reply::bytes(w)
 }
@@ -250,10 +250,10 @@ pub fn plain_return<'a>(routes: &'a Routes, route: &Route<'_>) -> Option<&'a Can
 }
 
 /// Writes the response of a request the zone answers itself into `out`.
-pub fn respond(
+pub fn respond<O: HeadOut + ?Sized>(
     routes: &Routes,
     r: Responder<'_>,
-    out: &mut Vec<u8>,
+    out: &mut O,
     req: &Request,
     route: &Route<'_>,
     ch: ConnHdr,

@@ -278,13 +278,6 @@ pub fn response_fields(fields: &FieldList, hide: &[String], added: &str) -> Fiel
             f.push(n, v);
         }
     }
-    for line in added.split("\r\n").filter(|l| !l.is_empty()) {
-        if let Some((n, v)) = line.split_once(':') {
-            f.push(
-                n.trim().to_ascii_lowercase().as_bytes(),
-                v.trim().as_bytes(),
-            );
-        }
-    }
+    f.push_lines(added.as_bytes());
     f
 }

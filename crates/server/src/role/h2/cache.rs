@@ -17,7 +17,7 @@ use crate::cache::Found;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::{cache, Hit, Refresh};
-use crate::response::FilePart;
+use crate::response::{Fields, FilePart};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
 use crate::role::upstream::UpEvent;
@@ -30,7 +30,7 @@ pub(super) fn answer_from_fill(
     s: &mut H2Stream,
     mut cap: Box<Capture>,
     failed: Option<u16>,
-) -> Result<Vec<u8>, u16> {
+) -> Result<Fields, u16> {
     let status = failed.unwrap_or(502);
     let Some(mut fill) = cap.fill.take() else {
         return Err(status);
@@ -50,7 +50,7 @@ pub(super) fn stale_answer(
     s: &mut H2Stream,
     fill: &Fill,
     status: u16,
-) -> Option<Vec<u8>> {
+) -> Option<Fields> {
     let now = cx.ctx.wall_ms(cx.io.now());
     let obj = fill.stale_for(status, false, now).cloned()?;
     let line = fill.line("STALE");
@@ -124,19 +124,19 @@ impl Background {
     }
 }
 
-/// The HTTP/1.1 response of an answer from the cache (its body's file part when it is kept
+/// The response of an answer from the cache (its body's file part when it is kept
 /// on disk), and the refresh to send after it (a stale answer's).
 pub(super) fn hit_response(
     cx: &Cx,
     s: &mut H2Stream,
     hit: Hit,
-) -> (Vec<u8>, Option<FilePart>, Option<Refresh>) {
+) -> (Fields, Option<FilePart>, Option<Refresh>) {
     let (status, line) = (hit.status, &hit.line[..]);
     let (resp, file) = found_response(cx, s, hit.found, (status, line), &hit.asked);
     (resp, file, hit.refresh)
 }
 
-/// The HTTP/1.1 response for what `asked` asked from entry `found`, with cache status
+/// The response for what `asked` asked from entry `found`, with cache status
 /// `status` (`line`: its header line); the body's file part when it is kept on disk.
 /// Counted, and noted for the stream's log line.
 fn found_response(
@@ -145,8 +145,8 @@ fn found_response(
     found: Found,
     (status, line): (&'static str, &[u8]),
     asked: &Asked,
-) -> (Vec<u8>, Option<FilePart>) {
-    let mut out = Vec::new();
+) -> (Fields, Option<FilePart>) {
+    let mut out = Fields::new();
     let now = cx.io.now();
     let (_, part) = cache::write_found((cx.ctx, now), &mut out, found, (status, line), asked);
     s.cache = status;

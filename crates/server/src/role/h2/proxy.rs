@@ -15,10 +15,12 @@ use ringx_engine::ConnId;
 use ringx_h2proto::Framing;
 use ringx_http::Request;
 
+use super::request::MAX_HEADERS;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::routing::Route;
+use crate::response::{Fields, HeadOut};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::proxy_start;
@@ -311,4 +313,23 @@ impl Proxied {
         let end = memchr::memmem::find(pending, b"\r\n\r\n").map_or(pending.len(), |i| i + 4);
         Some(pending[..end].to_vec())
     }
+}
+
+/// The head the exchange wrote for the stream (`resp`, HTTP/1.x text: the exchange writes
+/// the upstream's response head for any client) as fields, and its length; None: not a
+/// complete response head. (The one response head parsed again on its way to HTTP/2: the
+/// exchange's own writer is HTTP/1's.)
+pub(super) fn of_http1(resp: &[u8]) -> Option<(Fields, usize)> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut headers);
+    let len = match r.parse(resp) {
+        Ok(httparse::Status::Complete(n)) => n,
+        _ => return None,
+    };
+    let mut f = Fields::default();
+    f.status(r.code?);
+    for h in r.headers.iter() {
+        f.field(h.name.as_bytes(), h.value);
+    }
+    Some((f, len))
 }

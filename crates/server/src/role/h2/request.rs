@@ -8,6 +8,9 @@ use ringx_http::Request;
 /// Fields kept on the stack: a request's usual few need no allocation.
 const ON_STACK: usize = 24;
 
+/// Header storage per parse of a head (the HTTP/2 list size bounds the count before this).
+pub(super) const MAX_HEADERS: usize = 128;
+
 /// A request's field list: on the stack for the usual few, in a vector past that.
 pub(super) struct HeaderList<'a> {
     small: [httparse::Header<'a>; ON_STACK],

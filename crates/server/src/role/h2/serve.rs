@@ -1,7 +1,8 @@
 //! A request on an HTTP/2 stream: made from its fields with the checks of the HTTP/1.1
-//! parser (`request.rs`), routed, and answered by the same response writer — the HTTP/1.1
-//! response it writes becomes HEADERS (connection-specific fields left out) and the body,
-//! which waits for the window in the stream.
+//! parser (`request.rs`), routed, and answered by the same response writers as HTTP/1,
+//! which build its head as fields (`response::Fields`, sent as HEADERS) and its body beside
+//! it, which waits for the window in the stream. A proxied stream's head comes from the
+//! exchange, which writes HTTP/1.x for any client: that one is parsed (`proxy::of_http1`).
 
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
@@ -9,9 +10,10 @@ use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{BodyKind, Request};
 
 use super::cache::{answer_from_fill, hit_response, stale_answer};
+use super::proxy::of_http1;
 use super::proxy::Proxied;
-use super::request::{head_of, make_request, HeaderList};
-use super::stream::{H2Stream, HeadFields, Piece, Squeeze, StreamLog, MAX_HEADERS};
+use super::request::{head_of, make_request, HeaderList, MAX_HEADERS};
+use super::stream::{H2Stream, Piece, Squeeze, StreamLog};
 use super::H2;
 use crate::answer::fallback::Fallback;
 use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
@@ -24,11 +26,12 @@ use crate::pipeline::pending::{Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing::{self, Route};
 use crate::pipeline::serve::{serve, Asked};
 use crate::pipeline::{cache, Step};
-use crate::response::{ConnHdr, ErrorPage, FilePart};
+use crate::response::{ConnHdr, ErrorPage, Fields, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
 use crate::role::upstream::UpEvent;
+use ringx_h2proto::response::FieldList;
 
 impl H2 {
     /// A new request on stream `id`.
@@ -229,12 +232,12 @@ impl H2 {
         }
         if let Some(fb) = fb {
             // A location serving files behind a guard, which passed: its page.
-            let mut resp = Vec::with_capacity(256);
+            let mut resp = Fields::new();
             let r = failure::guarded_page(cx.ctx, &mut resp, fb, (ConnHdr::Keep11, s.head_only));
             self.answer(cx, b, c, s, resp, r.file);
             return Some(body);
         }
-        let mut resp = Vec::with_capacity(256);
+        let mut resp = Fields::new();
         let r = routing::respond(
             &cx.ctx.routes,
             cx.ctx.responder(),
@@ -264,20 +267,21 @@ impl H2 {
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        resp: Vec<u8>,
+        resp: Fields,
         z: Box<FileEncoder>,
     ) {
         let id = s.id;
         if !self.conn.is_open(id) {
             return s.log_end(cx, b, c, true);
         }
-        let Some(head_len) = self.send_head(cx, b, c, &mut s, &resp, false) else {
+        let head = (resp.status, &resp.fields);
+        let Some(no_body) = self.send_head(cx, b, c, &mut s, head, (false, false)) else {
             self.conn.reset(id, ErrorCode::Internal);
             return s.log_end(cx, b, c, true);
         };
         s.end = true;
-        if resp.len() > head_len {
-            s.out.push_back(Piece::Bytes(resp, head_len));
+        if !no_body && !resp.body.is_empty() {
+            s.out.push_back(Piece::Bytes(resp.body, 0));
         }
         s.out.push_back(Piece::Compress(Box::new(Squeeze::new(z))));
         self.streams.insert(id, s);
@@ -293,28 +297,30 @@ impl H2 {
         s: H2Stream,
         status: u16,
     ) {
-        let mut resp = Vec::with_capacity(512);
+        let mut resp = Fields::new();
         let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
         cx.ctx.responder().error(&mut resp, page);
         self.answer(cx, b, c, s, resp, None);
     }
 
-    /// Sends an HTTP/1.1 response (`resp`: head and body bytes; `file`: the rest of the
-    /// body) on stream `s`.
+    /// Sends a response (`resp`: its head and body; `file`: the rest of the body) on
+    /// stream `s`.
     pub(super) fn answer(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        resp: Vec<u8>,
+        resp: Fields,
         file: Option<FilePart>,
     ) {
         let id = s.id;
         if !self.conn.is_open(id) {
             return s.log_end(cx, b, c, true);
         }
-        let Some(head_len) = self.send_head(cx, b, c, &mut s, &resp, file.is_none()) else {
+        let head = (resp.status, &resp.fields);
+        let framing = (resp.body.is_empty(), file.is_none());
+        let Some(no_body) = self.send_head(cx, b, c, &mut s, head, framing) else {
             self.conn.reset(id, ErrorCode::Internal);
             return s.log_end(cx, b, c, true);
         };
@@ -323,8 +329,8 @@ impl H2 {
             return self.finish(cx, b, c, id);
         }
         s.end = true;
-        if resp.len() > head_len {
-            s.out.push_back(Piece::Bytes(resp, head_len));
+        if !no_body && !resp.body.is_empty() {
+            s.out.push_back(Piece::Bytes(resp.body, 0));
         }
         if let Some((f, off, len)) = file {
             s.out.push_back(Piece::File(f, off, off + len));
@@ -333,32 +339,32 @@ impl H2 {
         self.wake(id);
     }
 
-    /// Sends the head of an HTTP/1.x response `resp` as HEADERS (with END_STREAM when it
-    /// has no body and `last`); returns the head's length (None: not a response head).
+    /// Sends a response head, `status` and `fields`, as HEADERS, with END_STREAM when the
+    /// response has no body and nothing follows the head (`last`; `empty`: no body bytes
+    /// came with the head). Returns whether the response has no body (a HEAD request's, a
+    /// 204 or 304, or an empty one); None: no room for it.
     pub(super) fn send_head(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         s: &mut H2Stream,
-        resp: &[u8],
-        last: bool,
-    ) -> Option<usize> {
-        let h = HeadFields::parse(resp)?;
-        let (status, head_len) = (h.status, h.len);
-        let no_body =
-            s.head_only || status == 204 || status == 304 || resp.len() == head_len && last;
+        (status, fields): (u16, &FieldList),
+        (empty, last): (bool, bool),
+    ) -> Option<bool> {
+        let no_body = s.head_only || status == 204 || status == 304 || empty && last;
         let end = no_body && last;
         if !self.conn.out().is_empty() {
             b.tr.write(cx.io, c, self.conn.out());
             self.conn.clear_out();
         }
         let out = b.tr.out_buf(cx.io, c)?;
-        self.conn.send_headers(out, s.id, status, h.fields(), end);
+        self.conn
+            .send_headers(out, s.id, status, fields.iter(), end);
         s.head_sent = true;
         s.status = status;
         s.ended = end;
-        Some(if no_body { resp.len() } else { head_len })
+        Some(no_body)
     }
 }
 
@@ -376,7 +382,7 @@ impl H2 {
         (req, route, fb): (&Request, &Route<'_>, Option<&Fallback>),
         (status, headers): (u16, &str),
     ) {
-        let mut resp = Vec::with_capacity(512);
+        let mut resp = Fields::new();
         let r = Refusal::of(route, fb, (status, headers)).and_then(|f| {
             let r = cx.ctx.responder();
             access::refusal_page(&cx.ctx.routes, r, &mut resp, req, &f, ConnHdr::Keep11)
@@ -456,7 +462,7 @@ impl H2 {
     ) {
         // The stream's body is the page now, not the exchange's output.
         let proxy = s.proxy.take();
-        let mut resp = Vec::with_capacity(512);
+        let mut resp = Fields::new();
         if let Some(r) =
             page.and_then(|p| p.write(cx.ctx.responder(), &mut resp, status, ConnHdr::Keep11))
         {
@@ -715,7 +721,11 @@ impl H2 {
         let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
-        let sent = self.send_head(cx, b, c, &mut s, &resp, false);
+        let head = of_http1(&resp);
+        let sent = head.as_ref().and_then(|(h, len)| {
+            let no_body = self.send_head(cx, b, c, &mut s, (h.status, &h.fields), (false, false));
+            no_body.map(|n| if n { resp.len() } else { *len })
+        });
         self.streams.insert(id, s);
         match sent {
             Some(n) => {

@@ -9,36 +9,9 @@ use std::rc::Rc;
 use ringx_http::DateCache;
 
 use crate::route::Canned;
+pub use head::{ConnHdr, Fields, HeadOut};
 
-/// The `Connection` header a response carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnHdr {
-    /// HTTP/1.1 keep-alive: nothing to say.
-    Keep11,
-    /// HTTP/1.0 keep-alive must be confirmed.
-    Keep10,
-    Close,
-}
-
-impl ConnHdr {
-    /// The header for a response to a request of this version that keeps (or not) the
-    /// connection.
-    pub fn new(version11: bool, keep: bool) -> ConnHdr {
-        match (keep, version11) {
-            (false, _) => ConnHdr::Close,
-            (true, true) => ConnHdr::Keep11,
-            (true, false) => ConnHdr::Keep10,
-        }
-    }
-
-    pub fn bytes(self) -> &'static [u8] {
-        match self {
-            ConnHdr::Keep11 => b"",
-            ConnHdr::Keep10 => b"Connection: keep-alive\r\n",
-            ConnHdr::Close => b"Connection: close\r\n",
-        }
-    }
-}
+pub mod head;
 
 /// The file part of a response body: the file, the offset and the length to send.
 pub type FilePart = (Rc<File>, u64, u64);
@@ -90,60 +63,56 @@ pub struct Responder<'a> {
 impl Responder<'_> {
     /// A response head with a Content-Length; `extra` holds further header lines (with
     /// CRLFs).
-    pub fn head(
+    pub fn head<O: HeadOut + ?Sized>(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut O,
         status: u16,
         extra: &str,
         len: u64,
         ch: ConnHdr,
     ) -> Written {
-        let before = out.len();
-        ringx_http::write_status_line(out, status);
-        out.extend_from_slice(self.server_header);
-        out.extend_from_slice(self.date.header());
-        out.extend_from_slice(extra.as_bytes());
+        let before = out.mark();
+        out.status(status);
+        out.lines(self.server_header);
+        out.lines(self.date.header());
+        out.lines(extra.as_bytes());
         if status != 304 && status != 204 {
-            out.extend_from_slice(b"Content-Length: ");
-            out.extend_from_slice(len.to_string().as_bytes());
-            out.extend_from_slice(b"\r\n");
+            out.length(len);
         }
-        out.extend_from_slice(ch.bytes());
-        out.extend_from_slice(b"\r\n");
+        out.end(ch);
         Written {
             status,
-            head_len: (out.len() - before) as u32,
+            head_len: (out.mark() - before) as u32,
         }
     }
 
     /// A response head for a body whose length is not known yet: chunked (`chunked`, for an
     /// HTTP/1.1 request), or delimited by the close (then `ch` must be [`ConnHdr::Close`]).
-    pub fn head_unsized(
+    pub fn head_unsized<O: HeadOut + ?Sized>(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut O,
         status: u16,
         extra: &str,
         ch: ConnHdr,
         chunked: bool,
     ) -> Written {
-        let before = out.len();
-        ringx_http::write_status_line(out, status);
-        out.extend_from_slice(self.server_header);
-        out.extend_from_slice(self.date.header());
-        out.extend_from_slice(extra.as_bytes());
+        let before = out.mark();
+        out.status(status);
+        out.lines(self.server_header);
+        out.lines(self.date.header());
+        out.lines(extra.as_bytes());
         if chunked {
-            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            out.lines(b"Transfer-Encoding: chunked\r\n");
         }
-        out.extend_from_slice(ch.bytes());
-        out.extend_from_slice(b"\r\n");
+        out.end(ch);
         Written {
             status,
-            head_len: (out.len() - before) as u32,
+            head_len: (out.mark() - before) as u32,
         }
     }
 
     /// An nginx-style HTML error page (the body is left out for HEAD).
-    pub fn error(&self, out: &mut Vec<u8>, page: ErrorPage<'_>) -> Written {
+    pub fn error<O: HeadOut + ?Sized>(&self, out: &mut O, page: ErrorPage<'_>) -> Written {
         let status = page.status;
         let reason = ringx_http::reason(status);
         let token = String::from_utf8_lossy(self.token);
@@ -153,64 +122,54 @@ impl Responder<'_> {
         let extra = format!("Content-Type: text/html\r\n{}", page.extra);
         let w = self.head(out, status, &extra, body.len() as u64, page.conn);
         if !page.head_only {
-            out.extend_from_slice(body.as_bytes());
+            out.body().extend_from_slice(body.as_bytes());
         }
         w
     }
 
     /// A `return` response: its pre-serialised head, Date, Connection, body.
     #[inline]
-    pub fn canned(&self, out: &mut Vec<u8>, c: &Canned, ch: ConnHdr, head_only: bool) -> Written {
-        let before = out.len();
+    pub fn canned<O: HeadOut + ?Sized>(
+        &self,
+        out: &mut O,
+        c: &Canned,
+        ch: ConnHdr,
+        head_only: bool,
+    ) -> Written {
+        let date = self.date.header();
         if ch == ConnHdr::Keep11 && !head_only {
-            // One copy of the prepared keep-alive response, the Date written over its
-            // placeholder.
-            out.extend_from_slice(&c.keep11);
-            let date_at = before + c.head.len();
-            out[date_at..date_at + ringx_http::DATE_HEADER_LEN].copy_from_slice(self.date.header());
-            return Written {
-                status: c.status,
-                head_len: (c.head.len() + ringx_http::DATE_HEADER_LEN + 2) as u32,
-            };
+            if let Some(head_len) = out.canned_whole(c, date) {
+                return Written {
+                    status: c.status,
+                    head_len: head_len as u32,
+                };
+            }
         }
-        // One allocation for the lot: a new connection's output buffer is empty, and growing
-        // it append by append costs a reallocation and a copy each time.
-        let body = if head_only { &[][..] } else { &c.body[..] };
-        out.reserve(c.head.len() + ringx_http::DATE_HEADER_LEN + ch.bytes().len() + 2 + body.len());
-        out.extend_from_slice(&c.head);
-        out.extend_from_slice(self.date.header());
-        out.extend_from_slice(ch.bytes());
-        out.extend_from_slice(b"\r\n");
-        let head_len = (out.len() - before) as u32;
-        out.extend_from_slice(body);
-        Written {
-            status: c.status,
-            head_len,
-        }
+        self.canned_extra(out, c, "", ch, head_only)
     }
-}
 
-impl Responder<'_> {
     /// A `return` response with header lines added (`add_header`): its pre-serialised head,
     /// the lines, Date, Connection, body.
-    pub fn canned_extra(
+    pub fn canned_extra<O: HeadOut + ?Sized>(
         &self,
-        out: &mut Vec<u8>,
+        out: &mut O,
         c: &Canned,
         extra: &str,
         ch: ConnHdr,
         head_only: bool,
     ) -> Written {
-        let before = out.len();
-        out.extend_from_slice(&c.head);
-        out.extend_from_slice(extra.as_bytes());
-        out.extend_from_slice(self.date.header());
-        out.extend_from_slice(ch.bytes());
-        out.extend_from_slice(b"\r\n");
-        let head_len = (out.len() - before) as u32;
-        if !head_only {
-            out.extend_from_slice(&c.body);
-        }
+        let before = out.mark();
+        let body = if head_only { &[][..] } else { &c.body[..] };
+        // One allocation for the lot: a new connection's output buffer is empty, and growing
+        // it append by append costs a reallocation and a copy each time.
+        out.body()
+            .reserve(c.head.len() + extra.len() + ringx_http::DATE_HEADER_LEN + 26 + body.len());
+        out.canned_head(c);
+        out.lines(extra.as_bytes());
+        out.lines(self.date.header());
+        out.end(ch);
+        let head_len = (out.mark() - before) as u32;
+        out.body().extend_from_slice(body);
         Written {
             status: c.status,
             head_len,

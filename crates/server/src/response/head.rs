@@ -1,0 +1,242 @@
+//! Where a response ringx makes itself is written: the response writers (`Responder`, the
+//! answers of `answer/`, the cache's hits) build its head once, field by field, into a
+//! [`HeadOut`], and each protocol serialises it its own way. HTTP/1 writes the text into the
+//! connection's output buffer as the fields come (`Vec<u8>`: no copy, no second pass);
+//! HTTP/2 (and HTTP/3 next) keeps them as [`Fields`] for HPACK, with the body beside them.
+//! Nothing is written as HTTP/1.1 text to be parsed back.
+
+use ringx_h2proto::response::FieldList;
+
+use crate::route::Canned;
+
+/// The `Connection` header a response carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnHdr {
+    /// HTTP/1.1 keep-alive: nothing to say.
+    Keep11,
+    /// HTTP/1.0 keep-alive must be confirmed.
+    Keep10,
+    Close,
+}
+
+impl ConnHdr {
+    /// The header for a response to a request of this version that keeps (or not) the
+    /// connection.
+    pub fn new(version11: bool, keep: bool) -> ConnHdr {
+        match (keep, version11) {
+            (false, _) => ConnHdr::Close,
+            (true, true) => ConnHdr::Keep11,
+            (true, false) => ConnHdr::Keep10,
+        }
+    }
+
+    pub fn bytes(self) -> &'static [u8] {
+        match self {
+            ConnHdr::Keep11 => b"",
+            ConnHdr::Keep10 => b"Connection: keep-alive\r\n",
+            ConnHdr::Close => b"Connection: close\r\n",
+        }
+    }
+}
+
+/// A response head as it is built, and its body after it.
+pub trait HeadOut {
+    /// How much has been written: a head's length is the difference of two marks (the bytes
+    /// of the head as HTTP/1.1 would carry them, for the access log).
+    fn mark(&self) -> usize;
+    /// The status: the first thing written.
+    fn status(&mut self, status: u16);
+    /// Header lines as ringx makes them (`Name: value`, each with CRLF): configured
+    /// `add_header` lines, a refusal's challenge, a file's validators.
+    fn lines(&mut self, lines: &[u8]);
+    /// `Content-Length`.
+    fn length(&mut self, len: u64);
+    /// The end of the head (HTTP/1: the `Connection` header the request asks and the empty
+    /// line).
+    fn end(&mut self, ch: ConnHdr);
+    /// Where the body goes.
+    fn body(&mut self) -> &mut Vec<u8>;
+    /// A `return` response's head as it was made at load time (`Canned`): its status and
+    /// fields.
+    fn canned_head(&mut self, c: &Canned);
+    /// A `return` response whole, head and body, for an HTTP/1.1 keep-alive request, in one
+    /// copy; None where the protocol has no such shortcut (the head is built as any).
+    fn canned_whole(&mut self, c: &Canned, date: &[u8]) -> Option<usize>;
+}
+
+/// HTTP/1: the text, written into the connection's output buffer.
+impl HeadOut for Vec<u8> {
+    fn mark(&self) -> usize {
+        self.len()
+    }
+
+    fn status(&mut self, status: u16) {
+        ringx_http::write_status_line(self, status);
+    }
+
+    fn lines(&mut self, lines: &[u8]) {
+        self.extend_from_slice(lines);
+    }
+
+    fn length(&mut self, len: u64) {
+        self.extend_from_slice(b"Content-Length: ");
+        self.extend_from_slice(len.to_string().as_bytes());
+        self.extend_from_slice(b"\r\n");
+    }
+
+    fn end(&mut self, ch: ConnHdr) {
+        self.extend_from_slice(ch.bytes());
+        self.extend_from_slice(b"\r\n");
+    }
+
+    fn body(&mut self) -> &mut Vec<u8> {
+        self
+    }
+
+    fn canned_head(&mut self, c: &Canned) {
+        self.extend_from_slice(&c.head);
+    }
+
+    #[inline]
+    fn canned_whole(&mut self, c: &Canned, date: &[u8]) -> Option<usize> {
+        // One copy of the prepared keep-alive response, the Date written over its
+        // placeholder.
+        let before = self.len();
+        self.extend_from_slice(&c.keep11);
+        let at = before + c.head.len();
+        self[at..at + date.len()].copy_from_slice(date);
+        Some(c.head.len() + date.len() + 2)
+    }
+}
+
+/// HTTP/2 and HTTP/3: the head as fields (lowercase names, connection-specific fields left
+/// out, RFC 9113 §8.2.2), and the body.
+#[derive(Default)]
+pub struct Fields {
+    pub status: u16,
+    pub fields: FieldList,
+    pub body: Vec<u8>,
+    /// The head's length as HTTP/1.1 would carry it ([`HeadOut::mark`]).
+    len: usize,
+}
+
+impl Fields {
+    pub fn new() -> Fields {
+        Fields {
+            body: Vec::with_capacity(256),
+            ..Fields::default()
+        }
+    }
+
+    /// One field (its name in any case; connection-specific ones are left out).
+    pub fn field(&mut self, name: &[u8], value: &[u8]) {
+        self.len += name.len() + value.len() + 4;
+        self.fields.push_any_case(name, value);
+    }
+}
+
+impl HeadOut for Fields {
+    fn mark(&self) -> usize {
+        self.len
+    }
+
+    fn status(&mut self, status: u16) {
+        self.status = status;
+        self.len += 17; // "HTTP/1.1 200 OK\r\n", about
+    }
+
+    fn lines(&mut self, lines: &[u8]) {
+        self.len += lines.len();
+        self.fields.push_lines(lines);
+    }
+
+    fn length(&mut self, len: u64) {
+        let mut digits = itoa_buf(len);
+        self.field(b"content-length", digits.as_slice());
+    }
+
+    fn end(&mut self, _: ConnHdr) {
+        self.len += 2;
+    }
+
+    fn body(&mut self) -> &mut Vec<u8> {
+        &mut self.body
+    }
+
+    fn canned_head(&mut self, c: &Canned) {
+        self.status(c.status);
+        for (n, v) in c.fields.iter() {
+            self.len += n.len() + v.len() + 4;
+            self.fields.push(n, v);
+        }
+    }
+
+    fn canned_whole(&mut self, _: &Canned, _: &[u8]) -> Option<usize> {
+        None
+    }
+}
+
+/// A number's decimal digits, without an allocation.
+struct Digits([u8; 20], usize);
+
+impl Digits {
+    fn as_slice(&mut self) -> &[u8] {
+        &self.0[self.1..]
+    }
+}
+
+fn itoa_buf(mut n: u64) -> Digits {
+    let mut d = Digits([0; 20], 20);
+    loop {
+        d.1 -= 1;
+        d.0[d.1] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return d;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_become_lowercase_fields_without_the_connection_specific_ones() {
+        let mut f = Fields::new();
+        f.status(404);
+        f.lines(
+            b"Server: ringx\r\nX-A:  b c \r\nConnection: close\r\nTransfer-Encoding: chunked\r\n",
+        );
+        f.length(1234567);
+        f.end(ConnHdr::Close);
+        let got: Vec<(&[u8], &[u8])> = f.fields.iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                (&b"server"[..], &b"ringx"[..]),
+                (b"x-a", b"b c"),
+                (b"content-length", b"1234567"),
+            ]
+        );
+        assert_eq!(f.status, 404);
+    }
+
+    #[test]
+    fn http1_text_is_the_same_head_written_as_it_comes() {
+        let mut v: Vec<u8> = Vec::new();
+        v.status(200);
+        v.lines(b"Server: ringx\r\n");
+        v.length(0);
+        v.end(ConnHdr::Keep10);
+        assert_eq!(
+            v,
+            b"HTTP/1.1 200 OK\r\nServer: ringx\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+        );
+        assert_eq!(itoa_buf(0).as_slice(), b"0");
+        assert_eq!(
+            itoa_buf(u64::MAX).as_slice(),
+            u64::MAX.to_string().as_bytes()
+        );
+    }
+}
