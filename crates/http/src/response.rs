@@ -37,7 +37,7 @@ fn push_status(out: &mut Vec<u8>, status: u16) {
     push_decimal(out, u64::from(status));
 }
 
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {

@@ -11,6 +11,7 @@ use httparse::Header;
 
 use crate::body::BodyKind;
 use crate::fields::{list_elements, parse_content_length, parse_transfer_codings, Codings};
+use crate::head_sink::HeadSink;
 use crate::request::{Parsed, Request};
 use crate::version::Version;
 
@@ -449,8 +450,8 @@ pub enum ClientFraming {
 /// fields, so a `Connection` option naming `Content-Length` cannot leave a kept-alive client
 /// without the body's length. The one length copied is that of a response without a body
 /// (HEAD, 304): there it describes the representation, not this message.
-pub fn write_response_head(
-    out: &mut Vec<u8>,
+pub fn write_response_head<O: HeadSink + ?Sized>(
+    out: &mut O,
     resp: &ResponseHead<'_, '_>,
     client: Version,
     conn: &[u8],
@@ -486,8 +487,8 @@ pub fn vary_covers_accept_encoding(v: &[u8]) -> bool {
 }
 
 /// [`write_response_head`] with a location's changes.
-pub fn write_response_head_edit(
-    out: &mut Vec<u8>,
+pub fn write_response_head_edit<O: HeadSink + ?Sized>(
+    out: &mut O,
     resp: &ResponseHead<'_, '_>,
     client: Version,
     conn: &[u8],
@@ -500,8 +501,8 @@ pub fn write_response_head_edit(
 /// edits (a location with no `add_header`, hidden field or compression) compiles without
 /// their per-field tests.
 #[inline(always)]
-fn response_head(
-    out: &mut Vec<u8>,
+fn response_head<O: HeadSink + ?Sized>(
+    out: &mut O,
     resp: &ResponseHead<'_, '_>,
     client: Version,
     conn: &[u8],
@@ -516,13 +517,13 @@ fn response_head(
         }
         _ => ClientFraming::Same,
     };
-    crate::response::write_status_line_reason(out, resp.status, resp.reason);
+    out.status(resp.status, resp.reason);
     let switching = resp.status == 101;
     let mut vary = edit.vary;
     for h in resp.headers {
         let n = h.name;
         if switching && n.eq_ignore_ascii_case("upgrade") {
-            put(out, n, h.value);
+            out.put(n.as_bytes(), h.value);
             continue;
         }
         if is_hop_by_hop(n) || is_framing(n) || named_by_connection(resp.headers, n) {
@@ -540,55 +541,53 @@ fn response_head(
                 continue;
             }
             if n.eq_ignore_ascii_case("etag") && !h.value.starts_with(b"W/") {
-                out.extend_from_slice(b"ETag: W/");
-                out.extend_from_slice(h.value);
-                out.extend_from_slice(b"\r\n");
+                out.put(b"ETag", &[&b"W/"[..], h.value].concat());
                 continue;
             }
         }
-        put(out, n, h.value);
+        out.put(n.as_bytes(), h.value);
     }
     if switching {
-        out.extend_from_slice(edit.add);
-        out.extend_from_slice(b"Connection: upgrade\r\n\r\n");
+        out.lines(edit.add);
+        out.lines(b"Connection: upgrade\r\n\r\n");
         return framing;
     }
     if vary {
-        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+        out.lines(b"Vary: Accept-Encoding\r\n");
     }
-    out.extend_from_slice(edit.add);
+    out.lines(edit.add);
     if let Some(c) = encode {
-        put(out, "Content-Encoding", c.as_bytes());
+        out.put(b"Content-Encoding", c.as_bytes());
         if framing == ClientFraming::Same {
-            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            out.lines(b"Transfer-Encoding: chunked\r\n");
         }
-        out.extend_from_slice(match framing {
+        out.lines(match framing {
             ClientFraming::Same => conn,
             ClientFraming::Close => b"Connection: close\r\n",
         });
-        out.extend_from_slice(b"\r\n");
+        out.lines(b"\r\n");
         return framing;
     }
     match (resp.body, framing) {
         (ResponseBody::Length(n), _) => {
-            let _ = write!(Bytes(out), "Content-Length: {n}\r\n");
+            out.length(n);
         }
         (ResponseBody::Chunked, ClientFraming::Same) => {
-            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            out.lines(b"Transfer-Encoding: chunked\r\n");
         }
         // RFC 9110 §8.6: never a Content-Length in a 1xx or 204 response.
         (ResponseBody::None, _) if resp.status >= 200 && resp.status != 204 => {
             if let Some(n) = declared_length(resp.headers) {
-                let _ = write!(Bytes(out), "Content-Length: {n}\r\n");
+                out.length(n);
             }
         }
         _ => {}
     }
-    out.extend_from_slice(match framing {
+    out.lines(match framing {
         ClientFraming::Same => conn,
         ClientFraming::Close => b"Connection: close\r\n",
     });
-    out.extend_from_slice(b"\r\n");
+    out.lines(b"\r\n");
     framing
 }
 

@@ -195,7 +195,7 @@ pub fn write_object<O: HeadOut + ?Sized>(
     } else {
         status_as.unwrap_or(obj.status)
     };
-    out.status(status);
+    out.status(status, "");
     out.lines(&obj.head);
     let age = now.saturating_sub(obj.stored) / 1000;
     out.lines(format!("Age: {age}\r\n").as_bytes());

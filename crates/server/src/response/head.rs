@@ -6,6 +6,7 @@
 //! Nothing is written as HTTP/1.1 text to be parsed back.
 
 use ringx_h2proto::response::FieldList;
+pub use ringx_http::HeadSink;
 
 use crate::route::Canned;
 
@@ -39,18 +40,8 @@ impl ConnHdr {
     }
 }
 
-/// A response head as it is built, and its body after it.
-pub trait HeadOut {
-    /// How much has been written: a head's length is the difference of two marks (the bytes
-    /// of the head as HTTP/1.1 would carry them, for the access log).
-    fn mark(&self) -> usize;
-    /// The status: the first thing written.
-    fn status(&mut self, status: u16);
-    /// Header lines as ringx makes them (`Name: value`, each with CRLF): configured
-    /// `add_header` lines, a refusal's challenge, a file's validators.
-    fn lines(&mut self, lines: &[u8]);
-    /// `Content-Length`.
-    fn length(&mut self, len: u64);
+/// A response head as it is built (field by field: [`HeadSink`]), and its body after it.
+pub trait HeadOut: HeadSink {
     /// The end of the head (HTTP/1: the `Connection` header the request asks and the empty
     /// line).
     fn end(&mut self, ch: ConnHdr);
@@ -66,24 +57,6 @@ pub trait HeadOut {
 
 /// HTTP/1: the text, written into the connection's output buffer.
 impl HeadOut for Vec<u8> {
-    fn mark(&self) -> usize {
-        self.len()
-    }
-
-    fn status(&mut self, status: u16) {
-        ringx_http::write_status_line(self, status);
-    }
-
-    fn lines(&mut self, lines: &[u8]) {
-        self.extend_from_slice(lines);
-    }
-
-    fn length(&mut self, len: u64) {
-        self.extend_from_slice(b"Content-Length: ");
-        self.extend_from_slice(len.to_string().as_bytes());
-        self.extend_from_slice(b"\r\n");
-    }
-
     fn end(&mut self, ch: ConnHdr) {
         self.extend_from_slice(ch.bytes());
         self.extend_from_slice(b"\r\n");
@@ -135,14 +108,18 @@ impl Fields {
     }
 }
 
-impl HeadOut for Fields {
+impl HeadSink for Fields {
     fn mark(&self) -> usize {
         self.len
     }
 
-    fn status(&mut self, status: u16) {
+    fn status(&mut self, status: u16, _reason: &str) {
         self.status = status;
         self.len += 17; // "HTTP/1.1 200 OK\r\n", about
+    }
+
+    fn put(&mut self, name: &[u8], value: &[u8]) {
+        self.field(name, value);
     }
 
     fn lines(&mut self, lines: &[u8]) {
@@ -154,7 +131,9 @@ impl HeadOut for Fields {
         let mut digits = itoa_buf(len);
         self.field(b"content-length", digits.as_slice());
     }
+}
 
+impl HeadOut for Fields {
     fn end(&mut self, _: ConnHdr) {
         self.len += 2;
     }
@@ -164,7 +143,7 @@ impl HeadOut for Fields {
     }
 
     fn canned_head(&mut self, c: &Canned) {
-        self.status(c.status);
+        self.status(c.status, "");
         for (n, v) in c.fields.iter() {
             self.len += n.len() + v.len() + 4;
             self.fields.push(n, v);
@@ -204,7 +183,7 @@ mod tests {
     #[test]
     fn lines_become_lowercase_fields_without_the_connection_specific_ones() {
         let mut f = Fields::new();
-        f.status(404);
+        f.status(404, "");
         f.lines(
             b"Server: ringx\r\nX-A:  b c \r\nConnection: close\r\nTransfer-Encoding: chunked\r\n",
         );
@@ -225,7 +204,7 @@ mod tests {
     #[test]
     fn http1_text_is_the_same_head_written_as_it_comes() {
         let mut v: Vec<u8> = Vec::new();
-        v.status(200);
+        v.status(200, "");
         v.lines(b"Server: ringx\r\n");
         v.length(0);
         v.end(ConnHdr::Keep10);
@@ -238,5 +217,28 @@ mod tests {
             itoa_buf(u64::MAX).as_slice(),
             u64::MAX.to_string().as_bytes()
         );
+    }
+
+    #[test]
+    fn a_canned_response_as_fields_has_its_load_time_fields_and_the_added_lines() {
+        let head = b"HTTP/1.1 201 Created\r\nServer: ringx\r\nContent-Length: 2\r\n".to_vec();
+        let c = Canned::new(201, head, b"ok".to_vec());
+        let date = ringx_http::DateCache::new();
+        let r = crate::response::Responder {
+            server_header: b"Server: ringx\r\n",
+            token: b"ringx",
+            date: &date,
+        };
+        let mut f = Fields::new();
+        let w = r.canned_extra(&mut f, &c, "X-Added: 1\r\n", ConnHdr::Close, false);
+        assert_eq!((w.status, f.status), (201, 201));
+        let names: Vec<&[u8]> = f.fields.iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            vec![&b"server"[..], b"content-length", b"x-added", b"date"]
+        );
+        assert_eq!(f.body, b"ok");
+        // The one-copy HTTP/1.1 form is HTTP/1's alone.
+        assert!(Fields::new().canned_whole(&c, date.header()).is_none());
     }
 }

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use ringx_http::DateCache;
 
 use crate::route::Canned;
-pub use head::{ConnHdr, Fields, HeadOut};
+pub use head::{ConnHdr, Fields, HeadOut, HeadSink};
 
 pub mod head;
 
@@ -72,7 +72,7 @@ impl Responder<'_> {
         ch: ConnHdr,
     ) -> Written {
         let before = out.mark();
-        out.status(status);
+        out.status(status, "");
         out.lines(self.server_header);
         out.lines(self.date.header());
         out.lines(extra.as_bytes());
@@ -97,7 +97,7 @@ impl Responder<'_> {
         chunked: bool,
     ) -> Written {
         let before = out.mark();
-        out.status(status);
+        out.status(status, "");
         out.lines(self.server_header);
         out.lines(self.date.header());
         out.lines(extra.as_bytes());

@@ -7,6 +7,8 @@
 //! drains when the peer opens the stream's window, so the same exchange code streams a body
 //! at the pace of the peer's flow control without changing.
 
+use crate::response::Fields;
+
 /// An HTTP/2 stream's exchange output.
 #[derive(Default)]
 pub struct MemOut {
@@ -21,6 +23,9 @@ pub struct MemOut {
     /// exchange's own mark). An HTTP/2 connection shares one budget among its proxied
     /// streams this way, so that what it holds does not grow with its stream count.
     pub high_water: Option<u64>,
+    /// The response head the exchange wrote, as fields (the stream sends it as HEADERS);
+    /// the body follows in `buf`.
+    pub head: Option<Box<Fields>>,
 }
 
 impl MemOut {

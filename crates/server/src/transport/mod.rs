@@ -23,6 +23,8 @@ pub mod tls;
 pub mod tls_up;
 
 pub use mem::MemOut;
+
+use crate::response::Fields;
 pub use tls::{TlsInfo, TlsTransport};
 pub use tls_up::TlsUpTransport;
 
@@ -55,6 +57,15 @@ impl Transport {
                 Some(&mut t.staged)
             }
             Transport::Mem(m) => Some(&mut m.buf),
+        }
+    }
+
+    /// Where a response head for this connection's client is written as fields, not text:
+    /// an HTTP/2 stream's exchange (`Transport::Mem`); None for a socket.
+    pub fn head_fields(&mut self) -> Option<&mut Fields> {
+        match self {
+            Transport::Mem(m) => Some(m.head.get_or_insert_with(Box::default)),
+            _ => None,
         }
     }
 

@@ -14,10 +14,11 @@ use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Parsed, Version};
 use super::{pause_upstream, up_timeouts, Exchange, Outcome, MAX_RESPONSE_HEAD, PROXY_HIGH_WATER};
 use crate::compress::encoder::Encoder;
 use crate::compress::relay::Relay;
+use crate::compress::Coding;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::error::{Error, Kind, Side};
-use crate::response::{ConnHdr, Written};
+use crate::response::{ConnHdr, HeadSink, Written};
 use crate::role::upstream::UpState;
 
 /// Where parsing a response head left the input.
@@ -243,11 +244,6 @@ impl Exchange {
             };
             let keep_client = self.keep && !cx.ctx.draining && h.body != ResponseBody::UntilClose;
             let ch = ConnHdr::new(self.version == Version::Http11, keep_client);
-            let Some(out) = base.tr.out_buf(cx.io, c) else {
-                let why = Error::new(Kind::Reset, Side::Client);
-                return Head::Ended(self.upstream_failed(cx, base, c, u, why));
-            };
-            let before = out.len();
             // The cache status, when the location has a cache, goes with the connection line.
             let line = self
                 .capture
@@ -258,26 +254,17 @@ impl Exchange {
             } else {
                 [line, ch.bytes()].concat().into()
             };
-            let (framing, codec) = match self.deco.as_deref_mut() {
-                None => (
-                    ringx_http::upstream::write_response_head(out, &h, self.version, &conn),
-                    None,
-                ),
-                Some(d) => {
-                    let (codec, vary) = d.decide(&h);
-                    let codec = codec
-                        .filter(|_| h.status != 101)
-                        .map(|k| (k.coding, k.level));
-                    let added = d.added(h.status);
-                    let edit = ResponseEdit {
-                        hide: d.hide(),
-                        encode: codec.map(|k| k.0.token()),
-                        vary,
-                        add: added.as_bytes(),
-                    };
-                    let f = write_response_head_edit(out, &h, self.version, &conn, &edit);
-                    (f, codec)
-                }
+            // An HTTP/2 stream takes the head as fields; a socket as HTTP/1.x.
+            let wrote = match base.tr.head_fields() {
+                Some(f) => Some(self.write_head(f, &h, &conn)),
+                None => base
+                    .tr
+                    .out_buf(cx.io, c)
+                    .map(|out| self.write_head(out, &h, &conn)),
+            };
+            let Some((framing, codec, head_len)) = wrote else {
+                let why = Error::new(Kind::Reset, Side::Client);
+                return Head::Ended(self.upstream_failed(cx, base, c, u, why));
             };
             if let (Some((coding, level)), Some(d)) = (codec, self.deco.as_deref_mut()) {
                 let len = match h.body {
@@ -296,7 +283,6 @@ impl Exchange {
                     }
                 }
             }
-            let head_len = (out.len() - before) as u32;
             self.started = true;
             self.keep = keep_client && framing == ClientFraming::Same;
             self.close_framed = framing == ClientFraming::Close;
@@ -359,6 +345,41 @@ impl Exchange {
             }
             return Head::Body(end);
         }
+    }
+
+    /// Writes the response head `h` for the client into `out` (`conn`: the line that ends
+    /// it, with the cache status), edited as the location says (hidden fields, `add_header`,
+    /// compression). Returns the framing, the coding the body is to be encoded with, and the
+    /// head's length.
+    fn write_head<O: HeadSink + ?Sized>(
+        &mut self,
+        out: &mut O,
+        h: &ResponseHead,
+        conn: &[u8],
+    ) -> (ClientFraming, Option<(Coding, u32)>, u32) {
+        let before = out.mark();
+        let (framing, codec) = match self.deco.as_deref_mut() {
+            None => (
+                ringx_http::upstream::write_response_head(out, h, self.version, conn),
+                None,
+            ),
+            Some(d) => {
+                let (codec, vary) = d.decide(h);
+                let codec = codec
+                    .filter(|_| h.status != 101)
+                    .map(|k| (k.coding, k.level));
+                let added = d.added(h.status);
+                let edit = ResponseEdit {
+                    hide: d.hide(),
+                    encode: codec.map(|k| k.0.token()),
+                    vary,
+                    add: added.as_bytes(),
+                };
+                let f = write_response_head_edit(out, h, self.version, conn, &edit);
+                (f, codec)
+            }
+        };
+        (framing, codec, (out.mark() - before) as u32)
     }
 
     fn response_body(

@@ -15,12 +15,11 @@ use ringx_engine::ConnId;
 use ringx_h2proto::Framing;
 use ringx_http::Request;
 
-use super::request::MAX_HEADERS;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::routing::Route;
-use crate::response::{Fields, HeadOut};
+use crate::response::Fields;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::proxy_start;
@@ -303,33 +302,22 @@ impl Proxied {
         }
     }
 
-    /// The response head, once the exchange wrote it and it was not sent yet: the bytes up
-    /// to its end (the exchange writes a head whole; only it is copied, not the body).
-    pub fn head(&self) -> Option<Vec<u8>> {
-        if self.head_done || self.pending().is_empty() {
+    /// The response head, once the exchange wrote it (whole, as fields) and it was not sent
+    /// yet; taken.
+    pub fn take_head(&mut self) -> Option<Box<Fields>> {
+        if self.head_done {
             return None;
         }
-        let pending = self.pending();
-        let end = memchr::memmem::find(pending, b"\r\n\r\n").map_or(pending.len(), |i| i + 4);
-        Some(pending[..end].to_vec())
+        match &mut self.base.tr {
+            Transport::Mem(m) => m.head.take(),
+            _ => None,
+        }
     }
-}
 
-/// The head the exchange wrote for the stream (`resp`, HTTP/1.x text: the exchange writes
-/// the upstream's response head for any client) as fields, and its length; None: not a
-/// complete response head. (The one response head parsed again on its way to HTTP/2: the
-/// exchange's own writer is HTTP/1's.)
-pub(super) fn of_http1(resp: &[u8]) -> Option<(Fields, usize)> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut r = httparse::Response::new(&mut headers);
-    let len = match r.parse(resp) {
-        Ok(httparse::Status::Complete(n)) => n,
-        _ => return None,
-    };
-    let mut f = Fields::default();
-    f.status(r.code?);
-    for h in r.headers.iter() {
-        f.field(h.name.as_bytes(), h.value);
+    /// A head [`Proxied::take_head`] took and could not send yet: kept for the next try.
+    pub fn keep_head(&mut self, head: Box<Fields>) {
+        if let Transport::Mem(m) = &mut self.base.tr {
+            m.head = Some(head);
+        }
     }
-    Some((f, len))
 }

@@ -10,7 +10,6 @@ use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{BodyKind, Request};
 
 use super::cache::{answer_from_fill, hit_response, stale_answer};
-use super::proxy::of_http1;
 use super::proxy::Proxied;
 use super::request::{head_of, make_request, HeaderList, MAX_HEADERS};
 use super::stream::{H2Stream, Piece, Squeeze, StreamLog};
@@ -710,38 +709,27 @@ impl H2 {
 
     /// Sends the response head as HEADERS once the exchange wrote it.
     fn response_head(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
-        let Some(resp) = self
-            .streams
-            .get(&id)
-            .and_then(|s| s.proxy.as_ref())
-            .and_then(|p| p.head())
-        else {
-            return;
-        };
         let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
-        let head = of_http1(&resp);
-        let sent = head.as_ref().and_then(|(h, len)| {
-            let no_body = self.send_head(cx, b, c, &mut s, (h.status, &h.fields), (false, false));
-            no_body.map(|n| if n { resp.len() } else { *len })
-        });
-        self.streams.insert(id, s);
-        match sent {
-            Some(n) => {
-                let p = self
-                    .streams
-                    .get_mut(&id)
-                    .and_then(|s| s.proxy.as_mut())
-                    .expect("inserted");
-                p.head_done = true;
-                p.out().take(n.min(resp.len()));
-            }
-            None if resp.len() < 64 * 1024 => {} // not all of it yet
-            None => {
-                self.conn.reset(id, ErrorCode::Internal);
-                self.drop_stream(cx, b, c, id, false);
+        let Some(head) = s.proxy.as_mut().and_then(|p| p.take_head()) else {
+            self.streams.insert(id, s);
+            return;
+        };
+        let sent = self.send_head(
+            cx,
+            b,
+            c,
+            &mut s,
+            (head.status, &head.fields),
+            (false, false),
+        );
+        if let Some(p) = s.proxy.as_mut() {
+            match sent {
+                Some(_) => p.head_done = true,
+                None => p.keep_head(head), // no room: sent once there is
             }
         }
+        self.streams.insert(id, s);
     }
 }
