@@ -13,8 +13,12 @@ Workloads (each over h2c prior knowledge and over TLS with ALPN h2, ECDSA P-256)
 
 gRPC proxying is measured by bench/grpc_proxy.py (`make bench-grpc`).
 
-Usage: bench/h2.py [--quick] [--rounds N] [--duration S] [--only WL,...]
+Usage: bench/h2.py [--quick] [--rounds N] [--duration S] [--only WL,...] [--base BIN]
 Writes bench/results/h2-<date>.json.
+
+With --base BIN, another ringx build (peer `base`) is alternated with nginx and this tree's,
+so a change's effect on HTTP/2 CPU per request is measured in one run (written to
+h2-<date>-ab.json).
 """
 import argparse
 import datetime
@@ -45,8 +49,8 @@ for proto in ("h2c", "tls"):
 
 
 class Server:
-    def __init__(self, name, work, cert):
-        self.name, self.work, self.cert = name, work, cert
+    def __init__(self, name, work, cert, base=None):
+        self.name, self.work, self.cert, self.base = name, work, cert, base
         self.plain, self.tls = lib.free_port(), lib.free_port()
 
     def start(self):
@@ -96,7 +100,8 @@ listen = ["127.0.0.1:{self.tls}"]
 tls = {{ cert = "{c}", key = "{k}" }}
 {loc}
 """)
-            cmd = [lib.RINGX, "serve", "-c", conf]
+            binary = lib.ringx_binary("base-" if self.name == "base" else self.name, self.base)
+            cmd = [binary, "serve", "-c", conf]
         self.log = open(os.path.join(w, f"{self.name}.log"), "w")
         self.proc = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, *cmd],
                                      stdout=self.log, stderr=self.log)
@@ -157,7 +162,9 @@ def main():
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int)
     ap.add_argument("--only", help="comma-separated workloads (all by default)")
+    ap.add_argument("--base", help="another ringx binary to alternate with this tree's (A/B)")
     args = ap.parse_args()
+    peers = PEERS + (["base"] if args.base else [])
     workloads = WORKLOADS
     if args.only:
         unknown = [w for w in args.only.split(",") if w not in WORKLOADS]
@@ -182,8 +189,8 @@ def main():
     rows = []
     for rnd in range(rounds):
         for wl in workloads:
-            for peer in PEERS:
-                srv = Server(peer, work, (c, k)).start()
+            for peer in peers:
+                srv = Server(peer, work, (c, k), args.base).start()
                 try:
                     r = measure(srv, wl, secs, work)
                 finally:
@@ -193,16 +200,16 @@ def main():
                 print(f"bench/h2 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req, "
                       f"p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, {r['failed']} failed)",
                       flush=True)
-    summary = lib.summarise(rows, workloads, PEERS)
+    summary = lib.summarise(rows, workloads, peers)
     h2v = lib.sh(["h2load", "--version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
               "machine": lib.machine(), "versions": {**lib.versions(), "h2load": h2v},
               "load_before": os.getloadavg(), "host_speed_before": speed0,
               "host_speed_after": lib.host_speed(3), "workloads": workloads, "rows": rows,
-              "summary": summary}
+              "summary": summary, "base": lib.shown(args.base and os.path.abspath(args.base))}
     name = f"h2-{result['date']}" + ("-quick" if args.quick else "") + \
-        ("-" + "-".join(workloads) if args.only else "")
+        ("-" + "-".join(workloads) if args.only else "") + ("-ab" if args.base else "")
     os.makedirs(lib.RESULTS, exist_ok=True)
     with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -214,6 +221,11 @@ def main():
         print(f"  {wl}: CPU/req ringx {cpu.get('median', 0):.2f} µs "
               f"({cpu.get('ratio_to_nginx', 0):.2f}x nginx), p99 {p99.get('median', 0):.2f} ms "
               f"({p99.get('ratio_to_nginx', 0):.2f}x nginx)")
+        if args.base:
+            b = s.get("base", {}).get("cpu_us_per_req", {})
+            if b.get("median"):
+                print(f"    this tree / base: {cpu.get('median', 0) / b['median']:.3f}x "
+                      f"(base {b['median']:.2f} µs)")
 
 
 if __name__ == "__main__":
