@@ -16,6 +16,9 @@
 //! key = "$remote_addr"                # any key template (crate::keytmpl)
 //! rate = "10r/s"                      # or "r/m"
 //! size = "1m"                         # state for 65536 keys (16 bytes each)
+//! scope = "cluster"                   # the rate holds across the hosts of [cluster]
+//! cluster_fallback = "local"          # Redis gone: each host its share ("open", "closed")
+//! cluster_sync = "20ms"               # how often each host syncs its counts with Redis
 //!
 //! [[limit_conn_zone]]
 //! name = "addr"
@@ -54,6 +57,12 @@ pub struct LimitReqZone {
     pub rate: Spanned<Rate>,
     /// Memory for the keys' state: 16 bytes a key (default 1m: 65536 keys).
     pub size: Option<Spanned<Size>>,
+    /// `"local"` (this host, the default) or `"cluster"` (every host of `[cluster]`).
+    pub scope: Option<Spanned<Scope>>,
+    /// A cluster zone while Redis is slow or gone (default `"local"`).
+    pub cluster_fallback: Option<Spanned<Fallback>>,
+    /// How often a host sends its counts to Redis and learns the others' (default 20ms).
+    pub cluster_sync: Option<Spanned<Dur>>,
 }
 
 /// `[[limit_conn_zone]]`: the shared state of a concurrent-request limit.
@@ -64,6 +73,71 @@ pub struct LimitConnZone {
     pub key: Spanned<Template>,
     /// Memory for the keys' state: 16 bytes a key (default 1m: 65536 keys).
     pub size: Option<Spanned<Size>>,
+    /// `"local"` (this host, the default) or `"cluster"` (every host of `[cluster]`).
+    pub scope: Option<Spanned<Scope>>,
+    /// A cluster zone while Redis is slow or gone (default `"local"`).
+    pub cluster_fallback: Option<Spanned<Fallback>>,
+    /// How often a host sends its counts to Redis and learns the others' (default 20ms).
+    pub cluster_sync: Option<Spanned<Dur>>,
+}
+
+/// A cluster zone's settings (`scope = "cluster"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterLimit {
+    pub fallback: Fallback,
+    pub sync_every: Duration,
+}
+
+fn cluster_limit(
+    scope: &Option<Spanned<Scope>>,
+    fallback: &Option<Spanned<Fallback>>,
+    sync: &Option<Spanned<Dur>>,
+) -> Option<ClusterLimit> {
+    (scope.as_ref().map(|s| *s.get_ref()) == Some(Scope::Cluster)).then(|| ClusterLimit {
+        fallback: fallback.as_ref().map_or(Fallback::Local, |f| *f.get_ref()),
+        sync_every: sync
+            .as_ref()
+            .map_or(DEFAULT_CLUSTER_SYNC, |d| d.get_ref().0),
+    })
+}
+
+impl LimitReqZone {
+    /// Its cluster settings, None for a zone of this host only.
+    pub fn cluster(&self) -> Option<ClusterLimit> {
+        cluster_limit(&self.scope, &self.cluster_fallback, &self.cluster_sync)
+    }
+}
+
+impl LimitConnZone {
+    /// Its cluster settings, None for a zone of this host only.
+    pub fn cluster(&self) -> Option<ClusterLimit> {
+        cluster_limit(&self.scope, &self.cluster_fallback, &self.cluster_sync)
+    }
+}
+
+/// How often a cluster zone syncs when `cluster_sync` is not given.
+pub const DEFAULT_CLUSTER_SYNC: Duration = Duration::from_millis(20);
+
+/// `scope` of a limit zone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    #[default]
+    Local,
+    Cluster,
+}
+
+/// `cluster_fallback`: what a cluster zone does while its host cannot sync with Redis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fallback {
+    /// Each host enforces its share: the rate (or `max`) divided by the hosts last seen alive.
+    #[default]
+    Local,
+    /// No limit until Redis is back (fail open).
+    Open,
+    /// Every request refused with the limit's status until Redis is back (fail closed).
+    Closed,
 }
 
 /// Keys a zone of `size` bytes holds: 16 bytes each, a power of two, at least 64.

@@ -8,9 +8,9 @@ use std::time::Duration;
 use toml::Spanned;
 
 use crate::error::{ConfigError, Source};
-use crate::guard::Escalate;
+use crate::guard::{Escalate, Fallback, Scope};
 use crate::schema::Config;
-use crate::units::Size;
+use crate::units::{Dur, Size};
 
 /// Checks across sections: zone names, what locations name, escalation's XDP filter, user
 /// files, auth targets.
@@ -48,6 +48,14 @@ pub(crate) fn validate_guard(cfg: &Config, src: &Source) -> Result<(), ConfigErr
         );
     for z in sizes {
         zone_size(z, src)?;
+    }
+    for z in &cfg.limit_req_zone {
+        let z = z.get_ref();
+        zone_scope(&z.scope, &z.cluster_fallback, &z.cluster_sync, cfg, src)?;
+    }
+    for z in &cfg.limit_conn_zone {
+        let z = z.get_ref();
+        zone_scope(&z.scope, &z.cluster_fallback, &z.cluster_sync, cfg, src)?;
     }
     if let Some(e) = &cfg.http.escalate_malformed {
         escalate(e, cfg, src)?;
@@ -134,6 +142,47 @@ fn zone_size(z: &Spanned<Size>, src: &Source) -> Result<(), ConfigError> {
             z.span(),
             format!("limit zone size {b} must be between 1k and 1g (16 bytes per key)"),
         ));
+    }
+    Ok(())
+}
+
+/// `scope = "cluster"` needs `[cluster]`; its other keys need that scope; the sync period is
+/// between 5 ms and 1 s.
+fn zone_scope(
+    scope: &Option<Spanned<Scope>>,
+    fallback: &Option<Spanned<Fallback>>,
+    sync: &Option<Spanned<Dur>>,
+    cfg: &Config,
+    src: &Source,
+) -> Result<(), ConfigError> {
+    let cluster = scope.as_ref().filter(|s| *s.get_ref() == Scope::Cluster);
+    match cluster {
+        Some(s) if cfg.cluster.is_none() => {
+            return Err(src.err(
+                s.span(),
+                "scope = \"cluster\" shares the limit through Redis: it needs a [cluster] \
+                 section (redis = [\"host:port\"])",
+            ))
+        }
+        Some(_) => {}
+        None => {
+            let stray = fallback
+                .as_ref()
+                .map(|f| (f.span(), "cluster_fallback"))
+                .or(sync.as_ref().map(|d| (d.span(), "cluster_sync")));
+            if let Some((span, key)) = stray {
+                return Err(src.err(
+                    span,
+                    format!("{key} is for a zone with scope = \"cluster\""),
+                ));
+            }
+        }
+    }
+    if let Some(d) = sync {
+        let t = d.get_ref().0;
+        if t < Duration::from_millis(5) || t > Duration::from_secs(1) {
+            return Err(src.err(d.span(), "cluster_sync must be between 5ms and 1s"));
+        }
     }
     Ok(())
 }

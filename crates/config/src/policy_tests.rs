@@ -104,6 +104,56 @@ fn bad_limits_are_placed() {
 }
 
 #[test]
+fn cluster_scope_is_checked_and_placed() {
+    let z = "[[limit_req_zone]]\nname = \"z\"\nkey = \"$remote_addr\"\nrate = \"10r/s\"\n";
+    let cl = "[cluster]\nredis = [\"127.0.0.1:6379\"]\n";
+    at(
+        &err("", &format!("{z}scope = \"cluster\"\n")),
+        5,
+        "needs a [cluster] section",
+    );
+    at(
+        &err("", &format!("{z}cluster_fallback = \"open\"\n")),
+        5,
+        "cluster_fallback is for a zone with scope = \"cluster\"",
+    );
+    at(
+        &err(
+            "",
+            &format!("{cl}{z}scope = \"cluster\"\ncluster_sync = \"2s\"\n"),
+        ),
+        8,
+        "between 5ms and 1s",
+    );
+    at(
+        &err("", &format!("{cl}{z}scope = \"everywhere\"\n")),
+        7,
+        "unknown variant",
+    );
+    at(
+        &err(
+            "",
+            &format!("{cl}{z}scope = \"cluster\"\ncluster_fallback = \"maybe\"\n"),
+        ),
+        8,
+        "unknown variant",
+    );
+    let text = format!(
+        "{cl}{z}scope = \"cluster\"\ncluster_fallback = \"closed\"\ncluster_sync = \"50ms\"\n\
+         [[limit_conn_zone]]\nname = \"c\"\nkey = \"$remote_addr\"\nscope = \"cluster\"\n{BASE}"
+    );
+    let cfg = parse("ok.toml", &text).unwrap();
+    let c = cfg.limit_req_zone[0].get_ref().cluster().unwrap();
+    assert_eq!(c.fallback, crate::guard::Fallback::Closed);
+    assert_eq!(c.sync_every, std::time::Duration::from_millis(50));
+    let c = cfg.limit_conn_zone[0].get_ref().cluster().unwrap();
+    assert_eq!(c.fallback, crate::guard::Fallback::Local);
+    assert_eq!(c.sync_every, crate::guard::DEFAULT_CLUSTER_SYNC);
+    let local = parse("ok.toml", &format!("{z}scope = \"local\"\n{BASE}")).unwrap();
+    assert_eq!(local.limit_req_zone[0].get_ref().cluster(), None);
+}
+
+#[test]
 fn bad_auth_is_placed() {
     at(
         &err(
