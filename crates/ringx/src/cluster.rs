@@ -1,7 +1,8 @@
 //! `[cluster]`: the process's one Redis client (`ringx_cluster`), started with the server
 //! (before privileges are dropped, so its TLS files are read as root can), given new
 //! settings on a reload, and what `/metrics` shows of it. The ACME thread takes it as its
-//! storage (`crate::acme`).
+//! storage (`crate::acme`); the cluster limit zones sync through it
+//! (`ringx_server::guard::cluster_sync`).
 
 use std::sync::Mutex;
 
@@ -58,6 +59,7 @@ pub fn start(cfg: &Config) -> Result<(), String> {
     let Some(c) = &cfg.cluster else {
         if cur.take().is_some() {
             tracing::info!("cluster: [cluster] removed; this host no longer uses Redis");
+            ringx_server::guard::cluster_sync::set_client(None);
         }
         return Ok(());
     };
@@ -84,10 +86,14 @@ pub fn start(cfg: &Config) -> Result<(), String> {
             *cur = Some(Client::start(s).map_err(at)?);
         }
     }
+    // Cluster limit zones sync through it (their thread starts with the first client).
+    ringx_server::guard::cluster_sync::set_client(cur.clone());
     Ok(())
 }
 
-/// The client's lines of `/metrics` (none without `[cluster]`).
+/// The client's lines of `/metrics` and the cluster limit zones' (none without `[cluster]`).
 pub fn render_metrics() -> String {
-    client().map_or(String::new(), |c| c.counters().render())
+    let mut s = client().map_or(String::new(), |c| c.counters().render());
+    s.push_str(&ringx_server::guard::cluster::render_metrics());
+    s
 }

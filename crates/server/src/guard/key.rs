@@ -102,6 +102,12 @@ pub fn hash64(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(key, seed())
 }
 
+/// A 128-bit hash of a key that is the same in every process: a cluster limit's Redis key
+/// (`cluster_wire.rs`), which every host must name alike.
+pub fn stable128(key: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(key)
+}
+
 /// A 128-bit hash of a key, for cache entries and remembered credentials.
 pub fn hash128(key: &[u8]) -> u128 {
     xxhash_rust::xxh3::xxh3_128_with_seed(key, seed())

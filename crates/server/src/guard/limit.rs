@@ -35,6 +35,10 @@ use std::time::{Duration, Instant};
 /// Slots per bucket (one cache line of tag/state pairs).
 const WAYS: usize = 4;
 
+/// `limit_conn`: this host's requests in progress, in the low half of the state (the high
+/// half is the other hosts' of a cluster zone).
+const LOCAL: u64 = u32::MAX as u64;
+
 #[repr(C, align(64))]
 struct Bucket {
     slots: [Slot; WAYS],
@@ -209,13 +213,15 @@ impl Table {
         }
     }
 
-    /// `limit_conn`: counts one more request in progress for `hash`, unless `max` are.
+    /// `limit_conn`: counts one more request in progress for `hash`, unless `max` are (with
+    /// `remote`, counting those other hosts have in progress: [`Table::set_remote`]).
     /// None: over the limit (or no slot could be had: refused, as nginx does when its zone
     /// is full).
-    pub fn enter(&'static self, hash: u64, max: u32) -> Option<ConnSlot> {
-        let (i, s) = self.slot(hash, |n| n == 0)?;
+    pub fn enter(&'static self, hash: u64, max: u32, remote: bool) -> Option<ConnSlot> {
+        let (i, s) = self.slot(hash, |n| n & LOCAL == 0)?;
         let prev = s.state.fetch_add(1, Ordering::Relaxed);
-        if prev >= u64::from(max) {
+        let others = if remote { prev >> 32 } else { 0 };
+        if (prev & LOCAL) + others >= u64::from(max) {
             s.state.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
@@ -225,6 +231,41 @@ impl Table {
             way: i as u8,
             tag: hash | 1,
         })
+    }
+
+    /// A cluster `limit_conn`: the requests other hosts have in progress for `hash`, as Redis
+    /// last said (kept in the state's high 32 bits, beside this host's count).
+    pub fn set_remote(&self, hash: u64, others: u32) {
+        let Some((_, s)) = self.slot(hash, |n| n & LOCAL == 0) else {
+            return;
+        };
+        let _ = s
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some((u64::from(others) << 32) | (n & LOCAL))
+            });
+    }
+
+    /// This host's requests in progress for `hash` (0 when it has no slot).
+    pub fn local_count(&self, hash: u64) -> u32 {
+        self.find(hash)
+            .map_or(0, |s| (s.state.load(Ordering::Relaxed) & LOCAL) as u32)
+    }
+
+    /// A cluster `limit_req`: the cluster's theoretical arrival time for `hash` (ns, as
+    /// [`nanos`]) learned from Redis; this host's state becomes at least that.
+    pub fn raise(&self, hash: u64, now: u64, tat: u64) {
+        if let Some((_, s)) = self.slot(hash, |t| t <= now) {
+            s.state.fetch_max(tat, Ordering::Relaxed);
+        }
+    }
+
+    /// The slot of `hash`, without taking one.
+    fn find(&self, hash: u64) -> Option<&Slot> {
+        self.bucket(hash)
+            .slots
+            .iter()
+            .find(|s| s.tag.load(Ordering::Relaxed) == hash | 1)
     }
 
     /// Counts one event of `hash` in a window of `within` ms starting at its first event;
@@ -256,10 +297,7 @@ impl Table {
 
     #[cfg(test)]
     fn count(&self, hash: u64) -> u64 {
-        let b = self.bucket(hash);
-        b.slots
-            .iter()
-            .find(|s| s.tag.load(Ordering::Relaxed) == hash | 1)
+        self.find(hash)
             .map_or(0, |s| s.state.load(Ordering::Relaxed))
     }
 }
@@ -280,7 +318,9 @@ impl Drop for ConnSlot {
         if s.tag.load(Ordering::Relaxed) == self.tag {
             let _ = s
                 .state
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n & LOCAL != 0).then(|| n - 1)
+                });
         }
     }
 }
@@ -357,14 +397,45 @@ mod tests {
     #[test]
     fn conn_slots_count_in_and_out() {
         let t = Table::standalone(64);
-        let a = t.enter(9, 2).unwrap();
-        let b = t.enter(9, 2).unwrap();
-        assert!(t.enter(9, 2).is_none(), "a third is over max");
+        let a = t.enter(9, 2, false).unwrap();
+        let b = t.enter(9, 2, false).unwrap();
+        assert!(t.enter(9, 2, false).is_none(), "a third is over max");
         assert_eq!(t.count(9), 2);
         drop(a);
-        let c = t.enter(9, 2).unwrap();
+        let c = t.enter(9, 2, false).unwrap();
         drop((b, c));
         assert_eq!(t.count(9), 0);
+    }
+
+    /// A cluster zone's other hosts count against `max`; this host's count in and out
+    /// leaves theirs alone, and a key whose own count is 0 can still be evicted.
+    #[test]
+    fn remote_counts_add_to_local_ones() {
+        let t = Table::standalone(64);
+        t.set_remote(9, 2);
+        let a = t.enter(9, 3, true).unwrap();
+        assert!(t.enter(9, 3, true).is_none(), "2 elsewhere + 1 here");
+        let b = t.enter(9, 3, false).unwrap();
+        assert_eq!(t.local_count(9), 2);
+        drop((a, b));
+        assert_eq!(t.local_count(9), 0);
+        assert_eq!(t.count(9), 2 << 32, "the others' count stays");
+        t.set_remote(9, 0);
+        assert_eq!(t.count(9), 0);
+    }
+
+    /// Redis's arrival time raises this host's, never lowers it.
+    #[test]
+    fn raise_only_moves_forward() {
+        let t = Table::standalone(64);
+        assert_eq!(t.rate(5, 0, 100 * MS, 0, true), RateVerdict::Pass);
+        t.raise(5, 0, 500 * MS);
+        assert_eq!(
+            t.rate(5, 0, 100 * MS, 0, true),
+            RateVerdict::Refuse(Duration::from_millis(500))
+        );
+        t.raise(5, 0, 200 * MS);
+        assert_eq!(t.count(5), 500 * MS);
     }
 
     #[test]
@@ -402,12 +473,14 @@ mod tests {
             RateVerdict::Refuse(Duration::from_micros(500))
         );
         let t = Table::standalone(4);
-        let held: Vec<_> = (1..=4u64).map(|k| t.enter(k << 40, 1).unwrap()).collect();
+        let held: Vec<_> = (1..=4u64)
+            .map(|k| t.enter(k << 40, 1, false).unwrap())
+            .collect();
         assert!(
-            t.enter(99 << 40, 1).is_none(),
+            t.enter(99 << 40, 1, false).is_none(),
             "no slot without a request in progress"
         );
         drop(held);
-        assert!(t.enter(99 << 40, 1).is_some());
+        assert!(t.enter(99 << 40, 1, false).is_some());
     }
 }

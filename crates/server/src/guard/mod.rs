@@ -17,16 +17,25 @@
 //! | `hash.rs` | the htpasswd hashes verified, and what each costs |
 //! | `verify.rs` | the pool of threads that verifies slow hashes off the zones |
 //! | `limit.rs` | the lock-free tables shared by the zones (and the error bound) |
+//! | `cluster.rs` | limit zones with `scope = "cluster"`: their state and fallback |
+//! | `cluster_wire.rs` | their sync with Redis, sans-I/O: scripts, command, reply |
+//! | `cluster_sync.rs` | the thread that syncs them |
 //! | `escalate.rs` | refusals counted per address, the XDP block list thread |
 //! | `key.rs` | key templates evaluated for a request |
 
 pub mod access;
 pub mod basic;
+pub mod cluster;
+pub mod cluster_sync;
+pub mod cluster_wire;
 pub mod escalate;
 pub mod hash;
 pub mod key;
 pub mod limit;
 pub mod verify;
+
+#[cfg(test)]
+mod cluster_tests;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -39,6 +48,7 @@ use ringx_http::Request;
 use crate::error::Error;
 use crate::metrics::{bump, ZoneCounters};
 use crate::upstream::Upstreams;
+use cluster::{ClusterZone, Enforce};
 use escalate::Escalation;
 use limit::{ConnSlot, RateVerdict, Table};
 
@@ -60,6 +70,8 @@ pub struct LimitReq {
     nodelay: bool,
     status: u16,
     escalate: Option<Escalation>,
+    /// `scope = "cluster"`.
+    cluster: Option<&'static ClusterZone>,
 }
 
 pub struct LimitConn {
@@ -67,6 +79,7 @@ pub struct LimitConn {
     key: Template,
     max: u32,
     status: u16,
+    cluster: Option<&'static ClusterZone>,
 }
 
 /// `auth_request`: the upstream asked, and the path.
@@ -195,14 +208,19 @@ impl Guard {
                     .ok_or_else(|| {
                         Error::config(format!("no limit_req_zone {:?}", lr.zone.get_ref()))
                     })?;
+                let table = Table::get(
+                    "limit_req_zone",
+                    z.name.get_ref(),
+                    zone_keys(z.size.as_ref()),
+                );
+                let interval = z.rate.get_ref().interval();
                 Some(LimitReq {
-                    table: Table::get(
-                        "limit_req_zone",
-                        z.name.get_ref(),
-                        zone_keys(z.size.as_ref()),
-                    ),
+                    table,
+                    cluster: z
+                        .cluster()
+                        .map(|c| ClusterZone::get(cluster_wire::Kind::Req, table, interval, c)),
                     key: z.key.get_ref().clone(),
-                    interval: z.rate.get_ref().interval().as_nanos() as u64,
+                    interval: interval.as_nanos() as u64,
                     burst: lr.burst,
                     nodelay: lr.nodelay,
                     status: lr.status.0,
@@ -222,12 +240,16 @@ impl Guard {
                     .ok_or_else(|| {
                         Error::config(format!("no limit_conn_zone {:?}", lc.zone.get_ref()))
                     })?;
+                let table = Table::get(
+                    "limit_conn_zone",
+                    z.name.get_ref(),
+                    zone_keys(z.size.as_ref()),
+                );
                 Some(LimitConn {
-                    table: Table::get(
-                        "limit_conn_zone",
-                        z.name.get_ref(),
-                        zone_keys(z.size.as_ref()),
-                    ),
+                    table,
+                    cluster: z.cluster().map(|c| {
+                        ClusterZone::get(cluster_wire::Kind::Conn, table, Duration::ZERO, c)
+                    }),
                     key: z.key.get_ref().clone(),
                     max: *lc.max.get_ref(),
                     status: lc.status.0,
@@ -280,10 +302,33 @@ impl Guard {
         if let (Some(lr), false) = (&self.limit_req, p.limited) {
             p.limited = true;
             let k = self.key_hash(&lr.key, inp, z);
-            match lr
-                .table
-                .rate(k, limit::nanos(inp.now), lr.interval, lr.burst, lr.nodelay)
-            {
+            let enforce = lr.cluster.map_or(Enforce::Cluster, |c| c.enforce());
+            let local = || {
+                lr.table
+                    .rate(k, limit::nanos(inp.now), lr.interval, lr.burst, lr.nodelay)
+            };
+            let verdict = match enforce {
+                Enforce::Cluster => match lr.cluster {
+                    Some(c) => c.admit(
+                        (k, key::stable128(&z.keybuf)),
+                        limit::nanos(inp.now),
+                        lr.burst,
+                        local,
+                    ),
+                    None => local(),
+                },
+                // Redis is gone: this host's share of the rate and of the burst.
+                Enforce::Share(hosts) => lr.table.rate(
+                    k,
+                    limit::nanos(inp.now),
+                    lr.interval.saturating_mul(u64::from(hosts)),
+                    lr.burst.div_ceil(hosts),
+                    lr.nodelay,
+                ),
+                Enforce::Open => RateVerdict::Pass,
+                Enforce::Closed => RateVerdict::Refuse(Duration::from_secs(1)),
+            };
+            match verdict {
                 RateVerdict::Pass => bump(&n.limit_req_passed, 1),
                 RateVerdict::Delay(d) => {
                     bump(&n.limit_req_delayed, 1);
@@ -291,7 +336,12 @@ impl Guard {
                 }
                 RateVerdict::Refuse(wait) => {
                     bump(&n.limit_req_refused, 1);
-                    if let (Some(e), Some(ip), true) = (&lr.escalate, inp.client, inp.own_address) {
+                    if let (Some(e), Some(ip), true, false) = (
+                        &lr.escalate,
+                        inp.client,
+                        inp.own_address,
+                        enforce == Enforce::Closed,
+                    ) {
                         escalate::refused(ip, e, inp.now);
                     }
                     // Whole seconds, rounded up: when a request would pass again.
@@ -305,8 +355,21 @@ impl Guard {
         }
         if let (Some(lc), None) = (&self.limit_conn, &p.conn) {
             let k = self.key_hash(&lc.key, inp, z);
-            match lc.table.enter(k, lc.max) {
-                Some(slot) => p.conn = Some(slot),
+            let enforce = lc.cluster.map_or(Enforce::Cluster, |c| c.enforce());
+            let entered = match enforce {
+                Enforce::Cluster => lc.table.enter(k, lc.max, lc.cluster.is_some()).map(Some),
+                // Redis is gone: this host's share of `max`, the others' counts left out.
+                Enforce::Share(hosts) => lc.table.enter(k, lc.max.div_ceil(hosts), false).map(Some),
+                Enforce::Open => Some(None),
+                Enforce::Closed => None,
+            };
+            match entered {
+                Some(slot) => {
+                    if let (Some(c), Some(_)) = (lc.cluster, &slot) {
+                        c.seen(k, key::stable128(&z.keybuf));
+                    }
+                    p.conn = slot;
+                }
                 None => {
                     bump(&n.limit_conn_refused, 1);
                     return Verdict::Refuse {

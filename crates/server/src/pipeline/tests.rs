@@ -505,3 +505,156 @@ fn a_re_served_request_carries_its_body_again_only_where_it_was_kept() {
         );
     });
 }
+
+const CLUSTER_GUARDS: &str = r#"
+[cluster]
+redis = ["127.0.0.1:1"]
+[[limit_req_zone]]
+name = "pipeline_cl_share"
+key = "$remote_addr"
+rate = "2r/s"
+scope = "cluster"
+[[limit_req_zone]]
+name = "pipeline_cl_open"
+key = "$remote_addr"
+rate = "1r/s"
+scope = "cluster"
+cluster_fallback = "open"
+[[limit_req_zone]]
+name = "pipeline_cl_closed"
+key = "$remote_addr"
+rate = "100r/s"
+scope = "cluster"
+cluster_fallback = "closed"
+[[limit_conn_zone]]
+name = "pipeline_cl_conn"
+key = "$remote_addr"
+scope = "cluster"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/share/"
+  limit_req = { zone = "pipeline_cl_share", burst = 2, nodelay = true, status = 429 }
+  return = { status = 200 }
+  [[server.location]]
+  path = "/open/"
+  limit_req = { zone = "pipeline_cl_open", nodelay = true }
+  return = { status = 200 }
+  [[server.location]]
+  path = "/closed/"
+  limit_req = { zone = "pipeline_cl_closed", status = 429 }
+  return = { status = 200 }
+  [[server.location]]
+  path = "/conn/"
+  limit_conn = { zone = "pipeline_cl_conn", max = 2 }
+  return = { status = 200 }
+"#;
+
+/// A cluster zone decides as a local one while synced (noting each admitted key for the
+/// sync), and on its fallback as configured: this host's share, no limit, or refuse.
+#[test]
+fn cluster_zones_follow_their_fallback() {
+    use crate::guard::cluster::{self, ClusterZone};
+    let _hosts = cluster::TEST_HOSTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let mut s = Stage::new(CLUSTER_GUARDS);
+    let zone = |name: &str| {
+        *ClusterZone::all()
+            .iter()
+            .find(|z| z.name == name)
+            .expect("compiled")
+    };
+    let passed = |s: &mut Stage, path: &str, n: usize| {
+        (0..n)
+            .filter(|_| {
+                matches!(
+                    s.access(&get(path, ""), &mut Progress::default()),
+                    Step::Go(_)
+                )
+            })
+            .count()
+    };
+    // Synced, one host known: 2 r/s with a burst of 2, the clock still: 3 pass, each noted
+    // for the sync.
+    cluster::set_hosts(1);
+    let share = zone("pipeline_cl_share");
+    assert_eq!(passed(&mut s, "/share/a", 5), 3);
+    let mut seen = cluster::Seen::default();
+    share.take_seen(&mut seen, 10);
+    assert_eq!(seen.values().map(|(_, n)| n).sum::<u32>(), 3);
+    // Falling back with two hosts alive: 1 r/s and a burst of 1 here, for a new client.
+    cluster::set_hosts(2);
+    share.set_falling_back(true);
+    s.b.open(
+        0,
+        Some("192.0.2.11:1".parse().unwrap()),
+        None,
+        Default::default(),
+        s.t.io().now(),
+    );
+    assert_eq!(passed(&mut s, "/share/a", 5), 2);
+    share.take_seen(&mut seen, 10);
+    assert_eq!(
+        seen.values().map(|(_, n)| n).sum::<u32>(),
+        3,
+        "not noted while down"
+    );
+    // Synced again, three hosts known, a third client: this zone thread's budget until the
+    // next view of the cluster (a sync's reply) is a period's rate (1) and its share of the
+    // burst (1 of 3).
+    share.set_falling_back(false);
+    share.new_view(crate::guard::limit::nanos(s.t.io().now()));
+    cluster::set_hosts(3);
+    s.b.open(
+        0,
+        Some("192.0.2.12:1".parse().unwrap()),
+        None,
+        Default::default(),
+        s.t.io().now(),
+    );
+    assert_eq!(passed(&mut s, "/share/a", 5), 2);
+    share.new_view(crate::guard::limit::nanos(s.t.io().now()));
+    assert_eq!(
+        passed(&mut s, "/share/a", 5),
+        1,
+        "the budget starts again with each view"
+    );
+    // limit_conn: half of max = 2 on the fallback.
+    let conn = zone("pipeline_cl_conn");
+    conn.set_falling_back(true);
+    let mut held = Progress::default();
+    assert!(matches!(
+        s.access(&get("/conn/", ""), &mut held),
+        Step::Go(_)
+    ));
+    assert!(matches!(
+        s.access(&get("/conn/", ""), &mut Progress::default()),
+        Step::Refuse { status: 503, .. }
+    ));
+    conn.set_falling_back(false);
+    assert!(matches!(
+        s.access(&get("/conn/", ""), &mut Progress::default()),
+        Step::Go(_)
+    ));
+    zone("pipeline_cl_open").set_falling_back(true);
+    assert_eq!(passed(&mut s, "/open/", 5), 5, "open: no limit");
+    zone("pipeline_cl_closed").set_falling_back(true);
+    assert!(matches!(
+        s.access(&get("/closed/", ""), &mut Progress::default()),
+        Step::Refuse { status: 429, .. }
+    ));
+    for z in [
+        "pipeline_cl_share",
+        "pipeline_cl_conn",
+        "pipeline_cl_open",
+        "pipeline_cl_closed",
+    ] {
+        zone(z).set_falling_back(false);
+    }
+    assert!(matches!(
+        s.access(&get("/closed/", ""), &mut Progress::default()),
+        Step::Go(_)
+    ));
+    drop(held);
+}
