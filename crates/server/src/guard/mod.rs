@@ -363,13 +363,13 @@ impl Guard {
                 Enforce::Open => Some(None),
                 Enforce::Closed => None,
             };
+            // Noted refused or not: a key this host refuses for the others' requests must
+            // stay in its syncs, or it would forget their count.
+            if let (Some(c), Enforce::Cluster | Enforce::Share(_)) = (lc.cluster, enforce) {
+                c.seen(k, key::stable128(&z.keybuf));
+            }
             match entered {
-                Some(slot) => {
-                    if let (Some(c), Some(_)) = (lc.cluster, &slot) {
-                        c.seen(k, key::stable128(&z.keybuf));
-                    }
-                    p.conn = slot;
-                }
+                Some(slot) => p.conn = slot,
                 None => {
                     bump(&n.limit_conn_refused, 1);
                     return Verdict::Refuse {
