@@ -7,6 +7,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rustls::ClientConfig;
+
+use crate::conn::Dial;
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::resp::Value;
@@ -26,6 +29,8 @@ struct Inner {
     tx: SyncSender<Msg>,
     counters: Arc<Counters>,
     settings: Mutex<Settings>,
+    /// The TLS of `settings`, made once (its files may not be readable later).
+    tls: Mutex<Option<Arc<ClientConfig>>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -51,13 +56,14 @@ impl Client {
         };
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let counters = Arc::new(Counters::default());
-        worker::spawn(settings.clone(), tls, rx, counters.clone())
+        worker::spawn(settings.clone(), tls.clone(), rx, counters.clone())
             .map_err(|e| format!("cannot start the cluster thread: {e}"))?;
         Ok(Client {
             inner: Arc::new(Inner {
                 tx,
                 counters,
                 settings: Mutex::new(settings),
+                tls: Mutex::new(tls),
             }),
         })
     }
@@ -72,11 +78,15 @@ impl Client {
             Some(t) => Some(t.client_config()?),
             None => None,
         };
-        *self
+        // Both under the settings' lock, so that `dial` never pairs one with the other's old.
+        let mut cur = self
             .inner
             .settings
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = settings.clone();
+            .unwrap_or_else(|e| e.into_inner());
+        *self.inner.tls.lock().unwrap_or_else(|e| e.into_inner()) = tls.clone();
+        *cur = settings.clone();
+        drop(cur);
         // Blocking send: a reload waits for room, never a request.
         self.inner
             .tx
@@ -90,6 +100,23 @@ impl Client {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The settings and how to reach a server with them: for a connection of its own (the
+    /// subscriber's).
+    pub fn dial(&self) -> (Settings, Dial) {
+        let s = self
+            .inner
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let tls = self
+            .inner
+            .tls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        (s.clone(), s.dial(tls))
     }
 
     /// `[cluster] prefix` followed by `key`.

@@ -181,39 +181,83 @@ impl Conn {
     /// Sends one command and reads its reply. An error here leaves the connection unusable
     /// (a reply may be half read): drop it.
     pub fn call(&mut self, args: &[&[u8]]) -> Result<Value, Error> {
-        let mut out = Vec::new();
-        resp::encode(args, &mut out);
-        let io = |e: io::Error| {
-            let what = if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) {
-                "no answer within [cluster] timeout".to_string()
-            } else {
-                e.to_string()
-            };
-            Error::Io(format!("{}: {what}", self.addr))
-        };
-        self.stream.write_all(&out).map_err(io)?;
-        self.stream.flush().map_err(io)?;
-        let mut chunk = [0u8; 16 << 10];
+        self.send(args)?;
         loop {
-            match resp::decode(&self.buf) {
-                Ok(Some((v, used))) => {
-                    self.buf.drain(..used);
-                    return Ok(v);
-                }
-                Ok(None) => {}
-                Err(e) => return Err(Error::Io(format!("{}: {e}", self.addr))),
+            if let Some(v) = self.decoded()? {
+                return Ok(v);
             }
-            let n = self.stream.read(&mut chunk).map_err(io)?;
-            if n == 0 {
-                return Err(Error::Io(format!("{}: closed by the server", self.addr)));
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
+            self.fill()?;
         }
     }
+
+    /// Sends one command without reading its reply: on a subscribed connection the replies
+    /// come among the messages ([`Conn::poll`]).
+    pub fn send(&mut self, args: &[&[u8]]) -> Result<(), Error> {
+        let mut out = Vec::new();
+        resp::encode(args, &mut out);
+        self.stream.write_all(&out).map_err(|e| self.io(e))?;
+        self.stream.flush().map_err(|e| self.io(e))
+    }
+
+    /// The next reply or message once whole; `None` when none came whole within the read
+    /// timeout ([`Conn::set_read_timeout`]). An error leaves the connection unusable.
+    pub fn poll(&mut self) -> Result<Option<Value>, Error> {
+        if let Some(v) = self.decoded()? {
+            return Ok(Some(v));
+        }
+        match self.fill() {
+            Ok(()) => self.decoded(),
+            Err(Error::Io(e)) if e.ends_with(NO_ANSWER) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How long a read waits (for [`Conn::poll`]; a command's reply waits as long).
+    pub fn set_read_timeout(&self, d: Duration) -> Result<(), Error> {
+        self.stream
+            .tcp()
+            .set_read_timeout(Some(d))
+            .map_err(|e| self.io(e))
+    }
+
+    fn io(&self, e: io::Error) -> Error {
+        let what = if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            NO_ANSWER.to_string()
+        } else {
+            e.to_string()
+        };
+        Error::Io(format!("{}: {what}", self.addr))
+    }
+
+    /// A whole reply from the front of the buffer, taken off it.
+    fn decoded(&mut self) -> Result<Option<Value>, Error> {
+        match resp::decode(&self.buf) {
+            Ok(Some((v, used))) => {
+                self.buf.drain(..used);
+                Ok(Some(v))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(Error::Io(format!("{}: {e}", self.addr))),
+        }
+    }
+
+    /// One read onto the buffer.
+    fn fill(&mut self) -> Result<(), Error> {
+        let mut chunk = [0u8; 16 << 10];
+        let n = self.stream.read(&mut chunk).map_err(|e| self.io(e))?;
+        if n == 0 {
+            return Err(Error::Io(format!("{}: closed by the server", self.addr)));
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
 }
+
+/// What a read that timed out says.
+const NO_ANSWER: &str = "no answer within [cluster] timeout";
 
 #[cfg(test)]
 mod tests {

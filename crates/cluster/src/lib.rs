@@ -8,6 +8,12 @@
 //! caller its budget at most, never a wait on a socket. Lost connections are made anew with
 //! backoff and a failover is followed; [`Counters`] says so on `/metrics`.
 //!
+//! Purges and drains reach every host through pub/sub: [`broadcast::broadcast`] publishes
+//! an [`Event`] ([`events`]: the message, its codec and keys) and collects the hosts'
+//! confirmations; each host's [`Subscriber`] (a thread and a connection of its own) applies
+//! what it receives through the binary's [`Handler`], confirms, and says every 2 s that the
+//! host is alive ([`broadcast::heartbeat`]).
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use ringx_cluster::{Client, Settings, Target};
@@ -33,6 +39,7 @@
 //! does not install, and it brings `url`/`idna` and about thirty crates for what is here a
 //! few hundred lines.
 
+pub mod broadcast;
 pub mod client;
 pub mod conn;
 pub mod discover;
@@ -41,6 +48,7 @@ pub mod events;
 pub mod metrics;
 pub mod resp;
 pub mod settings;
+pub mod subscriber;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod worker;
@@ -53,6 +61,9 @@ pub use events::Event;
 pub use metrics::Counters;
 pub use resp::Value;
 pub use settings::Settings;
+pub use subscriber::{Applied, Handler, Subscriber};
 
 #[cfg(test)]
 mod client_tests;
+#[cfg(test)]
+mod subscriber_tests;

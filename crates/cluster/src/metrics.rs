@@ -25,6 +25,75 @@ pub struct Counters {
     pub failovers: AtomicU64,
     /// The master's address, once known.
     pub master: Mutex<String>,
+    /// Purges and drains sent to every host ([`crate::subscriber`], [`crate::broadcast`]).
+    pub events: EventCounters,
+}
+
+/// What `/metrics` shows of the messages between hosts.
+#[derive(Debug, Default)]
+pub struct EventCounters {
+    /// Subscribed to the channel now, and subscriptions made (the first and each after a
+    /// lost connection).
+    pub subscribed: AtomicBool,
+    pub subscribes: AtomicU64,
+    /// Messages this host published, received (its own included), and received that were
+    /// not events.
+    pub published: AtomicU64,
+    pub received: AtomicU64,
+    pub invalid: AtomicU64,
+    /// This host's confirmations of what it applied, written or not (Redis failed).
+    pub confirms_sent: AtomicU64,
+    pub confirms_failed: AtomicU64,
+    /// Of the messages this host published: hosts that confirmed, and hosts known alive
+    /// that did not within `confirm_timeout`; publishing that failed (Redis unavailable).
+    pub confirmed: AtomicU64,
+    pub unconfirmed: AtomicU64,
+    pub publish_failed: AtomicU64,
+}
+
+impl EventCounters {
+    /// Prometheus text.
+    pub fn render(&self, s: &mut String) {
+        let _ = write!(
+            s,
+            "# HELP ringx_cluster_redis_subscribed Whether this host is subscribed to the \
+             channel of purges and drains.\n\
+             # TYPE ringx_cluster_redis_subscribed gauge\n\
+             ringx_cluster_redis_subscribed {}\n\
+             # HELP ringx_cluster_redis_subscribes_total Subscriptions to the channel made (the \
+             first and each after a lost connection).\n\
+             # TYPE ringx_cluster_redis_subscribes_total counter\n\
+             ringx_cluster_redis_subscribes_total {}\n\
+             # HELP ringx_cluster_redis_messages_total Purges and drains: published by this \
+             host, received (its own included), received that were not ringx events, not \
+             published (Redis unavailable).\n\
+             # TYPE ringx_cluster_redis_messages_total counter\n\
+             ringx_cluster_redis_messages_total{{kind=\"published\"}} {}\n\
+             ringx_cluster_redis_messages_total{{kind=\"received\"}} {}\n\
+             ringx_cluster_redis_messages_total{{kind=\"invalid\"}} {}\n\
+             ringx_cluster_redis_messages_total{{kind=\"publish_failed\"}} {}\n\
+             # HELP ringx_cluster_redis_confirmations_sent_total This host's confirmations of \
+             the messages it applied, by result.\n\
+             # TYPE ringx_cluster_redis_confirmations_sent_total counter\n\
+             ringx_cluster_redis_confirmations_sent_total{{result=\"ok\"}} {}\n\
+             ringx_cluster_redis_confirmations_sent_total{{result=\"error\"}} {}\n\
+             # HELP ringx_cluster_redis_confirmations_total Hosts that confirmed the messages \
+             this host published, and hosts known alive that did not in time.\n\
+             # TYPE ringx_cluster_redis_confirmations_total counter\n\
+             ringx_cluster_redis_confirmations_total{{result=\"confirmed\"}} {}\n\
+             ringx_cluster_redis_confirmations_total{{result=\"missing\"}} {}\n",
+            u8::from(self.subscribed.load(Relaxed)),
+            self.subscribes.load(Relaxed),
+            self.published.load(Relaxed),
+            self.received.load(Relaxed),
+            self.invalid.load(Relaxed),
+            self.publish_failed.load(Relaxed),
+            self.confirms_sent.load(Relaxed),
+            self.confirms_failed.load(Relaxed),
+            self.confirmed.load(Relaxed),
+            self.unconfirmed.load(Relaxed),
+        );
+    }
 }
 
 impl Counters {
@@ -91,6 +160,7 @@ impl Counters {
             self.reconnects.load(Relaxed),
             self.failovers.load(Relaxed),
         );
+        self.events.render(&mut s);
         s
     }
 }

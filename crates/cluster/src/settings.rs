@@ -1,8 +1,11 @@
 //! `[cluster]` as the client takes it (the binary makes it from `ringx_config::cluster`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::conn::TlsSpec;
+use rustls::ClientConfig;
+
+use crate::conn::{Dial, TlsSpec};
 use crate::discover::Target;
 
 /// `[cluster]`, as the client takes it.
@@ -31,5 +34,19 @@ impl std::fmt::Debug for Settings {
             .field("connect_timeout", &self.connect_timeout)
             .field("timeout", &self.timeout)
             .finish()
+    }
+}
+
+impl Settings {
+    /// How to reach a server with these settings and `tls`, their TLS made into a client
+    /// configuration.
+    pub fn dial(&self, tls: Option<Arc<ClientConfig>>) -> Dial {
+        Dial {
+            tls: tls.map(|c| (c, self.tls.as_ref().and_then(|t| t.sni.clone()))),
+            connect_timeout: self.connect_timeout,
+            timeout: self.timeout,
+            username: self.username.clone(),
+            password: self.password.clone(),
+        }
     }
 }

@@ -111,17 +111,7 @@ impl Worker {
     }
 
     fn dial(&self) -> Dial {
-        let s = &self.settings;
-        Dial {
-            tls: self
-                .tls
-                .clone()
-                .map(|c| (c, s.tls.as_ref().and_then(|t| t.sni.clone()))),
-            connect_timeout: s.connect_timeout,
-            timeout: s.timeout,
-            username: s.username.clone(),
-            password: s.password.clone(),
-        }
+        self.settings.dial(self.tls.clone())
     }
 
     fn connect(&mut self) {

@@ -1,0 +1,287 @@
+//! The subscriber: a thread with a connection of its own (a subscribed connection runs no
+//! other command), subscribed to `PREFIX events`. Each event it receives is handed to the
+//! binary's handler, which applies it (a purge, a drain), and its result is confirmed under
+//! `PREFIX confirm:ID` through the [`Client`] (`HSET` host -> result, kept 60 s). While
+//! subscribed it says every 2 s that this host is alive (`ZADD PREFIX hosts`, scored by
+//! Redis's clock), so a host that publishes knows whom to wait for.
+//!
+//! A lost connection (Redis restarted, a failover, the master moved: the client's thread
+//! finds it at another address) is made anew with backoff (100 ms doubling to 5 s) and
+//! subscribed again; an idle connection is pinged every second. Events published while no
+//! connection was up are lost (pub/sub keeps nothing): their origin sees this host missing.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::broadcast;
+use crate::client::Client;
+use crate::conn::Conn;
+use crate::discover;
+use crate::error::Error;
+use crate::events::{self, Event, HEARTBEAT_EVERY};
+use crate::resp::Value;
+use crate::settings::Settings;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long one read waits: how soon a stop or a periodic task is seen.
+const TICK: Duration = Duration::from_millis(200);
+const PING_EVERY: Duration = Duration::from_secs(1);
+/// How long a confirmation is kept.
+const CONFIRM_TTL_S: &[u8] = b"60";
+
+/// What the handler did with an event.
+pub struct Applied {
+    /// An HTTP status and its text, as the admin API would answer it locally.
+    pub status: u16,
+    pub text: String,
+    /// Done once the confirmation is written (a drain: the process may end soon after).
+    pub then: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// What applies an event on this host.
+pub type Handler = Arc<dyn Fn(&Event) -> Applied + Send + Sync>;
+
+/// The subscriber thread; it stops (within 200 ms) when this is dropped.
+pub struct Subscriber {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
+}
+
+impl Subscriber {
+    /// Starts the thread for host `host_id` (an [`events::is_name`]).
+    pub fn start(client: Client, host_id: String, handler: Handler) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut t = Thread {
+            client,
+            host_id,
+            handler,
+            stop: stop.clone(),
+            conn: None,
+            backoff: BACKOFF_MIN,
+            next_try: Instant::now(),
+            last_rx: Instant::now(),
+            ping_sent: None,
+            last_beat: None,
+            ever: false,
+        };
+        std::thread::Builder::new()
+            .name("ringx-cluster-sub".into())
+            .spawn(move || t.run())?;
+        Ok(Subscriber { stop })
+    }
+}
+
+struct Thread {
+    client: Client,
+    host_id: String,
+    handler: Handler,
+    stop: Arc<AtomicBool>,
+    /// The connection, the settings it was made with, and the channel.
+    conn: Option<(Conn, Settings, String)>,
+    backoff: Duration,
+    next_try: Instant,
+    last_rx: Instant,
+    ping_sent: Option<Instant>,
+    last_beat: Option<Instant>,
+    ever: bool,
+}
+
+impl Thread {
+    fn run(&mut self) {
+        while !self.stop.load(Relaxed) {
+            if self.conn.is_none() {
+                if Instant::now() >= self.next_try {
+                    self.subscribe();
+                } else {
+                    std::thread::sleep(TICK.min(self.next_try - Instant::now()));
+                }
+                continue;
+            }
+            self.poll();
+            if self.conn.is_some() {
+                self.tick();
+            }
+        }
+        self.client
+            .counters()
+            .events
+            .subscribed
+            .store(false, Relaxed);
+    }
+
+    fn subscribe(&mut self) {
+        let (settings, dial) = self.client.dial();
+        let channel = format!("{}{}", settings.prefix, events::CHANNEL);
+        let made = discover::connect(&settings.target, &dial).and_then(|mut c| {
+            match c.call(&[b"SUBSCRIBE", channel.as_bytes()])? {
+                Value::Array(v) if v.first().and_then(Value::text) == Some("subscribe") => {}
+                other => return Err(Error::Reply(format!("SUBSCRIBE answered {other:?}"))),
+            }
+            c.set_read_timeout(TICK)?;
+            Ok(c)
+        });
+        match made {
+            Ok(c) => {
+                let ev = &self.client.counters().events;
+                ev.subscribed.store(true, Relaxed);
+                ev.subscribes.fetch_add(1, Relaxed);
+                tracing::info!(
+                    "cluster: host {} {}subscribed to {channel} at {}",
+                    self.host_id,
+                    if self.ever { "re-" } else { "" },
+                    c.addr
+                );
+                self.ever = true;
+                self.conn = Some((c, settings, channel));
+                self.backoff = BACKOFF_MIN;
+                self.last_rx = Instant::now();
+                self.ping_sent = None;
+                self.last_beat = None;
+            }
+            Err(e) => {
+                tracing::debug!("cluster: cannot subscribe to {channel}: {e}");
+                self.next_try = Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+
+    fn lost(&mut self, why: &str) {
+        if let Some((c, _, channel)) = self.conn.take() {
+            tracing::warn!(
+                "cluster: the subscription to {channel} at {} ended ({why}); subscribing again",
+                c.addr
+            );
+        }
+        self.client
+            .counters()
+            .events
+            .subscribed
+            .store(false, Relaxed);
+        self.next_try = Instant::now();
+    }
+
+    /// Reads what came (or waits [`TICK`] for it) and handles it.
+    fn poll(&mut self) {
+        let Some((conn, _, channel)) = self.conn.as_mut() else {
+            return;
+        };
+        let got = match conn.poll() {
+            Ok(Some(v)) => v,
+            Ok(None) => return,
+            Err(e) => return self.lost(&e.to_string()),
+        };
+        self.last_rx = Instant::now();
+        self.ping_sent = None;
+        let Value::Array(parts) = got else {
+            return;
+        };
+        match (
+            parts.first().and_then(Value::text),
+            parts.get(1),
+            parts.get(2),
+        ) {
+            (Some("message"), Some(ch), Some(msg)) if ch.text() == Some(channel.as_str()) => {
+                let msg = msg.bytes().unwrap_or_default().to_vec();
+                self.message(&msg);
+            }
+            _ => {} // a pong, or the subscription's confirmation again
+        }
+    }
+
+    fn message(&mut self, msg: &[u8]) {
+        let counters = &self.client.counters().events;
+        let ev = match Event::decode(msg) {
+            Ok(ev) => ev,
+            Err(e) => {
+                counters.invalid.fetch_add(1, Relaxed);
+                tracing::debug!("cluster: ignored a message on the channel: {e}");
+                return;
+            }
+        };
+        counters.received.fetch_add(1, Relaxed);
+        let applied = (self.handler)(&ev);
+        tracing::info!(
+            "cluster: {} {:?} from host {} (message {}): {} {}",
+            ev.action,
+            String::from_utf8_lossy(&ev.target),
+            ev.origin,
+            ev.id,
+            applied.status,
+            applied.text.trim_end()
+        );
+        let key = events::confirm_key(&self.client.settings().prefix, &ev.id);
+        let value = format!("{} {}", applied.status, applied.text.trim_end());
+        let budget = self.client.timeout();
+        let r = self
+            .client
+            .call(
+                &[
+                    b"HSET",
+                    key.as_bytes(),
+                    self.host_id.as_bytes(),
+                    value.as_bytes(),
+                ],
+                budget,
+            )
+            .and_then(|_| {
+                self.client
+                    .call(&[b"EXPIRE", key.as_bytes(), CONFIRM_TTL_S], budget)
+            });
+        match r {
+            Ok(_) => counters.confirms_sent.fetch_add(1, Relaxed),
+            Err(e) => {
+                tracing::warn!("cluster: cannot confirm message {}: {e}", ev.id);
+                counters.confirms_failed.fetch_add(1, Relaxed)
+            }
+        };
+        if let Some(then) = applied.then {
+            then();
+        }
+    }
+
+    /// What is done between reads: the heartbeat, the ping, following the client.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        if self.last_beat.is_none_or(|t| now - t >= HEARTBEAT_EVERY) {
+            self.last_beat = Some(now);
+            if let Err(e) = broadcast::heartbeat(&self.client, &self.host_id) {
+                tracing::debug!("cluster: heartbeat: {e}");
+            }
+        }
+        let Some((conn, settings, _)) = self.conn.as_mut() else {
+            return;
+        };
+        // New settings (a reload), or the client's thread found the master elsewhere.
+        let master = self
+            .client
+            .counters()
+            .master
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if *settings != self.client.settings() {
+            return self.lost("new settings");
+        }
+        if !master.is_empty() && master != conn.addr {
+            return self.lost(&format!("the master is now {master}"));
+        }
+        match self.ping_sent {
+            Some(t) if now - t > settings.timeout.max(PING_EVERY) => self.lost("no answer to PING"),
+            None if now - self.last_rx >= PING_EVERY => {
+                self.ping_sent = Some(now);
+                if let Err(e) = conn.send(&[b"PING"]) {
+                    self.lost(&e.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Hosts sharing one real redis-server: an event broadcast from one reaches all, each
+//! applies it once and confirms; Redis restarted under them, they subscribe again; Redis
+//! gone, broadcasting fails at once with the error.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::broadcast::{alive_hosts, broadcast};
+use crate::testing::{missing, RedisServer};
+use crate::{Applied, Client, Event, Handler, Settings, Subscriber, Target};
+
+fn client(addr: String) -> Client {
+    Client::start(Settings {
+        target: Target::Servers(vec![addr]),
+        username: None,
+        password: None,
+        tls: None,
+        prefix: "s:".into(),
+        connect_timeout: Duration::from_millis(500),
+        timeout: Duration::from_secs(1),
+    })
+    .unwrap()
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A host: its client, its subscriber, and the events it applied.
+struct Host {
+    c: Client,
+    _sub: Subscriber,
+    seen: Arc<Mutex<Vec<Event>>>,
+}
+
+fn host(addr: String, id: &str) -> Host {
+    let c = client(addr);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let handler: Handler = Arc::new(move |ev: &Event| {
+        s.lock().unwrap().push(ev.clone());
+        Applied {
+            status: 200,
+            text: format!("did {}\n", ev.action),
+            then: None,
+        }
+    });
+    let sub = Subscriber::start(c.clone(), id.into(), handler).unwrap();
+    Host { c, _sub: sub, seen }
+}
+
+#[test]
+fn an_event_reaches_every_host_and_each_confirms() {
+    if !ringx_kerneltest::require(missing()) {
+        return;
+    }
+    let mut r = RedisServer::start();
+    let hosts: Vec<Host> = ["a", "b", "c"]
+        .iter()
+        .map(|id| host(r.addr(), id))
+        .collect();
+    let a = &hosts[0].c;
+    wait_for("three hosts alive", || {
+        alive_hosts(a).is_ok_and(|h| h == ["a", "b", "c"])
+    });
+    let o = broadcast(a, "a", "purge", b"c?key=k\r\n", Duration::from_secs(10)).unwrap();
+    assert_eq!(o.receivers, 3);
+    assert!(o.missing.is_empty() && o.error.is_none(), "{o:?}");
+    let confirmed: Vec<(&str, &str)> = o
+        .confirmed
+        .iter()
+        .map(|(h, r)| (h.as_str(), r.as_str()))
+        .collect();
+    assert_eq!(
+        confirmed,
+        [
+            ("a", "200 did purge"),
+            ("b", "200 did purge"),
+            ("c", "200 did purge")
+        ]
+    );
+    for h in &hosts {
+        let seen = h.seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (
+                seen[0].origin.as_str(),
+                seen[0].target.as_slice(),
+                &seen[0].id
+            ),
+            ("a", &b"c?key=k\r\n"[..], &o.id)
+        );
+    }
+    let ev = &a.counters().events;
+    assert_eq!(ev.published.load(Relaxed), 1);
+    assert_eq!(ev.confirmed.load(Relaxed), 3);
+    assert!(a
+        .counters()
+        .render()
+        .contains("ringx_cluster_redis_confirmations_total{result=\"confirmed\"} 3\n"));
+
+    // Redis restarted: every host subscribes again by itself, and the next event reaches all.
+    r.stop();
+    wait_for("the subscriptions lost", || {
+        hosts
+            .iter()
+            .all(|h| !h.c.counters().events.subscribed.load(Relaxed))
+    });
+    let t = Instant::now();
+    let down = broadcast(a, "a", "drain", b"", Duration::from_secs(10));
+    assert!(down.is_err(), "{down:?}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(ev.publish_failed.load(Relaxed), 1);
+    r.restart();
+    wait_for("subscribed again", || {
+        hosts
+            .iter()
+            .all(|h| h.c.counters().events.subscribes.load(Relaxed) == 2)
+    });
+    wait_for("three hosts alive again", || {
+        alive_hosts(a).is_ok_and(|h| h.len() == 3)
+    });
+    let o = broadcast(&hosts[1].c, "b", "drain", b"", Duration::from_secs(10)).unwrap();
+    assert_eq!((o.confirmed.len(), o.missing.len()), (3, 0), "{o:?}");
+    for h in &hosts {
+        assert_eq!(h.seen.lock().unwrap().len(), 2);
+    }
+}
+
+#[test]
+fn a_host_alive_that_does_not_confirm_is_missing() {
+    if !ringx_kerneltest::require(missing()) {
+        return;
+    }
+    let r = RedisServer::start();
+    let a = host(r.addr(), "a");
+    // "ghost" said it was alive but is subscribed nowhere.
+    crate::broadcast::heartbeat(&a.c, "ghost").unwrap();
+    wait_for("a alive", || {
+        alive_hosts(&a.c).is_ok_and(|h| h == ["a", "ghost"])
+    });
+    let o = broadcast(&a.c, "a", "purge", b"c", Duration::from_millis(300)).unwrap();
+    assert_eq!(o.missing, ["ghost"]);
+    assert_eq!(o.confirmed.keys().collect::<Vec<_>>(), ["a"]);
+    assert_eq!(a.c.counters().events.unconfirmed.load(Relaxed), 1);
+    // Messages on the channel that are not events are counted and ignored.
+    let ch = a.c.key(crate::events::CHANNEL);
+    a.c.call(
+        &[b"PUBLISH", ch.as_bytes(), b"hello"],
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    wait_for("the bad message counted", || {
+        a.c.counters().events.invalid.load(Relaxed) == 1
+    });
+    assert_eq!(a.seen.lock().unwrap().len(), 1);
+}
