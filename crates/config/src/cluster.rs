@@ -15,6 +15,10 @@
 //! prefix = "ringx:"                  # every key ringx writes starts with this
 //! connect_timeout = "1s"             # TCP connect and TLS handshake, per address
 //! timeout = "500ms"                  # a command's budget: no caller waits longer
+//! host_id = "web-1"                  # this host in purges and drains sent to every host;
+//!                                    # default: HOSTNAME:ADMIN_PORT (HOSTNAME without [admin])
+//! confirm_timeout = "2s"             # how long a purge or drain `?cluster=1` waits for
+//!                                    # the other hosts' confirmations
 //! ```
 //!
 //! `tls` takes the keys of `[[upstream]] tls` (`ca`, `sni`, `verify`, `cert`, `key`); the
@@ -46,6 +50,11 @@ pub struct Cluster {
     pub connect_timeout: Spanned<Dur>,
     #[serde(default = "default_timeout")]
     pub timeout: Spanned<Dur>,
+    /// This host's name in the messages between hosts; default `HOSTNAME:ADMIN_PORT`.
+    pub host_id: Option<Spanned<String>>,
+    /// How long a purge or drain sent to every host waits for their confirmations.
+    #[serde(default = "default_confirm_timeout")]
+    pub confirm_timeout: Spanned<Dur>,
 }
 
 /// `tls = true | false | { ca, sni, verify, cert, key }`.
@@ -96,6 +105,14 @@ fn default_connect_timeout() -> Spanned<Dur> {
 }
 fn default_timeout() -> Spanned<Dur> {
     Spanned::new(0..0, Dur(std::time::Duration::from_millis(500)))
+}
+fn default_confirm_timeout() -> Spanned<Dur> {
+    Spanned::new(0..0, Dur(std::time::Duration::from_secs(2)))
+}
+
+/// Whether `s` can be a host id: 1 to 64 printable ASCII characters, no space.
+pub fn is_host_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_graphic())
 }
 
 impl Cluster {
@@ -205,9 +222,21 @@ pub(crate) fn validate(c: &Spanned<Cluster>, src: &Source) -> Result<(), ConfigE
             format!("prefix = {p:?}: 1 to 64 characters without spaces, like \"ringx:\""),
         ));
     }
+    if let Some(h) = &cl.host_id {
+        if !is_host_id(h.get_ref()) {
+            return Err(src.err(
+                h.span(),
+                format!(
+                    "host_id = {:?}: 1 to 64 printable characters without spaces, like \"web-1\"",
+                    h.get_ref()
+                ),
+            ));
+        }
+    }
     for (name, d) in [
         ("connect_timeout", &cl.connect_timeout),
         ("timeout", &cl.timeout),
+        ("confirm_timeout", &cl.confirm_timeout),
     ] {
         let v = d.get_ref().0;
         if v < std::time::Duration::from_millis(1) || v > std::time::Duration::from_secs(60) {
@@ -258,17 +287,28 @@ mod tests {
             std::time::Duration::from_secs(1)
         );
         assert!(cl.tls().is_none());
+        assert!(cl.host_id.is_none());
+        assert_eq!(
+            cl.confirm_timeout.get_ref().0,
+            std::time::Duration::from_secs(2)
+        );
         let c = parse(
             "c.toml",
             &format!(
                 "[cluster]\nsentinel = [\"10.0.0.1:26379\"]\nmaster = \"ringx\"\nusername = \"u\"\n\
                  password = \"p\"\ntls = {{ ca = \"/etc/ca.pem\", sni = \"redis\" }}\nprefix = \"fleet1:\"\n\
-                 timeout = \"50ms\"\nconnect_timeout = 2\n{SITE}"
+                 timeout = \"50ms\"\nconnect_timeout = 2\nhost_id = \"web-1:9901\"\n\
+                 confirm_timeout = \"5s\"\n{SITE}"
             ),
         )
         .unwrap();
         let cl = c.cluster.unwrap().into_inner();
         assert_eq!(cl.master.unwrap().get_ref(), "ringx");
+        assert_eq!(cl.host_id.unwrap().get_ref(), "web-1:9901");
+        assert_eq!(
+            cl.confirm_timeout.get_ref().0,
+            std::time::Duration::from_secs(5)
+        );
         let t = cl.tls.as_ref().map(|t| t.get_ref().clone());
         match t {
             Some(super::ClusterTls::On(u)) => {
@@ -334,6 +374,16 @@ mod tests {
                 "[cluster]\nredis = [\"a:1\"]\ntimeout = \"3 days\"",
                 "c.toml:3:11: ",
                 "invalid duration",
+            ),
+            (
+                "[cluster]\nredis = [\"a:1\"]\nhost_id = \"web 1\"",
+                "c.toml:3:11: ",
+                "without spaces",
+            ),
+            (
+                "[cluster]\nredis = [\"a:1\"]\nconfirm_timeout = \"2m\"",
+                "c.toml:3:19: ",
+                "confirm_timeout must be between 1ms and 60s",
             ),
             (
                 "[cluster]\nredis = [\"a:1\"]\ntls = { cert = \"c.pem\" }",
