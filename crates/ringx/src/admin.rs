@@ -2,7 +2,7 @@
 //! `/status.json`, `POST /action` (its actions, `admin_action.rs`), `GET /metrics`
 //! (Prometheus text format), `GET /healthz`, and `PURGE` (or `DELETE`)
 //! `/cache/NAME?key=KEY` to remove a proxy cache entry (`/cache/NAME` alone empties the
-//! cache), served by one plain blocking thread. It is not on any request path, so it
+//! cache, `cache_purge.rs`), served by one plain blocking thread. It is not on any request path, so it
 //! needs none of the zones' machinery; the socket has `SO_REUSEPORT` so that during a binary
 //! upgrade the old and the new process can both hold it.
 
@@ -114,7 +114,7 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
         return post(&mut s, admin, target, &body, header);
     }
     if method == "PURGE" || method == "DELETE" {
-        let (status, body) = purge(target);
+        let (status, body) = crate::cache_purge::purge(target);
         return respond(&mut s, status, "text/plain", &body, false);
     }
     if method != "GET" && !head {
@@ -179,35 +179,6 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
             "not found: try /, /status.json, /metrics, /healthz, POST /action or PURGE /cache/NAME?key=KEY\n",
             head,
         ),
-    }
-}
-
-/// `PURGE /cache/NAME?key=KEY` (the key percent-encoded, so it may hold any byte, CR and LF
-/// included): removes one entry; `PURGE /cache/NAME`: every entry.
-fn purge(target: &str) -> (u16, String) {
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let Some(name) = path.strip_prefix("/cache/").filter(|n| !n.is_empty()) else {
-        return (404, "not found: PURGE /cache/NAME?key=KEY\n".into());
-    };
-    let Some(zone) = ringx_server::cache::CacheZone::named(name) else {
-        return (404, format!("no proxy_cache_path named {name:?}\n"));
-    };
-    let key = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("key="))
-        .map(crate::admin_action::percent_decode);
-    match key {
-        None if query.is_empty() => {
-            let n = zone.purge_all();
-            (200, format!("purged {n} entries of {name}\n"))
-        }
-        None => (
-            400,
-            "give key=KEY (percent-encoded), or nothing to purge all\n".into(),
-        ),
-        Some(None) => (400, "the key is not valid percent-encoding\n".into()),
-        Some(Some(k)) if zone.purge(&k) => (200, "purged\n".into()),
-        Some(Some(_)) => (404, "no such entry\n".into()),
     }
 }
 

@@ -4,6 +4,7 @@ mod acme;
 mod activation;
 mod admin;
 mod admin_action;
+mod cache_purge;
 mod cli_gen;
 mod cli_import;
 mod cli_lb;
