@@ -1,6 +1,7 @@
 //! `[cluster]`: several ringx hosts sharing state through Redis (issue 42). Today that is
 //! the ACME account and certificates, ordered by one host under a Redis lock and loaded by
-//! the others (`ringx_acme::storage_redis`); the client is `ringx_cluster`.
+//! the others (`ringx_acme::storage_redis`), and purges and drains sent to every host over
+//! pub/sub (docs/cluster.md); the client is `ringx_cluster`.
 //!
 //! ```toml
 //! [cluster]

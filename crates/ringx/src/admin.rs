@@ -2,13 +2,13 @@
 //! `/status.json`, `POST /action` (its actions, `admin_action.rs`), `GET /metrics`
 //! (Prometheus text format), `GET /healthz`, and `PURGE` (or `DELETE`)
 //! `/cache/NAME?key=KEY` to remove a proxy cache entry (`/cache/NAME` alone empties the
-//! cache, `cache_purge.rs`), served by one plain blocking thread. It is not on any request path, so it
+//! cache), served by one plain blocking thread. It is not on any request path, so it
 //! needs none of the zones' machinery; the socket has `SO_REUSEPORT` so that during a binary
 //! upgrade the old and the new process can both hold it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,8 +114,20 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
         return post(&mut s, admin, target, &body, header);
     }
     if method == "PURGE" || method == "DELETE" {
-        let (status, body) = crate::cache_purge::purge(target);
-        return respond(&mut s, status, "text/plain", &body, false);
+        let (target, everywhere) = cluster_flag(target);
+        let (status, body) = crate::cache_purge::purge(&target);
+        // Sent to every host unless the request itself is wrong (then no host could do it).
+        let sendable = status != 400 && target.starts_with("/cache/") && target.len() > 7;
+        if !everywhere || !sendable {
+            return respond(&mut s, status, "text/plain", &body, false);
+        }
+        let client = crate::cluster::client();
+        let target = target["/cache/".len()..].to_string();
+        return send_later(
+            &s,
+            move || crate::cluster_events::send(client, "purge", &target, (status, &body)),
+            || {},
+        );
     }
     if method != "GET" && !head {
         return respond(
@@ -176,7 +188,7 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
             &mut s,
             404,
             "text/plain",
-            "not found: try /, /status.json, /metrics, /healthz, POST /action or PURGE /cache/NAME?key=KEY\n",
+            "not found: try /, /status.json, /metrics, /healthz, POST /action, POST /drain or PURGE /cache/NAME?key=KEY\n",
             head,
         ),
     }
@@ -192,8 +204,8 @@ fn post(
     header: impl Fn(&str) -> Option<String>,
 ) -> std::io::Result<()> {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    if path != "/action" {
-        return respond(s, 404, "text/plain", "POST /action only\n", false);
+    if path != "/action" && path != "/drain" {
+        return respond(s, 404, "text/plain", "POST /action or /drain only\n", false);
     }
     let mut fields = crate::admin_action::fields(query);
     fields.extend(crate::admin_action::fields(&String::from_utf8_lossy(body)));
@@ -205,6 +217,9 @@ fn post(
         header_token: header_token.as_deref(),
         peer: s.peer_addr().ok(),
     };
+    if path == "/drain" {
+        return drain(s, admin, &req);
+    }
     let (status, msg) =
         crate::admin_action::run(&admin.board.metrics, admin.token.as_deref(), &req);
     let back = fields.iter().any(|(k, v)| k == "back" && v == b"1");
@@ -225,6 +240,116 @@ fn post(
         return s.write_all(out.as_bytes());
     }
     respond(s, status, "text/plain", &msg, false)
+}
+
+/// `POST /drain`: this host's graceful drain, as SIGTERM starts it; with `cluster=1`, every
+/// host's. The answer is written before this host starts draining (it ends when done).
+fn drain(
+    s: &mut TcpStream,
+    admin: &Admin,
+    req: &crate::admin_action::Request,
+) -> std::io::Result<()> {
+    if let Err((status, msg)) = crate::admin_action::allowed(admin.token.as_deref(), req, "drain") {
+        return respond(s, status, "text/plain", &msg, false);
+    }
+    let everywhere = req
+        .fields
+        .iter()
+        .any(|(k, v)| k == "cluster" && is_yes(&String::from_utf8_lossy(v)));
+    let peer = req.peer.map_or("?".to_string(), |p| p.to_string());
+    if !everywhere {
+        tracing::info!("admin: drain (from {peer})");
+        let written = respond(s, 200, "text/plain", "draining\n", false);
+        crate::cluster_events::drain_self();
+        return written;
+    }
+    let client = crate::cluster::client();
+    if client.is_none() {
+        // No [cluster]: nothing is done.
+        let (status, json) = crate::cluster_events::send(None, "drain", "", (200, "draining"));
+        return respond(s, status, "application/json", &json, false);
+    }
+    tracing::info!("admin: drain of every host (from {peer})");
+    send_later(
+        s,
+        move || crate::cluster_events::send(client, "drain", "", (200, "draining")),
+        crate::cluster_events::drain_self,
+    )
+}
+
+/// Requests sent to every host being answered, at most [`MAX_SENDING`] at a time.
+static SENDING: AtomicUsize = AtomicUsize::new(0);
+const MAX_SENDING: usize = 8;
+
+/// Answers `s` from a thread of its own with the JSON `send` makes: a purge or drain sent to
+/// every host waits for their confirmations, and the listener (`/healthz` among the rest)
+/// goes on meanwhile. `then` runs once the answer is written (or could not be).
+fn send_later(
+    s: &TcpStream,
+    send: impl FnOnce() -> (u16, String) + Send + 'static,
+    then: fn(),
+) -> std::io::Result<()> {
+    let mut s = s.try_clone()?;
+    if SENDING.fetch_add(1, Ordering::AcqRel) >= MAX_SENDING {
+        SENDING.fetch_sub(1, Ordering::AcqRel);
+        let busy = "too many requests to every host in flight; try again\n";
+        let written = respond(&mut s, 503, "text/plain", busy, false);
+        then();
+        return written;
+    }
+    let mut out = s.try_clone()?;
+    let spawned = std::thread::Builder::new()
+        .name("ringx-admin-send".into())
+        .spawn(move || {
+            let (status, json) = send();
+            if let Err(e) = respond(&mut out, status, "application/json", &json, false) {
+                tracing::debug!("admin: {e}");
+            }
+            SENDING.fetch_sub(1, Ordering::AcqRel);
+            then();
+        });
+    if let Err(e) = spawned {
+        SENDING.fetch_sub(1, Ordering::AcqRel);
+        let written = respond(
+            &mut s,
+            503,
+            "text/plain",
+            &format!("cannot start a thread to send it to every host: {e}\n"),
+            false,
+        );
+        then();
+        return written;
+    }
+    Ok(())
+}
+
+fn is_yes(v: &str) -> bool {
+    matches!(v, "1" | "true" | "yes" | "on")
+}
+
+/// The target without its `cluster` parameter, and whether that was `1` (`true`, `yes`,
+/// `on`, or no value: the action is then sent to every host).
+fn cluster_flag(target: &str) -> (String, bool) {
+    let Some((path, query)) = target.split_once('?') else {
+        return (target.to_string(), false);
+    };
+    let mut everywhere = false;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|kv| match kv.split_once('=').unwrap_or((kv, "1")) {
+            ("cluster", v) => {
+                everywhere = is_yes(v);
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    let rest = rest.join("&");
+    if rest.is_empty() {
+        (path.to_string(), everywhere)
+    } else {
+        (format!("{path}?{rest}"), everywhere)
+    }
 }
 
 /// Percent-encodes what is not unreserved (RFC 3986).
@@ -255,6 +380,7 @@ fn respond(
         405 => "Method Not Allowed",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
+        504 => "Gateway Timeout",
         _ => "",
     };
     let mut out = format!(
@@ -270,6 +396,28 @@ fn respond(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_cluster_flag_is_taken_off_the_target() {
+        use super::cluster_flag;
+        assert_eq!(
+            cluster_flag("/cache/c?key=%2Fa&cluster=1"),
+            ("/cache/c?key=%2Fa".into(), true)
+        );
+        assert_eq!(
+            cluster_flag("/cache/c?cluster=1"),
+            ("/cache/c".into(), true)
+        );
+        assert_eq!(
+            cluster_flag("/cache/c?cluster&key=x"),
+            ("/cache/c?key=x".into(), true)
+        );
+        assert_eq!(
+            cluster_flag("/cache/c?key=x&cluster=0"),
+            ("/cache/c?key=x".into(), false)
+        );
+        assert_eq!(cluster_flag("/cache/c"), ("/cache/c".into(), false));
+    }
+
     #[test]
     fn tokens_in_locations_are_encoded() {
         assert_eq!(super::encode("a b&c=d~"), "a%20b%26c%3Dd~");

@@ -82,19 +82,8 @@ impl Request<'_> {
 pub fn run(m: &Metrics, token: Option<&str>, r: &Request) -> (u16, String) {
     let action = r.text("action");
     let peer = r.peer.map_or("?".to_string(), |p| p.to_string());
-    if let Some(want) = token {
-        let given = r
-            .header_token
-            .map(str::as_bytes)
-            .or_else(|| r.get("token"))
-            .unwrap_or_default();
-        if !same(given, want.as_bytes()) {
-            tracing::warn!(
-                "admin: refused action {action:?} from {peer}: {} token",
-                if given.is_empty() { "no" } else { "wrong" }
-            );
-            return (403, "forbidden: a valid [admin] token is needed\n".into());
-        }
+    if let Err(refused) = allowed(token, r, &action) {
+        return refused;
     }
     let (status, msg) = match action.as_str() {
         "drain" | "enable" | "weight" => server_action(m, &action, r),
@@ -114,6 +103,28 @@ pub fn run(m: &Metrics, token: Option<&str>, r: &Request) -> (u16, String) {
         );
     }
     (status, msg)
+}
+
+/// Whether the request carries `[admin] token` (when one is configured); the refusal, logged
+/// with the client's address, when not.
+pub fn allowed(token: Option<&str>, r: &Request, action: &str) -> Result<(), (u16, String)> {
+    let Some(want) = token else {
+        return Ok(());
+    };
+    let given = r
+        .header_token
+        .map(str::as_bytes)
+        .or_else(|| r.get("token"))
+        .unwrap_or_default();
+    if same(given, want.as_bytes()) {
+        return Ok(());
+    }
+    tracing::warn!(
+        "admin: refused action {action:?} from {}: {} token",
+        r.peer.map_or("?".to_string(), |p| p.to_string()),
+        if given.is_empty() { "no" } else { "wrong" }
+    );
+    Err((403, "forbidden: a valid [admin] token is needed\n".into()))
 }
 
 fn server_action(m: &Metrics, action: &str, r: &Request) -> (u16, String) {

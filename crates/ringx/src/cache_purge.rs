@@ -1,5 +1,5 @@
 //! `PURGE /cache/NAME?key=KEY` on the admin port, done on this host: what the admin
-//! listener answers.
+//! listener answers, and what a purge sent to every host does on each (`cluster_events.rs`).
 
 /// `PURGE /cache/NAME?key=KEY` (the key percent-encoded, so it may hold any byte, CR and LF
 /// included): removes one entry; `PURGE /cache/NAME`: every entry.

@@ -2,7 +2,8 @@
 //! (before privileges are dropped, so its TLS files are read as root can), given new
 //! settings on a reload, and what `/metrics` shows of it. The ACME thread takes it as its
 //! storage (`crate::acme`); the cluster limit zones sync through it
-//! (`ringx_server::guard::cluster_sync`).
+//! (`ringx_server::guard::cluster_sync`); its subscriber, for purges and drains sent to every
+//! host, is `crate::cluster_events`.
 
 use std::sync::Mutex;
 
@@ -61,6 +62,8 @@ pub fn start(cfg: &Config) -> Result<(), String> {
             tracing::info!("cluster: [cluster] removed; this host no longer uses Redis");
             ringx_server::guard::cluster_sync::set_client(None);
         }
+        drop(cur);
+        crate::cluster_events::start(cfg, None);
         return Ok(());
     };
     let c = c.get_ref();
@@ -88,6 +91,10 @@ pub fn start(cfg: &Config) -> Result<(), String> {
     }
     // Cluster limit zones sync through it (their thread starts with the first client).
     ringx_server::guard::cluster_sync::set_client(cur.clone());
+    let client = cur.clone();
+    drop(cur);
+    // Its subscriber: purges and drains from the other hosts.
+    crate::cluster_events::start(cfg, client.as_ref());
     Ok(())
 }
 

@@ -12,6 +12,7 @@ mod cli_rss;
 mod cli_tproxy;
 mod cli_xdp;
 mod cluster;
+mod cluster_events;
 mod control;
 mod echo;
 mod echo_pool;

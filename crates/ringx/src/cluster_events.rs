@@ -1,0 +1,273 @@
+//! Purges and drains sent to every host (`?cluster=1` on the admin port, issue 42): this
+//! host's name in them (`[cluster] host_id`), its subscriber (`ringx_cluster::Subscriber`)
+//! and what it does with each event it receives, and the admin's answer to one it sends.
+//!
+//! The host asked applies the action itself first (so that it is done even when Redis is
+//! not there), then publishes it and waits up to `confirm_timeout` for the confirmations;
+//! its own subscriber confirms without applying it again. A drain is applied last on the
+//! host asked: after its answer is written, since the process ends when the drain is done.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ringx_cluster::broadcast::{broadcast, Outcome};
+use ringx_cluster::{Applied, Client, Event, Handler, Subscriber};
+use ringx_config::Config;
+
+use crate::status_json::string;
+
+struct Running {
+    host_id: String,
+    confirm_timeout: Duration,
+    _sub: Subscriber,
+}
+
+static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+
+/// `[cluster] host_id`, or `HOSTNAME:ADMIN_PORT` (`HOSTNAME` without `[admin]`).
+pub fn host_id(cfg: &Config) -> Option<String> {
+    let c = cfg.cluster.as_ref()?.get_ref();
+    if let Some(h) = &c.host_id {
+        return Some(h.get_ref().clone());
+    }
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| ringx_config::cluster::is_host_id(h))
+        .unwrap_or_else(|| "localhost".into());
+    Some(match &cfg.admin {
+        Some(a) => format!("{name}:{}", a.listen.get_ref().port()),
+        None => name,
+    })
+}
+
+/// Starts the subscriber for `client` (none: stops it). A reload keeps a running one unless
+/// the host id changed; the subscriber follows new Redis settings by itself.
+pub fn start(cfg: &Config, client: Option<&Client>) {
+    let mut cur = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    let (Some(client), Some(id)) = (client, host_id(cfg)) else {
+        *cur = None;
+        return;
+    };
+    let confirm_timeout = cfg.cluster.as_ref().map_or(Duration::from_secs(2), |c| {
+        c.get_ref().confirm_timeout.get_ref().0
+    });
+    if let Some(r) = cur.as_mut().filter(|r| r.host_id == id) {
+        r.confirm_timeout = confirm_timeout;
+        return;
+    }
+    let me = id.clone();
+    let handler: Handler = std::sync::Arc::new(move |ev: &Event| apply(&me, ev));
+    match Subscriber::start(client.clone(), id.clone(), handler) {
+        Ok(sub) => {
+            tracing::info!("cluster: this host is {id:?} in purges and drains sent to every host");
+            *cur = Some(Running {
+                host_id: id,
+                confirm_timeout,
+                _sub: sub,
+            });
+        }
+        Err(e) => {
+            tracing::error!("cluster: cannot start the subscriber thread: {e}");
+            *cur = None;
+        }
+    }
+}
+
+/// What this host does with an event.
+fn apply(me: &str, ev: &Event) -> Applied {
+    let done = |status, text: &str| Applied {
+        status,
+        text: text.into(),
+        then: None,
+    };
+    if ev.origin == me {
+        // The admin request that sent it applied it here (or will, for a drain).
+        return done(200, "applied by the request on this host");
+    }
+    match ev.action.as_str() {
+        "purge" => {
+            let target = String::from_utf8_lossy(&ev.target);
+            let (status, text) = crate::cache_purge::purge(&format!("/cache/{target}"));
+            done(status, &text)
+        }
+        "drain" => Applied {
+            status: 200,
+            text: "draining".into(),
+            then: Some(Box::new(drain_self)),
+        },
+        other => done(400, &format!("unknown action {other:?}")),
+    }
+}
+
+/// Starts this process's graceful drain as SIGTERM does (the control thread takes the
+/// signal: it stops accepting, `/healthz` answers 503, and the process ends when the
+/// requests in flight have, or at `drain_timeout`).
+pub fn drain_self() {
+    tracing::info!("cluster: draining this host");
+    // SAFETY: kill(2) with this process's own id and a signal number; it touches no memory.
+    // Every thread blocks SIGTERM, so it waits for the control thread's sigtimedwait.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+}
+
+/// Sends `action` on `target` to every host, this one having done it with the result
+/// `local`; (HTTP status, JSON answer). 200: every host alive confirmed; 504: some did not
+/// within `confirm_timeout`; 503: it could not be sent (Redis unavailable), the local part
+/// done all the same; 400: no `[cluster]`.
+pub fn send(
+    client: Option<Client>,
+    action: &str,
+    target: &str,
+    local: (u16, &str),
+) -> (u16, String) {
+    let Some(client) = client else {
+        return (
+            400,
+            "{\"error\":\"cluster=1 needs a [cluster] section: this host shares nothing\"}\n"
+                .into(),
+        );
+    };
+    let (id, wait) = {
+        let cur = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        match cur.as_ref() {
+            Some(r) => (r.host_id.clone(), r.confirm_timeout),
+            None => {
+                return (
+                    503,
+                    "{\"error\":\"the subscriber is not running\"}\n".into(),
+                )
+            }
+        }
+    };
+    let r = broadcast(&client, &id, action, target.as_bytes(), wait);
+    match &r {
+        Ok(o) if o.missing.is_empty() => tracing::info!(
+            "admin: {action} {target:?} sent to every host (message {}): {} confirmed",
+            o.id,
+            o.confirmed.len()
+        ),
+        Ok(o) => tracing::warn!(
+            "admin: {action} {target:?} sent to every host (message {}): not confirmed \
+             within {wait:?} by {}",
+            o.id,
+            o.missing.join(" ")
+        ),
+        Err(e) => tracing::warn!(
+            "admin: {action} {target:?} done on this host only: cannot send it to the others: {e}"
+        ),
+    }
+    answer(action, target, &id, local, r.map_err(|e| e.to_string()))
+}
+
+/// The JSON answer.
+fn answer(
+    action: &str,
+    target: &str,
+    host: &str,
+    local: (u16, &str),
+    r: Result<Outcome, String>,
+) -> (u16, String) {
+    let result = |status: u16, text: &str| {
+        format!("\"status\":{status},\"result\":{}", string(text.trim_end()))
+    };
+    let head = format!(
+        "{{\"action\":{},\"target\":{},\"host\":{},\"local\":{{{}}},",
+        string(action),
+        string(target),
+        string(host),
+        result(local.0, local.1)
+    );
+    match r {
+        Err(e) => (
+            503,
+            format!(
+                "{head}\"cluster\":{{\"ok\":false,\"error\":{}}}}}\n",
+                string(&format!("not sent to the other hosts: {e}"))
+            ),
+        ),
+        Ok(o) => {
+            let confirmed: Vec<String> = o
+                .confirmed
+                .iter()
+                .map(|(h, v)| {
+                    let (status, text) = v.split_once(' ').unwrap_or((v, ""));
+                    format!(
+                        "{{\"host\":{},{}}}",
+                        string(h),
+                        result(status.parse().unwrap_or(0), text)
+                    )
+                })
+                .collect();
+            let missing: Vec<String> = o.missing.iter().map(|h| string(h)).collect();
+            let ok = o.missing.is_empty();
+            let body = format!(
+                "{head}\"cluster\":{{\"ok\":{ok},\"id\":{},\"receivers\":{},\"confirmed\":[{}],\
+                 \"missing\":[{}],\"error\":{}}}}}\n",
+                string(&o.id),
+                o.receivers,
+                confirmed.join(","),
+                missing.join(","),
+                o.error.as_deref().map_or("null".into(), string)
+            );
+            (if ok { 200 } else { 504 }, body)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_list_who_confirmed_and_who_is_missing() {
+        let o = Outcome {
+            id: "1f".into(),
+            receivers: 2,
+            confirmed: [
+                ("a".to_string(), "200 applied".to_string()),
+                ("b".to_string(), "404 no such entry".to_string()),
+            ]
+            .into(),
+            missing: vec!["c".into()],
+            error: None,
+        };
+        let (status, body) = answer("purge", "c?key=%2Fa", "a", (200, "purged\n"), Ok(o));
+        assert_eq!(status, 504);
+        assert_eq!(
+            body,
+            "{\"action\":\"purge\",\"target\":\"c?key=%2Fa\",\"host\":\"a\",\"local\":{\"status\":200,\
+             \"result\":\"purged\"},\"cluster\":{\"ok\":false,\"id\":\"1f\",\"receivers\":2,\
+             \"confirmed\":[{\"host\":\"a\",\"status\":200,\"result\":\"applied\"},{\"host\":\"b\",\
+             \"status\":404,\"result\":\"no such entry\"}],\"missing\":[\"c\"],\"error\":null}}\n"
+        );
+        let (status, body) = answer("drain", "", "a", (200, "draining"), Err("down".into()));
+        assert_eq!(status, 503);
+        assert!(
+            body.ends_with(
+                "\"cluster\":{\"ok\":false,\"error\":\"not sent to the other hosts: down\"}}\n"
+            ),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn a_host_applies_what_others_sent_and_confirms_its_own() {
+        let ev = |origin: &str, action: &str| Event {
+            id: "1".into(),
+            origin: origin.into(),
+            action: action.into(),
+            target: b"nope".to_vec(),
+        };
+        let a = apply("me", &ev("me", "drain"));
+        assert!(a.then.is_none() && a.status == 200);
+        let a = apply("me", &ev("other", "purge"));
+        assert_eq!(
+            (a.status, a.text.as_str()),
+            (404, "no proxy_cache_path named \"nope\"\n")
+        );
+        assert_eq!(apply("me", &ev("other", "reboot")).status, 400);
+        assert!(apply("me", &ev("other", "drain")).then.is_some());
+    }
+}
