@@ -15,8 +15,10 @@ use crate::resp::Value;
 
 /// Heartbeats older than this are removed from the set.
 const FORGET_AFTER_MS: u64 = 3_600_000;
-/// How often the confirmations are looked at while waiting for them.
-const POLL_EVERY: Duration = Duration::from_millis(10);
+/// How often the confirmations are looked at while waiting for them: each look is an
+/// HGETALL through the process's one connection, shared with everything else it does, and
+/// up to 8 broadcasts may wait at once.
+const POLL_EVERY: Duration = Duration::from_millis(50);
 
 /// What came of an event sent to every host.
 #[derive(Debug, Clone, PartialEq, Eq)]
