@@ -1,9 +1,9 @@
 //! The subscriber: a thread with a connection of its own (a subscribed connection runs no
 //! other command), subscribed to `PREFIX events`. Each event it receives is handed to the
 //! binary's handler, which applies it (a purge, a drain), and its result is confirmed under
-//! `PREFIX confirm:ID` through the [`Client`] (`HSET` host -> result, kept 60 s). While
-//! subscribed it says every 2 s that this host is alive (`ZADD PREFIX hosts`, scored by
-//! Redis's clock), so a host that publishes knows whom to wait for.
+//! `PREFIX confirm:ID` through the [`Client`] (`HSET` host -> result and `EXPIRE` 60 s, in
+//! one `EVAL`). While subscribed it says every 2 s that this host is alive (`ZADD PREFIX
+//! hosts`, scored by Redis's clock), so a host that publishes knows whom to wait for.
 //!
 //! A lost connection (Redis restarted, a failover, the master moved: the client's thread
 //! finds it at another address) is made anew with backoff (100 ms doubling to 5 s) and
@@ -30,6 +30,9 @@ const TICK: Duration = Duration::from_millis(200);
 const PING_EVERY: Duration = Duration::from_secs(1);
 /// How long a confirmation is kept.
 const CONFIRM_TTL_S: &[u8] = b"60";
+/// `HSET KEY HOST RESULT` and `EXPIRE KEY TTL` as one command.
+const CONFIRM_SCRIPT: &str = "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) \
+                              return redis.call('EXPIRE', KEYS[1], ARGV[3])";
 
 /// What the handler did with an event.
 pub struct Applied {
@@ -219,22 +222,20 @@ impl Thread {
         );
         let key = events::confirm_key(&self.client.settings().prefix, &ev.id);
         let value = format!("{} {}", applied.status, applied.text.trim_end());
-        let budget = self.client.timeout();
-        let r = self
-            .client
-            .call(
-                &[
-                    b"HSET",
-                    key.as_bytes(),
-                    self.host_id.as_bytes(),
-                    value.as_bytes(),
-                ],
-                budget,
-            )
-            .and_then(|_| {
-                self.client
-                    .call(&[b"EXPIRE", key.as_bytes(), CONFIRM_TTL_S], budget)
-            });
+        // One command: HSET and EXPIRE as two could leave the key for ever when the second
+        // failed (the budget passed, the connection lost between them).
+        let r = self.client.call(
+            &[
+                b"EVAL",
+                CONFIRM_SCRIPT.as_bytes(),
+                b"1",
+                key.as_bytes(),
+                self.host_id.as_bytes(),
+                value.as_bytes(),
+                CONFIRM_TTL_S,
+            ],
+            self.client.timeout(),
+        );
         match r {
             Ok(_) => counters.confirms_sent.fetch_add(1, Relaxed),
             Err(e) => {

@@ -96,6 +96,13 @@ fn an_event_reaches_every_host_and_each_confirms() {
             ("a", &b"c?key=k\r\n"[..], &o.id)
         );
     }
+    // The confirmations expire (written with their EXPIRE in one command).
+    let key = crate::events::confirm_key("s:", &o.id);
+    let ttl = a.call(&[b"PTTL", key.as_bytes()], Duration::from_secs(1));
+    assert!(
+        matches!(ttl, Ok(crate::Value::Int(ms)) if ms > 0 && ms <= 60_000),
+        "{ttl:?}"
+    );
     let ev = &a.counters().events;
     assert_eq!(ev.published.load(Relaxed), 1);
     assert_eq!(ev.confirmed.load(Relaxed), 3);
