@@ -253,3 +253,30 @@ def test_the_admin_port_answers_while_a_purge_waits_for_the_others(ringx, origin
     confirmed = {x["host"]: x["result"] for x in json.loads(body)["cluster"]["confirmed"]}
     assert confirmed == {"host-a": "applied by the request on this host",
                          "ghost": "purged 0 entries of c"}, body
+
+
+def test_two_processes_under_one_host_id(ringx, origin, redis, tmp_path):
+    """A copied configuration (or a binary upgrade's old and new process): two processes
+    with one host_id. Each applies what the other sends, the answer is not 200 (two
+    subscribers, one confirmation), and the heartbeats say so."""
+    origin.route("/obj", body=b"O" * 100, headers={"Cache-Control": "max-age=600"})
+    twins = []
+    for name in ("a", "b"):
+        port, adm = free_port(), free_port()
+        ringx.make(config(port, adm, origin, tmp_path / f"cache-{name}", redis.addr, "twin",
+                          confirm="3s"), name=f"twin-{name}")
+        twins.append((port, adm))
+    for _, adm in twins:
+        wait_until("subscribed", lambda adm=adm: metric(adm, "ringx_cluster_redis_subscribed") == 1)
+    wait_until("the two processes under one id seen", lambda: sum(
+        metric(adm, "ringx_cluster_redis_host_id_conflicts_total") or 0 for _, adm in twins) > 0)
+    for port, _ in twins:
+        assert [get(port, "/obj")[1] for _ in range(2)] == ["MISS", "HIT"], port
+    (a_port, a_adm), (b_port, _) = twins
+    st, ctype, body = admin(a_adm, "PURGE", "/cache/c?key=%2Fobj&cluster=1")
+    assert (st, ctype) == (504, "application/json"), body
+    cl = json.loads(body)["cluster"]
+    assert cl["ok"] is False and cl["missing"] == [], cl
+    assert (cl["receivers"], cl["unconfirmed_receivers"]) == (2, 1), cl
+    # The other process purged it: it did not take the message for its own.
+    assert [get(a_port, "/obj")[1], get(b_port, "/obj")[1]] == ["MISS", "MISS"], cl

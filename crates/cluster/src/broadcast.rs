@@ -34,6 +34,20 @@ pub struct Outcome {
     pub error: Option<String>,
 }
 
+impl Outcome {
+    /// Every host alive confirmed, and as many hosts as subscribers Redis delivered it to:
+    /// fewer means a subscriber that did not confirm under an id of its own (two processes
+    /// under one host id write one field; or a subscriber that is not ringx).
+    pub fn ok(&self) -> bool {
+        self.missing.is_empty() && self.confirmed.len() as i64 >= self.receivers
+    }
+
+    /// Subscribers it reached beyond the hosts that confirmed.
+    pub fn unconfirmed_receivers(&self) -> i64 {
+        (self.receivers - self.confirmed.len() as i64).max(0)
+    }
+}
+
 /// Redis's clock in milliseconds (the hosts' clocks need not agree).
 fn redis_ms(c: &Client) -> Result<u64, Error> {
     match c.call(&[b"TIME"], c.timeout())? {
@@ -70,6 +84,43 @@ pub fn heartbeat(c: &Client, host: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The key that says which process heartbeats as `host` (see [`claim`]).
+fn instance_key(c: &Client, host: &str) -> String {
+    c.key(&format!("instance:{host}"))
+}
+
+/// `GETSET KEY INSTANCE` and `PEXPIRE KEY ALIVE_FOR` in one command: the instance that
+/// heartbeat under this id before, if its heartbeat is that recent.
+const CLAIM_SCRIPT: &str = "local old = redis.call('GETSET', KEYS[1], ARGV[1]) \
+                            redis.call('PEXPIRE', KEYS[1], ARGV[2]) return old";
+
+/// Says that process `instance` (a token of its own, random) heartbeats as `host`; the
+/// other instance that did within [`events::ALIVE_FOR`], if one did: two processes under
+/// one host id (a copied configuration, a host name that is `localhost` everywhere, or the
+/// old and the new process of a binary upgrade), which the confirmations cannot tell apart.
+pub fn claim(c: &Client, host: &str, instance: &str) -> Result<Option<String>, Error> {
+    let key = instance_key(c, host);
+    let ttl = events::ALIVE_FOR.as_millis().to_string();
+    match c.call(
+        &[
+            b"EVAL",
+            CLAIM_SCRIPT.as_bytes(),
+            b"1",
+            key.as_bytes(),
+            instance.as_bytes(),
+            ttl.as_bytes(),
+        ],
+        c.timeout(),
+    )? {
+        Value::Nil => Ok(None),
+        v => match v.text() {
+            Some(old) if old == instance => Ok(None),
+            Some(old) => Ok(Some(old.to_string())),
+            None => Err(Error::Reply(format!("EVAL answered {v:?}"))),
+        },
+    }
+}
+
 /// The hosts whose last heartbeat is within [`events::ALIVE_FOR`], sorted.
 pub fn alive_hosts(c: &Client) -> Result<Vec<String>, Error> {
     let now = redis_ms(c)?;
@@ -94,9 +145,9 @@ pub fn alive_hosts(c: &Client) -> Result<Vec<String>, Error> {
     }
 }
 
-/// A message id unique across hosts: the process's random hasher keys over the origin,
-/// the time and a counter.
-fn new_id(origin: &str) -> String {
+/// A token unique across hosts and processes: the process's random hasher keys over
+/// `origin`, the time and a counter. Message ids, and each subscriber's instance.
+pub fn new_id(origin: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write(origin.as_bytes());
@@ -156,6 +207,8 @@ pub fn broadcast(
     })?;
     let alive = alive_hosts(c).map_err(fail)?;
     let channel = c.key(events::CHANNEL);
+    // Before PUBLISH: this process's subscriber may have the message before its answer.
+    c.remember_sent(&ev.id);
     let receivers = match c.call(&[b"PUBLISH", channel.as_bytes(), &msg], c.timeout()) {
         Ok(Value::Int(n)) => n,
         Ok(other) => return Err(fail(Error::Reply(format!("PUBLISH answered {other:?}")))),

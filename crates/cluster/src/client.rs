@@ -3,6 +3,7 @@
 //! ([`Client::call`]), and one that must not wait at all takes a [`Pending`] and looks at
 //! it later ([`Client::submit`], [`Pending::try_get`]).
 
+use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +19,9 @@ use crate::worker::{self, Job, Msg};
 
 /// Commands queued for the thread at most; past it callers get [`Error::Busy`] at once.
 const QUEUE: usize = 1024;
+/// The ids of the messages this process published that are remembered (8 broadcasts wait
+/// at once at most, each 60 s at most: far fewer are ever needed).
+const SENT_KEPT: usize = 1024;
 
 /// The cluster client; clones share the thread, which stops when the last one goes.
 #[derive(Clone)]
@@ -31,6 +35,9 @@ struct Inner {
     settings: Mutex<Settings>,
     /// The TLS of `settings`, made once (its files may not be readable later).
     tls: Mutex<Option<Arc<ClientConfig>>>,
+    /// The ids of the last messages published through this client, newest last
+    /// ([`crate::broadcast`]): its subscriber knows its own messages by them.
+    sent: Mutex<VecDeque<String>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -64,6 +71,7 @@ impl Client {
                 counters,
                 settings: Mutex::new(settings),
                 tls: Mutex::new(tls),
+                sent: Mutex::new(VecDeque::new()),
             }),
         })
     }
@@ -163,6 +171,23 @@ impl Client {
                 Err(e)
             }
         }
+    }
+
+    /// Remembers that this process publishes the message `id` (before it is published: its
+    /// own subscriber may receive it before PUBLISH answers).
+    pub fn remember_sent(&self, id: &str) {
+        let mut sent = self.inner.sent.lock().unwrap_or_else(|e| e.into_inner());
+        if sent.len() >= SENT_KEPT {
+            sent.pop_front();
+        }
+        sent.push_back(id.to_string());
+    }
+
+    /// Whether this process published the message `id` (the host asked, which applied it
+    /// already), as opposed to another process, whatever host id that one has.
+    pub fn sent_here(&self, id: &str) -> bool {
+        let sent = self.inner.sent.lock().unwrap_or_else(|e| e.into_inner());
+        sent.iter().rev().any(|s| s == id)
     }
 
     /// Runs `args` and waits for the reply, `budget` at most.

@@ -49,6 +49,8 @@ pub struct EventCounters {
     pub confirmed: AtomicU64,
     pub unconfirmed: AtomicU64,
     pub publish_failed: AtomicU64,
+    /// Heartbeats that found another process heartbeating under this host id.
+    pub host_id_conflicts: AtomicU64,
 }
 
 impl EventCounters {
@@ -81,7 +83,11 @@ impl EventCounters {
              this host published, and hosts known alive that did not in time.\n\
              # TYPE ringx_cluster_redis_confirmations_total counter\n\
              ringx_cluster_redis_confirmations_total{{result=\"confirmed\"}} {}\n\
-             ringx_cluster_redis_confirmations_total{{result=\"missing\"}} {}\n",
+             ringx_cluster_redis_confirmations_total{{result=\"missing\"}} {}\n\
+             # HELP ringx_cluster_redis_host_id_conflicts_total Heartbeats of this host that \
+             found another process heartbeating under its host id.\n\
+             # TYPE ringx_cluster_redis_host_id_conflicts_total counter\n\
+             ringx_cluster_redis_host_id_conflicts_total {}\n",
             u8::from(self.subscribed.load(Relaxed)),
             self.subscribes.load(Relaxed),
             self.published.load(Relaxed),
@@ -92,6 +98,7 @@ impl EventCounters {
             self.confirms_failed.load(Relaxed),
             self.confirmed.load(Relaxed),
             self.unconfirmed.load(Relaxed),
+            self.host_id_conflicts.load(Relaxed),
         );
     }
 }

@@ -62,6 +62,8 @@ impl Subscriber {
     pub fn start(client: Client, host_id: String, handler: Handler) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut t = Thread {
+            instance: broadcast::new_id(&host_id),
+            conflict: false,
             client,
             host_id,
             handler,
@@ -84,6 +86,10 @@ impl Subscriber {
 struct Thread {
     client: Client,
     host_id: String,
+    /// This subscriber's token in its heartbeats, and whether another process heartbeats
+    /// under the same host id ([`broadcast::claim`]).
+    instance: String,
+    conflict: bool,
     handler: Handler,
     stop: Arc<AtomicBool>,
     /// The connection, the settings it was made with, and the channel.
@@ -210,7 +216,16 @@ impl Thread {
             }
         };
         counters.received.fetch_add(1, Relaxed);
-        let applied = (self.handler)(&ev);
+        // Known by its id, not its origin: another process may have this host id.
+        let applied = if self.client.sent_here(&ev.id) {
+            Applied {
+                status: 200,
+                text: "applied by the request on this host".into(),
+                then: None,
+            }
+        } else {
+            (self.handler)(&ev)
+        };
         tracing::info!(
             "cluster: {} {:?} from host {} (message {}): {} {}",
             ev.action,
@@ -248,6 +263,33 @@ impl Thread {
         }
     }
 
+    /// Warns (once, then again after it stopped) and counts while another process
+    /// heartbeats under this host id.
+    fn check_instance(&mut self) {
+        match broadcast::claim(&self.client, &self.host_id, &self.instance) {
+            Ok(Some(other)) => {
+                self.client
+                    .counters()
+                    .events
+                    .host_id_conflicts
+                    .fetch_add(1, Relaxed);
+                if !self.conflict {
+                    tracing::warn!(
+                        "cluster: another process heartbeats as host {} (instance {other}, this \
+                         one {}): the answers of purges and drains sent to every host cannot \
+                         tell the two apart; give each its own [cluster] host_id (a binary \
+                         upgrade's old and new process overlap for a while: that passes)",
+                        self.host_id,
+                        self.instance
+                    );
+                }
+                self.conflict = true;
+            }
+            Ok(None) => self.conflict = false,
+            Err(e) => tracing::debug!("cluster: heartbeat: {e}"),
+        }
+    }
+
     /// What is done between reads: the heartbeat, the ping, following the client.
     fn tick(&mut self) {
         let now = Instant::now();
@@ -256,6 +298,7 @@ impl Thread {
             if let Err(e) = broadcast::heartbeat(&self.client, &self.host_id) {
                 tracing::debug!("cluster: heartbeat: {e}");
             }
+            self.check_instance();
         }
         let Some((conn, settings, _)) = self.conn.as_mut() else {
             return;
