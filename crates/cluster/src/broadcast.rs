@@ -30,16 +30,22 @@ pub struct Outcome {
     pub confirmed: BTreeMap<String, String>,
     /// Hosts alive when it was sent that did not confirm within the wait.
     pub missing: Vec<String>,
+    /// Hosts that heartbeat within the last hour but not within [`events::ALIVE_FOR`] (their
+    /// subscription down, or stopped), that did not confirm: not known to have done it.
+    pub unreachable: Vec<String>,
     /// Redis failed while the confirmations were awaited.
     pub error: Option<String>,
 }
 
 impl Outcome {
-    /// Every host alive confirmed, and as many hosts as subscribers Redis delivered it to:
-    /// fewer means a subscriber that did not confirm under an id of its own (two processes
-    /// under one host id write one field; or a subscriber that is not ringx).
+    /// Every host alive confirmed, none seen within the hour is unreachable, and as many
+    /// hosts confirmed as subscribers Redis delivered it to: fewer means a subscriber that
+    /// did not confirm under an id of its own (two processes under one host id write one
+    /// field; or a subscriber that is not ringx).
     pub fn ok(&self) -> bool {
-        self.missing.is_empty() && self.confirmed.len() as i64 >= self.receivers
+        self.missing.is_empty()
+            && self.unreachable.is_empty()
+            && self.confirmed.len() as i64 >= self.receivers
     }
 
     /// Subscribers it reached beyond the hosts that confirmed.
@@ -123,26 +129,48 @@ pub fn claim(c: &Client, host: &str, instance: &str) -> Result<Option<String>, E
 
 /// The hosts whose last heartbeat is within [`events::ALIVE_FOR`], sorted.
 pub fn alive_hosts(c: &Client) -> Result<Vec<String>, Error> {
+    Ok(known_hosts(c)?.0)
+}
+
+/// The hosts that heartbeat within [`events::ALIVE_FOR`], and those that did within the
+/// last hour but not since (the heartbeats kept), each sorted.
+pub fn known_hosts(c: &Client) -> Result<(Vec<String>, Vec<String>), Error> {
     let now = redis_ms(c)?;
     let key = c.key(events::HOSTS);
-    let since = format!(
-        "({}",
-        now.saturating_sub(events::ALIVE_FOR.as_millis() as u64)
-    );
-    match c.call(
-        &[b"ZRANGEBYSCORE", key.as_bytes(), since.as_bytes(), b"+inf"],
+    let alive_since = now.saturating_sub(events::ALIVE_FOR.as_millis() as u64);
+    let since = format!("({}", now.saturating_sub(FORGET_AFTER_MS));
+    let v = match c.call(
+        &[
+            b"ZRANGEBYSCORE",
+            key.as_bytes(),
+            since.as_bytes(),
+            b"+inf",
+            b"WITHSCORES",
+        ],
         c.timeout(),
     )? {
-        Value::Array(v) => {
-            let mut hosts: Vec<String> = v
-                .iter()
-                .filter_map(|h| h.text().map(str::to_string))
-                .collect();
-            hosts.sort();
-            Ok(hosts)
+        Value::Array(v) => v,
+        other => return Err(Error::Reply(format!("ZRANGEBYSCORE answered {other:?}"))),
+    };
+    let (mut alive, mut gone) = (Vec::new(), Vec::new());
+    for hs in v.chunks(2) {
+        let (Some(h), Some(score)) = (
+            hs[0].text(),
+            hs.get(1)
+                .and_then(Value::text)
+                .and_then(|t| t.parse::<f64>().ok()),
+        ) else {
+            return Err(Error::Reply(format!("ZRANGEBYSCORE answered {hs:?}")));
+        };
+        if score > alive_since as f64 {
+            alive.push(h.to_string());
+        } else {
+            gone.push(h.to_string());
         }
-        other => Err(Error::Reply(format!("ZRANGEBYSCORE answered {other:?}"))),
     }
+    alive.sort();
+    gone.sort();
+    Ok((alive, gone))
 }
 
 /// A token unique across hosts and processes: the process's random hasher keys over
@@ -205,7 +233,7 @@ pub fn broadcast(
                 .into(),
         ))
     })?;
-    let alive = alive_hosts(c).map_err(fail)?;
+    let (alive, gone) = known_hosts(c).map_err(fail)?;
     let channel = c.key(events::CHANNEL);
     // Before PUBLISH: this process's subscriber may have the message before its answer.
     c.remember_sent(&ev.id);
@@ -236,17 +264,25 @@ pub fn broadcast(
         .into_iter()
         .filter(|h| !confirmed.contains_key(h))
         .collect();
+    let unreachable: Vec<String> = gone
+        .into_iter()
+        .filter(|h| !confirmed.contains_key(h))
+        .collect();
     counters
         .confirmed
         .fetch_add(confirmed.len() as u64, Relaxed);
     counters
         .unconfirmed
         .fetch_add(missing.len() as u64, Relaxed);
+    counters
+        .unreachable
+        .fetch_add(unreachable.len() as u64, Relaxed);
     Ok(Outcome {
         id: ev.id,
         receivers,
         confirmed,
         missing,
+        unreachable,
         error,
     })
 }

@@ -48,6 +48,8 @@ pub struct EventCounters {
     /// that did not within `confirm_timeout`; publishing that failed (Redis unavailable).
     pub confirmed: AtomicU64,
     pub unconfirmed: AtomicU64,
+    /// Hosts seen within the hour, not alive, that did not confirm.
+    pub unreachable: AtomicU64,
     pub publish_failed: AtomicU64,
     /// Heartbeats that found another process heartbeating under this host id.
     pub host_id_conflicts: AtomicU64,
@@ -80,10 +82,12 @@ impl EventCounters {
              ringx_cluster_redis_confirmations_sent_total{{result=\"ok\"}} {}\n\
              ringx_cluster_redis_confirmations_sent_total{{result=\"error\"}} {}\n\
              # HELP ringx_cluster_redis_confirmations_total Hosts that confirmed the messages \
-             this host published, and hosts known alive that did not in time.\n\
+             this host published, hosts known alive that did not in time, and hosts seen \
+             within the hour but not alive that did not.\n\
              # TYPE ringx_cluster_redis_confirmations_total counter\n\
              ringx_cluster_redis_confirmations_total{{result=\"confirmed\"}} {}\n\
              ringx_cluster_redis_confirmations_total{{result=\"missing\"}} {}\n\
+             ringx_cluster_redis_confirmations_total{{result=\"unreachable\"}} {}\n\
              # HELP ringx_cluster_redis_host_id_conflicts_total Heartbeats of this host that \
              found another process heartbeating under its host id.\n\
              # TYPE ringx_cluster_redis_host_id_conflicts_total counter\n\
@@ -98,6 +102,7 @@ impl EventCounters {
             self.confirms_failed.load(Relaxed),
             self.confirmed.load(Relaxed),
             self.unconfirmed.load(Relaxed),
+            self.unreachable.load(Relaxed),
             self.host_id_conflicts.load(Relaxed),
         );
     }

@@ -184,15 +184,31 @@ fn a_host_alive_that_does_not_confirm_is_missing() {
     }
     let r = RedisServer::start();
     let a = host(r.addr(), "a");
-    // "ghost" said it was alive but is subscribed nowhere.
+    // "ghost" said it was alive but is subscribed nowhere; "gone" said so a minute ago (its
+    // subscription down since, or stopped).
     crate::broadcast::heartbeat(&a.c, "ghost").unwrap();
+    let sec = |v: &crate::Value| match v {
+        crate::Value::Array(t) => t[0].text().unwrap().parse::<u64>().unwrap(),
+        other => panic!("TIME answered {other:?}"),
+    };
+    let t = sec(&a.c.call(&[b"TIME"], Duration::from_secs(1)).unwrap());
+    let hosts = a.c.key(crate::events::HOSTS);
+    let minute_ago = ((t - 60) * 1000).to_string();
+    a.c.call(
+        &[b"ZADD", hosts.as_bytes(), minute_ago.as_bytes(), b"gone"],
+        Duration::from_secs(1),
+    )
+    .unwrap();
     wait_for("a alive", || {
         alive_hosts(&a.c).is_ok_and(|h| h == ["a", "ghost"])
     });
     let o = broadcast(&a.c, "a", "purge", b"c", Duration::from_secs(3)).unwrap();
     assert_eq!(o.missing, ["ghost"]);
+    assert_eq!(o.unreachable, ["gone"]);
+    assert!(!o.ok());
     assert_eq!(o.confirmed.keys().collect::<Vec<_>>(), ["a"]);
     assert_eq!(a.c.counters().events.unconfirmed.load(Relaxed), 1);
+    assert_eq!(a.c.counters().events.unreachable.load(Relaxed), 1);
     // Messages on the channel that are not events are counted and ignored.
     let ch = a.c.key(crate::events::CHANNEL);
     a.c.call(

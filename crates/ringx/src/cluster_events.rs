@@ -110,8 +110,8 @@ pub fn drain_self() {
 }
 
 /// Sends `action` on `target` to every host, this one having done it with the result
-/// `local`; (HTTP status, JSON answer). 200: every host alive confirmed; 504: some did not
-/// within `confirm_timeout`; 503: it could not be sent (Redis unavailable), the local part
+/// `local`; (HTTP status, JSON answer). 200: every host alive confirmed ([`Outcome::ok`]);
+/// 504: some did not within `confirm_timeout`, or are unreachable; 503: it could not be sent (Redis unavailable), the local part
 /// done all the same; 400: no `[cluster]`.
 pub fn send(
     client: Option<Client>,
@@ -147,10 +147,11 @@ pub fn send(
         ),
         Ok(o) => tracing::warn!(
             "admin: {action} {target:?} sent to every host (message {}): not confirmed \
-             within {wait:?} by [{}]; {} of the {} subscribers reached did not confirm under \
-             a host id of their own",
+             within {wait:?} by [{}], nor by [{}] (no heartbeat for over 7 s); {} of the {} \
+             subscribers reached did not confirm under a host id of their own",
             o.id,
             o.missing.join(" "),
+            o.unreachable.join(" "),
             o.unconfirmed_receivers(),
             o.receivers
         ),
@@ -200,17 +201,18 @@ fn answer(
                     )
                 })
                 .collect();
-            let missing: Vec<String> = o.missing.iter().map(|h| string(h)).collect();
+            let list = |v: &[String]| v.iter().map(|h| string(h)).collect::<Vec<_>>().join(",");
             let ok = o.ok();
             let body = format!(
                 "{head}\"cluster\":{{\"ok\":{ok},\"id\":{},\"receivers\":{},\
                  \"unconfirmed_receivers\":{},\"confirmed\":[{}],\"missing\":[{}],\
-                 \"error\":{}}}}}\n",
+                 \"unreachable\":[{}],\"error\":{}}}}}\n",
                 string(&o.id),
                 o.receivers,
                 o.unconfirmed_receivers(),
                 confirmed.join(","),
-                missing.join(","),
+                list(&o.missing),
+                list(&o.unreachable),
                 o.error.as_deref().map_or("null".into(), string)
             );
             (if ok { 200 } else { 504 }, body)
@@ -233,6 +235,7 @@ mod tests {
             ]
             .into(),
             missing: vec!["c".into()],
+            unreachable: vec!["d".into()],
             error: None,
         };
         let (status, body) = answer("purge", "c?key=%2Fa", "a", (200, "purged\n"), Ok(o));
@@ -242,7 +245,8 @@ mod tests {
             "{\"action\":\"purge\",\"target\":\"c?key=%2Fa\",\"host\":\"a\",\"local\":{\"status\":200,\
              \"result\":\"purged\"},\"cluster\":{\"ok\":false,\"id\":\"1f\",\"receivers\":2,\
              \"unconfirmed_receivers\":0,\"confirmed\":[{\"host\":\"a\",\"status\":200,\"result\":\"applied\"},{\"host\":\"b\",\
-             \"status\":404,\"result\":\"no such entry\"}],\"missing\":[\"c\"],\"error\":null}}\n"
+             \"status\":404,\"result\":\"no such entry\"}],\"missing\":[\"c\"],\
+             \"unreachable\":[\"d\"],\"error\":null}}\n"
         );
         // Nobody missing, but 3 subscribers reached and 2 confirmations: two processes
         // under one host id wrote one field. Not every host is known to have done it.
@@ -255,6 +259,7 @@ mod tests {
             ]
             .into(),
             missing: vec![],
+            unreachable: vec![],
             error: None,
         };
         let (status, body) = answer("purge", "c", "a", (200, "purged\n"), Ok(o));
@@ -263,6 +268,22 @@ mod tests {
             body.contains(
                 "\"ok\":false,\"id\":\"2f\",\"receivers\":3,\"unconfirmed_receivers\":1,"
             ),
+            "{body}"
+        );
+        // Everyone alive confirmed, but a host seen within the hour has no heartbeat now: it
+        // may serve what was purged.
+        let o = Outcome {
+            id: "3f".into(),
+            receivers: 1,
+            confirmed: [("a".to_string(), "200 applied".to_string())].into(),
+            missing: vec![],
+            unreachable: vec!["b".into()],
+            error: None,
+        };
+        let (status, body) = answer("purge", "c", "a", (200, "purged\n"), Ok(o));
+        assert_eq!(status, 504, "{body}");
+        assert!(
+            body.contains("\"missing\":[],\"unreachable\":[\"b\"],"),
             "{body}"
         );
         let (status, body) = answer("drain", "", "a", (200, "draining"), Err("down".into()));
