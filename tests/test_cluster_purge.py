@@ -78,6 +78,13 @@ def metric(admin: int, name: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def on_disk(admin: int, n: int = 1) -> None:
+    """Waits until the cache holds n entries on disk: a purge before the cache's writer
+    thread has indexed a new file is undone when it does (the object is a HIT again)."""
+    wait_until(f"{n} entries on disk", lambda: metric(
+        admin, 'ringx_cache_entries{cache="c",tier="disk"}') == n)
+
+
 def start_hosts(ringx, origin, redis, tmp_path) -> list[Host]:
     """A and B with a configured host_id, C with the default HOSTNAME:ADMIN_PORT; returns
     once all three are subscribed and known alive in Redis."""
@@ -131,6 +138,7 @@ def test_purge_everywhere_and_without_redis(ringx, origin, redis, tmp_path):
     for h in hosts:
         assert get(h.port, "/obj")[1] == "MISS"
         assert get(h.port, "/obj")[1] == "HIT"
+        on_disk(h.admin)
     # Without cluster=1 a purge stays on its host, answered as before.
     st, ctype, body = admin(b.admin, "PURGE", "/cache/c?key=%2Fobj")
     assert (st, ctype, body) == (200, "text/plain", b"purged\n")
@@ -163,6 +171,7 @@ def test_purge_everywhere_and_without_redis(ringx, origin, redis, tmp_path):
     # Redis stopped: the purge is still done on A, and the answer says the rest failed.
     for h in hosts:
         assert get(h.port, "/obj")[1] == "HIT"
+        on_disk(h.admin)
     redis.stop()
     st, ctype, body = admin(a.admin, "PURGE", "/cache/c?key=%2Fobj&cluster=1")
     assert (st, ctype) == (503, "application/json"), body
@@ -270,8 +279,9 @@ def test_two_processes_under_one_host_id(ringx, origin, redis, tmp_path):
         wait_until("subscribed", lambda adm=adm: metric(adm, "ringx_cluster_redis_subscribed") == 1)
     wait_until("the two processes under one id seen", lambda: sum(
         metric(adm, "ringx_cluster_redis_host_id_conflicts_total") or 0 for _, adm in twins) > 0)
-    for port, _ in twins:
+    for port, adm in twins:
         assert [get(port, "/obj")[1] for _ in range(2)] == ["MISS", "HIT"], port
+        on_disk(adm)
     (a_port, a_adm), (b_port, _) = twins
     st, ctype, body = admin(a_adm, "PURGE", "/cache/c?key=%2Fobj&cluster=1")
     assert (st, ctype) == (504, "application/json"), body
@@ -280,3 +290,41 @@ def test_two_processes_under_one_host_id(ringx, origin, redis, tmp_path):
     assert (cl["receivers"], cl["unconfirmed_receivers"]) == (2, 1), cl
     # The other process purged it: it did not take the message for its own.
     assert [get(a_port, "/obj")[1], get(b_port, "/obj")[1]] == ["MISS", "MISS"], cl
+
+
+def test_too_many_sent_at_once_is_refused_and_nothing_done(ringx, origin, redis, tmp_path):
+    """8 purges or drains sent to every host wait at once at most; one more is answered 503
+    "try again" and nothing is done, on this host either (its drain included)."""
+    origin.route("/obj", body=b"O" * 100, headers={"Cache-Control": "max-age=600"})
+    port, adm = free_port(), free_port()
+    proc = ringx.make(config(port, adm, origin, tmp_path / "cache", redis.addr, "host-a",
+                             confirm="60s"))
+    wait_until("subscribed", lambda: metric(adm, "ringx_cluster_redis_subscribed") == 1)
+    wait_until("alive", lambda: command(redis.port, "ZRANGE", "fleet:hosts", 0, -1)
+               == [b"host-a"])
+    assert [get(port, "/obj")[1] for _ in range(2)] == ["MISS", "HIT"]
+    # "ghost" is alive in Redis's eyes: each purge waits for it until this test confirms.
+    secs, micros = command(redis.port, "TIME")
+    command(redis.port, "ZADD", "fleet:hosts", int(secs) * 1000 + int(micros) // 1000, "ghost")
+    got = []
+    waiting = [threading.Thread(target=lambda: got.append(
+        admin(adm, "PURGE", "/cache/c?key=%2Fother&cluster=1"))) for _ in range(8)]
+    for t in waiting:
+        t.start()
+    try:
+        wait_until("8 waiting", lambda: len(command(redis.port, "KEYS", "fleet:confirm:*")) == 8)
+        st, _, body = admin(adm, "PURGE", "/cache/c?key=%2Fobj&cluster=1")
+        assert (st, body) == (503, b"too many requests to every host in flight; nothing done: "
+                                   b"try again\n")
+        assert get(port, "/obj")[1] == "HIT"
+        st, _, body = admin(adm, "POST", "/drain?cluster=1")
+        assert st == 503 and b"try again" in body, body
+    finally:
+        for key in command(redis.port, "KEYS", "fleet:confirm:*"):
+            command(redis.port, "HSET", key, "ghost", "404 no such entry")
+        for t in waiting:
+            t.join(60)
+    assert [g[0] for g in got] == [200] * 8, got
+    # The refused drain was not started.
+    assert healthz(adm) == 200 and proc.proc.poll() is None
+    assert "shutting down" not in proc.log()

@@ -115,16 +115,23 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
     }
     if method == "PURGE" || method == "DELETE" {
         let (target, everywhere) = cluster_flag(target);
+        // Taken before anything is done: "try again" must mean that nothing was.
+        let slot = match everywhere.then(Slot::take) {
+            Some(None) => return respond(&mut s, 503, "text/plain", BUSY, false),
+            Some(Some(slot)) => Some(slot),
+            None => None,
+        };
         let (status, body) = crate::cache_purge::purge(&target);
         // Sent to every host unless the request itself is wrong (then no host could do it).
         let sendable = status != 400 && target.starts_with("/cache/") && target.len() > 7;
-        if !everywhere || !sendable {
+        let (Some(slot), true) = (slot, sendable) else {
             return respond(&mut s, status, "text/plain", &body, false);
-        }
+        };
         let client = crate::cluster::client();
         let target = target["/cache/".len()..].to_string();
         return send_later(
             &s,
+            slot,
             move || crate::cluster_events::send(client, "purge", &target, (status, &body)),
             || {},
         );
@@ -269,9 +276,14 @@ fn drain(
         let (status, json) = crate::cluster_events::send(None, "drain", "", (200, "draining"));
         return respond(s, status, "application/json", &json, false);
     }
+    let Some(slot) = Slot::take() else {
+        // Nothing done, this host's drain included: "try again" says so.
+        return respond(s, 503, "text/plain", BUSY, false);
+    };
     tracing::info!("admin: drain of every host (from {peer})");
     send_later(
         s,
+        slot,
         move || crate::cluster_events::send(client, "drain", "", (200, "draining")),
         crate::cluster_events::drain_self,
     )
@@ -280,23 +292,38 @@ fn drain(
 /// Requests sent to every host being answered, at most [`MAX_SENDING`] at a time.
 static SENDING: AtomicUsize = AtomicUsize::new(0);
 const MAX_SENDING: usize = 8;
+const BUSY: &str = "too many requests to every host in flight; nothing done: try again\n";
+
+/// One of the [`MAX_SENDING`] places, given back when dropped.
+struct Slot;
+
+impl Slot {
+    /// A place, if one is free.
+    fn take() -> Option<Slot> {
+        if SENDING.fetch_add(1, Ordering::AcqRel) >= MAX_SENDING {
+            SENDING.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        SENDING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Answers `s` from a thread of its own with the JSON `send` makes: a purge or drain sent to
 /// every host waits for their confirmations, and the listener (`/healthz` among the rest)
-/// goes on meanwhile. `then` runs once the answer is written (or could not be).
+/// goes on meanwhile. `then` runs once the answer is written (or could not be), and only
+/// when `send` ran.
 fn send_later(
     s: &TcpStream,
+    slot: Slot,
     send: impl FnOnce() -> (u16, String) + Send + 'static,
     then: fn(),
 ) -> std::io::Result<()> {
-    let mut s = s.try_clone()?;
-    if SENDING.fetch_add(1, Ordering::AcqRel) >= MAX_SENDING {
-        SENDING.fetch_sub(1, Ordering::AcqRel);
-        let busy = "too many requests to every host in flight; try again\n";
-        let written = respond(&mut s, 503, "text/plain", busy, false);
-        then();
-        return written;
-    }
     let mut out = s.try_clone()?;
     let spawned = std::thread::Builder::new()
         .name("ringx-admin-send".into())
@@ -305,20 +332,18 @@ fn send_later(
             if let Err(e) = respond(&mut out, status, "application/json", &json, false) {
                 tracing::debug!("admin: {e}");
             }
-            SENDING.fetch_sub(1, Ordering::AcqRel);
+            drop(slot);
             then();
         });
     if let Err(e) = spawned {
-        SENDING.fetch_sub(1, Ordering::AcqRel);
-        let written = respond(
+        let mut s = s.try_clone()?;
+        return respond(
             &mut s,
             503,
             "text/plain",
-            &format!("cannot start a thread to send it to every host: {e}\n"),
+            &format!("cannot start a thread to send it to every host ({e}): try again\n"),
             false,
         );
-        then();
-        return written;
     }
     Ok(())
 }
