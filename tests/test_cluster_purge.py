@@ -219,12 +219,18 @@ def test_drain_everywhere(ringx, origin, redis, tmp_path):
 
 
 def test_cluster_purge_needs_a_cluster_section(ringx, origin, tmp_path):
+    origin.route("/obj", body=b"O" * 100, headers={"Cache-Control": "max-age=600"})
     port, adm = free_port(), free_port()
     cfg = config(port, adm, origin, tmp_path / "cache", "127.0.0.1:1", "")
     cfg = cfg[:cfg.index("[cluster]")] + cfg[cfg.index("[[proxy_cache_path]]"):]
     ringx.make(cfg)
-    st, ctype, body = admin(adm, "PURGE", "/cache/c?cluster=1")
-    assert (st, ctype) == (400, "application/json") and b"[cluster]" in body, body
+    assert [get(port, "/obj")[1] for _ in range(2)] == ["MISS", "HIT"]
+    on_disk(adm)
+    for target in ("/cache/c?key=%2Fobj&cluster=1", "/cache/c?cluster=1"):
+        st, ctype, body = admin(adm, "PURGE", target)
+        assert (st, ctype) == (400, "application/json") and b"[cluster]" in body, body
+        # Nothing done: not on this host either.
+        assert get(port, "/obj")[1] == "HIT", target
     st, _, body = admin(adm, "POST", "/drain?cluster=1")
     assert st == 400 and b"[cluster]" in body, body
     assert healthz(adm) == 200

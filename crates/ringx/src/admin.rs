@@ -115,6 +115,12 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
     }
     if method == "PURGE" || method == "DELETE" {
         let (target, everywhere) = cluster_flag(target);
+        let client = crate::cluster::client();
+        if everywhere && client.is_none() {
+            // Checked before anything is done: no host could be sent it.
+            let (status, json) = crate::cluster_events::no_cluster();
+            return respond(&mut s, status, "application/json", &json, false);
+        }
         // Taken before anything is done: "try again" must mean that nothing was.
         let slot = match everywhere.then(Slot::take) {
             Some(None) => return respond(&mut s, 503, "text/plain", BUSY, false),
@@ -124,10 +130,9 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
         let (status, body) = crate::cache_purge::purge(&target);
         // Sent to every host unless the request itself is wrong (then no host could do it).
         let sendable = status != 400 && target.starts_with("/cache/") && target.len() > 7;
-        let (Some(slot), true) = (slot, sendable) else {
+        let (Some(slot), Some(client), true) = (slot, client, sendable) else {
             return respond(&mut s, status, "text/plain", &body, false);
         };
-        let client = crate::cluster::client();
         let target = target["/cache/".len()..].to_string();
         return send_later(
             &s,
@@ -270,12 +275,11 @@ fn drain(
         crate::cluster_events::drain_self();
         return written;
     }
-    let client = crate::cluster::client();
-    if client.is_none() {
+    let Some(client) = crate::cluster::client() else {
         // No [cluster]: nothing is done.
-        let (status, json) = crate::cluster_events::send(None, "drain", "", (200, "draining"));
+        let (status, json) = crate::cluster_events::no_cluster();
         return respond(s, status, "application/json", &json, false);
-    }
+    };
     let Some(slot) = Slot::take() else {
         // Nothing done, this host's drain included: "try again" says so.
         return respond(s, 503, "text/plain", BUSY, false);

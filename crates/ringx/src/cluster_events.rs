@@ -113,29 +113,12 @@ pub fn drain_self() {
 /// `local`; (HTTP status, JSON answer). 200: every host alive confirmed ([`Outcome::ok`]);
 /// 504: some did not within `confirm_timeout`, or are unreachable; 503: it could not be sent (Redis unavailable), the local part
 /// done all the same; 400: no `[cluster]`.
-pub fn send(
-    client: Option<Client>,
-    action: &str,
-    target: &str,
-    local: (u16, &str),
-) -> (u16, String) {
-    let Some(client) = client else {
-        return (
-            400,
-            "{\"error\":\"cluster=1 needs a [cluster] section: this host shares nothing\"}\n"
-                .into(),
-        );
-    };
+pub fn send(client: Client, action: &str, target: &str, local: (u16, &str)) -> (u16, String) {
     let (id, wait) = {
         let cur = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
         match cur.as_ref() {
             Some(r) => (r.host_id.clone(), r.confirm_timeout),
-            None => {
-                return (
-                    503,
-                    "{\"error\":\"the subscriber is not running\"}\n".into(),
-                )
-            }
+            None => return not_running(action, target, local),
         }
     };
     let r = broadcast(&client, &id, action, target.as_bytes(), wait);
@@ -162,6 +145,47 @@ pub fn send(
     answer(action, target, &id, local, r.map_err(|e| e.to_string()))
 }
 
+/// The answer to `cluster=1` on a host without `[cluster]` (checked before anything is
+/// done: 400, nothing done).
+pub fn no_cluster() -> (u16, String) {
+    (
+        400,
+        "{\"error\":\"cluster=1 needs a [cluster] section: this host shares nothing; nothing \
+         done\"}\n"
+            .into(),
+    )
+}
+
+/// `[cluster]` is there but its subscriber is not (its thread could not be started): done
+/// on this host only.
+fn not_running(action: &str, target: &str, local: (u16, &str)) -> (u16, String) {
+    let why = "this host's subscriber is not running: see the log line \"cannot start the \
+               subscriber thread\"";
+    (
+        503,
+        format!(
+            "{}\"cluster\":{{\"ok\":false,\"error\":{}}}}}\n",
+            head(action, target, None, local),
+            string(&format!("not sent to the other hosts: {why}"))
+        ),
+    )
+}
+
+fn result(status: u16, text: &str) -> String {
+    format!("\"status\":{status},\"result\":{}", string(text.trim_end()))
+}
+
+/// The answer's start: what was asked, this host's id, what was done here.
+fn head(action: &str, target: &str, host: Option<&str>, local: (u16, &str)) -> String {
+    format!(
+        "{{\"action\":{},\"target\":{},\"host\":{},\"local\":{{{}}},",
+        string(action),
+        string(target),
+        host.map_or("null".into(), string),
+        result(local.0, local.1)
+    )
+}
+
 /// The JSON answer.
 fn answer(
     action: &str,
@@ -170,16 +194,7 @@ fn answer(
     local: (u16, &str),
     r: Result<Outcome, String>,
 ) -> (u16, String) {
-    let result = |status: u16, text: &str| {
-        format!("\"status\":{status},\"result\":{}", string(text.trim_end()))
-    };
-    let head = format!(
-        "{{\"action\":{},\"target\":{},\"host\":{},\"local\":{{{}}},",
-        string(action),
-        string(target),
-        string(host),
-        result(local.0, local.1)
-    );
+    let head = head(action, target, Some(host), local);
     match r {
         Err(e) => (
             503,
@@ -285,6 +300,15 @@ mod tests {
         assert!(
             body.contains("\"missing\":[],\"unreachable\":[\"b\"],"),
             "{body}"
+        );
+        let (status, body) = not_running("purge", "c", (200, "purged 3 entries of c\n"));
+        assert_eq!(status, 503);
+        assert_eq!(
+            body,
+            "{\"action\":\"purge\",\"target\":\"c\",\"host\":null,\"local\":{\"status\":200,\
+             \"result\":\"purged 3 entries of c\"},\"cluster\":{\"ok\":false,\"error\":\"not sent \
+             to the other hosts: this host's subscriber is not running: see the log line \
+             \\\"cannot start the subscriber thread\\\"\"}}\n"
         );
         let (status, body) = answer("drain", "", "a", (200, "draining"), Err("down".into()));
         assert_eq!(status, 503);
