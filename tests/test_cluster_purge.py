@@ -40,14 +40,19 @@ class Host:
         self.port, self.admin, self.proc, self.id = port, admin, proc, host_id
 
 
-def config(port, admin, origin, cache_dir, redis_addr, host_id, confirm="5s"):
+TOKEN = "t0ken-of-the-admin"
+
+
+def config(port, admin, origin, cache_dir, redis_addr, host_id, confirm="5s", token=TOKEN):
     hid = f'host_id = "{host_id}"' if host_id else ""
+    tok = f'token = "{token}"' if token else ""
     return f"""
 [runtime]
 zones = 1
 drain_timeout = "60s"
 [admin]
 listen = "127.0.0.1:{admin}"
+{tok}
 [cluster]
 redis = ["{redis_addr}"]
 prefix = "fleet:"
@@ -114,10 +119,14 @@ def get(port: int, path: str) -> tuple[int, str | None, bytes]:
         c.close()
 
 
-def admin(port: int, method: str, target: str) -> tuple[int, str, bytes]:
+def admin(port: int, method: str, target: str, token: str | None = TOKEN,
+          body: str | None = None) -> tuple[int, str, bytes]:
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"X-Ringx-Token": token} if token else {}
+    if body is not None:
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
     try:
-        c.request(method, target)
+        c.request(method, target, body=body, headers=headers)
         r = c.getresponse()
         return r.status, r.getheader("Content-Type"), r.read()
     finally:
@@ -334,3 +343,37 @@ def test_too_many_sent_at_once_is_refused_and_nothing_done(ringx, origin, redis,
     # The refused drain was not started.
     assert healthz(adm) == 200 and proc.proc.poll() is None
     assert "shutting down" not in proc.log()
+
+
+def test_drain_needs_a_token_and_so_does_a_purge_everywhere(ringx, origin, redis, tmp_path):
+    """A drain is a plain form POST: without [admin] token any web page the operator opens
+    could send it, so it is refused; with a token it needs it, and so does a purge sent to
+    every host. A purge of this host alone needs none, as before."""
+    origin.route("/obj", body=b"O" * 100, headers={"Cache-Control": "max-age=600"})
+    port, adm = free_port(), free_port()
+    proc = ringx.make(config(port, adm, origin, tmp_path / "cache", redis.addr, "host-a",
+                             token=""))
+    wait_until("subscribed", lambda: metric(adm, "ringx_cluster_redis_subscribed") == 1)
+    for target in ("/drain", "/drain?cluster=1"):
+        st, _, body = admin(adm, "POST", target, token=None)
+        assert st == 403 and b"set [admin] token" in body, (target, body)
+    # The form a page elsewhere would post.
+    st, _, body = admin(adm, "POST", "/drain", token=None, body="cluster=1")
+    assert st == 403 and b"set [admin] token" in body, body
+    assert healthz(adm) == 200
+
+    port, adm = free_port(), free_port()
+    ringx.make(config(port, adm, origin, tmp_path / "cache-b", redis.addr, "host-b"))
+    wait_until("subscribed", lambda: metric(adm, "ringx_cluster_redis_subscribed") == 1)
+    assert [get(port, "/obj")[1] for _ in range(2)] == ["MISS", "HIT"]
+    on_disk(adm)
+    for method, target in (("POST", "/drain"), ("POST", "/drain?cluster=1"),
+                           ("PURGE", "/cache/c?key=%2Fobj&cluster=1")):
+        for token in (None, "wrong"):
+            st, _, body = admin(adm, method, target, token=token)
+            assert st == 403 and b"token" in body, (method, target, token, body)
+    assert get(port, "/obj")[1] == "HIT"
+    assert healthz(adm) == 200
+    st, _, body = admin(adm, "PURGE", "/cache/c?key=%2Fobj", token=None)
+    assert (st, body) == (200, b"purged\n")
+    assert proc.proc.poll() is None

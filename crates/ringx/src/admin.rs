@@ -1,8 +1,8 @@
 //! The admin listener (`[admin] listen`): `GET /` (the status page, `status_html.rs`) and
 //! `/status.json`, `POST /action` (its actions, `admin_action.rs`), `GET /metrics`
-//! (Prometheus text format), `GET /healthz`, and `PURGE` (or `DELETE`)
-//! `/cache/NAME?key=KEY` to remove a proxy cache entry (`/cache/NAME` alone empties the
-//! cache), served by one plain blocking thread. It is not on any request path, so it
+//! (Prometheus text format), `GET /healthz`, `POST /drain` (with `[admin] token` only), and
+//! `PURGE` (or `DELETE`) `/cache/NAME?key=KEY` to remove a proxy cache entry (`/cache/NAME`
+//! alone empties the cache), served by one plain blocking thread. It is not on any request path, so it
 //! needs none of the zones' machinery; the socket has `SO_REUSEPORT` so that during a binary
 //! upgrade the old and the new process can both hold it.
 
@@ -87,15 +87,15 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let head = method == "HEAD";
+    let header = |name: &str| {
+        head_text.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
     if method == "POST" {
-        let header = |name: &str| {
-            head_text.lines().skip(1).find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.trim()
-                    .eq_ignore_ascii_case(name)
-                    .then(|| v.trim().to_string())
-            })
-        };
         let len: usize = header("content-length")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
@@ -115,6 +115,19 @@ fn serve_one(mut s: TcpStream, admin: &Admin) -> std::io::Result<()> {
     }
     if method == "PURGE" || method == "DELETE" {
         let (target, everywhere) = cluster_flag(target);
+        if everywhere {
+            // Every host's cache: with [admin] token, it needs the token (in a header).
+            let given = header_token(&header);
+            let req = crate::admin_action::Request {
+                fields: &[],
+                header_token: given.as_deref(),
+                peer: s.peer_addr().ok(),
+            };
+            let allowed = crate::admin_action::allowed(admin.token.as_deref(), &req, "purge");
+            if let Err((status, msg)) = allowed {
+                return respond(&mut s, status, "text/plain", &msg, false);
+            }
+        }
         let client = crate::cluster::client();
         if everywhere && client.is_none() {
             // Checked before anything is done: no host could be sent it.
@@ -221,9 +234,7 @@ fn post(
     }
     let mut fields = crate::admin_action::fields(query);
     fields.extend(crate::admin_action::fields(&String::from_utf8_lossy(body)));
-    let bearer = header("authorization")
-        .and_then(|a| a.strip_prefix("Bearer ").map(|t| t.trim().to_string()));
-    let header_token = header("x-ringx-token").or(bearer);
+    let header_token = header_token(&header);
     let req = crate::admin_action::Request {
         fields: &fields,
         header_token: header_token.as_deref(),
@@ -254,14 +265,32 @@ fn post(
     respond(s, status, "text/plain", &msg, false)
 }
 
+/// The token of `X-Ringx-Token:` or `Authorization: Bearer`.
+fn header_token(header: &impl Fn(&str) -> Option<String>) -> Option<String> {
+    let bearer = header("authorization")
+        .and_then(|a| a.strip_prefix("Bearer ").map(|t| t.trim().to_string()));
+    header("x-ringx-token").or(bearer)
+}
+
 /// `POST /drain`: this host's graceful drain, as SIGTERM starts it; with `cluster=1`, every
 /// host's. The answer is written before this host starts draining (it ends when done).
+///
+/// It needs `[admin] token`, and refuses when none is set: without one it would be a
+/// plain form POST that any web page the operator opens could send to the admin address
+/// (the drain cannot be undone, unlike the status page's actions).
 fn drain(
     s: &mut TcpStream,
     admin: &Admin,
     req: &crate::admin_action::Request,
 ) -> std::io::Result<()> {
-    if let Err((status, msg)) = crate::admin_action::allowed(admin.token.as_deref(), req, "drain") {
+    let Some(token) = admin.token.as_deref() else {
+        tracing::warn!(
+            "admin: refused a drain from {}: no [admin] token is set",
+            req.peer.map_or("?".to_string(), |p| p.to_string())
+        );
+        return respond(s, 403, "text/plain", DRAIN_NEEDS_A_TOKEN, false);
+    };
+    if let Err((status, msg)) = crate::admin_action::allowed(Some(token), req, "drain") {
         return respond(s, status, "text/plain", &msg, false);
     }
     let everywhere = req
@@ -292,6 +321,10 @@ fn drain(
         crate::cluster_events::drain_self,
     )
 }
+
+const DRAIN_NEEDS_A_TOKEN: &str = "forbidden: POST /drain needs a token: set [admin] token = \
+                                   \"...\" and send it (X-Ringx-Token:, Authorization: Bearer \
+                                   or a token field)\n";
 
 /// Requests sent to every host being answered, at most [`MAX_SENDING`] at a time.
 static SENDING: AtomicUsize = AtomicUsize::new(0);
