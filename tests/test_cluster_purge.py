@@ -41,11 +41,14 @@ class Host:
 
 
 TOKEN = "t0ken-of-the-admin"
+SECRET = "the-secret-of-the-fleet-0123456789"
 
 
-def config(port, admin, origin, cache_dir, redis_addr, host_id, confirm="5s", token=TOKEN):
+def config(port, admin, origin, cache_dir, redis_addr, host_id, confirm="5s", token=TOKEN,
+           secret=SECRET):
     hid = f'host_id = "{host_id}"' if host_id else ""
     tok = f'token = "{token}"' if token else ""
+    sec = f'events_secret = "{secret}"' if secret else ""
     return f"""
 [runtime]
 zones = 1
@@ -58,6 +61,7 @@ redis = ["{redis_addr}"]
 prefix = "fleet:"
 confirm_timeout = "{confirm}"
 {hid}
+{sec}
 [[proxy_cache_path]]
 name = "c"
 path = "{cache_dir}"
@@ -377,3 +381,34 @@ def test_drain_needs_a_token_and_so_does_a_purge_everywhere(ringx, origin, redis
     st, _, body = admin(adm, "PURGE", "/cache/c?key=%2Fobj", token=None)
     assert (st, body) == (200, b"purged\n")
     assert proc.proc.poll() is None
+
+
+def test_messages_without_the_secret_drain_nothing(ringx, origin, redis, tmp_path):
+    """Anyone who can publish in Redis: with [cluster] events_secret a host refuses a message
+    without its MAC, and counts it; without a secret a host still purges what it is sent,
+    but refuses a drain; and it does not send one (POST /drain?cluster=1 is a 400)."""
+    hosts = {}
+    for name, secret in (("signed", SECRET), ("open", "")):
+        port, adm = free_port(), free_port()
+        proc = ringx.make(config(port, adm, origin, tmp_path / f"cache-{name}", redis.addr,
+                                 f"host-{name}", secret=secret), name=name)
+        wait_until("subscribed", lambda adm=adm: metric(
+            adm, "ringx_cluster_redis_subscribed") == 1)
+        hosts[name] = (adm, proc)
+    secs, _ = command(redis.port, "TIME")
+    forged = f"ringx-event/2 x1 mallory {int(secs) * 1000} drain  -"
+    assert command(redis.port, "PUBLISH", "fleet:events", forged) == 2
+    signed_adm, open_adm = hosts["signed"][0], hosts["open"][0]
+    wait_until("the forged drain refused", lambda: metric(
+        signed_adm, 'ringx_cluster_redis_messages_total{kind="unauthenticated"}') == 1)
+    # The host without a secret took the message, and refused the drain in its confirmation.
+    got = wait_until("confirmed", lambda: command(redis.port, "HGET", "fleet:confirm:x1",
+                                                  "host-open"))
+    assert got.startswith(b"403 refused: a drain sent through Redis needs [cluster] "
+                          b"events_secret"), got
+    assert command(redis.port, "HGET", "fleet:confirm:x1", "host-signed") is None
+    st, ctype, body = admin(open_adm, "POST", "/drain?cluster=1")
+    assert (st, ctype) == (400, "application/json") and b"events_secret" in body, body
+    for adm, proc in hosts.values():
+        assert healthz(adm) == 200 and proc.proc.poll() is None
+        assert "shutting down" not in proc.log()

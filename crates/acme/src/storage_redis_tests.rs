@@ -20,6 +20,7 @@ fn client(addr: String) -> Client {
         prefix: "t1:".into(),
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(2),
+        events_secret: None,
     })
     .unwrap()
 }

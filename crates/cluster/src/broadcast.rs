@@ -223,16 +223,22 @@ pub fn broadcast(
     let ev = Event {
         id: new_id(origin),
         origin: origin.to_string(),
+        sent_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
         action: action.to_string(),
         target: target.to_vec(),
     };
-    let msg = ev.encode().ok_or_else(|| {
-        fail(Error::Reply(
-            "the message cannot be sent: a host id or action that is not 1-128 printable \
+    let secret = c.settings().events_secret;
+    let msg = ev
+        .encode(secret.as_ref().map(String::as_bytes))
+        .ok_or_else(|| {
+            fail(Error::Reply(
+                "the message cannot be sent: a host id or action that is not 1-128 printable \
              characters, or over 64 KiB"
-                .into(),
-        ))
-    })?;
+                    .into(),
+            ))
+        })?;
     let (alive, gone) = known_hosts(c).map_err(fail)?;
     let channel = c.key(events::CHANNEL);
     // Before PUBLISH: this process's subscriber may have the message before its answer.

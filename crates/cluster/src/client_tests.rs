@@ -17,6 +17,7 @@ fn settings(addr: String, timeout: Duration) -> Settings {
         prefix: "t:".into(),
         connect_timeout: Duration::from_millis(500),
         timeout,
+        events_secret: None,
     }
 }
 

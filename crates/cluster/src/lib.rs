@@ -25,6 +25,7 @@
 //!     prefix: "ringx:".into(),
 //!     connect_timeout: Duration::from_secs(1),
 //!     timeout: Duration::from_millis(500),
+//!     events_secret: None,
 //! })
 //! .unwrap();
 //! let key = c.key("hello");

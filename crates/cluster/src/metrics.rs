@@ -41,6 +41,9 @@ pub struct EventCounters {
     pub published: AtomicU64,
     pub received: AtomicU64,
     pub invalid: AtomicU64,
+    /// Received events refused under `[cluster] events_secret`: without its MAC, sent over
+    /// 5 minutes away from this host's clock, or taken already (replays).
+    pub unauthenticated: AtomicU64,
     /// This host's confirmations of what it applied, written or not (Redis failed).
     pub confirms_sent: AtomicU64,
     pub confirms_failed: AtomicU64,
@@ -69,12 +72,14 @@ impl EventCounters {
              # TYPE ringx_cluster_redis_subscribes_total counter\n\
              ringx_cluster_redis_subscribes_total {}\n\
              # HELP ringx_cluster_redis_messages_total Purges and drains: published by this \
-             host, received (its own included), received that were not ringx events, not \
-             published (Redis unavailable).\n\
+             host, received (its own included), received that were not ringx events, refused \
+             (no valid MAC under events_secret, or a replay), not published (Redis \
+             unavailable).\n\
              # TYPE ringx_cluster_redis_messages_total counter\n\
              ringx_cluster_redis_messages_total{{kind=\"published\"}} {}\n\
              ringx_cluster_redis_messages_total{{kind=\"received\"}} {}\n\
              ringx_cluster_redis_messages_total{{kind=\"invalid\"}} {}\n\
+             ringx_cluster_redis_messages_total{{kind=\"unauthenticated\"}} {}\n\
              ringx_cluster_redis_messages_total{{kind=\"publish_failed\"}} {}\n\
              # HELP ringx_cluster_redis_confirmations_sent_total This host's confirmations of \
              the messages it applied, by result.\n\
@@ -97,6 +102,7 @@ impl EventCounters {
             self.published.load(Relaxed),
             self.received.load(Relaxed),
             self.invalid.load(Relaxed),
+            self.unauthenticated.load(Relaxed),
             self.publish_failed.load(Relaxed),
             self.confirms_sent.load(Relaxed),
             self.confirms_failed.load(Relaxed),

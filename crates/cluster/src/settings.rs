@@ -20,9 +20,11 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// A command's budget, and each read and write's timeout on the thread.
     pub timeout: Duration,
+    /// `[cluster] events_secret`: the key of the MACs of the messages between hosts.
+    pub events_secret: Option<String>,
 }
 
-/// Without the password: settings may be logged.
+/// Without the password and the secret: settings may be logged.
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.debug_struct("Settings")
@@ -33,6 +35,10 @@ impl std::fmt::Debug for Settings {
             .field("prefix", &self.prefix)
             .field("connect_timeout", &self.connect_timeout)
             .field("timeout", &self.timeout)
+            .field(
+                "events_secret",
+                &self.events_secret.as_ref().map(|_| "(set)"),
+            )
             .finish()
     }
 }

@@ -10,6 +10,7 @@
 //! subscribed again; an idle connection is pinged every second. Events published while no
 //! connection was up are lost (pub/sub keeps nothing): their origin sees this host missing.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use crate::client::Client;
 use crate::conn::Conn;
 use crate::discover;
 use crate::error::Error;
-use crate::events::{self, Event, HEARTBEAT_EVERY};
+use crate::events::{self, DecodeError, Event, HEARTBEAT_EVERY};
 use crate::resp::Value;
 use crate::settings::Settings;
 
@@ -28,6 +29,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How long one read waits: how soon a stop or a periodic task is seen.
 const TICK: Duration = Duration::from_millis(200);
 const PING_EVERY: Duration = Duration::from_secs(1);
+/// The ids of authenticated messages remembered at most (within 5 minutes).
+const SEEN_KEPT: usize = 4096;
 /// How long a confirmation is kept.
 const CONFIRM_TTL_S: &[u8] = b"60";
 /// `HSET KEY HOST RESULT` and `EXPIRE KEY TTL` as one command.
@@ -43,8 +46,10 @@ pub struct Applied {
     pub then: Option<Box<dyn FnOnce() + Send>>,
 }
 
-/// What applies an event on this host.
-pub type Handler = Arc<dyn Fn(&Event) -> Applied + Send + Sync>;
+/// What applies an event on this host; `authenticated`: it carried the MAC of `[cluster]
+/// events_secret (false without a secret: anyone who can publish on the channel may have
+/// sent it).
+pub type Handler = Arc<dyn Fn(&Event, bool) -> Applied + Send + Sync>;
 
 /// The subscriber thread; it stops (within 200 ms) when this is dropped.
 pub struct Subscriber {
@@ -75,6 +80,7 @@ impl Subscriber {
             ping_sent: None,
             last_beat: None,
             ever: false,
+            seen: VecDeque::new(),
         };
         std::thread::Builder::new()
             .name("ringx-cluster-sub".into())
@@ -100,6 +106,9 @@ struct Thread {
     ping_sent: Option<Instant>,
     last_beat: Option<Instant>,
     ever: bool,
+    /// With a secret: the ids of the authenticated messages taken within
+    /// [`events::MAX_AGE`], and when each was sent, oldest first (a replay is refused).
+    seen: VecDeque<(String, u64)>,
 }
 
 impl Thread {
@@ -205,16 +214,65 @@ impl Thread {
         }
     }
 
+    /// Whether an authenticated event is fresh: sent within [`events::MAX_AGE`] of this
+    /// host's clock, its id not taken before. Remembers it.
+    fn fresh(&mut self, ev: &Event) -> Result<(), &'static str> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let max = events::MAX_AGE.as_millis() as u64;
+        while self
+            .seen
+            .front()
+            .is_some_and(|(_, t)| now.saturating_sub(*t) > max)
+            || self.seen.len() >= SEEN_KEPT
+        {
+            self.seen.pop_front();
+        }
+        if now.abs_diff(ev.sent_ms) > max {
+            return Err("sent over 5 minutes from this host's clock (a replay, or clocks apart)");
+        }
+        if self.seen.iter().any(|(id, _)| *id == ev.id) {
+            return Err("its id was taken already (a replay)");
+        }
+        self.seen.push_back((ev.id.clone(), ev.sent_ms));
+        Ok(())
+    }
+
     fn message(&mut self, msg: &[u8]) {
+        let secret = self.client.settings().events_secret;
+        let decoded = Event::decode(msg, secret.as_ref().map(String::as_bytes));
         let counters = &self.client.counters().events;
-        let ev = match Event::decode(msg) {
-            Ok(ev) => ev,
-            Err(e) => {
+        let got = match decoded {
+            Ok(got) => got,
+            Err(e @ DecodeError::Invalid(_)) => {
                 counters.invalid.fetch_add(1, Relaxed);
                 tracing::debug!("cluster: ignored a message on the channel: {e}");
                 return;
             }
+            Err(e @ DecodeError::Unauthenticated(_)) => {
+                counters.unauthenticated.fetch_add(1, Relaxed);
+                tracing::warn!("cluster: refused a message on the channel: {e}");
+                return;
+            }
         };
+        let authenticated = got.authenticated;
+        let ev = got.event;
+        if authenticated {
+            if let Err(why) = self.fresh(&ev) {
+                let counters = &self.client.counters().events;
+                counters.unauthenticated.fetch_add(1, Relaxed);
+                tracing::warn!(
+                    "cluster: refused {} {:?} from host {} (message {}): {why}",
+                    ev.action,
+                    String::from_utf8_lossy(&ev.target),
+                    ev.origin,
+                    ev.id
+                );
+                return;
+            }
+        }
+        let counters = &self.client.counters().events;
         counters.received.fetch_add(1, Relaxed);
         // Known by its id, not its origin: another process may have this host id.
         let applied = if self.client.sent_here(&ev.id) {
@@ -224,7 +282,7 @@ impl Thread {
                 then: None,
             }
         } else {
-            (self.handler)(&ev)
+            (self.handler)(&ev, authenticated)
         };
         tracing::info!(
             "cluster: {} {:?} from host {} (message {}): {} {}",

@@ -2,7 +2,7 @@
 //! applies it once and confirms; Redis restarted under them, they subscribe again; Redis
 //! gone, broadcasting fails at once with the error.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use crate::broadcast::{alive_hosts, broadcast};
 use crate::testing::{missing, RedisServer};
 use crate::{Applied, Client, Event, Handler, Settings, Subscriber, Target};
 
-fn client(addr: String) -> Client {
+fn client_with(addr: String, events_secret: Option<&str>) -> Client {
     Client::start(Settings {
         target: Target::Servers(vec![addr]),
         username: None,
@@ -19,6 +19,7 @@ fn client(addr: String) -> Client {
         prefix: "s:".into(),
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(1),
+        events_secret: events_secret.map(str::to_string),
     })
     .unwrap()
 }
@@ -31,19 +32,27 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A host: its client, its subscriber, and the events it applied.
+/// A host: its client, its subscriber, and the events it applied (and how many of them
+/// were authenticated).
 struct Host {
     c: Client,
     _sub: Subscriber,
     seen: Arc<Mutex<Vec<Event>>>,
+    authenticated: Arc<AtomicUsize>,
 }
 
 fn host(addr: String, id: &str) -> Host {
-    let c = client(addr);
+    host_with(addr, id, None)
+}
+
+fn host_with(addr: String, id: &str, secret: Option<&str>) -> Host {
+    let c = client_with(addr, secret);
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
-    let handler: Handler = Arc::new(move |ev: &Event| {
+    let authenticated = Arc::new(AtomicUsize::new(0));
+    let (s, a) = (seen.clone(), authenticated.clone());
+    let handler: Handler = Arc::new(move |ev: &Event, authenticated: bool| {
         s.lock().unwrap().push(ev.clone());
+        a.fetch_add(usize::from(authenticated), Relaxed);
         Applied {
             status: 200,
             text: format!("did {}\n", ev.action),
@@ -51,7 +60,12 @@ fn host(addr: String, id: &str) -> Host {
         }
     });
     let sub = Subscriber::start(c.clone(), id.into(), handler).unwrap();
-    Host { c, _sub: sub, seen }
+    Host {
+        c,
+        _sub: sub,
+        seen,
+        authenticated,
+    }
 }
 
 #[test]
@@ -220,4 +234,81 @@ fn a_host_alive_that_does_not_confirm_is_missing() {
         a.c.counters().events.invalid.load(Relaxed) == 1
     });
     assert!(a.seen.lock().unwrap().is_empty());
+}
+
+#[test]
+fn with_a_secret_only_its_macs_are_taken_and_only_once() {
+    if !ringx_kerneltest::require(missing()) {
+        return;
+    }
+    const SECRET: &str = "a secret of the fleet, 16+";
+    let r = RedisServer::start();
+    let a = host_with(r.addr(), "a", Some(SECRET));
+    let b = host_with(r.addr(), "b", Some(SECRET));
+    wait_for("two hosts alive", || {
+        alive_hosts(&a.c).is_ok_and(|h| h == ["a", "b"])
+    });
+    let o = broadcast(&a.c, "a", "drain", b"", Duration::from_secs(10)).unwrap();
+    assert!(o.ok(), "{o:?}");
+    assert_eq!(b.seen.lock().unwrap().len(), 1);
+    assert_eq!(b.authenticated.load(Relaxed), 1);
+
+    // Anyone else who can publish: without the MAC, with another secret's, the same
+    // message again (a replay), or one sent 10 minutes ago. All counted and refused.
+    let publish = |m: &[u8]| {
+        let ch = a.c.key(crate::events::CHANNEL);
+        a.c.call(&[b"PUBLISH", ch.as_bytes(), m], Duration::from_secs(1))
+            .unwrap();
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let ev = |id: &str, sent_ms: u64| Event {
+        id: id.into(),
+        origin: "mallory".into(),
+        sent_ms,
+        action: "drain".into(),
+        target: Vec::new(),
+    };
+    publish(&ev("x1", now_ms).encode(None).unwrap());
+    publish(
+        &ev("x2", now_ms)
+            .encode(Some(b"not the fleet's secret"))
+            .unwrap(),
+    );
+    publish(
+        &ev("x3", now_ms - 600_000)
+            .encode(Some(SECRET.as_bytes()))
+            .unwrap(),
+    );
+    let signed = ev("x4", now_ms).encode(Some(SECRET.as_bytes())).unwrap();
+    publish(&signed);
+    publish(&signed);
+    wait_for("the five counted", || {
+        [&a, &b].iter().all(|h| {
+            let ev = &h.c.counters().events;
+            ev.unauthenticated.load(Relaxed) + ev.received.load(Relaxed) >= 6
+        })
+    });
+    for h in [&a, &b] {
+        let ev = &h.c.counters().events;
+        // x4 once; x1, x2, x3 and x4 again refused.
+        assert_eq!(ev.unauthenticated.load(Relaxed), 4);
+        assert!(h
+            .c
+            .counters()
+            .render()
+            .contains("ringx_cluster_redis_messages_total{kind=\"unauthenticated\"} 4\n"));
+    }
+    let ids = |h: &Host| -> Vec<String> {
+        h.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.id.clone())
+            .collect()
+    };
+    assert_eq!(ids(&a), ["x4"]);
+    assert_eq!(ids(&b), [o.id.clone(), "x4".into()]);
 }

@@ -20,6 +20,8 @@
 //!                                    # default: HOSTNAME:ADMIN_PORT (HOSTNAME without [admin])
 //! confirm_timeout = "2s"             # how long a purge or drain `?cluster=1` waits for
 //!                                    # the other hosts' confirmations
+//! events_secret = "..."              # the same on every host: messages between hosts are
+//!                                    # authenticated (HMAC-SHA256); drains need it
 //! ```
 //!
 //! `tls` takes the keys of `[[upstream]] tls` (`ca`, `sni`, `verify`, `cert`, `key`); the
@@ -56,6 +58,9 @@ pub struct Cluster {
     /// How long a purge or drain sent to every host waits for their confirmations.
     #[serde(default = "default_confirm_timeout")]
     pub confirm_timeout: Spanned<Dur>,
+    /// The key of the MACs (HMAC-SHA256) of the messages between hosts; without it anyone
+    /// who can publish in Redis can purge every host's cache, and drains are not sent.
+    pub events_secret: Option<Spanned<String>>,
 }
 
 /// `tls = true | false | { ca, sni, verify, cert, key }`.
@@ -234,6 +239,15 @@ pub(crate) fn validate(c: &Spanned<Cluster>, src: &Source) -> Result<(), ConfigE
             ));
         }
     }
+    if let Some(k) = &cl.events_secret {
+        if k.get_ref().len() < 16 {
+            return Err(src.err(
+                k.span(),
+                "events_secret: at least 16 characters (openssl rand -hex 32 makes 64), \
+                 the same on every host",
+            ));
+        }
+    }
     for (name, d) in [
         ("connect_timeout", &cl.connect_timeout),
         ("timeout", &cl.timeout),
@@ -289,6 +303,7 @@ mod tests {
         );
         assert!(cl.tls().is_none());
         assert!(cl.host_id.is_none());
+        assert!(cl.events_secret.is_none());
         assert_eq!(
             cl.confirm_timeout.get_ref().0,
             std::time::Duration::from_secs(2)
@@ -299,13 +314,14 @@ mod tests {
                 "[cluster]\nsentinel = [\"10.0.0.1:26379\"]\nmaster = \"ringx\"\nusername = \"u\"\n\
                  password = \"p\"\ntls = {{ ca = \"/etc/ca.pem\", sni = \"redis\" }}\nprefix = \"fleet1:\"\n\
                  timeout = \"50ms\"\nconnect_timeout = 2\nhost_id = \"web-1:9901\"\n\
-                 confirm_timeout = \"5s\"\n{SITE}"
+                 confirm_timeout = \"5s\"\nevents_secret = \"0123456789abcdef\"\n{SITE}"
             ),
         )
         .unwrap();
         let cl = c.cluster.unwrap().into_inner();
         assert_eq!(cl.master.unwrap().get_ref(), "ringx");
         assert_eq!(cl.host_id.unwrap().get_ref(), "web-1:9901");
+        assert_eq!(cl.events_secret.unwrap().get_ref(), "0123456789abcdef");
         assert_eq!(
             cl.confirm_timeout.get_ref().0,
             std::time::Duration::from_secs(5)
@@ -385,6 +401,11 @@ mod tests {
                 "[cluster]\nredis = [\"a:1\"]\nconfirm_timeout = \"2m\"",
                 "c.toml:3:19: ",
                 "confirm_timeout must be between 1ms and 60s",
+            ),
+            (
+                "[cluster]\nredis = [\"a:1\"]\nevents_secret = \"short\"",
+                "c.toml:3:17: ",
+                "at least 16 characters",
             ),
             (
                 "[cluster]\nredis = [\"a:1\"]\ntls = { cert = \"c.pem\" }",

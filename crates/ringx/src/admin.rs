@@ -309,6 +309,10 @@ fn drain(
         let (status, json) = crate::cluster_events::no_cluster();
         return respond(s, status, "application/json", &json, false);
     };
+    if client.settings().events_secret.is_none() {
+        let (status, json) = crate::cluster_events::drain_needs_secret();
+        return respond(s, status, "application/json", &json, false);
+    }
     let Some(slot) = Slot::take() else {
         // Nothing done, this host's drain included: "try again" says so.
         return respond(s, 503, "text/plain", BUSY, false);

@@ -49,6 +49,7 @@ fn settings(c: &Cluster) -> Settings {
         prefix: c.prefix.get_ref().clone(),
         connect_timeout: c.connect_timeout.get_ref().0,
         timeout: c.timeout.get_ref().0,
+        events_secret: c.events_secret.as_ref().map(|s| s.get_ref().clone()),
     }
 }
 

@@ -76,7 +76,9 @@ pub fn start(cfg: &Config, client: Option<&Client>) {
 
 /// What this host does with an event another process sent (the subscriber confirms this
 /// process's own without handing them over: the admin request that sent one applied it).
-fn apply(ev: &Event) -> Applied {
+/// A drain only when `authenticated` (its MAC under `[cluster] events_secret` checked):
+/// otherwise anyone who can publish in Redis could stop every host.
+fn apply(ev: &Event, authenticated: bool) -> Applied {
     let done = |status, text: &str| Applied {
         status,
         text: text.into(),
@@ -88,6 +90,15 @@ fn apply(ev: &Event) -> Applied {
             let (status, text) = crate::cache_purge::purge(&format!("/cache/{target}"));
             done(status, &text)
         }
+        "drain" if !authenticated => {
+            tracing::warn!(
+                "cluster: refused a drain from host {} (message {}): a drain sent through \
+                 Redis needs [cluster] events_secret, the same on every host",
+                ev.origin,
+                ev.id
+            );
+            done(403, NOT_AUTHENTICATED)
+        }
         "drain" => Applied {
             status: 200,
             text: "draining".into(),
@@ -95,6 +106,20 @@ fn apply(ev: &Event) -> Applied {
         },
         other => done(400, &format!("unknown action {other:?}")),
     }
+}
+
+const NOT_AUTHENTICATED: &str = "refused: a drain sent through Redis needs [cluster] \
+                                 events_secret on every host";
+
+/// The answer to `POST /drain?cluster=1` without `[cluster] events_secret` (checked
+/// before anything is done: 400, nothing done).
+pub fn drain_needs_secret() -> (u16, String) {
+    (
+        400,
+        "{\"error\":\"a drain with cluster=1 needs [cluster] events_secret, the same on every \
+         host: without it the other hosts refuse a drain sent through Redis; nothing done\"}\n"
+            .into(),
+    )
 }
 
 /// Starts this process's graceful drain as SIGTERM does (the control thread takes the
@@ -325,15 +350,23 @@ mod tests {
         let ev = |origin: &str, action: &str| Event {
             id: "1".into(),
             origin: origin.into(),
+            sent_ms: 0,
             action: action.into(),
             target: b"nope".to_vec(),
         };
-        let a = apply(&ev("other", "purge"));
-        assert_eq!(
-            (a.status, a.text.as_str()),
-            (404, "no proxy_cache_path named \"nope\"\n")
-        );
-        assert_eq!(apply(&ev("other", "reboot")).status, 400);
-        assert!(apply(&ev("other", "drain")).then.is_some());
+        // A purge with a MAC or without.
+        for authenticated in [false, true] {
+            let a = apply(&ev("other", "purge"), authenticated);
+            assert_eq!(
+                (a.status, a.text.as_str()),
+                (404, "no proxy_cache_path named \"nope\"\n")
+            );
+        }
+        assert_eq!(apply(&ev("other", "reboot"), true).status, 400);
+        assert!(apply(&ev("other", "drain"), true).then.is_some());
+        // A drain without a MAC checked under events_secret: refused, nothing done.
+        let a = apply(&ev("other", "drain"), false);
+        assert!(a.then.is_none());
+        assert_eq!((a.status, a.text.as_str()), (403, NOT_AUTHENTICATED));
     }
 }

@@ -297,6 +297,7 @@ fn scripts_agree_with_the_model_on_redis() {
         prefix: "t:".into(),
         connect_timeout: Duration::from_secs(1),
         timeout: Duration::from_secs(5),
+        events_secret: None,
     })
     .unwrap();
     let run = |kind, host: &'static str, items: &[Item]| {
