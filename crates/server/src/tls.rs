@@ -155,6 +155,7 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
             .tls
             .session_tickets
             .then(|| cfg.tls.ticket_key_rotate.get_ref().0.as_secs() as u32),
+        shared_tickets: None,
     };
     let sites = Sites::build(provider, &sessions, specs, listeners).map_err(Error::config)?;
     Ok(Some(TlsSetup {

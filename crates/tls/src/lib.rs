@@ -7,6 +7,7 @@
 //! | [`sni`] | which server's settings a handshake gets, by SNI |
 //! | [`sites`] | the rustls configurations of every TLS server; each zone's copy |
 //! | [`tickets`] | session ticket keys rotated on a schedule, shared by the zones |
+//! | [`ticket_keys`] | ticket keys put in from outside (`[cluster]`: shared by several hosts) |
 //! | [`conn`] | one connection driven sans-I/O on the zone's buffers: the handshake |
 //! | [`traffic`] | the connection after its handshake: alerts, close_notify, KeyUpdate |
 //! | [`record`] | TLS records sealed and opened in place, with the keys rustls hands over |
@@ -30,6 +31,7 @@ mod rsa_key;
 pub mod select;
 pub mod sites;
 pub mod sni;
+pub mod ticket_keys;
 pub mod tickets;
 pub mod traffic;
 mod wipe;
@@ -44,5 +46,7 @@ pub use traffic::{KernelOut, Session};
 mod tests;
 #[cfg(test)]
 mod tests_limits;
+#[cfg(test)]
+mod tests_tickets;
 #[cfg(test)]
 mod tests_traffic;

@@ -15,6 +15,7 @@ use rustls::{RootCertStore, ServerConfig};
 use crate::provider::Provider;
 use crate::select::CertSet;
 use crate::sni::SniMap;
+use crate::ticket_keys::SharedTickets;
 use crate::tickets;
 
 /// Session resumption settings.
@@ -24,6 +25,9 @@ pub struct Sessions {
     pub cache: usize,
     /// Ticket key lifetime in seconds; `None`: no tickets.
     pub ticket_rotate_s: Option<u32>,
+    /// Ticket keys shared with other hosts (`[cluster]`), used instead of this process's own
+    /// rotating ones when tickets are on.
+    pub shared_tickets: Option<Arc<SharedTickets>>,
 }
 
 /// Client certificates a server asks for.
@@ -73,10 +77,15 @@ impl Sites {
         listeners: Vec<Option<SniMap>>,
     ) -> Result<Sites, String> {
         let crypto = provider.crypto();
-        let ticketer: Option<Arc<dyn ProducesTickets>> = match sessions.ticket_rotate_s {
-            Some(s) => Some(tickets::rotating(provider, s).map_err(|e| e.to_string())?),
-            None => None,
-        };
+        let ticketer: Option<Arc<dyn ProducesTickets>> =
+            match (sessions.ticket_rotate_s, &sessions.shared_tickets) {
+                (Some(s), Some(shared)) => {
+                    shared.set_period(s);
+                    Some(shared.clone())
+                }
+                (Some(s), None) => Some(tickets::rotating(provider, s).map_err(|e| e.to_string())?),
+                (None, _) => None,
+            };
         let mut configs = Vec::with_capacity(servers.len());
         let client_auth = servers
             .iter()

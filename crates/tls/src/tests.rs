@@ -97,6 +97,16 @@ fn sites(pki: &Pki) -> Sites {
 
 /// [`sites`] on either provider.
 pub(crate) fn sites_with(pki: &Pki, provider: Provider) -> Sites {
+    let sessions = Sessions {
+        cache: 100,
+        ticket_rotate_s: Some(3600),
+        shared_tickets: None,
+    };
+    sites_sessions(pki, provider, &sessions)
+}
+
+/// [`sites`] with these session settings.
+pub(crate) fn sites_sessions(pki: &Pki, provider: Provider, sessions: &Sessions) -> Sites {
     let a = SiteSpec {
         resolver: None,
         keys: vec![key(pki, "a", &["a.test"], false)],
@@ -114,11 +124,7 @@ pub(crate) fn sites_with(pki: &Pki, provider: Provider) -> Sites {
     };
     let names = [vec!["a.test".to_string()], vec!["*.b.test".to_string()]];
     let map = SniMap::new([(0, &names[0][..]), (1, &names[1][..])], 0);
-    let sessions = Sessions {
-        cache: 100,
-        ticket_rotate_s: Some(3600),
-    };
-    Sites::build(provider, &sessions, vec![Some(a), Some(b)], vec![Some(map)])
+    Sites::build(provider, sessions, vec![Some(a), Some(b)], vec![Some(map)])
         .unwrap()
         .for_zone()
 }
