@@ -29,30 +29,47 @@ fn free_port() -> u16 {
 }
 
 impl RedisServer {
+    /// One on a free port. Tests run in parallel, so another test's server may take the
+    /// port between the look and the bind: then another port.
     pub fn start() -> RedisServer {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!(
-            "ringx-redis-{}-{port}-{:?}",
-            std::process::id(),
-            Instant::now()
-        ));
-        std::fs::create_dir_all(&dir).expect("temporary directory");
-        let mut r = RedisServer {
-            port,
-            dir,
-            child: None,
-        };
-        r.restart();
-        r
+        for _ in 0..20 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!(
+                "ringx-redis-{}-{port}-{:?}",
+                std::process::id(),
+                Instant::now()
+            ));
+            std::fs::create_dir_all(&dir).expect("temporary directory");
+            let mut r = RedisServer {
+                port,
+                dir,
+                child: None,
+            };
+            if r.launch() {
+                return r;
+            }
+        }
+        panic!("redis-server found no free port in 20 tries");
     }
 
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// Starts it (again, on the same port) and waits until it answers.
+    /// Starts it again, on the same port, and waits until it answers.
     pub fn restart(&mut self) {
         self.stop();
+        assert!(
+            self.launch(),
+            "redis-server cannot listen on {} again: another process took the port",
+            self.port
+        );
+    }
+
+    /// Starts it and waits until it answers: `false` when it exits first (the port is
+    /// taken). The server that answers must be this one (its `process_id`), not another
+    /// test's that took the port.
+    fn launch(&mut self) -> bool {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -63,6 +80,7 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
+        let pid = format!("process_id:{}\r\n", child.id());
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         let dial = Dial {
@@ -73,9 +91,16 @@ impl RedisServer {
             password: None,
         };
         while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut() {
+                if !matches!(c.try_wait(), Ok(None)) {
+                    self.child = None;
+                    return false;
+                }
+            }
             if let Ok(mut c) = Conn::open(&self.addr(), &dial, false) {
-                if c.call(&[b"PING"]).is_ok() {
-                    return;
+                let info = c.call(&[b"INFO", b"server"]);
+                if info.is_ok_and(|v| v.text().is_some_and(|t| t.contains(&pid))) {
+                    return true;
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
