@@ -14,6 +14,10 @@
 //! what it receives through the binary's [`Handler`], confirms, and says every 2 s that the
 //! host is alive ([`broadcast::heartbeat`]).
 //!
+//! TLS session ticket keys are shared the same way ([`tickets`]): a [`TicketSync`] thread
+//! per host reads them from Redis and rotates them under a lock, so that a ticket one host
+//! issued resumes on every other.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use ringx_cluster::{Client, Settings, Target};
@@ -52,6 +56,8 @@ pub mod settings;
 pub mod subscriber;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod tickets;
+pub mod tickets_metrics;
 pub mod worker;
 
 pub use client::{Client, Pending};
@@ -63,8 +69,11 @@ pub use metrics::Counters;
 pub use resp::Value;
 pub use settings::Settings;
 pub use subscriber::{Applied, Handler, Subscriber};
+pub use tickets::{TicketSettings, TicketSync};
 
 #[cfg(test)]
 mod client_tests;
 #[cfg(test)]
 mod subscriber_tests;
+#[cfg(test)]
+mod tickets_tests;
