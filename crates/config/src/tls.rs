@@ -16,6 +16,7 @@
 //! session_tickets = true       # stateless resumption, valid in every zone
 //! provider = "aws-lc-rs"       # or "ring"
 //! ticket_key_rotate = "6h"     # a ticket key encrypts this long, then decrypts as long again
+//!                              # (with [cluster], the keys are shared by every host: docs/cluster.md)
 //! handshake_share = 0.5        # most of a zone's time that handshakes may take
 //! ktls = "auto"                # the kernel seals records where it can (kTLS), or "off"
 //! ```

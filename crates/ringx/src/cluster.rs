@@ -3,15 +3,20 @@
 //! settings on a reload, and what `/metrics` shows of it. The ACME thread takes it as its
 //! storage (`crate::acme`); the cluster limit zones sync through it
 //! (`ringx_server::guard::cluster_sync`); its subscriber, for purges and drains sent to every
-//! host, is `crate::cluster_events`.
+//! host, is `crate::cluster_events`; the TLS session ticket keys every host shares are kept
+//! filled from it by a [`TicketSync`] (the TLS configurations take those keys,
+//! `ringx_cluster::tickets::shared_keys`, whenever `[cluster]` is configured).
 
 use std::sync::Mutex;
 
-use ringx_cluster::{Client, Settings, Target, TlsSpec};
+use ringx_cluster::{Client, Settings, Target, TicketSettings, TicketSync, TlsSpec};
 use ringx_config::cluster::Cluster;
 use ringx_config::Config;
 
 static CLIENT: Mutex<Option<Client>> = Mutex::new(None);
+/// The thread that fills the shared ticket keys, while `[cluster]` and session tickets are
+/// on and some server has TLS.
+static TICKETS: Mutex<Option<TicketSync>> = Mutex::new(None);
 
 /// The client, when `[cluster]` is configured.
 pub fn client() -> Option<Client> {
@@ -65,6 +70,7 @@ pub fn start(cfg: &Config) -> Result<(), String> {
         }
         drop(cur);
         crate::cluster_events::start(cfg, None);
+        tickets(cfg, None);
         return Ok(());
     };
     let c = c.get_ref();
@@ -96,12 +102,53 @@ pub fn start(cfg: &Config) -> Result<(), String> {
     drop(cur);
     // Its subscriber: purges and drains from the other hosts.
     crate::cluster_events::start(cfg, client.as_ref());
+    tickets(cfg, client.as_ref());
     Ok(())
 }
 
-/// The client's lines of `/metrics` and the cluster limit zones' (none without `[cluster]`).
+/// Starts, keeps (with the new period) or stops the ticket keys' thread for `cfg`.
+fn tickets(cfg: &Config, client: Option<&Client>) {
+    let tls = cfg.server.iter().any(|s| s.get_ref().tls.is_some())
+        || cfg.stream.iter().any(|s| s.get_ref().tls.is_some());
+    let want = client.filter(|_| cfg.tls.session_tickets && tls);
+    let mut cur = TICKETS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(client) = want else {
+        if cur.take().is_some() {
+            tracing::info!("TLS tickets: no longer shared through Redis");
+        }
+        return;
+    };
+    let settings = TicketSettings::new(cfg.tls.ticket_key_rotate.get_ref().0);
+    match cur.as_ref() {
+        // The same client (a reload): the same thread, which keeps its keys.
+        Some(t) if t.client() == client => t.set_settings(settings),
+        _ => {
+            let keys = ringx_cluster::tickets::shared_keys();
+            *cur = match TicketSync::start(client.clone(), keys, settings) {
+                Ok(t) => {
+                    tracing::info!(
+                        "TLS tickets: keys shared by every host through Redis, rotated every \
+                         {:?}",
+                        settings.period
+                    );
+                    Some(t)
+                }
+                Err(e) => {
+                    tracing::error!("TLS tickets: cannot start the ticket keys' thread: {e}");
+                    None
+                }
+            };
+        }
+    }
+}
+
+/// The client's lines of `/metrics`, the cluster limit zones' and the ticket keys' (none
+/// without `[cluster]`).
 pub fn render_metrics() -> String {
     let mut s = client().map_or(String::new(), |c| c.counters().render());
     s.push_str(&ringx_server::guard::cluster::render_metrics());
+    if let Some(t) = TICKETS.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        s.push_str(&t.render());
+    }
     s
 }

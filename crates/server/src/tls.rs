@@ -155,7 +155,9 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
             .tls
             .session_tickets
             .then(|| cfg.tls.ticket_key_rotate.get_ref().0.as_secs() as u32),
-        shared_tickets: None,
+        // With [cluster], the keys every host shares (through Redis: ringx's cluster.rs
+        // fills them), the same across reloads; without it, this process's own.
+        shared_tickets: cfg.cluster.is_some().then(ringx_tls::ticket_keys::global),
     };
     let sites = Sites::build(provider, &sessions, specs, listeners).map_err(Error::config)?;
     Ok(Some(TlsSetup {
