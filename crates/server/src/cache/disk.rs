@@ -20,6 +20,9 @@ pub trait Tier: Sync {
     fn path(&self, h: u128) -> std::path::PathBuf;
     /// A file of `size` bytes is on disk for `h`.
     fn indexed(&self, h: u128, size: u64);
+    /// A purge reached the writer: `h` (None: every entry) leaves the index, and its file
+    /// goes with it.
+    fn forget(&self, h: Option<u128>);
     fn unlock(&self, h: u128);
     fn stats(&self) -> &Stats;
 }
@@ -29,6 +32,16 @@ pub enum Job {
     Write(u128, Arc<Object>, Option<u128>),
     /// Remove the file of this hash (it left the index; `true`: purged).
     Unlink(u128, bool),
+    /// A purge of this hash (None: of every entry), queued behind the writes before it: a
+    /// write of the object purged, still in the queue when the purge came, would otherwise
+    /// put it back in the index once written.
+    Forget(Option<u128>),
+    /// Tests: the writer waits here until the sender sends or is dropped.
+    #[cfg(test)]
+    Pause(std::sync::mpsc::Receiver<()>),
+    /// Tests: the writer says it got here (every job queued before is done).
+    #[cfg(test)]
+    Ping(std::sync::mpsc::Sender<()>),
 }
 
 pub fn spawn(z: &'static dyn Tier, rx: Receiver<Job>) -> std::io::Result<()> {
@@ -50,6 +63,15 @@ pub fn spawn(z: &'static dyn Tier, rx: Receiver<Job>) -> std::io::Result<()> {
                         if let Some(p) = unlock {
                             z.unlock(p);
                         }
+                    }
+                    Job::Forget(h) => z.forget(h),
+                    #[cfg(test)]
+                    Job::Pause(until) => {
+                        let _ = until.recv();
+                    }
+                    #[cfg(test)]
+                    Job::Ping(here) => {
+                        let _ = here.send(());
                     }
                     Job::Unlink(h, purged) => {
                         if !purged {

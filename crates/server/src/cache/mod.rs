@@ -322,11 +322,14 @@ impl CacheZone {
     }
 
     /// Removes `key` from both tiers (and its file); true when it was there.
+    /// Called off the zones (the admin thread): it may wait for room in the writer's queue,
+    /// where the purge follows any write of the entry still queued (`disk::Job::Forget`).
     pub fn purge(&self, key: &[u8]) -> bool {
         let h = crate::cache::key_hash(key);
         let there = self.mem.contains_key(&h) || self.disk.contains_key(&h);
         self.mem.invalidate(&h);
         self.disk.invalidate(&h);
+        let _ = self.jobs.send(disk::Job::Forget(Some(h)));
         if there {
             self.stats.purged.fetch_add(1, Ordering::Relaxed);
         }
@@ -341,6 +344,7 @@ impl CacheZone {
         self.mem.invalidate_all();
         self.disk.invalidate_all();
         self.disk.run_pending_tasks();
+        let _ = self.jobs.send(disk::Job::Forget(None));
         self.stats.purged.fetch_add(n, Ordering::Relaxed);
         n
     }
@@ -387,6 +391,13 @@ impl disk::Tier for CacheZone {
         // On this thread, not a zone's: the bound holds as soon as a file is added.
         self.disk.run_pending_tasks();
     }
+    fn forget(&self, h: Option<u128>) {
+        match h {
+            Some(h) => self.disk.invalidate(&h),
+            None => self.disk.invalidate_all(),
+        }
+        self.disk.run_pending_tasks();
+    }
     fn unlock(&self, h: u128) {
         CacheZone::unlock(self, h)
     }
@@ -404,3 +415,6 @@ pub fn key_hash(key: &[u8]) -> u128 {
 
 /// Every cache made, found by name, path and bounds.
 static CACHES: Mutex<Vec<&'static CacheZone>> = Mutex::new(Vec::new());
+
+#[cfg(test)]
+mod tests;
