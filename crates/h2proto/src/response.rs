@@ -14,6 +14,27 @@ pub struct FieldList {
 }
 
 impl FieldList {
+    /// Room for `bytes` of names and values and `fields` fields, so that a head built field by
+    /// field does not grow its buffers step by step.
+    pub fn with_capacity(bytes: usize, fields: usize) -> FieldList {
+        FieldList {
+            buf: Vec::with_capacity(bytes),
+            spans: Vec::with_capacity(fields),
+        }
+    }
+
+    /// Appends every field of `other`, in order.
+    pub fn extend_from(&mut self, other: &FieldList) {
+        let base = self.buf.len() as u32;
+        self.buf.extend_from_slice(&other.buf);
+        self.spans.extend(
+            other
+                .spans
+                .iter()
+                .map(|&(a, b, e)| (a + base, b + base, e + base)),
+        );
+    }
+
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
         let a = self.buf.len() as u32;
         self.buf.extend_from_slice(name);

@@ -94,9 +94,10 @@ pub struct Fields {
 }
 
 impl Fields {
+    /// Room for a usual head's fields; the body is sized by its writer.
     pub fn new() -> Fields {
         Fields {
-            body: Vec::with_capacity(256),
+            fields: FieldList::with_capacity(384, 12),
             ..Fields::default()
         }
     }
@@ -143,11 +144,9 @@ impl HeadOut for Fields {
     }
 
     fn canned_head(&mut self, c: &Canned) {
-        self.status(c.status, "");
-        for (n, v) in c.fields.iter() {
-            self.len += n.len() + v.len() + 4;
-            self.fields.push(n, v);
-        }
+        self.status = c.status;
+        self.len += c.head.len(); // its status line included
+        self.fields.extend_from(&c.fields);
     }
 
     fn canned_whole(&mut self, _: &Canned, _: &[u8]) -> Option<usize> {
