@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run deb test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl clean fmt
+.PHONY: all deps build release run deb test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl bench-cluster clean fmt
 
 all: release
 
@@ -68,9 +68,9 @@ mutants: deps
 	python3 scripts/mutation_check.py $(if $(ONLY),--only $(ONLY))
 
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
-# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-preload-proxy, bench-tls, bench-h2, bench-grpc, bench-compress, bench-cache, bench-escalate,
+# bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-preload-proxy, bench-tls, bench-h2, bench-grpc, bench-compress, bench-cache, bench-escalate, bench-cluster,
 # bench-udp, bench-auth, bench-testssl). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl bench-cluster
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -139,6 +139,10 @@ bench-auth: release
 # CPU per abusive request before and after escalation to the XDP block list (bench/escalate.py).
 bench-escalate: release
 	python3 bench/escalate.py $(BENCH_ARGS)
+
+# Cluster-wide limit_req against a local one, alternated; Redis commands per request (bench/cluster.py).
+bench-cluster: release
+	python3 bench/cluster.py $(BENCH_ARGS)
 
 # libringx_preload.so: ns per connect and accept against the plain calls (bench/preload.py).
 bench-preload: release
