@@ -93,6 +93,17 @@ def stop(p):
         p.wait()
 
 
+def stop_nginx(p):
+    """nginx ends its workers on SIGTERM (a SIGKILL of the master leaves them running)."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def instructions(binary, work, tag, upstream, conns, extra, secs):
     port = lib.free_port()
     conf = os.path.join(work, f"{tag}.toml")
@@ -179,7 +190,7 @@ def main():
                     print(f"{wl:13s} r{rnd} {name:6s} Ir/req={row['ir_per_req']:8.1f} "
                           f"syscalls/req={row['syscalls_per_req']}", flush=True)
     finally:
-        stop(up)
+        stop_nginx(up)
     summary = {}
     for wl in wls:
         s = {}
