@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use crate::testing::{missing, RedisServer};
+use crate::testing::{missing, wait_for, RedisServer};
 use crate::{Client, Error, Settings, Target, Value};
 
 fn settings(addr: String, timeout: Duration) -> Settings {
@@ -18,14 +18,6 @@ fn settings(addr: String, timeout: Duration) -> Settings {
         connect_timeout: Duration::from_millis(500),
         timeout,
         events_secret: None,
-    }
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -4,10 +4,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::broadcast::{alive_hosts, broadcast};
-use crate::testing::{missing, RedisServer};
+use crate::testing::{missing, wait_for, RedisServer};
 use crate::{Applied, Client, Event, Handler, Settings, Subscriber, Target};
 
 fn client_with(addr: String, events_secret: Option<&str>) -> Client {
@@ -22,14 +22,6 @@ fn client_with(addr: String, events_secret: Option<&str>) -> Client {
         events_secret: events_secret.map(str::to_string),
     })
     .unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A host: its client, its subscriber, and the events it applied (and how many of them

@@ -2,12 +2,12 @@
 //! each) in one process.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ringx_tls::ticket_keys::{KeyMaterial, SharedTickets};
 use rustls::server::ProducesTickets;
 
-use crate::testing::{missing, RedisServer};
+use crate::testing::{missing, wait_for, RedisServer};
 use crate::tickets::{Record, Source, TicketSettings, TicketSync};
 use crate::{Client, Settings, Target};
 
@@ -17,14 +17,6 @@ fn skip() -> bool {
         return true;
     }
     false
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 struct Host {

@@ -131,7 +131,9 @@ pub use limits::{BodyLimits, Limits};
 pub use method::Method;
 pub use path::{normalize_path, PathError};
 pub use request::{parse_request, parse_request_uninit, request_from_parts, Parsed, Request};
-pub use response::{write_chunk, write_last_chunk, write_status_line, write_status_line_reason};
+pub use response::{
+    decimal, write_chunk, write_last_chunk, write_status_line, write_status_line_reason,
+};
 pub use status::reason;
 pub use version::Version;
 

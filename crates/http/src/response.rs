@@ -37,18 +37,25 @@ fn push_status(out: &mut Vec<u8>, status: u16) {
     push_decimal(out, u64::from(status));
 }
 
-pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut buf = [0u8; 20];
+pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(decimal(n, &mut [0u8; 20]));
+}
+
+/// `n` in decimal, written into `buf` without an allocation; the digits.
+///
+/// ```
+/// assert_eq!(ringx_http::decimal(1024, &mut [0; 20]), b"1024");
+/// ```
+pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
     loop {
         i -= 1;
         buf[i] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
-            break;
+            return &buf[i..];
         }
     }
-    out.extend_from_slice(&buf[i..]);
 }
 
 /// Appends one chunk (`<hex size>\r\n<data>\r\n`). Empty `data` writes

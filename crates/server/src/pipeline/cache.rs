@@ -198,7 +198,7 @@ pub fn write_object<O: HeadOut + ?Sized>(
     out.status(status, "");
     out.lines(&obj.head);
     let age = now.saturating_sub(obj.stored) / 1000;
-    out.lines(format!("Age: {age}\r\n").as_bytes());
+    out.put(b"Age", ringx_http::decimal(age, &mut [0; 20]));
     out.lines(status_line);
     if status != 304 && status != 204 {
         out.length(obj.body_len);

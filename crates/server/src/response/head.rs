@@ -129,8 +129,7 @@ impl HeadSink for Fields {
     }
 
     fn length(&mut self, len: u64) {
-        let mut digits = itoa_buf(len);
-        self.field(b"content-length", digits.as_slice());
+        self.field(b"content-length", ringx_http::decimal(len, &mut [0; 20]));
     }
 }
 
@@ -151,27 +150,6 @@ impl HeadOut for Fields {
 
     fn canned_whole(&mut self, _: &Canned, _: &[u8]) -> Option<usize> {
         None
-    }
-}
-
-/// A number's decimal digits, without an allocation.
-struct Digits([u8; 20], usize);
-
-impl Digits {
-    fn as_slice(&mut self) -> &[u8] {
-        &self.0[self.1..]
-    }
-}
-
-fn itoa_buf(mut n: u64) -> Digits {
-    let mut d = Digits([0; 20], 20);
-    loop {
-        d.1 -= 1;
-        d.0[d.1] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return d;
-        }
     }
 }
 
@@ -211,9 +189,9 @@ mod tests {
             v,
             b"HTTP/1.1 200 OK\r\nServer: ringx\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
         );
-        assert_eq!(itoa_buf(0).as_slice(), b"0");
+        assert_eq!(ringx_http::decimal(0, &mut [0; 20]), b"0");
         assert_eq!(
-            itoa_buf(u64::MAX).as_slice(),
+            ringx_http::decimal(u64::MAX, &mut [0; 20]),
             u64::MAX.to_string().as_bytes()
         );
     }

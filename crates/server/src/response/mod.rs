@@ -61,6 +61,14 @@ pub struct Responder<'a> {
 }
 
 impl Responder<'_> {
+    /// The first lines of every head ringx writes: the status, `Server`, `Date` and `extra`.
+    fn start<O: HeadOut + ?Sized>(&self, out: &mut O, status: u16, extra: &str) {
+        out.status(status, "");
+        out.lines(self.server_header);
+        out.lines(self.date.header());
+        out.lines(extra.as_bytes());
+    }
+
     /// A response head with a Content-Length; `extra` holds further header lines (with
     /// CRLFs).
     pub fn head<O: HeadOut + ?Sized>(
@@ -72,10 +80,7 @@ impl Responder<'_> {
         ch: ConnHdr,
     ) -> Written {
         let before = out.mark();
-        out.status(status, "");
-        out.lines(self.server_header);
-        out.lines(self.date.header());
-        out.lines(extra.as_bytes());
+        self.start(out, status, extra);
         if status != 304 && status != 204 {
             out.length(len);
         }
@@ -97,10 +102,7 @@ impl Responder<'_> {
         chunked: bool,
     ) -> Written {
         let before = out.mark();
-        out.status(status, "");
-        out.lines(self.server_header);
-        out.lines(self.date.header());
-        out.lines(extra.as_bytes());
+        self.start(out, status, extra);
         if chunked {
             out.lines(b"Transfer-Encoding: chunked\r\n");
         }

@@ -85,7 +85,7 @@ fn request_fields<'a>(
     let framed: Option<(&str, &[u8])> = match framing {
         Framing::None => None,
         Framing::Length(n) => {
-            let digits = decimal(n, length);
+            let digits = ringx_http::decimal(n, length);
             Some(("content-length", digits))
         }
         Framing::Chunked => Some(("transfer-encoding", b"chunked")),
@@ -94,19 +94,6 @@ fn request_fields<'a>(
         out.push(httparse::Header { name, value });
     }
     Some(())
-}
-
-/// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
 }
 
 /// The fields of a request that was made from fields (`request_fields`), to make it again:
