@@ -132,3 +132,12 @@ def wait_until(what: str, cond, timeout: float = 30.0, every: float = 0.05):
             return got
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+
+
+@pytest.fixture
+def redis(tmp_path):
+    """A redis-server of the test's own, stopped after it (skips where there is none)."""
+    require_redis()
+    r = Redis(tmp_path).start()
+    yield r
+    r.stop()

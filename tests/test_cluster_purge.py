@@ -17,15 +17,7 @@ import pytest
 
 from conftest import free_port
 from origin_server import Origin
-from redis_peer import Redis, command, require_redis, wait_until
-
-
-@pytest.fixture
-def redis(tmp_path):
-    require_redis()
-    r = Redis(tmp_path).start()
-    yield r
-    r.stop()
+from redis_peer import command, redis, wait_until  # noqa: F401 (redis: the fixture)
 
 
 @pytest.fixture

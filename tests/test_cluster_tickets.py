@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 from conftest import free_port
-from redis_peer import Redis, command, require_redis, wait_until
+from redis_peer import Redis, command, redis, require_redis, wait_until  # noqa: F401 (redis: the fixture)
 from tls_pki import Pki
 
 KEYS = "fleet:tls:ticket_keys"
@@ -118,14 +118,6 @@ def s_client(port, *args) -> str:
                         "-servername", "t.test", "-ign_eof", *args],
                        input=req, capture_output=True, timeout=15)
     return r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
-
-
-@pytest.fixture
-def redis(tmp_path):
-    require_redis()
-    r = Redis(tmp_path).start()
-    yield r
-    r.stop()
 
 
 def test_a_ticket_from_one_host_resumes_on_the_other(ringx, redis, pki, tmp_path):
