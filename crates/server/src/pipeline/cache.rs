@@ -2,7 +2,8 @@
 //! looks the request up and its decision becomes a [`Step`] ([`step`]); with an answer from
 //! the cache written, the capture a fill's exchange carries, and storing what it brought.
 //! The roles carry out the steps (answering, proxying with the capture, holding the
-//! request) and complete the fills (`role/http1/proxy.rs`, `role/h2/cache.rs`).
+//! request) and complete the fills (`role/http1/proxy.rs`, `role/h2/serve.rs`, and the
+//! background refreshes of `role/multiplex/refresh.rs`).
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -266,6 +267,24 @@ pub fn answer_of_fill(
             .cloned()
             .map(|o| (o, "STALE")),
     }
+}
+
+/// Writes into `out` the answer from the cache for a fill whose exchange ended without its
+/// response going to the client ([`answer_of_fill`]: a revalidation's 304, a status or a
+/// failure, `failed`, the stale copy stands in for). Returns its cache status and what was
+/// written; None: there is none, the error goes out.
+pub fn write_fill_answer<O: HeadOut + ?Sized>(
+    cx: &Cx,
+    out: &mut O,
+    (cap, fill): (&mut Capture, &mut Fill),
+    failed: Option<u16>,
+) -> Option<(&'static str, Written)> {
+    let now = cx.io.now();
+    let (obj, status) = answer_of_fill(cap, fill, failed, cx.ctx.wall_ms(now))?;
+    let line = fill.line(status);
+    let found = Found::Mem(obj);
+    let (w, _) = write_found((cx.ctx, now), out, found, (status, &line), &fill.asked);
+    Some((status, w))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 pub mod access;
 pub mod cache;
 pub mod failure;
+pub mod fields;
 pub mod pending;
 pub mod routing;
 pub mod serve;

@@ -5,7 +5,7 @@
 //! | role | a connection that… | file |
 //! |---|---|---|
 //! | [`Http1`] | speaks HTTP/1.x to a client: requests answered locally, or proxied through an [`Exchange`] | `http1/` |
-//! | [`H2`] | speaks HTTP/2 to a client: each stream's request served as over HTTP/1.1, or proxied through an [`Exchange`] | `h2/` |
+//! | [`H2`] | speaks HTTP/2 to a client: each stream's request served as over HTTP/1.1, or proxied through an [`Exchange`] (what a stream carries is in `multiplex/`, for HTTP/3 too) | `h2/` |
 //! | [`UpConn`] | goes out to an upstream server; carries one exchange at a time or waits in the keep-alive pool | `upstream.rs` |
 //! | [`Tunnel`] | relays bytes both ways (WebSocket after 101, a stream once connected) | `tunnel.rs` |
 //! | [`Stream`] | was accepted on a `[[stream]]` listener and is being connected | `stream.rs` |
@@ -31,6 +31,7 @@ pub mod exchange;
 pub mod grpc;
 pub mod h2;
 pub mod http1;
+pub mod multiplex;
 pub mod proxy_header;
 pub mod proxy_start;
 pub mod stream;

@@ -89,7 +89,7 @@ pub struct Zone {
     udp_truncated: std::cell::Cell<u64>,
     max_conns: u32,
     /// Cache refreshes whose HTTP/2 connection closed before they ended.
-    updates: crate::role::h2::Background,
+    updates: crate::role::multiplex::refresh::Background,
 }
 
 impl Zone {

@@ -2,22 +2,19 @@
 //! the protocol's books; this role turns its events into requests served as over HTTP/1.1.
 //!
 //! Each request is made from its decoded fields and held to every check `ringx-http`'s
-//! strict parser makes (`request.rs`), so routing, `return`, static files (Range, 304),
-//! error pages and the proxy take exactly the request they take over HTTP/1.1 (`serve.rs`); a proxied stream is an
-//! [`Exchange`](crate::role::Exchange) with the upstream pools HTTP/1 uses, whose output is
-//! held per stream and framed as the peer's window allows (`proxy.rs`). Responses go out
-//! in turns across streams, a frame at a time, within the windows and while the socket's
-//! queue is short (`stream.rs`).
+//! strict parser makes (`pipeline::fields`), so routing, `return`, static files (Range,
+//! 304), error pages and the proxy take exactly the request they take over HTTP/1.1
+//! (`serve.rs`); a proxied stream is an [`Exchange`](crate::role::Exchange) with the
+//! upstream pools HTTP/1 uses, whose output is held per stream and framed as the peer's
+//! window allows (`role::multiplex::proxied`). Responses go out in turns across streams, a
+//! frame at a time, within the windows and while the socket's queue is short (`stream.rs`).
 //!
 //! A connection becomes HTTP/2 by ALPN `h2` or by the h2c prior-knowledge preface
 //! (`Zone`); graceful shutdown and reload send GOAWAY with the last stream and let streams
 //! in flight finish.
 
-mod cache;
-pub use cache::Background;
+mod call;
 mod grpc;
-mod proxy;
-mod request;
 mod serve;
 mod stream;
 
@@ -38,11 +35,12 @@ use crate::pipeline::routing::Route;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
 use crate::role::grpc::mux::{CallEvent, Owner};
-use crate::role::grpc::status;
 use crate::role::grpc::status::Code;
+use crate::role::multiplex::proxied::{self, Proxied};
+use crate::role::multiplex::refresh::Background;
 use crate::role::upstream::UpEvent;
+use call::CallStep;
 use grpc::Started;
-use proxy::Proxied;
 use stream::{H2Stream, Turn};
 
 /// Queued output above which no more frames are written until the socket drains.
@@ -56,8 +54,8 @@ pub struct H2 {
     ready: VecDeque<u32>,
     /// Which stream each upstream connection in use serves.
     ups: HashMap<ConnId, u32>,
-    /// Background updates of cache entries, by their upstream connection (`cache.rs`).
-    bg: cache::Background,
+    /// Background updates of cache entries, by their upstream connection.
+    bg: Background,
     /// A connection error ended it: nothing more is read.
     failed: bool,
     /// The peer is going away (GOAWAY or FIN): close once the streams are done.
@@ -75,7 +73,7 @@ impl H2 {
             streams: HashMap::new(),
             ready: VecDeque::new(),
             ups: HashMap::new(),
-            bg: cache::Background::default(),
+            bg: Background::default(),
             failed: false,
             peer_away: false,
             unplaced: Vec::new(),
@@ -149,7 +147,7 @@ impl H2 {
                 end_stream,
             } => self.data(cx, b, c, id, data, end_stream),
             Event::Trailers { id, lines } => self.trailers(cx, id, &lines),
-            Event::Reset { id, .. } => self.drop_stream(cx, b, c, id, false),
+            Event::Reset { id, .. } => self.drop_stream(cx, b, id, false),
             Event::GoAway { .. } => self.peer_away = true,
             Event::WindowOpened => {}
         }
@@ -171,7 +169,7 @@ impl H2 {
         if s.body_in > cx.ctx.set.max_body {
             if s.head_sent {
                 self.conn.reset(id, ErrorCode::Cancel);
-                return self.drop_stream(cx, b, c, id, true);
+                return self.drop_stream(cx, b, id, true);
             }
             let s = self.streams.remove(&id).expect("checked");
             self.detach(cx, &s);
@@ -200,7 +198,7 @@ impl H2 {
 
     /// A stream ends before its response did (reset by either side): its exchange lets go
     /// of the upstream, and the request is logged as it stands (499 with nothing sent).
-    fn drop_stream(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, by_us: bool) {
+    fn drop_stream(&mut self, cx: &mut Cx, b: &mut Base, id: u32, by_us: bool) {
         let Some(s) = self.streams.remove(&id) else {
             return;
         };
@@ -208,7 +206,7 @@ impl H2 {
         if by_us {
             self.conn.reset(id, ErrorCode::Cancel);
         }
-        s.log_end(cx, b, c, true);
+        s.log_end(cx, b);
     }
 
     /// A connection error: GOAWAY is queued; it goes out and the connection closes.
@@ -217,7 +215,7 @@ impl H2 {
         self.flush_ctl(cx, b, c);
         let ids: Vec<u32> = self.streams.keys().copied().collect();
         for id in ids {
-            self.drop_stream(cx, b, c, id, false);
+            self.drop_stream(cx, b, id, false);
         }
         b.inbuf = Vec::new();
         b.tr.close_after_flush(cx.io, c);
@@ -231,7 +229,7 @@ impl H2 {
         }
         self.place_calls(cx, b, c);
         if b.eof {
-            self.drop_stalled(cx, b, c);
+            self.drop_stalled(cx, b);
         }
         let (_, grpc_next) = self.grpc_deadlines(cx, b, c);
         self.pump(cx, b, c);
@@ -285,7 +283,7 @@ impl H2 {
             .filter(|&id| !self.conn.remote_closed(id))
             .collect();
         for id in waiting {
-            self.drop_stream(cx, b, c, id, true);
+            self.drop_stream(cx, b, id, true);
         }
         self.after(cx, b, c);
     }
@@ -293,14 +291,14 @@ impl H2 {
     /// A proxied stream started: the connection's budget is shared again.
     fn share_budget(&mut self, cx: &mut Cx) {
         let proxied = self.streams.values_mut();
-        proxy::share_budget(cx, proxied.filter_map(|s| s.proxy.as_deref_mut()).collect());
+        proxied::share_budget(cx, proxied.filter_map(|s| s.proxy.as_deref_mut()).collect());
     }
 
     /// After the peer's FIN no WINDOW_UPDATE can come: a stream whose output waits for a
     /// closed window will never finish, so it ends now, its exchange and upstream connection
     /// with it, instead of holding them until `send_timeout` (nginx ends every stream when
     /// its client closes).
-    fn drop_stalled(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+    fn drop_stalled(&mut self, cx: &mut Cx, b: &mut Base) {
         let stalled: Vec<u32> = self
             .streams
             .values()
@@ -308,7 +306,7 @@ impl H2 {
             .map(|s| s.id)
             .collect();
         for id in stalled {
-            self.drop_stream(cx, b, c, id, true);
+            self.drop_stream(cx, b, id, true);
         }
     }
 
@@ -318,12 +316,12 @@ impl H2 {
 
     /// The connection is gone: its streams end; its background updates are returned for
     /// the zone to finish.
-    pub fn on_closed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) -> cache::Background {
+    pub fn on_closed(&mut self, cx: &mut Cx, b: &mut Base, _c: ConnId) -> Background {
         let ids: Vec<u32> = self.streams.keys().copied().collect();
         for id in ids {
             if let Some(s) = self.streams.remove(&id) {
                 self.detach(cx, &s);
-                s.log_end(cx, b, c, true);
+                s.log_end(cx, b);
             }
         }
         self.ups.clear();
@@ -393,10 +391,10 @@ impl H2 {
                 Turn::More => self.ready.push_back(id),
                 Turn::Blocked => blocked.push(id),
                 Turn::Idle => {}
-                Turn::Ended => self.finish(cx, b, c, id),
+                Turn::Ended => self.finish(cx, b, id),
                 Turn::Failed => {
                     self.conn.reset(id, ErrorCode::Internal);
-                    self.drop_stream(cx, b, c, id, false);
+                    self.drop_stream(cx, b, id, false);
                 }
             }
         }
@@ -415,7 +413,7 @@ impl H2 {
     /// proxied request still sending its body is told to stop (RST_STREAM NO_ERROR, RFC 9113
     /// §8.1); a locally answered one's body is read and dropped until it ends, as nginx
     /// discards it, so the stream closes as the client expects (within `client_max_body_size`).
-    pub(super) fn finish(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32) {
+    pub(super) fn finish(&mut self, cx: &mut Cx, b: &mut Base, id: u32) {
         let Some(s) = self.streams.remove(&id) else {
             return;
         };
@@ -424,7 +422,7 @@ impl H2 {
             self.conn.reset(id, ErrorCode::NoError);
         }
         self.detach(cx, &s);
-        s.log_end(cx, b, c, false);
+        s.log_end(cx, b);
     }
 }
 
@@ -488,67 +486,13 @@ impl H2 {
 
     /// What the upstream stream of stream `id`'s call did.
     pub fn grpc_event(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, ev: CallEvent) {
-        let Some(s) = self.streams.get_mut(&id) else {
-            return;
-        };
-        let Some(g) = s.grpc.as_mut() else {
-            return;
-        };
-        match ev {
-            CallEvent::Head {
-                status,
-                fields,
-                end,
-            } => {
-                let fields = g.head_fields(status, &fields);
-                if end {
-                    g.end(cx);
-                }
-                if !self.conn.out().is_empty() {
-                    b.tr.write(cx.io, c, self.conn.out());
-                    self.conn.clear_out();
-                }
-                let Some(out) = b.tr.out_buf(cx.io, c) else {
-                    return;
-                };
-                self.conn.send_headers(out, id, status, fields.iter(), end);
-                s.head_sent = true;
-                s.status = status;
-                if end {
-                    s.ended = true;
-                    self.finish(cx, b, c, id);
-                }
-            }
-            CallEvent::Data(d, end) => {
-                g.out.extend_from_slice(&d);
-                if end {
-                    g.end(cx);
-                    s.end = true;
-                }
-                self.wake(id);
-            }
-            CallEvent::Trailers(f) => {
-                g.end(cx);
-                // gRPC's own trailers pass; what may not be a trailer does not.
-                s.trailers = f
-                    .iter()
-                    .filter(|(n, _)| !ringx_http::trailer::is_forbidden_trailer(n))
-                    .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                    .collect();
-                s.end = true;
-                self.wake(id);
-            }
-            CallEvent::Sent(n) => self.conn.release(id, n),
-            CallEvent::Failed(code, msg) => {
-                g.end(cx);
-                self.grpc_fail(cx, b, c, id, code, msg);
-            }
-        }
+        let step = self.streams.get_mut(&id).and_then(|s| s.call_event(cx, ev));
+        self.call_step(cx, b, c, id, step);
         self.after(cx, b, c);
     }
 
-    /// Ends stream `id`'s call with a status of ringx's own: a Trailers-Only response when
-    /// nothing was sent yet, else trailers after the response bytes already received.
+    /// Ends stream `id`'s call with a status of ringx's own (a Trailers-Only response when
+    /// nothing was sent yet, else trailers after the response bytes already received).
     pub(super) fn grpc_fail(
         &mut self,
         cx: &mut Cx,
@@ -558,33 +502,31 @@ impl H2 {
         code: Code,
         msg: &'static str,
     ) {
-        let Some(s) = self.streams.get_mut(&id).filter(|s| !s.end && !s.ended) else {
-            return; // its end is decided already
-        };
-        grpc::count_local(cx, code);
-        if let Some(g) = &s.grpc {
-            g.end(cx);
+        let step = self
+            .streams
+            .get_mut(&id)
+            .and_then(|s| s.fail_call(cx, code, msg));
+        self.call_step(cx, b, c, id, step);
+    }
+
+    /// Carries out what a call's event on stream `id` needs.
+    fn call_step(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, step: Option<CallStep>) {
+        match step {
+            None => {}
+            Some(CallStep::Head(status, fields, end)) => {
+                let Some(mut s) = self.streams.remove(&id) else {
+                    return;
+                };
+                self.send_head(cx, b, c, &mut s, (status, &fields), (end, end));
+                self.streams.insert(id, s);
+                if end {
+                    self.finish(cx, b, id);
+                }
+            }
+            Some(CallStep::Wake) => self.wake(id),
+            Some(CallStep::Release(n)) => self.conn.release(id, n),
+            Some(CallStep::Fail(code, msg)) => self.grpc_fail(cx, b, c, id, code, msg),
         }
-        if s.head_sent {
-            s.trailers = status::trailers(code, msg)
-                .iter()
-                .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                .collect();
-            s.end = true;
-            return self.wake(id);
-        }
-        if !self.conn.out().is_empty() {
-            b.tr.write(cx.io, c, self.conn.out());
-            self.conn.clear_out();
-        }
-        if let Some(out) = b.tr.out_buf(cx.io, c) {
-            self.conn
-                .send_headers(out, id, 200, status::trailers_only(code, msg), true);
-        }
-        s.head_sent = true;
-        s.status = 200;
-        s.ended = true;
-        self.finish(cx, b, c, id);
     }
 
     /// Calls whose `grpc-timeout` passed end with DEADLINE_EXCEEDED; returns whether any
@@ -594,28 +536,12 @@ impl H2 {
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
-    ) -> (bool, Option<std::time::Instant>) {
-        let now = cx.io.now();
-        let mut next = None::<std::time::Instant>;
-        let mut late = Vec::new();
-        for s in self.streams.values() {
-            let Some(d) = s.grpc.as_ref().and_then(|g| g.deadline) else {
-                continue;
-            };
-            if s.ended || s.end {
-                continue;
-            }
-            if d <= now {
-                late.push(s.id);
-            } else {
-                next = Some(next.map_or(d, |n| n.min(d)));
-            }
-        }
-        let any = !late.is_empty();
-        for id in late {
+    ) -> (bool, Option<Instant>) {
+        let (late, next) = call::late_calls(self.streams.values(), cx.io.now());
+        for &id in &late {
             self.grpc_fail(cx, b, c, id, Code::DeadlineExceeded, "deadline exceeded");
         }
-        (any, next)
+        (!late.is_empty(), next)
     }
 }
 

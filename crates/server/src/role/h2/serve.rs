@@ -1,18 +1,15 @@
 //! A request on an HTTP/2 stream: made from its fields with the checks of the HTTP/1.1
-//! parser (`request.rs`), routed, and answered by the same response writers as HTTP/1,
-//! which build its head as fields (`response::Fields`, sent as HEADERS) and its body beside
-//! it, which waits for the window in the stream. A proxied stream's head comes from the
-//! exchange, which writes HTTP/1.x for any client: that one is parsed (`proxy::of_http1`).
+//! parser (`pipeline::fields`), routed, and answered by the same response writers as
+//! HTTP/1, which build its head as fields (`response::Fields`, sent as HEADERS) and its body
+//! beside it, which waits for the window in the stream. A proxied stream's head is fields
+//! too: the exchange writes them into the stream's output (`Transport::head_fields`).
 
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::{BodyKind, Request};
 
-use super::cache::{answer_from_fill, hit_response, stale_answer};
-use super::proxy::Proxied;
-use super::request::{head_of, make_request, HeaderList, MAX_HEADERS};
-use super::stream::{H2Stream, Piece, Squeeze, StreamLog};
+use super::stream::H2Stream;
 use super::H2;
 use crate::answer::fallback::Fallback;
 use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
@@ -21,6 +18,7 @@ use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::access::{self, Refusal};
 use crate::pipeline::failure;
+use crate::pipeline::fields::{head_of, make_request, HeaderList, MAX_HEADERS};
 use crate::pipeline::pending::{Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing::{self, Route};
 use crate::pipeline::serve::{serve, Asked};
@@ -29,6 +27,9 @@ use crate::response::{ConnHdr, ErrorPage, Fields, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
+use crate::role::multiplex::body::{Piece, Squeeze};
+use crate::role::multiplex::log::RequestLog;
+use crate::role::multiplex::proxied::Proxied;
 use crate::role::upstream::UpEvent;
 use ringx_h2proto::response::FieldList;
 
@@ -47,7 +48,7 @@ impl H2 {
         let now = cx.io.now();
         let mut s = H2Stream::new(id, now, head.method == b"HEAD");
         if cx.ctx.log.logging() {
-            s.log = Some(Box::new(StreamLog::of(&head)));
+            s.log = Some(Box::new(RequestLog::of(&head, "HTTP/2.0")));
         }
         if head.is_connect() {
             return self.answer_error(cx, b, c, s, 405);
@@ -211,9 +212,13 @@ impl H2 {
         let fb = fb.as_deref().map(|f| &f.fb);
         match step {
             Step::Hit(hit) => {
-                let (resp, file, refresh) = hit_response(cx, &mut s, *hit);
+                let mut resp = Fields::new();
+                let line = (hit.status, &hit.line[..]);
+                let at = (&*cx.ctx, cx.io.now());
+                let (_, file) = cache::write_found(at, &mut resp, hit.found, line, &hit.asked);
+                s.cache = hit.status;
                 self.answer(cx, b, c, s, resp, file);
-                if let Some(u) = refresh {
+                if let Some(u) = hit.refresh {
                     self.bg.start(cx, b, c, u);
                 }
                 return Some(body);
@@ -271,18 +276,18 @@ impl H2 {
     ) {
         let id = s.id;
         if !self.conn.is_open(id) {
-            return s.log_end(cx, b, c, true);
+            return s.log_end(cx, b);
         }
         let head = (resp.status, &resp.fields);
         let Some(no_body) = self.send_head(cx, b, c, &mut s, head, (false, false)) else {
             self.conn.reset(id, ErrorCode::Internal);
-            return s.log_end(cx, b, c, true);
+            return s.log_end(cx, b);
         };
         s.end = true;
         if !no_body && !resp.body.is_empty() {
-            s.out.push_back(Piece::Bytes(resp.body, 0));
+            s.out.push(Piece::Bytes(resp.body, 0));
         }
-        s.out.push_back(Piece::Compress(Box::new(Squeeze::new(z))));
+        s.out.push(Piece::Compress(Box::new(Squeeze::new(z))));
         self.streams.insert(id, s);
         self.wake(id);
     }
@@ -315,24 +320,24 @@ impl H2 {
     ) {
         let id = s.id;
         if !self.conn.is_open(id) {
-            return s.log_end(cx, b, c, true);
+            return s.log_end(cx, b);
         }
         let head = (resp.status, &resp.fields);
         let framing = (resp.body.is_empty(), file.is_none());
         let Some(no_body) = self.send_head(cx, b, c, &mut s, head, framing) else {
             self.conn.reset(id, ErrorCode::Internal);
-            return s.log_end(cx, b, c, true);
+            return s.log_end(cx, b);
         };
         if s.ended {
             self.streams.insert(id, s);
-            return self.finish(cx, b, c, id);
+            return self.finish(cx, b, id);
         }
         s.end = true;
         if !no_body && !resp.body.is_empty() {
-            s.out.push_back(Piece::Bytes(resp.body, 0));
+            s.out.push(Piece::Bytes(resp.body, 0));
         }
         if let Some((f, off, len)) = file {
-            s.out.push_back(Piece::File(f, off, off + len));
+            s.out.push(Piece::File(f, off, off + len));
         }
         self.streams.insert(id, s);
         self.wake(id);
@@ -416,10 +421,9 @@ impl H2 {
         s.cache = capture.as_ref().map_or("", |x| x.client_status);
         match Proxied::start(cx, b, c, (req, route, rq), framing, capture) {
             Err((status, page, cap)) => {
-                let fill = cap.and_then(|mut x| x.fill.take());
-                if let Some(resp) = fill.and_then(|f| stale_answer(cx, &mut s, &f, status)) {
-                    return self.answer(cx, b, c, s, resp, None);
-                }
+                let Some(s) = self.cache_answer(cx, b, c, s, cap, Some(status)) else {
+                    return;
+                };
                 match fb {
                     // A fallback gets no error page of its own unless the page that sent it
                     // there is recursive.
@@ -628,13 +632,10 @@ impl H2 {
                 Outcome::GiveUp(st) => Some(st),
                 _ => Some(502),
             };
-            return match cap
-                .ok_or(502)
-                .and_then(|x| answer_from_fill(cx, &mut s, x, failed))
-            {
-                Ok(resp) => self.answer(cx, b, c, s, resp, None),
-                Err(status) => self.give_up(cx, b, c, s, status, None),
-            };
+            if let Some(s) = self.cache_answer(cx, b, c, s, cap, failed) {
+                self.give_up(cx, b, c, s, failed.unwrap_or(502), None);
+            }
+            return;
         }
         self.response_head(cx, b, c, id);
         match outcome {
@@ -655,7 +656,7 @@ impl H2 {
                 // Part of the response went out and the rest cannot come: the stream is
                 // reset so the client sees it cut (the connection carries on).
                 self.conn.reset(id, ErrorCode::Internal);
-                return self.drop_stream(cx, b, c, id, false);
+                return self.drop_stream(cx, b, id, false);
             }
         }
         self.wake(id);
@@ -695,16 +696,37 @@ impl H2 {
         };
         self.detach(cx, &s);
         let page = s.proxy.as_mut().and_then(|p| p.page.take());
-        let fill = s
-            .proxy
-            .as_mut()
-            .and_then(|p| p.ex.capture.as_mut())
-            .and_then(|x| x.fill.take());
-        if let Some(resp) = fill.and_then(|f| stale_answer(cx, &mut s, &f, status)) {
-            s.proxy = None; // the stream's body is the entry's, not the exchange's output
-            return self.answer(cx, b, c, s, resp, None);
+        let cap = s.proxy.as_mut().and_then(|p| p.ex.capture.take());
+        if let Some(s) = self.cache_answer(cx, b, c, s, cap, Some(status)) {
+            self.give_up(cx, b, c, s, status, page.as_deref());
         }
-        self.give_up(cx, b, c, s, status, page.as_deref())
+    }
+
+    /// Answers stream `s` from the cache, where its fill's exchange (`cap`) ended without
+    /// its response going to the client (`failed`: the status it failed with): a
+    /// revalidation's 304, or a status or failure the stale copy stands in for. Gives the
+    /// stream back where the cache has no answer.
+    fn cache_answer(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        cap: Option<Box<Capture>>,
+        failed: Option<u16>,
+    ) -> Option<H2Stream> {
+        let mut resp = Fields::new();
+        let answered = cap.and_then(|mut x| {
+            let mut fill = x.fill.take()?;
+            cache::write_fill_answer(cx, &mut resp, (&mut x, &mut fill), failed)
+        });
+        let Some((status, _)) = answered else {
+            return Some(s);
+        };
+        s.cache = status;
+        s.proxy = None; // the stream's body is the entry's, not the exchange's output
+        self.answer(cx, b, c, s, resp, None);
+        None
     }
 
     /// Sends the response head as HEADERS once the exchange wrote it.

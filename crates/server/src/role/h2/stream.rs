@@ -3,108 +3,19 @@
 //! queue stays under its high-water mark; file bodies go by `send_file` behind each frame
 //! header, never through memory.
 
-use std::collections::VecDeque;
-use std::fs::File;
-use std::rc::Rc;
 use std::time::Instant;
 
 use ringx_engine::ConnId;
 use ringx_h2proto::Conn;
 
 use super::grpc::GrpcCall;
-use super::proxy::Proxied;
-use crate::accesslog::Entry;
-use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::pending::Pending;
-use crate::role::exchange::PROXY_HIGH_WATER;
+use crate::role::multiplex::body::Pieces;
+use crate::role::multiplex::log::{self, Ended, RequestLog};
+use crate::role::multiplex::proxied::Proxied;
 use crate::transport::Transport;
-
-/// Part of a response body waiting for the window.
-pub(super) enum Piece {
-    /// Bytes, from an offset.
-    Bytes(Vec<u8>, usize),
-    File(Rc<File>, u64, u64),
-    /// A static file compressed as it goes.
-    Compress(Box<Squeeze>),
-}
-
-impl Piece {
-    /// Bytes ready to go (for `Compress`, what the last piece of the file made).
-    fn len(&self) -> u64 {
-        match self {
-            Piece::Bytes(b, at) => (b.len() - at) as u64,
-            Piece::File(_, off, end) => end - off,
-            Piece::Compress(z) => (z.buf.len() - z.at) as u64,
-        }
-    }
-
-    /// More of it is still to be made.
-    fn unfinished(&self) -> bool {
-        matches!(self, Piece::Compress(z) if !z.done)
-    }
-}
-
-/// A static file too large to compress whole, compressed as the peer's window takes it
-/// ([`FileEncoder`]): the next piece of the file is read and compressed only once what the last
-/// one made has gone out and the stream's window is open, so a stream holds the encoder and
-/// one piece's output, and a peer that grants no window gets nothing more read.
-pub(super) struct Squeeze {
-    file: Box<FileEncoder>,
-    buf: Vec<u8>,
-    at: usize,
-    /// The encoder's end is in `buf`.
-    done: bool,
-}
-
-impl Squeeze {
-    pub fn new(file: Box<FileEncoder>) -> Squeeze {
-        Squeeze {
-            file,
-            buf: Vec::new(),
-            at: 0,
-            done: false,
-        }
-    }
-
-    /// Compresses pieces of the file until some output is ready or the body is complete.
-    fn refill(&mut self) -> std::io::Result<()> {
-        self.buf.clear();
-        self.at = 0;
-        let buf = &mut self.buf;
-        while buf.is_empty() && !self.done {
-            self.done = self.file.step(&mut |d| buf.extend_from_slice(d))?;
-        }
-        Ok(())
-    }
-}
-
-/// What the access log keeps of a request.
-pub(super) struct StreamLog {
-    pub request: Vec<u8>,
-    pub referer: Vec<u8>,
-    pub user_agent: Vec<u8>,
-    /// The request's `$request_id`, made at its start when the log is JSON (the one its
-    /// headers send is the one logged).
-    pub request_id: Option<[u8; 32]>,
-}
-
-impl StreamLog {
-    /// The log's view of a new request: its line ("METHOD path HTTP/2.0").
-    pub fn of(head: &ringx_h2proto::RequestHead) -> StreamLog {
-        let mut request = head.method.clone();
-        request.push(b' ');
-        request.extend_from_slice(head.path.as_deref().unwrap_or(b"-"));
-        request.extend_from_slice(b" HTTP/2.0");
-        StreamLog {
-            request,
-            referer: Vec::new(),
-            user_agent: Vec::new(),
-            request_id: None,
-        }
-    }
-}
 
 /// A stream's request and response.
 pub(super) struct H2Stream {
@@ -120,7 +31,7 @@ pub(super) struct H2Stream {
     /// Response body bytes sent.
     pub body_out: u64,
     /// The response body waiting to go (local answers).
-    pub out: VecDeque<Piece>,
+    pub out: Pieces,
     /// The body is complete once what waits is sent: END_STREAM then.
     pub end: bool,
     /// END_STREAM went out.
@@ -130,7 +41,7 @@ pub(super) struct H2Stream {
     pub proxy: Option<Box<Proxied>>,
     /// A gRPC call (`grpc://`): its upstream stream and the response bytes received.
     pub grpc: Option<Box<GrpcCall>>,
-    pub log: Option<Box<StreamLog>>,
+    pub log: Option<Box<RequestLog>>,
     /// The location's `limit_conn` counts this stream while it lives.
     pub conn_slot: Option<crate::guard::limit::ConnSlot>,
     /// The location's `limit_req` charged the request (an `error_page` location it is
@@ -171,7 +82,7 @@ impl H2Stream {
             status: 0,
             body_in: 0,
             body_out: 0,
-            out: VecDeque::new(),
+            out: Pieces::default(),
             end: false,
             ended: false,
             trailers: Vec::new(),
@@ -202,25 +113,19 @@ impl H2Stream {
         c: ConnId,
     ) -> Turn {
         let id = self.id;
-        if let Some(Piece::Compress(z)) = self.out.front_mut() {
-            if z.at == z.buf.len() && !z.done {
-                if conn.capacity(id) == 0 {
-                    return Turn::Blocked; // nothing is read before the peer can take it
-                }
-                if let Err(e) = z.refill() {
-                    tracing::warn!("compressing a static file for stream {id}: {e}");
-                    return Turn::Failed;
-                }
-            }
-            if z.done && z.at == z.buf.len() {
-                self.out.pop_front();
+        match self.out.prepare(conn.capacity(id) > 0) {
+            Ok(true) => {}
+            Ok(false) => return Turn::Blocked,
+            Err(e) => {
+                tracing::warn!("compressing a static file for stream {id}: {e}");
+                return Turn::Failed;
             }
         }
         let queued: u64 = match (&self.proxy, &self.grpc) {
             (_, Some(g)) => g.pending().len() as u64,
             (Some(p), _) if p.head_done => p.pending().len() as u64,
             (Some(_), _) => 0,
-            (None, None) => self.out.iter().map(Piece::len).sum(),
+            (None, None) => self.out.queued(),
         };
         if queued == 0 {
             if !self.end || !self.head_sent {
@@ -250,14 +155,11 @@ impl H2Stream {
         let front = match (&self.proxy, &self.grpc) {
             (_, Some(g)) => g.pending().len() as u64,
             (Some(p), _) => p.pending().len() as u64,
-            (None, None) => self.out.front().map_or(0, Piece::len),
+            (None, None) => self.out.front_len(),
         };
         let n = cap.min(front);
         // With trailers to follow, the last DATA frame does not end the stream.
-        let last = self.end
-            && n == queued
-            && self.trailers.is_empty()
-            && !self.out.iter().any(Piece::unfinished);
+        let last = self.end && n == queued && self.trailers.is_empty() && !self.out.unfinished();
         flush(conn, tr, cx, c);
         let head = conn.data_frame(id, n as usize, last);
         tr.write(cx.io, c, &head);
@@ -273,36 +175,8 @@ impl H2Stream {
             };
         }
         match &mut self.proxy {
-            Some(p) => {
-                let out = p.out();
-                tr.write(cx.io, c, &out.pending()[..n as usize]);
-                out.take(n as usize);
-                let mark = out.high_water.unwrap_or(PROXY_HIGH_WATER);
-                if out.notify && (out.pending().len() as u64) < mark / 2 {
-                    out.notify = false;
-                    p.resume_upstream(cx);
-                }
-            }
-            None => {
-                let piece = self.out.front_mut().expect("queued");
-                match piece {
-                    Piece::Bytes(b, at) => {
-                        tr.write(cx.io, c, &b[*at..*at + n as usize]);
-                        *at += n as usize;
-                    }
-                    Piece::File(f, off, _) => {
-                        tr.send_file(cx.io, c, f.clone(), *off, n);
-                        *off += n;
-                    }
-                    Piece::Compress(z) => {
-                        tr.write(cx.io, c, &z.buf[z.at..z.at + n as usize]);
-                        z.at += n as usize;
-                    }
-                }
-                if piece.len() == 0 && !piece.unfinished() {
-                    self.out.pop_front();
-                }
-            }
+            Some(p) => p.write(tr, cx, c, n as usize),
+            None => self.out.write(tr, cx, c, n),
         }
         if last {
             self.ended = true;
@@ -312,30 +186,15 @@ impl H2Stream {
         }
     }
 
-    /// Counts the response and writes its access log line (`cut`: it did not complete).
-    pub fn log_end(&self, cx: &mut Cx, b: &Base, _c: ConnId, cut: bool) {
-        let status = match self.status {
-            0 => 499,
-            s => s,
-        };
-        let _ = cut;
-        let Some(l) = &self.log else {
-            return cx.ctx.log.stream_end(cx.io, None, status);
-        };
-        let e = Entry {
-            client: b.addr,
-            tls: b.tr.tls_info(),
-            request: &l.request,
-            status,
+    /// Counts the response and writes its access log line.
+    pub fn log_end(&self, cx: &mut Cx, b: &Base) {
+        let e = Ended {
+            start: self.start,
+            status: self.status,
             body_bytes: self.body_out,
-            referer: &l.referer,
-            user_agent: &l.user_agent,
-            request_time: cx.io.now().saturating_duration_since(self.start),
-            zone: cx.ctx.id,
             cache: self.cache,
-            request_id: l.request_id,
         };
-        cx.ctx.log.stream_end(cx.io, Some(e), status);
+        log::log_end(cx, b, self.log.as_deref(), e);
     }
 }
 

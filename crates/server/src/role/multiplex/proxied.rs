@@ -1,6 +1,6 @@
-//! Proxied HTTP/2 streams: each is an [`Exchange`] to an HTTP/1.1 upstream, through the
-//! zone's keep-alive pools (shared with HTTP/1 clients), with the exchange's retries,
-//! timeouts and failures unchanged.
+//! Proxied streams of a multiplexed connection (HTTP/2's now, HTTP/3's next): each is an
+//! [`Exchange`] to an HTTP/1.1 upstream, through the zone's keep-alive pools (shared with
+//! HTTP/1 clients), with the exchange's retries, timeouts and failures unchanged.
 //!
 //! The exchange writes its response for the client into the stream's
 //! [`MemOut`](crate::transport::MemOut) instead of a socket: the head is turned into
@@ -27,20 +27,20 @@ use crate::role::upstream::UpEvent;
 use crate::transport::{MemOut, Transport};
 use crate::upstream::dial::Dial;
 
-/// What the proxied streams of one HTTP/2 connection may hold together, response bytes read
+/// What the proxied streams of one connection may hold together, response bytes read
 /// from their upstreams and not yet sent (their peer's windows closed): each stream stops
 /// reading from its upstream past its share, [`CONN_BUDGET`] over the connection's proxied
 /// streams, no less than [`STREAM_FLOOR`] and no more than one HTTP/1 exchange's mark. One
 /// stream streams as an HTTP/1.1 client's response does; 128 streams whose peer opens no
 /// window hold 16 KiB each (plus one read), not 256 KiB each.
-pub(super) const CONN_BUDGET: u64 = 1 << 20;
-pub(super) const STREAM_FLOOR: u64 = 16 * 1024;
+pub(crate) const CONN_BUDGET: u64 = 1 << 20;
+pub(crate) const STREAM_FLOOR: u64 = 16 * 1024;
 
 /// Shares [`CONN_BUDGET`] among a connection's `proxied` streams (when one starts): each
 /// stream's mark, and what its upstream may deliver after a pause ([`Io::limit_recv`]).
 ///
 /// [`Io::limit_recv`]: ringx_engine::Io::limit_recv
-pub(super) fn share_budget(cx: &mut Cx, proxied: Vec<&mut Proxied>) {
+pub(crate) fn share_budget(cx: &mut Cx, proxied: Vec<&mut Proxied>) {
     let n = proxied.len().max(1) as u64;
     let mark = (CONN_BUDGET / n).clamp(STREAM_FLOOR, PROXY_HIGH_WATER);
     for p in proxied {
@@ -53,10 +53,10 @@ pub(super) fn share_budget(cx: &mut Cx, proxied: Vec<&mut Proxied>) {
 
 /// Why a stream could not be proxied: the status to answer with, the location's error
 /// pages, and the capture it was started with (a cache fill may answer from a stale copy).
-pub(super) type Failed = (u16, Option<Box<PageCtx>>, Option<Box<Capture>>);
+pub(crate) type Failed = (u16, Option<Box<PageCtx>>, Option<Box<Capture>>);
 
 /// A stream being proxied.
-pub(super) struct Proxied {
+pub(crate) struct Proxied {
     pub ex: Box<Exchange>,
     /// The stream as the exchange's client: the connection's identity, and the output
     /// the exchange writes.
@@ -87,6 +87,20 @@ impl Proxied {
         match &self.base.tr {
             Transport::Mem(m) => m.pending(),
             _ => &[],
+        }
+    }
+
+    /// Writes the next `n` bytes of what the exchange wrote to `tr` (a frame of the stream
+    /// carries them); an upstream paused for back-pressure reads again once what is left is
+    /// under half the stream's mark.
+    pub fn write(&mut self, tr: &mut Transport, cx: &mut Cx, c: ConnId, n: usize) {
+        let out = self.out();
+        tr.write(cx.io, c, &out.pending()[..n]);
+        out.take(n);
+        let mark = out.high_water.unwrap_or(PROXY_HIGH_WATER);
+        if out.notify && (out.pending().len() as u64) < mark / 2 {
+            out.notify = false;
+            self.resume_upstream(cx);
         }
     }
 

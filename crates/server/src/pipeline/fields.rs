@@ -1,6 +1,7 @@
-//! A stream's request as the pipeline takes it: its decoded fields (`ringx-h2proto`'s
-//! `RequestHead`) given to `ringx_http::request_from_parts` with the framing's field, with no
-//! HTTP/1.1 text in between; and the fields of a request made that way, to make it again.
+//! A request that arrived as decoded fields (HTTP/2's HPACK now, HTTP/3's QPACK next), as
+//! the pipeline takes it: the fields (`ringx-h2proto`'s `RequestHead`) given to
+//! `ringx_http::request_from_parts` with the framing's field, with no HTTP/1.1 text in
+//! between; and the fields of a request made that way, to make it again.
 
 use ringx_h2proto::{Framing, RequestHead};
 use ringx_http::Request;
@@ -9,13 +10,19 @@ use ringx_http::Request;
 const ON_STACK: usize = 24;
 
 /// Header storage per parse of a head (the HTTP/2 list size bounds the count before this).
-pub(super) const MAX_HEADERS: usize = 128;
+pub const MAX_HEADERS: usize = 128;
 
 /// A request's field list: on the stack for the usual few, in a vector past that.
-pub(super) struct HeaderList<'a> {
+pub struct HeaderList<'a> {
     small: [httparse::Header<'a>; ON_STACK],
     len: usize,
     spill: Vec<httparse::Header<'a>>,
+}
+
+impl Default for HeaderList<'_> {
+    fn default() -> Self {
+        HeaderList::new()
+    }
 }
 
 impl<'a> HeaderList<'a> {
@@ -52,7 +59,7 @@ impl<'a> HeaderList<'a> {
 /// The request from fields `head` framed by `framing`, held to what the HTTP/1 parser holds
 /// a head to (`ringx_http::request_from_parts`). `length` and `headers` are storage it
 /// borrows (on the caller's stack). Err: the status it is refused with.
-pub(super) fn make_request<'h, 'a>(
+pub fn make_request<'h, 'a>(
     (head, framing): (&'a RequestHead, Framing),
     limits: &ringx_http::Limits,
     length: &'a mut [u8; 20],
@@ -99,7 +106,7 @@ fn request_fields<'a>(
 /// The fields of a request that was made from fields (`request_fields`), to make it again:
 /// re-served at an `error_page` location. The framing fields are left out: the body sent
 /// again says its own.
-pub(super) fn head_of(req: &Request) -> RequestHead {
+pub fn head_of(req: &Request) -> RequestHead {
     let mut head = RequestHead {
         method: req.method_str.as_bytes().to_vec(),
         path: Some(req.target.as_bytes().to_vec()),
