@@ -186,17 +186,17 @@ fn finish_response<'h, 'b>(
 /// Fields that describe one connection, never forwarded (RFC 9110 §7.6.1). `Transfer-Encoding`
 /// is one of them here because the proxy re-declares the framing itself (see [`is_framing`]).
 fn is_hop_by_hop(name: &str) -> bool {
-    const HOP: [&str; 8] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "expect",
-    ];
-    HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+    // By length first: most fields are none of them, and are told so by one comparison.
+    let hop: &[&str] = match name.len() {
+        2 => &["te"],
+        6 => &["expect"],
+        7 => &["trailer", "upgrade"],
+        10 => &["connection", "keep-alive"],
+        16 => &["proxy-connection"],
+        17 => &["transfer-encoding"],
+        _ => return false,
+    };
+    hop.iter().any(|h| name.eq_ignore_ascii_case(h))
 }
 
 /// The fields that delimit a message's body. The proxy never copies them from one side to the
@@ -224,6 +224,54 @@ fn named_by_connection(headers: &[Header<'_>], name: &str) -> bool {
         .filter(|h| h.name.eq_ignore_ascii_case("connection"))
         .flat_map(|h| list_elements(h.value))
         .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+/// The names a head's `Connection` fields list (RFC 9110 §7.6.1), gathered once per head, so
+/// that each field is checked against them rather than against every field again (the scan
+/// per field was 7% of a proxied request's instructions). Past [`ConnectionNames::MAX`]
+/// names the fields are scanned as before.
+struct ConnectionNames<'h, 's> {
+    names: [&'h [u8]; ConnectionNames::MAX],
+    len: usize,
+    /// Too many names to keep: the fields, to scan for each name asked.
+    many: Option<&'s [Header<'h>]>,
+}
+
+impl ConnectionNames<'_, '_> {
+    const MAX: usize = 8;
+}
+
+impl<'h, 's> ConnectionNames<'h, 's> {
+    fn of(headers: &'s [Header<'h>]) -> ConnectionNames<'h, 's> {
+        let mut c = ConnectionNames {
+            names: [&[]; ConnectionNames::MAX],
+            len: 0,
+            many: None,
+        };
+        let listed = headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .flat_map(|h| list_elements(h.value));
+        for t in listed {
+            if c.len == ConnectionNames::MAX {
+                c.many = Some(headers);
+                break;
+            }
+            c.names[c.len] = t;
+            c.len += 1;
+        }
+        c
+    }
+
+    /// Whether `name` is one of them.
+    fn names(&self, name: &str) -> bool {
+        match self.many {
+            Some(headers) => named_by_connection(headers, name),
+            None => self.names[..self.len]
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(name.as_bytes())),
+        }
+    }
 }
 
 /// The `Upgrade` value of a request that asks for a protocol switch (`Connection: upgrade`
@@ -344,13 +392,14 @@ fn request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>, edit:
         put(out, "Host", h);
     }
     let mut xff: Option<&[u8]> = None;
+    let named = ConnectionNames::of(req.headers);
     for h in req.headers {
         let n = h.name;
         // The proxy's own fields first, so that `Connection` cannot name them away.
         if is_hop_by_hop(n) || is_framing(n) || n.eq_ignore_ascii_case("host") {
             continue;
         }
-        if named_by_connection(req.headers, n) || dropped(n) || is_client_cert_field(n) {
+        if named.names(n) || dropped(n) || is_client_cert_field(n) {
             continue;
         }
         if f.forwarded_headers {
@@ -520,13 +569,14 @@ fn response_head<O: HeadSink + ?Sized>(
     out.status(resp.status, resp.reason);
     let switching = resp.status == 101;
     let mut vary = edit.vary;
+    let named = ConnectionNames::of(resp.headers);
     for h in resp.headers {
         let n = h.name;
         if switching && n.eq_ignore_ascii_case("upgrade") {
             out.put(n.as_bytes(), h.value);
             continue;
         }
-        if is_hop_by_hop(n) || is_framing(n) || named_by_connection(resp.headers, n) {
+        if is_hop_by_hop(n) || is_framing(n) || named.names(n) {
             continue;
         }
         if edit.hide.iter().any(|x| n.eq_ignore_ascii_case(x)) {

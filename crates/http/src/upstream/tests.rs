@@ -452,3 +452,23 @@ fn response_edit() {
         "HTTP/1.1 200 OK\r\nVary: accept-encoding\r\nContent-Length: 5\r\n\r\n"
     );
 }
+
+/// The names `Connection` lists are gathered once per head; past the eight kept, the fields
+/// are scanned for each name as before: either way every field they name is dropped, and
+/// only those.
+#[test]
+fn connection_named_fields_go_however_many_are_named() {
+    for listed in [1usize, 8, 9, 12] {
+        let names: Vec<String> = (0..listed).map(|i| format!("X-N{i}")).collect();
+        let mut raw = format!("HTTP/1.1 200 OK\r\nConnection: {}\r\n", names.join(", "));
+        for n in &names {
+            raw.push_str(&format!("{n}: 1\r\n"));
+        }
+        raw.push_str("X-Kept: 2\r\nContent-Length: 0\r\n\r\n");
+        let (out, _) = rewrite(raw.as_bytes(), false, Version::Http11, b"");
+        assert_eq!(
+            out, "HTTP/1.1 200 OK\r\nX-Kept: 2\r\nContent-Length: 0\r\n\r\n",
+            "{listed} names"
+        );
+    }
+}
