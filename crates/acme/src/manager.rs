@@ -15,6 +15,7 @@ use instant_acme::{Account, AccountCredentials, ExternalAccountKey, NewAccount};
 use crate::block::block_on;
 pub use crate::certs::KeyType;
 use crate::certs::{self, Validity};
+use crate::challenges_redis::Relay;
 pub use crate::order::Challenge;
 use crate::order::{self, Failure};
 use crate::shared::{global, Slot};
@@ -34,6 +35,10 @@ pub struct Settings {
     /// `[cluster]`: the account and certificates in Redis, shared by the fleet, instead of
     /// `storage`.
     pub cluster: Option<ringx_cluster::Client>,
+    /// `[cluster] host_id` and `confirm_timeout`: this host in the challenge answers it
+    /// posts to the others, and how long it waits for them to confirm.
+    pub host_id: String,
+    pub confirm_timeout: Duration,
     pub challenge: Challenge,
     pub dns_hook: Option<PathBuf>,
     pub dns_wait: Duration,
@@ -504,6 +509,11 @@ impl Worker {
         let replaces = self.jobs[i].validity.as_ref().and_then(|v| v.ari.clone());
         tracing::info!(names = slot.names.join(" "), "ACME: ordering a certificate");
         let account = self.account()?.clone();
+        let relay = s.cluster.as_ref().map(|c| Relay {
+            client: c.clone(),
+            host_id: s.host_id.clone(),
+            wait: s.confirm_timeout,
+        });
         let cx = order::Ctx {
             account: &account,
             shared: global(),
@@ -511,6 +521,7 @@ impl Worker {
             key_type: s.key_type,
             dns_hook: s.dns_hook.as_deref(),
             dns_wait: s.dns_wait,
+            relay: relay.as_ref(),
         };
         let issued = match order::obtain(&cx, &slot.names, replaces.clone()) {
             // A CA that refuses the replacement (the old one was not its own) is asked afresh.

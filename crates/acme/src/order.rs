@@ -1,7 +1,9 @@
 //! One order carried out (RFC 8555 §7.4): every authorization's challenge answered in
 //! `crate::shared` (or by the DNS hook) and announced, the order polled until ready,
 //! finalized with a CSR for a new key, and the certificate fetched. The answers are taken
-//! down when the order ends, however it ends.
+//! down when the order ends, however it ends. With `[cluster]` each answer is also posted
+//! to every host through Redis before the CA is told (`crate::challenges_redis`), since
+//! behind a load balancer the CA's validation may reach any of them.
 
 use std::path::Path;
 use std::process::Command;
@@ -14,6 +16,7 @@ use instant_acme::{
 
 use crate::block::block_on;
 use crate::certs::{self, KeyType};
+use crate::challenges_redis::{Answer, Relay};
 use crate::shared::Shared;
 
 /// How a CA is to validate the names.
@@ -35,6 +38,8 @@ pub struct Ctx<'a> {
     pub key_type: KeyType,
     pub dns_hook: Option<&'a Path>,
     pub dns_wait: Duration,
+    /// `[cluster]`: the answers posted to every host too.
+    pub relay: Option<&'a Relay>,
 }
 
 /// A certificate obtained: the chain as the CA sent it, and its key (PEM).
@@ -88,6 +93,8 @@ enum Posted {
     Http(String),
     Alpn(String),
     Dns(String, String),
+    /// Posted to every host through Redis as well.
+    Shared(Answer),
 }
 
 struct Cleanup<'a> {
@@ -101,6 +108,18 @@ impl Drop for Cleanup<'_> {
             match p {
                 Posted::Http(token) => self.cx.shared.set_http01(&token, None),
                 Posted::Alpn(name) => self.cx.shared.set_alpn(&name, None),
+                Posted::Shared(a) => {
+                    if let Some(r) = self.cx.relay {
+                        if let Err(e) = r.withdraw(&a) {
+                            tracing::info!(
+                                "ACME: cannot take down {} on the other hosts ({e}); it \
+                                 lapses there within {:?}",
+                                a.target(),
+                                crate::challenges_redis::TTL
+                            );
+                        }
+                    }
+                }
                 Posted::Dns(fqdn, value) => {
                     if let Some(hook) = self.cx.dns_hook {
                         let _ = run_hook(hook, "remove", &fqdn, &value);
@@ -160,15 +179,17 @@ pub fn obtain(
                 Identifier::Dns(d) => d.clone(),
                 other => return Err(format!("identifier {other:?}").into()),
             };
-            match kind {
+            let answer = match kind {
                 ChallengeType::Http01 => {
                     cx.shared.set_http01(&ch.token, Some(ka.as_str()));
                     cleanup.posted.push(Posted::Http(ch.token.clone()));
+                    Some(Answer::Http01(ch.token.clone()))
                 }
                 ChallengeType::TlsAlpn01 => {
                     let cert = certs::alpn_challenge(&name, ka.digest().as_ref())?;
                     cx.shared.set_alpn(&name, Some(cert));
                     cleanup.posted.push(Posted::Alpn(name.clone()));
+                    Some(Answer::TlsAlpn01(name.clone()))
                 }
                 _ => {
                     let hook = cx.dns_hook.ok_or("dns-01 without dns_hook")?;
@@ -177,7 +198,12 @@ pub fn obtain(
                     run_hook(hook, "add", &fqdn, &value)?;
                     cleanup.posted.push(Posted::Dns(fqdn, value));
                     std::thread::sleep(cx.dns_wait);
+                    None
                 }
+            };
+            if let (Some(a), Some(r)) = (answer, cx.relay) {
+                share(cx, r, &a, ka.as_str());
+                cleanup.posted.push(Posted::Shared(a));
             }
             tracing::debug!(name = %name, "ACME: {kind:?} answer posted");
             block_on(ch.set_ready())?;
@@ -222,6 +248,40 @@ pub fn obtain(
         chain_pem,
         key_pem: key.serialize_pem(),
     })
+}
+
+/// Posts an answer to every host before the CA is told to validate; when that fails (Redis
+/// down, an ACL without these keys), this host alone answers, as without `[cluster]`.
+fn share(cx: &Ctx<'_>, r: &Relay, a: &Answer, key_auth: &str) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = &cx.shared.counters;
+    match r.post(a, key_auth) {
+        Ok(o) if o.missing.is_empty() => {
+            c.shared_posted.fetch_add(1, Relaxed);
+            tracing::debug!(
+                "ACME: {} posted to every host ({} confirmed)",
+                a.target(),
+                o.confirmed.len()
+            );
+        }
+        Ok(o) => {
+            c.shared_unconfirmed.fetch_add(1, Relaxed);
+            tracing::warn!(
+                "ACME: {} posted to every host, but [{}] did not confirm within {:?}: a \
+                 validation that reaches them fails (the order is then retried)",
+                a.target(),
+                o.missing.join(" "),
+                r.wait
+            );
+        }
+        Err(e) => {
+            c.shared_failed.fetch_add(1, Relaxed);
+            tracing::warn!(
+                "ACME: cannot post {} to the other hosts ({e}); only this host answers it",
+                a.target()
+            );
+        }
+    }
 }
 
 /// What the CA said of each failed challenge of an invalid order (its authorizations read

@@ -1,13 +1,17 @@
 //! What the ACME thread hands to the zones: for each set of names its certificate
 //! ([`Slot`]), and the answers to the challenges under way. Zones only load (one atomic
-//! load of an `Arc`, no lock: `arc_swap`); the one writer is the ACME thread, which builds
-//! a new map and swaps it in. A [`Slot`] is created when a configuration is compiled and
-//! kept across reloads by its names, so a reload neither loses a certificate nor orders one.
+//! load of an `Arc`, no lock: `arc_swap`); the writers are the ACME thread and, with
+//! `[cluster]`, the subscriber's thread (the answers of another host's order,
+//! `crate::challenges_redis`), each building a new map and swapping it in (`rcu`, so that
+//! neither loses the other's change). Another host's answers lapse by themselves. A
+//! [`Slot`] is created when a configuration is compiled and kept across reloads by its
+//! names, so a reload neither loses a certificate nor orders one.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use rustls::sign::CertifiedKey;
@@ -66,6 +70,23 @@ pub struct Counters {
     pub orders_failed: AtomicU64,
     pub http01_answered: AtomicU64,
     pub http01_unknown: AtomicU64,
+    /// Answers this host posted through Redis (`crate::challenges_redis`): every host alive
+    /// confirmed, some did not in time, or Redis failed (this host alone answers).
+    pub shared_posted: AtomicU64,
+    pub shared_unconfirmed: AtomicU64,
+    pub shared_failed: AtomicU64,
+    /// Answers another host posted, put in here; messages for which none could be.
+    pub shared_received: AtomicU64,
+    pub shared_refused: AtomicU64,
+}
+
+/// An answer and, for one another host posted, when it lapses (None: this host's own, taken
+/// down by its order).
+type Timed<T> = (T, Option<Instant>);
+
+fn live<T: Clone>(e: Option<&Timed<T>>) -> Option<T> {
+    e.filter(|(_, until)| until.is_none_or(|t| Instant::now() < t))
+        .map(|(v, _)| v.clone())
 }
 
 /// Every slot and the challenges under way.
@@ -75,9 +96,9 @@ pub struct Shared {
     /// The slots of the configuration in force (`/metrics` shows these).
     managed: Mutex<Vec<Arc<Slot>>>,
     /// http-01: token → key authorization.
-    http01: ArcSwap<HashMap<String, Arc<str>>>,
+    http01: ArcSwap<HashMap<String, Timed<Arc<str>>>>,
     /// tls-alpn-01: name → the challenge certificate.
-    alpn: ArcSwap<HashMap<String, Arc<CertifiedKey>>>,
+    alpn: ArcSwap<HashMap<String, Timed<Arc<CertifiedKey>>>>,
     pub counters: Counters,
 }
 
@@ -124,7 +145,7 @@ impl Shared {
     /// The key authorization for an http-01 token ringx issued (None: not one of ours).
     #[inline]
     pub fn http01(&self, token: &str) -> Option<Arc<str>> {
-        let found = self.http01.load().get(token).cloned();
+        let found = live(self.http01.load().get(token));
         let c = match found {
             Some(_) => &self.counters.http01_answered,
             None => &self.counters.http01_unknown,
@@ -141,31 +162,86 @@ impl Shared {
     /// Posts (or, with None, takes down) the answer to an http-01 token: the ACME thread's
     /// while an order is under way.
     pub fn set_http01(&self, token: &str, answer: Option<&str>) {
-        let mut m = HashMap::clone(&self.http01.load());
-        match answer {
-            Some(a) => m.insert(token.to_string(), Arc::from(a)),
-            None => m.remove(token),
-        };
-        self.http01.store(Arc::new(m));
+        edit(
+            &self.http01,
+            token,
+            answer.map(|a| (Arc::from(a), None)),
+            false,
+        );
+    }
+
+    /// Posts another host's answer to an http-01 token, until `until` at most.
+    pub fn set_http01_from_peer(&self, token: &str, answer: &str, until: Instant) {
+        edit(
+            &self.http01,
+            token,
+            Some((Arc::from(answer), Some(until))),
+            false,
+        );
+    }
+
+    /// Takes down another host's answer to `token` (never this host's own): whether there
+    /// was one.
+    pub fn take_down_peer_http01(&self, token: &str) -> bool {
+        edit(&self.http01, token, None, true)
     }
 
     /// The tls-alpn-01 certificate for a name being validated.
     #[inline]
     pub fn alpn_cert(&self, name: &str) -> Option<Arc<CertifiedKey>> {
         let name = name.trim_end_matches('.').to_ascii_lowercase();
-        self.alpn.load().get(&name).cloned()
+        live(self.alpn.load().get(&name))
     }
 
     /// Posts (or takes down) tls-alpn-01's certificate for `name`.
     pub fn set_alpn(&self, name: &str, cert: Option<Arc<CertifiedKey>>) {
-        let mut m = HashMap::clone(&self.alpn.load());
-        match cert {
-            Some(c) => m.insert(name.to_string(), c),
-            None => m.remove(name),
-        };
-        self.alpn.store(Arc::new(m));
+        edit(&self.alpn, name, cert.map(|c| (c, None)), false);
     }
 
+    /// Posts the tls-alpn-01 certificate made for another host's order, until `until`.
+    pub fn set_alpn_from_peer(&self, name: &str, cert: Arc<CertifiedKey>, until: Instant) {
+        edit(&self.alpn, name, Some((cert, Some(until))), false);
+    }
+
+    /// Takes down the certificate posted for another host's order (never this host's own,
+    /// which an order of its own for the same name may have posted since): whether there
+    /// was one.
+    pub fn take_down_peer_alpn(&self, name: &str) -> bool {
+        edit(&self.alpn, name, None, true)
+    }
+}
+
+/// Puts `v` at `k` in the map (None: removes it; with `peers_only`, only an entry another
+/// host posted), and drops the entries that lapsed; whether an entry was removed. Only the
+/// ACME and subscriber threads write, seldom: a copy of the map swapped in.
+fn edit<T: Clone>(
+    map: &ArcSwap<HashMap<String, Timed<T>>>,
+    k: &str,
+    v: Option<Timed<T>>,
+    peers_only: bool,
+) -> bool {
+    let mut removed = false;
+    map.rcu(|cur| {
+        let now = Instant::now();
+        let mut m: HashMap<String, Timed<T>> = cur
+            .iter()
+            .filter(|(_, (_, until))| until.is_none_or(|t| now < t))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        removed = false;
+        match &v {
+            Some(v) => {
+                m.insert(k.to_string(), v.clone());
+            }
+            None if peers_only && m.get(k).is_some_and(|(_, until)| until.is_none()) => {}
+            None => removed = m.remove(k).is_some(),
+        }
+        m
+    });
+    removed
+}
+
+impl Shared {
     /// The ACME part of `/metrics` (Prometheus text): days to expiry per certificate,
     /// orders, http-01 requests.
     pub fn render_metrics(&self, now: i64) -> String {
@@ -224,6 +300,24 @@ impl Shared {
             r(&c.http01_answered),
             r(&c.http01_unknown),
         );
+        let _ = write!(
+            o,
+            "# HELP ringx_acme_cluster_challenges_total Challenge answers shared through Redis \
+             ([cluster]): posted by this host (every host alive confirmed; unconfirmed: not \
+             all in time; failed: Redis failed, this host alone answered), received from \
+             another host's order, refused (nothing usable in Redis).\n\
+             # TYPE ringx_acme_cluster_challenges_total counter\n\
+             ringx_acme_cluster_challenges_total{{result=\"posted\"}} {}\n\
+             ringx_acme_cluster_challenges_total{{result=\"unconfirmed\"}} {}\n\
+             ringx_acme_cluster_challenges_total{{result=\"failed\"}} {}\n\
+             ringx_acme_cluster_challenges_total{{result=\"received\"}} {}\n\
+             ringx_acme_cluster_challenges_total{{result=\"refused\"}} {}\n",
+            r(&c.shared_posted),
+            r(&c.shared_unconfirmed),
+            r(&c.shared_failed),
+            r(&c.shared_received),
+            r(&c.shared_refused),
+        );
         o
     }
 }
@@ -272,9 +366,40 @@ mod tests {
             "{m}"
         );
         // tls-alpn-01: by name, any case, trailing dot ignored.
-        sh.set_alpn("a.test", Some(pending));
+        sh.set_alpn("a.test", Some(pending.clone()));
         assert!(sh.alpn_cert("A.test.").is_some());
         sh.set_alpn("a.test", None);
         assert!(sh.alpn_cert("a.test").is_none());
+    }
+
+    #[test]
+    fn answers_from_peers_lapse_and_never_take_down_this_hosts_own() {
+        use std::time::Duration;
+        let sh = Shared::default();
+        let later = Instant::now() + Duration::from_secs(60);
+        sh.set_http01_from_peer("p1", "p1.k", later);
+        assert_eq!(sh.http01("p1").as_deref(), Some("p1.k"));
+        assert!(sh.take_down_peer_http01("p1"));
+        assert_eq!(sh.http01("p1"), None);
+        assert!(!sh.take_down_peer_http01("p1"), "nothing left to take down");
+        // This host's own answer stays when a peer's order for it ends.
+        sh.set_http01("own", Some("own.k"));
+        assert!(!sh.take_down_peer_http01("own"));
+        assert_eq!(sh.http01("own").as_deref(), Some("own.k"));
+        // A peer's answer past its time is not served, and is dropped at the next change.
+        sh.set_http01_from_peer("old", "old.k", Instant::now());
+        assert_eq!(sh.http01("old"), None);
+        sh.set_http01_from_peer("p2", "p2.k", later);
+        assert!(!sh.http01.load().contains_key("old"));
+        let cert = crate::certs::self_signed(&["a.test".to_string()]).unwrap();
+        sh.set_alpn("a.test", Some(cert.clone()));
+        assert!(!sh.take_down_peer_alpn("a.test"));
+        assert!(sh.alpn_cert("a.test").is_some());
+        sh.set_alpn_from_peer("b.test", cert.clone(), later);
+        assert!(sh.alpn_cert("b.test").is_some());
+        assert!(sh.take_down_peer_alpn("b.test"));
+        assert!(sh.alpn_cert("b.test").is_none());
+        sh.set_alpn_from_peer("c.test", cert, Instant::now());
+        assert!(sh.alpn_cert("c.test").is_none());
     }
 }

@@ -104,6 +104,10 @@ fn settings(cfg: &Config, a: &Acme) -> Settings {
         key_type: KeyType::parse(a.key_type.get_ref()).unwrap_or(KeyType::EcdsaP256),
         storage: a.storage.get_ref().clone(),
         cluster: crate::cluster::client(),
+        host_id: crate::cluster_events::host_id(cfg).unwrap_or_default(),
+        confirm_timeout: cfg.cluster.as_ref().map_or(Duration::from_secs(2), |c| {
+            c.get_ref().confirm_timeout.get_ref().0
+        }),
         challenge,
         dns_hook: a.dns_hook.as_ref().map(|h| h.get_ref().clone()),
         dns_wait: a.dns_propagation.0,

@@ -1,6 +1,8 @@
 //! Purges and drains sent to every host (`?cluster=1` on the admin port, issue 42): this
 //! host's name in them (`[cluster] host_id`), its subscriber (`ringx_cluster::Subscriber`)
 //! and what it does with each event it receives, and the admin's answer to one it sends.
+//! The same subscriber takes the ACME challenge answers another host's order posts
+//! (`ringx_acme::challenges_redis`), so that this host answers the CA's validation too.
 //!
 //! The host asked applies the action itself first (so that it is done even when Redis is
 //! not there), then publishes it and waits up to `confirm_timeout` for the confirmations;
@@ -11,6 +13,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use ringx_acme::challenges_redis;
 use ringx_cluster::broadcast::{broadcast, Outcome};
 use ringx_cluster::{Applied, Client, Event, Handler, Subscriber};
 use ringx_config::Config;
@@ -57,7 +60,8 @@ pub fn start(cfg: &Config, client: Option<&Client>) {
         r.confirm_timeout = confirm_timeout;
         return;
     }
-    let handler: Handler = std::sync::Arc::new(apply);
+    let c = client.clone();
+    let handler: Handler = std::sync::Arc::new(move |ev, auth| apply(Some(&c), ev, auth));
     match Subscriber::start(client.clone(), id.clone(), handler) {
         Ok(sub) => {
             tracing::info!("cluster: this host is {id:?} in purges and drains sent to every host");
@@ -78,7 +82,7 @@ pub fn start(cfg: &Config, client: Option<&Client>) {
 /// process's own without handing them over: the admin request that sent one applied it).
 /// A drain only when `authenticated` (its MAC under `[cluster] events_secret` checked):
 /// otherwise anyone who can publish in Redis could stop every host.
-fn apply(ev: &Event, authenticated: bool) -> Applied {
+fn apply(client: Option<&Client>, ev: &Event, authenticated: bool) -> Applied {
     let done = |status, text: &str| Applied {
         status,
         text: text.into(),
@@ -104,6 +108,20 @@ fn apply(ev: &Event, authenticated: bool) -> Applied {
             text: "draining".into(),
             then: Some(Box::new(drain_self)),
         },
+        // Another host's ACME order: its challenge's answer, so that this host answers the
+        // CA's validation too (read from Redis by this, the subscriber's thread; the zones
+        // then find it as they find this host's own), and taken down when the order ends.
+        challenges_redis::POST => match client {
+            Some(c) => {
+                let (status, text) = challenges_redis::receive(c, ringx_acme::global(), &ev.target);
+                done(status, &text)
+            }
+            None => done(503, "no cluster client here"),
+        },
+        challenges_redis::DONE => {
+            let (status, text) = challenges_redis::forget(ringx_acme::global(), &ev.target);
+            done(status, &text)
+        }
         other => done(400, &format!("unknown action {other:?}")),
     }
 }
@@ -356,16 +374,25 @@ mod tests {
         };
         // A purge with a MAC or without.
         for authenticated in [false, true] {
-            let a = apply(&ev("other", "purge"), authenticated);
+            let a = apply(None, &ev("other", "purge"), authenticated);
             assert_eq!(
                 (a.status, a.text.as_str()),
                 (404, "no proxy_cache_path named \"nope\"\n")
             );
         }
-        assert_eq!(apply(&ev("other", "reboot"), true).status, 400);
-        assert!(apply(&ev("other", "drain"), true).then.is_some());
+        assert_eq!(apply(None, &ev("other", "reboot"), true).status, 400);
+        // Another host's ACME challenge: read from Redis through the client (none here), and
+        // taken down (none here to take down); neither one needs a MAC.
+        let mut ch = ev("other", challenges_redis::POST);
+        ch.target = b"http-01/tok".to_vec();
+        assert_eq!(apply(None, &ch, false).status, 503);
+        ch.action = challenges_redis::DONE.into();
+        assert_eq!(apply(None, &ch, false).status, 404);
+        ch.target = b"nope".to_vec();
+        assert_eq!(apply(None, &ch, true).status, 400);
+        assert!(apply(None, &ev("other", "drain"), true).then.is_some());
         // A drain without a MAC checked under events_secret: refused, nothing done.
-        let a = apply(&ev("other", "drain"), false);
+        let a = apply(None, &ev("other", "drain"), false);
         assert!(a.then.is_none());
         assert_eq!((a.status, a.text.as_str()), (403, NOT_AUTHENTICATED));
     }
