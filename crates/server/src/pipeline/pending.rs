@@ -91,6 +91,26 @@ impl Pending {
         }
     }
 
+    /// Keeps a request on its way to the `error_page` location `fb` (of `routes`) to be
+    /// looked at again after a wait: its head as it came (`head`, HTTP/1's text; `keep`: the
+    /// connection stays open after its response) and its body, whole.
+    pub fn wait_rerouted(
+        &mut self,
+        head: Vec<u8>,
+        body: Option<Vec<u8>>,
+        (fb, routes): (&Fallback, &Arc<Routes>),
+        keep: bool,
+    ) {
+        self.kept = Some(Box::new(Kept {
+            request: Saved::Text { head, keep },
+            body: SavedBody::whole(body),
+        }));
+        self.fallback = Some(Box::new(Rerouted {
+            fb: fb.clone(),
+            routes: routes.clone(),
+        }));
+    }
+
     /// Forgets what was decided for the last request (a keep-alive connection's next one).
     /// Only a location with a guard, a cache or error pages sets anything, so on every
     /// other request this is a few tests.

@@ -120,7 +120,117 @@ pub enum Outcome {
     Upgrade(ConnId),
 }
 
+/// What request body bytes given to [`Exchange::forward_body`] came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyFed {
+    /// Bytes consumed; the body goes on.
+    More(usize),
+    /// Bytes consumed, and the body is complete.
+    Done(usize),
+    /// The body cannot go on: answer this status (400: bad framing, 413: too large).
+    Refused(u16),
+}
+
 impl Exchange {
+    /// Readies a recycled exchange for a request (its head to go is prepared already): the
+    /// body's framing `body`; `keep`: the client connection may stay open. Returns whether
+    /// the request has a body.
+    pub fn begin(&mut self, body: ringx_http::BodyKind, version: Version, keep: bool) -> bool {
+        let has_body = !matches!(
+            body,
+            ringx_http::BodyKind::None | ringx_http::BodyKind::Length(0)
+        );
+        self.up = None;
+        self.has_body = has_body;
+        self.replay = has_body.then(Vec::new);
+        self.gave_up = None;
+        self.req_body = has_body.then(|| {
+            let mut d = BodyDecoder::new(body, ringx_http::BodyLimits::default());
+            // A chunked body's trailer section goes on without the fields that may not be
+            // trailers (`forward_body`).
+            d.keep_trailers();
+            d
+        });
+        self.version = version;
+        self.keep = keep;
+        self.started = false;
+        self.close_framed = false;
+        self.body_paused = false;
+        self.log = true;
+        has_body
+    }
+
+    /// A request of the server's own (`head` to `upstream` of generation `gen`: an
+    /// `auth_request` subrequest, a cache update), whose response `capture` receives and no
+    /// client sees; `tried` is a recycled list for the servers it tries.
+    pub fn own(
+        (gen, upstream, retries): (u32, usize, u32),
+        head: Vec<u8>,
+        capture: capture::Capture,
+        tried: Vec<usize>,
+    ) -> Exchange {
+        Exchange {
+            dial: Dial::new(gen, upstream, retries, None, tried),
+            head,
+            idempotent: true,
+            keep: true,
+            capture: Some(Box::new(capture)),
+            ..Exchange::default()
+        }
+    }
+
+    /// Forwards the request body bytes in `input` to the upstream as they came (chunked
+    /// framing passed through, up to the trailer section: that goes on without the fields
+    /// that may not be trailers, RFC 9110 §6.5.1), keeping them for a retry within
+    /// [`MAX_REPLAY`].
+    pub fn forward_body(&mut self, cx: &mut Cx, input: &[u8], max_body: u64) -> BodyFed {
+        let Some(dec) = self.req_body.as_mut() else {
+            return BodyFed::More(0);
+        };
+        let mut pos = 0;
+        loop {
+            let Ok(d) = dec.decode(&input[pos..]) else {
+                return BodyFed::Refused(400);
+            };
+            let raw = &input[pos..pos + d.consumed - d.trailer];
+            let kept = if d.done { dec.take_trailers() } else { None };
+            let end;
+            let raw = match kept {
+                Some(t) => {
+                    let mut b = raw.to_vec();
+                    b.extend_from_slice(&ringx_http::trailer::allowed_lines(&t));
+                    b.extend_from_slice(b"\r\n");
+                    end = b;
+                    &end[..]
+                }
+                None => raw,
+            };
+            if let Some(u) = self.up {
+                if let Some(up) = cx.ups.get_mut(u) {
+                    up.tr.write(cx.io, u, raw);
+                }
+            }
+            if let Some(r) = self.replay.as_mut() {
+                if r.len() + raw.len() <= MAX_REPLAY {
+                    r.extend_from_slice(raw);
+                } else {
+                    self.replay = None;
+                }
+            }
+            pos += d.consumed;
+            if dec.received() > max_body {
+                return BodyFed::Refused(413);
+            }
+            if d.done {
+                self.req_body = None;
+                return BodyFed::Done(pos);
+            }
+            if d.consumed == 0 || pos == input.len() {
+                return BodyFed::More(pos);
+            }
+        }
+    }
+
     /// Whether a failed attempt may go to another server: nothing reached the client, the
     /// method is idempotent, the body (if any) can be replayed, tries and servers are left.
     pub fn can_retry(&self, pools: &ZonePools) -> bool {
@@ -198,6 +308,25 @@ impl Exchange {
             Ok(()) => Outcome::Pending,
             Err(_) => Outcome::GiveUp(502),
         }
+    }
+
+    /// The upstream failed with `status` while the request body still arrives (`reading`,
+    /// and kept so far), and the location's error page `page` re-serves the request at a
+    /// proxying location for it: the upstream is let go and the rest of the body is read and
+    /// kept first, then the request falls back with it. Returns whether that is so.
+    pub fn reads_rest_first(
+        &mut self,
+        cx: &mut Cx,
+        (reading, page): (bool, Option<&crate::answer::PageCtx>),
+        status: u16,
+    ) -> bool {
+        let falls_back = page.is_some_and(|p| p.falls_back(status));
+        if !(reading && self.replay.is_some() && self.capture.is_none() && falls_back) {
+            return false;
+        }
+        self.detach(cx);
+        self.gave_up = Some(status);
+        true
     }
 
     /// Closes the exchange's upstream connection (not reusable: the exchange was cut).

@@ -675,16 +675,14 @@ impl H2 {
         status: u16,
     ) {
         if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
-            let reading = p.ex.has_body && !p.body_done && !p.chunked && p.ex.replay.is_some();
-            if reading
-                && p.ex.capture.is_none()
-                && p.page.as_ref().is_some_and(|x| x.falls_back(status))
+            let reading = p.ex.has_body && !p.body_done && !p.chunked;
+            let up = p.ex.up;
+            if p.ex
+                .reads_rest_first(cx, (reading, p.page.as_deref()), status)
             {
-                if let Some(u) = p.ex.up {
+                if let Some(u) = up {
                     self.ups.remove(&u);
                 }
-                p.ex.detach(cx);
-                p.ex.gave_up = Some(status);
                 // Window held back for the upstream's queue: given back, nothing waits there.
                 let held = std::mem::take(&mut p.held);
                 self.conn.release(id, held);

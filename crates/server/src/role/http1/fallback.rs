@@ -16,18 +16,16 @@ use ringx_engine::ConnId;
 use ringx_http::{Method, Request, Version};
 
 use super::{Http1, Next, Phase};
-use crate::answer::fallback::{parse_saved, save_head, Fallback, MAX_SAVED_HEADERS};
+use crate::answer::fallback::{parse_saved, Fallback, MAX_SAVED_HEADERS};
 use crate::answer::ReqCtx;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
-use crate::pipeline::access::Refusal;
 use crate::pipeline::failure;
-use crate::pipeline::pending::{Kept, Pending, Rerouted, Saved, SavedBody};
+use crate::pipeline::pending::{Kept, Rerouted, Saved};
 use crate::pipeline::routing;
 use crate::pipeline::serve::{self as stages, Asked};
 use crate::pipeline::Step;
 use crate::response::{ConnHdr, ErrorPage};
-use crate::role::exchange::capture::Capture;
 
 /// Re-serves `req` (as it came, with `body`: all of its body, kept when it was proxied),
 /// which failed with `fb.error`, at `fb`'s location. None: it cannot be proxied there (no
@@ -58,40 +56,14 @@ pub(super) fn serve(
     let progress = &mut h.pending.progress;
     let capture = match stages::serve(cx, b, (c, 0), &req2, (&route, &rq), progress, asked) {
         Step::Proxy(capture) => capture,
-        Step::Refuse { status, headers } => {
-            if let Some(f) = Refusal::of(&route, Some(fb), (status, &headers)) {
-                if let Some(n) = h.refused(cx, b, c, &req2, &f, keep) {
-                    return Some(n);
-                }
-            }
-            let Some((_, close)) = super::write::refusal(cx, b, c, &req2, status, &headers, keep)
-            else {
-                return Some(Next::Stop);
-            };
-            let close = close || !keep;
-            return Some(h.after_response(cx, b, c, close, more_input));
+        // A location serving files behind a guard, which passed: its page.
+        Step::Local | Step::Grpc | Step::Go(_) => {
+            return fb.page.as_ref().map(|_| page(h, cx, b, c, &req2, fb, keep));
         }
-        Step::WaitUntil(until) => {
-            wait(h, cx, (req, body), fb, keep);
-            h.hold(cx, b, c, Some(until));
-            return Some(Next::Hold);
+        step => {
+            let (how, rerouted) = ((keep, more_input), Some((req, body, fb)));
+            return Some(h.carry_out(cx, b, c, (&req2, &route, rerouted), step, how));
         }
-        Step::WaitVerify => {
-            wait(h, cx, (req, body), fb, keep);
-            h.hold(cx, b, c, None);
-            return Some(Next::Hold);
-        }
-        Step::Ask { upstream, head } => {
-            wait(h, cx, (req, body), fb, keep);
-            h.subrequest(cx, b, c, upstream, head, Capture::subrequest());
-            return Some(Next::Hold);
-        }
-        Step::Hit(hit) => return Some(h.hit(cx, b, c, *hit, (keep, more_input))),
-        Step::Local | Step::Grpc | Step::Go(_) => match &fb.page {
-            // A location serving files behind a guard, which passed: its page.
-            Some(_) => return Some(page(h, cx, b, c, &req2, fb, keep)),
-            None => None,
-        },
     };
     h.pending.fallback = Some(Box::new(Rerouted {
         fb: fb.clone(),
@@ -131,28 +103,6 @@ fn page(
     }
     cx.ctx.log.status(cx.io, c, r.written, b);
     h.after_response(cx, b, c, !keep || r.close, more_input)
-}
-
-/// Keeps what the request needs to be looked at again at the fallback location.
-fn wait(
-    h: &mut Http1,
-    cx: &Cx,
-    (req, body): (&Request, Option<Vec<u8>>),
-    fb: &Fallback,
-    keep: bool,
-) {
-    let p: &mut Pending = &mut h.pending;
-    p.kept = Some(Box::new(Kept {
-        request: Saved::Text {
-            head: save_head(req),
-            keep,
-        },
-        body: SavedBody::whole(body),
-    }));
-    p.fallback = Some(Box::new(Rerouted {
-        fb: fb.clone(),
-        routes: cx.ctx.routes.clone(),
-    }));
 }
 
 /// A request held on its way to a fallback location is looked at again (its delay passed,

@@ -8,6 +8,7 @@
 mod fallback;
 mod file_body;
 mod phase;
+mod prepared;
 mod proxy;
 mod write;
 
@@ -19,6 +20,7 @@ use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
 
+use crate::answer::fallback::{save_head, Fallback};
 use crate::answer::ReqCtx;
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
@@ -27,12 +29,13 @@ use crate::pipeline::access::{self, Refusal};
 use crate::pipeline::pending::Pending;
 use crate::pipeline::serve::{serve, Asked};
 use crate::pipeline::{routing, Step};
-use crate::response::{mark_close, ConnHdr, ErrorPage, FilePart, Written};
+use crate::response::{ConnHdr, ErrorPage, Written};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Exchange;
 use crate::role::proxy_header;
 use phase::Next;
 pub use phase::Phase;
+use prepared::Prepared;
 
 /// Queued output above which a connection stops reading (pipelined requests wait).
 const OUT_HIGH_WATER: u64 = 256 * 1024;
@@ -45,13 +48,8 @@ const MAX_HEADERS_STACK: usize = 128;
 /// request the client already sent.
 pub const DRAIN_IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
 
-/// A response prepared before its request's body was read.
-struct Prepared {
-    bytes: Vec<u8>,
-    written: Written,
-    file: Option<FilePart>,
-    close: bool,
-}
+/// A request re-served at an `error_page` location, as it came (with its body) and where.
+type Rerouted<'a> = Option<(&'a Request<'a, 'a>, Option<Vec<u8>>, &'a Fallback)>;
 
 /// An HTTP/1.x client connection.
 pub struct Http1 {
@@ -425,7 +423,10 @@ impl Http1 {
                 }
             }
             Step::Local | Step::Grpc | Step::Go(_) => {}
-            step => return self.carry_out(cx, b, c, (req, &route), step, (keep, more_input)),
+            step => {
+                let how = (keep, more_input);
+                return self.carry_out(cx, b, c, (req, &route, None), step, how);
+            }
         }
         if has_body {
             return self.respond_after_body(cx, b, c, req, (&route, &rq), keep);
@@ -496,29 +497,18 @@ impl Http1 {
         keep: bool,
     ) -> Next {
         let ch = ConnHdr::new(req.version == Version::Http11, keep);
-        let mut bytes = Vec::new();
-        let r = routing::respond(
-            &cx.ctx.routes,
-            cx.ctx.responder(),
-            &mut bytes,
-            req,
-            route,
-            ch,
-            rq,
-        );
-        if r.written.status >= 400 {
-            // A refusal does not wait for the body (a client trickling it would hold the
-            // connection): it goes out now, the connection closes, what still arrives is
-            // discarded while lingering.
-            return self.refuse_now(cx, b, c, bytes, r.written);
-        }
+        let p = match Prepared::make(cx, req, (route, rq), ch) {
+            Ok(p) => p,
+            Err(refusal) => {
+                refusal.send(cx, b, c);
+                cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
+                self.pending.progress.conn = None;
+                self.linger(cx, b, c);
+                return Next::Stop;
+            }
+        };
         self.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
-        self.prepared = Some(Box::new(Prepared {
-            bytes,
-            written: r.written,
-            file: r.file,
-            close: !keep || r.close,
-        }));
+        self.prepared = Some(p);
         self.phase = Phase::Body;
         if req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -531,45 +521,60 @@ impl Http1 {
     /// Carries out what the stages decided for a request that does not go on to its
     /// location's answer or proxy: a refusal (its error page, or the plain refusal), a wait,
     /// an `auth_request` subrequest, a cache hit. `(keep, more_input)`: the connection stays
-    /// open after the answer; more input follows the request.
+    /// open after the answer; more input follows the request. `rerouted`: the request is
+    /// re-served at an `error_page` location (`fallback.rs`): as it came, with its body, and
+    /// where; it is no longer in the input, so it is kept to wait.
     #[inline(never)]
     fn carry_out(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
-        (req, route): (&Request, &routing::Route<'_>),
+        (req, route, rerouted): (&Request, &routing::Route<'_>, Rerouted<'_>),
         step: Step,
         (keep, more_input): (bool, bool),
     ) -> Next {
+        let fb = rerouted.as_ref().map(|r| r.2);
+        let waits = matches!(
+            step,
+            Step::WaitUntil(_) | Step::WaitVerify | Step::Ask { .. }
+        );
+        let waiting = match rerouted {
+            Some((req, body, fb)) if waits => {
+                self.pending
+                    .wait_rerouted(save_head(req), body, (fb, &cx.ctx.routes), keep);
+                Next::Hold
+            }
+            _ => Next::Defer,
+        };
         match step {
             Step::Refuse { status, headers } => {
-                let f = Refusal::of(route, None, (status, &headers));
+                let f = Refusal::of(route, fb, (status, &headers));
                 if let Some(next) = f.and_then(|f| self.refused(cx, b, c, req, &f, keep)) {
                     return next;
                 }
                 let Some((_, close)) = write::refusal(cx, b, c, req, status, &headers, keep) else {
                     return Next::Stop;
                 };
-                if close {
+                if close && fb.is_none() {
                     cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
                     self.pending.progress.conn = None;
                     self.linger(cx, b, c);
                     return Next::Stop;
                 }
-                self.after_response(cx, b, c, !keep, more_input)
+                self.after_response(cx, b, c, close || !keep, more_input)
             }
             Step::WaitUntil(until) => {
                 self.hold(cx, b, c, Some(until));
-                Next::Defer
+                waiting
             }
             Step::WaitVerify => {
                 self.hold(cx, b, c, None);
-                Next::Defer
+                waiting
             }
             Step::Ask { upstream, head } => {
                 self.subrequest(cx, b, c, upstream, head, Capture::subrequest());
-                Next::Defer
+                waiting
             }
             Step::Hit(hit) => self.hit(cx, b, c, *hit, (keep, more_input)),
             // Steps that go on are the caller's.
@@ -615,31 +620,6 @@ impl Http1 {
         self.process_buffered(cx, b, c);
     }
 
-    /// Sends a prepared error response at once, saying close, and lingers.
-    #[cold]
-    #[inline(never)]
-    fn refuse_now(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-        mut bytes: Vec<u8>,
-        w: Written,
-    ) -> Next {
-        let before = bytes.len();
-        mark_close(&mut bytes, w.head_len as usize);
-        let w = Written {
-            head_len: w.head_len + (bytes.len() - before) as u32,
-            ..w
-        };
-        b.tr.write(cx.io, c, &bytes);
-        cx.ctx.log.status(cx.io, c, w, b);
-        cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-        self.pending.progress.conn = None;
-        self.linger(cx, b, c);
-        Next::Stop
-    }
-
     /// The body was read completely: send the response that waited for it.
     fn finish_body(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         self.body = None;
@@ -649,17 +629,11 @@ impl Http1 {
         };
         if cx.ctx.draining && !p.close {
             // The response was prepared before the drain began: it must now say close.
-            let before = p.bytes.len();
-            mark_close(&mut p.bytes, p.written.head_len as usize);
-            p.written.head_len += (p.bytes.len() - before) as u32;
-            p.close = true;
+            p.say_close();
         }
-        b.tr.write(cx.io, c, &p.bytes);
-        cx.ctx.log.status(cx.io, c, p.written, b);
-        if let Some((f, off, len)) = p.file {
-            b.tr.send_file(cx.io, c, f, off, len);
-        }
-        self.after_response(cx, b, c, p.close, true);
+        let close = p.close;
+        p.send(cx, b, c);
+        self.after_response(cx, b, c, close, true);
     }
 
     /// A response is queued: count and log it, then close (lingering if the client may

@@ -4,7 +4,7 @@
 
 use ringx_engine::ConnId;
 use ringx_http::upstream::upgrade_request;
-use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Request, Version};
+use ringx_http::{Method, Request, Version};
 
 use super::{fallback, write, Http1, Next, Phase};
 use crate::answer::fallback::{may_fall_back, Fallback};
@@ -19,11 +19,10 @@ use crate::pipeline::routing::Route;
 use crate::pipeline::{cache, Hit};
 use crate::response::{ConnHdr, ErrorPage};
 use crate::role::exchange::capture::Capture;
-use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
+use crate::role::exchange::{BodyFed, Exchange, Outcome, PROXY_HIGH_WATER};
 use crate::role::proxy_start;
 use crate::role::tunnel::Tunnel;
 use crate::role::upstream::UpEvent;
-use crate::upstream::dial::Dial;
 
 impl Http1 {
     /// Starts proxying if the request routes to a `proxy_pass` location; `capture`: what the
@@ -56,25 +55,8 @@ impl Http1 {
             // Done before it is sent: a failure at once goes on.
             failure::re_served(&rr.fb, &mut self.pending.page, &mut ex);
         }
-        let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
-        ex.up = None;
-        ex.has_body = has_body;
-        ex.replay = has_body.then(Vec::new);
-        ex.gave_up = None;
-        ex.req_body = has_body.then(|| {
-            let mut d = BodyDecoder::new(req.body, BodyLimits::default());
-            // A chunked body's trailer section goes on without the fields that may not be
-            // trailers (`proxy_body`).
-            d.keep_trailers();
-            d
-        });
-        ex.version = req.version;
-        ex.keep = keep && upgrade.is_none();
+        let has_body = ex.begin(req.body, req.version, keep && upgrade.is_none());
         ex.upgrade = upgrade.is_some();
-        ex.started = false;
-        ex.close_framed = false;
-        ex.body_paused = false;
-        ex.log = true;
         ex.capture = capture.map(Box::new);
         if has_body && req.expect_continue {
             b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
@@ -130,14 +112,7 @@ impl Http1 {
         let retries = pools.defs.list[upstream].retries;
         let mut ex = self.spare.take().unwrap_or_default();
         let tried = std::mem::take(&mut ex.dial.tried);
-        *ex = Exchange {
-            dial: Dial::new(gen, upstream, retries, None, tried),
-            head,
-            idempotent: true,
-            keep: true,
-            capture: Some(Box::new(capture)),
-            ..Exchange::default()
-        };
+        *ex = Exchange::own((gen, upstream, retries), head, capture, tried);
         self.exchange = Some(ex);
         self.phase = Phase::Proxy;
         b.paused = true;
@@ -182,62 +157,21 @@ impl Http1 {
     ) -> Option<usize> {
         let max_body = cx.ctx.set.max_body;
         let ex = self.exchange.as_mut()?;
-        let Some(dec) = ex.req_body.as_mut() else {
+        if ex.req_body.is_none() {
             return Some(0);
-        };
+        }
         let u = ex.up;
-        let mut pos = 0;
-        let mut done = false;
-        loop {
-            let d = match dec.decode(&input[pos..]) {
-                Ok(d) => d,
-                Err(_) => {
-                    self.abort_request(cx, b, c, 400);
-                    return None;
-                }
-            };
-            // Chunked framing passes through as it came, up to the trailer section: that
-            // goes on without the fields that may not be trailers (RFC 9110 §6.5.1).
-            let raw = &input[pos..pos + d.consumed - d.trailer];
-            let end;
-            let kept = if d.done { dec.take_trailers() } else { None };
-            let raw = match kept {
-                Some(t) => {
-                    let mut b = raw.to_vec();
-                    b.extend_from_slice(&ringx_http::trailer::allowed_lines(&t));
-                    b.extend_from_slice(b"\r\n");
-                    end = b;
-                    &end[..]
-                }
-                None => raw,
-            };
-            if let Some(up) = u.and_then(|u| cx.ups.get_mut(u).map(|x| (u, x))) {
-                up.1.tr.write(cx.io, up.0, raw);
-            }
-            if let Some(r) = ex.replay.as_mut() {
-                if r.len() + raw.len() <= MAX_REPLAY {
-                    r.extend_from_slice(raw);
-                } else {
-                    ex.replay = None;
-                }
-            }
-            pos += d.consumed;
-            if dec.received() > max_body {
-                self.abort_request(cx, b, c, 413);
+        let (pos, done) = match ex.forward_body(cx, input, max_body) {
+            BodyFed::More(n) => (n, false),
+            BodyFed::Done(n) => (n, true),
+            BodyFed::Refused(status) => {
+                self.abort_request(cx, b, c, status);
                 return None;
             }
-            if d.done {
-                done = true;
-                break;
-            }
-            if d.consumed == 0 || pos == input.len() {
-                break;
-            }
-        }
+        };
         let now = cx.io.now();
         let gave_up = if done { ex.gave_up.take() } else { None };
         if done {
-            ex.req_body = None;
             b.paused = true;
             cx.io.pause_recv(c);
             let at = now + cx.ctx.set.send_timeout;
@@ -300,19 +234,10 @@ impl Http1 {
     /// connection closes after their failures, as it did before keep-alive was kept here).
     fn give_up(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, status: u16, event: bool) {
         if let Some(ex) = self.exchange.as_mut() {
-            let reading = ex.has_body && ex.req_body.is_some() && ex.replay.is_some();
-            if reading
-                && ex.capture.is_none()
-                && self
-                    .pending
-                    .page
-                    .as_ref()
-                    .is_some_and(|p| p.falls_back(status))
-            {
-                // The fallback gets the body again: the rest of it is read (and kept) first
-                // (`proxy_body`), then the request falls back here with it.
-                ex.detach(cx);
-                ex.gave_up = Some(status);
+            let reading = ex.has_body && ex.req_body.is_some();
+            if ex.reads_rest_first(cx, (reading, self.pending.page.as_deref()), status) {
+                // The rest of the body is read (`proxy_body`), then the request falls back
+                // here with it.
                 if std::mem::take(&mut ex.body_paused) {
                     b.paused = false;
                     if !b.eof {

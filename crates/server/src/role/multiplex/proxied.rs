@@ -25,7 +25,6 @@ use crate::role::exchange::{Exchange, Outcome, MAX_REPLAY, PROXY_HIGH_WATER};
 use crate::role::proxy_start;
 use crate::role::upstream::UpEvent;
 use crate::transport::{MemOut, Transport};
-use crate::upstream::dial::Dial;
 
 /// What the proxied streams of one connection may hold together, response bytes read
 /// from their upstreams and not yet sent (their peer's windows closed): each stream stops
@@ -173,13 +172,8 @@ impl Proxied {
         let (pools, gen) = cx.ctx.current_pools()?;
         let retries = pools.defs.list[upstream].retries;
         let ex = Box::new(Exchange {
-            dial: Dial::new(gen, upstream, retries, None, Vec::new()),
-            head,
-            idempotent: true,
-            keep: true,
             log: false,
-            capture: Some(Box::new(capture)),
-            ..Exchange::default()
+            ..Exchange::own((gen, upstream, retries), head, capture, Vec::new())
         });
         let mut p = Box::new(Proxied {
             ex,

@@ -1,0 +1,67 @@
+//! A local answer prepared before its request's body was read: written into a buffer of its
+//! own when the request is routed, sent once the body has been read (and discarded), so that
+//! the answer does not overtake the body on a connection that goes on. A refusal is the
+//! exception: it goes out at once, saying close (a client trickling its body would hold the
+//! connection), and what still arrives is discarded while the connection lingers.
+
+use ringx_engine::ConnId;
+use ringx_http::Request;
+
+use crate::answer::ReqCtx;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
+use crate::pipeline::routing::{self, Route};
+use crate::response::{mark_close, ConnHdr, FilePart, Written};
+
+/// A response prepared before its request's body was read.
+pub(super) struct Prepared {
+    bytes: Vec<u8>,
+    written: Written,
+    file: Option<FilePart>,
+    /// The connection closes after it.
+    pub close: bool,
+}
+
+impl Prepared {
+    /// The local answer to `req` (routed by `route`), `ch` the connection line it says.
+    /// Err: a refusal (a status of 400 or more), which does not wait for the body: it says
+    /// close already.
+    pub fn make(
+        cx: &Cx,
+        req: &Request,
+        (route, rq): (&Route<'_>, &ReqCtx),
+        ch: ConnHdr,
+    ) -> Result<Box<Prepared>, Box<Prepared>> {
+        let mut bytes = Vec::new();
+        let routes = &cx.ctx.routes;
+        let r = routing::respond(routes, cx.ctx.responder(), &mut bytes, req, route, ch, rq);
+        let mut p = Box::new(Prepared {
+            bytes,
+            written: r.written,
+            file: r.file,
+            close: r.close || ch == ConnHdr::Close,
+        });
+        if p.written.status >= 400 {
+            p.say_close();
+            return Err(p);
+        }
+        Ok(p)
+    }
+
+    /// Makes it say close (a refusal; a drain that began while it waited).
+    pub fn say_close(&mut self) {
+        let before = self.bytes.len();
+        mark_close(&mut self.bytes, self.written.head_len as usize);
+        self.written.head_len += (self.bytes.len() - before) as u32;
+        self.close = true;
+    }
+
+    /// Writes it on connection `c` (the file part of its body after it) and logs its status.
+    pub fn send(self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        b.tr.write(cx.io, c, &self.bytes);
+        cx.ctx.log.status(cx.io, c, self.written, b);
+        if let Some((f, off, len)) = self.file {
+            b.tr.send_file(cx.io, c, f, off, len);
+        }
+    }
+}
