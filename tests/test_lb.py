@@ -1,5 +1,6 @@
-"""The XDP load balancer end to end, in network namespaces this test creates (one-armed, as
-Katran runs: the balancer's one device faces a router, which also carries the answers):
+"""The XDP load balancer end to end, in network namespaces this test creates (tests/netns_bed.py:
+one-armed, as Katran runs: the balancer's one device faces a router, which also carries the
+answers):
 
     lbc (client 10.88.1.2) ──┐
                              │        ┌── lbl (balancer 10.88.2.2, XDP ringx_lb on l0)
@@ -25,95 +26,24 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import ctypes
 import json
-import os
-import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
 from conftest import ringx_path
+from netns_bed import (BACKENDS, BACKENDS6, CLI, LB, PORT, VIP, VIP6, Bed, get,  # noqa: F401
+                       skip_reason)
 
-TAG = f"{os.getpid() % 100000}"
-NAMES = ("c", "r", "l", "b1", "b2", "b3")
-NS = {k: f"lb{k}{TAG}" for k in NAMES}
-VIP = "10.88.100.1"
-PORT = 8080
-CLI, LB = "10.88.1.2", "10.88.2.2"
-BACKENDS = {"b1": "10.88.11.2", "b2": "10.88.12.2", "b3": "10.88.13.2"}
-VIP6, CLI6, LB6 = "fd88:100::1", "fd88:1::2", "fd88:2::2"
-BACKENDS6 = {"b1": "fd88:11::2", "b2": "fd88:12::2", "b3": "fd88:13::2"}
+BED = Bed("lb")
+NS = BED.ns
+PIN = BED.pin
 WEIGHTS = {"b1": 1, "b2": 2, "b3": 1}
-PIN = f"/sys/fs/bpf/ringx-lbtest-{TAG}"
-CLONE_NEWNET = 0x40000000
-
-
-def sh(*args, check=True, timeout=60, **kw):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                       **kw)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, args))} exited with {r.returncode}:\n"
-                             f"{r.stdout}{r.stderr}")
-    return r
-
-
-def ns(name, *args, **kw):
-    """Runs a command in namespace `name` (network only; mounts are the host's)."""
-    return sh("nsenter", f"--net=/run/netns/{NS[name]}", *args, **kw)
-
-
-def skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "not root (XDP and network namespaces need root)"
-    for tool in ("ip", "nsenter", "curl", "ethtool", "iptables"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (scripts/install-deps.sh installs it)"
-    if not os.path.isdir("/sys/fs/bpf"):
-        return "no /sys/fs/bpf"
-    probe = subprocess.run(["ip", "netns", "add", f"lbprobe{TAG}"], capture_output=True,
-                           text=True)
-    if probe.returncode != 0:
-        return f"cannot create a network namespace: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", f"lbprobe{TAG}"], capture_output=True)
-    return None
-
-
-def ringx(*args, check=True, where="l"):
-    return ns(where, ringx_path(), *args, check=check)
-
-
-def lb(*args, check=True):
-    return ringx("lb", "--pin-dir", f"{PIN}/lb", *args, check=check)
-
-
-def lb_stats() -> dict:
-    return json.loads(lb("stats", "--json").stdout)
-
-
-def veth(a: str, a_dev: str, a_addr: str, b: str, b_dev: str, b_addr: str, mtu: int,
-         a6: str, b6: str):
-    sh("ip", "link", "add", f"t{a_dev}{TAG}", "type", "veth", "peer", "name", f"t{b_dev}{TAG}")
-    for k, dev, addr, addr6 in ((a, a_dev, a_addr, a6), (b, b_dev, b_addr, b6)):
-        sh("ip", "link", "set", f"t{dev}{TAG}", "netns", NS[k])
-        sh("ip", "-n", NS[k], "link", "set", f"t{dev}{TAG}", "name", dev)
-        sh("ip", "-n", NS[k], "link", "set", dev, "mtu", mtu)
-        sh("ip", "-n", NS[k], "addr", "add", addr, "dev", dev)
-        sh("ip", "-n", NS[k], "addr", "add", addr6, "dev", dev, "nodad")
-        sh("ip", "-n", NS[k], "link", "set", dev, "up")
-        # Full checksums in software: a frame the balancer re-sends with XDP_TX is a new
-        # frame, so a checksum left for the NIC to finish would stay unfinished.
-        ns(k, "ethtool", "-K", dev, "tx", "off", check=False)
-
-
-def teardown():
-    for n in NS.values():
-        subprocess.run(["ip", "netns", "del", n], capture_output=True)
-    shutil.rmtree(PIN, ignore_errors=True)
+ns, ringx, lb, lb_stats = BED.run, BED.ringx, BED.lb, BED.lb_stats
+setns_to, in_ns = BED.setns_to, BED.in_ns
 
 
 def backend_config(name: str) -> str:
@@ -129,61 +59,7 @@ listen = ["0.0.0.0:{PORT}", "[::]:{PORT}"]
 
 
 def lb_config(backends=("b1", "b2", "b3"), health=False, v6=False) -> str:
-    bl = ", ".join(f'{{ addr = "{BACKENDS[b]}", weight = {WEIGHTS[b]} }}' for b in backends)
-    h = ('health = { check = "http", interval = "200ms", timeout = "200ms", rise = 2, '
-         'fall = 2 }') if health else ""
-    return f"""
-[lb]
-devices = ["l0"]
-mode = "native"
-encap = "gue"
-gue_port = 6080
-source_v4 = "{LB}"
-source_v6 = "{LB6}"
-pin_dir = "{PIN}/lb"
-conn_table_size = 65536
-
-[[lb.service]]
-vip = "{VIP}:{PORT}"
-backends = [{bl}]
-{h}
-""" + ("" if not v6 else f"""
-[[lb.service]]
-vip = "[{VIP6}]:{PORT}"
-backends = [{", ".join(f'"{BACKENDS6[b]}"' for b in backends)}]
-""")
-
-
-def setns_to(name):
-    """A preexec_fn that moves the child into the network namespace `name` only."""
-    path = f"/run/netns/{NS[name]}"
-
-    def enter():
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(path, os.O_RDONLY)
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns")
-        os.close(fd)
-    return enter
-
-
-def in_ns(name, fn, *args):
-    """Runs fn(*args) on a thread inside namespace `name` (setns(CLONE_NEWNET) moves only
-    the calling thread); sockets it makes stay in that namespace."""
-    out = {}
-
-    def body():
-        try:
-            setns_to(name)()
-            out["v"] = fn(*args)
-        except BaseException as e:  # handed to the caller
-            out["e"] = e
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    if "e" in out:
-        raise out["e"]
-    return out["v"]
+    return BED.lb_config(backends, WEIGHTS, health=health, v6=v6)
 
 
 @pytest.fixture(scope="module")
@@ -192,51 +68,10 @@ def bed(ringx_module, tmp_path_factory):
     if why:
         print(f"skipped: {why}")
         pytest.skip(why)
-    teardown()
     servers = {}
     try:
-        for n in NS.values():
-            sh("ip", "netns", "add", n)
-        for k in NS:
-            sh("ip", "-n", NS[k], "link", "set", "lo", "up")
-        veth("c", "c0", f"{CLI}/24", "r", "rc", "10.88.1.1/24", 1500, f"{CLI6}/64",
-             "fd88:1::1/64")
-        # Links that carry encapsulated packets have room for the outer headers.
-        veth("l", "l0", f"{LB}/24", "r", "rl", "10.88.2.1/24", 1600, f"{LB6}/64",
-             "fd88:2::1/64")
-        for i, b in enumerate(("b1", "b2", "b3"), 1):
-            veth(b, f"{b}0", f"{BACKENDS[b]}/24", "r", f"r{b}", f"10.88.1{i}.1/24", 1600,
-                 f"{BACKENDS6[b]}/64", f"fd88:1{i}::1/64")
-            sh("ip", "-n", NS[b], "route", "add", "default", "via", f"10.88.1{i}.1")
-            sh("ip", "-n", NS[b], "-6", "route", "add", "default", "via", f"fd88:1{i}::1")
-            sh("ip", "-n", NS[b], "addr", "add", f"{VIP}/32", "dev", "lo")
-            sh("ip", "-n", NS[b], "addr", "add", f"{VIP6}/128", "dev", "lo", "nodad")
-            # The answer leaves from the VIP, which no route here says arrives on b*0.
-            ns(b, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
-            ns(b, "sysctl", "-qw", f"net.ipv4.conf.{b}0.rp_filter=0")
-        sh("ip", "-n", NS["c"], "route", "add", "default", "via", "10.88.1.1")
-        sh("ip", "-n", NS["l"], "route", "add", "default", "via", "10.88.2.1")
-        sh("ip", "-n", NS["c"], "-6", "route", "add", "default", "via", "fd88:1::1")
-        sh("ip", "-n", NS["l"], "-6", "route", "add", "default", "via", "fd88:2::1")
-        ns("r", "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
-        sh("ip", "-n", NS["r"], "-6", "route", "add", f"{VIP6}/128", "via", LB6)
-        ns("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        for conf in ("all", "default", "rc", "rl", "rb1", "rb2", "rb3"):
-            ns("r", "sysctl", "-qw", f"net.ipv4.conf.{conf}.rp_filter=0")
-        sh("ip", "-n", NS["r"], "route", "add", f"{VIP}/32", "via", LB)
-        # A veth delivers frames its peer sent with XDP_TX only when it runs an XDP program
-        # itself (GRO alone is not enough on this kernel): the router runs ringx's filter,
-        # with no rules, on the balancer's link.
-        ringx("xdp", "--pin-dir", f"{PIN}/r", "attach", "--dev", "rl", where="r")
-        # Counters of the path: answers from the VIP forwarded backend -> client by the
-        # router, and anything from the VIP reaching the balancer's stack.
-        for b in ("b1", "b2", "b3"):
-            ns("r", "iptables", "-A", "FORWARD", "-s", VIP, "-i", f"r{b}", "-o", "rc")
-        ns("r", "iptables", "-A", "FORWARD", "-s", VIP, "-i", "rl")
-        ns("l", "iptables", "-t", "raw", "-A", "PREROUTING", "-s", VIP)
-        for b in ("b1", "b2", "b3"):
-            ringx("lb", "--pin-dir", f"{PIN}/{b}", "backend", "--dev", f"{b}0", "--gue-port",
-                  "6080", where=b)
+        BED.build()
+        for b in BACKENDS:
             r = ringx_module.make(backend_config(b), name=f"lb-{b}", preexec_fn=setns_to(b))
             servers[b] = r
         cfg = tmp_path_factory.mktemp("lb") / "lb.toml"
@@ -248,30 +83,7 @@ def bed(ringx_module, tmp_path_factory):
     finally:
         for r in servers.values():
             r.stop()
-        teardown()
-
-
-def get(conn: socket.socket | None = None, timeout=3.0, vip=VIP,
-        src: str | None = None) -> tuple[str, socket.socket]:
-    """GET / on `conn` (kept alive) or on a new connection to the VIP (from `src`, else the
-    kernel's choice); returns the body (the backend's name) and the connection."""
-    if conn is None:
-        conn = socket.create_connection((vip, PORT), timeout=timeout,
-                                        source_address=(src, 0) if src else None)
-    conn.sendall(b"GET / HTTP/1.1\r\nHost: vip\r\n\r\n")
-    buf = b""
-    while True:
-        head, sep, body = buf.partition(b"\r\n\r\n")
-        if sep:
-            length = int([h.split(b":")[1] for h in head.split(b"\r\n")
-                          if h.lower().startswith(b"content-length")][0])
-            if len(body) >= length:
-                assert head.startswith(b"HTTP/1.1 200"), head
-                return body[:length].decode().strip(), conn
-        chunk = conn.recv(4096)
-        if not chunk:
-            raise ConnectionError(f"closed after {buf!r}")
-        buf += chunk
+        BED.teardown()
 
 
 def one_request(vip: str, src: str | None = None) -> str:
