@@ -1,13 +1,15 @@
 """Redis for the [cluster] tests: a real redis-server (and redis-sentinel) on a free port, in
 its own temporary directory, persisting nothing; stopped and started again on the same port.
-Tests that need one skip, saying why, only where redis-server is not installed
-(scripts/install-deps.sh installs it)."""
+On 127.0.0.1, or on an address of a network namespace a test made (`host`, with `enter`, what
+moves a thread into it: tests/netns_bed.py's `Bed.setns_to`). Tests that need one skip,
+saying why, only where redis-server is not installed (scripts/install-deps.sh installs it)."""
 
 from __future__ import annotations
 
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -22,10 +24,10 @@ def require_redis() -> None:
             pytest.skip(f"{b} is not installed (scripts/install-deps.sh installs it)")
 
 
-def command(port: int, *args: str | bytes, timeout: float = 5.0):
-    """One command to 127.0.0.1:port; the reply decoded (bytes, int, str, list, None), an
-    error reply raised as RuntimeError."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def command(port: int, *args: str | bytes, timeout: float = 5.0, host: str = "127.0.0.1"):
+    """One command to host:port; the reply decoded (bytes, int, str, list, None), an error
+    reply raised as RuntimeError."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
         out = f"*{len(args)}\r\n".encode()
         for a in args:
             a = a if isinstance(a, bytes) else str(a).encode()
@@ -58,11 +60,34 @@ def _reply(f):
     raise ValueError(f"unknown reply {line!r}")
 
 
+def _entered(enter, fn, *args):
+    """fn(*args), on a thread that `enter` first moved into a network namespace (setns moves
+    only the calling thread), or here without one."""
+    if enter is None:
+        return fn(*args)
+    out = {}
+
+    def body():
+        try:
+            enter()
+            out["v"] = fn(*args)
+        except BaseException as e:  # handed to the caller
+            out["e"] = e
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    if "e" in out:
+        raise out["e"]
+    return out["v"]
+
+
 class Redis:
     """redis-server (or, with `sentinel_of`, redis-sentinel watching that master)."""
 
-    def __init__(self, workdir: Path, replica_of: int | None = None):
+    def __init__(self, workdir: Path, replica_of: int | None = None, host: str = "127.0.0.1",
+                 enter=None):
         self.port = free_port()
+        self.host, self.enter = host, enter
         self.dir = Path(workdir) / f"redis-{self.port}"
         self.dir.mkdir(parents=True)
         self.replica_of = replica_of
@@ -70,22 +95,32 @@ class Redis:
         self.log_path = self.dir / "redis.log"
 
     def argv(self) -> list[str]:
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+        argv = ["redis-server", "--port", str(self.port), "--bind", self.host,
                 "--save", "", "--appendonly", "no", "--dir", str(self.dir),
                 "--logfile", str(self.log_path)]
+        if self.host != "127.0.0.1":
+            # On a namespace's address, reached by the bed's hosts only.
+            argv += ["--protected-mode", "no"]
         if self.replica_of:
-            argv += ["--replicaof", "127.0.0.1", str(self.replica_of)]
+            argv += ["--replicaof", self.host, str(self.replica_of),
+                     "--replica-announce-ip", self.host]
         return argv
 
     def start(self) -> "Redis":
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=self.enter)
         wait_until(f"redis on {self.port} answers", self.answers)
         return self
 
+    def command(self, *args: str | bytes, timeout: float = 5.0):
+        """`command` to this server, from its network namespace."""
+        return _entered(self.enter,
+                        lambda: command(self.port, *args, timeout=timeout, host=self.host))
+
     def answers(self) -> bool:
         try:
-            return command(self.port, "PING", timeout=1) == "PONG"
+            return self.command("PING", timeout=1) == "PONG"
         except OSError:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"redis exited: {self.log()}")
@@ -105,18 +140,20 @@ class Redis:
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 class Sentinel(Redis):
-    """redis-sentinel monitoring the master at `master_port` as `name`."""
+    """redis-sentinel monitoring the master at `master_port` (on the same host) as `name`."""
 
-    def __init__(self, workdir: Path, master_port: int, name: str):
-        super().__init__(workdir)
+    def __init__(self, workdir: Path, master_port: int, name: str, host: str = "127.0.0.1",
+                 enter=None):
+        super().__init__(workdir, host=host, enter=enter)
         self.conf = self.dir / "sentinel.conf"
         self.conf.write_text(
-            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\nlogfile {self.log_path}\n"
-            f"sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
+            f"port {self.port}\nbind {host}\ndir {self.dir}\nlogfile {self.log_path}\n"
+            f"protected-mode {'no' if host != '127.0.0.1' else 'yes'}\n"
+            f"sentinel monitor {name} {host} {master_port} 1\n"
             f"sentinel down-after-milliseconds {name} 1000\n"
             f"sentinel failover-timeout {name} 10000\n")
 

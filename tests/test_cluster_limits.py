@@ -34,9 +34,15 @@ def metrics(admin: int) -> str:
         return r.read().decode()
 
 
+def sample_sum(text: str, pattern: str) -> float:
+    """The sum of the samples in `text` (/metrics) whose name and labels match `pattern` (a
+    regex)."""
+    return sum(float(v) for v in re.findall(rf"^{pattern} ([0-9.e+-]+)$", text, re.M))
+
+
 def total(admin: int, pattern: str) -> float:
     """The sum of the samples whose name and labels match `pattern` (a regex)."""
-    return sum(float(v) for v in re.findall(rf"^{pattern} ([0-9.e+-]+)$", metrics(admin), re.M))
+    return sample_sum(metrics(admin), pattern)
 
 
 def passed(admin: int) -> float:
@@ -81,15 +87,23 @@ listen = ["127.0.0.1:{port}"]
 
 
 class Load:
-    """Client connections, each offering requests (header X-Client: key) to one port until
-    `stop` is set; counts answers by status, and failures (no answer)."""
+    """Client connections, each offering requests (header X-Client: key) for `path` to one
+    port of `host` until `stop` is set; counts answers by status, and failures (no answer).
+    Behind a balancer (tests/test_cluster_fleet.py) it also counts them by the server that
+    answered (the response header `who` names it) and failures by the server the connection
+    last had an answer from. `enter`, where given, first moves each connection's thread into
+    a network namespace (tests/netns_bed.py)."""
 
-    def __init__(self, ports: list[int], key: str):
+    def __init__(self, ports: list[int], key: str, host: str = "127.0.0.1", path: str = "/",
+                 enter=None, who: str | None = None):
         self.ports, self.key = ports, key
+        self.host, self.path, self.enter, self.who = host, path, enter, who
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.codes: dict[int, int] = {}
+        self.by_server: dict[str | None, dict[int, int]] = {}
         self.failed = 0
+        self.failed_on: dict[str | None, int] = {}
         self.first: float | None = None
         self.last = 0.0
         self.threads = [threading.Thread(target=self.run, args=(p,), daemon=True) for p in ports]
@@ -103,8 +117,15 @@ class Load:
         with self.lock:
             return sum(self.codes.values())
 
+    def ok(self) -> int:
+        with self.lock:
+            return self.codes.get(200, 0)
+
     def run(self, port: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        if self.enter is not None:
+            self.enter()
+        conn = http.client.HTTPConnection(self.host, port, timeout=10)
+        on: str | None = None
         next_at = time.monotonic()
         while not self.stop.is_set():
             sent = time.monotonic()
@@ -112,18 +133,23 @@ class Load:
                 if self.first is None:
                     self.first = sent
             try:
-                conn.request("GET", "/", headers={"X-Client": self.key})
+                conn.request("GET", self.path, headers={"X-Client": self.key})
                 r = conn.getresponse()
                 r.read()
                 code = r.status
             except (OSError, http.client.HTTPException):
                 conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn = http.client.HTTPConnection(self.host, port, timeout=10)
                 with self.lock:
                     self.failed += 1
+                    self.failed_on[on] = self.failed_on.get(on, 0) + 1
+                on = None
                 continue
+            on = r.getheader(self.who) if self.who else None
             with self.lock:
                 self.codes[code] = self.codes.get(code, 0) + 1
+                mine = self.by_server.setdefault(on, {})
+                mine[code] = mine.get(code, 0) + 1
                 self.last = max(self.last, time.monotonic())
             # Pacing the load generator (not waiting for anything): at most one request per
             # OFFER_GAP on this connection, still many times the rate.
@@ -141,9 +167,10 @@ class Load:
         return self.last - (self.first or self.last)
 
 
-def run_for(ports: list[int], key: str, seconds: float) -> Load:
-    """Offers load for `seconds` of the client's clock (how long, not a wait for a state)."""
-    load = Load(ports, key).start()
+def run_for(ports: list[int], key: str, seconds: float, **kw) -> Load:
+    """Offers load for `seconds` of the client's clock (how long, not a wait for a state);
+    `kw` as Load takes them."""
+    load = Load(ports, key, **kw).start()
     load.stop.wait(seconds)
     return load.finish()
 
