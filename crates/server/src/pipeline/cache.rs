@@ -274,16 +274,15 @@ pub fn answer_of_fill(
 /// failure, `failed`, the stale copy stands in for). Returns its cache status and what was
 /// written; None: there is none, the error goes out.
 pub fn write_fill_answer<O: HeadOut + ?Sized>(
-    cx: &Cx,
+    (ctx, now): (&ZoneCtx, Instant),
     out: &mut O,
     (cap, fill): (&mut Capture, &mut Fill),
     failed: Option<u16>,
 ) -> Option<(&'static str, Written)> {
-    let now = cx.io.now();
-    let (obj, status) = answer_of_fill(cap, fill, failed, cx.ctx.wall_ms(now))?;
+    let (obj, status) = answer_of_fill(cap, fill, failed, ctx.wall_ms(now))?;
     let line = fill.line(status);
     let found = Found::Mem(obj);
-    let (w, _) = write_found((cx.ctx, now), out, found, (status, &line), &fill.asked);
+    let (w, _) = write_found((ctx, now), out, found, (status, &line), &fill.asked);
     Some((status, w))
 }
 

@@ -26,10 +26,9 @@ use crate::pipeline::{cache, Step};
 use crate::response::{ConnHdr, ErrorPage, Fields, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
-use crate::role::exchange::Outcome;
 use crate::role::multiplex::body::{Piece, Squeeze};
 use crate::role::multiplex::log::RequestLog;
-use crate::role::multiplex::proxied::Proxied;
+use crate::role::multiplex::proxied::{Proxied, ProxyStep};
 use crate::role::upstream::UpEvent;
 use ringx_h2proto::response::FieldList;
 
@@ -597,11 +596,16 @@ impl H2 {
             }
             return;
         };
-        let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) else {
+        let Some(s) = self.streams.get_mut(&id) else {
             self.ups.remove(&u);
             return;
         };
-        let (outcome, released) = p.event(cx, c, u, ev);
+        let waiting = s.pending.is_some();
+        let Some(p) = s.proxy.as_mut() else {
+            self.ups.remove(&u);
+            return;
+        };
+        let (step, released) = p.step(cx, (c, u), ev, waiting);
         self.conn.release(id, released);
         // A retry may have moved the exchange to another connection.
         if p.ex.up != Some(u) {
@@ -610,54 +614,37 @@ impl H2 {
                 self.ups.insert(n, id);
             }
         }
-        // A fill's response the client is not sent (a revalidation's 304, a status the
-        // stale copy stands in for): the cache answers when it ends.
-        let cache_answers =
-            p.ex.capture
-                .as_ref()
-                .is_some_and(|x| !x.to_client && x.fill.is_some());
-        let pending = self.streams.get(&id).is_some_and(|s| s.pending.is_some());
-        if outcome != Outcome::Pending && pending {
-            // The `auth_request` subrequest of a waiting stream.
-            return self.auth_done(cx, b, c, id, outcome);
-        }
-        if outcome != Outcome::Pending && cache_answers {
-            let Some(mut s) = self.streams.remove(&id) else {
+        match step {
+            ProxyStep::Answered(outcome) => return self.auth_done(cx, b, c, id, outcome),
+            ProxyStep::CacheAnswers(failed) => {
+                let Some(mut s) = self.streams.remove(&id) else {
+                    return;
+                };
+                self.detach(cx, &s);
+                let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
+                if let Some(s) = self.cache_answer(cx, b, c, s, cap, failed) {
+                    self.give_up(cx, b, c, s, failed.unwrap_or(502), None);
+                }
                 return;
-            };
-            self.detach(cx, &s);
-            let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
-            let failed = match outcome {
-                Outcome::Done => None,
-                Outcome::GiveUp(st) => Some(st),
-                _ => Some(502),
-            };
-            if let Some(s) = self.cache_answer(cx, b, c, s, cap, failed) {
-                self.give_up(cx, b, c, s, failed.unwrap_or(502), None);
             }
-            return;
+            _ => {}
         }
         self.response_head(cx, b, c, id);
-        match outcome {
-            Outcome::Pending => {}
-            Outcome::Done => {
+        match step {
+            ProxyStep::Done(trailers) => {
                 if let Some(s) = self.streams.get_mut(&id) {
                     s.end = true;
-                    if let Some(p) = s.proxy.as_mut() {
-                        s.trailers = p.response_trailers();
-                        if let Some(mut cap) = p.ex.capture.take() {
-                            cache::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
-                        }
-                    }
+                    s.trailers = trailers;
                 }
             }
-            Outcome::GiveUp(status) => return self.stream_failed(cx, b, c, id, status),
-            Outcome::Cut | Outcome::Upgrade(_) => {
+            ProxyStep::Failed(status) => return self.stream_failed(cx, b, c, id, status),
+            ProxyStep::Cut => {
                 // Part of the response went out and the rest cannot come: the stream is
                 // reset so the client sees it cut (the connection carries on).
                 self.conn.reset(id, ErrorCode::Internal);
                 return self.drop_stream(cx, b, id, false);
             }
+            _ => {}
         }
         self.wake(id);
     }
@@ -716,7 +703,8 @@ impl H2 {
         let mut resp = Fields::new();
         let answered = cap.and_then(|mut x| {
             let mut fill = x.fill.take()?;
-            cache::write_fill_answer(cx, &mut resp, (&mut x, &mut fill), failed)
+            let at = (&*cx.ctx, cx.io.now());
+            cache::write_fill_answer(at, &mut resp, (&mut x, &mut fill), failed)
         });
         let Some((status, _)) = answered else {
             return Some(s);

@@ -10,7 +10,6 @@ use super::{fallback, write, Http1, Next, Phase};
 use crate::answer::fallback::{may_fall_back, Fallback};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::cache::fill::{Fill, Mode};
-use crate::cache::Found;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::access::{self, Refusal};
@@ -598,16 +597,18 @@ impl Http1 {
             }
             return self.process_buffered(cx, b, c);
         }
-        let Some((obj, status)) = cache::answer_of_fill(&mut cap, &mut fill, failed, now) else {
+        let close = !fill.asked.keep || b.eof;
+        let at = (&*cx.ctx, cx.io.now());
+        let Some(out) = b.tr.out_buf(cx.io, c) else {
+            return;
+        };
+        let Some((status, w)) = cache::write_fill_answer(at, out, (&mut cap, &mut fill), failed)
+        else {
             return self.fail(cx, b, c, failed.unwrap_or(502), false);
         };
-        let line = fill.line(status);
-        let close = !fill.asked.keep || b.eof;
-        drop(fill.stale.take());
-        if write::found(cx, b, c, Found::Mem(obj), (status, &line), &fill.asked).is_none() {
-            return;
-        }
         drop(fill);
+        cx.ctx.log.status(cx.io, c, w, b);
+        cx.ctx.log.cache_status(c, status);
         let more = !b.inbuf.is_empty();
         self.after_response(cx, b, c, close, more);
         if !close && !b.paused {

@@ -18,6 +18,7 @@ use ringx_http::Request;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::cache;
 use crate::pipeline::routing::Route;
 use crate::response::Fields;
 use crate::role::exchange::capture::Capture;
@@ -53,6 +54,25 @@ pub(crate) fn share_budget(cx: &mut Cx, proxied: Vec<&mut Proxied>) {
 /// Why a stream could not be proxied: the status to answer with, the location's error
 /// pages, and the capture it was started with (a cache fill may answer from a stale copy).
 pub(crate) type Failed = (u16, Option<Box<PageCtx>>, Option<Box<Capture>>);
+
+/// What a proxied stream does after an event of its exchange ([`Proxied::step`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ProxyStep {
+    /// More is to come; what the exchange wrote (the head, body bytes) goes out as the
+    /// window allows.
+    Going,
+    /// The response is complete: these trailers end it, after the body.
+    Done(Vec<(Vec<u8>, Vec<u8>)>),
+    /// The response a fill brought is not the client's, or the fill failed (`Some`: with
+    /// that status): the cache answers, from its entry.
+    CacheAnswers(Option<u16>),
+    /// The server's own request the stream waited for (`auth_request`) ended so.
+    Answered(Outcome),
+    /// No response can be had: answer this status.
+    Failed(u16),
+    /// Part of the response went out and the rest cannot come: the stream is cut.
+    Cut,
+}
 
 /// A stream being proxied.
 pub(crate) struct Proxied {
@@ -308,6 +328,39 @@ impl Proxied {
             UpEvent::Closed(err) => (self.ex.upstream_closed(cx, &self.base, c, u, err), 0),
             UpEvent::Timeout => (self.ex.upstream_timeout(cx, &self.base, c, u), 0),
         }
+    }
+
+    /// Hands an event of upstream connection `u` to the exchange: what the stream does next,
+    /// and the bytes of the peer's window to give back. `waiting`: the stream's request waits
+    /// for this exchange (an `auth_request` subrequest).
+    pub fn step(
+        &mut self,
+        cx: &mut Cx,
+        (c, u): (ConnId, ConnId),
+        ev: UpEvent,
+        waiting: bool,
+    ) -> (ProxyStep, usize) {
+        let (outcome, released) = self.event(cx, c, u, ev);
+        // A fill's response the client is not sent (a revalidation's 304, a status the stale
+        // copy stands in for): the cache answers when it ends.
+        let cache_answers =
+            (self.ex.capture.as_ref()).is_some_and(|x| !x.to_client && x.fill.is_some());
+        let step = match outcome {
+            Outcome::Pending => ProxyStep::Going,
+            o if waiting => ProxyStep::Answered(o),
+            Outcome::Done if cache_answers => ProxyStep::CacheAnswers(None),
+            Outcome::GiveUp(st) if cache_answers => ProxyStep::CacheAnswers(Some(st)),
+            _ if cache_answers => ProxyStep::CacheAnswers(Some(502)),
+            Outcome::Done => {
+                if let Some(mut cap) = self.ex.capture.take() {
+                    cache::finish(&mut cap, cx.ctx.wall_ms(cx.io.now()));
+                }
+                ProxyStep::Done(self.response_trailers())
+            }
+            Outcome::GiveUp(st) => ProxyStep::Failed(st),
+            Outcome::Cut | Outcome::Upgrade(_) => ProxyStep::Cut,
+        };
+        (step, released)
     }
 
     /// The response head, once the exchange wrote it (whole, as fields) and it was not sent
