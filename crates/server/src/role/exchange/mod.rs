@@ -329,6 +329,19 @@ impl Exchange {
         true
     }
 
+    /// The client's side drained: the upstream, paused for back-pressure, reads again.
+    pub fn resume_upstream(&self, cx: &mut Cx) {
+        let Some(u) = self.up else { return };
+        if let Some(up) = cx.ups.get_mut(u) {
+            if up.paused {
+                up.paused = false;
+                if !up.eof {
+                    cx.io.resume_recv(u);
+                }
+            }
+        }
+    }
+
     /// Closes the exchange's upstream connection (not reusable: the exchange was cut).
     pub fn detach(&mut self, cx: &mut Cx) {
         let Some(u) = self.up.take() else { return };

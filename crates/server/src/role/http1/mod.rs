@@ -187,10 +187,7 @@ impl Http1 {
         }
         if b.paused {
             b.paused = false;
-            if !b.eof {
-                cx.io.resume_recv(c);
-            }
-            self.process_buffered(cx, b, c);
+            self.read_on(cx, b, c);
         }
     }
 
@@ -677,6 +674,15 @@ impl Http1 {
         }
         // `process` sees `paused` and keeps the rest buffered.
         Next::Continue
+    }
+
+    /// Reads on: the receive re-armed (unless the client sent its FIN) and the input that
+    /// waits in the buffer processed.
+    fn read_on(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        if !b.eof {
+            cx.io.resume_recv(c);
+        }
+        self.process_buffered(cx, b, c);
     }
 
     /// Runs `process` over the connection's buffered input.

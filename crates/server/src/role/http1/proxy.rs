@@ -239,10 +239,7 @@ impl Http1 {
                 // here with it.
                 if std::mem::take(&mut ex.body_paused) {
                     b.paused = false;
-                    if !b.eof {
-                        cx.io.resume_recv(c);
-                    }
-                    self.process_buffered(cx, b, c);
+                    self.read_on(cx, b, c);
                 }
                 return;
             }
@@ -330,10 +327,7 @@ impl Http1 {
         }
         let more = !b.inbuf.is_empty();
         if matches!(self.after_response(cx, b, c, false, more), Next::Continue) && !b.paused {
-            if !b.eof {
-                cx.io.resume_recv(c);
-            }
-            self.process_buffered(cx, b, c);
+            self.read_on(cx, b, c);
         }
     }
 
@@ -535,10 +529,7 @@ impl Http1 {
             return;
         }
         if !b.paused {
-            if !b.eof {
-                cx.io.resume_recv(c);
-            }
-            self.process_buffered(cx, b, c);
+            self.read_on(cx, b, c);
         }
     }
 
@@ -592,10 +583,7 @@ impl Http1 {
                 cache::settle(&mut cap, &mut fill, now);
             }
             drop(fill);
-            if !b.eof {
-                cx.io.resume_recv(c);
-            }
-            return self.process_buffered(cx, b, c);
+            return self.read_on(cx, b, c);
         }
         let close = !fill.asked.keep || b.eof;
         let at = (&*cx.ctx, cx.io.now());
@@ -612,10 +600,7 @@ impl Http1 {
         let more = !b.inbuf.is_empty();
         self.after_response(cx, b, c, close, more);
         if !close && !b.paused {
-            if !b.eof {
-                cx.io.resume_recv(c);
-            }
-            self.process_buffered(cx, b, c);
+            self.read_on(cx, b, c);
         }
     }
 
@@ -629,25 +614,14 @@ impl Http1 {
         });
         if resume {
             b.paused = false;
-            if !b.eof {
-                cx.io.resume_recv(c);
-            }
-            self.process_buffered(cx, b, c);
+            self.read_on(cx, b, c);
         }
     }
 
     /// The client's queue drained: an upstream paused for back-pressure reads again.
     pub(super) fn proxy_client_flushed(&mut self, cx: &mut Cx) {
-        let Some(u) = self.exchange.as_ref().and_then(|x| x.up) else {
-            return;
-        };
-        if let Some(up) = cx.ups.get_mut(u) {
-            if up.paused {
-                up.paused = false;
-                if !up.eof {
-                    cx.io.resume_recv(u);
-                }
-            }
+        if let Some(ex) = &self.exchange {
+            ex.resume_upstream(cx);
         }
     }
 

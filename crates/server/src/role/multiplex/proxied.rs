@@ -119,22 +119,10 @@ impl Proxied {
         let mark = out.high_water.unwrap_or(PROXY_HIGH_WATER);
         if out.notify && (out.pending().len() as u64) < mark / 2 {
             out.notify = false;
-            self.resume_upstream(cx);
+            self.ex.resume_upstream(cx);
         }
     }
 
-    /// The client side drained: an upstream paused for back-pressure reads again.
-    pub fn resume_upstream(&mut self, cx: &mut Cx) {
-        let Some(u) = self.ex.up else { return };
-        if let Some(up) = cx.ups.get_mut(u) {
-            if up.paused {
-                up.paused = false;
-                if !up.eof {
-                    cx.io.resume_recv(u);
-                }
-            }
-        }
-    }
     /// Starts an exchange for `req` (routed by `route` to a `proxy_pass` location, through
     /// the same preparation as HTTP/1 requests) on behalf of the connection `b`; `Err`: the
     /// status to answer with, and the location's error pages.
