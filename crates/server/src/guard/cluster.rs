@@ -45,6 +45,7 @@ struct Note {
 }
 
 type Notes = HashMap<u64, Note, foldhash::fast::RandomState>;
+type Outage = HashMap<u64, u128, foldhash::fast::RandomState>;
 
 /// The hosts that synced lately (every zone's sync says; 0: never known, taken as 1).
 static HOSTS: AtomicU32 = AtomicU32::new(0);
@@ -86,6 +87,10 @@ pub struct ClusterZone {
     /// Falling back now (the last sync failed).
     falling_back: AtomicBool,
     shards: Box<[Mutex<Notes>]>,
+    /// `limit_req` keys admitted on this host's share while the zone fell back (local hash
+    /// → stable hash), sharded as `shards`: charged to Redis when it is back
+    /// (`cluster_sync.rs`), or the cluster would grant their burst again.
+    outage: Box<[Mutex<Outage>]>,
     /// The shards (zone threads) that have used the zone, one bit each.
     threads: AtomicU32,
     /// When the zone last had a view of the cluster: a sync's reply (ns, as `limit::nanos`).
@@ -152,6 +157,7 @@ impl ClusterZone {
             fallback: AtomicU8::new(0),
             falling_back: AtomicBool::new(false),
             shards: (0..SHARDS).map(|_| Mutex::new(Notes::default())).collect(),
+            outage: (0..SHARDS).map(|_| Mutex::new(Outage::default())).collect(),
             threads: AtomicU32::new(0),
             view_at: AtomicU64::new(super::limit::nanos(std::time::Instant::now())),
             stats: Stats::default(),
@@ -233,6 +239,28 @@ impl ClusterZone {
             self.note(&mut s, local, stable);
         }
         v
+    }
+
+    /// `limit_req` while falling back to the shares: a request admitted for the key of
+    /// hashes `local` and `stable` on this host's share, kept to be charged when Redis is back.
+    pub fn share_admitted(&self, local: u64, stable: u128) {
+        let i = shard();
+        let mut o = self.outage[i].lock().unwrap_or_else(|e| e.into_inner());
+        if o.len() < SEEN_MAX {
+            o.insert(local, stable);
+        } else if !o.contains_key(&local) {
+            self.stats.keys_dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Takes the keys admitted on this host's share since the zone fell back.
+    pub fn take_outage(&self) -> Vec<(u64, u128)> {
+        let mut all = Vec::new();
+        for sh in self.outage.iter() {
+            let mut o = sh.lock().unwrap_or_else(|e| e.into_inner());
+            all.extend(o.drain());
+        }
+        all
     }
 
     fn note(&self, s: &mut Notes, local: u64, stable: u128) {

@@ -94,6 +94,11 @@ struct ZoneSync {
     /// When the keys sent last were taken (the span the next counts were admitted in).
     last_taken: Instant,
     down_since: Option<Instant>,
+    /// The hosts whose shares the zone enforced while it fell back.
+    share_hosts: u32,
+    /// `limit_req`: what this host's shares still hold, to charge to Redis now that it is
+    /// back (`recovery`).
+    recovery: Vec<Item>,
 }
 
 impl ClusterZone {
@@ -114,6 +119,8 @@ impl ZoneSync {
             last_sent: None,
             last_taken: Instant::now(),
             down_since: None,
+            share_hosts: 1,
+            recovery: Vec::new(),
         }
     }
 
@@ -124,6 +131,11 @@ impl ZoneSync {
             self.done(r, &items, (sent, now));
         }
         let every = self.zone.sync_every();
+        if !self.recovery.is_empty() {
+            // Charged as of now (no span): what the shares hold is ahead of now already.
+            let items = std::mem::take(&mut self.recovery);
+            return self.send(c, host, (now, Duration::ZERO), items);
+        }
         if self.last_sent.is_some_and(|t| now < t + every) {
             return;
         }
@@ -131,20 +143,27 @@ impl ZoneSync {
         if items.is_empty() && self.last_sent.is_some_and(|t| now < t + HEARTBEAT) {
             return;
         }
+        let span = now.saturating_duration_since(self.last_taken);
+        self.last_taken = now;
+        self.send(c, host, (now, span), items);
+    }
+
+    /// Sends a sync of `items`, admitted over `span` before `now`.
+    fn send(&mut self, c: &Client, host: &str, (now, span): (Instant, Duration), items: Vec<Item>) {
         let z = self.zone;
+        let every = z.sync_every();
         let prefix = c.settings().prefix;
         let h = Header {
             prefix: &prefix,
             zone: &z.name,
             host,
             interval_ns: z.interval_ns.load(std::sync::atomic::Ordering::Relaxed),
-            span: now.saturating_duration_since(self.last_taken),
+            span,
         };
         let args = cluster_wire::command(z.kind, &h, &items);
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
         let budget = c.timeout().min((every * 5).max(Duration::from_millis(100)));
         self.last_sent = Some(now);
-        self.last_taken = now;
         match c.submit(&args, budget) {
             Ok(p) => self.inflight = Some((p, items, now)),
             Err(e) => self.failed(&e.to_string(), now),
@@ -226,6 +245,9 @@ impl ZoneSync {
         z.stats.syncs_ok.fetch_add(1, relaxed);
         z.stats.keys_sent.fetch_add(items.len() as u64, relaxed);
         if z.set_falling_back(false) {
+            if z.kind == Kind::Req {
+                self.recovery = recovery(z, limit::nanos(now), self.share_hosts);
+            }
             let for_ = self
                 .down_since
                 .take()
@@ -246,6 +268,7 @@ impl ZoneSync {
             .syncs_failed
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if z.set_falling_back(true) {
+            self.share_hosts = super::cluster::hosts();
             z.stats
                 .fallbacks
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -267,4 +290,28 @@ impl ZoneSync {
             );
         }
     }
+}
+
+/// What the keys admitted on this host's share while zone `z` fell back still hold at `now`
+/// (ns, as `limit::nanos`), as requests to charge to Redis: a share's bucket is the cluster's
+/// divided by `hosts`, so each host charging its own adds up to what the cluster's bucket
+/// holds, whatever order the hosts come back in (Redis, which lost or never had those
+/// requests, would otherwise grant the burst again).
+pub(crate) fn recovery(z: &ClusterZone, now: u64, hosts: u32) -> Vec<Item> {
+    let iv = z
+        .interval_ns
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .saturating_mul(u64::from(hosts.max(1)))
+        .max(1);
+    let mut items: Vec<Item> = z
+        .take_outage()
+        .into_iter()
+        .filter_map(|(local, stable)| {
+            let ahead = z.table.tat(local).saturating_sub(now);
+            let n = ahead.div_ceil(iv).min(u64::from(u32::MAX)) as u32;
+            (n > 0).then_some(Item { local, stable, n })
+        })
+        .collect();
+    items.truncate(MAX_KEYS);
+    items
 }

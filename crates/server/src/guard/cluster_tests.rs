@@ -125,6 +125,57 @@ fn a_zone_falls_back_as_configured_and_notes_keys() {
     assert_eq!(got.len(), 2, "taken once");
 }
 
+/// Hosts that admitted a key on their shares while Redis was away charge what their shares
+/// still hold when it is back (`cluster_sync::recovery`): whenever each comes back, Redis's
+/// arrival time for the key ends between the cluster's true one less one share's burst (the
+/// earlier charges drain at the cluster's rate while the later shares still hold theirs)
+/// and the true one, never at a fresh bucket (the burst granted again), never past it.
+#[test]
+fn what_the_shares_admitted_is_charged_when_redis_is_back() {
+    const HOSTS: u32 = 3;
+    const BURST: u32 = 6;
+    let iv = 100 * MS;
+    for stagger_ms in [0u64, 150, 300, 450] {
+        let zones: Vec<&'static ClusterZone> = (0..HOSTS)
+            .map(|_| {
+                let z = Box::leak(Box::new(ClusterZone::new(Kind::Req, Table::standalone(64))));
+                z.interval_ns
+                    .store(iv, std::sync::atomic::Ordering::Relaxed);
+                &*z
+            })
+            .collect();
+        // The outage: at 0, each host admits what its share allows of a fresh key.
+        let mut admitted = 0;
+        for z in &zones {
+            let share = (iv * u64::from(HOSTS), BURST.div_ceil(HOSTS));
+            while matches!(
+                z.table.rate(9, 0, share.0, share.1, true),
+                RateVerdict::Pass
+            ) {
+                z.share_admitted(9, 0x99);
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 3 * (BURST.div_ceil(HOSTS) + 1));
+        let truth = u64::from(admitted) * iv; // the cluster's arrival time, from 0
+        let mut redis = ModelRedis::default();
+        for (i, z) in zones.iter().enumerate() {
+            let now = i as u64 * stagger_ms * MS;
+            let items = super::cluster_sync::recovery(z, now, HOSTS);
+            assert!(z.take_outage().is_empty(), "taken once");
+            redis.req((now / 1000) as f64, (iv / 1000) as f64, 0.0, &items);
+        }
+        let tat = (redis.tat[&0x99] * 1000.0) as u64;
+        let share_burst = u64::from(BURST.div_ceil(HOSTS) + 1) * iv;
+        assert!(
+            tat <= truth && tat + share_burst >= truth,
+            "stagger {stagger_ms} ms: Redis at {} ms, the cluster at {} ms",
+            tat / MS,
+            truth / MS
+        );
+    }
+}
+
 /// The `limit_req` script, in Rust (µs on Redis's clock; keys by stable hash).
 #[derive(Default)]
 struct ModelRedis {

@@ -260,6 +260,13 @@ impl Table {
         }
     }
 
+    /// A `limit_req` key's theoretical arrival time (ns, as [`nanos`]; 0 when it has no
+    /// slot).
+    pub fn tat(&self, hash: u64) -> u64 {
+        self.find(hash)
+            .map_or(0, |s| s.state.load(Ordering::Relaxed))
+    }
+
     /// The slot of `hash`, without taking one.
     fn find(&self, hash: u64) -> Option<&Slot> {
         self.bucket(hash)

@@ -317,14 +317,21 @@ impl Guard {
                     ),
                     None => local(),
                 },
-                // Redis is gone: this host's share of the rate and of the burst.
-                Enforce::Share(hosts) => lr.table.rate(
-                    k,
-                    limit::nanos(inp.now),
-                    lr.interval.saturating_mul(u64::from(hosts)),
-                    lr.burst.div_ceil(hosts),
-                    lr.nodelay,
-                ),
+                // Redis is gone: this host's share of the rate and of the burst, the key
+                // kept to be charged when it is back.
+                Enforce::Share(hosts) => {
+                    let v = lr.table.rate(
+                        k,
+                        limit::nanos(inp.now),
+                        lr.interval.saturating_mul(u64::from(hosts)),
+                        lr.burst.div_ceil(hosts),
+                        lr.nodelay,
+                    );
+                    if let (Some(c), RateVerdict::Pass | RateVerdict::Delay(_)) = (lr.cluster, v) {
+                        c.share_admitted(k, key::stable128(&z.keybuf));
+                    }
+                    v
+                }
                 Enforce::Open => RateVerdict::Pass,
                 Enforce::Closed => RateVerdict::Refuse(Duration::from_secs(1)),
             };
