@@ -9,6 +9,7 @@ use ringx_config::cache::StatusSet;
 
 use super::object::{joined, variant_key, Object};
 use super::{policy, CacheZone};
+use crate::rewrite::Added;
 
 /// Why the entry is being fetched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +44,9 @@ pub struct Asked {
     /// The status the client is told instead of the stored one (an `error_page` without
     /// `=` re-served the request here: nginx answers with the original error's status).
     pub status_as: Option<u16>,
+    /// The `add_header` lines of the location it came to, expanded for it
+    /// (`pipeline::added`): an answer from the cache gets them as any response does.
+    pub added: Added,
 }
 
 /// An entry ready to store: its hash and object, and the marker under the key's hash when

@@ -13,6 +13,7 @@ use super::fill::{Asked, Fill, Mode, UseStale};
 use super::object::Age;
 use super::{CacheZone, Found};
 use crate::error::Error;
+use crate::rewrite::Added;
 
 /// The cache statuses, as `$upstream_cache_status` names them (the order of the per-zone
 /// counters).
@@ -270,5 +271,6 @@ fn asked(req: &Request, keep: bool) -> Asked {
             .collect(),
         if_none_match: req.header("if-none-match").map(<[u8]>::to_vec),
         status_as: None,
+        added: Added::default(),
     }
 }

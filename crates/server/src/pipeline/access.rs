@@ -10,7 +10,7 @@ use ringx_engine::ConnId;
 use ringx_http::upstream::{write_request_head, Forward};
 use ringx_http::{BodyKind, Method, Request};
 
-use super::Step;
+use super::{RefusalLines, Step};
 use crate::answer::fallback::{may_fall_back, NewUri};
 use crate::answer::Page;
 use crate::ctx::base::Base;
@@ -58,7 +58,10 @@ pub fn check(
     progress.touched = true;
     match verdict(cx, b, who, req, uri, at, progress) {
         Verdict::Pass => Step::Go(None),
-        Verdict::Refuse { status, headers } => Step::Refuse { status, headers },
+        Verdict::Refuse { status, headers } => Step::Refuse {
+            status,
+            headers: RefusalLines::own(headers),
+        },
         Verdict::Delay(d) => Step::WaitUntil(cx.io.now() + d),
         Verdict::Verify => Step::WaitVerify,
         Verdict::Ask => {
@@ -72,7 +75,7 @@ pub fn check(
                 // Asked for by a location without one (never the case): refused as an error.
                 None => Step::Refuse {
                     status: 500,
-                    headers: String::new(),
+                    headers: RefusalLines::default(),
                 },
             }
         }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use ringx_http::Request;
 
-use super::{Hit, Step};
+use super::{added, Hit, Step};
 use crate::answer::ReqCtx;
 use crate::cache::fill::Asked;
 use crate::cache::fill::Fill;
@@ -23,6 +23,7 @@ use crate::ctx::{Cx, ZoneCtx};
 use crate::guard::Progress;
 use crate::pipeline::routing::Route;
 use crate::response::{ConnHdr, FilePart, HeadOut, Written};
+use crate::rewrite::Added;
 use crate::role::exchange::capture::Capture;
 use crate::role::proxy_start;
 use crate::route::LocId;
@@ -53,6 +54,8 @@ pub fn step(
         Decision::Uncached => Step::Go(Some(passing(cx, at, "MISS"))),
         Decision::Fetch(mut fill) => {
             fill.asked.status_as = status_as;
+            // For an answer from the cache after the fill (a revalidation, a stale copy).
+            fill.asked.added = added::for_cache(&cx.ctx.routes, at, (req, route, rq));
             Step::Go(Some(filling(fill, true)))
         }
         Decision::Wait(after) => {
@@ -73,6 +76,7 @@ pub fn step(
             });
             let mut asked = asked_now(req, keep);
             asked.status_as = status_as;
+            asked.added = added::for_cache(&cx.ctx.routes, at, (req, route, rq));
             Step::Hit(Box::new(Hit {
                 found,
                 status,
@@ -134,7 +138,8 @@ pub fn filling(fill: Box<Fill>, to_client: bool) -> Capture {
 }
 
 /// Writes the answer from `found` for what `asked` asked into `out`, with cache status
-/// `status` (`line`: its header line); counted. Returns what was written and the file part
+/// `status` (`line`: its header line) and the location's `add_header` lines the status it is
+/// sent with gets (`asked.added`); counted. Returns what was written and the file part
 /// of the body (an entry kept on disk), which the caller sends after it.
 pub fn write_found<O: HeadOut + ?Sized>(
     (ctx, now): (&ZoneCtx, Instant),
@@ -156,12 +161,24 @@ pub fn write_found<O: HeadOut + ?Sized>(
     let ch = ConnHdr::new(asked.version11, asked.keep);
     let now = ctx.wall_ms(now);
     let body = if file.is_none() { obj.body.len() } else { 0 };
+    // The location's `add_header` lines follow the cache status line.
+    let sent = if nm {
+        304
+    } else {
+        asked.status_as.unwrap_or(obj.status)
+    };
+    let added = asked.added.for_status(sent);
+    let line: std::borrow::Cow<'_, [u8]> = if added.is_empty() {
+        line.into()
+    } else {
+        [line, added.as_bytes()].concat().into()
+    };
     out.body().reserve(obj.head.len() + line.len() + 64 + body);
     let w = write_object(
         &obj,
         out,
         now,
-        line,
+        &line,
         ch,
         (asked.head_only, asked.status_as),
         nm,
@@ -221,6 +238,7 @@ pub fn asked_now(req: &Request, keep: bool) -> Asked {
         fields: Vec::new(),
         if_none_match: req.header("if-none-match").map(<[u8]>::to_vec),
         status_as: None,
+        added: Added::default(),
     }
 }
 

@@ -11,6 +11,7 @@ use ringx_http::Request;
 
 use super::access::Refusal;
 use super::routing::Route;
+use super::RefusalLines;
 use crate::answer::fallback::{may_fall_back, parse_saved, Fallback};
 use crate::answer::{Page, PageCtx};
 use crate::ctx::{Cx, ZoneCtx};
@@ -69,13 +70,14 @@ pub fn re_served(fb: &Fallback, page: &mut Option<Box<PageCtx>>, ex: &mut Exchan
 
 impl<'a> Refusal<'a> {
     /// The refusal `(status, headers)` by the guard of the location `route` reached, as its
-    /// error pages take it; `fb`: the fallback that re-served the request there. None: no
-    /// error page applies (a fallback's own refusal is answered by its location's error
-    /// pages only where the page that sent it there is recursive), the plain refusal goes out.
+    /// error pages take it (the refusal's own lines, not the location's `add_header`); `fb`:
+    /// the fallback that re-served the request there. None: no error page applies (a
+    /// fallback's own refusal is answered by its location's error pages only where the page
+    /// that sent it there is recursive), the plain refusal goes out.
     pub fn of(
         route: &'a Route<'_>,
         fb: Option<&Fallback>,
-        (status, headers): (u16, &'a str),
+        (status, headers): (u16, &'a RefusalLines),
     ) -> Option<Refusal<'a>> {
         let (sent, new_uri) = route.sent();
         let hops = match fb {
@@ -85,7 +87,7 @@ impl<'a> Refusal<'a> {
         Some(Refusal {
             at: route.at.expect("only a location's guard refuses"),
             status,
-            headers,
+            headers: headers.for_page(),
             hops,
             new_uri,
         })

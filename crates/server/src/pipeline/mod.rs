@@ -12,10 +12,14 @@
 //! | cache | `cache.rs` | the location's proxy cache: hit, pass, fill, wait for another's fill |
 //! | all of them | `serve.rs` | the stages in order, and where the request goes: proxy, gRPC, local answer |
 //!
+//! The location's `add_header` lines on what the access and cache stages answer themselves
+//! (a refusal, an answer from the cache) are expanded by them into the step (`added.rs`).
+//!
 //! A request between the stages' looks at it is a [`pending::Pending`], whichever protocol
 //! carries it.
 
 pub mod access;
+pub mod added;
 pub mod cache;
 pub mod failure;
 pub mod fields;
@@ -34,9 +38,9 @@ pub enum Step {
     /// It goes on: to the next stage, and to the proxy with this capture (the cache's: the
     /// fill, or the cache status it passes with; None from the guard).
     Go(Option<Capture>),
-    /// Refuse it with `status` and these header lines (CRLF-terminated), or the error page
-    /// configured for that status.
-    Refuse { status: u16, headers: String },
+    /// Refuse it with `status` and these header lines, or the error page configured for that
+    /// status (which carries the refusal's own lines only).
+    Refuse { status: u16, headers: RefusalLines },
     /// Answer it from the cache.
     Hit(Box<Hit>),
     /// Look at it again at this instant (a `limit_req` delay, or another request fills the
@@ -54,6 +58,42 @@ pub enum Step {
     /// Answer it here: its location returns, serves files, or routing decided already (a
     /// redirect, an error).
     Local,
+}
+
+/// The header lines of a guard's refusal, CRLF-terminated: its own (`WWW-Authenticate`,
+/// `Retry-After`), which ride on its error page too, then the `add_header` lines of the
+/// refusing location, which only the plain refusal gets: an error page takes the lines of the
+/// location serving it, as after nginx's internal redirect.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RefusalLines {
+    text: String,
+    /// The length of the refusal's own lines, at the start of `text`.
+    own: usize,
+}
+
+impl RefusalLines {
+    /// The refusal's own lines, none added yet.
+    pub fn own(text: String) -> RefusalLines {
+        RefusalLines {
+            own: text.len(),
+            text,
+        }
+    }
+
+    /// Adds the location's `add_header` lines (`added`), for the plain refusal.
+    pub fn add(&mut self, added: &str) {
+        self.text.push_str(added);
+    }
+
+    /// The refusal's own lines: those its error page carries.
+    pub fn for_page(&self) -> &str {
+        &self.text[..self.own]
+    }
+
+    /// Every line: the plain refusal's.
+    pub fn plain(&self) -> &str {
+        &self.text
+    }
 }
 
 /// An answer from the cache.

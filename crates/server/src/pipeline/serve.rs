@@ -7,7 +7,7 @@
 use ringx_engine::ConnId;
 use ringx_http::Request;
 
-use super::{access, cache, routing::Route, Step};
+use super::{access, added, cache, routing::Route, Step};
 use crate::answer::ReqCtx;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
@@ -50,6 +50,15 @@ pub fn serve(
         match access::check(cx, b, who, req, uri, at, progress) {
             // The access stage makes no other step.
             Step::Go(_) | Step::Hit(_) => {}
+            Step::Refuse {
+                status,
+                mut headers,
+            } => {
+                // The location's `add_header ... always` lines, for the plain refusal.
+                let routes = &cx.ctx.routes;
+                headers.add(&added::for_status(routes, at, (req, route, rq), status));
+                return Step::Refuse { status, headers };
+            }
             step => return step,
         }
     }

@@ -11,7 +11,7 @@ use ringx_engine::ConnId;
 use ringx_http::{parse_request, Limits, Parsed};
 
 use super::serve::{self, Asked};
-use super::{access, cache, Step};
+use super::{access, cache, RefusalLines, Step};
 use crate::answer::ReqCtx;
 use crate::ctx::base::Base;
 use crate::ctx::reqlog::RequestLog;
@@ -148,7 +148,7 @@ fn the_access_stage_lets_a_request_go_refuses_delays_and_asks() {
         Step::Go(None)
     ));
     match s.access(&get("/closed/", ""), &mut Progress::default()) {
-        Step::Refuse { status, headers } => assert_eq!((status, headers.as_str()), (403, "")),
+        Step::Refuse { status, headers } => assert_eq!((status, headers.plain()), (403, "")),
         _ => panic!("deny all refuses"),
     }
     // Within the burst, over the rate: the second waits a second's share.
@@ -202,6 +202,7 @@ listen = ["127.0.0.1:8080"]
     match s.access(&get("/g/", ""), &mut p) {
         Step::Refuse { status, headers } => {
             assert_eq!(status, 401);
+            let headers = headers.plain();
             assert!(
                 headers.starts_with("WWW-Authenticate: Basic realm=\"r\""),
                 "{headers}"
@@ -471,13 +472,17 @@ fn a_refusal_at_a_fallback_takes_error_pages_only_where_its_sender_is_recursive(
         named_at_uri: false,
     };
     s.with(&get("/closed/x", ""), |_, _, _, route, _| {
-        let f = access::Refusal::of(route, None, (403, "X: y\r\n")).expect("first refusal");
+        let mut lines = RefusalLines::own("X: y\r\n".into());
+        lines.add("X-Added: a\r\n");
+        let f = access::Refusal::of(route, None, (403, &lines)).expect("first refusal");
+        // The page carries the refusal's own lines, not the refusing location's added ones.
         assert_eq!((f.status, f.headers, f.hops), (403, "X: y\r\n", 0));
         assert_eq!(f.at, route.at.unwrap());
         let shut = fb(false);
-        assert!(access::Refusal::of(route, Some(&shut), (403, "")).is_none());
+        let none = RefusalLines::default();
+        assert!(access::Refusal::of(route, Some(&shut), (403, &none)).is_none());
         let open = fb(true);
-        let f = access::Refusal::of(route, Some(&open), (403, "")).expect("recursive");
+        let f = access::Refusal::of(route, Some(&open), (403, &none)).expect("recursive");
         assert_eq!(f.hops, 3);
     });
 }
@@ -657,4 +662,87 @@ fn cluster_zones_follow_their_fallback() {
         Step::Go(_)
     ));
     drop(held);
+}
+
+/// `add_header` on the answers the stages make: a refusal gets the refusing location's
+/// `always` lines (expanded for the request; the plain ones are for 2xx/3xx), its error page
+/// none of them; an answer from the cache gets them as the status it is sent with says (a
+/// 304 to the client's validator is one of nginx's list, a status an error page tells may
+/// not be).
+#[test]
+fn add_header_reaches_refusals_and_answers_from_the_cache() {
+    let dir = TempDir::new(&[]);
+    let mut s = Stage::new(&format!(
+        r#"
+[[proxy_cache_path]]
+name = "pipeline_added"
+path = "{}/cache"
+[[server]]
+listen = ["127.0.0.1:8080"]
+  [[server.location]]
+  path = "/closed/"
+  access = ["deny all"]
+  return = {{ status = 200 }}
+  add_header = {{ "X-Plain" = "p", "X-Always" = {{ value = "$uri", always = true }} }}
+  [[server.location]]
+  path = "/"
+  proxy_pass = "app"
+  proxy_cache = {{ zone = "pipeline_added" }}
+  add_header = {{ "X-Plain" = "p", "X-Always" = {{ value = "a", always = true }} }}
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:9001"]
+"#,
+        dir.path()
+    ));
+    let asked = Asked {
+        keep: true,
+        status_as: None,
+        grpc: false,
+    };
+    match s.serve(&get("/closed/x", ""), &mut Progress::default(), asked) {
+        Step::Refuse { status, headers } => {
+            assert_eq!(status, 403);
+            assert_eq!(headers.plain(), "X-Always: /closed/x\r\n");
+            assert_eq!(headers.for_page(), "");
+        }
+        _ => panic!("deny all refuses"),
+    }
+    let Step::Go(Some(mut cap)) = s.cache(&get("/a", ""), &mut Progress::default()) else {
+        panic!("a miss is proxied with its fill");
+    };
+    cap.status = 200;
+    cap.head = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nETag: \"v\"\r\n\
+                 Content-Length: 2\r\n\r\n"
+        .to_vec();
+    cap.body = b"hi".to_vec();
+    cap.complete = true;
+    let now = s.t.io().now();
+    cache::finish(&mut cap, s.ctx.wall_ms(now));
+    let mut hit = |extra: &str, status_as: Option<u16>| {
+        let Step::Hit(mut hit) = s.cache(&get("/a", extra), &mut Progress::default()) else {
+            panic!("stored: a hit");
+        };
+        hit.asked.status_as = status_as;
+        let mut out = Vec::new();
+        let at = s.t.io().now();
+        let found = (hit.status, &hit.line[..]);
+        let (w, _) = cache::write_found((&s.ctx, at), &mut out, hit.found, found, &hit.asked);
+        (w.status, String::from_utf8(out).unwrap())
+    };
+    let (status, text) = hit("", None);
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("X-Cache-Status: HIT\r\nX-Plain: p\r\nX-Always: a\r\n"),
+        "{text}"
+    );
+    let (status, text) = hit("If-None-Match: \"v\"\r\n", None);
+    assert_eq!(status, 304);
+    assert!(text.contains("X-Plain: p\r\nX-Always: a\r\n"), "{text}");
+    let (status, text) = hit("", Some(404));
+    assert_eq!(status, 404);
+    assert!(
+        text.contains("X-Always: a\r\n") && !text.contains("X-Plain"),
+        "{text}"
+    );
 }

@@ -75,6 +75,12 @@ impl AddHeaders {
         (normal, always)
     }
 
+    /// [`expand_split`](Self::expand_split) kept as [`Added`].
+    pub fn added(&self, vars: Option<&Vars>) -> Added {
+        let (ok, always) = self.expand_split(vars);
+        Added { ok, always }
+    }
+
     fn line(&self, it: &Item, vars: Option<&Vars>, out: &mut String) {
         let value = match (it.value.literal(), vars) {
             (Some(l), _) => std::borrow::Cow::Borrowed(l),
@@ -88,6 +94,28 @@ impl AddHeaders {
         out.push_str(": ");
         out.push_str(&field_safe(&value));
         out.push_str("\r\n");
+    }
+}
+
+/// `add_header` lines expanded for a request whose response is not written yet (an answer
+/// from the cache kept for after a fill): those for 2xx/3xx responses, and those for every
+/// response (`always`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Added {
+    ok: String,
+    always: String,
+}
+
+impl Added {
+    /// The lines a response with `status` gets.
+    pub fn for_status(&self, status: u16) -> std::borrow::Cow<'_, str> {
+        if !add_header_applies(status) || self.ok.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.always);
+        }
+        if self.always.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.ok);
+        }
+        std::borrow::Cow::Owned(format!("{}{}", self.ok, self.always))
     }
 }
 

@@ -21,7 +21,7 @@ use ringx_config::template::Template;
 use ringx_config::{Location, Return, Server};
 
 use crate::error::Error;
-pub use headers::{add_header_applies, AddHeaders, ErrorPages, ProxyEdit};
+pub use headers::{add_header_applies, AddHeaders, Added, ErrorPages, ProxyEdit};
 
 /// How a location is matched.
 pub enum LocKind {

@@ -349,8 +349,9 @@ fn decoration<'v>(
     }))
 }
 
-/// The variables of a request routed to server `si` (for `proxy_set_header` and the like).
-fn request_vars<'a>(
+/// The variables of a request routed to server `si` (for `proxy_set_header`, `add_header` and
+/// the like).
+pub fn request_vars<'a>(
     routes: &'a Routes,
     si: usize,
     req: &'a Request<'a, 'a>,

@@ -22,7 +22,7 @@ use crate::pipeline::fields::{head_of, make_request, HeaderList, MAX_HEADERS};
 use crate::pipeline::pending::{Pending, Rerouted, Saved, SavedBody};
 use crate::pipeline::routing::{self, Route};
 use crate::pipeline::serve::{serve, Asked};
-use crate::pipeline::{cache, Step};
+use crate::pipeline::{cache, RefusalLines, Step};
 use crate::response::{ConnHdr, ErrorPage, Fields, FilePart};
 use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
@@ -383,7 +383,7 @@ impl H2 {
         c: ConnId,
         s: H2Stream,
         (req, route, fb): (&Request, &Route<'_>, Option<&Fallback>),
-        (status, headers): (u16, &str),
+        (status, headers): (u16, &RefusalLines),
     ) {
         let mut resp = Fields::new();
         let r = Refusal::of(route, fb, (status, headers)).and_then(|f| {
@@ -397,7 +397,9 @@ impl H2 {
             },
             None => {
                 let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
-                cx.ctx.responder().error(&mut resp, page.extra(headers));
+                cx.ctx
+                    .responder()
+                    .error(&mut resp, page.extra(headers.plain()));
                 self.answer(cx, b, c, s, resp, None);
             }
         }

@@ -550,7 +550,8 @@ impl Http1 {
                 if let Some(next) = f.and_then(|f| self.refused(cx, b, c, req, &f, keep)) {
                     return next;
                 }
-                let Some((_, close)) = write::refusal(cx, b, c, req, status, &headers, keep) else {
+                let Some((_, close)) = write::refusal(cx, b, c, req, status, headers.plain(), keep)
+                else {
                     return Next::Stop;
                 };
                 if close && fb.is_none() {
