@@ -1,6 +1,6 @@
 """`add_header` on the answers a location's guard and its proxy cache make, against nginx:
-`always` lines on the refusals of `deny` (403), `auth_basic` (401), `limit_req` (429) and
-`limit_conn` (503), plain ones not; an `error_page` serving the refusal takes the page's
+`always` lines on the refusals of `deny` (403), `auth_basic` (401), `auth_request` (403),
+`limit_req` (429) and `limit_conn` (503), plain ones not; an `error_page` serving the refusal takes the page's
 location's headers, not the refusing one's; both kinds on answers from the proxy cache (HIT,
 a 304 to the client's validator, a cached 404 with `always` lines only, REVALIDATED, STALE).
 nginx's headers filter runs on every response of the location, its own errors and cached
@@ -98,6 +98,7 @@ server_name = ["localhost"]
         + loc("/auth/", f'auth_basic = {{ realm = "r", user_file = "{d}/users" }}')
         + loc("/rate/", 'limit_req = { zone = "rq", nodelay = true, status = 429 }')
         + loc("/conn/", 'limit_conn = { zone = "cn", max = 1 }')
+        + loc("/areq/", f'auth_request = {{ proxy_pass = "http://{origin.addr}", uri = "/no" }}')
         + loc("/denyep/", 'access = ["deny all"]\n  error_page = { "403" = "/denied.html" }')
         + f'  [[server.location]]\n  path = "= /denied.html"\n  root = "{d}/www"\n'
           '  add_header = { "X-Page" = { value = "page", always = true } }\n'
@@ -120,6 +121,8 @@ server {{
         + loc("/auth/", f'auth_basic "r"; auth_basic_user_file {d}/users;')
         + loc("/rate/", "limit_req zone=rq nodelay; limit_req_status 429;")
         + loc("/conn/", "limit_conn cn 1;")
+        + loc("/areq/", "auth_request /no;")
+        + f"  location = /no {{ internal; proxy_pass http://{origin.addr}; }}\n"
         + loc("/denyep/", "deny all; error_page 403 /denied.html;")
         + f'  location = /denied.html {{ root {d}/www; add_header X-Page "page" always; }}\n'
         + loc("/c/", CACHE_N) + "}\n")
@@ -129,6 +132,7 @@ server {{
 def origin():
     o = Origin()
     o.route("*", body=b"origin\n")
+    o.route("/no", status=403, body=b"no\n")  # the auth_request service's answer
     yield o
     o.close()
 
@@ -156,7 +160,7 @@ def both(pair, proto, path, headers=None):
 
 @pytest.mark.parametrize("proto", PROTOS)
 @pytest.mark.parametrize("path,status", [("/deny/x", 403), ("/auth/x", 401),
-                                         ("/denyep/x", 403)])
+                                         ("/areq/x", 403), ("/denyep/x", 403)])
 def test_a_refusal_gets_the_always_lines_as_in_nginx(pair, proto, path, status):
     ours, theirs = both(pair, proto, path)
     assert theirs[0] == status, theirs
