@@ -46,6 +46,25 @@ SHARED = "10.88.200.1"
 CLONE_NEWNET = 0x40000000
 
 
+def on_thread(enter, fn, *args):
+    """fn(*args) on a thread of its own that calls `enter` first (a setns, which moves only
+    the calling thread); what fn returns or raises is the caller's."""
+    out = {}
+
+    def body():
+        try:
+            enter()
+            out["v"] = fn(*args)
+        except BaseException as e:  # handed to the caller
+            out["e"] = e
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    if "e" in out:
+        raise out["e"]
+    return out["v"]
+
+
 def sh(*args, check=True, timeout=60, **kw):
     r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
                        **kw)
@@ -134,20 +153,7 @@ class Bed:
     def in_ns(self, name, fn, *args):
         """Runs fn(*args) on a thread inside namespace `name` (setns(CLONE_NEWNET) moves only
         the calling thread); sockets it makes stay in that namespace."""
-        out = {}
-
-        def body():
-            try:
-                self.setns_to(name)()
-                out["v"] = fn(*args)
-            except BaseException as e:  # handed to the caller
-                out["e"] = e
-        t = threading.Thread(target=body)
-        t.start()
-        t.join()
-        if "e" in out:
-            raise out["e"]
-        return out["v"]
+        return on_thread(self.setns_to(name), fn, *args)
 
     def veth(self, a: str, a_dev: str, a_addr: str, b: str, b_dev: str, b_addr: str, mtu: int,
              a6: str, b6: str):

@@ -9,13 +9,13 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import free_port
+from netns_bed import on_thread
 
 
 def require_redis() -> None:
@@ -65,20 +65,7 @@ def _entered(enter, fn, *args):
     only the calling thread), or here without one."""
     if enter is None:
         return fn(*args)
-    out = {}
-
-    def body():
-        try:
-            enter()
-            out["v"] = fn(*args)
-        except BaseException as e:  # handed to the caller
-            out["e"] = e
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    if "e" in out:
-        raise out["e"]
-    return out["v"]
+    return on_thread(enter, fn, *args)
 
 
 class Redis:
