@@ -16,6 +16,7 @@ use ringx_h2proto::{Framing, RequestHead};
 use crate::answer::fallback::Fallback;
 use crate::answer::PageCtx;
 use crate::guard::Progress;
+use crate::pipeline::fields::head_of;
 use crate::route::Routes;
 
 /// A request while the pipeline decides it.
@@ -89,6 +90,39 @@ impl Pending {
         if let Some(k) = self.kept.as_mut() {
             k.body = body;
         }
+    }
+
+    /// A request made again from its fields, `req` as it came and `body` (all of it, kept
+    /// when it was proxied), to be re-served at the proxying location `fb` (of `routes`) an
+    /// `error_page` names. It was looked at before: counted and logged already, and what the
+    /// limits charged stays with it (each applies once per request, as in nginx), while what
+    /// the failed location's `auth_request` or cache decided is not the fallback's. Made for
+    /// a stream (its body comes from here, its window given back when it first arrived).
+    pub fn rerouted(
+        req: &ringx_http::Request,
+        body: Option<Vec<u8>>,
+        fb: &Fallback,
+        routes: &Arc<Routes>,
+    ) -> Box<Pending> {
+        let framing = body
+            .as_ref()
+            .map_or(Framing::None, |b| Framing::Length(b.len() as u64));
+        let mut pending = Box::new(Pending::of_fields(head_of(req), framing));
+        if let Some(data) = body {
+            pending.keep_body(SavedBody {
+                data,
+                end: true,
+                trailers: None,
+                replayed: true,
+            });
+        }
+        pending.resumed = true;
+        pending.progress.touched = true;
+        pending.fallback = Some(Box::new(Rerouted {
+            fb: fb.clone(),
+            routes: routes.clone(),
+        }));
+        pending
     }
 
     /// Keeps a request on its way to the `error_page` location `fb` (of `routes`) to be

@@ -15,43 +15,36 @@
 
 mod call;
 mod grpc;
+mod link;
 mod serve;
 mod stream;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::Instant;
 
 use ringx_engine::ConnId;
-use ringx_h2proto::{Conn, ErrorCode, Event, Limits, Step};
-use ringx_http::Request;
+use ringx_h2proto::{ErrorCode, Event, Limits, Step};
 
-use crate::answer::ReqCtx;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::guard::AuthAnswer;
 use crate::metrics::{bump, H2_STALL};
 use crate::pipeline::pending::{Pending, SavedBody};
-use crate::pipeline::routing::Route;
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
-use crate::role::grpc::mux::{CallEvent, Owner};
+use crate::role::grpc::mux::CallEvent;
 use crate::role::grpc::status::Code;
 use crate::role::multiplex::proxied::{self, Proxied};
 use crate::role::multiplex::refresh::Background;
 use crate::role::upstream::UpEvent;
 use call::CallStep;
-use grpc::Started;
-use stream::{H2Stream, Turn};
-
-/// Queued output above which no more frames are written until the socket drains.
-const OUT_HIGH_WATER: u64 = 256 * 1024;
+use link::Link;
+use stream::H2Stream;
 
 /// An HTTP/2 client connection.
 pub struct H2 {
-    conn: Conn,
+    link: Link,
     streams: HashMap<u32, H2Stream>,
-    /// Streams with output waiting, in turn.
-    ready: VecDeque<u32>,
     /// Which stream each upstream connection in use serves.
     ups: HashMap<ConnId, u32>,
     /// Background updates of cache entries, by their upstream connection.
@@ -69,9 +62,8 @@ impl H2 {
     /// Starts HTTP/2 on a connection: our SETTINGS go out at once.
     pub fn start(cx: &mut Cx, b: &mut Base, c: ConnId, limits: Limits) -> H2 {
         let mut h = H2 {
-            conn: Conn::new(limits),
+            link: Link::new(limits),
             streams: HashMap::new(),
-            ready: VecDeque::new(),
             ups: HashMap::new(),
             bg: Background::default(),
             failed: false,
@@ -79,7 +71,7 @@ impl H2 {
             unplaced: Vec::new(),
         };
         bump(&cx.ctx.log.counters.h2_connections, 1);
-        h.flush_ctl(cx, b, c);
+        h.link.flush_ctl(cx, b, c);
         let at = cx.io.now() + cx.ctx.set.keepalive_timeout;
         cx.ctx.set_deadline(cx.io, b, c, at);
         h
@@ -103,7 +95,7 @@ impl H2 {
         let now = cx.io.now();
         let mut pos = 0;
         loop {
-            match self.conn.feed(&input[pos..], now) {
+            match self.link.conn.feed(&input[pos..], now) {
                 Step::Need => break,
                 Step::Skip(n) => pos += n,
                 Step::Event(n, ev) => {
@@ -126,7 +118,7 @@ impl H2 {
                 b.inbuf.extend_from_slice(&data[pos..]);
             }
         }
-        self.count(cx);
+        self.link.count(cx);
         self.after(cx, b, c);
     }
 
@@ -146,7 +138,11 @@ impl H2 {
                 data,
                 end_stream,
             } => self.data(cx, b, c, id, data, end_stream),
-            Event::Trailers { id, lines } => self.trailers(cx, id, &lines),
+            Event::Trailers { id, lines } => {
+                if let Some(s) = self.streams.get_mut(&id) {
+                    s.trailers(cx, &lines);
+                }
+            }
             Event::Reset { id, .. } => self.drop_stream(cx, b, id, false),
             Event::GoAway { .. } => self.peer_away = true,
             Event::WindowOpened => {}
@@ -156,19 +152,19 @@ impl H2 {
     /// Request body bytes: forwarded to the stream's upstream, or read and dropped.
     fn data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, data: &[u8], end: bool) {
         let Some(s) = self.streams.get_mut(&id) else {
-            self.conn.release(id, data.len());
+            self.link.conn.release(id, data.len());
             return;
         };
         s.body_in += data.len() as u64;
         if s.body_in > cx.ctx.set.max_body && s.grpc.is_some() {
             // A gRPC client reads a status, not an error page.
-            self.conn.release(id, data.len());
+            self.link.conn.release(id, data.len());
             let msg = "request larger than client_max_body_size";
             return self.grpc_fail(cx, b, c, id, Code::ResourceExhausted, msg);
         }
         if s.body_in > cx.ctx.set.max_body {
             if s.head_sent {
-                self.conn.reset(id, ErrorCode::Cancel);
+                self.link.conn.reset(id, ErrorCode::Cancel);
                 return self.drop_stream(cx, b, id, true);
             }
             let s = self.streams.remove(&id).expect("checked");
@@ -181,19 +177,12 @@ impl H2 {
             k.body.end |= end;
             return;
         }
-        if s.proxy.is_some() {
-            self.proxy_data(cx, id, data, end);
-            let failed = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut());
-            if let Some(status) = failed.filter(|_| end).and_then(|p| p.ex.gave_up.take()) {
-                // Its upstream failed while the body arrived: it falls back with it now.
-                self.stream_failed(cx, b, c, id, status);
-            }
-            return;
+        self.forward(cx, id, data, end);
+        let proxied = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut());
+        if let Some(status) = proxied.filter(|_| end).and_then(|p| p.ex.gave_up.take()) {
+            // Its upstream failed while the body arrived: it falls back with it now.
+            self.stream_failed(cx, b, c, id, status);
         }
-        if s.grpc.is_some() {
-            return self.grpc_data(cx, id, data, end);
-        }
-        self.conn.release(id, data.len());
     }
 
     /// A stream ends before its response did (reset by either side): its exchange lets go
@@ -204,7 +193,7 @@ impl H2 {
         };
         self.detach(cx, &s);
         if by_us {
-            self.conn.reset(id, ErrorCode::Cancel);
+            self.link.conn.reset(id, ErrorCode::Cancel);
         }
         s.log_end(cx, b);
     }
@@ -212,11 +201,8 @@ impl H2 {
     /// A connection error: GOAWAY is queued; it goes out and the connection closes.
     fn fail(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         self.failed = true;
-        self.flush_ctl(cx, b, c);
-        let ids: Vec<u32> = self.streams.keys().copied().collect();
-        for id in ids {
-            self.drop_stream(cx, b, id, false);
-        }
+        self.link.flush_ctl(cx, b, c);
+        self.drop_all(cx, b);
         b.inbuf = Vec::new();
         b.tr.close_after_flush(cx.io, c);
     }
@@ -233,12 +219,12 @@ impl H2 {
         }
         let (_, grpc_next) = self.grpc_deadlines(cx, b, c);
         self.pump(cx, b, c);
-        self.flush_ctl(cx, b, c);
+        self.link.flush_ctl(cx, b, c);
         let now = cx.io.now();
         if self.streams.is_empty() {
-            if self.peer_away || b.eof || (self.conn.going_away() && cx.ctx.draining) {
-                self.conn.goaway(ErrorCode::NoError);
-                self.flush_ctl(cx, b, c);
+            if self.peer_away || b.eof || (self.link.conn.going_away() && cx.ctx.draining) {
+                self.link.conn.goaway(ErrorCode::NoError);
+                self.link.flush_ctl(cx, b, c);
                 self.failed = true;
                 b.tr.close_after_flush(cx.io, c);
                 return;
@@ -256,22 +242,6 @@ impl H2 {
         }
     }
 
-    /// Writes the control frames the connection queued.
-    fn flush_ctl(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        if !self.conn.out().is_empty() {
-            b.tr.write(cx.io, c, self.conn.out());
-            self.conn.clear_out();
-        }
-    }
-
-    /// Adds the connection's error counts to the zone's.
-    fn count(&mut self, cx: &mut Cx) {
-        let counters = &cx.ctx.log.counters;
-        for (why, n) in self.conn.take_stats() {
-            bump(&counters.h2_errors[why.index()], u64::from(n));
-        }
-    }
-
     pub fn on_eof(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         b.eof = true;
         self.peer_away = true;
@@ -280,7 +250,7 @@ impl H2 {
             .streams
             .keys()
             .copied()
-            .filter(|&id| !self.conn.remote_closed(id))
+            .filter(|&id| !self.link.conn.remote_closed(id))
             .collect();
         for id in waiting {
             self.drop_stream(cx, b, id, true);
@@ -302,7 +272,7 @@ impl H2 {
         let stalled: Vec<u32> = self
             .streams
             .values()
-            .filter(|s| s.has_output() && self.conn.capacity(s.id) == 0)
+            .filter(|s| self.link.stalled(s))
             .map(|s| s.id)
             .collect();
         for id in stalled {
@@ -317,15 +287,17 @@ impl H2 {
     /// The connection is gone: its streams end; its background updates are returned for
     /// the zone to finish.
     pub fn on_closed(&mut self, cx: &mut Cx, b: &mut Base, _c: ConnId) -> Background {
-        let ids: Vec<u32> = self.streams.keys().copied().collect();
-        for id in ids {
-            if let Some(s) = self.streams.remove(&id) {
-                self.detach(cx, &s);
-                s.log_end(cx, b);
-            }
-        }
+        self.drop_all(cx, b);
         self.ups.clear();
         std::mem::take(&mut self.bg)
+    }
+
+    /// Every stream ends (and is logged) as it stands.
+    fn drop_all(&mut self, cx: &mut Cx, b: &mut Base) {
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.drop_stream(cx, b, id, false);
+        }
     }
 
     /// Graceful shutdown or a reload that removed this connection's address: GOAWAY with
@@ -334,7 +306,7 @@ impl H2 {
         if self.failed {
             return;
         }
-        self.conn.goaway(ErrorCode::NoError);
+        self.link.conn.goaway(ErrorCode::NoError);
         self.peer_away |= self.streams.is_empty();
         self.after(cx, b, c);
     }
@@ -347,7 +319,7 @@ impl H2 {
             return cx.io.close(c);
         }
         if self.streams.is_empty() {
-            self.conn.goaway(ErrorCode::NoError);
+            self.link.conn.goaway(ErrorCode::NoError);
             self.peer_away = true;
             return self.after(cx, b, c);
         }
@@ -355,14 +327,11 @@ impl H2 {
             // A call's deadline, not `send_timeout`, woke the connection.
             return self.after(cx, b, c);
         }
-        let stalled = self
-            .streams
-            .values()
-            .any(|s| s.has_output() && self.conn.capacity(s.id) == 0);
+        let stalled = self.streams.values().any(|s| self.link.stalled(s));
         if stalled {
             bump(&cx.ctx.log.counters.h2_errors[H2_STALL], 1);
             tracing::debug!(conn = c.0, addr = ?b.addr, "HTTP/2: zero-window stall, closing");
-            self.conn.goaway(ErrorCode::EnhanceYourCalm);
+            self.link.conn.goaway(ErrorCode::EnhanceYourCalm);
             return self.fail(cx, b, c);
         }
         self.after(cx, b, c);
@@ -374,39 +343,20 @@ impl H2 {
         self.after(cx, b, c);
     }
 
-    /// Streams take turns sending a frame each until every window is closed, every body
-    /// waits on its upstream, or the socket's queue is full (then `on_flushed` goes on).
+    /// Streams take their turns at sending (`Link::pump`); those whose response ended are
+    /// finished, those that failed reset.
     pub(super) fn pump(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        let mut blocked = Vec::new();
-        while let Some(id) = self.ready.pop_front() {
-            if b.tr.pending(cx.io, c) > OUT_HIGH_WATER {
-                self.ready.push_front(id);
-                b.tr.notify_when_flushed(cx.io, c);
-                break;
-            }
-            let Some(s) = self.streams.get_mut(&id) else {
-                continue;
-            };
-            match s.turn(&mut self.conn, &mut b.tr, cx, c) {
-                Turn::More => self.ready.push_back(id),
-                Turn::Blocked => blocked.push(id),
-                Turn::Idle => {}
-                Turn::Ended => self.finish(cx, b, id),
-                Turn::Failed => {
-                    self.conn.reset(id, ErrorCode::Internal);
-                    self.drop_stream(cx, b, id, false);
-                }
+        let mut done = self.link.pump(cx, b, c, &mut self.streams);
+        for &(id, failed) in &done {
+            if failed {
+                self.link.conn.reset(id, ErrorCode::Internal);
+                self.drop_stream(cx, b, id, false);
+            } else {
+                self.finish(cx, b, id);
             }
         }
-        // Their turn comes again with the next window update (or any other event).
-        self.ready.extend(blocked);
-    }
-
-    /// Queues a stream for its turns.
-    pub(super) fn wake(&mut self, id: u32) {
-        if !self.ready.contains(&id) {
-            self.ready.push_back(id);
-        }
+        done.clear();
+        self.link.give_back(done);
     }
 
     /// The response ended (END_STREAM sent), and the stream is logged and forgotten. A
@@ -418,8 +368,8 @@ impl H2 {
             return;
         };
         let proxied = s.proxy.is_some() || s.grpc.is_some();
-        if proxied && self.conn.is_open(id) && !self.conn.remote_closed(id) {
-            self.conn.reset(id, ErrorCode::NoError);
+        if proxied && self.link.conn.is_open(id) && !self.link.conn.remote_closed(id) {
+            self.link.conn.reset(id, ErrorCode::NoError);
         }
         self.detach(cx, &s);
         s.log_end(cx, b);
@@ -427,63 +377,6 @@ impl H2 {
 }
 
 impl H2 {
-    /// Starts the gRPC call of stream `s` (routed to a `grpc://` location; `end`: it has
-    /// no request body).
-    fn start_grpc(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-        mut s: H2Stream,
-        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
-        end: bool,
-    ) {
-        let id = s.id;
-        match grpc::start(cx, b, req, route, rq, end) {
-            Started::Call(call) => {
-                s.grpc = Some(call);
-                self.streams.insert(id, s);
-                self.unplaced.push(id);
-            }
-            Started::Failed(code, msg) => {
-                self.streams.insert(id, s);
-                self.grpc_fail(cx, b, c, id, code, msg);
-            }
-        }
-    }
-
-    /// Places the calls decided during the read just handled (or a wait just ended) on
-    /// their upstream connections; those their clients reset meanwhile are gone already.
-    pub(super) fn place_calls(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        for id in std::mem::take(&mut self.unplaced) {
-            let owner = Owner {
-                c,
-                gen: b.gen,
-                sid: id,
-            };
-            let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) else {
-                continue;
-            };
-            match g.place(cx, owner) {
-                Ok(took) => self.conn.release(id, took),
-                Err(()) => {
-                    let msg = "upstream unavailable";
-                    self.grpc_fail(cx, b, c, id, Code::Unavailable, msg);
-                }
-            }
-        }
-    }
-
-    /// Request body bytes of a gRPC call, to its upstream stream; the client's window
-    /// reopens by what the upstream's window took.
-    pub(super) fn grpc_data(&mut self, cx: &mut Cx, id: u32, data: &[u8], end: bool) {
-        let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) else {
-            return self.conn.release(id, data.len());
-        };
-        let n = g.body(cx, data, end);
-        self.conn.release(id, n);
-    }
-
     /// What the upstream stream of stream `id`'s call did.
     pub fn grpc_event(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, id: u32, ev: CallEvent) {
         let step = self.streams.get_mut(&id).and_then(|s| s.call_event(cx, ev));
@@ -517,14 +410,15 @@ impl H2 {
                 let Some(mut s) = self.streams.remove(&id) else {
                     return;
                 };
-                self.send_head(cx, b, c, &mut s, (status, &fields), (end, end));
+                self.link
+                    .send_head(cx, b, c, &mut s, (status, &fields), (end, end));
                 self.streams.insert(id, s);
                 if end {
                     self.finish(cx, b, id);
                 }
             }
-            Some(CallStep::Wake) => self.wake(id),
-            Some(CallStep::Release(n)) => self.conn.release(id, n),
+            Some(CallStep::Wake) => self.link.wake(id),
+            Some(CallStep::Release(n)) => self.link.conn.release(id, n),
             Some(CallStep::Fail(code, msg)) => self.grpc_fail(cx, b, c, id, code, msg),
         }
     }
@@ -621,27 +515,17 @@ impl H2 {
         if body.data.is_empty() && !body.end {
             return;
         }
-        let (proxied, grpc) = self
-            .streams
-            .get(&id)
-            .map_or((false, false), |s| (s.proxy.is_some(), s.grpc.is_some()));
-        let ended_by_trailers = body.trailers.is_some();
         if body.replayed {
+            // Its window was given back when it first arrived.
             if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
                 p.body(cx, &body.data, body.end);
             }
             return;
         }
-        if proxied {
-            self.proxy_data(cx, id, &body.data, body.end && !ended_by_trailers);
-        } else if grpc {
-            self.grpc_data(cx, id, &body.data, body.end && !ended_by_trailers);
-        } else {
-            self.conn.release(id, body.data.len());
-            return;
-        }
-        if let Some(t) = body.trailers {
-            self.trailers(cx, id, &t);
+        self.forward(cx, id, &body.data, body.end && body.trailers.is_none());
+        let s = self.streams.get_mut(&id);
+        if let (Some(s), Some(t)) = (s, body.trailers) {
+            s.trailers(cx, &t);
         }
     }
 

@@ -4,33 +4,35 @@
 //! beside it, which waits for the window in the stream. A proxied stream's head is fields
 //! too: the exchange writes them into the stream's output (`Transport::head_fields`).
 
-use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
-use ringx_http::{BodyKind, Request};
+use ringx_http::Request;
 
+use super::grpc::{self, Started};
 use super::stream::H2Stream;
 use super::H2;
 use crate::answer::fallback::Fallback;
-use crate::answer::{PageCtx, ReqCtx, UnsizedBody};
+use crate::answer::{PageCtx, ReqCtx};
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
-use crate::pipeline::access::{self, Refusal};
 use crate::pipeline::failure;
-use crate::pipeline::fields::{head_of, make_request, HeaderList, MAX_HEADERS};
-use crate::pipeline::pending::{Pending, Rerouted, Saved, SavedBody};
-use crate::pipeline::routing::{self, Route};
+use crate::pipeline::fields::HeaderList;
+use crate::pipeline::pending::{Pending, Saved, SavedBody};
+use crate::pipeline::routing::Route;
 use crate::pipeline::serve::{serve, Asked};
-use crate::pipeline::{cache, RefusalLines, Step};
+use crate::pipeline::Step;
 use crate::response::{ConnHdr, ErrorPage, Fields, FilePart};
-use crate::rewrite::vars::new_request_id;
 use crate::role::exchange::capture::Capture;
+use crate::role::grpc::mux::Owner;
+use crate::role::grpc::status::Code;
 use crate::role::multiplex::body::{Piece, Squeeze};
+use crate::role::multiplex::failed::{self, Instead};
+use crate::role::multiplex::local::{self, Local};
 use crate::role::multiplex::log::RequestLog;
 use crate::role::multiplex::proxied::{Proxied, ProxyStep};
+use crate::role::multiplex::routed::{route_fields, Routed};
 use crate::role::upstream::UpEvent;
-use ringx_h2proto::response::FieldList;
 
 impl H2 {
     /// A new request on stream `id`.
@@ -104,66 +106,18 @@ impl H2 {
             return Some(body);
         };
         let framing = *framing;
-        let limits = ringx_http::Limits {
-            max_headers: cx.ctx.set.limits.max_headers.min(MAX_HEADERS),
-            ..cx.ctx.set.limits
-        };
+        let fb = pending.fallback.clone();
         let (mut length, mut headers) = ([0u8; 20], HeaderList::new());
-        let req = match make_request((head, framing), &limits, &mut length, &mut headers) {
+        let storage = (&mut length, &mut headers);
+        let log = (s.log.as_deref_mut(), first);
+        let routed = route_fields(cx, b, (head, framing), storage, log, fb.as_deref());
+        let Routed { req, route, rq } = match routed {
             Ok(r) => r,
             Err(status) => {
                 self.answer_error(cx, b, c, s, status);
                 return Some(body);
             }
         };
-        if let Some(l) = s.log.as_mut().filter(|_| first) {
-            l.referer
-                .extend_from_slice(req.header("referer").unwrap_or_default());
-            l.user_agent
-                .extend_from_slice(req.header("user-agent").unwrap_or_default());
-        }
-        // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
-        if cx.ctx.routes.http_guard.real_ip.is_some() {
-            access::client_ip(cx, b, &req);
-        }
-        let mut rq = ReqCtx::new(routing::conn_info(b));
-        rq.unsized_body = UnsizedBody::Frames;
-        if let Some(l) = s.log.as_mut() {
-            if cx.ctx.log.format() == Some(LogFormat::Json) {
-                // One id for the request however often it is looked at.
-                let id = *l.request_id.get_or_insert_with(new_request_id);
-                rq.request_id.set(Some(id));
-            }
-        }
-        // Re-served at an `error_page` location: routed there, as the fallback sees it.
-        let fb = pending.fallback.clone();
-        if let Some(f) = fb.as_ref().filter(|f| !f.is_current(&cx.ctx.routes)) {
-            // A reload replaced the routes it was re-served by: its error, as over HTTP/1.
-            self.answer_error(cx, b, c, s, f.fb.error);
-            return Some(body);
-        }
-        let req = match &fb {
-            Some(f) => f.fb.request(&req),
-            None => req,
-        };
-        let route = match &fb {
-            Some(f) => routing::fallback_route(&f.fb, &req),
-            None => {
-                let conn = || rq.conn;
-                routing::route(
-                    &cx.ctx.routes,
-                    b.listener as usize,
-                    &req,
-                    (conn, &rq.request_id),
-                )
-            }
-        };
-        if fb.is_none() && routing::misdirected(&cx.ctx.routes, b, &route) {
-            // The stream alone: the client retries it on a connection of its own (RFC 9113
-            // §9.1.2), the connection's other streams go on.
-            self.answer_error(cx, b, c, s, 421);
-            return Some(body);
-        }
         let asked = Asked {
             keep: true,
             status_as: fb.as_ref().and_then(|f| f.fb.status),
@@ -182,7 +136,8 @@ impl H2 {
         match step {
             Step::Refuse { status, headers } => {
                 let fb = fb.as_deref().map(|f| &f.fb);
-                self.refused(cx, b, c, s, (&req, &route, fb), (status, &headers));
+                let i = failed::refused(cx, (&req, &route, fb), (status, &headers), s.head_only);
+                self.instead(cx, b, c, s, i);
                 return Some(body);
             }
             Step::WaitUntil(until) => {
@@ -211,13 +166,10 @@ impl H2 {
         let fb = fb.as_deref().map(|f| &f.fb);
         match step {
             Step::Hit(hit) => {
-                let mut resp = Fields::new();
-                let line = (hit.status, &hit.line[..]);
-                let at = (&*cx.ctx, cx.io.now());
-                let (_, file) = cache::write_found(at, &mut resp, hit.found, line, &hit.asked);
                 s.cache = hit.status;
+                let (resp, file, refresh) = local::hit(cx, *hit);
                 self.answer(cx, b, c, s, resp, file);
-                if let Some(u) = hit.refresh {
+                if let Some(u) = refresh {
                     self.bg.start(cx, b, c, u);
                 }
                 return Some(body);
@@ -233,32 +185,11 @@ impl H2 {
             }
             _ => {}
         }
-        if let Some(fb) = fb {
-            // A location serving files behind a guard, which passed: its page.
-            let mut resp = Fields::new();
-            let r = failure::guarded_page(cx.ctx, &mut resp, fb, (ConnHdr::Keep11, s.head_only));
-            self.answer(cx, b, c, s, resp, r.file);
-            return Some(body);
+        match local::answer(cx, (&req, &route, &rq), fb, s.head_only) {
+            Local::Respond(resp, file) => self.answer(cx, b, c, s, resp, file),
+            Local::Compress(resp, z) => self.answer_compressing(cx, b, c, s, resp, z),
+            Local::Again(again) => self.instead(cx, b, c, s, Instead::Again(again)),
         }
-        let mut resp = Fields::new();
-        let r = routing::respond(
-            &cx.ctx.routes,
-            cx.ctx.responder(),
-            &mut resp,
-            &req,
-            &route,
-            ConnHdr::Keep11,
-            &rq,
-        );
-        if let Some(fb) = r.fallback {
-            self.fall_back(cx, b, c, s, (&req, None), &fb);
-            return Some(body);
-        }
-        if let Some(z) = r.encoder {
-            self.answer_compressing(cx, b, c, s, resp, z);
-            return Some(body);
-        }
-        self.answer(cx, b, c, s, resp, r.file);
         Some(body)
     }
 
@@ -274,12 +205,12 @@ impl H2 {
         z: Box<FileEncoder>,
     ) {
         let id = s.id;
-        if !self.conn.is_open(id) {
+        if !self.link.conn.is_open(id) {
             return s.log_end(cx, b);
         }
         let head = (resp.status, &resp.fields);
-        let Some(no_body) = self.send_head(cx, b, c, &mut s, head, (false, false)) else {
-            self.conn.reset(id, ErrorCode::Internal);
+        let Some(no_body) = self.link.send_head(cx, b, c, &mut s, head, (false, false)) else {
+            self.link.conn.reset(id, ErrorCode::Internal);
             return s.log_end(cx, b);
         };
         s.end = true;
@@ -288,7 +219,7 @@ impl H2 {
         }
         s.out.push(Piece::Compress(Box::new(Squeeze::new(z))));
         self.streams.insert(id, s);
-        self.wake(id);
+        self.link.wake(id);
     }
 
     /// Answers with an error page.
@@ -318,13 +249,13 @@ impl H2 {
         file: Option<FilePart>,
     ) {
         let id = s.id;
-        if !self.conn.is_open(id) {
+        if !self.link.conn.is_open(id) {
             return s.log_end(cx, b);
         }
         let head = (resp.status, &resp.fields);
         let framing = (resp.body.is_empty(), file.is_none());
-        let Some(no_body) = self.send_head(cx, b, c, &mut s, head, framing) else {
-            self.conn.reset(id, ErrorCode::Internal);
+        let Some(no_body) = self.link.send_head(cx, b, c, &mut s, head, framing) else {
+            self.link.conn.reset(id, ErrorCode::Internal);
             return s.log_end(cx, b);
         };
         if s.ended {
@@ -339,72 +270,11 @@ impl H2 {
             s.out.push(Piece::File(f, off, off + len));
         }
         self.streams.insert(id, s);
-        self.wake(id);
-    }
-
-    /// Sends a response head, `status` and `fields`, as HEADERS, with END_STREAM when the
-    /// response has no body and nothing follows the head (`last`; `empty`: no body bytes
-    /// came with the head). Returns whether the response has no body (a HEAD request's, a
-    /// 204 or 304, or an empty one); None: no room for it.
-    pub(super) fn send_head(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-        s: &mut H2Stream,
-        (status, fields): (u16, &FieldList),
-        (empty, last): (bool, bool),
-    ) -> Option<bool> {
-        let no_body = s.head_only || status == 204 || status == 304 || empty && last;
-        let end = no_body && last;
-        if !self.conn.out().is_empty() {
-            b.tr.write(cx.io, c, self.conn.out());
-            self.conn.clear_out();
-        }
-        let out = b.tr.out_buf(cx.io, c)?;
-        self.conn
-            .send_headers(out, s.id, status, fields.iter(), end);
-        s.head_sent = true;
-        s.status = status;
-        s.ended = end;
-        Some(no_body)
+        self.link.wake(id);
     }
 }
 
 impl H2 {
-    /// A refusal `(status, headers)` of the guard of the location `route` reached (`fb`: the
-    /// fallback that re-serves the request there): the error page for it (for a fallback's
-    /// own refusal only where the page that sent it there is recursive), which may send the
-    /// request on to a proxying location, else the plain refusal.
-    fn refused(
-        &mut self,
-        cx: &mut Cx,
-        b: &mut Base,
-        c: ConnId,
-        s: H2Stream,
-        (req, route, fb): (&Request, &Route<'_>, Option<&Fallback>),
-        (status, headers): (u16, &RefusalLines),
-    ) {
-        let mut resp = Fields::new();
-        let r = Refusal::of(route, fb, (status, headers)).and_then(|f| {
-            let r = cx.ctx.responder();
-            access::refusal_page(&cx.ctx.routes, r, &mut resp, req, &f, ConnHdr::Keep11)
-        });
-        match r {
-            Some(r) => match r.fallback {
-                Some(f) => self.fall_back(cx, b, c, s, (req, None), &f),
-                None => self.answer(cx, b, c, s, resp, r.file),
-            },
-            None => {
-                let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only);
-                cx.ctx
-                    .responder()
-                    .error(&mut resp, page.extra(headers.plain()));
-                self.answer(cx, b, c, s, resp, None);
-            }
-        }
-    }
-
     /// Starts proxying stream `s`'s request (routed to a `proxy_pass` location); `capture`:
     /// what the cache keeps of the response, and the cache status it carries.
     #[allow(clippy::too_many_arguments)]
@@ -452,6 +322,53 @@ impl H2 {
         }
     }
 
+    /// Starts the gRPC call of stream `s` (routed to a `grpc://` location; `end`: it has
+    /// no request body).
+    fn start_grpc(
+        &mut self,
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        mut s: H2Stream,
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
+        end: bool,
+    ) {
+        let id = s.id;
+        match grpc::start(cx, b, req, route, rq, end) {
+            Started::Call(call) => {
+                s.grpc = Some(call);
+                self.streams.insert(id, s);
+                self.unplaced.push(id);
+            }
+            Started::Failed(code, msg) => {
+                self.streams.insert(id, s);
+                self.grpc_fail(cx, b, c, id, code, msg);
+            }
+        }
+    }
+
+    /// Places the calls decided during the read just handled (or a wait just ended) on
+    /// their upstream connections; those their clients reset meanwhile are gone already.
+    pub(super) fn place_calls(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
+        for id in std::mem::take(&mut self.unplaced) {
+            let owner = Owner {
+                c,
+                gen: b.gen,
+                sid: id,
+            };
+            let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) else {
+                continue;
+            };
+            match g.place(cx, owner) {
+                Ok(took) => self.link.conn.release(id, took),
+                Err(()) => {
+                    let msg = "upstream unavailable";
+                    self.grpc_fail(cx, b, c, id, Code::Unavailable, msg);
+                }
+            }
+        }
+    }
+
     /// A proxied request that can have no response: `status` (502, 504, or an upstream error
     /// intercepted), as the location's `error_page` says if it has one for it, else the
     /// error page with the location's `add_header ... always` lines.
@@ -466,105 +383,39 @@ impl H2 {
     ) {
         // The stream's body is the page now, not the exchange's output.
         let proxy = s.proxy.take();
-        let mut resp = Fields::new();
-        if let Some(r) =
-            page.and_then(|p| p.write(cx.ctx.responder(), &mut resp, status, ConnHdr::Keep11))
-        {
-            if let (Some(fb), Some(p)) = (r.fallback, page) {
-                let mut storage = failure::storage();
-                let saved = failure::saved_request(cx, p, &mut storage);
-                // The body goes again when it all arrived with a length and was kept.
-                let kept = |req: &Request| {
-                    let replay = proxy.as_ref().and_then(|x| x.ex.replay.as_ref());
-                    match req.body {
-                        BodyKind::Length(n) => replay.filter(|r| r.len() as u64 == n).cloned(),
-                        _ => None,
-                    }
-                };
-                let again = saved.as_ref().and_then(|r| failure::body_again(r, kept(r)));
-                if let (Some(req), Some(body)) = (saved, again) {
-                    return self.fall_back(cx, b, c, s, (&req, body), &fb);
-                }
-            } else {
-                return self.answer(cx, b, c, s, resp, r.file);
-            }
-        }
-        let always = proxy
-            .as_ref()
-            .and_then(|p| p.ex.deco.as_ref())
-            .map_or("", |d| d.add_always.as_str());
-        let page = ErrorPage::new(status, ConnHdr::Keep11, s.head_only).extra(always);
-        cx.ctx.responder().error(&mut resp, page);
-        self.answer(cx, b, c, s, resp, None);
+        let i = failed::gave_up(cx, proxy.as_deref(), (status, page), s.head_only);
+        self.instead(cx, b, c, s, i);
     }
 
-    /// Re-serves stream `s`'s request `req` (as it came), which failed with `fb.error`, at
-    /// the proxying location an `error_page` names (`answer/fallback.rs`): routed there by
-    /// `route_stream`, through that location's guard and cache, as nginx's internal redirect
-    /// runs its access phase. It gets no error page of its own unless `fb.open`
-    /// (`recursive_error_pages`). `body`: the request's body (its length and bytes) to send
-    /// again, kept when it was proxied.
-    #[cold]
-    #[inline(never)]
-    fn fall_back(
+    /// Carries out what stream `s` answers with instead of its location's or upstream's
+    /// answer: the response, or its request re-served at the proxying location an
+    /// `error_page` names (through that location's guard and cache, as nginx's internal
+    /// redirect runs its access phase). What the limits charged stays with the request, and
+    /// its `limit_conn` slot with the stream.
+    pub(super) fn instead(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
         mut s: H2Stream,
-        (req, body): (&Request, Option<Vec<u8>>),
-        fb: &Fallback,
+        i: Instead,
     ) {
-        let framing = body
-            .as_ref()
-            .map_or(Framing::None, |b| Framing::Length(b.len() as u64));
-        let mut pending = Pending::of_fields(head_of(req), framing);
-        if let Some(data) = body {
-            // Its window was given back when it first arrived: not again.
-            pending.keep_body(SavedBody {
-                data,
-                end: true,
-                trailers: None,
-                replayed: true,
-            });
+        match i {
+            Instead::Respond(resp, file) => self.answer(cx, b, c, s, resp, file),
+            Instead::Again(mut pending) => {
+                pending.progress.limited = s.limited;
+                pending.progress.conn = s.conn_slot.take();
+                self.serve(cx, b, c, s, &mut pending);
+            }
         }
-        // Logged as it came. What the limits charged stays (each applies once per request, as
-        // in nginx); what the failed location's `auth_request` or cache decided is not the
-        // fallback's.
-        pending.resumed = true;
-        pending.progress.touched = true;
-        pending.progress.limited = s.limited;
-        pending.progress.conn = s.conn_slot.take();
-        pending.fallback = Some(Box::new(Rerouted {
-            fb: fb.clone(),
-            routes: cx.ctx.routes.clone(),
-        }));
-        self.serve(cx, b, c, s, &mut pending);
     }
 
-    /// Request body bytes of a proxied stream, to its upstream.
-    pub(super) fn proxy_data(&mut self, cx: &mut Cx, id: u32, data: &[u8], end: bool) {
-        let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) else {
-            return self.conn.release(id, data.len());
-        };
-        let n = p.body(cx, data, end);
-        self.conn.release(id, n);
-    }
-
-    /// Trailers of a request: the end of a proxied chunked body.
-    pub(super) fn trailers(&mut self, cx: &mut Cx, id: u32, lines: &[u8]) {
-        let waiting = self.streams.get_mut(&id).and_then(|s| s.pending.as_mut());
-        if let Some(k) = waiting.and_then(|p| p.kept.as_mut()) {
-            k.body.end = true;
-            k.body.trailers = Some(lines.to_vec());
-            return;
-        }
-        if let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) {
-            return g.end_request(cx);
-        }
-        if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
-            p.trailers(cx, lines);
-        }
+    /// Request body bytes of stream `id`, to its upstream, or dropped; the peer's window
+    /// reopens by what was taken.
+    pub(super) fn forward(&mut self, cx: &mut Cx, id: u32, data: &[u8], end: bool) {
+        let s = self.streams.get_mut(&id);
+        let n = s.map_or(data.len(), |s| s.forward(cx, data, end));
+        self.link.conn.release(id, n);
     }
 
     /// Lets go of a stream's upstream connection.
@@ -608,7 +459,7 @@ impl H2 {
             return;
         };
         let (step, released) = p.step(cx, (c, u), ev, waiting);
-        self.conn.release(id, released);
+        self.link.conn.release(id, released);
         // A retry may have moved the exchange to another connection.
         if p.ex.up != Some(u) {
             self.ups.remove(&u);
@@ -643,12 +494,12 @@ impl H2 {
             ProxyStep::Cut => {
                 // Part of the response went out and the rest cannot come: the stream is
                 // reset so the client sees it cut (the connection carries on).
-                self.conn.reset(id, ErrorCode::Internal);
+                self.link.conn.reset(id, ErrorCode::Internal);
                 return self.drop_stream(cx, b, id, false);
             }
             _ => {}
         }
-        self.wake(id);
+        self.link.wake(id);
     }
 
     /// Proxied stream `id` can have no response from its upstream (`status`): a stale cache
@@ -674,7 +525,7 @@ impl H2 {
                 }
                 // Window held back for the upstream's queue: given back, nothing waits there.
                 let held = std::mem::take(&mut p.held);
-                self.conn.release(id, held);
+                self.link.conn.release(id, held);
                 return;
             }
         }
@@ -702,13 +553,7 @@ impl H2 {
         cap: Option<Box<Capture>>,
         failed: Option<u16>,
     ) -> Option<H2Stream> {
-        let mut resp = Fields::new();
-        let answered = cap.and_then(|mut x| {
-            let mut fill = x.fill.take()?;
-            let at = (&*cx.ctx, cx.io.now());
-            cache::write_fill_answer(at, &mut resp, (&mut x, &mut fill), failed)
-        });
-        let Some((status, _)) = answered else {
+        let Some((resp, status)) = failed::fill_answer(cx, cap, failed) else {
             return Some(s);
         };
         s.cache = status;
@@ -726,7 +571,7 @@ impl H2 {
             self.streams.insert(id, s);
             return;
         };
-        let sent = self.send_head(
+        let sent = self.link.send_head(
             cx,
             b,
             c,

@@ -186,6 +186,30 @@ impl H2Stream {
         }
     }
 
+    /// Request body bytes, to the stream's upstream (a proxied request's exchange, a gRPC
+    /// call's upstream stream); returns how much of them the peer's window gets back now
+    /// (all of them where the request goes nowhere, and they are dropped).
+    pub fn forward(&mut self, cx: &mut Cx, data: &[u8], end: bool) -> usize {
+        match (&mut self.proxy, &mut self.grpc) {
+            (Some(p), _) => p.body(cx, data, end),
+            (_, Some(g)) => g.body(cx, data, end),
+            _ => data.len(),
+        }
+    }
+
+    /// The request's trailers: kept with a waiting request's body, the end of a gRPC call's
+    /// request, or the end of a proxied chunked body.
+    pub fn trailers(&mut self, cx: &mut Cx, lines: &[u8]) {
+        if let Some(k) = self.pending.as_mut().and_then(|p| p.kept.as_mut()) {
+            k.body.end = true;
+            k.body.trailers = Some(lines.to_vec());
+        } else if let Some(g) = self.grpc.as_mut() {
+            g.end_request(cx);
+        } else if let Some(p) = self.proxy.as_mut() {
+            p.trailers(cx, lines);
+        }
+    }
+
     /// Counts the response and writes its access log line.
     pub fn log_end(&self, cx: &mut Cx, b: &Base) {
         let e = Ended {
@@ -198,8 +222,8 @@ impl H2Stream {
     }
 }
 
-/// Writes the control frames the connection queued, before a frame of ours.
-fn flush(conn: &mut Conn, tr: &mut Transport, cx: &mut Cx, c: ConnId) {
+/// Writes the control frames `conn` queued, before a frame of ours.
+pub(super) fn flush(conn: &mut Conn, tr: &mut Transport, cx: &mut Cx, c: ConnId) {
     if !conn.out().is_empty() {
         tr.write(cx.io, c, conn.out());
         conn.clear_out();

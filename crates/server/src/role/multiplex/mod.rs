@@ -8,11 +8,16 @@
 //! | a locally made body waiting for the window (bytes, a file part, a file compressed as it goes) | `body.rs` |
 //! | the refreshes after stale answers, which outlive the connection | `refresh.rs` |
 //! | what the access log keeps of the request | `log.rs` |
+//! | the request made from its decoded fields and routed | `routed.rs` |
+//! | a request answered here: its location's answer, a cache hit | `local.rs` |
+//! | what the stream answers with in place of a refused or failed request's response: a page, the cache's answer, or the request made again for an `error_page` location | `failed.rs` |
 //!
-//! The request itself is made from its decoded fields by the pipeline
-//! (`pipeline::fields`), and what waits between its looks is a `pipeline::Pending`.
+//! What waits between a request's looks is a `pipeline::Pending`.
 
 pub mod body;
+pub mod failed;
+pub mod local;
 pub mod log;
 pub mod proxied;
 pub mod refresh;
+pub mod routed;
