@@ -19,7 +19,7 @@ use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::error::{Error, Kind, Side};
 use crate::response::{ConnHdr, HeadSink, Written};
-use crate::role::upstream::UpState;
+use crate::role::upstream::{UpEvent, UpState};
 
 /// Where parsing a response head left the input.
 enum Head {
@@ -32,6 +32,30 @@ enum Head {
 }
 
 impl Exchange {
+    /// An event on upstream connection `u` of the exchange whose client is connection `c`
+    /// (`base`): what the exchange made of it. `Flushed` (the upstream took what was queued)
+    /// is the client role's to act on: the exchange goes on.
+    pub fn event(
+        &mut self,
+        cx: &mut Cx,
+        base: &mut Base,
+        c: ConnId,
+        u: ConnId,
+        ev: UpEvent,
+    ) -> Outcome {
+        match ev {
+            UpEvent::Connected => {
+                self.upstream_connected(cx, u);
+                Outcome::Pending
+            }
+            UpEvent::Data(d) => self.upstream_data(cx, base, c, u, d),
+            UpEvent::Eof => self.upstream_eof(cx, base, c, u),
+            UpEvent::Flushed => Outcome::Pending,
+            UpEvent::Closed(err) => self.upstream_closed(cx, base, c, u, err),
+            UpEvent::Timeout => self.upstream_timeout(cx, base, c, u),
+        }
+    }
+
     /// The connect of `u` completed.
     pub fn upstream_connected(&mut self, cx: &mut Cx, u: ConnId) {
         let now = cx.io.now();

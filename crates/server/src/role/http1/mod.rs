@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
-use ringx_http::{BodyDecoder, BodyKind, BodyLimits, Method, Parsed, Request, Version};
+use ringx_http::{BodyKind, Method, Parsed, Request, Version};
 
 use crate::answer::fallback::{save_head, Fallback};
 use crate::answer::ReqCtx;
@@ -35,7 +35,7 @@ use crate::role::exchange::Exchange;
 use crate::role::proxy_header;
 use phase::Next;
 pub use phase::Phase;
-use prepared::Prepared;
+use prepared::{BodyRead, Prepared};
 
 /// Queued output above which a connection stops reading (pipelined requests wait).
 const OUT_HIGH_WATER: u64 = 256 * 1024;
@@ -58,7 +58,6 @@ pub struct Http1 {
     /// The current request asked to close the connection (`Connection: close`, or HTTP/1.0
     /// without keep-alive): the client sends nothing more after it (RFC 9112 §9.6).
     client_closes: bool,
-    body: Option<BodyDecoder>,
     /// The response waiting for its request body to be read (boxed: rare, and it keeps the
     /// connection role small).
     prepared: Option<Box<Prepared>>,
@@ -89,7 +88,6 @@ impl Http1 {
             },
             requests: 0,
             client_closes: false,
-            body: None,
             prepared: None,
             exchange: None,
             spare: None,
@@ -193,7 +191,6 @@ impl Http1 {
 
     pub fn on_closed(&mut self, cx: &mut Cx) {
         self.proxy_client_closed(cx);
-        self.body = None;
         self.prepared = None;
         self.pending.clear();
         self.encoding = None;
@@ -246,7 +243,6 @@ impl Http1 {
         };
         cx.ctx.log.status(cx.io, c, w, b);
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-        self.body = None;
         self.prepared = None;
         self.pending.progress.conn = None;
         self.linger(cx, b, c);
@@ -286,27 +282,21 @@ impl Http1 {
                 }
                 Phase::ProxyHeader | Phase::Wait | Phase::Compressing => break,
                 Phase::Body => {
-                    let dec = self.body.as_mut().expect("a body phase has a decoder");
-                    match dec.decode(&input[pos..]) {
-                        Err(_) => {
-                            self.fail(cx, b, c, 400, false);
+                    let p = self.prepared.as_mut().expect("a body phase has its answer");
+                    match p.read(&input[pos..], cx.ctx.set.max_body) {
+                        BodyRead::Refused(status) => {
+                            self.fail(cx, b, c, status, false);
                             return input.len();
                         }
-                        Ok(d) => {
-                            pos += d.consumed;
-                            if dec.received() > cx.ctx.set.max_body {
-                                self.fail(cx, b, c, 413, false);
-                                return input.len();
-                            }
-                            if d.done {
-                                self.finish_body(cx, b, c);
-                                continue;
-                            }
-                            if d.consumed == 0 || pos == input.len() {
-                                let at = cx.io.now() + cx.ctx.set.body_timeout;
-                                cx.ctx.set_deadline(cx.io, b, c, at);
-                                break;
-                            }
+                        BodyRead::Done(n) => {
+                            pos += n;
+                            self.finish_body(cx, b, c);
+                        }
+                        BodyRead::More(n) => {
+                            pos += n;
+                            let at = cx.io.now() + cx.ctx.set.body_timeout;
+                            cx.ctx.set_deadline(cx.io, b, c, at);
+                            break;
                         }
                     }
                 }
@@ -504,7 +494,6 @@ impl Http1 {
                 return Next::Stop;
             }
         };
-        self.body = Some(BodyDecoder::new(req.body, BodyLimits::default()));
         self.prepared = Some(p);
         self.phase = Phase::Body;
         if req.expect_continue {
@@ -620,7 +609,6 @@ impl Http1 {
 
     /// The body was read completely: send the response that waited for it.
     fn finish_body(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        self.body = None;
         self.phase = Phase::Idle;
         let Some(mut p) = self.prepared.take() else {
             return;

@@ -5,7 +5,7 @@
 //! connection), and what still arrives is discarded while the connection lingers.
 
 use ringx_engine::ConnId;
-use ringx_http::Request;
+use ringx_http::{BodyDecoder, BodyLimits, Request};
 
 use crate::answer::ReqCtx;
 use crate::ctx::base::Base;
@@ -13,8 +13,19 @@ use crate::ctx::Cx;
 use crate::pipeline::routing::{self, Route};
 use crate::response::{mark_close, ConnHdr, FilePart, Written};
 
-/// A response prepared before its request's body was read.
+/// How far reading a prepared answer's request body got.
+pub(super) enum BodyRead {
+    /// The body is malformed (400) or larger than `client_max_body_size` (413).
+    Refused(u16),
+    /// It ended, after this many bytes of the input.
+    Done(usize),
+    /// It goes on: this many bytes of the input were read, and more must arrive.
+    More(usize),
+}
+
+/// A response prepared before its request's body was read, and the body's decoder.
 pub(super) struct Prepared {
+    body: BodyDecoder,
     bytes: Vec<u8>,
     written: Written,
     file: Option<FilePart>,
@@ -36,6 +47,7 @@ impl Prepared {
         let routes = &cx.ctx.routes;
         let r = routing::respond(routes, cx.ctx.responder(), &mut bytes, req, route, ch, rq);
         let mut p = Box::new(Prepared {
+            body: BodyDecoder::new(req.body, BodyLimits::default()),
             bytes,
             written: r.written,
             file: r.file,
@@ -46,6 +58,26 @@ impl Prepared {
             return Err(p);
         }
         Ok(p)
+    }
+
+    /// Reads (and drops) what `input` holds of the request's body, within `max_body`.
+    pub fn read(&mut self, input: &[u8], max_body: u64) -> BodyRead {
+        let mut pos = 0;
+        loop {
+            let Ok(d) = self.body.decode(&input[pos..]) else {
+                return BodyRead::Refused(400);
+            };
+            pos += d.consumed;
+            if self.body.received() > max_body {
+                return BodyRead::Refused(413);
+            }
+            if d.done {
+                return BodyRead::Done(pos);
+            }
+            if d.consumed == 0 || pos == input.len() {
+                return BodyRead::More(pos);
+            }
+        }
     }
 
     /// Makes it say close (a refusal; a drain that began while it waited).

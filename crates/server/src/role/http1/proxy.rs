@@ -320,7 +320,6 @@ impl Http1 {
     fn failure_answered(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, close: bool) {
         if close {
             cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-            self.body = None;
             self.prepared = None;
             self.pending.progress.conn = None;
             return self.linger(cx, b, c);
@@ -458,20 +457,11 @@ impl Http1 {
             }
             return None;
         };
-        let outcome = match ev {
-            UpEvent::Connected => {
-                ex.upstream_connected(cx, u);
-                Outcome::Pending
-            }
-            UpEvent::Data(d) => ex.upstream_data(cx, b, c, u, d),
-            UpEvent::Eof => ex.upstream_eof(cx, b, c, u),
-            UpEvent::Flushed => {
-                self.upstream_flushed(cx, b, c);
-                Outcome::Pending
-            }
-            UpEvent::Closed(err) => ex.upstream_closed(cx, b, c, u, err),
-            UpEvent::Timeout => ex.upstream_timeout(cx, b, c, u),
-        };
+        let flushed = matches!(ev, UpEvent::Flushed);
+        let outcome = ex.event(cx, b, c, u, ev);
+        if flushed {
+            self.upstream_flushed(cx, b, c);
+        }
         match outcome {
             Outcome::Pending => None,
             Outcome::Done => {

@@ -305,17 +305,11 @@ impl Proxied {
     /// An event on upstream connection `u`: what the exchange made of it, and the bytes of
     /// the peer's window to give back (request body the upstream has now taken).
     pub fn event(&mut self, cx: &mut Cx, c: ConnId, u: ConnId, ev: UpEvent) -> (Outcome, usize) {
-        match ev {
-            UpEvent::Connected => {
-                self.ex.upstream_connected(cx, u);
-                (Outcome::Pending, 0)
-            }
-            UpEvent::Data(d) => (self.ex.upstream_data(cx, &mut self.base, c, u, d), 0),
-            UpEvent::Eof => (self.ex.upstream_eof(cx, &mut self.base, c, u), 0),
-            UpEvent::Flushed => (Outcome::Pending, std::mem::take(&mut self.held)),
-            UpEvent::Closed(err) => (self.ex.upstream_closed(cx, &self.base, c, u, err), 0),
-            UpEvent::Timeout => (self.ex.upstream_timeout(cx, &self.base, c, u), 0),
-        }
+        let released = match ev {
+            UpEvent::Flushed => std::mem::take(&mut self.held),
+            _ => 0,
+        };
+        (self.ex.event(cx, &mut self.base, c, u, ev), released)
     }
 
     /// Hands an event of upstream connection `u` to the exchange: what the stream does next,
