@@ -1,0 +1,137 @@
+//! What a zone's QUIC endpoint is made with: the keys every zone shares (stateless resets
+//! and address-validation tokens must be recognised by whichever zone a packet reaches), the
+//! connection IDs that name the zone ([`ZoneCids`]), TLS from ringx's own certificates and
+//! SNI selection (`rustls`, as the TCP listeners use it), and the limits that bound what a
+//! peer can make a zone hold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lc_rs::{hkdf, hmac};
+use quinn_proto::crypto::rustls::QuicServerConfig;
+use quinn_proto::{EndpointConfig, IdleTimeout, ServerConfig, TransportConfig, VarInt};
+
+use crate::cid::{Owner, ZoneCids};
+
+/// The ALPN of HTTP/3 (RFC 9114 §3.1).
+pub const ALPN_H3: &[u8] = b"h3";
+
+/// The secrets the zones of a process share.
+#[derive(Clone)]
+pub struct Keys {
+    /// Stateless reset tokens are derived from it (RFC 9000 §10.3.2): any zone can reset a
+    /// connection another zone lost.
+    reset: Arc<hmac::Key>,
+    /// Retry and NEW_TOKEN tokens are sealed with keys derived from it: a token one zone
+    /// issued is accepted by another.
+    token: Arc<hkdf::Prk>,
+}
+
+impl Keys {
+    /// Fresh keys from the system's cryptographic generator.
+    pub fn generate() -> Result<Keys, Error> {
+        let mut secret = [0u8; 64];
+        aws_lc_rs::rand::fill(&mut secret).map_err(|_| Error::Random)?;
+        let reset = hmac::Key::new(hmac::HMAC_SHA256, &secret[..32]);
+        let token = hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(&secret[32..]);
+        secret.fill(0);
+        Ok(Keys {
+            reset: Arc::new(reset),
+            token: Arc::new(token),
+        })
+    }
+}
+
+/// What a peer may make a zone hold, and how long an idle connection lives.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Request streams a connection may have open at once.
+    pub max_streams: u32,
+    /// Unidirectional streams a connection may have open at once: HTTP/3 needs three of the
+    /// client's (control, QPACK encoder and decoder, RFC 9114 §6.2), and clients open a few
+    /// reserved ones to exercise the rule that unknown types are ignored.
+    pub max_uni_streams: u32,
+    /// A connection with no packet for this long is closed silently (RFC 9000 §10.1).
+    pub idle_timeout: Duration,
+    /// Bytes a stream may send before the zone reads them (its flow-control window).
+    pub stream_window: u32,
+    /// Bytes all of a connection's streams may send before the zone reads them.
+    pub conn_window: u32,
+    /// Handshakes a zone keeps in progress before it refuses new ones.
+    pub max_incoming: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_streams: 128,
+            max_uni_streams: 16,
+            idle_timeout: Duration::from_secs(60),
+            stream_window: 1 << 20,
+            conn_window: 8 << 20,
+            max_incoming: 4096,
+        }
+    }
+}
+
+/// Why a QUIC endpoint could not be made.
+#[derive(Debug)]
+pub enum Error {
+    /// The system's random generator failed.
+    Random,
+    /// The TLS configuration cannot carry QUIC: its provider lacks TLS_AES_128_GCM_SHA256,
+    /// which protects the Initial packets (RFC 9001 §5.2). That TLS 1.3 is enabled at all
+    /// is for the configuration to check: a listener with `quic = true` must allow it.
+    Tls(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Random => write!(f, "QUIC: the system's random generator failed"),
+            Error::Tls(e) => write!(
+                f,
+                "QUIC: the TLS configuration cannot be used ({e}); QUIC needs TLS 1.3 with \
+                 TLS_AES_128_GCM_SHA256 enabled"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The endpoint configuration of the zone `owner` names: its connection IDs, the shared
+/// reset key.
+pub fn endpoint_config(owner: Owner, keys: &Keys) -> EndpointConfig {
+    let mut c = EndpointConfig::new(keys.reset.clone());
+    c.cid_generator(move || Box::new(ZoneCids::new(owner, None)));
+    c
+}
+
+/// The server configuration over `tls` (ringx's certificates and SNI selection, with the
+/// ALPN set to `h3` and 0-RTT off: see [`for_quic`]), with `limits`.
+pub fn server_config(
+    tls: Arc<rustls::ServerConfig>,
+    limits: &Limits,
+    keys: &Keys,
+) -> Result<ServerConfig, Error> {
+    let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::Tls(e.to_string()))?;
+    let mut c = ServerConfig::new(Arc::new(crypto), keys.token.clone());
+    let mut t = TransportConfig::default();
+    t.max_concurrent_bidi_streams(VarInt::from_u32(limits.max_streams))
+        .max_concurrent_uni_streams(VarInt::from_u32(limits.max_uni_streams))
+        .max_idle_timeout(IdleTimeout::try_from(limits.idle_timeout).ok())
+        .stream_receive_window(VarInt::from_u32(limits.stream_window))
+        .receive_window(VarInt::from_u32(limits.conn_window));
+    c.transport_config(Arc::new(t));
+    c.max_incoming(limits.max_incoming);
+    Ok(c)
+}
+
+/// `tls` made fit for QUIC: the HTTP/3 ALPN only, and no early data (0-RTT is off unless
+/// configured: a replayed request must not reach an upstream).
+pub fn for_quic(mut tls: rustls::ServerConfig) -> rustls::ServerConfig {
+    tls.alpn_protocols = vec![ALPN_H3.to_vec()];
+    tls.max_early_data_size = 0;
+    tls
+}

@@ -1,0 +1,20 @@
+//! QUIC for ringx's zones (issue 38's transport): quinn-proto's sans-I/O endpoint and
+//! connections, driven by the zone's own loop on its own UDP socket, made with:
+//!
+//! | | file |
+//! |---|---|
+//! | connection IDs that name the zone (and host) owning each connection, which the steering programs read | `cid.rs` |
+//! | the keys the zones share, TLS over ringx's certificates, the limits | `config.rs` |
+//!
+//! quinn-proto rather than quiche: it is Rust over rustls 0.23, the TLS stack ringx-tls
+//! already builds, so a QUIC listener serves the same certificates with the same SNI
+//! selection and provider as the TCP ones, and no second TLS library (BoringSSL) enters the
+//! binary.
+
+#![forbid(unsafe_code)]
+
+pub mod cid;
+pub mod config;
+
+pub use cid::{Owner, ZoneCids, CID_LEN};
+pub use config::{endpoint_config, for_quic, server_config, Error, Keys, Limits, ALPN_H3};
