@@ -389,6 +389,87 @@ def test_ca_down_at_start_then_nonce_rejections_retried(ringx, pebble_env, tmp_p
     assert 'ringx_acme_certificate_pending{names="e.test"} 0' in metrics(admin)
 
 
+@pytest.fixture
+def open_dir():
+    """A folder every user can enter (pytest's tmp_path is mode 0700 under a 0700 parent,
+    which a ringx that dropped to nobody could not reach)."""
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="ringx-acme-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def nobody() -> tuple[int, int]:
+    if os.geteuid() != 0:
+        pytest.skip("dropping privileges (user = \"nobody\") needs root")
+    import pwd
+    try:
+        pw = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no 'nobody' user on this system")
+    return pw.pw_uid, pw.pw_gid
+
+
+def test_storage_in_new_folders_is_usable_by_the_dropped_user(ringx, open_dir):
+    """user = "nobody" and a storage whose parents do not exist: ringx makes them (0755, as
+    mkdir -p) and the storage (0700, nobody's) before dropping privileges, so the ACME thread
+    takes the storage lock. No CA is reachable: the order fails after the lock."""
+    uid, gid = nobody()
+    storage = open_dir / "new" / "deeper" / "acme"
+    r = ringx.make(f"""
+[runtime]
+zones = 1
+user = "nobody"
+[acme]
+directory = "https://127.0.0.1:1/dir"
+storage = "{storage}"
+challenge = "tls-alpn-01"
+[[server]]
+listen = ["127.0.0.1:{free_port()}"]
+server_name = ["s.test"]
+tls = {{ acme = true }}
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "secure\\n" }}
+""")
+    log = r.wait_log("ACME: order failed", 30)
+    assert "storage lock" not in log and "Permission denied" not in log, log
+    assert "cannot create the storage" not in log and "cannot enter" not in log, log
+    for d in (open_dir / "new", open_dir / "new" / "deeper"):
+        st = d.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o755, d
+    st = storage.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o700 and (st.st_uid, st.st_gid) == (uid, gid)
+    lock = storage / "locks" / "s.test.lock"
+    assert lock.exists(), list(storage.rglob("*"))
+    assert lock.stat().st_uid == uid
+
+
+def test_http01_as_nobody_with_a_fresh_nested_storage(ringx, pebble_env, tmp_path, open_dir):
+    """The whole way as a packaged ringx runs it: privileges dropped, storage made at
+    start-up below folders that did not exist; the certificate is obtained, stored and
+    served."""
+    uid, _ = nobody()
+    http_port, tls_port, admin = free_port(), free_port(), free_port()
+    pb = pebble_env(tmp_path / "pebble", http_port=http_port, tls_port=tls_port).start()
+    root = tmp_path / "pebble-root.pem"
+    root.write_bytes(pb.root_pem())
+    ca = open_dir / "listener-ca.pem"    # read by the ACME thread, after the drop
+    shutil.copy(pb.listener_ca, ca)
+    ca.chmod(0o644)
+    storage = open_dir / "var" / "lib" / "ringx" / "acme"
+    cfg = config(http_port, tls_port, admin, storage, pb.directory, ca, "http-01", ["u.test"])
+    cfg = cfg.replace("[runtime]\n", '[runtime]\nuser = "nobody"\n', 1)
+    r = ringx.make(cfg)
+    leaf = wait_issued(tls_port, "u.test", root)
+    assert sans(leaf) == ["u.test"]
+    assert "storage lock" not in r.log(), r.log()
+    keys = [p for p in storage.rglob("key.pem")]
+    assert len(keys) == 1 and keys[0].stat().st_uid == uid, list(storage.rglob("*"))
+    assert pb.orders() == 1
+
+
 class Recorder(BaseHTTPRequestHandler):
     seen: list[str] = []
 

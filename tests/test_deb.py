@@ -37,7 +37,43 @@ grep -q ringx /usr/share/bash-completion/completions/ringx || fail "bash complet
 grep -q ringx /usr/share/zsh/vendor-completions/_ringx || fail "zsh completion"
 grep -q ringx /usr/share/fish/vendor_completions.d/ringx.fish || fail "fish completion"
 [ "$(stat -c %U /var/log/ringx)" = ringx ] || fail "log folder owner"
+[ "$(stat -c %U:%a /var/lib/ringx)" = ringx:750 ] || fail "state folder /var/lib/ringx: $(stat -c %U:%a /var/lib/ringx 2>&1)"
 /usr/sbin/ringx check -c /etc/ringx/ringx.toml
+# The unit as installed, checked offline (systemd need not be the init for this).
+if command -v systemd-analyze >/dev/null; then
+  man=yes; command -v man >/dev/null || man=no
+  systemd-analyze verify --man=$man /lib/systemd/system/ringx.service >/tmp/verify.log 2>&1 \
+    || { cat /tmp/verify.log; fail "systemd-analyze verify ringx.service"; }
+  ! grep ringx /tmp/verify.log || fail "systemd-analyze verify complains about ringx.service"
+  echo "verify: ok"
+else
+  echo "verify: skipped, systemd-analyze is missing"
+fi
+
+# ACME as the package runs it: user = "ringx" and the default storage, /var/lib/ringx/acme,
+# made at start-up (the CA is unreachable here: the order fails after the storage lock).
+cat > /tmp/acme.toml <<TOML
+[runtime]
+zones = 1
+user = "ringx"
+[acme]
+directory = "https://127.0.0.1:9/dir"
+challenge = "tls-alpn-01"
+[[server]]
+listen = ["127.0.0.1:8443"]
+server_name = ["acme.test"]
+tls = { acme = true }
+  [[server.location]]
+  path = "/"
+  return = { status = 200, body = "secure" }
+TOML
+/usr/sbin/ringx serve -c /tmp/acme.toml >/tmp/acme.stderr 2>&1 &
+acme_pid=$!
+wait_for 'grep -q "ACME: order failed" /tmp/acme.stderr'
+kill "$acme_pid"; wait "$acme_pid" 2>/dev/null || true
+! grep -q "storage lock\|cannot create the storage\|cannot enter" /tmp/acme.stderr || { cat /tmp/acme.stderr; fail "ACME storage not usable by the ringx user"; }
+[ "$(stat -c %U:%a /var/lib/ringx/acme)" = ringx:700 ] || fail "ACME storage: $(stat -c %U:%a /var/lib/ringx/acme)"
+test -f /var/lib/ringx/acme/locks/acme.test.lock || fail "no storage lock file: $(find /var/lib/ringx)"
 
 # No systemd here: started by hand, as a container's entry point would.
 /usr/sbin/ringx serve -c /etc/ringx/ringx.toml >/tmp/ringx.stderr 2>&1 &
@@ -68,14 +104,18 @@ grep -q "edited by the operator" /etc/ringx/ringx.toml || fail "the edited conff
 dpkg-query -W -f '${Version}' ringx | grep -qx "$CUR" || fail "version after upgrade"
 curl -sf http://127.0.0.1/ | grep -q "ringx is running" || fail "not serving after the upgrade"
 curl -sf http://127.0.0.1:9901/status.json | grep -q '"zones"' || fail "no status page"
-kill -USR1 "$new"   # what logrotate sends: reopen the logs
+# What logrotate does: move the log away, then SIGUSR1 reopens it; the next request is
+# written to a new file.
 test -s /var/log/ringx/access.log || fail "no access log"
+mv /var/log/ringx/access.log /var/log/ringx/access.log.1
+kill -USR1 "$new"
+wait_for 'curl -sf -o /dev/null http://127.0.0.1/ && test -s /var/log/ringx/access.log'
 
 # Purge: everything goes but the logs; the server is stopped.
 dpkg --purge ringx >/tmp/purge.log 2>&1 || { cat /tmp/purge.log; fail "dpkg --purge"; }
 ! kill -0 "$new" 2>/dev/null || fail "still running after purge"
 for p in /usr/sbin/ringx /usr/lib/ringx /etc/ringx /lib/systemd/system/ringx.service \
-         /etc/logrotate.d/ringx /var/cache/ringx /usr/share/man/man8/ringx.8.gz; do
+         /etc/logrotate.d/ringx /var/cache/ringx /var/lib/ringx /usr/share/man/man8/ringx.8.gz; do
   ! test -e "$p" || fail "$p left after purge"
 done
 test -s /var/log/ringx/access.log || fail "purge removed the logs"
@@ -143,3 +183,7 @@ def test_deb_install_upgrade_purge(ringx_bin, tmp_path):
         pytest.skip(f"cannot make namespaces here: {p.stderr.strip()}")
     print(p.stdout)
     assert p.returncode == 0 and "OK" in p.stdout, p.stdout + p.stderr
+    if shutil.which("systemd-analyze"):
+        assert "verify: ok" in p.stdout, p.stdout
+    else:
+        print("systemd-analyze is missing: the unit was not verified")

@@ -496,7 +496,12 @@ impl Worker {
         let _held = self
             .storage
             .lock(&first.replace('*', "_wildcard_"))
-            .map_err(|e| format!("storage lock: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "storage lock: {e}; the storage must be writable by the user ringx runs as \
+                     ([runtime] user; under systemd, a path in ReadWritePaths=)"
+                )
+            })?;
         // Another host of the fleet may have renewed it while this one waited for the lock:
         // a stored certificate newer than the one this host serves is taken, not reordered.
         let had = self.jobs[i].validity.as_ref().map_or(0, |v| v.not_after);

@@ -80,13 +80,15 @@ impl Storage for DirStorage {
 
     fn lock(&self, key: &str) -> io::Result<Box<dyn Held>> {
         let path = self.path(&format!("locks/{key}.lock"))?;
-        Self::dirs(&path)?;
+        let at = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        Self::dirs(&path).map_err(at)?;
         let f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
-            .open(&path)?;
+            .open(&path)
+            .map_err(at)?;
         loop {
             // SAFETY: flock on a descriptor `f` owns and keeps open for this call.
             let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
