@@ -153,6 +153,24 @@ def test_http01_certificate_is_obtained_and_served(ringx, pebble_env, tmp_path):
     assert days and 89 < float(days.group(1)) <= 90, m
     assert 'ringx_acme_orders_total{result="ok"} 1' in m
     assert 'ringx_acme_http01_requests_total{token="known"}' in m
+    # In the served certificates' family too, which the expiry alert, the dashboard and the
+    # status page read.
+    ts = re.search(r'ringx_tls_certificate_expiry_timestamp_seconds\{cert="acme:a.test,www.a.test"'
+                   r',subject="[^"]*"\} (\d+)', m)
+    assert ts and abs(int(ts.group(1)) - leaf.not_valid_after_utc.timestamp()) < 2, m
+    import json
+    deadline = time.monotonic() + 15
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/status.json", timeout=5) as resp:
+            certs = json.loads(resp.read())["certificates"]
+        acme = [c for c in certs if c["file"] == "acme:a.test,www.a.test"]
+        if acme or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert acme and 89 < acme[0]["days_left"] <= 90, certs
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/", timeout=5) as resp:
+        page = resp.read().decode()
+    assert "acme:a.test,www.a.test" in page, page[-3000:]
     # Keys are the owner's alone.
     keys = [p for p in storage.rglob("*") if p.name in ("key.pem", "account.json")]
     assert len(keys) == 2, list(storage.rglob("*"))

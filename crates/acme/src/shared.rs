@@ -142,6 +142,36 @@ impl Shared {
         *self.managed.lock().unwrap_or_else(|e| e.into_inner()) = slots.to_vec();
     }
 
+    /// The certificates obtained for the configuration in force, for the served
+    /// certificates' expiry on `/metrics` (beside the files'): the names (joined by commas),
+    /// the leaf's subject (its names where the subject is empty, as a CA may leave it) and
+    /// when it expires.
+    pub fn served(&self) -> Vec<(String, String, i64)> {
+        let slots = self
+            .managed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        slots
+            .iter()
+            .filter_map(|s| {
+                let not_after = s.not_after()?;
+                let names = s.names.join(",");
+                let subject = s
+                    .cert
+                    .load()
+                    .as_ref()
+                    .and_then(|ck| {
+                        let (_, c) = x509_parser::parse_x509_certificate(ck.cert.first()?).ok()?;
+                        Some(c.subject().to_string())
+                    })
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| format!("DNS:{}", s.names.join(",DNS:")));
+                Some((names, subject, not_after))
+            })
+            .collect()
+    }
+
     /// The key authorization for an http-01 token ringx issued (None: not one of ours).
     #[inline]
     pub fn http01(&self, token: &str) -> Option<Arc<str>> {
@@ -344,7 +374,14 @@ mod tests {
             "{m}"
         );
         assert!(!m.contains("expiry_days{"), "{m}");
+        assert!(sh.served().is_empty(), "nothing obtained yet");
         a.install(pending.clone(), 86400 * 3);
+        // What the served certificates' expiry on /metrics shows for it.
+        let served = sh.served();
+        assert_eq!(served.len(), 1, "{served:?}");
+        assert_eq!(served[0].0, "a.test,b.test");
+        assert!(served[0].1.contains("ringx temporary"), "{served:?}");
+        assert_eq!(served[0].2, 86400 * 3);
         let m = sh.render_metrics(86400);
         assert!(
             m.contains("ringx_acme_certificate_expiry_days{names=\"a.test,b.test\"} 2.000"),

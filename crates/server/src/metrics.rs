@@ -575,9 +575,17 @@ impl Metrics {
             let ups = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
             upstream::render(ups.as_deref(), &mut o);
         }
-        let certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut certs = self.certs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // The certificates ACME obtained, in the same family (so the expiry alert, the
+        // dashboard and the status page see them): `cert` is `acme:` and their names.
+        certs.extend(ringx_acme::global().served().into_iter().map(
+            |(names, subject, not_after)| listeners::CertInfo {
+                path: format!("acme:{names}").into(),
+                subject,
+                not_after,
+            },
+        ));
         listeners::render_certs(&certs, &mut o);
-        drop(certs);
         let ls = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
         listeners::render_listeners(&ls, &mut o);
         drop(ls);
