@@ -1,15 +1,18 @@
 //! The HTTP client under instant-acme: one blocking HTTPS/1.1 request per connection, on the
 //! ACME thread, with rustls trusting the configured CA bundle (`[acme] ca`, else the
 //! system's). ACME exchanges are a few small requests per certificate, so neither a
-//! connection pool nor an async runtime is worth its weight here.
+//! connection pool nor an async runtime is worth its weight here. instant-acme keeps no
+//! headers of an error response, so the client notes each response's `Retry-After` for the
+//! thread that asked ([`last_retry_after`]): a `rateLimited` failure waits at least that long.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -21,6 +24,34 @@ use rustls_pki_types::ServerName;
 const MAX_RESPONSE: usize = 1 << 20;
 /// How long one request may take, connect to last byte.
 const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest `Retry-After` honoured (a CA's rate limit window is at most a week).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(7 * 86400);
+
+thread_local! {
+    static RETRY_AFTER: Cell<Option<Duration>> = const { Cell::new(None) };
+}
+
+/// The `Retry-After` of the last response this thread's client read (None: it had none, or
+/// no valid one). Requests run on the thread that blocks on them (`crate::block`), so right
+/// after instant-acme returns an error this is the header of the response that carried it.
+pub fn last_retry_after() -> Option<Duration> {
+    RETRY_AFTER.with(Cell::get)
+}
+
+/// A `Retry-After` value (RFC 9110 §10.2.3): seconds, or an HTTP-date (a past one: now),
+/// at most [`MAX_RETRY_AFTER`].
+pub(crate) fn retry_after(v: &str, now: SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    let d = match v.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => {
+            let at = httpdate::parse_http_date(v).ok()?;
+            at.duration_since(now).unwrap_or(Duration::ZERO)
+        }
+    };
+    Some(d.min(MAX_RETRY_AFTER))
+}
 
 /// A blocking HTTPS client.
 pub struct Client {
@@ -55,7 +86,14 @@ impl HttpClient for Client {
         Box::pin(async move {
             let (parts, body) = req.into_parts();
             let body = body.collect().await.map_err(other)?.to_bytes();
+            RETRY_AFTER.with(|c| c.set(None));
             let rsp = exchange(&tls, &parts, &body)?;
+            let after = rsp
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| retry_after(v, SystemTime::now()));
+            RETRY_AFTER.with(|c| c.set(after));
             Ok(BytesResponse::from(rsp))
         })
     }
@@ -255,5 +293,91 @@ mod tests {
             .unwrap()
             .is_some());
         assert_eq!(dechunk(b"zz\r\n").map_err(|_| ()), Err(()));
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        assert_eq!(retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:59:37 GMT", now),
+            Some(Duration::from_secs(600))
+        );
+        // A date already past: now.
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after("99999999", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("-5", now), None);
+    }
+
+    /// A local HTTPS server answering each connection with the next of `answers`.
+    fn serve(answers: Vec<&'static str>) -> (u16, std::path::PathBuf) {
+        let rcgen::CertifiedKey { cert, key_pair } =
+            rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let ca = std::env::temp_dir().join(format!("ringx-acme-http-{}.pem", std::process::id()));
+        std::fs::write(&ca, cert.pem()).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let cfg = Arc::new(
+            rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![cert.der().clone()],
+                    rustls_pki_types::PrivateKeyDer::Pkcs8(key_pair.serialize_der().into()),
+                )
+                .unwrap(),
+        );
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for answer in answers {
+                let (tcp, _) = l.accept().unwrap();
+                let conn = rustls::ServerConnection::new(cfg.clone()).unwrap();
+                let mut s = StreamOwned::new(conn, tcp);
+                let mut got = Vec::new();
+                let mut b = [0u8; 1024];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&b[..n]),
+                    }
+                }
+                let _ = s.write_all(answer.as_bytes());
+                s.conn.send_close_notify();
+                let _ = s.flush();
+            }
+        });
+        (port, ca)
+    }
+
+    /// instant-acme sees no headers of an error response: the client notes its Retry-After
+    /// for the thread that asked, and forgets it on the next response without one.
+    #[test]
+    fn the_last_responses_retry_after_is_noted_for_the_thread() {
+        let (port, ca) = serve(vec![
+            "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 30\r\n\
+             Content-Type: application/problem+json\r\nContent-Length: 2\r\n\r\n{}",
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        ]);
+        let client = Client::new(Some(&ca)).unwrap();
+        let get = || {
+            let req = http::Request::builder()
+                .uri(format!("https://localhost:{port}/new-order"))
+                .body(BodyWrapper::from(Vec::new()))
+                .unwrap();
+            crate::block::block_on(client.request(req)).unwrap()
+        };
+        get();
+        assert_eq!(last_retry_after(), Some(Duration::from_secs(30)));
+        // Another thread has its own.
+        assert_eq!(std::thread::spawn(last_retry_after).join().unwrap(), None);
+        get();
+        assert_eq!(last_retry_after(), None);
+        let _ = std::fs::remove_file(ca);
     }
 }

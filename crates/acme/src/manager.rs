@@ -117,6 +117,27 @@ fn at(t: i64) -> Instant {
 }
 
 /// A small random number (xorshift seeded from the clock): jitter, not secrets.
+/// How long to wait after the `failures`-th failure in a row: `min_backoff` doubled each
+/// time up to `max_backoff`, times `jitter` (0.75 to 1.25); on `rateLimited` at least the
+/// CA's Retry-After (a minute where it gave none), even past `max_backoff`.
+fn backoff(
+    (min, max): (Duration, Duration),
+    failures: u32,
+    rate_limited: Option<Option<Duration>>,
+    jitter: f64,
+) -> Duration {
+    let shift = failures.saturating_sub(1).min(20);
+    let base = min.saturating_mul(1 << shift).min(max);
+    let wait = base.mul_f64(jitter);
+    match rate_limited {
+        Some(after) => wait.max(after.unwrap_or(RATE_LIMITED_FLOOR)),
+        None => wait,
+    }
+}
+
+/// The least wait after a `rateLimited` error that came without a Retry-After.
+const RATE_LIMITED_FLOOR: Duration = Duration::from_secs(60);
+
 fn random(below: u64) -> u64 {
     use std::cell::Cell;
     thread_local!(static S: Cell<u64> = const { Cell::new(0) });
@@ -354,15 +375,12 @@ impl Worker {
                     self.account = None;
                     self.stale_account = true;
                 }
-                let shift = job.failures.saturating_sub(1).min(20);
-                let base = settings
-                    .min_backoff
-                    .saturating_mul(1 << shift)
-                    .min(settings.max_backoff);
-                let mut wait = base.mul_f64(0.75 + random(500) as f64 / 1000.0);
-                if let Some(after) = f.rate_limited {
-                    wait = wait.max(after.unwrap_or(Duration::from_secs(60)));
-                }
+                let wait = backoff(
+                    (settings.min_backoff, settings.max_backoff),
+                    job.failures,
+                    f.rate_limited,
+                    0.75 + random(500) as f64 / 1000.0,
+                );
                 job.due = Instant::now() + wait;
                 let left = slot.not_after().map(|t| (t - now_secs()) / 86400);
                 match left {
@@ -590,6 +608,27 @@ fn covers(ck: &rustls::sign::CertifiedKey, names: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_honours_retry_after() {
+        let s = |n| Duration::from_secs(n);
+        let b = |failures, limited, jitter| backoff((s(2), s(3600)), failures, limited, jitter);
+        // Doubling from min_backoff, jittered, up to max_backoff.
+        assert_eq!(b(1, None, 1.0), s(2));
+        assert_eq!(b(2, None, 1.0), s(4));
+        assert_eq!(b(5, None, 1.0), s(32));
+        assert_eq!(b(5, None, 0.75), s(24));
+        assert_eq!(b(40, None, 1.0), s(3600));
+        assert_eq!(b(40, None, 1.25), s(4500));
+        // rateLimited: at least the CA's Retry-After, past the cap too ...
+        assert_eq!(b(1, Some(Some(s(600))), 0.75), s(600));
+        assert_eq!(b(40, Some(Some(s(7200))), 1.0), s(7200));
+        // ... but never less than the doubling would wait.
+        assert_eq!(b(12, Some(Some(s(10))), 1.0), s(3600));
+        // Without a Retry-After, a minute at least.
+        assert_eq!(b(1, Some(None), 0.75), RATE_LIMITED_FLOOR);
+        assert_eq!(b(1, Some(Some(s(0))), 1.0), s(2));
+    }
 
     #[test]
     fn renewal_is_two_thirds_less_a_jitter() {

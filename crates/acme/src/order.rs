@@ -62,7 +62,9 @@ impl From<instant_acme::Error> for Failure {
             instant_acme::Error::Api(p)
                 if p.r#type.as_deref() == Some("urn:ietf:params:acme:error:rateLimited") =>
             {
-                Some(None)
+                // The header of the response that carried the error (instant-acme keeps
+                // none): our client noted it for this thread.
+                Some(crate::http::last_retry_after())
             }
             _ => None,
         };
@@ -122,7 +124,9 @@ impl Drop for Cleanup<'_> {
                 }
                 Posted::Dns(fqdn, value) => {
                     if let Some(hook) = self.cx.dns_hook {
-                        let _ = run_hook(hook, "remove", &fqdn, &value);
+                        if let Err(e) = run_hook(hook, "remove", &fqdn, &value, DNS_HOOK_TIMEOUT) {
+                            tracing::warn!("ACME: {e}; remove the record by hand");
+                        }
                     }
                 }
             }
@@ -130,11 +134,45 @@ impl Drop for Cleanup<'_> {
     }
 }
 
-fn run_hook(hook: &Path, op: &str, fqdn: &str, value: &str) -> Result<(), String> {
-    let st = Command::new(hook)
+/// How long the dns-01 hook may take to add or remove a record before it is killed.
+pub const DNS_HOOK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs `HOOK add|remove FQDN VALUE`, killing it (and what it started, its process group)
+/// when it has not exited within `timeout`: a hung DNS API must not stall the ACME thread.
+fn run_hook(
+    hook: &Path,
+    op: &str,
+    fqdn: &str,
+    value: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let mut child = Command::new(hook)
         .args([op, fqdn, value])
-        .status()
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
         .map_err(|e| format!("dns_hook {}: {e}", hook.display()))?;
+    let deadline = Instant::now() + timeout;
+    let st = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                // SAFETY: a signal to the process group the child leads (made above).
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                let _ = child.wait();
+                return Err(format!(
+                    "dns_hook {} {op} {fqdn}: still running after {timeout:?}, killed; a hook \
+                     must add or remove the TXT record and exit within that (try it by hand: \
+                     {} {op} {fqdn} VALUE)",
+                    hook.display(),
+                    hook.display()
+                ));
+            }
+            Err(e) => return Err(format!("dns_hook {}: {e}", hook.display())),
+        }
+    };
     match st.success() {
         true => Ok(()),
         false => Err(format!("dns_hook {} {op} {fqdn}: {st}", hook.display())),
@@ -195,7 +233,7 @@ pub fn obtain(
                     let hook = cx.dns_hook.ok_or("dns-01 without dns_hook")?;
                     let fqdn = format!("_acme-challenge.{name}");
                     let value = ka.dns_value();
-                    run_hook(hook, "add", &fqdn, &value)?;
+                    run_hook(hook, "add", &fqdn, &value, DNS_HOOK_TIMEOUT)?;
                     cleanup.posted.push(Posted::Dns(fqdn, value));
                     std::thread::sleep(cx.dns_wait);
                     None
@@ -302,5 +340,53 @@ fn challenge_errors(order: &mut instant_acme::Order) -> String {
     match why.is_empty() {
         true => "an authorization failed".into(),
         false => why.join("; "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn hook(name: &str, body: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("ringx-hook-{name}-{}", std::process::id()));
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_dns_hook_runs_fails_and_times_out() {
+        let ok = hook("ok", "[ \"$1 $2 $3\" = \"add _acme-challenge.a.test v\" ]");
+        let t = Duration::from_secs(10);
+        assert_eq!(
+            run_hook(&ok, "add", "_acme-challenge.a.test", "v", t),
+            Ok(())
+        );
+        let e = run_hook(&ok, "remove", "_acme-challenge.a.test", "v", t).unwrap_err();
+        assert!(
+            e.contains("remove _acme-challenge.a.test: exit status: 1"),
+            "{e}"
+        );
+        // A hung hook, with a child of its own: both killed at the deadline.
+        let hung = hook("hung", "sleep 60 & sleep 60");
+        let start = Instant::now();
+        let e = run_hook(&hung, "add", "x.test", "v", Duration::from_millis(300)).unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            e.contains("still running after 300ms, killed") && e.contains("by hand"),
+            "{e}"
+        );
+        let missing = std::path::Path::new("/nonexistent/hook");
+        assert!(run_hook(missing, "add", "x", "v", t)
+            .unwrap_err()
+            .contains("/nonexistent/hook"));
+        for p in [ok, hung] {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
