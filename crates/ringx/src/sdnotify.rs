@@ -142,28 +142,10 @@ impl Notify {
             return;
         }
         let now = Instant::now();
-        if let Some(every) = self.watchdog {
-            if self
-                .last_ping
-                .is_none_or(|t| now.duration_since(t) >= every)
-            {
-                let wakes: Vec<u64> = wakers.iter().map(|w| w.stats().wakes).collect();
-                let stuck: Vec<usize> = (0..wakes.len())
-                    .filter(|&z| self.pinged.get(z).is_some_and(|&p| wakes[z] <= p))
-                    .collect();
-                if stuck.is_empty() {
-                    self.send("WATCHDOG=1");
-                } else {
-                    tracing::error!(
-                        "watchdog: zones {stuck:?} did not pick up a wake-up within {every:?}; \
-                         not telling systemd this process is alive"
-                    );
-                }
-                self.pinged = wakes;
-                self.last_ping = Some(now);
-                for w in wakers {
-                    w.wake();
-                }
+        if self.watchdog_due(now) {
+            self.watchdog(now, wakers.iter().map(|w| w.stats().wakes).collect());
+            for w in wakers {
+                w.wake();
             }
         }
         match self.last_status {
@@ -179,6 +161,37 @@ impl Notify {
             }
             None => self.last_status = Some((now, requests)),
         }
+    }
+}
+
+impl Notify {
+    /// Whether the watchdog is on and its ping is due at `now`.
+    fn watchdog_due(&self, now: Instant) -> bool {
+        self.watchdog.is_some_and(|every| {
+            self.last_ping
+                .is_none_or(|t| now.duration_since(t) >= every)
+        })
+    }
+
+    /// The watchdog's ping: `wakes` holds each zone's wake-up count now; `WATCHDOG=1` goes
+    /// only if every zone picked up a wake-up since the last ping (the caller then wakes
+    /// them all again). Returns the zones that did not.
+    fn watchdog(&mut self, now: Instant, wakes: Vec<u64>) -> Vec<usize> {
+        let stuck: Vec<usize> = (0..wakes.len())
+            .filter(|&z| self.pinged.get(z).is_some_and(|&p| wakes[z] <= p))
+            .collect();
+        if stuck.is_empty() {
+            self.send("WATCHDOG=1");
+        } else {
+            tracing::error!(
+                "watchdog: zones {stuck:?} did not pick up a wake-up within {:?}; \
+                 not telling systemd this process is alive",
+                self.watchdog.unwrap_or_default()
+            );
+        }
+        self.pinged = wakes;
+        self.last_ping = Some(now);
+        stuck
     }
 }
 
@@ -237,6 +250,67 @@ mod tests {
         assert!(msg.starts_with("RELOADING=1\nMONOTONIC_USEC="), "{msg}");
         let usec: u64 = msg.lines().nth(1).unwrap()[15..].parse().unwrap();
         assert!(usec.abs_diff(monotonic_usec()) < 10_000_000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// WATCHDOG=1 only while every zone makes progress: one zone of three whose wake-up
+    /// count stands still withholds it, and it comes back once that zone moves again.
+    #[test]
+    fn watchdog_withheld_while_one_zone_is_stuck() {
+        let dir = std::env::temp_dir().join(format!("ringx-watchdog-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("sock");
+        let _ = std::fs::remove_file(&path);
+        let rx = UnixDatagram::bind(&path).unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let every = Duration::from_secs(15);
+        let mut n = Notify {
+            target: Some((
+                UnixDatagram::unbound().unwrap(),
+                parse_addr(path.to_str().unwrap()).unwrap(),
+            )),
+            watchdog: Some(every),
+            last_ping: None,
+            pinged: Vec::new(),
+            last_status: None,
+        };
+        let got = || {
+            let mut b = [0u8; 256];
+            let mut msgs = Vec::new();
+            while let Ok(len) = rx.recv(&mut b) {
+                msgs.push(String::from_utf8_lossy(&b[..len]).into_owned());
+            }
+            msgs
+        };
+        let t0 = Instant::now();
+        assert!(n.watchdog_due(t0));
+        // The first ping: nothing to compare with yet.
+        assert_eq!(n.watchdog(t0, vec![5, 7, 9]), Vec::<usize>::new());
+        assert_eq!(got(), ["WATCHDOG=1"]);
+        assert!(
+            !n.watchdog_due(t0 + every / 2),
+            "pinged every `every`, not more"
+        );
+        // Zone 1 picked up nothing since: no WATCHDOG=1, though zones 0 and 2 moved.
+        let t1 = t0 + every;
+        assert!(n.watchdog_due(t1));
+        assert_eq!(n.watchdog(t1, vec![6, 7, 10]), vec![1]);
+        assert_eq!(got(), Vec::<String>::new());
+        // Still stuck at the next one.
+        assert_eq!(n.watchdog(t1 + every, vec![7, 7, 11]), vec![1]);
+        assert_eq!(got(), Vec::<String>::new());
+        // All three moved again: the ping resumes.
+        assert_eq!(
+            n.watchdog(t1 + every * 2, vec![8, 8, 12]),
+            Vec::<usize>::new()
+        );
+        assert_eq!(got(), ["WATCHDOG=1"]);
+        // Every zone stuck.
+        assert_eq!(n.watchdog(t1 + every * 3, vec![8, 8, 12]), vec![0, 1, 2]);
+        assert_eq!(got(), Vec::<String>::new());
+        // Without a watchdog nothing is ever due.
+        n.watchdog = None;
+        assert!(!n.watchdog_due(t1 + every * 10));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

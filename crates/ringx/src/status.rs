@@ -411,16 +411,7 @@ impl Board {
             (Some(_), _) => {}
             (None, _) => {
                 // The first look: averages since the start.
-                let up = s.uptime.max(1e-3);
-                *last = s
-                    .zones
-                    .iter()
-                    .enumerate()
-                    .map(|(i, z)| {
-                        let busy = (1.0 - cur.parked_s[i] / up) * 100.0;
-                        (z.requests as f64 / up, busy.clamp(0.0, 100.0), None)
-                    })
-                    .collect();
+                *last = first_look(&cur, s.uptime, clock_ticks());
                 *prev = Some(cur);
             }
         }
@@ -428,6 +419,19 @@ impl Board {
             (z.rps, z.busy, z.cpu_pct) = *r;
         }
     }
+}
+
+/// The rates of the first look, with nothing before it: averages over the `uptime` (a zone
+/// thread starts with the process): requests/s, busy %, CPU % (from its CPU ticks at `hz`).
+fn first_look(cur: &Prev, uptime: f64, hz: f64) -> Vec<(f64, f64, Option<f64>)> {
+    let up = uptime.max(1e-3);
+    (0..cur.requests.len())
+        .map(|i| {
+            let busy = (1.0 - cur.parked_s[i] / up) * 100.0;
+            let cpu = cur.cpu_ticks[i].map(|t| (t as f64 / hz / up * 100.0).clamp(0.0, 100.0));
+            (cur.requests[i] as f64 / up, busy.clamp(0.0, 100.0), cpu)
+        })
+        .collect()
 }
 
 /// `histogram_quantile` over cumulative (le, count) buckets, in seconds.
@@ -476,6 +480,28 @@ mod tests {
         assert_eq!(s[2].label("cert"), "/x \"q\".pem");
         assert_eq!(s[2].label("subject"), "CN=a");
         assert_eq!(s[3].value, 1.5);
+    }
+
+    /// The first load of the page shows each zone's CPU % (since the start), not "–".
+    #[test]
+    fn the_first_look_has_cpu_since_the_start() {
+        let cur = Prev {
+            at: Instant::now(),
+            requests: vec![100, 0],
+            parked_s: vec![5.0, 10.0],
+            cpu_ticks: vec![Some(250), None],
+        };
+        let r = first_look(&cur, 10.0, 100.0);
+        // Zone 0: 100 requests in 10 s, parked half the time, 2.5 s of CPU in 10 s.
+        assert_eq!(r[0], (10.0, 50.0, Some(25.0)));
+        // Zone 1: its thread not found in /proc: no CPU figure.
+        assert_eq!(r[1], (0.0, 0.0, None));
+        // A thread that started a little after the process cannot show more than 100%.
+        let busy = Prev {
+            cpu_ticks: vec![Some(1_010), Some(0)],
+            ..cur
+        };
+        assert_eq!(first_look(&busy, 10.0, 100.0)[0].2, Some(100.0));
     }
 
     #[test]
