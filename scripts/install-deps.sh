@@ -49,8 +49,7 @@ have dpkg-deb || need_apt+=(dpkg-dev)
 # Redis and Sentinel: [cluster]'s store (crates/cluster's tests, tests/test_cluster*.py).
 have redis-server || need_apt+=(redis-server)
 have redis-sentinel || need_apt+=(redis-sentinel)
-# Go builds h2spec, the HTTP/2 conformance suite tests/test_h2.py runs (below).
-have go || [ -x /usr/local/go/bin/go ] || need_apt+=(golang-go)
+# Go builds h2spec and pebble (below); ensure_go installs it when missing or too old.
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -88,30 +87,90 @@ if [ -n "$py_missing" ]; then
   python3 -m pip install -q $py_missing 2>/dev/null || python3 -m pip install -q --break-system-packages $py_missing
 fi
 
+# Go, for h2spec (tests/test_h2.py) and pebble (tests/test_acme.py), both Go modules. pebble
+# 2.10 needs Go 1.25; a Go of 1.21 or later fetches that toolchain itself from the Go module
+# proxy (golang.org/toolchain, GOTOOLCHAIN below). A Go on PATH that new (or any newer one)
+# is used as it is. Otherwise: Debian's golang-go, and where that is older than 1.21 (Debian
+# 12 has 1.19) the newest golang-1.2x of bookworm-backports (the source is added if missing).
+GO_TOOLCHAIN=go1.25.14
+go_minor() { "$1" env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p' | grep . || echo 0; }
+find_go() {
+  local g
+  for g in "$(command -v go || true)" /usr/local/go/bin/go $(ls -d /usr/lib/go-1.*/bin/go 2>/dev/null | sort -t. -k2 -n -r); do
+    [ -n "$g" ] && [ -x "$g" ] && [ "$(go_minor "$g")" -ge 21 ] && { echo "$g"; return; }
+  done
+  command -v go || true
+}
+ensure_go() {
+  GO=$(find_go)
+  if [ -n "$GO" ] && [ "$(go_minor "$GO")" -ge 21 ]; then return; fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: Go 1.21 or later is missing (${GO:-no go} found); install it, or run as root" >&2
+    return
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if [ -z "$GO" ]; then
+    echo "install-deps: apt-get install golang-go"
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends golang-go >/dev/null || true
+    GO=$(find_go)
+    if [ -n "$GO" ] && [ "$(go_minor "$GO")" -ge 21 ]; then return; fi
+  fi
+  local codename
+  codename=$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-}")
+  if [ -n "$codename" ] && ! grep -rqs "$codename-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "install-deps: adding $codename-backports (for a Go of 1.21 or later)"
+    echo "deb http://deb.debian.org/debian $codename-backports main" > /etc/apt/sources.list.d/ringx-backports.list
+  fi
+  apt-get update -qq || true
+  local pkg
+  pkg=$(apt-cache search --names-only '^golang-1\.[0-9]+-go$' | cut -d' ' -f1 \
+        | sort -t. -k2 -n | tail -1)
+  if [ -z "$pkg" ] || [ "$(echo "$pkg" | sed 's/golang-1\.\([0-9]*\)-go/\1/')" -lt 21 ]; then
+    echo "install-deps: no Go of 1.21 or later in apt (${GO:-none} found): h2spec and pebble are not built; tests/test_acme.py fails under CI for want of pebble" >&2
+    return
+  fi
+  echo "install-deps: apt-get install -t $codename-backports $pkg"
+  apt-get install -y -qq --no-install-recommends -t "$codename-backports" "$pkg" >/dev/null \
+    || apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null \
+    || { echo "install-deps: apt-get install $pkg failed: h2spec and pebble are not built" >&2; return; }
+  GO=$(find_go)
+}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -x "$ROOT/tools/bin/h2spec" ] || [ ! -x "$ROOT/tools/bin/pebble" ] || [ ! -x "$ROOT/tools/bin/pebble-challtestsrv" ]; then
+  ensure_go
+fi
+
 # h2spec (HTTP/2 conformance, tests/test_h2.py): a Go module, built once into tools/bin. The
 # module has no /v2 path, so the Go module proxy serves its 2.x line as +incompatible.
 H2SPEC_VERSION=v2.2.1+incompatible
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+H2SPEC_TOOLCHAIN=go1.26.8
 if [ ! -x "$ROOT/tools/bin/h2spec" ]; then
-  GO=$(command -v go || echo /usr/local/go/bin/go)
-  if [ -x "$GO" ]; then
+  if [ -n "${GO:-}" ] && [ -x "$GO" ]; then
     echo "install-deps: building h2spec $H2SPEC_VERSION"
-    GOBIN="$ROOT/tools/bin" "$GO" install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION" \
+    # No go.mod: its imports resolve to their newest versions (golang.org/x/net needs Go 1.26),
+    # so an older Go builds it with that toolchain, fetched from the Go module proxy.
+    toolchain=
+    [ "$(go_minor "$GO")" -ge 26 ] || toolchain=$H2SPEC_TOOLCHAIN
+    GOTOOLCHAIN=${toolchain:-${GOTOOLCHAIN:-auto}} GOBIN="$ROOT/tools/bin" "$GO" install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION" \
       || echo "install-deps: h2spec could not be built; tests/test_h2.py skips its conformance run" >&2
   fi
 fi
 
 # pebble and pebble-challtestsrv (Let's Encrypt's test ACME server and its DNS/challenge
 # helper; tests/test_acme.py): Go modules, built once into tools/bin. pebble 2.10 needs Go
-# 1.25 (a Go of 1.21 or later fetches that toolchain itself; Debian 12's 1.19 cannot, and
-# the ACME tests then skip, saying so).
+# 1.25: an older Go (1.21 or later, ensure_go) builds it with that toolchain, fetched from
+# the Go module proxy. Without pebble the ACME tests skip, saying so, and fail under CI.
 PEBBLE_VERSION=v2.10.3
 if [ ! -x "$ROOT/tools/bin/pebble" ] || [ ! -x "$ROOT/tools/bin/pebble-challtestsrv" ]; then
-  GO=$(command -v go || echo /usr/local/go/bin/go)
-  if [ -x "$GO" ]; then
-    echo "install-deps: building pebble $PEBBLE_VERSION"
-    GOBIN="$ROOT/tools/bin" "$GO" install "github.com/letsencrypt/pebble/v2/cmd/pebble@$PEBBLE_VERSION" \
+  if [ -n "${GO:-}" ] && [ -x "$GO" ]; then
+    toolchain=
+    [ "$(go_minor "$GO")" -ge 25 ] || toolchain=$GO_TOOLCHAIN
+    echo "install-deps: building pebble $PEBBLE_VERSION with $("$GO" env GOVERSION)${toolchain:+ (toolchain $toolchain)}"
+    GOTOOLCHAIN=${toolchain:-${GOTOOLCHAIN:-auto}} GOBIN="$ROOT/tools/bin" "$GO" install \
+      "github.com/letsencrypt/pebble/v2/cmd/pebble@$PEBBLE_VERSION" \
       "github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@$PEBBLE_VERSION" \
-      || echo "install-deps: pebble could not be built; tests/test_acme.py skips" >&2
+      || echo "install-deps: pebble could not be built with $GO; tests/test_acme.py skips (fails under CI)" >&2
+  else
+    echo "install-deps: no Go of 1.21 or later: pebble is not built; tests/test_acme.py skips (fails under CI)" >&2
   fi
 fi

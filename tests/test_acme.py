@@ -595,3 +595,19 @@ listen = ["127.0.0.1:{free_port()}"]
     line = next(i for i, ln in enumerate(text.splitlines(), 1) if where in ln
                 and not ln.startswith(("storage", "[")))
     assert re.search(rf"bad\.toml:{line}:\d+: .*{re.escape(msg)}", r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_missing_pebble_fails_under_ci_and_skips_elsewhere(monkeypatch, tmp_path, ci):
+    """Where pebble cannot be had, a plain run skips with the reason, and CI (CI set, as
+    .ci/run sets it) fails: `make test` must run the pebble tests."""
+    import acme_pebble
+    monkeypatch.setattr(acme_pebble, "TOOLS", tmp_path / "none")
+    monkeypatch.setattr(acme_pebble.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(acme_pebble, "_go", lambda: None)
+    monkeypatch.setenv("CI", ci)
+    expected = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(expected) as e:
+        acme_pebble.pebble_bins()
+    assert "no Go of 1.21 or later" in str(e.value)
+    assert ("under CI" in str(e.value)) == bool(ci)
