@@ -16,6 +16,7 @@
 
 pub mod error;
 pub mod frame;
+pub mod qpack;
 pub mod settings;
 pub mod varint;
 
