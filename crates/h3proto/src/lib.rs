@@ -15,9 +15,11 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod fields;
 pub mod frame;
 pub mod qpack;
 pub mod settings;
 pub mod varint;
 
 pub use error::{ConnError, ErrorCode};
+pub use fields::{Framing, RequestHead};
