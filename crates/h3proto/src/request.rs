@@ -1,0 +1,303 @@
+//! Request streams (RFC 9114 §4.1): HEADERS, DATA frames, optional trailers, in that order
+//! (anything else is H3_FRAME_UNEXPECTED); unknown frames anywhere between. A malformed
+//! request, a body that disagrees with its `content-length`, or a stream that ends before
+//! its head is a stream error; the stream's later bytes are discarded.
+//!
+//! A HEADERS frame whose field section waits on QPACK inserts blocks its stream: the
+//! section, and what the stream brings after it, are held (within `max_blocked_bytes`)
+//! until the encoder stream brings the inserts, so the stream's events keep their order.
+
+use crate::conn::Conn;
+use crate::error::{ConnError, ErrorCode};
+use crate::events::Event;
+use crate::fields::{HeadBuilder, TrailerBuilder};
+use crate::frame::{kind, StreamKind};
+use crate::qpack::Decoded;
+use crate::reader::Read;
+use crate::stream::{Phase, RequestStream};
+
+/// What a HEADERS frame did to its stream.
+enum Flow {
+    Go,
+    Blocked,
+    Discard,
+}
+
+impl Conn {
+    pub(crate) fn feed_request(
+        &mut self,
+        id: u64,
+        data: &[u8],
+        fin: bool,
+    ) -> Result<(), ConnError> {
+        let mut s = match self.requests.remove(&id) {
+            Some(s) => s,
+            None => self.open_request(id),
+        };
+        let done = self.run(&mut s, id, data, fin)?;
+        if !done {
+            self.requests.insert(id, s);
+        }
+        Ok(())
+    }
+
+    fn open_request(&mut self, id: u64) -> RequestStream {
+        self.next_request = self.next_request.max(id.saturating_add(4));
+        let mut s = RequestStream::new();
+        if self.goaway.is_some_and(|g| id >= g) {
+            self.stream_error(
+                &mut s,
+                id,
+                ErrorCode::RequestRejected,
+                "a request after our GOAWAY",
+            );
+        } else if self.requests.len() >= self.limits.max_streams {
+            self.stream_error(
+                &mut s,
+                id,
+                ErrorCode::RequestRejected,
+                "too many request streams",
+            );
+        }
+        s
+    }
+
+    fn stream_error(&mut self, s: &mut RequestStream, id: u64, code: ErrorCode, msg: &'static str) {
+        self.events.push_back(Event::StreamError { id, code, msg });
+        self.decoder.cancel_stream(id);
+        s.discard = true;
+    }
+
+    /// Reads `data` on request stream `id`; true once the stream is done with.
+    fn run(
+        &mut self,
+        s: &mut RequestStream,
+        id: u64,
+        data: &[u8],
+        fin: bool,
+    ) -> Result<bool, ConnError> {
+        if s.discard {
+            return Ok(fin);
+        }
+        if s.blocked.is_some() {
+            s.stash.extend_from_slice(data);
+            s.stash_fin |= fin;
+            if s.stash.len() > self.limits.max_blocked_bytes {
+                return Err(ConnError::new(
+                    ErrorCode::ExcessiveLoad,
+                    "too much behind a blocked section",
+                ));
+            }
+            return Ok(false);
+        }
+        let (max_headers, max_control) =
+            (self.limits.max_header_frame, self.limits.max_control_frame);
+        let mut pos = 0;
+        while pos < data.len() || s.reader.ready() {
+            let (n, read) =
+                s.reader
+                    .read(&data[pos..], StreamKind::Request, max_headers, max_control)?;
+            pos += n;
+            match read {
+                Read::Nothing => {}
+                Read::Start(k) => {
+                    crate::frame::check_allowed(k, StreamKind::Request)?;
+                    let out_of_order = match k {
+                        kind::DATA => s.phase != Phase::Body,
+                        kind::HEADERS => s.phase == Phase::Ended,
+                        _ => false,
+                    };
+                    if out_of_order {
+                        return Err(ConnError::new(
+                            ErrorCode::FrameUnexpected,
+                            "a frame out of order on a request",
+                        ));
+                    }
+                }
+                Read::Data(d) => {
+                    s.body += d.len() as u64;
+                    if s.content_length.is_some_and(|n| s.body > n) {
+                        self.stream_error(
+                            s,
+                            id,
+                            ErrorCode::Message,
+                            "a body longer than its content-length",
+                        );
+                        return Ok(fin);
+                    }
+                    self.events.push_back(Event::Data {
+                        id,
+                        data: d.to_vec(),
+                        end: false,
+                    });
+                }
+                Read::Frame(_) => {
+                    let block = s.reader.take_payload();
+                    match self.headers(s, id, block)? {
+                        Flow::Go => {}
+                        Flow::Discard => return Ok(fin),
+                        Flow::Blocked => {
+                            s.stash.extend_from_slice(&data[pos..]);
+                            s.stash_fin = fin;
+                            return Ok(false);
+                        }
+                    }
+                }
+            }
+        }
+        if fin {
+            self.finish(s, id)?;
+        }
+        Ok(fin)
+    }
+
+    /// Decodes a HEADERS frame's section: the request's head, or its trailers.
+    fn headers(
+        &mut self,
+        s: &mut RequestStream,
+        id: u64,
+        block: Vec<u8>,
+    ) -> Result<Flow, ConnError> {
+        let max = self.limits.max_field_section_size;
+        if s.phase == Phase::Head {
+            let mut b = HeadBuilder::default();
+            let r = self.decoder.decode(id, &block, max, |n, v| b.field(n, v))?;
+            match r {
+                Decoded::Blocked(_) => return self.block(s, block),
+                Decoded::TooLarge => {
+                    self.events.push_back(Event::HeadTooLarge { id });
+                    s.discard = true;
+                    return Ok(Flow::Discard);
+                }
+                Decoded::Whole => match b.finish() {
+                    Ok(head) => {
+                        s.content_length = head.content_length;
+                        s.phase = Phase::Body;
+                        let head = Box::new(head);
+                        self.events.push_back(Event::Request {
+                            id,
+                            head,
+                            end: false,
+                        });
+                    }
+                    Err(msg) => {
+                        self.stream_error(s, id, ErrorCode::Message, msg);
+                        return Ok(Flow::Discard);
+                    }
+                },
+            }
+        } else {
+            let mut t = TrailerBuilder::default();
+            let r = self.decoder.decode(id, &block, max, |n, v| t.field(n, v))?;
+            let fault = match r {
+                Decoded::Blocked(_) => return self.block(s, block),
+                Decoded::TooLarge => Some("trailers over the field section limit"),
+                Decoded::Whole => t.fault.or_else(|| self.length_fault(s)),
+            };
+            if let Some(msg) = fault {
+                self.stream_error(s, id, ErrorCode::Message, msg);
+                return Ok(Flow::Discard);
+            }
+            s.phase = Phase::Ended;
+            self.events
+                .push_back(Event::Trailers { id, lines: t.lines });
+        }
+        Ok(Flow::Go)
+    }
+
+    fn block(&mut self, s: &mut RequestStream, block: Vec<u8>) -> Result<Flow, ConnError> {
+        if self.blocked >= self.limits.qpack_blocked_streams {
+            return Err(ConnError::new(
+                ErrorCode::QpackDecompressionFailed,
+                "more blocked streams than SETTINGS_QPACK_BLOCKED_STREAMS",
+            ));
+        }
+        self.blocked += 1;
+        s.blocked = Some(block);
+        Ok(Flow::Blocked)
+    }
+
+    fn length_fault(&self, s: &RequestStream) -> Option<&'static str> {
+        s.content_length
+            .is_some_and(|n| n != s.body)
+            .then_some("a body shorter than its content-length")
+    }
+
+    /// The stream ended.
+    fn finish(&mut self, s: &mut RequestStream, id: u64) -> Result<(), ConnError> {
+        if !s.reader.at_boundary() {
+            return Err(ConnError::new(
+                ErrorCode::Frame,
+                "a frame cut by the end of its stream",
+            ));
+        }
+        match s.phase {
+            Phase::Head => self.stream_error(
+                s,
+                id,
+                ErrorCode::RequestIncomplete,
+                "a request stream ended without a head",
+            ),
+            Phase::Ended => {}
+            Phase::Body => {
+                if let Some(msg) = self.length_fault(s) {
+                    self.stream_error(s, id, ErrorCode::Message, msg);
+                    return Ok(());
+                }
+                match self.events.back_mut() {
+                    Some(Event::Request { id: i, end, .. } | Event::Data { id: i, end, .. })
+                        if *i == id =>
+                    {
+                        *end = true
+                    }
+                    _ => self.events.push_back(Event::Data {
+                        id,
+                        data: Vec::new(),
+                        end: true,
+                    }),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After inserts arrived: decodes the sections they unblocked, and reads on.
+    pub(crate) fn unblock(&mut self) -> Result<(), ConnError> {
+        let inserts = self.decoder.table().insert_count();
+        let ready: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, s)| {
+                s.blocked
+                    .as_ref()
+                    .is_some_and(|b| qpack_ric(self, b) <= inserts)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ready {
+            let Some(mut s) = self.requests.remove(&id) else {
+                continue;
+            };
+            let block = s.blocked.take().unwrap_or_default();
+            self.blocked -= 1;
+            let done = match self.headers(&mut s, id, block)? {
+                Flow::Blocked => false,
+                Flow::Discard => s.stash_fin,
+                Flow::Go => {
+                    let stash = std::mem::take(&mut s.stash);
+                    let fin = std::mem::replace(&mut s.stash_fin, false);
+                    self.run(&mut s, id, &stash, fin)?
+                }
+            };
+            if !done {
+                self.requests.insert(id, s);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Required Insert Count of a held section (it decoded once: it is valid).
+fn qpack_ric(c: &Conn, block: &[u8]) -> u64 {
+    crate::qpack::decode::prefix(c.decoder.table(), block).map_or(0, |(ric, _, _)| ric)
+}
