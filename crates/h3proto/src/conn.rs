@@ -129,7 +129,9 @@ impl Conn {
         self.events.pop_front()
     }
 
-    /// Bytes stream `id` delivered; `fin`: the stream ended after them.
+    /// Bytes stream `id` delivered, in order; `fin`: the stream ended after them. A stream
+    /// is not fed after its `fin` (QUIC never reuses an id): a request stream fed again
+    /// would be a new request.
     pub fn feed(&mut self, id: u64, data: &[u8], fin: bool) -> Result<(), ConnError> {
         if let Some(e) = self.dead {
             return Err(e);
