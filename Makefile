@@ -48,8 +48,11 @@ fuzz: deps
 	cd crates/h2proto/fuzz && for t in conn client; do \
 	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
 	done
+	cd crates/h3proto/fuzz && for t in frame qpack conn; do \
+	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
+	done
 	cd crates/nginxconf/fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run parse -- -max_total_time=$(FUZZ_SECS) -max_len=4096
-	$(if $(PRUNE),rm -rf crates/http/fuzz/target crates/h2proto/fuzz/target crates/nginxconf/fuzz/target)
+	$(if $(PRUNE),rm -rf crates/http/fuzz/target crates/h2proto/fuzz/target crates/h3proto/fuzz/target crates/nginxconf/fuzz/target)
 
 # Model checking of the lock-free token queue (its own target dir: --cfg loom rebuilds all).
 loom: deps
