@@ -1,6 +1,7 @@
 //! Header fields that affect framing and connection handling (RFC 9112 §6,
 //! §9.3; RFC 9110 §7.2, §7.6.1, §10.1.1).
 
+use crate::ascii::eq_lower;
 use crate::body::BodyKind;
 use crate::bytes::{is_qdtext, is_tchar};
 use crate::error::RequestError;
@@ -46,19 +47,19 @@ pub(crate) fn analyze<'b>(
         let name = header.name;
         // The length picks the one name worth comparing: most fields are none of these.
         match name.len() {
-            4 if name.eq_ignore_ascii_case("host") => {
+            4 if eq_lower(name.as_bytes(), b"host") => {
                 if host.is_some() {
                     return Err(RequestError::bad("multiple Host headers"));
                 }
                 host = Some(value);
             }
-            14 if name.eq_ignore_ascii_case("content-length") => {
+            14 if eq_lower(name.as_bytes(), b"content-length") => {
                 if content_length.is_some() {
                     return Err(RequestError::bad("multiple Content-Length headers"));
                 }
                 content_length = Some(value);
             }
-            17 if name.eq_ignore_ascii_case("transfer-encoding") => {
+            17 if eq_lower(name.as_bytes(), b"transfer-encoding") => {
                 codings.present = true;
                 let before = codings.count;
                 parse_transfer_codings(value, &mut codings)?;
@@ -66,18 +67,18 @@ pub(crate) fn analyze<'b>(
                     return Err(RequestError::bad("empty Transfer-Encoding"));
                 }
             }
-            10 if name.eq_ignore_ascii_case("connection") => {
+            10 if eq_lower(name.as_bytes(), b"connection") => {
                 for token in list_elements(value) {
-                    close |= token.eq_ignore_ascii_case(b"close");
-                    keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+                    close |= eq_lower(token, b"close");
+                    keep_alive_token |= eq_lower(token, b"keep-alive");
                 }
             }
-            6 if name.eq_ignore_ascii_case("expect") => {
+            6 if eq_lower(name.as_bytes(), b"expect") => {
                 let mut all_continue = expect.unwrap_or(true);
                 let mut any = false;
                 for element in list_elements(value) {
                     any = true;
-                    all_continue &= element.eq_ignore_ascii_case(b"100-continue");
+                    all_continue &= eq_lower(element, b"100-continue");
                 }
                 expect = Some(all_continue && any);
             }

@@ -19,6 +19,13 @@ pub trait HeadSink {
     fn lines(&mut self, lines: &[u8]);
     /// `Content-Length`.
     fn length(&mut self, len: u64);
+    /// Whether the sink is HTTP/1's text, so that field lines received in exactly the form
+    /// [`HeadSink::put`] writes (`Name: value` and CRLF) may be copied with
+    /// [`HeadSink::lines`], many at once, rather than put one by one.
+    #[inline]
+    fn verbatim(&self) -> bool {
+        false
+    }
 }
 
 /// HTTP/1.x: the text.
@@ -51,5 +58,10 @@ impl HeadSink for Vec<u8> {
         self.extend_from_slice(b"Content-Length: ");
         push_decimal(self, len);
         self.extend_from_slice(b"\r\n");
+    }
+
+    #[inline]
+    fn verbatim(&self) -> bool {
+        true
     }
 }

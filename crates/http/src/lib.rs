@@ -101,6 +101,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ascii;
 mod body;
 mod bytes;
 mod chunked;

@@ -9,6 +9,7 @@ use std::net::IpAddr;
 
 use httparse::Header;
 
+use crate::ascii::eq_lower;
 use crate::body::BodyKind;
 use crate::fields::{list_elements, parse_content_length, parse_transfer_codings, Codings};
 use crate::head_sink::HeadSink;
@@ -45,6 +46,12 @@ pub struct ResponseHead<'h, 'b> {
     pub keep_alive: bool,
     /// Bytes of the head, including the final CRLF.
     pub head_len: usize,
+    /// Whether a `Connection` field lists an option other than `keep-alive`: only then can
+    /// it name a field that is not hop-by-hop anyway, for the writers to drop.
+    pub connection_options: bool,
+    /// The head as received (the status line to the empty line), which [`Self::headers`]
+    /// borrow: lines passed on unchanged are copied from it.
+    pub raw: &'b [u8],
 }
 
 /// Why an upstream response could not be used (the proxy answers 502).
@@ -125,28 +132,35 @@ fn finish_response<'h, 'b>(
     let headers: &'h [Header<'b>] = headers;
     let mut content_length: Option<u64> = None;
     let mut codings = Codings::default();
-    let (mut close, mut keep_token) = (false, false);
+    let (mut close, mut keep_token, mut options) = (false, false, false);
+    // No value holds NUL, CR or LF: httparse (without obsolete line folding, which is never
+    // enabled here) ends a value at CR or LF and refuses any other control byte but HTAB
+    // (`value_bytes_are_checked_by_httparse` in the tests keeps to that).
     for h in headers {
-        if h.value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
-            return Err(UpstreamError("invalid byte in response header"));
-        }
-        let name = h.name;
-        if name.eq_ignore_ascii_case("content-length") {
-            let n = parse_content_length(h.value)
-                .map_err(|_| UpstreamError("invalid Content-Length in response"))?;
-            if content_length.is_some_and(|m| m != n) {
-                return Err(UpstreamError("conflicting Content-Length in response"));
+        let name = h.name.as_bytes();
+        match name.len() {
+            14 if eq_lower(name, b"content-length") => {
+                let n = parse_content_length(h.value)
+                    .map_err(|_| UpstreamError("invalid Content-Length in response"))?;
+                if content_length.is_some_and(|m| m != n) {
+                    return Err(UpstreamError("conflicting Content-Length in response"));
+                }
+                content_length = Some(n);
             }
-            content_length = Some(n);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            codings.present = true;
-            parse_transfer_codings(h.value, &mut codings)
-                .map_err(|_| UpstreamError("invalid Transfer-Encoding in response"))?;
-        } else if name.eq_ignore_ascii_case("connection") {
-            for t in list_elements(h.value) {
-                close |= t.eq_ignore_ascii_case(b"close");
-                keep_token |= t.eq_ignore_ascii_case(b"keep-alive");
+            17 if eq_lower(name, b"transfer-encoding") => {
+                codings.present = true;
+                parse_transfer_codings(h.value, &mut codings)
+                    .map_err(|_| UpstreamError("invalid Transfer-Encoding in response"))?;
             }
+            10 if eq_lower(name, b"connection") => {
+                for t in list_elements(h.value) {
+                    let keep = eq_lower(t, b"keep-alive");
+                    close |= eq_lower(t, b"close");
+                    keep_token |= keep;
+                    options |= !keep;
+                }
+            }
+            _ => {}
         }
     }
     let no_body = head_request || (100..200).contains(&status) || status == 204 || status == 304;
@@ -180,48 +194,51 @@ fn finish_response<'h, 'b>(
         body,
         keep_alive,
         head_len,
+        connection_options: options,
+        raw: &window[..head_len],
     }))
 }
 
-/// Fields that describe one connection, never forwarded (RFC 9110 §7.6.1). `Transfer-Encoding`
-/// is one of them here because the proxy re-declares the framing itself (see [`is_framing`]).
-fn is_hop_by_hop(name: &str) -> bool {
-    // By length first: most fields are none of them, and are told so by one comparison.
-    let hop: &[&str] = match name.len() {
-        2 => &["te"],
-        6 => &["expect"],
-        7 => &["trailer", "upgrade"],
-        10 => &["connection", "keep-alive"],
-        16 => &["proxy-connection"],
-        17 => &["transfer-encoding"],
-        _ => return false,
-    };
-    hop.iter().any(|h| name.eq_ignore_ascii_case(h))
+/// Whether the proxy never copies `name` from one side to the other:
+///
+/// - a field that describes one connection (RFC 9110 §7.6.1): `Connection`, `Keep-Alive`,
+///   `Proxy-Connection`, `TE`, `Trailer`, `Upgrade`, `Expect`;
+/// - a field that delimits the body (`Content-Length`, `Transfer-Encoding`): the proxy
+///   declares the framing it will actually send, from what it parsed, so the next hop reads
+///   exactly the body the proxy relays. A `Connection` option naming one of them therefore
+///   changes nothing (it used to remove the length and let the body be read as a second
+///   request).
+///
+/// By length first: most fields are none of them, and are told so by one comparison.
+#[inline]
+fn is_proxy_owned(name: &str) -> bool {
+    let n = name.as_bytes();
+    match n.len() {
+        2 => eq_lower(n, b"te"),
+        6 => eq_lower(n, b"expect"),
+        7 => eq_lower(n, b"trailer") || eq_lower(n, b"upgrade"),
+        10 => eq_lower(n, b"connection") || eq_lower(n, b"keep-alive"),
+        14 => eq_lower(n, b"content-length"),
+        16 => eq_lower(n, b"proxy-connection"),
+        17 => eq_lower(n, b"transfer-encoding"),
+        _ => false,
+    }
 }
 
-/// The fields that delimit a message's body. The proxy never copies them from one side to the
-/// other: it declares the framing it will actually send, from what it parsed, so the next hop
-/// reads exactly the body the proxy relays. A `Connection` option naming one of them therefore
-/// changes nothing (it used to remove the length and let the body be read as a second request).
 /// Whether a field is one the proxy alone writes about the client's certificate
 /// (`X-SSL-Client-Verify`, `X-SSL-Client-S-DN`, and any other `X-SSL-Client-*` an upstream
 /// may read): a client's own are dropped whatever else the location says, so no client can
 /// pose as verified.
 pub fn is_client_cert_field(name: &str) -> bool {
     const PREFIX: &str = "x-ssl-client-";
-    name.len() >= PREFIX.len()
-        && name.as_bytes()[..PREFIX.len()].eq_ignore_ascii_case(PREFIX.as_bytes())
-}
-
-fn is_framing(name: &str) -> bool {
-    name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("transfer-encoding")
+    name.len() >= PREFIX.len() && eq_lower(&name.as_bytes()[..PREFIX.len()], PREFIX.as_bytes())
 }
 
 /// Whether `name` is listed in any `Connection` field of `headers`.
 fn named_by_connection(headers: &[Header<'_>], name: &str) -> bool {
     headers
         .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .filter(|h| eq_lower(h.name.as_bytes(), b"connection"))
         .flat_map(|h| list_elements(h.value))
         .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
 }
@@ -242,15 +259,20 @@ impl ConnectionNames<'_, '_> {
 }
 
 impl<'h, 's> ConnectionNames<'h, 's> {
-    fn of(headers: &'s [Header<'h>]) -> ConnectionNames<'h, 's> {
-        let mut c = ConnectionNames {
+    /// No names (a head without `Connection` options).
+    fn none() -> ConnectionNames<'h, 's> {
+        ConnectionNames {
             names: [&[]; ConnectionNames::MAX],
             len: 0,
             many: None,
-        };
+        }
+    }
+
+    fn of(headers: &'s [Header<'h>]) -> ConnectionNames<'h, 's> {
+        let mut c = ConnectionNames::none();
         let listed = headers
             .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .filter(|h| eq_lower(h.name.as_bytes(), b"connection"))
             .flat_map(|h| list_elements(h.value));
         for t in listed {
             if c.len == ConnectionNames::MAX {
@@ -280,9 +302,9 @@ pub fn upgrade_request<'b>(req: &Request<'_, 'b>) -> Option<&'b [u8]> {
     let asked = req
         .headers
         .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .filter(|h| eq_lower(h.name.as_bytes(), b"connection"))
         .flat_map(|h| list_elements(h.value))
-        .any(|t| t.eq_ignore_ascii_case(b"upgrade"));
+        .any(|t| eq_lower(t, b"upgrade"));
     if !asked || req.version != Version::Http11 {
         return None;
     }
@@ -396,18 +418,19 @@ fn request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>, edit:
     for h in req.headers {
         let n = h.name;
         // The proxy's own fields first, so that `Connection` cannot name them away.
-        if is_hop_by_hop(n) || is_framing(n) || n.eq_ignore_ascii_case("host") {
+        if is_proxy_owned(n) || eq_lower(n.as_bytes(), b"host") {
             continue;
         }
         if named.names(n) || dropped(n) || is_client_cert_field(n) {
             continue;
         }
         if f.forwarded_headers {
-            if n.eq_ignore_ascii_case("x-forwarded-for") {
+            if eq_lower(n.as_bytes(), b"x-forwarded-for") {
                 xff = Some(h.value); // extended below (several fields: the last one wins)
                 continue;
             }
-            if n.eq_ignore_ascii_case("x-real-ip") || n.eq_ignore_ascii_case("x-forwarded-proto") {
+            if eq_lower(n.as_bytes(), b"x-real-ip") || eq_lower(n.as_bytes(), b"x-forwarded-proto")
+            {
                 continue; // replaced below
             }
         }
@@ -566,17 +589,30 @@ fn response_head<O: HeadSink + ?Sized>(
         }
         _ => ClientFraming::Same,
     };
-    out.status(resp.status, resp.reason);
+    // Lines passed on as they came, in the form the sink's own writers give them (the status
+    // line, then consecutive fields `put` as they are): copied at once from the received head
+    // into a text sink, when another line is to be written or at the end of the fields.
+    let verbatim = out.verbatim();
+    let mut run = 0..0;
+    match status_span(resp).filter(|_| verbatim) {
+        Some(line) => run = line,
+        None => out.status(resp.status, resp.reason),
+    }
     let switching = resp.status == 101;
     let mut vary = edit.vary;
-    let named = ConnectionNames::of(resp.headers);
+    let named = if resp.connection_options {
+        ConnectionNames::of(resp.headers)
+    } else {
+        ConnectionNames::none()
+    };
     for h in resp.headers {
         let n = h.name;
-        if switching && n.eq_ignore_ascii_case("upgrade") {
+        if switching && eq_lower(n.as_bytes(), b"upgrade") {
+            flush_run(out, resp.raw, &mut run);
             out.put(n.as_bytes(), h.value);
             continue;
         }
-        if is_hop_by_hop(n) || is_framing(n) || named.names(n) {
+        if is_proxy_owned(n) || named.names(n) {
             continue;
         }
         if edit.hide.iter().any(|x| n.eq_ignore_ascii_case(x)) {
@@ -591,12 +627,24 @@ fn response_head<O: HeadSink + ?Sized>(
                 continue;
             }
             if n.eq_ignore_ascii_case("etag") && !h.value.starts_with(b"W/") {
+                flush_run(out, resp.raw, &mut run);
                 out.put(b"ETag", &[&b"W/"[..], h.value].concat());
                 continue;
             }
         }
-        out.put(n.as_bytes(), h.value);
+        match line_span(resp.raw, h).filter(|_| verbatim) {
+            Some(line) if run.start < run.end && run.end == line.start => run.end = line.end,
+            Some(line) => {
+                flush_run(out, resp.raw, &mut run);
+                run = line;
+            }
+            None => {
+                flush_run(out, resp.raw, &mut run);
+                out.put(n.as_bytes(), h.value);
+            }
+        }
     }
+    flush_run(out, resp.raw, &mut run);
     if switching {
         out.lines(edit.add);
         out.lines(b"Connection: upgrade\r\n\r\n");
@@ -639,6 +687,56 @@ fn response_head<O: HeadSink + ?Sized>(
     });
     out.lines(b"\r\n");
     framing
+}
+
+/// Writes the lines of `raw` in `run` (if any) and empties it.
+#[inline]
+fn flush_run<O: HeadSink + ?Sized>(out: &mut O, raw: &[u8], run: &mut std::ops::Range<usize>) {
+    if run.start < run.end {
+        out.lines(&raw[run.clone()]);
+        *run = 0..0;
+    }
+}
+
+/// Where the status line lies in the received head, if it is exactly what
+/// [`HeadSink::status`] writes for a text sink (`write_status_line_reason`): `HTTP/1.1`, the
+/// code, the reason as received (not empty) and CRLF.
+#[inline]
+fn status_span(resp: &ResponseHead<'_, '_>) -> Option<std::ops::Range<usize>> {
+    let reason = resp.reason.as_bytes();
+    let end = 13 + reason.len() + 2;
+    let line = resp.raw.get(..end)?;
+    let s = resp.status;
+    let code = [
+        b'0' + (s / 100 % 10) as u8,
+        b'0' + (s / 10 % 10) as u8,
+        b'0' + (s % 10) as u8,
+    ];
+    let same = !reason.is_empty()
+        && (100..1000).contains(&s)
+        && line[..9] == *b"HTTP/1.1 "
+        && line[9..12] == code
+        && line[12] == b' '
+        && std::ptr::eq(line[13..].as_ptr(), reason.as_ptr())
+        && line[end - 2..] == *b"\r\n";
+    same.then_some(0..end)
+}
+
+/// Where field `h` lies in `raw`, the head it was parsed from, if its line there is exactly
+/// what [`HeadSink::put`] writes for it: the name, `: `, the value and CRLF (no other white
+/// space, no bare LF). `None` for any other line, or a field not borrowed from `raw`.
+#[inline]
+fn line_span(raw: &[u8], h: &Header<'_>) -> Option<std::ops::Range<usize>> {
+    let start = (h.name.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
+    let colon = start + h.name.len();
+    let end = colon + 2 + h.value.len() + 2;
+    let line = raw.get(start..end)?;
+    let (name, rest) = line.split_at(h.name.len());
+    let (sep, rest) = rest.split_at(2);
+    let (value, crlf) = rest.split_at(h.value.len());
+    let same = std::ptr::eq(name.as_ptr(), h.name.as_ptr())
+        && std::ptr::eq(value.as_ptr(), h.value.as_ptr());
+    (same && sep == b": " && crlf == b"\r\n").then_some(start..end)
 }
 
 /// The `Content-Length` of a parsed head (already validated: every copy has the same value).

@@ -258,7 +258,7 @@ fn response_rewrite() {
 }
 
 #[test]
-fn hop_by_hop_names() {
+fn proxy_owned_names() {
     for n in [
         "Connection",
         "KEEP-ALIVE",
@@ -268,8 +268,9 @@ fn hop_by_hop_names() {
         "transfer-encoding",
         "Upgrade",
         "expect",
+        "Content-Length",
     ] {
-        assert!(is_hop_by_hop(n), "{n}");
+        assert!(is_proxy_owned(n), "{n}");
     }
     for n in [
         "",
@@ -278,10 +279,49 @@ fn hop_by_hop_names() {
         "Host",
         "Connections",
         "keep-alivf",
-        "Content-Length",
+        "Content-Lengtg",
+        "Content-Type",
+        "Expecu",
     ] {
-        assert!(!is_hop_by_hop(n), "{n}");
+        assert!(!is_proxy_owned(n), "{n}");
     }
+}
+
+/// httparse ends a value at CR or LF and refuses NUL and the other control bytes (but HTAB),
+/// so no parsed value holds one and `finish_response` does not look for them again.
+#[test]
+fn value_bytes_are_checked_by_httparse() {
+    for bad in [&b"\0"[..], b"\r", b"\rx", b"\x01", b"\x7f", b"\x1f"] {
+        let mut raw = b"HTTP/1.1 200 OK\r\nX-A: a".to_vec();
+        raw.extend_from_slice(bad);
+        raw.extend_from_slice(b"b\r\nContent-Length: 0\r\n\r\n");
+        let mut h = [httparse::EMPTY_HEADER; 8];
+        assert!(
+            parse_response(&raw, &mut h, 8192, false).is_err(),
+            "{bad:?}"
+        );
+        let mut u = [const { MaybeUninit::<Header>::uninit() }; 8];
+        assert!(
+            parse_response_uninit(&raw, &mut u, 8192, false).is_err(),
+            "{bad:?}"
+        );
+    }
+    // A bare LF ends the line: what follows is the next field, never part of the value.
+    let raw = b"HTTP/1.1 200 OK\r\nX-A: a\nX-B: b\r\nContent-Length: 0\r\n\r\n";
+    let mut h = [httparse::EMPTY_HEADER; 8];
+    match parse_response(raw, &mut h, 8192, false) {
+        Ok(Parsed::Complete(r)) => {
+            assert!(r.headers.iter().all(|h| !h.value.contains(&b'\n')));
+            assert_eq!(r.headers[0].value, b"a");
+        }
+        other => panic!("{other:?}"),
+    }
+    let tab = b"HTTP/1.1 200 OK\r\nX-A: a\tb\r\nContent-Length: 0\r\n\r\n";
+    let mut h = [httparse::EMPTY_HEADER; 8];
+    assert!(matches!(
+        parse_response(tab, &mut h, 8192, false),
+        Ok(Parsed::Complete(_))
+    ));
 }
 
 /// Issue 26: `Connection: Content-Length` used to remove the length from the forwarded head, so
@@ -470,5 +510,79 @@ fn connection_named_fields_go_however_many_are_named() {
             out, "HTTP/1.1 200 OK\r\nX-Kept: 2\r\nContent-Length: 0\r\n\r\n",
             "{listed} names"
         );
+    }
+}
+
+/// Lines received exactly as `put` writes them are copied, runs at once; any other form (no
+/// space, more white space, a bare LF, an empty value) is written field by field as before,
+/// and so are the fields around those the proxy drops or those a `Connection` option names.
+#[test]
+fn passed_fields_copied_or_rewritten() {
+    let raw = b"HTTP/1.1 200 OK\r\nServer: s\r\nDate: d\r\nX-A:a\r\nX-B:  b  \r\nX-C: c\nX-D: \r\n\
+                X-E:\r\nConnection: keep-alive, X-F\r\nX-F: f\r\nX-G: g\r\nContent-Length: 1\r\n\
+                X-H: h\r\nX-I: i\r\n\r\n";
+    let (out, f) = rewrite(raw, false, Version::Http11, b"");
+    assert_eq!(f, ClientFraming::Same);
+    assert_eq!(
+        out,
+        "HTTP/1.1 200 OK\r\nServer: s\r\nDate: d\r\nX-A: a\r\nX-B: b\r\nX-C: c\r\nX-D: \r\n\
+         X-E: \r\nX-G: g\r\nX-H: h\r\nX-I: i\r\nContent-Length: 1\r\n\r\n"
+    );
+    // The same head into a sink that is not text: every field put.
+    struct Puts(Vec<String>);
+    impl HeadSink for Puts {
+        fn mark(&self) -> usize {
+            0
+        }
+        fn status(&mut self, _: u16, _: &str) {}
+        fn put(&mut self, name: &[u8], value: &[u8]) {
+            self.0.push(format!(
+                "{}={}",
+                String::from_utf8_lossy(name),
+                String::from_utf8_lossy(value)
+            ));
+        }
+        fn lines(&mut self, lines: &[u8]) {
+            self.0.push(String::from_utf8_lossy(lines).into_owned());
+        }
+        fn length(&mut self, len: u64) {
+            self.0.push(format!("len={len}"));
+        }
+    }
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    let Ok(Parsed::Complete(r)) = parse_response(raw, &mut h, 8192, false) else {
+        panic!("response")
+    };
+    let mut sink = Puts(Vec::new());
+    write_response_head(&mut sink, &r, Version::Http11, b"");
+    assert_eq!(
+        sink.0,
+        [
+            "Server=s", "Date=d", "X-A=a", "X-B=b", "X-C=c", "X-D=", "X-E=", "X-G=g", "X-H=h",
+            "X-I=i", "", "len=1", "", "\r\n"
+        ]
+    );
+}
+
+/// The status line is copied only where it is what would be written: HTTP/1.1, the code and
+/// the reason as received; an HTTP/1.0 one, or one without a reason, is written anew.
+#[test]
+fn status_line_copied_or_rewritten() {
+    for (raw, line) in [
+        (
+            &b"HTTP/1.1 200 OK\r\nX-A: a\r\n\r\n"[..],
+            "HTTP/1.1 200 OK\r\n",
+        ),
+        (b"HTTP/1.0 200 OK\r\nX-A: a\r\n\r\n", "HTTP/1.1 200 OK\r\n"),
+        (b"HTTP/1.1 200 \r\nX-A: a\r\n\r\n", "HTTP/1.1 200 OK\r\n"),
+        (
+            b"HTTP/1.1 404 Nope \r\nX-A: a\r\n\r\n",
+            "HTTP/1.1 404 Nope \r\n",
+        ),
+        (b"HTTP/1.1 599 Odd\nX-A: a\r\n\r\n", "HTTP/1.1 599 Odd\r\n"),
+    ] {
+        let (out, _) = rewrite(raw, false, Version::Http11, b"");
+        let want = format!("{line}X-A: a\r\n");
+        assert!(out.starts_with(&want), "{out:?} for {raw:?}");
     }
 }
