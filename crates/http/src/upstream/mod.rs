@@ -259,21 +259,19 @@ impl ConnectionNames<'_, '_> {
 }
 
 impl<'h, 's> ConnectionNames<'h, 's> {
-    /// No names (a head without `Connection` options).
-    fn none() -> ConnectionNames<'h, 's> {
-        ConnectionNames {
-            names: [&[]; ConnectionNames::MAX],
-            len: 0,
-            many: None,
-        }
-    }
-
-    fn of(headers: &'s [Header<'h>]) -> ConnectionNames<'h, 's> {
-        let mut c = ConnectionNames::none();
-        let listed = headers
+    /// The names, or `None` if the fields list none (most heads).
+    fn of(headers: &'s [Header<'h>]) -> Option<ConnectionNames<'h, 's>> {
+        let mut listed = headers
             .iter()
             .filter(|h| eq_lower(h.name.as_bytes(), b"connection"))
             .flat_map(|h| list_elements(h.value));
+        let first = listed.next()?;
+        let mut c = ConnectionNames {
+            names: [&[]; ConnectionNames::MAX],
+            len: 1,
+            many: None,
+        };
+        c.names[0] = first;
         for t in listed {
             if c.len == ConnectionNames::MAX {
                 c.many = Some(headers);
@@ -282,7 +280,7 @@ impl<'h, 's> ConnectionNames<'h, 's> {
             c.names[c.len] = t;
             c.len += 1;
         }
-        c
+        Some(c)
     }
 
     /// Whether `name` is one of them.
@@ -421,7 +419,7 @@ fn request_head(out: &mut Vec<u8>, req: &Request<'_, '_>, f: &Forward<'_>, edit:
         if is_proxy_owned(n) || eq_lower(n.as_bytes(), b"host") {
             continue;
         }
-        if named.names(n) || dropped(n) || is_client_cert_field(n) {
+        if named.as_ref().is_some_and(|c| c.names(n)) || dropped(n) || is_client_cert_field(n) {
             continue;
         }
         if f.forwarded_headers {
@@ -600,11 +598,10 @@ fn response_head<O: HeadSink + ?Sized>(
     }
     let switching = resp.status == 101;
     let mut vary = edit.vary;
-    let named = if resp.connection_options {
-        ConnectionNames::of(resp.headers)
-    } else {
-        ConnectionNames::none()
-    };
+    let named = resp
+        .connection_options
+        .then(|| ConnectionNames::of(resp.headers))
+        .flatten();
     for h in resp.headers {
         let n = h.name;
         if switching && eq_lower(n.as_bytes(), b"upgrade") {
@@ -612,7 +609,7 @@ fn response_head<O: HeadSink + ?Sized>(
             out.put(n.as_bytes(), h.value);
             continue;
         }
-        if is_proxy_owned(n) || named.names(n) {
+        if is_proxy_owned(n) || named.as_ref().is_some_and(|c| c.names(n)) {
             continue;
         }
         if edit.hide.iter().any(|x| n.eq_ignore_ascii_case(x)) {
@@ -706,19 +703,16 @@ fn status_span(resp: &ResponseHead<'_, '_>) -> Option<std::ops::Range<usize>> {
     let reason = resp.reason.as_bytes();
     let end = 13 + reason.len() + 2;
     let line = resp.raw.get(..end)?;
-    let s = resp.status;
-    let code = [
-        b'0' + (s / 100 % 10) as u8,
-        b'0' + (s / 10 % 10) as u8,
-        b'0' + (s % 10) as u8,
-    ];
+    let digit = |i: usize| u16::from(line[i].wrapping_sub(b'0'));
     let same = !reason.is_empty()
-        && (100..1000).contains(&s)
-        && line[..9] == *b"HTTP/1.1 "
-        && line[9..12] == code
+        && line[..8] == *b"HTTP/1.1"
+        && line[8] == b' '
+        && line[9..12].iter().all(u8::is_ascii_digit)
+        && digit(9) * 100 + digit(10) * 10 + digit(11) == resp.status
         && line[12] == b' '
         && std::ptr::eq(line[13..].as_ptr(), reason.as_ptr())
-        && line[end - 2..] == *b"\r\n";
+        && line[end - 2] == b'\r'
+        && line[end - 1] == b'\n';
     same.then_some(0..end)
 }
 

@@ -355,6 +355,22 @@ impl Exchange {
                     }
                     return Head::Ended(self.response_done(cx, u, clean));
                 }
+                // The whole body came with the head, and goes out as it came (its length
+                // declared, no coding, no capture): relayed here, as `response_body` would,
+                // without a decoder.
+                ResponseBody::Length(n)
+                    if (input.len() - end) as u64 >= n
+                        && framing == ClientFraming::Same
+                        && self.capture.is_none()
+                        && self.deco.as_ref().is_none_or(|d| d.relay.is_none()) =>
+                {
+                    let stop = end + n as usize;
+                    base.tr.write(cx.io, c, &input[end..stop]);
+                    if self.pass_trailers {
+                        self.trailers = None; // a length-delimited body has none
+                    }
+                    return Head::Ended(self.response_done(cx, u, stop == input.len()));
+                }
                 ResponseBody::Length(n) => {
                     up.body = Some(BodyDecoder::new(BodyKind::Length(n), BodyLimits::default()))
                 }
