@@ -676,14 +676,18 @@ impl Http1 {
 
     /// Runs `process` over the connection's buffered input.
     fn process_buffered(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        let buf = std::mem::take(&mut b.inbuf);
-        let used = self.process(cx, b, c, &buf);
-        let mut buf = buf;
-        buf.drain(..used);
-        if !b.inbuf.is_empty() {
-            buf.extend_from_slice(&b.inbuf);
+        // Nothing buffered (after most responses): only a body being read or proxied looks
+        // at empty input (its deadlines); every other phase would do nothing with it.
+        if !b.inbuf.is_empty() || matches!(self.phase, Phase::Body | Phase::Proxy) {
+            let buf = std::mem::take(&mut b.inbuf);
+            let used = self.process(cx, b, c, &buf);
+            let mut buf = buf;
+            buf.drain(..used);
+            if !b.inbuf.is_empty() {
+                buf.extend_from_slice(&b.inbuf);
+            }
+            b.inbuf = buf;
         }
-        b.inbuf = buf;
         let busy = matches!(
             self.phase,
             Phase::Body | Phase::Proxy | Phase::Wait | Phase::Compressing
