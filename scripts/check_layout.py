@@ -43,8 +43,10 @@ def strip_comments(text: str) -> str:
 
 def expand_use(body: str) -> list[str]:
     """`crate::a::{b, c::{d, e}}` -> [crate::a::b, crate::a::c::d, crate::a::c::e]."""
+    # `X as Y` aliases go first, while the words are still apart (a module named `ascii`
+    # is not an alias).
+    body = re.sub(r"\s+as\s+\w+", "", body)
     body = re.sub(r"\s+", "", body)
-    body = re.sub(r"\bas\w+", "", body)
 
     def rec(prefix: str, s: str) -> list[str]:
         if "{" not in s:
