@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use crate::events::unpad;
 pub use crate::events::{ConnError, Event, Step};
-use crate::fields::{HeadBuilder, TrailerBuilder};
 use crate::frame::{
     self, flag, kind, ErrorCode, FrameHeader, DEFAULT_WINDOW, HEADER_LEN, MAX_WINDOW, PREFACE,
 };
@@ -15,6 +14,7 @@ use crate::hpack::{Decoded, Decoder, Encoder};
 use crate::limits::{Limits, Rate, Why};
 use crate::settings::{self, PeerSettings};
 use crate::streams::{Stream, Streams};
+use ringx_http::decoded::{HeadBuilder, TrailerBuilder};
 
 /// A header block being received (HEADERS, then CONTINUATION until END_HEADERS).
 pub(crate) struct Block {

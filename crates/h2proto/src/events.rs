@@ -1,9 +1,9 @@
 //! What reading a connection produces: events for the caller, the steps of
 //! [`Conn::feed`](crate::Conn::feed), connection errors.
 
-use crate::fields::RequestHead;
 use crate::frame::{flag, ErrorCode, FrameHeader};
 use crate::limits::Why;
+use ringx_http::decoded::RequestHead;
 
 /// What the caller does with an event's stream.
 #[derive(Debug, PartialEq, Eq)]

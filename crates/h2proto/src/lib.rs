@@ -54,7 +54,7 @@
 //!
 //! Every connection and stream error of RFC 9113 (frame sizes, stream id order, frames on
 //! idle and closed streams, flow-control overflow, SETTINGS values, header blocks that are
-//! interrupted), malformed requests (`fields`: pseudo-headers, field names and values,
+//! interrupted), malformed requests (`ringx_http::decoded`: pseudo-headers, field names and values,
 //! connection-specific fields, `content-length` against the DATA received), and the limits
 //! of [`Limits`] against rapid reset, CONTINUATION floods, HPACK bombs (bounded while
 //! decoding, [`hpack`]), SETTINGS/PING/PRIORITY floods and empty-frame floods. Each reason
@@ -68,7 +68,6 @@
 pub mod client;
 pub mod conn;
 mod events;
-pub mod fields;
 pub mod frame;
 pub mod hpack;
 pub mod limits;
@@ -78,6 +77,6 @@ pub mod settings;
 mod streams;
 
 pub use conn::{Conn, ConnError, Event, Step};
-pub use fields::{Framing, RequestHead};
 pub use frame::ErrorCode;
 pub use limits::{Limits, Why};
+pub use ringx_http::decoded::{Framing, RequestHead};

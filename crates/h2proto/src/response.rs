@@ -3,7 +3,7 @@
 //! NUL, nothing connection-specific), trailers without pseudo-headers. What passes is kept
 //! in a [`FieldList`], one buffer for every name and value.
 
-use crate::fields::{check_name, check_value, parse_length};
+use ringx_http::decoded::{check_name, check_value, parse_length};
 
 /// Decoded fields: names and values in one buffer, in the order received.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! What reading a connection produces for the caller.
 
 use crate::error::ErrorCode;
-use crate::fields::RequestHead;
+use ringx_http::decoded::RequestHead;
 
 /// An event of [`Conn::poll_event`](crate::Conn::poll_event).
 #[derive(Debug, PartialEq, Eq)]

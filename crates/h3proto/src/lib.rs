@@ -43,7 +43,8 @@
 //! Every connection and stream error of RFC 9114 and RFC 9204 (frames out of place or out
 //! of order, SETTINGS first and once, one control and QPACK stream each and none closed,
 //! push IDs and GOAWAY ids that go the wrong way, invalid QPACK instructions and
-//! references), malformed requests ([`fields`]), and the [`Limits`] on what a peer can make
+//! references), malformed requests (`ringx_http::decoded`, shared with HTTP/2, and `request.rs` for
+//! HTTP/3's own rule), and the [`Limits`] on what a peer can make
 //! us hold: frames read whole are bounded at their header, the dynamic table by the
 //! capacity we announce, blocked streams and what they bring while blocked, field sections
 //! by their decoded size, streams tracked at once. DATA is handed through as it arrives,
@@ -51,8 +52,7 @@
 //!
 //! Modules, bottom up: [`varint`] (QUIC integers), [`frame`] (frames and where they may
 //! go), [`settings`], [`qpack`] (static table, Huffman strings, dynamic table, field
-//! sections, the encoder and decoder streams), [`fields`] (a decoded section as a request
-//! head, checked as RFC 9114 §4.2 and §4.3.1 ask), [`conn`] (streams, control stream,
+//! sections, the encoder and decoder streams), [`conn`] (streams, control stream,
 //! events).
 //!
 //! Not offered: server push (we never send MAX_PUSH_ID's counterpart: no PUSH_PROMISE, and
@@ -63,7 +63,6 @@
 pub mod conn;
 pub mod error;
 mod events;
-pub mod fields;
 pub mod frame;
 pub mod limits;
 pub mod qpack;
@@ -76,5 +75,5 @@ pub mod varint;
 pub use conn::{send_data, send_headers, send_trailers, Conn, Uni};
 pub use error::{ConnError, ErrorCode};
 pub use events::Event;
-pub use fields::{Framing, RequestHead};
 pub use limits::Limits;
+pub use ringx_http::decoded::{Framing, RequestHead};

@@ -10,11 +10,11 @@
 use crate::conn::Conn;
 use crate::error::{ConnError, ErrorCode};
 use crate::events::Event;
-use crate::fields::{HeadBuilder, TrailerBuilder};
 use crate::frame::{kind, StreamKind};
 use crate::qpack::Decoded;
 use crate::reader::Read;
 use crate::stream::{Phase, RequestStream};
+use ringx_http::decoded::{HeadBuilder, RequestHead, TrailerBuilder};
 
 /// What a HEADERS frame did to its stream.
 enum Flow {
@@ -169,7 +169,7 @@ impl Conn {
                     s.discard = true;
                     return Ok(Flow::Discard);
                 }
-                Decoded::Whole => match b.finish() {
+                Decoded::Whole => match request_head(b) {
                     Ok(head) => {
                         s.content_length = head.content_length;
                         s.phase = Phase::Body;
@@ -300,4 +300,47 @@ impl Conn {
 /// The Required Insert Count of a held section (it decoded once: it is valid).
 fn qpack_ric(c: &Conn, block: &[u8]) -> u64 {
     crate::qpack::decode::prefix(c.decoder.table(), block).map_or(0, |(ric, _, _)| ric)
+}
+
+/// The request head of a decoded section, checked as RFC 9114 §4.2 asks (the rules of
+/// RFC 9113, `ringx_http::decoded`) and by HTTP/3's own rule (§4.3.1): a request for an
+/// `http` or `https` target names its host, in `:authority` or `host`.
+fn request_head(b: HeadBuilder) -> Result<RequestHead, &'static str> {
+    let h = b.finish()?;
+    let web = matches!(h.scheme.as_deref(), Some(b"http" | b"https"));
+    if web && h.authority.is_none() && h.host.is_none() {
+        return Err("an http(s) request without :authority or host");
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+mod head_tests {
+    use super::*;
+
+    fn head(fields: &[(&str, &str)]) -> Result<RequestHead, &'static str> {
+        let mut b = HeadBuilder::default();
+        for (n, v) in fields {
+            b.field(n.as_bytes(), v.as_bytes());
+        }
+        request_head(b)
+    }
+
+    #[test]
+    fn an_http_request_names_its_host_in_authority_or_host() {
+        let bare = [(":method", "GET"), (":scheme", "https"), (":path", "/")];
+        assert_eq!(
+            head(&bare),
+            Err("an http(s) request without :authority or host")
+        );
+        let mut with_host = bare.to_vec();
+        with_host.push(("host", "example.com"));
+        assert!(head(&with_host).is_ok());
+        let mut with_authority = bare.to_vec();
+        with_authority.push((":authority", "example.com"));
+        assert!(head(&with_authority).is_ok());
+        // Another scheme has no authority to name.
+        let other = [(":method", "GET"), (":scheme", "foo"), (":path", "/")];
+        assert!(head(&other).is_ok());
+    }
 }

@@ -106,6 +106,7 @@ mod body;
 mod bytes;
 mod chunked;
 mod date;
+pub mod decoded;
 mod error;
 mod fields;
 mod head;

@@ -1,27 +1,37 @@
-//! Request fields as they are decoded (RFC 9113 §8.2, §8.3): pseudo-headers, regular fields
-//! checked one by one, and the HTTP/1.1 head a request becomes when it is served or proxied.
+//! Request fields as HTTP/2 and HTTP/3 decode them (RFC 9113 §8.2, §8.3; RFC 9114 §4.2,
+//! §4.3.1, which refer to RFC 9113's rules): pseudo-headers, regular fields checked one by
+//! one, and the HTTP/1.1 head a request becomes when it is served or proxied. `ringx-h2proto`
+//! (HPACK) and `ringx-h3proto` (QPACK) both build a [`RequestHead`] here, so the server makes
+//! its request from either the same way; HTTP/3's one rule of its own (an `http` or `https`
+//! request names its host) is checked by `ringx-h3proto`.
 //!
-//! Everything that could let an HTTP/2 request say something else once written as HTTP/1.1
+//! Everything that could let such a request say something else once written as HTTP/1.1
 //! (request smuggling through the downgrade) is malformed here: CR, LF or NUL in a value,
 //! field names outside lowercase token characters, connection-specific fields,
 //! `Transfer-Encoding`, a `content-length` that is not one number, a `:path` that is not an
 //! origin-form path (or `*`), an `:authority` with userinfo or bytes a host cannot hold,
 //! `Host` disagreeing with `:authority`. The HTTP/1.1 head built from what passes is parsed
-//! again by `ringx-http`'s strict parser before anything uses it.
+//! again by this crate's strict parser before anything uses it.
 
 /// A request's head as decoded.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RequestHead {
+    /// `:method`.
     pub method: Vec<u8>,
+    /// `:scheme` (None for CONNECT).
     pub scheme: Option<Vec<u8>>,
+    /// `:authority`.
     pub authority: Option<Vec<u8>>,
+    /// `:path` (None for CONNECT).
     pub path: Option<Vec<u8>>,
     /// The regular fields as HTTP/1.1 lines (`name: value\r\n`), without `host`,
     /// `content-length` and `cookie` (which are in their own places).
     pub lines: Vec<u8>,
     /// `cookie` fields joined with "; " (RFC 9113 §8.2.3).
     pub cookie: Vec<u8>,
+    /// The `host` field, if any.
     pub host: Option<Vec<u8>>,
+    /// The `content-length` field, checked to be one number.
     pub content_length: Option<u64>,
 }
 
@@ -91,12 +101,15 @@ impl RequestHead {
 /// Collects a request's fields as they are decoded; the first fault is kept.
 #[derive(Default)]
 pub struct HeadBuilder {
+    /// The head so far.
     pub head: RequestHead,
     regular_seen: bool,
+    /// The first fault found: the request is malformed.
     pub fault: Option<&'static str>,
 }
 
 impl HeadBuilder {
+    /// Takes one decoded field (a pseudo-header or a regular field), in the order sent.
     pub fn field(&mut self, name: &[u8], value: &[u8]) {
         if self.fault.is_some() {
             return;
@@ -210,11 +223,14 @@ impl HeadBuilder {
 /// Collects trailers as HTTP/1.1 lines (`name: value\r\n`), for a chunked body's end.
 #[derive(Default)]
 pub struct TrailerBuilder {
+    /// The trailers as HTTP/1.1 lines.
     pub lines: Vec<u8>,
+    /// The first fault found: the trailer section is malformed.
     pub fault: Option<&'static str>,
 }
 
 impl TrailerBuilder {
+    /// Takes one decoded trailer field.
     pub fn field(&mut self, name: &[u8], value: &[u8]) {
         if self.fault.is_some() {
             return;
@@ -314,7 +330,7 @@ const CLASS: [u8; 256] = {
 
 /// A regular field's name: lowercase token characters, and not one that belongs to a
 /// connection (RFC 9113 §8.2.2).
-pub(crate) fn check_name(name: &[u8]) -> Result<(), &'static str> {
+pub fn check_name(name: &[u8]) -> Result<(), &'static str> {
     if name.is_empty() || !name.iter().all(|&b| is_tchar(b) && !b.is_ascii_uppercase()) {
         return Err("a field name that is not a lowercase token");
     }
@@ -327,7 +343,7 @@ pub(crate) fn check_name(name: &[u8]) -> Result<(), &'static str> {
 }
 
 /// A field value: no NUL, CR or LF, and no whitespace at either end (RFC 9113 §8.2.1).
-pub(crate) fn check_value(v: &[u8]) -> Result<(), &'static str> {
+pub fn check_value(v: &[u8]) -> Result<(), &'static str> {
     if v.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
         return Err("NUL, CR or LF in a field value");
     }
@@ -345,7 +361,8 @@ fn check_authority(v: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
-pub(crate) fn parse_length(v: &[u8]) -> Result<u64, &'static str> {
+/// A `content-length` value: one number of at most 19 digits.
+pub fn parse_length(v: &[u8]) -> Result<u64, &'static str> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return Err("an invalid content-length");
     }
