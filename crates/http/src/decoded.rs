@@ -13,6 +13,8 @@
 //! `Host` disagreeing with `:authority`. The HTTP/1.1 head built from what passes is parsed
 //! again by this crate's strict parser before anything uses it.
 
+use crate::bytes::is_tchar;
+
 /// A request's head as decoded.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RequestHead {
@@ -255,49 +257,19 @@ fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// RFC 9110 token characters (a table: every byte of every field name is looked up).
-#[inline]
-pub fn is_tchar(b: u8) -> bool {
-    CLASS[b as usize] & TCHAR != 0
-}
-
 /// A byte of `:authority` or `host`: RFC 3986's unreserved, sub-delims, `:`, `[`, `]`, `%`.
 #[inline]
 fn is_authority_byte(b: u8) -> bool {
-    CLASS[b as usize] & AUTHORITY != 0
+    AUTHORITY[b as usize]
 }
 
-const TCHAR: u8 = 1;
-const AUTHORITY: u8 = 2;
-
-/// Each byte's classes.
-const CLASS: [u8; 256] = {
-    let mut t = [0u8; 256];
+/// The bytes of `:authority` and `host`, as a table (every byte is looked up).
+const AUTHORITY: [bool; 256] = {
+    let mut t = [false; 256];
     let mut i = 0;
     while i < 256 {
         let b = i as u8;
         let alnum = b.is_ascii_alphanumeric();
-        if alnum
-            || matches!(
-                b,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            )
-        {
-            t[i] |= TCHAR;
-        }
         if alnum
             || matches!(
                 b,
@@ -321,7 +293,7 @@ const CLASS: [u8; 256] = {
                     | b'%'
             )
         {
-            t[i] |= AUTHORITY;
+            t[i] = true;
         }
         i += 1;
     }
@@ -494,7 +466,7 @@ mod tests {
         for b in 0..=255u8 {
             let tchar = b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
             let auth = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b);
-            assert_eq!(super::is_tchar(b), tchar, "{b:#x}");
+            assert_eq!(is_tchar(b), tchar, "{b:#x}");
             assert_eq!(super::is_authority_byte(b), auth, "{b:#x}");
         }
     }
