@@ -346,7 +346,7 @@ impl H2 {
     /// Streams take their turns at sending (`Link::pump`); those whose response ended are
     /// finished, those that failed reset.
     pub(super) fn pump(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        let mut done = self.link.pump(cx, b, c, &mut self.streams);
+        let done = self.link.pump(cx, b, c, &mut self.streams);
         for &(id, failed) in &done {
             if failed {
                 self.link.conn.reset(id, ErrorCode::Internal);
@@ -355,7 +355,6 @@ impl H2 {
                 self.finish(cx, b, id);
             }
         }
-        done.clear();
         self.link.give_back(done);
     }
 
