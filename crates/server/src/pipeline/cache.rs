@@ -2,7 +2,7 @@
 //! looks the request up and its decision becomes a [`Step`] ([`step`]); with an answer from
 //! the cache written, the capture a fill's exchange carries, and storing what it brought.
 //! The roles carry out the steps (answering, proxying with the capture, holding the
-//! request) and complete the fills (`role/http1/proxy.rs`, `role/h2/serve.rs`, and the
+//! request) and complete the fills (`role/http1/steps.rs`, `role/h2/serve.rs`, and the
 //! background refreshes of `role/multiplex/refresh.rs`).
 
 use std::rc::Rc;

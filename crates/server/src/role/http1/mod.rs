@@ -2,45 +2,41 @@
 //! when a request is complete in one segment), route it, answer in order (pipelining), apply
 //! the limits and timeouts, keep the connection alive or close it cleanly (lingering).
 //!
-//! Requests routed to `proxy_pass` become an [`Exchange`] (`proxy.rs`); everything else is
-//! answered here through the response writer (`local.rs`).
+//! The pipeline decides what a request gets (`crate::pipeline::serve`); a local answer is
+//! written here, a request routed to `proxy_pass` becomes an `Exchange` in the connection's
+//! `Proxying` slot, and the other steps (a refusal, a wait, a subrequest, a fallback) are
+//! carried out in `steps.rs`. Where the connection is in its request cycle, and how it goes
+//! on after a response, is its `Cycle` (`cycle.rs`).
 
-mod fallback;
+mod cycle;
 mod file_body;
 mod phase;
 mod prepared;
-mod proxy;
+mod proxying;
+mod steps;
 mod write;
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
-use std::time::Instant;
 
 use ringx_config::ops::LogFormat;
 use ringx_engine::ConnId;
 use ringx_http::{BodyKind, Method, Parsed, Request, Version};
 
-use crate::answer::fallback::{save_head, Fallback};
 use crate::answer::ReqCtx;
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
-use crate::pipeline::access::{self, Refusal};
+use crate::pipeline::access;
 use crate::pipeline::pending::Pending;
 use crate::pipeline::serve::{serve, Asked};
-use crate::pipeline::{routing, Step};
+use crate::pipeline::{cache, routing, Hit, Step};
 use crate::response::{ConnHdr, ErrorPage, Written};
-use crate::role::exchange::capture::Capture;
-use crate::role::exchange::Exchange;
-use crate::role::proxy_header;
+use cycle::Cycle;
 use phase::Next;
 pub use phase::Phase;
 use prepared::{BodyRead, Prepared};
-
-/// Queued output above which a connection stops reading (pipelined requests wait).
-const OUT_HIGH_WATER: u64 = 256 * 1024;
-/// Input a proxied request may buffer while its reading is paused.
-const PAUSED_BODY_LIMIT: usize = 8 << 20;
+use proxying::Proxying;
 /// Header storage on the stack per parse.
 const MAX_HEADERS_STACK: usize = 128;
 /// During a drain, idle keep-alive connections get this long for one more request (answered
@@ -48,25 +44,15 @@ const MAX_HEADERS_STACK: usize = 128;
 /// request the client already sent.
 pub const DRAIN_IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(1000);
 
-/// A request re-served at an `error_page` location, as it came (with its body) and where.
-type Rerouted<'a> = Option<(&'a Request<'a, 'a>, Option<Vec<u8>>, &'a Fallback)>;
-
 /// An HTTP/1.x client connection.
 pub struct Http1 {
-    pub(crate) phase: Phase,
-    requests: u32,
-    /// The current request asked to close the connection (`Connection: close`, or HTTP/1.0
-    /// without keep-alive): the client sends nothing more after it (RFC 9112 §9.6).
-    client_closes: bool,
+    /// Where the connection is in its request cycle.
+    cycle: Cycle,
     /// The response waiting for its request body to be read (boxed: rare, and it keeps the
     /// connection role small).
     prepared: Option<Box<Prepared>>,
-    /// The request being proxied.
-    pub(crate) exchange: Option<Box<Exchange>>,
-    /// The last exchange of this connection, kept for the next proxied request: its head
-    /// and retry vectors keep their capacity, so a keep-alive connection whose requests are
-    /// proxied allocates nothing for them after the first.
-    spare: Option<Box<Exchange>>,
+    /// The request being proxied, or a request of the server's own.
+    proxying: Proxying,
     /// What the pipeline decided so far for the request in progress: its guard's progress,
     /// that it was held and resumed (counted and logged already), the error pages of the
     /// location proxying it, and where an `error_page` re-serves it (with its head and body
@@ -81,42 +67,35 @@ impl Http1 {
     /// A new connection; `proxy_header`: a PROXY protocol header comes first.
     pub fn new(proxy_header: bool) -> Http1 {
         Http1 {
-            phase: if proxy_header {
-                Phase::ProxyHeader
-            } else {
-                Phase::Idle
-            },
-            requests: 0,
-            client_closes: false,
+            cycle: Cycle::new(proxy_header),
             prepared: None,
-            exchange: None,
-            spare: None,
+            proxying: Proxying::default(),
             pending: Pending::default(),
             encoding: None,
         }
     }
 
     pub fn phase(&self) -> Phase {
-        self.phase
+        self.cycle.phase
     }
 
     /// Nothing read yet: the connection may still turn out to be HTTP/2 (h2c preface).
     pub fn is_fresh(&self) -> bool {
-        self.phase == Phase::Idle && self.requests == 0
+        self.cycle.is_fresh()
     }
 
     /// Between requests with nothing buffered or queued: a keep-alive connection at rest.
     pub fn is_idle(&self, b: &Base, io: &ringx_engine::Io, c: ConnId) -> bool {
-        self.phase == Phase::Idle && b.inbuf.is_empty() && b.tr.pending(io, c) == 0
+        self.cycle.phase == Phase::Idle && b.inbuf.is_empty() && b.tr.pending(io, c) == 0
     }
 
     /// The request in progress is this connection's last (its listener goes away).
     pub fn last_request(&mut self) {
-        self.requests = self.requests.max(u32::MAX - 1);
+        self.cycle.last_request();
     }
 
     pub fn on_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
-        match self.phase {
+        match self.cycle.phase {
             Phase::Lingering => return,
             Phase::ProxyHeader => {
                 if self.proxy_header(cx, b, c, data) {
@@ -127,27 +106,12 @@ impl Http1 {
             _ => {}
         }
         if b.paused {
-            b.inbuf.extend_from_slice(data);
-            // Pausing takes effect at the next submission: a proxied body may deliver what
-            // the socket had queued meanwhile (bounded by the socket's receive buffer).
-            let limit = if matches!(self.phase, Phase::Proxy | Phase::Wait) {
-                PAUSED_BODY_LIMIT
-            } else {
-                cx.ctx.set.max_buffered
-            };
-            if b.inbuf.len() > limit {
-                cx.io.close(c);
-            } else if b.inbuf.len() > cx.ctx.set.limits.max_head {
-                // Held without stopping the receive (a request waiting for its upstream), and
-                // the client keeps sending: now stop it (no-op if already stopped).
-                cx.io.pause_recv(c);
-            }
-            return;
+            return self.cycle.buffer_paused(cx, b, c, data);
         }
         if b.inbuf.is_empty() {
             // The common case: parse straight from the receive buffer, keep only a tail.
             let used = self.process(cx, b, c, data);
-            if used < data.len() && self.phase != Phase::Lingering {
+            if used < data.len() && self.cycle.phase != Phase::Lingering {
                 b.inbuf.extend_from_slice(&data[used..]);
             }
         } else {
@@ -162,8 +126,13 @@ impl Http1 {
 
     pub fn on_eof(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         b.eof = true;
-        match self.phase {
-            Phase::Proxy => self.proxy_client_eof(cx, b, c),
+        match self.cycle.phase {
+            Phase::Proxy if self.proxying.body_missing() => {
+                self.proxying.end(cx);
+                cx.io.close(c);
+            }
+            // Otherwise the response is still delivered, then the connection closes.
+            Phase::Proxy => {}
             Phase::Lingering if b.tr.pending(cx.io, c) == 0 => cx.io.close(c),
             Phase::Lingering => b.tr.close_after_flush(cx.io, c),
             Phase::Body | Phase::Head => cx.io.close(c),
@@ -174,11 +143,14 @@ impl Http1 {
     }
 
     pub fn on_flushed(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        if self.phase == Phase::Proxy {
-            return self.proxy_client_flushed(cx);
+        if self.cycle.phase == Phase::Proxy {
+            return self.proxying.client_flushed(cx);
         }
-        if self.phase == Phase::Compressing {
-            if self.compress_more(cx, b, c).is_some() && self.phase == Phase::Idle && !b.paused {
+        if self.cycle.phase == Phase::Compressing {
+            if self.compress_more(cx, b, c).is_some()
+                && self.cycle.phase == Phase::Idle
+                && !b.paused
+            {
                 self.process_buffered(cx, b, c);
             }
             return;
@@ -190,7 +162,7 @@ impl Http1 {
     }
 
     pub fn on_closed(&mut self, cx: &mut Cx) {
-        self.proxy_client_closed(cx);
+        self.proxying.end(cx);
         self.prepared = None;
         self.pending.clear();
         self.encoding = None;
@@ -198,14 +170,19 @@ impl Http1 {
 
     /// The connection's deadline passed with nothing left to send.
     pub fn expire(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        match self.phase {
+        match self.cycle.phase {
             Phase::Idle
             | Phase::Lingering
             | Phase::ProxyHeader
             | Phase::Wait
             | Phase::Compressing => cx.io.close(c),
             Phase::Head | Phase::Body => self.fail(cx, b, c, 408, false),
-            Phase::Proxy => self.proxy_client_timeout(cx, b, c),
+            Phase::Proxy if self.proxying.in_body() => self.abort_request(cx, b, c, 408),
+            Phase::Proxy => {
+                // Waiting for the upstream: its read timeout decides.
+                let at = cx.io.now() + cx.ctx.set.send_timeout;
+                cx.ctx.set_deadline(cx.io, b, c, at);
+            }
         }
     }
 
@@ -242,23 +219,16 @@ impl Http1 {
             },
         };
         cx.ctx.log.status(cx.io, c, w, b);
+        self.close_after(cx, b, c);
+    }
+
+    /// The response that ends the connection is queued: the request is logged and complete
+    /// (for `limit_conn`), and the connection lingers.
+    fn close_after(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         self.prepared = None;
         self.pending.progress.conn = None;
-        self.linger(cx, b, c);
-    }
-
-    /// Half-closes after the queued output and discards input until the client closes, so
-    /// unread input cannot turn into a reset that destroys the response.
-    fn linger(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        self.phase = Phase::Lingering;
-        b.inbuf = Vec::new();
-        b.tr.shutdown_after_flush(cx.io, c);
-        let at = cx.io.now() + cx.ctx.set.lingering_timeout;
-        cx.ctx.set_deadline(cx.io, b, c, at);
-        if b.eof {
-            b.tr.close_after_flush(cx.io, c);
-        }
+        self.cycle.linger(cx, b, c);
     }
 
     /// Consumes what it can of `input`; returns the bytes consumed.
@@ -268,7 +238,7 @@ impl Http1 {
             if b.paused {
                 break;
             }
-            match self.phase {
+            match self.cycle.phase {
                 Phase::Lingering => return input.len(),
                 Phase::Proxy => {
                     // The request body streams to the upstream; anything after it waits.
@@ -276,7 +246,7 @@ impl Http1 {
                         Some(n) => pos += n,
                         None => return input.len(),
                     }
-                    if self.phase == Phase::Proxy {
+                    if self.cycle.phase == Phase::Proxy {
                         break; // else it ended with its body (a fallback answered it)
                     }
                 }
@@ -313,8 +283,8 @@ impl Http1 {
                         &cx.ctx.set.limits,
                     ) {
                         Ok(Parsed::Partial) => {
-                            if self.phase == Phase::Idle {
-                                self.phase = Phase::Head;
+                            if self.cycle.phase == Phase::Idle {
+                                self.cycle.phase = Phase::Head;
                                 let at = cx.io.now() + cx.ctx.set.header_timeout;
                                 cx.ctx.set_deadline(cx.io, b, c, at);
                             }
@@ -351,18 +321,16 @@ impl Http1 {
         req: &Request,
         more_input: bool,
     ) -> Next {
-        if !std::mem::take(&mut self.pending.resumed) {
+        let first = !std::mem::take(&mut self.pending.resumed);
+        if first {
             cx.ctx.log.request(cx.io, c, req, b);
-            self.requests += 1;
             // What the last request left is cleared where it was used (the page when its
             // exchange ends, the fallback when the proxy starts, the kept head when it is
             // resumed): here only the guard's progress, one test unless a guard ran.
             self.pending.progress.clear();
         }
-        self.client_closes = !req.keep_alive;
-        let set = &cx.ctx.set;
+        let keep = self.cycle.request(cx, first, req.keep_alive);
         let head_only = req.method == Method::Head;
-        let keep = req.keep_alive && !cx.ctx.draining && self.requests < set.keepalive_requests;
         // `Content-Length: 0` is no body to wait for (an error page may re-serve it elsewhere).
         let has_body = !matches!(req.body, BodyKind::None | BodyKind::Length(0));
         // The real client address (`real_ip_from`) is what rules, keys and `$remote_addr` see.
@@ -434,13 +402,10 @@ impl Http1 {
         if let Some(fb) = r.fallback {
             return self.fall_back(cx, b, c, req, &fb, (keep, more_input));
         }
-        if let Some((f, off, len)) = r.file {
-            b.tr.send_file(cx.io, c, f, off, len);
-        }
-        cx.ctx.log.status(cx.io, c, r.written, b);
+        write::sent(cx, b, c, r.written, r.file);
         if let Some(s) = r.encoder {
             self.encoding = Some((s, !keep || r.close));
-            self.phase = Phase::Compressing;
+            self.cycle.phase = Phase::Compressing;
             b.paused = true; // pipelined requests wait in the buffer
             return self.compress_more(cx, b, c).unwrap_or(Next::Hold);
         }
@@ -457,7 +422,7 @@ impl Http1 {
             file_body::Pumped::Failed => {
                 self.encoding = None;
                 cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-                self.phase = Phase::Lingering;
+                self.cycle.phase = Phase::Lingering;
                 cx.io.close(c);
                 Some(Next::Stop)
             }
@@ -484,107 +449,49 @@ impl Http1 {
         keep: bool,
     ) -> Next {
         let ch = ConnHdr::new(req.version == Version::Http11, keep);
-        let p = match Prepared::make(cx, req, (route, rq), ch) {
-            Ok(p) => p,
-            Err(refusal) => {
-                refusal.send(cx, b, c);
-                cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-                self.pending.progress.conn = None;
-                self.linger(cx, b, c);
-                return Next::Stop;
-            }
+        let Some(p) = Prepared::start(cx, b, c, (req, route, rq), ch) else {
+            self.close_after(cx, b, c);
+            return Next::Stop;
         };
         self.prepared = Some(p);
-        self.phase = Phase::Body;
-        if req.expect_continue {
-            b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
-        }
-        let at = cx.io.now() + cx.ctx.set.body_timeout;
-        cx.ctx.set_deadline(cx.io, b, c, at);
+        self.cycle.phase = Phase::Body;
         Next::Continue
     }
 
-    /// Carries out what the stages decided for a request that does not go on to its
-    /// location's answer or proxy: a refusal (its error page, or the plain refusal), a wait,
-    /// an `auth_request` subrequest, a cache hit. `(keep, more_input)`: the connection stays
-    /// open after the answer; more input follows the request. `rerouted`: the request is
-    /// re-served at an `error_page` location (`fallback.rs`): as it came, with its body, and
-    /// where; it is no longer in the input, so it is kept to wait.
-    #[inline(never)]
-    fn carry_out(
+    /// Answers a request from the cache; a stale answer's refresh goes out on this
+    /// connection once the client has its answer (nginx's background update does the same).
+    /// `(keep, more_input)`: the connection stays open after it; more input follows.
+    fn hit(
         &mut self,
         cx: &mut Cx,
         b: &mut Base,
         c: ConnId,
-        (req, route, rerouted): (&Request, &routing::Route<'_>, Rerouted<'_>),
-        step: Step,
+        hit: Hit,
         (keep, more_input): (bool, bool),
     ) -> Next {
-        let fb = rerouted.as_ref().map(|r| r.2);
-        let waits = matches!(
-            step,
-            Step::WaitUntil(_) | Step::WaitVerify | Step::Ask { .. }
-        );
-        let waiting = match rerouted {
-            Some((req, body, fb)) if waits => {
-                self.pending
-                    .wait_rerouted(save_head(req), body, (fb, &cx.ctx.routes), keep);
-                Next::Hold
-            }
-            _ => Next::Defer,
-        };
-        match step {
-            Step::Refuse { status, headers } => {
-                let f = Refusal::of(route, fb, (status, &headers));
-                if let Some(next) = f.and_then(|f| self.refused(cx, b, c, req, &f, keep)) {
-                    return next;
-                }
-                let Some((_, close)) = write::refusal(cx, b, c, req, status, headers.plain(), keep)
-                else {
-                    return Next::Stop;
-                };
-                if close && fb.is_none() {
-                    cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
-                    self.pending.progress.conn = None;
-                    self.linger(cx, b, c);
-                    return Next::Stop;
-                }
-                self.after_response(cx, b, c, close || !keep, more_input)
-            }
-            Step::WaitUntil(until) => {
-                self.hold(cx, b, c, Some(until));
-                waiting
-            }
-            Step::WaitVerify => {
-                self.hold(cx, b, c, None);
-                waiting
-            }
-            Step::Ask { upstream, head } => {
-                self.subrequest(cx, b, c, upstream, head, Capture::subrequest());
-                waiting
-            }
-            Step::Hit(hit) => self.hit(cx, b, c, *hit, (keep, more_input)),
-            // Steps that go on are the caller's.
-            Step::Go(_) | Step::Proxy(_) | Step::Grpc | Step::Local => Next::Continue,
+        let Hit {
+            found,
+            status,
+            line,
+            asked,
+            refresh,
+        } = hit;
+        if write::found(cx, b, c, found, (status, &line), &asked).is_none() {
+            return Next::Stop;
         }
-    }
-
-    /// Holds the request (its head stays buffered) until `until`, then looks at it again
-    /// (None: until what it waits for resumes it, within a `send_timeout`).
-    pub(super) fn hold(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, until: Option<Instant>) {
-        self.phase = Phase::Wait;
-        b.paused = true;
-        if let Some(t) = until {
-            cx.ctx.wake_at(cx.io, t, c, b.gen);
+        let next = self.after_response(cx, b, c, !keep, more_input);
+        if let (Some((fill, up, head)), Phase::Idle) = (refresh, self.cycle.phase) {
+            let cap = cache::filling(fill, false);
+            self.subrequest(cx, b, c, up, head, cap);
+            return Next::Hold;
         }
-        let at = until.unwrap_or(cx.io.now()) + cx.ctx.set.send_timeout;
-        cx.ctx.set_deadline(cx.io, b, c, at);
+        next
     }
 
     /// The auth pool's answer `ok` for credentials `key` (`guard::verify`): the request that
     /// waits for it is looked at again; an answer it does not wait for is dropped.
     pub fn verified(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, key: u128, ok: bool) {
-        if self.phase == Phase::Wait && self.pending.progress.verified(key, ok) {
+        if self.cycle.phase == Phase::Wait && self.pending.progress.verified(key, ok) {
             self.resume(cx, b, c);
         }
     }
@@ -592,10 +499,10 @@ impl Http1 {
     /// A held request's time came (or what it waited for is there): it is parsed and routed
     /// again, with what was already decided for it kept.
     pub fn resume(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        if self.phase != Phase::Wait {
+        if self.cycle.phase != Phase::Wait {
             return;
         }
-        self.phase = Phase::Idle;
+        self.cycle.phase = Phase::Idle;
         b.paused = false;
         if !b.eof {
             cx.io.resume_recv(c);
@@ -609,7 +516,7 @@ impl Http1 {
 
     /// The body was read completely: send the response that waited for it.
     fn finish_body(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        self.phase = Phase::Idle;
+        self.cycle.phase = Phase::Idle;
         let Some(mut p) = self.prepared.take() else {
             return;
         };
@@ -635,34 +542,7 @@ impl Http1 {
         cx.ctx.log.end(cx.io, c, b, cx.ctx.id);
         // The request is complete for limit_conn.
         self.pending.progress.conn = None;
-        let now = cx.io.now();
-        if close || cx.ctx.draining {
-            if more_input || self.requests == 0 {
-                self.linger(cx, b, c);
-            } else {
-                // Everything the client sent was read: nothing can turn the close into a reset.
-                self.phase = Phase::Lingering;
-                if self.client_closes {
-                    // It said it sends nothing more: the FIN may ride on the last segment.
-                    cx.io.peer_done(c);
-                }
-                b.tr.close_after_flush(cx.io, c);
-                let at = now + cx.ctx.set.send_timeout;
-                cx.ctx.set_deadline(cx.io, b, c, at);
-            }
-            return Next::Stop;
-        }
-        self.phase = Phase::Idle;
-        b.idle_since = now;
-        let at = now + cx.ctx.set.keepalive_timeout;
-        cx.ctx.set_deadline(cx.io, b, c, at);
-        if b.tr.pending(cx.io, c) > OUT_HIGH_WATER {
-            b.paused = true;
-            cx.io.pause_recv(c);
-            b.tr.notify_when_flushed(cx.io, c);
-        }
-        // `process` sees `paused` and keeps the rest buffered.
-        Next::Continue
+        self.cycle.next(cx, b, c, close, more_input)
     }
 
     /// Reads on: the receive re-armed (unless the client sent its FIN) and the input that
@@ -678,7 +558,7 @@ impl Http1 {
     fn process_buffered(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
         // Nothing buffered (after most responses): only a body being read or proxied looks
         // at empty input (its deadlines); every other phase would do nothing with it.
-        if !b.inbuf.is_empty() || matches!(self.phase, Phase::Body | Phase::Proxy) {
+        if !b.inbuf.is_empty() || matches!(self.cycle.phase, Phase::Body | Phase::Proxy) {
             let buf = std::mem::take(&mut b.inbuf);
             let used = self.process(cx, b, c, &buf);
             let mut buf = buf;
@@ -689,7 +569,7 @@ impl Http1 {
             b.inbuf = buf;
         }
         let busy = matches!(
-            self.phase,
+            self.cycle.phase,
             Phase::Body | Phase::Proxy | Phase::Wait | Phase::Compressing
         );
         if b.eof && !b.paused && !busy {
@@ -699,24 +579,13 @@ impl Http1 {
 
     /// Whether the connection still waits for its PROXY header.
     pub fn awaits_proxy_header(&self) -> bool {
-        self.phase == Phase::ProxyHeader
+        self.cycle.phase == Phase::ProxyHeader
     }
 
     /// Bytes before the PROXY header is complete; true once it is, with what followed it in
     /// `b.inbuf`, not processed yet (it may be the h2c preface: the zone decides).
     pub fn proxy_header(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) -> bool {
-        match proxy_header::feed(b, data) {
-            proxy_header::Step::Partial => false,
-            proxy_header::Step::Refused => {
-                self.phase = Phase::Lingering;
-                cx.io.close(c);
-                false
-            }
-            proxy_header::Step::Done => {
-                self.phase = Phase::Idle;
-                true
-            }
-        }
+        self.cycle.proxy_header(cx, b, c, data)
     }
 }
 

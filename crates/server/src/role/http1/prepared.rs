@@ -34,30 +34,48 @@ pub(super) struct Prepared {
 }
 
 impl Prepared {
-    /// The local answer to `req` (routed by `route`), `ch` the connection line it says.
-    /// Err: a refusal (a status of 400 or more), which does not wait for the body: it says
-    /// close already.
-    pub fn make(
+    /// The local answer to `req` (routed by `route`) on connection `c`, `ch` the connection
+    /// line it says: it waits for the body (`100 Continue` sent if asked for, the body's
+    /// deadline set). None: a refusal (a status of 400 or more), which does not wait for the
+    /// body: it went out at once, saying close, and the connection must linger.
+    pub fn start(
+        cx: &mut Cx,
+        b: &mut Base,
+        c: ConnId,
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
+        ch: ConnHdr,
+    ) -> Option<Box<Prepared>> {
+        let p = Prepared::make(cx, req, (route, rq), ch);
+        if p.written.status >= 400 {
+            let mut p = p;
+            p.say_close();
+            p.send(cx, b, c);
+            return None;
+        }
+        if req.expect_continue {
+            b.tr.write(cx.io, c, b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let at = cx.io.now() + cx.ctx.set.body_timeout;
+        cx.ctx.set_deadline(cx.io, b, c, at);
+        Some(p)
+    }
+
+    fn make(
         cx: &Cx,
         req: &Request,
         (route, rq): (&Route<'_>, &ReqCtx),
         ch: ConnHdr,
-    ) -> Result<Box<Prepared>, Box<Prepared>> {
+    ) -> Box<Prepared> {
         let mut bytes = Vec::new();
         let routes = &cx.ctx.routes;
         let r = routing::respond(routes, cx.ctx.responder(), &mut bytes, req, route, ch, rq);
-        let mut p = Box::new(Prepared {
+        Box::new(Prepared {
             body: BodyDecoder::new(req.body, BodyLimits::default()),
             bytes,
             written: r.written,
             file: r.file,
             close: r.close || ch == ConnHdr::Close,
-        });
-        if p.written.status >= 400 {
-            p.say_close();
-            return Err(p);
-        }
-        Ok(p)
+        })
     }
 
     /// Reads (and drops) what `input` holds of the request's body, within `max_body`.
