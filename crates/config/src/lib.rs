@@ -6,7 +6,7 @@
 //!
 //! The top level and `[runtime]`/`[http]` are in `schema`, errors in `error`; each other
 //! section is a module of its own with its types and its checks (`upstream`, `steering`,
-//! `xdp`, `ops`, `tls`, `tproxy`, `cluster`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
+//! `xdp`, `ops`, `tls`, `quic`, `tproxy`, `cluster`, and `vhost` for `[[server]]`). This file parses, runs the checks in order,
 //! and re-exports the types.
 
 pub mod acme;
@@ -22,6 +22,7 @@ pub mod keytmpl;
 pub mod lb;
 pub mod ops;
 pub mod policy;
+pub mod quic;
 pub mod rewrite;
 mod schema;
 pub mod steering;
@@ -171,6 +172,12 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
     vhost::validate_servers(&cfg.server, src)?;
     rewrite::check::check_servers(&cfg.server, src)?;
     http2::validate(&cfg.http2, src)?;
+    let limits = quic::Limits {
+        max_connections: &cfg.http.quic_max_connections,
+        idle_timeout: &cfg.http.quic_idle_timeout,
+        max_streams: &cfg.http.quic_max_streams,
+    };
+    quic::validate(limits, &cfg.server, &cfg.stream, src)?;
     tls::validate(
         &cfg.tls,
         cfg.server
@@ -253,3 +260,6 @@ mod tls_tests;
 
 #[cfg(test)]
 mod policy_tests;
+
+#[cfg(test)]
+mod quic_tests;

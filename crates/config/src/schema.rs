@@ -11,6 +11,7 @@ use crate::compress;
 use crate::guard;
 use crate::lb;
 use crate::ops;
+use crate::quic;
 use crate::steering;
 use crate::tls;
 use crate::units::{Dur, Size};
@@ -229,6 +230,23 @@ pub struct Http {
     pub real_ip_recursive: bool,
     /// Clients that keep sending malformed requests go into the XDP block list.
     pub escalate_malformed: Option<Spanned<guard::Escalate>>,
+    // HTTP/3 over QUIC, for servers with `quic = true` (`crate::quic`).
+    /// QUIC connections one zone holds at most; a new one past it is refused.
+    #[serde(default = "quic::default_max_connections")]
+    pub quic_max_connections: Spanned<u32>,
+    /// A QUIC connection with no packet for this long is closed (its max_idle_timeout).
+    #[serde(default = "quic::default_idle_timeout")]
+    pub quic_idle_timeout: Spanned<Dur>,
+    /// Request streams (bidirectional) one QUIC connection may have open at once.
+    #[serde(default = "quic::default_max_streams")]
+    pub quic_max_streams: Spanned<u32>,
+    /// When new clients must prove their address with a Retry token first.
+    #[serde(default)]
+    pub quic_retry: quic::Retry,
+    /// Accept 0-RTT (early data) on resumed connections. Off: a replayed request could
+    /// run twice.
+    #[serde(default)]
+    pub quic_early_data: bool,
 }
 
 impl Default for Http {

@@ -202,6 +202,8 @@ pub struct Stream {
     /// `"client"`: connect to the server from the client's own address (as `[[upstream]]
     /// bind`, for this stream only).
     pub bind: Option<Spanned<String>>,
+    /// Refused (`crate::quic`): HTTP/3 is a `[[server]]`'s; a stream passes QUIC on as UDP.
+    pub quic: Option<Spanned<bool>>,
 }
 
 /// A server with its address resolved.

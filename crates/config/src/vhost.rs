@@ -35,6 +35,11 @@ pub struct Server {
     /// Offer HTTP/2 by ALPN on this server's TLS (nginx's `http2 on|off`); unset: as
     /// `[http2] enable` says.
     pub http2: Option<bool>,
+    /// HTTP/3: QUIC on UDP at each of this server's listen addresses (the same ports as its
+    /// TCP listeners), which needs `tls`; its responses over TCP then carry `Alt-Svc` naming
+    /// those ports (`crate::quic`). Servers on the same address agree about it.
+    #[serde(default = "not_quic")]
+    pub quic: Spanned<bool>,
     /// Accept connections for addresses that are not this host's, which TPROXY rules steer
     /// to the listen addresses (`IP_TRANSPARENT`; needs CAP_NET_ADMIN; `crate::tproxy`).
     #[serde(default)]
@@ -129,6 +134,9 @@ pub struct Return {
 }
 
 fn not_default() -> Spanned<bool> {
+    Spanned::new(0..0, false)
+}
+fn not_quic() -> Spanned<bool> {
     Spanned::new(0..0, false)
 }
 fn yes() -> bool {
