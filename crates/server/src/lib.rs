@@ -27,6 +27,7 @@
 //! | [`guard`] | access rules, authentication, request and connection limits, escalation to XDP |
 
 pub mod accesslog;
+mod alt_svc;
 pub mod answer;
 pub mod cache;
 pub mod compiled;
@@ -50,6 +51,8 @@ pub mod udp_counters;
 pub mod upstream;
 pub mod zone;
 
+#[cfg(test)]
+mod alt_svc_tests;
 #[cfg(test)]
 mod testkit;
 

@@ -191,6 +191,9 @@ pub struct Canned {
     /// The same response compressed, one per coding that applies (made when the
     /// configuration is compiled: a `return` body never changes).
     pub variants: Vec<(Coding, Canned)>,
+    /// The last line of `head` (and the last of `fields`) is the server's `Alt-Svc`, for
+    /// `quic = true` (`crate::alt_svc`): a response over QUIC leaves it out.
+    pub alt_svc: bool,
 }
 
 impl Canned {
@@ -214,7 +217,23 @@ impl Canned {
             fields,
             ctype: "text/plain".into(),
             variants: Vec::new(),
+            alt_svc: false,
         }
+    }
+
+    /// Adds the server's `Alt-Svc` header `line` (with CRLF) at the end of the head, and of
+    /// each compressed variant's (`crate::alt_svc`).
+    pub fn add_alt_svc(&mut self, line: &str) {
+        let mut head = std::mem::take(&mut self.head);
+        head.extend_from_slice(line.as_bytes());
+        let mut c = Canned::new(self.status, head, std::mem::take(&mut self.body));
+        c.ctype = std::mem::take(&mut self.ctype);
+        c.variants = std::mem::take(&mut self.variants);
+        for (_, v) in &mut c.variants {
+            v.add_alt_svc(line);
+        }
+        c.alt_svc = true;
+        *self = c;
     }
 }
 

@@ -13,6 +13,7 @@ use ringx_config::upstream::StreamProtocol;
 use ringx_config::{Config, Location, Return, Server, Source};
 use toml::Spanned;
 
+use crate::alt_svc::AltSvc;
 use crate::compress::{Coding, Policy};
 use crate::error::Error;
 use crate::rewrite::headers::{AddHeaders, ErrTarget, ErrorPages, ProxyEdit};
@@ -227,7 +228,11 @@ fn finish_rewriting(
 ) -> Result<(), Error> {
     let srv_add = AddHeaders::compile(&s.add_header)?;
     let srv_pages = error_pages(cfg, &s.error_page, vs)?;
-    vs.add_header = srv_add.clone();
+    let alt_svc = AltSvc::of(s);
+    vs.add_header = match &alt_svc {
+        Some(a) => Some(a.server_lines(srv_add.clone())),
+        None => srv_add.clone(),
+    };
     vs.error_pages = srv_pages.clone();
     vs.recursive_pages = s.recursive_error_pages.unwrap_or(false);
     for (li, &ci) in order.iter().enumerate() {
@@ -259,6 +264,9 @@ fn finish_rewriting(
                 candidates: parsed.candidates,
                 fallback,
             });
+        }
+        if let Some(a) = &alt_svc {
+            a.apply(&mut vs.locations[li], &mut rw, l, vs.rw.is_some());
         }
         vs.locations[li].rw = (!rw.is_empty()).then(|| Box::new(rw));
     }

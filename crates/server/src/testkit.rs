@@ -60,13 +60,32 @@ impl Harness {
         (Harness::build(toml, 1024, ends.pop()), workers.remove(0))
     }
 
+    /// A zone serving `toml` with `quic = true` on every server, on its plain listeners: the
+    /// routes (and the `Alt-Svc` they add) are compiled as for TLS ones, which `ringx check`
+    /// asks QUIC servers to be, without certificates.
+    pub fn with_quic(toml: &str) -> Harness {
+        let mut cfg = ringx_config::parse("test.toml", toml).unwrap_or_else(|e| panic!("{e}"));
+        for s in &mut cfg.server {
+            *s.get_mut().quic.get_mut() = true;
+        }
+        Harness::from_config(&cfg, 1024, None)
+    }
+
     fn build(
         toml: &str,
         max_conns: u32,
         verify: Option<crate::guard::verify::ZoneVerify>,
     ) -> Harness {
         let cfg = ringx_config::parse("test.toml", toml).unwrap_or_else(|e| panic!("{e}"));
-        let c = Compiled::from(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        Harness::from_config(&cfg, max_conns, verify)
+    }
+
+    fn from_config(
+        cfg: &ringx_config::Config,
+        max_conns: u32,
+        verify: Option<crate::guard::verify::ZoneVerify>,
+    ) -> Harness {
+        let c = Compiled::from(cfg).unwrap_or_else(|e| panic!("{e}"));
         let (tx, events) = mpsc::channel();
         let ctl = Arc::new(ZoneCtl::new());
         let counters = Arc::new(ZoneCounters::default());

@@ -20,6 +20,7 @@ pub fn add_header_applies(status: u16) -> bool {
     )
 }
 
+#[derive(Clone)]
 struct Item {
     name: String,
     value: Template,
@@ -27,9 +28,12 @@ struct Item {
 }
 
 /// `add_header`, compiled.
+#[derive(Clone)]
 pub struct AddHeaders {
     items: Vec<Item>,
     has_vars: bool,
+    /// The last item is the server's `Alt-Svc`, added for `quic = true` (`crate::alt_svc`).
+    alt_svc: bool,
 }
 
 impl AddHeaders {
@@ -48,7 +52,44 @@ impl AddHeaders {
             });
         }
         let has_vars = items.iter().any(|i| i.value.literal().is_none());
-        Ok(Some(Arc::new(AddHeaders { items, has_vars })))
+        Ok(Some(Arc::new(AddHeaders {
+            items,
+            has_vars,
+            alt_svc: false,
+        })))
+    }
+
+    /// `lines` (none: no `add_header`) and `Alt-Svc: value` on every response, as `always`,
+    /// last; or `lines` as they are where they set `Alt-Svc` themselves: the operator's wins.
+    pub fn with_alt_svc(lines: Option<Arc<AddHeaders>>, value: &str) -> Arc<AddHeaders> {
+        let mut a = match lines {
+            Some(a) if a.sets("alt-svc") => return a,
+            Some(a) => AddHeaders::clone(&a),
+            None => AddHeaders {
+                items: Vec::new(),
+                has_vars: false,
+                alt_svc: false,
+            },
+        };
+        a.items.push(Item {
+            name: "Alt-Svc".into(),
+            value: Template::parse(value).expect("an Alt-Svc value names no variable"),
+            always: true,
+        });
+        a.alt_svc = true;
+        Arc::new(a)
+    }
+
+    /// Whether a line sets the field `name` (any case).
+    pub fn sets(&self, name: &str) -> bool {
+        self.items.iter().any(|i| i.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Whether the last line is the server's `Alt-Svc` (`crate::alt_svc`). The hook for
+    /// HTTP/3: a response over QUIC leaves that line out (its client is there already);
+    /// every response over TCP writes all the lines, and pays nothing for the question.
+    pub fn ends_with_alt_svc(&self) -> bool {
+        self.alt_svc
     }
 
     /// Whether a value names a variable (the response needs the request to be written).

@@ -998,3 +998,41 @@ listen = ["127.0.0.1:8080"]
     let g = cl.got(&mut h, 3);
     assert_eq!((g.status, g.body.as_slice()), (200, &b"guarded"[..]));
 }
+
+/// A QUIC server's answers over HTTP/2 carry its `Alt-Svc` once, as fields: a `return` from
+/// its load-time fields, a missing file's 404 from the location's added lines, a proxied
+/// response from its decoration (`alt_svc.rs`).
+#[test]
+fn a_quic_servers_answers_over_h2_carry_alt_svc() {
+    let dir = TempDir::new(&[]);
+    let mut h = Harness::with_quic(&format!(
+        "[[server]]\nlisten = [\"127.0.0.1:8443\"]\n\
+         [[server.location]]\npath = \"/\"\nreturn = {{ status = 200, body = \"hi\" }}\n\
+         [[server.location]]\npath = \"/f/\"\nalias = \"{}/\"\n\
+         [[server.location]]\npath = \"/up/\"\nproxy_pass = \"http://127.0.0.1:9001\"\n",
+        dir.path()
+    ));
+    let alt = |g: &Got| -> Vec<String> {
+        g.headers
+            .iter()
+            .filter(|(k, _)| k == "alt-svc")
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let want = ["h3=\":8443\"; ma=86400".to_string()];
+    let mut cl = Client::open(&mut h, &[]);
+    cl.get(&mut h, 1, "/");
+    let g = cl.got(&mut h, 1);
+    assert_eq!((g.status, alt(&g)), (200, want.to_vec()));
+    cl.get(&mut h, 3, "/f/missing");
+    let g = cl.got(&mut h, 3);
+    assert_eq!((g.status, alt(&g)), (404, want.to_vec()));
+    cl.get(&mut h, 5, "/up/x");
+    let (u, _) = h.accept_upstream();
+    h.flush();
+    h.upstream_got(u);
+    h.send(u, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    let g = cl.got(&mut h, 5);
+    assert_eq!((g.status, g.body.as_slice()), (200, &b"ok"[..]));
+    assert_eq!(alt(&g), want.to_vec());
+}
