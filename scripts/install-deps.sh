@@ -49,6 +49,9 @@ have dpkg-deb || need_apt+=(dpkg-dev)
 # Redis and Sentinel: [cluster]'s store (crates/cluster's tests, tests/test_cluster*.py).
 have redis-server || need_apt+=(redis-server)
 have redis-sentinel || need_apt+=(redis-sentinel)
+# ngtcp2's HTTP/3 client (gtlsclient): tests/test_h3.py's interop with a client no one here
+# wrote (aioquic, the other, is among the Python packages below).
+have gtlsclient || need_apt+=(ngtcp2-client)
 # Go builds h2spec and pebble (below); ensure_go installs it when missing or too old.
 
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -78,7 +81,7 @@ import importlib.util
 mods = {"pytest": "pytest", "prometheus_client": "prometheus_client", "matplotlib": "matplotlib",
         "cryptography": "cryptography", "h2": "h2", "httpx": "httpx[http2]",
         "brotli": "brotli", "zstandard": "zstandard", "grpc": "grpcio",
-        "selenium": "selenium", "yaml": "pyyaml"}
+        "selenium": "selenium", "yaml": "pyyaml", "aioquic": "aioquic"}
 print(" ".join(p for m, p in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )

@@ -119,6 +119,13 @@ impl Conn {
         self.out[s as usize].clear();
     }
 
+    /// The first `n` bytes of what [`out`](Self::out) gave for stream `s` were written (the
+    /// stream's window took no more): the rest waits for the next write.
+    pub fn consumed(&mut self, s: Uni, n: usize) {
+        let out = &mut self.out[s as usize];
+        out.drain(..n.min(out.len()));
+    }
+
     /// The peer's SETTINGS, once received.
     pub fn peer_settings(&self) -> Option<&Settings> {
         self.peer_settings.as_ref()

@@ -170,6 +170,9 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                 })
         })
         .max();
+    // HTTP/3: QUIC's datagrams (a larger one arrives truncated and is dropped).
+    let quic = cfg.server.iter().any(|s| *s.get_ref().quic.get_ref());
+    let udp_max = udp_max.max(quic.then_some(ringx_server::route::QUIC_MAX_DATAGRAM));
     let max_conns = cfg
         .runtime
         .max_conns

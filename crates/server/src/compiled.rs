@@ -94,8 +94,8 @@ fn fingerprint(ups: &Upstreams, routes: &Routes) -> String {
             st.upstream, st.idle_timeout, st.proxy_protocol, st.sni, st.udp
         );
     }
-    for (a, i) in routes.udp_listen.iter().zip(&routes.udp_stream) {
-        s += &format!("udp {a}->{i};");
+    for (a, i) in routes.udp_listen.iter().zip(&routes.udp_serves) {
+        s += &format!("udp {a}->{i:?};");
     }
     for (a, k) in routes.listen.iter().zip(&routes.listener_kind) {
         if let ListenerKind::Stream(i) = k {

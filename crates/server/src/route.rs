@@ -29,10 +29,11 @@ pub struct Routes {
     pub listener_kind: Vec<ListenerKind>,
     /// `[[stream]]` proxies.
     pub streams: Vec<StreamDef>,
-    /// UDP listen addresses (of `protocol = "udp"` streams), apart from the TCP ones in
-    /// `listen`: a zone's UDP listener for `udp_listen[i]` serves `streams[udp_stream[i]]`.
+    /// UDP listen addresses (of `protocol = "udp"` streams, and HTTP/3's on the addresses
+    /// of `quic = true` servers), apart from the TCP ones in `listen`: a zone's UDP listener
+    /// for `udp_listen[i]` serves what `udp_serves[i]` says.
     pub udp_listen: Vec<SocketAddr>,
-    pub udp_stream: Vec<usize>,
+    pub udp_serves: Vec<UdpServes>,
     /// Listen addresses bound `IP_TRANSPARENT` (`transparent = true`), and whether each is
     /// UDP.
     pub transparent: Vec<(SocketAddr, bool)>,
@@ -253,6 +254,23 @@ pub struct LocId {
     pub loc: usize,
 }
 
+/// What a UDP listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpServes {
+    /// `streams[i]`, a `protocol = "udp"` stream.
+    Stream(usize),
+    /// HTTP/3 for the servers of TCP listener `routes.listen[listen]`, on its address.
+    Quic { listen: u32 },
+}
+
+/// The largest QUIC datagram a zone receives whole: clients send at most their path's MTU
+/// (1,200 to 1,500 bytes on the Internet; loopback allows more, which quinn-proto's path MTU
+/// discovery finds, up to this).
+pub const QUIC_MAX_DATAGRAM: u32 = 1500;
+
+/// The receive buffer a QUIC listener asks for.
+pub const QUIC_RCVBUF: u32 = 4 << 20;
+
 impl Routes {
     /// The location `id` names.
     pub fn location(&self, id: LocId) -> &Loc {
@@ -261,11 +279,13 @@ impl Routes {
 
     /// The receive buffer a UDP listener on `addr` asks for (0: the kernel's default).
     pub fn udp_rcvbuf(&self, addr: SocketAddr) -> u32 {
-        self.udp_listen
-            .iter()
-            .position(|a| *a == addr)
-            .and_then(|i| self.streams[self.udp_stream[i]].udp)
-            .map_or(0, |u| u.rcvbuf)
+        let i = self.udp_listen.iter().position(|a| *a == addr);
+        match i.map(|i| self.udp_serves[i]) {
+            Some(UdpServes::Stream(s)) => self.streams[s].udp.map_or(0, |u| u.rcvbuf),
+            // A burst of a fast download's acknowledgements, or of new clients' Initials.
+            Some(UdpServes::Quic { .. }) => QUIC_RCVBUF,
+            None => 0,
+        }
     }
 
     /// Whether the listener for `addr` (a UDP one when `udp`) is bound `IP_TRANSPARENT`.

@@ -20,7 +20,7 @@ use crate::rewrite::headers::{AddHeaders, ErrTarget, ErrorPages, ProxyEdit};
 use crate::rewrite::{FallbackC, LocKind, LocRw, ReturnT, ServerRw, TryFilesC};
 use crate::route::{
     Action, Canned, FileRoot, HostMode, ListenerKind, Loc, ProxyLoc, Routes, StreamDef, UdpDef,
-    VServer, UDP_MAX_DATAGRAM, UDP_MAX_SESSIONS, UDP_RCVBUF,
+    UdpServes, VServer, UDP_MAX_DATAGRAM, UDP_MAX_SESSIONS, UDP_RCVBUF,
 };
 use crate::upstream::Upstreams;
 
@@ -111,7 +111,19 @@ impl Routes {
             })
             .collect();
         let mut streams = Vec::new();
-        let (mut udp_listen, mut udp_stream) = (Vec::new(), Vec::new());
+        let (mut udp_listen, mut udp_serves) = (Vec::new(), Vec::new());
+        // HTTP/3: UDP on the address of each TCP listener whose servers have `quic = true`
+        // (the configuration checked that the servers of an address agree).
+        for (i, a) in listen.iter().enumerate() {
+            let quic = cfg.server.iter().any(|s| {
+                let s = s.get_ref();
+                *s.quic.get_ref() && s.listen.iter().any(|b| b.get_ref() == a)
+            });
+            if quic {
+                udp_listen.push(*a);
+                udp_serves.push(UdpServes::Quic { listen: i as u32 });
+            }
+        }
         for st in &cfg.stream {
             let st = st.get_ref();
             let upstream = ups.resolve_target(st.proxy_pass.get_ref())?;
@@ -137,7 +149,7 @@ impl Routes {
             for a in &st.listen {
                 if udp.is_some() {
                     udp_listen.push(*a.get_ref());
-                    udp_stream.push(streams.len());
+                    udp_serves.push(UdpServes::Stream(streams.len()));
                     continue;
                 }
                 listen.push(*a.get_ref());
@@ -199,7 +211,7 @@ impl Routes {
             listener_kind,
             streams,
             udp_listen,
-            udp_stream,
+            udp_serves,
             transparent: ringx_config::tproxy::transparent_listeners(&cfg.server, &cfg.stream)
                 .into_iter()
                 .map(|(a, p)| (a, p == StreamProtocol::Udp))

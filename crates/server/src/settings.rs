@@ -24,6 +24,43 @@ pub struct Settings {
     pub http2: bool,
     pub h2c: bool,
     pub h2: ringx_h2proto::Limits,
+    /// HTTP/3 (`quic = true` servers): what a zone's QUIC endpoints hold peers to.
+    pub quic: QuicSettings,
+}
+
+/// When new QUIC clients must prove their address with a Retry first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryWhen {
+    /// Once a zone holds half of `max_connections`.
+    Auto,
+    Always,
+    Never,
+}
+
+/// What a zone's QUIC endpoints hold peers to (`[http] quic_*`).
+#[derive(Clone, Debug)]
+pub struct QuicSettings {
+    /// Connections one zone holds at most.
+    pub max_connections: u32,
+    /// A connection with no packet for this long is closed.
+    pub idle_timeout: Duration,
+    /// Request streams one connection may have open at once.
+    pub max_streams: u32,
+    pub retry: RetryWhen,
+    /// 0-RTT accepted (off: a replayed request could run twice).
+    pub early_data: bool,
+}
+
+impl Default for QuicSettings {
+    fn default() -> QuicSettings {
+        QuicSettings {
+            max_connections: 10_000,
+            idle_timeout: Duration::from_secs(30),
+            max_streams: 100,
+            retry: RetryWhen::Auto,
+            early_data: false,
+        }
+    }
 }
 
 /// The protocol crate's limits from `[http2]`.
@@ -64,6 +101,17 @@ impl Settings {
             http2: h2.enable,
             h2c: h2.enable && h2.h2c,
             h2: h2_limits(h2),
+            quic: QuicSettings {
+                max_connections: *h.quic_max_connections.get_ref(),
+                idle_timeout: h.quic_idle_timeout.get_ref().0,
+                max_streams: *h.quic_max_streams.get_ref(),
+                retry: match h.quic_retry {
+                    ringx_config::quic::Retry::Auto => RetryWhen::Auto,
+                    ringx_config::quic::Retry::Always => RetryWhen::Always,
+                    ringx_config::quic::Retry::Never => RetryWhen::Never,
+                },
+                early_data: h.quic_early_data,
+            },
         }
     }
 }

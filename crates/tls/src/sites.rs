@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use rustls::server::{
-    ProducesTickets, ResolvesServerCert, ServerSessionMemoryCache, WebPkiClientVerifier,
+    ClientHello, ProducesTickets, ResolvesServerCert, ServerSessionMemoryCache,
+    WebPkiClientVerifier,
 };
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
@@ -214,5 +215,39 @@ impl Sites {
         let map = self.listeners.get(l)?.as_ref()?;
         let i = map.pick(sni);
         self.configs.get(i)?.clone()
+    }
+}
+
+impl Sites {
+    /// The TLS configuration of a QUIC listener on TCP listener `l`'s address: the
+    /// listener's default server's, with a certificate chosen by SNI among all the servers
+    /// of the address (QUIC's handshake takes one rustls configuration for every name).
+    /// The caller sets QUIC's ALPN. Client certificates and the other per-server settings
+    /// are the default server's. None: a plain listener.
+    pub fn quic_config(&self, l: usize) -> Option<ServerConfig> {
+        let map = self.listeners.get(l)?.as_ref()?.clone();
+        let base = self.configs.get(map.pick(None))?.clone()?;
+        let servers = self
+            .configs
+            .iter()
+            .map(|c| c.as_ref().map(|c| c.cert_resolver.clone()))
+            .collect();
+        let mut cfg = (*base).clone();
+        cfg.cert_resolver = Arc::new(BySni { map, servers });
+        Some(cfg)
+    }
+}
+
+/// Picks the server by the ClientHello's SNI, then its certificate by its own resolver.
+#[derive(Debug)]
+struct BySni {
+    map: SniMap,
+    servers: Vec<Option<Arc<dyn ResolvesServerCert>>>,
+}
+
+impl ResolvesServerCert for BySni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let i = self.map.pick(hello.server_name());
+        self.servers.get(i)?.as_ref()?.resolve(hello)
     }
 }

@@ -30,6 +30,7 @@ pub mod echo;
 pub mod exchange;
 pub mod grpc;
 pub mod h2;
+pub mod h3;
 pub mod http1;
 pub mod multiplex;
 pub mod proxy_header;

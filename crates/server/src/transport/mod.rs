@@ -39,6 +39,9 @@ pub enum Transport {
     TlsUp(Box<TlsUpTransport>),
     /// An HTTP/2 stream's proxied exchange: held for the HTTP/2 role to frame (`mem.rs`).
     Mem(Box<MemOut>),
+    /// A QUIC connection's TLS, as the pipeline sees a client's (`$https`, the server its
+    /// SNI chose): nothing is written through it, the HTTP/3 role sends on its streams.
+    Quic(Box<TlsInfo>),
 }
 
 impl Transport {
@@ -57,6 +60,7 @@ impl Transport {
                 Some(&mut t.staged)
             }
             Transport::Mem(m) => Some(&mut m.buf),
+            Transport::Quic(_) => None,
         }
     }
 
@@ -77,6 +81,7 @@ impl Transport {
             Transport::Tls(t) => t.conn.staged.extend_from_slice(data),
             Transport::TlsUp(t) => t.write(io, c, data),
             Transport::Mem(m) => m.buf.extend_from_slice(data),
+            Transport::Quic(_) => {}
         }
     }
 
@@ -88,6 +93,7 @@ impl Transport {
             Transport::Tls(t) => t.send_file(file, off, len),
             // Nothing sends a file to an upstream, or through an exchange.
             Transport::TlsUp(_) | Transport::Mem(_) => io.close(c),
+            Transport::Quic(_) => {}
         }
     }
 
@@ -99,6 +105,7 @@ impl Transport {
             Transport::Tls(t) => io.pending(c) + t.unsealed(),
             Transport::TlsUp(t) => io.pending(c) + t.staged.len() as u64,
             Transport::Mem(m) => m.pending().len() as u64,
+            Transport::Quic(_) => 0,
         }
     }
 
@@ -122,8 +129,8 @@ impl Transport {
                 t.close_notify(io, c);
                 io.close_after_flush(c)
             }
-            // The stream's end is the HTTP/2 role's to send.
-            Transport::Mem(_) => {}
+            // The stream's end is the HTTP/2 (HTTP/3) role's to send.
+            Transport::Mem(_) | Transport::Quic(_) => {}
         }
     }
 
@@ -137,7 +144,7 @@ impl Transport {
             Transport::Tls(t) if t.plain => io.reset_after_flush(c),
             Transport::Tls(t) => t.abort_after_flush(),
             Transport::TlsUp(_) => io.close(c),
-            Transport::Mem(_) => {}
+            Transport::Mem(_) | Transport::Quic(_) => {}
         }
     }
 
@@ -152,7 +159,7 @@ impl Transport {
                 t.close_notify(io, c);
                 io.shutdown_after_flush(c)
             }
-            Transport::Mem(_) => {}
+            Transport::Mem(_) | Transport::Quic(_) => {}
         }
     }
 
@@ -162,6 +169,7 @@ impl Transport {
         match self {
             Transport::Tls(t) => t.notify = true,
             Transport::Mem(m) => return m.notify = true,
+            Transport::Quic(_) => return,
             _ => {}
         }
         io.notify_when_flushed(c);
@@ -171,7 +179,7 @@ impl Transport {
     #[inline]
     pub fn seal(&mut self, io: &mut Io, c: ConnId) {
         match self {
-            Transport::Plain | Transport::Mem(_) => {}
+            Transport::Plain | Transport::Mem(_) | Transport::Quic(_) => {}
             Transport::Tls(t) => t.seal(io, c),
             Transport::TlsUp(t) => t.seal(io, c),
         }
@@ -187,13 +195,14 @@ impl Transport {
             Transport::Tls(t) => t.sealed + t.unsealed(),
             Transport::TlsUp(t) => t.written + t.staged.len() as u64,
             Transport::Mem(m) => m.written + m.pending().len() as u64,
+            Transport::Quic(_) => 0,
         }
     }
 
     /// Whether the connection is TLS.
     #[inline]
     pub fn is_tls(&self) -> bool {
-        matches!(self, Transport::Tls(_))
+        matches!(self, Transport::Tls(_) | Transport::Quic(_))
     }
 
     /// For a TLS upstream connection, whether the server's close_notify has arrived (None:
@@ -201,7 +210,7 @@ impl Transport {
     pub fn tls_closed(&self) -> Option<bool> {
         match self {
             Transport::TlsUp(t) => Some(t.conn.closed),
-            Transport::Plain | Transport::Tls(_) | Transport::Mem(_) => None,
+            Transport::Plain | Transport::Tls(_) | Transport::Mem(_) | Transport::Quic(_) => None,
         }
     }
 
@@ -209,6 +218,7 @@ impl Transport {
     pub fn tls_info(&self) -> Option<&TlsInfo> {
         match self {
             Transport::Tls(t) => t.info.as_deref(),
+            Transport::Quic(i) => Some(i),
             Transport::Plain | Transport::TlsUp(_) | Transport::Mem(_) => None,
         }
     }

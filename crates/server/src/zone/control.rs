@@ -174,7 +174,7 @@ impl Zone {
                     .map(|i| i as u32)
             })
             .collect();
-        self.udp.remap_routes(io, &map, &routes.udp_stream);
+        self.udp.remap_routes(io, &map, &routes.udp_serves);
         // Client connections keep their address, under its index in the new routes.
         for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
             if matches!(role, ClientRole::Free) {

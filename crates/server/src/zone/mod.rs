@@ -20,9 +20,11 @@ use ringx_engine::{ConnId, Datagram, Handler, Io, ListenerId};
 use crate::ctx::base::Base;
 use crate::ctx::reqlog::RequestLog;
 use crate::ctx::{Cx, ZoneCtx};
+use crate::role::h3::Quic;
 use crate::role::udp::{UdpProxy, UDP_KEY};
 use crate::role::upstream::{UpEvent, UpTable, UP_KEY};
 use crate::role::{ClientRole, Http1, Stream, H2};
+use crate::route::UdpServes;
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
 use crate::tls::{TlsSetup, ZoneTls, RETRY};
@@ -80,13 +82,13 @@ pub struct Zone {
     ups: UpTable,
     /// UDP stream sessions (`role/udp/`).
     udp: UdpProxy,
+    /// HTTP/3: the zone's QUIC endpoints and connections.
+    quic: Quic,
     ctl: Arc<ZoneCtl>,
     listeners: Listeners,
     events: mpsc::Sender<ZoneEvent>,
     /// Until the first timer call: say that the zone runs.
     ready: bool,
-    /// The engine's count of truncated datagrams already added to the UDP counters.
-    udp_truncated: std::cell::Cell<u64>,
     max_conns: u32,
     /// Cache refreshes whose HTTP/2 connection closed before they ended.
     updates: crate::role::multiplex::refresh::Background,
@@ -108,11 +110,11 @@ impl Zone {
             clients: Vec::new(),
             ups: UpTable::default(),
             udp: UdpProxy::default(),
+            quic: Quic::default(),
             ctl: s.ctl,
             listeners,
             events: s.events,
             ready: true,
-            udp_truncated: std::cell::Cell::new(0),
             max_conns: s.max_conns.max(1),
             updates: Default::default(),
         }
@@ -447,22 +449,6 @@ fn start_h2(cx: &mut Cx, base: &mut Base, c: ConnId) -> H2 {
     H2::start(cx, base, c, limits)
 }
 
-impl Zone {
-    /// Copies the engine's datagram counts the UDP role cannot see into its counters.
-    fn udp_stats(&self, io: &Io) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let st = io.dgram_stats();
-        let uc = &self.ctx.log.counters.udp;
-        uc.send_errors.store(st.send_errors, Relaxed);
-        let i = crate::udp_counters::Drop::UpstreamOversized as usize;
-        let seen = self.udp_truncated.get();
-        if st.truncated > seen {
-            crate::metrics::bump(&uc.dropped[i], st.truncated - seen);
-            self.udp_truncated.set(st.truncated);
-        }
-    }
-}
-
 /// Slots a zone keeps free for new connections: reaching `max_conns - reserve` open client
 /// connections makes it close this many of the longest idle ones.
 fn reserve(max_conns: u32) -> u32 {
@@ -588,6 +574,9 @@ impl Handler for Zone {
 
     fn on_datagram(&mut self, io: &mut Io, listener: ListenerId, dg: Datagram<'_>) {
         let route = self.listeners.udp_route(listener).unwrap_or(u32::MAX);
+        if let Some(&UdpServes::Quic { listen }) = self.ctx.routes.udp_serves.get(route as usize) {
+            return self.quic.datagram(&mut cx!(self, io), listener, listen, dg);
+        }
         self.udp.datagram(&mut cx!(self, io), route, listener, dg);
     }
 
@@ -747,7 +736,8 @@ impl Handler for Zone {
         for (i, gen) in udp_due {
             self.udp.timer(&mut cx!(self, io), i, gen, now);
         }
-        self.udp_stats(io);
+        self.quic.timers(&mut cx!(self, io));
+        self.udp.publish_stats(io, &self.ctx.log.counters.udp);
         if !self.ctx.soon.is_empty() {
             for (c, gen) in self.ctx.due(now) {
                 self.resume(io, c, gen);

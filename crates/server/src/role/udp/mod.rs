@@ -28,6 +28,7 @@ use ringx_engine::{ConnId, ConnectTo, Datagram, Io, ListenerId};
 
 use crate::ctx::Cx;
 use crate::metrics::bump;
+use crate::route::UdpServes;
 use crate::udp_counters::{Drop, UdpCounters};
 use crate::upstream::connector::transparent_to;
 pub use session::{Key, Session, Sessions};
@@ -39,6 +40,8 @@ pub const UDP_KEY: u32 = 1 << 30;
 #[derive(Default)]
 pub struct UdpProxy {
     pub sessions: Sessions,
+    /// The engine's count of truncated datagrams already added to the counters.
+    truncated_seen: u64,
 }
 
 /// Whether an answer can go back to `peer`: a unicast address and a port.
@@ -66,6 +69,18 @@ fn drop(c: &UdpCounters, why: Drop) {
 }
 
 impl UdpProxy {
+    /// Copies the engine's datagram counts the role cannot see into its counters.
+    pub fn publish_stats(&mut self, io: &Io, uc: &UdpCounters) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = io.dgram_stats();
+        uc.send_errors.store(st.send_errors, Relaxed);
+        let i = Drop::UpstreamOversized as usize;
+        if st.truncated > self.truncated_seen {
+            bump(&uc.dropped[i], st.truncated - self.truncated_seen);
+            self.truncated_seen = st.truncated;
+        }
+    }
+
     /// Whether `u` is a session's socket.
     #[inline]
     pub fn owns(&self, u: ConnId) -> bool {
@@ -94,10 +109,9 @@ impl UdpProxy {
         dg: Datagram<'_>,
     ) -> Result<bool, Drop> {
         let routes = &cx.ctx.routes;
-        let si = *routes
-            .udp_stream
-            .get(route as usize)
-            .ok_or(Drop::NotServed)?;
+        let Some(&UdpServes::Stream(si)) = routes.udp_serves.get(route as usize) else {
+            return Err(Drop::NotServed);
+        };
         let def = &routes.streams[si];
         let udp = def.udp.ok_or(Drop::NotServed)?;
         let idle = def.idle_timeout;
@@ -389,15 +403,19 @@ impl UdpProxy {
     }
 
     /// A reload renumbered the UDP listen addresses: `map[old] = new` (`None`: gone), and
-    /// `udp_stream` is the new routes' stream of each.
-    pub fn remap_routes(&mut self, io: &mut Io, map: &[Option<u32>], udp_stream: &[usize]) {
+    /// `udp_serves` is what each serves in the new routes.
+    pub fn remap_routes(&mut self, io: &mut Io, map: &[Option<u32>], udp_serves: &[UdpServes]) {
         let slots: Vec<u32> = self.sessions.slots().collect();
         for i in slots {
             let Some(s) = self.sessions.get_mut(i) else {
                 continue;
             };
             let to = map.get(s.key.route as usize).copied().flatten();
-            match to.and_then(|r| Some((r, *udp_stream.get(r as usize)?))) {
+            let stream = |r: u32| match udp_serves.get(r as usize) {
+                Some(&UdpServes::Stream(s)) => Some(s),
+                _ => None,
+            };
+            match to.and_then(|r| Some((r, stream(r)?))) {
                 Some((r, stream)) => {
                     let old = s.key;
                     s.key.route = r;

@@ -1,0 +1,304 @@
+//! One QUIC connection speaking HTTP/3 ([`H3Conn`]): quinn-proto's connection, the HTTP/3
+//! state over its streams (`ringx-h3proto`), and the responses being sent. Driving it means
+//! passing quinn-proto's events on (new streams accepted and read into the HTTP/3 state,
+//! streams the peer made writable sent more of), serving the requests the HTTP/3 state
+//! reports (`serve.rs`), and writing our control and QPACK streams.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+use quinn_proto::{
+    Connection, ConnectionHandle, Dir, Endpoint, Event, ReadError, StreamEvent, StreamId, Transmit,
+    VarInt,
+};
+use ringx_engine::{Io, ListenerId};
+use ringx_h3proto::{ConnError, Limits, Uni};
+
+use super::stream::H3Stream;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
+use crate::transport::tls::TlsInfo;
+use crate::transport::Transport;
+
+/// Datagrams one `poll_transmit` may coalesce (GSO's segments, sent one by one until the
+/// engine sends them in one system call).
+const MAX_SEGMENTS: usize = 10;
+
+/// A QUIC connection and its HTTP/3 state.
+pub(super) struct H3Conn {
+    pub quic: Connection,
+    pub handle: ConnectionHandle,
+    pub listener: ListenerId,
+    /// The timer asked of the zone (a later one replaces it).
+    pub timer: Option<Instant>,
+    pub(super) h3: ringx_h3proto::Conn,
+    /// Our control, QPACK encoder and decoder streams, once the handshake is done.
+    uni: Option<[StreamId; 3]>,
+    /// Responses in progress by stream.
+    pub(super) streams: HashMap<u64, H3Stream>,
+    /// Streams with output waiting for the peer's window (or the first write).
+    pub(super) ready: Vec<u64>,
+    /// What the pipeline sees of the client: its address, the listener (its TCP twin's index
+    /// in `routes.listen`), TLS.
+    pub(super) base: Base,
+    /// The HTTP/3 layer failed: the connection is closed.
+    dead: bool,
+}
+
+impl H3Conn {
+    pub fn new(
+        cx: &Cx,
+        (listener, handle, tcp): (ListenerId, ConnectionHandle, u32),
+        quic: Connection,
+        now: Instant,
+    ) -> H3Conn {
+        let mut base = Base::new(now);
+        let local = cx.ctx.routes.listen.get(tcp as usize).copied();
+        base.open(
+            tcp,
+            Some(quic.remote_address()),
+            local,
+            Transport::Plain,
+            now,
+        );
+        let limits = Limits {
+            max_field_section_size: cx.ctx.set.limits.max_head as u64,
+            ..Limits::default()
+        };
+        H3Conn {
+            quic,
+            handle,
+            listener,
+            timer: None,
+            h3: ringx_h3proto::Conn::new(limits),
+            uni: None,
+            streams: HashMap::new(),
+            ready: Vec::new(),
+            base,
+            dead: false,
+        }
+    }
+
+    /// Passes on what quinn-proto has for the endpoint and for us, serves the requests that
+    /// came complete, and writes what our streams have. Returns the requests served.
+    pub fn run(&mut self, cx: &mut Cx, ep: &mut Endpoint) -> usize {
+        let mut served = 0;
+        for _ in 0..64 {
+            while let Some(ev) = self.quic.poll_endpoint_events() {
+                if let Some(ce) = ep.handle_event(self.handle, ev) {
+                    self.quic.handle_event(ce);
+                }
+            }
+            let mut moved = false;
+            while let Some(ev) = self.quic.poll() {
+                moved = true;
+                if let Err(e) = self.event(cx, ev) {
+                    self.fail(cx.io.now(), e);
+                }
+            }
+            while let Some(ev) = self.h3.poll_event() {
+                moved = true;
+                served += self.request_event(cx, ev);
+            }
+            self.write_uni();
+            self.flush_ready(cx);
+            if !moved {
+                break;
+            }
+        }
+        served
+    }
+
+    /// One of quinn-proto's events.
+    fn event(&mut self, cx: &mut Cx, ev: Event) -> Result<(), ConnError> {
+        match ev {
+            Event::Connected => self.connected(cx),
+            Event::Stream(StreamEvent::Opened { dir }) => {
+                while let Some(id) = self.quic.streams().accept(dir) {
+                    self.read(id)?;
+                }
+            }
+            Event::Stream(StreamEvent::Readable { id }) => self.read(id)?,
+            Event::Stream(StreamEvent::Writable { id }) => self.ready.push(u64::from(id)),
+            Event::Stream(StreamEvent::Stopped { id, .. }) => {
+                // The client wants no more of the response: it ends here.
+                if let Some(s) = self.streams.remove(&u64::from(id)) {
+                    let _ = self.quic.send_stream(id).reset(VarInt::from_u32(0x10c));
+                    s.log_end(cx, &self.base);
+                }
+            }
+            Event::Stream(StreamEvent::Finished { .. }) => {}
+            Event::Stream(StreamEvent::Available { .. }) => {}
+            Event::ConnectionLost { .. } => {
+                for (_, s) in self.streams.drain() {
+                    s.log_end(cx, &self.base);
+                }
+            }
+            Event::HandshakeDataReady | Event::DatagramReceived | Event::DatagramsUnblocked => {}
+        }
+        Ok(())
+    }
+
+    /// The handshake is done: our unidirectional streams open, and the connection's TLS is
+    /// what the pipeline sees (`$https`, `$ssl_server_name`, the server the SNI chose).
+    fn connected(&mut self, cx: &Cx) {
+        let mut open = || self.quic.streams().open(Dir::Uni);
+        if let (Some(a), Some(b), Some(c)) = (open(), open(), open()) {
+            self.uni = Some([a, b, c]);
+        }
+        let sni = self
+            .quic
+            .crypto_session()
+            .handshake_data()
+            .and_then(|d| {
+                d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                    .ok()
+            })
+            .and_then(|d| d.server_name);
+        let server = cx
+            .ctx
+            .tls
+            .as_ref()
+            .and_then(|t| t.sites.server(self.base.listener as usize, sni.as_deref()))
+            .unwrap_or(0);
+        self.base.tr = Transport::Quic(Box::new(TlsInfo {
+            protocol: "TLSv1.3",
+            cipher: "",
+            sni,
+            client_dn: None,
+            client_auth: false,
+            server,
+            resumed: false,
+            h2: false,
+        }));
+    }
+
+    /// Reads what stream `id` delivered into the HTTP/3 state.
+    fn read(&mut self, id: StreamId) -> Result<(), ConnError> {
+        let n = u64::from(id);
+        let mut rs = self.quic.recv_stream(id);
+        let Ok(mut chunks) = rs.read(true) else {
+            return Ok(()); // closed already
+        };
+        let (mut fin, mut reset) = (false, false);
+        let mut result = Ok(());
+        loop {
+            match chunks.next(usize::MAX) {
+                Ok(Some(ch)) => {
+                    result = self.h3.feed(n, &ch.bytes, false);
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => {
+                    fin = true;
+                    break;
+                }
+                Err(ReadError::Blocked) => break,
+                Err(ReadError::Reset(_)) => {
+                    reset = true;
+                    break;
+                }
+            }
+        }
+        let _ = chunks.finalize();
+        result?;
+        if fin {
+            self.h3.feed(n, &[], true)?;
+        }
+        if reset {
+            self.h3.reset(n)?;
+            self.streams.remove(&n);
+        }
+        Ok(())
+    }
+
+    /// Writes what the HTTP/3 state has for our control and QPACK streams.
+    fn write_uni(&mut self) {
+        let Some(ids) = self.uni else {
+            return;
+        };
+        for (s, id) in [Uni::Control, Uni::Encoder, Uni::Decoder]
+            .into_iter()
+            .zip(ids)
+        {
+            let out = self.h3.out(s);
+            if out.is_empty() {
+                continue;
+            }
+            // These streams carry a few bytes each and are never blocked for long: what the
+            // window does not take now is kept in the HTTP/3 state's buffer.
+            let n = self.quic.send_stream(id).write(out).unwrap_or(0);
+            self.h3.consumed(s, n);
+        }
+    }
+
+    /// Sends more of each stream that has output and room for it.
+    fn flush_ready(&mut self, cx: &mut Cx) {
+        let ready = std::mem::take(&mut self.ready);
+        for n in ready {
+            let Some(s) = self.streams.get_mut(&n) else {
+                continue;
+            };
+            let id = StreamId::from(VarInt::from_u64(n).unwrap_or_default());
+            match s.send(&mut self.quic.send_stream(id)) {
+                Ok(false) => {}
+                Ok(true) => {
+                    if let Some(s) = self.streams.remove(&n) {
+                        s.log_end(cx, &self.base);
+                    }
+                }
+                Err(()) => {
+                    let _ = self.quic.send_stream(id).reset(VarInt::from_u32(0x102));
+                    if let Some(s) = self.streams.remove(&n) {
+                        s.log_end(cx, &self.base);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The HTTP/3 layer failed: the connection closes with its error.
+    fn fail(&mut self, now: Instant, e: ConnError) {
+        if std::mem::replace(&mut self.dead, true) {
+            return;
+        }
+        let code = VarInt::from_u64(e.code.code()).unwrap_or_default();
+        self.quic
+            .close(now, code, Bytes::from_static(e.msg.as_bytes()));
+    }
+
+    /// Sends what the connection has to send.
+    pub fn transmit(&mut self, io: &mut Io, buf: &mut Vec<u8>) {
+        let now = io.now();
+        loop {
+            buf.clear();
+            let Some(t) = self.quic.poll_transmit(now, MAX_SEGMENTS, buf) else {
+                break;
+            };
+            send(io, self.listener, &t, buf);
+        }
+    }
+
+    /// When the connection's timer must fire next; None: it has none, or the one asked of
+    /// the zone already.
+    pub fn next_timer(&mut self) -> Option<Instant> {
+        let at = self.quic.poll_timeout()?;
+        if self.timer == Some(at) {
+            return None;
+        }
+        self.timer = Some(at);
+        Some(at)
+    }
+}
+
+/// Sends what quinn-proto wrote for `t` (one datagram, or several of `segment_size` each)
+/// from listener `l`.
+pub(super) fn send(io: &mut Io, l: ListenerId, t: &Transmit, buf: &[u8]) {
+    let data = &buf[..t.size.min(buf.len())];
+    let seg = t.segment_size.unwrap_or(data.len()).max(1);
+    for d in data.chunks(seg) {
+        io.send_to(l, t.destination, t.src_ip, d);
+    }
+}

@@ -1,0 +1,298 @@
+//! HTTP/3 over QUIC: a zone's QUIC endpoints ([`Quic`]), one per UDP listener that a server
+//! with `quic = true` opened on its TCP listener's address, and their connections.
+//!
+//! The zone owns the sockets and the I/O: a datagram its UDP listener received is handed
+//! to quinn-proto's sans-I/O endpoint (`ringx-quic` configures it: connection IDs that name
+//! this zone, the keys all zones share, TLS over ringx's certificates), which routes it to
+//! its connection; what the connections then have to send goes out through the zone's
+//! datagram queue, and their timers are kept here and fired from the zone's timer turn.
+//! Each connection ([`conn::H3Conn`]) speaks HTTP/3 over its streams with `ringx-h3proto`
+//! and serves each request through the pipeline, as the HTTP/2 role does (`serve.rs`).
+//!
+//! **Bounds.** At most `quic_max_connections` connections per zone (a new one past it is
+//! refused with CONNECTION_REFUSED), at most `max_incoming` handshakes in progress
+//! (quinn-proto's), and Retry (address validation) for every new connection when
+//! `quic_retry = "always"`, or once the zone holds half its connections under `"auto"`.
+
+mod conn;
+mod serve;
+mod stream;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use quinn_proto::{ConnectionHandle, DatagramEvent, Endpoint, Incoming};
+use ringx_engine::{Datagram, ListenerId};
+use ringx_quic::{Keys, Owner};
+
+use crate::ctx::Cx;
+use crate::settings::RetryWhen;
+use conn::{send, H3Conn};
+
+/// The keys every zone's endpoints share (stateless resets and Retry tokens must be
+/// recognised by whichever zone a packet reaches): made once per process.
+fn keys() -> Option<&'static Keys> {
+    static KEYS: OnceLock<Option<Keys>> = OnceLock::new();
+    KEYS.get_or_init(|| match Keys::generate() {
+        Ok(k) => Some(k),
+        Err(e) => {
+            tracing::error!("{e}: HTTP/3 is off");
+            None
+        }
+    })
+    .as_ref()
+}
+
+/// A QUIC listener's endpoint in this zone.
+struct Listener {
+    endpoint: Endpoint,
+    /// The index in `routes.listen` of the TCP listener on the same address (whose servers,
+    /// certificates and routes the QUIC listener serves).
+    tcp: u32,
+    /// The routes the endpoint's TLS configuration was made from: a reload makes a new one.
+    routes: usize,
+}
+
+/// A zone's QUIC endpoints and connections.
+#[derive(Default)]
+pub struct Quic {
+    /// By engine listener id.
+    listeners: Vec<Option<Listener>>,
+    /// Connections by slot (the slot and its generation name one in timers).
+    conns: Vec<Option<H3Conn>>,
+    gens: Vec<u32>,
+    free: Vec<u32>,
+    /// Slot of each connection by its listener and quinn-proto handle.
+    by_handle: HashMap<(u32, ConnectionHandle), u32>,
+    /// When each connection's timer fires: (when, slot, generation); entries made stale by
+    /// a later one are skipped when they come.
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    /// The buffer quinn-proto writes packets into.
+    buf: Vec<u8>,
+    /// Counters for `/metrics`.
+    pub stats: QuicStats,
+}
+
+/// What a zone's QUIC endpoints did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuicStats {
+    pub accepted: u64,
+    pub retried: u64,
+    pub refused: u64,
+    pub closed: u64,
+    pub requests: u64,
+}
+
+impl Quic {
+    /// Connections open.
+    pub fn live(&self) -> usize {
+        self.by_handle.len()
+    }
+
+    /// A datagram on QUIC listener `listener` (serving `routes.listen[tcp]`'s address).
+    pub fn datagram(&mut self, cx: &mut Cx, listener: ListenerId, tcp: u32, dg: Datagram<'_>) {
+        if dg.truncated {
+            return; // larger than the zone's datagram buffers: not a QUIC packet of ours
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let now = cx.io.now();
+        cx.ctx.refresh_date(now);
+        let ev = self.endpoint(cx, listener, tcp).and_then(|ep| {
+            let data = BytesMut::from(dg.data);
+            ep.handle(now, dg.peer, dg.local, None, data, &mut buf)
+        });
+        self.buf = buf;
+        match ev {
+            None => {}
+            Some(DatagramEvent::Response(t)) => {
+                let buf = std::mem::take(&mut self.buf);
+                send(cx.io, listener, &t, &buf);
+                self.buf = buf;
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                self.incoming(cx, listener, incoming);
+            }
+            Some(DatagramEvent::ConnectionEvent(h, e)) => {
+                let Some(&slot) = self.by_handle.get(&(listener.0, h)) else {
+                    return;
+                };
+                if let Some(c) = self.conns[slot as usize].as_mut() {
+                    c.quic.handle_event(e);
+                }
+                self.drive(cx, slot);
+            }
+        }
+    }
+
+    /// A new connection: accepted, answered with a Retry (its address is not validated and
+    /// the zone asks for it), or refused (the zone holds as many as it may).
+    fn incoming(&mut self, cx: &mut Cx, listener: ListenerId, incoming: Incoming) {
+        let set = &cx.ctx.set.quic;
+        let max = set.max_connections as usize;
+        let retry = match set.retry {
+            RetryWhen::Always => true,
+            RetryWhen::Never => false,
+            RetryWhen::Auto => self.live() >= max / 2,
+        };
+        let Some(Some(l)) = self.listeners.get_mut(listener.0 as usize) else {
+            return;
+        };
+        let ep = &mut l.endpoint;
+        self.buf.clear();
+        if self.by_handle.len() >= max {
+            self.stats.refused += 1;
+            let t = ep.refuse(incoming, &mut self.buf);
+            return send(cx.io, listener, &t, &self.buf);
+        }
+        if retry && !incoming.remote_address_validated() && incoming.may_retry() {
+            self.stats.retried += 1;
+            match ep.retry(incoming, &mut self.buf) {
+                Ok(t) => send(cx.io, listener, &t, &self.buf),
+                Err(e) => ep.ignore(e.into_incoming()),
+            }
+            return;
+        }
+        let now = cx.io.now();
+        let (h, quic) = match ep.accept(incoming, now, &mut self.buf, None) {
+            Ok(x) => x,
+            Err(e) => {
+                if let Some(t) = e.response {
+                    send(cx.io, listener, &t, &self.buf);
+                }
+                return;
+            }
+        };
+        self.stats.accepted += 1;
+        let tcp = l.tcp;
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.conns.push(None);
+                self.gens.push(0);
+                (self.conns.len() - 1) as u32
+            }
+        };
+        self.gens[slot as usize] = self.gens[slot as usize].wrapping_add(1);
+        let c = H3Conn::new(cx, (listener, h, tcp), quic, now);
+        self.conns[slot as usize] = Some(c);
+        self.by_handle.insert((listener.0, h), slot);
+        self.drive(cx, slot);
+    }
+
+    /// Runs connection `slot`: its events, its requests, what it has to send and its next
+    /// timer; a connection that is over is removed.
+    fn drive(&mut self, cx: &mut Cx, slot: u32) {
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(Some(l)) = self.listeners.get_mut(c.listener.0 as usize) else {
+            return;
+        };
+        self.stats.requests += c.run(cx, &mut l.endpoint) as u64;
+        c.transmit(cx.io, &mut self.buf);
+        if c.quic.is_drained() {
+            let h = c.handle;
+            self.by_handle.remove(&(c.listener.0, h));
+            self.conns[slot as usize] = None;
+            self.free.push(slot);
+            self.stats.closed += 1;
+            return;
+        }
+        if let Some(at) = c.next_timer() {
+            self.timers
+                .push(Reverse((at, slot, self.gens[slot as usize])));
+            cx.io.timer_at(at);
+        }
+    }
+
+    /// The zone's timer turn: the connections whose timers are due.
+    pub fn timers(&mut self, cx: &mut Cx) {
+        let now = cx.io.now();
+        while let Some(&Reverse((at, slot, gen))) = self.timers.peek() {
+            if at > now {
+                cx.io.timer_at(at);
+                break;
+            }
+            self.timers.pop();
+            if self.gens.get(slot as usize) != Some(&gen) {
+                continue;
+            }
+            let Some(c) = self.conns[slot as usize].as_mut() else {
+                continue;
+            };
+            if c.timer != Some(at) {
+                continue; // a later timer replaced it
+            }
+            c.timer = None;
+            c.quic.handle_timeout(now);
+            self.drive(cx, slot);
+        }
+    }
+
+    /// The endpoint of QUIC listener `listener`, made on its first datagram (and again after
+    /// a reload, for the new certificates; connections in progress keep theirs).
+    fn endpoint(&mut self, cx: &Cx, listener: ListenerId, tcp: u32) -> Option<&mut Endpoint> {
+        let i = listener.0 as usize;
+        if self.listeners.len() <= i {
+            self.listeners.resize_with(i + 1, || None);
+        }
+        let routes = Arc::as_ptr(&cx.ctx.routes) as usize;
+        let stale = self.listeners[i]
+            .as_ref()
+            .is_none_or(|l| l.routes != routes || l.tcp != tcp);
+        if stale {
+            let made = make_endpoint(cx, tcp)?;
+            match self.listeners[i].as_mut() {
+                // Connections in progress stay with the endpoint that holds them: only its
+                // server configuration is replaced.
+                Some(l) => {
+                    l.endpoint.set_server_config(made.1);
+                    l.routes = routes;
+                    l.tcp = tcp;
+                }
+                None => {
+                    self.listeners[i] = Some(Listener {
+                        endpoint: made.0,
+                        tcp,
+                        routes,
+                    })
+                }
+            }
+        }
+        self.listeners[i].as_mut().map(|l| &mut l.endpoint)
+    }
+}
+
+/// A new endpoint for the zone, serving TCP listener `tcp`'s servers, and its server
+/// configuration. None: the listener has no TLS, or QUIC cannot use its configuration
+/// (logged).
+fn make_endpoint(cx: &Cx, tcp: u32) -> Option<(Endpoint, Option<Arc<quinn_proto::ServerConfig>>)> {
+    let keys = keys()?;
+    let tls = cx.ctx.tls.as_ref()?.sites.quic_config(tcp as usize)?;
+    let set = &cx.ctx.set.quic;
+    let limits = ringx_quic::Limits {
+        max_streams: set.max_streams,
+        idle_timeout: set.idle_timeout,
+        ..ringx_quic::Limits::default()
+    };
+    let sc = match ringx_quic::server_config(Arc::new(ringx_quic::for_quic(tls)), &limits, keys) {
+        Ok(sc) => Arc::new(sc),
+        Err(e) => {
+            let addr = cx.ctx.routes.listen.get(tcp as usize);
+            tracing::error!("QUIC on {addr:?}: {e}");
+            return None;
+        }
+    };
+    // Host 0: a host alone (`ringx lb` gives each host its own byte later).
+    let owner = Owner {
+        host: 0,
+        zone: cx.ctx.id as u8,
+    };
+    let ec = Arc::new(ringx_quic::endpoint_config(owner, keys));
+    let ep = Endpoint::new(ec, Some(sc.clone()), true, None);
+    Some((ep, Some(sc)))
+}

@@ -1,0 +1,150 @@
+//! A response being sent on an HTTP/3 request stream ([`H3Stream`]): its HEADERS and DATA
+//! frames as far as they are made, the rest of its body from a file (read piece by piece as
+//! the stream's window takes it) or compressed as it goes, and what its log line needs.
+
+use std::os::unix::fs::FileExt;
+use std::time::Instant;
+
+use quinn_proto::{SendStream, WriteError};
+
+use crate::compress::file_encoder::FileEncoder;
+use crate::ctx::base::Base;
+use crate::ctx::Cx;
+use crate::guard::limit::ConnSlot;
+use crate::response::{Fields, FilePart};
+use crate::role::multiplex::log::{self, Ended, RequestLog};
+
+/// Bytes of a file read into one DATA frame.
+const FILE_PIECE: usize = 64 * 1024;
+
+/// A request stream's response.
+pub(super) struct H3Stream {
+    pub start: Instant,
+    pub head_only: bool,
+    /// The response's status (0: none yet).
+    pub status: u16,
+    /// Body bytes handed to QUIC.
+    pub body_out: u64,
+    /// The proxy cache's status for the log ("" without a cache).
+    pub cache: &'static str,
+    pub log: Option<Box<RequestLog>>,
+    /// `limit_conn`'s count of the request, held for the stream's life.
+    pub conn_slot: Option<ConnSlot>,
+    /// Frames made and not all written yet, from `sent`.
+    out: Vec<u8>,
+    sent: usize,
+    /// The rest of the body from a file: (file, next offset, end).
+    file: Option<FilePart>,
+    /// The rest of the body compressed as it goes.
+    encoder: Option<Box<FileEncoder>>,
+}
+
+impl H3Stream {
+    pub fn new(start: Instant, head_only: bool) -> H3Stream {
+        H3Stream {
+            start,
+            head_only,
+            status: 0,
+            body_out: 0,
+            cache: "",
+            log: None,
+            conn_slot: None,
+            out: Vec::new(),
+            sent: 0,
+            file: None,
+            encoder: None,
+        }
+    }
+
+    /// Makes the response `resp` (the rest of its body from `file`, or compressed by
+    /// `encoder`) this stream's to send.
+    pub fn respond(
+        &mut self,
+        resp: Fields,
+        file: Option<FilePart>,
+        encoder: Option<Box<FileEncoder>>,
+    ) {
+        self.status = resp.status;
+        ringx_h3proto::send_headers(&mut self.out, resp.status, resp.fields.iter());
+        if self.head_only {
+            return;
+        }
+        if !resp.body.is_empty() {
+            ringx_h3proto::send_data(&mut self.out, &resp.body);
+            self.body_out += resp.body.len() as u64;
+        }
+        self.file = file.map(|(f, off, len)| (f, off, off + len));
+        self.encoder = encoder;
+    }
+
+    /// Writes as much as the stream's window takes, making more of the body as it goes.
+    /// Ok(true): the response is all written and the stream finished; Err: it cannot go on
+    /// (the file failed, the peer stopped the stream).
+    pub fn send(&mut self, ss: &mut SendStream<'_>) -> Result<bool, ()> {
+        loop {
+            while self.sent < self.out.len() {
+                match ss.write(&self.out[self.sent..]) {
+                    Ok(0) | Err(WriteError::Blocked) => return Ok(false),
+                    Ok(n) => self.sent += n,
+                    Err(_) => return Err(()),
+                }
+            }
+            self.out.clear();
+            self.sent = 0;
+            if !self.more()? {
+                return ss.finish().map(|_| true).map_err(|_| ());
+            }
+        }
+    }
+
+    /// Makes the body's next DATA frame; false: the body is complete.
+    fn more(&mut self) -> Result<bool, ()> {
+        if let Some((f, off, end)) = self.file.as_mut() {
+            let n = (end.saturating_sub(*off) as usize).min(FILE_PIECE);
+            if n > 0 {
+                let mut buf = vec![0u8; n];
+                if let Err(e) = f.read_exact_at(&mut buf, *off) {
+                    // The file shrank under us: the body cannot be what the head said.
+                    tracing::warn!("reading a static file for HTTP/3: {e}");
+                    return Err(());
+                }
+                *off += n as u64;
+                ringx_h3proto::send_data(&mut self.out, &buf);
+                self.body_out += n as u64;
+            }
+            if *off >= *end {
+                self.file = None;
+            }
+            return Ok(true);
+        }
+        if let Some(z) = self.encoder.as_mut() {
+            let out = &mut self.out;
+            let mut bytes = 0u64;
+            let done = z
+                .step(&mut |d: &[u8]| {
+                    if !d.is_empty() {
+                        ringx_h3proto::send_data(out, d);
+                        bytes += d.len() as u64;
+                    }
+                })
+                .map_err(|e| tracing::warn!("compressing a static file over HTTP/3: {e}"))?;
+            self.body_out += bytes;
+            if done {
+                self.encoder = None;
+            }
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Counts the response and writes its access log line.
+    pub fn log_end(self, cx: &mut Cx, b: &Base) {
+        let e = Ended {
+            start: self.start,
+            status: self.status,
+            body_bytes: self.body_out,
+            cache: self.cache,
+        };
+        log::log_end(cx, b, self.log.as_deref(), e);
+    }
+}

@@ -1,0 +1,114 @@
+"""A minimal HTTP/3 client over Python's aioquic, for the tests: GET (or any method) one or
+more URLs on one QUIC connection, concurrently, and return each response's status, headers
+and body."""
+import asyncio
+import ssl
+
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import StreamReset
+
+
+class Response:
+    def __init__(self):
+        self.status = None
+        self.headers = []
+        self.body = bytearray()
+        self.reset = None
+
+    def header(self, name):
+        name = name.lower().encode()
+        for k, v in self.headers:
+            if k == name:
+                return v.decode()
+        return None
+
+
+class _H3(H3Connection):
+    """aioquic's HTTP/3 connection, told which streams carry HEAD: it checks every response's
+    Content-Length against its body, which a response to HEAD does not have (RFC 9110
+    §9.3.2)."""
+
+    head_streams: set = set()
+
+    def _check_content_length(self, stream):
+        if stream.stream_id not in self.head_streams:
+            super()._check_content_length(stream)
+
+
+class _Client(QuicConnectionProtocol):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.h3 = _H3(self._quic)
+        self.h3.head_streams = set()
+        self.waiting = {}
+        self.responses = {}
+
+    def request(self, method, authority, path, headers=(), body=None):
+        sid = self._quic.get_next_available_stream_id()
+        if method == "HEAD":
+            self.h3.head_streams.add(sid)
+        fields = [(b":method", method.encode()), (b":scheme", b"https"),
+                  (b":authority", authority.encode()), (b":path", path.encode())]
+        fields += [(k.encode(), v.encode()) for k, v in headers]
+        self.h3.send_headers(sid, fields, end_stream=body is None)
+        if body is not None:
+            self.h3.send_data(sid, body, end_stream=True)
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting[sid] = fut
+        self.responses[sid] = Response()
+        self.transmit()
+        return fut
+
+    def quic_event_received(self, event):
+        if isinstance(event, StreamReset) and event.stream_id in self.waiting:
+            r = self.responses[event.stream_id]
+            r.reset = event.error_code
+            self._done(event.stream_id)
+            return
+        for e in self.h3.handle_event(event):
+            r = self.responses.get(e.stream_id)
+            if r is None:
+                continue
+            if isinstance(e, HeadersReceived):
+                if r.status is None:
+                    r.headers = e.headers
+                    r.status = int(dict(e.headers)[b":status"])
+            elif isinstance(e, DataReceived):
+                r.body += e.data
+            if getattr(e, "stream_ended", False):
+                self._done(e.stream_id)
+
+    def _done(self, sid):
+        fut = self.waiting.pop(sid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(self.responses[sid])
+
+
+async def _fetch(port, paths, host, method, headers, body, timeout, cafile):
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=host)
+    if cafile is None:
+        cfg.verify_mode = ssl.CERT_NONE
+    else:
+        cfg.load_verify_locations(cafile)
+    async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
+                       wait_connected=True) as client:
+        futs = [client.request(method, host, p, headers, body) for p in paths]
+        return await asyncio.wait_for(asyncio.gather(*futs), timeout)
+
+
+def get(port, paths, host="localhost", method="GET", headers=(), body=None, timeout=20,
+        cafile=None):
+    """The responses to `paths` (a list), requested at once on one connection; the
+    server's certificate checked against `cafile` (None: not checked)."""
+    return asyncio.run(_fetch(port, paths, host, method, headers, body, timeout,
+                              None if cafile is None else str(cafile)))
+
+
+if __name__ == "__main__":
+    import sys
+    for r in get(int(sys.argv[1]), sys.argv[2:] or ["/"]):
+        print(r.status, r.headers, bytes(r.body[:200]))

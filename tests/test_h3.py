@@ -1,0 +1,164 @@
+"""HTTP/3 over QUIC (issue 38): `quic = true` on a TLS server, and real HTTP/3 clients no one
+here wrote (Python's aioquic, Debian's ngtcp2 client `gtlsclient`) against the real binary:
+the locations a zone answers itself, byte-exact bodies, many concurrent streams on one
+connection, the certificate chosen by SNI, Retry, and the steps HTTP/3 does not carry yet
+answered cleanly.
+
+Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_h3.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import free_port, runtime_section
+from tls_pki import Pki
+
+try:
+    import h3_client
+except ImportError:
+    # CI installs it (scripts/install-deps.sh): there a missing client is a failure.
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("aioquic is not installed (pip install aioquic, or scripts/install-deps.sh)",
+                allow_module_level=True)
+
+BIG = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def site(ringx_module, engine, tmp_path_factory):
+    d = tmp_path_factory.mktemp("h3")
+    pki = Pki(d / "pki")
+    a = pki.leaf("a", ["a.test", "localhost"])
+    b = pki.leaf("b", ["b.test"])
+    www = d / "www"
+    www.mkdir()
+    data = os.urandom(BIG)
+    (www / "big.bin").write_bytes(data)
+    (www / "index.html").write_text("<p>hello over h3</p>\n" * 200)
+    p = free_port()
+    cfg = runtime_section(engine, zones=2) + f"""
+[http]
+gzip = {{ types = ["text/html"], min_length = 256 }}
+[[server]]
+listen = ["127.0.0.1:{p}"]
+server_name = ["a.test", "localhost"]
+tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
+quic = true
+  [[server.location]]
+  path = "/"
+  root = "{www}"
+  [[server.location]]
+  path = "/r"
+  return = {{ status = 200, body = "returned\\n" }}
+  [[server.location]]
+  path = "/moved"
+  return = {{ status = 301, location = "https://a.test/there" }}
+  [[server.location]]
+  path = "/up/"
+  proxy_pass = "http://127.0.0.1:9"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+server_name = ["b.test"]
+tls = {{ cert = "{b[0]}", key = "{b[1]}" }}
+quic = true
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "site b\\n" }}
+"""
+    r = ringx_module.make(cfg, engine=engine, name=f"h3-{engine}")
+    return dict(port=p, ca=pki.ca_path, data=data, ringx=r)
+
+
+def test_return_and_files_byte_exact(site):
+    rs = h3_client.get(site["port"], ["/r", "/big.bin", "/nope", "/moved"], cafile=site["ca"])
+    assert [r.status for r in rs] == [200, 200, 404, 301]
+    assert bytes(rs[0].body) == b"returned\n"
+    assert hashlib.sha256(rs[1].body).digest() == hashlib.sha256(site["data"]).digest()
+    assert rs[1].header("content-length") == str(BIG)
+    assert rs[3].header("location") == "https://a.test/there"
+
+
+def test_range_head_and_conditional(site):
+    port = site["port"]
+    (r,) = h3_client.get(port, ["/big.bin"], headers=[("range", "bytes=100-199")])
+    assert r.status == 206 and bytes(r.body) == site["data"][100:200]
+    (r,) = h3_client.get(port, ["/big.bin"], method="HEAD")
+    assert r.status == 200 and r.header("content-length") == str(BIG) and not r.body
+    etag = r.header("etag")
+    (r,) = h3_client.get(port, ["/big.bin"], headers=[("if-none-match", etag)])
+    assert r.status == 304 and not r.body
+
+
+def test_compressed_answer(site):
+    (r,) = h3_client.get(site["port"], ["/index.html"], headers=[("accept-encoding", "gzip")])
+    assert r.status == 200 and r.header("content-encoding") == "gzip"
+    import gzip
+    assert gzip.decompress(bytes(r.body)) == b"<p>hello over h3</p>\n" * 200
+
+
+def test_many_concurrent_streams_on_one_connection(site):
+    paths = [f"/r?{i}" for i in range(90)] + ["/big.bin"] * 5
+    rs = h3_client.get(site["port"], paths)
+    assert all(r.status == 200 for r in rs)
+    assert all(bytes(r.body) == b"returned\n" for r in rs[:90])
+    assert all(len(r.body) == BIG for r in rs[90:])
+
+
+def test_certificate_chosen_by_sni(site):
+    (r,) = h3_client.get(site["port"], ["/"], host="b.test", cafile=site["ca"])
+    assert r.status == 200 and bytes(r.body) == b"site b\n"
+    (r,) = h3_client.get(site["port"], ["/r"], host="a.test", cafile=site["ca"])
+    assert bytes(r.body) == b"returned\n"
+
+
+def test_a_proxied_location_is_answered_not_hung(site):
+    # proxy_pass is not carried over HTTP/3 yet: the request gets a 502 at once, and the
+    # connection goes on.
+    rs = h3_client.get(site["port"], ["/up/x", "/r"])
+    assert [r.status for r in rs] == [502, 200]
+
+
+def test_ngtcp2_client_downloads(site, tmp_path):
+    if shutil.which("gtlsclient") is None:
+        if os.environ.get("CI"):
+            pytest.fail("gtlsclient is missing: scripts/install-deps.sh installs ngtcp2-client")
+        pytest.skip("ngtcp2's client is not installed (apt install ngtcp2-client)")
+    out = tmp_path / "dl"
+    out.mkdir()
+    url = f"https://localhost:{site['port']}"
+    # Debian's ngtcp2 0.12 client does not verify the server's certificate (it has no
+    # option for a CA): the aioquic tests do.
+    p = subprocess.run(["gtlsclient", "-q", "--exit-on-all-streams-close", "--download",
+                        str(out), "localhost", str(site["port"]), f"{url}/big.bin",
+                        f"{url}/r"],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert (out / "big.bin").read_bytes() == site["data"]
+    assert (out / "r").read_bytes() == b"returned\n"
+
+
+def test_retry_always(ringx, tmp_path):
+    pki = Pki(tmp_path / "pki")
+    a = pki.leaf("a", ["localhost"])
+    p = free_port()
+    cfg = runtime_section(None, zones=1) + f"""
+[http]
+quic_retry = "always"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
+quic = true
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "after a retry\\n" }}
+"""
+    ringx.make(cfg)
+    (r,) = h3_client.get(p, ["/"], cafile=pki.ca_path)
+    assert r.status == 200 and bytes(r.body) == b"after a retry\n"
