@@ -18,6 +18,7 @@ import pytest
 
 from conftest import free_port, runtime_section
 from tls_pki import Pki
+from upstream_server import UpstreamServer, pattern
 
 try:
     import h3_client
@@ -43,6 +44,7 @@ def site(ringx_module, engine, tmp_path_factory):
     (www / "big.bin").write_bytes(data)
     (www / "index.html").write_text("<p>hello over h3</p>\n" * 200)
     p = free_port()
+    up = UpstreamServer("up")
     cfg = runtime_section(engine, zones=2) + f"""
 [http]
 gzip = {{ types = ["text/html"], min_length = 256 }}
@@ -62,6 +64,9 @@ quic = true
   return = {{ status = 301, location = "https://a.test/there" }}
   [[server.location]]
   path = "/up/"
+  proxy_pass = "http://{up.addr}/"
+  [[server.location]]
+  path = "/down/"
   proxy_pass = "http://127.0.0.1:9"
 [[server]]
 listen = ["127.0.0.1:{p}"]
@@ -73,7 +78,8 @@ quic = true
   return = {{ status = 200, body = "site b\\n" }}
 """
     r = ringx_module.make(cfg, engine=engine, name=f"h3-{engine}")
-    return dict(port=p, ca=pki.ca_path, data=data, ringx=r)
+    yield dict(port=p, ca=pki.ca_path, data=data, ringx=r, up=up)
+    up.close()
 
 
 def test_return_and_files_byte_exact(site):
@@ -118,11 +124,34 @@ def test_certificate_chosen_by_sni(site):
     assert bytes(r.body) == b"returned\n"
 
 
-def test_a_proxied_location_is_answered_not_hung(site):
-    # proxy_pass is not carried over HTTP/3 yet: the request gets a 502 at once, and the
-    # connection goes on.
-    rs = h3_client.get(site["port"], ["/up/x", "/r"])
-    assert [r.status for r in rs] == [502, 200]
+def test_proxied_responses_byte_exact(site):
+    n = 1024 * 1024 + 7
+    rs = h3_client.get(site["port"], [f"/up/big?n={n}", "/up/chunked?n=5&size=1000", "/up/x",
+                                      "/r"])
+    assert [r.status for r in rs] == [200, 200, 200, 200]
+    assert bytes(rs[0].body) == pattern(n)
+    assert len(rs[1].body) == 5000
+    assert bytes(rs[2].body) == b"ok"
+    assert rs[0].header("connection") is None  # HTTP/1.1's own fields stay behind
+
+
+def test_proxied_upload_both_ways(site):
+    body = os.urandom(1024 * 1024)
+    (r,) = h3_client.get(site["port"], ["/up/upload"], method="POST", body=body,
+                         headers=[("content-length", str(len(body)))])
+    assert r.status == 200
+    import json
+    got = json.loads(bytes(r.body))
+    assert got == {"len": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+    # No length given: the upstream gets it chunked.
+    (r,) = h3_client.get(site["port"], ["/up/upload"], method="POST", body=body[:5000])
+    assert json.loads(bytes(r.body))["len"] == 5000
+
+
+def test_proxied_failures_are_answered(site):
+    # An upstream that refuses connections: 502, and the connection goes on.
+    rs = h3_client.get(site["port"], ["/down/x", "/r", "/up/status/503"])
+    assert [r.status for r in rs] == [502, 200, 503]
 
 
 def test_ngtcp2_client_downloads(site, tmp_path):
@@ -144,11 +173,32 @@ def test_ngtcp2_client_downloads(site, tmp_path):
     assert (out / "r").read_bytes() == b"returned\n"
 
 
-def test_retry_always(ringx, tmp_path):
+def quic_metrics(admin):
+    """{(name, frozenset(labels)): value} of the QUIC and HTTP/3 samples of /metrics."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name.startswith(("ringx_quic_", "ringx_http3_")):
+                out[(smp.name, frozenset(smp.labels.items()))] = smp.value
+    return out
+
+
+def total(m, name, **labels):
+    want = set(labels.items())
+    return sum(v for (n, ls), v in m.items() if n == name and want <= set(ls))
+
+
+def test_retry_always_and_the_counters(ringx, tmp_path):
     pki = Pki(tmp_path / "pki")
     a = pki.leaf("a", ["localhost"])
-    p = free_port()
+    p, admin = free_port(), free_port()
     cfg = runtime_section(None, zones=1) + f"""
+[admin]
+listen = "127.0.0.1:{admin}"
 [http]
 quic_retry = "always"
 [[server]]
@@ -160,5 +210,10 @@ quic = true
   return = {{ status = 200, body = "after a retry\\n" }}
 """
     ringx.make(cfg)
-    (r,) = h3_client.get(p, ["/"], cafile=pki.ca_path)
-    assert r.status == 200 and bytes(r.body) == b"after a retry\n"
+    rs = h3_client.get(p, ["/", "/x"], cafile=pki.ca_path)
+    assert [(r.status, bytes(r.body)) for r in rs] == [(200, b"after a retry\n")] * 2
+    m = quic_metrics(admin)
+    assert total(m, "ringx_quic_handshakes_total", result="retry") == 1
+    assert total(m, "ringx_quic_handshakes_total", result="accepted") == 1
+    assert total(m, "ringx_http3_requests_total") == 2
+    assert total(m, "ringx_quic_datagrams_total", direction="in") >= 3

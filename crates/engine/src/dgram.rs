@@ -46,14 +46,42 @@ impl Io {
         from: Option<IpAddr>,
         data: &[u8],
     ) -> bool {
+        self.send_segments(listener, to, from, data, 0)
+    }
+
+    /// [`send_to`](Self::send_to) for several datagrams of `segment` bytes each (the last
+    /// may be shorter) in one send, which the kernel cuts up (UDP GSO, `UDP_SEGMENT`): one
+    /// pass through the stack for up to 64 datagrams. `segment` 0: `data` is one datagram.
+    /// Where a segmented send fails, [`Io::gso_works`] turns false and the caller sends one
+    /// datagram at a time from then on.
+    pub fn send_segments(
+        &mut self,
+        listener: ListenerId,
+        to: SocketAddr,
+        from: Option<IpAddr>,
+        data: &[u8],
+        segment: u16,
+    ) -> bool {
+        let segment = if usize::from(segment) >= data.len() {
+            0 // one datagram: no segmentation to ask for
+        } else {
+            segment
+        };
         self.queue_dgram(
             DgramTo::Listener {
                 id: listener,
                 peer: to,
                 from,
+                segment,
             },
             data,
         )
+    }
+
+    /// Whether the sockets take segmented sends ([`send_segments`](Self::send_segments)):
+    /// true until one failed (a kernel or device without UDP GSO).
+    pub fn gso_works(&self) -> bool {
+        !self.gso_failed
     }
 
     /// Sends `data` as one datagram on `c`, a socket opened with
@@ -91,6 +119,19 @@ impl Io {
         self.dgram_pending += 1;
         self.dgram_out.push(DgramOut { to, buf });
         true
+    }
+
+    /// A segmented send failed for a reason segmentation explains (`EIO`: the device cannot
+    /// segment; `EINVAL`: a kernel without UDP GSO, or segments it refuses): no more are
+    /// asked for.
+    pub(crate) fn gso_failed(&mut self, errno: i32) {
+        if matches!(errno, libc::EIO | libc::EINVAL | libc::EOPNOTSUPP) && !self.gso_failed {
+            tracing::warn!(
+                "UDP GSO: a segmented send failed ({}): datagrams go one by one from now on",
+                std::io::Error::from_raw_os_error(errno)
+            );
+            self.gso_failed = true;
+        }
     }
 
     /// A send is over (sent or failed): its buffer is kept for the next one.
@@ -148,6 +189,50 @@ pub(crate) fn parse_pktinfo(control: &[u8]) -> Option<IpAddr> {
         off += len.next_multiple_of(std::mem::align_of::<libc::cmsghdr>());
     }
     None
+}
+
+/// `UDP_SEGMENT` (linux/udp.h; not in the libc crate for glibc targets).
+const UDP_SEGMENT: libc::c_int = 103;
+
+/// Writes into `buf` the control messages of a send: the source address (`from`, see
+/// [`write_pktinfo`]) and the segment size of a GSO send (`segment` > 0); returns their
+/// length (0: none).
+pub(crate) fn write_control(
+    buf: &mut [u64; PKTINFO_SPACE / 8],
+    from: Option<IpAddr>,
+    segment: u16,
+) -> usize {
+    let mut n = from.map_or(0, |ip| write_pktinfo(buf, ip));
+    if segment > 0 {
+        let payload = std::mem::size_of::<u16>() as u32;
+        // SAFETY: CMSG_LEN/CMSG_SPACE are arithmetic on the payload size.
+        let (len, space) = unsafe {
+            (
+                libc::CMSG_LEN(payload) as usize,
+                libc::CMSG_SPACE(payload) as usize,
+            )
+        };
+        assert!(
+            n + space <= PKTINFO_SPACE,
+            "control messages overflow their buffer"
+        );
+        let hdr = libc::cmsghdr {
+            cmsg_len: len as _,
+            cmsg_level: libc::SOL_UDP,
+            cmsg_type: UDP_SEGMENT,
+        };
+        let bytes = buf.as_mut_ptr().cast::<u8>();
+        // SAFETY: `n` is a multiple of the header's alignment (CMSG_SPACE pads to it) and
+        // `n + space` bytes fit in the buffer (asserted); the writes stay inside.
+        unsafe {
+            std::ptr::write_bytes(bytes.add(n), 0, space);
+            std::ptr::write(bytes.add(n).cast::<libc::cmsghdr>(), hdr);
+            let data = bytes.add(n + std::mem::size_of::<libc::cmsghdr>());
+            std::ptr::write_unaligned(data.cast::<u16>(), segment);
+        }
+        n += space;
+    }
+    n
 }
 
 /// Writes into `buf` the control message that makes a datagram leave from `from`

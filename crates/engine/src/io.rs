@@ -373,6 +373,8 @@ pub struct Io {
     pub(crate) dgram_limit: u32,
     pub(crate) dgram_spares: Vec<Vec<u8>>,
     pub(crate) dgram_stats: DgramStats,
+    /// A segmented (GSO) send failed: none are asked for any more (`Io::gso_works`).
+    pub(crate) gso_failed: bool,
 }
 
 impl Io {
@@ -398,6 +400,7 @@ impl Io {
             dgram_limit: DEFAULT_DGRAM_LIMIT,
             dgram_spares: Vec::new(),
             dgram_stats: DgramStats::default(),
+            gso_failed: false,
         }
     }
 
@@ -743,6 +746,8 @@ pub(crate) enum DgramTo {
         id: ListenerId,
         peer: SocketAddr,
         from: Option<IpAddr>,
+        /// Datagrams of this size (GSO, `Io::send_segments`); 0: the bytes are one.
+        segment: u16,
     },
     /// On connected datagram socket `c` (generation `gen`: a send queued for a socket that
     /// closed before it went is dropped, never sent on a successor in the same slot).

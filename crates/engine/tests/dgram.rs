@@ -2,7 +2,8 @@
 //! connected datagram socket to an echo server and sends the answer back from the listener;
 //! a datagram larger than the zone's buffers arrives marked truncated; a wildcard listener
 //! answers from the address the client wrote to (IP_PKTINFO); a datagram socket whose peer
-//! port is closed is closed with ECONNREFUSED.
+//! port is closed is closed with ECONNREFUSED; a segmented send (UDP GSO) reaches the
+//! client as the datagrams it was cut into.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -39,6 +40,13 @@ impl Handler for Relay {
     fn on_datagram(&mut self, io: &mut Io, l: ListenerId, dg: Datagram<'_>) {
         if dg.truncated {
             let _ = self.tx.send(Seen::Truncated(dg.data.len()));
+            return;
+        }
+        if dg.data == b"gso?" {
+            // Three datagrams of 100 bytes and one of 50 (their index in each byte), in one
+            // send the kernel cuts up.
+            let data: Vec<u8> = (0..350).map(|i| (i / 100) as u8).collect();
+            assert!(io.send_segments(l, dg.peer, dg.local, &data, 100));
             return;
         }
         let c = match self.by_client.get(&dg.peer) {
@@ -256,4 +264,35 @@ fn refused_upstream_closes_uring() {
 #[test]
 fn refused_upstream_closes_epoll() {
     refused_upstream_closes(EngineKind::Epoll);
+}
+
+fn segmented_send_arrives_as_datagrams(engine: EngineKind) {
+    let Some((addr, waker, _rx, t)) = run(engine, "127.0.0.1:0", echo_server()) else {
+        return;
+    };
+    let c = client();
+    c.send_to(b"gso?", addr).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2048];
+    for _ in 0..4 {
+        let (n, _) = c.recv_from(&mut buf).unwrap();
+        got.push(buf[..n].to_vec());
+    }
+    got.sort_by_key(|d| d[0]);
+    let want: Vec<Vec<u8>> = (0..4)
+        .map(|i| vec![i as u8; if i < 3 { 100 } else { 50 }])
+        .collect();
+    assert_eq!(got, want);
+    waker.wake();
+    t.join().unwrap();
+}
+
+#[test]
+fn segmented_send_arrives_as_datagrams_uring() {
+    segmented_send_arrives_as_datagrams(EngineKind::Uring)
+}
+
+#[test]
+fn segmented_send_arrives_as_datagrams_epoll() {
+    segmented_send_arrives_as_datagrams(EngineKind::Epoll)
 }

@@ -17,6 +17,7 @@ use crate::upstream::Upstreams;
 pub mod listeners;
 mod out;
 mod policy;
+pub mod quic;
 mod upstream;
 
 use out::Out;
@@ -77,6 +78,8 @@ pub struct ZoneCounters {
     pub h2_errors: [AtomicU64; H2_REASONS],
     /// UDP streams.
     pub udp: crate::udp_counters::UdpCounters,
+    /// HTTP/3 over QUIC.
+    pub quic: quic::QuicCounters,
     /// Access control and limits (`crate::guard`): limit_req verdicts, limit_conn
     /// refusals, requests denied by access rules and by authentication; `auth_basic`
     /// passwords verified on the zone, handed to the auth pool, refused with the pool full.
@@ -624,6 +627,8 @@ impl Metrics {
         );
 
         self.render_guard(&mut o);
+        let quic: Vec<&quic::QuicCounters> = self.zones.iter().map(|z| &z.quic).collect();
+        quic::render(&quic, &mut o);
         self.render_xdp(&mut o);
         self.render_lb(&mut o);
         o.s

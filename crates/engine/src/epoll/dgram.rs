@@ -8,7 +8,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 
-use crate::dgram::{parse_pktinfo, write_pktinfo, PKTINFO_SPACE};
+use crate::dgram::{parse_pktinfo, write_control, PKTINFO_SPACE};
 use crate::io::{ConnId, ConnState, DgramTo, Io};
 
 /// Datagrams taken from one socket per readiness event before other sockets get a turn.
@@ -106,8 +106,19 @@ pub(super) fn send_all(
     let mut out = std::mem::take(&mut io.dgram_out);
     for o in out.drain(..) {
         let r = match o.to {
-            DgramTo::Listener { id, peer, from } => match listener_fd(id.0) {
-                Some(fd) => send_to(fd, &o.buf, peer, from),
+            DgramTo::Listener {
+                id,
+                peer,
+                from,
+                segment,
+            } => match listener_fd(id.0) {
+                Some(fd) => {
+                    let r = send_to(fd, &o.buf, peer, (from, segment));
+                    if let (Err(e), true) = (&r, segment > 0) {
+                        io.gso_failed(e.raw_os_error().unwrap_or(0));
+                    }
+                    r
+                }
                 None => Err(io::Error::from_raw_os_error(libc::EBADF)),
             },
             DgramTo::Conn { c, gen } => {
@@ -149,12 +160,18 @@ pub(super) fn send_all(
     failed
 }
 
-/// One datagram from UDP socket `fd` to `peer`, from source address `from`: `sendmsg` with an
-/// `IP_PKTINFO` control message, or `sendto` when there is no source to set (it spares the
+/// One datagram from UDP socket `fd` to `peer`, from source address `from` (or several of
+/// `segment` bytes each, cut by the kernel: GSO): `sendmsg` with `IP_PKTINFO` and
+/// `UDP_SEGMENT` control messages, or `sendto` when there is neither to set (it spares the
 /// kernel copying and checking a `msghdr`).
-fn send_to(fd: RawFd, buf: &[u8], peer: SocketAddr, from: Option<IpAddr>) -> io::Result<()> {
+fn send_to(
+    fd: RawFd,
+    buf: &[u8],
+    peer: SocketAddr,
+    (from, segment): (Option<IpAddr>, u16),
+) -> io::Result<()> {
     let name = socket2::SockAddr::from(peer);
-    let Some(ip) = from else {
+    if from.is_none() && segment == 0 {
         // SAFETY: sendto reads `buf` and the address, both live and unwritten meanwhile.
         let n = unsafe {
             libc::sendto(
@@ -171,7 +188,7 @@ fn send_to(fd: RawFd, buf: &[u8], peer: SocketAddr, from: Option<IpAddr>) -> io:
         } else {
             Ok(())
         };
-    };
+    }
     let mut iov = libc::iovec {
         iov_base: buf.as_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -183,7 +200,7 @@ fn send_to(fd: RawFd, buf: &[u8], peer: SocketAddr, from: Option<IpAddr>) -> io:
     hdr.msg_namelen = name.len();
     hdr.msg_iov = &mut iov;
     hdr.msg_iovlen = 1;
-    let n = write_pktinfo(&mut control, ip);
+    let n = write_control(&mut control, from, segment);
     hdr.msg_control = control.as_mut_ptr().cast();
     hdr.msg_controllen = n as _;
     // SAFETY: sendmsg reads the header and what it points to (all live locals and `buf`,

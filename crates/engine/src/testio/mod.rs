@@ -439,7 +439,7 @@ impl TestDriver {
     fn send_datagrams(&mut self) {
         for o in std::mem::take(&mut self.io.dgram_out) {
             let to = match o.to {
-                DgramTo::Listener { id, peer, from } => (self.listening
+                DgramTo::Listener { id, peer, from, .. } => (self.listening
                     && !self.gone.contains(&id))
                 .then_some(SentTo::Listener { id, peer, from }),
                 DgramTo::Conn { c, gen } => self
@@ -450,7 +450,14 @@ impl TestDriver {
                     .then_some(SentTo::Conn(c)),
             };
             if let Some(to) = to {
-                self.dgrams.push((to, o.buf.clone()));
+                // A GSO send is the datagrams the kernel would cut it into.
+                let seg = match o.to {
+                    DgramTo::Listener { segment, .. } if segment > 0 => usize::from(segment),
+                    _ => o.buf.len().max(1),
+                };
+                for d in o.buf.chunks(seg) {
+                    self.dgrams.push((to, d.to_vec()));
+                }
             }
             self.io.dgram_done(o.buf, to.is_some());
         }

@@ -12,7 +12,7 @@ use io_uring::{opcode, types};
 use super::close;
 use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use crate::dgram::write_pktinfo;
+use crate::dgram::write_control;
 use crate::io::{ConnState, DgramOut, DgramTo};
 
 /// Submits every datagram the handler queued.
@@ -31,7 +31,12 @@ pub(super) fn submit_all(d: &mut UringDriver) {
 
 fn submit(d: &mut UringDriver, o: DgramOut) {
     match o.to {
-        DgramTo::Listener { id, peer, from } => {
+        DgramTo::Listener {
+            id,
+            peer,
+            from,
+            segment,
+        } => {
             let fd = match d.listeners.get(id.0 as usize) {
                 Some(l) if l.udp && !l.closing => {
                     l.sock.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
@@ -47,15 +52,16 @@ fn submit(d: &mut UringDriver, o: DgramOut) {
             s.name = socket2::SockAddr::from(peer);
             s.listener = Some(id.0);
             s.conn = None;
-            let e = match from {
-                // No source address to set: a send with a destination (`sendto`), which
-                // spares the kernel copying and checking a `msghdr` and its iovec per
-                // datagram (about a tenth of the send's cost, profiled).
-                None => opcode::Send::new(types::Fd(fd), s.buf.as_ptr(), s.buf.len() as u32)
+            s.segmented = segment > 0;
+            let e = match (from, segment) {
+                // No source address or segment size to set: a send with a destination
+                // (`sendto`), which spares the kernel copying and checking a `msghdr` and
+                // its iovec per datagram (about a tenth of the send's cost, profiled).
+                (None, 0) => opcode::Send::new(types::Fd(fd), s.buf.as_ptr(), s.buf.len() as u32)
                     .dest_addr(s.name.as_ptr().cast())
                     .dest_addr_len(s.name.len())
                     .build(),
-                Some(ip) => {
+                _ => {
                     s.iov = libc::iovec {
                         iov_base: s.buf.as_mut_ptr().cast(),
                         iov_len: s.buf.len(),
@@ -64,7 +70,7 @@ fn submit(d: &mut UringDriver, o: DgramOut) {
                     s.hdr.msg_namelen = s.name.len();
                     s.hdr.msg_iov = &mut s.iov;
                     s.hdr.msg_iovlen = 1;
-                    let n = write_pktinfo(&mut s.cmsg, ip);
+                    let n = write_control(&mut s.cmsg, from, segment);
                     s.hdr.msg_control = s.cmsg.as_mut_ptr().cast();
                     s.hdr.msg_controllen = n as _;
                     opcode::SendMsg::new(types::Fd(fd), &s.hdr).build()
@@ -112,11 +118,15 @@ pub(super) fn complete(d: &mut UringDriver, i: u32, res: i32) {
     };
     let buf = std::mem::take(&mut s.buf);
     let (listener, conn) = (s.listener.take(), s.conn.take());
+    let segmented = std::mem::take(&mut s.segmented);
     d.dgram_sends.free.push(i);
     if let Some(id) = listener {
         let l = &mut d.listeners[id as usize];
         l.sends = l.sends.saturating_sub(1);
         d.release_listener(id);
+    }
+    if res < 0 && segmented {
+        d.io.gso_failed(-res);
     }
     if res < 0 {
         if let Some((c, gen)) = conn {

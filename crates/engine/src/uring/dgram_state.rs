@@ -39,6 +39,8 @@ pub(super) struct Slot {
     /// The listener it leaves from, or the connection it goes on.
     pub(super) listener: Option<u32>,
     pub(super) conn: Option<(ConnId, u32)>,
+    /// A GSO send (several datagrams): its failure may mean the path cannot segment.
+    pub(super) segmented: bool,
 }
 
 /// The zone's datagram send slots.
@@ -68,6 +70,7 @@ impl Sends {
             buf: Vec::new(),
             listener: None,
             conn: None,
+            segmented: false,
         }));
         (self.slots.len() - 1) as u32
     }

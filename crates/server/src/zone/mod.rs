@@ -153,6 +153,12 @@ impl Zone {
             return self.grpc_upstream_event(io, u, ev);
         }
         let owner = self.ups.get(u).and_then(|x| x.client);
+        if let Some(q) = owner.filter(|(c, _)| crate::role::h3::is_quic(*c)) {
+            if let Err(ev) = self.quic.upstream_event(&mut cx!(self, io), q, u, ev) {
+                orphan(cx!(self, io), u, ev);
+            }
+            return;
+        }
         let client = owner.and_then(|(c, gen)| {
             self.clients
                 .get_mut(c.index())

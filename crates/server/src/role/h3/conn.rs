@@ -12,7 +12,7 @@ use quinn_proto::{
     Connection, ConnectionHandle, Dir, Endpoint, Event, ReadError, StreamEvent, StreamId, Transmit,
     VarInt,
 };
-use ringx_engine::{Io, ListenerId};
+use ringx_engine::{ConnId, Io, ListenerId};
 use ringx_h3proto::{ConnError, Limits, Uni};
 
 use super::stream::H3Stream;
@@ -21,8 +21,8 @@ use crate::ctx::Cx;
 use crate::transport::tls::TlsInfo;
 use crate::transport::Transport;
 
-/// Datagrams one `poll_transmit` may coalesce (GSO's segments, sent one by one until the
-/// engine sends them in one system call).
+/// Datagrams one `poll_transmit` may coalesce into one GSO send (the kernel takes up to
+/// 64; ten is what quinn's own I/O layer batches).
 const MAX_SEGMENTS: usize = 10;
 
 /// A QUIC connection and its HTTP/3 state.
@@ -44,12 +44,20 @@ pub(super) struct H3Conn {
     pub(super) base: Base,
     /// The HTTP/3 layer failed: the connection is closed.
     dead: bool,
+    /// Who the connection is to the zone's upstream connections (their `client`): the QUIC
+    /// owner bit and the connection's slot (`super::owner`), with `base.gen`.
+    pub(super) owner: ConnId,
+    /// The stream each upstream connection serves.
+    pub(super) ups: HashMap<ConnId, u64>,
+    /// Streams not read while their upstream takes no more of their body.
+    pub(super) held: Vec<u64>,
 }
 
 impl H3Conn {
     pub fn new(
         cx: &Cx,
         (listener, handle, tcp): (ListenerId, ConnectionHandle, u32),
+        (owner, gen): (ConnId, u32),
         quic: Connection,
         now: Instant,
     ) -> H3Conn {
@@ -62,6 +70,7 @@ impl H3Conn {
             Transport::Plain,
             now,
         );
+        base.gen = gen;
         let limits = Limits {
             max_field_section_size: cx.ctx.set.limits.max_head as u64,
             ..Limits::default()
@@ -77,6 +86,9 @@ impl H3Conn {
             ready: Vec::new(),
             base,
             dead: false,
+            owner,
+            ups: HashMap::new(),
+            held: Vec::new(),
         }
     }
 
@@ -174,9 +186,18 @@ impl H3Conn {
         }));
     }
 
-    /// Reads what stream `id` delivered into the HTTP/3 state.
-    fn read(&mut self, id: StreamId) -> Result<(), ConnError> {
+    /// Reads what stream `id` delivered into the HTTP/3 state; a stream whose upstream takes
+    /// no more of its body now is left unread (QUIC's flow control then holds the client
+    /// back) until the upstream has written what it has.
+    pub(super) fn read(&mut self, id: StreamId) -> Result<(), ConnError> {
         let n = u64::from(id);
+        let s = self.streams.get(&n);
+        if s.and_then(|s| s.proxy.as_ref()).is_some_and(|p| p.held > 0) {
+            if !self.held.contains(&n) {
+                self.held.push(n);
+            }
+            return Ok(());
+        }
         let mut rs = self.quic.recv_stream(id);
         let Ok(mut chunks) = rs.read(true) else {
             return Ok(()); // closed already
@@ -242,7 +263,7 @@ impl H3Conn {
                 continue;
             };
             let id = StreamId::from(VarInt::from_u64(n).unwrap_or_default());
-            match s.send(&mut self.quic.send_stream(id)) {
+            match s.send(cx, &mut self.quic.send_stream(id)) {
                 Ok(false) => {}
                 Ok(true) => {
                     if let Some(s) = self.streams.remove(&n) {
@@ -260,7 +281,7 @@ impl H3Conn {
     }
 
     /// The HTTP/3 layer failed: the connection closes with its error.
-    fn fail(&mut self, now: Instant, e: ConnError) {
+    pub(super) fn fail(&mut self, now: Instant, e: ConnError) {
         if std::mem::replace(&mut self.dead, true) {
             return;
         }
@@ -269,15 +290,16 @@ impl H3Conn {
             .close(now, code, Bytes::from_static(e.msg.as_bytes()));
     }
 
-    /// Sends what the connection has to send.
-    pub fn transmit(&mut self, io: &mut Io, buf: &mut Vec<u8>) {
+    /// Sends what the connection has to send; returns the datagrams queued.
+    pub fn transmit(&mut self, io: &mut Io, buf: &mut Vec<u8>) -> u64 {
         let now = io.now();
+        let mut n = 0;
         loop {
             buf.clear();
             let Some(t) = self.quic.poll_transmit(now, MAX_SEGMENTS, buf) else {
-                break;
+                return n;
             };
-            send(io, self.listener, &t, buf);
+            n += send(io, self.listener, &t, buf);
         }
     }
 
@@ -293,12 +315,22 @@ impl H3Conn {
     }
 }
 
-/// Sends what quinn-proto wrote for `t` (one datagram, or several of `segment_size` each)
-/// from listener `l`.
-pub(super) fn send(io: &mut Io, l: ListenerId, t: &Transmit, buf: &[u8]) {
+/// Sends what quinn-proto wrote for `t` from listener `l`: one datagram, or several of
+/// `segment_size` bytes each in one GSO send (one at a time where the kernel or device
+/// cannot segment); returns the datagrams queued.
+pub(super) fn send(io: &mut Io, l: ListenerId, t: &Transmit, buf: &[u8]) -> u64 {
     let data = &buf[..t.size.min(buf.len())];
     let seg = t.segment_size.unwrap_or(data.len()).max(1);
-    for d in data.chunks(seg) {
-        io.send_to(l, t.destination, t.src_ip, d);
+    let count = data.len().div_ceil(seg) as u64;
+    if count > 1 && io.gso_works() {
+        if let Ok(s) = u16::try_from(seg) {
+            let sent = io.send_segments(l, t.destination, t.src_ip, data, s);
+            return if sent { count } else { 0 };
+        }
     }
+    let mut n = 0;
+    for d in data.chunks(seg) {
+        n += u64::from(io.send_to(l, t.destination, t.src_ip, d));
+    }
+    n
 }

@@ -20,17 +20,30 @@ mod stream;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use bytes::BytesMut;
 use quinn_proto::{ConnectionHandle, DatagramEvent, Endpoint, Incoming};
-use ringx_engine::{Datagram, ListenerId};
+use ringx_engine::{ConnId, Datagram, ListenerId};
 use ringx_quic::{Keys, Owner};
 
 use crate::ctx::Cx;
+use crate::metrics::bump;
+use crate::role::upstream::UpEvent;
 use crate::settings::RetryWhen;
 use conn::{send, H3Conn};
+
+/// The bit that marks a QUIC connection where the zone names a client by a `ConnId` (an
+/// upstream connection's `client`, a timer): the connection's slot is below it. Apart from
+/// the timer wheel's upstream and UDP bits (31 and 30), and above any engine connection.
+pub const QUIC_OWNER: u32 = 1 << 29;
+
+/// Whether `c` names a QUIC connection ([`QUIC_OWNER`]).
+pub fn is_quic(c: ConnId) -> bool {
+    c.0 & QUIC_OWNER != 0
+}
 
 /// The keys every zone's endpoints share (stateless resets and Retry tokens must be
 /// recognised by whichever zone a packet reaches): made once per process.
@@ -72,18 +85,6 @@ pub struct Quic {
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     /// The buffer quinn-proto writes packets into.
     buf: Vec<u8>,
-    /// Counters for `/metrics`.
-    pub stats: QuicStats,
-}
-
-/// What a zone's QUIC endpoints did.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct QuicStats {
-    pub accepted: u64,
-    pub retried: u64,
-    pub refused: u64,
-    pub closed: u64,
-    pub requests: u64,
 }
 
 impl Quic {
@@ -94,6 +95,7 @@ impl Quic {
 
     /// A datagram on QUIC listener `listener` (serving `routes.listen[tcp]`'s address).
     pub fn datagram(&mut self, cx: &mut Cx, listener: ListenerId, tcp: u32, dg: Datagram<'_>) {
+        bump(&cx.ctx.log.counters.quic.datagrams_in, 1);
         if dg.truncated {
             return; // larger than the zone's datagram buffers: not a QUIC packet of ours
         }
@@ -110,7 +112,8 @@ impl Quic {
             None => {}
             Some(DatagramEvent::Response(t)) => {
                 let buf = std::mem::take(&mut self.buf);
-                send(cx.io, listener, &t, &buf);
+                let n = send(cx.io, listener, &t, &buf);
+                bump(&cx.ctx.log.counters.quic.datagrams_out, n);
                 self.buf = buf;
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
@@ -144,14 +147,18 @@ impl Quic {
         let ep = &mut l.endpoint;
         self.buf.clear();
         if self.by_handle.len() >= max {
-            self.stats.refused += 1;
+            bump(&cx.ctx.log.counters.quic.refused, 1);
             let t = ep.refuse(incoming, &mut self.buf);
-            return send(cx.io, listener, &t, &self.buf);
+            let n = send(cx.io, listener, &t, &self.buf);
+            return bump(&cx.ctx.log.counters.quic.datagrams_out, n);
         }
         if retry && !incoming.remote_address_validated() && incoming.may_retry() {
-            self.stats.retried += 1;
+            bump(&cx.ctx.log.counters.quic.retried, 1);
             match ep.retry(incoming, &mut self.buf) {
-                Ok(t) => send(cx.io, listener, &t, &self.buf),
+                Ok(t) => {
+                    let n = send(cx.io, listener, &t, &self.buf);
+                    bump(&cx.ctx.log.counters.quic.datagrams_out, n);
+                }
                 Err(e) => ep.ignore(e.into_incoming()),
             }
             return;
@@ -161,12 +168,13 @@ impl Quic {
             Ok(x) => x,
             Err(e) => {
                 if let Some(t) = e.response {
-                    send(cx.io, listener, &t, &self.buf);
+                    let n = send(cx.io, listener, &t, &self.buf);
+                    bump(&cx.ctx.log.counters.quic.datagrams_out, n);
                 }
                 return;
             }
         };
-        self.stats.accepted += 1;
+        bump(&cx.ctx.log.counters.quic.accepted, 1);
         let tcp = l.tcp;
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -177,9 +185,13 @@ impl Quic {
             }
         };
         self.gens[slot as usize] = self.gens[slot as usize].wrapping_add(1);
-        let c = H3Conn::new(cx, (listener, h, tcp), quic, now);
+        let gen = self.gens[slot as usize];
+        let owner = ConnId(QUIC_OWNER | slot);
+        let c = H3Conn::new(cx, (listener, h, tcp), (owner, gen), quic, now);
         self.conns[slot as usize] = Some(c);
         self.by_handle.insert((listener.0, h), slot);
+        let live = self.by_handle.len() as u64;
+        cx.ctx.log.counters.quic.connections.store(live, Relaxed);
         self.drive(cx, slot);
     }
 
@@ -192,14 +204,18 @@ impl Quic {
         let Some(Some(l)) = self.listeners.get_mut(c.listener.0 as usize) else {
             return;
         };
-        self.stats.requests += c.run(cx, &mut l.endpoint) as u64;
-        c.transmit(cx.io, &mut self.buf);
+        let served = c.run(cx, &mut l.endpoint) as u64;
+        bump(&cx.ctx.log.counters.quic.requests, served);
+        let sent = c.transmit(cx.io, &mut self.buf);
+        bump(&cx.ctx.log.counters.quic.datagrams_out, sent);
         if c.quic.is_drained() {
             let h = c.handle;
             self.by_handle.remove(&(c.listener.0, h));
             self.conns[slot as usize] = None;
             self.free.push(slot);
-            self.stats.closed += 1;
+            let q = &cx.ctx.log.counters.quic;
+            bump(&q.closed, 1);
+            q.connections.store(self.by_handle.len() as u64, Relaxed);
             return;
         }
         if let Some(at) = c.next_timer() {
@@ -207,6 +223,28 @@ impl Quic {
                 .push(Reverse((at, slot, self.gens[slot as usize])));
             cx.io.timer_at(at);
         }
+    }
+
+    /// An event on upstream connection `u`, whose client is QUIC connection `c` of
+    /// generation `gen`. Err: that connection is gone, or the upstream serves none of its
+    /// streams: the event comes back for the caller to let go of the upstream.
+    pub fn upstream_event<'e>(
+        &mut self,
+        cx: &mut Cx,
+        (c, gen): (ConnId, u32),
+        u: ConnId,
+        ev: UpEvent<'e>,
+    ) -> Result<(), UpEvent<'e>> {
+        let slot = c.0 & !QUIC_OWNER;
+        if self.gens.get(slot as usize) != Some(&gen) {
+            return Err(ev);
+        }
+        match self.conns[slot as usize].as_mut() {
+            Some(conn) if conn.serves(u) => conn.upstream_event(cx, u, ev),
+            _ => return Err(ev),
+        }
+        self.drive(cx, slot);
+        Ok(())
     }
 
     /// The zone's timer turn: the connections whose timers are due.

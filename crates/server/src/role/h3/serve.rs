@@ -2,31 +2,43 @@
 //! protocol's requests get, routed and served by the pipeline as the HTTP/2 role's are
 //! (`role/multiplex/`), and its answer sent on the stream as HEADERS and DATA frames.
 //!
-//! What is carried over HTTP/3 so far: every answer the zone makes itself (`return`, static
-//! files with Range and conditional requests, compressed or not, redirects, error pages and
-//! the pages of `error_page`, the guard's refusals, cache hits). A request whose location
-//! proxies, calls gRPC, or must wait (a `limit_req` delay, `auth_request`, a verification,
-//! a cache fill in progress) is answered 502 or 503 with a log line that says so: those
-//! steps need the exchange and the parking that the HTTP/2 role has and this one does not
-//! have yet.
+//! A request routed to `proxy_pass` is an `Exchange` to an HTTP/1.1 upstream through the
+//! zone's pools, shared with HTTP/1 and HTTP/2 clients (`role/multiplex/proxied.rs`, as
+//! HTTP/2's streams use it). The exchange writes the response into the stream's memory;
+//! the stream sends it as HEADERS and DATA as QUIC's window opens (`stream.rs`), and the
+//! exchange's back-pressure follows: an upstream is paused past the stream's share of the
+//! connection's budget and resumed as the client takes the bytes. The request body goes
+//! the other way as it arrives; a stream whose upstream takes no more is not read
+//! (`conn.rs`), so QUIC's flow control holds the client back.
+//!
+//! Not carried over HTTP/3 yet: gRPC locations (502), requests that must wait (a
+//! `limit_req` delay, `auth_request`, a verification, a cache fill in progress: 503), and an
+//! `error_page` that re-serves a request at a proxying location (its error page instead),
+//! each with a log line that says so: they need the parking HTTP/2 has.
 
 use quinn_proto::{StreamId, VarInt};
 use ringx_engine::ConnId;
 use ringx_h3proto::Event;
 use ringx_http::decoded::{Framing, RequestHead};
+use ringx_http::Request;
 
 use super::conn::H3Conn;
 use super::stream::H3Stream;
+use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::Cx;
 use crate::pipeline::fields::HeaderList;
 use crate::pipeline::pending::{Pending, Saved};
+use crate::pipeline::routing::Route;
 use crate::pipeline::serve::{serve, Asked};
 use crate::pipeline::Step;
 use crate::response::{ConnHdr, ErrorPage, Fields};
+use crate::role::exchange::capture::Capture;
 use crate::role::multiplex::failed::{self, Instead};
 use crate::role::multiplex::local::{self, Local};
 use crate::role::multiplex::log::RequestLog;
+use crate::role::multiplex::proxied::{share_budget, Proxied, ProxyStep};
 use crate::role::multiplex::routed::{route_fields, Routed};
+use crate::role::upstream::UpEvent;
 
 /// The connection id the pipeline is given for QUIC requests: they have no engine
 /// connection, and nothing they start (a subrequest, a wake-up) may name one.
@@ -45,9 +57,16 @@ impl H3Conn {
                 self.answer_error(cx, id, s, 431);
                 1
             }
-            // A body nothing here reads (the answers made here do not need it): read and
-            // dropped, so the client's window keeps opening.
-            Event::Data { .. } | Event::Trailers { .. } => 0,
+            // A body goes to the stream's upstream; one nothing reads (an answer made here)
+            // is dropped, so the client's window keeps opening.
+            Event::Data { id, data, end } => {
+                self.request_body(cx, id, &data, end);
+                0
+            }
+            Event::Trailers { id, lines } => {
+                self.request_trailers(cx, id, &lines);
+                0
+            }
             Event::GoAway { .. } => 0,
             Event::StreamError { id, code, msg } => {
                 tracing::debug!(client = ?self.base.addr, stream = id, "HTTP/3: {msg}");
@@ -129,10 +148,14 @@ impl H3Conn {
                 let (resp, file, _refresh) = local::hit(cx, *hit);
                 self.answer(id, s, resp, file)
             }
-            Step::Proxy(_) | Step::Grpc => {
+            Step::Proxy(capture) => {
+                let framing = *framing;
+                self.start_proxy(cx, (id, s), (&req, &route, &rq), framing, capture)
+            }
+            Step::Grpc => {
                 tracing::warn!(
                     client = ?self.base.addr,
-                    "HTTP/3: this location proxies, which HTTP/3 does not carry yet: 502"
+                    "HTTP/3: this location calls gRPC, which HTTP/3 does not carry yet: 502"
                 );
                 self.answer_error(cx, id, s, 502)
             }
@@ -175,7 +198,7 @@ impl H3Conn {
     }
 
     /// Sends response `resp` (the rest of its body from `file`) on stream `id`.
-    fn answer(
+    pub(super) fn answer(
         &mut self,
         id: u64,
         mut s: H3Stream,
@@ -191,4 +214,153 @@ impl H3Conn {
         self.streams.insert(id, s);
         self.ready.push(id);
     }
+}
+
+/// H3_INTERNAL_ERROR: a stream whose response was cut.
+const INTERNAL_ERROR: u32 = 0x102;
+
+impl H3Conn {
+    /// Starts proxying stream `id`'s request (routed to a `proxy_pass` location);
+    /// `capture`: what the cache keeps of the response, and the cache status it carries.
+    pub(super) fn start_proxy(
+        &mut self,
+        cx: &mut Cx,
+        (id, mut s): (u64, H3Stream),
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
+        framing: Framing,
+        capture: Option<Capture>,
+    ) {
+        s.cache = capture.as_ref().map_or("", |x| x.client_status);
+        let routed = (req, route, rq);
+        match Proxied::start(cx, &self.base, self.owner, routed, framing, capture) {
+            Err((status, page, cap)) => self.proxy_failed(cx, (id, s), status, (page, cap)),
+            Ok(p) => {
+                if let Some(u) = p.ex.up {
+                    self.ups.insert(u, id);
+                }
+                s.proxy = Some(p);
+                self.streams.insert(id, s);
+                let proxied = self
+                    .streams
+                    .values_mut()
+                    .filter_map(|s| s.proxy.as_deref_mut());
+                share_budget(cx, proxied.collect());
+            }
+        }
+    }
+
+    /// A proxied stream can have no response (`status`): the cache's stale copy where a fill
+    /// failed and one stands in, else the location's error page for it (`page`), else the
+    /// error page. An `error_page` that re-serves the request at another proxying location is
+    /// not carried over HTTP/3 yet: the error page goes out.
+    fn proxy_failed(
+        &mut self,
+        cx: &mut Cx,
+        (id, mut s): (u64, H3Stream),
+        status: u16,
+        (page, cap): (Option<Box<PageCtx>>, Option<Box<Capture>>),
+    ) {
+        s.proxy = None;
+        if let Some((resp, cache)) = failed::fill_answer(cx, cap, Some(status)) {
+            s.cache = cache;
+            return self.answer(id, s, resp, None);
+        }
+        match failed::gave_up(cx, None, (status, page.as_deref()), s.head_only) {
+            Instead::Respond(resp, file) => self.answer(id, s, resp, file),
+            Instead::Again(_) => self.answer_error(cx, id, s, status),
+        }
+    }
+
+    /// Whether upstream connection `u` serves one of this connection's streams.
+    pub(super) fn serves(&self, u: ConnId) -> bool {
+        let s = self.ups.get(&u).and_then(|id| self.streams.get(id));
+        s.is_some_and(|s| s.proxy.is_some())
+    }
+
+    /// An event on upstream connection `u`, which serves one of this connection's streams
+    /// ([`serves`](Self::serves)).
+    pub(super) fn upstream_event(&mut self, cx: &mut Cx, u: ConnId, ev: UpEvent) {
+        let Some(&id) = self.ups.get(&u) else {
+            return;
+        };
+        let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) else {
+            return;
+        };
+        let (step, released) = p.step(cx, (self.owner, u), ev, false);
+        // A retry may have moved the exchange to another connection.
+        if p.ex.up != Some(u) {
+            self.ups.remove(&u);
+            if let Some(n) = p.ex.up {
+                self.ups.insert(n, id);
+            }
+        }
+        if released > 0 {
+            // The upstream took the body it held back: the stream is read again.
+            self.held.retain(|&h| h != id);
+            if let Err(e) = self.read(stream_id(id)) {
+                self.fail(cx.io.now(), e);
+            }
+        }
+        match step {
+            ProxyStep::Going => {}
+            ProxyStep::Done(trailers) => {
+                if let Some(s) = self.streams.get_mut(&id) {
+                    s.end = true;
+                    s.trailers = Some(trailers);
+                }
+            }
+            ProxyStep::CacheAnswers(failed) => {
+                let Some(mut s) = self.streams.remove(&id) else {
+                    return;
+                };
+                let cap = s.proxy.take().and_then(|mut p| {
+                    p.detach(cx);
+                    p.ex.capture.take()
+                });
+                return self.proxy_failed(cx, (id, s), failed.unwrap_or(502), (None, cap));
+            }
+            ProxyStep::Failed(status) => {
+                let Some(mut s) = self.streams.remove(&id) else {
+                    return;
+                };
+                let page = s.proxy.as_mut().and_then(|p| p.page.take());
+                if let Some(p) = s.proxy.take() {
+                    p.detach(cx);
+                }
+                return self.proxy_failed(cx, (id, s), status, (page, None));
+            }
+            // (`Answered` is for a request waiting on the server's own request, which an
+            // HTTP/3 stream does not make yet.)
+            ProxyStep::Cut | ProxyStep::Answered(_) => {
+                // Part of the response went out and the rest cannot come: the stream is
+                // reset so the client sees it cut (the connection carries on).
+                let code = VarInt::from_u32(INTERNAL_ERROR);
+                let _ = self.quic.send_stream(stream_id(id)).reset(code);
+                if let Some(s) = self.streams.remove(&id) {
+                    s.log_end(cx, &self.base);
+                }
+                return;
+            }
+        }
+        self.ready.push(id);
+    }
+
+    /// Request body bytes of stream `id` (`end`: the last) for its upstream.
+    pub(super) fn request_body(&mut self, cx: &mut Cx, id: u64, data: &[u8], end: bool) {
+        if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
+            p.body(cx, data, end);
+        }
+    }
+
+    /// Request trailers of stream `id`, which end its body.
+    pub(super) fn request_trailers(&mut self, cx: &mut Cx, id: u64, lines: &[u8]) {
+        if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
+            p.trailers(cx, lines);
+        }
+    }
+}
+
+/// quinn-proto's id of stream `id`.
+pub(super) fn stream_id(id: u64) -> StreamId {
+    StreamId::from(VarInt::from_u64(id).unwrap_or_default())
 }

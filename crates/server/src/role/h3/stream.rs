@@ -13,6 +13,7 @@ use crate::ctx::Cx;
 use crate::guard::limit::ConnSlot;
 use crate::response::{Fields, FilePart};
 use crate::role::multiplex::log::{self, Ended, RequestLog};
+use crate::role::multiplex::proxied::Proxied;
 
 /// Bytes of a file read into one DATA frame.
 const FILE_PIECE: usize = 64 * 1024;
@@ -37,6 +38,12 @@ pub(super) struct H3Stream {
     file: Option<FilePart>,
     /// The rest of the body compressed as it goes.
     encoder: Option<Box<FileEncoder>>,
+    /// The request is proxied: the exchange writes the response into its output, which
+    /// goes out as HEADERS and DATA as the stream's window opens.
+    pub proxy: Option<Box<Proxied>>,
+    /// The proxied response is complete: the trailers (if any) end it, after the body.
+    pub end: bool,
+    pub trailers: Option<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl H3Stream {
@@ -53,6 +60,9 @@ impl H3Stream {
             sent: 0,
             file: None,
             encoder: None,
+            proxy: None,
+            end: false,
+            trailers: None,
         }
     }
 
@@ -80,7 +90,7 @@ impl H3Stream {
     /// Writes as much as the stream's window takes, making more of the body as it goes.
     /// Ok(true): the response is all written and the stream finished; Err: it cannot go on
     /// (the file failed, the peer stopped the stream).
-    pub fn send(&mut self, ss: &mut SendStream<'_>) -> Result<bool, ()> {
+    pub fn send(&mut self, cx: &mut Cx, ss: &mut SendStream<'_>) -> Result<bool, ()> {
         loop {
             while self.sent < self.out.len() {
                 match ss.write(&self.out[self.sent..]) {
@@ -91,14 +101,21 @@ impl H3Stream {
             }
             self.out.clear();
             self.sent = 0;
-            if !self.more()? {
+            if !self.more(cx)? {
+                if self.proxy.is_some() && !self.end {
+                    return Ok(false); // the upstream has not sent more yet
+                }
                 return ss.finish().map(|_| true).map_err(|_| ());
             }
         }
     }
 
-    /// Makes the body's next DATA frame; false: the body is complete.
-    fn more(&mut self) -> Result<bool, ()> {
+    /// Makes the response's next frame; false: nothing more now (the body is complete, or
+    /// a proxied one waits for its upstream).
+    fn more(&mut self, cx: &mut Cx) -> Result<bool, ()> {
+        if self.proxy.is_some() {
+            return Ok(self.more_proxied(cx));
+        }
         if let Some((f, off, end)) = self.file.as_mut() {
             let n = (end.saturating_sub(*off) as usize).min(FILE_PIECE);
             if n > 0 {
@@ -137,8 +154,46 @@ impl H3Stream {
         Ok(false)
     }
 
-    /// Counts the response and writes its access log line.
+    /// The next frame of a proxied response: its head once the exchange has it, what the
+    /// upstream sent of the body, then its trailers.
+    fn more_proxied(&mut self, cx: &mut Cx) -> bool {
+        let Some(p) = self.proxy.as_mut() else {
+            return false;
+        };
+        if let Some(head) = p.take_head() {
+            p.head_done = true;
+            self.status = head.status;
+            ringx_h3proto::send_headers(&mut self.out, head.status, head.fields.iter());
+            return true;
+        }
+        if !p.head_done {
+            return false;
+        }
+        let n = p.pending().len().min(FILE_PIECE);
+        if n > 0 {
+            let out = &mut self.out;
+            p.pass(cx, n, |_, bytes| ringx_h3proto::send_data(out, bytes));
+            if !self.head_only {
+                self.body_out += n as u64;
+            }
+            return true;
+        }
+        match self.trailers.take() {
+            Some(t) if self.end && !t.is_empty() => {
+                let fields = t.iter().map(|(n, v)| (&n[..], &v[..]));
+                ringx_h3proto::send_trailers(&mut self.out, fields);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The stream is over: its exchange, if it has one still attached to an upstream, lets
+    /// go of it; the response is counted and its access log line written.
     pub fn log_end(self, cx: &mut Cx, b: &Base) {
+        if let Some(p) = &self.proxy {
+            p.detach(cx);
+        }
         let e = Ended {
             start: self.start,
             status: self.status,

@@ -1,4 +1,4 @@
-//! Proxied streams of a multiplexed connection (HTTP/2's now, HTTP/3's next): each is an
+//! Proxied streams of a multiplexed connection (HTTP/2's and HTTP/3's): each is an
 //! [`Exchange`] to an HTTP/1.1 upstream, through the zone's keep-alive pools (shared with
 //! HTTP/1 clients), with the exchange's retries, timeouts and failures unchanged.
 //!
@@ -113,8 +113,15 @@ impl Proxied {
     /// carries them); an upstream paused for back-pressure reads again once what is left is
     /// under half the stream's mark.
     pub fn write(&mut self, tr: &mut Transport, cx: &mut Cx, c: ConnId, n: usize) {
+        self.pass(cx, n, |io, bytes| tr.write(io, c, bytes));
+    }
+
+    /// Hands the next `n` bytes of what the exchange wrote to `put` (HTTP/3 frames them
+    /// into its stream); an upstream paused for back-pressure reads again once what is left
+    /// is under half the stream's mark.
+    pub fn pass(&mut self, cx: &mut Cx, n: usize, put: impl FnOnce(&mut ringx_engine::Io, &[u8])) {
         let out = self.out();
-        tr.write(cx.io, c, &out.pending()[..n]);
+        put(cx.io, &out.pending()[..n]);
         out.take(n);
         let mark = out.high_water.unwrap_or(PROXY_HIGH_WATER);
         if out.notify && (out.pending().len() as u64) < mark / 2 {

@@ -1,0 +1,81 @@
+//! `/metrics` for HTTP/3 over QUIC (`crate::role::h3`): per zone, the connections open and
+//! what became of new ones (accepted, sent a Retry, refused at `quic_max_connections`), the
+//! connections closed, the requests served, and the datagrams in and out. Per zone because
+//! a connection must stay on the zone that owns it (its connection IDs name that zone): a
+//! migrated client whose packets reached another zone would show there.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::out::Out;
+
+/// One zone's QUIC counters (written by the zone only).
+#[derive(Default)]
+pub struct QuicCounters {
+    /// Connections open now (a gauge the zone sets).
+    pub connections: AtomicU64,
+    /// New connections by what became of them.
+    pub accepted: AtomicU64,
+    pub retried: AtomicU64,
+    pub refused: AtomicU64,
+    /// Connections closed (drained).
+    pub closed: AtomicU64,
+    /// Requests (request streams) served.
+    pub requests: AtomicU64,
+    /// Datagrams received on the zone's QUIC sockets, and sent.
+    pub datagrams_in: AtomicU64,
+    pub datagrams_out: AtomicU64,
+}
+
+/// Renders the QUIC families of the zones' counters `zc` (in zone order).
+pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
+    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let col =
+        |f: &dyn Fn(&QuicCounters) -> &AtomicU64| zc.iter().map(|z| r(f(z))).collect::<Vec<_>>();
+    o.per_zone(
+        "ringx_quic_connections",
+        "gauge",
+        "HTTP/3 (QUIC) connections open, per zone.",
+        &col(&|q| &q.connections),
+    );
+    let name = "ringx_quic_handshakes_total";
+    o.family(
+        name,
+        "counter",
+        "New QUIC connections: accepted, answered with a Retry (address validation), \
+         refused (the zone holds quic_max_connections).",
+    );
+    for (z, c) in zc.iter().enumerate() {
+        let zone = z.to_string();
+        for (result, v) in [
+            ("accepted", &c.accepted),
+            ("retry", &c.retried),
+            ("refused", &c.refused),
+        ] {
+            o.sample(name, &[("zone", &zone), ("result", result)], r(v));
+        }
+    }
+    o.per_zone(
+        "ringx_quic_closed_total",
+        "counter",
+        "QUIC connections closed, per zone.",
+        &col(&|q| &q.closed),
+    );
+    o.per_zone(
+        "ringx_http3_requests_total",
+        "counter",
+        "HTTP/3 requests, per zone.",
+        &col(&|q| &q.requests),
+    );
+    let name = "ringx_quic_datagrams_total";
+    o.family(
+        name,
+        "counter",
+        "QUIC datagrams received and sent, per zone.",
+    );
+    for (z, c) in zc.iter().enumerate() {
+        let zone = z.to_string();
+        for (dir, v) in [("in", &c.datagrams_in), ("out", &c.datagrams_out)] {
+            o.sample(name, &[("zone", &zone), ("direction", dir)], r(v));
+        }
+    }
+}
