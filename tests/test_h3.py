@@ -217,3 +217,39 @@ quic = true
     assert total(m, "ringx_quic_handshakes_total", result="accepted") == 1
     assert total(m, "ringx_http3_requests_total") == 2
     assert total(m, "ringx_quic_datagrams_total", direction="in") >= 3
+
+
+def test_sigterm_lets_an_inflight_request_finish(ringx, tmp_path):
+    import signal
+    import threading
+    import time
+    pki = Pki(tmp_path / "pki")
+    a = pki.leaf("a", ["localhost"])
+    p = free_port()
+    up = UpstreamServer("slow")
+    cfg = runtime_section(None, zones=1) + f"""
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
+quic = true
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://{up.addr}"
+"""
+    try:
+        srv = ringx.make(cfg)
+        got = {}
+        t = threading.Thread(target=lambda: got.update(r=h3_client.get(p, ["/slow?ms=1500"])))
+        t.start()
+        deadline = time.monotonic() + 10
+        while not up.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert up.requests, "the request never reached the upstream"
+        srv.signal(signal.SIGTERM)  # while the upstream holds the response
+        t.join(15)
+        (r,) = got["r"]
+        assert (r.status, bytes(r.body)) == (200, b"slow")
+        rc = srv.wait_exit(10)
+        assert rc == 0, f"exit status {rc} (None: still running)\n{srv.log()}"
+    finally:
+        up.close()

@@ -86,8 +86,25 @@ impl Zone {
             return;
         }
         self.ctx.draining = true;
-        io.stop_listening();
-        // The UDP listeners close with the others: no answer could reach a client any more.
+        // HTTP/3 connections are sent GOAWAY and keep their UDP sockets until they have
+        // answered what they were asked; every other listener stops.
+        let keep = match self.quic.live() {
+            0 => Vec::new(),
+            _ => self.quic.drain(&mut Cx {
+                io,
+                ctx: &mut self.ctx,
+                ups: &mut self.ups,
+            }),
+        };
+        if keep.is_empty() {
+            io.stop_listening();
+        } else {
+            let ids = (0..self.listeners.addrs.len() as u32).map(ListenerId);
+            for id in ids.filter(|id| !keep.contains(id)) {
+                io.close_listener(id);
+            }
+        }
+        // The UDP stream listeners close with the others: no answer could reach a client.
         self.udp.close_all(io, None);
         let at = io.now() + DRAIN_IDLE_GRACE;
         for (i, Client { base, role }) in self.clients.iter_mut().enumerate() {
@@ -115,7 +132,7 @@ impl Zone {
         }
         tracing::debug!(zone = self.ctx.id, active = self.ctx.active, "draining");
         io.timer_at(io.now() + Duration::from_millis(100));
-        if self.ctx.active == 0 {
+        if self.ctx.active == 0 && self.quic.live() == 0 {
             io.exit();
         }
     }

@@ -675,7 +675,7 @@ impl Handler for Zone {
         ctx.left(io, ctx.active + self.ups.len());
         ctx.log.end(io, c, base, ctx.id);
         ctx.log.active(ctx.active);
-        if ctx.draining && ctx.active == 0 {
+        if ctx.draining && ctx.active == 0 && self.quic.live() == 0 {
             io.exit();
         }
     }

@@ -51,6 +51,9 @@ pub(super) struct H3Conn {
     pub(super) ups: HashMap<ConnId, u64>,
     /// Streams not read while their upstream takes no more of their body.
     pub(super) held: Vec<u64>,
+    /// The zone drains: GOAWAY was sent, and the connection closes once its requests are
+    /// answered.
+    pub(super) draining: bool,
 }
 
 impl H3Conn {
@@ -89,6 +92,7 @@ impl H3Conn {
             owner,
             ups: HashMap::new(),
             held: Vec::new(),
+            draining: false,
         }
     }
 
@@ -277,6 +281,32 @@ impl H3Conn {
                     }
                 }
             }
+        }
+    }
+
+    /// The zone drains (shutdown, binary upgrade): GOAWAY tells the client to send no new
+    /// requests here; those it sent are answered, then the connection closes
+    /// ([`close_if_done`](Self::close_if_done)).
+    pub fn drain(&mut self) {
+        if !std::mem::replace(&mut self.draining, true) {
+            self.h3.send_goaway();
+            self.write_uni();
+        }
+    }
+
+    /// A draining connection with no request left, and every response acknowledged, is
+    /// closed (H3_NO_ERROR): a close discards what the peer has not acknowledged.
+    pub fn close_if_done(&mut self, now: Instant) {
+        // Our three unidirectional streams stay open for the connection's life.
+        let ours = self.uni.map_or(0, |u| u.len());
+        let acked = self.quic.streams().send_streams() <= ours;
+        if self.draining && self.streams.is_empty() && acked && !self.dead {
+            self.dead = true;
+            self.quic.close(
+                now,
+                VarInt::from_u32(0x100),
+                Bytes::from_static(b"shutting down"),
+            );
         }
     }
 

@@ -146,7 +146,7 @@ impl Quic {
         };
         let ep = &mut l.endpoint;
         self.buf.clear();
-        if self.by_handle.len() >= max {
+        if self.by_handle.len() >= max || cx.ctx.draining {
             bump(&cx.ctx.log.counters.quic.refused, 1);
             let t = ep.refuse(incoming, &mut self.buf);
             let n = send(cx.io, listener, &t, &self.buf);
@@ -206,6 +206,7 @@ impl Quic {
         };
         let served = c.run(cx, &mut l.endpoint) as u64;
         bump(&cx.ctx.log.counters.quic.requests, served);
+        c.close_if_done(cx.io.now());
         let sent = c.transmit(cx.io, &mut self.buf);
         bump(&cx.ctx.log.counters.quic.datagrams_out, sent);
         if c.quic.is_drained() {
@@ -216,6 +217,9 @@ impl Quic {
             let q = &cx.ctx.log.counters.quic;
             bump(&q.closed, 1);
             q.connections.store(self.by_handle.len() as u64, Relaxed);
+            if cx.ctx.draining && self.by_handle.is_empty() && cx.ctx.active == 0 {
+                cx.io.exit(); // the zone's last connection
+            }
             return;
         }
         if let Some(at) = c.next_timer() {
@@ -245,6 +249,23 @@ impl Quic {
         }
         self.drive(cx, slot);
         Ok(())
+    }
+
+    /// The zone drains: every connection is sent GOAWAY and closes once its requests are
+    /// answered; new ones are refused. Returns the engine ids of the QUIC listeners, which
+    /// stay open while connections live (the caller closes the others).
+    pub fn drain(&mut self, cx: &mut Cx) -> Vec<ListenerId> {
+        let slots: Vec<u32> = self.by_handle.values().copied().collect();
+        for slot in slots {
+            if let Some(c) = self.conns[slot as usize].as_mut() {
+                c.drain();
+            }
+            self.drive(cx, slot);
+        }
+        (0..self.listeners.len() as u32)
+            .filter(|&i| self.listeners[i as usize].is_some())
+            .map(ListenerId)
+            .collect()
     }
 
     /// The zone's timer turn: the connections whose timers are due.
