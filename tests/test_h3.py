@@ -253,3 +253,33 @@ quic = true
         assert rc == 0, f"exit status {rc} (None: still running)\n{srv.log()}"
     finally:
         up.close()
+
+
+def test_limit_req_delays_over_h3(ringx, tmp_path):
+    """Without nodelay, requests within the burst are answered, spaced at the rate: each
+    waits out its delay (the stream is parked and looked at again from the zone's timer)."""
+    import time
+    pki = Pki(tmp_path / "pki")
+    a = pki.leaf("a", ["localhost"])
+    p = free_port()
+    cfg = runtime_section(None, zones=1) + f"""
+[[limit_req_zone]]
+name = "ip"
+key = "$remote_addr"
+rate = "20r/s"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
+quic = true
+  [[server.location]]
+  path = "/"
+  limit_req = {{ zone = "ip", burst = 10 }}
+  return = {{ status = 200, body = "in time\\n" }}
+"""
+    ringx.make(cfg)
+    t0 = time.monotonic()
+    rs = h3_client.get(p, [f"/?{i}" for i in range(6)])
+    took = time.monotonic() - t0
+    assert [(r.status, bytes(r.body)) for r in rs] == [(200, b"in time\n")] * 6
+    # Five intervals of 50 ms after the first: never sooner (load can only make it later).
+    assert took >= 0.2, took

@@ -380,6 +380,9 @@ impl Zone {
 
     /// A held request's time came: its connection (if still the same one) goes on.
     fn resume(&mut self, io: &mut Io, c: ConnId, gen: u32) {
+        if crate::role::h3::is_quic(c) {
+            return self.quic.resume(&mut cx!(self, io), c, gen);
+        }
         let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
             return;
         };

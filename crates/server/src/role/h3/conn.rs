@@ -18,6 +18,7 @@ use ringx_h3proto::{ConnError, Limits, Uni};
 use super::stream::H3Stream;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::pipeline::pending::Pending;
 use crate::transport::tls::TlsInfo;
 use crate::transport::Transport;
 
@@ -54,6 +55,8 @@ pub(super) struct H3Conn {
     /// The zone drains: GOAWAY was sent, and the connection closes once its requests are
     /// answered.
     pub(super) draining: bool,
+    /// Requests waiting out a `limit_req` delay: until when, their stream, what was decided.
+    pub(super) parked: Vec<(Instant, u64, H3Stream, Box<Pending>)>,
 }
 
 impl H3Conn {
@@ -93,6 +96,7 @@ impl H3Conn {
             ups: HashMap::new(),
             held: Vec::new(),
             draining: false,
+            parked: Vec::new(),
         }
     }
 
@@ -300,7 +304,8 @@ impl H3Conn {
         // Our three unidirectional streams stay open for the connection's life.
         let ours = self.uni.map_or(0, |u| u.len());
         let acked = self.quic.streams().send_streams() <= ours;
-        if self.draining && self.streams.is_empty() && acked && !self.dead {
+        let idle = self.streams.is_empty() && self.parked.is_empty();
+        if self.draining && idle && acked && !self.dead {
             self.dead = true;
             self.quic.close(
                 now,

@@ -251,6 +251,19 @@ impl Quic {
         Ok(())
     }
 
+    /// The zone's wake-up for QUIC connection `c` of generation `gen`: its requests whose
+    /// delay is over are looked at again.
+    pub fn resume(&mut self, cx: &mut Cx, c: ConnId, gen: u32) {
+        let slot = c.0 & !QUIC_OWNER;
+        if self.gens.get(slot as usize) != Some(&gen) {
+            return;
+        }
+        if let Some(conn) = self.conns[slot as usize].as_mut() {
+            conn.resume(cx);
+            self.drive(cx, slot);
+        }
+    }
+
     /// The zone drains: every connection is sent GOAWAY and closes once its requests are
     /// answered; new ones are refused. Returns the engine ids of the QUIC listeners, which
     /// stay open while connections live (the caller closes the others).

@@ -40,10 +40,6 @@ use crate::role::multiplex::proxied::{share_budget, Proxied, ProxyStep};
 use crate::role::multiplex::routed::{route_fields, Routed};
 use crate::role::upstream::UpEvent;
 
-/// The connection id the pipeline is given for QUIC requests: they have no engine
-/// connection, and nothing they start (a subrequest, a wake-up) may name one.
-const NO_CONN: ConnId = ConnId(u32::MAX);
-
 impl H3Conn {
     /// What the HTTP/3 state reported; returns the requests it started.
     pub(super) fn request_event(&mut self, cx: &mut Cx, ev: Event) -> usize {
@@ -113,7 +109,7 @@ impl H3Conn {
         };
         let (mut length, mut headers) = ([0u8; 20], HeaderList::new());
         let storage = (&mut length, &mut headers);
-        let log = (s.log.as_deref_mut(), true);
+        let log = (s.log.as_deref_mut(), !pending.resumed);
         let b = &mut self.base;
         let Routed { req, route, rq } =
             match route_fields(cx, b, (head, *framing), storage, log, None) {
@@ -125,7 +121,7 @@ impl H3Conn {
             status_as: None,
             grpc: false,
         };
-        let who = (NO_CONN, id as u32);
+        let who = (self.owner, id as u32);
         let step = serve(
             cx,
             b,
@@ -159,11 +155,19 @@ impl H3Conn {
                 );
                 self.answer_error(cx, id, s, 502)
             }
+            // A `limit_req` delay: the request is looked at again when it is over (one with
+            // a body would need its body kept meanwhile: below).
+            Step::WaitUntil(until) if *framing == Framing::None => {
+                pending.resumed = true;
+                cx.ctx.wake_at(cx.io, until, self.owner, self.base.gen);
+                let kept = Box::new(std::mem::take(pending));
+                self.parked.push((until, id, s, kept));
+            }
             Step::WaitUntil(_) | Step::WaitVerify | Step::Ask { .. } => {
                 tracing::warn!(
                     client = ?self.base.addr,
-                    "HTTP/3: this request must wait (delay, auth_request, verification), \
-                     which HTTP/3 does not carry yet: 503"
+                    "HTTP/3: this request must wait (a delay with a body, auth_request, a \
+                     verification), which HTTP/3 does not carry yet: 503"
                 );
                 self.answer_error(cx, id, s, 503)
             }
@@ -177,6 +181,18 @@ impl H3Conn {
                     Local::Again(_) => self.answer_error(cx, id, s, 502),
                 }
             }
+        }
+    }
+
+    /// The zone's timer: requests whose delay is over are looked at again.
+    pub(super) fn resume(&mut self, cx: &mut Cx) {
+        let now = cx.io.now();
+        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.0 <= now);
+        self.parked = wait;
+        for (_, id, s, mut pending) in due {
+            self.serve(cx, id, s, &mut pending);
         }
     }
 
