@@ -283,3 +283,45 @@ quic = true
     assert [(r.status, bytes(r.body)) for r in rs] == [(200, b"in time\n")] * 6
     # Five intervals of 50 ms after the first: never sooner (load can only make it later).
     assert took >= 0.2, took
+
+
+def test_auth_request_over_h3(ringx, tmp_path):
+    """auth_request decides over HTTP/3 as over HTTP/1: the subrequest's 2xx lets the request
+    through, its 401 (with the challenge) and 403 are the answer, an unreachable service 500."""
+    from origin_server import Origin
+    o = Origin()
+    try:
+        def decide(method, target, headers):
+            tok = headers.get("X-Token")
+            if tok == "good":
+                return {"status": 204}
+            if tok == "banned":
+                return {"status": 403}
+            return {"status": 401, "headers": {"WWW-Authenticate": 'Bearer realm="api"'}}
+        o.route("/auth", fn=decide)
+        pki = Pki(tmp_path / "pki")
+        a = pki.leaf("a", ["localhost"])
+        p = free_port()
+        cfg = runtime_section(None, zones=1) + f"""
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
+quic = true
+  [[server.location]]
+  path = "/"
+  auth_request = {{ proxy_pass = "http://{o.addr}", uri = "/auth" }}
+  return = {{ status = 200, body = "let in\\n" }}
+"""
+        ringx.make(cfg)
+        (r,) = h3_client.get(p, ["/x"], headers=[("x-token", "good")])
+        assert (r.status, bytes(r.body)) == (200, b"let in\n")
+        (r,) = h3_client.get(p, ["/x"], headers=[("x-token", "bad")])
+        assert r.status == 401 and r.header("www-authenticate") == 'Bearer realm="api"'
+        (r,) = h3_client.get(p, ["/x"], headers=[("x-token", "banned")])
+        assert r.status == 403
+        assert o.count("/auth") == 3
+        o.close()
+        (r,) = h3_client.get(p, ["/x"], headers=[("x-token", "good")])
+        assert r.status == 500, "an unreachable auth service"
+    finally:
+        o.close()

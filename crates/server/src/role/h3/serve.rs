@@ -11,10 +11,12 @@
 //! the other way as it arrives; a stream whose upstream takes no more is not read
 //! (`conn.rs`), so QUIC's flow control holds the client back.
 //!
-//! Not carried over HTTP/3 yet: gRPC locations (502), requests that must wait (a
-//! `limit_req` delay, `auth_request`, a verification, a cache fill in progress: 503), and an
-//! `error_page` that re-serves a request at a proxying location (its error page instead),
-//! each with a log line that says so: they need the parking HTTP/2 has.
+//! A request that waits (a `limit_req` delay, an `auth_request` subrequest) is parked with
+//! what the pipeline decided for it and served again when its wait is over, as HTTP/2's
+//! are. Not carried over HTTP/3 yet: gRPC locations (502); a waiting request with a body
+//! (its body would have to be kept), a verification on the auth pool, a cache fill in
+//! progress (503); an `error_page` that re-serves a request at a proxying location (its
+//! error page instead); each with a log line that says so.
 
 use quinn_proto::{StreamId, VarInt};
 use ringx_engine::ConnId;
@@ -26,6 +28,8 @@ use super::conn::H3Conn;
 use super::stream::H3Stream;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::Cx;
+use crate::guard::AuthAnswer;
+use crate::pipeline::access;
 use crate::pipeline::fields::HeaderList;
 use crate::pipeline::pending::{Pending, Saved};
 use crate::pipeline::routing::Route;
@@ -33,6 +37,7 @@ use crate::pipeline::serve::{serve, Asked};
 use crate::pipeline::Step;
 use crate::response::{ConnHdr, ErrorPage, Fields};
 use crate::role::exchange::capture::Capture;
+use crate::role::exchange::Outcome;
 use crate::role::multiplex::failed::{self, Instead};
 use crate::role::multiplex::local::{self, Local};
 use crate::role::multiplex::log::RequestLog;
@@ -163,10 +168,37 @@ impl H3Conn {
                 let kept = Box::new(std::mem::take(pending));
                 self.parked.push((until, id, s, kept));
             }
+            // `auth_request`: the subrequest's answer decides, then the request is looked
+            // at again (`auth_done`).
+            Step::Ask { upstream, head } if *framing == Framing::None => {
+                pending.resumed = true;
+                let sub = Proxied::sub(
+                    cx,
+                    &self.base,
+                    self.owner,
+                    upstream,
+                    head,
+                    Capture::subrequest(),
+                );
+                match sub {
+                    Some(p) => {
+                        if let Some(u) = p.ex.up {
+                            self.ups.insert(u, id);
+                        }
+                        s.proxy = Some(p);
+                        s.pending = Some(Box::new(std::mem::take(pending)));
+                        self.streams.insert(id, s);
+                    }
+                    None => {
+                        pending.progress.auth = Some(AuthAnswer::Error);
+                        self.serve(cx, id, s, pending);
+                    }
+                }
+            }
             Step::WaitUntil(_) | Step::WaitVerify | Step::Ask { .. } => {
                 tracing::warn!(
                     client = ?self.base.addr,
-                    "HTTP/3: this request must wait (a delay with a body, auth_request, a \
+                    "HTTP/3: this request must wait (a delay or auth_request with a body, a \
                      verification), which HTTP/3 does not carry yet: 503"
                 );
                 self.answer_error(cx, id, s, 503)
@@ -182,6 +214,26 @@ impl H3Conn {
                 }
             }
         }
+    }
+
+    /// The `auth_request` subrequest of stream `id` ended (`outcome`): its answer is applied
+    /// and the request looked at again.
+    fn auth_done(&mut self, cx: &mut Cx, id: u64, outcome: Outcome) {
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
+        };
+        let cap = s.proxy.take().and_then(|mut p| {
+            p.detach(cx);
+            p.ex.capture.take()
+        });
+        let Some(mut pending) = s.pending.take() else {
+            return self.answer_error(cx, id, s, 500); // not a waiting stream (never the case)
+        };
+        pending.progress.auth = Some(match outcome {
+            Outcome::Done => access::auth_answer(cap.as_deref()),
+            _ => AuthAnswer::Error,
+        });
+        self.serve(cx, id, s, &mut pending);
     }
 
     /// The zone's timer: requests whose delay is over are looked at again.
@@ -299,10 +351,14 @@ impl H3Conn {
         let Some(&id) = self.ups.get(&u) else {
             return;
         };
-        let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) else {
+        let Some(s) = self.streams.get_mut(&id) else {
             return;
         };
-        let (step, released) = p.step(cx, (self.owner, u), ev, false);
+        let waiting = s.pending.is_some();
+        let Some(p) = s.proxy.as_mut() else {
+            return;
+        };
+        let (step, released) = p.step(cx, (self.owner, u), ev, waiting);
         // A retry may have moved the exchange to another connection.
         if p.ex.up != Some(u) {
             self.ups.remove(&u);
@@ -345,9 +401,8 @@ impl H3Conn {
                 }
                 return self.proxy_failed(cx, (id, s), status, (page, None));
             }
-            // (`Answered` is for a request waiting on the server's own request, which an
-            // HTTP/3 stream does not make yet.)
-            ProxyStep::Cut | ProxyStep::Answered(_) => {
+            ProxyStep::Answered(outcome) => return self.auth_done(cx, id, outcome),
+            ProxyStep::Cut => {
                 // Part of the response went out and the rest cannot come: the stream is
                 // reset so the client sees it cut (the connection carries on).
                 let code = VarInt::from_u32(INTERNAL_ERROR);

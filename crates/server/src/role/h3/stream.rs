@@ -11,6 +11,7 @@ use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::guard::limit::ConnSlot;
+use crate::pipeline::pending::Pending;
 use crate::response::{Fields, FilePart};
 use crate::role::multiplex::log::{self, Ended, RequestLog};
 use crate::role::multiplex::proxied::Proxied;
@@ -44,6 +45,9 @@ pub(super) struct H3Stream {
     /// The proxied response is complete: the trailers (if any) end it, after the body.
     pub end: bool,
     pub trailers: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// The request waits for its `auth_request` subrequest (the exchange in `proxy`): what
+    /// was decided for it so far.
+    pub pending: Option<Box<Pending>>,
 }
 
 impl H3Stream {
@@ -63,6 +67,7 @@ impl H3Stream {
             proxy: None,
             end: false,
             trailers: None,
+            pending: None,
         }
     }
 
