@@ -325,3 +325,41 @@ quic = true
         assert r.status == 500, "an unreachable auth service"
     finally:
         o.close()
+
+
+def test_auth_basic_verified_on_the_pool_over_h3(ringx, tmp_path):
+    """A bcrypt password is verified on the auth pool, off the zone: the HTTP/3 request waits
+    for the answer (parked), then gets 200 for the right password, 401 for a wrong one."""
+    import base64
+    pki = Pki(tmp_path / "pki")
+    a = pki.leaf("a", ["localhost"])
+    users = tmp_path / "users"
+    # `htpasswd -nbB -C 4 bob secret`: bcrypt goes to the pool whatever its cost; cost 4
+    # keeps each verification near a millisecond, so a loaded machine does not starve it.
+    users.write_text("bob:$2y$04$PSP8EQ/tSO3IOd.ESMCCZOSVl7MNmbPFnP892W9X4fHnLGQe1p.RK\n")
+    p, admin = free_port(), free_port()
+    cfg = runtime_section(None, zones=1, extra="auth_threads = 2\n") + f"""
+[admin]
+listen = "127.0.0.1:{admin}"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
+quic = true
+  [[server.location]]
+  path = "/"
+  auth_basic = {{ realm = "team", user_file = "{users}" }}
+  return = {{ status = 200, body = "in\\n" }}
+"""
+    ringx.make(cfg)
+
+    def basic(pw):
+        return [("authorization", "Basic " + base64.b64encode(f"bob:{pw}".encode()).decode())]
+    (r,) = h3_client.get(p, ["/"], headers=basic("secret"))
+    assert (r.status, bytes(r.body)) == (200, b"in\n")
+    (r,) = h3_client.get(p, ["/"], headers=basic("wrong"))
+    assert r.status == 401 and r.header("www-authenticate").startswith('Basic realm="team"')
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as m:
+        text = m.read().decode()
+    assert 'ringx_auth_verifications_total{zone="0",where="pool"} 2' in text, \
+        [ln for ln in text.splitlines() if "auth_verif" in ln]

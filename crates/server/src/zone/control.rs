@@ -55,6 +55,16 @@ impl Zone {
         };
         for d in &done {
             let c = d.tag.conn;
+            if crate::role::h3::is_quic(c) {
+                let mut cx = Cx {
+                    io: &mut *io,
+                    ctx: &mut self.ctx,
+                    ups: &mut self.ups,
+                };
+                let who = (c, d.tag.gen, d.tag.stream);
+                self.quic.verified(&mut cx, who, d.key, d.ok);
+                continue;
+            }
             let Some(Client { base, role }) = self.clients.get_mut(c.index()) else {
                 continue;
             };

@@ -15,10 +15,9 @@ use quinn_proto::{
 use ringx_engine::{ConnId, Io, ListenerId};
 use ringx_h3proto::{ConnError, Limits, Uni};
 
-use super::stream::H3Stream;
+use super::stream::{H3Stream, Parked};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
-use crate::pipeline::pending::Pending;
 use crate::transport::tls::TlsInfo;
 use crate::transport::Transport;
 
@@ -55,8 +54,8 @@ pub(super) struct H3Conn {
     /// The zone drains: GOAWAY was sent, and the connection closes once its requests are
     /// answered.
     pub(super) draining: bool,
-    /// Requests waiting out a `limit_req` delay: until when, their stream, what was decided.
-    pub(super) parked: Vec<(Instant, u64, H3Stream, Box<Pending>)>,
+    /// Requests waiting out a `limit_req` delay or for the auth pool.
+    pub(super) parked: Vec<Parked>,
 }
 
 impl H3Conn {

@@ -264,6 +264,25 @@ impl Quic {
         }
     }
 
+    /// The auth pool's answer for the request on stream `stream` of QUIC connection `c`
+    /// (generation `gen`).
+    pub fn verified(
+        &mut self,
+        cx: &mut Cx,
+        (c, gen, stream): (ConnId, u32, u32),
+        key: u128,
+        ok: bool,
+    ) {
+        let slot = c.0 & !QUIC_OWNER;
+        if self.gens.get(slot as usize) != Some(&gen) {
+            return;
+        }
+        if let Some(conn) = self.conns[slot as usize].as_mut() {
+            conn.verified(cx, stream, key, ok);
+            self.drive(cx, slot);
+        }
+    }
+
     /// The zone drains: every connection is sent GOAWAY and closes once its requests are
     /// answered; new ones are refused. Returns the engine ids of the QUIC listeners, which
     /// stay open while connections live (the caller closes the others).

@@ -11,11 +11,11 @@
 //! the other way as it arrives; a stream whose upstream takes no more is not read
 //! (`conn.rs`), so QUIC's flow control holds the client back.
 //!
-//! A request that waits (a `limit_req` delay, an `auth_request` subrequest) is parked with
-//! what the pipeline decided for it and served again when its wait is over, as HTTP/2's
-//! are. Not carried over HTTP/3 yet: gRPC locations (502); a waiting request with a body
-//! (its body would have to be kept), a verification on the auth pool, a cache fill in
-//! progress (503); an `error_page` that re-serves a request at a proxying location (its
+//! A request that waits (a `limit_req` delay, an `auth_request` subrequest, a password on
+//! the auth pool) is parked with what the pipeline decided for it and served again when its
+//! wait is over, as HTTP/2's are. Not carried over HTTP/3 yet: gRPC locations (502); a
+//! waiting request with a body (its body would have to be kept), a cache fill in progress
+//! (503); an `error_page` that re-serves a request at a proxying location (its
 //! error page instead); each with a log line that says so.
 
 use quinn_proto::{StreamId, VarInt};
@@ -25,7 +25,7 @@ use ringx_http::decoded::{Framing, RequestHead};
 use ringx_http::Request;
 
 use super::conn::H3Conn;
-use super::stream::H3Stream;
+use super::stream::{H3Stream, Parked};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::Cx;
 use crate::guard::AuthAnswer;
@@ -166,7 +166,16 @@ impl H3Conn {
                 pending.resumed = true;
                 cx.ctx.wake_at(cx.io, until, self.owner, self.base.gen);
                 let kept = Box::new(std::mem::take(pending));
-                self.parked.push((until, id, s, kept));
+                self.parked.push(Parked::delay(until, id, s, kept));
+            }
+            // A password verified on the auth pool: looked at again when its answer comes
+            // (`verified`), or answered 503 after `send_timeout` without one.
+            Step::WaitVerify if *framing == Framing::None => {
+                pending.resumed = true;
+                let until = cx.io.now() + cx.ctx.set.send_timeout;
+                cx.ctx.wake_at(cx.io, until, self.owner, self.base.gen);
+                let kept = Box::new(std::mem::take(pending));
+                self.parked.push(Parked::verify(until, id, s, kept));
             }
             // `auth_request`: the subrequest's answer decides, then the request is looked
             // at again (`auth_done`).
@@ -236,16 +245,48 @@ impl H3Conn {
         self.serve(cx, id, s, &mut pending);
     }
 
-    /// The zone's timer: requests whose delay is over are looked at again.
+    /// The zone's timer: requests whose delay is over are looked at again; those still
+    /// waiting for the auth pool get 503.
     pub(super) fn resume(&mut self, cx: &mut Cx) {
         let now = cx.io.now();
         let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
             .into_iter()
-            .partition(|p| p.0 <= now);
+            .partition(|p| p.until <= now);
         self.parked = wait;
-        for (_, id, s, mut pending) in due {
-            self.serve(cx, id, s, &mut pending);
+        for p in due {
+            let Parked {
+                id,
+                s,
+                mut pending,
+                verify,
+                ..
+            } = p;
+            if verify {
+                tracing::warn!(client = ?self.base.addr, "HTTP/3: no answer from the auth pool in time: 503");
+                self.answer_error(cx, id, s, 503);
+            } else {
+                self.serve(cx, id, s, &mut pending);
+            }
         }
+    }
+
+    /// The auth pool's answer `ok` for credentials `key`, for the request on stream `tag`
+    /// (the low 32 bits of its id, as the pipeline was given it): looked at again.
+    pub(super) fn verified(&mut self, cx: &mut Cx, tag: u32, key: u128, ok: bool) {
+        let Some(i) = self
+            .parked
+            .iter()
+            .position(|p| p.verify && p.id as u32 == tag)
+        else {
+            return;
+        };
+        if !self.parked[i].pending.progress.verified(key, ok) {
+            return;
+        }
+        let Parked {
+            id, s, mut pending, ..
+        } = self.parked.swap_remove(i);
+        self.serve(cx, id, s, &mut pending);
     }
 
     /// Answers with what the pipeline gives instead of the location's answer.

@@ -208,3 +208,35 @@ impl H3Stream {
         log::log_end(cx, b, self.log.as_deref(), e);
     }
 }
+
+/// A request that waits: until when, its stream, what the pipeline decided so far, and
+/// whether it waits for the auth pool (else for a `limit_req` delay).
+pub(super) struct Parked {
+    pub until: Instant,
+    pub id: u64,
+    pub s: H3Stream,
+    pub pending: Box<Pending>,
+    pub verify: bool,
+}
+
+impl Parked {
+    pub fn delay(until: Instant, id: u64, s: H3Stream, pending: Box<Pending>) -> Parked {
+        Parked {
+            until,
+            id,
+            s,
+            pending,
+            verify: false,
+        }
+    }
+
+    pub fn verify(until: Instant, id: u64, s: H3Stream, pending: Box<Pending>) -> Parked {
+        Parked {
+            until,
+            id,
+            s,
+            pending,
+            verify: true,
+        }
+    }
+}
