@@ -192,25 +192,31 @@ def total(m, name, **labels):
     return sum(v for (n, ls), v in m.items() if n == name and want <= set(ls))
 
 
-def test_retry_always_and_the_counters(ringx, tmp_path):
+def quic_server(tmp_path, location, top="", runtime=""):
+    """One zone, one QUIC server on 127.0.0.1 for `localhost` whose location "/" has the lines
+    `location`, after the sections `top` (and `[runtime]` lines `runtime`). Returns its port,
+    the CA of its certificate, and the configuration."""
     pki = Pki(tmp_path / "pki")
-    a = pki.leaf("a", ["localhost"])
-    p, admin = free_port(), free_port()
-    cfg = runtime_section(None, zones=1) + f"""
-[admin]
-listen = "127.0.0.1:{admin}"
-[http]
-quic_retry = "always"
+    cert, key = pki.leaf("a", ["localhost"])
+    p = free_port()
+    cfg = runtime_section(None, zones=1, extra=runtime) + top + f"""
 [[server]]
 listen = ["127.0.0.1:{p}"]
-tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
+tls = {{ cert = "{cert}", key = "{key}" }}
 quic = true
   [[server.location]]
   path = "/"
-  return = {{ status = 200, body = "after a retry\\n" }}
-"""
+""" + location
+    return p, pki.ca_path, cfg
+
+
+def test_retry_always_and_the_counters(ringx, tmp_path):
+    admin = free_port()
+    p, ca, cfg = quic_server(
+        tmp_path, '  return = { status = 200, body = "after a retry\\n" }\n',
+        top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n[http]\nquic_retry = "always"\n')
     ringx.make(cfg)
-    rs = h3_client.get(p, ["/", "/x"], cafile=pki.ca_path)
+    rs = h3_client.get(p, ["/", "/x"], cafile=ca)
     assert [(r.status, bytes(r.body)) for r in rs] == [(200, b"after a retry\n")] * 2
     m = quic_metrics(admin)
     assert total(m, "ringx_quic_handshakes_total", result="retry") == 1
@@ -223,19 +229,8 @@ def test_sigterm_lets_an_inflight_request_finish(ringx, tmp_path):
     import signal
     import threading
     import time
-    pki = Pki(tmp_path / "pki")
-    a = pki.leaf("a", ["localhost"])
-    p = free_port()
     up = UpstreamServer("slow")
-    cfg = runtime_section(None, zones=1) + f"""
-[[server]]
-listen = ["127.0.0.1:{p}"]
-tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
-quic = true
-  [[server.location]]
-  path = "/"
-  proxy_pass = "http://{up.addr}"
-"""
+    p, _, cfg = quic_server(tmp_path, f'  proxy_pass = "http://{up.addr}"\n')
     try:
         srv = ringx.make(cfg)
         got = {}
@@ -259,23 +254,11 @@ def test_limit_req_delays_over_h3(ringx, tmp_path):
     """Without nodelay, requests within the burst are answered, spaced at the rate: each
     waits out its delay (the stream is parked and looked at again from the zone's timer)."""
     import time
-    pki = Pki(tmp_path / "pki")
-    a = pki.leaf("a", ["localhost"])
-    p = free_port()
-    cfg = runtime_section(None, zones=1) + f"""
-[[limit_req_zone]]
-name = "ip"
-key = "$remote_addr"
-rate = "20r/s"
-[[server]]
-listen = ["127.0.0.1:{p}"]
-tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
-quic = true
-  [[server.location]]
-  path = "/"
-  limit_req = {{ zone = "ip", burst = 10 }}
-  return = {{ status = 200, body = "in time\\n" }}
-"""
+    p, _, cfg = quic_server(
+        tmp_path,
+        '  limit_req = { zone = "ip", burst = 10 }\n'
+        '  return = { status = 200, body = "in time\\n" }\n',
+        top='[[limit_req_zone]]\nname = "ip"\nkey = "$remote_addr"\nrate = "20r/s"\n')
     ringx.make(cfg)
     t0 = time.monotonic()
     rs = h3_client.get(p, [f"/?{i}" for i in range(6)])
@@ -299,19 +282,10 @@ def test_auth_request_over_h3(ringx, tmp_path):
                 return {"status": 403}
             return {"status": 401, "headers": {"WWW-Authenticate": 'Bearer realm="api"'}}
         o.route("/auth", fn=decide)
-        pki = Pki(tmp_path / "pki")
-        a = pki.leaf("a", ["localhost"])
-        p = free_port()
-        cfg = runtime_section(None, zones=1) + f"""
-[[server]]
-listen = ["127.0.0.1:{p}"]
-tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
-quic = true
-  [[server.location]]
-  path = "/"
-  auth_request = {{ proxy_pass = "http://{o.addr}", uri = "/auth" }}
-  return = {{ status = 200, body = "let in\\n" }}
-"""
+        p, _, cfg = quic_server(
+            tmp_path,
+            f'  auth_request = {{ proxy_pass = "http://{o.addr}", uri = "/auth" }}\n'
+            '  return = { status = 200, body = "let in\\n" }\n')
         ringx.make(cfg)
         (r,) = h3_client.get(p, ["/x"], headers=[("x-token", "good")])
         assert (r.status, bytes(r.body)) == (200, b"let in\n")
@@ -331,25 +305,17 @@ def test_auth_basic_verified_on_the_pool_over_h3(ringx, tmp_path):
     """A bcrypt password is verified on the auth pool, off the zone: the HTTP/3 request waits
     for the answer (parked), then gets 200 for the right password, 401 for a wrong one."""
     import base64
-    pki = Pki(tmp_path / "pki")
-    a = pki.leaf("a", ["localhost"])
+    import urllib.request
     users = tmp_path / "users"
     # `htpasswd -nbB -C 4 bob secret`: bcrypt goes to the pool whatever its cost; cost 4
     # keeps each verification near a millisecond, so a loaded machine does not starve it.
     users.write_text("bob:$2y$04$PSP8EQ/tSO3IOd.ESMCCZOSVl7MNmbPFnP892W9X4fHnLGQe1p.RK\n")
-    p, admin = free_port(), free_port()
-    cfg = runtime_section(None, zones=1, extra="auth_threads = 2\n") + f"""
-[admin]
-listen = "127.0.0.1:{admin}"
-[[server]]
-listen = ["127.0.0.1:{p}"]
-tls = {{ cert = "{a[0]}", key = "{a[1]}" }}
-quic = true
-  [[server.location]]
-  path = "/"
-  auth_basic = {{ realm = "team", user_file = "{users}" }}
-  return = {{ status = 200, body = "in\\n" }}
-"""
+    admin = free_port()
+    p, _, cfg = quic_server(
+        tmp_path,
+        f'  auth_basic = {{ realm = "team", user_file = "{users}" }}\n'
+        '  return = { status = 200, body = "in\\n" }\n',
+        top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n', runtime="auth_threads = 2\n")
     ringx.make(cfg)
 
     def basic(pw):
@@ -358,7 +324,6 @@ quic = true
     assert (r.status, bytes(r.body)) == (200, b"in\n")
     (r,) = h3_client.get(p, ["/"], headers=basic("wrong"))
     assert r.status == 401 and r.header("www-authenticate").startswith('Basic realm="team"')
-    import urllib.request
     with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as m:
         text = m.read().decode()
     assert 'ringx_auth_verifications_total{zone="0",where="pool"} 2' in text, \

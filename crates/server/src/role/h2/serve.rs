@@ -31,7 +31,7 @@ use crate::role::multiplex::failed::{self, Instead};
 use crate::role::multiplex::local::{self, Local};
 use crate::role::multiplex::log::RequestLog;
 use crate::role::multiplex::proxied::{Proxied, ProxyStep};
-use crate::role::multiplex::routed::{route_fields, Routed};
+use crate::role::multiplex::routed::{self, route_fields, Routed};
 use crate::role::upstream::UpEvent;
 
 impl H2 {
@@ -51,19 +51,10 @@ impl H2 {
         if cx.ctx.log.logging() {
             s.log = Some(Box::new(RequestLog::of(&head, "HTTP/2.0")));
         }
-        if head.is_connect() {
-            return self.answer_error(cx, b, c, s, 405);
-        }
-        let framing = match (end_stream, head.content_length) {
-            (true, _) => Framing::None,
-            (false, Some(n)) => Framing::Length(n),
-            (false, None) => Framing::Chunked,
+        let framing = match routed::framing(&head, end_stream, cx.ctx.set.max_body) {
+            Ok(f) => f,
+            Err(status) => return self.answer_error(cx, b, c, s, status),
         };
-        if let Framing::Length(n) = framing {
-            if n > cx.ctx.set.max_body {
-                return self.answer_error(cx, b, c, s, 413);
-            }
-        }
         self.serve(cx, b, c, s, &mut Pending::of_fields(head, framing));
     }
 

@@ -21,7 +21,7 @@ mod stream;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -32,6 +32,7 @@ use ringx_quic::{Keys, Owner};
 use crate::ctx::Cx;
 use crate::metrics::bump;
 use crate::role::upstream::UpEvent;
+use crate::route::Routes;
 use crate::settings::RetryWhen;
 use conn::{send, H3Conn};
 
@@ -66,7 +67,9 @@ struct Listener {
     /// certificates and routes the QUIC listener serves).
     tcp: u32,
     /// The routes the endpoint's TLS configuration was made from: a reload makes a new one.
-    routes: usize,
+    /// Weak, so an old configuration is not kept alive, and its allocation is not reused
+    /// for a new one that would compare equal.
+    routes: Weak<Routes>,
 }
 
 /// A zone's QUIC endpoints and connections.
@@ -331,11 +334,12 @@ impl Quic {
         if self.listeners.len() <= i {
             self.listeners.resize_with(i + 1, || None);
         }
-        let routes = Arc::as_ptr(&cx.ctx.routes) as usize;
+        let current = Arc::as_ptr(&cx.ctx.routes);
         let stale = self.listeners[i]
             .as_ref()
-            .is_none_or(|l| l.routes != routes || l.tcp != tcp);
+            .is_none_or(|l| l.routes.as_ptr() != current || l.tcp != tcp);
         if stale {
+            let routes = Arc::downgrade(&cx.ctx.routes);
             let made = make_endpoint(cx, tcp)?;
             match self.listeners[i].as_mut() {
                 // Connections in progress stay with the endpoint that holds them: only its

@@ -42,7 +42,7 @@ use crate::role::multiplex::failed::{self, Instead};
 use crate::role::multiplex::local::{self, Local};
 use crate::role::multiplex::log::RequestLog;
 use crate::role::multiplex::proxied::{share_budget, Proxied, ProxyStep};
-use crate::role::multiplex::routed::{route_fields, Routed};
+use crate::role::multiplex::routed::{self, route_fields, Routed};
 use crate::role::upstream::UpEvent;
 
 impl H3Conn {
@@ -71,7 +71,7 @@ impl H3Conn {
             Event::GoAway { .. } => 0,
             Event::StreamError { id, code, msg } => {
                 tracing::debug!(client = ?self.base.addr, stream = id, "HTTP/3: {msg}");
-                let sid = StreamId::from(VarInt::from_u64(id).unwrap_or_default());
+                let sid = stream_id(id);
                 let code = VarInt::from_u64(code.code()).unwrap_or_default();
                 let _ = self.quic.recv_stream(sid).stop(code);
                 let _ = self.quic.send_stream(sid).reset(code);
@@ -90,19 +90,10 @@ impl H3Conn {
         if cx.ctx.log.logging() {
             s.log = Some(Box::new(RequestLog::of(&head, "HTTP/3.0")));
         }
-        if head.is_connect() {
-            return self.answer_error(cx, id, s, 405);
-        }
-        let framing = match (end, head.content_length) {
-            (true, _) => Framing::None,
-            (false, Some(n)) => Framing::Length(n),
-            (false, None) => Framing::Chunked,
+        let framing = match routed::framing(&head, end, cx.ctx.set.max_body) {
+            Ok(f) => f,
+            Err(status) => return self.answer_error(cx, id, s, status),
         };
-        if let Framing::Length(n) = framing {
-            if n > cx.ctx.set.max_body {
-                return self.answer_error(cx, id, s, 413);
-            }
-        }
         let mut pending = Pending::of_fields(head, framing);
         self.serve(cx, id, s, &mut pending);
     }

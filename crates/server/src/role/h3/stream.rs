@@ -124,14 +124,17 @@ impl H3Stream {
         if let Some((f, off, end)) = self.file.as_mut() {
             let n = (end.saturating_sub(*off) as usize).min(FILE_PIECE);
             if n > 0 {
-                let mut buf = vec![0u8; n];
-                if let Err(e) = f.read_exact_at(&mut buf, *off) {
+                // The piece is read straight behind its DATA frame's header.
+                let kind = ringx_h3proto::frame::kind::DATA;
+                ringx_h3proto::frame::write_header(&mut self.out, kind, n as u64);
+                let at = self.out.len();
+                self.out.resize(at + n, 0);
+                if let Err(e) = f.read_exact_at(&mut self.out[at..], *off) {
                     // The file shrank under us: the body cannot be what the head said.
                     tracing::warn!("reading a static file for HTTP/3: {e}");
                     return Err(());
                 }
                 *off += n as u64;
-                ringx_h3proto::send_data(&mut self.out, &buf);
                 self.body_out += n as u64;
             }
             if *off >= *end {

@@ -17,6 +17,24 @@ use crate::pipeline::routing::{self, Route};
 use crate::rewrite::vars::new_request_id;
 use crate::role::multiplex::log::RequestLog;
 
+/// How a stream's new request is framed (`end`: the stream ended with its head): no body,
+/// a length, or data frames up to the stream's end. Err: the status to answer at once (405
+/// for CONNECT, which no location serves; 413 for a length over `max_body`).
+pub(crate) fn framing(head: &RequestHead, end: bool, max_body: u64) -> Result<Framing, u16> {
+    if head.is_connect() {
+        return Err(405);
+    }
+    let framing = match (end, head.content_length) {
+        (true, _) => Framing::None,
+        (false, Some(n)) => Framing::Length(n),
+        (false, None) => Framing::Chunked,
+    };
+    match framing {
+        Framing::Length(n) if n > max_body => Err(413),
+        f => Ok(f),
+    }
+}
+
 /// A request made and routed, and its context for the stages.
 pub struct Routed<'h, 'a> {
     pub req: Request<'h, 'a>,
