@@ -148,8 +148,9 @@ class Site:
         for port in set(self.ports.values()) - self.udp:
             while True:
                 if proc.poll() is not None:
-                    raise AssertionError(f"{who} exited: " + _read(self.tmp / f"{who}.stderr")
-                                         + _read(self.tmp / "logs" / "error.log"))
+                    raise AssertionError(f"{who} exited: "
+                                         + read_or_empty(self.tmp / f"{who}.stderr")
+                                         + read_or_empty(self.tmp / "logs" / "error.log"))
                 try:
                     socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                     break
@@ -158,7 +159,8 @@ class Site:
                     time.sleep(0.05)
 
 
-def _read(p: Path) -> str:
+def read_or_empty(p: Path) -> str:
+    """The text of `p`; nothing where it cannot be read (a log not written yet)."""
     try:
         return p.read_text()
     except OSError:

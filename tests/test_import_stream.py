@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import close_listener
-from import_site import Site, handshake, stop, tls_client
+from import_site import Site, handshake, read_or_empty, stop, tls_client
 from tls_pki import Pki
 
 
@@ -137,11 +137,12 @@ KNOWN = {
 }
 
 
-def compare(name: str, got: dict[str, dict]) -> None:
+def compare(name: str, got: dict[str, dict], site: Site | None = None) -> None:
     known = KNOWN.get(name, {})
     diffs = [f"{k}: nginx {got['nginx'][k]!r}\n{' ' * (len(k) + 2)}ringx {got['ringx'][k]!r}"
              for k in got["nginx"] if k not in known and got["nginx"][k] != got["ringx"][k]]
-    assert not diffs, "\n".join(diffs)
+    logs = "" if site is None else "\n- ringx's log -\n" + read_or_empty(site.tmp / "ringx.stderr")
+    assert not diffs, "\n".join(diffs) + logs
     # A known difference that no longer is one is taken off the list.
     same = [k for k in known if got["nginx"][k] == got["ringx"][k]]
     assert not same, f"listed as known but alike: {same}"
@@ -173,7 +174,7 @@ def test_stream_tcp_udp(ringx_bin, tmp_path):
         assert got["nginx"]["tcp"] == [True] * 4, got
         assert got["nginx"]["udp"] == [b"query %d" % i for i in range(4)], got
         assert got["nginx"]["[::1] tcp"] == b"over v6", got
-        compare(name, got)
+        compare(name, got, site)
     finally:
         for e in tcp + [unix] + udp:
             e.close()
@@ -208,7 +209,7 @@ def test_ssl_preread_routes_by_sni(ringx_bin, tmp_path):
         n = got["nginx"]
         assert all(x[3] == b"backend:ping" for x in n["sni backend.example.com"]), n
         assert all(x[3] == b"backend2:ping" for x in n["sni other.example.org"]), n
-        compare(name, got)
+        compare(name, got, site)
     finally:
         for e in ups.values():
             e.close()
@@ -245,6 +246,6 @@ def test_stream_sni_terminates_tls(ringx_bin, tmp_path):
         assert n["sni domain2.com"][2] == ["*.domain2.com", "domain2.com"], n
         assert n["sni www.domain1.com"][3] == b"ping" and n["TLSv1_1"] == "refused", n
         assert n["TLSv1_2"][0] == "TLSv1.2" and n["TLSv1_3"][0] == "TLSv1.3", n
-        compare(name, got)
+        compare(name, got, site)
     finally:
         up.close()

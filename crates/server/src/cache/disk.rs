@@ -21,8 +21,8 @@ pub trait Tier: Sync {
     /// A file of `size` bytes is on disk for `h`.
     fn indexed(&self, h: u128, size: u64);
     /// A purge reached the writer: `h` (None: every entry) leaves the index, and its file
-    /// goes with it.
-    fn forget(&self, h: Option<u128>);
+    /// goes with it. Returns how many entries the index held of it.
+    fn forget(&self, h: Option<u128>) -> u64;
     fn unlock(&self, h: u128);
     fn stats(&self) -> &Stats;
 }
@@ -34,8 +34,9 @@ pub enum Job {
     Unlink(u128, bool),
     /// A purge of this hash (None: of every entry), queued behind the writes before it: a
     /// write of the object purged, still in the queue when the purge came, would otherwise
-    /// put it back in the index once written.
-    Forget(Option<u128>),
+    /// put it back in the index once written. The writer answers how many entries the
+    /// index held of it, once they are gone.
+    Forget(Option<u128>, std::sync::mpsc::Sender<u64>),
     /// Tests: the writer waits here until the sender sends or is dropped.
     #[cfg(test)]
     Pause(std::sync::mpsc::Receiver<()>),
@@ -64,7 +65,9 @@ pub fn spawn(z: &'static dyn Tier, rx: Receiver<Job>) -> std::io::Result<()> {
                             z.unlock(p);
                         }
                     }
-                    Job::Forget(h) => z.forget(h),
+                    Job::Forget(h, done) => {
+                        let _ = done.send(z.forget(h));
+                    }
                     #[cfg(test)]
                     Job::Pause(until) => {
                         let _ = until.recv();

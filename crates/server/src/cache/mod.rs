@@ -51,6 +51,8 @@ pub use stats::Stats;
 /// How long a fill may hold its key's lock before another request may take it over (nginx's
 /// `proxy_cache_lock_age`).
 pub const LOCK_AGE: Duration = Duration::from_secs(5);
+/// How long a purge waits for the disk writer to reach it (behind the writes queued before).
+const PURGE_WAIT: Duration = Duration::from_secs(10);
 /// The first read of a disk entry: its record and, for a small entry, its body.
 const FIRST_READ: usize = 16 * 1024;
 /// The largest record (key, fields) a cache file may have: a response head is at most
@@ -322,14 +324,14 @@ impl CacheZone {
     }
 
     /// Removes `key` from both tiers (and its file); true when it was there.
-    /// Called off the zones (the admin thread): it may wait for room in the writer's queue,
-    /// where the purge follows any write of the entry still queued (`disk::Job::Forget`).
+    /// Called off the zones (the admin thread): the purge is queued behind any write of the
+    /// entry still queued (`disk::Job::Forget`) and answered once the writer did it, so a
+    /// write that was in the queue cannot bring the entry back after the answer.
     pub fn purge(&self, key: &[u8]) -> bool {
         let h = crate::cache::key_hash(key);
-        let there = self.mem.contains_key(&h) || self.disk.contains_key(&h);
+        let in_memory = self.mem.contains_key(&h);
         self.mem.invalidate(&h);
-        self.disk.invalidate(&h);
-        let _ = self.jobs.send(disk::Job::Forget(Some(h)));
+        let there = self.forget_on_disk(Some(h)) > 0 || in_memory;
         if there {
             self.stats.purged.fetch_add(1, Ordering::Relaxed);
         }
@@ -339,14 +341,30 @@ impl CacheZone {
     /// Removes every entry; returns how many there were.
     pub fn purge_all(&self) -> u64 {
         self.mem.run_pending_tasks();
-        self.disk.run_pending_tasks();
-        let n = self.mem.entry_count().max(self.disk.entry_count());
+        let in_memory = self.mem.entry_count();
         self.mem.invalidate_all();
-        self.disk.invalidate_all();
-        self.disk.run_pending_tasks();
-        let _ = self.jobs.send(disk::Job::Forget(None));
+        let n = in_memory.max(self.forget_on_disk(None));
         self.stats.purged.fetch_add(n, Ordering::Relaxed);
         n
+    }
+
+    /// Has the writer thread drop `h` (None: everything) from the disk index behind the
+    /// writes queued before, and waits for it: how many entries left. A writer that does not
+    /// answer within [`PURGE_WAIT`] (a disk that hangs) or is gone: the index is purged here
+    /// as well, and the queued purge still follows the writes.
+    fn forget_on_disk(&self, h: Option<u128>) -> u64 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        if self.jobs.send(disk::Job::Forget(h, tx)).is_ok() {
+            if let Ok(n) = rx.recv_timeout(PURGE_WAIT) {
+                return n;
+            }
+            tracing::warn!(
+                "cache {}: the disk writer did not take the purge within {PURGE_WAIT:?}; \
+                 purged from the index now, its files follow when the writer catches up",
+                self.name
+            );
+        }
+        disk::Tier::forget(self, h)
     }
 
     /// Entries and bytes in each tier (memory, disk), after pending maintenance.
@@ -391,12 +409,18 @@ impl disk::Tier for CacheZone {
         // On this thread, not a zone's: the bound holds as soon as a file is added.
         self.disk.run_pending_tasks();
     }
-    fn forget(&self, h: Option<u128>) {
-        match h {
-            Some(h) => self.disk.invalidate(&h),
-            None => self.disk.invalidate_all(),
-        }
+    fn forget(&self, h: Option<u128>) -> u64 {
+        let n = match h {
+            Some(h) => u64::from(self.disk.remove(&h).is_some()),
+            None => {
+                self.disk.run_pending_tasks();
+                let n = self.disk.entry_count();
+                self.disk.invalidate_all();
+                n
+            }
+        };
         self.disk.run_pending_tasks();
+        n
     }
     fn unlock(&self, h: u128) {
         CacheZone::unlock(self, h)

@@ -34,8 +34,10 @@ fn settle(z: &CacheZone) {
 }
 
 /// A purge that comes while the entry's write is still queued is not undone by that write:
-/// the entry is found in neither tier once the writer has caught up, and its file goes.
-/// (It was found again on disk: the write indexed it after the purge.)
+/// the purge is answered once the writer has caught up, the entry is then found in neither
+/// tier (a second purge finds nothing), and its file goes.
+/// (It was found again on disk: the write indexed it after the purge, and a second purge
+/// still found it there.)
 #[test]
 fn a_purge_is_not_undone_by_a_write_queued_before_it() {
     let dir = TempDir::new(&[]);
@@ -60,17 +62,19 @@ fn a_purge_is_not_undone_by_a_write_queued_before_it() {
         let h = key_hash(key.as_bytes());
         z.store(h, Arc::new(object(key.as_bytes(), b"hello")), None, None);
         assert!(z.lookup(key.as_bytes(), h, |_| None).is_some(), "stored");
-        if all {
-            z.purge_all();
-        } else {
-            assert!(z.purge(key.as_bytes()), "it was there");
-        }
+        // The purge waits for the writer, which waits for `hold`.
+        let k = key.clone();
+        let purge = std::thread::spawn(move || match all {
+            true => z.purge_all() > 0,
+            false => z.purge(k.as_bytes()),
+        });
         drop(hold);
-        settle(z);
+        assert!(purge.join().expect("the purge returns"), "it was there");
         assert!(
             z.lookup(key.as_bytes(), h, |_| None).is_none(),
             "purged {key} came back"
         );
+        assert!(!z.purge(key.as_bytes()), "purged {key} was found again");
         settle(z); // the file's removal, queued by the purge
         assert!(!z.path(h).exists(), "{key}'s file stays");
     }

@@ -141,7 +141,12 @@ impl Stream {
                 cx.ctx.set_up_deadline(cx.io, rec, r.conn, now + timeout);
                 self.up = Some(r.conn);
             }
-            Err(_) => cx.io.close(c),
+            // nginx's "no live upstreams while connecting to upstream": said once per
+            // client, the servers' own failures were logged as they happened.
+            Err(e) => {
+                tracing::warn!(addr = ?b.addr, "stream: {e}");
+                cx.io.close(c)
+            }
         }
     }
 
