@@ -2,6 +2,7 @@
 more URLs on one QUIC connection, concurrently, and return each response's status, headers
 and body."""
 import asyncio
+import socket
 import ssl
 
 from aioquic.asyncio.client import connect
@@ -98,6 +99,53 @@ async def _fetch(port, paths, host, method, headers, body, timeout, cafile):
                        wait_connected=True) as client:
         futs = [client.request(method, host, p, headers, body) for p in paths]
         return await asyncio.wait_for(asyncio.gather(*futs), timeout)
+
+
+class _Forward(asyncio.DatagramProtocol):
+    """The new socket of a client that moved: what it receives goes to the connection."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def datagram_received(self, data, addr):
+        self.client.datagram_received(data, addr)
+
+
+async def _move(client, local_ip, new_cid):
+    """Moves the connection to a new socket on `local_ip` (a new port: a NAT rebinding; a
+    new address: the client changed networks), with one of the server's other connection
+    IDs when `new_cid`; the old socket closes."""
+    # aioquic's socket is a dual-stack IPv6 one and names the server v4-mapped: so is this.
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind(("::ffff:" + local_ip, 0))
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_datagram_endpoint(lambda: _Forward(client), sock=sock)
+    old, client._transport = client._transport, transport
+    old.close()
+    if new_cid:
+        client._quic.change_connection_id()
+    return transport.get_extra_info("sockname")[0].removeprefix("::ffff:")
+
+
+async def _migrate(port, before, after, local_ip, new_cid, timeout, cafile):
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
+    cfg.load_verify_locations(cafile)
+    async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
+                       wait_connected=True) as client:
+        first = [client.request("GET", "localhost", p) for p in before]
+        first = await asyncio.wait_for(asyncio.gather(*first), timeout)
+        moved_to = await _move(client, local_ip, new_cid)
+        then = [client.request("GET", "localhost", p) for p in after]
+        then = await asyncio.wait_for(asyncio.gather(*then), timeout)
+        return first, then, moved_to
+
+
+def migrate(port, before, after, cafile, local_ip="127.0.0.1", new_cid=False, timeout=10):
+    """The responses to `before` on one connection, then, once the client moved to a new
+    socket on `local_ip` (see `_move`), the responses to `after` on the same connection;
+    and the address it moved to."""
+    return asyncio.run(_migrate(port, before, after, local_ip, new_cid, timeout, str(cafile)))
 
 
 def get(port, paths, host="localhost", method="GET", headers=(), body=None, timeout=20,

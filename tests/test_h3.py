@@ -225,6 +225,35 @@ def test_retry_always_and_the_counters(ringx, tmp_path):
     assert total(m, "ringx_quic_datagrams_total", direction="in") >= 3
 
 
+def test_migrated_connections_stay_on_their_zone(ringx, tmp_path):
+    """Clients that move (a new port: a NAT rebinding; a new address with another of the
+    server's connection IDs) keep their connection: with two zones the kernel's hash would
+    hand about half of them to the zone without their state, but the reuseport program reads
+    the zone from the connection ID. Each connection's requests are all counted on the zone
+    that accepted it."""
+    if os.geteuid() != 0:
+        pytest.skip("steering by connection ID needs root (an eBPF reuseport program)")
+    admin = free_port()
+    p, ca, cfg = quic_server(
+        tmp_path, '  return = { status = 200, body = "here\\n" }\n',
+        top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
+    srv = ringx.make(cfg.replace("zones = 1", "zones = 2"))
+    assert "steered to the zone their connection ID names" in srv.log(), srv.log()
+    n = 12
+    for i in range(n):
+        ip, new_cid = ("127.0.0.1", False) if i % 2 else ("127.0.0.2", True)
+        first, then, moved_to = h3_client.migrate(p, ["/a"], ["/b", "/c"], ca, ip, new_cid)
+        assert moved_to == ip
+        got = [(r.status, bytes(r.body)) for r in first + then]
+        assert got == [(200, b"here\n")] * 3, (i, got, srv.log())
+    m = quic_metrics(admin)
+    accepted = [total(m, "ringx_quic_handshakes_total", result="accepted", zone=str(z))
+                for z in (0, 1)]
+    served = [total(m, "ringx_http3_requests_total", zone=str(z)) for z in (0, 1)]
+    assert sum(accepted) == n, m
+    assert served == [3 * a for a in accepted], (accepted, served)
+
+
 def test_sigterm_lets_an_inflight_request_finish(ringx, tmp_path):
     import signal
     import threading

@@ -250,6 +250,15 @@ impl Control {
                 }
             }
         }
+        // HTTP/3 on a new address: its packets to the zone their connection ID names.
+        drop(crate::quic_steering::steer(
+            &routes,
+            per_zone.iter().map(|z| {
+                z.iter()
+                    .filter(|(a, l)| l.is_udp() && udp_added.contains(a))
+                    .map(|(a, l)| (*a, l))
+            }),
+        ));
         self.sockets.retain(|(a, _)| !removed.contains(a));
         self.udp_sockets.retain(|(a, _)| !udp_removed.contains(a));
         self.generation += 1;

@@ -291,6 +291,15 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         }
         per_zone_udp.push(us);
     }
+    // Each QUIC packet to the zone its connection ID names, so a client that changes address
+    // or port keeps its connection; set up before privileges are dropped (eBPF needs them),
+    // kept for the server's life.
+    let _quic_steering = crate::quic_steering::steer(
+        &routes,
+        per_zone_udp
+            .iter()
+            .map(|us| routes.udp_listen.iter().copied().zip(us.iter())),
+    );
     let mut per_zone = Vec::with_capacity(zones);
     for _ in 0..zones {
         let mut ls = Vec::new();

@@ -22,6 +22,7 @@ mod lb_run;
 mod lb_setup;
 mod lifecycle;
 mod pidfile;
+mod quic_steering;
 mod run;
 mod sdnotify;
 mod serve_xdp;

@@ -288,6 +288,12 @@ impl Routes {
         }
     }
 
+    /// Whether the UDP listener on `addr` serves HTTP/3.
+    pub fn serves_quic(&self, addr: SocketAddr) -> bool {
+        let i = self.udp_listen.iter().position(|a| *a == addr);
+        matches!(i.map(|i| self.udp_serves[i]), Some(UdpServes::Quic { .. }))
+    }
+
     /// Whether the listener for `addr` (a UDP one when `udp`) is bound `IP_TRANSPARENT`.
     pub fn is_transparent(&self, addr: SocketAddr, udp: bool) -> bool {
         self.transparent.contains(&(addr, udp))

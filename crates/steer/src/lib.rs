@@ -57,6 +57,7 @@
 pub mod active;
 pub mod nic;
 pub mod ports;
+pub mod quic;
 pub mod reuseport;
 pub mod steering;
 pub mod toeplitz;

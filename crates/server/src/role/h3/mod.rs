@@ -36,6 +36,14 @@ use crate::route::Routes;
 use crate::settings::RetryWhen;
 use conn::{send, H3Conn};
 
+/// Where the connection IDs this role issues name their zone, for the reuseport program that
+/// brings each packet to that zone (`ringx_steer::quic`).
+pub const CID_LAYOUT: ringx_steer::quic::CidLayout = ringx_steer::quic::CidLayout {
+    len: ringx_quic::CID_LEN as u8,
+    rotation: ringx_quic::ROTATION,
+    zone_byte: ringx_quic::ZONE_BYTE as u8,
+};
+
 /// The bit that marks a QUIC connection where the zone names a client by a `ConnId` (an
 /// upstream connection's `client`, a timer): the connection's slot is below it. Apart from
 /// the timer wheel's upstream and UDP bits (31 and 30), and above any engine connection.

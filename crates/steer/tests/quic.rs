@@ -1,0 +1,129 @@
+//! QUIC steering by connection ID, end to end over loopback: three UDP sockets on one port
+//! (three "zones"), datagrams from many source ports, and the socket each one reached. A
+//! packet whose connection ID names a zone must reach that zone's socket whatever port it
+//! comes from (a migrated client); one with an ID of another layout takes the kernel's hash;
+//! once a zone's socket closes, its packets still arrive (at another).
+//!
+//! Needs root (or CAP_BPF + CAP_NET_ADMIN); without it the test skips
+//! (`ringx_kerneltest`: said, and a failure under CI).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use ringx_engine::{bind_udp_reuseport, ListenOptions};
+use ringx_steer::quic::{CidLayout, QuicSteering};
+
+const LAYOUT: CidLayout = CidLayout {
+    len: 12,
+    rotation: 0,
+    zone_byte: 2,
+};
+/// Source ports per zone and case: enough that the kernel's hash would put some elsewhere
+/// with probability 1 - (2/3)^N.
+const N: usize = 24;
+
+/// A connection ID of the layout naming `zone` (then a nonce).
+fn cid(zone: u8, nonce: u8) -> Vec<u8> {
+    let mut c = vec![0x1f, 0, zone];
+    c.extend((0..9).map(|i| nonce.wrapping_add(i)));
+    c
+}
+
+fn short_header(dcid: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x40];
+    p.extend_from_slice(dcid);
+    p.extend_from_slice(&[0xaa; 30]);
+    p
+}
+
+fn long_header(dcid: &[u8]) -> Vec<u8> {
+    let mut p = vec![0xc0, 0, 0, 0, 1, dcid.len() as u8];
+    p.extend_from_slice(dcid);
+    p.extend_from_slice(&[8, 1, 2, 3, 4, 5, 6, 7, 8]);
+    p.extend_from_slice(&[0xbb; 30]);
+    p
+}
+
+/// Sends `p` from a new port and returns the index of the socket that got it.
+fn reached(socks: &[Option<&UdpSocket>], to: SocketAddr, p: &[u8]) -> usize {
+    let from = UdpSocket::bind("127.0.0.1:0").unwrap();
+    from.send_to(p, to).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 256];
+    loop {
+        for (i, s) in socks.iter().enumerate() {
+            let Some(s) = s else { continue };
+            if let Ok((n, src)) = s.recv_from(&mut buf) {
+                assert_eq!((&buf[..n], src), (p, from.local_addr().unwrap()));
+                return i;
+            }
+        }
+        assert!(Instant::now() < deadline, "the datagram reached no socket");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn packets_reach_the_zone_their_connection_id_names() {
+    let opts = ListenOptions::default();
+    let first = bind_udp_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap();
+    let addr = first.local_addr().unwrap();
+    let socks: Vec<UdpSocket> = std::iter::once(first)
+        .chain((1..3).map(|_| bind_udp_reuseport(addr, &opts).unwrap()))
+        .collect();
+    for s in &socks {
+        s.set_nonblocking(true).unwrap();
+    }
+    let refs: Vec<&UdpSocket> = socks.iter().collect();
+    let _steering = match QuicSteering::attach(&refs, LAYOUT) {
+        Ok(s) => s,
+        Err(e) => {
+            ringx_kerneltest::skip(format!("no QUIC steering: {e}"));
+            return;
+        }
+    };
+    let all: Vec<Option<&UdpSocket>> = socks.iter().map(Some).collect();
+    for zone in 0..3u8 {
+        for i in 0..N as u8 {
+            let c = cid(zone, i);
+            assert_eq!(
+                reached(&all, addr, &short_header(&c)),
+                zone as usize,
+                "short {i}"
+            );
+            assert_eq!(
+                reached(&all, addr, &long_header(&c)),
+                zone as usize,
+                "long {i}"
+            );
+        }
+    }
+    // IDs ringx did not issue: a client's own (8 bytes), another rotation, a zone with no
+    // socket. Each reaches some socket by the kernel's hash; over many ports, more than one.
+    let mut by_hash = [0usize; 3];
+    for i in 0..N as u8 {
+        let mut other_rotation = cid(1, i);
+        other_rotation[0] = 0xe0;
+        for p in [
+            long_header(&[i; 8]),
+            short_header(&other_rotation),
+            short_header(&cid(200, i)),
+            vec![0x40, 0],
+        ] {
+            by_hash[reached(&all, addr, &p)] += 1;
+        }
+    }
+    assert!(
+        by_hash.iter().filter(|&&n| n > 0).count() > 1,
+        "{by_hash:?}"
+    );
+    // Zone 1's socket closes: its packets take the hash, to the two that remain.
+    let mut socks = socks;
+    drop(socks.remove(1));
+    let left: Vec<Option<&UdpSocket>> = vec![Some(&socks[0]), None, Some(&socks[1])];
+    for i in 0..N as u8 {
+        let at = reached(&left, addr, &short_header(&cid(1, i)));
+        assert!(at == 0 || at == 2, "{at}");
+        assert_eq!(reached(&left, addr, &short_header(&cid(2, i))), 2);
+    }
+}
