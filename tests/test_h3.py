@@ -254,6 +254,59 @@ def test_migrated_connections_stay_on_their_zone(ringx, tmp_path):
     assert served == [3 * a for a in accepted], (accepted, served)
 
 
+def test_binary_upgrade_lets_downloads_in_flight_finish(ringx, tmp_path):
+    """SIGUSR2 while six HTTP/3 downloads of 1 MB come from a slow upstream (2 s): the new
+    process binds its
+    own QUIC sockets beside the old ones and serves new connections, while every packet of
+    the old connections (their acknowledgements, the rest of the responses) still reaches
+    the old process, which finishes them and exits. The connection IDs name the process's
+    generation as well as the zone, and the new process takes over the steering array."""
+    if os.geteuid() != 0:
+        pytest.skip("steering by connection ID needs root (an eBPF reuseport program)")
+    import signal
+    import threading
+    import time
+    up = UpstreamServer("slow")
+    pid_file = tmp_path / "ringx.pid"
+    p, ca, cfg = quic_server(tmp_path, f'  proxy_pass = "http://{up.addr}"\n',
+                             runtime=f'pid_file = "{pid_file}"\n')
+    srv = ringx.make(cfg.replace("zones = 1", "zones = 2"))
+    try:
+        got = {}
+
+        def fetch(i):
+            got[i] = h3_client.get(p, ["/chunked?n=20&size=50000&ms=100"], cafile=ca,
+                                   timeout=30)
+
+        threads = [threading.Thread(target=fetch, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 15
+        while len(up.requests) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(up.requests) == 6, "the requests never reached the upstream"
+        old = srv.pid
+        os.kill(old, signal.SIGUSR2)
+        while pid_file.read_text().strip() == str(old) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pid_file.read_text().strip() != str(old), srv.log()
+        (r,) = h3_client.get(p, ["/slow?ms=0"], cafile=ca)
+        assert (r.status, bytes(r.body)) == (200, b"slow"), srv.log()
+        for t in threads:
+            t.join(30)
+        want = pattern(50000) * 20
+        assert [[(r.status, bytes(r.body) == want) for r in got.get(i, [])] for i in range(6)] \
+            == [[(200, True)]] * 6, srv.log()
+        assert srv.wait_exit(20) == 0, srv.log()
+        assert "took over the QUIC steering" in srv.log(), srv.log()
+    finally:
+        up.close()
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
 def test_sigterm_lets_an_inflight_request_finish(ringx, tmp_path):
     import signal
     import threading

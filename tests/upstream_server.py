@@ -4,7 +4,7 @@ framing and failure can be produced on purpose.
 Paths (query parameters in brackets):
   /echo            200, JSON of the request line, headers, body length and trailers (keep-alive)
   /slow[?ms=N]     sleeps N ms before answering
-  /chunked[?n=K&size=S]  K chunks of S bytes, chunked framing
+  /chunked[?n=K&size=S&ms=M]  K chunks of S bytes, chunked framing, M ms after each
   /big[?n=BYTES]   Content-Length body of BYTES bytes (a repeating pattern)
   /until-close[?n=BYTES]  HTTP/1.0-style body delimited by closing
   /http10          an HTTP/1.0 response with Content-Length, then close
@@ -233,11 +233,13 @@ class UpstreamServer:
             send(200, b"slow")
         elif path == "/chunked":
             n, size = int(q.get("n", "5")), int(q.get("size", "100"))
+            gap = int(q.get("ms", "0")) / 1000
             c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Upstream: "
                       + self.name.encode() + b"\r\n\r\n")
             data = pattern(size)
             for _ in range(n):
                 c.sendall(b"%x\r\n" % size + data + b"\r\n")
+                time.sleep(gap)
             c.sendall(b"0\r\n\r\n")
         elif path == "/trailers":
             # A chunked body ending in a trailer section (with a field that may not be one).

@@ -9,10 +9,14 @@
 //!
 //! | byte | holds |
 //! |---|---|
-//! | 0 | config rotation (bits 7..5: [`ROTATION`]), then 5 random bits |
+//! | 0 | config rotation (bits 7..5: [`ROTATION`]), the process generation (bit 4: [`EPOCH_BIT`]), then 4 random bits |
 //! | 1 | the host (`ringx lb`'s backend id; 0 for a host alone) |
 //! | 2 | the zone |
 //! | 3..[`CID_LEN`] | a random nonce (9 bytes) |
+//!
+//! The generation bit tells the process that issued an ID from the one that replaced it by
+//! a binary upgrade (each flips it): while the old process drains, packets of its
+//! connections still reach it, those of the new one's reach the new one.
 //!
 //! Plaintext, not one of the draft's encrypted forms: a reuseport or XDP program cannot run
 //! AES on every packet, and what an observer learns is only that two connection IDs belong to
@@ -31,12 +35,16 @@ pub const ROTATION: u8 = 0b000;
 /// Where the host and the zone lie in an ID (what the steering programs read).
 pub const HOST_BYTE: usize = 1;
 pub const ZONE_BYTE: usize = 2;
+/// The bit of an ID's first byte that holds the process generation (`Owner::epoch`).
+pub const EPOCH_BIT: u8 = 0x10;
 
-/// Who owns a connection: the host behind the balancer and the zone on that host.
+/// Who owns a connection: the host behind the balancer, the zone on that host, and the
+/// generation of the process (0 or 1, flipped by each binary upgrade).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub host: u8,
     pub zone: u8,
+    pub epoch: u8,
 }
 
 impl Owner {
@@ -49,6 +57,7 @@ impl Owner {
         Some(Owner {
             host: cid[HOST_BYTE],
             zone: cid[ZONE_BYTE],
+            epoch: u8::from(cid[0] & EPOCH_BIT != 0),
         })
     }
 }
@@ -75,7 +84,12 @@ impl ConnectionIdGenerator for ZoneCids {
         // cryptographic generator. It cannot fail on Linux short of a broken kernel; the
         // nonce is then left as it is, and the owner still routes the ID.
         let _ = aws_lc_rs::rand::fill(&mut b);
-        b[0] = (ROTATION << 5) | (b[0] & 0x1f);
+        let epoch = if self.owner.epoch & 1 == 1 {
+            EPOCH_BIT
+        } else {
+            0
+        };
+        b[0] = (ROTATION << 5) | epoch | (b[0] & 0x0f);
         b[HOST_BYTE] = self.owner.host;
         b[ZONE_BYTE] = self.owner.zone;
         ConnectionId::new(&b)
@@ -103,7 +117,11 @@ mod tests {
 
     #[test]
     fn an_issued_id_names_its_owner_and_is_fresh_each_time() {
-        let owner = Owner { host: 7, zone: 3 };
+        let owner = Owner {
+            host: 7,
+            zone: 3,
+            epoch: 1,
+        };
         let mut g = ZoneCids::new(owner, None);
         let a = g.generate_cid();
         let b = g.generate_cid();
@@ -112,11 +130,24 @@ mod tests {
         assert_eq!(Owner::of(&b), Some(owner));
         assert_ne!(a[3..], b[3..], "the nonces differ");
         assert!(g.validate(&a).is_ok());
-        let other = ZoneCids::new(Owner { host: 7, zone: 4 }, None);
+        let other = ZoneCids::new(
+            Owner {
+                host: 7,
+                zone: 4,
+                epoch: 1,
+            },
+            None,
+        );
         assert!(
             other.validate(&a).is_err(),
             "another zone's ID is not this zone's"
         );
+        let before = ZoneCids::new(Owner { epoch: 0, ..owner }, None);
+        assert!(
+            before.validate(&a).is_err(),
+            "the previous process's ID is not this one's"
+        );
+        assert_eq!(a[0] & EPOCH_BIT, EPOCH_BIT);
     }
 
     #[test]
@@ -125,8 +156,24 @@ mod tests {
         let mut id = [0u8; CID_LEN];
         id[0] = 0b111 << 5;
         assert_eq!(Owner::of(&id), None, "another config rotation");
-        id[0] = 0x1f; // rotation 0, random bits set
+        id[0] = 0x0f; // rotation 0, generation 0, random bits set
         id[ZONE_BYTE] = 9;
-        assert_eq!(Owner::of(&id), Some(Owner { host: 0, zone: 9 }));
+        assert_eq!(
+            Owner::of(&id),
+            Some(Owner {
+                host: 0,
+                zone: 9,
+                epoch: 0
+            })
+        );
+        id[0] |= EPOCH_BIT;
+        assert_eq!(
+            Owner::of(&id),
+            Some(Owner {
+                host: 0,
+                zone: 9,
+                epoch: 1
+            })
+        );
     }
 }

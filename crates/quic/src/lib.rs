@@ -16,5 +16,5 @@
 pub mod cid;
 pub mod config;
 
-pub use cid::{Owner, ZoneCids, CID_LEN, ROTATION, ZONE_BYTE};
+pub use cid::{Owner, ZoneCids, CID_LEN, EPOCH_BIT, ROTATION, ZONE_BYTE};
 pub use config::{endpoint_config, for_quic, server_config, Error, Keys, Limits, ALPN_H3};

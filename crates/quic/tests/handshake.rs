@@ -206,7 +206,11 @@ impl Pair {
 
 #[test]
 fn a_handshake_completes_with_h3_and_the_client_sends_to_ids_naming_the_zone() {
-    let owner = Owner { host: 2, zone: 5 };
+    let owner = Owner {
+        host: 2,
+        zone: 5,
+        epoch: 0,
+    };
     let mut p = Pair::new(owner, false);
     p.drive();
     assert!(p.client_connected(), "the client's handshake completed");
@@ -240,7 +244,14 @@ fn a_handshake_completes_with_h3_and_the_client_sends_to_ids_naming_the_zone() {
 
 #[test]
 fn a_retry_validates_the_address_and_the_handshake_goes_on() {
-    let mut p = Pair::new(Owner { host: 0, zone: 1 }, true);
+    let mut p = Pair::new(
+        Owner {
+            host: 0,
+            zone: 1,
+            epoch: 1,
+        },
+        true,
+    );
     p.drive();
     assert_eq!(
         p.retried, 1,

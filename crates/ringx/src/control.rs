@@ -251,14 +251,14 @@ impl Control {
             }
         }
         // HTTP/3 on a new address: its packets to the zone their connection ID names.
-        drop(crate::quic_steering::steer(
+        crate::quic_steering::steer(
             &routes,
             per_zone.iter().map(|z| {
                 z.iter()
                     .filter(|(a, l)| l.is_udp() && udp_added.contains(a))
                     .map(|(a, l)| (*a, l))
             }),
-        ));
+        );
         self.sockets.retain(|(a, _)| !removed.contains(a));
         self.udp_sockets.retain(|(a, _)| !udp_removed.contains(a));
         self.generation += 1;
@@ -367,7 +367,7 @@ impl Control {
             "SIGUSR2: starting the new binary with {} listening sockets",
             socks.len()
         );
-        match crate::upgrade::spawn(&socks) {
+        match crate::upgrade::spawn(&socks, crate::quic_steering::for_upgrade()) {
             Ok(child) => {
                 tracing::info!(
                     "binary upgrade: process {} serves; this process ({}) drains and exits",

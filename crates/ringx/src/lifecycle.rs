@@ -292,9 +292,10 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         per_zone_udp.push(us);
     }
     // Each QUIC packet to the zone its connection ID names, so a client that changes address
-    // or port keeps its connection; set up before privileges are dropped (eBPF needs them),
-    // kept for the server's life.
-    let _quic_steering = crate::quic_steering::steer(
+    // or port keeps its connection; set up before privileges are dropped (eBPF needs them).
+    // The connection IDs carry this process's generation (a binary upgrade flips it).
+    ringx_server::role::h3::set_epoch(crate::quic_steering::epoch());
+    crate::quic_steering::steer(
         &routes,
         per_zone_udp
             .iter()

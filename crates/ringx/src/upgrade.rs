@@ -154,9 +154,13 @@ pub fn notify_ready() {
     unsafe { libc::write(fd.as_raw_fd(), b"R".as_ptr().cast(), 1) };
 }
 
-/// Starts the new binary with `sockets` (address, descriptor) and waits until it serves.
-/// Returns the running child; on error the child (if any) has exited or been killed.
-pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, Error> {
+/// Starts the new binary with `sockets` (address, descriptor) and, in `quic_steering`, the
+/// QUIC steering to take over (`quic_steering.rs`), and waits until it serves. Returns the
+/// running child; on error the child (if any) has exited or been killed.
+pub fn spawn(
+    sockets: &[(SocketAddr, RawFd)],
+    quic_steering: Option<String>,
+) -> Result<Child, Error> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2 writes two descriptors into a live array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -180,6 +184,9 @@ pub fn spawn(sockets: &[(SocketAddr, RawFd)]) -> Result<Child, Error> {
         .env(INHERIT_ENV, spec)
         .env(READY_ENV, w.as_raw_fd().to_string())
         .stdin(Stdio::null());
+    if let Some(q) = quic_steering {
+        cmd.env(crate::quic_steering::ENV, q);
+    }
     // SAFETY: runs in the child between fork and exec and only calls fcntl, which is
     // async-signal-safe; it allocates nothing.
     unsafe {

@@ -16,11 +16,20 @@
 //!   when it has our length and rotation (every long-header packet after the server's first
 //!   answer);
 //! * anything else (a client's first Initial, with an ID the client made up; a packet too
-//!   short to hold one) takes the kernel's 4-tuple hash, which keeps a client's first flight
-//!   together on one zone, and that zone then issues the connection's IDs. A zone whose socket
-//!   is gone (closed sockets leave the array) also leaves its packets to the hash.
+//!   short to hold one) goes to a zone of the current process picked by the kernel's 4-tuple
+//!   hash, which keeps a client's first flight together on one zone; that zone then issues
+//!   the connection's IDs. So do packets for a zone whose socket is gone (closed sockets
+//!   leave the array); with no current process configured the kernel's own choice stands.
 //!
-//! The map is keyed by zone. The program is hand-assembled, as the TCP one is
+//! **Binary upgrade.** The new process binds its own sockets beside the old one's (the
+//! group, and the program attached to it, stay), opens the old process's maps by id
+//! ([`QuicSteering::take_over`]), puts its sockets under the other generation and makes
+//! that generation current. The IDs carry the generation (`ringx_quic::cid`), so packets
+//! of connections the old process still drains keep reaching it, and new connections go
+//! to the new one.
+//!
+//! The socket array is keyed by generation × 256 + zone; a one-entry array holds the
+//! current generation's key base and its zone count. The program is hand-assembled, as the TCP one is
 //! ([`crate::reuseport`] says why), and reads the packet with `bpf_skb_load_bytes`, which
 //! copies from the UDP header on (an `SK_REUSEPORT` program sees the skb there) into the
 //! stack, where the verifier needs no packet-bounds proofs.
@@ -44,109 +53,191 @@ pub struct CidLayout {
     pub rotation: u8,
     /// The byte of the ID that holds the zone (after the first).
     pub zone_byte: u8,
+    /// The bit of the ID's first byte that holds the process generation.
+    pub epoch_bit: u8,
+}
+
+/// What a process hands the one that replaces it: its maps, by id, and its generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ids {
+    pub sockets: u32,
+    pub current: u32,
+    pub epoch: u8,
+}
+
+impl std::fmt::Display for Ids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.sockets, self.current, self.epoch)
+    }
+}
+
+impl std::str::FromStr for Ids {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Ids, ()> {
+        let mut it = s.split(':').map(str::parse::<u32>);
+        match (it.next(), it.next(), it.next(), it.next()) {
+            (Some(Ok(sockets)), Some(Ok(current)), Some(Ok(e @ 0..=1)), None) => Ok(Ids {
+                sockets,
+                current,
+                epoch: e as u8,
+            }),
+            _ => Err(()),
+        }
+    }
 }
 
 /// Steering of one UDP reuseport group (the QUIC sockets of one address, one per zone) by the
 /// zone its packets' connection IDs name.
 #[derive(Debug)]
 pub struct QuicSteering {
-    map: MapFd,
-    /// Kept so the program can be attached to a group again.
-    prog: OwnedFd,
-    zones: u32,
+    /// (generation × 256 + zone) → socket.
+    sockets: MapFd,
+    /// Key 0: the current generation's key base << 16 | its zone count.
+    current: MapFd,
+    /// This process's generation.
+    epoch: u8,
 }
 
 impl QuicSteering {
-    /// Loads the program for `layout`, fills the zone → socket array with `sockets`
-    /// (`sockets[z]` is zone z's, every one bound to the same address with `SO_REUSEPORT`)
-    /// and attaches it to their group.
-    pub fn attach(sockets: &[&UdpSocket], layout: CidLayout) -> io::Result<QuicSteering> {
+    /// Loads the program for `layout`, fills the socket array with `sockets` (`sockets[z]`
+    /// is zone z's, every one bound to the same address with `SO_REUSEPORT`) under
+    /// generation `epoch`, and attaches the program to their group.
+    pub fn attach(sockets: &[&UdpSocket], layout: CidLayout, epoch: u8) -> io::Result<Self> {
         let Some(first) = sockets.first() else {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no sockets"));
         };
-        if usize::from(layout.zone_byte) >= usize::from(layout.len) || layout.rotation > 7 {
+        if usize::from(layout.zone_byte) >= usize::from(layout.len)
+            || layout.rotation > 7
+            || layout.epoch_bit.count_ones() != 1
+            || layout.epoch_bit >= 0x20
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{layout:?}: the zone byte lies outside the ID"),
+                format!("{layout:?}: the zone byte lies outside the ID, or the bits overlap"),
             ));
         }
-        let zones = u32::try_from(sockets.len())
-            .ok()
-            .filter(|&n| n <= 256)
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "more zones than an ID byte holds",
-                )
-            })?;
-        let map = sys::map_create(
-            map_type::REUSEPORT_SOCKARRAY,
-            4,
-            8,
-            zones,
-            "ringx_quic_zone",
-        )
-        .map_err(|e| ctx("bpf(BPF_MAP_CREATE, REUSEPORT_SOCKARRAY)", e))?;
+        let map = sys::map_create(map_type::REUSEPORT_SOCKARRAY, 4, 8, 512, "ringx_quic_zone")
+            .map_err(|e| ctx("bpf(BPF_MAP_CREATE, REUSEPORT_SOCKARRAY)", e))?;
         let map = MapFd::new(map).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
+        let cur = sys::map_create(map_type::ARRAY, 4, 4, 1, "ringx_quic_cur")
+            .map_err(|e| ctx("bpf(BPF_MAP_CREATE, ARRAY)", e))?;
+        let cur = MapFd::new(cur).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
         let prog = sys::prog_load(
             prog_type::SK_REUSEPORT,
-            &program(map.as_fd().as_raw_fd(), layout),
+            &program(map.as_fd().as_raw_fd(), cur.as_fd().as_raw_fd(), layout),
             c"Apache-2.0",
             "ringx_quic_cid",
         )
         .map_err(|e| ctx("bpf(BPF_PROG_LOAD, SK_REUSEPORT)", e))?;
-        let s = QuicSteering { map, prog, zones };
-        for (z, sock) in sockets.iter().enumerate() {
-            s.set(z, sock.as_fd())?;
-        }
-        let fd: libc::c_int = s.prog.as_raw_fd();
-        // SAFETY: setsockopt reads one live c_int from the pointer given with its size.
-        let r = unsafe {
-            libc::setsockopt(
-                first.as_raw_fd(),
-                libc::SOL_SOCKET,
-                SO_ATTACH_REUSEPORT_EBPF,
-                (&fd as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
+        let s = QuicSteering {
+            sockets: map,
+            current: cur,
+            epoch: epoch & 1,
         };
-        if r != 0 {
-            return Err(ctx(
-                "setsockopt(SO_ATTACH_REUSEPORT_EBPF)",
-                io::Error::last_os_error(),
-            ));
-        }
+        s.fill(sockets)?;
+        attach_group(first.as_fd(), &prog)?;
         Ok(s)
+    }
+
+    /// A binary upgrade's new process: opens the old process's maps (`ids`; needs
+    /// `CAP_SYS_ADMIN`), puts `sockets` under the other generation and makes it current.
+    /// The old process's program stays attached to the group, which the new sockets joined.
+    pub fn take_over(ids: Ids, sockets: &[&UdpSocket]) -> io::Result<Self> {
+        let open = |id: u32| {
+            let fd = sys::map_fd_by_id(id).map_err(|e| ctx("bpf(BPF_MAP_GET_FD_BY_ID)", e))?;
+            MapFd::new(fd).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD)", e))
+        };
+        let s = QuicSteering {
+            sockets: open(ids.sockets)?,
+            current: open(ids.current)?,
+            epoch: (ids.epoch & 1) ^ 1,
+        };
+        s.fill(sockets)?;
+        Ok(s)
+    }
+
+    /// The generation this process's IDs carry.
+    pub fn epoch(&self) -> u8 {
+        self.epoch
+    }
+
+    /// The maps' ids and the generation, for the process that replaces this one.
+    pub fn ids(&self) -> Ids {
+        Ids {
+            sockets: self.sockets.info().id,
+            current: self.current.info().id,
+            epoch: self.epoch,
+        }
+    }
+
+    /// Puts the zones' sockets in, then makes this generation current.
+    fn fill(&self, sockets: &[&UdpSocket]) -> io::Result<()> {
+        let zones = u32::try_from(sockets.len())
+            .ok()
+            .filter(|&n| (1..=256).contains(&n))
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "1 to 256 zones: one ID byte")
+            })?;
+        for (z, sock) in sockets.iter().enumerate() {
+            self.set(z, sock.as_fd())?;
+        }
+        let v = (u32::from(self.epoch) << 8) << 16 | zones;
+        self.current
+            .update(&0u32.to_ne_bytes(), &v.to_ne_bytes(), BPF_ANY)
+            .map_err(|e| ctx("bpf(BPF_MAP_UPDATE_ELEM) of the current generation", e))
     }
 
     /// Makes `socket` zone `zone`'s (a zone that re-created its socket).
     pub fn set(&self, zone: usize, socket: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
-        let key = u32::try_from(zone)
-            .ok()
-            .filter(|&k| k < self.zones)
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("zone {zone} is beyond the steering map"),
-                )
-            })?;
+        let zone8 = u8::try_from(zone).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("zone {zone} does not fit an ID byte"),
+            )
+        })?;
+        let key = u32::from(self.epoch) << 8 | u32::from(zone8);
         // A socket descriptor in (the kernel stores the socket, not the number).
         let fd = socket.as_raw_fd() as u64;
-        self.map
+        self.sockets
             .update(&key.to_ne_bytes(), &fd.to_ne_bytes(), BPF_ANY)
             .map_err(|e| ctx(&format!("bpf(BPF_MAP_UPDATE_ELEM) for zone {zone}"), e))
     }
 }
 
-/// Steers the QUIC sockets of every address: `zones[z]` holds zone z's sockets, the same
-/// addresses in the same order in every zone. Logs what it did per address; an address whose
-/// steering failed keeps the kernel's hash (and a migrating client may lose its connection
-/// there, which the log says). With one zone there is nothing to steer.
-pub fn steer_zones(zones: &[Vec<&UdpSocket>], layout: CidLayout) -> Vec<QuicSteering> {
-    let n = zones.first().map_or(0, Vec::len);
-    if zones.len() < 2 {
-        return Vec::new();
+fn attach_group(sock: std::os::fd::BorrowedFd<'_>, prog: &OwnedFd) -> io::Result<()> {
+    let fd: libc::c_int = prog.as_raw_fd();
+    // SAFETY: setsockopt reads one live c_int from the pointer given with its size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_EBPF,
+            (&fd as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(ctx(
+            "setsockopt(SO_ATTACH_REUSEPORT_EBPF)",
+            io::Error::last_os_error(),
+        ));
     }
+    Ok(())
+}
+
+/// Steers the QUIC sockets of every address: `zones[z]` holds zone z's sockets, the same
+/// addresses in the same order in every zone; `before(a)` gives what the process this one
+/// replaces left for address `a`'s group, taken over when there is one. Logs what it did per
+/// address; an address whose steering failed keeps the kernel's hash (and a migrating client
+/// may lose its connection there, which the log says). With one zone and nothing to take
+/// over there is nothing to steer. Returns each address's index with its steering.
+pub fn steer_zones(
+    zones: &[Vec<&UdpSocket>],
+    layout: CidLayout,
+    epoch: u8,
+    before: impl Fn(usize) -> Option<Ids>,
+) -> Vec<(usize, QuicSteering)> {
+    let n = zones.first().map_or(0, Vec::len);
     let mut out = Vec::new();
     for a in 0..n {
         let group: Vec<&UdpSocket> = zones.iter().filter_map(|z| z.get(a).copied()).collect();
@@ -154,13 +245,31 @@ pub fn steer_zones(zones: &[Vec<&UdpSocket>], layout: CidLayout) -> Vec<QuicStee
             .first()
             .and_then(|s| s.local_addr().ok())
             .map_or_else(|| format!("address #{a}"), |x| x.to_string());
-        match QuicSteering::attach(&group, layout) {
+        let r = match before(a) {
+            Some(ids) => QuicSteering::take_over(ids, &group)
+                .inspect(|s| {
+                    tracing::info!(
+                        "binary upgrade: took over the QUIC steering of {addr} (generation {})",
+                        s.epoch()
+                    );
+                })
+                .or_else(|e| {
+                    tracing::warn!(
+                        "binary upgrade: cannot take over the QUIC steering of {addr} ({e}); \
+                         the old process's connections there may be lost"
+                    );
+                    QuicSteering::attach(&group, layout, epoch)
+                }),
+            None if zones.len() < 2 => continue,
+            None => QuicSteering::attach(&group, layout, epoch),
+        };
+        match r {
             Ok(s) => {
                 tracing::info!(
                     "QUIC packets on {addr} are steered to the zone their connection ID names \
                      (eBPF reuseport program)"
                 );
-                out.push(s);
+                out.push((a, s));
             }
             Err(e) => tracing::warn!(
                 "QUIC packets on {addr} take the kernel's reuseport hash: steering by \
@@ -201,12 +310,22 @@ const MOV64_IMM: u8 = 0xb7;
 const ADD64_IMM: u8 = 0x07;
 /// BPF_ALU64 | BPF_AND | BPF_K
 const AND64_IMM: u8 = 0x57;
+/// BPF_ALU64 | BPF_OR | BPF_X
+const OR64_REG: u8 = 0x4f;
+/// BPF_ALU64 | BPF_MOD | BPF_X
+const MOD64_REG: u8 = 0x9f;
+/// BPF_ALU64 | BPF_LSH | BPF_K
+const LSH64_IMM: u8 = 0x67;
 /// BPF_ALU64 | BPF_RSH | BPF_K
 const RSH64_IMM: u8 = 0x77;
 /// BPF_LDX | BPF_MEM | BPF_B
 const LDX_B: u8 = 0x71;
+/// BPF_LDX | BPF_MEM | BPF_W
+const LDX_W: u8 = 0x61;
 /// BPF_STX | BPF_MEM | BPF_W
 const STX_W: u8 = 0x63;
+/// BPF_ST | BPF_MEM | BPF_W
+const ST_W: u8 = 0x62;
 /// BPF_LD | BPF_DW | BPF_IMM (two slots)
 const LD_IMM64: u8 = 0x18;
 /// BPF_JMP | BPF_JA
@@ -221,9 +340,13 @@ const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
 /// `src_reg` of LD_IMM64 that makes `imm` a map descriptor.
 const BPF_PSEUDO_MAP_FD: u8 = 1;
+const FN_MAP_LOOKUP_ELEM: i32 = 1;
 const FN_SKB_LOAD_BYTES: i32 = 26;
 const FN_SK_SELECT_REUSEPORT: i32 = 82;
 const SK_PASS: i32 = 1;
+/// `struct sk_reuseport_md`'s `hash`, the kernel's hash of the 4-tuple (after two 8-byte
+/// pointers and four u32: len, eth_protocol, ip_protocol, bind_inany).
+const MD_HASH: i16 = 32;
 /// The UDP header, before the QUIC packet.
 const UDP_HEADER: i32 = 8;
 /// What is read of the packet: the first byte, and for a long header the version (4 bytes),
@@ -231,75 +354,141 @@ const UDP_HEADER: i32 = 8;
 const fn read_len(layout: CidLayout) -> i32 {
     6 + layout.zone_byte as i32 + 1
 }
-/// The stack slot the packet's bytes are copied to (below the key's 4 bytes).
+/// The stack slot the packet's bytes are copied to (below the two keys' 8 bytes).
 const BUF: i16 = -48;
 
-/// The program, for the zone → socket array `map_fd` (instruction numbers on the left; a
-/// jump's `off` counts the instructions after it):
+/// One step of the program: an instruction, a jump to a label, or a label.
+enum Op {
+    I(Insn),
+    J(u8, u8, i32, &'static str),
+    L(&'static str),
+}
+
+/// Resolves the labels: a jump's `off` counts the instructions after it.
+fn assemble(ops: &[Op]) -> Vec<Insn> {
+    let mut at = std::collections::HashMap::new();
+    let mut n = 0i32;
+    for op in ops {
+        match op {
+            Op::L(l) => {
+                at.insert(*l, n);
+            }
+            _ => n += 1,
+        }
+    }
+    let mut out = Vec::new();
+    for op in ops {
+        match op {
+            Op::I(i) => out.push(*i),
+            Op::J(code, dst, imm, l) => {
+                let off = at[l] - (out.len() as i32 + 1);
+                out.push(insn(*code, *dst, 0, off as i16, *imm));
+            }
+            Op::L(_) => {}
+        }
+    }
+    out
+}
+
+/// The program, for the socket array `socks` and the current-generation array `cur`:
 ///
 /// ```text
-///  0 r6 = r1                          ; ctx (struct sk_reuseport_md *)
-///  1 r2 = 8                           ; from the UDP payload on
-///  2 r3 = r10 - 48                    ; buf (two instructions)
-///  4 r4 = 7 + zone_byte               ; first byte, version, ID length, ID to its zone byte
-///  5 r0 = bpf_skb_load_bytes(ctx, 8, buf, r4)
-///  6 if r0 != 0 goto pass             ; too short to be one of ours
-///  7 r1 = buf[0] & 0x80               ; (two instructions)
-///  9 if r1 == 0 goto short
-/// 10 r1 = buf[5]                      ; long header: the ID's length
-/// 11 if r1 != LEN goto pass
-/// 12 r2 = buf[6]                      ; the ID's first byte
-/// 13 r3 = buf[6 + zone_byte]
-/// 14 goto check
+///     r6 = ctx
+///     r0 = bpf_skb_load_bytes(ctx, 8, buf, 7 + zone_byte)  ; first byte .. the ID's zone byte
+///     if r0 != 0 goto other                                ; too short to hold one of ours
+///     if buf[0] & 0x80 == 0 goto short
+///     if buf[5] != LEN goto other                          ; long header: the ID's length
+///     r2 = buf[6]; r3 = buf[6 + zone_byte]; goto ours
 /// short:
-/// 15 r2 = buf[1]
-/// 16 r3 = buf[1 + zone_byte]
-/// check:
-/// 17 r2 >>= 5
-/// 18 if r2 != ROTATION goto pass      ; not an ID of this layout
-/// 19 *(u32 *)(r10 - 4) = r3           ; key = the zone
-/// 20 r1 = r6
-/// 21 r2 = map                         ; (two slots)
-/// 23 r3 = r10 - 4                     ; (two instructions)
-/// 25 r4 = 0
-/// 26 bpf_sk_select_reuseport(ctx, map, &key, 0)   ; fails if the zone has no socket
+///     r2 = buf[1]; r3 = buf[1 + zone_byte]
+/// ours:
+///     if r2 >> 5 != ROTATION goto other                    ; not an ID of this layout
+///     key = (r2 & EPOCH_BIT ? 256 : 0) | r3                ; its generation and zone
+///     if bpf_sk_select_reuseport(ctx, socks, &key, 0) == 0 goto pass
+/// other:                                                   ; a new client, a zone gone
+///     c = bpf_map_lookup_elem(cur, &0); if !c goto pass
+///     zones = *c & 0xffff; if zones == 0 goto pass
+///     key = (*c >> 16) | ctx->hash % zones                 ; a zone of the current process
+///     bpf_sk_select_reuseport(ctx, socks, &key, 0)
 /// pass:
-/// 27 return SK_PASS                   ; no selection made: the kernel's hash decides
+///     return SK_PASS                                       ; the kernel's hash where none chosen
 /// ```
-fn program(map_fd: RawFd, layout: CidLayout) -> Vec<Insn> {
+fn program(socks: RawFd, cur: RawFd, layout: CidLayout) -> Vec<Insn> {
+    use Op::{I, J, L};
     let b = |i: i16| BUF + i;
     let z = i16::from(layout.zone_byte);
-    vec![
-        /* 0 */ insn(MOV64_REG, R6, R1, 0, 0),
-        /* 1 */ insn(MOV64_IMM, R2, 0, 0, UDP_HEADER),
-        /* 2 */ insn(MOV64_REG, R3, R10, 0, 0),
-        /* 3 */ insn(ADD64_IMM, R3, 0, 0, BUF as i32),
-        /* 4 */ insn(MOV64_IMM, R4, 0, 0, read_len(layout)),
-        /* 5 */ insn(CALL, 0, 0, 0, FN_SKB_LOAD_BYTES),
-        /* 6 */ insn(JNE_IMM, R0, 0, 20, 0),
-        /* 7 */ insn(LDX_B, R1, R10, b(0), 0),
-        /* 8 */ insn(AND64_IMM, R1, 0, 0, 0x80),
-        /* 9 */ insn(JEQ_IMM, R1, 0, 5, 0),
-        /* 10 */ insn(LDX_B, R1, R10, b(5), 0),
-        /* 11 */ insn(JNE_IMM, R1, 0, 15, i32::from(layout.len)),
-        /* 12 */ insn(LDX_B, R2, R10, b(6), 0),
-        /* 13 */ insn(LDX_B, R3, R10, b(6 + z), 0),
-        /* 14 */ insn(JA, 0, 0, 2, 0),
-        /* 15 */ insn(LDX_B, R2, R10, b(1), 0),
-        /* 16 */ insn(LDX_B, R3, R10, b(1 + z), 0),
-        /* 17 */ insn(RSH64_IMM, R2, 0, 0, 5),
-        /* 18 */ insn(JNE_IMM, R2, 0, 8, i32::from(layout.rotation)),
-        /* 19 */ insn(STX_W, R10, R3, -4, 0),
-        /* 20 */ insn(MOV64_REG, R1, R6, 0, 0),
-        /* 21 */ insn(LD_IMM64, R2, BPF_PSEUDO_MAP_FD, 0, map_fd),
-        /* 22 */ insn(0, 0, 0, 0, 0),
-        /* 23 */ insn(MOV64_REG, R3, R10, 0, 0),
-        /* 24 */ insn(ADD64_IMM, R3, 0, 0, -4),
-        /* 25 */ insn(MOV64_IMM, R4, 0, 0, 0),
-        /* 26 */ insn(CALL, 0, 0, 0, FN_SK_SELECT_REUSEPORT),
-        /* 27 */ insn(MOV64_IMM, R0, 0, 0, SK_PASS),
-        /* 28 */ insn(EXIT, 0, 0, 0, 0),
-    ]
+    // log2 of the generation bit: shifted up to 256 (bit 8 of the key).
+    let up = 8 - layout.epoch_bit.trailing_zeros() as i32;
+    let map = |reg: u8, fd: RawFd| {
+        [
+            I(insn(LD_IMM64, reg, BPF_PSEUDO_MAP_FD, 0, fd)),
+            I(insn(0, 0, 0, 0, 0)),
+        ]
+    };
+    let select = |into: &mut Vec<Op>| {
+        into.push(I(insn(STX_W, R10, R3, -4, 0)));
+        into.push(I(insn(MOV64_REG, R1, R6, 0, 0)));
+        into.extend(map(R2, socks));
+        into.push(I(insn(MOV64_REG, R3, R10, 0, 0)));
+        into.push(I(insn(ADD64_IMM, R3, 0, 0, -4)));
+        into.push(I(insn(MOV64_IMM, R4, 0, 0, 0)));
+        into.push(I(insn(CALL, 0, 0, 0, FN_SK_SELECT_REUSEPORT)));
+    };
+    let mut p = vec![
+        I(insn(MOV64_REG, R6, R1, 0, 0)),
+        I(insn(MOV64_IMM, R2, 0, 0, UDP_HEADER)),
+        I(insn(MOV64_REG, R3, R10, 0, 0)),
+        I(insn(ADD64_IMM, R3, 0, 0, BUF as i32)),
+        I(insn(MOV64_IMM, R4, 0, 0, read_len(layout))),
+        I(insn(CALL, 0, 0, 0, FN_SKB_LOAD_BYTES)),
+        J(JNE_IMM, R0, 0, "other"),
+        I(insn(LDX_B, R1, R10, b(0), 0)),
+        I(insn(AND64_IMM, R1, 0, 0, 0x80)),
+        J(JEQ_IMM, R1, 0, "short"),
+        I(insn(LDX_B, R1, R10, b(5), 0)),
+        J(JNE_IMM, R1, i32::from(layout.len), "other"),
+        I(insn(LDX_B, R2, R10, b(6), 0)),
+        I(insn(LDX_B, R3, R10, b(6 + z), 0)),
+        J(JA, 0, 0, "ours"),
+        L("short"),
+        I(insn(LDX_B, R2, R10, b(1), 0)),
+        I(insn(LDX_B, R3, R10, b(1 + z), 0)),
+        L("ours"),
+        I(insn(MOV64_REG, R1, R2, 0, 0)),
+        I(insn(RSH64_IMM, R2, 0, 0, 5)),
+        J(JNE_IMM, R2, i32::from(layout.rotation), "other"),
+        I(insn(AND64_IMM, R1, 0, 0, i32::from(layout.epoch_bit))),
+        I(insn(LSH64_IMM, R1, 0, 0, up)),
+        I(insn(OR64_REG, R3, R1, 0, 0)),
+    ];
+    select(&mut p);
+    p.extend([
+        J(JEQ_IMM, R0, 0, "pass"),
+        L("other"),
+        I(insn(ST_W, R10, 0, -8, 0)),
+        I(insn(MOV64_REG, R2, R10, 0, 0)),
+        I(insn(ADD64_IMM, R2, 0, 0, -8)),
+    ]);
+    p.extend(map(R1, cur));
+    p.extend([
+        I(insn(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM)),
+        J(JEQ_IMM, R0, 0, "pass"),
+        I(insn(LDX_W, R1, R0, 0, 0)),
+        I(insn(MOV64_REG, R2, R1, 0, 0)),
+        I(insn(AND64_IMM, R2, 0, 0, 0xffff)),
+        J(JEQ_IMM, R2, 0, "pass"),
+        I(insn(RSH64_IMM, R1, 0, 0, 16)),
+        I(insn(LDX_W, R3, R6, MD_HASH, 0)),
+        I(insn(MOD64_REG, R3, R2, 0, 0)),
+        I(insn(OR64_REG, R3, R1, 0, 0)),
+    ]);
+    select(&mut p);
+    p.extend([
+        L("pass"),
+        I(insn(MOV64_IMM, R0, 0, 0, SK_PASS)),
+        I(insn(EXIT, 0, 0, 0, 0)),
+    ]);
+    assemble(&p)
 }
 
 #[cfg(test)]

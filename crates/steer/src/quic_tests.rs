@@ -4,6 +4,7 @@ const LAYOUT: CidLayout = CidLayout {
     len: 12,
     rotation: 0,
     zone_byte: 2,
+    epoch_bit: 0x10,
 };
 
 /// Where each jump of the program lands (index + 1 + off).
@@ -11,51 +12,97 @@ fn target(p: &[Insn], i: usize) -> usize {
     (i as isize + 1 + p[i].off as isize) as usize
 }
 
-#[test]
-fn jumps_land_where_the_listing_says() {
-    let p = program(7, LAYOUT);
-    assert_eq!(p.len(), 29);
-    let pass = p.len() - 2;
-    assert_eq!(p[pass], insn(MOV64_IMM, R0, 0, 0, SK_PASS));
-    assert_eq!(p.last().unwrap().code, EXIT);
-    // The failed load, a long header of another length, another layout: the kernel's hash.
-    for i in [6, 11, 18] {
-        assert_eq!(target(&p, i), pass, "jump {i}");
-    }
-    // A short header reads its ID from byte 1.
-    assert_eq!(target(&p, 9), 15);
-    assert_eq!(p[15], insn(LDX_B, R2, R10, BUF + 1, 0));
-    assert_eq!(p[16], insn(LDX_B, R3, R10, BUF + 1 + 2, 0));
-    // A long header's ID follows the version and its length.
-    assert_eq!(p[13], insn(LDX_B, R3, R10, BUF + 6 + 2, 0));
-    assert_eq!(target(&p, 14), 17);
-    assert_eq!(p[11].imm, 12);
-    assert_eq!(p[18].imm, 0);
-    // The map's descriptor, in LD_IMM64's first slot.
-    assert_eq!(p[21], insn(LD_IMM64, R2, BPF_PSEUDO_MAP_FD, 0, 7));
-    assert_eq!(p[26].imm, FN_SK_SELECT_REUSEPORT);
+fn is_jump(i: &Insn) -> bool {
+    matches!(i.code, JA | JEQ_IMM | JNE_IMM)
 }
 
 #[test]
-fn the_copy_stays_clear_of_the_key() {
-    // Bytes [BUF, BUF + len) of the stack hold the packet's copy, [-4, 0) the key.
+fn jumps_land_on_what_they_name() {
+    let p = program(7, 9, LAYOUT);
+    let pass = p.len() - 2;
+    assert_eq!(p[pass], insn(MOV64_IMM, R0, 0, 0, SK_PASS));
+    assert_eq!(p.last().unwrap().code, EXIT);
+    let other = p
+        .iter()
+        .position(|i| *i == insn(ST_W, R10, 0, -8, 0))
+        .expect("the key 0 of the current generation");
+    let short = p
+        .iter()
+        .position(|i| *i == insn(LDX_B, R2, R10, BUF + 1, 0))
+        .expect("a short header's ID");
+    let ours = short + 2;
+    assert_eq!(p[ours], insn(MOV64_REG, R1, R2, 0, 0));
+    let targets: Vec<(usize, usize)> = (0..p.len())
+        .filter(|&i| is_jump(&p[i]))
+        .map(|i| (i, target(&p, i)))
+        .collect();
+    // The failed load, a long header of another length, another layout: other; a short
+    // header; a long one on to the check; a selection made, no current generation, none of
+    // its zones: pass.
+    let want = [other, short, other, ours, other, pass, pass, pass];
+    assert_eq!(
+        targets.iter().map(|t| t.1).collect::<Vec<_>>(),
+        want,
+        "{targets:?}"
+    );
+    // A long header's zone follows the version and the ID's length.
+    assert_eq!(p[short - 2], insn(LDX_B, R3, R10, BUF + 6 + 2, 0));
+    assert_eq!(p[short + 1], insn(LDX_B, R3, R10, BUF + 1 + 2, 0));
+    // Both maps, in LD_IMM64's first slot.
+    let maps: Vec<i32> = p
+        .iter()
+        .filter(|i| i.code == LD_IMM64)
+        .map(|i| i.imm)
+        .collect();
+    assert_eq!(maps, [7, 9, 7]);
+    // The generation bit (0x10) becomes 256.
+    assert!(p.contains(&insn(LSH64_IMM, R1, 0, 0, 4)));
+}
+
+#[test]
+fn the_copy_stays_clear_of_the_keys() {
+    // Bytes [BUF, BUF + len) of the stack hold the packet's copy, [-8, 0) the two keys.
     for zone_byte in 1..20u8 {
         let l = CidLayout {
             zone_byte,
             len: 21,
             ..LAYOUT
         };
-        assert!(i32::from(BUF) + read_len(l) <= -4, "zone byte {zone_byte}");
+        assert!(i32::from(BUF) + read_len(l) <= -8, "zone byte {zone_byte}");
     }
 }
 
 #[test]
-fn layouts_whose_zone_is_not_in_the_id_are_refused() {
+fn layouts_whose_fields_overlap_are_refused() {
     let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let bad = CidLayout {
-        zone_byte: 12,
-        ..LAYOUT
+    for bad in [
+        CidLayout {
+            zone_byte: 12,
+            ..LAYOUT
+        },
+        CidLayout {
+            epoch_bit: 0x20,
+            ..LAYOUT
+        },
+        CidLayout {
+            epoch_bit: 0x18,
+            ..LAYOUT
+        },
+    ] {
+        let e = QuicSteering::attach(&[&s], bad, 0).unwrap_err();
+        assert!(e.to_string().contains("outside the ID"), "{e}");
+    }
+}
+
+#[test]
+fn ids_travel_as_text() {
+    let ids = Ids {
+        sockets: 12,
+        current: 13,
+        epoch: 1,
     };
-    let e = QuicSteering::attach(&[&s], bad).unwrap_err();
-    assert!(e.to_string().contains("outside the ID"), "{e}");
+    assert_eq!(ids.to_string().parse::<Ids>(), Ok(ids));
+    for bad in ["", "1:2", "1:2:2", "1:2:0:4", "a:2:0"] {
+        assert_eq!(bad.parse::<Ids>(), Err(()), "{bad}");
+    }
 }

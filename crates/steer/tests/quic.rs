@@ -1,8 +1,10 @@
 //! QUIC steering by connection ID, end to end over loopback: three UDP sockets on one port
 //! (three "zones"), datagrams from many source ports, and the socket each one reached. A
 //! packet whose connection ID names a zone must reach that zone's socket whatever port it
-//! comes from (a migrated client); one with an ID of another layout takes the kernel's hash;
-//! once a zone's socket closes, its packets still arrive (at another).
+//! comes from (a migrated client); one with an ID of another layout goes to some zone by the
+//! hash; once a zone's socket closes, its packets still arrive (at another). Then a binary
+//! upgrade: three more sockets of a "new process" take the steering over; the old IDs still
+//! reach the old sockets, the new generation's and new clients reach the new ones.
 //!
 //! Needs root (or CAP_BPF + CAP_NET_ADMIN); without it the test skips
 //! (`ringx_kerneltest`: said, and a failure under CI).
@@ -17,14 +19,19 @@ const LAYOUT: CidLayout = CidLayout {
     len: 12,
     rotation: 0,
     zone_byte: 2,
+    epoch_bit: 0x10,
 };
 /// Source ports per zone and case: enough that the kernel's hash would put some elsewhere
 /// with probability 1 - (2/3)^N.
 const N: usize = 24;
 
-/// A connection ID of the layout naming `zone` (then a nonce).
+/// A connection ID of the layout naming `zone` of generation 0 (then a nonce).
 fn cid(zone: u8, nonce: u8) -> Vec<u8> {
-    let mut c = vec![0x1f, 0, zone];
+    cid_of(0, zone, nonce)
+}
+
+fn cid_of(epoch: u8, zone: u8, nonce: u8) -> Vec<u8> {
+    let mut c = vec![0x0f | epoch << 4, 0, zone];
     c.extend((0..9).map(|i| nonce.wrapping_add(i)));
     c
 }
@@ -75,7 +82,7 @@ fn packets_reach_the_zone_their_connection_id_names() {
         s.set_nonblocking(true).unwrap();
     }
     let refs: Vec<&UdpSocket> = socks.iter().collect();
-    let _steering = match QuicSteering::attach(&refs, LAYOUT) {
+    let steering = match QuicSteering::attach(&refs, LAYOUT, 0) {
         Ok(s) => s,
         Err(e) => {
             ringx_kerneltest::skip(format!("no QUIC steering: {e}"));
@@ -125,5 +132,44 @@ fn packets_reach_the_zone_their_connection_id_names() {
         let at = reached(&left, addr, &short_header(&cid(1, i)));
         assert!(at == 0 || at == 2, "{at}");
         assert_eq!(reached(&left, addr, &short_header(&cid(2, i))), 2);
+    }
+
+    // The upgrade: a new process's three sockets join the group and take the steering over.
+    let ids = steering.ids();
+    drop(steering);
+    let new: Vec<UdpSocket> = (0..3)
+        .map(|_| bind_udp_reuseport(addr, &opts).unwrap())
+        .collect();
+    for s in &new {
+        s.set_nonblocking(true).unwrap();
+    }
+    let next = QuicSteering::take_over(ids, &new.iter().collect::<Vec<_>>()).unwrap();
+    assert_eq!(next.epoch(), 1);
+    let both: Vec<Option<&UdpSocket>> = vec![
+        Some(&socks[0]),
+        None,
+        Some(&socks[1]),
+        Some(&new[0]),
+        Some(&new[1]),
+        Some(&new[2]),
+    ];
+    for i in 0..N as u8 {
+        assert_eq!(
+            reached(&both, addr, &short_header(&cid(0, i))),
+            0,
+            "old zone 0"
+        );
+        assert_eq!(
+            reached(&both, addr, &short_header(&cid(2, i))),
+            2,
+            "old zone 2"
+        );
+        for zone in 0..3u8 {
+            let c = cid_of(1, zone, i);
+            assert_eq!(reached(&both, addr, &short_header(&c)), 3 + zone as usize);
+        }
+        // New clients, and the old process's zone that is gone: the new process.
+        assert!(reached(&both, addr, &long_header(&[i; 8])) >= 3);
+        assert!(reached(&both, addr, &short_header(&cid(1, i))) >= 3);
     }
 }

@@ -42,7 +42,17 @@ pub const CID_LAYOUT: ringx_steer::quic::CidLayout = ringx_steer::quic::CidLayou
     len: ringx_quic::CID_LEN as u8,
     rotation: ringx_quic::ROTATION,
     zone_byte: ringx_quic::ZONE_BYTE as u8,
+    epoch_bit: ringx_quic::EPOCH_BIT,
 };
+
+/// This process's generation (0 or 1), which its connection IDs carry: a binary upgrade's
+/// new process takes the other one (`ringx_steer::quic`). Set once before the zones start.
+static EPOCH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets this process's generation ([`EPOCH`]).
+pub fn set_epoch(epoch: u8) {
+    EPOCH.store(epoch & 1, Relaxed);
+}
 
 /// The bit that marks a QUIC connection where the zone names a client by a `ConnId` (an
 /// upstream connection's `client`, a timer): the connection's slot is below it. Apart from
@@ -394,6 +404,7 @@ fn make_endpoint(cx: &Cx, tcp: u32) -> Option<(Endpoint, Option<Arc<quinn_proto:
     let owner = Owner {
         host: 0,
         zone: cx.ctx.id as u8,
+        epoch: EPOCH.load(Relaxed),
     };
     let ec = Arc::new(ringx_quic::endpoint_config(owner, keys));
     let ep = Endpoint::new(ec, Some(sc.clone()), true, None);
