@@ -210,6 +210,39 @@ quic = true
     return p, pki.ca_path, cfg
 
 
+def test_alt_svc_is_left_out_over_h3(ringx, tmp_path):
+    """The server's own Alt-Svc goes out over TCP, not to a client already on HTTP/3, for
+    an answer and a proxied response, a success or an error alike; an operator's other value goes out
+    over both."""
+    import http.client
+    import ssl
+    up = UpstreamServer("up")
+    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "x" }\n')
+    cfg += f"""  [[server.location]]
+  path = "/up"
+  proxy_pass = "http://{up.addr}"
+  [[server.location]]
+  path = "/other"
+  add_header = {{ "Alt-Svc" = 'h3="alt.example:443"' }}
+  return = {{ status = 200, body = "y" }}
+"""
+    try:
+        ringx.make(cfg)
+        ctx = ssl.create_default_context(cafile=str(ca))
+        for path in ("/", "/up", "/up/status/404"):
+            c = http.client.HTTPSConnection("localhost", p, context=ctx, timeout=10)
+            c.request("GET", path)
+            r = c.getresponse()
+            r.read()
+            c.close()
+            assert r.getheader("alt-svc") == f'h3=":{p}"; ma=86400', (path, r.headers)
+        rs = h3_client.get(p, ["/", "/up", "/up/status/404", "/other"], cafile=ca)
+        assert [r.status for r in rs] == [200, 200, 404, 200]
+        assert [r.header("alt-svc") for r in rs] == [None, None, None, 'h3="alt.example:443"']
+    finally:
+        up.close()
+
+
 def test_retry_always_and_the_counters(ringx, tmp_path):
     admin = free_port()
     p, ca, cfg = quic_server(

@@ -16,10 +16,11 @@
 //! Where the operator writes `Alt-Svc` (in `add_header`, or in a `return`'s `headers`), theirs
 //! goes out instead, never both; `add_header = { "Alt-Svc" = "" }` in a location sends none.
 //!
-//! **HTTP/3 hook.** A response over QUIC does not advertise QUIC to a client already on it.
-//! The HTTP/3 role, when it comes, leaves the line out where it was compiled in:
-//! `AddHeaders::ends_with_alt_svc` says its last line is this one, and `Canned::alt_svc` says
-//! the last line of a `return`'s head (and the last of its `fields`) is.
+//! **Over HTTP/3.** A response over QUIC does not advertise QUIC to a client already on it:
+//! the HTTP/3 role leaves out the `Alt-Svc` field whose value is the server's compiled one
+//! (`VServer::alt_svc`) as it encodes the head; an operator's own other value goes out.
+//! (`AddHeaders::ends_with_alt_svc` and `Canned::alt_svc` say where the line was compiled
+//! in.)
 
 use std::sync::Arc;
 
@@ -64,6 +65,11 @@ impl AltSvc {
     }
 
     /// The server's `add_header`, for requests no location takes, with the line.
+    /// The field's value.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
     pub fn server_lines(&self, lines: Option<Arc<AddHeaders>>) -> Arc<AddHeaders> {
         AddHeaders::with_alt_svc(lines, &self.value)
     }

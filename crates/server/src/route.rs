@@ -126,6 +126,9 @@ pub struct VServer {
     pub verifies_clients: bool,
     /// The server offers HTTP/2 (ALPN `h2`).
     pub http2: bool,
+    /// The `Alt-Svc` value compiled into its responses (`quic = true`): HTTP/3 leaves it out
+    /// (its client is on QUIC already).
+    pub alt_svc: Option<Arc<str>>,
     /// The paths redirected to their location with a slash ([`VServer::slash_redirect`]),
     /// found once at compile time ([`VServer::slashless_paths`]): routing looks one up.
     pub slashless: HashMap<Box<str>, usize>,

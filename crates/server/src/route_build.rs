@@ -97,6 +97,7 @@ impl Routes {
                     .as_ref()
                     .is_some_and(|t| t.get_ref().client_ca().is_some()),
                 http2: cfg.http2.enable && s.http2.unwrap_or(true),
+                alt_svc: None,
             };
             finish_rewriting(cfg, &mut vs, s, &order)?;
             servers.push(vs);
@@ -241,6 +242,7 @@ fn finish_rewriting(
     let srv_add = AddHeaders::compile(&s.add_header)?;
     let srv_pages = error_pages(cfg, &s.error_page, vs)?;
     let alt_svc = AltSvc::of(s);
+    vs.alt_svc = alt_svc.as_ref().map(|a| Arc::from(a.value()));
     vs.add_header = match &alt_svc {
         Some(a) => Some(a.server_lines(srv_add.clone())),
         None => srv_add.clone(),

@@ -112,6 +112,7 @@ impl H3Conn {
                 Ok(r) => r,
                 Err(status) => return self.answer_error(cx, id, s, status),
             };
+        s.alt_svc = cx.ctx.routes.servers[route.server].alt_svc.clone();
         let asked = Asked {
             keep: true,
             status_as: None,

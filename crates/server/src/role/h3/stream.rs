@@ -48,6 +48,8 @@ pub(super) struct H3Stream {
     /// The request waits for its `auth_request` subrequest (the exchange in `proxy`): what
     /// was decided for it so far.
     pub pending: Option<Box<Pending>>,
+    /// Its server's compiled `Alt-Svc` value, left out of the head (`crate::alt_svc`).
+    pub alt_svc: Option<std::sync::Arc<str>>,
 }
 
 impl H3Stream {
@@ -68,6 +70,7 @@ impl H3Stream {
             end: false,
             trailers: None,
             pending: None,
+            alt_svc: None,
         }
     }
 
@@ -80,7 +83,12 @@ impl H3Stream {
         encoder: Option<Box<FileEncoder>>,
     ) {
         self.status = resp.status;
-        ringx_h3proto::send_headers(&mut self.out, resp.status, resp.fields.iter());
+        let ours = self.alt_svc.as_deref();
+        ringx_h3proto::send_headers(
+            &mut self.out,
+            resp.status,
+            but_alt_svc(resp.fields.iter(), ours),
+        );
         if self.head_only {
             return;
         }
@@ -171,7 +179,12 @@ impl H3Stream {
         if let Some(head) = p.take_head() {
             p.head_done = true;
             self.status = head.status;
-            ringx_h3proto::send_headers(&mut self.out, head.status, head.fields.iter());
+            let ours = self.alt_svc.as_deref();
+            ringx_h3proto::send_headers(
+                &mut self.out,
+                head.status,
+                but_alt_svc(head.fields.iter(), ours),
+            );
             return true;
         }
         if !p.head_done {
@@ -242,4 +255,15 @@ impl Parked {
             verify: true,
         }
     }
+}
+
+/// `fields` without the `Alt-Svc` field whose value is `ours` (the server's compiled
+/// advertisement): a client on HTTP/3 is where it points already.
+fn but_alt_svc<'a>(
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ours: Option<&'a str>,
+) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+    fields.filter(move |(n, v)| {
+        !(ours.is_some_and(|o| o.as_bytes() == *v) && n.eq_ignore_ascii_case(b"alt-svc"))
+    })
 }
