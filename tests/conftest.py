@@ -75,6 +75,27 @@ def close_listener(sock: socket.socket) -> None:
     sock.close()
 
 
+def metric_samples(admin: int, *prefixes: str) -> dict:
+    """{(name, frozenset(labels)): value} of the /metrics samples on admin port `admin` whose
+    names start with one of `prefixes`."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name.startswith(prefixes):
+                out[(smp.name, frozenset(smp.labels.items()))] = smp.value
+    return out
+
+
+def metric_total(samples: dict, name: str, **labels) -> float:
+    """The sum of `name`'s samples (as `metric_samples` keys them) that carry `labels`."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= set(ls))
+
+
 def free_port() -> int:
     """A port (TCP and UDP) that was free a moment ago, below the kernel's ephemeral range.
 

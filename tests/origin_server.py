@@ -18,6 +18,18 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def token_decision(method, target, headers):
+    """An `auth_request` service's answer by the request's X-Token: "good" lets it through
+    (204), "banned" is refused (403), anything else must authenticate (401 with a Bearer
+    challenge). For `Origin.route(path, fn=token_decision)`."""
+    tok = headers.get("X-Token")
+    if tok == "good":
+        return {"status": 204}
+    if tok == "banned":
+        return {"status": 403}
+    return {"status": 401, "headers": {"WWW-Authenticate": 'Bearer realm="api"'}}
+
+
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         # A pooled connection the proxy (ringx or nginx) reset: not worth a traceback. Any

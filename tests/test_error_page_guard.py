@@ -26,20 +26,11 @@ import pytest
 
 from conftest import free_port, runtime_section
 from nginx_peer import NginxPeer
-from origin_server import Origin
+from origin_server import Origin, token_decision
 
 
 def _say(method, target, headers):
     return {"body": b"origin says " + target.encode()}
-
-
-def _decide(method, target, headers):
-    tok = headers.get("X-Token")
-    if tok == "good":
-        return {"status": 204}
-    if tok == "banned":
-        return {"status": 403}
-    return {"status": 401, "headers": {"WWW-Authenticate": 'Bearer realm="api"'}}
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):
@@ -86,7 +77,7 @@ def echo():
 def origin():
     o = Origin()
     o.route("*", fn=_say)
-    o.route("/auth", fn=_decide)
+    o.route("/auth", fn=token_decision)
     o.route("/rcached/x", body=b"cached body", headers={"Cache-Control": "max-age=60"})
     o.route("/ncached/x", body=b"cached body", headers={"Cache-Control": "max-age=60"})
     yield o

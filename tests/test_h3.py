@@ -16,7 +16,8 @@ import subprocess
 
 import pytest
 
-from conftest import free_port, runtime_section
+from conftest import free_port, metric_samples, runtime_section
+from conftest import metric_total as total
 from tls_pki import Pki
 from upstream_server import UpstreamServer, pattern
 
@@ -174,22 +175,7 @@ def test_ngtcp2_client_downloads(site, tmp_path):
 
 
 def quic_metrics(admin):
-    """{(name, frozenset(labels)): value} of the QUIC and HTTP/3 samples of /metrics."""
-    import urllib.request
-    from prometheus_client.parser import text_string_to_metric_families
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for smp in fam.samples:
-            if smp.name.startswith(("ringx_quic_", "ringx_http3_")):
-                out[(smp.name, frozenset(smp.labels.items()))] = smp.value
-    return out
-
-
-def total(m, name, **labels):
-    want = set(labels.items())
-    return sum(v for (n, ls), v in m.items() if n == name and want <= set(ls))
+    return metric_samples(admin, "ringx_quic_", "ringx_http3_")
 
 
 def quic_server(tmp_path, location, top="", runtime=""):
@@ -386,17 +372,10 @@ def test_limit_req_delays_over_h3(ringx, tmp_path):
 def test_auth_request_over_h3(ringx, tmp_path):
     """auth_request decides over HTTP/3 as over HTTP/1: the subrequest's 2xx lets the request
     through, its 401 (with the challenge) and 403 are the answer, an unreachable service 500."""
-    from origin_server import Origin
+    from origin_server import Origin, token_decision
     o = Origin()
     try:
-        def decide(method, target, headers):
-            tok = headers.get("X-Token")
-            if tok == "good":
-                return {"status": 204}
-            if tok == "banned":
-                return {"status": 403}
-            return {"status": 401, "headers": {"WWW-Authenticate": 'Bearer realm="api"'}}
-        o.route("/auth", fn=decide)
+        o.route("/auth", fn=token_decision)
         p, _, cfg = quic_server(
             tmp_path,
             f'  auth_request = {{ proxy_pass = "http://{o.addr}", uri = "/auth" }}\n'

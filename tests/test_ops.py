@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import free_port, runtime_section
+from conftest import metric_total as total
 from util_http import Conn, get, request
 
 
@@ -55,11 +56,6 @@ def samples(text):
         for s in fam.samples:
             out[(s.name, frozenset(s.labels.items()))] = s.value
     return out
-
-
-def total(smp, name, **labels):
-    want = set(labels.items())
-    return sum(v for (n, ls), v in smp.items() if n == name and want <= set(ls))
 
 
 def wait_for(pred, timeout=5.0, what="condition"):

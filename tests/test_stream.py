@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import close_listener, free_port, runtime_section
+from conftest import close_listener, free_port, metric_samples, runtime_section
 
 
 class TcpUpstream:
@@ -309,17 +309,7 @@ def udp_config(engine, port, admin, servers, stream_extra="", zones=1):
 
 
 def udp_metrics(admin):
-    """{(name, frozenset(labels)): value} of the ringx_udp_* samples."""
-    import urllib.request
-    from prometheus_client.parser import text_string_to_metric_families
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for smp in fam.samples:
-            if smp.name.startswith("ringx_udp_"):
-                out[(smp.name, frozenset(smp.labels.items()))] = smp.value
-    return out
+    return metric_samples(admin, "ringx_udp_")
 
 
 def udp_total(m, name, **labels):

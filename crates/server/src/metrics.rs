@@ -169,55 +169,46 @@ impl Metrics {
             "UDP stream sessions opened, per zone.",
             &col(&|u| r(&u.sessions_total)),
         );
-        let name = "ringx_udp_datagrams_total";
-        o.family(
-            name,
-            "counter",
-            "UDP stream datagrams: from clients, to servers, from servers, to clients.",
+        o.per_zone_by(
+            (
+                "ringx_udp_datagrams_total",
+                "counter",
+                "UDP stream datagrams: from clients, to servers, from servers, to clients.",
+            ),
+            "direction",
+            &[
+                ("from_clients", col(&|u| r(&u.from_clients))),
+                ("to_servers", col(&|u| r(&u.to_servers))),
+                ("from_servers", col(&|u| r(&u.from_servers))),
+                ("to_clients", col(&|u| r(&u.to_clients))),
+            ],
         );
-        for (z, c) in zc.iter().enumerate() {
-            let u = &c.udp;
-            let zone = z.to_string();
-            for (dir, v) in [
-                ("from_clients", &u.from_clients),
-                ("to_servers", &u.to_servers),
-                ("from_servers", &u.from_servers),
-                ("to_clients", &u.to_clients),
-            ] {
-                o.sample(name, &[("zone", &zone), ("direction", dir)], r(v));
-            }
-        }
-        let name = "ringx_udp_bytes_total";
-        o.family(
-            name,
-            "counter",
-            "UDP stream payload bytes from clients and to clients.",
+        o.per_zone_by(
+            (
+                "ringx_udp_bytes_total",
+                "counter",
+                "UDP stream payload bytes from clients and to clients.",
+            ),
+            "direction",
+            &[
+                ("from_clients", col(&|u| r(&u.from_clients_bytes))),
+                ("to_clients", col(&|u| r(&u.to_clients_bytes))),
+            ],
         );
-        for (z, c) in zc.iter().enumerate() {
-            let zone = z.to_string();
-            o.sample(
-                name,
-                &[("zone", &zone), ("direction", "from_clients")],
-                r(&c.udp.from_clients_bytes),
-            );
-            o.sample(
-                name,
-                &[("zone", &zone), ("direction", "to_clients")],
-                r(&c.udp.to_clients_bytes),
-            );
-        }
-        let name = "ringx_udp_dropped_total";
-        o.family(name, "counter", "UDP stream datagrams dropped, by reason.");
-        for (z, c) in zc.iter().enumerate() {
-            let zone = z.to_string();
-            for (i, why) in crate::udp_counters::DROP_REASONS.iter().enumerate() {
-                o.sample(
-                    name,
-                    &[("zone", &zone), ("reason", why)],
-                    r(&c.udp.dropped[i]),
-                );
-            }
-        }
+        let dropped: Vec<(&str, Vec<u64>)> = crate::udp_counters::DROP_REASONS
+            .iter()
+            .enumerate()
+            .map(|(i, why)| (*why, col(&|u| r(&u.dropped[i]))))
+            .collect();
+        o.per_zone_by(
+            (
+                "ringx_udp_dropped_total",
+                "counter",
+                "UDP stream datagrams dropped, by reason.",
+            ),
+            "reason",
+            &dropped,
+        );
         o.per_zone(
             "ringx_udp_upstream_errors_total",
             "counter",

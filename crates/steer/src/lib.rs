@@ -59,6 +59,7 @@ pub mod nic;
 pub mod ports;
 pub mod quic;
 pub mod reuseport;
+mod reuseport_prog;
 pub mod steering;
 pub mod toeplitz;
 pub mod xdp;

@@ -36,12 +36,11 @@
 
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use ringx_xdp::sys::{self, map_type, prog_type, Insn, MapFd, BPF_ANY};
 
-/// `SO_ATTACH_REUSEPORT_EBPF`.
-const SO_ATTACH_REUSEPORT_EBPF: libc::c_int = 52;
+use crate::reuseport_prog::*;
 
 /// Where a connection ID names its zone, as `ringx_quic::cid` lays IDs out (passed in, so this
 /// crate needs no QUIC implementation).
@@ -135,7 +134,7 @@ impl QuicSteering {
             epoch: epoch & 1,
         };
         s.fill(sockets)?;
-        attach_group(first.as_fd(), &prog)?;
+        attach_group(first.as_fd(), prog.as_fd())?;
         Ok(s)
     }
 
@@ -204,27 +203,6 @@ impl QuicSteering {
     }
 }
 
-fn attach_group(sock: std::os::fd::BorrowedFd<'_>, prog: &OwnedFd) -> io::Result<()> {
-    let fd: libc::c_int = prog.as_raw_fd();
-    // SAFETY: setsockopt reads one live c_int from the pointer given with its size.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_ATTACH_REUSEPORT_EBPF,
-            (&fd as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(ctx(
-            "setsockopt(SO_ATTACH_REUSEPORT_EBPF)",
-            io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
-}
-
 /// Steers the QUIC sockets of every address: `zones[z]` holds zone z's sockets, the same
 /// addresses in the same order in every zone; `before(a)` gives what the process this one
 /// replaces left for address `a`'s group, taken over when there is one. Logs what it did per
@@ -281,69 +259,6 @@ pub fn steer_zones(
     out
 }
 
-fn ctx(what: &str, e: io::Error) -> io::Error {
-    let hint = match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            " (needs root, or CAP_BPF and CAP_NET_ADMIN, and no seccomp filter on bpf(2))"
-        }
-        _ => "",
-    };
-    io::Error::new(e.kind(), format!("{what}: {e}{hint}"))
-}
-
-const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn::new(code, dst, src, off, imm)
-}
-
-const R0: u8 = 0;
-const R1: u8 = 1;
-const R2: u8 = 2;
-const R3: u8 = 3;
-const R4: u8 = 4;
-const R6: u8 = 6;
-const R10: u8 = 10;
-/// BPF_ALU64 | BPF_MOV | BPF_X
-const MOV64_REG: u8 = 0xbf;
-/// BPF_ALU64 | BPF_MOV | BPF_K
-const MOV64_IMM: u8 = 0xb7;
-/// BPF_ALU64 | BPF_ADD | BPF_K
-const ADD64_IMM: u8 = 0x07;
-/// BPF_ALU64 | BPF_AND | BPF_K
-const AND64_IMM: u8 = 0x57;
-/// BPF_ALU64 | BPF_OR | BPF_X
-const OR64_REG: u8 = 0x4f;
-/// BPF_ALU64 | BPF_MOD | BPF_X
-const MOD64_REG: u8 = 0x9f;
-/// BPF_ALU64 | BPF_LSH | BPF_K
-const LSH64_IMM: u8 = 0x67;
-/// BPF_ALU64 | BPF_RSH | BPF_K
-const RSH64_IMM: u8 = 0x77;
-/// BPF_LDX | BPF_MEM | BPF_B
-const LDX_B: u8 = 0x71;
-/// BPF_LDX | BPF_MEM | BPF_W
-const LDX_W: u8 = 0x61;
-/// BPF_STX | BPF_MEM | BPF_W
-const STX_W: u8 = 0x63;
-/// BPF_ST | BPF_MEM | BPF_W
-const ST_W: u8 = 0x62;
-/// BPF_LD | BPF_DW | BPF_IMM (two slots)
-const LD_IMM64: u8 = 0x18;
-/// BPF_JMP | BPF_JA
-const JA: u8 = 0x05;
-/// BPF_JMP | BPF_JEQ | BPF_K
-const JEQ_IMM: u8 = 0x15;
-/// BPF_JMP | BPF_JNE | BPF_K
-const JNE_IMM: u8 = 0x55;
-/// BPF_JMP | BPF_CALL
-const CALL: u8 = 0x85;
-/// BPF_JMP | BPF_EXIT
-const EXIT: u8 = 0x95;
-/// `src_reg` of LD_IMM64 that makes `imm` a map descriptor.
-const BPF_PSEUDO_MAP_FD: u8 = 1;
-const FN_MAP_LOOKUP_ELEM: i32 = 1;
-const FN_SKB_LOAD_BYTES: i32 = 26;
-const FN_SK_SELECT_REUSEPORT: i32 = 82;
-const SK_PASS: i32 = 1;
 /// `struct sk_reuseport_md`'s `hash`, the kernel's hash of the 4-tuple (after two 8-byte
 /// pointers and four u32: len, eth_protocol, ip_protocol, bind_inany).
 const MD_HASH: i16 = 32;
@@ -356,39 +271,6 @@ const fn read_len(layout: CidLayout) -> i32 {
 }
 /// The stack slot the packet's bytes are copied to (below the two keys' 8 bytes).
 const BUF: i16 = -48;
-
-/// One step of the program: an instruction, a jump to a label, or a label.
-enum Op {
-    I(Insn),
-    J(u8, u8, i32, &'static str),
-    L(&'static str),
-}
-
-/// Resolves the labels: a jump's `off` counts the instructions after it.
-fn assemble(ops: &[Op]) -> Vec<Insn> {
-    let mut at = std::collections::HashMap::new();
-    let mut n = 0i32;
-    for op in ops {
-        match op {
-            Op::L(l) => {
-                at.insert(*l, n);
-            }
-            _ => n += 1,
-        }
-    }
-    let mut out = Vec::new();
-    for op in ops {
-        match op {
-            Op::I(i) => out.push(*i),
-            Op::J(code, dst, imm, l) => {
-                let off = at[l] - (out.len() as i32 + 1);
-                out.push(insn(*code, *dst, 0, off as i16, *imm));
-            }
-            Op::L(_) => {}
-        }
-    }
-    out
-}
 
 /// The program, for the socket array `socks` and the current-generation array `cur`:
 ///
@@ -419,12 +301,7 @@ fn program(socks: RawFd, cur: RawFd, layout: CidLayout) -> Vec<Insn> {
     let z = i16::from(layout.zone_byte);
     // log2 of the generation bit: shifted up to 256 (bit 8 of the key).
     let up = 8 - layout.epoch_bit.trailing_zeros() as i32;
-    let map = |reg: u8, fd: RawFd| {
-        [
-            I(insn(LD_IMM64, reg, BPF_PSEUDO_MAP_FD, 0, fd)),
-            I(insn(0, 0, 0, 0, 0)),
-        ]
-    };
+    let map = |reg: u8, fd: RawFd| ld_map(reg, fd).map(I);
     let select = |into: &mut Vec<Op>| {
         into.push(I(insn(STX_W, R10, R3, -4, 0)));
         into.push(I(insn(MOV64_REG, R1, R6, 0, 0)));

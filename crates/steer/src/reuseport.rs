@@ -39,10 +39,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use ringx_xdp::sys::{self, map_type, prog_type, Insn, MapFd, BPF_ANY};
 
-/// `SO_ATTACH_REUSEPORT_EBPF`.
-const SO_ATTACH_REUSEPORT_EBPF: libc::c_int = 52;
-/// `SO_DETACH_REUSEPORT_BPF`.
-const SO_DETACH_REUSEPORT_BPF: libc::c_int = 68;
+use crate::reuseport_prog::*;
 
 /// How listeners are steered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,9 +125,7 @@ impl CpuSteering {
         for &(cpu, l) in listeners {
             s.set(cpu, l)?;
         }
-        let prog_fd: libc::c_int = s.prog.as_ref().map_or(-1, |p| p.as_raw_fd());
-        setsockopt_int(first.1.as_raw_fd(), SO_ATTACH_REUSEPORT_EBPF, prog_fd)
-            .map_err(|e| ctx("setsockopt(SO_ATTACH_REUSEPORT_EBPF)", e))?;
+        s.attach_group(first.1.as_fd())?;
         Ok(s)
     }
 
@@ -262,12 +257,7 @@ impl CpuSteering {
                 "SO_INCOMING_CPU steering has no program to attach",
             ));
         };
-        setsockopt_int(
-            listener.as_raw_fd(),
-            SO_ATTACH_REUSEPORT_EBPF,
-            prog.as_raw_fd(),
-        )
-        .map_err(|e| ctx("setsockopt(SO_ATTACH_REUSEPORT_EBPF)", e))
+        crate::reuseport_prog::attach_group(listener, prog.as_fd())
     }
 
     /// The socket cookie (`SO_COOKIE`) of the listener in `cpu`'s slot; `None` when the slot
@@ -404,34 +394,6 @@ fn check_distinct(listeners: &[(usize, &TcpListener)]) -> io::Result<()> {
     Ok(())
 }
 
-fn ctx(what: &str, e: io::Error) -> io::Error {
-    let hint = match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            " (needs root, or CAP_BPF and CAP_NET_ADMIN, and no seccomp filter on bpf(2))"
-        }
-        Some(libc::ENOSYS) => " (the kernel has no bpf(2), or a seccomp filter hides it)",
-        _ => "",
-    };
-    io::Error::new(e.kind(), format!("{what}: {e}{hint}"))
-}
-
-fn setsockopt_int(fd: RawFd, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
-    // SAFETY: setsockopt reads one live c_int from the pointer given with its size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 fn map_create(max_entries: u32) -> io::Result<MapFd> {
     // Key: the CPU. Value: a socket descriptor in, its cookie out (a u64 value lets lookups
     // read the cookie).
@@ -445,37 +407,6 @@ fn map_create(max_entries: u32) -> io::Result<MapFd> {
     .map_err(|e| ctx("bpf(BPF_MAP_CREATE, REUSEPORT_SOCKARRAY)", e))?;
     MapFd::new(fd).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD) of the steering map", e))
 }
-
-const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn::new(code, dst, src, off, imm)
-}
-
-const R0: u8 = 0;
-const R1: u8 = 1;
-const R2: u8 = 2;
-const R3: u8 = 3;
-const R4: u8 = 4;
-const R6: u8 = 6;
-const R10: u8 = 10;
-/// BPF_ALU64 | BPF_MOV | BPF_X
-const MOV64_REG: u8 = 0xbf;
-/// BPF_ALU64 | BPF_MOV | BPF_K
-const MOV64_IMM: u8 = 0xb7;
-/// BPF_ALU64 | BPF_ADD | BPF_K
-const ADD64_IMM: u8 = 0x07;
-/// BPF_STX | BPF_MEM | BPF_W
-const STX_W: u8 = 0x63;
-/// BPF_LD | BPF_DW | BPF_IMM (two slots)
-const LD_IMM64: u8 = 0x18;
-/// BPF_JMP | BPF_CALL
-const CALL: u8 = 0x85;
-/// BPF_JMP | BPF_EXIT
-const EXIT: u8 = 0x95;
-/// `src_reg` of LD_IMM64 that makes `imm` a map descriptor.
-const BPF_PSEUDO_MAP_FD: u8 = 1;
-const FN_GET_SMP_PROCESSOR_ID: i32 = 8;
-const FN_SK_SELECT_REUSEPORT: i32 = 82;
-const SK_PASS: i32 = 1;
 
 /// The program, for the sockarray `map_fd`:
 ///
@@ -491,20 +422,22 @@ const SK_PASS: i32 = 1;
 /// return SK_PASS                           ; no selection made: the kernel's hash decides
 /// ```
 fn program(map_fd: RawFd) -> Vec<Insn> {
-    vec![
+    let mut p = vec![
         insn(MOV64_REG, R6, R1, 0, 0),
         insn(CALL, 0, 0, 0, FN_GET_SMP_PROCESSOR_ID),
         insn(STX_W, R10, R0, -4, 0),
         insn(MOV64_REG, R1, R6, 0, 0),
-        insn(LD_IMM64, R2, BPF_PSEUDO_MAP_FD, 0, map_fd),
-        insn(0, 0, 0, 0, 0),
+    ];
+    p.extend(ld_map(R2, map_fd));
+    p.extend([
         insn(MOV64_REG, R3, R10, 0, 0),
         insn(ADD64_IMM, R3, 0, 0, -4),
         insn(MOV64_IMM, R4, 0, 0, 0),
         insn(CALL, 0, 0, 0, FN_SK_SELECT_REUSEPORT),
         insn(MOV64_IMM, R0, 0, 0, SK_PASS),
         insn(EXIT, 0, 0, 0, 0),
-    ]
+    ]);
+    p
 }
 
 fn prog_load(map_fd: RawFd) -> io::Result<OwnedFd> {

@@ -40,6 +40,26 @@ impl Out {
             self.sample(name, &[("zone", &z.to_string())], v);
         }
     }
+
+    /// A family with a sample per zone and value of `label`: `cols` holds each value with
+    /// its column (one entry per zone). Zone by zone, the values in the order given.
+    pub(super) fn per_zone_by(
+        &mut self,
+        (name, kind, help): (&str, &str, &str),
+        label: &str,
+        cols: &[(&str, Vec<u64>)],
+    ) {
+        self.family(name, kind, help);
+        let zones = cols.iter().map(|c| c.1.len()).max().unwrap_or(0);
+        for z in 0..zones {
+            let zone = z.to_string();
+            for (value, col) in cols {
+                if let Some(v) = col.get(z) {
+                    self.sample(name, &[("zone", &zone), (label, value)], v);
+                }
+            }
+        }
+    }
 }
 
 fn escape_label(v: &str) -> String {

@@ -37,23 +37,20 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
         "HTTP/3 (QUIC) connections open, per zone.",
         &col(&|q| &q.connections),
     );
-    let name = "ringx_quic_handshakes_total";
-    o.family(
-        name,
-        "counter",
-        "New QUIC connections: accepted, answered with a Retry (address validation), \
-         refused (the zone holds quic_max_connections).",
+    o.per_zone_by(
+        (
+            "ringx_quic_handshakes_total",
+            "counter",
+            "New QUIC connections: accepted, answered with a Retry (address validation), \
+             refused (the zone holds quic_max_connections).",
+        ),
+        "result",
+        &[
+            ("accepted", col(&|q| &q.accepted)),
+            ("retry", col(&|q| &q.retried)),
+            ("refused", col(&|q| &q.refused)),
+        ],
     );
-    for (z, c) in zc.iter().enumerate() {
-        let zone = z.to_string();
-        for (result, v) in [
-            ("accepted", &c.accepted),
-            ("retry", &c.retried),
-            ("refused", &c.refused),
-        ] {
-            o.sample(name, &[("zone", &zone), ("result", result)], r(v));
-        }
-    }
     o.per_zone(
         "ringx_quic_closed_total",
         "counter",
@@ -66,16 +63,16 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
         "HTTP/3 requests, per zone.",
         &col(&|q| &q.requests),
     );
-    let name = "ringx_quic_datagrams_total";
-    o.family(
-        name,
-        "counter",
-        "QUIC datagrams received and sent, per zone.",
+    o.per_zone_by(
+        (
+            "ringx_quic_datagrams_total",
+            "counter",
+            "QUIC datagrams received and sent, per zone.",
+        ),
+        "direction",
+        &[
+            ("in", col(&|q| &q.datagrams_in)),
+            ("out", col(&|q| &q.datagrams_out)),
+        ],
     );
-    for (z, c) in zc.iter().enumerate() {
-        let zone = z.to_string();
-        for (dir, v) in [("in", &c.datagrams_in), ("out", &c.datagrams_out)] {
-            o.sample(name, &[("zone", &zone), ("direction", dir)], r(v));
-        }
-    }
 }

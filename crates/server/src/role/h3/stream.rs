@@ -82,13 +82,7 @@ impl H3Stream {
         file: Option<FilePart>,
         encoder: Option<Box<FileEncoder>>,
     ) {
-        self.status = resp.status;
-        let ours = self.alt_svc.as_deref();
-        ringx_h3proto::send_headers(
-            &mut self.out,
-            resp.status,
-            but_alt_svc(resp.fields.iter(), ours),
-        );
+        self.head(resp.status, resp.fields.iter());
         if self.head_only {
             return;
         }
@@ -98,6 +92,17 @@ impl H3Stream {
         }
         self.file = file.map(|(f, off, len)| (f, off, off + len));
         self.encoder = encoder;
+    }
+
+    /// The response's HEADERS frame: `status` and `fields`, less the server's own `Alt-Svc`
+    /// (`crate::alt_svc`: a client on HTTP/3 is where it points already).
+    fn head<'a>(&mut self, status: u16, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
+        self.status = status;
+        let ours = self.alt_svc.as_deref().map(str::as_bytes);
+        let kept = fields.filter(|(n, v)| {
+            !(ours.is_some_and(|o| o == *v) && n.eq_ignore_ascii_case(b"alt-svc"))
+        });
+        ringx_h3proto::send_headers(&mut self.out, status, kept);
     }
 
     /// Writes as much as the stream's window takes, making more of the body as it goes.
@@ -178,13 +183,7 @@ impl H3Stream {
         };
         if let Some(head) = p.take_head() {
             p.head_done = true;
-            self.status = head.status;
-            let ours = self.alt_svc.as_deref();
-            ringx_h3proto::send_headers(
-                &mut self.out,
-                head.status,
-                but_alt_svc(head.fields.iter(), ours),
-            );
+            self.head(head.status, head.fields.iter());
             return true;
         }
         if !p.head_done {
@@ -255,15 +254,4 @@ impl Parked {
             verify: true,
         }
     }
-}
-
-/// `fields` without the `Alt-Svc` field whose value is `ours` (the server's compiled
-/// advertisement): a client on HTTP/3 is where it points already.
-fn but_alt_svc<'a>(
-    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-    ours: Option<&'a str>,
-) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-    fields.filter(move |(n, v)| {
-        !(ours.is_some_and(|o| o.as_bytes() == *v) && n.eq_ignore_ascii_case(b"alt-svc"))
-    })
 }
