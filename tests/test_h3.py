@@ -178,12 +178,12 @@ def quic_metrics(admin):
     return metric_samples(admin, "ringx_quic_", "ringx_http3_")
 
 
-def quic_server(tmp_path, location, top="", runtime=""):
+def quic_server(tmp_path, location, top="", runtime="", names=("localhost",)):
     """One zone, one QUIC server on 127.0.0.1 for `localhost` whose location "/" has the lines
-    `location`, after the sections `top` (and `[runtime]` lines `runtime`). Returns its port,
-    the CA of its certificate, and the configuration."""
+    `location`, after the sections `top` (and `[runtime]` lines `runtime`); its certificate
+    names `names`. Returns its port, the CA of its certificate, and the configuration."""
     pki = Pki(tmp_path / "pki")
-    cert, key = pki.leaf("a", ["localhost"])
+    cert, key = pki.leaf("a", list(names))
     p = free_port()
     cfg = runtime_section(None, zones=1, extra=runtime) + top + f"""
 [[server]]
