@@ -273,6 +273,49 @@ def test_migrated_connections_stay_on_their_zone(ringx, tmp_path):
     assert served == [3 * a for a in accepted], (accepted, served)
 
 
+def test_reload_lets_downloads_in_flight_finish(ringx, tmp_path):
+    """SIGHUP while six HTTP/3 downloads of 1 MB come from a slow upstream (2 s): they finish
+    byte-exact on the configuration they started under; a new connection gets the new
+    configuration."""
+    import signal
+    import threading
+    import time
+    up = UpstreamServer("slow")
+    loc = f'  proxy_pass = "http://{up.addr}"\n'
+    p, ca, cfg = quic_server(tmp_path, loc)
+    v = '  [[server.location]]\n  path = "/v"\n  return = {{ status = 200, body = "{}" }}\n'
+    srv = ringx.make(cfg.replace("zones = 1", "zones = 2") + v.format("one"))
+    try:
+        got = {}
+
+        def fetch(i):
+            got[i] = h3_client.get(p, ["/chunked?n=20&size=50000&ms=100"], cafile=ca,
+                                   timeout=30)
+
+        threads = [threading.Thread(target=fetch, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 15
+        while len(up.requests) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(up.requests) == 6, "the requests never reached the upstream"
+        applied = srv.log().count("applied by every zone")
+        srv.config_path.write_text(cfg.replace("zones = 1", "zones = 2") + v.format("two"))
+        srv.signal(signal.SIGHUP)
+        while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.log().count("applied by every zone") > applied, srv.log()
+        (r,) = h3_client.get(p, ["/v"], cafile=ca)
+        assert bytes(r.body) == b"two"
+        for t in threads:
+            t.join(30)
+        want = pattern(50000) * 20
+        assert [[(r.status, bytes(r.body) == want) for r in got.get(i, [])] for i in range(6)] \
+            == [[(200, True)]] * 6, srv.log()
+    finally:
+        up.close()
+
+
 def test_binary_upgrade_lets_downloads_in_flight_finish(ringx, tmp_path):
     """SIGUSR2 while six HTTP/3 downloads of 1 MB come from a slow upstream (2 s): the new
     process binds its
