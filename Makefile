@@ -5,7 +5,7 @@ CARGO ?= cargo
 BIN := target/release/ringx
 CONFIG ?=
 
-.PHONY: all deps build release run deb test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl bench-cluster clean fmt
+.PHONY: all deps build release run deb test unit lint integration fuzz loom mutants bench bench-http bench-steer bench-ops bench-echo bench-proxy bench-xdp bench-lb bench-ab bench-preload bench-preload-proxy bench-tls bench-h2 bench-h3 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl bench-cluster clean fmt
 
 all: release
 
@@ -73,7 +73,7 @@ mutants: deps
 # Every benchmark, one after the other; each also runs alone (bench-http, bench-steer,
 # bench-proxy, bench-echo, bench-xdp, bench-lb, bench-ops, bench-preload, bench-preload-proxy, bench-tls, bench-h2, bench-grpc, bench-compress, bench-cache, bench-escalate, bench-cluster,
 # bench-udp, bench-auth, bench-testssl). How long each takes: bench/README.md.
-bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl bench-cluster
+bench: bench-http bench-steer bench-proxy bench-echo bench-xdp bench-lb bench-ops bench-preload bench-preload-proxy bench-tls bench-h2 bench-h3 bench-grpc bench-compress bench-cache bench-escalate bench-udp bench-auth bench-testssl bench-cluster
 
 # An A/B of this tree against commit REV (bench/ab.py): instructions and system calls per
 # request, and with TIMED=1 the timed HTTP and proxy runs too. Not part of `make bench`.
@@ -86,6 +86,10 @@ bench-tls: release
 # HTTP/2 against nginx's http2 with h2load: h2c and TLS, 64 B and 4 KB, 10x100 and 500x1.
 bench-h2: release
 	python3 bench/h2.py $(BENCH_ARGS)
+
+# HTTP/3 against Caddy and ringx's own h2 and HTTPS, with bench/h3load (quic-go) and h2load.
+bench-h3: release
+	python3 bench/h3.py $(BENCH_ARGS)
 
 # gRPC unary through ringx (grpc://) against nginx grpc_pass, CPU per call (bench/grpc_proxy.py).
 bench-grpc: release

@@ -52,6 +52,9 @@ have redis-sentinel || need_apt+=(redis-sentinel)
 # ngtcp2's HTTP/3 client (gtlsclient): tests/test_h3.py's interop with a client no one here
 # wrote (aioquic, the other, is among the Python packages below).
 have gtlsclient || need_apt+=(ngtcp2-client)
+# caddy: the HTTP/3 benchmark's peer (bench/h3.py); its load client bench/h3load is built
+# there with Go.
+have caddy || need_apt+=(caddy)
 # Go builds h2spec and pebble (below); ensure_go installs it when missing or too old.
 
 if [ ${#need_apt[@]} -gt 0 ]; then

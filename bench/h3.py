@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""HTTP/3 benchmark: ringx against Caddy over HTTP/3, and against ringx's own h2 and HTTPS
+(HTTP/1.1) over TLS on the same certificate, on one 2-core machine.
+
+Method as bench/h2.py (bench/README.md): the server pinned to CPU 0 (one ringx zone; Caddy
+with GOMAXPROCS=1), the load client to CPU 1, peers alternated A B C D ... for `--rounds`
+rounds; the figure that matters is the server's own CPU (every thread, schedstat) per
+request, so a client slower than the server does not decide it. Ratios are to Caddy and to
+ringx's h2 measured in the same run.
+
+Load clients: bench/h3load (quic-go; Debian's h2load is built without HTTP/3), built here
+with Go; h2load for h2 and, with --h1, HTTPS.
+
+Workloads:
+  64_10x100   64 B `return`, 10 connections x 100 concurrent streams (HTTPS: 100 conns x 1)
+  64_100x1    64 B, 100 connections x 1 stream
+  64_new      64 B, a new connection for every request (handshake cost), 8 at a time; the
+              QUIC peers only (h2load cannot open a connection per request)
+  1m          a 1 MB file, 4 connections x 1 stream: CPU ns per KB
+
+Usage: bench/h3.py [--quick] [--rounds N] [--duration S] [--only WL,...]
+Writes bench/results/h3-<date>.json.
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lib  # noqa: E402
+
+PEERS = ["caddy", "ringx-h3", "ringx-h2", "ringx-h1"]
+QUIC = ("caddy", "ringx-h3")
+WORKLOADS = {
+    "64_10x100": "64 B, 10 conns x 100 streams (h1: 100 conns): CPU µs per request",
+    "64_100x1": "64 B, 100 conns x 1 stream: CPU µs per request",
+    "64_new": "64 B, a new connection per request: CPU µs per request",
+    "1m": "1 MB file, 4 conns: CPU ns per KB",
+}
+SNI = "bench.test"
+
+
+def h3load_binary(work):
+    """bench/h3load built with Go (install-deps provides one); None with why printed."""
+    found = [shutil.which("go"), "/usr/local/go/bin/go", *sorted(glob.glob("/usr/lib/go-1.*/bin/go"))]
+    go = next((g for g in found if g and os.access(g, os.X_OK)), "go")
+    out = os.path.join(work, "h3load")
+    r = lib.sh([go, "build", "-o", out, "."], cwd=os.path.join(lib.BENCH, "h3load"))
+    if r.returncode != 0:
+        print(f"bench/h3: building bench/h3load failed: {(r.stdout + r.stderr)[-600:]}")
+        return None
+    return out
+
+
+class Server:
+    def __init__(self, name, work, cert):
+        self.name, self.work, self.cert = name, work, cert
+        self.port = lib.free_port()
+
+    def start(self):
+        w, (c, k) = self.work, self.cert
+        env = None
+        if self.name == "caddy":
+            conf = os.path.join(w, "Caddyfile")
+            open(conf, "w").write(f"""{{
+\tadmin off
+\tauto_https off
+\tdefault_sni {SNI}
+\tservers {{
+\t\tprotocols h1 h2 h3
+\t}}
+}}
+https://127.0.0.1:{self.port} {{
+\ttls {c} {k}
+\trespond /r64 "{lib.BODY64}" 200
+\thandle_path /w/* {{
+\t\troot * {w}/www
+\t\tfile_server
+\t}}
+}}
+""")
+            cmd = ["caddy", "run", "--config", conf, "--adapter", "caddyfile"]
+            env = {**os.environ, "GOMAXPROCS": "1", "XDG_DATA_HOME": w, "XDG_CONFIG_HOME": w}
+        else:
+            conf = os.path.join(w, "ringx-h3.toml")
+            open(conf, "w").write(f"""
+[runtime]
+zones = 1
+cpus = [{lib.SERVER_CPU}]
+log_level = "warn"
+[http]
+keepalive_timeout = "75s"
+[[server]]
+listen = ["127.0.0.1:{self.port}"]
+tls = {{ cert = "{c}", key = "{k}" }}
+quic = true
+  [[server.location]]
+  path = "/r64"
+  exact = true
+  return = {{ status = 200, body = "{lib.BODY64}" }}
+  [[server.location]]
+  path = "/w/"
+  alias = "{w}/www/"
+""")
+            cmd = [lib.RINGX, "serve", "-c", conf]
+        self.log = open(os.path.join(w, f"{self.name}.log"), "w")
+        self.proc = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, *cmd], env=env,
+                                     stdout=self.log, stderr=self.log)
+        lib.wait_port(self.port, self.proc)
+        return self
+
+    def cpu(self):
+        return lib.cpu_ns(lib.proc_tree(self.proc.pid))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM if self.name == "caddy" else signal.SIGQUIT)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def h3load(binary, url, conns, streams, secs, new=False):
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, binary, "-url", url, "-sni", SNI,
+           "-c", str(conns), "-m", str(streams), "-d", f"{secs}s", "-warmup", "0s"]
+    if new:
+        cmd.append("-new")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60)
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        raise RuntimeError(f"h3load output not understood:\n{out.stdout[-1000:]}{out.stderr[-1000:]}")
+
+
+def h2load(url, conns, streams, secs, log, h1=False):
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, "h2load", *(["--h1"] if h1 else []),
+           "-c", str(conns), "-m", str(streams), "-t", "1", "-D", str(secs), "--log-file", log,
+           url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 120).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed", out)
+    if not m:
+        raise RuntimeError(f"h2load output not understood:\n{out[-2000:]}")
+    lat = sorted(int(p[2]) for p in (ln.split() for ln in open(log))
+                 if len(p) >= 3 and p[1] == "200")
+    pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] / 1000) if lat else (lambda q: None)
+    data = re.search(r"\((\d+)\) data", out)
+    return {"requests": int(m.group(1)), "succeeded": int(m.group(2)),
+            "failed": int(m.group(3)), "bytes": int(data.group(1)) if data else None,
+            "lat_p50_ms": pct(0.5), "lat_p99_ms": pct(0.99)}
+
+
+def measure(srv, wl, secs, work, h3bin):
+    path = "/w/1m.bin" if wl == "1m" else "/r64"
+    url = f"https://127.0.0.1:{srv.port}{path}"
+    shape = {"64_10x100": (10, 100), "64_100x1": (100, 1), "64_new": (8, 1), "1m": (4, 1)}[wl]
+    before = srv.cpu()
+    if srv.name in QUIC:
+        r = h3load(h3bin, url, *shape, secs, new=wl == "64_new")
+    else:
+        conns, streams = shape
+        h1 = srv.name == "ringx-h1"
+        if h1 and streams > 1:
+            # HTTP/1.1 has one request at a time per connection: 100 connections.
+            conns, streams = 100, 1
+        r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1)
+    cpu = srv.cpu() - before
+    r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
+    if wl == "1m":
+        r["cpu_ns_per_kb"] = cpu / max((r.get("bytes") or 0) / 1024, 1)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--duration", type=int)
+    ap.add_argument("--only", help="comma-separated workloads (all by default)")
+    args = ap.parse_args()
+    workloads = WORKLOADS
+    if args.only:
+        unknown = [w for w in args.only.split(",") if w not in WORKLOADS]
+        if unknown:
+            ap.error(f"unknown workloads {unknown}; known: {list(WORKLOADS)}")
+        workloads = {w: d for w, d in WORKLOADS.items() if w in args.only.split(",")}
+    if not shutil.which("caddy"):
+        sys.exit("bench/h3: caddy is missing (apt-get install caddy, or scripts/install-deps.sh)")
+    rounds = args.rounds or (1 if args.quick else 3)
+    secs = args.duration or (2 if args.quick else 5)
+    t0 = time.time()
+    work = tempfile.mkdtemp(prefix="ringx-bench-h3-")
+    os.chmod(work, 0o755)
+    os.makedirs(os.path.join(work, "www"), mode=0o755)
+    with open(os.path.join(work, "www", "1m.bin"), "wb") as f:
+        f.write(os.urandom(1 << 20))
+    os.chmod(os.path.join(work, "www", "1m.bin"), 0o644)
+    h3bin = h3load_binary(work)
+    if not h3bin:
+        sys.exit(1)
+    c, k = os.path.join(work, "ec.pem"), os.path.join(work, "ec.key")
+    lib.sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", k, "-out", c, "-days", "30", "-subj", f"/CN={SNI}",
+            "-addext", f"subjectAltName=DNS:{SNI}"], check=True)
+    os.chmod(k, 0o644)
+    speed0 = lib.host_speed(3)
+    rows = []
+    for rnd in range(rounds):
+        for wl in workloads:
+            for peer in PEERS:
+                if wl == "64_new" and peer not in QUIC:
+                    continue
+                srv = Server(peer, work, (c, k)).start()
+                try:
+                    r = measure(srv, wl, secs, work, h3bin)
+                finally:
+                    srv.stop()
+                r.update(peer=peer, workload=wl, round=rnd)
+                rows.append(r)
+                extra = f", {r['cpu_ns_per_kb']:.0f} ns/KB" if wl == "1m" else ""
+                print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
+                      f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
+                      f"{r['failed']} failed)", flush=True)
+    summary = lib.summarise(rows, workloads, PEERS, bases=("caddy", "ringx-h2"))
+    caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
+    result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
+              "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
+              "machine": lib.machine(),
+              "versions": {**lib.versions(), "caddy": caddy_v,
+                           "h2load": lib.sh(["h2load", "--version"]).stdout.strip(),
+                           "h3load": "bench/h3load (quic-go, see its go.mod)"},
+              "load_before": os.getloadavg(), "host_speed_before": speed0,
+              "host_speed_after": lib.host_speed(3), "workloads": workloads, "rows": rows,
+              "summary": summary}
+    name = f"h3-{result['date']}" + ("-quick" if args.quick else "") + \
+        ("-" + "-".join(workloads) if args.only else "")
+    os.makedirs(lib.RESULTS, exist_ok=True)
+    with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"bench/h3: wrote bench/results/{name}.json", flush=True)
+    for wl in workloads:
+        s = summary[wl].get("ringx-h3", {})
+        key = "cpu_ns_per_kb" if wl == "1m" else "cpu_us_per_req"
+        cpu, p99 = s.get(key, {}), s.get("lat_p99_ms", {})
+        print(f"  {wl}: ringx-h3 {cpu.get('median', 0):.2f} ({key}); "
+              f"{cpu.get('ratio_to_caddy', 0):.2f}x Caddy, "
+              f"{cpu.get('ratio_to_ringx-h2', 0) or 0:.2f}x ringx h2; "
+              f"p99 {p99.get('ratio_to_caddy', 0):.2f}x Caddy")
+
+
+if __name__ == "__main__":
+    main()

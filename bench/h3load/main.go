@@ -1,0 +1,154 @@
+// h3load: an HTTP/3 load client over quic-go, for bench/h3.py (no load client for HTTP/3
+// ships with Debian: its h2load is built without it). `-c` connections each run `-m`
+// concurrent streams of back-to-back GET requests for `-d` (after `-warmup`, whose
+// requests are not counted); with `-new` every request opens its own connection and closes
+// it (handshake cost). Prints one JSON object: requests done, succeeded, failed, body bytes,
+// requests per second and latency percentiles in milliseconds.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+type result struct {
+	Requests  int64   `json:"requests"`
+	Succeeded int64   `json:"succeeded"`
+	Failed    int64   `json:"failed"`
+	Bytes     int64   `json:"bytes"`
+	Seconds   float64 `json:"seconds"`
+	RPS       float64 `json:"rps"`
+	P50Ms     float64 `json:"lat_p50_ms"`
+	P99Ms     float64 `json:"lat_p99_ms"`
+	FirstErr  string  `json:"first_error,omitempty"`
+}
+
+// sni: the TLS server name sent (Go sends none for an IP address, and a server that picks
+// its certificate by name may then have none to offer).
+var sni = flag.String("sni", "", "the TLS server name to send")
+
+func transport() *http3.Transport {
+	return &http3.Transport{
+		TLSClientConfig: &tls.Config{
+			InsecureSkipVerify: true,
+			NextProtos:         []string{"h3"},
+			ServerName:         *sni,
+		},
+		QUICConfig: &quic.Config{MaxIdleTimeout: 30 * time.Second},
+	}
+}
+
+func main() {
+	url := flag.String("url", "", "the URL to GET (https://...)")
+	conns := flag.Int("c", 1, "connections")
+	streams := flag.Int("m", 1, "concurrent streams per connection")
+	dur := flag.Duration("d", 5*time.Second, "how long to measure")
+	warm := flag.Duration("warmup", time.Second, "load before measuring, not counted")
+	fresh := flag.Bool("new", false, "a new connection for every request")
+	flag.Parse()
+	if *url == "" {
+		fmt.Fprintln(os.Stderr, "h3load: -url is required")
+		os.Exit(2)
+	}
+	var (
+		counting atomic.Bool
+		stop     atomic.Bool
+		res      result
+		mu       sync.Mutex
+		lat      []time.Duration
+		firstErr atomic.Value
+		wg       sync.WaitGroup
+	)
+	get := func(c *http.Client) {
+		t0 := time.Now()
+		resp, err := c.Get(*url)
+		var n int64
+		if err == nil {
+			n, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+		}
+		if !counting.Load() {
+			return
+		}
+		d := time.Since(t0)
+		atomic.AddInt64(&res.Requests, 1)
+		if err != nil {
+			atomic.AddInt64(&res.Failed, 1)
+			firstErr.CompareAndSwap(nil, err.Error())
+			return
+		}
+		atomic.AddInt64(&res.Succeeded, 1)
+		atomic.AddInt64(&res.Bytes, n)
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+	}
+	for i := 0; i < *conns; i++ {
+		tr := transport()
+		shared := &http.Client{Transport: tr}
+		for j := 0; j < *streams; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					if *fresh {
+						t := transport()
+						get(&http.Client{Transport: t})
+						t.Close()
+					} else {
+						get(shared)
+					}
+				}
+			}()
+		}
+		defer tr.Close()
+	}
+	time.Sleep(*warm)
+	counting.Store(true)
+	start := time.Now()
+	time.Sleep(*dur)
+	counting.Store(false)
+	res.Seconds = time.Since(start).Seconds()
+	stop.Store(true)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	pct := func(q float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		i := int(q * float64(len(lat)))
+		if i >= len(lat) {
+			i = len(lat) - 1
+		}
+		return float64(lat[i].Microseconds()) / 1000
+	}
+	res.RPS = float64(res.Succeeded) / res.Seconds
+	res.P50Ms, res.P99Ms = pct(0.5), pct(0.99)
+	if e, ok := firstErr.Load().(string); ok {
+		res.FirstErr = e
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(res)
+}
