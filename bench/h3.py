@@ -5,8 +5,13 @@
 Method as bench/h2.py (bench/README.md): the server pinned to CPU 0 (one ringx zone; Caddy
 with GOMAXPROCS=1), the load client to CPU 1, peers alternated A B C D ... for `--rounds`
 rounds; the figure that matters is the server's own CPU (every thread, schedstat) per
-request, so a client slower than the server does not decide it. Ratios are to Caddy and to
-ringx's h2 measured in the same run.
+request. Ratios are to Caddy and to ringx's h2 measured in the same run.
+
+The QUIC client (quic-go, one core) cannot load ringx to saturation, where h2load can: a
+server at a tenth of its capacity batches less and pays its wake-ups over fewer requests.
+So ringx's h2 and HTTPS are offered the rate ringx-h3 reached in the same round (h2load
+--rps), and their CPU per request compares like with like; `ringx-h2-max` is h2 unlimited,
+for reference.
 
 Load clients: bench/h3load (quic-go; Debian's h2load is built without HTTP/3), built here
 with Go; h2load for h2 and, with --h1, HTTPS.
@@ -37,7 +42,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
 
-PEERS = ["caddy", "ringx-h3", "ringx-h2", "ringx-h1"]
+PEERS = ["caddy", "ringx-h3", "ringx-h2", "ringx-h1", "ringx-h2-max"]
 QUIC = ("caddy", "ringx-h3")
 WORKLOADS = {
     "64_10x100": "64 B, 10 conns x 100 streams (h1: 100 conns): CPU µs per request",
@@ -141,10 +146,11 @@ def h3load(binary, url, conns, streams, secs, new=False):
         raise RuntimeError(f"h3load output not understood:\n{out.stdout[-1000:]}{out.stderr[-1000:]}")
 
 
-def h2load(url, conns, streams, secs, log, h1=False):
+def h2load(url, conns, streams, secs, log, h1=False, rate=None):
+    """h2load's figures; `rate`: requests per second in all (spread over the connections)."""
     cmd = ["taskset", "-c", lib.CLIENT_CPU, "h2load", *(["--h1"] if h1 else []),
            "-c", str(conns), "-m", str(streams), "-t", "1", "-D", str(secs), "--log-file", log,
-           url]
+           *([f"--rps={max(1, round(rate / conns))}"] if rate else []), url]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 120).stdout
     m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed", out)
     if not m:
@@ -158,7 +164,7 @@ def h2load(url, conns, streams, secs, log, h1=False):
             "lat_p50_ms": pct(0.5), "lat_p99_ms": pct(0.99)}
 
 
-def measure(srv, wl, secs, work, h3bin):
+def measure(srv, wl, secs, work, h3bin, rate=None):
     path = "/w/1m.bin" if wl == "1m" else "/r64"
     url = f"https://127.0.0.1:{srv.port}{path}"
     shape = {"64_10x100": (10, 100), "64_100x1": (100, 1), "64_new": (8, 1), "1m": (4, 1)}[wl]
@@ -171,7 +177,8 @@ def measure(srv, wl, secs, work, h3bin):
         if h1 and streams > 1:
             # HTTP/1.1 has one request at a time per connection: 100 connections.
             conns, streams = 100, 1
-        r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1)
+        r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1,
+                   None if srv.name == "ringx-h2-max" else rate)
     cpu = srv.cpu() - before
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
     if wl == "1m":
@@ -216,15 +223,18 @@ def main():
     rows = []
     for rnd in range(rounds):
         for wl in workloads:
+            h3_rate = None
             for peer in PEERS:
                 if wl == "64_new" and peer not in QUIC:
                     continue
                 srv = Server(peer, work, (c, k)).start()
                 try:
-                    r = measure(srv, wl, secs, work, h3bin)
+                    r = measure(srv, wl, secs, work, h3bin, h3_rate)
                 finally:
                     srv.stop()
                 r.update(peer=peer, workload=wl, round=rnd)
+                if peer == "ringx-h3":
+                    h3_rate = r["succeeded"] / secs
                 rows.append(r)
                 extra = f", {r['cpu_ns_per_kb']:.0f} ns/KB" if wl == "1m" else ""
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
