@@ -1,5 +1,6 @@
 """HTTP/3 over QUIC (issue 38): `quic = true` on a TLS server, and real HTTP/3 clients no one
-here wrote (Python's aioquic, Debian's ngtcp2 client `gtlsclient`) against the real binary:
+here wrote (Python's aioquic, Debian's ngtcp2 client `gtlsclient`, quic-go's through
+bench/h3load) against the real binary:
 the locations a zone answers itself, byte-exact bodies, many concurrent streams on one
 connection, the certificate chosen by SNI, Retry, and the steps HTTP/3 does not carry yet
 answered cleanly.
@@ -172,6 +173,40 @@ def test_ngtcp2_client_downloads(site, tmp_path):
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     assert (out / "big.bin").read_bytes() == site["data"]
     assert (out / "r").read_bytes() == b"returned\n"
+
+
+@pytest.fixture(scope="module")
+def quic_go(tmp_path_factory):
+    """bench/h3load (a quic-go client) built with the Go install-deps provides."""
+    import glob
+    found = [shutil.which("go"), "/usr/local/go/bin/go", *sorted(glob.glob("/usr/lib/go-1.*/bin/go"))]
+    go = next((g for g in found if g and os.access(g, os.X_OK)), None)
+    if go is None:
+        if os.environ.get("CI"):
+            pytest.fail("Go is missing: scripts/install-deps.sh installs it")
+        pytest.skip("the quic-go client needs Go (scripts/install-deps.sh installs it)")
+    out = tmp_path_factory.mktemp("quic-go") / "h3load"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([go, "build", "-o", str(out), "."], cwd=os.path.join(root, "bench", "h3load"),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return out
+
+
+def test_quic_go_client_gets_every_kind(site, quic_go, tmp_path):
+    """quic-go's HTTP/3 client, certificate checked: a 1 MiB file, a `return`, a redirect, a
+    proxied response and a missing file, at once on one connection, bodies byte-exact."""
+    url = f"https://localhost:{site['port']}"
+    paths = ["/big.bin", "/r", "/moved", "/up/chunked?n=7&size=1000", "/nope"]
+    p = subprocess.run([str(quic_go), "-get", "-ca", str(site["ca"]), "-out", str(tmp_path),
+                        *[url + x for x in paths]], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    import json
+    got = [json.loads(ln) for ln in p.stdout.splitlines()]
+    assert [g["status"] for g in got] == [200, 200, 301, 200, 404], got
+    assert (tmp_path / "0").read_bytes() == site["data"]
+    assert (tmp_path / "1").read_bytes() == b"returned\n"
+    assert (tmp_path / "3").read_bytes() == pattern(1000) * 7
 
 
 def quic_metrics(admin):
