@@ -10,7 +10,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import StreamReset
+from aioquic.quic.events import ConnectionTerminated, StreamReset
 
 
 class Response:
@@ -19,6 +19,8 @@ class Response:
         self.headers = []
         self.body = bytearray()
         self.reset = None
+        # The connection's error code, where the server closed it before this response.
+        self.closed = None
 
     def header(self, name):
         name = name.lower().encode()
@@ -65,6 +67,11 @@ class _Client(QuicConnectionProtocol):
         return fut
 
     def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            for sid in list(self.waiting):
+                self.responses[sid].closed = event.error_code
+                self._done(sid)
+            return
         if isinstance(event, StreamReset) and event.stream_id in self.waiting:
             r = self.responses[event.stream_id]
             r.reset = event.error_code

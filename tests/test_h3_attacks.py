@@ -7,6 +7,9 @@ purpose, built from aioquic's sans-I/O connection so that each packet is a real 
 - an Initial flood: many new connections that never finish their handshake; with
   `quic_retry = "auto"` Retry engages once the zone holds half its connections, the zone
   never holds more than `quic_max_connections`, and a real client still connects;
+- header bombs: a field section over SETTINGS_MAX_FIELD_SECTION_SIZE (32 KiB) is answered
+  431 and the connection goes on; a HEADERS frame over what is buffered (64 KiB) closes the
+  connection with H3_EXCESSIVE_LOAD;
 - a client that asks for a large proxied body and then never reads (its flow-control
   window stays shut): the response waits on the window, and the connection, silent, is
   closed at `quic_idle_timeout`, its upstream connection with it.
@@ -215,3 +218,20 @@ def test_a_client_that_never_opens_its_window_is_closed_when_idle(ringx, tmp_pat
     finally:
         s.close()
         up.close()
+
+
+def test_header_bombs_get_431_or_close_the_connection(ringx, tmp_path):
+    """300 fields of ~110 bytes (33 KB decoded, over the 32 KiB we advertise): 431 for each
+    of two requests on one connection, which goes on. 2,000 of them (220 KB, one HEADERS
+    frame over the 64 KiB held): the connection closes with H3_EXCESSIVE_LOAD, without
+    buffering the frame, and a new connection is served."""
+    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n')
+    ringx.make(cfg)
+    big = [(f"x-h{i}", "v" * 100) for i in range(300)]
+    rs = h3_client.get(p, ["/a", "/b"], headers=big, cafile=ca)
+    assert [(r.status, r.closed) for r in rs] == [(431, None)] * 2
+    bomb = [(f"x-h{i}", "v" * 100) for i in range(2000)]
+    rs = h3_client.get(p, ["/a"], headers=bomb, cafile=ca)
+    assert [(r.status, r.closed) for r in rs] == [(None, 0x107)], "H3_EXCESSIVE_LOAD"
+    (r,) = h3_client.get(p, ["/a"], cafile=ca)
+    assert (r.status, bytes(r.body)) == (200, b"ok\n")
