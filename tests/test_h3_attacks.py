@@ -7,6 +7,8 @@ purpose, built from aioquic's sans-I/O connection so that each packet is a real 
 - an Initial flood: many new connections that never finish their handshake; with
   `quic_retry = "auto"` Retry engages once the zone holds half its connections, the zone
   never holds more than `quic_max_connections`, and a real client still connects;
+- a stream bomb: a client that opens streams past the MAX_STREAMS it was given is closed
+  (STREAM_LIMIT_ERROR), never served past the limit;
 - header bombs: a field section over SETTINGS_MAX_FIELD_SECTION_SIZE (32 KiB) is answered
   431 and the connection goes on; a HEADERS frame over what is buffered (64 KiB) closes the
   connection with H3_EXCESSIVE_LOAD;
@@ -19,6 +21,7 @@ Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_h3_attac
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import ssl
@@ -234,4 +237,41 @@ def test_header_bombs_get_431_or_close_the_connection(ringx, tmp_path):
     rs = h3_client.get(p, ["/a"], headers=bomb, cafile=ca)
     assert [(r.status, r.closed) for r in rs] == [(None, 0x107)], "H3_EXCESSIVE_LOAD"
     (r,) = h3_client.get(p, ["/a"], cafile=ca)
+    assert (r.status, bytes(r.body)) == (200, b"ok\n")
+
+
+def test_a_stream_bomb_closes_the_connection(ringx, tmp_path):
+    """The client is given 100 streams (quic_max_streams); told by a patched aioquic that it
+    may open a million, it opens 400 at once. ringx answers no more than it allowed and
+    closes the connection; a new connection is served."""
+    from aioquic.asyncio.client import connect
+    admin = free_port()
+    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n',
+                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
+    ringx.make(cfg)
+
+    async def bomb():
+        qc = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
+        qc.load_verify_locations(str(ca))
+        async with connect("127.0.0.1", p, configuration=qc, create_protocol=h3_client._Client,
+                           wait_connected=True) as c:
+            assert c._quic._remote_max_streams_bidi == 100
+            c._quic._remote_max_streams_bidi = 10**6
+            futs = [c.request("GET", "localhost", "/") for _ in range(400)]
+            done, _ = await asyncio.wait(futs, timeout=5)
+            return [f.result().status for f in done]  # the rest: never answered
+
+    got = asyncio.run(bomb())
+    # Answered (200), or ended by the connection's close (None): never more than allowed.
+    assert got.count(200) <= 100 and set(got) <= {200, None}, got
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = quic_metrics(admin)
+        if total(m, "ringx_quic_closed_total") == 1:
+            break
+        time.sleep(0.05)
+    assert total(m, "ringx_quic_closed_total") == 1, m
+    assert total(m, "ringx_quic_connections") == 0, m
+    assert total(m, "ringx_http3_requests_total") <= 100, m
+    (r,) = h3_client.get(p, ["/"], cafile=ca)
     assert (r.status, bytes(r.body)) == (200, b"ok\n")
