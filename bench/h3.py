@@ -11,7 +11,9 @@ The QUIC client (quic-go, one core) cannot load ringx to saturation, where h2loa
 server at a tenth of its capacity batches less and pays its wake-ups over fewer requests.
 So ringx's h2 and HTTPS are offered the rate ringx-h3 reached in the same round (h2load
 --rps), and their CPU per request compares like with like; `ringx-h2-max` is h2 unlimited,
-for reference.
+for reference. `ringx-h3-nogso` and `ringx-h3-nogro` are ringx-h3 with `[runtime]
+quic_gso = false` and `quic_gro = false`: their ratio to ringx-h3 is what each offload
+saves (the client, quic-go, sends with GSO itself, so GRO has batches to coalesce).
 
 Load clients: bench/h3load (quic-go; Debian's h2load is built without HTTP/3), built here
 with Go; h2load for h2 and, with --h1, HTTPS.
@@ -42,8 +44,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
 
-PEERS = ["caddy", "ringx-h3", "ringx-h2", "ringx-h1", "ringx-h2-max"]
-QUIC = ("caddy", "ringx-h3")
+PEERS = ["caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro", "ringx-h2", "ringx-h1",
+         "ringx-h2-max"]
+QUIC = ("caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro")
+# What each ringx-h3 variant turns off ([runtime]): the offloads' gain is its ratio to ringx-h3.
+OFFLOAD_OFF = {"ringx-h3-nogso": "quic_gso = false", "ringx-h3-nogro": "quic_gro = false"}
 WORKLOADS = {
     "64_10x100": "64 B, 10 conns x 100 streams (h1: 100 conns): CPU µs per request",
     "64_100x1": "64 B, 100 conns x 1 stream: CPU µs per request",
@@ -95,12 +100,13 @@ https://127.0.0.1:{self.port} {{
             cmd = ["caddy", "run", "--config", conf, "--adapter", "caddyfile"]
             env = {**os.environ, "GOMAXPROCS": "1", "XDG_DATA_HOME": w, "XDG_CONFIG_HOME": w}
         else:
-            conf = os.path.join(w, "ringx-h3.toml")
+            conf = os.path.join(w, f"{self.name}.toml")
             open(conf, "w").write(f"""
 [runtime]
 zones = 1
 cpus = [{lib.SERVER_CPU}]
 log_level = "warn"
+{OFFLOAD_OFF.get(self.name, "")}
 [http]
 keepalive_timeout = "75s"
 [[server]]
@@ -240,7 +246,7 @@ def main():
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
                       f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
                       f"{r['failed']} failed)", flush=True)
-    summary = lib.summarise(rows, workloads, PEERS, bases=("caddy", "ringx-h2"))
+    summary = lib.summarise(rows, workloads, PEERS, bases=("caddy", "ringx-h2", "ringx-h3"))
     caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
@@ -265,6 +271,9 @@ def main():
               f"{cpu.get('ratio_to_caddy', 0):.2f}x Caddy, "
               f"{cpu.get('ratio_to_ringx-h2', 0) or 0:.2f}x ringx h2; "
               f"p99 {p99.get('ratio_to_caddy', 0):.2f}x Caddy")
+        for off in OFFLOAD_OFF:
+            o = summary[wl].get(off, {}).get(key, {})
+            print(f"    {off}: {o.get('ratio_to_ringx-h3', 0) or 0:.2f}x ringx-h3")
 
 
 if __name__ == "__main__":

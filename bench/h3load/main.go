@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -39,6 +40,8 @@ type result struct {
 }
 
 var ca = flag.String("ca", "", "with -get: verify the server against this CA (PEM)")
+
+var post = flag.String("post", "", "with -get: POST this file's bytes to each URL instead")
 
 // sni: the TLS server name sent (Go sends none for an IP address, and a server that picks
 // its certificate by name may then have none to offer).
@@ -194,7 +197,16 @@ func fetch(urls []string, out string) int {
 		go func() {
 			defer wg.Done()
 			res[i].URL = u
-			resp, err := c.Get(u)
+			var resp *http.Response
+			var err error
+			if *post != "" {
+				var body []byte
+				if body, err = os.ReadFile(*post); err == nil {
+					resp, err = c.Post(u, "application/octet-stream", bytes.NewReader(body))
+				}
+			} else {
+				resp, err = c.Get(u)
+			}
 			if err == nil {
 				var f *os.File
 				if f, err = os.Create(filepath.Join(out, fmt.Sprint(i))); err == nil {

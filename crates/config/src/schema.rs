@@ -118,6 +118,16 @@ pub struct Runtime {
     /// is as large as the largest `max_datagram_size`.
     #[serde(default = "default_udp_buffers")]
     pub udp_buffers: Spanned<u32>,
+    /// HTTP/3: send a burst of a connection's QUIC packets as one segmented send (UDP GSO,
+    /// nginx's `quic_gso`); off, one system call or submission per datagram. Taken at
+    /// start.
+    #[serde(default = "yes")]
+    pub quic_gso: bool,
+    /// HTTP/3: receive a sender's QUIC packets coalesced (UDP GRO), up to 64 in one
+    /// receive; the zones' datagram buffers are then 64 KiB each (a quarter of
+    /// `udp_buffers` of them, at least 32). Taken at start.
+    #[serde(default = "yes")]
+    pub quic_gro: bool,
     /// How long SIGTERM waits for requests in flight before exiting anyway.
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout: Dur,

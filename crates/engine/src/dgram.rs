@@ -16,6 +16,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::io::{ConnId, ConnState, DgramOut, DgramStats, DgramTo, Io, ListenerId};
+pub use crate::send_to::SendTo;
 
 /// A datagram received on a UDP listener.
 #[derive(Clone, Copy, Debug)]
@@ -30,6 +31,13 @@ pub struct Datagram<'a> {
     /// It was larger than the zone's datagram buffers ([`crate::ZoneConfig::dgram_buffer_size`]):
     /// `data` holds only its first bytes.
     pub truncated: bool,
+    /// On a listener with [`ListenOptions::gro`](crate::ListenOptions::gro): `data` is
+    /// several datagrams of one sender that the kernel coalesced (`UDP_GRO`), each `segment`
+    /// bytes long but the last. 0: `data` is one datagram.
+    pub segment: u16,
+    /// The ECN bits of the datagram's IP header, on a listener with
+    /// [`ListenOptions::ecn`](crate::ListenOptions::ecn) (0: not ECN-capable, or not asked).
+    pub ecn: u8,
 }
 
 /// Spare datagram buffers a zone keeps (the sends' vectors, reused).
@@ -46,40 +54,23 @@ impl Io {
         from: Option<IpAddr>,
         data: &[u8],
     ) -> bool {
-        self.send_segments(listener, to, from, data, 0)
+        self.send_with(listener, SendTo::one(to, from), data)
     }
 
-    /// [`send_to`](Self::send_to) for several datagrams of `segment` bytes each (the last
-    /// may be shorter) in one send, which the kernel cuts up (UDP GSO, `UDP_SEGMENT`): one
-    /// pass through the stack for up to 64 datagrams. `segment` 0: `data` is one datagram.
-    /// Where a segmented send fails, [`Io::gso_works`] turns false and the caller sends one
-    /// datagram at a time from then on.
-    pub fn send_segments(
-        &mut self,
-        listener: ListenerId,
-        to: SocketAddr,
-        from: Option<IpAddr>,
-        data: &[u8],
-        segment: u16,
-    ) -> bool {
-        let segment = if usize::from(segment) >= data.len() {
-            0 // one datagram: no segmentation to ask for
-        } else {
-            segment
-        };
-        self.queue_dgram(
-            DgramTo::Listener {
-                id: listener,
-                peer: to,
-                from,
-                segment,
-            },
-            data,
-        )
+    /// [`send_to`](Self::send_to) with what [`SendTo`] sets: several datagrams in one send
+    /// (GSO), ECN bits. Where a segmented send fails, [`Io::gso_works`] turns false and the
+    /// caller sends one datagram at a time from then on. False when the zone's queue of
+    /// sends is full: nothing is sent.
+    pub fn send_with(&mut self, listener: ListenerId, mut s: SendTo, data: &[u8]) -> bool {
+        if usize::from(s.segment) >= data.len() {
+            s.segment = 0; // one datagram: no segmentation to ask for
+        }
+        self.queue_dgram(DgramTo::Listener { id: listener, s }, data)
     }
 
-    /// Whether the sockets take segmented sends ([`send_segments`](Self::send_segments)):
-    /// true until one failed (a kernel or device without UDP GSO).
+    /// Whether the sockets take segmented sends ([`SendTo::segment`]): true until one failed
+    /// (a kernel or device without UDP GSO), or when the zone was made without GSO
+    /// ([`crate::ZoneConfig::gso`]).
     pub fn gso_works(&self) -> bool {
         !self.gso_failed
     }
@@ -146,184 +137,5 @@ impl Io {
             buf.clear();
             self.dgram_spares.push(buf);
         }
-    }
-}
-
-/// Control message space for one `IP_PKTINFO` or `IPV6_PKTINFO`, with room to spare.
-pub(crate) const PKTINFO_SPACE: usize = 64;
-
-/// The destination address of a received datagram, from its `IP_PKTINFO` / `IPV6_PKTINFO`
-/// control message (`control`: the kernel's `msg_control` bytes). `None` without one.
-pub(crate) fn parse_pktinfo(control: &[u8]) -> Option<IpAddr> {
-    const HDR: usize = std::mem::size_of::<libc::cmsghdr>();
-    let mut off = 0;
-    while off + HDR <= control.len() {
-        // SAFETY: HDR bytes from `off` are inside the slice (checked above); read_unaligned
-        // because the control area has no alignment guarantee in a receive buffer.
-        let h: libc::cmsghdr =
-            unsafe { std::ptr::read_unaligned(control.as_ptr().add(off).cast()) };
-        let len = h.cmsg_len;
-        if len < HDR || off + len > control.len() {
-            return None;
-        }
-        let data = &control[off + HDR..off + len];
-        match (h.cmsg_level, h.cmsg_type) {
-            (libc::IPPROTO_IP, libc::IP_PKTINFO)
-                if data.len() >= std::mem::size_of::<libc::in_pktinfo>() =>
-            {
-                // SAFETY: the message holds a whole in_pktinfo (length checked); unaligned read.
-                let p: libc::in_pktinfo = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
-                return Some(IpAddr::from(p.ipi_addr.s_addr.to_ne_bytes()));
-            }
-            (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO)
-                if data.len() >= std::mem::size_of::<libc::in6_pktinfo>() =>
-            {
-                // SAFETY: as above, for in6_pktinfo.
-                let p: libc::in6_pktinfo =
-                    unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
-                return Some(IpAddr::from(p.ipi6_addr.s6_addr));
-            }
-            _ => {}
-        }
-        // Each message is padded to the next multiple of the header's alignment.
-        off += len.next_multiple_of(std::mem::align_of::<libc::cmsghdr>());
-    }
-    None
-}
-
-/// `UDP_SEGMENT` (linux/udp.h; not in the libc crate for glibc targets).
-const UDP_SEGMENT: libc::c_int = 103;
-
-/// Writes into `buf` the control messages of a send: the source address (`from`, see
-/// [`write_pktinfo`]) and the segment size of a GSO send (`segment` > 0); returns their
-/// length (0: none).
-pub(crate) fn write_control(
-    buf: &mut [u64; PKTINFO_SPACE / 8],
-    from: Option<IpAddr>,
-    segment: u16,
-) -> usize {
-    let mut n = from.map_or(0, |ip| write_pktinfo(buf, ip));
-    if segment > 0 {
-        let payload = std::mem::size_of::<u16>() as u32;
-        // SAFETY: CMSG_LEN/CMSG_SPACE are arithmetic on the payload size.
-        let (len, space) = unsafe {
-            (
-                libc::CMSG_LEN(payload) as usize,
-                libc::CMSG_SPACE(payload) as usize,
-            )
-        };
-        assert!(
-            n + space <= PKTINFO_SPACE,
-            "control messages overflow their buffer"
-        );
-        let hdr = libc::cmsghdr {
-            cmsg_len: len as _,
-            cmsg_level: libc::SOL_UDP,
-            cmsg_type: UDP_SEGMENT,
-        };
-        let bytes = buf.as_mut_ptr().cast::<u8>();
-        // SAFETY: `n` is a multiple of the header's alignment (CMSG_SPACE pads to it) and
-        // `n + space` bytes fit in the buffer (asserted); the writes stay inside.
-        unsafe {
-            std::ptr::write_bytes(bytes.add(n), 0, space);
-            std::ptr::write(bytes.add(n).cast::<libc::cmsghdr>(), hdr);
-            let data = bytes.add(n + std::mem::size_of::<libc::cmsghdr>());
-            std::ptr::write_unaligned(data.cast::<u16>(), segment);
-        }
-        n += space;
-    }
-    n
-}
-
-/// Writes into `buf` the control message that makes a datagram leave from `from`
-/// (`IP_PKTINFO`'s `ipi_spec_dst`, `IPV6_PKTINFO`'s `ipi6_addr`); returns its length.
-pub(crate) fn write_pktinfo(buf: &mut [u64; PKTINFO_SPACE / 8], from: IpAddr) -> usize {
-    let bytes = buf.as_mut_ptr().cast::<u8>();
-    let (level, ty, payload): (libc::c_int, libc::c_int, usize) = match from {
-        IpAddr::V4(_) => (
-            libc::IPPROTO_IP,
-            libc::IP_PKTINFO,
-            std::mem::size_of::<libc::in_pktinfo>(),
-        ),
-        IpAddr::V6(_) => (
-            libc::IPPROTO_IPV6,
-            libc::IPV6_PKTINFO,
-            std::mem::size_of::<libc::in6_pktinfo>(),
-        ),
-    };
-    // SAFETY: CMSG_LEN/CMSG_SPACE are arithmetic on the payload size.
-    let (len, space) = unsafe {
-        (
-            libc::CMSG_LEN(payload as u32) as usize,
-            libc::CMSG_SPACE(payload as u32) as usize,
-        )
-    };
-    debug_assert!(space <= PKTINFO_SPACE);
-    let hdr = libc::cmsghdr {
-        cmsg_len: len as _,
-        cmsg_level: level,
-        cmsg_type: ty,
-    };
-    let data_off = std::mem::size_of::<libc::cmsghdr>();
-    // SAFETY: `buf` is PKTINFO_SPACE bytes, 8-aligned (u64s), which holds the header and the
-    // largest payload (checked above in debug builds; in6_pktinfo is 20 bytes). The writes
-    // stay inside it.
-    unsafe {
-        std::ptr::write_bytes(bytes, 0, space);
-        std::ptr::write(bytes.cast::<libc::cmsghdr>(), hdr);
-        match from {
-            IpAddr::V4(a) => {
-                let p = libc::in_pktinfo {
-                    ipi_ifindex: 0,
-                    ipi_spec_dst: libc::in_addr {
-                        s_addr: u32::from_ne_bytes(a.octets()),
-                    },
-                    ipi_addr: libc::in_addr { s_addr: 0 },
-                };
-                std::ptr::write_unaligned(bytes.add(data_off).cast(), p);
-            }
-            IpAddr::V6(a) => {
-                let p = libc::in6_pktinfo {
-                    ipi6_addr: libc::in6_addr {
-                        s6_addr: a.octets(),
-                    },
-                    ipi6_ifindex: 0,
-                };
-                std::ptr::write_unaligned(bytes.add(data_off).cast(), p);
-            }
-        }
-    }
-    space
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The control message written for a send reads back as the same address, for both
-    /// families, and garbage reads as none.
-    #[test]
-    fn pktinfo_round_trip() {
-        for from in ["192.0.2.7", "2001:db8::7"] {
-            let from: IpAddr = from.parse().unwrap();
-            let mut buf = [0u64; PKTINFO_SPACE / 8];
-            let n = write_pktinfo(&mut buf, from);
-            // SAFETY: the array is PKTINFO_SPACE initialised bytes.
-            let bytes: &[u8] =
-                unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), PKTINFO_SPACE) };
-            // A received IP_PKTINFO carries the destination in ipi_addr, not ipi_spec_dst:
-            // patch it in for the v4 case to read it back as the kernel would give it.
-            let mut rx = bytes[..n].to_vec();
-            if from.is_ipv4() {
-                let off = std::mem::size_of::<libc::cmsghdr>() + 8;
-                if let IpAddr::V4(a) = from {
-                    rx[off..off + 4].copy_from_slice(&a.octets());
-                }
-            }
-            assert_eq!(parse_pktinfo(&rx), Some(from));
-        }
-        assert_eq!(parse_pktinfo(&[1, 2, 3]), None);
-        assert_eq!(parse_pktinfo(&[0xff; 40]), None);
-        assert_eq!(parse_pktinfo(&[]), None);
     }
 }

@@ -47,6 +47,12 @@ pub trait Handler {
     /// The zone's [`crate::Waker`] was woken (a control message is waiting).
     fn on_wake(&mut self, io: &mut Io);
 
+    /// Every completion (readiness event) of one wait was handled, before what the callbacks
+    /// queued is carried out: work a handler put off while the batch lasted (a QUIC
+    /// connection that got several datagrams answers once for them all). The default does
+    /// nothing.
+    fn on_batch_end(&mut self, _io: &mut Io) {}
+
     /// A batch of completions that includes arriving bytes for `conn` is about to be handled
     /// (called for each such connection before the first completion of the batch): bring the
     /// connection's state into the cache ([`crate::prefetch`]). A hint only; the default does

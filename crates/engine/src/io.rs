@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::Instant;
@@ -744,10 +744,7 @@ pub(crate) enum DgramTo {
     /// From UDP listener `id` to `peer`, leaving from `from` when given (wildcard listeners).
     Listener {
         id: ListenerId,
-        peer: SocketAddr,
-        from: Option<IpAddr>,
-        /// Datagrams of this size (GSO, `Io::send_segments`); 0: the bytes are one.
-        segment: u16,
+        s: crate::send_to::SendTo,
     },
     /// On connected datagram socket `c` (generation `gen`: a send queued for a socket that
     /// closed before it went is dropped, never sent on a successor in the same slot).

@@ -93,6 +93,7 @@
 //! ```
 
 mod addr;
+mod cmsg;
 mod connect;
 mod dgram;
 pub mod driver;
@@ -106,6 +107,7 @@ pub mod locality;
 mod pool;
 mod prefetch;
 mod run;
+mod send_to;
 mod slot;
 pub mod sys;
 pub mod testio;
@@ -116,7 +118,7 @@ mod waker;
 mod zone;
 
 pub use connect::ConnectTo;
-pub use dgram::Datagram;
+pub use dgram::{Datagram, SendTo};
 pub use driver::Driver;
 pub use handler::Handler;
 pub use io::{ConnId, DgramStats, Io, ListenerId};

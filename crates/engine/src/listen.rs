@@ -25,6 +25,14 @@ pub struct ListenOptions {
     /// UDP: the receive buffer to ask for (`SO_RCVBUFFORCE`, else `SO_RCVBUF` as the kernel
     /// caps it); 0 keeps the kernel's default.
     pub rcvbuf: u32,
+    /// UDP: take datagrams of one sender coalesced (`UDP_GRO`): one receive for up to 64 of
+    /// them, handed over whole with their size ([`Datagram::segment`](crate::Datagram)). The
+    /// zone's datagram buffers must hold 64 KiB then, or coalesced datagrams arrive cut
+    /// short. A kernel without it: logged, and datagrams come one by one.
+    pub gro: bool,
+    /// UDP: report each datagram's ECN bits (`IP_RECVTOS` / `IPV6_RECVTCLASS`,
+    /// [`Datagram::ecn`](crate::Datagram)).
+    pub ecn: bool,
 }
 
 impl Default for ListenOptions {
@@ -35,6 +43,8 @@ impl Default for ListenOptions {
             nodelay: true,
             transparent: false,
             rcvbuf: 0,
+            gro: false,
+            ecn: false,
         }
     }
 }
@@ -98,6 +108,25 @@ pub fn bind_udp_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<
     }
     if opts.rcvbuf > 0 {
         set_rcvbuf(&sock, addr, opts.rcvbuf as usize).map_err(|e| ctx("SO_RCVBUF on", e))?;
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    if opts.gro {
+        if let Err(e) = crate::sys::setsockopt_int(fd, libc::SOL_UDP, crate::sys::UDP_GRO, 1) {
+            tracing::warn!("udp {addr}: UDP_GRO on: {e}: datagrams are received one by one");
+        }
+    }
+    if opts.ecn {
+        // An IPv6 socket also takes IPv4 peers (mapped addresses): their TOS comes as IP_TOS.
+        let mut asks = vec![(libc::IPPROTO_IP, libc::IP_RECVTOS)];
+        if addr.is_ipv6() {
+            asks.push((libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS));
+        }
+        for (level, name) in asks {
+            let r = crate::sys::setsockopt_int(fd, level, name, 1);
+            if let (Err(e), true) = (r, level == libc::IPPROTO_IPV6 || addr.is_ipv4()) {
+                tracing::warn!("udp {addr}: ECN reporting on: {e}: ECN marks are not seen");
+            }
+        }
     }
     sock.bind(&addr.into()).map_err(|e| ctx("bind", e))?;
     Ok(sock.into())

@@ -2,6 +2,10 @@
 
 use std::io;
 
+/// `UDP_SEGMENT` and `UDP_GRO` (linux/udp.h; not in the libc crate for glibc targets).
+pub(crate) const UDP_SEGMENT: libc::c_int = 103;
+pub(crate) const UDP_GRO: libc::c_int = 104;
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data for which all-zero is the empty set; CPU_SET writes

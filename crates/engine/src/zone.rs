@@ -87,6 +87,11 @@ pub struct ZoneConfig {
     /// Datagram sends queued or in flight at most ([`Io::send_to`](crate::Io::send_to),
     /// [`Io::send_datagram`](crate::Io::send_datagram)); more are refused.
     pub max_datagrams_queued: u32,
+    /// Segmented datagram sends (UDP GSO, [`SendTo::segment`](crate::SendTo::segment)) are
+    /// made; false: [`Io::gso_works`](crate::Io::gso_works) says no from the start, and
+    /// senders send one datagram at a time (to measure what GSO saves, or for a path that
+    /// mishandles it).
+    pub gso: bool,
 }
 
 /// `IORING_SETUP_SQPOLL` settings.
@@ -134,6 +139,7 @@ impl Default for ZoneConfig {
             dgram_buffers: 0,
             dgram_buffer_size: 65536,
             max_datagrams_queued: 4096,
+            gso: true,
         }
     }
 }

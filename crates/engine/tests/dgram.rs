@@ -3,7 +3,9 @@
 //! a datagram larger than the zone's buffers arrives marked truncated; a wildcard listener
 //! answers from the address the client wrote to (IP_PKTINFO); a datagram socket whose peer
 //! port is closed is closed with ECONNREFUSED; a segmented send (UDP GSO) reaches the
-//! client as the datagrams it was cut into.
+//! client as the datagrams it was cut into, with the ECN bits asked for; on a listener with
+//! GRO and ECN reporting, a client's segmented send arrives whole with its segment size and
+//! its ECN bits.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use ringx_engine::{
     bind_udp_reuseport, run_zone, ConnId, ConnectTo, Datagram, EngineKind, Handler, Io,
-    ListenOptions, ListenerId, Waker, ZoneConfig,
+    ListenOptions, ListenerId, SendTo, Waker, ZoneConfig,
 };
 
 /// What the relay reports to the test.
@@ -20,6 +22,8 @@ use ringx_engine::{
 enum Seen {
     Truncated(usize),
     Closed(Option<i32>),
+    /// A datagram's length, GRO segment size and ECN bits.
+    Got(usize, u16, u8),
 }
 
 /// Relays datagrams from its UDP listener to `upstream` over one connected datagram socket per
@@ -44,9 +48,18 @@ impl Handler for Relay {
         }
         if dg.data == b"gso?" {
             // Three datagrams of 100 bytes and one of 50 (their index in each byte), in one
-            // send the kernel cuts up.
+            // send the kernel cuts up, marked ECT(0).
             let data: Vec<u8> = (0..350).map(|i| (i / 100) as u8).collect();
-            assert!(io.send_segments(l, dg.peer, dg.local, &data, 100));
+            let s = SendTo {
+                segment: 100,
+                ecn: 0b10,
+                ..SendTo::one(dg.peer, dg.local)
+            };
+            assert!(io.send_with(l, s, &data));
+            return;
+        }
+        if dg.data.starts_with(b"gro") {
+            let _ = self.tx.send(Seen::Got(dg.data.len(), dg.segment, dg.ecn));
             return;
         }
         let c = match self.by_client.get(&dg.peer) {
@@ -133,18 +146,38 @@ fn run(
     mpsc::Receiver<Seen>,
     std::thread::JoinHandle<()>,
 )> {
+    run_with(
+        engine,
+        listen,
+        upstream,
+        &ListenOptions::default(),
+        cfg(engine),
+    )
+}
+
+fn run_with(
+    engine: EngineKind,
+    listen: &str,
+    upstream: SocketAddr,
+    opts: &ListenOptions,
+    cfg: ZoneConfig,
+) -> Option<(
+    SocketAddr,
+    Waker,
+    mpsc::Receiver<Seen>,
+    std::thread::JoinHandle<()>,
+)> {
     if engine == EngineKind::Uring {
         if let Err(why) = ringx_engine::uring::probe::check() {
             ringx_kerneltest::skip(format!("io_uring is unavailable here: {why}"));
             return None;
         }
     }
-    let sock = bind_udp_reuseport(listen.parse().unwrap(), &ListenOptions::default()).unwrap();
+    let sock = bind_udp_reuseport(listen.parse().unwrap(), opts).unwrap();
     let addr = sock.local_addr().unwrap();
     let waker = Waker::new().unwrap();
     let w2 = waker.clone();
     let (tx, rx) = mpsc::channel();
-    let cfg = cfg(engine);
     let t = std::thread::spawn(move || {
         let mut h = Relay {
             upstream,
@@ -271,11 +304,13 @@ fn segmented_send_arrives_as_datagrams(engine: EngineKind) {
         return;
     };
     let c = client();
+    setsockopt(&c, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
     c.send_to(b"gso?", addr).unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 2048];
     for _ in 0..4 {
-        let (n, _) = c.recv_from(&mut buf).unwrap();
+        let (n, tos) = recv_tos(&c, &mut buf);
+        assert_eq!(tos & 0b11, 0b10, "the datagrams are marked ECT(0) as sent");
         got.push(buf[..n].to_vec());
     }
     got.sort_by_key(|d| d[0]);
@@ -295,4 +330,100 @@ fn segmented_send_arrives_as_datagrams_uring() {
 #[test]
 fn segmented_send_arrives_as_datagrams_epoll() {
     segmented_send_arrives_as_datagrams(EngineKind::Epoll)
+}
+
+fn setsockopt(s: &UdpSocket, level: i32, name: i32, v: i32) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the option value is a live int of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "setsockopt {level}/{name}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// One datagram into `buf` and the TOS byte it came with (`IP_RECVTOS` must be on).
+fn recv_tos(s: &UdpSocket, buf: &mut [u8]) -> (usize, u8) {
+    use std::os::fd::AsRawFd;
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control.as_mut_ptr().cast();
+    hdr.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: recvmsg writes at most the lengths given into the live buffers above (the
+    // socket has a read timeout, so this returns).
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut hdr, 0) };
+    assert!(n >= 0, "recvmsg: {}", std::io::Error::last_os_error());
+    let mut tos = None;
+    // SAFETY: the CMSG_* walk stays within msg_control/msg_controllen, which the kernel set.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
+                tos = Some(*libc::CMSG_DATA(c));
+            }
+            c = libc::CMSG_NXTHDR(&hdr, c);
+        }
+    }
+    (n as usize, tos.expect("an IP_TOS control message"))
+}
+
+/// A client sends 350 bytes as one segmented send (UDP GSO, 100-byte datagrams) marked
+/// ECT(1): the listener with GRO takes them as one receive of 350 bytes with segment 100,
+/// and reports the ECN bits. (Loopback keeps a GSO send whole up to a GRO socket.)
+fn coalesced_receive_with_ecn(engine: EngineKind) {
+    let opts = ListenOptions {
+        gro: true,
+        ecn: true,
+        ..ListenOptions::default()
+    };
+    let cfg = ZoneConfig {
+        dgram_buffer_size: 65536 + ringx_engine::uring::DGRAM_OVERHEAD,
+        ..cfg(engine)
+    };
+    let Some((addr, waker, rx, t)) = run_with(engine, "127.0.0.1:0", echo_server(), &opts, cfg)
+    else {
+        return;
+    };
+    let c = client();
+    setsockopt(&c, libc::IPPROTO_IP, libc::IP_TOS, 0b01);
+    setsockopt(&c, libc::SOL_UDP, 103, 100); // UDP_SEGMENT: every send is cut at 100 bytes
+    let mut data = b"gro".to_vec();
+    data.resize(350, 7);
+    c.send_to(&data, addr).unwrap();
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(got, Seen::Got(350, 100, 0b01));
+    // One datagram alone is one, not a segment of one.
+    setsockopt(&c, libc::SOL_UDP, 103, 0);
+    c.send_to(b"gro alone", addr).unwrap();
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(got, Seen::Got(9, 0, 0b01));
+    waker.wake();
+    t.join().unwrap();
+}
+
+#[test]
+fn coalesced_receive_with_ecn_uring() {
+    coalesced_receive_with_ecn(EngineKind::Uring)
+}
+
+#[test]
+fn coalesced_receive_with_ecn_epoll() {
+    coalesced_receive_with_ecn(EngineKind::Epoll)
 }

@@ -218,11 +218,7 @@ impl Control {
         for &addr in &udp_added {
             ringx_engine::ensure_unclaimed_udp(addr).map_err(|e| Error::io("cannot listen", e))?;
             for z in per_zone.iter_mut() {
-                let opts = ListenOptions {
-                    transparent: routes.is_transparent(addr, true),
-                    rcvbuf: routes.udp_rcvbuf(addr),
-                    ..self.lopts.clone()
-                };
+                let opts = routes.udp_listen_options(addr, &self.lopts);
                 let u = ringx_engine::bind_udp_reuseport(addr, &opts)
                     .map_err(|e| Error::io("cannot listen", e))?;
                 z.push((addr, u.into()));

@@ -170,9 +170,19 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
                 })
         })
         .max();
-    // HTTP/3: QUIC's datagrams (a larger one arrives truncated and is dropped).
+    // HTTP/3: QUIC's datagrams (a larger one arrives truncated and is dropped), or with GRO
+    // up to 64 KiB of them coalesced, in fewer buffers (each holds many).
     let quic = cfg.server.iter().any(|s| *s.get_ref().quic.get_ref());
-    let udp_max = udp_max.max(quic.then_some(ringx_server::route::QUIC_MAX_DATAGRAM));
+    let gro = quic && cfg.runtime.quic_gro;
+    let quic_max = match gro {
+        true => ringx_server::route::QUIC_MAX_COALESCED,
+        false => ringx_server::route::QUIC_MAX_DATAGRAM,
+    };
+    let udp_max = udp_max.max(quic.then_some(quic_max));
+    let udp_buffers = match gro {
+        true => (*cfg.runtime.udp_buffers.get_ref() / 4).max(32),
+        false => *cfg.runtime.udp_buffers.get_ref(),
+    };
     let max_conns = cfg
         .runtime
         .max_conns
@@ -202,7 +212,8 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             max_outbound: if proxies { max_conns } else { 0 },
             batch_wait: Duration::from_micros(cfg.runtime.batch_wait_us.into()),
             batch_when_pending: cfg.runtime.batch_when_pending,
-            dgram_buffers: udp_max.map_or(0, |_| *cfg.runtime.udp_buffers.get_ref() as u16),
+            dgram_buffers: udp_max.map_or(0, |_| udp_buffers as u16),
+            gso: cfg.runtime.quic_gso,
             dgram_buffer_size: udp_max.unwrap_or(0) + ringx_engine::uring::DGRAM_OVERHEAD,
             ..ZoneConfig::default()
         })
@@ -241,6 +252,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         .and_then(|u| ringx_server::upstream::health::spawn(u.clone(), health_stop.clone()));
     let lopts = ListenOptions {
         backlog: cfg.runtime.backlog,
+        gro: cfg.runtime.quic_gro,
         ..ListenOptions::default()
     };
 
@@ -276,11 +288,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     for _ in 0..zones {
         let mut us = Vec::new();
         for addr in &routes.udp_listen {
-            let opts = ListenOptions {
-                transparent: routes.is_transparent(*addr, true),
-                rcvbuf: routes.udp_rcvbuf(*addr),
-                ..lopts.clone()
-            };
+            let opts = routes.udp_listen_options(*addr, &lopts);
             match ringx_engine::bind_udp_reuseport(*addr, &opts) {
                 Ok(u) => us.push(ringx_engine::Listener::Udp(u)),
                 Err(e) => {

@@ -271,6 +271,10 @@ pub enum UdpServes {
 /// discovery finds, up to this).
 pub const QUIC_MAX_DATAGRAM: u32 = 1500;
 
+/// What a QUIC listener that takes coalesced datagrams (UDP GRO) receives at most at once:
+/// the kernel coalesces up to 64 KiB.
+pub const QUIC_MAX_COALESCED: u32 = 65535;
+
 /// The receive buffer a QUIC listener asks for.
 pub const QUIC_RCVBUF: u32 = 4 << 20;
 
@@ -295,6 +299,26 @@ impl Routes {
     pub fn serves_quic(&self, addr: SocketAddr) -> bool {
         let i = self.udp_listen.iter().position(|a| *a == addr);
         matches!(i.map(|i| self.udp_serves[i]), Some(UdpServes::Quic { .. }))
+    }
+
+    /// How the UDP listener on `addr` is bound: `base` (the process's options; its `gro`
+    /// says whether QUIC listeners take coalesced datagrams) with this address's
+    /// transparency and receive buffer; QUIC listeners also report ECN marks (QUIC
+    /// acknowledges them, RFC 9000 §13.4). A stream's datagrams are passed on one by one,
+    /// never coalesced.
+    pub fn udp_listen_options(
+        &self,
+        addr: SocketAddr,
+        base: &ringx_engine::ListenOptions,
+    ) -> ringx_engine::ListenOptions {
+        let quic = self.serves_quic(addr);
+        ringx_engine::ListenOptions {
+            transparent: self.is_transparent(addr, true),
+            rcvbuf: self.udp_rcvbuf(addr),
+            gro: quic && base.gro,
+            ecn: quic,
+            ..base.clone()
+        }
     }
 
     /// Whether the listener for `addr` (a UDP one when `udp`) is bound `IP_TRANSPARENT`.

@@ -133,6 +133,8 @@ impl Harness {
             local: None,
             data,
             truncated: false,
+            segment: 0,
+            ecn: 0,
         };
         let l = self.udp_listener(i);
         self.t.datagram(&mut self.z, l, dg);

@@ -5,10 +5,11 @@
 //! drops the datagram, as it would drop an arriving one.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
-use crate::dgram::{parse_pktinfo, write_control, PKTINFO_SPACE};
+use crate::cmsg::{self, CONTROL_SPACE};
+use crate::dgram::SendTo;
 use crate::io::{ConnId, ConnState, DgramTo, Io};
 
 /// Datagrams taken from one socket per readiness event before other sockets get a turn.
@@ -17,7 +18,8 @@ pub(super) const DGRAM_BUDGET: usize = 64;
 /// What one `recvmsg` on a UDP listener got.
 pub(super) struct Got {
     pub peer: SocketAddr,
-    pub local: Option<IpAddr>,
+    /// The destination, GRO's segment size, the ECN bits.
+    pub control: cmsg::Received,
     pub len: usize,
     pub truncated: bool,
 }
@@ -27,7 +29,7 @@ pub(super) struct Got {
 pub(super) fn recv_from(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Got>> {
     // SAFETY: sockaddr_storage and msghdr are plain data; all-zero is valid for each.
     let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut control = [0u64; PKTINFO_SPACE / 8];
+    let mut control = [0u64; CONTROL_SPACE / 8];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -39,7 +41,7 @@ pub(super) fn recv_from(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Got>> {
     hdr.msg_iov = &mut iov;
     hdr.msg_iovlen = 1;
     hdr.msg_control = control.as_mut_ptr().cast();
-    hdr.msg_controllen = PKTINFO_SPACE as _;
+    hdr.msg_controllen = CONTROL_SPACE as _;
     // SAFETY: recvmsg writes at most the lengths the header gives into the live locals and
     // `buf` it points to, and updates the header's lengths and flags.
     let n = unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_DONTWAIT) };
@@ -53,17 +55,17 @@ pub(super) fn recv_from(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<Got>> {
     let Some(peer) = crate::addr::to_addr(&name, hdr.msg_namelen as usize) else {
         return Ok(None);
     };
-    // SAFETY: the control array is PKTINFO_SPACE initialised bytes; the kernel wrote
+    // SAFETY: the control array is CONTROL_SPACE initialised bytes; the kernel wrote
     // msg_controllen of them.
     let control: &[u8] = unsafe {
         std::slice::from_raw_parts(
             control.as_ptr().cast(),
-            (hdr.msg_controllen as usize).min(PKTINFO_SPACE),
+            (hdr.msg_controllen as usize).min(CONTROL_SPACE),
         )
     };
     Ok(Some(Got {
         peer,
-        local: parse_pktinfo(control),
+        control: cmsg::parse(control),
         len: n as usize,
         truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
     }))
@@ -106,15 +108,10 @@ pub(super) fn send_all(
     let mut out = std::mem::take(&mut io.dgram_out);
     for o in out.drain(..) {
         let r = match o.to {
-            DgramTo::Listener {
-                id,
-                peer,
-                from,
-                segment,
-            } => match listener_fd(id.0) {
+            DgramTo::Listener { id, s } => match listener_fd(id.0) {
                 Some(fd) => {
-                    let r = send_to(fd, &o.buf, peer, (from, segment));
-                    if let (Err(e), true) = (&r, segment > 0) {
+                    let r = send_to(fd, &o.buf, &s);
+                    if let (Err(e), true) = (&r, s.segment > 0) {
                         io.gso_failed(e.raw_os_error().unwrap_or(0));
                     }
                     r
@@ -160,18 +157,13 @@ pub(super) fn send_all(
     failed
 }
 
-/// One datagram from UDP socket `fd` to `peer`, from source address `from` (or several of
-/// `segment` bytes each, cut by the kernel: GSO): `sendmsg` with `IP_PKTINFO` and
-/// `UDP_SEGMENT` control messages, or `sendto` when there is neither to set (it spares the
-/// kernel copying and checking a `msghdr`).
-fn send_to(
-    fd: RawFd,
-    buf: &[u8],
-    peer: SocketAddr,
-    (from, segment): (Option<IpAddr>, u16),
-) -> io::Result<()> {
-    let name = socket2::SockAddr::from(peer);
-    if from.is_none() && segment == 0 {
+/// One datagram from UDP socket `fd` as `s` says (or several of `s.segment` bytes each, cut
+/// by the kernel: GSO): `sendmsg` with `IP_PKTINFO`, `UDP_SEGMENT` and `IP_TOS` control
+/// messages, or `sendto` when there is none to set (it spares the kernel copying and
+/// checking a `msghdr`).
+fn send_to(fd: RawFd, buf: &[u8], s: &SendTo) -> io::Result<()> {
+    let name = socket2::SockAddr::from(s.to);
+    if s.is_plain() {
         // SAFETY: sendto reads `buf` and the address, both live and unwritten meanwhile.
         let n = unsafe {
             libc::sendto(
@@ -193,14 +185,14 @@ fn send_to(
         iov_base: buf.as_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
     };
-    let mut control = [0u64; PKTINFO_SPACE / 8];
+    let mut control = [0u64; CONTROL_SPACE / 8];
     // SAFETY: msghdr is plain data; all-zero is valid.
     let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
     hdr.msg_name = name.as_ptr() as *mut libc::c_void;
     hdr.msg_namelen = name.len();
     hdr.msg_iov = &mut iov;
     hdr.msg_iovlen = 1;
-    let n = write_control(&mut control, from, segment);
+    let n = cmsg::write(&mut control, s);
     hdr.msg_control = control.as_mut_ptr().cast();
     hdr.msg_controllen = n as _;
     // SAFETY: sendmsg reads the header and what it points to (all live locals and `buf`,

@@ -85,6 +85,7 @@ impl EpollDriver {
             T_WAKE,
         )?;
         d.io.dgram_limit = cfg.max_datagrams_queued;
+        d.io.gso_failed = !cfg.gso;
         Ok(d)
     }
 
@@ -216,9 +217,11 @@ impl EpollDriver {
                     self.waker.add_in(n as u64);
                     let dg = Datagram {
                         peer: g.peer,
-                        local: g.local,
+                        local: g.control.local,
                         data: &self.dbuf[..n],
                         truncated: g.truncated,
+                        segment: g.control.segment,
+                        ecn: g.control.ecn,
                     };
                     h.on_datagram(&mut self.io, ListenerId(id), dg);
                 }
@@ -624,6 +627,7 @@ impl Driver for EpollDriver {
         if self.waker.take_pending() {
             h.on_wake(&mut self.io);
         }
+        h.on_batch_end(&mut self.io);
         self.flush(h);
         Ok(())
     }

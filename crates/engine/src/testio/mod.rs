@@ -439,9 +439,12 @@ impl TestDriver {
     fn send_datagrams(&mut self) {
         for o in std::mem::take(&mut self.io.dgram_out) {
             let to = match o.to {
-                DgramTo::Listener { id, peer, from, .. } => (self.listening
-                    && !self.gone.contains(&id))
-                .then_some(SentTo::Listener { id, peer, from }),
+                DgramTo::Listener { id, s } => (self.listening && !self.gone.contains(&id))
+                    .then_some(SentTo::Listener {
+                        id,
+                        peer: s.to,
+                        from: s.from,
+                    }),
                 DgramTo::Conn { c, gen } => self
                     .io
                     .conns
@@ -452,7 +455,7 @@ impl TestDriver {
             if let Some(to) = to {
                 // A GSO send is the datagrams the kernel would cut it into.
                 let seg = match o.to {
-                    DgramTo::Listener { segment, .. } if segment > 0 => usize::from(segment),
+                    DgramTo::Listener { s, .. } if s.segment > 0 => usize::from(s.segment),
                     _ => o.buf.len().max(1),
                 };
                 for d in o.buf.chunks(seg) {
@@ -527,6 +530,7 @@ impl TestDriver {
     /// Carries out what the handler queued, then runs `on_timer` while it is due at the
     /// current time (the top of `driver::run`'s loop).
     fn settle<H: Handler>(&mut self, h: &mut H) {
+        h.on_batch_end(&mut self.io);
         self.flush(h);
         let mut n = 0;
         loop {

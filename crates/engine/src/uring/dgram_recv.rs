@@ -17,7 +17,8 @@ use super::conn::{RECV_ARMED, RECV_IDLE};
 use super::dgram_state::NAME_LEN;
 use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use crate::dgram::{parse_pktinfo, Datagram, PKTINFO_SPACE};
+use crate::cmsg::{self, CONTROL_SPACE};
+use crate::dgram::Datagram;
 use crate::handler::Handler;
 use crate::io::{ConnId, ConnState, ListenerId};
 
@@ -28,7 +29,7 @@ const RECVMSG_OUT: usize = 16;
 /// Bytes of each datagram buffer that are not payload on a listener: the kernel's header,
 /// the address and the control messages. [`crate::ZoneConfig::dgram_buffer_size`] includes
 /// them.
-pub const OVERHEAD: u32 = (RECVMSG_OUT + NAME_LEN + PKTINFO_SPACE) as u32;
+pub const OVERHEAD: u32 = (RECVMSG_OUT + NAME_LEN + CONTROL_SPACE) as u32;
 
 /// Arms the receive of UDP listener `id`.
 pub(super) fn arm_listener(d: &mut UringDriver, id: u32) {
@@ -78,8 +79,8 @@ pub(super) fn arm_conn(d: &mut UringDriver, c: ConnId) {
 struct Received<'b> {
     /// The sender (listeners; `None` on connected sockets, or for another family).
     peer: Option<std::net::SocketAddr>,
-    /// The destination, from `IP_PKTINFO`.
-    local: Option<std::net::IpAddr>,
+    /// The destination (`IP_PKTINFO`), GRO's segment size, the ECN bits.
+    control: cmsg::Received,
     payload: &'b [u8],
     truncated: bool,
 }
@@ -111,7 +112,7 @@ fn parse<'b>(buf: &'b [u8], msg: &libc::msghdr) -> Option<Received<'b>> {
     let payload = buf.get(start..start + out.payload_data().len())?;
     Some(Received {
         peer: peer.flatten(),
-        local: parse_pktinfo(out.control_data()),
+        control: cmsg::parse(out.control_data()),
         payload,
         truncated: out.is_payload_truncated(),
     })
@@ -141,16 +142,18 @@ pub(super) fn complete_listener<H: Handler>(
             match parse(buf, &d.dgram_msgs.listener) {
                 Some(Received {
                     peer: Some(peer),
-                    local,
+                    control,
                     payload,
                     truncated,
                 }) if live => {
                     d.wake.waker.add_in(payload.len() as u64);
                     let dg = Datagram {
                         peer,
-                        local,
+                        local: control.local,
                         data: payload,
                         truncated,
+                        segment: control.segment,
+                        ecn: control.ecn,
                     };
                     h.on_datagram(&mut d.io, ListenerId(id), dg);
                 }

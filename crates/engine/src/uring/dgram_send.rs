@@ -12,7 +12,7 @@ use io_uring::{opcode, types};
 use super::close;
 use super::state::UringDriver;
 use super::userdata::{pack, Kind};
-use crate::dgram::write_control;
+use crate::cmsg;
 use crate::io::{ConnState, DgramOut, DgramTo};
 
 /// Submits every datagram the handler queued.
@@ -31,12 +31,7 @@ pub(super) fn submit_all(d: &mut UringDriver) {
 
 fn submit(d: &mut UringDriver, o: DgramOut) {
     match o.to {
-        DgramTo::Listener {
-            id,
-            peer,
-            from,
-            segment,
-        } => {
+        DgramTo::Listener { id, s: to } => {
             let fd = match d.listeners.get(id.0 as usize) {
                 Some(l) if l.udp && !l.closing => {
                     l.sock.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
@@ -49,32 +44,31 @@ fn submit(d: &mut UringDriver, o: DgramOut) {
             let i = d.dgram_sends.take();
             let s = &mut *d.dgram_sends.slots[i as usize];
             s.buf = o.buf;
-            s.name = socket2::SockAddr::from(peer);
+            s.name = socket2::SockAddr::from(to.to);
             s.listener = Some(id.0);
             s.conn = None;
-            s.segmented = segment > 0;
-            let e = match (from, segment) {
-                // No source address or segment size to set: a send with a destination
+            s.segmented = to.segment > 0;
+            let e = if to.is_plain() {
+                // No source address, segment size or ECN to set: a send with a destination
                 // (`sendto`), which spares the kernel copying and checking a `msghdr` and
                 // its iovec per datagram (about a tenth of the send's cost, profiled).
-                (None, 0) => opcode::Send::new(types::Fd(fd), s.buf.as_ptr(), s.buf.len() as u32)
+                opcode::Send::new(types::Fd(fd), s.buf.as_ptr(), s.buf.len() as u32)
                     .dest_addr(s.name.as_ptr().cast())
                     .dest_addr_len(s.name.len())
-                    .build(),
-                _ => {
-                    s.iov = libc::iovec {
-                        iov_base: s.buf.as_mut_ptr().cast(),
-                        iov_len: s.buf.len(),
-                    };
-                    s.hdr.msg_name = s.name.as_ptr() as *mut libc::c_void;
-                    s.hdr.msg_namelen = s.name.len();
-                    s.hdr.msg_iov = &mut s.iov;
-                    s.hdr.msg_iovlen = 1;
-                    let n = write_control(&mut s.cmsg, from, segment);
-                    s.hdr.msg_control = s.cmsg.as_mut_ptr().cast();
-                    s.hdr.msg_controllen = n as _;
-                    opcode::SendMsg::new(types::Fd(fd), &s.hdr).build()
-                }
+                    .build()
+            } else {
+                s.iov = libc::iovec {
+                    iov_base: s.buf.as_mut_ptr().cast(),
+                    iov_len: s.buf.len(),
+                };
+                s.hdr.msg_name = s.name.as_ptr() as *mut libc::c_void;
+                s.hdr.msg_namelen = s.name.len();
+                s.hdr.msg_iov = &mut s.iov;
+                s.hdr.msg_iovlen = 1;
+                let n = cmsg::write(&mut s.cmsg, &to);
+                s.hdr.msg_control = s.cmsg.as_mut_ptr().cast();
+                s.hdr.msg_controllen = n as _;
+                opcode::SendMsg::new(types::Fd(fd), &s.hdr).build()
             }
             .user_data(pack(Kind::DgramSend, 0, i));
             d.listeners[id.0 as usize].sends += 1;

@@ -2,7 +2,7 @@
 //! the `msghdr` templates of the multishot receives and the slots of the sends in flight.
 //! A leaf: the driver's state (`state.rs`) holds these without importing the operations.
 
-use crate::dgram::PKTINFO_SPACE;
+use crate::cmsg::{ControlBuf, CONTROL_SPACE};
 use crate::io::ConnId;
 
 /// Room for the sender's address in a listener's receive (a `sockaddr_in6`, rounded up so
@@ -21,7 +21,7 @@ impl Templates {
         // SAFETY: msghdr is plain data (pointers and lengths); all-zero is a valid value.
         let mut listener: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
         listener.msg_namelen = NAME_LEN as libc::socklen_t;
-        listener.msg_controllen = PKTINFO_SPACE as _;
+        listener.msg_controllen = CONTROL_SPACE as _;
         // SAFETY: as above.
         let conn: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
         Templates { listener, conn }
@@ -34,7 +34,7 @@ pub(super) struct Slot {
     pub(super) hdr: libc::msghdr,
     pub(super) iov: libc::iovec,
     pub(super) name: socket2::SockAddr,
-    pub(super) cmsg: [u64; PKTINFO_SPACE / 8],
+    pub(super) cmsg: ControlBuf,
     pub(super) buf: Vec<u8>,
     /// The listener it leaves from, or the connection it goes on.
     pub(super) listener: Option<u32>,
@@ -66,7 +66,7 @@ impl Sends {
             // SAFETY: as above.
             iov: unsafe { std::mem::zeroed() },
             name: socket2::SockAddr::from(unspecified),
-            cmsg: [0; PKTINFO_SPACE / 8],
+            cmsg: [0; CONTROL_SPACE / 8],
             buf: Vec::new(),
             listener: None,
             conn: None,

@@ -144,6 +144,7 @@ impl UringDriver {
         d.io.slots = crate::io::Slots::Reserved(outbound_slots);
         d.io.sockopts = sockopt::supported();
         d.io.dgram_limit = cfg.max_datagrams_queued;
+        d.io.gso_failed = !cfg.gso;
         d.wake
             .waker_set_ring(std::os::fd::AsRawFd::as_raw_fd(&d.ring));
         d.arm_wake();
@@ -612,6 +613,7 @@ impl Driver for UringDriver {
             r.publish();
         }
         self.check_wake(h);
+        h.on_batch_end(&mut self.io);
         self.flush(h);
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! `/metrics` for HTTP/3 over QUIC (`crate::role::h3`): per zone, the connections open and
 //! what became of new ones (accepted, sent a Retry, refused at `quic_max_connections`), the
-//! connections closed, the requests served, and the datagrams in and out. Per zone because
+//! connections closed, the requests served, the datagrams in and out and the receives and
+//! sends that carried them. Per zone because
 //! a connection must stay on the zone that owns it (its connection IDs name that zone): a
 //! migrated client whose packets reached another zone would show there.
 
@@ -24,6 +25,10 @@ pub struct QuicCounters {
     /// Datagrams received on the zone's QUIC sockets, and sent.
     pub datagrams_in: AtomicU64,
     pub datagrams_out: AtomicU64,
+    /// Receives and sends that carried them: fewer than the datagrams where the kernel
+    /// coalesced received ones (GRO) or cut a send into several (GSO).
+    pub receives: AtomicU64,
+    pub sends: AtomicU64,
 }
 
 /// Renders the QUIC families of the zones' counters `zc` (in zone order).
@@ -74,5 +79,15 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
             ("in", col(&|q| &q.datagrams_in)),
             ("out", col(&|q| &q.datagrams_out)),
         ],
+    );
+    o.per_zone_by(
+        (
+            "ringx_quic_batches_total",
+            "counter",
+            "Receives and sends of QUIC datagrams, per zone: a receive the kernel coalesced \
+             (GRO) or a segmented send (GSO) carries several datagrams.",
+        ),
+        "direction",
+        &[("in", col(&|q| &q.receives)), ("out", col(&|q| &q.sends))],
     );
 }

@@ -781,6 +781,10 @@ impl Handler for Zone {
         self.control(io);
     }
 
+    fn on_batch_end(&mut self, io: &mut Io) {
+        self.quic.batch_end(&mut cx!(self, io));
+    }
+
     fn prefetch(&self, c: ConnId) {
         if let Some(cl) = self.clients.get(c.index()) {
             ringx_engine::prefetch(cl);

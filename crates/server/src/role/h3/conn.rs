@@ -12,12 +12,14 @@ use quinn_proto::{
     Connection, ConnectionHandle, Dir, Endpoint, Event, ReadError, StreamEvent, StreamId, Transmit,
     VarInt,
 };
-use ringx_engine::{ConnId, Io, ListenerId};
+use ringx_engine::{ConnId, Io, ListenerId, SendTo};
 use ringx_h3proto::{ConnError, Limits, Uni};
 
 use super::stream::{H3Stream, Parked};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
+use crate::metrics::bump;
+use crate::metrics::quic::QuicCounters;
 use crate::transport::tls::TlsInfo;
 use crate::transport::Transport;
 
@@ -56,6 +58,8 @@ pub(super) struct H3Conn {
     pub(super) draining: bool,
     /// Requests waiting out a `limit_req` delay or for the auth pool.
     pub(super) parked: Vec<Parked>,
+    /// Datagrams came for it in the zone's current batch: it runs at the batch's end.
+    pub(super) due: bool,
 }
 
 impl H3Conn {
@@ -96,6 +100,7 @@ impl H3Conn {
             held: Vec::new(),
             draining: false,
             parked: Vec::new(),
+            due: false,
         }
     }
 
@@ -325,15 +330,15 @@ impl H3Conn {
     }
 
     /// Sends what the connection has to send; returns the datagrams queued.
-    pub fn transmit(&mut self, io: &mut Io, buf: &mut Vec<u8>) -> u64 {
+    pub fn transmit(&mut self, io: &mut Io, q: &QuicCounters, buf: &mut Vec<u8>) {
         let now = io.now();
-        let mut n = 0;
         loop {
             buf.clear();
-            let Some(t) = self.quic.poll_transmit(now, MAX_SEGMENTS, buf) else {
-                return n;
+            let segments = if io.gso_works() { MAX_SEGMENTS } else { 1 };
+            let Some(t) = self.quic.poll_transmit(now, segments, buf) else {
+                return;
             };
-            n += send(io, self.listener, &t, buf);
+            send(io, q, self.listener, &t, buf);
         }
     }
 
@@ -349,22 +354,31 @@ impl H3Conn {
     }
 }
 
-/// Sends what quinn-proto wrote for `t` from listener `l`: one datagram, or several of
-/// `segment_size` bytes each in one GSO send (one at a time where the kernel or device
-/// cannot segment); returns the datagrams queued.
-pub(super) fn send(io: &mut Io, l: ListenerId, t: &Transmit, buf: &[u8]) -> u64 {
+/// Sends what quinn-proto wrote for `t` from listener `l`, with the ECN bits it asks for:
+/// one datagram, or several of `segment_size` bytes each in one GSO send (one at a time
+/// where the kernel or device cannot segment, or the zone sends without GSO); counts the
+/// datagrams and sends queued in `q`.
+pub(super) fn send(io: &mut Io, q: &QuicCounters, l: ListenerId, t: &Transmit, buf: &[u8]) {
     let data = &buf[..t.size.min(buf.len())];
     let seg = t.segment_size.unwrap_or(data.len()).max(1);
     let count = data.len().div_ceil(seg) as u64;
+    let one = SendTo {
+        ecn: t.ecn.map_or(0, |e| e as u8),
+        ..SendTo::one(t.destination, t.src_ip)
+    };
     if count > 1 && io.gso_works() {
-        if let Ok(s) = u16::try_from(seg) {
-            let sent = io.send_segments(l, t.destination, t.src_ip, data, s);
-            return if sent { count } else { 0 };
+        if let Ok(segment) = u16::try_from(seg) {
+            if io.send_with(l, SendTo { segment, ..one }, data) {
+                bump(&q.datagrams_out, count);
+                bump(&q.sends, 1);
+            }
+            return;
         }
     }
-    let mut n = 0;
     for d in data.chunks(seg) {
-        n += u64::from(io.send_to(l, t.destination, t.src_ip, d));
+        if io.send_with(l, one, d) {
+            bump(&q.datagrams_out, 1);
+            bump(&q.sends, 1);
+        }
     }
-    n
 }

@@ -20,12 +20,13 @@ mod stream;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use quinn_proto::{ConnectionHandle, DatagramEvent, Endpoint, Incoming};
+use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, Incoming};
 use ringx_engine::{ConnId, Datagram, ListenerId};
 use ringx_quic::{Keys, Owner};
 
@@ -106,6 +107,9 @@ pub struct Quic {
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     /// The buffer quinn-proto writes packets into.
     buf: Vec<u8>,
+    /// Connections that got datagrams in the zone's current batch and run at its end
+    /// (each once: `H3Conn::due`).
+    due: Vec<u32>,
 }
 
 impl Quic {
@@ -114,27 +118,54 @@ impl Quic {
         self.by_handle.len()
     }
 
-    /// A datagram on QUIC listener `listener` (serving `routes.listen[tcp]`'s address).
+    /// A datagram on QUIC listener `listener` (serving `routes.listen[tcp]`'s address), or
+    /// several of one sender the kernel coalesced (GRO). Each packet goes to its connection
+    /// at once; the connection answers at the end of the zone's batch ([`Quic::batch_end`]),
+    /// once for every datagram the batch brought it: one round of acknowledgements and
+    /// responses instead of one per datagram.
     pub fn datagram(&mut self, cx: &mut Cx, listener: ListenerId, tcp: u32, dg: Datagram<'_>) {
-        bump(&cx.ctx.log.counters.quic.datagrams_in, 1);
         if dg.truncated {
-            return; // larger than the zone's datagram buffers: not a QUIC packet of ours
+            // Larger than the zone's datagram buffers: not a QUIC packet of ours.
+            return bump(&cx.ctx.log.counters.quic.datagrams_in, 1);
         }
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
         let now = cx.io.now();
         cx.ctx.refresh_date(now);
-        let ev = self.endpoint(cx, listener, tcp).and_then(|ep| {
-            let data = BytesMut::from(dg.data);
-            ep.handle(now, dg.peer, dg.local, None, data, &mut buf)
-        });
+        let ecn = EcnCodepoint::from_bits(dg.ecn);
+        // One allocation for the whole coalesced run: each datagram is split off it.
+        bump(&cx.ctx.log.counters.quic.receives, 1);
+        let mut data = BytesMut::from(dg.data);
+        let stride = match dg.segment {
+            0 => data.len(),
+            s => usize::from(s),
+        }
+        .max(1);
+        while !data.is_empty() {
+            let one = data.split_to(stride.min(data.len()));
+            bump(&cx.ctx.log.counters.quic.datagrams_in, 1);
+            self.packet(cx, (listener, tcp), (dg.peer, dg.local, ecn), one, now);
+        }
+    }
+
+    /// One datagram for listener `listener` from `peer` (sent to `local`, with `ecn`).
+    fn packet(
+        &mut self,
+        cx: &mut Cx,
+        (listener, tcp): (ListenerId, u32),
+        (peer, local, ecn): (SocketAddr, Option<IpAddr>, Option<EcnCodepoint>),
+        data: BytesMut,
+        now: Instant,
+    ) {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let ev = self
+            .endpoint(cx, listener, tcp)
+            .and_then(|ep| ep.handle(now, peer, local, ecn, data, &mut buf));
         self.buf = buf;
         match ev {
             None => {}
             Some(DatagramEvent::Response(t)) => {
                 let buf = std::mem::take(&mut self.buf);
-                let n = send(cx.io, listener, &t, &buf);
-                bump(&cx.ctx.log.counters.quic.datagrams_out, n);
+                send(cx.io, &cx.ctx.log.counters.quic, listener, &t, &buf);
                 self.buf = buf;
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
@@ -146,9 +177,32 @@ impl Quic {
                 };
                 if let Some(c) = self.conns[slot as usize].as_mut() {
                     c.quic.handle_event(e);
+                    if !c.due {
+                        c.due = true;
+                        self.due.push(slot);
+                    }
                 }
-                self.drive(cx, slot);
             }
+        }
+    }
+
+    /// The end of the zone's batch: every connection that got datagrams in it runs.
+    pub fn batch_end(&mut self, cx: &mut Cx) {
+        if self.due.is_empty() {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.due);
+        for &slot in &due {
+            // A slot named twice (its connection ended and a new one took it) runs once.
+            if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+                if std::mem::take(&mut c.due) {
+                    self.drive(cx, slot);
+                }
+            }
+        }
+        due.clear();
+        if self.due.is_empty() {
+            self.due = due;
         }
     }
 
@@ -170,15 +224,13 @@ impl Quic {
         if self.by_handle.len() >= max || cx.ctx.draining {
             bump(&cx.ctx.log.counters.quic.refused, 1);
             let t = ep.refuse(incoming, &mut self.buf);
-            let n = send(cx.io, listener, &t, &self.buf);
-            return bump(&cx.ctx.log.counters.quic.datagrams_out, n);
+            return send(cx.io, &cx.ctx.log.counters.quic, listener, &t, &self.buf);
         }
         if retry && !incoming.remote_address_validated() && incoming.may_retry() {
             bump(&cx.ctx.log.counters.quic.retried, 1);
             match ep.retry(incoming, &mut self.buf) {
                 Ok(t) => {
-                    let n = send(cx.io, listener, &t, &self.buf);
-                    bump(&cx.ctx.log.counters.quic.datagrams_out, n);
+                    send(cx.io, &cx.ctx.log.counters.quic, listener, &t, &self.buf);
                 }
                 Err(e) => ep.ignore(e.into_incoming()),
             }
@@ -189,8 +241,7 @@ impl Quic {
             Ok(x) => x,
             Err(e) => {
                 if let Some(t) = e.response {
-                    let n = send(cx.io, listener, &t, &self.buf);
-                    bump(&cx.ctx.log.counters.quic.datagrams_out, n);
+                    send(cx.io, &cx.ctx.log.counters.quic, listener, &t, &self.buf);
                 }
                 return;
             }
@@ -228,8 +279,7 @@ impl Quic {
         let served = c.run(cx, &mut l.endpoint) as u64;
         bump(&cx.ctx.log.counters.quic.requests, served);
         c.close_if_done(cx.io.now());
-        let sent = c.transmit(cx.io, &mut self.buf);
-        bump(&cx.ctx.log.counters.quic.datagrams_out, sent);
+        c.transmit(cx.io, &cx.ctx.log.counters.quic, &mut self.buf);
         if c.quic.is_drained() {
             let h = c.handle;
             self.by_handle.remove(&(c.listener.0, h));

@@ -162,6 +162,8 @@ fn bad_datagrams_are_dropped_and_counted() {
         local: None,
         data: &[2u8; 100],
         truncated: true,
+        segment: 0,
+        ecn: 0,
     };
     h.t.datagram(&mut h.z, l, truncated);
     assert_eq!(dropped(&h, Drop::Oversized), 2);
