@@ -86,7 +86,9 @@ pub fn string<'a>(
 /// Decodes a Huffman-coded string (RFC 7541 Appendix B) into `out`.
 pub fn huffman_decode(raw: &[u8], out: &mut Vec<u8>) -> Result<(), Prim> {
     out.clear();
-    httlib_huffman::decode(raw, out, httlib_huffman::DecoderSpeed::FourBits)
+    // Five bits a step: the crate's fastest table (a request's fields are Huffman-coded by
+    // most clients, and QPACK clients rarely index them).
+    httlib_huffman::decode(raw, out, httlib_huffman::DecoderSpeed::FiveBits)
         .map_err(|_| Prim::Invalid)?;
     // The padding must be under 8 bits and all ones (RFC 7541 §5.2); the decoder lets a
     // zero padding through, so it is checked from the code lengths of what was decoded.
@@ -114,12 +116,14 @@ fn huffman_bits(s: &[u8]) -> usize {
 pub fn write_string(out: &mut Vec<u8>, n: u8, flags: u8, s: &[u8]) {
     let coded = huffman_bits(s).div_ceil(8);
     if coded < s.len() {
-        let mut h = Vec::with_capacity(coded);
-        if httlib_huffman::encode(s, &mut h).is_ok() && h.len() == coded {
-            write_int(out, n, flags | (1 << n), coded as u64);
-            out.extend_from_slice(&h);
+        // Coded straight after its length (known beforehand): no buffer of its own.
+        let mark = out.len();
+        write_int(out, n, flags | (1 << n), coded as u64);
+        let start = out.len();
+        if httlib_huffman::encode(s, out).is_ok() && out.len() - start == coded {
             return;
         }
+        out.truncate(mark);
     }
     write_int(out, n, flags, s.len() as u64);
     out.extend_from_slice(s);
