@@ -24,7 +24,16 @@
 //! proto = "tcp"                # or "udp"
 //! backends = ["10.0.0.11", { addr = "10.0.0.12", weight = 2 }]
 //! health = { check = "http", path = "/", interval = "1s", timeout = "500ms", rise = 2, fall = 2 }
+//!
+//! [[lb.service]]               # HTTP/3: QUIC routed by the host its connection ID names
+//! vip = "198.51.100.1:443"
+//! proto = "udp"
+//! backends = [{ addr = "10.0.0.11", quic_host = 1 }, { addr = "10.0.0.12", quic_host = 2 }]
 //! ```
+//!
+//! `quic_host` is the id the backend's ringx puts in every QUIC connection ID it issues
+//! (`[http] quic_host` there, the same number): the balancer sends a packet that names it to
+//! that backend, whatever address or port the client now has (connection migration).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -43,6 +52,8 @@ use crate::xdp::{DevName, XdpMode};
 pub const MAX_SERVICES: usize = 64;
 pub const MAX_BACKENDS_PER_SERVICE: usize = 655;
 pub const MAX_WEIGHT: u32 = 100;
+/// QUIC host ids: 1..=255 (0 is a ringx host alone, behind no balancer).
+pub const MAX_QUIC_HOST: i64 = 255;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,11 +135,13 @@ pub struct Service {
     pub health: Option<Spanned<Health>>,
 }
 
-/// A backend: `"10.0.0.11"` or `{ addr = "10.0.0.11", weight = 2 }`.
+/// A backend: `"10.0.0.11"` or `{ addr = "10.0.0.11", weight = 2, quic_host = 7 }`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backend {
     pub addr: IpAddr,
     pub weight: u32,
+    /// The host id its QUIC connection IDs carry (its `[http] quic_host`); UDP services only.
+    pub quic_host: Option<u8>,
 }
 
 impl<'de> Deserialize<'de> for Backend {
@@ -143,11 +156,13 @@ impl<'de> Deserialize<'de> for Backend {
                 Ok(Backend {
                     addr: parse_addr(v)?,
                     weight: 1,
+                    quic_host: None,
                 })
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Backend, A::Error> {
                 let mut addr = None;
                 let mut weight = 1;
+                let mut quic_host = None;
                 while let Some(k) = m.next_key::<String>()? {
                     match k.as_str() {
                         "addr" => {
@@ -163,11 +178,30 @@ impl<'de> Deserialize<'de> for Backend {
                             }
                             weight = w as u32;
                         }
-                        other => return Err(de::Error::unknown_field(other, &["addr", "weight"])),
+                        "quic_host" => {
+                            let h: i64 = m.next_value()?;
+                            if !(1..=MAX_QUIC_HOST).contains(&h) {
+                                return Err(de::Error::custom(format!(
+                                    "quic_host {h}: between 1 and {MAX_QUIC_HOST} (the host byte \
+                                     of the backend's QUIC connection IDs: its [http] quic_host)"
+                                )));
+                            }
+                            quic_host = Some(h as u8);
+                        }
+                        other => {
+                            return Err(de::Error::unknown_field(
+                                other,
+                                &["addr", "weight", "quic_host"],
+                            ))
+                        }
                     }
                 }
                 let addr = addr.ok_or_else(|| de::Error::missing_field("addr"))?;
-                Ok(Backend { addr, weight })
+                Ok(Backend {
+                    addr,
+                    weight,
+                    quic_host,
+                })
             }
         }
         d.deserialize_any(BackendVisitor)
@@ -342,11 +376,34 @@ pub(crate) fn validate(
             ));
         }
         let mut addrs = BTreeSet::new();
+        let mut hosts = std::collections::BTreeMap::new();
         for b in &svc.backends {
-            if !addrs.insert(b.get_ref().addr) {
+            let bb = b.get_ref();
+            if !addrs.insert(bb.addr) {
                 return Err(src.err(
                     b.span(),
-                    format!("backend {} is listed twice in {vip}", b.get_ref().addr),
+                    format!("backend {} is listed twice in {vip}", bb.addr),
+                ));
+            }
+            let Some(h) = bb.quic_host else { continue };
+            if svc.proto != Proto::Udp {
+                return Err(src.err(
+                    b.span(),
+                    format!(
+                        "backend {}: quic_host is for a UDP service (QUIC); {vip} is TCP: \
+                         add proto = \"udp\" to the service, or remove quic_host",
+                        bb.addr
+                    ),
+                ));
+            }
+            if let Some(other) = hosts.insert(h, bb.addr) {
+                return Err(src.err(
+                    b.span(),
+                    format!(
+                        "backend {}: quic_host {h} is also {other}'s in {vip}; each backend \
+                         needs its own (the balancer could not tell their connections apart)",
+                        bb.addr
+                    ),
                 ));
             }
         }
@@ -395,15 +452,24 @@ health = { check = "http", path = "/healthz", interval = "200ms" }
 vip = "[2001:db8::1]:53"
 proto = "udp"
 backends = ["fd00::11"]
+
+[[lb.service]]
+vip = "198.51.100.1:443"
+proto = "udp"
+backends = [{ addr = "10.0.0.11", quic_host = 1 }, { addr = "10.0.0.12", quic_host = 2 }]
 "#;
 
     #[test]
     fn an_lb_only_file_is_valid() {
         let c = parse("lb.toml", OK).unwrap();
         let lb = c.lb.unwrap();
-        assert_eq!(lb.services.len(), 2);
+        assert_eq!(lb.services.len(), 3);
         let s = lb.services[0].get_ref();
         assert_eq!(s.backends[1].get_ref().weight, 2);
+        assert_eq!(s.backends[1].get_ref().quic_host, None);
+        let q = lb.services[2].get_ref();
+        let hosts: Vec<_> = q.backends.iter().map(|b| b.get_ref().quic_host).collect();
+        assert_eq!(hosts, [Some(1), Some(2)]);
         assert_eq!(
             s.health.as_ref().unwrap().get_ref().check,
             super::Check::Http
@@ -528,6 +594,24 @@ backends = ["fd00::11"]
             (
                 OK.replace("encap = \"ipip\"", "too_big_burst = 0"),
                 "lb.toml:4:17: too_big_burst must be at least 1",
+            ),
+            (
+                OK.replace("quic_host = 2", "quic_host = 1"),
+                "lb.toml:20:52: backend 10.0.0.12: quic_host 1 is also 10.0.0.11's in \
+                 198.51.100.1:443",
+            ),
+            (
+                OK.replace("quic_host = 2", "quic_host = 256"),
+                "lb.toml:20:52: quic_host 256: between 1 and 255",
+            ),
+            (
+                OK.replace("quic_host = 2", "quic_host = 0"),
+                "lb.toml:20:52: quic_host 0: between 1 and 255",
+            ),
+            (
+                OK.replace("weight = 2", "weight = 2, quic_host = 3"),
+                "lb.toml:9:26: backend 10.0.0.12: quic_host is for a UDP service (QUIC); \
+                 198.51.100.1:80 is TCP",
             ),
             (
                 OK.replace("encap = \"ipip\"", "too_big_rate = 2000000000"),

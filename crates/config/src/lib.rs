@@ -176,6 +176,7 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         max_connections: &cfg.http.quic_max_connections,
         idle_timeout: &cfg.http.quic_idle_timeout,
         max_streams: &cfg.http.quic_max_streams,
+        host: &cfg.http.quic_host,
     };
     quic::validate(limits, &cfg.server, &cfg.stream, src)?;
     tls::validate(

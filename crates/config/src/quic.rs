@@ -9,6 +9,7 @@
 //! quic_max_streams = 100        # request streams one connection may have open at once
 //! quic_retry = "auto"           # Retry tokens (address validation): "auto", "always", "never"
 //! quic_early_data = false       # 0-RTT requests
+//! quic_host = 0                 # behind `ringx lb`: this host's id there (1..255); 0: alone
 //!
 //! [[server]]
 //! listen = ["0.0.0.0:443", "[::]:443"]
@@ -49,6 +50,7 @@ pub(crate) struct Limits<'a> {
     pub max_connections: &'a Spanned<u32>,
     pub idle_timeout: &'a Spanned<Dur>,
     pub max_streams: &'a Spanned<u32>,
+    pub host: &'a Spanned<u32>,
 }
 
 /// The checks of `quic = true` on servers and streams, and of the `[http]` limits.
@@ -155,6 +157,13 @@ fn validate_limits(h: &Limits<'_>, src: &Source) -> Result<(), ConfigError> {
     };
     n(h.max_connections, 1, 1_000_000, "quic_max_connections")?;
     n(h.max_streams, 1, 65_536, "quic_max_streams")?;
+    if *h.host.get_ref() > 255 {
+        return Err(src.err(
+            h.host.span(),
+            "quic_host must be between 0 and 255: the host byte of this host's QUIC connection \
+             IDs, the quic_host of its backend in the balancer's [lb] (0: no balancer)",
+        ));
+    }
     let idle = h.idle_timeout.get_ref().0;
     if idle < std::time::Duration::from_secs(1) || idle > std::time::Duration::from_secs(3600) {
         return Err(src.err(
@@ -170,6 +179,9 @@ pub(crate) fn default_max_connections() -> Spanned<u32> {
 }
 pub(crate) fn default_idle_timeout() -> Spanned<Dur> {
     Spanned::new(0..0, Dur(std::time::Duration::from_secs(30)))
+}
+pub(crate) fn default_host() -> Spanned<u32> {
+    Spanned::new(0..0, 0)
 }
 pub(crate) fn default_max_streams() -> Spanned<u32> {
     Spanned::new(0..0, 100)

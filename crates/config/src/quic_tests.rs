@@ -24,10 +24,11 @@ fn quic_defaults_and_values_parse() {
     assert_eq!(*h.quic_max_streams.get_ref(), 100);
     assert_eq!(h.quic_retry, Retry::Auto);
     assert!(!h.quic_early_data);
+    assert_eq!(*h.quic_host.get_ref(), 0, "a host alone by default");
 
     let c = ok(&format!(
         "[http]\nquic_max_connections = 500\nquic_idle_timeout = \"90s\"\nquic_max_streams = 16\n\
-         quic_retry = \"always\"\nquic_early_data = true\n{}{}",
+         quic_retry = \"always\"\nquic_early_data = true\nquic_host = 255\n{}{}",
         server("127.0.0.1:443", &format!("{TLS}quic = true\n")),
         // A second server on the address, saying the same.
         server(
@@ -43,6 +44,7 @@ fn quic_defaults_and_values_parse() {
     assert_eq!(*h.quic_max_streams.get_ref(), 16);
     assert_eq!(h.quic_retry, Retry::Always);
     assert!(h.quic_early_data);
+    assert_eq!(*h.quic_host.get_ref(), 255);
     let c = ok(&format!(
         "[http]\nquic_retry = \"never\"\n{}",
         server("127.0.0.1:443", "")
@@ -125,6 +127,11 @@ fn quic_mistakes_are_placed_and_explained() {
             format!("[http]\nquic_retry = \"sometimes\"\n{}", server("127.0.0.1:80", "")),
             "\"sometimes\"",
             "`auto`, `always`, `never`",
+        ),
+        (
+            format!("[http]\nquic_host = 256\n{}", server("127.0.0.1:80", "")),
+            "256",
+            "quic_host must be between 0 and 255",
         ),
         (
             format!("[http]\nquic_early_data = \"yes\"\n{}", server("127.0.0.1:80", "")),

@@ -257,6 +257,11 @@ pub struct Http {
     /// run twice.
     #[serde(default)]
     pub quic_early_data: bool,
+    /// This host's id behind `ringx lb` (the `quic_host` of its backend entry there), put
+    /// in every QUIC connection ID it issues so the balancer routes a migrated connection
+    /// back to it; 0: a host alone.
+    #[serde(default = "quic::default_host")]
+    pub quic_host: Spanned<u32>,
 }
 
 impl Default for Http {

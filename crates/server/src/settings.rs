@@ -49,6 +49,8 @@ pub struct QuicSettings {
     pub retry: RetryWhen,
     /// 0-RTT accepted (off: a replayed request could run twice).
     pub early_data: bool,
+    /// The host byte of every connection ID issued (`[http] quic_host`; 0: no balancer).
+    pub host: u8,
 }
 
 impl Default for QuicSettings {
@@ -59,6 +61,7 @@ impl Default for QuicSettings {
             max_streams: 100,
             retry: RetryWhen::Auto,
             early_data: false,
+            host: 0,
         }
     }
 }
@@ -111,6 +114,8 @@ impl Settings {
                     ringx_config::quic::Retry::Never => RetryWhen::Never,
                 },
                 early_data: h.quic_early_data,
+                // Checked to be 0..=255 by the configuration.
+                host: u8::try_from(*h.quic_host.get_ref()).unwrap_or(0),
             },
         }
     }

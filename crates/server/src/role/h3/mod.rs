@@ -450,9 +450,11 @@ fn make_endpoint(cx: &Cx, tcp: u32) -> Option<(Endpoint, Option<Arc<quinn_proto:
             return None;
         }
     };
-    // Host 0: a host alone (`ringx lb` gives each host its own byte later).
+    // `[http] quic_host`: this host's id behind `ringx lb`, which routes a packet whose ID
+    // names it here whatever the client's address (0: a host alone). Fixed for the
+    // endpoint's life: a reload keeps endpoints, so a new id takes a restart or an upgrade.
     let owner = Owner {
-        host: 0,
+        host: set.host,
         zone: cx.ctx.id as u8,
         epoch: EPOCH.load(Relaxed),
     };
