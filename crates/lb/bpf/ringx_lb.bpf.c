@@ -16,6 +16,9 @@
  *   4. the flow in the connection table (LRU), its
  *      service still the same                          -> its backend
  *   5. TCP/UDP not to a VIP                            -> PASS (PASS_NOT_VIP), untouched
+ *      UDP whose QUIC connection ID names a host of the
+ *      service (lb_quic_hosts), its backend not down,
+ *      and 4 had no entry or another backend           -> that backend, remembered (FWD_QUIC)
  *      else the service's Maglev ring at hash(5-tuple) -> a backend, remembered
  *   6. encapsulate (GUE over UDP, or IP-in-IP) to the backend's next hop (resolved by
  *      the control plane), XDP_TX, or XDP_REDIRECT to
@@ -95,6 +98,9 @@ LB_MAP(lb_backends, BPF_MAP_TYPE_ARRAY, __u32, struct lb_backend, LB_MAX_BACKEND
 /* vip id * LB_RING_SIZE + slot -> backend index. */
 LB_MAP(lb_ring, BPF_MAP_TYPE_ARRAY, __u32, __u32, LB_MAX_VIPS * LB_RING_SIZE);
 LB_MAP(lb_members, BPF_MAP_TYPE_HASH, struct lb_member_key, __u32, LB_MAX_BACKENDS * 4);
+/* vip id * LB_QUIC_HOSTS + host byte -> backend index + 1; 0: no backend of the service has
+ * that host (so a fresh map names none). An array: the verifier inlines its lookup. */
+LB_MAP(lb_quic_hosts, BPF_MAP_TYPE_ARRAY, __u32, __u32, LB_MAX_VIPS * LB_QUIC_HOSTS);
 LB_MAP(lb_vip_stats, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct lb_counter, LB_MAX_VIPS);
 LB_MAP(lb_backend_stats, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct lb_counter, LB_MAX_BACKENDS);
 /* 64 slots, more than LB_REASON_MAX: a newer program may add reasons to a pinned map. */
@@ -265,6 +271,21 @@ static __always_inline struct lb_flow *flow_lookup(const struct pkt *p)
 	return bpf_map_lookup_elem(&lb_conns, &p->flow);
 }
 
+/* Puts the flow's backend in its family's connection table. */
+static __always_inline void remember(const struct pkt *p, __u32 vid, __u32 hash, __u32 be)
+{
+	struct lb_flow nf = { .backend = be, .vip = vid, .hash = hash };
+
+	if (p->family == 4) {
+		struct lb_flow_key4 k;
+
+		key4(&k, &p->flow);
+		bpf_map_update_elem(&lb_conns4, &k, &nf, BPF_ANY);
+	} else {
+		bpf_map_update_elem(&lb_conns, &p->flow, &nf, BPF_ANY);
+	}
+}
+
 /* A new flow's backend (or one the table does not know): the service's ring at the flow's
  * hash, remembered, except for ICMP errors, which are not packets of the flow. */
 static __always_inline int pick(const struct pkt *p, __u32 vid, __u64 hash, __u32 *out)
@@ -276,19 +297,54 @@ static __always_inline int pick(const struct pkt *p, __u32 vid, __u64 hash, __u3
 	if (!be || *be == LB_NO_BACKEND || !backend(*be))
 		return LB_DROP_NO_BACKEND;
 	*out = *be;
-	if (!p->icmp) {
-		struct lb_flow nf = { .backend = *be, .vip = vid, .hash = hash };
-
-		if (p->family == 4) {
-			struct lb_flow_key4 k;
-
-			key4(&k, &p->flow);
-			bpf_map_update_elem(&lb_conns4, &k, &nf, BPF_ANY);
-		} else {
-			bpf_map_update_elem(&lb_conns, &p->flow, &nf, BPF_ANY);
-		}
-	}
+	if (!p->icmp)
+		remember(p, vid, hash, *be);
 	return 0;
+}
+
+/* ---- QUIC: the host a connection ID names ---- */
+
+/* The bytes of a UDP payload read for it: a long header's host byte is the 8th. */
+#define LB_QUIC_PEEK 8
+
+/* The slot of lb_quic_hosts that the QUIC packet at `q` (its UDP payload, LB_QUIC_PEEK
+ * bytes readable, checked by the caller) names for service `vid`, or -1 when it names none:
+ *  - a short header (bit 0x80 clear: every packet once the handshake is done) carries the
+ *    destination connection ID right after its first byte, without a length;
+ *  - a long header carries the ID's length at 5 and the ID at 6; only a Handshake packet's
+ *    (type 2) is sure to be one the server chose, so only it is read. A client's Initial and
+ *    0-RTT carry an ID the client made up (random bytes that could name any host), and go by
+ *    the connection table and the ring, as the client's address stays put until the
+ *    handshake is confirmed (RFC 9000 §9).
+ * An ID of ours has the config rotation in its first byte's top bits (cid.rs); the host is
+ * its second byte. Plain UDP of a service without QUIC hosts reads an empty slot. */
+static __always_inline int quic_slot(const __u8 *q, __u32 vid)
+{
+	__u8 cid0, host;
+
+	if (!(q[0] & 0x80)) {
+		cid0 = q[1];
+		host = q[1 + LB_QUIC_HOST_BYTE];
+	} else if ((q[0] & 0x30) == 0x20 && q[5] == LB_QUIC_CID_LEN) {
+		cid0 = q[6];
+		host = q[6 + LB_QUIC_HOST_BYTE];
+	} else {
+		return -1;
+	}
+	if (cid0 >> 5 != LB_QUIC_ROTATION)
+		return -1;
+	return vid * LB_QUIC_HOSTS + host;
+}
+
+/* The backend index in slot `slot` of lb_quic_hosts, or LB_NO_BACKEND. */
+static __always_inline __u32 quic_host(int slot)
+{
+	__u32 k = slot, *v;
+
+	if (slot < 0)
+		return LB_NO_BACKEND;
+	v = bpf_map_lookup_elem(&lb_quic_hosts, &k);
+	return v && *v ? *v - 1 : LB_NO_BACKEND;
 }
 
 #include "lb_too_big.h"
@@ -532,6 +588,19 @@ static __always_inline int fast4(struct xdp_md *ctx)
 		return LB_FAST_NO;
 	be = f->backend;
 	hash = f->hash;
+	/* QUIC: a connection ID that names another backend than the table's (a client now at
+	 * addresses and ports that another connection had) is the general path's to decide. */
+	if (ip->protocol == IPPROTO_UDP) {
+		__u8 *q = l4 + sizeof(struct udphdr);
+		__u32 qb;
+
+		if ((void *)(q + LB_QUIC_PEEK) <= end &&
+		    tot >= sizeof(*ip) + sizeof(struct udphdr) + LB_QUIC_PEEK) {
+			qb = quic_host(quic_slot(q, id));
+			if (qb != LB_NO_BACKEND && qb != be)
+				return LB_FAST_NO;
+		}
+	}
 	b = backend(be);
 	olen = sizeof(struct iphdr) + (gue ? sizeof(struct udphdr) : 0);
 	/* An IPv6 backend, an unresolved next hop, the MTU: the general path's. */
@@ -603,8 +672,9 @@ static __always_inline int general(struct xdp_md *ctx, int known_miss)
 	struct lb_vip *vip;
 	struct lb_flow *f;
 	__u32 be = 0, vid = 0, bytes = ctx->data_end - ctx->data;
-	int r, miss = 0, verdict = XDP_DROP;
+	int r, miss = 0, quic = 0, verdict = XDP_DROP;
 	__u32 hash;
+	__u64 h = 0;
 	struct lb_backend *b;
 
 	if (!eth)
@@ -628,8 +698,7 @@ static __always_inline int general(struct xdp_md *ctx, int known_miss)
 		be = f->backend;
 		hash = f->hash;
 	} else {
-		__u64 h = flow_hash(&p.flow);
-
+		h = flow_hash(&p.flow);
 		hash = h;
 		/* The service: the flow's destination (for an ICMP error, the quoted packet's
 		 * source). */
@@ -644,6 +713,28 @@ static __always_inline int general(struct xdp_md *ctx, int known_miss)
 		}
 		vid = vip->id;
 		miss = 1;
+	}
+	/* QUIC: the backend the connection ID names, unless it is down (a drained one keeps
+	 * its connections, as the table keeps its flows). The cursor is at the UDP payload;
+	 * the bytes read must be the datagram's, not the frame's padding. */
+	if (p.flow.proto == IPPROTO_UDP && !p.icmp) {
+		__u8 *q = c.pos;
+		struct lb_backend *qb;
+		__u32 qi;
+
+		if ((void *)(q + LB_QUIC_PEEK) <= c.end &&
+		    (void *)q - data + LB_QUIC_PEEK <= p.ip_off + p.ip_len) {
+			qi = quic_host(quic_slot(q, vid));
+			qb = qi == LB_NO_BACKEND ? 0 : backend(qi);
+			if (qb && !(qb->flags & LB_BACKEND_DOWN) && (miss || qi != be)) {
+				be = qi;
+				b = qb;
+				remember(&p, vid, hash, be);
+				quic = 1;
+			}
+		}
+	}
+	if (miss && !quic) {
 		r = pick(&p, vid, h, &be);
 		if (r)
 			goto stop;
@@ -661,13 +752,14 @@ static __always_inline int general(struct xdp_md *ctx, int known_miss)
 	if (r)
 		goto stop;
 	{
-		int fresh = miss && !p.icmp && (p.flow.proto == IPPROTO_UDP || p.syn);
+		/* A flow the connection ID routed is a connection the backend already has. */
+		int fresh = miss && !quic && !p.icmp && (p.flow.proto == IPPROTO_UDP || p.syn);
 
 		count_flow(&lb_vip_stats, vid, bytes, miss, fresh);
 		count_flow(&lb_backend_stats, be, bytes, miss, fresh);
 	}
 	/* The counter's bytes are the frame as it arrived. */
-	count_reason_n(p.icmp ? LB_FWD_ICMP : LB_FWD, bytes);
+	count_reason_n(p.icmp ? LB_FWD_ICMP : quic ? LB_FWD_QUIC : LB_FWD, bytes);
 	return verdict;
 
 stop:

@@ -29,6 +29,7 @@
 	X(DROP_ENCAP, DROP, "no room in the frame for the outer headers") \
 	X(TX_ICMP_TOO_BIG, FWD, "too big once encapsulated (IPv4 with DF, or IPv6): ICMP fragmentation-needed or ICMPv6 packet-too-big sent back to the client") \
 	X(DROP_TOO_BIG_LIMITED, DROP, "too big once encapsulated, its ICMP answer over the rate limit (too_big_rate, too_big_burst)") \
+	X(FWD_QUIC, FWD, "QUIC packet sent to the backend its connection ID names, where the connection table had no entry or another backend for its addresses and ports (a client that moved)") \
 	/* end of LB_REASONS */
 
 /* The backends' decapsulation program (ringx_lb_decap), counters in lbd_stats. */
@@ -61,6 +62,15 @@ enum lbd_reason {
 #define LB_MAX_BACKENDS 4096
 /* A ring entry that names no backend (a service whose backends are all out). */
 #define LB_NO_BACKEND 4294967295
+
+/* QUIC connection IDs as ringx issues them (crates/quic/src/cid.rs, QUIC-LB's plaintext
+ * layout): LB_QUIC_CID_LEN bytes, the first byte's top three bits the config rotation
+ * (LB_QUIC_ROTATION), the second the host (a backend's quic_host, 1..255). */
+#define LB_QUIC_CID_LEN 12
+#define LB_QUIC_ROTATION 0
+#define LB_QUIC_HOST_BYTE 1
+/* lb_quic_hosts: LB_QUIC_HOSTS slots per service (one per host byte). */
+#define LB_QUIC_HOSTS 256
 
 /* Encapsulations (lb_encap). */
 #define LB_ENCAP_GUE 1  /* outer IP + UDP to lb_gue_port + the inner IP packet (GUE variant 1) */

@@ -102,6 +102,7 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
         .map(|i| BackendSpec {
             addr: format!("10.0.0.{i}").parse().unwrap(),
             weight: 1,
+            quic_host: None,
         })
         .collect();
     control::apply(

@@ -268,6 +268,8 @@ pub mod map_names {
     pub const BACKENDS: &str = "lb_backends";
     pub const RING: &str = "lb_ring";
     pub const MEMBERS: &str = "lb_members";
+    /// Service id × 256 + QUIC host byte → backend index + 1 (0: none).
+    pub const QUIC_HOSTS: &str = "lb_quic_hosts";
     pub const VIP_STATS: &str = "lb_vip_stats";
     pub const BACKEND_STATS: &str = "lb_backend_stats";
     pub const STATS: &str = "lb_stats";
@@ -278,13 +280,14 @@ pub mod map_names {
     pub const CHAIN: &str = "lb_chain";
     pub const DECAP_STATS: &str = "lbd_stats";
     /// The balancer's maps (the decapsulation program has only [`DECAP_STATS`]).
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         VIPS,
         VIP_ADDRS,
         VIP_KEYS,
         BACKENDS,
         RING,
         MEMBERS,
+        QUIC_HOSTS,
         VIP_STATS,
         BACKEND_STATS,
         STATS,

@@ -8,7 +8,7 @@
 //!
 //! Ordering keeps the program consistent at every step: a new backend is written before any
 //! ring names it, a new service's ring before the service, a removed service goes before its
-//! ring and members, and a removed backend is cleared only once no ring names it (the
+//! ring, members and QUIC hosts, and a removed backend is cleared only once no ring names it (the
 //! program then treats its connection-table entries as misses).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +18,7 @@ use ringx_xdp::{Error, Result};
 
 use crate::abi::{
     addr_bytes, addr_from, BackendValue, MemberKey, VipValue, BACKEND_DOWN, BACKEND_DRAIN,
-    BACKEND_PRESENT, VIP_PRESENT,
+    BACKEND_PRESENT, QUIC_HOSTS, VIP_PRESENT,
 };
 use crate::maps::{vip_key, LbMaps, Proto};
 use crate::ring::{self, Member};
@@ -36,6 +36,11 @@ pub struct BackendSpec {
     pub addr: IpAddr,
     /// Relative share of new flows (1 or more).
     pub weight: u32,
+    /// UDP services: the host byte of the QUIC connection IDs the backend issues (its
+    /// `[http] quic_host`, 1..=255, one per backend of a service). A packet whose ID names
+    /// it goes to this backend whatever its addresses and ports (a client that moved), unless
+    /// the backend is down.
+    pub quic_host: Option<u8>,
 }
 
 /// How to reach a backend: the device and next hop's MAC (see `nexthop.rs`).
@@ -83,6 +88,25 @@ pub fn apply(
                 s.addr,
                 s.proto.as_str()
             )));
+        }
+        let mut hosts = BTreeMap::new();
+        for b in &s.backends {
+            let Some(h) = b.quic_host else { continue };
+            if h == 0 || s.proto != Proto::Udp {
+                return Err(Error::Invalid(format!(
+                    "service {}/{}: backend {} has QUIC host {h}: hosts are 1..=255, on UDP \
+                     services",
+                    s.addr,
+                    s.proto.as_str(),
+                    b.addr
+                )));
+            }
+            if let Some(o) = hosts.insert(h, b.addr) {
+                return Err(Error::Invalid(format!(
+                    "service {}: backends {o} and {} both have QUIC host {h}",
+                    s.addr, b.addr
+                )));
+            }
         }
         if s.backends.len() > ring::MAX_MEMBERS {
             return Err(Error::Invalid(format!(
@@ -155,6 +179,7 @@ pub fn apply(
     for (k, v) in &current {
         if !wanted_keys.contains(k) {
             maps.remove_vip(k)?;
+            maps.set_quic_hosts(v.id, &[None; QUIC_HOSTS as usize])?;
             for (m, _) in maps.members()?.iter().filter(|(m, _)| m.vip == v.id) {
                 maps.remove_member(m)?;
             }
@@ -195,6 +220,13 @@ pub fn apply(
             )?;
         }
         rebuild(maps, id, !new)?;
+        let mut hosts = [None; QUIC_HOSTS as usize];
+        for b in &s.backends {
+            if let Some(h) = b.quic_host {
+                hosts[usize::from(h)] = Some(index[&b.addr]);
+            }
+        }
+        maps.set_quic_hosts(id, &hosts)?;
         if new {
             maps.set_vip(
                 k,

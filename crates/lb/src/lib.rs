@@ -31,7 +31,7 @@
 //! let svc = Service {
 //!     addr: "198.51.100.1:80".parse()?,
 //!     proto: Proto::Tcp,
-//!     backends: vec![BackendSpec { addr: "10.0.0.2".parse()?, weight: 1 }],
+//!     backends: vec![BackendSpec { addr: "10.0.0.2".parse()?, weight: 1, quic_host: None }],
 //! };
 //! control::apply(lb.maps(), &[svc], &|a| nexthop::resolve(a).ok())?;
 //! lb.attach("eth0", ringx_xdp::Mode::Native)?;

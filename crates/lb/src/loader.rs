@@ -18,7 +18,9 @@ use aya::{Ebpf, EbpfLoader};
 use ringx_xdp::sys::{self, map_type, MapFd, TestRun};
 use ringx_xdp::{attach_program, ensure_pin_dir, Attachment, ChainSlot, Error, Mode, Result};
 
-use crate::abi::{self, map_names, ENCAP_GUE, ENCAP_IPIP, MAX_BACKENDS, MAX_VIPS, RING_SIZE};
+use crate::abi::{
+    self, map_names, ENCAP_GUE, ENCAP_IPIP, MAX_BACKENDS, MAX_VIPS, QUIC_HOSTS, RING_SIZE,
+};
 use crate::maps::LbMaps;
 
 static LB_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringx_lb.o"));
@@ -133,6 +135,7 @@ fn expected(name: &str) -> (u32, usize, usize, u32) {
             MAX_BACKENDS as u32,
         ),
         map_names::RING => (map_type::ARRAY, 4, 4, (MAX_VIPS * RING_SIZE) as u32),
+        map_names::QUIC_HOSTS => (map_type::ARRAY, 4, 4, (MAX_VIPS * QUIC_HOSTS) as u32),
         map_names::MEMBERS => (
             map_type::HASH,
             size_of::<abi::MemberKey>(),

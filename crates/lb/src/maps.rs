@@ -10,7 +10,7 @@ use ringx_xdp::{Error, Result};
 
 use crate::abi::{
     addr_bytes, map_names, AddrKey, BackendValue, Counter, FlowKey, FlowKey4, FlowValue, MemberKey,
-    Pod, Reason, ReasonCounter, VipKey, VipValue, RING_SIZE,
+    Pod, Reason, ReasonCounter, VipKey, VipValue, QUIC_HOSTS, RING_SIZE,
 };
 
 /// The default pin directory of the balancer's maps and links (one per network namespace).
@@ -92,6 +92,7 @@ pub struct LbMaps {
     pub(crate) backends: MapFd,
     pub(crate) ring: MapFd,
     pub(crate) members: MapFd,
+    quic_hosts: MapFd,
     vip_stats: MapFd,
     backend_stats: MapFd,
     stats: MapFd,
@@ -116,6 +117,7 @@ impl LbMaps {
             backends: open(map_names::BACKENDS)?,
             ring: open(map_names::RING)?,
             members: open(map_names::MEMBERS)?,
+            quic_hosts: open(map_names::QUIC_HOSTS)?,
             vip_stats: open(map_names::VIP_STATS)?,
             backend_stats: open(map_names::BACKEND_STATS)?,
             stats: open(map_names::STATS)?,
@@ -257,6 +259,46 @@ impl LbMaps {
             .delete(k.as_bytes())
             .map(drop)
             .map_err(es("delete from", map_names::MEMBERS))
+    }
+
+    /// Service `vip`'s QUIC hosts as the program reads them: for each host byte, the index
+    /// of the backend that has it.
+    pub fn quic_hosts(&self, vip: u32) -> Result<[Option<u32>; QUIC_HOSTS as usize]> {
+        let mut out = [None; QUIC_HOSTS as usize];
+        let mut v = [0u8; 4];
+        for (h, o) in out.iter_mut().enumerate() {
+            self.quic_hosts
+                .lookup(&(vip * QUIC_HOSTS as u32 + h as u32).to_ne_bytes(), &mut v)
+                .map_err(es("read", map_names::QUIC_HOSTS))?;
+            *o = u32::from_ne_bytes(v).checked_sub(1);
+        }
+        Ok(out)
+    }
+
+    /// Makes service `vip`'s QUIC hosts `hosts`, writing only the slots that change (the
+    /// program sees each slot old or new). Returns how many.
+    pub fn set_quic_hosts(
+        &self,
+        vip: u32,
+        hosts: &[Option<u32>; QUIC_HOSTS as usize],
+    ) -> Result<usize> {
+        let old = self.quic_hosts(vip)?;
+        let mut n = 0;
+        for (h, (new, was)) in hosts.iter().zip(&old).enumerate() {
+            if new == was {
+                continue;
+            }
+            let v = new.map_or(0, |i| i + 1);
+            self.quic_hosts
+                .update(
+                    &(vip * QUIC_HOSTS as u32 + h as u32).to_ne_bytes(),
+                    &v.to_ne_bytes(),
+                    BPF_ANY,
+                )
+                .map_err(es("write", map_names::QUIC_HOSTS))?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Writes the entries of service `vip`'s ring that differ from `old` (all of them

@@ -57,6 +57,7 @@ fn filter_then_balancer_each_replaceable() {
         backends: vec![BackendSpec {
             addr: ipa("10.0.0.11"),
             weight: 1,
+            quic_host: None,
         }],
     };
     control::apply(lb.maps(), &[svc], &resolve).unwrap();
@@ -213,6 +214,7 @@ fn filter_balancer_steering_each_replaceable() {
         backends: vec![BackendSpec {
             addr: ipa("10.0.0.11"),
             weight: 1,
+            quic_host: None,
         }],
     };
     control::apply(lb.maps(), &[svc], &resolve).unwrap();

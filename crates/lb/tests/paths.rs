@@ -24,6 +24,7 @@ fn b(a: &str) -> BackendSpec {
     BackendSpec {
         addr: ipa(a),
         weight: 1,
+        quic_host: None,
     }
 }
 

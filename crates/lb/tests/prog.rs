@@ -26,6 +26,7 @@ fn services() -> Vec<Service> {
     let b = |a: &str, w: u32| BackendSpec {
         addr: ipa(a),
         weight: w,
+        quic_host: None,
     };
     vec![
         Service {
@@ -509,6 +510,7 @@ fn next_hops_redirect_mtu_and_unresolved() {
         backends: vec![BackendSpec {
             addr: ipa(b),
             weight: 1,
+            quic_host: None,
         }],
     };
     let syn = PacketBuilder::tcp(sa("192.0.2.1:1234"), sa(VIP4))

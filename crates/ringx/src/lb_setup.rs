@@ -46,6 +46,7 @@ pub fn services(lb: &cfg::Lb) -> Vec<Service> {
                     .map(|b| BackendSpec {
                         addr: b.get_ref().addr,
                         weight: b.get_ref().weight,
+                        quic_host: b.get_ref().quic_host,
                     })
                     .collect(),
             }
