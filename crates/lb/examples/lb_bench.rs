@@ -105,13 +105,37 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
             quic_host: None,
         })
         .collect();
+    // UDP beside it: a plain service, and one whose backends have QUIC hosts 1..=3.
+    let udp_vip: SocketAddr = "198.51.100.1:53".parse()?;
+    let quic_vip: SocketAddr = "198.51.100.1:443".parse()?;
+    let hosts = |quic: bool| -> Vec<BackendSpec> {
+        (1..=3u8)
+            .map(|i| BackendSpec {
+                addr: format!("10.0.0.{i}").parse().unwrap(),
+                weight: 1,
+                quic_host: quic.then_some(i),
+            })
+            .collect()
+    };
     control::apply(
         lb.maps(),
-        &[Service {
-            addr: vip,
-            proto: Proto::Tcp,
-            backends,
-        }],
+        &[
+            Service {
+                addr: vip,
+                proto: Proto::Tcp,
+                backends,
+            },
+            Service {
+                addr: udp_vip,
+                proto: Proto::Udp,
+                backends: hosts(false),
+            },
+            Service {
+                addr: quic_vip,
+                proto: Proto::Udp,
+                backends: hosts(true),
+            },
+        ],
         &|_| {
             Some(NextHop {
                 ifindex: 0,
@@ -195,6 +219,7 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
     let repeat_forwarded = fwd()? - f0 == 2 * runs;
     let repeat_misses = lb.maps().vip_counter(0)?.lru_misses - m0;
     let (re, rn, rf) = (median(re), median(rn), median(rf));
+    let udp = udp_costs(&lb, udp_vip, quic_vip, repeat, rounds)?;
     Ok(format!(
         "{{\"repeat\":{repeat},\"rounds\":{rounds},\"frame_bytes\":{},\
          \"established_ns\":{re:.1},\"new_flow_ns\":{rn:.1},\"floor_ns\":{rf:.1},\
@@ -203,7 +228,7 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
          \"cold\":{{\"flows\":{flows},\"established_ns\":{es:.1},\"new_flow_ns\":{nf:.1},\
          \"floor_ns\":{fl:.1},\"established_ratio\":{:.3},\"new_flow_ratio\":{:.3},\
          \"all_forwarded\":{all_forwarded},\"new_flows_missed\":{misses_ok}}},\
-         \"floor_bare_live_ns\":{}}}",
+         \"floor_bare_live_ns\":{},\"udp\":{udp}}}",
         acks[0].len(),
         re / rf,
         rn / rf,
@@ -211,6 +236,47 @@ fn measure(dir: &std::path::Path, repeat: u32, flows: u32, rounds: u32) -> R<Str
         nf / fl,
         live.duration_ns
     ))
+}
+
+/// UDP through the `repeat` harness (64-byte frames): a plain service's established flow
+/// and new flows (the ring), and a QUIC service's short-header packets naming host 2, on a
+/// path in the table (fast4 with its one extra lookup) and on a new path every run (a client
+/// that moved: routed by the ID).
+fn udp_costs(
+    lb: &Balancer,
+    udp: SocketAddr,
+    quic: SocketAddr,
+    repeat: u32,
+    rounds: u32,
+) -> R<String> {
+    let src: SocketAddr = "192.0.2.9:40000".parse()?;
+    let plain = PacketBuilder::udp(src, udp).payload(&[0x41; 22]).build();
+    let mut short = vec![0x41, 0x0a, 2, 3];
+    short.resize(22, 0x5e);
+    let quic_frame = PacketBuilder::udp(src, quic).payload(&short).build();
+    lb.test_run(&plain, 1)?;
+    lb.test_run(&quic_frame, 1)?; // both paths in the table
+    let quic0 = lb.maps().reasons()?[Reason::FwdQuic as usize].1.packets;
+    let mut out = Vec::new();
+    for (name, frame, vary) in [
+        ("established_ns", &plain, false),
+        ("new_flow_ns", &plain, true),
+        ("quic_established_ns", &quic_frame, false),
+        ("quic_new_path_ns", &quic_frame, true),
+    ] {
+        let w = ringx_lb::Wrapped::load(lb.prog_fd()?, frame, vary)?;
+        let mut v = Vec::new();
+        for _ in 0..rounds {
+            v.push(f64::from(w.run(repeat)?));
+        }
+        out.push(format!("\"{name}\":{:.1}", median(v)));
+    }
+    let by_id = lb.maps().reasons()?[Reason::FwdQuic as usize].1.packets - quic0;
+    out.push(format!(
+        "\"quic_new_paths_by_id\":{by_id},\"quic_new_path_runs\":{}",
+        u64::from(repeat) * u64::from(rounds)
+    ));
+    Ok(format!("{{{}}}", out.join(",")))
 }
 
 fn need(args: &[String], name: &str) -> R<String> {
