@@ -135,10 +135,10 @@ async def _move(client, local_ip, new_cid):
     return transport.get_extra_info("sockname")[0].removeprefix("::ffff:")
 
 
-async def _migrate(port, before, after, local_ip, new_cid, timeout, cafile):
+async def _migrate(port, before, after, local_ip, new_cid, timeout, cafile, server):
     cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
     cfg.load_verify_locations(cafile)
-    async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
+    async with connect(server, port, configuration=cfg, create_protocol=_Client,
                        wait_connected=True) as client:
         first = [client.request("GET", "localhost", p) for p in before]
         first = await asyncio.wait_for(asyncio.gather(*first), timeout)
@@ -148,11 +148,13 @@ async def _migrate(port, before, after, local_ip, new_cid, timeout, cafile):
         return first, then, moved_to
 
 
-def migrate(port, before, after, cafile, local_ip="127.0.0.1", new_cid=False, timeout=10):
-    """The responses to `before` on one connection, then, once the client moved to a new
-    socket on `local_ip` (see `_move`), the responses to `after` on the same connection;
-    and the address it moved to."""
-    return asyncio.run(_migrate(port, before, after, local_ip, new_cid, timeout, str(cafile)))
+def migrate(port, before, after, cafile, local_ip="127.0.0.1", new_cid=False, timeout=10,
+            server="127.0.0.1"):
+    """The responses to `before` on one connection to `server`, then, once the client moved
+    to a new socket on `local_ip` (see `_move`), the responses to `after` on the same
+    connection; and the address it moved to."""
+    return asyncio.run(_migrate(port, before, after, local_ip, new_cid, timeout, str(cafile),
+                                server))
 
 
 def get(port, paths, host="localhost", method="GET", headers=(), body=None, timeout=20,
