@@ -5,6 +5,7 @@ import asyncio
 import socket
 import ssl
 
+from aioquic import tls
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
@@ -96,12 +97,17 @@ class _Client(QuicConnectionProtocol):
             fut.set_result(self.responses[sid])
 
 
-async def _fetch(port, paths, host, method, headers, body, timeout, cafile):
-    cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=host)
+def _config(host, cafile, **kw):
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=host, **kw)
     if cafile is None:
         cfg.verify_mode = ssl.CERT_NONE
     else:
         cfg.load_verify_locations(cafile)
+    return cfg
+
+
+async def _fetch(port, paths, host, method, headers, body, timeout, cafile):
+    cfg = _config(host, cafile)
     async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
                        wait_connected=True) as client:
         futs = [client.request(method, host, p, headers, body) for p in paths]
@@ -163,6 +169,74 @@ def get(port, paths, host="localhost", method="GET", headers=(), body=None, time
     server's certificate checked against `cafile` (None: not checked)."""
     return asyncio.run(_fetch(port, paths, host, method, headers, body, timeout,
                               None if cafile is None else str(cafile)))
+
+
+class Session:
+    """What one connection of `session` got: the responses, the session tickets the server
+    sent, whether the handshake resumed the ticket it was given, whether the server accepted
+    the requests sent as 0-RTT, the cipher suite, and the 1-RTT key phase it ended in."""
+
+    def __init__(self):
+        self.responses = []
+        self.tickets = []
+        self.resumed = False
+        self.early_accepted = False
+        self.cipher = None
+        self.key_phase = 0
+
+
+async def _session(port, paths, o):
+    out = Session()
+    kw = {}
+    if o["ticket"] is not None:
+        kw["session_ticket"] = o["ticket"]
+    if o["cipher_suites"] is not None:
+        kw["cipher_suites"] = o["cipher_suites"]
+    cfg = _config(o["host"], o["cafile"], **kw)
+    early = o["early"]
+    async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
+                       session_ticket_handler=out.tickets.append,
+                       wait_connected=not early) as client:
+        # Without waiting for the handshake, the requests go in 0-RTT packets when the
+        # ticket allows it (aioquic sends them then; the server may refuse them, and aioquic
+        # sends them again in 1-RTT).
+        ask = lambda ps: [client.request(o["method"], o["host"], p, o["headers"], o["body"])
+                          for p in ps]
+        futs = ask(paths)
+        out.responses = list(await asyncio.wait_for(asyncio.gather(*futs), o["timeout"]))
+        quic = client._quic
+        if o["after_key_update"]:
+            quic.request_key_update()
+            client.transmit()
+            futs = ask(o["after_key_update"])
+            out.responses += await asyncio.wait_for(asyncio.gather(*futs), o["timeout"])
+        # The server sends its tickets once the handshake is done, which a response to a
+        # 0-RTT request may precede.
+        deadline = asyncio.get_running_loop().time() + o["timeout"]
+        while o["want_ticket"] and not out.tickets:
+            assert asyncio.get_running_loop().time() < deadline, "no session ticket came"
+            await asyncio.sleep(0.01)
+        out.resumed = quic.tls.session_resumed
+        out.early_accepted = quic.tls.early_data_accepted
+        out.cipher = quic.tls.key_schedule.cipher_suite if quic.tls.key_schedule else None
+        out.key_phase = quic._cryptos[tls.Epoch.ONE_RTT].recv.key_phase
+    return out
+
+
+def session(port, paths, host="localhost", method="GET", headers=(), body=None, cafile=None,
+            ticket=None, early=False, cipher_suites=None, after_key_update=(), want_ticket=False,
+            timeout=20):
+    """One connection that requests `paths` at once, resuming `ticket` (a session ticket an
+    earlier `session` got) if given; with `early`, the requests are sent without waiting for
+    the handshake (0-RTT, where the ticket allows it). `cipher_suites`: the only TLS suites
+    offered. `after_key_update`: paths requested once the first responses came and the
+    client updated its 1-RTT keys (RFC 9001 §6). `want_ticket`: wait for the server's
+    session ticket before closing. Returns a `Session`."""
+    o = dict(host=host, method=method, headers=headers, body=body,
+             cafile=None if cafile is None else str(cafile), ticket=ticket, early=early,
+             cipher_suites=cipher_suites, after_key_update=list(after_key_update),
+             want_ticket=want_ticket, timeout=timeout)
+    return asyncio.run(_session(port, paths, o))
 
 
 if __name__ == "__main__":
