@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
+import socket
 import ssl
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -116,3 +120,221 @@ def test_ngtcp2_client_resumes(ringx, tmp_path):
         assert sess.exists() and tp.exists()
     full, resumed = handshake_crypto_in(runs[0]), handshake_crypto_in(runs[1])
     assert full > cert > resumed > 0, (full, cert, resumed)
+
+
+def early_server(ringx, tmp_path, early=True, zones=2):
+    """A QUIC server with `quic_early_data = early` whose "/" answers itself and "/up/"
+    proxies to a recording upstream. Returns its port, CA, admin port and the upstream."""
+    admin = free_port()
+    up = UpstreamServer("up")
+    p, ca, cfg = quic_server(
+        tmp_path, '  return = { status = 200, body = "early\\n" }\n',
+        top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n[http]\n'
+            f'quic_early_data = {"true" if early else "false"}\n')
+    cfg += f'  [[server.location]]\n  path = "/up/"\n  proxy_pass = "http://{up.addr}/"\n'
+    ringx.make(cfg.replace("zones = 1", f"zones = {zones}"))
+    return p, ca, admin, up
+
+
+def early_counts(admin):
+    m = quic_metrics(admin)
+    return {r: total(m, "ringx_quic_early_data_total", result=r)
+            for r in ("accepted", "served", "too_early")}
+
+
+def upstream_got(up, target):
+    with up._lock:
+        return [r for r in up.requests if r["target"] == target]
+
+
+def header(req, name):
+    return [v for k, v in req["headers"] if k.lower() == name]
+
+
+def test_early_get_is_served_and_says_so_upstream(ringx, tmp_path):
+    """With quic_early_data, a client back with its ticket sends GETs in 0-RTT: the server
+    accepts them (aioquic sees its early data accepted), answers the local one, and the one
+    it proxies reaches the upstream with Early-Data: 1. A 1-RTT request does not carry it."""
+    p, ca, admin, up = early_server(ringx, tmp_path)
+    try:
+        first = h3_client.session(p, ["/up/one"], cafile=ca, want_ticket=True)
+        assert first.responses[0].status == 200 and not first.early_accepted
+        ticket = first.tickets[-1]
+        assert ticket.max_early_data_size == 0xFFFFFFFF  # QUIC's only value (RFC 9001 §4.6.1)
+        s = h3_client.session(p, ["/", "/up/two"], cafile=ca, ticket=ticket, early=True)
+        assert s.resumed and s.early_accepted
+        assert [(r.status, bytes(r.body)) for r in s.responses] == [(200, b"early\n"),
+                                                                    (200, b"ok")]
+        (two,) = upstream_got(up, "/two")
+        assert header(two, "early-data") == ["1"]
+        (one,) = upstream_got(up, "/one")
+        assert header(one, "early-data") == []
+        assert early_counts(admin) == {"accepted": 1, "served": 2, "too_early": 0}
+    finally:
+        up.close()
+
+
+def test_early_post_is_too_early(ringx, tmp_path):
+    """A POST (not a safe method) in 0-RTT is answered 425 Too Early and never reaches the
+    upstream; sent again after the handshake it is served."""
+    p, ca, admin, up = early_server(ringx, tmp_path)
+    try:
+        first = h3_client.session(p, ["/"], cafile=ca, want_ticket=True)
+        s = h3_client.session(p, ["/up/post"], cafile=ca, ticket=first.tickets[-1], early=True,
+                              method="POST", body=b"twice?", want_ticket=True)
+        assert s.early_accepted
+        assert s.responses[0].status == 425
+        assert upstream_got(up, "/post") == []
+        assert early_counts(admin) == {"accepted": 1, "served": 0, "too_early": 1}
+        # The client's retry, once its handshake is done (RFC 8470 §5.2).
+        again = h3_client.session(p, ["/up/post"], cafile=ca, ticket=s.tickets[-1],
+                                  method="POST", body=b"twice?")
+        assert again.resumed and again.responses[0].status == 200
+        (post,) = upstream_got(up, "/post")
+        assert post["body_len"] == 6 and header(post, "early-data") == []
+    finally:
+        up.close()
+
+
+def test_early_data_off_answers_after_the_handshake(ringx, tmp_path):
+    """With quic_early_data off (the default), a client that sends a request in 0-RTT (its
+    ticket allowed it: a server that had it on gave it) has its early data refused; it sends
+    the request again in 1-RTT and gets the answer, which the upstream got without
+    Early-Data."""
+    p_on, ca, _, up_on = early_server(ringx, tmp_path / "on", zones=1)
+    p, _, admin, up = early_server(ringx, tmp_path / "off", early=False)
+    try:
+        ticket = h3_client.session(p_on, ["/"], cafile=ca, want_ticket=True).tickets[-1]
+        assert ticket.max_early_data_size == 0xFFFFFFFF
+        # The second server's certificate is from another CA: not checked here.
+        s = h3_client.session(p, ["/up/late"], ticket=ticket, early=True)
+        assert not s.early_accepted and not s.resumed
+        assert s.responses[0].status == 200 and bytes(s.responses[0].body) == b"ok"
+        (late,) = upstream_got(up, "/late")
+        assert header(late, "early-data") == []
+        assert early_counts(admin) == {"accepted": 0, "served": 0, "too_early": 0}
+        # Its own tickets are stateless and allow no early data.
+        t = h3_client.session(p, ["/"], want_ticket=True).tickets[-1]
+        assert t.max_early_data_size is None
+    finally:
+        up.close()
+        up_on.close()
+
+
+class Relay:
+    """A UDP relay between a client and the server that keeps what the client sent before
+    the server's first answer: its first flight (the Initial with the ClientHello, and the
+    0-RTT packets)."""
+
+    def __init__(self, server_port):
+        self.server = ("127.0.0.1", server_port)
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.front.bind(("127.0.0.1", 0))
+        self.port = self.front.getsockname()[1]
+        self.back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.back.connect(self.server)
+        self.first_flight: list[bytes] = []
+        self.answered = False
+        self.client = None
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop:
+            ready, _, _ = select.select([self.front, self.back], [], [], 0.05)
+            for s in ready:
+                if s is self.front:
+                    d, self.client = self.front.recvfrom(65536)
+                    if not self.answered:
+                        self.first_flight.append(d)
+                    self.back.send(d)
+                else:
+                    d = self.back.recv(65536)
+                    self.answered = True
+                    if self.client is not None:
+                        self.front.sendto(d, self.client)
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.front.close()
+        self.back.close()
+
+
+def wait_for(cond, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_replayed_first_flight_gets_no_second_request(ringx, tmp_path):
+    """An attacker who captured a client's first flight (ClientHello and a GET in 0-RTT)
+    sends it again from another port once the client is gone: the ticket was used, so the
+    server makes a full handshake of it and accepts no early data; the upstream saw the GET
+    once. (One zone: the requests that follow the replay are then read after it.)"""
+    p, ca, admin, up = early_server(ringx, tmp_path, zones=1)
+    relay = Relay(p)
+    try:
+        ticket = h3_client.session(p, ["/"], cafile=ca, want_ticket=True).tickets[-1]
+        s = h3_client.session(relay.port, ["/up/once"], cafile=ca, ticket=ticket, early=True)
+        assert s.early_accepted and s.responses[0].status == 200
+        assert len(upstream_got(up, "/once")) == 1
+        flight = list(relay.first_flight)
+        assert flight and flight[0][0] & 0xF0 == 0xC0  # a long header: the Initial
+        # The client's connection is gone from the server (closed, then drained).
+        m = quic_metrics(admin)
+        wait_for(lambda: total(quic_metrics(admin), "ringx_quic_connections") == 0,
+                 "the client's connection to be drained")
+        before = quic_metrics(admin)
+        seen = total(before, "ringx_quic_datagrams_total", direction="in")
+        attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        attacker.bind(("127.0.0.1", 0))
+        attacker.settimeout(10)
+        for d in flight:
+            attacker.sendto(d, ("127.0.0.1", p))
+        # The server answers the replayed Initial (a full handshake it will never finish).
+        attacker.recvfrom(65536)
+        wait_for(lambda: total(quic_metrics(admin), "ringx_quic_datagrams_total",
+                               direction="in") >= seen + len(flight),
+                 "the zone to read the replayed datagrams")
+        # A request after the replay, on the same zone, as a barrier.
+        (r,) = h3_client.get(p, ["/up/after"], cafile=ca)
+        assert r.status == 200 and len(upstream_got(up, "/after")) == 1
+        assert len(upstream_got(up, "/once")) == 1
+        after = quic_metrics(admin)
+        accepted = lambda m: total(m, "ringx_quic_early_data_total", result="accepted")
+        served = lambda m: total(m, "ringx_quic_early_data_total", result="served")
+        assert (accepted(m), served(m)) == (1, 1)
+        assert (accepted(after), served(after)) == (1, 1)
+        assert total(after, "ringx_quic_handshakes_total", result="accepted") == \
+            total(before, "ringx_quic_handshakes_total", result="accepted") + 2
+        attacker.close()
+    finally:
+        relay.close()
+        up.close()
+
+
+def test_ngtcp2_client_early_data(ringx, tmp_path):
+    """ngtcp2's client, back with the session and transport parameters of its first
+    connection, sends its GET in 0-RTT: accepted, and the upstream sees Early-Data: 1."""
+    client = gtlsclient()
+    p, _, admin, up = early_server(ringx, tmp_path)
+    try:
+        sess, tp = tmp_path / "session.pem", tmp_path / "tp"
+        runs = []
+        for path in ("/up/first", "/up/second"):
+            r = subprocess.run([client, "--exit-on-all-streams-close",
+                                f"--session-file={sess}", f"--tp-file={tp}", "localhost",
+                                str(p), f"https://localhost:{p}{path}"],
+                               capture_output=True, timeout=60, text=True)
+            runs.append(r.stdout + r.stderr)
+            assert r.returncode == 0, runs[-1][-2000:]
+        assert " 0RTT " not in runs[0] and " 0RTT " in runs[1], runs[1][-3000:]
+        assert "Early data was rejected" not in runs[1]
+        (first,), (second,) = upstream_got(up, "/first"), upstream_got(up, "/second")
+        assert header(first, "early-data") == [] and header(second, "early-data") == ["1"]
+        assert early_counts(admin) == {"accepted": 1, "served": 1, "too_early": 0}
+    finally:
+        up.close()

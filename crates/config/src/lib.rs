@@ -177,6 +177,8 @@ fn validate(cfg: &Config, src: &Source) -> Result<(), ConfigError> {
         idle_timeout: &cfg.http.quic_idle_timeout,
         max_streams: &cfg.http.quic_max_streams,
         host: &cfg.http.quic_host,
+        early_data: &cfg.http.quic_early_data,
+        tickets: cfg.tls.session_tickets,
     };
     quic::validate(limits, &cfg.server, &cfg.stream, src)?;
     tls::validate(

@@ -8,7 +8,7 @@
 //! quic_idle_timeout = "30s"     # a connection silent this long is closed (RFC 9000 §10.1)
 //! quic_max_streams = 100        # request streams one connection may have open at once
 //! quic_retry = "auto"           # Retry tokens (address validation): "auto", "always", "never"
-//! quic_early_data = false       # 0-RTT requests
+//! quic_early_data = false       # 0-RTT: GET/HEAD/OPTIONS served early, others 425 Too Early
 //! quic_host = 0                 # behind `ringx lb`: this host's id there (1..255); 0: alone
 //!
 //! [[server]]
@@ -51,6 +51,9 @@ pub(crate) struct Limits<'a> {
     pub idle_timeout: &'a Spanned<Dur>,
     pub max_streams: &'a Spanned<u32>,
     pub host: &'a Spanned<u32>,
+    pub early_data: &'a Spanned<bool>,
+    /// `[tls] session_tickets`.
+    pub tickets: bool,
 }
 
 /// The checks of `quic = true` on servers and streams, and of the `[http]` limits.
@@ -61,6 +64,14 @@ pub(crate) fn validate(
     src: &Source,
 ) -> Result<(), ConfigError> {
     validate_limits(&limits, src)?;
+    if *limits.early_data.get_ref() && !limits.tickets {
+        return Err(src.err(
+            limits.early_data.span(),
+            "quic_early_data = true needs session tickets: a client sends 0-RTT only with the \
+             ticket of an earlier connection; set [tls] session_tickets = true (the default), \
+             or remove quic_early_data",
+        ));
+    }
     for s in streams {
         if let Some(q) = s.get_ref().quic.as_ref().filter(|q| *q.get_ref()) {
             return Err(src.err(
@@ -185,4 +196,8 @@ pub(crate) fn default_host() -> Spanned<u32> {
 }
 pub(crate) fn default_max_streams() -> Spanned<u32> {
     Spanned::new(0..0, 100)
+}
+
+pub(crate) fn default_early_data() -> Spanned<bool> {
+    Spanned::new(0..0, false)
 }

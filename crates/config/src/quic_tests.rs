@@ -23,7 +23,7 @@ fn quic_defaults_and_values_parse() {
     assert_eq!(h.quic_idle_timeout.get_ref().0.as_secs(), 30);
     assert_eq!(*h.quic_max_streams.get_ref(), 100);
     assert_eq!(h.quic_retry, Retry::Auto);
-    assert!(!h.quic_early_data);
+    assert!(!*h.quic_early_data.get_ref());
     assert_eq!(*h.quic_host.get_ref(), 0, "a host alone by default");
 
     let c = ok(&format!(
@@ -43,7 +43,7 @@ fn quic_defaults_and_values_parse() {
     assert_eq!(h.quic_idle_timeout.get_ref().0.as_secs(), 90);
     assert_eq!(*h.quic_max_streams.get_ref(), 16);
     assert_eq!(h.quic_retry, Retry::Always);
-    assert!(h.quic_early_data);
+    assert!(*h.quic_early_data.get_ref());
     assert_eq!(*h.quic_host.get_ref(), 255);
     let c = ok(&format!(
         "[http]\nquic_retry = \"never\"\n{}",
@@ -132,6 +132,14 @@ fn quic_mistakes_are_placed_and_explained() {
             format!("[http]\nquic_host = 256\n{}", server("127.0.0.1:80", "")),
             "256",
             "quic_host must be between 0 and 255",
+        ),
+        (
+            format!(
+                "[http]\nquic_early_data = true\n[tls]\nsession_tickets = false\n{}",
+                server("127.0.0.1:80", "")
+            ),
+            "true",
+            "quic_early_data = true needs session tickets",
         ),
         (
             format!("[http]\nquic_early_data = \"yes\"\n{}", server("127.0.0.1:80", "")),

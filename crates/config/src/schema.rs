@@ -253,10 +253,11 @@ pub struct Http {
     /// When new clients must prove their address with a Retry token first.
     #[serde(default)]
     pub quic_retry: quic::Retry,
-    /// Accept 0-RTT (early data) on resumed connections. Off: a replayed request could
-    /// run twice.
-    #[serde(default)]
-    pub quic_early_data: bool,
+    /// Accept 0-RTT (early data) on resumed connections: GET, HEAD and OPTIONS in it are
+    /// served (and proxied with `Early-Data: 1`), other methods answered 425 Too Early, and
+    /// a ticket's early data is accepted once. Off: a replayed request could run twice.
+    #[serde(default = "quic::default_early_data")]
+    pub quic_early_data: Spanned<bool>,
     /// This host's id behind `ringx lb` (the `quic_host` of its backend entry there), put
     /// in every QUIC connection ID it issues so the balancer routes a migrated connection
     /// back to it; 0: a host alone.

@@ -12,6 +12,7 @@ use quinn_proto::crypto::rustls::QuicServerConfig;
 use quinn_proto::{EndpointConfig, IdleTimeout, ServerConfig, TransportConfig, VarInt};
 
 use crate::cid::{Owner, ZoneCids};
+use crate::early::{SingleUseTickets, StatefulOnly};
 
 /// The ALPN of HTTP/3 (RFC 9114 §3.1).
 pub const ALPN_H3: &[u8] = b"h3";
@@ -25,6 +26,9 @@ pub struct Keys {
     /// Retry and NEW_TOKEN tokens are sealed with keys derived from it: a token one zone
     /// issued is accepted by another.
     token: Arc<hkdf::Prk>,
+    /// The sessions of the tickets issued where 0-RTT is on, each resumable once
+    /// (`early.rs`): a ticket one zone issued resumes in another, and only once.
+    tickets: Arc<SingleUseTickets>,
 }
 
 impl Keys {
@@ -38,6 +42,7 @@ impl Keys {
         Ok(Keys {
             reset: Arc::new(reset),
             token: Arc::new(token),
+            tickets: Arc::new(SingleUseTickets::default()),
         })
     }
 }
@@ -128,10 +133,28 @@ pub fn server_config(
     Ok(c)
 }
 
-/// `tls` made fit for QUIC: the HTTP/3 ALPN only, and no early data (0-RTT is off unless
-/// configured: a replayed request must not reach an upstream).
-pub fn for_quic(mut tls: rustls::ServerConfig) -> rustls::ServerConfig {
+/// `tls` made fit for QUIC: the HTTP/3 ALPN only, and early data as `early_data` says.
+///
+/// Without it, no early data (a replayed request must not reach an upstream), and tickets
+/// are `tls`'s own: stateless, sealed with the keys every zone (and, with `[cluster]`, every
+/// host) shares. With it, and tickets on (`send_tls13_tickets`), 0-RTT is accepted on a
+/// ticket used for the first time: tickets are stateful, their sessions in the process's
+/// single-use store (`keys`, `early.rs`), as rustls requires for early data (RFC 8446 §8.1),
+/// and `max_early_data_size` is `u32::MAX`, the one value QUIC allows besides 0 (RFC 9001
+/// §4.6.1). What a request in 0-RTT may do is the HTTP/3 role's to decide (RFC 8470).
+pub fn for_quic(
+    mut tls: rustls::ServerConfig,
+    keys: &Keys,
+    early_data: bool,
+) -> rustls::ServerConfig {
     tls.alpn_protocols = vec![ALPN_H3.to_vec()];
     tls.max_early_data_size = 0;
+    if early_data && tls.send_tls13_tickets > 0 {
+        tls.ticketer = Arc::new(StatefulOnly);
+        tls.session_storage = keys.tickets.clone();
+        tls.max_early_data_size = u32::MAX;
+        // The answers to requests that came in 0-RTT may go before the client's Finished.
+        tls.send_half_rtt_data = true;
+    }
     tls
 }

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | connection IDs that name the zone (and host) owning each connection, which the steering programs read | `cid.rs` |
 //! | the keys the zones share, TLS over ringx's certificates, the limits | `config.rs` |
+//! | 0-RTT's anti-replay: single-use tickets the zones share | `early.rs` |
 //!
 //! quinn-proto rather than quiche: it is Rust over rustls 0.23, the TLS stack ringx-tls
 //! already builds, so a QUIC listener serves the same certificates with the same SNI
@@ -15,6 +16,7 @@
 
 pub mod cid;
 pub mod config;
+pub mod early;
 
 pub use cid::{Owner, ZoneCids, CID_LEN, EPOCH_BIT, ROTATION, ZONE_BYTE};
 pub use config::{endpoint_config, for_quic, server_config, Error, Keys, Limits, ALPN_H3};

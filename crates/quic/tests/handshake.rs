@@ -64,7 +64,12 @@ impl Pair {
     fn new(owner: Owner, retry: bool) -> Pair {
         let keys = Keys::generate().unwrap();
         let (s, c) = tls();
-        let sc = server_config(Arc::new(for_quic(s)), &Limits::default(), &keys).unwrap();
+        let sc = server_config(
+            Arc::new(for_quic(s, &keys, false)),
+            &Limits::default(),
+            &keys,
+        )
+        .unwrap();
         let server = Endpoint::new(
             Arc::new(endpoint_config(owner, &keys)),
             Some(Arc::new(sc)),
@@ -285,8 +290,12 @@ fn a_provider_without_the_initial_cipher_suite_is_refused_with_what_to_do() {
         )
         .unwrap();
     let keys = Keys::generate().unwrap();
-    let err = server_config(Arc::new(for_quic(tls)), &Limits::default(), &keys)
-        .map(|_| ())
-        .expect_err("refused");
+    let err = server_config(
+        Arc::new(for_quic(tls, &keys, false)),
+        &Limits::default(),
+        &keys,
+    )
+    .map(|_| ())
+    .expect_err("refused");
     assert!(err.to_string().contains("TLS_AES_128_GCM_SHA256"), "{err}");
 }

@@ -113,7 +113,7 @@ impl Settings {
                     ringx_config::quic::Retry::Always => RetryWhen::Always,
                     ringx_config::quic::Retry::Never => RetryWhen::Never,
                 },
-                early_data: h.quic_early_data,
+                early_data: *h.quic_early_data.get_ref(),
                 // Checked to be 0..=255 by the configuration.
                 host: u8::try_from(*h.quic_host.get_ref()).unwrap_or(0),
             },

@@ -1,7 +1,9 @@
 //! `/metrics` for HTTP/3 over QUIC (`crate::role::h3`): per zone, the connections open and
 //! what became of new ones (accepted, sent a Retry, refused at `quic_max_connections`), the
 //! connections closed, the requests served, the datagrams in and out and the receives and
-//! sends that carried them. Per zone because
+//! sends that carried them, and what became of 0-RTT (`quic_early_data`: connections
+//! that had it accepted, the requests in it served or answered 425 Too Early). Per zone
+//! because
 //! a connection must stay on the zone that owns it (its connection IDs name that zone): a
 //! migrated client whose packets reached another zone would show there.
 
@@ -29,6 +31,12 @@ pub struct QuicCounters {
     /// coalesced received ones (GRO) or cut a send into several (GSO).
     pub receives: AtomicU64,
     pub sends: AtomicU64,
+    /// Connections whose 0-RTT was accepted (`quic_early_data`: a ticket's first use).
+    pub early_accepted: AtomicU64,
+    /// Requests served from 0-RTT (safe methods, with `Early-Data: 1`), and answered 425
+    /// Too Early (any other method).
+    pub early_requests: AtomicU64,
+    pub too_early: AtomicU64,
 }
 
 /// Renders the QUIC families of the zones' counters `zc` (in zone order).
@@ -89,5 +97,20 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
         ),
         "direction",
         &[("in", col(&|q| &q.receives)), ("out", col(&|q| &q.sends))],
+    );
+    o.per_zone_by(
+        (
+            "ringx_quic_early_data_total",
+            "counter",
+            "0-RTT (quic_early_data): connections that had it accepted, requests in it \
+             served (safe methods, sent upstream with Early-Data: 1), and requests in it \
+             answered 425 Too Early (other methods).",
+        ),
+        "result",
+        &[
+            ("accepted", col(&|q| &q.early_accepted)),
+            ("served", col(&|q| &q.early_requests)),
+            ("too_early", col(&|q| &q.too_early)),
+        ],
     );
 }

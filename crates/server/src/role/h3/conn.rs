@@ -137,6 +137,7 @@ impl H3Conn {
     /// One of quinn-proto's events.
     fn event(&mut self, cx: &mut Cx, ev: Event) -> Result<(), ConnError> {
         match ev {
+            Event::HandshakeDataReady => self.hello(cx),
             Event::Connected => self.connected(cx),
             Event::Stream(StreamEvent::Opened { dir }) => {
                 while let Some(id) = self.quic.streams().accept(dir) {
@@ -159,17 +160,28 @@ impl H3Conn {
                     s.log_end(cx, &self.base);
                 }
             }
-            Event::HandshakeDataReady | Event::DatagramReceived | Event::DatagramsUnblocked => {}
+            Event::DatagramReceived | Event::DatagramsUnblocked => {}
         }
         Ok(())
     }
 
-    /// The handshake is done: our unidirectional streams open, and the connection's TLS is
-    /// what the pipeline sees (`$https`, `$ssl_server_name`, the server the SNI chose).
+    /// The handshake is done: our unidirectional streams open.
     fn connected(&mut self, cx: &Cx) {
         let mut open = || self.quic.streams().open(Dir::Uni);
         if let (Some(a), Some(b), Some(c)) = (open(), open(), open()) {
             self.uni = Some([a, b, c]);
+        }
+        if !matches!(self.base.tr, Transport::Quic(_)) {
+            self.hello(cx);
+        }
+    }
+
+    /// The client's hello is read: the connection's TLS is what the pipeline sees (`$https`,
+    /// `$ssl_server_name`, the server the SNI chose), from here on, for the requests that
+    /// come in 0-RTT too; and whether 0-RTT was accepted is counted.
+    fn hello(&mut self, cx: &Cx) {
+        if self.quic.has_0rtt() {
+            bump(&cx.ctx.log.counters.quic.early_accepted, 1);
         }
         let sni = self
             .quic

@@ -15,6 +15,7 @@
 //! `quic_retry = "always"`, or once the zone holds half its connections under `"auto"`.
 
 mod conn;
+mod early;
 mod serve;
 mod stream;
 
@@ -120,9 +121,9 @@ impl Quic {
 
     /// A datagram on QUIC listener `listener` (serving `routes.listen[tcp]`'s address), or
     /// several of one sender the kernel coalesced (GRO). Each packet goes to its connection
-    /// at once; the connection answers at the end of the zone's batch ([`Quic::batch_end`]),
-    /// once for every datagram the batch brought it: one round of acknowledgements and
-    /// responses instead of one per datagram.
+    /// at once; an established connection answers at the end of the zone's batch
+    /// ([`Quic::batch_end`]), once for every datagram the batch brought it: one round of
+    /// acknowledgements and responses instead of one per datagram.
     pub fn datagram(&mut self, cx: &mut Cx, listener: ListenerId, tcp: u32, dg: Datagram<'_>) {
         if dg.truncated {
             // Larger than the zone's datagram buffers: not a QUIC packet of ours.
@@ -175,12 +176,19 @@ impl Quic {
                 let Some(&slot) = self.by_handle.get(&(listener.0, h)) else {
                     return;
                 };
-                if let Some(c) = self.conns[slot as usize].as_mut() {
-                    c.quic.handle_event(e);
-                    if !c.due {
-                        c.due = true;
-                        self.due.push(slot);
-                    }
+                let Some(c) = self.conns[slot as usize].as_mut() else {
+                    return;
+                };
+                // A connection still in its handshake runs at once, packet by packet: what
+                // it reads before the client's Finished came in 0-RTT (`early.rs`), and a
+                // 0-RTT packet must not wait for a Finished behind it in the same batch.
+                let now_or_later = c.quic.is_handshaking();
+                c.quic.handle_event(e);
+                if now_or_later {
+                    self.drive(cx, slot);
+                } else if !c.due {
+                    c.due = true;
+                    self.due.push(slot);
                 }
             }
         }
@@ -442,7 +450,11 @@ fn make_endpoint(cx: &Cx, tcp: u32) -> Option<(Endpoint, Option<Arc<quinn_proto:
         idle_timeout: set.idle_timeout,
         ..ringx_quic::Limits::default()
     };
-    let sc = match ringx_quic::server_config(Arc::new(ringx_quic::for_quic(tls)), &limits, keys) {
+    let sc = match ringx_quic::server_config(
+        Arc::new(ringx_quic::for_quic(tls, keys, set.early_data)),
+        &limits,
+        keys,
+    ) {
         Ok(sc) => Arc::new(sc),
         Err(e) => {
             let addr = cx.ctx.routes.listen.get(tcp as usize);

@@ -25,6 +25,7 @@ use ringx_http::decoded::{Framing, RequestHead};
 use ringx_http::Request;
 
 use super::conn::H3Conn;
+use super::early::{early_request, reading_early_data};
 use super::stream::{H3Stream, Parked};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::Cx;
@@ -84,11 +85,16 @@ impl H3Conn {
     }
 
     /// A new request on stream `id` (`end`: it has no body).
-    fn request(&mut self, cx: &mut Cx, id: u64, head: RequestHead, end: bool) {
+    fn request(&mut self, cx: &mut Cx, id: u64, mut head: RequestHead, end: bool) {
         cx.ctx.log.stream_request();
         let mut s = H3Stream::new(cx.io.now(), head.method == b"HEAD");
         if cx.ctx.log.logging() {
             s.log = Some(Box::new(RequestLog::of(&head, "HTTP/3.0")));
+        }
+        if reading_early_data(&self.quic) {
+            if let Err(status) = early_request(&cx.ctx.log.counters.quic, &mut head) {
+                return self.answer_error(cx, id, s, status);
+            }
         }
         let framing = match routed::framing(&head, end, cx.ctx.set.max_body) {
             Ok(f) => f,
