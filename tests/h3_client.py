@@ -174,7 +174,8 @@ def get(port, paths, host="localhost", method="GET", headers=(), body=None, time
 class Session:
     """What one connection of `session` got: the responses, the session tickets the server
     sent, whether the handshake resumed the ticket it was given, whether the server accepted
-    the requests sent as 0-RTT, the cipher suite, and the 1-RTT key phase it ended in."""
+    the requests sent as 0-RTT, the cipher suite, and the 1-RTT key updates from the one
+    asked for on (`"local_update"`: the client's; `"remote_update"`: the server's)."""
 
     def __init__(self):
         self.responses = []
@@ -182,7 +183,7 @@ class Session:
         self.resumed = False
         self.early_accepted = False
         self.cipher = None
-        self.key_phase = 0
+        self.key_updates = []
 
 
 async def _session(port, paths, o):
@@ -206,6 +207,14 @@ async def _session(port, paths, o):
         out.responses = list(await asyncio.wait_for(asyncio.gather(*futs), o["timeout"]))
         quic = client._quic
         if o["after_key_update"]:
+            pair = quic._cryptos[tls.Epoch.ONE_RTT]
+            update = pair._update_key
+
+            def spy(trigger):
+                out.key_updates.append(trigger)
+                update(trigger)
+
+            pair._update_key = spy
             quic.request_key_update()
             client.transmit()
             futs = ask(o["after_key_update"])
@@ -219,7 +228,6 @@ async def _session(port, paths, o):
         out.resumed = quic.tls.session_resumed
         out.early_accepted = quic.tls.early_data_accepted
         out.cipher = quic.tls.key_schedule.cipher_suite if quic.tls.key_schedule else None
-        out.key_phase = quic._cryptos[tls.Epoch.ONE_RTT].recv.key_phase
     return out
 
 
