@@ -401,3 +401,26 @@ def test_ngtcp2_client_key_update(files, tmp_path):
     the update (its packets in the new phase) and the files arrive byte-exact."""
     trace = ngtcp2_download(files, tmp_path, ["/a.bin", "/b.bin"], "--key-update=1ms")
     assert "Initiate key update" in trace and "key update confirmed" in trace, trace[-3000:]
+
+
+def test_chacha20_only_client_is_served(files):
+    """aioquic offering TLS_CHACHA20_POLY1305_SHA256 alone (a client without AES
+    acceleration would): the handshake takes it, and the answers are byte-exact. (Initial
+    packets are AES-128-GCM whatever the suite, RFC 9001 §5.2.)"""
+    from aioquic.tls import CipherSuite
+    paths = ["/a.bin", "/r", "/b.bin"]
+    s = h3_client.session(files["port"], paths, cafile=files["ca"],
+                          cipher_suites=[CipherSuite.CHACHA20_POLY1305_SHA256])
+    assert s.cipher == CipherSuite.CHACHA20_POLY1305_SHA256
+    assert_byte_exact(files, paths, s.responses)
+
+
+def test_ngtcp2_client_chacha20(files, tmp_path):
+    """ngtcp2's client (GnuTLS) with ChaCha20-Poly1305 as its only cipher: negotiated, and
+    two 1 MiB downloads byte-exact, with a key update among them (ChaCha20's keys update
+    as AES's do)."""
+    trace = ngtcp2_download(files, tmp_path, ["/a.bin", "/b.bin"], "--key-update=1ms",
+                            "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:"
+                            "+CHACHA20-POLY1305")
+    assert "Negotiated cipher suite is CHACHA20-POLY1305" in trace, trace[-3000:]
+    assert "key update confirmed" in trace
