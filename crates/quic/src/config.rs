@@ -153,8 +153,9 @@ pub fn for_quic(
         tls.ticketer = Arc::new(StatefulOnly);
         tls.session_storage = keys.tickets.clone();
         tls.max_early_data_size = u32::MAX;
-        // The answers to requests that came in 0-RTT may go before the client's Finished.
-        tls.send_half_rtt_data = true;
+        // Answers to requests that came in 0-RTT go before the client's Finished (0.5-RTT)
+        // without `send_half_rtt_data`, which is rustls's switch for its own TCP records:
+        // over QUIC it hands the 1-RTT secrets to quinn-proto with the server's Finished.
     }
     tls
 }
