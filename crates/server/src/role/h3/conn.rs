@@ -32,8 +32,10 @@ pub(super) struct H3Conn {
     pub quic: Connection,
     pub handle: ConnectionHandle,
     pub listener: ListenerId,
-    /// The timer asked of the zone (a later one replaces it).
+    /// When quinn-proto last asked to be woken.
     pub timer: Option<Instant>,
+    /// The connection's entry in the zone's timer heap that counts (the earliest).
+    pub queued: Option<Instant>,
     pub(super) h3: ringx_h3proto::Conn,
     /// Our control, QPACK encoder and decoder streams, once the handshake is done.
     uni: Option<[StreamId; 3]>,
@@ -89,6 +91,7 @@ impl H3Conn {
             handle,
             listener,
             timer: None,
+            queued: None,
             h3: ringx_h3proto::Conn::new(limits),
             uni: None,
             streams: HashMap::new(),

@@ -103,7 +103,11 @@ pub struct Quic {
     free: Vec<u32>,
     /// Slot of each connection by its listener and quinn-proto handle.
     by_handle: HashMap<(u32, ConnectionHandle), u32>,
-    /// When each connection's timer fires: (when, slot, generation); entries made stale by
+    /// When each connection's timer fires: (when, slot, generation). A connection has at most
+    /// one entry that counts (`H3Conn::queued`, its earliest): a later deadline waits for it
+    /// to fire and is queued then, so the heap holds about one entry per connection however
+    /// often quinn-proto moves its timers (every packet moves the idle timeout); entries made
+    /// stale by
     /// a later one are skipped when they come.
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     /// The buffer quinn-proto writes packets into.
@@ -302,9 +306,12 @@ impl Quic {
             return;
         }
         if let Some(at) = c.next_timer() {
-            self.timers
-                .push(Reverse((at, slot, self.gens[slot as usize])));
-            cx.io.timer_at(at);
+            if c.queued.is_none_or(|q| at < q) {
+                c.queued = Some(at);
+                self.timers
+                    .push(Reverse((at, slot, self.gens[slot as usize])));
+                cx.io.timer_at(at);
+            }
         }
     }
 
@@ -394,8 +401,15 @@ impl Quic {
             let Some(c) = self.conns[slot as usize].as_mut() else {
                 continue;
             };
-            if c.timer != Some(at) {
-                continue; // a later timer replaced it
+            if c.queued != Some(at) {
+                continue; // an earlier entry replaced it
+            }
+            c.queued = None;
+            if let Some(t) = c.timer.filter(|&t| t > now) {
+                // The deadline moved on since this entry was queued: wait for it.
+                c.queued = Some(t);
+                self.timers.push(Reverse((t, slot, gen)));
+                continue;
             }
             c.timer = None;
             c.quic.handle_timeout(now);
