@@ -5,6 +5,7 @@
 //! [`crate::role::tunnel`]; timers fire per connection, and control messages (drain, reload)
 //! are in `control.rs`.
 
+mod client;
 mod control;
 pub mod ctl;
 mod grpc_up;
@@ -23,7 +24,7 @@ use crate::ctx::{Cx, ZoneCtx};
 use crate::role::h3::Quic;
 use crate::role::udp::{UdpProxy, UDP_KEY};
 use crate::role::upstream::{UpEvent, UpTable, UP_KEY};
-use crate::role::{ClientRole, Http1, Stream, H2};
+use crate::role::{ClientRole, Http1, Stream};
 use crate::route::UdpServes;
 use crate::route::{ListenerKind, Routes};
 use crate::settings::Settings;
@@ -32,6 +33,8 @@ use crate::transport::Transport;
 use crate::upstream::connector::Connector;
 use crate::upstream::pools::ZonePools;
 use crate::upstream::Upstreams;
+pub use client::Client;
+use client::{dispatch_data, start_h2};
 pub use ctl::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg, CMD_DRAIN};
 use listeners::Listeners;
 
@@ -45,12 +48,6 @@ macro_rules! cx {
             ups: &mut $zone.ups,
         }
     };
-}
-
-/// An accepted connection: what every role needs of it, and the role it plays.
-pub struct Client {
-    pub base: Base,
-    pub role: ClientRole,
 }
 
 /// What a zone is built from.
@@ -415,47 +412,6 @@ impl Zone {
         dispatch_data(&mut cx, base, role, c, data);
         base.tr.seal(cx.io, c);
     }
-}
-
-/// Bytes (plaintext over TLS) for a client connection's role; a new connection whose
-/// first bytes (after the PROXY header, on a listener that expects one) are the h2c
-/// preface becomes HTTP/2 first.
-fn dispatch_data(cx: &mut Cx, base: &mut Base, role: &mut ClientRole, c: ConnId, data: &[u8]) {
-    if let ClientRole::Http1(h) = role {
-        if h.awaits_proxy_header() {
-            if !h.proxy_header(cx, base, c, data) {
-                return;
-            }
-            // The header is done (the phase moved on): what followed it starts afresh.
-            let rest = std::mem::take(&mut base.inbuf);
-            if !rest.is_empty() {
-                dispatch_data(cx, base, role, c, &rest);
-            }
-            return;
-        }
-        if cx.ctx.set.h2c && h.is_fresh() && !base.tr.is_tls() {
-            use ringx_h2proto::frame::{preface, Preface};
-            match preface(&base.inbuf, data) {
-                // Held in the input buffer, where either protocol takes it from.
-                Preface::Undecided => return base.inbuf.extend_from_slice(data),
-                Preface::Yes => *role = ClientRole::H2(Box::new(start_h2(cx, base, c))),
-                Preface::No => {}
-            }
-        }
-    }
-    match role {
-        ClientRole::Http1(h) => h.on_data(cx, base, c, data),
-        ClientRole::H2(h) => h.on_data(cx, base, c, data),
-        ClientRole::Tunnel(t) => t.client_data(cx, base, c, data),
-        ClientRole::Stream(s) => s.client_data(cx, base, c, data),
-        ClientRole::Free => {}
-    }
-}
-
-/// A connection becomes HTTP/2 (the h2c preface, or ALPN `h2`).
-fn start_h2(cx: &mut Cx, base: &mut Base, c: ConnId) -> H2 {
-    let limits = cx.ctx.set.h2.clone();
-    H2::start(cx, base, c, limits)
 }
 
 /// Slots a zone keeps free for new connections: reaching `max_conns - reserve` open client
