@@ -1,6 +1,6 @@
-"""A minimal HTTP/3 client over Python's aioquic, for the tests: GET (or any method) one or
-more URLs on one QUIC connection, concurrently, and return each response's status, headers
-and body."""
+"""A minimal HTTP/3 client over Python's aioquic, for the tests: GET (or any method, with
+any header fields and body) one or more URLs on one QUIC connection, concurrently, and
+return each response's status, headers, body and trailers."""
 import asyncio
 import socket
 import ssl
@@ -19,13 +19,22 @@ class Response:
         self.status = None
         self.headers = []
         self.body = bytearray()
+        # The trailing HEADERS frame's fields, where the response has one.
+        self.trailers = []
         self.reset = None
         # The connection's error code, where the server closed it before this response.
         self.closed = None
 
     def header(self, name):
+        return self._field(self.headers, name)
+
+    def trailer(self, name):
+        return self._field(self.trailers, name)
+
+    @staticmethod
+    def _field(fields, name):
         name = name.lower().encode()
-        for k, v in self.headers:
+        for k, v in fields:
             if k == name:
                 return v.decode()
         return None
@@ -86,6 +95,8 @@ class _Client(QuicConnectionProtocol):
                 if r.status is None:
                     r.headers = e.headers
                     r.status = int(dict(e.headers)[b":status"])
+                else:
+                    r.trailers = e.headers
             elif isinstance(e, DataReceived):
                 r.body += e.data
             if getattr(e, "stream_ended", False):

@@ -53,7 +53,7 @@ pub enum Step {
     Ask { upstream: usize, head: Vec<u8> },
     /// Proxy it, with the cache's capture (its fill, or the cache status it passes with).
     Proxy(Option<Capture>),
-    /// Open its gRPC call (a `grpc://` location, over HTTP/2).
+    /// Open its gRPC call (a `grpc://` location, over HTTP/2 or HTTP/3).
     Grpc,
     /// Answer it here: its location returns, serves files, or routing decided already (a
     /// redirect, an error).

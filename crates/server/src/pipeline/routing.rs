@@ -308,8 +308,8 @@ pub fn respond<O: HeadOut + ?Sized>(
         Some(Action::Return(canned)) => a.canned(out, canned),
         Some(Action::ReturnT(t)) => a.return_t(out, t),
         Some(Action::Files(root)) => a.files(out, root, path),
-        // gRPC exists only over HTTP/2: an HTTP/1.x request to a `grpc://` location is
-        // answered here (`proxy_start::prepare` takes it for no exchange).
+        // gRPC exists only over HTTP/2 and HTTP/3: an HTTP/1.x request to a `grpc://`
+        // location is answered here (`proxy_start::prepare` takes it for no exchange).
         Some(Action::Proxy(p)) if p.grpc => a.error(out, 505, ""),
         Some(Action::Proxy(_)) => unreachable!("proxied requests do not reach the local responder"),
         Some(Action::None) | None => a.error(out, 404, ""),

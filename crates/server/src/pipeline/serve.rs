@@ -23,8 +23,8 @@ pub struct Asked {
     /// The status an `error_page` tells instead of the response's (a request re-served at
     /// a fallback location).
     pub status_as: Option<u16>,
-    /// The role carries gRPC calls (HTTP/2): a `grpc://` location is a [`Step::Grpc`] and
-    /// not cached. Elsewhere it is proxied as any location.
+    /// The role carries gRPC calls (HTTP/2, HTTP/3): a `grpc://` location is a
+    /// [`Step::Grpc`] and not cached. Elsewhere it is proxied as any location.
     pub grpc: bool,
 }
 

@@ -202,6 +202,11 @@ impl Zone {
             ups: &mut self.ups,
         };
         for (owner, ev) in grpc_up::event(&mut cx, u, ev) {
+            if crate::role::h3::is_quic(owner.c) {
+                self.quic
+                    .grpc_event(&mut cx, (owner.c, owner.gen), owner.sid, ev);
+                continue;
+            }
             // A client gone since let go of its streams when it went.
             let Some(Client { base, role }) = self.clients.get_mut(owner.c.index()) else {
                 continue;

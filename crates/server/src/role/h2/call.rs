@@ -1,17 +1,18 @@
-//! A gRPC call's events applied to its HTTP/2 stream (`grpc.rs` keeps the call itself): the
-//! response head, messages and trailers as they come from the upstream, a status of
-//! ringx's own when the call cannot go on, and the deadlines that pass. Each says what the
+//! A gRPC call's events applied to its HTTP/2 stream (`role/multiplex/grpc.rs` keeps the
+//! call itself and says what each event means): the response head, messages and trailers
+//! as they come from the upstream, a status of ringx's own when the call cannot go on, and
+//! the deadlines that pass. Each says what the
 //! connection does next ([`CallStep`]), which `H2` carries out in its framing.
 
 use std::time::Instant;
 
 use ringx_h2proto::response::FieldList;
 
-use super::grpc::count_local;
 use super::stream::H2Stream;
 use crate::ctx::Cx;
 use crate::role::grpc::mux::CallEvent;
-use crate::role::grpc::status::{self, Code};
+use crate::role::grpc::status::Code;
+use crate::role::multiplex::grpc::{self, Applied, OwnStatus};
 
 /// What the connection does for a stream after an event of its call.
 pub(super) enum CallStep {
@@ -31,41 +32,19 @@ impl H2Stream {
     /// Applies what the upstream stream of this stream's call did (None: it has no call).
     pub(super) fn call_event(&mut self, cx: &mut Cx, ev: CallEvent) -> Option<CallStep> {
         let g = self.grpc.as_mut()?;
-        Some(match ev {
-            CallEvent::Head {
-                status,
-                fields,
-                end,
-            } => {
-                if end {
-                    g.end(cx);
-                }
-                CallStep::Head(status, g.head_fields(status, &fields), end)
-            }
-            CallEvent::Data(d, end) => {
-                g.out.extend_from_slice(&d);
-                if end {
-                    g.end(cx);
-                    self.end = true;
-                }
+        Some(match g.apply(cx, ev) {
+            Applied::Head(status, fields, end) => CallStep::Head(status, fields, end),
+            Applied::Data { end } => {
+                self.end |= end;
                 CallStep::Wake
             }
-            CallEvent::Trailers(f) => {
-                g.end(cx);
-                // gRPC's own trailers pass; what may not be a trailer does not.
-                self.trailers = f
-                    .iter()
-                    .filter(|(n, _)| !ringx_http::trailer::is_forbidden_trailer(n))
-                    .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                    .collect();
+            Applied::Trailers(t) => {
+                self.trailers = t;
                 self.end = true;
                 CallStep::Wake
             }
-            CallEvent::Sent(n) => CallStep::Release(n),
-            CallEvent::Failed(code, msg) => {
-                g.end(cx);
-                CallStep::Fail(code, msg)
-            }
+            Applied::Release(n) => CallStep::Release(n),
+            Applied::Fail(code, msg) => CallStep::Fail(code, msg),
         })
     }
 
@@ -81,23 +60,15 @@ impl H2Stream {
         if self.end || self.ended {
             return None;
         }
-        count_local(cx, code);
-        if let Some(g) = &self.grpc {
-            g.end(cx);
+        let g = self.grpc.as_deref();
+        match grpc::own_status(cx, g, (code, msg), self.head_sent) {
+            OwnStatus::Trailers(t) => {
+                self.trailers = t;
+                self.end = true;
+                Some(CallStep::Wake)
+            }
+            OwnStatus::Only(fields) => Some(CallStep::Head(200, fields, true)),
         }
-        if self.head_sent {
-            self.trailers = status::trailers(code, msg)
-                .iter()
-                .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                .collect();
-            self.end = true;
-            return Some(CallStep::Wake);
-        }
-        let mut fields = FieldList::with_capacity(64, 3);
-        for (n, v) in status::trailers_only(code, msg) {
-            fields.push(n, v);
-        }
-        Some(CallStep::Head(200, fields, true))
     }
 }
 

@@ -14,7 +14,6 @@
 //! in flight finish.
 
 mod call;
-mod grpc;
 mod link;
 mod serve;
 mod stream;

@@ -8,7 +8,6 @@ use ringx_engine::ConnId;
 use ringx_h2proto::{ErrorCode, Framing, RequestHead};
 use ringx_http::Request;
 
-use super::grpc::{self, Started};
 use super::stream::H2Stream;
 use super::H2;
 use crate::answer::fallback::Fallback;
@@ -28,6 +27,7 @@ use crate::role::grpc::mux::Owner;
 use crate::role::grpc::status::Code;
 use crate::role::multiplex::body::{Piece, Squeeze};
 use crate::role::multiplex::failed::{self, Instead};
+use crate::role::multiplex::grpc::{self, Started};
 use crate::role::multiplex::local::{self, Local};
 use crate::role::multiplex::log::RequestLog;
 use crate::role::multiplex::proxied::{Proxied, ProxyStep};

@@ -8,11 +8,11 @@ use std::time::Instant;
 use ringx_engine::ConnId;
 use ringx_h2proto::Conn;
 
-use super::grpc::GrpcCall;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::pipeline::pending::Pending;
 use crate::role::multiplex::body::Pieces;
+use crate::role::multiplex::grpc::GrpcCall;
 use crate::role::multiplex::log::{self, Ended, RequestLog};
 use crate::role::multiplex::proxied::Proxied;
 use crate::transport::Transport;

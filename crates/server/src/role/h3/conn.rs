@@ -62,6 +62,9 @@ pub(super) struct H3Conn {
     pub(super) parked: Vec<Parked>,
     /// Datagrams came for it in the zone's current batch: it runs at the batch's end.
     pub(super) due: bool,
+    /// gRPC calls decided in this turn, placed on their upstream connections at its end
+    /// (`grpc.rs`).
+    pub(super) unplaced: Vec<u64>,
 }
 
 impl H3Conn {
@@ -104,6 +107,7 @@ impl H3Conn {
             draining: false,
             parked: Vec::new(),
             due: false,
+            unplaced: Vec::new(),
         }
     }
 
@@ -128,6 +132,7 @@ impl H3Conn {
                 moved = true;
                 served += self.request_event(cx, ev);
             }
+            self.place_calls(cx);
             self.write_uni();
             self.flush_ready(cx);
             if !moved {
@@ -144,10 +149,10 @@ impl H3Conn {
             Event::Connected => self.connected(cx),
             Event::Stream(StreamEvent::Opened { dir }) => {
                 while let Some(id) = self.quic.streams().accept(dir) {
-                    self.read(id)?;
+                    self.read(cx, id)?;
                 }
             }
-            Event::Stream(StreamEvent::Readable { id }) => self.read(id)?,
+            Event::Stream(StreamEvent::Readable { id }) => self.read(cx, id)?,
             Event::Stream(StreamEvent::Writable { id }) => self.ready.push(u64::from(id)),
             Event::Stream(StreamEvent::Stopped { id, .. }) => {
                 // The client wants no more of the response: it ends here.
@@ -214,12 +219,14 @@ impl H3Conn {
     }
 
     /// Reads what stream `id` delivered into the HTTP/3 state; a stream whose upstream takes
-    /// no more of its body now is left unread (QUIC's flow control then holds the client
-    /// back) until the upstream has written what it has.
-    pub(super) fn read(&mut self, id: StreamId) -> Result<(), ConnError> {
+    /// no more of its body now (a proxied request's exchange, a gRPC call's upstream window)
+    /// is left unread (QUIC's flow control then holds the client back) until the upstream
+    /// has written what it has. A stream the client reset ends here.
+    pub(super) fn read(&mut self, cx: &mut Cx, id: StreamId) -> Result<(), ConnError> {
         let n = u64::from(id);
         let s = self.streams.get(&n);
-        if s.and_then(|s| s.proxy.as_ref()).is_some_and(|p| p.held > 0) {
+        let proxy_held = s.and_then(|s| s.proxy.as_ref()).is_some_and(|p| p.held > 0);
+        if proxy_held || s.is_some_and(|s| s.body_held > 0) {
             if !self.held.contains(&n) {
                 self.held.push(n);
             }
@@ -257,7 +264,9 @@ impl H3Conn {
         }
         if reset {
             self.h3.reset(n)?;
-            self.streams.remove(&n);
+            if let Some(s) = self.streams.remove(&n) {
+                s.log_end(cx, &self.base);
+            }
         }
         Ok(())
     }

@@ -16,6 +16,7 @@
 
 mod conn;
 mod early;
+mod grpc;
 mod serve;
 mod stream;
 
@@ -33,6 +34,7 @@ use ringx_quic::{Keys, Owner};
 
 use crate::ctx::Cx;
 use crate::metrics::bump;
+use crate::role::grpc::mux::CallEvent;
 use crate::role::upstream::UpEvent;
 use crate::route::Routes;
 use crate::settings::RetryWhen;
@@ -335,6 +337,20 @@ impl Quic {
         }
         self.drive(cx, slot);
         Ok(())
+    }
+
+    /// What a gRPC call's upstream stream did (`ev`), for the call of stream tag `sid` on
+    /// QUIC connection `c` of generation `gen`; a connection gone since let go of its calls
+    /// when it went.
+    pub fn grpc_event(&mut self, cx: &mut Cx, (c, gen): (ConnId, u32), sid: u32, ev: CallEvent) {
+        let slot = c.0 & !QUIC_OWNER;
+        if self.gens.get(slot as usize) != Some(&gen) {
+            return;
+        }
+        if let Some(conn) = self.conns[slot as usize].as_mut() {
+            conn.grpc_event(cx, sid, ev);
+            self.drive(cx, slot);
+        }
     }
 
     /// The zone's wake-up for QUIC connection `c` of generation `gen`: its requests whose

@@ -11,12 +11,16 @@
 //! the other way as it arrives; a stream whose upstream takes no more is not read
 //! (`conn.rs`), so QUIC's flow control holds the client back.
 //!
+//! A request routed to a `grpc://` location is a gRPC call on the zone's pooled HTTP/2
+//! upstream connections, shared with HTTP/2 clients' calls (`grpc.rs`): its response's
+//! messages as DATA, its status in a trailing HEADERS frame.
+//!
 //! A request that waits (a `limit_req` delay, an `auth_request` subrequest, a password on
 //! the auth pool) is parked with what the pipeline decided for it and served again when its
-//! wait is over, as HTTP/2's are. Not carried over HTTP/3 yet: gRPC locations (502); a
-//! waiting request with a body (its body would have to be kept), a cache fill in progress
-//! (503); an `error_page` that re-serves a request at a proxying location (its
-//! error page instead); each with a log line that says so.
+//! wait is over, as HTTP/2's are. Not carried over HTTP/3 yet: a waiting request with a
+//! body (its body would have to be kept), a cache fill in progress (503); an `error_page`
+//! that re-serves a request at a proxying location (its error page instead); each with a
+//! log line that says so.
 
 use quinn_proto::{StreamId, VarInt};
 use ringx_engine::ConnId;
@@ -26,6 +30,7 @@ use ringx_http::Request;
 
 use super::conn::H3Conn;
 use super::early::{early_request, reading_early_data};
+use super::grpc::CallStep;
 use super::stream::{H3Stream, Parked};
 use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::Cx;
@@ -39,7 +44,10 @@ use crate::pipeline::Step;
 use crate::response::{ConnHdr, ErrorPage, Fields};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
+use crate::role::grpc::mux::{CallEvent, Owner};
+use crate::role::grpc::status::Code;
 use crate::role::multiplex::failed::{self, Instead};
+use crate::role::multiplex::grpc::{self, Started};
 use crate::role::multiplex::local::{self, Local};
 use crate::role::multiplex::log::RequestLog;
 use crate::role::multiplex::proxied::{share_budget, Proxied, ProxyStep};
@@ -122,7 +130,7 @@ impl H3Conn {
         let asked = Asked {
             keep: true,
             status_as: None,
-            grpc: false,
+            grpc: true,
         };
         let who = (self.owner, id as u32);
         let step = serve(
@@ -152,11 +160,8 @@ impl H3Conn {
                 self.start_proxy(cx, (id, s), (&req, &route, &rq), framing, capture)
             }
             Step::Grpc => {
-                tracing::warn!(
-                    client = ?self.base.addr,
-                    "HTTP/3: this location calls gRPC, which HTTP/3 does not carry yet: 502"
-                );
-                self.answer_error(cx, id, s, 502)
+                let end = *framing == Framing::None;
+                self.start_grpc(cx, (id, s), (&req, &route, &rq), end)
             }
             // A `limit_req` delay: the request is looked at again when it is over (one with
             // a body would need its body kept meanwhile: below).
@@ -244,7 +249,7 @@ impl H3Conn {
     }
 
     /// The zone's timer: requests whose delay is over are looked at again; those still
-    /// waiting for the auth pool get 503.
+    /// waiting for the auth pool get 503; gRPC calls past their deadline end.
     pub(super) fn resume(&mut self, cx: &mut Cx) {
         let now = cx.io.now();
         let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
@@ -266,6 +271,7 @@ impl H3Conn {
                 self.serve(cx, id, s, &mut pending);
             }
         }
+        self.grpc_deadlines(cx);
     }
 
     /// The auth pool's answer `ok` for credentials `key`, for the request on stream `tag`
@@ -408,7 +414,7 @@ impl H3Conn {
         if released > 0 {
             // The upstream took the body it held back: the stream is read again.
             self.held.retain(|&h| h != id);
-            if let Err(e) = self.read(stream_id(id)) {
+            if let Err(e) = self.read(cx, stream_id(id)) {
                 self.fail(cx.io.now(), e);
             }
         }
@@ -455,17 +461,126 @@ impl H3Conn {
         self.ready.push(id);
     }
 
-    /// Request body bytes of stream `id` (`end`: the last) for its upstream.
+    /// Request body bytes of stream `id` (`end`: the last) for its upstream, or its gRPC
+    /// call's.
     pub(super) fn request_body(&mut self, cx: &mut Cx, id: u64, data: &[u8], end: bool) {
-        if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if s.grpc.is_some() {
+            if let Some(step) = s.call_body(cx, data, end) {
+                self.call_step(cx, id, step);
+            }
+            return;
+        }
+        if let Some(p) = s.proxy.as_mut() {
             p.body(cx, data, end);
         }
     }
 
     /// Request trailers of stream `id`, which end its body.
     pub(super) fn request_trailers(&mut self, cx: &mut Cx, id: u64, lines: &[u8]) {
-        if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if let Some(g) = s.grpc.as_mut() {
+            g.end_request(cx);
+        } else if let Some(p) = s.proxy.as_mut() {
             p.trailers(cx, lines);
+        }
+    }
+}
+
+impl H3Conn {
+    /// Starts the gRPC call of stream `id` (routed to a `grpc://` location; `end`: it has
+    /// no request body); it is placed at the end of this turn ([`H3Conn::place_calls`]).
+    fn start_grpc(
+        &mut self,
+        cx: &mut Cx,
+        (id, mut s): (u64, H3Stream),
+        (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
+        end: bool,
+    ) {
+        match grpc::start(cx, &self.base, req, route, rq, end) {
+            Started::Call(call) => {
+                if let Some(d) = call.deadline {
+                    cx.ctx.wake_at(cx.io, d, self.owner, self.base.gen);
+                }
+                s.grpc = Some(call);
+                self.streams.insert(id, s);
+                self.unplaced.push(id);
+            }
+            Started::Failed(code, msg) => {
+                self.streams.insert(id, s);
+                self.call_step(cx, id, CallStep::Fail(code, msg));
+            }
+        }
+    }
+
+    /// Places the calls decided in this turn on their upstream connections; those their
+    /// clients reset meanwhile are gone already.
+    pub(super) fn place_calls(&mut self, cx: &mut Cx) {
+        for id in std::mem::take(&mut self.unplaced) {
+            let owner = Owner {
+                c: self.owner,
+                gen: self.base.gen,
+                sid: id as u32,
+            };
+            let Some(g) = self.streams.get_mut(&id).and_then(|s| s.grpc.as_mut()) else {
+                continue;
+            };
+            let step = match g.place(cx, owner) {
+                Ok(took) => CallStep::Took(took),
+                Err(()) => CallStep::Fail(Code::Unavailable, "upstream unavailable"),
+            };
+            self.call_step(cx, id, step);
+        }
+    }
+
+    /// What the upstream stream of the call with owner tag `sid` did.
+    pub(super) fn grpc_event(&mut self, cx: &mut Cx, sid: u32, ev: CallEvent) {
+        let Some(id) = super::grpc::stream_of(&self.streams, sid) else {
+            return;
+        };
+        let step = self.streams.get_mut(&id).and_then(|s| s.call_event(cx, ev));
+        if let Some(step) = step {
+            self.call_step(cx, id, step);
+        }
+    }
+
+    /// Carries out what stream `id`'s call needs: a turn to send, its held body read again
+    /// once the upstream took it all, its end with a status of ringx's own.
+    fn call_step(&mut self, cx: &mut Cx, id: u64, step: CallStep) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        match step {
+            CallStep::Wake => {}
+            CallStep::Took(n) => s.body_held = s.body_held.saturating_sub(n),
+            CallStep::Fail(code, msg) => {
+                if !s.fail_call(cx, code, msg) {
+                    return;
+                }
+            }
+        }
+        if s.body_held == 0 && self.held.contains(&id) {
+            self.held.retain(|&h| h != id);
+            if let Err(e) = self.read(cx, stream_id(id)) {
+                self.fail(cx.io.now(), e);
+            }
+        }
+        self.ready.push(id);
+    }
+
+    /// Calls whose `grpc-timeout` passed end with DEADLINE_EXCEEDED (from the zone's
+    /// wake-up, asked for each deadline when its call started).
+    fn grpc_deadlines(&mut self, cx: &mut Cx) {
+        let now = cx.io.now();
+        let late = self.streams.iter().filter(|(_, s)| s.call_late(now));
+        let late: Vec<u64> = late.map(|(&id, _)| id).collect();
+        for id in late {
+            let step = CallStep::Fail(Code::DeadlineExceeded, "deadline exceeded");
+            self.call_step(cx, id, step);
         }
     }
 }

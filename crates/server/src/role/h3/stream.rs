@@ -1,6 +1,8 @@
 //! A response being sent on an HTTP/3 request stream ([`H3Stream`]): its HEADERS and DATA
 //! frames as far as they are made, the rest of its body from a file (read piece by piece as
-//! the stream's window takes it) or compressed as it goes, and what its log line needs.
+//! the stream's window takes it) or compressed as it goes, a proxied response as its
+//! exchange writes it, a gRPC call's as its upstream stream brings it, and what its log line
+//! needs.
 
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
@@ -13,6 +15,7 @@ use crate::ctx::Cx;
 use crate::guard::limit::ConnSlot;
 use crate::pipeline::pending::Pending;
 use crate::response::{Fields, FilePart};
+use crate::role::multiplex::grpc::GrpcCall;
 use crate::role::multiplex::log::{self, Ended, RequestLog};
 use crate::role::multiplex::proxied::Proxied;
 
@@ -42,7 +45,15 @@ pub(super) struct H3Stream {
     /// The request is proxied: the exchange writes the response into its output, which
     /// goes out as HEADERS and DATA as the stream's window opens.
     pub proxy: Option<Box<Proxied>>,
-    /// The proxied response is complete: the trailers (if any) end it, after the body.
+    /// A gRPC call (`grpc://`): its upstream stream and the response bytes received.
+    pub grpc: Option<Box<GrpcCall>>,
+    /// Request body bytes of the gRPC call that its upstream's window has not taken yet:
+    /// the stream is not read while there are any (`conn.rs`).
+    pub body_held: usize,
+    /// Request body bytes received.
+    pub body_in: u64,
+    /// The proxied (or gRPC) response is complete: the trailers (if any) end it, after the
+    /// body.
     pub end: bool,
     pub trailers: Option<Vec<(Vec<u8>, Vec<u8>)>>,
     /// The request waits for its `auth_request` subrequest (the exchange in `proxy`): what
@@ -67,6 +78,9 @@ impl H3Stream {
             file: None,
             encoder: None,
             proxy: None,
+            grpc: None,
+            body_held: 0,
+            body_in: 0,
             end: false,
             trailers: None,
             pending: None,
@@ -96,7 +110,11 @@ impl H3Stream {
 
     /// The response's HEADERS frame: `status` and `fields`, less the server's own `Alt-Svc`
     /// (`crate::alt_svc`: a client on HTTP/3 is where it points already).
-    fn head<'a>(&mut self, status: u16, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
+    pub(super) fn head<'a>(
+        &mut self,
+        status: u16,
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) {
         self.status = status;
         let ours = self.alt_svc.as_deref().map(str::as_bytes);
         let kept = fields.filter(|(n, v)| {
@@ -120,7 +138,7 @@ impl H3Stream {
             self.out.clear();
             self.sent = 0;
             if !self.more(cx)? {
-                if self.proxy.is_some() && !self.end {
+                if (self.proxy.is_some() || self.grpc.is_some()) && !self.end {
                     return Ok(false); // the upstream has not sent more yet
                 }
                 return ss.finish().map(|_| true).map_err(|_| ());
@@ -133,6 +151,9 @@ impl H3Stream {
     fn more(&mut self, cx: &mut Cx) -> Result<bool, ()> {
         if self.proxy.is_some() {
             return Ok(self.more_proxied(cx));
+        }
+        if self.grpc.is_some() {
+            return Ok(self.more_grpc(cx));
         }
         if let Some((f, off, end)) = self.file.as_mut() {
             let n = (end.saturating_sub(*off) as usize).min(FILE_PIECE);
@@ -198,6 +219,28 @@ impl H3Stream {
             }
             return true;
         }
+        self.more_trailers()
+    }
+
+    /// The next frame of a gRPC call's response (its head was written when it came): what
+    /// the upstream sent of the body, then the trailers. Bytes framed are released to the
+    /// upstream's window, so the call holds no more than that window here.
+    fn more_grpc(&mut self, cx: &mut Cx) -> bool {
+        let Some(g) = self.grpc.as_mut() else {
+            return false;
+        };
+        let n = g.pending().len().min(FILE_PIECE);
+        if n > 0 {
+            ringx_h3proto::send_data(&mut self.out, &g.pending()[..n]);
+            g.sent(cx, n);
+            self.body_out += n as u64;
+            return true;
+        }
+        self.more_trailers()
+    }
+
+    /// The trailers of a proxied or gRPC response, once it is complete.
+    fn more_trailers(&mut self) -> bool {
         match self.trailers.take() {
             Some(t) if self.end && !t.is_empty() => {
                 let fields = t.iter().map(|(n, v)| (&n[..], &v[..]));
@@ -209,10 +252,14 @@ impl H3Stream {
     }
 
     /// The stream is over: its exchange, if it has one still attached to an upstream, lets
-    /// go of it; the response is counted and its access log line written.
+    /// go of it, as does its gRPC call (cancelled upstream if still open); the response is
+    /// counted and its access log line written.
     pub fn log_end(self, cx: &mut Cx, b: &Base) {
         if let Some(p) = &self.proxy {
             p.detach(cx);
+        }
+        if let Some(g) = &self.grpc {
+            g.end(cx);
         }
         let e = Ended {
             start: self.start,

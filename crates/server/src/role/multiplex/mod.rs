@@ -1,10 +1,11 @@
 //! What a request on one stream of a multiplexed client connection needs whichever protocol
-//! frames the stream: HTTP/2 (`role/h2`) now, HTTP/3 next. The protocol's role keeps its
+//! frames the stream: HTTP/2 (`role/h2`) and HTTP/3 (`role/h3`). The protocol's role keeps its
 //! framing, flow control and the turns its streams take; what a stream carries is here:
 //!
 //! | | file |
 //! |---|---|
 //! | a proxied stream: an [`Exchange`](crate::role::exchange::Exchange) whose output is held in memory, sent as the window allows, and the budget the connection's proxied streams share | `proxied.rs` |
+//! | a gRPC call: its upstream stream on the zone's pooled HTTP/2 connections, and what its events mean for the client's stream | `grpc.rs` |
 //! | a locally made body waiting for the window (bytes, a file part, a file compressed as it goes) | `body.rs` |
 //! | the refreshes after stale answers, which outlive the connection | `refresh.rs` |
 //! | what the access log keeps of the request | `log.rs` |
@@ -16,6 +17,7 @@
 
 pub mod body;
 pub mod failed;
+pub mod grpc;
 pub mod local;
 pub mod log;
 pub mod proxied;

@@ -1,9 +1,12 @@
-//! A gRPC call on an HTTP/2 stream (`proxy_pass = "grpc://…"`): the stream's request goes
-//! on a stream of a pooled, multiplexed HTTP/2 upstream connection (`role::grpc::pool`),
-//! and what comes back — head, messages, trailers — goes to the client as it arrives.
+//! A gRPC call on a client's stream (`proxy_pass = "grpc://…"`), HTTP/2's (`role/h2`) or
+//! HTTP/3's (`role/h3`): the stream's request goes on a stream of a pooled, multiplexed
+//! HTTP/2 upstream connection (`role::grpc::pool`), and what comes back — head, messages,
+//! trailers — goes to the client as it arrives ([`GrpcCall::apply`] says what each of the
+//! call's events means for the client's stream; the role frames it).
 //!
-//! Flow control is end to end: the client's request body leaves its window only once the
-//! upstream's window took it ([`CallEvent::Sent`]), and response bytes are released to the
+//! Flow control is end to end: the client's request body leaves its window (HTTP/2's
+//! WINDOW_UPDATE; over HTTP/3 the stream is not read further) only once the upstream's
+//! window took it ([`CallEvent::Sent`]), and response bytes are released to the
 //! upstream's window only once they were framed to the client, so neither direction holds
 //! more than a window. The call's `grpc-timeout` is a deadline here too (as Envoy's
 //! `max_grpc_timeout`): past it the upstream stream is cancelled and the client gets
@@ -13,7 +16,7 @@
 //!
 //! A call is decided when its HEADERS arrive and placed on an upstream connection once the
 //! client's read that brought them has been handled ([`GrpcCall::place`], from
-//! `H2::after`): a call its client resets in the same read (a rapid reset) never reaches
+//! `H2::after`, or the end of an HTTP/3 connection's turn): a call its client resets in the same read (a rapid reset) never reaches
 //! the upstream. The upstream connection is shared, and a storm of calls started and
 //! cancelled there is load the upstream server sheds on everyone's calls, the neighbours'
 //! included (grpcio's server cancels calls at random past 1000 waiting for its handlers).
@@ -30,13 +33,13 @@ use crate::ctx::Cx;
 use crate::metrics::bump;
 use crate::pipeline::routing::Route;
 use crate::role::exchange::deco::Deco;
-use crate::role::grpc::mux::Owner;
+use crate::role::grpc::mux::{CallEvent, Owner};
 use crate::role::grpc::pool::{self, Placed};
 use crate::role::grpc::status::{self, Code};
 use crate::role::proxy_start::{self, GrpcStart};
 
 /// A call in flight.
-pub(super) struct GrpcCall {
+pub struct GrpcCall {
     /// Where it went; None until it is placed.
     placed: Option<Placed>,
     /// What placing it needs, and the request body that came before (None once placed).
@@ -66,7 +69,7 @@ struct Unplaced {
 }
 
 /// What starting a call gave.
-pub(super) enum Started {
+pub enum Started {
     Call(Box<GrpcCall>),
     /// It cannot go anywhere: answer this status (Trailers-Only).
     Failed(Code, &'static str),
@@ -74,7 +77,7 @@ pub(super) enum Started {
 
 /// Decides the call of a stream (`end`: the request has no body); it is placed later
 /// ([`GrpcCall::place`]).
-pub(super) fn start(
+pub fn start(
     cx: &mut Cx,
     b: &Base,
     req: &Request,
@@ -112,7 +115,7 @@ impl GrpcCall {
     /// that came meanwhile; returns how many of those bytes the upstream's window took (the
     /// client's window reopens by as many). Err: no server could be reached (logged). A
     /// call placed already, or ended before, is left as it is (Ok(0)).
-    pub fn place(&mut self, cx: &mut Cx, owner: Owner) -> Result<usize, ()> {
+    pub(crate) fn place(&mut self, cx: &mut Cx, owner: Owner) -> Result<usize, ()> {
         if self.done.get() {
             return Ok(0);
         }
@@ -222,6 +225,96 @@ impl GrpcCall {
 }
 
 /// Counts a status ringx made itself.
-pub(super) fn count_local(cx: &Cx, code: Code) {
+pub fn count_local(cx: &Cx, code: Code) {
     bump(&cx.ctx.log.counters.grpc_local_status[code.index()], 1);
+}
+
+/// What an event of a call means for its client stream ([`GrpcCall::apply`]).
+pub enum Applied {
+    /// Send the response head (`status`, its fields as the client gets them; `end`: it ends
+    /// the stream, a Trailers-Only response).
+    Head(u16, FieldList, bool),
+    /// Response bytes wait in [`GrpcCall::pending`] (`end`: the last of the response, which
+    /// has no trailers).
+    Data { end: bool },
+    /// The response ends with these trailers, after the bytes pending.
+    Trailers(Vec<(Vec<u8>, Vec<u8>)>),
+    /// The upstream's window took `n` bytes of the request body: the client may send as
+    /// many more.
+    Release(usize),
+    /// The call cannot go on: it ends with this status of ringx's own ([`own_status`]).
+    Fail(Code, &'static str),
+}
+
+impl GrpcCall {
+    /// Applies what the call's upstream stream did (`ev`); the call is let go of once its
+    /// response has ended or it failed.
+    pub fn apply(&mut self, cx: &mut Cx, ev: CallEvent) -> Applied {
+        match ev {
+            CallEvent::Head {
+                status,
+                fields,
+                end,
+            } => {
+                if end {
+                    self.end(cx);
+                }
+                Applied::Head(status, self.head_fields(status, &fields), end)
+            }
+            CallEvent::Data(d, end) => {
+                self.out.extend_from_slice(&d);
+                if end {
+                    self.end(cx);
+                }
+                Applied::Data { end }
+            }
+            CallEvent::Trailers(f) => {
+                self.end(cx);
+                // gRPC's own trailers pass; what may not be a trailer does not.
+                let kept = f
+                    .iter()
+                    .filter(|(n, _)| !ringx_http::trailer::is_forbidden_trailer(n))
+                    .map(|(n, v)| (n.to_vec(), v.to_vec()));
+                Applied::Trailers(kept.collect())
+            }
+            CallEvent::Sent(n) => Applied::Release(n),
+            CallEvent::Failed(code, msg) => {
+                self.end(cx);
+                Applied::Fail(code, msg)
+            }
+        }
+    }
+}
+
+/// How a call ends with a status of ringx's own ([`own_status`]).
+pub enum OwnStatus {
+    /// As trailers, after the response bytes already sent.
+    Trailers(Vec<(Vec<u8>, Vec<u8>)>),
+    /// As a Trailers-Only response (status 200, these fields, the stream ended): nothing
+    /// was sent yet.
+    Only(FieldList),
+}
+
+/// Ends call `g` (if the stream has one) with status `code` and `msg` of ringx's own,
+/// counted; `head_sent`: the response head went to the client already.
+pub fn own_status(
+    cx: &mut Cx,
+    g: Option<&GrpcCall>,
+    (code, msg): (Code, &'static str),
+    head_sent: bool,
+) -> OwnStatus {
+    count_local(cx, code);
+    if let Some(g) = g {
+        g.end(cx);
+    }
+    if head_sent {
+        let t = status::trailers(code, msg);
+        let t = t.iter().map(|(n, v)| (n.to_vec(), v.to_vec()));
+        return OwnStatus::Trailers(t.collect());
+    }
+    let mut fields = FieldList::with_capacity(64, 3);
+    for (n, v) in status::trailers_only(code, msg) {
+        fields.push(n, v);
+    }
+    OwnStatus::Only(fields)
 }

