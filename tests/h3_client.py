@@ -121,7 +121,8 @@ async def _fetch(port, paths, host, method, headers, body, timeout, cafile):
     cfg = _config(host, cafile)
     async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
                        wait_connected=True) as client:
-        futs = [client.request(method, host, p, headers, body) for p in paths]
+        bodies = body if isinstance(body, list) else [body] * len(paths)
+        futs = [client.request(method, host, p, headers, b) for p, b in zip(paths, bodies)]
         return await asyncio.wait_for(asyncio.gather(*futs), timeout)
 
 
@@ -176,8 +177,9 @@ def migrate(port, before, after, cafile, local_ip="127.0.0.1", new_cid=False, ti
 
 def get(port, paths, host="localhost", method="GET", headers=(), body=None, timeout=20,
         cafile=None):
-    """The responses to `paths` (a list), requested at once on one connection; the
-    server's certificate checked against `cafile` (None: not checked)."""
+    """The responses to `paths` (a list), requested at once on one connection, each with
+    `body` (or its own: a list of bodies, one per path); the server's certificate checked
+    against `cafile` (None: not checked)."""
     return asyncio.run(_fetch(port, paths, host, method, headers, body, timeout,
                               None if cafile is None else str(cafile)))
 

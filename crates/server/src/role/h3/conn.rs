@@ -221,12 +221,14 @@ impl H3Conn {
     /// Reads what stream `id` delivered into the HTTP/3 state; a stream whose upstream takes
     /// no more of its body now (a proxied request's exchange, a gRPC call's upstream window)
     /// is left unread (QUIC's flow control then holds the client back) until the upstream
-    /// has written what it has. A stream the client reset ends here.
+    /// has written what it has, as is a waiting request's once it keeps as much body as it
+    /// may (`serve.rs`). A stream the client reset ends here.
     pub(super) fn read(&mut self, cx: &mut Cx, id: StreamId) -> Result<(), ConnError> {
         let n = u64::from(id);
         let s = self.streams.get(&n);
         let proxy_held = s.and_then(|s| s.proxy.as_ref()).is_some_and(|p| p.held > 0);
-        if proxy_held || s.is_some_and(|s| s.body_held > 0) {
+        let call_held = s.is_some_and(|s| s.body_held > 0);
+        if proxy_held || call_held || self.keeps_enough(n) {
             if !self.held.contains(&n) {
                 self.held.push(n);
             }

@@ -17,10 +17,11 @@
 //!
 //! A request that waits (a `limit_req` delay, an `auth_request` subrequest, a password on
 //! the auth pool) is parked with what the pipeline decided for it and served again when its
-//! wait is over, as HTTP/2's are. Not carried over HTTP/3 yet: a waiting request with a
-//! body (its body would have to be kept), a cache fill in progress (503); an `error_page`
-//! that re-serves a request at a proxying location (its error page instead); each with a
-//! log line that says so.
+//! wait is over, as HTTP/2's are; what arrives of its body meanwhile is kept with it, up to
+//! the stream's flow-control window (past that the stream is not read, so QUIC holds the
+//! client back), and goes where the request goes. Not carried over HTTP/3 yet: a cache fill
+//! in progress (503); an `error_page` that re-serves a request at a proxying location (its
+//! error page instead); each with a log line that says so.
 
 use quinn_proto::{StreamId, VarInt};
 use ringx_engine::ConnId;
@@ -37,7 +38,7 @@ use crate::ctx::Cx;
 use crate::guard::AuthAnswer;
 use crate::pipeline::access;
 use crate::pipeline::fields::HeaderList;
-use crate::pipeline::pending::{Pending, Saved};
+use crate::pipeline::pending::{Pending, Saved, SavedBody};
 use crate::pipeline::routing::Route;
 use crate::pipeline::serve::{serve, Asked};
 use crate::pipeline::Step;
@@ -112,8 +113,16 @@ impl H3Conn {
         self.serve(cx, id, s, &mut pending);
     }
 
-    /// Makes, routes and serves stream `id`'s request.
-    fn serve(&mut self, cx: &mut Cx, id: u64, mut s: H3Stream, pending: &mut Pending) {
+    /// Makes, routes and serves stream `id`'s request; what arrived of its body while it
+    /// waited then goes where the request went (a request that waits again took it along).
+    fn serve(&mut self, cx: &mut Cx, id: u64, s: H3Stream, pending: &mut Pending) {
+        self.route_stream(cx, id, s, pending);
+        let body = pending.kept.as_mut().map(|k| std::mem::take(&mut k.body));
+        self.pass_body(cx, id, body);
+    }
+
+    /// [`H3Conn::serve`]: the request made, routed, and what the pipeline decided done.
+    fn route_stream(&mut self, cx: &mut Cx, id: u64, mut s: H3Stream, pending: &mut Pending) {
         let Some(Saved::Fields(head, framing)) = pending.kept.as_ref().map(|k| &k.request) else {
             return self.answer_error(cx, id, s, 500);
         };
@@ -163,9 +172,9 @@ impl H3Conn {
                 let end = *framing == Framing::None;
                 self.start_grpc(cx, (id, s), (&req, &route, &rq), end)
             }
-            // A `limit_req` delay: the request is looked at again when it is over (one with
-            // a body would need its body kept meanwhile: below).
-            Step::WaitUntil(until) if *framing == Framing::None => {
+            // A `limit_req` delay, or another request's fill of the cache entry: the request
+            // is looked at again when it is over.
+            Step::WaitUntil(until) => {
                 pending.resumed = true;
                 cx.ctx.wake_at(cx.io, until, self.owner, self.base.gen);
                 let kept = Box::new(std::mem::take(pending));
@@ -173,7 +182,7 @@ impl H3Conn {
             }
             // A password verified on the auth pool: looked at again when its answer comes
             // (`verified`), or answered 503 after `send_timeout` without one.
-            Step::WaitVerify if *framing == Framing::None => {
+            Step::WaitVerify => {
                 pending.resumed = true;
                 let until = cx.io.now() + cx.ctx.set.send_timeout;
                 cx.ctx.wake_at(cx.io, until, self.owner, self.base.gen);
@@ -182,7 +191,7 @@ impl H3Conn {
             }
             // `auth_request`: the subrequest's answer decides, then the request is looked
             // at again (`auth_done`).
-            Step::Ask { upstream, head } if *framing == Framing::None => {
+            Step::Ask { upstream, head } => {
                 pending.resumed = true;
                 let sub = Proxied::sub(
                     cx,
@@ -206,14 +215,6 @@ impl H3Conn {
                         self.serve(cx, id, s, pending);
                     }
                 }
-            }
-            Step::WaitUntil(_) | Step::WaitVerify | Step::Ask { .. } => {
-                tracing::warn!(
-                    client = ?self.base.addr,
-                    "HTTP/3: this request must wait (a delay or auth_request with a body, a \
-                     verification), which HTTP/3 does not carry yet: 503"
-                );
-                self.answer_error(cx, id, s, 503)
             }
             Step::Local | Step::Go(_) => {
                 match local::answer(cx, (&req, &route, &rq), None, s.head_only) {
@@ -267,6 +268,7 @@ impl H3Conn {
             if verify {
                 tracing::warn!(client = ?self.base.addr, "HTTP/3: no answer from the auth pool in time: 503");
                 self.answer_error(cx, id, s, 503);
+                self.unhold(cx, id); // what the client still sends is read and dropped
             } else {
                 self.serve(cx, id, s, &mut pending);
             }
@@ -462,8 +464,13 @@ impl H3Conn {
     }
 
     /// Request body bytes of stream `id` (`end`: the last) for its upstream, or its gRPC
-    /// call's.
+    /// call's, or kept while its request waits.
     pub(super) fn request_body(&mut self, cx: &mut Cx, id: u64, data: &[u8], end: bool) {
+        if let Some(kept) = self.waiting_body(id) {
+            kept.data.extend_from_slice(data);
+            kept.end |= end;
+            return;
+        }
         let Some(s) = self.streams.get_mut(&id) else {
             return;
         };
@@ -480,6 +487,11 @@ impl H3Conn {
 
     /// Request trailers of stream `id`, which end its body.
     pub(super) fn request_trailers(&mut self, cx: &mut Cx, id: u64, lines: &[u8]) {
+        if let Some(kept) = self.waiting_body(id) {
+            kept.end = true;
+            kept.trailers = Some(lines.to_vec());
+            return;
+        }
         let Some(s) = self.streams.get_mut(&id) else {
             return;
         };
@@ -563,13 +575,8 @@ impl H3Conn {
                 }
             }
         }
-        if s.body_held == 0 && self.held.contains(&id) {
-            self.held.retain(|&h| h != id);
-            if let Err(e) = self.read(cx, stream_id(id)) {
-                self.fail(cx.io.now(), e);
-            }
-        }
         self.ready.push(id);
+        self.unhold(cx, id); // read again if it no longer holds body back
     }
 
     /// Calls whose `grpc-timeout` passed end with DEADLINE_EXCEEDED (from the zone's
@@ -581,6 +588,61 @@ impl H3Conn {
         for id in late {
             let step = CallStep::Fail(Code::DeadlineExceeded, "deadline exceeded");
             self.call_step(cx, id, step);
+        }
+    }
+}
+
+/// Request body a waiting request keeps, past which its stream is not read until the request
+/// goes on (so QUIC's flow control holds the client back): the stream's flow-control window,
+/// as an HTTP/2 stream keeps at most its window.
+fn kept_max() -> usize {
+    ringx_quic::Limits::default().stream_window as usize
+}
+
+/// Requests that wait with a body: what arrives of it meanwhile is kept with the request
+/// (its `Pending`), up to [`kept_max`], and goes where the request goes when it goes on.
+impl H3Conn {
+    /// The body kept for stream `id`'s request, if it waits (for its `auth_request`
+    /// subrequest, a delay, the auth pool).
+    fn waiting_body(&mut self, id: u64) -> Option<&mut SavedBody> {
+        if self.streams.contains_key(&id) {
+            let s = self.streams.get_mut(&id)?;
+            return s.pending.as_mut()?.kept.as_mut().map(|k| &mut k.body);
+        }
+        let p = self.parked.iter_mut().find(|p| p.id == id)?;
+        p.pending.kept.as_mut().map(|k| &mut k.body)
+    }
+
+    /// Whether stream `id`'s request waits with as much body kept as it may.
+    pub(super) fn keeps_enough(&self, id: u64) -> bool {
+        let pending = match self.streams.get(&id) {
+            Some(s) => s.pending.as_deref(),
+            None => self.parked.iter().find(|p| p.id == id).map(|p| &*p.pending),
+        };
+        let kept = pending.and_then(|p| p.kept.as_ref());
+        kept.is_some_and(|k| k.body.data.len() >= kept_max())
+    }
+
+    /// What arrived of stream `id`'s body while its request waited (`body`) goes where the
+    /// request went: to its upstream or call, or dropped; the stream is read again.
+    fn pass_body(&mut self, cx: &mut Cx, id: u64, body: Option<SavedBody>) {
+        if let Some(b) = body.filter(|b| !b.data.is_empty() || b.end) {
+            let end = b.end && b.trailers.is_none();
+            self.request_body(cx, id, &b.data, end);
+            if let Some(t) = b.trailers {
+                self.request_trailers(cx, id, &t);
+            }
+        }
+        self.unhold(cx, id);
+    }
+
+    /// Reads stream `id` again if it was left unread (`read` leaves it again while it must).
+    fn unhold(&mut self, cx: &mut Cx, id: u64) {
+        if self.held.contains(&id) {
+            self.held.retain(|&h| h != id);
+            if let Err(e) = self.read(cx, stream_id(id)) {
+                self.fail(cx.io.now(), e);
+            }
         }
     }
 }
