@@ -160,6 +160,10 @@ def site(ringx_module, tmp_path_factory):
     d = tmp_path_factory.mktemp("h3loc")
     pki = Pki(d / "pki")
     cert, key = pki.leaf("a", ["localhost"])
+    www = d / "www"
+    (www / "files").mkdir(parents=True)
+    (www / "files" / "here.txt").write_text("here\n")
+    # `auth` answers the auth_request subrequests, and is the cached locations' origin.
     up, auth = UpstreamServer("up"), Origin()
 
     def decide(method, target, headers):
@@ -169,6 +173,9 @@ def site(ringx_module, tmp_path_factory):
     cfg = runtime_section(None, zones=1) + f"""
 [http]
 client_max_body_size = "16m"
+[[proxy_cache_path]]
+name = "c"
+path = "{d}/cache"
 [[limit_req_zone]]
 name = "slow"
 key = "$remote_addr"
@@ -186,6 +193,41 @@ quic = true
   path = "/slow/"
   proxy_pass = "http://{up.addr}/"
   limit_req = {{ zone = "slow", burst = 20 }}
+  [[server.location]]
+  path = "/down/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "= @up" }}
+  [[server.location]]
+  path = "@up"
+  proxy_pass = "http://{up.addr}"
+  [[server.location]]
+  path = "/both/"
+  proxy_pass = "http://127.0.0.1:1"
+  error_page = {{ "502" = "@down" }}
+  [[server.location]]
+  path = "@down"
+  proxy_pass = "http://127.0.0.1:2"
+  [[server.location]]
+  path = "/files/"
+  root = "{www}"
+  error_page = {{ "404" = "= /fb/status/206" }}
+  [[server.location]]
+  path = "/icpt/"
+  proxy_pass = "http://{up.addr}/status/"
+  proxy_intercept_errors = true
+  error_page = {{ "500" = "= /fb/status/207" }}
+  [[server.location]]
+  path = "/deny/"
+  access = ["deny all"]
+  return = {{ status = 200, body = "never\\n" }}
+  error_page = {{ "403" = "= /fb/status/203" }}
+  [[server.location]]
+  path = "/fb/"
+  proxy_pass = "http://{up.addr}/"
+  [[server.location]]
+  path = "/c/"
+  proxy_pass = "http://{auth.addr}"
+  proxy_cache = {{ zone = "c" }}
 """
     r = ringx_module.make(cfg, name="h3-locations")
     yield dict(port=p, ca=pki.ca_path, ringx=r, up=up, auth=auth)
@@ -230,3 +272,49 @@ def test_body_kept_through_a_limit_req_delay(site):
     assert all(uploaded(r, b) for r, b in zip(rs, bodies))
     # The last went on three intervals (600 ms at 5 r/s) after the first.
     assert took >= 0.5, took
+
+
+def test_error_page_re_serves_at_a_proxying_location(site):
+    """As over HTTP/1.1 and HTTP/2 (test_error_page_fallback.py): an upstream that is down,
+    a static 404, an intercepted upstream error and a guard's refusal each re-served at the
+    proxying location their `error_page` names; a fallback that fails itself gets the plain
+    page; all on one connection at once."""
+    paths = ["/down/status/201", "/files/missing", "/icpt/500", "/deny/x", "/both/x",
+             "/files/here.txt", "/icpt/404"]
+    rs = h3_client.get(site["port"], paths, cafile=site["ca"])
+    got = [(r.status, bytes(r.body)) for r in rs]
+    assert got[:4] == [(201, b"status 201 from up"), (206, b"status 206 from up"),
+                       (207, b"status 207 from up"), (203, b"status 203 from up")], got
+    assert got[4][0] == 502 and b"from up" not in got[4][1], got[4]
+    assert got[5] == (200, b"here\n")
+    # An upstream status with no error_page passes as it is.
+    assert got[6] == (404, b"status 404 from up")
+
+
+def test_error_page_re_serves_a_request_with_its_body(site):
+    """A POST with a length whose upstream is down is re-served at the `error_page` location
+    with its body (kept by the exchange: up to 64 KiB); a larger one gets the original
+    error, as over HTTP/2 (multiplex/failed.rs: a body without a length is not kept)."""
+    for size, kept in ((60 * 1024, True), (64 * 1024 + 1, False)):
+        body = os.urandom(size)
+        (r,) = post(site, ["/down/upload"], body, headers=[("content-length", str(size))])
+        if kept:
+            assert uploaded(r, body)
+        else:
+            assert r.status == 502 and b"sha256" not in r.body, (r.status, bytes(r.body))
+
+
+def test_a_cache_fill_in_progress_is_waited_for(site):
+    """Ten requests at once on one connection for an entry nobody has filled, from a slow
+    origin: one fills it, the others wait for the fill (the cache lock, as over HTTP/1.1
+    and HTTP/2) and are answered from it; the origin is asked once."""
+    origin = site["auth"]
+    origin.route("/c/hot", body=b"H" * 5000, headers={"Cache-Control": "max-age=60"},
+                 delay=0.5)
+    rs = h3_client.get(site["port"], ["/c/hot"] * 10, cafile=site["ca"])
+    assert all((r.status, bytes(r.body)) == (200, b"H" * 5000) for r in rs), \
+        [(r.status, bytes(r.body)[:100]) for r in rs]
+    statuses = sorted(r.header("x-cache-status") for r in rs)
+    assert statuses == ["HIT"] * 9 + ["MISS"], statuses
+    assert origin.count("/c/hot") == 1
+

@@ -19,9 +19,11 @@
 //! the auth pool) is parked with what the pipeline decided for it and served again when its
 //! wait is over, as HTTP/2's are; what arrives of its body meanwhile is kept with it, up to
 //! the stream's flow-control window (past that the stream is not read, so QUIC holds the
-//! client back), and goes where the request goes. Not carried over HTTP/3 yet: a cache fill
-//! in progress (503); an `error_page` that re-serves a request at a proxying location (its
-//! error page instead); each with a log line that says so.
+//! client back), and goes where the request goes. An `error_page` that names a proxying
+//! location re-serves the request there (after a refusal, a local error, or a proxied
+//! request that can have no response: with its body where the exchange kept it all), as
+//! over HTTP/1.1 and HTTP/2 (`role/multiplex/failed.rs`). Not carried over HTTP/3 yet: a
+//! cache fill in progress (503), with a log line that says so.
 
 use quinn_proto::{StreamId, VarInt};
 use ringx_engine::ConnId;
@@ -33,15 +35,16 @@ use super::conn::H3Conn;
 use super::early::{early_request, reading_early_data};
 use super::grpc::CallStep;
 use super::stream::{H3Stream, Parked};
+use crate::answer::fallback::Fallback;
 use crate::answer::{PageCtx, ReqCtx};
 use crate::ctx::Cx;
 use crate::guard::AuthAnswer;
-use crate::pipeline::access;
 use crate::pipeline::fields::HeaderList;
 use crate::pipeline::pending::{Pending, Saved, SavedBody};
 use crate::pipeline::routing::Route;
 use crate::pipeline::serve::{serve, Asked};
 use crate::pipeline::Step;
+use crate::pipeline::{access, failure};
 use crate::response::{ConnHdr, ErrorPage, Fields};
 use crate::role::exchange::capture::Capture;
 use crate::role::exchange::Outcome;
@@ -126,19 +129,21 @@ impl H3Conn {
         let Some(Saved::Fields(head, framing)) = pending.kept.as_ref().map(|k| &k.request) else {
             return self.answer_error(cx, id, s, 500);
         };
+        // Re-served at an `error_page` location: routed there, with its status.
+        let fb = pending.fallback.clone();
         let (mut length, mut headers) = ([0u8; 20], HeaderList::new());
         let storage = (&mut length, &mut headers);
         let log = (s.log.as_deref_mut(), !pending.resumed);
         let b = &mut self.base;
-        let Routed { req, route, rq } =
-            match route_fields(cx, b, (head, *framing), storage, log, None) {
-                Ok(r) => r,
-                Err(status) => return self.answer_error(cx, id, s, status),
-            };
+        let routed = route_fields(cx, b, (head, *framing), storage, log, fb.as_deref());
+        let Routed { req, route, rq } = match routed {
+            Ok(r) => r,
+            Err(status) => return self.answer_error(cx, id, s, status),
+        };
         s.alt_svc = cx.ctx.routes.servers[route.server].alt_svc.clone();
         let asked = Asked {
             keep: true,
-            status_as: None,
+            status_as: fb.as_ref().and_then(|f| f.fb.status),
             grpc: true,
         };
         let who = (self.owner, id as u32);
@@ -151,10 +156,16 @@ impl H3Conn {
             &mut pending.progress,
             asked,
         );
-        s.conn_slot = pending.progress.conn.take();
+        // `limit_conn` counts it while the slot is held (for the stream's life; a fallback
+        // keeps the failed location's where its own has none).
+        if s.conn_slot.is_none() {
+            s.conn_slot = pending.progress.conn.take();
+        }
+        s.limited |= pending.progress.limited;
+        let fb = fb.as_deref().map(|f| &f.fb);
         match step {
             Step::Refuse { status, headers } => {
-                let i = failed::refused(cx, (&req, &route, None), (status, &headers), s.head_only);
+                let i = failed::refused(cx, (&req, &route, fb), (status, &headers), s.head_only);
                 self.instead(cx, id, s, i)
             }
             Step::Hit(hit) => {
@@ -166,7 +177,7 @@ impl H3Conn {
             }
             Step::Proxy(capture) => {
                 let framing = *framing;
-                self.start_proxy(cx, (id, s), (&req, &route, &rq), framing, capture)
+                self.start_proxy(cx, (id, s), (&req, &route, &rq), (framing, fb), capture)
             }
             Step::Grpc => {
                 let end = *framing == Framing::None;
@@ -217,13 +228,13 @@ impl H3Conn {
                 }
             }
             Step::Local | Step::Go(_) => {
-                match local::answer(cx, (&req, &route, &rq), None, s.head_only) {
+                match local::answer(cx, (&req, &route, &rq), fb, s.head_only) {
                     Local::Respond(resp, file) => self.answer(id, s, resp, file),
                     Local::Compress(resp, z) => {
                         s.respond(resp, None, Some(z));
                         self.start(id, s)
                     }
-                    Local::Again(_) => self.answer_error(cx, id, s, 502),
+                    Local::Again(again) => self.instead(cx, id, s, Instead::Again(again)),
                 }
             }
         }
@@ -295,12 +306,19 @@ impl H3Conn {
         self.serve(cx, id, s, &mut pending);
     }
 
-    /// Answers with what the pipeline gives instead of the location's answer.
-    fn instead(&mut self, cx: &mut Cx, id: u64, s: H3Stream, i: Instead) {
+    /// Carries out what stream `id` answers with instead of its location's or upstream's
+    /// answer: the response, or its request re-served at the proxying location an
+    /// `error_page` names (through that location's guard and cache, as nginx's internal
+    /// redirect runs its access phase). What the limits charged stays with the request, and
+    /// its `limit_conn` slot with the stream.
+    fn instead(&mut self, cx: &mut Cx, id: u64, mut s: H3Stream, i: Instead) {
         match i {
             Instead::Respond(resp, file) => self.answer(id, s, resp, file),
-            // An `error_page` that sends the request to a proxying location.
-            Instead::Again(_) => self.answer_error(cx, id, s, 502),
+            Instead::Again(mut pending) => {
+                pending.progress.limited = s.limited;
+                pending.progress.conn = s.conn_slot.take();
+                self.serve(cx, id, s, &mut pending);
+            }
         }
     }
 
@@ -342,14 +360,27 @@ impl H3Conn {
         cx: &mut Cx,
         (id, mut s): (u64, H3Stream),
         (req, route, rq): (&Request, &Route<'_>, &ReqCtx),
-        framing: Framing,
+        (framing, fb): (Framing, Option<&Fallback>),
         capture: Option<Capture>,
     ) {
         s.cache = capture.as_ref().map_or("", |x| x.client_status);
         let routed = (req, route, rq);
         match Proxied::start(cx, &self.base, self.owner, routed, framing, capture) {
-            Err((status, page, cap)) => self.proxy_failed(cx, (id, s), status, (page, cap)),
-            Ok(p) => {
+            // A fallback gets no error page of its own unless the page that sent it there is
+            // recursive.
+            Err((status, _, _)) if fb.is_some_and(|f| !f.open) => {
+                self.answer_error(cx, id, s, status)
+            }
+            Err((status, mut page, cap)) => {
+                if let (Some(p), Some(fb)) = (page.as_mut(), fb) {
+                    p.reached_by(fb);
+                }
+                self.proxy_failed(cx, (id, s), status, (page, cap))
+            }
+            Ok(mut p) => {
+                if let Some(fb) = fb {
+                    failure::re_served(fb, &mut p.page, &mut p.ex);
+                }
                 if let Some(u) = p.ex.up {
                     self.ups.insert(u, id);
                 }
@@ -365,9 +396,9 @@ impl H3Conn {
     }
 
     /// A proxied stream can have no response (`status`): the cache's stale copy where a fill
-    /// failed and one stands in, else the location's error page for it (`page`), else the
-    /// error page. An `error_page` that re-serves the request at another proxying location is
-    /// not carried over HTTP/3 yet: the error page goes out.
+    /// failed and one stands in, else the location's error page for it (`page`), which may
+    /// re-serve the request at a proxying location (with its body, where the exchange kept
+    /// it all), else the error page.
     fn proxy_failed(
         &mut self,
         cx: &mut Cx,
@@ -375,15 +406,14 @@ impl H3Conn {
         status: u16,
         (page, cap): (Option<Box<PageCtx>>, Option<Box<Capture>>),
     ) {
-        s.proxy = None;
+        // The stream's body is the answer's now, not the exchange's output.
+        let proxy = s.proxy.take();
         if let Some((resp, cache)) = failed::fill_answer(cx, cap, Some(status)) {
             s.cache = cache;
             return self.answer(id, s, resp, None);
         }
-        match failed::gave_up(cx, None, (status, page.as_deref()), s.head_only) {
-            Instead::Respond(resp, file) => self.answer(id, s, resp, file),
-            Instead::Again(_) => self.answer_error(cx, id, s, status),
-        }
+        let i = failed::gave_up(cx, proxy.as_deref(), (status, page.as_deref()), s.head_only);
+        self.instead(cx, id, s, i)
     }
 
     /// Whether upstream connection `u` serves one of this connection's streams.
@@ -438,16 +468,7 @@ impl H3Conn {
                 });
                 return self.proxy_failed(cx, (id, s), failed.unwrap_or(502), (None, cap));
             }
-            ProxyStep::Failed(status) => {
-                let Some(mut s) = self.streams.remove(&id) else {
-                    return;
-                };
-                let page = s.proxy.as_mut().and_then(|p| p.page.take());
-                if let Some(p) = s.proxy.take() {
-                    p.detach(cx);
-                }
-                return self.proxy_failed(cx, (id, s), status, (page, None));
-            }
+            ProxyStep::Failed(status) => return self.stream_failed(cx, id, status),
             ProxyStep::Answered(outcome) => return self.auth_done(cx, id, outcome),
             ProxyStep::Cut => {
                 // Part of the response went out and the rest cannot come: the stream is
@@ -461,6 +482,37 @@ impl H3Conn {
             }
         }
         self.ready.push(id);
+    }
+
+    /// Proxied stream `id` can have no response from its upstream (`status`): a stale cache
+    /// entry, its error page, or the error. Where the error page re-serves the request at a
+    /// proxying location and its body (with a length) is still arriving, the rest is read
+    /// and kept first (`stream_failed` again once it ended, from `request_body`).
+    fn stream_failed(&mut self, cx: &mut Cx, id: u64, status: u16) {
+        let Some(mut s) = self.streams.remove(&id) else {
+            return;
+        };
+        if let Some(p) = s.proxy.as_mut() {
+            let reading = p.ex.has_body && !p.body_done && !p.chunked;
+            let up = p.ex.up;
+            if p.ex
+                .reads_rest_first(cx, (reading, p.page.as_deref()), status)
+            {
+                if let Some(u) = up {
+                    self.ups.remove(&u);
+                }
+                // Nothing waits in the upstream's queue now: the stream is read on.
+                p.held = 0;
+                self.streams.insert(id, s);
+                return self.unhold(cx, id);
+            }
+        }
+        let page = s.proxy.as_mut().and_then(|p| p.page.take());
+        let cap = s.proxy.as_mut().and_then(|p| p.ex.capture.take());
+        if let Some(p) = s.proxy.as_ref() {
+            p.detach(cx);
+        }
+        self.proxy_failed(cx, (id, s), status, (page, cap));
     }
 
     /// Request body bytes of stream `id` (`end`: the last) for its upstream, or its gRPC
@@ -482,6 +534,10 @@ impl H3Conn {
         }
         if let Some(p) = s.proxy.as_mut() {
             p.body(cx, data, end);
+            if let Some(status) = Some(p).filter(|_| end).and_then(|p| p.ex.gave_up.take()) {
+                // Its upstream failed while the body arrived: it falls back with it now.
+                self.stream_failed(cx, id, status);
+            }
         }
     }
 

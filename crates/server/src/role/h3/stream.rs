@@ -35,6 +35,9 @@ pub(super) struct H3Stream {
     pub log: Option<Box<RequestLog>>,
     /// `limit_conn`'s count of the request, held for the stream's life.
     pub conn_slot: Option<ConnSlot>,
+    /// `limit_req` charged the request already (an `error_page` location re-serving it is
+    /// not charged again).
+    pub limited: bool,
     /// Frames made and not all written yet, from `sent`.
     out: Vec<u8>,
     sent: usize,
@@ -73,6 +76,7 @@ impl H3Stream {
             cache: "",
             log: None,
             conn_slot: None,
+            limited: false,
             out: Vec::new(),
             sent: 0,
             file: None,
