@@ -1,7 +1,7 @@
 //! The request pipeline: what ringx does with a request, whatever protocol carried it.
 //! Each stage decides and returns a [`Step`] (sans-I/O, in the manner of the guards'
-//! `Verdict` and the cache's `Decision` it is built from); the roles (HTTP/1 and HTTP/2
-//! under `role/`, and HTTP/3 next) carry the steps out in their own framing: holding a
+//! `Verdict` and the cache's `Decision` it is built from); the roles (HTTP/1, HTTP/2 and
+//! HTTP/3 under `role/`) carry the steps out in their own framing: holding a
 //! request, sending a subrequest, writing a reply, proxying. Nothing here imports those roles
 //! (only what they share: the proxied `Exchange`'s capture, `role::proxy_start`).
 //!

@@ -7,7 +7,7 @@
 //! HTTP/1 keeps one per connection: a waiting request's head stays in the connection's
 //! input, and only a request on its way to an `error_page` location is copied (the input
 //! has moved on). HTTP/2 makes one per stream from its decoded fields and keeps it with the
-//! stream while the request waits; HTTP/3 is to do the same with its QPACK fields.
+//! stream while the request waits; HTTP/3 does the same with its QPACK fields.
 
 use std::sync::Arc;
 

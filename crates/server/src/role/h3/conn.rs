@@ -20,6 +20,7 @@ use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::metrics::bump;
 use crate::metrics::quic::QuicCounters;
+use crate::role::multiplex::refresh::Background;
 use crate::transport::tls::TlsInfo;
 use crate::transport::Transport;
 
@@ -65,6 +66,9 @@ pub(super) struct H3Conn {
     /// gRPC calls decided in this turn, placed on their upstream connections at its end
     /// (`grpc.rs`).
     pub(super) unplaced: Vec<u64>,
+    /// Refreshes of stale cache entries its requests were answered from; the zone's QUIC
+    /// state adopts them when the connection goes (`Quic::adopted`).
+    pub(super) bg: Background,
 }
 
 impl H3Conn {
@@ -108,6 +112,7 @@ impl H3Conn {
             parked: Vec::new(),
             due: false,
             unplaced: Vec::new(),
+            bg: Background::default(),
         }
     }
 

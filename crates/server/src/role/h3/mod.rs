@@ -35,6 +35,7 @@ use ringx_quic::{Keys, Owner};
 use crate::ctx::Cx;
 use crate::metrics::bump;
 use crate::role::grpc::mux::CallEvent;
+use crate::role::multiplex::refresh::Background;
 use crate::role::upstream::UpEvent;
 use crate::route::Routes;
 use crate::settings::RetryWhen;
@@ -117,6 +118,9 @@ pub struct Quic {
     /// Connections that got datagrams in the zone's current batch and run at its end
     /// (each once: `H3Conn::due`).
     due: Vec<u32>,
+    /// Refreshes of stale cache entries whose connection has gone: they still end in the
+    /// cache (`role::multiplex::refresh`).
+    adopted: Background,
 }
 
 impl Quic {
@@ -297,7 +301,9 @@ impl Quic {
         if c.quic.is_drained() {
             let h = c.handle;
             self.by_handle.remove(&(c.listener.0, h));
-            self.conns[slot as usize] = None;
+            if let Some(c) = self.conns[slot as usize].take() {
+                self.adopted.adopt(c.bg);
+            }
             self.free.push(slot);
             let q = &cx.ctx.log.counters.quic;
             bump(&q.closed, 1);
@@ -318,8 +324,9 @@ impl Quic {
     }
 
     /// An event on upstream connection `u`, whose client is QUIC connection `c` of
-    /// generation `gen`. Err: that connection is gone, or the upstream serves none of its
-    /// streams: the event comes back for the caller to let go of the upstream.
+    /// generation `gen` (or a refresh of a cache entry it started, which outlives it). Err:
+    /// that connection is gone, or the upstream serves none of its streams: the event comes
+    /// back for the caller to let go of the upstream.
     pub fn upstream_event<'e>(
         &mut self,
         cx: &mut Cx,
@@ -327,6 +334,10 @@ impl Quic {
         u: ConnId,
         ev: UpEvent<'e>,
     ) -> Result<(), UpEvent<'e>> {
+        if self.adopted.has(u) {
+            self.adopted.event(cx, u, ev);
+            return Ok(());
+        }
         let slot = c.0 & !QUIC_OWNER;
         if self.gens.get(slot as usize) != Some(&gen) {
             return Err(ev);

@@ -22,8 +22,13 @@
 //! client back), and goes where the request goes. An `error_page` that names a proxying
 //! location re-serves the request there (after a refusal, a local error, or a proxied
 //! request that can have no response: with its body where the exchange kept it all), as
-//! over HTTP/1.1 and HTTP/2 (`role/multiplex/failed.rs`). Not carried over HTTP/3 yet: a
-//! cache fill in progress (503), with a log line that says so.
+//! over HTTP/1.1 and HTTP/2 (`role/multiplex/failed.rs`).
+//!
+//! The proxy cache works as over HTTP/2: a request for an entry another request is filling
+//! waits for the fill (the cache lock, a `WaitUntil` like a delay's) and is answered from
+//! it; a stale answer (`stale-while-revalidate`) starts the entry's refresh beside it, which
+//! the connection owns and the zone's QUIC state adopts if the connection goes first
+//! (`role/multiplex/refresh.rs`).
 
 use quinn_proto::{StreamId, VarInt};
 use ringx_engine::ConnId;
@@ -170,10 +175,12 @@ impl H3Conn {
             }
             Step::Hit(hit) => {
                 s.cache = hit.status;
-                // A stale entry's refresh needs an exchange: the next request after expiry
-                // over HTTP/1 or HTTP/2 makes it.
-                let (resp, file, _refresh) = local::hit(cx, *hit);
-                self.answer(id, s, resp, file)
+                let (resp, file, refresh) = local::hit(cx, *hit);
+                self.answer(id, s, resp, file);
+                // A stale answer's refresh (`stale-while-revalidate`) goes on beside it.
+                if let Some(u) = refresh {
+                    self.bg.start(cx, &self.base, self.owner, u);
+                }
             }
             Step::Proxy(capture) => {
                 let framing = *framing;
@@ -416,15 +423,19 @@ impl H3Conn {
         self.instead(cx, id, s, i)
     }
 
-    /// Whether upstream connection `u` serves one of this connection's streams.
+    /// Whether upstream connection `u` serves one of this connection's streams, or a
+    /// refresh one of them started.
     pub(super) fn serves(&self, u: ConnId) -> bool {
         let s = self.ups.get(&u).and_then(|id| self.streams.get(id));
-        s.is_some_and(|s| s.proxy.is_some())
+        s.is_some_and(|s| s.proxy.is_some()) || self.bg.has(u)
     }
 
     /// An event on upstream connection `u`, which serves one of this connection's streams
     /// ([`serves`](Self::serves)).
     pub(super) fn upstream_event(&mut self, cx: &mut Cx, u: ConnId, ev: UpEvent) {
+        if self.bg.has(u) {
+            return self.bg.event(cx, u, ev);
+        }
         let Some(&id) = self.ups.get(&u) else {
             return;
         };

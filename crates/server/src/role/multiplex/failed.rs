@@ -2,8 +2,8 @@
 //! response: the page for a refusal of the location's guard, the page for a proxied request
 //! that can have no response, the cache's answer for a fill that ended without reaching the
 //! client; or, where an `error_page` names a proxying location, the request made again to be
-//! re-served there. Written once for the multiplexed protocols (HTTP/2 now, HTTP/3 next),
-//! which only carry out the [`Instead`].
+//! re-served there. Written once for the multiplexed protocols (HTTP/2 and HTTP/3), which
+//! only carry out the [`Instead`].
 
 use ringx_http::{BodyKind, Request};
 
