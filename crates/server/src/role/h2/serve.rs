@@ -505,20 +505,14 @@ impl H2 {
         id: u32,
         status: u16,
     ) {
-        if let Some(p) = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut()) {
-            let reading = p.ex.has_body && !p.body_done && !p.chunked;
-            let up = p.ex.up;
-            if p.ex
-                .reads_rest_first(cx, (reading, p.page.as_deref()), status)
-            {
-                if let Some(u) = up {
-                    self.ups.remove(&u);
-                }
-                // Window held back for the upstream's queue: given back, nothing waits there.
-                let held = std::mem::take(&mut p.held);
-                self.link.conn.release(id, held);
-                return;
+        let proxied = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut());
+        if let Some((up, held)) = proxied.and_then(|p| p.reads_rest_first(cx, status)) {
+            if let Some(u) = up {
+                self.ups.remove(&u);
             }
+            // Window held back for the upstream's queue: given back.
+            self.link.conn.release(id, held);
+            return;
         }
         let Some(mut s) = self.streams.remove(&id) else {
             return;

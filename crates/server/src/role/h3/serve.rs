@@ -500,24 +500,17 @@ impl H3Conn {
     /// proxying location and its body (with a length) is still arriving, the rest is read
     /// and kept first (`stream_failed` again once it ended, from `request_body`).
     fn stream_failed(&mut self, cx: &mut Cx, id: u64, status: u16) {
+        let proxied = self.streams.get_mut(&id).and_then(|s| s.proxy.as_mut());
+        if let Some((up, _)) = proxied.and_then(|p| p.reads_rest_first(cx, status)) {
+            if let Some(u) = up {
+                self.ups.remove(&u);
+            }
+            // Nothing waits in the upstream's queue now: the stream is read on.
+            return self.unhold(cx, id);
+        }
         let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
-        if let Some(p) = s.proxy.as_mut() {
-            let reading = p.ex.has_body && !p.body_done && !p.chunked;
-            let up = p.ex.up;
-            if p.ex
-                .reads_rest_first(cx, (reading, p.page.as_deref()), status)
-            {
-                if let Some(u) = up {
-                    self.ups.remove(&u);
-                }
-                // Nothing waits in the upstream's queue now: the stream is read on.
-                p.held = 0;
-                self.streams.insert(id, s);
-                return self.unhold(cx, id);
-            }
-        }
         let page = s.proxy.as_mut().and_then(|p| p.page.take());
         let cap = s.proxy.as_mut().and_then(|p| p.ex.capture.take());
         if let Some(p) = s.proxy.as_ref() {

@@ -297,6 +297,27 @@ impl Proxied {
         flow
     }
 
+    /// The upstream failed with `status` while the request body (with a length) still
+    /// arrives, and the location's error page re-serves the request at a proxying location
+    /// for it: the upstream is let go, and the rest of the body is read and kept first (the
+    /// role fails the stream again once the body ended, from the exchange's `gave_up`).
+    /// Returns the upstream connection let go (its events are no longer the stream's) and
+    /// the request body held back for its queue (nothing waits there now: the peer may send
+    /// on). None: the stream fails now.
+    pub fn reads_rest_first(
+        &mut self,
+        cx: &mut Cx,
+        status: u16,
+    ) -> Option<(Option<ConnId>, usize)> {
+        let reading = self.ex.has_body && !self.body_done && !self.chunked;
+        let up = self.ex.up;
+        let page = self.page.as_deref();
+        if !self.ex.reads_rest_first(cx, (reading, page), status) {
+            return None;
+        }
+        Some((up, std::mem::take(&mut self.held)))
+    }
+
     /// Lets go of the upstream connection (closed: the exchange was cut).
     pub fn detach(&self, cx: &mut Cx) {
         let Some(u) = self.ex.up else { return };
