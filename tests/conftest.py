@@ -7,8 +7,10 @@ RINGX_BIN=/path/to/ringx tests another one.
 
 from __future__ import annotations
 
+import glob
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -269,3 +271,20 @@ def engine(request) -> str:
     """Every test that uses this runs once per engine (module-scoped so that
     module-scoped servers are started once per engine)."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def quic_go(tmp_path_factory):
+    """bench/h3load (a quic-go client) built with the Go install-deps provides, once for
+    the HTTP/3 tests (test_h3.py, test_h3_locations.py)."""
+    found = [shutil.which("go"), "/usr/local/go/bin/go", *sorted(glob.glob("/usr/lib/go-1.*/bin/go"))]
+    go = next((g for g in found if g and os.access(g, os.X_OK)), None)
+    if go is None:
+        if os.environ.get("CI"):
+            pytest.fail("Go is missing: scripts/install-deps.sh installs it")
+        pytest.skip("the quic-go client needs Go (scripts/install-deps.sh installs it)")
+    out = tmp_path_factory.mktemp("quic-go") / "h3load"
+    p = subprocess.run([go, "build", "-o", str(out), "."], cwd=str(REPO / "bench" / "h3load"),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return out

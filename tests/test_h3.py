@@ -2,8 +2,9 @@
 here wrote (Python's aioquic, Debian's ngtcp2 client `gtlsclient`, quic-go's through
 bench/h3load) against the real binary:
 the locations a zone answers itself, byte-exact bodies, many concurrent streams on one
-connection, the certificate chosen by SNI, Retry, and the steps HTTP/3 does not carry yet
-answered cleanly.
+connection, the certificate chosen by SNI, Retry, migration, reload and upgrade, and the
+guards that make a request wait. The other location kinds over HTTP/3 (gRPC, error pages
+that re-serve, the cache's lock and refresh) are in test_h3_locations.py.
 
 Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_h3.py
 """
@@ -173,24 +174,6 @@ def test_ngtcp2_client_downloads(site, tmp_path):
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     assert (out / "big.bin").read_bytes() == site["data"]
     assert (out / "r").read_bytes() == b"returned\n"
-
-
-@pytest.fixture(scope="module")
-def quic_go(tmp_path_factory):
-    """bench/h3load (a quic-go client) built with the Go install-deps provides."""
-    import glob
-    found = [shutil.which("go"), "/usr/local/go/bin/go", *sorted(glob.glob("/usr/lib/go-1.*/bin/go"))]
-    go = next((g for g in found if g and os.access(g, os.X_OK)), None)
-    if go is None:
-        if os.environ.get("CI"):
-            pytest.fail("Go is missing: scripts/install-deps.sh installs it")
-        pytest.skip("the quic-go client needs Go (scripts/install-deps.sh installs it)")
-    out = tmp_path_factory.mktemp("quic-go") / "h3load"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = subprocess.run([go, "build", "-o", str(out), "."], cwd=os.path.join(root, "bench", "h3load"),
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return out
 
 
 def test_quic_go_client_gets_every_kind(site, quic_go, tmp_path):

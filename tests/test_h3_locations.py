@@ -1,8 +1,9 @@
 """Every location kind over HTTP/3 as over HTTP/1.1 and HTTP/2 (issue 38): gRPC locations,
 requests that wait with a body (`auth_request`, a `limit_req` delay), an `error_page` that
 re-serves the request at a proxying location, a cache fill in progress, and the background
-refresh of a stale cache entry; each with aioquic's HTTP/3 client (tests/h3_client.py)
-against the real binary and real upstreams (grpcio's server, Python's HTTP server).
+refresh of a stale cache entry; each with aioquic's HTTP/3 client (tests/h3_client.py),
+and quic-go's (bench/h3load) for the error pages and the cache's lock, against the real
+binary and real upstreams (grpcio's server, Python's HTTP servers).
 
 Run: RINGX_BIN=target/debug/ringx python3 -m pytest -q -rs tests/test_h3_locations.py
 """
@@ -347,3 +348,23 @@ def test_a_stale_entry_is_refreshed_in_the_background(site):
         assert time.monotonic() < deadline, f"the refresh was not stored: {seen}"
         time.sleep(0.02)
     assert origin.count("/c/s") == 2
+
+
+def test_quic_go_client_gets_error_pages_and_a_fill_in_progress(site, quic_go, tmp_path):
+    """quic-go's HTTP/3 client, certificate checked, at once on one connection: the error
+    pages that re-serve at a proxying location, and eight requests for a cache entry whose
+    fill is in progress (one fill, eight bodies byte-exact)."""
+    origin = site["auth"]
+    body = os.urandom(70_000)
+    origin.route("/c/go", body=body, headers={"Cache-Control": "max-age=60"}, delay=0.5)
+    url = f"https://localhost:{site['port']}"
+    paths = ["/down/status/201", "/files/missing", "/icpt/500", "/deny/x"] + ["/c/go"] * 8
+    p = subprocess.run([str(quic_go), "-get", "-ca", str(site["ca"]), "-out", str(tmp_path),
+                        *[url + x for x in paths]], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    got = [json.loads(ln) for ln in p.stdout.splitlines()]
+    assert [g["status"] for g in got] == [201, 206, 207, 203] + [200] * 8, got
+    for i, code in enumerate((201, 206, 207, 203)):
+        assert (tmp_path / str(i)).read_bytes() == f"status {code} from up".encode()
+    assert all((tmp_path / str(i)).read_bytes() == body for i in range(4, 12))
+    assert origin.count("/c/go") == 1

@@ -28,7 +28,7 @@ from upstream_server import UpstreamServer
 
 try:
     import h3_client  # noqa: F401  (test_h3's fixtures need it)
-    from test_h3 import quic_go, quic_metrics, quic_server  # noqa: F401  (fixture)
+    from test_h3 import quic_metrics, quic_server
 except ImportError:
     if os.environ.get("CI"):
         raise
