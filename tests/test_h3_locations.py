@@ -62,14 +62,14 @@ def start_grpc_upstream(port: int) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def grpc_site(ringx_module, tmp_path_factory):
+def grpc_site(ringx_module, engine, tmp_path_factory):
     pytest.importorskip("grpc", reason="grpcio is not installed (tests/requirements.txt)")
     d = tmp_path_factory.mktemp("h3grpc")
     pki = Pki(d / "pki")
     cert, key = pki.leaf("a", ["localhost"])
     up_port, dead_port, p = free_port(), free_port(), free_port()
     up = start_grpc_upstream(up_port)
-    cfg = runtime_section(None, zones=1) + f"""
+    cfg = runtime_section(engine, zones=1) + f"""
 [http]
 client_max_body_size = "4m"
 [[server]]
@@ -84,7 +84,7 @@ quic = true
   path = "/dead.D/"
   proxy_pass = "grpc://127.0.0.1:{dead_port}"
 """
-    r = ringx_module.make(cfg, name="h3-grpc")
+    r = ringx_module.make(cfg, engine=engine, name=f"h3-grpc-{engine}")
     yield dict(port=p, ca=pki.ca_path, ringx=r)
     up.kill()
     up.wait()
@@ -156,7 +156,7 @@ def test_grpc_request_over_client_max_body_size_is_resource_exhausted(grpc_site)
 
 
 @pytest.fixture(scope="module")
-def site(ringx_module, tmp_path_factory):
+def site(ringx_module, engine, tmp_path_factory):
     """HTTP/1.1 upstreams behind every other kind of location, over HTTP/3."""
     d = tmp_path_factory.mktemp("h3loc")
     pki = Pki(d / "pki")
@@ -171,7 +171,7 @@ def site(ringx_module, tmp_path_factory):
         return {"status": 204 if headers.get("X-Token") == "good" else 401}
     auth.route("/auth", fn=decide)
     p = free_port()
-    cfg = runtime_section(None, zones=1) + f"""
+    cfg = runtime_section(engine, zones=1) + f"""
 [http]
 client_max_body_size = "16m"
 [[proxy_cache_path]]
@@ -230,7 +230,7 @@ quic = true
   proxy_pass = "http://{auth.addr}"
   proxy_cache = {{ zone = "c" }}
 """
-    r = ringx_module.make(cfg, name="h3-locations")
+    r = ringx_module.make(cfg, engine=engine, name=f"h3-locations-{engine}")
     yield dict(port=p, ca=pki.ca_path, ringx=r, up=up, auth=auth)
     up.close()
     auth.close()
