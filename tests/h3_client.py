@@ -60,7 +60,9 @@ class _Client(QuicConnectionProtocol):
         self.waiting = {}
         self.responses = {}
 
-    def request(self, method, authority, path, headers=(), body=None):
+    def request(self, method, authority, path, headers=(), body=None, body_after=0.0):
+        """Sends a request (its body `body_after` seconds after its head) and returns the
+        future of its response."""
         sid = self._quic.get_next_available_stream_id()
         if method == "HEAD":
             self.h3.head_streams.add(sid)
@@ -68,9 +70,16 @@ class _Client(QuicConnectionProtocol):
                   (b":authority", authority.encode()), (b":path", path.encode())]
         fields += [(k.encode(), v.encode()) for k, v in headers]
         self.h3.send_headers(sid, fields, end_stream=body is None)
+        loop = asyncio.get_running_loop()
         if body is not None:
-            self.h3.send_data(sid, body, end_stream=True)
-        fut = asyncio.get_running_loop().create_future()
+            def send_body():
+                self.h3.send_data(sid, body, end_stream=True)
+                self.transmit()
+            if body_after > 0:
+                loop.call_later(body_after, send_body)
+            else:
+                self.h3.send_data(sid, body, end_stream=True)
+        fut = loop.create_future()
         self.waiting[sid] = fut
         self.responses[sid] = Response()
         self.transmit()
@@ -117,12 +126,13 @@ def _config(host, cafile, **kw):
     return cfg
 
 
-async def _fetch(port, paths, host, method, headers, body, timeout, cafile):
+async def _fetch(port, paths, host, method, headers, body, timeout, cafile, body_after):
     cfg = _config(host, cafile)
     async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
                        wait_connected=True) as client:
         bodies = body if isinstance(body, list) else [body] * len(paths)
-        futs = [client.request(method, host, p, headers, b) for p, b in zip(paths, bodies)]
+        futs = [client.request(method, host, p, headers, b, body_after)
+                for p, b in zip(paths, bodies)]
         return await asyncio.wait_for(asyncio.gather(*futs), timeout)
 
 
@@ -176,12 +186,13 @@ def migrate(port, before, after, cafile, local_ip="127.0.0.1", new_cid=False, ti
 
 
 def get(port, paths, host="localhost", method="GET", headers=(), body=None, timeout=20,
-        cafile=None):
+        cafile=None, body_after=0.0):
     """The responses to `paths` (a list), requested at once on one connection, each with
     `body` (or its own: a list of bodies, one per path); the server's certificate checked
-    against `cafile` (None: not checked)."""
+    against `cafile` (None: not checked); `body_after`: the bodies go that many seconds
+    after the heads."""
     return asyncio.run(_fetch(port, paths, host, method, headers, body, timeout,
-                              None if cafile is None else str(cafile)))
+                              None if cafile is None else str(cafile), body_after))
 
 
 class Session:

@@ -236,9 +236,9 @@ quic = true
     auth.close()
 
 
-def post(site, paths, body, headers=()):
+def post(site, paths, body, headers=(), body_after=0.0):
     return h3_client.get(site["port"], paths, method="POST", headers=list(headers), body=body,
-                         cafile=site["ca"], timeout=30)
+                         cafile=site["ca"], timeout=30, body_after=body_after)
 
 
 def uploaded(r, body):
@@ -303,6 +303,16 @@ def test_error_page_re_serves_a_request_with_its_body(site):
             assert uploaded(r, body)
         else:
             assert r.status == 502 and b"sha256" not in r.body, (r.status, bytes(r.body))
+
+
+def test_error_page_waits_for_the_rest_of_the_body(site):
+    """The upstream fails before the body came (it goes half a second after the head): the
+    rest is read and kept first, then the request is re-served with all of it, as over
+    HTTP/2 (Proxied::reads_rest_first)."""
+    body = os.urandom(50_000)
+    (r,) = post(site, ["/down/upload"], body, headers=[("content-length", str(len(body)))],
+                body_after=0.5)
+    assert uploaded(r, body)
 
 
 def test_a_cache_fill_in_progress_is_waited_for(site):
