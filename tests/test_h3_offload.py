@@ -5,7 +5,8 @@ or a path that mishandles them. quic-go's client (bench/h3load), which sends wit
 itself, downloads 1 MiB and uploads 1 MiB through a proxied location; both arrive
 byte-exact either way, and `ringx_quic_batches_total` against `ringx_quic_datagrams_total`
 shows what the switches did: off, one send per datagram and one receive per datagram,
-exactly; GSO on, fewer sends than datagrams for the download.
+exactly; GSO on, fewer sends than datagrams for the download. On both engines (epoll
+receives with recvmmsg and sends with sendmmsg, the segments and ECN marks alike).
 
 The kernel side (a GRO listener takes a client's segmented send whole, with its ECN bits;
 a segmented send leaves ECN-marked) is checked without QUIC in crates/engine/tests/dgram.rs.
@@ -39,7 +40,8 @@ MIB = 1024 * 1024
 
 
 @pytest.mark.parametrize("offload", ["on", "off"])
-def test_gso_and_gro_switches(ringx, tmp_path, quic_go, offload):
+@pytest.mark.parametrize("engine", ["uring", "epoll"])
+def test_gso_and_gro_switches(ringx, tmp_path, quic_go, engine, offload):
     up = UpstreamServer("up")
     admin = free_port()
     www = tmp_path / "www"
@@ -50,7 +52,7 @@ def test_gso_and_gro_switches(ringx, tmp_path, quic_go, offload):
     p, ca, cfg = quic_server(
         tmp_path, f'  root = "{www}"\n',
         top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n',
-        runtime=f"quic_gso = {flag}\nquic_gro = {flag}\n")
+        runtime=f'engine = "{engine}"\nquic_gso = {flag}\nquic_gro = {flag}\n')
     cfg += f"""  [[server.location]]
   path = "/up"
   proxy_pass = "http://{up.addr}"
