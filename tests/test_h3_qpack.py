@@ -259,3 +259,39 @@ def test_more_blocked_streams_than_announced_closes(site):
     finally:
         c.close()
     served_after(p, ca)
+
+
+def test_a_connection_closed_for_an_error_lets_its_upstream_requests_go(ringx, tmp_path):
+    """A request proxied to an upstream that answers in 8 s is in flight when the client
+    breaks QPACK (a table capacity past the announced one): ringx closes the connection
+    (QPACK_ENCODER_STREAM_ERROR) and lets the upstream request go at once, not when the
+    upstream answers; quinn-proto reports no loss for a close of ringx's own, so the streams
+    end with the close."""
+    from conftest import free_port, metric_samples
+    from conftest import metric_total as total
+    up = UpstreamServer("up")
+    admin = free_port()
+    p, ca, cfg = quic_server(tmp_path, f'  proxy_pass = "http://{up.addr}"\n',
+                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
+
+    def active():
+        return total(metric_samples(admin, "ringx_upstream_server_active"),
+                     "ringx_upstream_server_active")
+
+    c = None
+    try:
+        ringx.make(cfg)
+        c = Client(p)
+        c.raw_request(headers_frame(0, request_lines(b"/slow?ms=8000", dynamic_newest=False)))
+        assert c.pump(lambda: bool(up.requests)), "the request never reached the upstream"
+        assert active() == 1
+        c.encoder(set_capacity(CAPACITY * 2))
+        assert c.pump(lambda: False, limit=10) and c.closed == 0x201
+        deadline = time.monotonic() + 4  # well before the upstream's answer at 8 s
+        while active() != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert active() == 0, "the upstream request outlived its connection"
+    finally:
+        if c is not None:
+            c.close()
+        up.close()

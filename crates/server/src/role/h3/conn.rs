@@ -130,7 +130,7 @@ impl H3Conn {
             while let Some(ev) = self.quic.poll() {
                 moved = true;
                 if let Err(e) = self.event(cx, ev) {
-                    self.fail(cx.io.now(), e);
+                    self.fail(cx, e);
                 }
             }
             while let Some(ev) = self.h3.poll_event() {
@@ -168,11 +168,7 @@ impl H3Conn {
             }
             Event::Stream(StreamEvent::Finished { .. }) => {}
             Event::Stream(StreamEvent::Available { .. }) => {}
-            Event::ConnectionLost { .. } => {
-                for (_, s) in self.streams.drain() {
-                    s.log_end(cx, &self.base);
-                }
-            }
+            Event::ConnectionLost { .. } => self.end_streams(cx),
             Event::DatagramReceived | Event::DatagramsUnblocked => {}
         }
         Ok(())
@@ -351,13 +347,29 @@ impl H3Conn {
     }
 
     /// The HTTP/3 layer failed: the connection closes with its error.
-    pub(super) fn fail(&mut self, now: Instant, e: ConnError) {
+    pub(super) fn fail(&mut self, cx: &mut Cx, e: ConnError) {
         if std::mem::replace(&mut self.dead, true) {
             return;
         }
         let code = VarInt::from_u64(e.code.code()).unwrap_or_default();
         self.quic
-            .close(now, code, Bytes::from_static(e.msg.as_bytes()));
+            .close(cx.io.now(), code, Bytes::from_static(e.msg.as_bytes()));
+        // quinn-proto reports no ConnectionLost for a close of our own: the streams end here.
+        self.end_streams(cx);
+    }
+
+    /// The connection is over (lost, closed by us, or drained away): every stream still
+    /// in progress or waiting ends — its upstream exchange let go, its gRPC call reset, its
+    /// access-log line written.
+    pub fn end_streams(&mut self, cx: &mut Cx) {
+        for (_, s) in self.streams.drain() {
+            s.log_end(cx, &self.base);
+        }
+        for p in std::mem::take(&mut self.parked) {
+            p.s.log_end(cx, &self.base);
+        }
+        self.ups.clear();
+        self.held.clear();
     }
 
     /// Sends what the connection has to send; returns the datagrams queued.

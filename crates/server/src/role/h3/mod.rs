@@ -299,6 +299,7 @@ impl Quic {
         c.close_if_done(cx.io.now());
         c.transmit(cx.io, &cx.ctx.log.counters.quic, &mut self.buf);
         if c.quic.is_drained() {
+            c.end_streams(cx);
             let h = c.handle;
             self.by_handle.remove(&(c.listener.0, h));
             if let Some(c) = self.conns[slot as usize].take() {
