@@ -32,7 +32,8 @@ pub(super) fn reading_early_data(quic: &Connection) -> bool {
 }
 
 /// What a request whose head came in 0-RTT gets: Err(425) if its method is not safe;
-/// otherwise `Early-Data: 1` is added to its fields (unless it has the field already).
+/// otherwise its fields say `Early-Data: 1` — any `Early-Data` line of the client's own is
+/// replaced, so a client cannot hide from the upstream that its request came early.
 /// `q`: the zone's counters.
 pub(super) fn early_request(q: &QuicCounters, head: &mut RequestHead) -> Result<(), u16> {
     if !SAFE.contains(&head.method.as_slice()) {
@@ -40,13 +41,17 @@ pub(super) fn early_request(q: &QuicCounters, head: &mut RequestHead) -> Result<
         return Err(425);
     }
     bump(&q.early_requests, 1);
-    let has = head
-        .lines
-        .split(|&b| b == b'\n')
-        .any(|l| l.len() >= 11 && l[..11].eq_ignore_ascii_case(b"early-data:"));
-    if !has {
-        head.lines.extend_from_slice(EARLY_DATA);
+    let theirs = |l: &[u8]| l.len() >= 11 && l[..11].eq_ignore_ascii_case(b"early-data:");
+    if head.lines.split(|&b| b == b'\n').any(theirs) {
+        let mut kept = Vec::with_capacity(head.lines.len());
+        for l in head.lines.split_inclusive(|&b| b == b'\n') {
+            if !theirs(l) {
+                kept.extend_from_slice(l);
+            }
+        }
+        head.lines = kept;
     }
+    head.lines.extend_from_slice(EARLY_DATA);
     Ok(())
 }
 
@@ -78,9 +83,12 @@ mod tests {
         for m in ["POST", "PUT", "DELETE", "PATCH", "get"] {
             assert_eq!(early_request(&q, &mut head(m, "")), Err(425), "{m}");
         }
-        let mut hd = head("GET", "Early-Data: 1\r\n");
+        let mut hd = head("GET", "Early-Data: 0\r\naccept: */*\r\nearly-data: 1\r\n");
         early_request(&q, &mut hd).unwrap();
-        assert_eq!(hd.lines, b"Early-Data: 1\r\n", "added once");
+        assert_eq!(
+            hd.lines, b"accept: */*\r\nearly-data: 1\r\n",
+            "the client's own lines give way to ours"
+        );
         let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!((n(&q.early_requests), n(&q.too_early)), (4, 5));
     }
