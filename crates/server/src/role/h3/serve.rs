@@ -458,7 +458,7 @@ impl H3Conn {
             // The upstream took the body it held back: the stream is read again.
             self.held.retain(|&h| h != id);
             if let Err(e) = self.read(cx, stream_id(id)) {
-                self.fail(cx.io.now(), e);
+                self.fail(cx, e);
             }
         }
         match step {
@@ -659,6 +659,12 @@ fn kept_max() -> usize {
     ringx_quic::Limits::default().stream_window as usize
 }
 
+/// Request body all the waiting requests of one connection keep at most: past it none of
+/// them is read until one goes on. (The read that crosses a bound takes what quinn-proto
+/// holds for that stream, at most its window: a connection keeps at most this and one
+/// window more, however many of its streams wait.)
+const KEPT_CONN_MAX: usize = 4 << 20;
+
 /// Requests that wait with a body: what arrives of it meanwhile is kept with the request
 /// (its `Pending`), up to [`kept_max`], and goes where the request goes when it goes on.
 impl H3Conn {
@@ -675,12 +681,19 @@ impl H3Conn {
 
     /// Whether stream `id`'s request waits with as much body kept as it may.
     pub(super) fn keeps_enough(&self, id: u64) -> bool {
-        let pending = match self.streams.get(&id) {
-            Some(s) => s.pending.as_deref(),
-            None => self.parked.iter().find(|p| p.id == id).map(|p| &*p.pending),
-        };
-        let kept = pending.and_then(|p| p.kept.as_ref());
-        kept.is_some_and(|k| k.body.data.len() >= kept_max())
+        self.waiting_body_ref(id)
+            .is_some_and(|b| b.data.len() >= kept_max() || self.kept_total() >= KEPT_CONN_MAX)
+    }
+
+    /// The request body the connection's waiting requests keep, all together.
+    fn kept_total(&self) -> usize {
+        let in_streams = self.streams.values().filter_map(|s| s.pending.as_deref());
+        let parked = self.parked.iter().map(|p| &*p.pending);
+        in_streams
+            .chain(parked)
+            .filter_map(|p| p.kept.as_ref())
+            .map(|k| k.body.data.len())
+            .sum()
     }
 
     /// What arrived of stream `id`'s body while its request waited (`body`) goes where the
@@ -694,6 +707,26 @@ impl H3Conn {
             }
         }
         self.unhold(cx, id);
+        // Room in the connection's budget: the other waiting streams it held are read again
+        // (each is held again if it still must be).
+        let waiting: Vec<u64> = self
+            .held
+            .iter()
+            .copied()
+            .filter(|&h| h != id && self.waiting_body_ref(h).is_some())
+            .collect();
+        for h in waiting {
+            self.unhold(cx, h);
+        }
+    }
+
+    /// Whether stream `id`'s request waits keeping its body.
+    fn waiting_body_ref(&self, id: u64) -> Option<&SavedBody> {
+        let pending = match self.streams.get(&id) {
+            Some(s) => s.pending.as_deref(),
+            None => self.parked.iter().find(|p| p.id == id).map(|p| &*p.pending),
+        };
+        pending.and_then(|p| p.kept.as_ref()).map(|k| &k.body)
     }
 
     /// Reads stream `id` again if it was left unread (`read` leaves it again while it must).
@@ -701,7 +734,7 @@ impl H3Conn {
         if self.held.contains(&id) {
             self.held.retain(|&h| h != id);
             if let Err(e) = self.read(cx, stream_id(id)) {
-                self.fail(cx.io.now(), e);
+                self.fail(cx, e);
             }
         }
     }
