@@ -60,9 +60,10 @@ class _Client(QuicConnectionProtocol):
         self.waiting = {}
         self.responses = {}
 
-    def request(self, method, authority, path, headers=(), body=None, body_after=0.0):
-        """Sends a request (its body `body_after` seconds after its head) and returns the
-        future of its response."""
+    def request(self, method, authority, path, headers=(), body=None, body_after=0.0,
+                trailers=()):
+        """Sends a request (its body `body_after` seconds after its head, then `trailers`
+        if any) and returns the future of its response."""
         sid = self._quic.get_next_available_stream_id()
         if method == "HEAD":
             self.h3.head_streams.add(sid)
@@ -73,12 +74,15 @@ class _Client(QuicConnectionProtocol):
         loop = asyncio.get_running_loop()
         if body is not None:
             def send_body():
-                self.h3.send_data(sid, body, end_stream=True)
+                self.h3.send_data(sid, body, end_stream=not trailers)
+                if trailers:
+                    self.h3.send_headers(sid, [(k.encode(), v.encode()) for k, v in trailers],
+                                         end_stream=True)
                 self.transmit()
             if body_after > 0:
                 loop.call_later(body_after, send_body)
             else:
-                self.h3.send_data(sid, body, end_stream=True)
+                send_body()
         fut = loop.create_future()
         self.waiting[sid] = fut
         self.responses[sid] = Response()
@@ -126,12 +130,13 @@ def _config(host, cafile, **kw):
     return cfg
 
 
-async def _fetch(port, paths, host, method, headers, body, timeout, cafile, body_after):
+async def _fetch(port, paths, host, method, headers, body, timeout, cafile, body_after,
+                 trailers=()):
     cfg = _config(host, cafile)
     async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
                        wait_connected=True) as client:
         bodies = body if isinstance(body, list) else [body] * len(paths)
-        futs = [client.request(method, host, p, headers, b, body_after)
+        futs = [client.request(method, host, p, headers, b, body_after, trailers)
                 for p, b in zip(paths, bodies)]
         return await asyncio.wait_for(asyncio.gather(*futs), timeout)
 
@@ -186,13 +191,13 @@ def migrate(port, before, after, cafile, local_ip="127.0.0.1", new_cid=False, ti
 
 
 def get(port, paths, host="localhost", method="GET", headers=(), body=None, timeout=20,
-        cafile=None, body_after=0.0):
+        cafile=None, body_after=0.0, trailers=()):
     """The responses to `paths` (a list), requested at once on one connection, each with
     `body` (or its own: a list of bodies, one per path); the server's certificate checked
     against `cafile` (None: not checked); `body_after`: the bodies go that many seconds
-    after the heads."""
+    after the heads; `trailers`: fields sent after each body."""
     return asyncio.run(_fetch(port, paths, host, method, headers, body, timeout,
-                              None if cafile is None else str(cafile), body_after))
+                              None if cafile is None else str(cafile), body_after, trailers))
 
 
 class Session:

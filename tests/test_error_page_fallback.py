@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import shutil
+import time
 import subprocess
 
 import pytest
@@ -150,3 +151,47 @@ def test_check_accepts_a_page_served_by_the_failing_location(ringx_bin, tmp_path
                    '[[server.location]]\npath = "@up"\nproxy_pass = "http://127.0.0.1:9"\n')
     out = subprocess.run([ringx_bin, "check", "-c", str(cfg)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_http2_a_body_ending_with_trailers_falls_back(site):
+    """An HTTP/2 POST whose upstream fails before its body came (the body goes half a second
+    after the head) and whose body ends with a trailer section, not an END_STREAM on its
+    last DATA frame: the trailers end the body, and the request is re-served at its
+    error_page location with it, as when the last DATA frame ends it. (Before, the
+    fallback waited for an end of body that had come: the stream was never answered.)"""
+    import socket
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    s = socket.create_connection(("127.0.0.1", site), timeout=20)
+    try:
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        c.initiate_connection()
+        c.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":authority", "a"),
+                           (":path", "/status/201"), ("content-length", "50000")])
+        s.sendall(c.data_to_send())
+        time.sleep(0.5)  # the order of events to arrange, not a condition to wait for
+        for i in range(0, 50000, 10000):
+            c.send_data(1, b"x" * 10000)
+        c.send_headers(1, [("x-checksum", "abc")], end_stream=True)
+        s.sendall(c.data_to_send())
+        status, body, ended = None, b"", False
+        while not ended:
+            data = s.recv(65536)
+            assert data, "the connection closed before the answer"
+            for e in c.receive_data(data):
+                if isinstance(e, h2.events.ResponseReceived):
+                    status = dict(e.headers)[b":status"]
+                elif isinstance(e, h2.events.DataReceived):
+                    body += e.data
+                    c.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                elif isinstance(e, h2.events.StreamEnded):
+                    ended = True
+            s.sendall(c.data_to_send())
+        # Re-served at @up, whose server takes no POST: its own 501 comes back (not 502,
+        # and not silence).
+        assert status == b"501" and b"Unsupported method ('POST')" in body, (status, body)
+    finally:
+        s.close()

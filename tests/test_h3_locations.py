@@ -236,9 +236,10 @@ quic = true
     auth.close()
 
 
-def post(site, paths, body, headers=(), body_after=0.0):
+def post(site, paths, body, headers=(), body_after=0.0, trailers=()):
     return h3_client.get(site["port"], paths, method="POST", headers=list(headers), body=body,
-                         cafile=site["ca"], timeout=30, body_after=body_after)
+                         cafile=site["ca"], timeout=30, body_after=body_after,
+                         trailers=trailers)
 
 
 def uploaded(r, body):
@@ -312,6 +313,15 @@ def test_error_page_waits_for_the_rest_of_the_body(site):
     body = os.urandom(50_000)
     (r,) = post(site, ["/down/upload"], body, headers=[("content-length", str(len(body)))],
                 body_after=0.5)
+    assert uploaded(r, body)
+
+
+def test_error_page_waits_for_a_body_that_ends_with_trailers(site):
+    """As above, the body ending with a trailer section instead of its last DATA frame: the
+    trailers end the body, and the request is re-served with all of it."""
+    body = os.urandom(50_000)
+    (r,) = post(site, ["/down/upload"], body, headers=[("content-length", str(len(body)))],
+                body_after=0.5, trailers=[("x-checksum", "abc")])
     assert uploaded(r, body)
 
 

@@ -140,6 +140,11 @@ impl H2 {
             Event::Trailers { id, lines } => {
                 if let Some(s) = self.streams.get_mut(&id) {
                     s.trailers(cx, &lines);
+                    // Trailers end the body as its last frame would: a request whose
+                    // upstream failed while the body arrived falls back now.
+                    if let Some(status) = s.proxy.as_mut().and_then(|p| p.ex.gave_up.take()) {
+                        self.stream_failed(cx, b, c, id, status);
+                    }
                 }
             }
             Event::Reset { id, .. } => self.drop_stream(cx, b, id, false),

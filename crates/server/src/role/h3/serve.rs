@@ -559,6 +559,11 @@ impl H3Conn {
             g.end_request(cx);
         } else if let Some(p) = s.proxy.as_mut() {
             p.trailers(cx, lines);
+            // Trailers end the body as its last frame would: a request whose upstream
+            // failed while the body arrived falls back now.
+            if let Some(status) = p.ex.gave_up.take() {
+                self.stream_failed(cx, id, status);
+            }
         }
     }
 }
