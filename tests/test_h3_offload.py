@@ -5,8 +5,9 @@ or a path that mishandles them. quic-go's client (bench/h3load), which sends wit
 itself, downloads 1 MiB and uploads 1 MiB through a proxied location; both arrive
 byte-exact either way, and `ringx_quic_batches_total` against `ringx_quic_datagrams_total`
 shows what the switches did: off, one send per datagram and one receive per datagram,
-exactly; GSO on, fewer sends than datagrams for the download. On both engines (epoll
-receives with recvmmsg and sends with sendmmsg, the segments and ECN marks alike).
+exactly; on, fewer sends than datagrams for the download (GSO) and fewer receives than
+datagrams for the upload (GRO). On both engines (epoll receives with recvmmsg and sends
+with sendmmsg, the segments and ECN marks alike).
 
 The kernel side (a GRO listener takes a client's segmented send whole, with its ECN bits;
 a segmented send leaves ECN-marked) is checked without QUIC in crates/engine/tests/dgram.rs.
@@ -89,6 +90,7 @@ def test_gso_and_gro_switches(ringx, tmp_path, quic_go, engine, offload):
         else:
             # A 1 MiB download leaves in bursts of the congestion window: segmented sends.
             assert s_out < d_out, m
-            assert r_in <= d_in, m
+            # quic-go sends the upload in GSO bursts, which reach a GRO socket whole.
+            assert r_in < d_in, m
     finally:
         up.close()
