@@ -334,6 +334,32 @@ def test_reload_lets_downloads_in_flight_finish(ringx, tmp_path):
         up.close()
 
 
+def test_reload_refuses_a_new_quic_host(ringx, tmp_path):
+    """`[http] quic_host` is in every connection ID a QUIC endpoint issues, and a reload keeps
+    the endpoint: a reload that changes it fails with the reason and the way out, and changes
+    nothing; the same reload without the change applies."""
+    import signal
+    import time
+    ret = '  return = {{ status = 200, body = "{}" }}\n'
+    p, ca, cfg = quic_server(tmp_path, ret.format("one"), top="[http]\nquic_host = 3\n")
+    srv = ringx.make(cfg)
+    assert bytes(h3_client.get(p, ["/"], cafile=ca)[0].body) == b"one"
+    srv.config_path.write_text(cfg.replace("quic_host = 3", "quic_host = 4")
+                               .replace('"one"', '"two"'))
+    srv.signal(signal.SIGHUP)
+    line = [ln for ln in srv.wait_log("reload failed").splitlines() if "reload failed" in ln][0]
+    assert f"quic_host changed from 3 to 4: the QUIC endpoint on 127.0.0.1:{p}" in line, line
+    assert "restart ringx" in line, line
+    assert bytes(h3_client.get(p, ["/"], cafile=ca)[0].body) == b"one"
+    srv.config_path.write_text(cfg.replace('"one"', '"two"'))
+    applied = srv.log().count("applied by every zone")
+    srv.signal(signal.SIGHUP)
+    deadline = time.monotonic() + 15
+    while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert bytes(h3_client.get(p, ["/"], cafile=ca)[0].body) == b"two"
+
+
 def test_binary_upgrade_lets_downloads_in_flight_finish(ringx, tmp_path):
     """SIGUSR2 while six HTTP/3 downloads of 1 MB come from a slow upstream (2 s): the new
     process binds its

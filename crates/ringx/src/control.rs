@@ -176,6 +176,20 @@ impl Control {
                 )));
             }
         }
+        // A QUIC endpoint kept across the reload keeps the host byte it puts in every
+        // connection ID (`ringx lb` routes by it): a new one would leave the endpoint
+        // issuing IDs the balancer sends elsewhere. Refuse rather than pretend.
+        let (was, now) = (self.compiled.settings.quic.host, next.settings.quic.host);
+        if was != now {
+            let quic = |a: &&SocketAddr| old.serves_quic(**a) && routes.serves_quic(**a);
+            if let Some(a) = routes.udp_listen.iter().find(quic) {
+                return Err(Error::invalid(format!(
+                    "[http] quic_host changed from {was} to {now}: the QUIC endpoint on {a} \
+                     keeps its connection IDs' host byte across a reload; restart ringx (or \
+                     upgrade the binary, SIGUSR2) to change it"
+                )));
+            }
+        }
         // New addresses: one socket per zone, bound now; any failure cancels the reload.
         let added: Vec<SocketAddr> = routes
             .listen
