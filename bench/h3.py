@@ -24,6 +24,10 @@ Workloads:
   64_new      64 B, a new connection for every request (handshake cost), 8 at a time; the
               QUIC peers only (h2load cannot open a connection per request)
   1m          a 1 MB file, 4 connections x 1 stream: CPU ns per KB
+  1m_up       a 1 MB upload (POST to the 64 B `return`, whose body ringx reads and drops),
+              4 connections x 1 stream: CPU ns per KB received; where GRO has work. ringx
+              only: Caddy's `respond` answers without reading the body (quic-go then stops
+              the upload), so its CPU per KB would count bytes it never received
 
 Usage: bench/h3.py [--quick] [--rounds N] [--duration S] [--only WL,...]
 Writes bench/results/h3-<date>.json.
@@ -54,7 +58,10 @@ WORKLOADS = {
     "64_100x1": "64 B, 100 conns x 1 stream: CPU µs per request",
     "64_new": "64 B, a new connection per request: CPU µs per request",
     "1m": "1 MB file, 4 conns: CPU ns per KB",
+    "1m_up": "1 MB upload, 4 conns: CPU ns per KB received",
 }
+# Per KB rather than per request: the bulk transfers.
+PER_KB = ("1m", "1m_up")
 SNI = "bench.test"
 
 
@@ -140,11 +147,13 @@ quic = true
                 self.proc.kill()
 
 
-def h3load(binary, url, conns, streams, secs, new=False):
+def h3load(binary, url, conns, streams, secs, new=False, post=None):
     cmd = ["taskset", "-c", lib.CLIENT_CPU, binary, "-url", url, "-sni", SNI,
            "-c", str(conns), "-m", str(streams), "-d", f"{secs}s", "-warmup", "0s"]
     if new:
         cmd.append("-new")
+    if post:
+        cmd += ["-post", post]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60)
     try:
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -152,9 +161,11 @@ def h3load(binary, url, conns, streams, secs, new=False):
         raise RuntimeError(f"h3load output not understood:\n{out.stdout[-1000:]}{out.stderr[-1000:]}")
 
 
-def h2load(url, conns, streams, secs, log, h1=False, rate=None):
-    """h2load's figures; `rate`: requests per second in all (spread over the connections)."""
+def h2load(url, conns, streams, secs, log, h1=False, rate=None, post=None):
+    """h2load's figures; `rate`: requests per second in all (spread over the connections);
+    `post`: a file each request uploads."""
     cmd = ["taskset", "-c", lib.CLIENT_CPU, "h2load", *(["--h1"] if h1 else []),
+           *(["-d", post] if post else []),
            "-c", str(conns), "-m", str(streams), "-t", "1", "-D", str(secs), "--log-file", log,
            *([f"--rps={max(1, round(rate / conns))}"] if rate else []), url]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 120).stdout
@@ -173,10 +184,12 @@ def h2load(url, conns, streams, secs, log, h1=False, rate=None):
 def measure(srv, wl, secs, work, h3bin, rate=None):
     path = "/w/1m.bin" if wl == "1m" else "/r64"
     url = f"https://127.0.0.1:{srv.port}{path}"
-    shape = {"64_10x100": (10, 100), "64_100x1": (100, 1), "64_new": (8, 1), "1m": (4, 1)}[wl]
+    shape = {"64_10x100": (10, 100), "64_100x1": (100, 1), "64_new": (8, 1), "1m": (4, 1),
+             "1m_up": (4, 1)}[wl]
+    post = os.path.join(work, "www", "1m.bin") if wl == "1m_up" else None
     before = srv.cpu()
     if srv.name in QUIC:
-        r = h3load(h3bin, url, *shape, secs, new=wl == "64_new")
+        r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post)
     else:
         conns, streams = shape
         h1 = srv.name == "ringx-h1"
@@ -184,10 +197,14 @@ def measure(srv, wl, secs, work, h3bin, rate=None):
             # HTTP/1.1 has one request at a time per connection: 100 connections.
             conns, streams = 100, 1
         r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1,
-                   None if srv.name == "ringx-h2-max" else rate)
+                   None if srv.name == "ringx-h2-max" else rate, post)
     cpu = srv.cpu() - before
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
-    if wl == "1m":
+    if wl == "1m_up":
+        # Each request that succeeded carried the whole file.
+        r["sent"] = r["succeeded"] * os.path.getsize(post)
+        r["cpu_ns_per_kb"] = cpu / max(r["sent"] / 1024, 1)
+    elif wl == "1m":
         r["cpu_ns_per_kb"] = cpu / max((r.get("bytes") or 0) / 1024, 1)
     return r
 
@@ -231,7 +248,7 @@ def main():
         for wl in workloads:
             h3_rate = None
             for peer in PEERS:
-                if wl == "64_new" and peer not in QUIC:
+                if (wl == "64_new" and peer not in QUIC) or (wl == "1m_up" and peer == "caddy"):
                     continue
                 srv = Server(peer, work, (c, k)).start()
                 try:
@@ -242,7 +259,7 @@ def main():
                 if peer == "ringx-h3":
                     h3_rate = r["succeeded"] / secs
                 rows.append(r)
-                extra = f", {r['cpu_ns_per_kb']:.0f} ns/KB" if wl == "1m" else ""
+                extra = f", {r['cpu_ns_per_kb']:.0f} ns/KB" if wl in PER_KB else ""
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
                       f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
                       f"{r['failed']} failed)", flush=True)
@@ -265,7 +282,7 @@ def main():
     print(f"bench/h3: wrote bench/results/{name}.json", flush=True)
     for wl in workloads:
         s = summary[wl].get("ringx-h3", {})
-        key = "cpu_ns_per_kb" if wl == "1m" else "cpu_us_per_req"
+        key = "cpu_ns_per_kb" if wl in PER_KB else "cpu_us_per_req"
         cpu, p99 = s.get(key, {}), s.get("lat_p99_ms", {})
         print(f"  {wl}: ringx-h3 {cpu.get('median', 0):.2f} ({key}); "
               f"{cpu.get('ratio_to_caddy', 0):.2f}x Caddy, "

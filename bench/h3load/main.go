@@ -2,8 +2,9 @@
 // ships with Debian: its h2load is built without it). `-c` connections each run `-m`
 // concurrent streams of back-to-back GET requests for `-d` (after `-warmup`, whose
 // requests are not counted); with `-new` every request opens its own connection and closes
-// it (handshake cost). Prints one JSON object: requests done, succeeded, failed, body bytes,
-// requests per second and latency percentiles in milliseconds.
+// it (handshake cost); with `-post FILE` each request is a POST of the file's bytes (an
+// upload). Prints one JSON object: requests done, succeeded, failed, response body bytes,
+// request body bytes sent, requests per second and latency percentiles in milliseconds.
 package main
 
 import (
@@ -32,6 +33,7 @@ type result struct {
 	Succeeded int64   `json:"succeeded"`
 	Failed    int64   `json:"failed"`
 	Bytes     int64   `json:"bytes"`
+	Sent      int64   `json:"sent"`
 	Seconds   float64 `json:"seconds"`
 	RPS       float64 `json:"rps"`
 	P50Ms     float64 `json:"lat_p50_ms"`
@@ -41,7 +43,7 @@ type result struct {
 
 var ca = flag.String("ca", "", "with -get: verify the server against this CA (PEM)")
 
-var post = flag.String("post", "", "with -get: POST this file's bytes to each URL instead")
+var post = flag.String("post", "", "POST this file's bytes to each URL instead of a GET")
 
 // sni: the TLS server name sent (Go sends none for an IP address, and a server that picks
 // its certificate by name may then have none to offer).
@@ -95,9 +97,23 @@ func main() {
 		firstErr atomic.Value
 		wg       sync.WaitGroup
 	)
+	var upload []byte
+	if *post != "" {
+		var err error
+		if upload, err = os.ReadFile(*post); err != nil {
+			fmt.Fprintln(os.Stderr, "h3load:", err)
+			os.Exit(2)
+		}
+	}
 	get := func(c *http.Client) {
 		t0 := time.Now()
-		resp, err := c.Get(*url)
+		var resp *http.Response
+		var err error
+		if upload != nil {
+			resp, err = c.Post(*url, "application/octet-stream", bytes.NewReader(upload))
+		} else {
+			resp, err = c.Get(*url)
+		}
 		var n int64
 		if err == nil {
 			n, err = io.Copy(io.Discard, resp.Body)
@@ -118,6 +134,7 @@ func main() {
 		}
 		atomic.AddInt64(&res.Succeeded, 1)
 		atomic.AddInt64(&res.Bytes, n)
+		atomic.AddInt64(&res.Sent, int64(len(upload)))
 		mu.Lock()
 		lat = append(lat, d)
 		mu.Unlock()
