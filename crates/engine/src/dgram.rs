@@ -68,6 +68,23 @@ impl Io {
         self.queue_dgram(DgramTo::Listener { id: listener, s }, data)
     }
 
+    /// [`send_with`](Self::send_with) without a copy: the send takes `buf`'s bytes, and
+    /// `buf` is left empty with a spare buffer's capacity (one of the zone's, reused), so a
+    /// caller that fills one scratch buffer send after send never copies its bytes again.
+    /// False when the zone's queue of sends is full: nothing is sent, `buf` is as it was.
+    pub fn send_buf(&mut self, listener: ListenerId, mut s: SendTo, buf: &mut Vec<u8>) -> bool {
+        if usize::from(s.segment) >= buf.len() {
+            s.segment = 0; // one datagram: no segmentation to ask for
+        }
+        if !self.dgram_room() {
+            return false;
+        }
+        let spare = self.dgram_spares.pop().unwrap_or_default();
+        let data = std::mem::replace(buf, spare);
+        self.push_dgram(DgramTo::Listener { id: listener, s }, data);
+        true
+    }
+
     /// Whether the sockets take segmented sends ([`SendTo::segment`]): true until one failed
     /// (a kernel or device without UDP GSO), or when the zone was made without GSO
     /// ([`crate::ZoneConfig::gso`]).
@@ -101,15 +118,27 @@ impl Io {
     }
 
     fn queue_dgram(&mut self, to: DgramTo, data: &[u8]) -> bool {
-        if self.dgram_pending >= self.dgram_limit {
-            self.dgram_stats.queue_full += 1;
+        if !self.dgram_room() {
             return false;
         }
         let mut buf = self.dgram_spares.pop().unwrap_or_default();
         buf.extend_from_slice(data);
+        self.push_dgram(to, buf);
+        true
+    }
+
+    /// Whether one more send may be queued; counts a refusal.
+    fn dgram_room(&mut self) -> bool {
+        if self.dgram_pending >= self.dgram_limit {
+            self.dgram_stats.queue_full += 1;
+            return false;
+        }
+        true
+    }
+
+    fn push_dgram(&mut self, to: DgramTo, buf: Vec<u8>) {
         self.dgram_pending += 1;
         self.dgram_out.push(DgramOut { to, buf });
-        true
     }
 
     /// A segmented send failed for a reason segmentation explains (`EIO`: the device cannot

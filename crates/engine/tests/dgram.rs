@@ -46,16 +46,21 @@ impl Handler for Relay {
             let _ = self.tx.send(Seen::Truncated(dg.data.len()));
             return;
         }
-        if dg.data == b"gso?" {
+        if dg.data == b"gso?" || dg.data == b"gso-owned?" {
             // Three datagrams of 100 bytes and one of 50 (their index in each byte), in one
-            // send the kernel cuts up, marked ECT(0).
-            let data: Vec<u8> = (0..350).map(|i| (i / 100) as u8).collect();
+            // send the kernel cuts up, marked ECT(0): copied, or handed over (`send_buf`).
+            let mut data: Vec<u8> = (0..350).map(|i| (i / 100) as u8).collect();
             let s = SendTo {
                 segment: 100,
                 ecn: 0b10,
                 ..SendTo::one(dg.peer, dg.local)
             };
-            assert!(io.send_with(l, s, &data));
+            if dg.data == b"gso?" {
+                assert!(io.send_with(l, s, &data));
+            } else {
+                assert!(io.send_buf(l, s, &mut data));
+                assert!(data.is_empty(), "the bytes went with the send");
+            }
             return;
         }
         if dg.data.starts_with(b"gro") {
@@ -299,13 +304,13 @@ fn refused_upstream_closes_epoll() {
     refused_upstream_closes(EngineKind::Epoll);
 }
 
-fn segmented_send_arrives_as_datagrams(engine: EngineKind) {
+fn segmented_send_arrives_as_datagrams(engine: EngineKind, probe: &[u8]) {
     let Some((addr, waker, _rx, t)) = run(engine, "127.0.0.1:0", echo_server()) else {
         return;
     };
     let c = client();
     setsockopt(&c, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
-    c.send_to(b"gso?", addr).unwrap();
+    c.send_to(probe, addr).unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 2048];
     for _ in 0..4 {
@@ -324,12 +329,22 @@ fn segmented_send_arrives_as_datagrams(engine: EngineKind) {
 
 #[test]
 fn segmented_send_arrives_as_datagrams_uring() {
-    segmented_send_arrives_as_datagrams(EngineKind::Uring)
+    segmented_send_arrives_as_datagrams(EngineKind::Uring, b"gso?")
 }
 
 #[test]
 fn segmented_send_arrives_as_datagrams_epoll() {
-    segmented_send_arrives_as_datagrams(EngineKind::Epoll)
+    segmented_send_arrives_as_datagrams(EngineKind::Epoll, b"gso?")
+}
+
+#[test]
+fn handed_over_send_arrives_as_datagrams_uring() {
+    segmented_send_arrives_as_datagrams(EngineKind::Uring, b"gso-owned?")
+}
+
+#[test]
+fn handed_over_send_arrives_as_datagrams_epoll() {
+    segmented_send_arrives_as_datagrams(EngineKind::Epoll, b"gso-owned?")
 }
 
 fn setsockopt(s: &UdpSocket, level: i32, name: i32, v: i32) {

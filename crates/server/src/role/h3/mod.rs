@@ -175,9 +175,13 @@ impl Quic {
         match ev {
             None => {}
             Some(DatagramEvent::Response(t)) => {
-                let buf = std::mem::take(&mut self.buf);
-                send(cx.io, &cx.ctx.log.counters.quic, listener, &t, &buf);
-                self.buf = buf;
+                send(
+                    cx.io,
+                    &cx.ctx.log.counters.quic,
+                    listener,
+                    &t,
+                    &mut self.buf,
+                );
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
                 self.incoming(cx, listener, incoming);
@@ -242,13 +246,25 @@ impl Quic {
         if self.by_handle.len() >= max || cx.ctx.draining {
             bump(&cx.ctx.log.counters.quic.refused, 1);
             let t = ep.refuse(incoming, &mut self.buf);
-            return send(cx.io, &cx.ctx.log.counters.quic, listener, &t, &self.buf);
+            return send(
+                cx.io,
+                &cx.ctx.log.counters.quic,
+                listener,
+                &t,
+                &mut self.buf,
+            );
         }
         if retry && !incoming.remote_address_validated() && incoming.may_retry() {
             bump(&cx.ctx.log.counters.quic.retried, 1);
             match ep.retry(incoming, &mut self.buf) {
                 Ok(t) => {
-                    send(cx.io, &cx.ctx.log.counters.quic, listener, &t, &self.buf);
+                    send(
+                        cx.io,
+                        &cx.ctx.log.counters.quic,
+                        listener,
+                        &t,
+                        &mut self.buf,
+                    );
                 }
                 Err(e) => ep.ignore(e.into_incoming()),
             }
@@ -259,7 +275,13 @@ impl Quic {
             Ok(x) => x,
             Err(e) => {
                 if let Some(t) = e.response {
-                    send(cx.io, &cx.ctx.log.counters.quic, listener, &t, &self.buf);
+                    send(
+                        cx.io,
+                        &cx.ctx.log.counters.quic,
+                        listener,
+                        &t,
+                        &mut self.buf,
+                    );
                 }
                 return;
             }
