@@ -227,13 +227,18 @@ impl H3Conn {
     /// no more of its body now (a proxied request's exchange, a gRPC call's upstream window)
     /// is left unread (QUIC's flow control then holds the client back) until the upstream
     /// has written what it has, as is a waiting request's once it keeps as much body as it
-    /// may (`serve.rs`). A stream the client reset ends here.
+    /// may (`serve.rs`). A stream the client reset ends here, held or not.
     pub(super) fn read(&mut self, cx: &mut Cx, id: StreamId) -> Result<(), ConnError> {
         let n = u64::from(id);
         let s = self.streams.get(&n);
         let proxy_held = s.and_then(|s| s.proxy.as_ref()).is_some_and(|p| p.held > 0);
         let call_held = s.is_some_and(|s| s.body_held > 0);
         if proxy_held || call_held || self.keeps_enough(n) {
+            // Not read, but a reset is seen now: the upstream that holds the stream back may
+            // never take more, and its exchange must not outlive the request.
+            if let Ok(Some(_)) = self.quic.recv_stream(id).received_reset() {
+                return self.stream_reset(cx, id);
+            }
             if !self.held.contains(&n) {
                 self.held.push(n);
             }
@@ -270,11 +275,29 @@ impl H3Conn {
             self.h3.feed(n, &[], true)?;
         }
         if reset {
-            self.h3.reset(n)?;
-            if let Some(s) = self.streams.remove(&n) {
-                s.log_end(cx, &self.base);
-            }
+            self.stream_reset(cx, id)?;
         }
+        Ok(())
+    }
+
+    /// The client reset stream `n`: its request is over, whatever it was doing or waiting
+    /// for (its upstream exchange let go, its access-log line written), and a response not
+    /// all written is cancelled (H3_REQUEST_CANCELLED), which also closes the stream so the
+    /// client gets its stream credit back.
+    fn stream_reset(&mut self, cx: &mut Cx, id: StreamId) -> Result<(), ConnError> {
+        let n = u64::from(id);
+        self.held.retain(|&h| h != n);
+        self.h3.reset(n)?;
+        let parked = self.parked.iter().position(|p| p.id == n);
+        let Some(s) = self
+            .streams
+            .remove(&n)
+            .or_else(|| parked.map(|i| self.parked.swap_remove(i).s))
+        else {
+            return Ok(());
+        };
+        let _ = self.quic.send_stream(id).reset(VarInt::from_u32(0x10c));
+        s.log_end(cx, &self.base);
         Ok(())
     }
 
