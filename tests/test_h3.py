@@ -357,6 +357,7 @@ def test_reload_refuses_a_new_quic_host(ringx, tmp_path):
     deadline = time.monotonic() + 15
     while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert srv.log().count("applied by every zone") > applied, srv.log()
     assert bytes(h3_client.get(p, ["/"], cafile=ca)[0].body) == b"two"
 
 

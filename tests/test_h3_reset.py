@@ -42,8 +42,9 @@ except ImportError:
                 allow_module_level=True)
 
 H3_REQUEST_CANCELLED = 0x10C
-# Four times the stream window ringx gives (1 MiB): the upstream below takes a few KB.
-BODY = 4 << 20
+# Far more than ringx takes before the upstream holds it back: the stream window it gives
+# (1 MiB) and its TCP send buffer towards the upstream, which the kernel grows to a few MB.
+BODY = 16 << 20
 
 
 def request(c: Client, method: str, path: str, fields=()) -> int:
@@ -84,7 +85,7 @@ def test_a_reset_upload_held_by_its_upstream_lets_the_upstream_go(ringx, tmp_pat
     p, ca, cfg = quic_server(
         tmp_path, f'  proxy_pass = "http://127.0.0.1:{sink.getsockname()[1]}"\n'
         '  [[server.location]]\n  path = "/r"\n  return = { status = 200, body = "r" }\n',
-        top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n[http]\nclient_max_body_size = "16m"\n')
+        top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n[http]\nclient_max_body_size = "32m"\n')
     c = None
     try:
         ringx.make(cfg)

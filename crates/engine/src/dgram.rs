@@ -40,8 +40,14 @@ pub struct Datagram<'a> {
     pub ecn: u8,
 }
 
-/// Spare datagram buffers a zone keeps (the sends' vectors, reused).
+/// Spare datagram buffers a zone keeps (the sends' vectors, reused): of a datagram's size,
 const MAX_DGRAM_SPARES: usize = 256;
+/// and larger ones (segmented sends, up to [`MAX_SPARE_CAPACITY`]), fewer: 512 KiB at most.
+const MAX_LARGE_SPARES: usize = 8;
+/// A buffer larger than this is a large spare.
+const LARGE_SPARE: usize = 16 * 1024;
+/// A buffer larger than this is not kept.
+const MAX_SPARE_CAPACITY: usize = 64 * 1024;
 
 impl Io {
     /// Sends `data` as one datagram from UDP listener `listener` to `to`; for a listener bound
@@ -69,9 +75,11 @@ impl Io {
     }
 
     /// [`send_with`](Self::send_with) without a copy: the send takes `buf`'s bytes, and
-    /// `buf` is left empty with a spare buffer's capacity (one of the zone's, reused), so a
-    /// caller that fills one scratch buffer send after send never copies its bytes again.
-    /// False when the zone's queue of sends is full: nothing is sent, `buf` is as it was.
+    /// `buf` is left empty with a spare buffer's capacity (one of the zone's, reused,
+    /// preferably a large one), so a caller that fills one scratch buffer send after send
+    /// never copies its bytes again. Meant for large sends: the buffer is held until the
+    /// send completes, whatever its capacity. False when the zone's queue of sends is full:
+    /// nothing is sent, `buf` is as it was.
     pub fn send_buf(&mut self, listener: ListenerId, mut s: SendTo, buf: &mut Vec<u8>) -> bool {
         if usize::from(s.segment) >= buf.len() {
             s.segment = 0; // one datagram: no segmentation to ask for
@@ -79,7 +87,10 @@ impl Io {
         if !self.dgram_room() {
             return false;
         }
-        let spare = self.dgram_spares.pop().unwrap_or_default();
+        let spare = self.dgram_large_spares.pop();
+        let spare = spare
+            .or_else(|| self.dgram_spares.pop())
+            .unwrap_or_default();
         let data = std::mem::replace(buf, spare);
         self.push_dgram(DgramTo::Listener { id: listener, s }, data);
         true
@@ -162,9 +173,19 @@ impl Io {
         } else {
             self.dgram_stats.send_errors += 1;
         }
-        if self.dgram_spares.len() < MAX_DGRAM_SPARES && buf.capacity() <= 64 * 1024 {
-            buf.clear();
-            self.dgram_spares.push(buf);
+        buf.clear();
+        match buf.capacity() {
+            c if c > MAX_SPARE_CAPACITY => {}
+            c if c > LARGE_SPARE => {
+                if self.dgram_large_spares.len() < MAX_LARGE_SPARES {
+                    self.dgram_large_spares.push(buf);
+                }
+            }
+            _ => {
+                if self.dgram_spares.len() < MAX_DGRAM_SPARES {
+                    self.dgram_spares.push(buf);
+                }
+            }
         }
     }
 }

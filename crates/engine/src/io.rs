@@ -371,7 +371,11 @@ pub struct Io {
     /// Datagram sends queued or in flight, and the most allowed.
     pub(crate) dgram_pending: u32,
     pub(crate) dgram_limit: u32,
+    /// Buffers of finished sends, kept for the next: those of a datagram's size, and a
+    /// few of a segmented send's (up to 64 KiB each), apart so a small datagram never
+    /// holds a large one.
     pub(crate) dgram_spares: Vec<Vec<u8>>,
+    pub(crate) dgram_large_spares: Vec<Vec<u8>>,
     pub(crate) dgram_stats: DgramStats,
     /// A segmented (GSO) send failed: none are asked for any more (`Io::gso_works`).
     pub(crate) gso_failed: bool,
@@ -399,6 +403,7 @@ impl Io {
             dgram_pending: 0,
             dgram_limit: DEFAULT_DGRAM_LIMIT,
             dgram_spares: Vec::new(),
+            dgram_large_spares: Vec::new(),
             dgram_stats: DgramStats::default(),
             gso_failed: false,
         }

@@ -25,6 +25,10 @@ pub struct ListenOptions {
     /// UDP: the receive buffer to ask for (`SO_RCVBUFFORCE`, else `SO_RCVBUF` as the kernel
     /// caps it); 0 keeps the kernel's default.
     pub rcvbuf: u32,
+    /// UDP: the send buffer to ask for (`SO_SNDBUFFORCE`, else `SO_SNDBUF`), for a sender
+    /// of large segmented sends (GSO: up to 64 KiB each) that must not find it full; 0
+    /// keeps the kernel's default.
+    pub sndbuf: u32,
     /// UDP: take datagrams of one sender coalesced (`UDP_GRO`): one receive for up to 64 of
     /// them, handed over whole with their size ([`Datagram::segment`](crate::Datagram)). The
     /// zone's datagram buffers must hold 64 KiB then, or coalesced datagrams arrive cut
@@ -43,6 +47,7 @@ impl Default for ListenOptions {
             nodelay: true,
             transparent: false,
             rcvbuf: 0,
+            sndbuf: 0,
             gro: false,
             ecn: false,
         }
@@ -107,7 +112,12 @@ pub fn bind_udp_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<
             .map_err(|e| ctx("IP_PKTINFO on", e))?;
     }
     if opts.rcvbuf > 0 {
-        set_rcvbuf(&sock, addr, opts.rcvbuf as usize).map_err(|e| ctx("SO_RCVBUF on", e))?;
+        set_buffer(&sock, addr, Buffer::Receive, opts.rcvbuf as usize)
+            .map_err(|e| ctx("SO_RCVBUF on", e))?;
+    }
+    if opts.sndbuf > 0 {
+        set_buffer(&sock, addr, Buffer::Send, opts.sndbuf as usize)
+            .map_err(|e| ctx("SO_SNDBUF on", e))?;
     }
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
     if opts.gro {
@@ -132,22 +142,49 @@ pub fn bind_udp_reuseport(addr: SocketAddr, opts: &ListenOptions) -> io::Result<
     Ok(sock.into())
 }
 
-/// Asks for a receive buffer of `bytes`: `SO_RCVBUFFORCE` (CAP_NET_ADMIN) goes past
-/// `net.core.rmem_max`; without the capability `SO_RCVBUF`, which the kernel caps there. A
-/// buffer smaller than asked for is logged once per address with what to raise.
-fn set_rcvbuf(sock: &Socket, addr: SocketAddr, bytes: usize) -> io::Result<()> {
+/// A socket buffer [`set_buffer`] sizes.
+#[derive(Clone, Copy)]
+enum Buffer {
+    Receive,
+    Send,
+}
+
+/// Asks for a receive or send buffer of `bytes`: `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE`
+/// (CAP_NET_ADMIN) go past `net.core.rmem_max` / `wmem_max`; without the capability
+/// `SO_RCVBUF` / `SO_SNDBUF`, which the kernel caps there. A buffer smaller than asked for
+/// is logged once per address with what to raise.
+fn set_buffer(sock: &Socket, addr: SocketAddr, which: Buffer, bytes: usize) -> io::Result<()> {
     let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
     let want = bytes.min(i32::MAX as usize / 2) as libc::c_int;
-    if crate::sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
-        sock.set_recv_buffer_size(bytes)?;
+    let (force, sysctl, what, short) = match which {
+        Buffer::Receive => (
+            libc::SO_RCVBUFFORCE,
+            "net.core.rmem_max",
+            "receive",
+            "bursts of datagrams beyond it are dropped by the kernel",
+        ),
+        Buffer::Send => (
+            libc::SO_SNDBUFFORCE,
+            "net.core.wmem_max",
+            "send",
+            "sends that find it full are dropped (epoll) or wait (io_uring)",
+        ),
+    };
+    if crate::sys::setsockopt_int(fd, libc::SOL_SOCKET, force, want).is_err() {
+        match which {
+            Buffer::Receive => sock.set_recv_buffer_size(bytes)?,
+            Buffer::Send => sock.set_send_buffer_size(bytes)?,
+        }
     }
     // The kernel reports twice what it was given (its bookkeeping share included).
-    let got = sock.recv_buffer_size()? / 2;
+    let got = match which {
+        Buffer::Receive => sock.recv_buffer_size()?,
+        Buffer::Send => sock.send_buffer_size()?,
+    } / 2;
     if got < bytes {
         tracing::info!(
-            "udp {addr}: receive buffer {} KiB of the {} KiB asked for (net.core.rmem_max); \
-             bursts of datagrams beyond it are dropped by the kernel: raise net.core.rmem_max \
-             or run with CAP_NET_ADMIN",
+            "udp {addr}: {what} buffer {} KiB of the {} KiB asked for ({sysctl}); {short}: \
+             raise {sysctl} or run with CAP_NET_ADMIN",
             got >> 10,
             bytes >> 10
         );
@@ -307,5 +344,33 @@ mod tests {
         l.set_nonblocking(false).unwrap();
         let (a, _) = l.accept().unwrap();
         assert!(a.nodelay().unwrap());
+    }
+
+    #[test]
+    fn udp_buffers_are_sized_as_asked() {
+        let opts = ListenOptions {
+            rcvbuf: 3 << 20,
+            sndbuf: 5 << 20,
+            ..ListenOptions::default()
+        };
+        let u = Socket::from(bind_udp_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap());
+        let (r, w) = (u.recv_buffer_size().unwrap(), u.send_buffer_size().unwrap());
+        // Without CAP_NET_ADMIN the kernel caps both at net.core.[rw]mem_max.
+        let cap = |f: &str| std::fs::read_to_string(f).map_or(0, |v| v.trim().parse().unwrap_or(0));
+        // SAFETY: geteuid has no preconditions, touches no memory and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let want_r = if root {
+            3 << 20
+        } else {
+            cap("/proc/sys/net/core/rmem_max").min(3 << 20)
+        };
+        let want_w = if root {
+            5 << 20
+        } else {
+            cap("/proc/sys/net/core/wmem_max").min(5 << 20)
+        };
+        // The kernel reports twice what it granted.
+        assert!(r / 2 >= want_r, "receive buffer {r} for {want_r}");
+        assert!(w / 2 >= want_w, "send buffer {w} for {want_w}");
     }
 }

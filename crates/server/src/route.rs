@@ -278,6 +278,11 @@ pub const QUIC_MAX_COALESCED: u32 = 65535;
 /// The receive buffer a QUIC listener asks for.
 pub const QUIC_RCVBUF: u32 = 4 << 20;
 
+/// The send buffer a QUIC listener asks for: room for 64 segmented sends of up to 64 KiB
+/// (the kernel's default, ~208 KiB, holds three; the epoll driver drops a send that finds
+/// it full, and with it up to 44 packets at once).
+pub const QUIC_SNDBUF: u32 = 4 << 20;
+
 impl Routes {
     /// The location `id` names.
     pub fn location(&self, id: LocId) -> &Loc {
@@ -303,7 +308,8 @@ impl Routes {
 
     /// How the UDP listener on `addr` is bound: `base` (the process's options; its `gro`
     /// says whether QUIC listeners take coalesced datagrams) with this address's
-    /// transparency and receive buffer; QUIC listeners also report ECN marks (QUIC
+    /// transparency and receive buffer; QUIC listeners also ask for a send buffer that
+    /// holds many segmented sends, and report ECN marks (QUIC
     /// acknowledges them, RFC 9000 §13.4). A stream's datagrams are passed on one by one,
     /// never coalesced.
     pub fn udp_listen_options(
@@ -315,6 +321,7 @@ impl Routes {
         ringx_engine::ListenOptions {
             transparent: self.is_transparent(addr, true),
             rcvbuf: self.udp_rcvbuf(addr),
+            sndbuf: if quic { QUIC_SNDBUF } else { 0 },
             gro: quic && base.gro,
             ecn: quic,
             ..base.clone()

@@ -431,8 +431,10 @@ impl H3Conn {
 /// Sends what quinn-proto wrote for `t` into `buf` from listener `l`, with the ECN bits it
 /// asks for: one datagram, or several of `segment_size` bytes each in one GSO send (one at
 /// a time where the kernel or device cannot segment, or the zone sends without GSO); counts
-/// the datagrams and sends queued in `q`. The bytes go without a copy where they can:
-/// `buf` is then left empty, with a spare's capacity.
+/// the datagrams and sends queued in `q`. A segmented send's bytes go without a copy
+/// (`buf` is then left empty, with a spare's capacity); a single datagram is copied, so the
+/// scratch buffer (quinn-proto sizes it for a whole GSO batch, ~64 KiB) stays here rather
+/// than held by a send of a few dozen bytes.
 pub(super) fn send(io: &mut Io, q: &QuicCounters, l: ListenerId, t: &Transmit, buf: &mut Vec<u8>) {
     buf.truncate(t.size);
     let seg = t.segment_size.unwrap_or(buf.len()).max(1);
@@ -441,13 +443,8 @@ pub(super) fn send(io: &mut Io, q: &QuicCounters, l: ListenerId, t: &Transmit, b
         ecn: t.ecn.map_or(0, |e| e as u8),
         ..SendTo::one(t.destination, t.src_ip)
     };
-    let whole = match u16::try_from(seg) {
-        Ok(segment) if count > 1 && io.gso_works() => Some(SendTo { segment, ..one }),
-        _ if count <= 1 => Some(one),
-        _ => None,
-    };
-    if let Some(to) = whole {
-        if io.send_buf(l, to, buf) {
+    if let (Ok(segment), true) = (u16::try_from(seg), count > 1 && io.gso_works()) {
+        if io.send_buf(l, SendTo { segment, ..one }, buf) {
             bump(&q.datagrams_out, count);
             bump(&q.sends, 1);
         }
