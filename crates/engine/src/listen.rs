@@ -154,33 +154,33 @@ enum Buffer {
 /// `SO_RCVBUF` / `SO_SNDBUF`, which the kernel caps there. A buffer smaller than asked for
 /// is logged once per address with what to raise.
 fn set_buffer(sock: &Socket, addr: SocketAddr, which: Buffer, bytes: usize) -> io::Result<()> {
-    let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
-    let want = bytes.min(i32::MAX as usize / 2) as libc::c_int;
-    let (force, sysctl, what, short) = match which {
+    type Set = fn(&Socket, usize) -> io::Result<()>;
+    type Get = fn(&Socket) -> io::Result<usize>;
+    let (force, set, get, sysctl, what, short): (_, Set, Get, _, _, _) = match which {
         Buffer::Receive => (
             libc::SO_RCVBUFFORCE,
+            Socket::set_recv_buffer_size,
+            Socket::recv_buffer_size,
             "net.core.rmem_max",
             "receive",
             "bursts of datagrams beyond it are dropped by the kernel",
         ),
         Buffer::Send => (
             libc::SO_SNDBUFFORCE,
+            Socket::set_send_buffer_size,
+            Socket::send_buffer_size,
             "net.core.wmem_max",
             "send",
             "sends that find it full are dropped (epoll) or wait (io_uring)",
         ),
     };
+    let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+    let want = bytes.min(i32::MAX as usize / 2) as libc::c_int;
     if crate::sys::setsockopt_int(fd, libc::SOL_SOCKET, force, want).is_err() {
-        match which {
-            Buffer::Receive => sock.set_recv_buffer_size(bytes)?,
-            Buffer::Send => sock.set_send_buffer_size(bytes)?,
-        }
+        set(sock, bytes)?;
     }
     // The kernel reports twice what it was given (its bookkeeping share included).
-    let got = match which {
-        Buffer::Receive => sock.recv_buffer_size()?,
-        Buffer::Send => sock.send_buffer_size()?,
-    } / 2;
+    let got = get(sock)? / 2;
     if got < bytes {
         tracing::info!(
             "udp {addr}: {what} buffer {} KiB of the {} KiB asked for ({sysctl}); {short}: \

@@ -1,6 +1,8 @@
 //! Small process and thread settings zones need.
 
 use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::RawFd;
 
 /// `UDP_SEGMENT` and `UDP_GRO` (linux/udp.h; not in the libc crate for glibc targets).
 pub(crate) const UDP_SEGMENT: libc::c_int = 103;
@@ -118,6 +120,48 @@ pub fn keep_heap(trim_threshold: usize, top_pad: usize) {
     }
     #[cfg(not(target_env = "gnu"))]
     let _ = (trim_threshold, top_pad);
+}
+
+/// Reads into `dst` from `fd` at `off` with `preadv2`'s `flags` (0: a plain positional
+/// read; `RWF_NOWAIT`: only what the page cache holds, `EAGAIN` rather than waiting for the
+/// disk). Returns the bytes read: the first that many of `dst` are initialised.
+pub fn pread_uninit(
+    fd: RawFd,
+    dst: &mut [MaybeUninit<u8>],
+    off: u64,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    let off = libc::off_t::try_from(off).map_err(|_| io::ErrorKind::InvalidInput)?;
+    let iov = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
+    };
+    // SAFETY: the iovec covers `dst`, memory we hold exclusively for this synchronous call;
+    // the kernel writes at most `iov_len` bytes there. A bad `fd` is an error, not UB.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, off, flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Reads up to `want` bytes of `fd` at `off` onto the end of `buf`, straight into its spare
+/// capacity (no zeroing first), with `flags` as [`pread_uninit`]; returns the bytes read.
+/// The capacity grows to exactly what is asked: a caller that keeps buffers of a bounded
+/// size (the zone's spare output vectors) gets no doubled one.
+pub fn pread_append(
+    fd: RawFd,
+    buf: &mut Vec<u8>,
+    want: usize,
+    off: u64,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    buf.reserve_exact(want);
+    let n = pread_uninit(fd, &mut buf.spare_capacity_mut()[..want], off, flags)?;
+    // SAFETY: `pread_uninit` initialised the first `n` (at most `want`) bytes of the spare
+    // capacity, so the new length stays within the capacity and covers initialised bytes.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
 }
 
 /// `-errno` from a completion or a syscall return into an `io::Error`.

@@ -15,7 +15,7 @@
 use std::os::fd::AsRawFd;
 
 use super::close;
-use super::pagecache::{file_shrank, pread_nowait};
+use super::pagecache::file_shrank;
 use super::sendfile::NO_SENDFILE;
 use super::state::UringDriver;
 use crate::io::{Chunk, ConnId};
@@ -83,7 +83,10 @@ pub(super) fn read_ahead(d: &mut UringDriver, c: ConnId) -> ReadAhead {
     let room = FILE_READ_CHUNK - (buf.len() - pos);
     let want = (end - *off).min(room as u64) as usize;
     let front_empty = pos == buf.len();
-    let res = append_nowait(fd, buf, want, *off);
+    // Exact (`pread_append`): head and body stay within the 64 KiB that the zone's pool of
+    // spare output vectors keeps (`Io::spares`); doubling could leave 128 KiB, freed after
+    // every send.
+    let res = crate::sys::pread_append(fd, buf, want, *off, libc::RWF_NOWAIT);
     let err = match res {
         Ok(0) => file_shrank(),
         Ok(n) => {
@@ -122,15 +125,4 @@ fn use_sendfile(d: &UringDriver, c: ConnId, remaining: u64) -> bool {
     d.sendfile_ok
         && u.flags & NO_SENDFILE == 0
         && (u.sock_fd.is_some() || remaining > FILE_READ_CHUNK as u64)
-}
-
-/// Reads `want` more bytes of `fd` at `off` onto the end of `buf`, only from the page cache.
-fn append_nowait(fd: i32, buf: &mut Vec<u8>, want: usize, off: u64) -> std::io::Result<usize> {
-    // Exact: head and body stay within the 64 KiB that the zone's pool of spare output
-    // vectors keeps (`Io::spares`); doubling could leave 128 KiB, freed after every send.
-    buf.reserve_exact(want);
-    let n = pread_nowait(fd, &mut buf.spare_capacity_mut()[..want], off)?;
-    // SAFETY: `pread_nowait` initialised the first `n` bytes of the spare capacity.
-    unsafe { buf.set_len(buf.len() + n) };
-    Ok(n)
 }

@@ -1,5 +1,5 @@
-//! What the page cache holds of a file being sent: reads that take only cached bytes
-//! (`preadv2` with `RWF_NOWAIT`) and `cachestat(2)`, which decide whether a body is read,
+//! What the page cache holds of a file being sent: one-byte reads that take only cached
+//! bytes (`preadv2` with `RWF_NOWAIT`, `crate::sys::pread_uninit`) and `cachestat(2)`, which decide whether a body is read,
 //! sent with `sendfile` or spliced (`file_read.rs`, `sendfile.rs`, `splice.rs`); and the
 //! error all three report for a file that ends early.
 
@@ -9,26 +9,6 @@ pub(super) fn file_shrank() -> std::io::Error {
         std::io::ErrorKind::UnexpectedEof,
         "file shrank while being sent",
     )
-}
-
-/// Reads into `dst` from `fd` at `off`, only from the page cache (`RWF_NOWAIT`: `EAGAIN`
-/// rather than waiting for the disk). Returns the bytes read, which are initialised.
-pub(super) fn pread_nowait(
-    fd: i32,
-    dst: &mut [std::mem::MaybeUninit<u8>],
-    off: u64,
-) -> std::io::Result<usize> {
-    let iov = libc::iovec {
-        iov_base: dst.as_mut_ptr().cast(),
-        iov_len: dst.len(),
-    };
-    // SAFETY: the iovec covers `dst`, memory we hold exclusively for this synchronous call;
-    // the kernel writes at most `iov_len` bytes there. `fd` is the open file of a chunk.
-    let n = unsafe { libc::preadv2(fd, &iov, 1, off as libc::off_t, libc::RWF_NOWAIT) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(n as usize)
 }
 
 /// Whether the page cache holds all of `len` bytes of `fd` from `off`: `cachestat(2)` (Linux
@@ -87,5 +67,5 @@ fn page_size() -> u64 {
 /// Whether the byte of `fd` at `off` is in the page cache (a one-byte `RWF_NOWAIT` read).
 fn probe(fd: i32, off: u64) -> bool {
     let mut b = [std::mem::MaybeUninit::uninit()];
-    pread_nowait(fd, &mut b, off).is_ok_and(|n| n == 1)
+    crate::sys::pread_uninit(fd, &mut b, off, libc::RWF_NOWAIT).is_ok_and(|n| n == 1)
 }

@@ -32,6 +32,9 @@ const MAX_SEGMENTS: usize = 64;
 /// The bytes of one GSO send at most, headers left room.
 const MAX_GSO_BYTES: usize = 65_000;
 
+/// H3_REQUEST_CANCELLED: a response the client no longer wants (RFC 9114 §8.1).
+const REQUEST_CANCELLED: VarInt = VarInt::from_u32(0x10c);
+
 /// A QUIC connection and its HTTP/3 state.
 pub(super) struct H3Conn {
     pub quic: Connection,
@@ -166,7 +169,7 @@ impl H3Conn {
             Event::Stream(StreamEvent::Stopped { id, .. }) => {
                 // The client wants no more of the response: it ends here.
                 if let Some(s) = self.streams.remove(&u64::from(id)) {
-                    let _ = self.quic.send_stream(id).reset(VarInt::from_u32(0x10c));
+                    let _ = self.quic.send_stream(id).reset(REQUEST_CANCELLED);
                     s.log_end(cx, &self.base);
                 }
             }
@@ -296,7 +299,7 @@ impl H3Conn {
         else {
             return Ok(());
         };
-        let _ = self.quic.send_stream(id).reset(VarInt::from_u32(0x10c));
+        let _ = self.quic.send_stream(id).reset(REQUEST_CANCELLED);
         s.log_end(cx, &self.base);
         Ok(())
     }

@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, Incoming};
+use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, Incoming, Transmit};
 use ringx_engine::{ConnId, Datagram, ListenerId};
 use ringx_quic::{Keys, Owner};
 
@@ -71,6 +71,13 @@ pub fn is_quic(c: ConnId) -> bool {
 
 /// The keys every zone's endpoints share (stateless resets and Retry tokens must be
 /// recognised by whichever zone a packet reaches): made once per process.
+/// Sends what the endpoint wrote into `buf` for `t` (a stateless answer: version
+/// negotiation, a reset, a Retry, a refusal) from listener `l`, counted in the zone's QUIC
+/// counters.
+fn answer(cx: &mut Cx, l: ListenerId, t: &Transmit, buf: &mut Vec<u8>) {
+    send(cx.io, &cx.ctx.log.counters.quic, l, t, buf);
+}
+
 fn keys() -> Option<&'static Keys> {
     static KEYS: OnceLock<Option<Keys>> = OnceLock::new();
     KEYS.get_or_init(|| match Keys::generate() {
@@ -175,13 +182,7 @@ impl Quic {
         match ev {
             None => {}
             Some(DatagramEvent::Response(t)) => {
-                send(
-                    cx.io,
-                    &cx.ctx.log.counters.quic,
-                    listener,
-                    &t,
-                    &mut self.buf,
-                );
+                answer(cx, listener, &t, &mut self.buf);
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
                 self.incoming(cx, listener, incoming);
@@ -246,25 +247,13 @@ impl Quic {
         if self.by_handle.len() >= max || cx.ctx.draining {
             bump(&cx.ctx.log.counters.quic.refused, 1);
             let t = ep.refuse(incoming, &mut self.buf);
-            return send(
-                cx.io,
-                &cx.ctx.log.counters.quic,
-                listener,
-                &t,
-                &mut self.buf,
-            );
+            return answer(cx, listener, &t, &mut self.buf);
         }
         if retry && !incoming.remote_address_validated() && incoming.may_retry() {
             bump(&cx.ctx.log.counters.quic.retried, 1);
             match ep.retry(incoming, &mut self.buf) {
                 Ok(t) => {
-                    send(
-                        cx.io,
-                        &cx.ctx.log.counters.quic,
-                        listener,
-                        &t,
-                        &mut self.buf,
-                    );
+                    answer(cx, listener, &t, &mut self.buf);
                 }
                 Err(e) => ep.ignore(e.into_incoming()),
             }
@@ -275,13 +264,7 @@ impl Quic {
             Ok(x) => x,
             Err(e) => {
                 if let Some(t) = e.response {
-                    send(
-                        cx.io,
-                        &cx.ctx.log.counters.quic,
-                        listener,
-                        &t,
-                        &mut self.buf,
-                    );
+                    answer(cx, listener, &t, &mut self.buf);
                 }
                 return;
             }

@@ -317,27 +317,13 @@ impl Parked {
 /// piece goes to QUIC in a buffer of its own (`H3Stream::unsent`), freshly allocated, and
 /// zeroing 64 KiB of cold memory first cost a 1 MB download 2% of its CPU.
 fn read_at(f: &File, off: u64, n: usize, out: &mut Vec<u8>) -> io::Result<()> {
-    out.reserve(n);
-    let end = out.len() + n;
-    while out.len() < end {
-        let left = end - out.len();
-        let spare = &mut out.spare_capacity_mut()[..left];
-        let at = off + (n - left) as u64;
-        let at = libc::off_t::try_from(at).map_err(|_| io::ErrorKind::InvalidInput)?;
-        // SAFETY: `spare` is writable memory of `out`'s allocation that nothing else
-        // borrows, `spare.len()` bytes long; pread writes at most that many into it.
-        let r = unsafe { libc::pread(f.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at) };
-        match r {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            r if r < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            // SAFETY: pread initialised the first `r` bytes of the spare capacity, and `r`
-            // is at most `spare.len()`, so the length stays within the capacity.
-            r => unsafe { out.set_len(out.len() + r as usize) },
+    let mut got = 0;
+    while got < n {
+        match ringx_engine::sys::pread_append(f.as_raw_fd(), out, n - got, off + got as u64, 0) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(r) => got += r,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())
