@@ -2,7 +2,9 @@
 //! cancel its pending receive (or connect) by user_data (`IORING_OP_ASYNC_CANCEL`), wait until no send or
 //! splice owns a buffer, then `IORING_OP_CLOSE` the direct descriptor (Linux 5.15). Only when
 //! that completes is `on_closed` delivered and the slot reusable (`UringDriver::closed`).
-//! Also write shutdown (`IORING_OP_SHUTDOWN`, Linux 5.11).
+//! Also write shutdown (`IORING_OP_SHUTDOWN`, Linux 5.11), which the kernel always runs in
+//! an io-wq worker and which finds its descriptor only when it runs: the close waits for it
+//! too, or under load it could shut a socket accepted into the slot after the close.
 //!
 //! A close that waits only for the last send is submitted with it instead
 //! (`close_after_send`): `SEND` →(link) `ASYNC_CANCEL` →(hard link: runs whatever the cancel
@@ -19,6 +21,8 @@ const CANCEL_DONE: u32 = 1 << 2;
 const CLOSE_SUBMITTED: u32 = 1 << 3;
 /// The cancel and close were linked behind the last send.
 const CLOSE_LINKED: u32 = 1 << 4;
+/// A write shutdown is submitted and has not completed.
+const SHUTDOWN_PENDING: u32 = 1 << 5;
 
 pub(super) fn begin(d: &mut UringDriver, c: ConnId, err: Option<std::io::Error>) {
     let conn = &mut d.io.conns[c.index()];
@@ -137,7 +141,7 @@ pub(super) fn try_finish(d: &mut UringDriver, c: ConnId) {
     if conn.state != ConnState::Closing
         || conn.in_flight
         || u.flags & CANCEL_DONE == 0
-        || u.flags & CLOSE_SUBMITTED != 0
+        || u.flags & (CLOSE_SUBMITTED | SHUTDOWN_PENDING) != 0
     {
         return;
     }
@@ -195,6 +199,26 @@ pub(super) fn shutdown(d: &mut UringDriver, c: ConnId) {
     let e = opcode::Shutdown::new(types::Fixed(c.0), libc::SHUT_WR)
         .build()
         .user_data(pack(Kind::Shutdown, conn.gen, c.0));
-    // SAFETY: refers to no memory of ours; the slot outlives it (close cancels it first).
+    d.uconns[c.index()].flags |= SHUTDOWN_PENDING;
+    // SAFETY: refers to no memory of ours. The kernel resolves the slot only when an io-wq
+    // worker runs the shutdown, maybe after later submissions: `try_finish` holds the
+    // slot's close until this completes, so it still holds this connection's socket.
     unsafe { d.push(&e) };
+}
+
+/// Whether a write shutdown of `c` has yet to complete (a close must not be linked
+/// behind a send while it is: `send.rs`).
+pub(super) fn shutdown_pending(d: &UringDriver, c: ConnId) -> bool {
+    d.uconns[c.index()].flags & SHUTDOWN_PENDING != 0
+}
+
+/// The shutdown's completion: a close waiting for it goes on. Its result does not matter
+/// (a peer that reset the connection leaves nothing to shut).
+pub(super) fn complete_shutdown(d: &mut UringDriver, c: ConnId, gen: u32) {
+    if d.io.conns[c.index()].gen != gen {
+        debug_assert!(false, "a shutdown completes before its slot can be reused");
+        return;
+    }
+    d.uconns[c.index()].flags &= !SHUTDOWN_PENDING;
+    try_finish(d, c);
 }

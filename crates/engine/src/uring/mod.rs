@@ -267,7 +267,8 @@ impl UringDriver {
                     self.closed(h, ConnId(idx), err);
                 }
             }
-            Kind::Shutdown | Kind::CancelQuiet => {}
+            Kind::Shutdown => close::complete_shutdown(self, ConnId(idx), gen),
+            Kind::CancelQuiet => {}
             Kind::CancelAccept => accept::complete_cancel(self, idx),
             Kind::Wake => self.arm_wake(),
             Kind::Msg => {} // a control wake-up: `check_wake` follows the batch

@@ -22,6 +22,7 @@ use crate::io::{AfterFlush, Chunk, ConnId, ConnState};
 const MAX_SEND: usize = 1 << 30;
 
 pub(super) fn submit(d: &mut UringDriver, c: ConnId) {
+    let shutdown_pending = close::shutdown_pending(d, c);
     let conn = &mut d.io.conns[c.index()];
     let Some(Chunk::Bytes { buf, pos }) = conn.out.front() else {
         unreachable!("send::submit on a non-bytes chunk")
@@ -38,7 +39,8 @@ pub(super) fn submit(d: &mut UringDriver, c: ConnId) {
         && pos + len == buf.len()
         && matches!(conn.after_flush, AfterFlush::Close)
         && d.sqpoll.is_none()
-        && conn.ctl.is_none();
+        && conn.ctl.is_none()
+        && !shutdown_pending;
     // The FIN rides on the tail only if the peer sends nothing more (`Io::peer_done`).
     let cork = last && (conn.peer_done || conn.eof);
     let flags = libc::MSG_NOSIGNAL
