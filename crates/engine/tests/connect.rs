@@ -146,11 +146,12 @@ fn relays_through_upstream(engine: EngineKind) {
 }
 
 fn refused_connect_is_reported(engine: EngineKind) {
-    // A port nobody listens on: bind, note it, close.
-    let dead = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
+    // A port nobody listens on: bound and kept, never listening. Closed, it could become
+    // the listening port of a zone another test starts meanwhile, and the connect succeed.
+    let hold = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    hold.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
         .unwrap();
+    let dead = hold.local_addr().unwrap().as_socket().unwrap();
     let Some((zone, addr)) = relay(engine, dead) else {
         return;
     };
