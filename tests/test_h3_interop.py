@@ -357,19 +357,31 @@ def assert_byte_exact(files, paths, responses):
         assert r.status == 200 and bytes(r.body) == want, (path, r.status, len(r.body))
 
 
+# ngtcp2 refuses to start a key update within 3 PTO of the last one (RFC 9001 §6.5), and
+# its client then closes the connection with NO_ERROR and exits 0, downloads unfinished.
+# quinn-proto updates its own keys after a random 10 to 1,000 packets, so about one run in
+# fifty its update lands just before the client's 1 ms timer: that run shows nothing of
+# the server and is made again.
+CLIENT_REFUSED_ITS_UPDATE = "ngtcp2_conn_initiate_key_update: ERR_INVALID_STATE"
+
+
 def ngtcp2_download(files, tmp_path, paths, *opts):
     """Downloads `paths` with ngtcp2's client and `opts`; checks them byte-exact and
     returns its trace."""
     client = gtlsclient()
-    out = tmp_path / "dl"
-    out.mkdir()
     p = files["port"]
-    r = subprocess.run([client, "--exit-on-all-streams-close", "--no-quic-dump",
-                        "--no-http-dump", f"--download={out}", *opts, "localhost", str(p),
-                        *[f"https://localhost:{p}{path}" for path in paths]],
-                       capture_output=True, timeout=60, text=True)
-    trace = r.stdout + r.stderr
+    for attempt in range(5):
+        out = tmp_path / f"dl{attempt}"
+        out.mkdir()
+        r = subprocess.run([client, "--exit-on-all-streams-close", "--no-quic-dump",
+                            "--no-http-dump", f"--download={out}", *opts, "localhost",
+                            str(p), *[f"https://localhost:{p}{path}" for path in paths]],
+                           capture_output=True, timeout=60, text=True)
+        trace = r.stdout + r.stderr
+        if CLIENT_REFUSED_ITS_UPDATE not in trace:
+            break
     assert r.returncode == 0, trace[-2000:]
+    assert CLIENT_REFUSED_ITS_UPDATE not in trace, trace[-3000:]
     for path in paths:
         name = path.lstrip("/")
         assert (out / name).read_bytes() == files["data"][name], name
