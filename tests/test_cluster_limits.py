@@ -282,7 +282,9 @@ def test_what_the_shares_admit_counts_when_redis_is_back(ringx, tmp_path):
     """A fresh key loaded while the hosts enforce their shares (Redis stopped), then on
     through Redis's return: over the whole window the cluster admits rate x t + burst + 1
     within 10%. Before the hosts charged what they admitted on their shares when Redis came
-    back, the cluster granted the burst a second time there (about burst + 1 over)."""
+    back, the cluster granted the burst a second time there (about burst + 1 over); before
+    they left their shares together, the host back first took the whole limit while the
+    others spent theirs (up to 2/3 of the rate over the hosts' reconnects)."""
     require_redis()
     r = Redis(tmp_path).start()
     try:

@@ -24,6 +24,11 @@ const BACKLOG_MAX: usize = 65536;
 const CONN_IDLE: Duration = Duration::from_secs(1);
 /// A zone with nothing to send syncs this often anyway.
 const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long a zone back in touch with Redis keeps its share while fewer hosts than shared
+/// the limit have synced again: the longest a live host's reconnect can lag (the
+/// `[cluster]` client's backoff tops out at 5 s) and its next heartbeat. A host not back by
+/// then is taken as gone.
+const REJOIN_WAIT: Duration = Duration::from_secs(6);
 
 static CLIENT: Mutex<Option<Client>> = Mutex::new(None);
 
@@ -96,6 +101,8 @@ struct ZoneSync {
     down_since: Option<Instant>,
     /// The hosts whose shares the zone enforced while it fell back.
     share_hosts: u32,
+    /// The first reply since the zone fell back: Redis is back, the other hosts maybe not.
+    answered_at: Option<Instant>,
     /// `limit_req`: what this host's shares still hold, to charge to Redis now that it is
     /// back (`recovery`).
     recovery: Vec<Item>,
@@ -120,6 +127,7 @@ impl ZoneSync {
             last_taken: Instant::now(),
             down_since: None,
             share_hosts: 1,
+            answered_at: None,
             recovery: Vec::new(),
         }
     }
@@ -140,7 +148,10 @@ impl ZoneSync {
             return;
         }
         let items = self.items(every);
-        if items.is_empty() && self.last_sent.is_some_and(|t| now < t + HEARTBEAT) {
+        // Waiting for the hosts to come back (`waits_for_hosts`), every period: each host
+        // leaves its share within one period of the last one's return, not a heartbeat.
+        let waiting = self.answered_at.is_some();
+        if items.is_empty() && !waiting && self.last_sent.is_some_and(|t| now < t + HEARTBEAT) {
             return;
         }
         let span = now.saturating_duration_since(self.last_taken);
@@ -233,7 +244,12 @@ impl ZoneSync {
             Ok(r) => r,
             Err(e) => return self.failed(&e, now),
         };
-        set_hosts(r.hosts);
+        let waiting = self.waits_for_hosts(r.hosts, now);
+        set_hosts(if waiting {
+            r.hosts.max(self.share_hosts)
+        } else {
+            r.hosts
+        });
         match z.kind {
             Kind::Req => {
                 cluster_wire::apply_req(z.table, (limit::nanos(sent), limit::nanos(now)), items, &r)
@@ -244,6 +260,10 @@ impl ZoneSync {
         let relaxed = std::sync::atomic::Ordering::Relaxed;
         z.stats.syncs_ok.fetch_add(1, relaxed);
         z.stats.keys_sent.fetch_add(items.len() as u64, relaxed);
+        if waiting {
+            return;
+        }
+        self.answered_at = None;
         if z.set_falling_back(false) {
             if z.kind == Kind::Req {
                 self.recovery = recovery(z, limit::nanos(now), self.share_hosts);
@@ -260,6 +280,32 @@ impl ZoneSync {
                 r.hosts
             );
         }
+    }
+
+    /// Whether the zone, on its shares and answered by Redis again, keeps them: while
+    /// fewer hosts than shared the limit have synced (at most `REJOIN_WAIT`). The first
+    /// host back would otherwise take the whole limit while the others still spend their
+    /// shares, which nobody charges later: up to (hosts - 1) / hosts of the rate over
+    /// the time the last one takes to reconnect.
+    fn waits_for_hosts(&mut self, hosts: u32, now: Instant) -> bool {
+        let z = self.zone;
+        if !z.falling_back() || z.fallback() != ringx_config::guard::Fallback::Local {
+            return false;
+        }
+        let first = *self.answered_at.get_or_insert_with(|| {
+            if hosts < self.share_hosts {
+                tracing::info!(
+                    "cluster limits: {} zone {:?}: Redis answers again; {hosts} of the {} \
+                     hosts that shared the limit have synced, so this host keeps its share \
+                     until the others have (at most {REJOIN_WAIT:?})",
+                    z.kind.name(),
+                    z.name,
+                    self.share_hosts
+                );
+            }
+            now
+        });
+        hosts < self.share_hosts && now < first + REJOIN_WAIT
     }
 
     fn failed(&mut self, why: &str, now: Instant) {
@@ -314,4 +360,59 @@ pub(crate) fn recovery(z: &ClusterZone, now: u64, hosts: u32) -> Vec<Item> {
         .collect();
     items.truncate(MAX_KEYS);
     items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::cluster::{hosts, Enforce, TEST_HOSTS};
+    use crate::guard::limit::Table;
+    use ringx_config::guard::{ClusterLimit, Fallback};
+
+    fn reply(hosts: i64) -> Result<Value, ringx_cluster::Error> {
+        Ok(Value::Array(vec![Value::Int(hosts)]))
+    }
+
+    /// A zone of three hosts that fell back to its share, answered again by Redis while only
+    /// it has synced: it keeps its share (a third) until the others are back or
+    /// `REJOIN_WAIT` has passed; a zone whose fallback is `open` leaves it at once.
+    #[test]
+    fn a_zone_back_first_keeps_its_share_until_the_hosts_are_back() {
+        let _hosts = TEST_HOSTS.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = Instant::now();
+        for (last, after) in [(3, Duration::from_secs(1)), (1, REJOIN_WAIT)] {
+            set_hosts(3);
+            let z: &'static ClusterZone =
+                Box::leak(Box::new(ClusterZone::new(Kind::Req, Table::standalone(64))));
+            let mut s = ZoneSync::new(z);
+            s.failed("down", t0);
+            assert_eq!(z.enforce(), Enforce::Share(3));
+            s.done(reply(1), &[], (t0, t0 + Duration::from_secs(2)));
+            assert_eq!(z.enforce(), Enforce::Share(3), "one host of three back");
+            assert_eq!(hosts(), 3);
+            s.done(reply(2), &[], (t0, t0 + Duration::from_secs(2) + after / 2));
+            assert_eq!(z.enforce(), Enforce::Share(3), "two of three back");
+            let end = t0 + Duration::from_secs(2) + after;
+            s.done(reply(last), &[], (end, end));
+            assert_eq!(
+                z.enforce(),
+                Enforce::Cluster,
+                "{last} hosts after {after:?}"
+            );
+            assert_eq!(hosts(), last as u32);
+        }
+        set_hosts(3);
+        let open = ClusterLimit {
+            fallback: Fallback::Open,
+            sync_every: Duration::from_millis(20),
+        };
+        let t = Table::standalone(64);
+        let z = ClusterZone::get(Kind::Req, t, Duration::from_millis(100), open);
+        let mut s = ZoneSync::new(z);
+        s.failed("down", t0);
+        assert_eq!(z.enforce(), Enforce::Open);
+        s.done(reply(1), &[], (t0, t0));
+        assert_eq!(z.enforce(), Enforce::Cluster);
+        set_hosts(0);
+    }
 }
