@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import signal
 import shutil
 import socket
 import ssl
@@ -77,6 +78,9 @@ def test_resumption_across_zones(ringx, tmp_path):
     finally:
         os.sched_setaffinity(0, set(cpus))
     assert crossed >= 2, "every connection reached the same zone"
+    # Each connection after the first resumed, as the server counts it too.
+    hs = handshakes(admin)
+    assert hs["full"] == 1 and hs["resumed"] >= 2, hs
 
 
 def handshake_crypto_in(out):
@@ -122,16 +126,37 @@ def early_server(ringx, tmp_path, early=True, zones=2):
     p, ca, cfg = quic_server(
         tmp_path, '  return = { status = 200, body = "early\\n" }\n',
         top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n[http]\n'
-            f'quic_early_data = {"true" if early else "false"}\n')
+            f'quic_early_data = {"true" if early else "false"}\n'
+            f'access_log = "{tmp_path / "access.log"}"\naccess_log_format = "json"\n')
     cfg += f'  [[server.location]]\n  path = "/up/"\n  proxy_pass = "http://{up.addr}/"\n'
     ringx.make(cfg.replace("zones = 1", f"zones = {zones}"))
     return p, ca, admin, up
 
 
+def access_log(ringx, tmp_path, lines):
+    """The first `lines` lines of the access log of the server `early_server` made last,
+    once the zones wrote them (SIGUSR1 reopens the log, flushing what a zone holds)."""
+    import json
+    log = tmp_path / "access.log"
+
+    def got():
+        ringx.instances[-1].signal(signal.SIGUSR1)
+        return log.exists() and len(log.read_text().splitlines()) >= lines
+
+    wait_for(got, f"{lines} access log lines")
+    return [json.loads(ln) for ln in log.read_text().splitlines()]
+
+
 def early_counts(admin):
     m = quic_metrics(admin)
     return {r: total(m, "ringx_quic_early_data_total", result=r)
-            for r in ("accepted", "served", "too_early")}
+            for r in ("accepted", "refused", "served", "too_early")}
+
+
+def handshakes(admin):
+    """QUIC handshakes completed, full and resumed."""
+    m = quic_metrics(admin)
+    return {r: total(m, "ringx_quic_tls_handshakes_total", result=r) for r in ("full", "resumed")}
 
 
 def upstream_got(up, target):
@@ -161,7 +186,11 @@ def test_early_get_is_served_and_says_so_upstream(ringx, tmp_path):
         assert header(two, "early-data") == ["1"]
         (one,) = upstream_got(up, "/one")
         assert header(one, "early-data") == []
-        assert early_counts(admin) == {"accepted": 1, "served": 2, "too_early": 0}
+        assert early_counts(admin) == {"accepted": 1, "refused": 0, "served": 2, "too_early": 0}
+        assert handshakes(admin) == {"full": 1, "resumed": 1}
+        reused = {ln["request"].split()[1]: ln["ssl_session_reused"]
+                  for ln in access_log(ringx, tmp_path, 3)}
+        assert reused == {"/up/one": ".", "/": "r", "/up/two": "r"}, reused
     finally:
         up.close()
 
@@ -177,11 +206,12 @@ def test_early_post_is_too_early(ringx, tmp_path):
         assert s.early_accepted
         assert s.responses[0].status == 425
         assert upstream_got(up, "/post") == []
-        assert early_counts(admin) == {"accepted": 1, "served": 0, "too_early": 1}
+        assert early_counts(admin) == {"accepted": 1, "refused": 0, "served": 0, "too_early": 1}
         # The client's retry, once its handshake is done (RFC 8470 §5.2).
         again = h3_client.session(p, ["/up/post"], cafile=ca, ticket=s.tickets[-1],
                                   method="POST", body=b"twice?")
         assert again.resumed and again.responses[0].status == 200
+        assert handshakes(admin) == {"full": 1, "resumed": 2}
         (post,) = upstream_got(up, "/post")
         assert post["body_len"] == 6 and header(post, "early-data") == []
     finally:
@@ -204,7 +234,9 @@ def test_early_data_off_answers_after_the_handshake(ringx, tmp_path):
         assert s.responses[0].status == 200 and bytes(s.responses[0].body) == b"ok"
         (late,) = upstream_got(up, "/late")
         assert header(late, "early-data") == []
-        assert early_counts(admin) == {"accepted": 0, "served": 0, "too_early": 0}
+        # The client's early data counted as refused, the handshake as a full one.
+        assert early_counts(admin) == {"accepted": 0, "refused": 1, "served": 0, "too_early": 0}
+        assert handshakes(admin) == {"full": 1, "resumed": 0}
         # Its own tickets are stateless and allow no early data.
         t = h3_client.session(p, ["/"], want_ticket=True).tickets[-1]
         assert t.max_early_data_size is None
@@ -298,8 +330,10 @@ def test_replayed_first_flight_gets_no_second_request(ringx, tmp_path):
         after = quic_metrics(admin)
         accepted = lambda m: total(m, "ringx_quic_early_data_total", result="accepted")
         served = lambda m: total(m, "ringx_quic_early_data_total", result="served")
-        assert (accepted(m), served(m)) == (1, 1)
-        assert (accepted(after), served(after)) == (1, 1)
+        refused = lambda m: total(m, "ringx_quic_early_data_total", result="refused")
+        assert (accepted(m), served(m), refused(m)) == (1, 1, 0)
+        # The replayed first flight's early data refused, though its handshake never ends.
+        assert (accepted(after), served(after), refused(after)) == (1, 1, 1)
         assert total(after, "ringx_quic_handshakes_total", result="accepted") == \
             total(before, "ringx_quic_handshakes_total", result="accepted") + 2
         attacker.close()
@@ -327,7 +361,7 @@ def test_ngtcp2_client_early_data(ringx, tmp_path):
         assert "Early data was rejected" not in runs[1]
         (first,), (second,) = upstream_got(up, "/first"), upstream_got(up, "/second")
         assert header(first, "early-data") == [] and header(second, "early-data") == ["1"]
-        assert early_counts(admin) == {"accepted": 1, "served": 1, "too_early": 0}
+        assert early_counts(admin) == {"accepted": 1, "refused": 0, "served": 1, "too_early": 0}
     finally:
         up.close()
 

@@ -121,6 +121,7 @@ pub fn server_config(
     keys: &Keys,
 ) -> Result<ServerConfig, Error> {
     let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::Tls(e.to_string()))?;
+    let crypto = crate::handshake::ObservedConfig::new(crypto);
     let mut c = ServerConfig::new(Arc::new(crypto), keys.token.clone());
     let mut t = TransportConfig::default();
     t.max_concurrent_bidi_streams(VarInt::from_u32(limits.max_streams))

@@ -196,15 +196,16 @@ fn a_handshake_completes_with_h3_and_the_client_sends_to_ids_naming_the_zone() {
     assert!(p.client_connected(), "the client's handshake completed");
     let server = &p.sconn.as_ref().expect("the server accepted").1;
     assert!(!server.is_handshaking());
-    let alpn = server
+    let hs = server
         .crypto_session()
         .handshake_data()
-        .and_then(|d| {
-            d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
-                .ok()
-        })
-        .and_then(|d| d.protocol);
-    assert_eq!(alpn.as_deref(), Some(&b"h3"[..]));
+        .and_then(|d| d.downcast::<ringx_quic::Handshake>().ok())
+        .expect("the observed session's handshake data");
+    assert_eq!(hs.protocol.as_deref(), Some(&b"h3"[..]));
+    assert!(
+        !hs.seen.resumed() && !hs.seen.early_refused(),
+        "a full handshake"
+    );
     // Open a stream so the client sends 1-RTT (short-header) packets.
     let s = p.cconn.1.streams().open(quinn_proto::Dir::Bi).unwrap();
     p.cconn.1.send_stream(s).write(b"ping").unwrap();

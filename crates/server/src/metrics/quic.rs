@@ -1,8 +1,9 @@
 //! `/metrics` for HTTP/3 over QUIC (`crate::role::h3`): per zone, the connections open and
 //! what became of new ones (accepted, sent a Retry, refused at `quic_max_connections`), the
 //! connections closed, the requests served, the datagrams in and out and the receives and
-//! sends that carried them, and what became of 0-RTT (`quic_early_data`: connections
-//! that had it accepted, the requests in it served or answered 425 Too Early). Per zone
+//! sends that carried them, the handshakes completed (full or resumed), and what became of
+//! 0-RTT (`quic_early_data`: connections that had it accepted or refused, the requests in
+//! it served or answered 425 Too Early). Per zone
 //! because
 //! a connection must stay on the zone that owns it (its connection IDs name that zone): a
 //! migrated client whose packets reached another zone would show there.
@@ -31,8 +32,13 @@ pub struct QuicCounters {
     /// coalesced received ones (GRO) or cut a send into several (GSO).
     pub receives: AtomicU64,
     pub sends: AtomicU64,
-    /// Connections whose 0-RTT was accepted (`quic_early_data`: a ticket's first use).
+    /// Handshakes completed: all, and those that resumed a session.
+    pub completed: AtomicU64,
+    pub resumed: AtomicU64,
+    /// Connections whose 0-RTT was accepted (`quic_early_data`: a ticket's first use), and
+    /// whose client offered it to be refused (0-RTT off, a ticket used before or unknown).
     pub early_accepted: AtomicU64,
+    pub early_refused: AtomicU64,
     /// Requests served from 0-RTT (safe methods, with `Early-Data: 1`), and answered 425
     /// Too Early (any other method).
     pub early_requests: AtomicU64,
@@ -62,6 +68,23 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
             ("accepted", col(&|q| &q.accepted)),
             ("retry", col(&|q| &q.retried)),
             ("refused", col(&|q| &q.refused)),
+        ],
+    );
+    o.per_zone_by(
+        (
+            "ringx_quic_tls_handshakes_total",
+            "counter",
+            "QUIC handshakes completed, per zone: full, or resumed (a session ticket).",
+        ),
+        "result",
+        &[
+            (
+                "full",
+                zc.iter()
+                    .map(|q| r(&q.completed).saturating_sub(r(&q.resumed)))
+                    .collect(),
+            ),
+            ("resumed", col(&|q| &q.resumed)),
         ],
     );
     o.per_zone(
@@ -102,13 +125,14 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
         (
             "ringx_quic_early_data_total",
             "counter",
-            "0-RTT (quic_early_data): connections that had it accepted, requests in it \
-             served (safe methods, sent upstream with Early-Data: 1), and requests in it \
-             answered 425 Too Early (other methods).",
+            "0-RTT (quic_early_data): connections that had it accepted, and whose client \
+             offered it to be refused; requests in it served (safe methods, sent upstream \
+             with Early-Data: 1), and requests in it answered 425 Too Early (other methods).",
         ),
         "result",
         &[
             ("accepted", col(&|q| &q.early_accepted)),
+            ("refused", col(&|q| &q.early_refused)),
             ("served", col(&|q| &q.early_requests)),
             ("too_early", col(&|q| &q.too_early)),
         ],

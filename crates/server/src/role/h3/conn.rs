@@ -5,6 +5,7 @@
 //! reports (`serve.rs`), and writing our control and QPACK streams.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -76,6 +77,11 @@ pub(super) struct H3Conn {
     /// Refreshes of stale cache entries its requests were answered from; the zone's QUIC
     /// state adopts them when the connection goes (`Quic::adopted`).
     pub(super) bg: Background,
+    /// What its handshake was seen to do (resumed, early data refused), once the client's
+    /// hello is read.
+    seen: Option<Arc<ringx_quic::HandshakeSeen>>,
+    /// Whether refused early data was looked for (`note_early_refusal`).
+    refusal_noted: bool,
 }
 
 impl H3Conn {
@@ -120,6 +126,8 @@ impl H3Conn {
             due: false,
             unplaced: Vec::new(),
             bg: Background::default(),
+            seen: None,
+            refusal_noted: false,
         }
     }
 
@@ -151,7 +159,21 @@ impl H3Conn {
                 break;
             }
         }
+        self.note_early_refusal(cx);
         served
+    }
+
+    /// Counts the client's early data as refused once the server's first flight says so:
+    /// whether or not the handshake is then completed (a replayed first flight never is).
+    fn note_early_refusal(&mut self, cx: &Cx) {
+        if let Some(seen) = self.seen.as_ref().filter(|s| s.server_flight_seen()) {
+            if !self.refusal_noted {
+                self.refusal_noted = true;
+                if seen.early_refused() {
+                    bump(&cx.ctx.log.counters.quic.early_refused, 1);
+                }
+            }
+        }
     }
 
     /// One of quinn-proto's events.
@@ -190,6 +212,16 @@ impl H3Conn {
         if !matches!(self.base.tr, Transport::Quic(_)) {
             self.hello(cx);
         }
+        let q = &cx.ctx.log.counters.quic;
+        bump(&q.completed, 1);
+        if let Some(seen) = &self.seen {
+            if seen.resumed() {
+                bump(&q.resumed, 1);
+            }
+            if let Transport::Quic(t) = &mut self.base.tr {
+                t.resumed = seen.resumed();
+            }
+        }
     }
 
     /// The client's hello is read: the connection's TLS is what the pipeline sees (`$https`,
@@ -199,15 +231,13 @@ impl H3Conn {
         if self.quic.has_0rtt() {
             bump(&cx.ctx.log.counters.quic.early_accepted, 1);
         }
-        let sni = self
+        let hs = self
             .quic
             .crypto_session()
             .handshake_data()
-            .and_then(|d| {
-                d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
-                    .ok()
-            })
-            .and_then(|d| d.server_name);
+            .and_then(|d| d.downcast::<ringx_quic::Handshake>().ok());
+        let (sni, seen) = hs.map_or((None, None), |h| (h.server_name, Some(h.seen)));
+        self.seen = seen;
         let server = cx
             .ctx
             .tls
@@ -221,7 +251,8 @@ impl H3Conn {
             client_dn: None,
             client_auth: false,
             server,
-            resumed: false,
+            // Known at the handshake's end (`connected`); 0-RTT comes only with a resumption.
+            resumed: self.quic.has_0rtt(),
             h2: false,
         }));
     }
