@@ -193,7 +193,8 @@ pub(super) fn complete(
 
 pub(super) fn shutdown(d: &mut UringDriver, c: ConnId) {
     let conn = &d.io.conns[c.index()];
-    if conn.state != ConnState::Open {
+    // One pending is enough (a second SHUT_WR does nothing), and one flag tracks one.
+    if conn.state != ConnState::Open || shutdown_pending(d, c) {
         return;
     }
     let e = opcode::Shutdown::new(types::Fixed(c.0), libc::SHUT_WR)
