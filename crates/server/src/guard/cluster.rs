@@ -86,6 +86,10 @@ pub struct ClusterZone {
     fallback: AtomicU8,
     /// Falling back now (the last sync failed).
     falling_back: AtomicBool,
+    /// The hosts whose shares the zone enforces while it falls back, fixed as it fell back
+    /// (`cluster_sync.rs`), so that another zone's sync changing the hosts' count cannot
+    /// change this zone's share; 0: the hosts alive now.
+    share_of: AtomicU32,
     shards: Box<[Mutex<Notes>]>,
     /// `limit_req` keys admitted on this host's share while the zone fell back (local hash
     /// → stable hash), sharded as `shards`: charged to Redis when it is back
@@ -156,6 +160,7 @@ impl ClusterZone {
             sync_every_ns: AtomicU64::new(20_000_000),
             fallback: AtomicU8::new(0),
             falling_back: AtomicBool::new(false),
+            share_of: AtomicU32::new(0),
             shards: (0..SHARDS).map(|_| Mutex::new(Notes::default())).collect(),
             outage: (0..SHARDS).map(|_| Mutex::new(Outage::default())).collect(),
             threads: AtomicU32::new(0),
@@ -173,8 +178,17 @@ impl ClusterZone {
         match self.fallback.load(Relaxed) {
             1 => Enforce::Open,
             2 => Enforce::Closed,
-            _ => Enforce::Share(hosts()),
+            _ => Enforce::Share(match self.share_of.load(Relaxed) {
+                0 => hosts(),
+                n => n,
+            }),
         }
+    }
+
+    /// Fixes the hosts whose shares the zone enforces while it falls back (0: the hosts
+    /// alive, whatever their number then).
+    pub fn set_share_of(&self, hosts: u32) {
+        self.share_of.store(hosts, Relaxed);
     }
 
     pub fn falling_back(&self) -> bool {

@@ -26,9 +26,9 @@ const CONN_IDLE: Duration = Duration::from_secs(1);
 const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long a zone back in touch with Redis keeps its share while fewer hosts than shared
 /// the limit have synced again: the longest a live host's reconnect can lag (the
-/// `[cluster]` client's backoff tops out at 5 s) and its next heartbeat. A host not back by
-/// then is taken as gone.
-const REJOIN_WAIT: Duration = Duration::from_secs(6);
+/// `[cluster]` client's backoff tops out at 5 s) and its next heartbeat, with room for its
+/// connect and the sync's round trip. A host not back by then is taken as gone.
+const REJOIN_WAIT: Duration = Duration::from_secs(8);
 
 static CLIENT: Mutex<Option<Client>> = Mutex::new(None);
 
@@ -245,11 +245,7 @@ impl ZoneSync {
             Err(e) => return self.failed(&e, now),
         };
         let waiting = self.waits_for_hosts(r.hosts, now);
-        set_hosts(if waiting {
-            r.hosts.max(self.share_hosts)
-        } else {
-            r.hosts
-        });
+        set_hosts(r.hosts);
         match z.kind {
             Kind::Req => {
                 cluster_wire::apply_req(z.table, (limit::nanos(sent), limit::nanos(now)), items, &r)
@@ -265,6 +261,7 @@ impl ZoneSync {
         }
         self.answered_at = None;
         if z.set_falling_back(false) {
+            z.set_share_of(0);
             if z.kind == Kind::Req {
                 self.recovery = recovery(z, limit::nanos(now), self.share_hosts);
             }
@@ -310,11 +307,14 @@ impl ZoneSync {
 
     fn failed(&mut self, why: &str, now: Instant) {
         let z = self.zone;
+        // Redis answered and then failed again: the wait for the hosts starts over.
+        self.answered_at = None;
         z.stats
             .syncs_failed
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if z.set_falling_back(true) {
             self.share_hosts = super::cluster::hosts();
+            z.set_share_of(self.share_hosts);
             z.stats
                 .fallbacks
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -389,10 +389,21 @@ mod tests {
             assert_eq!(z.enforce(), Enforce::Share(3));
             s.done(reply(1), &[], (t0, t0 + Duration::from_secs(2)));
             assert_eq!(z.enforce(), Enforce::Share(3), "one host of three back");
-            assert_eq!(hosts(), 3);
-            s.done(reply(2), &[], (t0, t0 + Duration::from_secs(2) + after / 2));
+            assert_eq!(hosts(), 1, "what Redis says, for the other zones");
+            set_hosts(1); // another zone's sync: this zone's share stays a third
+            assert_eq!(z.enforce(), Enforce::Share(3));
+            // Redis fails again and comes back: the wait starts over.
+            s.failed("down again", t0 + Duration::from_secs(2));
+            s.done(
+                reply(1),
+                &[],
+                (t0, t0 + Duration::from_secs(2) + REJOIN_WAIT),
+            );
+            assert_eq!(z.enforce(), Enforce::Share(3), "a new wait");
+            let t1 = t0 + Duration::from_secs(2) + REJOIN_WAIT;
+            s.done(reply(2), &[], (t1, t1 + after / 2));
             assert_eq!(z.enforce(), Enforce::Share(3), "two of three back");
-            let end = t0 + Duration::from_secs(2) + after;
+            let end = t1 + after;
             s.done(reply(last), &[], (end, end));
             assert_eq!(
                 z.enforce(),
