@@ -15,6 +15,14 @@ for reference. `ringx-h3-nogso` and `ringx-h3-nogro` are ringx-h3 with `[runtime
 quic_gso = false` and `quic_gro = false`: their ratio to ringx-h3 is what each offload
 saves (the client, quic-go, sends with GSO itself, so GRO has batches to coalesce).
 
+The 1 MB download also measures the transport floor, what the machine takes to move the
+bytes with no protocol work, offered ringx-h3's rate (bench/yardstick/bulk_floor.c):
+`floor-udp` sends them as datagrams the size and in the batches ringx-h3 sends (GSO),
+`floor-tcp` over TCP; and `seal-packet` / `seal-record`, AES-128-GCM alone per QUIC packet
+and per TLS record (`openssl speed -aead`). ringx-h3 is reported against the UDP floor and
+ringx-h2 against the TCP floor: how far each protocol stack is from what its transport
+allows, beside how far h3 is from h2.
+
 Load clients: bench/h3load (quic-go; Debian's h2load is built without HTTP/3), built here
 with Go; h2load for h2 and, with --h1, HTTPS.
 
@@ -49,10 +57,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
 
 PEERS = ["caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro", "ringx-h2", "ringx-h1",
-         "ringx-h2-max"]
+         "ringx-h2-max", "floor-udp", "floor-tcp"]
 QUIC = ("caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro")
 # What each ringx-h3 variant turns off ([runtime]): the offloads' gain is its ratio to ringx-h3.
 OFFLOAD_OFF = {"ringx-h3-nogso": "quic_gso = false", "ringx-h3-nogro": "quic_gro = false"}
+# The transport floor (bench/yardstick/bulk_floor.c): the 1 MB download sent with no protocol
+# work at all, as UDP datagrams the size ringx-h3's were (1,452 bytes, 44 to a GSO send, the
+# client acknowledging every 26th as quic-go did against ringx: ringx_quic_datagrams_total,
+# 741 out and 29 in per MB, 2026-12-03) and over TCP; offered ringx-h3's rate.
+FLOORS = ("floor-udp", "floor-tcp")
+FLOOR_SEG, FLOOR_SEGS, FLOOR_WINDOW, FLOOR_ACK_EVERY = 1452, 44, 1 << 20, 26
+# What sealing costs alone on CPU 0 (`openssl speed -aead`, AES-128-GCM as quic-go and h2load
+# negotiate): per QUIC packet (1,452 bytes) and per TLS record (16 KB). OpenSSL, not ringx's
+# aws-lc: a second opinion on the machine, not ringx's own figure.
+SEALS = {"seal-packet": 1452, "seal-record": 16384}
 WORKLOADS = {
     "64_10x100": "64 B, 10 conns x 100 streams (h1: 100 conns): CPU µs per request",
     "64_100x1": "64 B, 100 conns x 1 stream: CPU µs per request",
@@ -77,6 +95,36 @@ def h3load_binary(work):
     return out
 
 
+def floor_binary(work):
+    """bench/yardstick/bulk_floor.c, built once per run."""
+    out = os.path.join(work, "bulk_floor")
+    if not os.path.exists(out) and not lib.build_c("yardstick/bulk_floor.c", out):
+        raise RuntimeError("bench/h3: bench/yardstick/bulk_floor.c did not build")
+    return out
+
+
+def floor_fetch(srv, secs, size, rate):
+    """The floor's client on CPU 1: 4 connections fetching `size` bytes at `rate` a second."""
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "fetch",
+           "udp" if srv.name == "floor-udp" else "tcp", str(srv.port), "4", str(secs), str(size),
+           str(FLOOR_ACK_EVERY), str(rate or 0)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
+    m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+)", out)
+    if not m:
+        raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
+    n = int(m.group(1))
+    return {"requests": n, "succeeded": n, "failed": int(m.group(3)), "bytes": int(m.group(2)),
+            "lat_p50_ms": None, "lat_p99_ms": None}
+
+
+def seal_cost(size):
+    """ns per KB that AES-128-GCM takes to seal `size`-byte messages on the server's CPU."""
+    out = lib.sh(["taskset", "-c", lib.SERVER_CPU, "openssl", "speed", "-seconds", "1", "-aead",
+                  "-bytes", str(size), "-evp", "aes-128-gcm"]).stdout
+    m = re.search(r"AES-128-GCM\s+([\d.]+)k", out)
+    return 1024 / (float(m.group(1)) * 1000) * 1e9 if m else None
+
+
 class Server:
     def __init__(self, name, work, cert):
         self.name, self.work, self.cert = name, work, cert
@@ -85,6 +133,15 @@ class Server:
     def start(self):
         w, (c, k) = self.work, self.cert
         env = None
+        if self.name in FLOORS:
+            udp = ["udp", str(self.port), str(FLOOR_SEG), str(FLOOR_SEGS), str(FLOOR_WINDOW)]
+            cmd = ["taskset", "-c", lib.SERVER_CPU, floor_binary(w), "serve",
+                   *(udp if self.name == "floor-udp" else ["tcp", str(self.port)])]
+            self.log = open(os.path.join(w, f"{self.name}.log"), "w")
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
+            if self.proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"bench/h3: {self.name} did not start (see {self.log.name})")
+            return self
         if self.name == "caddy":
             conf = os.path.join(w, "Caddyfile")
             open(conf, "w").write(f"""{{
@@ -140,7 +197,7 @@ quic = true
 
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM if self.name == "caddy" else signal.SIGQUIT)
+            self.proc.send_signal(signal.SIGQUIT if self.name.startswith("ringx") else signal.SIGTERM)
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -188,7 +245,9 @@ def measure(srv, wl, secs, work, h3bin, rate=None):
              "1m_up": (4, 1)}[wl]
     post = os.path.join(work, "www", "1m.bin") if wl == "1m_up" else None
     before = srv.cpu()
-    if srv.name in QUIC:
+    if srv.name in FLOORS:
+        r = floor_fetch(srv, secs, os.path.getsize(os.path.join(work, "www", "1m.bin")), rate)
+    elif srv.name in QUIC:
         r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post)
     else:
         conns, streams = shape
@@ -248,7 +307,8 @@ def main():
         for wl in workloads:
             h3_rate = None
             for peer in PEERS:
-                if (wl == "64_new" and peer not in QUIC) or (wl == "1m_up" and peer == "caddy"):
+                if (wl == "64_new" and peer not in QUIC) or (wl == "1m_up" and peer == "caddy") \
+                        or (peer in FLOORS and wl != "1m"):
                     continue
                 srv = Server(peer, work, (c, k)).start()
                 try:
@@ -263,7 +323,13 @@ def main():
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
                       f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
                       f"{r['failed']} failed)", flush=True)
-    summary = lib.summarise(rows, workloads, PEERS, bases=("caddy", "ringx-h2", "ringx-h3"))
+            if wl == "1m":
+                for name, size in SEALS.items():
+                    ns = seal_cost(size)
+                    rows.append({"peer": name, "workload": wl, "round": rnd, "cpu_ns_per_kb": ns})
+                    print(f"bench/h3 round {rnd} {wl} {name}: {ns or 0:.0f} ns/KB", flush=True)
+    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS],
+                            bases=("caddy", "ringx-h2", "ringx-h3", *FLOORS))
     caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
@@ -291,6 +357,17 @@ def main():
         for off in OFFLOAD_OFF:
             o = summary[wl].get(off, {}).get(key, {})
             print(f"    {off}: {o.get('ratio_to_ringx-h3', 0) or 0:.2f}x ringx-h3")
+        fu, ft = (summary[wl].get(f, {}).get(key, {}) for f in FLOORS)
+        if fu and ft:
+            h2 = summary[wl].get("ringx-h2", {}).get(key, {})
+            print(f"    transport floor: UDP {fu['median']:.0f}, TCP {ft['median']:.0f} ({key}); "
+                  f"ringx-h3 {cpu.get('ratio_to_floor-udp', 0):.2f}x the UDP floor, ringx-h2 "
+                  f"{h2.get('ratio_to_floor-tcp', 0):.2f}x the TCP floor; the UDP floor is "
+                  f"{fu.get('ratio_to_ringx-h2', 0):.2f}x ringx-h2")
+            seal = summary[wl].get("seal-packet", {}).get(key, {})
+            if seal and h2:
+                print(f"    UDP floor + sealing per packet ({seal['median']:.0f} ns/KB): "
+                      f"{(fu['median'] + seal['median']) / h2['median']:.2f}x ringx-h2")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,269 @@
+// Bulk-transfer yardstick for bench/h3.py (peers "floor-udp" and "floor-tcp"): the least CPU a
+// server on this machine spends to send a file as QUIC-sized UDP datagrams, and over TCP, doing
+// no protocol work at all (no TLS, no QUIC, no HTTP: a request names a byte count, the answer is
+// that many zero bytes). Measured beside ringx's h3 and h2 on the same 1 MB download, it says
+// how much of what h3 costs over h2 per byte is the transport alone on loopback.
+//
+//   bulk_floor serve udp PORT SEG SEGS WINDOW
+//       one UDP socket on 127.0.0.1:PORT (4 MiB send buffer, as ringx gives a QUIC listener).
+//       A request datagram ("R" + 4-byte count) starts a transfer to its sender: SEG-byte
+//       datagrams sent SEGS at a time in one sendmsg with UDP_SEGMENT (GSO), as ringx sends,
+//       at most WINDOW bytes beyond what the client acknowledged ("A" + 8-byte cumulative
+//       count), so nothing is lost in a full buffer. Sleeps in poll when it has nothing to send.
+//   bulk_floor serve tcp PORT
+//       a TCP listener: each request ("R" + count) is answered with that many bytes, sent
+//       64 KiB per send until the socket is full, then epoll for room.
+//   bulk_floor fetch udp|tcp PORT CONNS SECONDS BYTES ACK_EVERY [RATE]
+//       CONNS client sockets each fetching BYTES again and again for SECONDS (at most RATE
+//       transfers a second in all, spread over the sockets, when RATE is given); UDP receives with
+//       recvmmsg (no GRO, as quic-go's socket) and acknowledges every ACK_EVERY datagrams and at
+//       the end of each transfer. A UDP socket that gets nothing for 200 ms asks again (counted
+//       as a retry). Prints "transfers N bytes B retries R seconds S".
+//
+// In C, beside udp_load.c, because the floor must cost nothing but the system calls it makes.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#define BATCH 64
+#define MAXC 256
+#define MAXSEG 1500
+
+static char zeros[64 * 1024];
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what) { perror(what); exit(1); }
+
+static struct sockaddr_in loopback(int port) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+static void big_buffers(int fd) {
+  int sz = 4 << 20;
+  // SO_*BUFFORCE passes net.core.[rw]mem_max (root); otherwise the plain option, capped.
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz))
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz))
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+}
+
+// A UDP transfer in progress: to `peer`, `want` bytes, `sent` so far, `acked` by the client.
+struct xfer { struct sockaddr_in peer; uint64_t want, sent, acked; int used; };
+
+static struct xfer *find(struct xfer *x, const struct sockaddr_in *a) {
+  struct xfer *free_slot = NULL;
+  for (int i = 0; i < MAXC; i++) {
+    if (x[i].used && x[i].peer.sin_port == a->sin_port && x[i].peer.sin_addr.s_addr == a->sin_addr.s_addr)
+      return &x[i];
+    if (!x[i].used && !free_slot) free_slot = &x[i];
+  }
+  if (free_slot) { memset(free_slot, 0, sizeof *free_slot); free_slot->peer = *a; free_slot->used = 1; }
+  return free_slot;
+}
+
+static void serve_udp(int port, int seg, int segs, uint64_t window) {
+  static struct xfer xs[MAXC];
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+  struct sockaddr_in a = loopback(port);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a)) die("bulk_floor: udp bind");
+  big_buffers(fd);
+  printf("ready\n"); fflush(stdout);
+  static char rbuf[BATCH][64];
+  struct mmsghdr m[BATCH];
+  struct iovec iov[BATCH];
+  struct sockaddr_in from[BATCH];
+  for (;;) {
+    for (int i = 0; i < BATCH; i++) {
+      iov[i] = (struct iovec){rbuf[i], sizeof rbuf[i]};
+      m[i].msg_hdr = (struct msghdr){.msg_name = &from[i], .msg_namelen = sizeof from[i], .msg_iov = &iov[i], .msg_iovlen = 1};
+    }
+    int n = recvmmsg(fd, m, BATCH, MSG_DONTWAIT, NULL);
+    for (int i = 0; i < n; i++) {
+      struct xfer *x = find(xs, &from[i]);
+      if (!x) continue;
+      if (rbuf[i][0] == 'R' && m[i].msg_len >= 5) {
+        uint32_t want; memcpy(&want, rbuf[i] + 1, 4);
+        x->want = want; x->sent = 0; x->acked = 0;
+      } else if (rbuf[i][0] == 'A' && m[i].msg_len >= 9) {
+        uint64_t got; memcpy(&got, rbuf[i] + 1, 8);
+        if (got > x->acked) x->acked = got;
+        if (x->acked >= x->want) x->used = 0;  // done: the slot is free for the next sender
+      }
+    }
+    int sent_any = 0, full = 0;
+    for (int i = 0; i < MAXC && !full; i++) {
+      struct xfer *x = &xs[i];
+      while (x->used && x->sent < x->want && x->sent - x->acked < window) {
+        uint64_t len = (uint64_t)seg * segs, room = window - (x->sent - x->acked);
+        if (len > room) len = room;
+        if (len > x->want - x->sent) len = x->want - x->sent;
+        char cbuf[CMSG_SPACE(sizeof(uint16_t))] = {0};
+        struct iovec v = {zeros, len};
+        struct msghdr h = {.msg_name = &x->peer, .msg_namelen = sizeof x->peer, .msg_iov = &v, .msg_iovlen = 1};
+        if (len > (uint64_t)seg) {
+          h.msg_control = cbuf; h.msg_controllen = sizeof cbuf;
+          struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+          c->cmsg_level = SOL_UDP; c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+          uint16_t s = seg; memcpy(CMSG_DATA(c), &s, sizeof s);
+        }
+        if (sendmsg(fd, &h, 0) < 0) {
+          if (errno == EAGAIN || errno == ENOBUFS) { full = 1; break; }
+          die("bulk_floor: sendmsg");
+        }
+        x->sent += len; sent_any = 1;
+      }
+    }
+    if (n > 0 || sent_any) continue;
+    struct pollfd p = {fd, POLLIN | (full ? POLLOUT : 0), 0};
+    poll(&p, 1, -1);
+  }
+}
+
+static void serve_tcp(int port) {
+  int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  struct sockaddr_in a = loopback(port);
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 128)) die("bulk_floor: tcp listen");
+  int ep = epoll_create1(0);
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)-1};
+  epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
+  static uint64_t left[65536];
+  printf("ready\n"); fflush(stdout);
+  for (;;) {
+    struct epoll_event evs[BATCH];
+    int n = epoll_wait(ep, evs, BATCH, -1);
+    for (int i = 0; i < n; i++) {
+      if (evs[i].data.u64 == (uint64_t)-1) {
+        int c = accept4(l, NULL, NULL, SOCK_NONBLOCK);
+        if (c < 0 || c >= 65536) { if (c >= 0) close(c); continue; }
+        left[c] = 0;
+        struct epoll_event ce = {.events = EPOLLIN | EPOLLOUT | EPOLLET, .data.u64 = (uint64_t)c};
+        epoll_ctl(ep, EPOLL_CTL_ADD, c, &ce);
+        continue;
+      }
+      int c = (int)evs[i].data.u64;
+      char req[64];
+      ssize_t r;
+      while ((r = recv(c, req, sizeof req, 0)) > 0)
+        if (req[0] == 'R' && r >= 5) { uint32_t w; memcpy(&w, req + 1, 4); left[c] = w; }
+      if (r == 0) { close(c); continue; }
+      while (left[c] > 0) {
+        size_t len = left[c] < sizeof zeros ? left[c] : sizeof zeros;
+        ssize_t s = send(c, zeros, len, MSG_NOSIGNAL);
+        if (s <= 0) break;
+        left[c] -= (uint64_t)s;
+      }
+    }
+  }
+}
+
+static void fetch(int udp, int port, int conns, double secs, uint32_t bytes, int ack_every, double rate) {
+  int ep = epoll_create1(0), fds[MAXC];
+  uint64_t got[MAXC] = {0}, dgrams[MAXC] = {0}, transfers = 0, total = 0, retries = 0;
+  double last[MAXC], next[MAXC];
+  int waiting[MAXC] = {0};
+  struct sockaddr_in a = loopback(port);
+  char req[5] = {'R'};
+  memcpy(req + 1, &bytes, 4);
+  for (int i = 0; i < conns; i++) {
+    fds[i] = socket(AF_INET, udp ? SOCK_DGRAM : SOCK_STREAM, 0);
+    if (udp) big_buffers(fds[i]);
+    if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof a)) die("bulk_floor: connect");
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+    epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
+    send(fds[i], req, sizeof req, 0);
+    last[i] = next[i] = now_s();
+  }
+  static char buf[BATCH][MAXSEG], tbuf[256 * 1024];
+  struct mmsghdr m[BATCH];
+  struct iovec iov[BATCH];
+  double t0 = now_s(), end = t0 + secs;
+  while (now_s() < end) {
+    struct epoll_event evs[MAXC];
+    int n = epoll_wait(ep, evs, MAXC, rate > 0 ? 1 : 50);
+    double t = now_s();
+    for (int i = 0; i < conns; i++)
+      if (waiting[i] && t >= next[i]) { waiting[i] = 0; last[i] = t; send(fds[i], req, sizeof req, 0); }
+    for (int e = 0; e < n; e++) {
+      int i = (int)evs[e].data.u32, fd = fds[i];
+      for (;;) {
+        uint64_t in = 0;
+        int k = 0;
+        if (udp) {
+          for (int j = 0; j < BATCH; j++) {
+            iov[j] = (struct iovec){buf[j], MAXSEG};
+            m[j].msg_hdr = (struct msghdr){.msg_iov = &iov[j], .msg_iovlen = 1};
+          }
+          k = recvmmsg(fd, m, BATCH, MSG_DONTWAIT, NULL);
+          if (k <= 0) break;
+          for (int j = 0; j < k; j++) in += m[j].msg_len;
+        } else {
+          ssize_t r = recv(fd, tbuf, sizeof tbuf, MSG_DONTWAIT);
+          if (r <= 0) break;
+          in = (uint64_t)r;
+        }
+        last[i] = t;
+        got[i] += in; total += in;
+        uint64_t before = dgrams[i];
+        dgrams[i] += (uint64_t)k;
+        int done = got[i] >= bytes;
+        if (udp && (done || dgrams[i] / ack_every != before / ack_every)) {
+          char ack[9] = {'A'};
+          memcpy(ack + 1, &got[i], 8);
+          send(fd, ack, sizeof ack, 0);
+        }
+        if (done) {
+          transfers++; got[i] = 0; dgrams[i] = 0;
+          if (rate > 0) {
+            // Paced: this socket's next transfer starts CONNS/RATE seconds after its last.
+            next[i] = (next[i] > t - 1 ? next[i] : t) + conns / rate;
+            if (t < next[i]) { waiting[i] = 1; break; }
+          }
+          send(fd, req, sizeof req, 0);
+        }
+      }
+    }
+    for (int i = 0; udp && i < conns; i++)
+      if (!waiting[i] && t - last[i] > 0.2) { retries++; got[i] = 0; dgrams[i] = 0; last[i] = t; send(fds[i], req, sizeof req, 0); }
+  }
+  printf("transfers %llu bytes %llu retries %llu seconds %.3f\n", (unsigned long long)transfers,
+         (unsigned long long)total, (unsigned long long)retries, now_s() - t0);
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 4 && !strcmp(argv[1], "serve") && !strcmp(argv[2], "tcp")) serve_tcp(atoi(argv[3]));
+  else if (argc >= 7 && !strcmp(argv[1], "serve") && !strcmp(argv[2], "udp")) {
+    int seg = atoi(argv[4]);
+    if (seg < 64 || seg > MAXSEG) { fprintf(stderr, "bulk_floor: SEG must be 64..%d\n", MAXSEG); return 2; }
+    serve_udp(atoi(argv[3]), seg, atoi(argv[5]), strtoull(argv[6], NULL, 10));
+  } else if (argc >= 8 && !strcmp(argv[1], "fetch"))
+    fetch(!strcmp(argv[2], "udp"), atoi(argv[3]), atoi(argv[4]), atof(argv[5]), (uint32_t)strtoul(argv[6], NULL, 10), atoi(argv[7]) > 0 ? atoi(argv[7]) : 1,
+          argc >= 9 ? atof(argv[8]) : 0);
+  else {
+    fprintf(stderr, "usage: bulk_floor serve udp PORT SEG SEGS WINDOW | serve tcp PORT | "
+                    "fetch udp|tcp PORT CONNS SECONDS BYTES ACK_EVERY [RATE]\n");
+    return 2;
+  }
+  return 0;
+}
