@@ -347,10 +347,14 @@ pub fn send_headers<'a>(
     status: u16,
     fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
 ) {
-    let mut block = Vec::new();
-    qpack::encode::encode_response(&mut block, status, fields);
-    frame::write_header(out, kind::HEADERS, block.len() as u64);
-    out.extend_from_slice(&block);
+    // Encoded in place, behind room for a two-byte length (a section under 16 KiB, which
+    // every response head is), then the length written into it: no buffer of its own, which
+    // cost an allocation and its growth per response.
+    varint::encode(out, kind::HEADERS);
+    let at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    qpack::encode::encode_response(out, status, fields);
+    frame::close_length(out, at, 2);
 }
 
 /// Appends a DATA frame of `data`.
@@ -363,8 +367,9 @@ pub fn send_trailers<'a>(
     out: &mut Vec<u8>,
     fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
 ) {
-    let mut block = Vec::new();
-    qpack::encode::encode_section(&mut block, fields);
-    frame::write_header(out, kind::HEADERS, block.len() as u64);
-    out.extend_from_slice(&block);
+    varint::encode(out, kind::HEADERS);
+    let at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    qpack::encode::encode_section(out, fields);
+    frame::close_length(out, at, 2);
 }

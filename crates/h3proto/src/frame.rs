@@ -143,6 +143,26 @@ pub fn write_header(out: &mut Vec<u8>, kind: u64, len: u64) {
     varint::encode(out, len);
 }
 
+/// Fills in a frame's length after its payload was appended: `at` is where `room` bytes
+/// were left for it (the payload follows them). The length is written in its shortest form,
+/// the payload moved to close or open the gap when that is not `room` bytes.
+pub fn close_length(out: &mut Vec<u8>, at: usize, room: usize) {
+    let end = out.len();
+    let (bytes, n) = varint::encoded((end - at - room) as u64);
+    match n.cmp(&room) {
+        std::cmp::Ordering::Equal => {}
+        std::cmp::Ordering::Less => {
+            out.copy_within(at + room..end, at + n);
+            out.truncate(end - (room - n));
+        }
+        std::cmp::Ordering::Greater => {
+            out.resize(end + (n - room), 0);
+            out.copy_within(at + room..end, at + n);
+        }
+    }
+    out[at..at + n].copy_from_slice(&bytes[..n]);
+}
+
 /// Appends a frame whose payload is one varint (GOAWAY, MAX_PUSH_ID, CANCEL_PUSH).
 pub fn write_varint_frame(out: &mut Vec<u8>, kind: u64, v: u64) {
     write_header(out, kind, varint::len(v) as u64);
@@ -175,6 +195,26 @@ mod tests {
         assert_eq!((f, n + m + k), (Frame::Unknown(0x21), b.len()));
         for cut in 0..n {
             assert_eq!(parse(&b[..cut], 100), Ok(None));
+        }
+    }
+
+    #[test]
+    fn a_length_closed_after_its_payload_is_in_shortest_form() {
+        for size in [0usize, 1, 63, 64, 200, 16_383, 16_384, 70_000] {
+            for room in [1usize, 2, 4] {
+                let mut b = vec![0xaa];
+                write_header(&mut b, kind::HEADERS, 0);
+                b.pop();
+                let at = b.len();
+                b.resize(at + room, 0);
+                let payload: Vec<u8> = (0..size).map(|i| i as u8).collect();
+                b.extend_from_slice(&payload);
+                close_length(&mut b, at, room);
+                let mut want = vec![0xaa];
+                write_header(&mut want, kind::HEADERS, size as u64);
+                want.extend_from_slice(&payload);
+                assert_eq!(b, want, "payload {size}, room {room}");
+            }
         }
     }
 

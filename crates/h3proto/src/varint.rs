@@ -36,14 +36,24 @@ pub fn len(v: u64) -> usize {
 /// from the network is re-encoded unchecked) and are clamped to it.
 #[inline]
 pub fn encode(out: &mut Vec<u8>, v: u64) {
+    let (bytes, n) = encoded(v);
+    out.extend_from_slice(&bytes[..n]);
+}
+
+/// `v` in its shortest form: the first `.1` bytes of `.0`. Clamped to [`MAX`] as [`encode`].
+#[inline]
+pub fn encoded(v: u64) -> ([u8; 8], usize) {
     debug_assert!(v <= MAX, "a varint over 2^62 - 1");
     let v = v.min(MAX);
-    match len(v) {
-        1 => out.push(v as u8),
-        2 => out.extend_from_slice(&(v as u16 | 0x4000).to_be_bytes()),
-        4 => out.extend_from_slice(&(v as u32 | 0x8000_0000).to_be_bytes()),
-        _ => out.extend_from_slice(&(v | 0xc000_0000_0000_0000).to_be_bytes()),
+    let mut b = [0u8; 8];
+    let n = len(v);
+    match n {
+        1 => b[0] = v as u8,
+        2 => b[..2].copy_from_slice(&(v as u16 | 0x4000).to_be_bytes()),
+        4 => b[..4].copy_from_slice(&(v as u32 | 0x8000_0000).to_be_bytes()),
+        _ => b = (v | 0xc000_0000_0000_0000).to_be_bytes(),
     }
+    (b, n)
 }
 
 #[cfg(test)]

@@ -105,6 +105,15 @@ impl H3Stream {
         file: Option<FilePart>,
         encoder: Option<Box<FileEncoder>>,
     ) {
+        // One allocation for the head and the body in hand (an upper bound: names and values
+        // are never longer coded than raw, each line's prefixes are under 8 bytes).
+        let head: usize = resp.fields.iter().map(|(n, v)| n.len() + v.len() + 8).sum();
+        let body = if self.head_only {
+            0
+        } else {
+            resp.body.len() + 9
+        };
+        self.out.reserve(16 + head + body);
         self.head(resp.status, resp.fields.iter());
         if self.head_only {
             return;
