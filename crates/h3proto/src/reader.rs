@@ -84,11 +84,24 @@ impl Reader {
         }
         match self.state {
             State::Header => {
+                // A header whole in `input` (most are) is parsed where it is; only one cut
+                // between pieces is collected first.
                 let old = self.buf.len();
-                let take = input.len().min(MAX_HEADER - old);
-                self.buf.extend_from_slice(&input[..take]);
-                let Some((h, n)) = frame::parse_header(&self.buf) else {
-                    return Ok((take, Read::Nothing));
+                let parsed = if old == 0 {
+                    frame::parse_header(input)
+                } else {
+                    None
+                };
+                let (h, n) = match parsed {
+                    Some(p) => p,
+                    None => {
+                        let take = input.len().min(MAX_HEADER - old);
+                        self.buf.extend_from_slice(&input[..take]);
+                        match frame::parse_header(&self.buf) {
+                            Some(p) => p,
+                            None => return Ok((take, Read::Nothing)),
+                        }
+                    }
                 };
                 self.buf.clear();
                 let whole = |max: u64| -> Result<State, ConnError> {
@@ -124,6 +137,9 @@ impl Reader {
             }
             State::Whole { kind, len } => {
                 let take = input.len().min(len - self.buf.len());
+                // Sized once for the whole payload (bounded by the limit checked at its
+                // header), not grown piece by piece.
+                self.buf.reserve_exact(len - self.buf.len());
                 self.buf.extend_from_slice(&input[..take]);
                 if self.buf.len() < len {
                     return Ok((take, Read::Nothing));

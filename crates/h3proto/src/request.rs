@@ -161,6 +161,9 @@ impl Conn {
         let max = self.limits.max_field_section_size;
         if s.phase == Phase::Head {
             let mut b = HeadBuilder::default();
+            // The regular fields' lines in one allocation for most heads: decoded, a section
+            // is rarely over twice its coded size (Huffman codes are 5 bits or more a byte).
+            b.head.lines.reserve((block.len() * 2).min(4096));
             let r = self.decoder.decode(id, &block, max, |n, v| b.field(n, v))?;
             match r {
                 Decoded::Blocked(_) => return self.block(s, block),

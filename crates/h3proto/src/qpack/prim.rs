@@ -83,26 +83,10 @@ pub fn string<'a>(
     Ok((scratch, k + len))
 }
 
-/// Decodes a Huffman-coded string (RFC 7541 Appendix B) into `out`.
+/// Decodes a Huffman-coded string (RFC 7541 Appendix B) into `out`: EOS in the string, or
+/// a padding of 8 bits or more or not all ones, is invalid (§5.2).
 pub fn huffman_decode(raw: &[u8], out: &mut Vec<u8>) -> Result<(), Prim> {
-    out.clear();
-    // Five bits a step: the crate's fastest table (a request's fields are Huffman-coded by
-    // most clients, and QPACK clients rarely index them).
-    httlib_huffman::decode(raw, out, httlib_huffman::DecoderSpeed::FiveBits)
-        .map_err(|_| Prim::Invalid)?;
-    // The padding must be under 8 bits and all ones (RFC 7541 §5.2); the decoder lets a
-    // zero padding through, so it is checked from the code lengths of what was decoded.
-    let pad = (raw.len() * 8)
-        .checked_sub(huffman_bits(out))
-        .ok_or(Prim::Invalid)?;
-    if pad >= 8 {
-        return Err(Prim::Invalid);
-    }
-    let ones = (1u8 << pad) - 1;
-    if raw.last().is_some_and(|&x| x & ones != ones) {
-        return Err(Prim::Invalid);
-    }
-    Ok(())
+    super::huffman::decode(raw, out).map_err(|_| Prim::Invalid)
 }
 
 /// Bits of `s` in the Huffman code.
