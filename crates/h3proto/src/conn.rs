@@ -347,14 +347,9 @@ pub fn send_headers<'a>(
     status: u16,
     fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
 ) {
-    // Encoded in place, behind room for a two-byte length (a section under 16 KiB, which
-    // every response head is), then the length written into it: no buffer of its own, which
-    // cost an allocation and its growth per response.
-    varint::encode(out, kind::HEADERS);
-    let at = out.len();
-    out.extend_from_slice(&[0, 0]);
-    qpack::encode::encode_response(out, status, fields);
-    frame::close_length(out, at, 2);
+    headers_frame(out, |out| {
+        qpack::encode::encode_response(out, status, fields)
+    });
 }
 
 /// Appends a DATA frame of `data`.
@@ -367,9 +362,17 @@ pub fn send_trailers<'a>(
     out: &mut Vec<u8>,
     fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
 ) {
+    headers_frame(out, |out| qpack::encode::encode_section(out, fields));
+}
+
+/// Appends a HEADERS frame whose field section `encode` appends. Encoded in place, behind
+/// room for a two-byte length (enough for a section under 16 KiB, as heads are), then the
+/// length written into it: no buffer of its own, which cost an allocation and its growth
+/// per response.
+fn headers_frame(out: &mut Vec<u8>, encode: impl FnOnce(&mut Vec<u8>)) {
     varint::encode(out, kind::HEADERS);
     let at = out.len();
     out.extend_from_slice(&[0, 0]);
-    qpack::encode::encode_section(out, fields);
+    encode(out);
     frame::close_length(out, at, 2);
 }
