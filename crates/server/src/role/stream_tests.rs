@@ -224,3 +224,32 @@ fn a_stream_routed_by_sni_closes_on_what_is_not_a_client_hello() {
         "an oversized ClientHello is closed at once"
     );
 }
+
+/// A tunnel whose upstream closed holds that upstream's handle until its client goes; the
+/// slot may meanwhile carry another client's upstream, which the old tunnel must not touch
+/// (seen on loopback: a client's close ended a stranger's connection it had reused).
+#[test]
+fn a_finished_tunnel_leaves_the_upstream_that_reused_its_slot_alone() {
+    let mut h = streams("");
+    let c1 = h.client();
+    let (u1, _) = h.accept_upstream();
+    // The client reads nothing: what the server sent stays queued, so c1 outlives u1.
+    h.t.set_window(c1, Some(0));
+    h.send(u1, b"for c1");
+    h.reset(u1);
+    assert!(h.t.is_open(c1), "c1 still has bytes to write");
+    let c2 = h.client();
+    let (u2, _) = h.accept_upstream();
+    assert_eq!(u2, u1, "the test needs the slot reused");
+    h.send(c1, b"late from c1");
+    h.send(c2, b"from c2");
+    assert_eq!(
+        h.upstream_got(u2),
+        b"from c2",
+        "c1's bytes went to c2's server"
+    );
+    h.reset(c1);
+    assert!(h.t.is_open(u2), "c1's end closed c2's upstream");
+    h.send(u2, b"for c2");
+    assert_eq!(h.output(c2), b"for c2");
+}

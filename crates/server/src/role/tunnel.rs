@@ -12,11 +12,14 @@ use ringx_engine::ConnId;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::role::exchange::PROXY_HIGH_WATER;
-use crate::role::upstream::{UpEvent, UpState};
+use crate::role::upstream::{UpConn, UpEvent, UpState, UpTable};
 
 pub struct Tunnel {
     /// The upstream connection.
     pub up: ConnId,
+    /// Its record's generation: once it closed, its slot may carry another client's
+    /// upstream, which this tunnel must never write to or close ([`Tunnel::rec`]).
+    up_gen: u32,
     /// How long the tunnel may stay silent.
     pub idle: Duration,
     /// The `[[stream]]` it belongs to (None: an upgraded HTTP connection).
@@ -33,6 +36,7 @@ impl Tunnel {
         };
         let t = Tunnel {
             up: u,
+            up_gen: cx.ups.get(u).map_or(0, |x| x.gen),
             idle,
             stream: None,
         };
@@ -53,14 +57,15 @@ impl Tunnel {
         stream: usize,
         idle: Duration,
     ) -> Tunnel {
-        if let Some(up) = cx.ups.get_mut(u) {
-            up.state = UpState::Tunnel;
-        }
         let t = Tunnel {
             up: u,
+            up_gen: cx.ups.get(u).map_or(0, |x| x.gen),
             idle,
             stream: Some(stream),
         };
+        if let Some(up) = t.rec(cx.ups) {
+            up.state = UpState::Tunnel;
+        }
         if b.paused {
             b.paused = false;
             if !b.eof {
@@ -68,7 +73,7 @@ impl Tunnel {
             }
         }
         if b.eof {
-            if let Some(up) = cx.ups.get_mut(u) {
+            if let Some(up) = t.rec(cx.ups) {
                 up.tr.shutdown_after_flush(cx.io, u);
             }
         }
@@ -76,11 +81,18 @@ impl Tunnel {
         t
     }
 
+    /// The upstream's record while it is still the connection this tunnel opened with: a
+    /// handle is kept until the client goes, which may be after the upstream closed and its
+    /// slot was reused.
+    fn rec<'a>(&self, ups: &'a mut UpTable) -> Option<&'a mut UpConn> {
+        ups.get_live(self.up, self.up_gen)
+    }
+
     /// Sends what the client sent before the tunnel existed, and starts the idle timer.
     fn open(&self, cx: &mut Cx, b: &mut Base) {
         self.flush_client_buffer(cx, b);
         let at = cx.io.now() + self.idle;
-        if let Some(up) = cx.ups.get_mut(self.up) {
+        if let Some(up) = self.rec(cx.ups) {
             cx.ctx.set_up_deadline(cx.io, up, self.up, at);
         }
     }
@@ -91,14 +103,14 @@ impl Tunnel {
             return;
         }
         let buf = std::mem::take(&mut b.inbuf);
-        if let Some(up) = cx.ups.get_mut(self.up) {
+        if let Some(up) = self.rec(cx.ups) {
             up.tr.write(cx.io, self.up, &buf);
         }
     }
 
     pub fn client_data(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId, data: &[u8]) {
         let at = cx.io.now() + self.idle;
-        let Some(up) = cx.ups.get_mut(self.up) else {
+        let Some(up) = self.rec(cx.ups) else {
             return;
         };
         up.tr.write(cx.io, self.up, data);
@@ -111,7 +123,7 @@ impl Tunnel {
     }
 
     pub fn client_eof(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        let Some(up) = cx.ups.get_mut(self.up) else {
+        let Some(up) = self.rec(cx.ups) else {
             return;
         };
         up.tr.shutdown_after_flush(cx.io, self.up);
@@ -122,7 +134,7 @@ impl Tunnel {
 
     /// The client's queue drained: an upstream paused for back-pressure reads again.
     pub fn client_flushed(&mut self, cx: &mut Cx) {
-        if let Some(up) = cx.ups.get_mut(self.up) {
+        if let Some(up) = self.rec(cx.ups) {
             if up.paused {
                 up.paused = false;
                 if !up.eof {
@@ -134,7 +146,7 @@ impl Tunnel {
 
     /// The client connection is gone: the upstream closes once its queue is written.
     pub fn client_closed(&mut self, cx: &mut Cx) {
-        if let Some(up) = cx.ups.get_mut(self.up) {
+        if let Some(up) = self.rec(cx.ups) {
             if up.state != UpState::Closing {
                 up.state = UpState::Closing;
                 up.client = None;
@@ -149,7 +161,7 @@ impl Tunnel {
             UpEvent::Data(data) => {
                 b.tr.write(cx.io, c, data);
                 let at = cx.io.now() + self.idle;
-                let Some(up) = cx.ups.get_mut(u) else { return };
+                let Some(up) = self.rec(cx.ups) else { return };
                 up.got_bytes = true;
                 up.deadline = at;
                 if b.tr.pending(cx.io, c) > PROXY_HIGH_WATER && !up.paused {
@@ -159,7 +171,7 @@ impl Tunnel {
                 }
             }
             UpEvent::Eof => {
-                if let Some(up) = cx.ups.get_mut(u) {
+                if let Some(up) = self.rec(cx.ups) {
                     up.eof = true;
                 }
                 b.tr.shutdown_after_flush(cx.io, c);
@@ -178,7 +190,7 @@ impl Tunnel {
             }
             UpEvent::Closed(_) => b.tr.close_after_flush(cx.io, c),
             UpEvent::Timeout => {
-                if let Some(up) = cx.ups.get_mut(u) {
+                if let Some(up) = self.rec(cx.ups) {
                     up.abandon(cx.io, u);
                 }
                 b.tr.close_after_flush(cx.io, c);
@@ -189,7 +201,7 @@ impl Tunnel {
 
     /// Both sides finished: each closes once its queue is written.
     fn close(&mut self, cx: &mut Cx, b: &mut Base, c: ConnId) {
-        if let Some(up) = cx.ups.get_mut(self.up) {
+        if let Some(up) = self.rec(cx.ups) {
             up.state = UpState::Closing;
             up.client = None;
             up.tr.close_after_flush(cx.io, self.up);

@@ -253,6 +253,14 @@ impl UpTable {
         self.conns.get_mut(c.index()).and_then(|x| x.as_deref_mut())
     }
 
+    /// The record of `c` while it is still the connection opened as generation `gen`. A
+    /// slot is reused once its connection closed; whoever kept a handle past that (a tunnel
+    /// whose client is still writing) gets None here, not the new connection's record.
+    #[inline]
+    pub fn get_live(&mut self, c: ConnId, gen: u32) -> Option<&mut UpConn> {
+        self.get_mut(c).filter(|x| x.gen == gen)
+    }
+
     /// The record of `u`, new (a fresh connection to `server` of `upstream`) or, for a
     /// connection taken from the pool, the pooled one made ready for the next request.
     pub fn open(
