@@ -171,8 +171,10 @@ impl H2 {
                 self.link.conn.reset(id, ErrorCode::Cancel);
                 return self.drop_stream(cx, b, id, true);
             }
-            let s = self.streams.remove(&id).expect("checked");
-            self.detach(cx, &s);
+            let mut s = self.streams.remove(&id).expect("checked");
+            self.detach(cx, &mut s);
+            // Our own answer now: the exchange is gone, and its (empty) output with it.
+            s.proxy = None;
             return self.answer_error(cx, b, c, s, 413);
         }
         if let Some(k) = s.pending.as_mut().and_then(|p| p.kept.as_mut()) {
@@ -192,10 +194,10 @@ impl H2 {
     /// A stream ends before its response did (reset by either side): its exchange lets go
     /// of the upstream, and the request is logged as it stands (499 with nothing sent).
     fn drop_stream(&mut self, cx: &mut Cx, b: &mut Base, id: u32, by_us: bool) {
-        let Some(s) = self.streams.remove(&id) else {
+        let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
-        self.detach(cx, &s);
+        self.detach(cx, &mut s);
         if by_us {
             self.link.conn.reset(id, ErrorCode::Cancel);
         }
@@ -367,14 +369,14 @@ impl H2 {
     /// §8.1); a locally answered one's body is read and dropped until it ends, as nginx
     /// discards it, so the stream closes as the client expects (within `client_max_body_size`).
     pub(super) fn finish(&mut self, cx: &mut Cx, b: &mut Base, id: u32) {
-        let Some(s) = self.streams.remove(&id) else {
+        let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
         let proxied = s.proxy.is_some() || s.grpc.is_some();
         if proxied && self.link.conn.is_open(id) && !self.link.conn.remote_closed(id) {
             self.link.conn.reset(id, ErrorCode::NoError);
         }
-        self.detach(cx, &s);
+        self.detach(cx, &mut s);
         s.log_end(cx, b);
     }
 }
@@ -565,7 +567,7 @@ impl H2 {
         let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
-        self.detach(cx, &s);
+        self.detach(cx, &mut s);
         let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
         let Some(mut pending) = s.pending.take() else {
             return; // not a pending stream's subrequest (never the case)

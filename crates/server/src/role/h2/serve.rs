@@ -410,11 +410,11 @@ impl H2 {
     }
 
     /// Lets go of a stream's upstream connection.
-    pub(super) fn detach(&mut self, cx: &mut Cx, s: &H2Stream) {
+    pub(super) fn detach(&mut self, cx: &mut Cx, s: &mut H2Stream) {
         if let Some(g) = &s.grpc {
             g.end(cx);
         }
-        if let Some(p) = &s.proxy {
+        if let Some(p) = &mut s.proxy {
             if let Some(u) = p.ex.up {
                 self.ups.remove(&u);
             }
@@ -464,7 +464,7 @@ impl H2 {
                 let Some(mut s) = self.streams.remove(&id) else {
                     return;
                 };
-                self.detach(cx, &s);
+                self.detach(cx, &mut s);
                 let cap = s.proxy.take().and_then(|mut p| p.ex.capture.take());
                 if let Some(s) = self.cache_answer(cx, b, c, s, cap, failed) {
                     self.give_up(cx, b, c, s, failed.unwrap_or(502), None);
@@ -517,7 +517,7 @@ impl H2 {
         let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
-        self.detach(cx, &s);
+        self.detach(cx, &mut s);
         let page = s.proxy.as_mut().and_then(|p| p.page.take());
         let cap = s.proxy.as_mut().and_then(|p| p.ex.capture.take());
         if let Some(s) = self.cache_answer(cx, b, c, s, cap, Some(status)) {

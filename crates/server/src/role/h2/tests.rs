@@ -1036,3 +1036,6 @@ fn a_quic_servers_answers_over_h2_carry_alt_svc() {
     assert_eq!((g.status, g.body.as_slice()), (200, &b"ok"[..]));
     assert_eq!(alt(&g), want.to_vec());
 }
+
+#[path = "upstream_tests.rs"]
+mod upstream;

@@ -513,7 +513,7 @@ impl H3Conn {
         };
         let page = s.proxy.as_mut().and_then(|p| p.page.take());
         let cap = s.proxy.as_mut().and_then(|p| p.ex.capture.take());
-        if let Some(p) = s.proxy.as_ref() {
+        if let Some(p) = s.proxy.as_mut() {
             p.detach(cx);
         }
         self.proxy_failed(cx, (id, s), status, (page, cap));

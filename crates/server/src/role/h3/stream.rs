@@ -273,8 +273,8 @@ impl H3Stream {
     /// The stream is over: its exchange, if it has one still attached to an upstream, lets
     /// go of it, as does its gRPC call (cancelled upstream if still open); the response is
     /// counted and its access log line written.
-    pub fn log_end(self, cx: &mut Cx, b: &Base) {
-        if let Some(p) = &self.proxy {
+    pub fn log_end(mut self, cx: &mut Cx, b: &Base) {
+        if let Some(p) = &mut self.proxy {
             p.detach(cx);
         }
         if let Some(g) = &self.grpc {

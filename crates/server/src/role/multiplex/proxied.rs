@@ -319,8 +319,9 @@ impl Proxied {
     }
 
     /// Lets go of the upstream connection (closed: the exchange was cut).
-    pub fn detach(&self, cx: &mut Cx) {
-        let Some(u) = self.ex.up else { return };
+    pub fn detach(&mut self, cx: &mut Cx) {
+        // The handle goes with it: once closed, the slot may carry another client's upstream.
+        let Some(u) = self.ex.up.take() else { return };
         if let Some(up) = cx.ups.get_mut(u) {
             if up.client.is_some() {
                 up.abandon(cx.io, u);
