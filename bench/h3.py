@@ -23,6 +23,14 @@ and per TLS record (`openssl speed -aead`). ringx-h3 is reported against the UDP
 ringx-h2 against the TCP floor: how far each protocol stack is from what its transport
 allows, beside how far h3 is from h2.
 
+The 64-byte workloads get a floor too: `floor-udp` receives the datagrams ringx-h3 received in
+the same round (their number from its `ringx_quic_datagrams_total`, their size as quic-go sent
+them), at its rate, in bursts of what ringx-h3 took per wake-up (its voluntary context
+switches), and answers as many as ringx-h3 sent, one datagram each: the kernel's per-datagram
+work and the wake-ups, with no protocol work. `seal-small` is AES-128-GCM alone on those
+datagrams (each in and out once). Both are per request, as ringx-h3's requests were per
+datagram.
+
 Load clients: bench/h3load (quic-go; Debian's h2load is built without HTTP/3), built here
 with Go; h2load for h2 and, with --h1, HTTPS.
 
@@ -52,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
@@ -67,6 +76,11 @@ OFFLOAD_OFF = {"ringx-h3-nogso": "quic_gso = false", "ringx-h3-nogro": "quic_gro
 # 741 out and 29 in per MB, 2026-12-03) and over TCP; offered ringx-h3's rate.
 FLOORS = ("floor-udp", "floor-tcp")
 FLOOR_SEG, FLOOR_SEGS, FLOOR_WINDOW, FLOOR_ACK_EVERY = 1452, 44, 1 << 20, 26
+# The 64-byte workloads' floor: UDP payload bytes of a datagram to and from ringx-h3 (the
+# median as quic-go sent and ringx-h3 answered, read off loopback on 2026-12-03: requests and
+# acknowledgements in, responses out), and the connections quic-go used.
+SMALL = {"64_10x100": (118, 265, 10), "64_100x1": (89, 149, 100)}
+SEAL_SMALL = "seal-small"
 # What sealing costs alone on CPU 0 (`openssl speed -aead`, AES-128-GCM as quic-go and h2load
 # negotiate): per QUIC packet (1,452 bytes) and per TLS record (16 KB). OpenSSL, not ringx's
 # aws-lc: a second opinion on the machine, not ringx's own figure.
@@ -117,6 +131,38 @@ def floor_fetch(srv, secs, size, rate):
             "lat_p50_ms": None, "lat_p99_ms": None}
 
 
+def floor_chat(srv, secs, wl, h3):
+    """The small-request floor's client on CPU 1: what ringx-h3 received in this round's `wl`
+    (`h3`, its row) offered again. Its figures are requests as ringx-h3 counted them per
+    datagram received."""
+    din, dout, wakes = h3["dgrams_in"], h3["dgrams_out"], h3["wakes"]
+    in_size, out_size, conns = SMALL[wl]
+    burst = max(1, min(64, round(din / max(wakes, 1))))
+    permille = min(1000, round(1000 * dout / max(din, 1)))
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "chat", str(srv.port),
+           str(conns), str(secs), str(din / secs), str(in_size), str(permille), str(out_size),
+           str(burst)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
+    m = re.search(r"sent (\d+) answers (\d+)", out)
+    if not m:
+        raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
+    sent = int(m.group(1))
+    n = round(sent * h3["succeeded"] / max(din, 1))
+    return {"requests": n, "succeeded": n, "failed": 0, "bytes": None, "lat_p50_ms": None,
+            "lat_p99_ms": None, "dgrams_in": sent, "answers": int(m.group(2)), "burst": burst}
+
+
+def seal_small(wl, h3):
+    """µs per request that AES-128-GCM takes, alone, over the datagrams of ringx-h3's row
+    `h3` (each sealed once and opened once: the same work either way)."""
+    in_size, out_size, _ = SMALL[wl]
+    per = {size: seal_cost(size) for size in (in_size, out_size)}
+    if None in per.values():
+        return None
+    ns = h3["dgrams_in"] * per[in_size] * in_size / 1024 + h3["dgrams_out"] * per[out_size] * out_size / 1024
+    return ns / 1000 / max(h3["succeeded"], 1)
+
+
 def seal_cost(size):
     """ns per KB that AES-128-GCM takes to seal `size`-byte messages on the server's CPU."""
     out = lib.sh(["taskset", "-c", lib.SERVER_CPU, "openssl", "speed", "-seconds", "1", "-aead",
@@ -129,6 +175,8 @@ class Server:
     def __init__(self, name, work, cert):
         self.name, self.work, self.cert = name, work, cert
         self.port = lib.free_port()
+        # ringx-h3's metrics: what it received and sent, for the 64-byte floor.
+        self.admin = lib.free_port() if name == "ringx-h3" else None
 
     def start(self):
         w, (c, k) = self.work, self.cert
@@ -171,6 +219,7 @@ zones = 1
 cpus = [{lib.SERVER_CPU}]
 log_level = "warn"
 {OFFLOAD_OFF.get(self.name, "")}
+{f'[admin]{chr(10)}listen = "127.0.0.1:{self.admin}"' if self.name == "ringx-h3" else ""}
 [http]
 keepalive_timeout = "75s"
 [[server]]
@@ -194,6 +243,19 @@ quic = true
 
     def cpu(self):
         return lib.cpu_ns(lib.proc_tree(self.proc.pid))
+
+    def wakes(self):
+        return lib.wakes(lib.proc_tree(self.proc.pid))
+
+    def quic_datagrams(self):
+        """(in, out): ringx-h3's `ringx_quic_datagrams_total`, all zones."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=5) as f:
+            text = f.read().decode()
+        got = {"in": 0, "out": 0}
+        for m in re.finditer(r'^ringx_quic_datagrams_total\{[^}]*direction="(in|out)"[^}]*\} (\d+)',
+                             text, re.M):
+            got[m.group(1)] += int(m.group(2))
+        return got["in"], got["out"]
 
     def stop(self):
         if self.proc.poll() is None:
@@ -238,14 +300,18 @@ def h2load(url, conns, streams, secs, log, h1=False, rate=None, post=None):
             "lat_p50_ms": pct(0.5), "lat_p99_ms": pct(0.99)}
 
 
-def measure(srv, wl, secs, work, h3bin, rate=None):
+def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
     path = "/w/1m.bin" if wl == "1m" else "/r64"
     url = f"https://127.0.0.1:{srv.port}{path}"
     shape = {"64_10x100": (10, 100), "64_100x1": (100, 1), "64_new": (8, 1), "1m": (4, 1),
              "1m_up": (4, 1)}[wl]
     post = os.path.join(work, "www", "1m.bin") if wl == "1m_up" else None
-    before = srv.cpu()
-    if srv.name in FLOORS:
+    # The metrics are read outside the measured span (an admin request is ringx's work too).
+    dgrams = srv.quic_datagrams() if srv.admin and wl in SMALL else None
+    before, woke = srv.cpu(), srv.wakes()
+    if srv.name == "floor-udp" and wl in SMALL:
+        r = floor_chat(srv, secs, wl, h3row)
+    elif srv.name in FLOORS:
         r = floor_fetch(srv, secs, os.path.getsize(os.path.join(work, "www", "1m.bin")), rate)
     elif srv.name in QUIC:
         r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post)
@@ -258,6 +324,10 @@ def measure(srv, wl, secs, work, h3bin, rate=None):
         r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1,
                    None if srv.name == "ringx-h2-max" else rate, post)
     cpu = srv.cpu() - before
+    r["wakes"] = srv.wakes() - woke
+    if dgrams:
+        after = srv.quic_datagrams()
+        r["dgrams_in"], r["dgrams_out"] = after[0] - dgrams[0], after[1] - dgrams[1]
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
     if wl == "1m_up":
         # Each request that succeeded carried the whole file.
@@ -305,21 +375,25 @@ def main():
     rows = []
     for rnd in range(rounds):
         for wl in workloads:
-            h3_rate = None
+            h3_rate, h3row = None, None
             for peer in PEERS:
                 if (wl == "64_new" and peer not in QUIC) or (wl == "1m_up" and peer == "caddy") \
-                        or (peer in FLOORS and wl != "1m"):
+                        or (peer == "floor-tcp" and wl != "1m") \
+                        or (peer == "floor-udp" and wl != "1m" and not (h3row and wl in SMALL)):
                     continue
                 srv = Server(peer, work, (c, k)).start()
                 try:
-                    r = measure(srv, wl, secs, work, h3bin, h3_rate)
+                    r = measure(srv, wl, secs, work, h3bin, h3_rate, h3row)
                 finally:
                     srv.stop()
                 r.update(peer=peer, workload=wl, round=rnd)
                 if peer == "ringx-h3":
-                    h3_rate = r["succeeded"] / secs
+                    h3_rate, h3row = r["succeeded"] / secs, r
                 rows.append(r)
                 extra = f", {r['cpu_ns_per_kb']:.0f} ns/KB" if wl in PER_KB else ""
+                if r.get("dgrams_in"):
+                    extra += (f", {r['dgrams_in'] / max(r['succeeded'], 1):.2f} datagrams in "
+                              f"per request, {r['wakes'] / r['dgrams_in']:.2f} wake-ups each")
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
                       f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
                       f"{r['failed']} failed)", flush=True)
@@ -328,7 +402,11 @@ def main():
                     ns = seal_cost(size)
                     rows.append({"peer": name, "workload": wl, "round": rnd, "cpu_ns_per_kb": ns})
                     print(f"bench/h3 round {rnd} {wl} {name}: {ns or 0:.0f} ns/KB", flush=True)
-    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS],
+            if wl in SMALL and h3row:
+                us = seal_small(wl, h3row)
+                rows.append({"peer": SEAL_SMALL, "workload": wl, "round": rnd, "cpu_us_per_req": us})
+                print(f"bench/h3 round {rnd} {wl} {SEAL_SMALL}: {us or 0:.2f} µs/req", flush=True)
+    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL],
                             bases=("caddy", "ringx-h2", "ringx-h3", *FLOORS))
     caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
@@ -358,6 +436,14 @@ def main():
             o = summary[wl].get(off, {}).get(key, {})
             print(f"    {off}: {o.get('ratio_to_ringx-h3', 0) or 0:.2f}x ringx-h3")
         fu, ft = (summary[wl].get(f, {}).get(key, {}) for f in FLOORS)
+        small = summary[wl].get(SEAL_SMALL, {}).get(key, {})
+        h2 = summary[wl].get("ringx-h2", {}).get(key, {})
+        if fu and small and h2:
+            print(f"    UDP floor at ringx-h3's datagrams and wake-ups: {fu['median']:.2f} µs/req, "
+                  f"{fu.get('ratio_to_ringx-h2', 0):.2f}x ringx-h2; with AES-GCM on each "
+                  f"datagram ({small['median']:.2f}): "
+                  f"{(fu['median'] + small['median']) / h2['median']:.2f}x ringx-h2; ringx-h3 "
+                  f"{cpu.get('ratio_to_floor-udp', 0):.2f}x its floor")
         if fu and ft:
             h2 = summary[wl].get("ringx-h2", {}).get(key, {})
             print(f"    transport floor: UDP {fu['median']:.0f}, TCP {ft['median']:.0f} ({key}); "

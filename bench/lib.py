@@ -207,6 +207,25 @@ def proc_tree(pid):
     return out
 
 
+def wakes(pids):
+    """Times every thread of `pids` went to sleep of its own accord (voluntary context
+    switches): a server's wake-ups, the other half of what it pays per request at a rate it
+    does not saturate."""
+    total = 0
+    for p in pids:
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                try:
+                    for ln in open(f"/proc/{p}/task/{t}/status"):
+                        if ln.startswith("voluntary_ctxt_switches:"):
+                            total += int(ln.split()[1])
+                except OSError:
+                    pass
+        except OSError:
+            pass
+    return total
+
+
 def cpu_ns(pids):
     """On-CPU time of every thread of `pids` (schedstat: ns, exact, includes kernel work done
     in the task's context such as io_uring task work)."""

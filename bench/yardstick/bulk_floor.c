@@ -1,8 +1,9 @@
-// Bulk-transfer yardstick for bench/h3.py (peers "floor-udp" and "floor-tcp"): the least CPU a
-// server on this machine spends to send a file as QUIC-sized UDP datagrams, and over TCP, doing
-// no protocol work at all (no TLS, no QUIC, no HTTP: a request names a byte count, the answer is
-// that many zero bytes). Measured beside ringx's h3 and h2 on the same 1 MB download, it says
-// how much of what h3 costs over h2 per byte is the transport alone on loopback.
+// Transport yardstick for bench/h3.py (peers "floor-udp" and "floor-tcp"): the least CPU a
+// server on this machine spends to move what ringx's h3 and h2 move, doing no protocol work at
+// all (no TLS, no QUIC, no HTTP): a file as QUIC-sized UDP datagrams and over TCP (a request
+// names a byte count, the answer is that many zero bytes), and small requests as single
+// datagrams, some answered by one. Measured beside ringx's h3 and h2 on the same workloads, it
+// says how much of what h3 costs over h2 is the transport alone on loopback.
 //
 //   bulk_floor serve udp PORT SEG SEGS WINDOW
 //       one UDP socket on 127.0.0.1:PORT (4 MiB send buffer, as ringx gives a QUIC listener).
@@ -13,12 +14,21 @@
 //   bulk_floor serve tcp PORT
 //       a TCP listener: each request ("R" + count) is answered with that many bytes, sent
 //       64 KiB per send until the socket is full, then epoll for room.
+//       A datagram "Q" + 2-byte size is answered at once with one datagram of that size, "q"
+//       is not answered (the small-request floor below).
 //   bulk_floor fetch udp|tcp PORT CONNS SECONDS BYTES ACK_EVERY [RATE]
 //       CONNS client sockets each fetching BYTES again and again for SECONDS (at most RATE
 //       transfers a second in all, spread over the sockets, when RATE is given); UDP receives with
 //       recvmmsg (no GRO, as quic-go's socket) and acknowledges every ACK_EVERY datagrams and at
 //       the end of each transfer. A UDP socket that gets nothing for 200 ms asks again (counted
 //       as a retry). Prints "transfers N bytes B retries R seconds S".
+//   bulk_floor chat PORT CONNS SECONDS DGRAMS_PER_S IN_SIZE ANSWER_PERMILLE OUT_SIZE BURST
+//       the small-request floor: CONNS client sockets send IN_SIZE-byte datagrams, DGRAMS_PER_S
+//       in all, BURST at a time on one socket (one sendmmsg), bursts evenly spaced (a spinning
+//       sender) and round robin over the sockets; ANSWER_PERMILLE of them ask for an
+//       OUT_SIZE-byte answer. bench/h3.py sets BURST to the datagrams ringx-h3 took per wake-up
+//       in the same round, so the floor wakes as often as ringx-h3 did. Prints "sent N answers
+//       A seconds S".
 //
 // In C, beside udp_load.c, because the floor must cost nothing but the system calls it makes.
 #define _GNU_SOURCE
@@ -89,17 +99,26 @@ static void serve_udp(int port, int seg, int segs, uint64_t window) {
   if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a)) die("bulk_floor: udp bind");
   big_buffers(fd);
   printf("ready\n"); fflush(stdout);
-  static char rbuf[BATCH][64];
-  struct mmsghdr m[BATCH];
-  struct iovec iov[BATCH];
+  // Whole datagrams are read, as a server reads them.
+  static char rbuf[BATCH][MAXSEG];
+  struct mmsghdr m[BATCH], ans[BATCH];
+  struct iovec iov[BATCH], aiov[BATCH];
   struct sockaddr_in from[BATCH];
   for (;;) {
     for (int i = 0; i < BATCH; i++) {
       iov[i] = (struct iovec){rbuf[i], sizeof rbuf[i]};
       m[i].msg_hdr = (struct msghdr){.msg_name = &from[i], .msg_namelen = sizeof from[i], .msg_iov = &iov[i], .msg_iovlen = 1};
     }
-    int n = recvmmsg(fd, m, BATCH, MSG_DONTWAIT, NULL);
+    int n = recvmmsg(fd, m, BATCH, MSG_DONTWAIT, NULL), na = 0;
     for (int i = 0; i < n; i++) {
+      if (rbuf[i][0] == 'q') continue;
+      if (rbuf[i][0] == 'Q' && m[i].msg_len >= 3) {
+        uint16_t len; memcpy(&len, rbuf[i] + 1, 2);
+        aiov[na] = (struct iovec){zeros, len < MAXSEG ? len : MAXSEG};
+        ans[na].msg_hdr = (struct msghdr){.msg_name = &from[i], .msg_namelen = sizeof from[i], .msg_iov = &aiov[na], .msg_iovlen = 1};
+        na++;
+        continue;
+      }
       struct xfer *x = find(xs, &from[i]);
       if (!x) continue;
       if (rbuf[i][0] == 'R' && m[i].msg_len >= 5) {
@@ -111,6 +130,9 @@ static void serve_udp(int port, int seg, int segs, uint64_t window) {
         if (x->acked >= x->want) x->used = 0;  // done: the slot is free for the next sender
       }
     }
+    // The batch's answers in one system call (a datagram that finds the buffer full is lost,
+    // as it would be on the wire: the client counts answers, not requests).
+    if (na > 0) sendmmsg(fd, ans, na, 0);
     int sent_any = 0, full = 0;
     for (int i = 0; i < MAXC && !full; i++) {
       struct xfer *x = &xs[i];
@@ -251,6 +273,54 @@ static void fetch(int udp, int port, int conns, double secs, uint32_t bytes, int
          (unsigned long long)total, (unsigned long long)retries, now_s() - t0);
 }
 
+static void chat(int port, int conns, double secs, double rate, int in_size, int permille, int out_size,
+                 int burst) {
+  int ep = epoll_create1(0), fds[MAXC];
+  struct sockaddr_in a = loopback(port);
+  if (conns < 1 || conns > MAXC || in_size < 3 || in_size > MAXSEG || burst < 1 || burst > BATCH) {
+    fprintf(stderr, "bulk_floor: chat needs CONNS 1..%d, IN_SIZE 3..%d, BURST 1..%d\n", MAXC, MAXSEG, BATCH);
+    exit(2);
+  }
+  for (int i = 0; i < conns; i++) {
+    fds[i] = socket(AF_INET, SOCK_DGRAM, 0);
+    if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof a)) die("bulk_floor: connect");
+    big_buffers(fds[i]);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+    epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
+  }
+  static char out[BATCH][MAXSEG], buf[BATCH][MAXSEG];
+  struct mmsghdr m[BATCH], o[BATCH];
+  struct iovec iov[BATCH], oiov[BATCH];
+  uint16_t want = (uint16_t)out_size;
+  uint64_t sent = 0, bursts = 0, answers = 0;
+  double t0 = now_s(), end = t0 + secs, t;
+  while ((t = now_s()) < end) {
+    for (uint64_t due = (uint64_t)((t - t0) * rate / burst); bursts < due; bursts++) {
+      for (int j = 0; j < burst; j++, sent++) {
+        // Of every thousand, ANSWER_PERMILLE (spread by the running count) ask.
+        int ask = (sent + 1) * permille / 1000 != sent * permille / 1000;
+        out[j][0] = ask ? 'Q' : 'q';
+        memcpy(out[j] + 1, &want, 2);
+        oiov[j] = (struct iovec){out[j], (size_t)in_size};
+        o[j].msg_hdr = (struct msghdr){.msg_iov = &oiov[j], .msg_iovlen = 1};
+      }
+      sendmmsg(fds[bursts % conns], o, burst, 0);
+    }
+    struct epoll_event evs[MAXC];
+    int n = epoll_wait(ep, evs, MAXC, 0);
+    for (int e = 0; e < n; e++) {
+      for (int j = 0; j < BATCH; j++) {
+        iov[j] = (struct iovec){buf[j], MAXSEG};
+        m[j].msg_hdr = (struct msghdr){.msg_iov = &iov[j], .msg_iovlen = 1};
+      }
+      int k = recvmmsg(fds[evs[e].data.u32], m, BATCH, MSG_DONTWAIT, NULL);
+      if (k > 0) answers += (uint64_t)k;
+    }
+  }
+  printf("sent %llu answers %llu seconds %.3f\n", (unsigned long long)sent,
+         (unsigned long long)answers, now_s() - t0);
+}
+
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "serve") && !strcmp(argv[2], "tcp")) serve_tcp(atoi(argv[3]));
   else if (argc >= 7 && !strcmp(argv[1], "serve") && !strcmp(argv[2], "udp")) {
@@ -260,9 +330,13 @@ int main(int argc, char **argv) {
   } else if (argc >= 8 && !strcmp(argv[1], "fetch"))
     fetch(!strcmp(argv[2], "udp"), atoi(argv[3]), atoi(argv[4]), atof(argv[5]), (uint32_t)strtoul(argv[6], NULL, 10), atoi(argv[7]) > 0 ? atoi(argv[7]) : 1,
           argc >= 9 ? atof(argv[8]) : 0);
+  else if (argc >= 10 && !strcmp(argv[1], "chat"))
+    chat(atoi(argv[2]), atoi(argv[3]), atof(argv[4]), atof(argv[5]), atoi(argv[6]), atoi(argv[7]), atoi(argv[8]),
+         atoi(argv[9]));
   else {
     fprintf(stderr, "usage: bulk_floor serve udp PORT SEG SEGS WINDOW | serve tcp PORT | "
-                    "fetch udp|tcp PORT CONNS SECONDS BYTES ACK_EVERY [RATE]\n");
+                    "fetch udp|tcp PORT CONNS SECONDS BYTES ACK_EVERY [RATE] | "
+                    "chat PORT CONNS SECONDS DGRAMS_PER_S IN_SIZE ANSWER_PERMILLE OUT_SIZE BURST\n");
     return 2;
   }
   return 0;
