@@ -4,7 +4,7 @@
 //! Why the decoder is hand-written: the crates at hand either decode a block into owned
 //! vectors (no bound until the bomb has expanded) or, like `loona-hpack`, rebuild a table of
 //! the whole Huffman code for every Huffman-coded string (80% of a request's CPU in
-//! `bench/h2.py`). Huffman strings are decoded by `httlib-huffman`'s precomputed tables.
+//! `bench/h2.py`). Huffman strings are decoded by `ringx_http::huffman`, shared with QPACK.
 //!
 //! A header block is decoded to the end even when its list is too large: the dynamic table
 //! must follow every block the peer encoded, or every later block would decode wrongly. Past
@@ -149,17 +149,8 @@ fn string<'a>(b: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<(&'a [u8], usize)
     if !huffman {
         return Ok((raw, n + len));
     }
-    scratch.clear();
-    httlib_huffman::decode(raw, scratch, httlib_huffman::DecoderSpeed::FourBits)
-        .map_err(|_| InvalidBlock)?;
-    // The padding must be under 8 bits and all ones (RFC 7541 §5.2); the decoder lets a
-    // zero padding through, so it is checked from the code lengths of what was decoded.
-    let table = &httlib_huffman::encoder::table::ENCODE_TABLE;
-    let bits: usize = scratch.iter().map(|&c| table[c as usize].0 as usize).sum();
-    let pad = (raw.len() * 8).checked_sub(bits).ok_or(InvalidBlock)?;
-    if pad >= 8 || (pad > 0 && raw[raw.len() - 1] & ((1u8 << pad) - 1) != (1u8 << pad) - 1) {
-        return Err(InvalidBlock);
-    }
+    // EOS and a bad padding (RFC 7541 §5.2) are refused by the decoder.
+    ringx_http::huffman::decode(raw, scratch).map_err(|_| InvalidBlock)?;
     Ok((scratch, n + len))
 }
 

@@ -112,6 +112,7 @@ mod fields;
 mod head;
 mod head_sink;
 mod host;
+pub mod huffman;
 mod limits;
 mod method;
 mod path;

@@ -5,7 +5,6 @@
 
 pub mod decode;
 pub mod encode;
-pub mod huffman;
 pub mod instructions;
 pub mod prim;
 pub mod static_table;

@@ -86,7 +86,7 @@ pub fn string<'a>(
 /// Decodes a Huffman-coded string (RFC 7541 Appendix B) into `out`: EOS in the string, or
 /// a padding of 8 bits or more or not all ones, is invalid (§5.2).
 pub fn huffman_decode(raw: &[u8], out: &mut Vec<u8>) -> Result<(), Prim> {
-    super::huffman::decode(raw, out).map_err(|_| Prim::Invalid)
+    ringx_http::huffman::decode(raw, out).map_err(|_| Prim::Invalid)
 }
 
 /// Bits of `s` in the Huffman code.

@@ -1,9 +1,9 @@
-//! Decoding HPACK's Huffman code (RFC 7541 Appendix B), which QPACK strings use, four bits
-//! at a time. Hand-written because it is most of what a request head costs to decode:
-//! clients that never index their fields (quic-go's) Huffman-code every value of every
-//! request, and `httlib-huffman`'s fastest decoder took 40% of this crate's time per request
-//! (`cargo bench -p ringx-h3proto --bench decode`), with a second pass over the output to
-//! check the padding. Here each input byte is two table lookups in a state machine over the
+//! Decoding HPACK's Huffman code (RFC 7541 Appendix B), which HPACK (HTTP/2) and QPACK
+//! (HTTP/3, RFC 9204 §4.1.2) strings use, four bits at a time. Hand-written because it is
+//! most of what a request head costs to decode: clients that never index their fields
+//! (quic-go's) Huffman-code every value of every request, and `httlib-huffman`'s fastest
+//! decoder took 40% of ringx-h3proto's time per request (`cargo bench -p ringx-h3proto
+//! --bench decode`), with a second pass over the output to check the padding. Here each input byte is two table lookups in a state machine over the
 //! code's tree (as nghttp2 does), and the padding is checked by the state it ends in.
 //!
 //! The table is built once from `httlib-huffman`'s code table (the RFC's), not written out.
@@ -142,8 +142,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// What decoding was before this module: httlib-huffman's decoder, then the padding
-    /// checked from the decoded symbols' code lengths.
+    /// What decoding was before this module (in ringx-h2proto and ringx-h3proto):
+    /// httlib-huffman's decoder, then the padding checked from the decoded symbols' code
+    /// lengths.
     fn reference(raw: &[u8]) -> Result<Vec<u8>, ()> {
         let mut out = Vec::new();
         httlib_huffman::decode(raw, &mut out, httlib_huffman::DecoderSpeed::OneBit)
