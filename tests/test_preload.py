@@ -76,16 +76,28 @@ def _requests(cli_ns: str, port: int, cpus: list[int]) -> list[dict]:
     return results
 
 
+def _home(c: dict, server_cpu: int) -> bool:
+    """Whether connection `c` was answered on its client's CPU, by the server's account
+    (`server_cpu`: the CPU of the worker or thread that answered), checked against the
+    client's (SO_INCOMING_CPU: the CPU that processed the last packet it received). Answered
+    on the client's CPU, every packet of the connection is, so the two agree. Answered on the
+    other CPU, the client may still have processed the server kernel's immediate ACK of the
+    request (sent from the softirq on the client's CPU) last: the two CPUs' backlogs keep no
+    order between them, so under load that ACK can come after the response."""
+    if server_cpu == c["cpu"]:
+        assert c["incoming"] == c["cpu"], (c, server_cpu)
+        return True
+    assert c["incoming"] in (server_cpu, c["cpu"]), (c, server_cpu)
+    return False
+
+
 def _share(conns: list[dict]) -> tuple[int, int]:
-    """(connections answered by the nginx worker on the client's CPU, total); both measures
-    agree."""
+    """(connections answered by the nginx worker on the client's CPU, total)."""
     home = 0
     for c in conns:
         worker_cpus = os.sched_getaffinity(c["answer"])
-        by_pid = worker_cpus == {c["cpu"]}
-        by_incoming = c["incoming"] == c["cpu"]
-        assert by_pid == by_incoming, (c, worker_cpus)
-        home += by_pid
+        assert len(worker_cpus) == 1, (c, worker_cpus)
+        home += _home(c, next(iter(worker_cpus)))
     return home, len(conns)
 
 
@@ -288,9 +300,8 @@ def test_haproxy_threads_accept_on_the_syns_cpu(netns_pair, ringx_bin, tmp_path,
             time.sleep(0.05)
         time.sleep(0.1)  # the claim follows the epoll_ctl call that shows it
         conns = _requests(cli, port, cpus)
-        home = sum(c["incoming"] == c["cpu"] for c in conns)
-        # The thread that answered is the one pinned to the CPU that processed its response.
-        assert all(cpus[c["answer"]] == c["incoming"] for c in conns), conns
+        # The thread that answered (pinned by cpu-map), checked against SO_INCOMING_CPU.
+        home = sum(_home(c, cpus[c["answer"]]) for c in conns)
         print(f"\nhaproxy {'under ringx run' if preload else 'alone'}: {home}/{len(conns)} "
               f"connections accepted by the thread on the SYN's CPU")
         if preload:
