@@ -34,12 +34,7 @@ impl Tunnel {
             Some(up) => cx.ctx.pools(up.pools_gen).defs.list[up.upstream].read_timeout,
             None => Duration::from_secs(60),
         };
-        let t = Tunnel {
-            up: u,
-            up_gen: cx.ups.get(u).map_or(0, |x| x.gen),
-            idle,
-            stream: None,
-        };
+        let t = Tunnel::new(cx.ups, u, idle, None);
         b.paused = false;
         if !b.eof {
             cx.io.resume_recv(c);
@@ -57,12 +52,7 @@ impl Tunnel {
         stream: usize,
         idle: Duration,
     ) -> Tunnel {
-        let t = Tunnel {
-            up: u,
-            up_gen: cx.ups.get(u).map_or(0, |x| x.gen),
-            idle,
-            stream: Some(stream),
-        };
+        let t = Tunnel::new(cx.ups, u, idle, Some(stream));
         if let Some(up) = t.rec(cx.ups) {
             up.state = UpState::Tunnel;
         }
@@ -79,6 +69,16 @@ impl Tunnel {
         }
         t.open(cx, b);
         t
+    }
+
+    /// A tunnel over upstream connection `u`, bound to its record's generation.
+    fn new(ups: &UpTable, u: ConnId, idle: Duration, stream: Option<usize>) -> Tunnel {
+        Tunnel {
+            up: u,
+            up_gen: ups.get(u).map_or(0, |x| x.gen),
+            idle,
+            stream,
+        }
     }
 
     /// The upstream's record while it is still the connection this tunnel opened with: a
