@@ -247,15 +247,17 @@ quic = true
     def wakes(self):
         return lib.wakes(lib.proc_tree(self.proc.pid))
 
-    def quic_datagrams(self):
-        """(in, out): ringx-h3's `ringx_quic_datagrams_total`, all zones."""
+    def quic_counters(self):
+        """ringx-h3's QUIC counters, all zones: datagrams `in` and `out`
+        (`ringx_quic_datagrams_total`), packets `sent` and `lost`
+        (`ringx_quic_packets_sent_total`, `ringx_quic_packets_lost_total`)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=5) as f:
             text = f.read().decode()
-        got = {"in": 0, "out": 0}
-        for m in re.finditer(r'^ringx_quic_datagrams_total\{[^}]*direction="(in|out)"[^}]*\} (\d+)',
-                             text, re.M):
-            got[m.group(1)] += int(m.group(2))
-        return got["in"], got["out"]
+        got = {"in": 0, "out": 0, "sent": 0, "lost": 0}
+        for m in re.finditer(r'^ringx_quic_(datagrams_total\{[^}]*direction="(in|out)"|'
+                             r'packets_(sent|lost)_total\{)[^}]*\} (\d+)', text, re.M):
+            got[m.group(2) or m.group(3)] += int(m.group(4))
+        return got
 
     def stop(self):
         if self.proc.poll() is None:
@@ -307,7 +309,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
              "1m_up": (4, 1)}[wl]
     post = os.path.join(work, "www", "1m.bin") if wl == "1m_up" else None
     # The metrics are read outside the measured span (an admin request is ringx's work too).
-    dgrams = srv.quic_datagrams() if srv.admin and wl in SMALL else None
+    quic = srv.quic_counters() if srv.admin else None
     before, woke = srv.cpu(), srv.wakes()
     if srv.name == "floor-udp" and wl in SMALL:
         r = floor_chat(srv, secs, wl, h3row)
@@ -325,9 +327,13 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
                    None if srv.name == "ringx-h2-max" else rate, post)
     cpu = srv.cpu() - before
     r["wakes"] = srv.wakes() - woke
-    if dgrams:
-        after = srv.quic_datagrams()
-        r["dgrams_in"], r["dgrams_out"] = after[0] - dgrams[0], after[1] - dgrams[1]
+    if quic:
+        after = srv.quic_counters()
+        # Datagrams (what the 64-byte floor is offered), and the packets QUIC declared lost
+        # and sent again: a round whose p99 stands out with losses is the path's, not CPU's.
+        r["dgrams_in"], r["dgrams_out"] = after["in"] - quic["in"], after["out"] - quic["out"]
+        r["packets_sent"] = after["sent"] - quic["sent"]
+        r["packets_lost"] = after["lost"] - quic["lost"]
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
     if wl == "1m_up":
         # Each request that succeeded carried the whole file.
@@ -394,6 +400,8 @@ def main():
                 if r.get("dgrams_in"):
                     extra += (f", {r['dgrams_in'] / max(r['succeeded'], 1):.2f} datagrams in "
                               f"per request, {r['wakes'] / r['dgrams_in']:.2f} wake-ups each")
+                if "packets_lost" in r:
+                    extra += f", {r['packets_lost']} of {r['packets_sent']} packets lost"
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
                       f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
                       f"{r['failed']} failed)", flush=True)

@@ -1,12 +1,12 @@
 //! `/metrics` for HTTP/3 over QUIC (`crate::role::h3`): per zone, the connections open and
 //! what became of new ones (accepted, sent a Retry, refused at `quic_max_connections`), the
 //! connections closed, the requests served, the datagrams in and out and the receives and
-//! sends that carried them, the handshakes completed (full or resumed), and what became of
-//! 0-RTT (`quic_early_data`: connections that had it accepted or refused, the requests in
-//! it served or answered 425 Too Early). Per zone
-//! because
-//! a connection must stay on the zone that owns it (its connection IDs name that zone): a
-//! migrated client whose packets reached another zone would show there.
+//! sends that carried them, the packets sent and declared lost and the congestion events,
+//! the handshakes completed (full or resumed), and what became of 0-RTT
+//! (`quic_early_data`: connections that had it accepted or refused, the requests in it
+//! served or answered 425 Too Early). Per zone because a connection must stay on the zone
+//! that owns it (its connection IDs name that zone): a migrated client whose packets
+//! reached another zone would show there.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,6 +32,13 @@ pub struct QuicCounters {
     /// coalesced received ones (GRO) or cut a send into several (GSO).
     pub receives: AtomicU64,
     pub sends: AtomicU64,
+    /// QUIC packets sent, and those declared lost (their frames sent again), with their
+    /// bytes; congestion events (a loss, or ECN's congestion mark, that made a connection's
+    /// congestion controller cut its window).
+    pub packets_sent: AtomicU64,
+    pub packets_lost: AtomicU64,
+    pub lost_bytes: AtomicU64,
+    pub congestion_events: AtomicU64,
     /// Handshakes completed: all, and those that resumed a session.
     pub completed: AtomicU64,
     pub resumed: AtomicU64,
@@ -120,6 +127,31 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
         ),
         "direction",
         &[("in", col(&|q| &q.receives)), ("out", col(&|q| &q.sends))],
+    );
+    o.per_zone(
+        "ringx_quic_packets_sent_total",
+        "counter",
+        "QUIC packets sent, per zone (a datagram carries one or more).",
+        &col(&|q| &q.packets_sent),
+    );
+    o.per_zone(
+        "ringx_quic_packets_lost_total",
+        "counter",
+        "QUIC packets declared lost, per zone: their frames were sent again.",
+        &col(&|q| &q.packets_lost),
+    );
+    o.per_zone(
+        "ringx_quic_lost_bytes_total",
+        "counter",
+        "Bytes of the QUIC packets declared lost, per zone.",
+        &col(&|q| &q.lost_bytes),
+    );
+    o.per_zone(
+        "ringx_quic_congestion_events_total",
+        "counter",
+        "Congestion events of QUIC connections, per zone: a loss or an ECN congestion \
+         mark that cut a connection's congestion window.",
+        &col(&|q| &q.congestion_events),
     );
     o.per_zone_by(
         (

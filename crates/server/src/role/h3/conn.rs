@@ -82,6 +82,18 @@ pub(super) struct H3Conn {
     seen: Option<Arc<ringx_quic::HandshakeSeen>>,
     /// Whether refused early data was looked for (`note_early_refusal`).
     refusal_noted: bool,
+    /// quinn-proto's path counters as last added to the zone's (`count_path`).
+    path_seen: PathSeen,
+}
+
+/// A connection's packets sent and declared lost, the bytes lost and the congestion
+/// events (quinn-proto's `PathStats`, which only grow).
+#[derive(Clone, Copy, Default, PartialEq)]
+struct PathSeen {
+    sent: u64,
+    lost: u64,
+    lost_bytes: u64,
+    congestion: u64,
 }
 
 impl H3Conn {
@@ -128,6 +140,7 @@ impl H3Conn {
             bg: Background::default(),
             seen: None,
             refusal_noted: false,
+            path_seen: PathSeen::default(),
         }
     }
 
@@ -448,6 +461,30 @@ impl H3Conn {
             };
             send(io, q, self.listener, &t, buf);
         }
+    }
+
+    /// Adds to the zone's counters `q` what the connection sent and lost since it was last
+    /// counted: a loss is a packet quinn-proto declared lost (acknowledgements for three
+    /// later ones, or too long without one) and sent its frames again.
+    pub fn count_path(&mut self, q: &QuicCounters) {
+        let p = self.quic.stats().path;
+        let now = PathSeen {
+            sent: p.sent_packets,
+            lost: p.lost_packets,
+            lost_bytes: p.lost_bytes,
+            congestion: p.congestion_events,
+        };
+        let was = std::mem::replace(&mut self.path_seen, now);
+        if now == was {
+            return;
+        }
+        bump(&q.packets_sent, now.sent.saturating_sub(was.sent));
+        bump(&q.packets_lost, now.lost.saturating_sub(was.lost));
+        bump(&q.lost_bytes, now.lost_bytes.saturating_sub(was.lost_bytes));
+        bump(
+            &q.congestion_events,
+            now.congestion.saturating_sub(was.congestion),
+        );
     }
 
     /// When the connection's timer must fire next; None: it has none, or the one asked of

@@ -303,6 +303,7 @@ impl Quic {
         bump(&cx.ctx.log.counters.quic.requests, served);
         c.close_if_done(cx.io.now());
         c.transmit(cx.io, &cx.ctx.log.counters.quic, &mut self.buf);
+        c.count_path(&cx.ctx.log.counters.quic);
         if c.quic.is_drained() {
             c.end_streams(cx);
             let h = c.handle;
