@@ -310,7 +310,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
     post = os.path.join(work, "www", "1m.bin") if wl == "1m_up" else None
     # The metrics are read outside the measured span (an admin request is ringx's work too).
     quic = srv.quic_counters() if srv.admin else None
-    before, woke = srv.cpu(), srv.wakes()
+    before, woke, stolen = srv.cpu(), srv.wakes(), lib.steal_ms()
     if srv.name == "floor-udp" and wl in SMALL:
         r = floor_chat(srv, secs, wl, h3row)
     elif srv.name in FLOORS:
@@ -327,6 +327,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
                    None if srv.name == "ringx-h2-max" else rate, post)
     cpu = srv.cpu() - before
     r["wakes"] = srv.wakes() - woke
+    r["steal_ms"] = lib.steal_ms() - stolen
     if quic:
         after = srv.quic_counters()
         # Datagrams (what the 64-byte floor is offered), and the packets QUIC declared lost
@@ -402,6 +403,7 @@ def main():
                               f"per request, {r['wakes'] / r['dgrams_in']:.2f} wake-ups each")
                 if "packets_lost" in r:
                     extra += f", {r['packets_lost']} of {r['packets_sent']} packets lost"
+                extra += f", {r['steal_ms']:.0f} ms stolen"
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
                       f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
                       f"{r['failed']} failed)", flush=True)

@@ -226,6 +226,19 @@ def wakes(pids):
     return total
 
 
+def steal_ms(cpus=(SERVER_CPU, CLIENT_CPU)):
+    """Time the hypervisor gave `cpus` to other guests (/proc/stat's steal, ms): the
+    measured processes' on-CPU time leaves it out, but a round with much of it ran on a
+    shared, slower host (caches and memory bandwidth taken by others)."""
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for ln in open("/proc/stat"):
+        f = ln.split()
+        if f[0] in {f"cpu{c}" for c in cpus} and len(f) > 8:
+            total += int(f[8])
+    return total * tick_ms
+
+
 def cpu_ns(pids):
     """On-CPU time of every thread of `pids` (schedstat: ns, exact, includes kernel work done
     in the task's context such as io_uring task work)."""
