@@ -11,6 +11,7 @@
 use ringx_engine::ConnId;
 use ringx_h2proto::response::FieldList;
 use ringx_h2proto::ErrorCode;
+use ringx_tls::client::TlsUpConn;
 
 use super::mux::{CallEvent, Mux, Owner};
 use super::status::Code;
@@ -120,13 +121,19 @@ fn connect(cx: &mut Cx, gen: u32, upstream: usize, s: usize) -> Option<ConnId> {
     rec.state = UpState::Busy;
     let mut m = Box::new(Mux::new(limits));
     if let Some((config, name)) = tls {
-        let out = cx.io.out_buf(u)?;
-        match ringx_tls::client::TlsUpConn::new(config, name, out) {
-            Ok(t) => rec.tr = Transport::TlsUp(Box::new(TlsUpTransport::new(t))),
-            Err(e) => {
+        // The connection is listed and its record open: a TLS that cannot start fails the
+        // connection (it closes at its connect deadline), never leaves it half made.
+        match cx
+            .io
+            .out_buf(u)
+            .map(|out| TlsUpConn::new(config, name, out))
+        {
+            Some(Ok(t)) => rec.tr = Transport::TlsUp(Box::new(TlsUpTransport::new(t))),
+            Some(Err(e)) => {
                 tracing::warn!("gRPC upstream TLS could not start: {e}");
                 m.failed = true;
             }
+            None => m.failed = true,
         }
     }
     m.flush(cx.io, &mut rec.tr, u);
