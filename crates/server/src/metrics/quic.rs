@@ -32,9 +32,11 @@ pub struct QuicCounters {
     /// coalesced received ones (GRO) or cut a send into several (GSO).
     pub receives: AtomicU64,
     pub sends: AtomicU64,
-    /// QUIC packets sent, and those declared lost (their frames sent again), with their
-    /// bytes; congestion events (a loss, or ECN's congestion mark, that made a connection's
-    /// congestion controller cut its window).
+    /// QUIC packets sent (close packets left out), and those declared lost (acknowledgements
+    /// of later packets came, or too long passed: what of them must be resent is queued
+    /// again), with their bytes; congestion events (losses of ack-eliciting packets and new
+    /// ECN congestion marks reported to a connection's congestion controller, which cuts its
+    /// window at most once per recovery period).
     pub packets_sent: AtomicU64,
     pub packets_lost: AtomicU64,
     pub lost_bytes: AtomicU64,
@@ -131,13 +133,15 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
     o.per_zone(
         "ringx_quic_packets_sent_total",
         "counter",
-        "QUIC packets sent, per zone (a datagram carries one or more).",
+        "QUIC packets sent, per zone (a datagram carries one or more; close packets \
+         are left out).",
         &col(&|q| &q.packets_sent),
     );
     o.per_zone(
         "ringx_quic_packets_lost_total",
         "counter",
-        "QUIC packets declared lost, per zone: their frames were sent again.",
+        "QUIC packets declared lost, per zone (acknowledgements of later packets came, \
+         or too long passed): what of them must be resent is queued again.",
         &col(&|q| &q.packets_lost),
     );
     o.per_zone(
@@ -149,8 +153,9 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
     o.per_zone(
         "ringx_quic_congestion_events_total",
         "counter",
-        "Congestion events of QUIC connections, per zone: a loss or an ECN congestion \
-         mark that cut a connection's congestion window.",
+        "Congestion events of QUIC connections, per zone: losses of ack-eliciting \
+         packets and new ECN congestion marks reported to the congestion controller, which \
+         cuts its window at most once per recovery period.",
         &col(&|q| &q.congestion_events),
     );
     o.per_zone_by(
