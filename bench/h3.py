@@ -330,8 +330,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
     r["steal_ms"] = lib.steal_ms() - stolen
     if quic:
         after = srv.quic_counters()
-        # Datagrams (what the 64-byte floor is offered), and the packets QUIC declared lost
-        # and sent again: a round whose p99 stands out with losses is the path's, not CPU's.
+        # Datagrams (what the 64-byte floor is offered), and the packets QUIC declared lost:
+        # a round whose p99 stands out with losses is the path's, not the CPU's.
         r["dgrams_in"], r["dgrams_out"] = after["in"] - quic["in"], after["out"] - quic["out"]
         r["packets_sent"] = after["sent"] - quic["sent"]
         r["packets_lost"] = after["lost"] - quic["lost"]

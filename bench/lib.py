@@ -230,13 +230,11 @@ def steal_ms(cpus=(SERVER_CPU, CLIENT_CPU)):
     """Time the hypervisor gave `cpus` to other guests (/proc/stat's steal, ms): the
     measured processes' on-CPU time leaves it out, but a round with much of it ran on a
     shared, slower host (caches and memory bandwidth taken by others)."""
-    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
-    total = 0
-    for ln in open("/proc/stat"):
-        f = ln.split()
-        if f[0] in {f"cpu{c}" for c in cpus} and len(f) > 8:
-            total += int(f[8])
-    return total * tick_ms
+    names = {f"cpu{c}" for c in cpus}
+    with open("/proc/stat") as f:
+        # cpuN user nice system idle iowait irq softirq steal ...: in clock ticks.
+        ticks = sum(int(x[8]) for x in map(str.split, f) if x and x[0] in names and len(x) > 8)
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_ns(pids):

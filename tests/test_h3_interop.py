@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import signal
 import shutil
 import socket
 import ssl
 import subprocess
-import threading
 import time
 
 import pytest
@@ -24,6 +22,7 @@ from conftest import free_port
 from conftest import metric_total as total
 # test_h3 skips (fails in CI) without aioquic, and this module with it.
 from test_h3 import h3_client, quic_metrics, quic_server
+from udp_relay import Relay
 from upstream_server import UpstreamServer
 
 
@@ -243,47 +242,6 @@ def test_early_data_off_answers_after_the_handshake(ringx, tmp_path):
     finally:
         up.close()
         up_on.close()
-
-
-class Relay:
-    """A UDP relay between a client and the server that keeps what the client sent before
-    the server's first answer: its first flight (the Initial with the ClientHello, and the
-    0-RTT packets)."""
-
-    def __init__(self, server_port):
-        self.server = ("127.0.0.1", server_port)
-        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.front.bind(("127.0.0.1", 0))
-        self.port = self.front.getsockname()[1]
-        self.back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.back.connect(self.server)
-        self.first_flight: list[bytes] = []
-        self.answered = False
-        self.client = None
-        self.stop = False
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        while not self.stop:
-            ready, _, _ = select.select([self.front, self.back], [], [], 0.05)
-            for s in ready:
-                if s is self.front:
-                    d, self.client = self.front.recvfrom(65536)
-                    if not self.answered:
-                        self.first_flight.append(d)
-                    self.back.send(d)
-                else:
-                    d = self.back.recv(65536)
-                    self.answered = True
-                    if self.client is not None:
-                        self.front.sendto(d, self.client)
-
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.front.close()
-        self.back.close()
 
 
 def wait_for(cond, what, timeout=10.0):

@@ -10,57 +10,12 @@ Run: RINGX_BIN=target/debug/ringx python3 -m pytest -q -rs tests/test_h3_loss.py
 from __future__ import annotations
 
 import os
-import select
-import socket
-import threading
 
 from conftest import free_port
 from conftest import metric_total as total
 # test_h3 skips (fails in CI) without aioquic, and this module with it.
 from test_h3 import h3_client, quic_metrics, quic_server
-
-
-class LossyRelay:
-    """A UDP relay from a client to the server that drops every `every`-th datagram the
-    server sends once it has sent `after` (past the handshake, so it is the download's data
-    that goes missing). What it drops never arrives, whatever the load: each is a loss the
-    server must detect and repair."""
-
-    def __init__(self, server_port, every=10, after=20):
-        self.every, self.after = every, after
-        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.front.bind(("127.0.0.1", 0))
-        self.port = self.front.getsockname()[1]
-        self.back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.back.connect(("127.0.0.1", server_port))
-        self.client = None
-        self.from_server = 0
-        self.dropped = 0
-        self.stop = False
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        while not self.stop:
-            ready, _, _ = select.select([self.front, self.back], [], [], 0.05)
-            for s in ready:
-                if s is self.front:
-                    d, self.client = self.front.recvfrom(65536)
-                    self.back.send(d)
-                    continue
-                d = self.back.recv(65536)
-                self.from_server += 1
-                n = self.from_server
-                if n > self.after and n % self.every == 0:
-                    self.dropped += 1
-                elif self.client is not None:
-                    self.front.sendto(d, self.client)
-
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.front.close()
-        self.back.close()
+from udp_relay import Relay
 
 
 def test_lost_packets_are_sent_again_and_counted(ringx, tmp_path):
@@ -72,7 +27,9 @@ def test_lost_packets_are_sent_again_and_counted(ringx, tmp_path):
     p, ca, cfg = quic_server(tmp_path, f'  root = "{www}"\n',
                              top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
     ringx.make(cfg)
-    relay = LossyRelay(p)
+    # Every tenth datagram ringx sends past its first twenty (the handshake's), so it is
+    # the downloads' data that goes missing: each a loss ringx must detect and repair.
+    relay = Relay(p, drop=lambda n: n > 20 and n % 10 == 0)
     try:
         s = h3_client.session(relay.port, ["/big.bin", "/big.bin"], cafile=ca, timeout=60)
     finally:

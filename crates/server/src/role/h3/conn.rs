@@ -465,7 +465,8 @@ impl H3Conn {
 
     /// Adds to the zone's counters `q` what the connection sent and lost since it was last
     /// counted: a loss is a packet quinn-proto declared lost (acknowledgements for three
-    /// later ones, or too long without one) and sent its frames again.
+    /// later ones, or too long without one), whose frames that must be resent it queued
+    /// again.
     pub fn count_path(&mut self, q: &QuicCounters) {
         let p = self.quic.stats().path;
         let now = PathSeen {
