@@ -7,9 +7,9 @@ with GOMAXPROCS=1), the load client to CPU 1, peers alternated A B C D ... for `
 rounds; the figure that matters is the server's own CPU (every thread, schedstat) per
 request. Ratios are to Caddy and to ringx's h2 measured in the same run.
 
-The QUIC client (quic-go, one core) cannot load ringx to saturation, where h2load can: a
-server at a tenth of its capacity batches less and pays its wake-ups over fewer requests.
-So ringx's h2 and HTTPS are offered the rate ringx-h3 reached in the same round (h2load
+The QUIC client (quic-go, one core; its GETs on raw streams, bench/h3load/raw.go) cannot load
+ringx to saturation, where h2load can: a server below its capacity batches less and pays its
+wake-ups over fewer requests. So ringx's h2 and HTTPS are offered the rate ringx-h3 reached in the same round (h2load
 --rps), and their CPU per request compares like with like; `ringx-h2-max` is h2 unlimited,
 for reference. `ringx-h3-nogso` and `ringx-h3-nogro` are ringx-h3 with `[runtime]
 quic_gso = false` and `quic_gro = false`: their ratio to ringx-h3 is what each offload
@@ -77,9 +77,10 @@ OFFLOAD_OFF = {"ringx-h3-nogso": "quic_gso = false", "ringx-h3-nogro": "quic_gro
 FLOORS = ("floor-udp", "floor-tcp")
 FLOOR_SEG, FLOOR_SEGS, FLOOR_WINDOW, FLOOR_ACK_EVERY = 1452, 44, 1 << 20, 26
 # The 64-byte workloads' floor: UDP payload bytes of a datagram to and from ringx-h3 (the
-# median as quic-go sent and ringx-h3 answered, read off loopback on 2026-12-03: requests and
-# acknowledgements in, responses out), and the connections quic-go used.
-SMALL = {"64_10x100": (118, 265, 10), "64_100x1": (89, 149, 100)}
+# mean as bench/h3load's raw streams sent and ringx-h3 answered, read off loopback on
+# 2026-12-03: requests and acknowledgements in, responses out; at 10 x 100 most answers
+# carry one response, 147 bytes, some several), and the connections h3load used.
+SMALL = {"64_10x100": (90, 398, 10), "64_100x1": (88, 145, 100)}
 SEAL_SMALL = "seal-small"
 # What sealing costs alone on CPU 0 (`openssl speed -aead`, AES-128-GCM as quic-go and h2load
 # negotiate): per QUIC packet (1,452 bytes) and per TLS record (16 KB). OpenSSL, not ringx's

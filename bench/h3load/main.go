@@ -49,6 +49,8 @@ var post = flag.String("post", "", "POST this file's bytes to each URL instead o
 // its certificate by name may then have none to offer).
 var sni = flag.String("sni", "", "the TLS server name to send")
 
+var nethttp = flag.Bool("nethttp", false, "GETs through quic-go's http.Client, not the lean loop (raw.go)")
+
 func transport() *http3.Transport {
 	var roots *x509.CertPool
 	if *ca != "" {
@@ -105,8 +107,8 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	get := func(c *http.Client) {
-		t0 := time.Now()
+	// viaHTTP: one request through quic-go's http.Client; the body's length.
+	viaHTTP := func(c *http.Client) (int64, error) {
 		var resp *http.Response
 		var err error
 		if upload != nil {
@@ -122,6 +124,12 @@ func main() {
 				err = fmt.Errorf("status %d", resp.StatusCode)
 			}
 		}
+		return n, err
+	}
+	// get makes one request with `do`, which may keep the response in `buf`.
+	get := func(do func(buf *[]byte) (int64, error), buf *[]byte) {
+		t0 := time.Now()
+		n, err := do(buf)
 		if !counting.Load() {
 			return
 		}
@@ -139,25 +147,42 @@ func main() {
 		lat = append(lat, d)
 		mu.Unlock()
 	}
+	// GETs on kept connections take the lean path (raw.go) unless -nethttp; uploads and a
+	// connection per request go through quic-go's http.Client.
+	raw := upload == nil && !*fresh && !*nethttp
 	for i := 0; i < *conns; i++ {
-		tr := transport()
-		shared := &http.Client{Transport: tr}
+		var do func(buf *[]byte) (int64, error)
+		if raw {
+			c, err := dialRaw(*url)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "h3load:", err)
+				os.Exit(1)
+			}
+			defer c.conn.CloseWithError(0, "")
+			do = c.get
+		} else {
+			tr := transport()
+			shared := &http.Client{Transport: tr}
+			defer tr.Close()
+			do = func(*[]byte) (int64, error) {
+				if !*fresh {
+					return viaHTTP(shared)
+				}
+				t := transport()
+				defer t.Close()
+				return viaHTTP(&http.Client{Transport: t})
+			}
+		}
 		for j := 0; j < *streams; j++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				buf := make([]byte, 0, 4096)
 				for !stop.Load() {
-					if *fresh {
-						t := transport()
-						get(&http.Client{Transport: t})
-						t.Close()
-					} else {
-						get(shared)
-					}
+					get(do, &buf)
 				}
 			}()
 		}
-		defer tr.Close()
 	}
 	time.Sleep(*warm)
 	counting.Store(true)
