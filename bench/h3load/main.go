@@ -44,7 +44,7 @@ type result struct {
 	FirstErr  string  `json:"first_error,omitempty"`
 }
 
-var ca = flag.String("ca", "", "with -get: verify the server against this CA (PEM)")
+var ca = flag.String("ca", "", "verify the server against this CA (PEM)")
 
 var post = flag.String("post", "", "POST this file's bytes to each URL instead of a GET")
 
@@ -58,7 +58,8 @@ var marks = flag.Bool("marks", false, "print `counting` and `counted` lines when
 
 var nethttp = flag.Bool("nethttp", false, "GETs through quic-go's http.Client, not the lean loop (raw.go)")
 
-func transport() *http3.Transport {
+// tlsConfig: the server verified against -ca if given, else not at all.
+func tlsConfig() *tls.Config {
 	var roots *x509.CertPool
 	if *ca != "" {
 		pem, err := os.ReadFile(*ca)
@@ -69,14 +70,18 @@ func transport() *http3.Transport {
 		roots = x509.NewCertPool()
 		roots.AppendCertsFromPEM(pem)
 	}
+	return &tls.Config{
+		InsecureSkipVerify: roots == nil,
+		RootCAs:            roots,
+		NextProtos:         []string{"h3"},
+		ServerName:         *sni,
+	}
+}
+
+func transport() *http3.Transport {
 	return &http3.Transport{
-		TLSClientConfig: &tls.Config{
-			InsecureSkipVerify: roots == nil,
-			RootCAs:            roots,
-			NextProtos:         []string{"h3"},
-			ServerName:         *sni,
-		},
-		QUICConfig: &quic.Config{MaxIdleTimeout: 30 * time.Second},
+		TLSClientConfig: tlsConfig(),
+		QUICConfig:      &quic.Config{MaxIdleTimeout: 30 * time.Second},
 	}
 }
 

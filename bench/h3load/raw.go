@@ -10,7 +10,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -44,10 +43,9 @@ func dialRaw(target string) (*rawConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tlsConf := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h3"}, ServerName: *sni}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := quic.DialAddr(ctx, u.Host, tlsConf, &quic.Config{MaxIdleTimeout: 30 * time.Second})
+	conn, err := quic.DialAddr(ctx, u.Host, tlsConfig(), &quic.Config{MaxIdleTimeout: 30 * time.Second})
 	if err != nil {
 		return nil, err
 	}
