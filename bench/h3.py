@@ -9,8 +9,8 @@ request. Ratios are to Caddy and to ringx's h2 measured in the same run.
 
 The QUIC client (quic-go, one core; its GETs on raw streams, bench/h3load/raw.go) cannot load
 ringx to saturation, where h2load can: a server below its capacity batches less and pays its
-wake-ups over fewer requests. So ringx's h2 and HTTPS are offered the rate ringx-h3 reached in the same round (h2load
---rps), and their CPU per request compares like with like; `ringx-h2-max` is h2 unlimited,
+wake-ups over fewer requests. So ringx's h2 and HTTPS are offered the rate ringx-h3 reached
+in the same round (h2load --rps), and their CPU per request compares like with like; `ringx-h2-max` is h2 unlimited,
 for reference. `ringx-h3-nogso` and `ringx-h3-nogro` are ringx-h3 with `[runtime]
 quic_gso = false` and `quic_gro = false`: their ratio to ringx-h3 is what each offload
 saves (the client, quic-go, sends with GSO itself, so GRO has batches to coalesce).

@@ -78,11 +78,13 @@ func tlsConfig() *tls.Config {
 	}
 }
 
+// quicConfig: what every connection of either path is dialled with.
+func quicConfig() *quic.Config {
+	return &quic.Config{MaxIdleTimeout: 30 * time.Second}
+}
+
 func transport() *http3.Transport {
-	return &http3.Transport{
-		TLSClientConfig: tlsConfig(),
-		QUICConfig:      &quic.Config{MaxIdleTimeout: 30 * time.Second},
-	}
+	return &http3.Transport{TLSClientConfig: tlsConfig(), QUICConfig: quicConfig()}
 }
 
 func main() {
