@@ -26,8 +26,14 @@ pub fn encode_section<'a>(
     }
 }
 
-/// Appends one field line.
+/// Appends one field line (copied when this thread encoded the same field last:
+/// `lines.rs`).
 pub fn encode_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    super::lines::append(out, name, value, encode_line)
+}
+
+/// Appends one field line, encoded here and now.
+pub(super) fn encode_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     match static_table::find(name, value) {
         Some((i, true)) => prim::write_int(out, 6, 0xc0, i as u64),
         Some((i, false)) => {
@@ -109,6 +115,23 @@ mod tests {
             out,
             [0x00, 0x00, 0x5f, 0x09, 0x82, 0x10, 0x03, 0x23, b'x', b'-', b'a', 0x01, b'b']
         );
+    }
+
+    proptest::proptest! {
+        /// A line copied from the thread's cache (`lines.rs`) is the one encoding makes,
+        /// whichever fields came before.
+        #[test]
+        fn cached_lines_are_the_encoded_ones(
+            fields in proptest::collection::vec(
+                ("(:status|server|date|content-type|x-[a-c]{1,3})", "[0-9a-z /]{0,8}"), 1..80)
+        ) {
+            for (n, v) in fields.iter().chain(fields.iter()) {
+                let (mut cached, mut fresh) = (Vec::new(), Vec::new());
+                encode_field(&mut cached, n.as_bytes(), v.as_bytes());
+                encode_line(&mut fresh, n.as_bytes(), v.as_bytes());
+                proptest::prop_assert_eq!(cached, fresh);
+            }
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod decode;
 pub mod encode;
 pub mod instructions;
+mod lines;
 pub mod prim;
 pub mod static_table;
 pub mod table;
