@@ -24,15 +24,25 @@ ringx-h2 against the TCP floor: how far each protocol stack is from what its tra
 allows, beside how far h3 is from h2.
 
 The 64-byte workloads get a floor too: `floor-udp` receives the datagrams ringx-h3 received in
-the same round (their number from its `ringx_quic_datagrams_total`, their size as quic-go sent
-them), at its rate, in bursts of what ringx-h3 took per wake-up (its voluntary context
-switches), and answers as many as ringx-h3 sent, one datagram each: the kernel's per-datagram
+the same round (their number from its `ringx_quic_datagrams_total`, their mean size from
+`ringx_quic_bytes_total`), at its rate, in bursts of what ringx-h3 took per wake-up (its voluntary context
+switches), and answers as many as ringx-h3 sent, one datagram each (the mean size it sent): the kernel's per-datagram
 work and the wake-ups, with no protocol work. `seal-small` is AES-128-GCM alone on those
 datagrams (each in and out once). Both are per request, as ringx-h3's requests were per
 datagram.
 
 Load clients: bench/h3load (quic-go; Debian's h2load is built without HTTP/3), built here
 with Go; h2load for h2 and, with --h1, HTTPS.
+
+Two shapes of the QUIC client's 64-byte GETs. By default (`stream`) each of a connection's
+m requests is its own goroutine: it opens a stream, writes the request and waits for the
+answer, so quic-go mostly sends each request as it comes, a datagram of its own. h2load
+does otherwise: on each connection it writes, in one write, the requests of every response
+that completed since it last wrote. `--batch` (h3load -batch) gives the QUIC peers
+h2load's shape: one writer per connection sends those requests back to back, and they
+share packets as h2load's share a TLS record. "h3 against h2" under `--batch` is the same
+client behaviour on both sides; the default shape is the one where QUIC pays a datagram
+per request. The result's `h3_client` says which ran.
 
 Workloads:
   64_10x100   64 B `return`, 10 connections x 100 concurrent streams (HTTPS: 100 conns x 1)
@@ -45,8 +55,8 @@ Workloads:
               only: Caddy's `respond` answers without reading the body (quic-go then stops
               the upload), so its CPU per KB would count bytes it never received
 
-Usage: bench/h3.py [--quick] [--rounds N] [--duration S] [--only WL,...]
-Writes bench/results/h3-<date>.json.
+Usage: bench/h3.py [--quick] [--batch] [--rounds N] [--duration S] [--only WL,...]
+Writes bench/results/h3-<date>[-quick][-batch][-WL...].json.
 """
 import argparse
 import datetime
@@ -77,11 +87,10 @@ OFFLOAD_OFF = {"ringx-h3-nogso": "quic_gso = false", "ringx-h3-nogro": "quic_gro
 # 741 out and 29 in per MB, 2026-12-03) and over TCP; offered ringx-h3's rate.
 FLOORS = ("floor-udp", "floor-tcp")
 FLOOR_SEG, FLOOR_SEGS, FLOOR_WINDOW, FLOOR_ACK_EVERY = 1452, 44, 1 << 20, 26
-# The 64-byte workloads' floor: UDP payload bytes of a datagram to and from ringx-h3 (the
-# mean as bench/h3load's raw streams sent and ringx-h3 answered, read off loopback on
-# 2026-12-03: requests and acknowledgements in, responses out; at 10 x 100 most answers
-# carry one response, 147 bytes, some several), and the connections h3load used.
-SMALL = {"64_10x100": (90, 398, 10), "64_100x1": (88, 145, 100)}
+# The 64-byte workloads' floor is offered datagrams of the mean size ringx-h3 received and
+# sent in the same round (`ringx_quic_bytes_total` over `ringx_quic_datagrams_total`:
+# requests and acknowledgements in, responses out), on the connections h3load used.
+SMALL = {"64_10x100": 10, "64_100x1": 100}
 SEAL_SMALL = "seal-small"
 # What sealing costs alone on CPU 0 (`openssl speed -aead`, AES-128-GCM as quic-go and h2load
 # negotiate): per QUIC packet (1,452 bytes) and per TLS record (16 KB). OpenSSL, not ringx's
@@ -133,12 +142,18 @@ def floor_fetch(srv, secs, size, rate):
             "lat_p50_ms": None, "lat_p99_ms": None}
 
 
+def small_sizes(h3):
+    """The mean UDP payload of a datagram ringx-h3 received and sent in its row `h3`."""
+    return tuple(max(3, min(1500, round(h3[f"dgram_bytes_{d}"] / max(h3[f"dgrams_{d}"], 1))))
+                 for d in ("in", "out"))
+
+
 def floor_chat(srv, secs, wl, h3):
     """The small-request floor's client on CPU 1: what ringx-h3 received in this round's `wl`
     (`h3`, its row) offered again. Its figures are requests as ringx-h3 counted them per
     datagram received."""
     din, dout, wakes = h3["dgrams_in"], h3["dgrams_out"], h3["wakes"]
-    in_size, out_size, conns = SMALL[wl]
+    (in_size, out_size), conns = small_sizes(h3), SMALL[wl]
     burst = max(1, min(64, round(din / max(wakes, 1))))
     permille = min(1000, round(1000 * dout / max(din, 1)))
     cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "chat", str(srv.port),
@@ -151,13 +166,14 @@ def floor_chat(srv, secs, wl, h3):
     sent = int(m.group(1))
     n = round(sent * h3["succeeded"] / max(din, 1))
     return {"requests": n, "succeeded": n, "failed": 0, "bytes": None, "lat_p50_ms": None,
-            "lat_p99_ms": None, "dgrams_in": sent, "answers": int(m.group(2)), "burst": burst}
+            "lat_p99_ms": None, "dgrams_in": sent, "answers": int(m.group(2)), "burst": burst,
+            "in_size": in_size, "out_size": out_size}
 
 
-def seal_small(wl, h3):
+def seal_small(h3):
     """µs per request that AES-128-GCM takes, alone, over the datagrams of ringx-h3's row
     `h3` (each sealed once and opened once: the same work either way)."""
-    in_size, out_size, _ = SMALL[wl]
+    in_size, out_size = small_sizes(h3)
     per = {size: seal_cost(size) for size in (in_size, out_size)}
     if None in per.values():
         return None
@@ -251,14 +267,17 @@ quic = true
 
     def quic_counters(self):
         """ringx-h3's QUIC counters, all zones: datagrams `in` and `out`
-        (`ringx_quic_datagrams_total`), packets `sent` and `lost`
+        (`ringx_quic_datagrams_total`), their bytes `bytes_in` and `bytes_out`
+        (`ringx_quic_bytes_total`), packets `sent` and `lost`
         (`ringx_quic_packets_sent_total`, `ringx_quic_packets_lost_total`)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=5) as f:
             text = f.read().decode()
-        got = {"in": 0, "out": 0, "sent": 0, "lost": 0}
+        got = {"in": 0, "out": 0, "sent": 0, "lost": 0, "bytes_in": 0, "bytes_out": 0}
         for m in re.finditer(r'^ringx_quic_(datagrams_total\{[^}]*direction="(in|out)"|'
+                             r'bytes_total\{[^}]*direction="(in|out)"|'
                              r'packets_(sent|lost)_total\{)[^}]*\} (\d+)', text, re.M):
-            got[m.group(2) or m.group(3)] += int(m.group(4))
+            key = m.group(2) or (m.group(3) and "bytes_" + m.group(3)) or m.group(4)
+            got[key] += int(m.group(5))
         return got
 
     def stop(self):
@@ -270,12 +289,13 @@ quic = true
                 self.proc.kill()
 
 
-def h3load(binary, url, conns, streams, secs, new=False, post=None, span=None):
+def h3load(binary, url, conns, streams, secs, new=False, post=None, span=None, batch=False):
     """h3load's figures; `span(mark)` is called with "counting" and "counted" as its measured
-    span starts and ends (its connections are made before), to sample the server there."""
+    span starts and ends (its connections are made before), to sample the server there;
+    `batch`: GETs in h2load's shape (h3load -batch)."""
     cmd = ["taskset", "-c", lib.CLIENT_CPU, binary, "-url", url, "-sni", SNI,
            "-c", str(conns), "-m", str(streams), "-d", f"{secs}s", "-warmup", "0s",
-           *(["-marks"] if span else [])]
+           *(["-marks"] if span else []), *(["-batch"] if batch else [])]
     if new:
         cmd.append("-new")
     if post:
@@ -322,7 +342,7 @@ def h2load(url, conns, streams, secs, log, h1=False, rate=None, post=None):
             "lat_p50_ms": pct(0.5), "lat_p99_ms": pct(0.99)}
 
 
-def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
+def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     path = "/w/1m.bin" if wl == "1m" else "/r64"
     url = f"https://127.0.0.1:{srv.port}{path}"
     shape = {"64_10x100": (10, 100), "64_100x1": (100, 1), "64_new": (8, 1), "1m": (4, 1),
@@ -343,7 +363,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
 
         def span(mark):
             marks[mark] = (srv.cpu(), srv.wakes(), lib.steal_ms())
-        r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post, span=span)
+        r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post, span=span,
+                   batch=batch and wl in SMALL)
         if len(marks) == 2:
             (before, woke, stolen), end = marks["counting"], marks["counted"]
     else:
@@ -363,6 +384,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None):
         # Datagrams (what the 64-byte floor is offered), and the packets QUIC declared lost:
         # a round whose p99 stands out with losses is the path's, not the CPU's.
         r["dgrams_in"], r["dgrams_out"] = after["in"] - quic["in"], after["out"] - quic["out"]
+        r["dgram_bytes_in"] = after["bytes_in"] - quic["bytes_in"]
+        r["dgram_bytes_out"] = after["bytes_out"] - quic["bytes_out"]
         r["packets_sent"] = after["sent"] - quic["sent"]
         r["packets_lost"] = after["lost"] - quic["lost"]
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
@@ -382,6 +405,8 @@ def main():
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int)
     ap.add_argument("--only", help="comma-separated workloads (all by default)")
+    ap.add_argument("--batch", action="store_true",
+                    help="the QUIC peers' 64 B GETs in h2load's shape (h3load -batch)")
     args = ap.parse_args()
     workloads = WORKLOADS
     if args.only:
@@ -420,7 +445,7 @@ def main():
                     continue
                 srv = Server(peer, work, (c, k)).start()
                 try:
-                    r = measure(srv, wl, secs, work, h3bin, h3_rate, h3row)
+                    r = measure(srv, wl, secs, work, h3bin, h3_rate, h3row, args.batch)
                 finally:
                     srv.stop()
                 r.update(peer=peer, workload=wl, round=rnd)
@@ -443,13 +468,14 @@ def main():
                     rows.append({"peer": name, "workload": wl, "round": rnd, "cpu_ns_per_kb": ns})
                     print(f"bench/h3 round {rnd} {wl} {name}: {ns or 0:.0f} ns/KB", flush=True)
             if wl in SMALL and h3row:
-                us = seal_small(wl, h3row)
+                us = seal_small(h3row)
                 rows.append({"peer": SEAL_SMALL, "workload": wl, "round": rnd, "cpu_us_per_req": us})
                 print(f"bench/h3 round {rnd} {wl} {SEAL_SMALL}: {us or 0:.2f} µs/req", flush=True)
     summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL],
                             bases=("caddy", "ringx-h2", "ringx-h3", *FLOORS))
     caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
+              "h3_client": "batch" if args.batch else "stream",
               "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
               "machine": lib.machine(),
               "versions": {**lib.versions(), "caddy": caddy_v,
@@ -459,6 +485,7 @@ def main():
               "host_speed_after": lib.host_speed(3), "workloads": workloads, "rows": rows,
               "summary": summary}
     name = f"h3-{result['date']}" + ("-quick" if args.quick else "") + \
+        ("-batch" if args.batch else "") + \
         ("-" + "-".join(workloads) if args.only else "")
     os.makedirs(lib.RESULTS, exist_ok=True)
     with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:

@@ -260,6 +260,10 @@ def test_retry_always_and_the_counters(ringx, tmp_path):
     assert total(m, "ringx_quic_handshakes_total", result="accepted") == 1
     assert total(m, "ringx_http3_requests_total") == 2
     assert total(m, "ringx_quic_datagrams_total", direction="in") >= 3
+    # The client's two first Initials (before and after the Retry) are padded to 1,200
+    # bytes (RFC 9000 §14.1), and so is the server's Initial that answers the second.
+    assert total(m, "ringx_quic_bytes_total", direction="in") >= 2400, m
+    assert total(m, "ringx_quic_bytes_total", direction="out") >= 1200, m
 
 
 def test_migrated_connections_stay_on_their_zone(ringx, tmp_path):

@@ -94,6 +94,7 @@ func main() {
 	dur := flag.Duration("d", 5*time.Second, "how long to measure")
 	warm := flag.Duration("warmup", time.Second, "load before measuring, not counted")
 	fresh := flag.Bool("new", false, "a new connection for every request")
+	batch := flag.Bool("batch", false, "GETs in h2load's shape: each connection's requests sent together as responses complete (raw.go)")
 	get1 := flag.Bool("get", false, "fetch the URLs given as arguments once (see above)")
 	out := flag.String("out", ".", "with -get: where the bodies go")
 	flag.Parse()
@@ -140,10 +141,8 @@ func main() {
 		}
 		return n, err
 	}
-	// get makes one request with `do`, which may keep the response in `buf`.
-	get := func(do func(buf *[]byte) (int64, error), buf *[]byte) {
-		t0 := time.Now()
-		n, err := do(buf)
+	// record counts a request started at t0 that got n body bytes or err.
+	record := func(t0 time.Time, n int64, err error) {
 		if !counting.Load() {
 			return
 		}
@@ -161,6 +160,12 @@ func main() {
 		lat = append(lat, d)
 		mu.Unlock()
 	}
+	// get makes one request with `do`, which may keep the response in `buf`.
+	get := func(do func(buf *[]byte) (int64, error), buf *[]byte) {
+		t0 := time.Now()
+		n, err := do(buf)
+		record(t0, n, err)
+	}
 	// GETs on kept connections take the lean path (raw.go) unless -nethttp; uploads and a
 	// connection per request go through quic-go's http.Client.
 	raw := upload == nil && !*fresh && !*nethttp
@@ -173,6 +178,14 @@ func main() {
 				os.Exit(1)
 			}
 			defer c.conn.CloseWithError(0, "")
+			if *batch {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c.batched(*streams, &stop, record)
+				}()
+				continue
+			}
 			do = c.get
 		} else {
 			tr := transport()

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/qpack"
@@ -81,16 +83,30 @@ func dialRaw(target string) (*rawConn, error) {
 
 // get makes one request and returns the response body's length.
 func (c *rawConn) get(buf *[]byte) (int64, error) {
-	s, err := c.conn.OpenStreamSync(context.Background())
+	s, err := c.send()
 	if err != nil {
 		return 0, err
 	}
+	return readResponse(s, buf)
+}
+
+// send opens a stream and writes the request on it, ending the stream's sending side.
+func (c *rawConn) send() (*quic.Stream, error) {
+	s, err := c.conn.OpenStreamSync(context.Background())
+	if err != nil {
+		return nil, err
+	}
 	if _, err := s.Write(c.req); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := s.Close(); err != nil {
-		return 0, err
+		return nil, err
 	}
+	return s, nil
+}
+
+// readResponse reads stream s to its end into buf and checks the response in it.
+func readResponse(s *quic.Stream, buf *[]byte) (int64, error) {
 	b := (*buf)[:0]
 	for {
 		if len(b) == cap(b) {
@@ -107,6 +123,58 @@ func (c *rawConn) get(buf *[]byte) (int64, error) {
 	}
 	*buf = b
 	return parseResponse(b)
+}
+
+// batched keeps m requests in flight on c in h2load's shape until stop: one writer sends,
+// back to back, the requests of every response completed since it last ran, so that they
+// share packets as h2load's share a write; m readers read the responses. record is given
+// each request's start, body length and error.
+func (c *rawConn) batched(m int, stop *atomic.Bool, record func(time.Time, int64, error)) {
+	type sent struct {
+		s  *quic.Stream
+		t0 time.Time
+	}
+	done := make(chan struct{}, m)
+	inflight := make(chan sent, m)
+	var readers sync.WaitGroup
+	for j := 0; j < m; j++ {
+		done <- struct{}{}
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			buf := make([]byte, 0, 4096)
+			for r := range inflight {
+				n, err := readResponse(r.s, &buf)
+				record(r.t0, n, err)
+				done <- struct{}{}
+			}
+		}()
+	}
+	for !stop.Load() {
+		<-done
+		k := 1
+	drain:
+		for {
+			select {
+			case <-done:
+				k++
+			default:
+				break drain
+			}
+		}
+		for ; k > 0; k-- {
+			t0 := time.Now()
+			s, err := c.send()
+			if err != nil {
+				record(t0, 0, err)
+				done <- struct{}{}
+				continue
+			}
+			inflight <- sent{s, t0}
+		}
+	}
+	close(inflight)
+	readers.Wait()
 }
 
 // parseResponse checks a response stream's frames: one HEADERS with :status 200 first,

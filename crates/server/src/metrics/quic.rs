@@ -28,6 +28,9 @@ pub struct QuicCounters {
     /// Datagrams received on the zone's QUIC sockets, and sent.
     pub datagrams_in: AtomicU64,
     pub datagrams_out: AtomicU64,
+    /// Their UDP payload bytes, received and sent.
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
     /// Receives and sends that carried them: fewer than the datagrams where the kernel
     /// coalesced received ones (GRO) or cut a send into several (GSO).
     pub receives: AtomicU64,
@@ -118,6 +121,18 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
         &[
             ("in", col(&|q| &q.datagrams_in)),
             ("out", col(&|q| &q.datagrams_out)),
+        ],
+    );
+    o.per_zone_by(
+        (
+            "ringx_quic_bytes_total",
+            "counter",
+            "UDP payload bytes of the QUIC datagrams received and sent, per zone.",
+        ),
+        "direction",
+        &[
+            ("in", col(&|q| &q.bytes_in)),
+            ("out", col(&|q| &q.bytes_out)),
         ],
     );
     o.per_zone_by(

@@ -516,8 +516,10 @@ pub(super) fn send(io: &mut Io, q: &QuicCounters, l: ListenerId, t: &Transmit, b
         ..SendTo::one(t.destination, t.src_ip)
     };
     if let (Ok(segment), true) = (u16::try_from(seg), count > 1 && io.gso_works()) {
+        let bytes = buf.len() as u64;
         if io.send_buf(l, SendTo { segment, ..one }, buf) {
             bump(&q.datagrams_out, count);
+            bump(&q.bytes_out, bytes);
             bump(&q.sends, 1);
         }
         return;
@@ -525,6 +527,7 @@ pub(super) fn send(io: &mut Io, q: &QuicCounters, l: ListenerId, t: &Transmit, b
     for d in buf.chunks(seg) {
         if io.send_with(l, one, d) {
             bump(&q.datagrams_out, 1);
+            bump(&q.bytes_out, d.len() as u64);
             bump(&q.sends, 1);
         }
     }

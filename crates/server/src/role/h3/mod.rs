@@ -144,6 +144,7 @@ impl Quic {
     pub fn datagram(&mut self, cx: &mut Cx, listener: ListenerId, tcp: u32, dg: Datagram<'_>) {
         if dg.truncated {
             // Larger than the zone's datagram buffers: not a QUIC packet of ours.
+            bump(&cx.ctx.log.counters.quic.bytes_in, dg.data.len() as u64);
             return bump(&cx.ctx.log.counters.quic.datagrams_in, 1);
         }
         let now = cx.io.now();
@@ -160,6 +161,7 @@ impl Quic {
         while !data.is_empty() {
             let one = data.split_to(stride.min(data.len()));
             bump(&cx.ctx.log.counters.quic.datagrams_in, 1);
+            bump(&cx.ctx.log.counters.quic.bytes_in, one.len() as u64);
             self.packet(cx, (listener, tcp), (dg.peer, dg.local, ecn), one, now);
         }
     }
