@@ -25,9 +25,9 @@ allows, beside how far h3 is from h2.
 
 The 64-byte workloads get a floor too: `floor-udp` receives the datagrams ringx-h3 received in
 the same round (their number from its `ringx_quic_datagrams_total`, their mean size from
-`ringx_quic_bytes_total`), at its rate, in bursts of what ringx-h3 took per wake-up (its voluntary context
-switches), and answers as many as ringx-h3 sent, one datagram each (the mean size it sent): the kernel's per-datagram
-work and the wake-ups, with no protocol work. `seal-small` is AES-128-GCM alone on those
+`ringx_quic_bytes_total`), at its rate, in bursts of what ringx-h3 took per wake-up (its
+voluntary context switches), and answers as many as ringx-h3 sent, one datagram each (of the
+mean size it sent): the kernel's per-datagram work and the wake-ups, with no protocol work. `seal-small` is AES-128-GCM alone on those
 datagrams (each in and out once). Both are per request, as ringx-h3's requests were per
 datagram.
 

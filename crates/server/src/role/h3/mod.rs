@@ -142,26 +142,27 @@ impl Quic {
     /// ([`Quic::batch_end`]), once for every datagram the batch brought it: one round of
     /// acknowledgements and responses instead of one per datagram.
     pub fn datagram(&mut self, cx: &mut Cx, listener: ListenerId, tcp: u32, dg: Datagram<'_>) {
+        let q = &cx.ctx.log.counters.quic;
+        bump(&q.bytes_in, dg.data.len() as u64);
         if dg.truncated {
             // Larger than the zone's datagram buffers: not a QUIC packet of ours.
-            bump(&cx.ctx.log.counters.quic.bytes_in, dg.data.len() as u64);
-            return bump(&cx.ctx.log.counters.quic.datagrams_in, 1);
+            return bump(&q.datagrams_in, 1);
         }
+        let stride = match dg.segment {
+            0 => dg.data.len(),
+            s => usize::from(s),
+        }
+        .max(1);
+        // Counted once for the whole coalesced run, not per datagram split off it.
+        bump(&q.receives, 1);
+        bump(&q.datagrams_in, dg.data.len().div_ceil(stride) as u64);
         let now = cx.io.now();
         cx.ctx.refresh_date(now);
         let ecn = EcnCodepoint::from_bits(dg.ecn);
         // One allocation for the whole coalesced run: each datagram is split off it.
-        bump(&cx.ctx.log.counters.quic.receives, 1);
         let mut data = BytesMut::from(dg.data);
-        let stride = match dg.segment {
-            0 => data.len(),
-            s => usize::from(s),
-        }
-        .max(1);
         while !data.is_empty() {
             let one = data.split_to(stride.min(data.len()));
-            bump(&cx.ctx.log.counters.quic.datagrams_in, 1);
-            bump(&cx.ctx.log.counters.quic.bytes_in, one.len() as u64);
             self.packet(cx, (listener, tcp), (dg.peer, dg.local, ecn), one, now);
         }
     }
