@@ -60,6 +60,9 @@ impl TimerDue {
     pub(crate) fn tick<H: Handler>(&mut self, io: &mut Io, handler: &mut H) {
         let now = io.now;
         if self.next.is_some_and(|t| t <= now) {
+            // Until `on_timer` returns, the next turn is not planned: every `timer_at`
+            // request made meanwhile counts.
+            io.timer_next = None;
             self.next = handler.on_timer(io).map(|d| now + d);
         }
         self.merge(io);
@@ -71,6 +74,7 @@ impl TimerDue {
         if let Some(t) = io.timer_at.take() {
             self.next = Some(self.next.map_or(t, |n| n.min(t)));
         }
+        io.timer_next = self.next;
     }
 
     /// When `on_timer` is due next.

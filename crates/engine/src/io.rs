@@ -357,6 +357,9 @@ pub struct Io {
     pub(crate) stop_listening: bool,
     /// The earliest time the handler asked to get `on_timer` at.
     pub(crate) timer_at: Option<Instant>,
+    /// When the zone's loop calls `on_timer` next, as the loop last planned it
+    /// (`driver::TimerDue`): `timer_at` requests since are not in it.
+    pub(crate) timer_next: Option<Instant>,
     pub(crate) slots: Slots,
     /// Listeners registered so far (the next [`ListenerId`]).
     pub(crate) listener_count: u32,
@@ -394,6 +397,7 @@ impl Io {
             exit: false,
             stop_listening: false,
             timer_at: None,
+            timer_next: None,
             slots: Slots::Fd,
             listener_count: 0,
             new_listeners: Vec::new(),
@@ -722,6 +726,20 @@ impl Io {
     /// earlier), in addition to the interval `on_timer` itself returned.
     pub fn timer_at(&mut self, at: Instant) {
         self.timer_at = Some(self.timer_at.map_or(at, |t| t.min(at)));
+    }
+
+    /// When [`Handler::on_timer`](crate::Handler::on_timer) runs next as things stand: the
+    /// interval it last returned, or an earlier [`Io::timer_at`] request (`None`: neither).
+    /// A handler that looks at its own deadlines in `on_timer` and puts the next of them in
+    /// what it returns need ask with `timer_at` only for a deadline earlier than this one. A
+    /// deadline that keeps moving later (a retransmission timer, moved on by every packet
+    /// sent) then costs no wake-up at each place it held: the zone wakes once, where it
+    /// stands when that turn comes.
+    pub fn timer_planned(&self) -> Option<Instant> {
+        match (self.timer_next, self.timer_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Makes the zone loop ([`crate::run_zone`]) return after this iteration.

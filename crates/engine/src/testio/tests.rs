@@ -28,6 +28,8 @@ struct Echo {
     outbound: Vec<ConnId>,
     connect_err: Option<String>,
     wakes: u32,
+    /// `io.timer_planned()` at each `on_timer` call and each "planned" message.
+    planned: Vec<Option<Instant>>,
 }
 
 impl Handler for Echo {
@@ -62,6 +64,7 @@ impl Handler for Echo {
                 let len = f.metadata().unwrap().len();
                 io.send_file(c, f, 0, len);
             }
+            b"planned" => self.planned.push(io.timer_planned()),
             b"later" => {
                 let at = io.now() + Duration::from_millis(30);
                 io.timer_at(at);
@@ -90,6 +93,7 @@ impl Handler for Echo {
     }
     fn on_timer(&mut self, io: &mut Io) -> Option<Duration> {
         self.timers.push(io.now());
+        self.planned.push(io.timer_planned());
         self.interval
     }
     fn on_wake(&mut self, io: &mut Io) {
@@ -338,6 +342,28 @@ fn timers_fire_at_their_due_times() {
     assert_eq!(h.timers.len(), 5, "the call at 380 asked for no more");
     d.advance(&mut h, Duration::from_secs(10));
     assert_eq!(h.timers.len(), 5);
+}
+
+#[test]
+fn the_planned_timer_turn_is_known() {
+    let (mut d, mut h) = (TestDriver::new(), Echo::default());
+    let t0 = d.now();
+    let ms = |n| Some(t0 + Duration::from_millis(n));
+    h.interval = Some(Duration::from_millis(100));
+    d.start(&mut h);
+    let c = d.accept(&mut h, L0, None);
+    d.recv(&mut h, c, b"planned");
+    // A request made later is in it as soon as it is made.
+    d.recv(&mut h, c, b"later");
+    d.recv(&mut h, c, b"planned");
+    d.advance(&mut h, Duration::from_millis(30));
+    d.recv(&mut h, c, b"planned");
+    // While on_timer runs nothing is planned: every request it makes counts.
+    assert_eq!(h.planned, [None, ms(100), ms(30), None, ms(130)]);
+    h.interval = None;
+    d.advance(&mut h, Duration::from_millis(100));
+    d.recv(&mut h, c, b"planned");
+    assert_eq!(h.planned[5..], [None, None], "on_timer asked for no more");
 }
 
 #[test]

@@ -706,7 +706,7 @@ impl Handler for Zone {
         for (i, gen) in udp_due {
             self.udp.timer(&mut cx!(self, io), i, gen, now);
         }
-        self.quic.timers(&mut cx!(self, io));
+        let quic = self.quic.timers(&mut cx!(self, io));
         self.udp.publish_stats(io, &self.ctx.log.counters.udp);
         if !self.ctx.soon.is_empty() {
             for (c, gen) in self.ctx.due(now) {
@@ -729,7 +729,8 @@ impl Handler for Zone {
             .peek()
             .map(|r| r.0 .0.saturating_duration_since(now));
         let trim = self.ctx.trim.at().map(|t| t.saturating_duration_since(now));
-        let next = next.into_iter().chain(soon).chain(trim).min();
+        let quic = quic.map(|t| t.saturating_duration_since(now));
+        let next = next.into_iter().chain(soon).chain(trim).chain(quic).min();
         if self.ctx.draining {
             return Some(next.map_or(Duration::from_millis(100), |d| {
                 d.min(Duration::from_millis(100))

@@ -41,10 +41,6 @@ pub(super) struct H3Conn {
     pub quic: Connection,
     pub handle: ConnectionHandle,
     pub listener: ListenerId,
-    /// When quinn-proto last asked to be woken.
-    pub timer: Option<Instant>,
-    /// The connection's entry in the zone's timer heap that counts (the earliest).
-    pub queued: Option<Instant>,
     pub(super) h3: ringx_h3proto::Conn,
     /// Our control, QPACK encoder and decoder streams, once the handshake is done.
     uni: Option<[StreamId; 3]>,
@@ -122,8 +118,6 @@ impl H3Conn {
             quic,
             handle,
             listener,
-            timer: None,
-            queued: None,
             h3: ringx_h3proto::Conn::new(limits),
             uni: None,
             streams: HashMap::new(),
@@ -486,17 +480,6 @@ impl H3Conn {
             &q.congestion_events,
             now.congestion.saturating_sub(was.congestion),
         );
-    }
-
-    /// When the connection's timer must fire next; None: it has none, or the one asked of
-    /// the zone already.
-    pub fn next_timer(&mut self) -> Option<Instant> {
-        let at = self.quic.poll_timeout()?;
-        if self.timer == Some(at) {
-            return None;
-        }
-        self.timer = Some(at);
-        Some(at)
     }
 }
 

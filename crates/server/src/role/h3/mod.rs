@@ -15,13 +15,13 @@
 //! `quic_retry = "always"`, or once the zone holds half its connections under `"auto"`.
 
 mod conn;
+mod deadlines;
 mod early;
 mod grpc;
 mod serve;
 mod stream;
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock, Weak};
@@ -40,6 +40,7 @@ use crate::role::upstream::UpEvent;
 use crate::route::Routes;
 use crate::settings::RetryWhen;
 use conn::{send, H3Conn};
+use deadlines::{Deadlines, Front};
 
 /// Where the connection IDs this role issues name their zone, for the reuseport program that
 /// brings each packet to that zone (`ringx_steer::quic`).
@@ -113,13 +114,8 @@ pub struct Quic {
     free: Vec<u32>,
     /// Slot of each connection by its listener and quinn-proto handle.
     by_handle: HashMap<(u32, ConnectionHandle), u32>,
-    /// When each connection's timer fires: (when, slot, generation). A connection has at most
-    /// one entry that counts (`H3Conn::queued`, its earliest): a later deadline waits for it
-    /// to fire and is queued then, so the heap holds about one entry per connection however
-    /// often quinn-proto moves its timers (every packet moves the idle timeout); entries made
-    /// stale by
-    /// a later one are skipped when they come.
-    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    /// When each connection is due next (its quinn-proto timer), by slot.
+    deadlines: Deadlines,
     /// The buffer quinn-proto writes packets into.
     buf: Vec<u8>,
     /// Connections that got datagrams in the zone's current batch and run at its end
@@ -311,6 +307,7 @@ impl Quic {
             c.end_streams(cx);
             let h = c.handle;
             self.by_handle.remove(&(c.listener.0, h));
+            self.deadlines.clear(slot);
             if let Some(c) = self.conns[slot as usize].take() {
                 self.adopted.adopt(c.bg);
             }
@@ -323,11 +320,12 @@ impl Quic {
             }
             return;
         }
-        if let Some(at) = c.next_timer() {
-            if c.queued.is_none_or(|q| at < q) {
-                c.queued = Some(at);
-                self.timers
-                    .push(Reverse((at, slot, self.gens[slot as usize])));
+        let at = c.quic.poll_timeout();
+        let earlier = self.deadlines.set(slot, self.gens[slot as usize], at);
+        if let (true, Some(at)) = (earlier, at) {
+            // A deadline no earlier than the zone's next timer turn waits for that turn,
+            // which looks where it stands then ([`Quic::timers`]).
+            if cx.io.timer_planned().is_none_or(|p| at < p) {
                 cx.io.timer_at(at);
             }
         }
@@ -423,34 +421,20 @@ impl Quic {
             .collect()
     }
 
-    /// The zone's timer turn: the connections whose timers are due.
-    pub fn timers(&mut self, cx: &mut Cx) {
+    /// The zone's timer turn: the connections whose deadlines have come run. Returns the
+    /// next deadline, where it stands now, for the zone to wake at ([`Deadlines`]).
+    pub fn timers(&mut self, cx: &mut Cx) -> Option<Instant> {
         let now = cx.io.now();
-        while let Some(&Reverse((at, slot, gen))) = self.timers.peek() {
-            if at > now {
-                cx.io.timer_at(at);
-                break;
+        loop {
+            match self.deadlines.next(now) {
+                Front::Next(at) => return at,
+                Front::Due(slot) => {
+                    if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+                        c.quic.handle_timeout(now);
+                        self.drive(cx, slot);
+                    }
+                }
             }
-            self.timers.pop();
-            if self.gens.get(slot as usize) != Some(&gen) {
-                continue;
-            }
-            let Some(c) = self.conns[slot as usize].as_mut() else {
-                continue;
-            };
-            if c.queued != Some(at) {
-                continue; // an earlier entry replaced it
-            }
-            c.queued = None;
-            if let Some(t) = c.timer.filter(|&t| t > now) {
-                // The deadline moved on since this entry was queued: wait for it.
-                c.queued = Some(t);
-                self.timers.push(Reverse((t, slot, gen)));
-                continue;
-            }
-            c.timer = None;
-            c.quic.handle_timeout(now);
-            self.drive(cx, slot);
         }
     }
 
