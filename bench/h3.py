@@ -34,6 +34,18 @@ datagram.
 Load clients: bench/h3load (quic-go; Debian's h2load is built without HTTP/3), built here
 with Go; h2load for h2 and, with --h1, HTTPS.
 
+Two shapes of h2 client on the 64-byte workloads. `ringx-h2` is h2load as it runs by
+default, one thread for every connection: each turn of its loop reads the responses of all
+the connections that have one and writes their next requests, so they reach the server
+together and one wake-up serves many. quic-go instead runs each connection on its own
+goroutine: a connection's request goes out as soon as its own response came in, apart from
+the others', as separate clients' do. `ringx-h2-apart` is h2 in that shape: h2load with a
+thread per connection (`-t` = connections), offered the same rate. A server that sleeps
+between requests pays a wake-up for most of them (`wakes_per_req`; on a virtual machine each
+is a halt and an interrupt, two VM exits), so "h3 against h2" compares the protocols only
+when the clients share a shape: against `ringx-h2-apart` at 100 x 1, and under `--batch`
+against `ringx-h2` at 10 x 100.
+
 Two shapes of the QUIC client's 64-byte GETs. By default (`stream`) each of a connection's
 m requests is its own goroutine: it opens a stream, writes the request and waits for the
 answer, so quic-go mostly sends each request as it comes, a datagram of its own. h2load
@@ -76,8 +88,8 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
 
-PEERS = ["caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro", "ringx-h2", "ringx-h1",
-         "ringx-h2-max", "floor-udp", "floor-tcp"]
+PEERS = ["caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro", "ringx-h2", "ringx-h2-apart",
+         "ringx-h1", "ringx-h2-max", "floor-udp", "floor-tcp"]
 QUIC = ("caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro")
 # What each ringx-h3 variant turns off ([runtime]): the offloads' gain is its ratio to ringx-h3.
 OFFLOAD_OFF = {"ringx-h3-nogso": "quic_gso = false", "ringx-h3-nogro": "quic_gro = false"}
@@ -322,12 +334,14 @@ def h3load(binary, url, conns, streams, secs, new=False, post=None, span=None, b
         raise RuntimeError(f"h3load output not understood:\n{''.join(lines)[-1000:]}{stderr[-1000:]}")
 
 
-def h2load(url, conns, streams, secs, log, h1=False, rate=None, post=None):
+def h2load(url, conns, streams, secs, log, h1=False, rate=None, post=None, threads=1):
     """h2load's figures; `rate`: requests per second in all (spread over the connections);
-    `post`: a file each request uploads."""
+    `post`: a file each request uploads; `threads`: h2load's, among which the connections
+    are shared."""
     cmd = ["taskset", "-c", lib.CLIENT_CPU, "h2load", *(["--h1"] if h1 else []),
            *(["-d", post] if post else []),
-           "-c", str(conns), "-m", str(streams), "-t", "1", "-D", str(secs), "--log-file", log,
+           "-c", str(conns), "-m", str(streams), "-t", str(threads), "-D", str(secs),
+           "--log-file", log,
            *([f"--rps={max(1, round(rate / conns))}"] if rate else []), url]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 120).stdout
     m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed", out)
@@ -374,7 +388,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
             # HTTP/1.1 has one request at a time per connection: 100 connections.
             conns, streams = 100, 1
         r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1,
-                   None if srv.name == "ringx-h2-max" else rate, post)
+                   None if srv.name == "ringx-h2-max" else rate, post,
+                   threads=conns if srv.name == "ringx-h2-apart" else 1)
     cpu_end, woke_end, stolen_end = end or (srv.cpu(), srv.wakes(), lib.steal_ms())
     cpu = cpu_end - before
     r["wakes"] = woke_end - woke
@@ -389,6 +404,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r["packets_sent"] = after["sent"] - quic["sent"]
         r["packets_lost"] = after["lost"] - quic["lost"]
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
+    r["wakes_per_req"] = r["wakes"] / max(r["succeeded"], 1)
     if wl == "1m_up":
         # Each request that succeeded carried the whole file.
         r["sent"] = r["succeeded"] * os.path.getsize(post)
@@ -441,6 +457,7 @@ def main():
             for peer in PEERS:
                 if (wl == "64_new" and peer not in QUIC) or (wl == "1m_up" and peer == "caddy") \
                         or (peer == "floor-tcp" and wl != "1m") \
+                        or (peer == "ringx-h2-apart" and wl not in SMALL) \
                         or (peer == "floor-udp" and wl != "1m" and not (h3row and wl in SMALL)):
                     continue
                 srv = Server(peer, work, (c, k)).start()
@@ -472,7 +489,7 @@ def main():
                 rows.append({"peer": SEAL_SMALL, "workload": wl, "round": rnd, "cpu_us_per_req": us})
                 print(f"bench/h3 round {rnd} {wl} {SEAL_SMALL}: {us or 0:.2f} µs/req", flush=True)
     summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL],
-                            bases=("caddy", "ringx-h2", "ringx-h3", *FLOORS))
+                            bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS))
     caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "h3_client": "batch" if args.batch else "stream",
@@ -499,6 +516,13 @@ def main():
               f"{cpu.get('ratio_to_caddy', 0):.2f}x Caddy, "
               f"{cpu.get('ratio_to_ringx-h2', 0) or 0:.2f}x ringx h2; "
               f"p99 {p99.get('ratio_to_caddy', 0):.2f}x Caddy")
+        apart = summary[wl].get("ringx-h2-apart", {}).get(key, {})
+        if apart:
+            wakes = {p: summary[wl].get(p, {}).get("wakes_per_req", {}).get("median", 0)
+                     for p in ("ringx-h3", "ringx-h2", "ringx-h2-apart")}
+            print(f"    {cpu.get('ratio_to_ringx-h2-apart', 0) or 0:.2f}x ringx h2 with a client "
+                  f"thread per connection ({apart['median']:.2f}); wake-ups per request: "
+                  + ", ".join(f"{p} {w:.3f}" for p, w in wakes.items()))
         for off in OFFLOAD_OFF:
             o = summary[wl].get(off, {}).get(key, {})
             print(f"    {off}: {o.get('ratio_to_ringx-h3', 0) or 0:.2f}x ringx-h3")

@@ -376,7 +376,8 @@ def summarise(rows, workloads, peers, bases=("nginx",)):
     """Median and min-max per workload, peer and metric, with `ratio_to_<base>` for each base
     peer measured in the same run."""
     summary = {}
-    metrics = ["cpu_us_per_req", "cpu_ns_per_kb", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms"]
+    metrics = ["cpu_us_per_req", "cpu_ns_per_kb", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms",
+               "wakes_per_req"]
     for wl in workloads:
         summary[wl] = {}
         for peer in peers:
