@@ -755,6 +755,8 @@ impl Handler for Zone {
 }
 
 #[cfg(test)]
+mod quic_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tls_tests;

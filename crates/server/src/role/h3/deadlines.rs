@@ -6,7 +6,10 @@
 //! each ack-eliciting one sent. An entry per move would grow the heap without bound, so a
 //! connection has one entry that counts, its earliest (`queued`). A later deadline gets no
 //! entry of its own: the entry moves to it when it comes to the front ([`Deadlines::next`]).
-//! An earlier one gets a new entry, and the old one is skipped when it comes.
+//! An earlier one gets a new entry, and the old one is skipped when it comes. Such stale
+//! entries could wait long (a connection quiet for a moment has its idle deadline, tens of
+//! seconds away, queued; its next packet sent queues the loss-detection one in front): once
+//! the heap holds more than twice an entry per slot, the stale ones are swept out.
 //!
 //! The front is put right before the zone is told when to wake, not when it is due: with a
 //! hundred connections in a closed loop, the loss-detection deadlines they left behind stood
@@ -39,6 +42,9 @@ pub enum Front {
     Next(Option<Instant>),
 }
 
+/// Entries beyond twice the slots' number that the heap may hold before it is swept.
+const SLACK: usize = 64;
+
 /// The deadlines of a zone's QUIC connections, by slot.
 #[derive(Default)]
 pub struct Deadlines {
@@ -68,10 +74,23 @@ impl Deadlines {
             Some(at) if s.queued.is_none_or(|q| at < q) => {
                 s.queued = Some(at);
                 self.heap.push(Reverse((at, slot, gen)));
+                if self.heap.len() > 2 * self.slots.len() + SLACK {
+                    self.sweep();
+                }
                 true
             }
             _ => false,
         }
+    }
+
+    /// Drops the entries that no longer count: at most one per slot stays. Linear, and run
+    /// only after as many pushes as there are slots, so a push's share is constant.
+    fn sweep(&mut self) {
+        let slots = &self.slots;
+        self.heap.retain(|&Reverse((at, slot, gen))| {
+            let s = &slots[slot as usize];
+            s.gen == gen && s.queued == Some(at)
+        });
     }
 
     /// The connection in `slot` is gone: its entries are skipped.
@@ -192,6 +211,34 @@ mod tests {
         assert_eq!(d.entries(), 0);
     }
 
+    #[test]
+    fn stale_entries_do_not_pile_up() {
+        let t0 = Instant::now();
+        let mut d = Deadlines::default();
+        // Fifty busy connections for 40 s. Each millisecond a connection either sent a packet
+        // (its loss-detection deadline, 25 ms on) or had everything acknowledged (only its
+        // idle deadline is left, 30 s on). Whenever its entry comes to the front with the
+        // idle deadline standing it is queued there, and its next packet queues a new entry
+        // in front of it: the idle one is stale, behind the live ones, for 30 s.
+        for ms in 0..40_000u32 {
+            let now = t0 + Duration::from_millis(u64::from(ms));
+            for slot in 0..50u32 {
+                let at = if (ms + slot) % 2 == 0 {
+                    now + Duration::from_millis(25)
+                } else {
+                    now + Duration::from_secs(30)
+                };
+                d.set(slot, 1, Some(at));
+            }
+            assert!(matches!(d.next(now), Front::Next(Some(_))));
+            assert!(
+                d.entries() <= 2 * 50 + SLACK + 1,
+                "{} entries after {ms} ms",
+                d.entries()
+            );
+        }
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
         /// Slot, whether the slot gets a new connection, deadline (ms after now, or none).
@@ -249,6 +296,7 @@ mod tests {
                                 Front::Next(at) => {
                                     prop_assert_eq!(at, earliest);
                                     prop_assert!(at.is_none_or(|t| t > now));
+                                    prop_assert!(d.entries() <= 2 * 6 + SLACK + 1);
                                     break;
                                 }
                             }

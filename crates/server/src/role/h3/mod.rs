@@ -438,6 +438,17 @@ impl Quic {
         }
     }
 
+    /// The earliest deadline of any connection, as quinn-proto has it now: where the zone's
+    /// next timer turn must come by (tests).
+    #[cfg(test)]
+    pub fn earliest_deadline(&mut self) -> Option<Instant> {
+        self.conns
+            .iter_mut()
+            .flatten()
+            .filter_map(|c| c.quic.poll_timeout())
+            .min()
+    }
+
     /// The endpoint of QUIC listener `listener`, made on its first datagram (and again after
     /// a reload, for the new certificates; connections in progress keep theirs).
     fn endpoint(&mut self, cx: &Cx, listener: ListenerId, tcp: u32) -> Option<&mut Endpoint> {
