@@ -17,6 +17,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use bytes::Bytes;
+
 use crate::error::{ConnError, ErrorCode};
 use crate::events::Event;
 use crate::frame::{self, kind, Frame, StreamKind};
@@ -61,7 +63,7 @@ pub struct Conn {
     pub(crate) limits: Limits,
     pub(crate) decoder: Decoder,
     pub(crate) events: VecDeque<Event>,
-    pub(crate) requests: BTreeMap<u64, RequestStream>,
+    pub(crate) requests: BTreeMap<u64, Box<RequestStream>>,
     /// Request streams blocked on QPACK inserts.
     pub(crate) blocked: u64,
     /// Our GOAWAY's stream id: requests at or past it are rejected.
@@ -140,11 +142,27 @@ impl Conn {
     /// is not fed after its `fin` (QUIC never reuses an id): a request stream fed again
     /// would be a new request.
     pub fn feed(&mut self, id: u64, data: &[u8], fin: bool) -> Result<(), ConnError> {
+        self.feed_from(id, data, None, fin)
+    }
+
+    /// [`Conn::feed`] with bytes the caller holds in a [`Bytes`]: the request body's
+    /// [`Event::Data`] are slices of it, not copies.
+    pub fn feed_bytes(&mut self, id: u64, data: &Bytes, fin: bool) -> Result<(), ConnError> {
+        self.feed_from(id, data, Some(data), fin)
+    }
+
+    fn feed_from(
+        &mut self,
+        id: u64,
+        data: &[u8],
+        shared: Option<&Bytes>,
+        fin: bool,
+    ) -> Result<(), ConnError> {
         if let Some(e) = self.dead {
             return Err(e);
         }
         let r = match id & 3 {
-            0 => self.feed_request(id, data, fin),
+            0 => self.feed_request(id, data, shared, fin),
             2 => self.feed_uni(id, data, fin),
             _ => Err(ConnError::new(
                 ErrorCode::StreamCreation,

@@ -1,5 +1,7 @@
 //! What reading a connection produces for the caller.
 
+use bytes::Bytes;
+
 use crate::error::ErrorCode;
 use ringx_http::decoded::RequestHead;
 
@@ -16,8 +18,9 @@ pub enum Event {
     /// A new request whose field section is over `max_field_section_size`: answer 431. The
     /// rest of the stream is discarded (stop it with H3_NO_ERROR once answered).
     HeadTooLarge { id: u64 },
-    /// Request body bytes. `end`: the request ends here (`data` may then be empty).
-    Data { id: u64, data: Vec<u8>, end: bool },
+    /// Request body bytes. `end`: the request ends here (`data` may then be empty). A slice of
+    /// what [`Conn::feed_bytes`](crate::Conn::feed_bytes) was given, where it can be.
+    Data { id: u64, data: Bytes, end: bool },
     /// Trailers (HTTP/1.1 lines); the request ends with them.
     Trailers { id: u64, lines: Vec<u8> },
     /// The peer is going away: it will accept no push past `id` (we never push) and is

@@ -7,6 +7,8 @@
 //! section, and what the stream brings after it, are held (within `max_blocked_bytes`)
 //! until the encoder stream brings the inserts, so the stream's events keep their order.
 
+use bytes::Bytes;
+
 use crate::conn::Conn;
 use crate::error::{ConnError, ErrorCode};
 use crate::events::Event;
@@ -28,13 +30,16 @@ impl Conn {
         &mut self,
         id: u64,
         data: &[u8],
+        shared: Option<&Bytes>,
         fin: bool,
     ) -> Result<(), ConnError> {
+        // Boxed in the map: taking a stream out and putting it back moves a pointer, not the
+        // stream (a body's every chunk does both).
         let mut s = match self.requests.remove(&id) {
             Some(s) => s,
-            None => self.open_request(id),
+            None => Box::new(self.open_request(id)),
         };
-        let done = self.run(&mut s, id, data, fin)?;
+        let done = self.run(&mut s, id, data, shared, fin)?;
         if !done {
             self.requests.insert(id, s);
         }
@@ -68,12 +73,14 @@ impl Conn {
         s.discard = true;
     }
 
-    /// Reads `data` on request stream `id`; true once the stream is done with.
+    /// Reads `data` on request stream `id` (`shared`: the same bytes, held by the caller,
+    /// that body data is sliced from); true once the stream is done with.
     fn run(
         &mut self,
         s: &mut RequestStream,
         id: u64,
         data: &[u8],
+        shared: Option<&Bytes>,
         fin: bool,
     ) -> Result<bool, ConnError> {
         if s.discard {
@@ -125,9 +132,11 @@ impl Conn {
                         );
                         return Ok(fin);
                     }
+                    // `d` lies within `data`, which `shared` holds when given.
+                    let data = shared.map_or_else(|| Bytes::copy_from_slice(d), |b| b.slice_ref(d));
                     self.events.push_back(Event::Data {
                         id,
-                        data: d.to_vec(),
+                        data,
                         end: false,
                     });
                 }
@@ -255,7 +264,7 @@ impl Conn {
                     }
                     _ => self.events.push_back(Event::Data {
                         id,
-                        data: Vec::new(),
+                        data: Bytes::new(),
                         end: true,
                     }),
                 }
@@ -289,7 +298,7 @@ impl Conn {
                 Flow::Go => {
                     let stash = std::mem::take(&mut s.stash);
                     let fin = std::mem::replace(&mut s.stash_fin, false);
-                    self.run(&mut s, id, &stash, fin)?
+                    self.run(&mut s, id, &stash, None, fin)?
                 }
             };
             if !done {

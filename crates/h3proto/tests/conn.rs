@@ -95,7 +95,7 @@ fn a_fin_alone_ends_the_request() {
         events(&mut c),
         [Event::Data {
             id: 0,
-            data: vec![],
+            data: bytes::Bytes::new(),
             end: true
         }]
     );

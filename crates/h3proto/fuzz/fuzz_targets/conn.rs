@@ -1,7 +1,8 @@
 //! Fuzz the HTTP/3 connection: after the client's control stream and SETTINGS, a script of
 //! stream writes (a stream, a length, whether it ends) never panics, and gives the same
-//! events and output however each write is cut; every request that comes out is one the
-//! HTTP/1.1 head builder can write.
+//! events and output however each write is cut, and whether it is fed as a slice or as
+//! `Bytes` (whose body data is then sliced, not copied); every request that comes out is one
+//! the HTTP/1.1 head builder can write.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -48,7 +49,11 @@ fn run(writes: &[(u64, &[u8], bool)], cut: usize) -> (Vec<String>, Vec<u8>) {
             if piece.is_empty() && !fin {
                 continue;
             }
-            result = c.feed(id, piece, fin);
+            result = if cut % 2 == 1 {
+                c.feed_bytes(id, &bytes::Bytes::copy_from_slice(piece), fin)
+            } else {
+                c.feed(id, piece, fin)
+            };
             if result.is_err() {
                 break 'all;
             }
@@ -68,7 +73,7 @@ fn run(writes: &[(u64, &[u8], bool)], cut: usize) -> (Vec<String>, Vec<u8>) {
         }
         match (joined.last_mut(), e) {
             (Some(Event::Data { id: a, data, end }), Event::Data { id: b, data: more, end: e }) if *a == b => {
-                data.extend_from_slice(&more);
+                *data = [&data[..], &more[..]].concat().into();
                 *end |= e;
             }
             (_, e @ Event::Data { .. }) if matches!(&e, Event::Data { data, end: false, .. } if data.is_empty()) => {}

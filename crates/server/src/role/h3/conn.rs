@@ -294,7 +294,7 @@ impl H3Conn {
         loop {
             match chunks.next(usize::MAX) {
                 Ok(Some(ch)) => {
-                    result = self.h3.feed(n, &ch.bytes, false);
+                    result = self.h3.feed_bytes(n, &ch.bytes, false);
                     if result.is_err() {
                         break;
                     }
