@@ -40,11 +40,14 @@ the connections that have one and writes their next requests, so they reach the 
 together and one wake-up serves many. quic-go instead runs each connection on its own
 goroutine: a connection's request goes out as soon as its own response came in, apart from
 the others', as separate clients' do. `ringx-h2-apart` is h2 in that shape: h2load with a
-thread per connection (`-t` = connections), offered the same rate. A server that sleeps
-between requests pays a wake-up for most of them (`wakes_per_req`; on a virtual machine each
-is a halt and an interrupt, two VM exits), so "h3 against h2" compares the protocols only
-when the clients share a shape: against `ringx-h2-apart` at 100 x 1, and under `--batch`
-against `ringx-h2` at 10 x 100.
+thread per connection (`-t` = connections), offered the same rate. Its hundred threads on one
+core may fall short of that rate, so `ringx-h3-apart` runs ringx-h3 again offered the rate
+`ringx-h2-apart` reached (h3load -rps, per connection as h2load's --rps): the two then share
+the client's shape and the rate. A server that sleeps between requests pays a wake-up for
+most of them (`wakes_per_req`; on a virtual machine each is a halt and an interrupt, two VM
+exits), so "h3 against h2" compares the protocols only when the clients share a shape:
+`ringx-h3-apart` against `ringx-h2-apart`, and under `--batch` ringx-h3 against `ringx-h2`
+at 10 x 100.
 
 Two shapes of the QUIC client's 64-byte GETs. By default (`stream`) each of a connection's
 m requests is its own goroutine: it opens a stream, writes the request and waits for the
@@ -89,8 +92,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
 
 PEERS = ["caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro", "ringx-h2", "ringx-h2-apart",
-         "ringx-h1", "ringx-h2-max", "floor-udp", "floor-tcp"]
-QUIC = ("caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro")
+         "ringx-h3-apart", "ringx-h1", "ringx-h2-max", "floor-udp", "floor-tcp"]
+QUIC = ("caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro", "ringx-h3-apart")
 # What each ringx-h3 variant turns off ([runtime]): the offloads' gain is its ratio to ringx-h3.
 OFFLOAD_OFF = {"ringx-h3-nogso": "quic_gso = false", "ringx-h3-nogro": "quic_gro = false"}
 # The transport floor (bench/yardstick/bulk_floor.c): the 1 MB download sent with no protocol
@@ -301,13 +304,16 @@ quic = true
                 self.proc.kill()
 
 
-def h3load(binary, url, conns, streams, secs, new=False, post=None, span=None, batch=False):
+def h3load(binary, url, conns, streams, secs, new=False, post=None, span=None, batch=False,
+           rate=None):
     """h3load's figures; `span(mark)` is called with "counting" and "counted" as its measured
     span starts and ends (its connections are made before), to sample the server there;
-    `batch`: GETs in h2load's shape (h3load -batch)."""
+    `batch`: GETs in h2load's shape (h3load -batch); `rate`: requests per second in all
+    (spread over the connections, as h2load's --rps)."""
     cmd = ["taskset", "-c", lib.CLIENT_CPU, binary, "-url", url, "-sni", SNI,
            "-c", str(conns), "-m", str(streams), "-d", f"{secs}s", "-warmup", "0s",
-           *(["-marks"] if span else []), *(["-batch"] if batch else [])]
+           *(["-marks"] if span else []), *(["-batch"] if batch else []),
+           *(["-rps", str(max(1, round(rate / conns)))] if rate else [])]
     if new:
         cmd.append("-new")
     if post:
@@ -378,7 +384,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         def span(mark):
             marks[mark] = (srv.cpu(), srv.wakes(), lib.steal_ms())
         r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post, span=span,
-                   batch=batch and wl in SMALL)
+                   batch=batch and wl in SMALL,
+                   rate=rate if srv.name == "ringx-h3-apart" else None)
         if len(marks) == 2:
             (before, woke, stolen), end = marks["counting"], marks["counted"]
     else:
@@ -453,21 +460,25 @@ def main():
     rows = []
     for rnd in range(rounds):
         for wl in workloads:
-            h3_rate, h3row = None, None
+            h3_rate, h3row, apart_rate = None, None, None
             for peer in PEERS:
                 if (wl == "64_new" and peer not in QUIC) or (wl == "1m_up" and peer == "caddy") \
                         or (peer == "floor-tcp" and wl != "1m") \
                         or (peer == "ringx-h2-apart" and wl not in SMALL) \
+                        or (peer == "ringx-h3-apart" and (args.batch or not apart_rate)) \
                         or (peer == "floor-udp" and wl != "1m" and not (h3row and wl in SMALL)):
                     continue
                 srv = Server(peer, work, (c, k)).start()
                 try:
-                    r = measure(srv, wl, secs, work, h3bin, h3_rate, h3row, args.batch)
+                    rate = apart_rate if peer == "ringx-h3-apart" else h3_rate
+                    r = measure(srv, wl, secs, work, h3bin, rate, h3row, args.batch)
                 finally:
                     srv.stop()
                 r.update(peer=peer, workload=wl, round=rnd)
                 if peer == "ringx-h3":
                     h3_rate, h3row = r["succeeded"] / secs, r
+                if peer == "ringx-h2-apart":
+                    apart_rate = r["succeeded"] / secs
                 rows.append(r)
                 extra = f", {r['cpu_ns_per_kb']:.0f} ns/KB" if wl in PER_KB else ""
                 if r.get("dgrams_in"):
@@ -517,12 +528,16 @@ def main():
               f"{cpu.get('ratio_to_ringx-h2', 0) or 0:.2f}x ringx h2; "
               f"p99 {p99.get('ratio_to_caddy', 0):.2f}x Caddy")
         apart = summary[wl].get("ringx-h2-apart", {}).get(key, {})
+        h3apart = summary[wl].get("ringx-h3-apart", {}).get(key, {})
         if apart:
             wakes = {p: summary[wl].get(p, {}).get("wakes_per_req", {}).get("median", 0)
-                     for p in ("ringx-h3", "ringx-h2", "ringx-h2-apart")}
+                     for p in ("ringx-h3", "ringx-h2", "ringx-h2-apart", "ringx-h3-apart")}
             print(f"    {cpu.get('ratio_to_ringx-h2-apart', 0) or 0:.2f}x ringx h2 with a client "
                   f"thread per connection ({apart['median']:.2f}); wake-ups per request: "
                   + ", ".join(f"{p} {w:.3f}" for p, w in wakes.items()))
+        if h3apart:
+            print(f"    ringx-h3 at ringx-h2-apart's rate: {h3apart['median']:.2f}, "
+                  f"{h3apart.get('ratio_to_ringx-h2-apart', 0) or 0:.2f}x ringx-h2-apart")
         for off in OFFLOAD_OFF:
             o = summary[wl].get(off, {}).get(key, {})
             print(f"    {off}: {o.get('ratio_to_ringx-h3', 0) or 0:.2f}x ringx-h3")

@@ -5,7 +5,8 @@
 // it (handshake cost); with `-post FILE` each request is a POST of the file's bytes (an
 // upload). GETs on kept connections go on raw streams (raw.go), the rest through quic-go's
 // http.Client. The connections are made before the measured span; with `-marks` its start
-// and end are printed as they happen. Prints one JSON object last: requests done,
+// and end are printed as they happen. With `-rps N` each connection starts at most N requests
+// a second, as h2load's --rps does. Prints one JSON object last: requests done,
 // succeeded, failed, response body bytes, request body bytes sent, requests per second and
 // latency percentiles in milliseconds.
 package main
@@ -95,6 +96,7 @@ func main() {
 	warm := flag.Duration("warmup", time.Second, "load before measuring, not counted")
 	fresh := flag.Bool("new", false, "a new connection for every request")
 	batch := flag.Bool("batch", false, "GETs in h2load's shape: each connection's requests sent together as responses complete (raw.go)")
+	rps := flag.Int("rps", 0, "at most this many requests a second per connection, as h2load's --rps (0: no limit; not with -batch)")
 	get1 := flag.Bool("get", false, "fetch the URLs given as arguments once (see above)")
 	out := flag.String("out", ".", "with -get: where the bodies go")
 	flag.Parse()
@@ -103,6 +105,10 @@ func main() {
 	}
 	if *url == "" {
 		fmt.Fprintln(os.Stderr, "h3load: -url is required")
+		os.Exit(2)
+	}
+	if *rps < 0 || (*rps > 0 && *batch) {
+		fmt.Fprintln(os.Stderr, "h3load: -rps takes a positive rate, and not with -batch")
 		os.Exit(2)
 	}
 	var (
@@ -200,12 +206,40 @@ func main() {
 				return viaHTTP(&http.Client{Transport: t})
 			}
 		}
+		// With -rps, a request waits for its connection's turn: a turn comes every 1/rps s,
+		// and turns that come while every stream is busy wait for one (as many as it has
+		// streams), as h2load's pending requests do.
+		var turns chan struct{}
+		if *rps > 0 {
+			turns = make(chan struct{}, *streams)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t := time.NewTicker(time.Second / time.Duration(*rps))
+				defer t.Stop()
+				for range t.C {
+					if stop.Load() {
+						close(turns)
+						return
+					}
+					select {
+					case turns <- struct{}{}:
+					default:
+					}
+				}
+			}()
+		}
 		for j := 0; j < *streams; j++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				buf := make([]byte, 0, 4096)
 				for !stop.Load() {
+					if turns != nil {
+						if _, ok := <-turns; !ok {
+							return
+						}
+					}
 					get(do, &buf)
 				}
 			}()
