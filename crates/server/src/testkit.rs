@@ -282,6 +282,16 @@ impl Harness {
     }
 }
 
+/// A self-signed ECDSA P-256 certificate for `name`: its PEM, its key's PEM and its DER.
+pub fn self_signed(name: &str) -> (String, String, Vec<u8>) {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+}
+
 /// A temporary directory removed when dropped.
 pub struct TempDir(pub PathBuf);
 

@@ -14,7 +14,7 @@ use quinn_proto::{
 };
 use rustls::pki_types::CertificateDer;
 
-use crate::testkit::{Harness, TempDir};
+use crate::testkit::{self_signed, Harness, TempDir};
 
 const CLIENT: &str = "192.0.2.10:40000";
 const SERVER: &str = "127.0.0.1:8443";
@@ -31,15 +31,8 @@ struct Client {
 /// A zone with one TLS server on QUIC (`quic_idle_timeout` = [`IDLE`]), its directory, and a
 /// client connecting to it that trusts its certificate.
 fn site() -> (Harness, TempDir, Client) {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["q.test".to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let dir = TempDir::new(&[
-        ("cert.pem", cert.pem().as_bytes()),
-        ("key.pem", key.serialize_pem().as_bytes()),
-    ]);
+    let (cert, key, der) = self_signed("q.test");
+    let dir = TempDir::new(&[("cert.pem", cert.as_bytes()), ("key.pem", key.as_bytes())]);
     let d = dir.path();
     let h = Harness::new(&format!(
         r#"
@@ -56,9 +49,7 @@ quic = true
         IDLE.as_secs()
     ));
     let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(cert.der().to_vec()))
-        .unwrap();
+    roots.add(CertificateDer::from(der)).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::aws_lc_rs::default_provider(),
     ))

@@ -13,7 +13,7 @@ use ringx_engine::testio::Seen;
 use ringx_engine::ConnId;
 use ringx_tls::ktls::{Support, SOL_TLS, TCP_ULP, TLS_TX};
 
-use crate::testkit::{parse_responses, Harness, TempDir};
+use crate::testkit::{parse_responses, self_signed, Harness, TempDir};
 
 const ALL: Support = Support {
     aes_gcm_128: true,
@@ -24,15 +24,11 @@ const ALL: Support = Support {
 /// A zone with one TLS server (`/` answers "hi", `/f/` serves the temp dir), its directory
 /// and a client that trusts its certificate.
 fn site() -> (Harness, TempDir, ClientConnection) {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["k.test".to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
+    let (cert, key, der) = self_signed("k.test");
     let file: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
     let dir = TempDir::new(&[
-        ("cert.pem", cert.pem().as_bytes()),
-        ("key.pem", key.serialize_pem().as_bytes()),
+        ("cert.pem", cert.as_bytes()),
+        ("key.pem", key.as_bytes()),
         ("www/file.bin", &file),
     ]);
     let d = dir.path();
@@ -50,9 +46,7 @@ tls = {{ cert = "{d}/cert.pem", key = "{d}/key.pem" }}
 "#
     ));
     let mut roots = RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(cert.der().to_vec()))
-        .unwrap();
+    roots.add(CertificateDer::from(der)).unwrap();
     let cfg = ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::aws_lc_rs::default_provider(),
     ))
