@@ -23,6 +23,13 @@ and per TLS record (`openssl speed -aead`). ringx-h3 is reported against the UDP
 ringx-h2 against the TCP floor: how far each protocol stack is from what its transport
 allows, beside how far h3 is from h2.
 
+The 1 MB upload gets one the other way: `floor-udp` is a sink that receives with UDP_GRO and
+acknowledges as often as ringx-h3 did, sent datagrams of the size and in the GSO batches
+ringx-h3 received in the same round (its `ringx_quic_datagrams_total`, `_bytes_total` and
+`_batches_total`, direction in), at its rate; `floor-tcp` a TCP sink. With `seal-packet`
+(opening a packet costs what sealing it does) they say how much of the upload's h3 × h2 the
+machine imposes.
+
 The 64-byte workloads get a floor too: `floor-udp` receives the datagrams ringx-h3 received in
 the same round (their number from its `ringx_quic_datagrams_total`, their mean size from
 `ringx_quic_bytes_total`), at its rate, in bursts of what ringx-h3 took per wake-up (its
@@ -157,6 +164,32 @@ def floor_fetch(srv, secs, size, rate):
             "lat_p50_ms": None, "lat_p99_ms": None}
 
 
+def upload_shape(h3):
+    """What ringx-h3 received in its upload row `h3`: the mean datagram's size, datagrams per
+    receive (the client's GSO batches, which GRO kept whole), and datagrams per datagram it
+    sent back (its acknowledgements)."""
+    din = max(h3["dgrams_in"], 1)
+    return (max(64, min(1472, round(h3["dgram_bytes_in"] / din))),
+            max(1, min(64, round(din / max(h3["batches_in"], 1)))),
+            max(1, round(din / max(h3["dgrams_out"], 1))))
+
+
+def floor_push(srv, secs, size, rate, h3):
+    """The upload floor's client on CPU 1: 4 connections sending `size` bytes at `rate` a
+    second, over UDP in the datagrams and batches of ringx-h3's row `h3`."""
+    seg, segs, _ = upload_shape(h3)
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "push",
+           "udp" if srv.name == "floor-udp" else "tcp", str(srv.port), "4", str(secs), str(size),
+           str(seg), str(segs), str(FLOOR_WINDOW // 4), str(rate or 0)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
+    m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+)", out)
+    if not m:
+        raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
+    n = int(m.group(1))
+    return {"requests": n, "succeeded": n, "failed": int(m.group(3)), "bytes": None,
+            "lat_p50_ms": None, "lat_p99_ms": None, "seg": seg, "segs": segs}
+
+
 def small_sizes(h3):
     """The mean UDP payload of a datagram ringx-h3 received and sent in its row `h3`."""
     return tuple(max(3, min(1500, round(h3[f"dgram_bytes_{d}"] / max(h3[f"dgrams_{d}"], 1))))
@@ -205,8 +238,10 @@ def seal_cost(size):
 
 
 class Server:
-    def __init__(self, name, work, cert):
-        self.name, self.work, self.cert = name, work, cert
+    def __init__(self, name, work, cert, sink=None):
+        """`sink`: for a floor, the upload's (ringx-h3's row in this round): it then receives
+        instead of sending."""
+        self.name, self.work, self.cert, self.sink = name, work, cert, sink
         self.port = lib.free_port()
         # ringx-h3's metrics: what it received and sent, for the 64-byte floor.
         self.admin = lib.free_port() if name == "ringx-h3" else None
@@ -216,8 +251,12 @@ class Server:
         env = None
         if self.name in FLOORS:
             udp = ["udp", str(self.port), str(FLOOR_SEG), str(FLOOR_SEGS), str(FLOOR_WINDOW)]
+            tcp = ["tcp", str(self.port)]
+            if self.sink:
+                udp = ["udp-sink", str(self.port), str(upload_shape(self.sink)[2])]
+                tcp = ["tcp-sink", str(self.port)]
             cmd = ["taskset", "-c", lib.SERVER_CPU, floor_binary(w), "serve",
-                   *(udp if self.name == "floor-udp" else ["tcp", str(self.port)])]
+                   *(udp if self.name == "floor-udp" else tcp)]
             self.log = open(os.path.join(w, f"{self.name}.log"), "w")
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
             if self.proc.stdout.readline().strip() != "ready":
@@ -287,12 +326,15 @@ quic = true
         (`ringx_quic_packets_sent_total`, `ringx_quic_packets_lost_total`)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=5) as f:
             text = f.read().decode()
-        got = {"in": 0, "out": 0, "sent": 0, "lost": 0, "bytes_in": 0, "bytes_out": 0}
+        got = {"in": 0, "out": 0, "sent": 0, "lost": 0, "bytes_in": 0, "bytes_out": 0,
+               "batches_in": 0, "batches_out": 0}
         for m in re.finditer(r'^ringx_quic_(datagrams_total\{[^}]*direction="(in|out)"|'
                              r'bytes_total\{[^}]*direction="(in|out)"|'
+                             r'batches_total\{[^}]*direction="(in|out)"|'
                              r'packets_(sent|lost)_total\{)[^}]*\} (\d+)', text, re.M):
-            key = m.group(2) or (m.group(3) and "bytes_" + m.group(3)) or m.group(4)
-            got[key] += int(m.group(5))
+            key = (m.group(2) or (m.group(3) and "bytes_" + m.group(3))
+                   or (m.group(4) and "batches_" + m.group(4)) or m.group(5))
+            got[key] += int(m.group(6))
         return got
 
     def stop(self):
@@ -374,6 +416,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     end = None  # the server's CPU, wake-ups and steal where the measured span ended
     if srv.name == "floor-udp" and wl in SMALL:
         r = floor_chat(srv, secs, wl, h3row)
+    elif srv.name in FLOORS and wl == "1m_up":
+        r = floor_push(srv, secs, os.path.getsize(post), rate, h3row)
     elif srv.name in FLOORS:
         r = floor_fetch(srv, secs, os.path.getsize(os.path.join(work, "www", "1m.bin")), rate)
     elif srv.name in QUIC:
@@ -408,6 +452,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r["dgrams_in"], r["dgrams_out"] = after["in"] - quic["in"], after["out"] - quic["out"]
         r["dgram_bytes_in"] = after["bytes_in"] - quic["bytes_in"]
         r["dgram_bytes_out"] = after["bytes_out"] - quic["bytes_out"]
+        r["batches_in"] = after["batches_in"] - quic["batches_in"]
         r["packets_sent"] = after["sent"] - quic["sent"]
         r["packets_lost"] = after["lost"] - quic["lost"]
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
@@ -463,12 +508,14 @@ def main():
             h3_rate, h3row, apart_rate = None, None, None
             for peer in PEERS:
                 if (wl == "64_new" and peer not in QUIC) or (wl == "1m_up" and peer == "caddy") \
-                        or (peer == "floor-tcp" and wl != "1m") \
+                        or (peer == "floor-tcp" and wl not in PER_KB) \
+                        or (peer in FLOORS and wl == "1m_up" and not h3row) \
                         or (peer == "ringx-h2-apart" and wl not in SMALL) \
                         or (peer == "ringx-h3-apart" and (args.batch or not apart_rate)) \
-                        or (peer == "floor-udp" and wl != "1m" and not (h3row and wl in SMALL)):
+                        or (peer == "floor-udp" and wl not in PER_KB and not (h3row and wl in SMALL)):
                     continue
-                srv = Server(peer, work, (c, k)).start()
+                sink = h3row if peer in FLOORS and wl == "1m_up" else None
+                srv = Server(peer, work, (c, k), sink).start()
                 try:
                     rate = apart_rate if peer == "ringx-h3-apart" else h3_rate
                     r = measure(srv, wl, secs, work, h3bin, rate, h3row, args.batch)
@@ -490,7 +537,7 @@ def main():
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
                       f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
                       f"{r['failed']} failed)", flush=True)
-            if wl == "1m":
+            if wl in PER_KB:
                 for name, size in SEALS.items():
                     ns = seal_cost(size)
                     rows.append({"peer": name, "workload": wl, "round": rnd, "cpu_ns_per_kb": ns})

@@ -22,6 +22,18 @@
 //       recvmmsg (no GRO, as quic-go's socket) and acknowledges every ACK_EVERY datagrams and at
 //       the end of each transfer. A UDP socket that gets nothing for 200 ms asks again (counted
 //       as a retry). Prints "transfers N bytes B retries R seconds S".
+//   bulk_floor serve udp-sink PORT ACK_EVERY
+//       the upload floor: one UDP socket on 127.0.0.1:PORT that receives with UDP_GRO (a
+//       blocking recvmsg of up to 64 KiB of coalesced datagrams, as ringx receives) and tells
+//       each sender every ACK_EVERY datagrams how many bytes came ("A" + 8-byte count).
+//   bulk_floor serve tcp-sink PORT
+//       a TCP listener that reads and drops what its connections send (epoll, 256 KiB reads).
+//   bulk_floor push udp|tcp PORT CONNS SECONDS BYTES SEG SEGS WINDOW [RATE]
+//       CONNS client sockets each sending BYTES again and again for SECONDS (at most RATE
+//       transfers a second in all): over UDP as SEG-byte datagrams, SEGS to a sendmsg with
+//       UDP_SEGMENT, at most WINDOW bytes beyond what the sink acknowledged (200 ms without an
+//       acknowledgement and the window is taken as lost: counted as a retry); over TCP in
+//       64 KiB sends. Prints "transfers N bytes B retries R seconds S".
 //   bulk_floor chat PORT CONNS SECONDS DGRAMS_PER_S IN_SIZE ANSWER_PERMILLE OUT_SIZE BURST
 //       the small-request floor: CONNS client sockets send IN_SIZE-byte datagrams, DGRAMS_PER_S
 //       in all, BURST at a time on one socket (one sendmmsg), bursts evenly spaced (a spinning
@@ -48,6 +60,9 @@
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
 #endif
 #define BATCH 64
 #define MAXC 256
@@ -200,6 +215,152 @@ static void serve_tcp(int port) {
   }
 }
 
+// A sender the UDP sink has heard from: bytes and datagrams so far, datagrams at the last ack.
+struct sender { struct sockaddr_in peer; uint64_t bytes, dgrams, acked_at; int used; };
+
+static void serve_udp_sink(int port, int ack_every) {
+  static struct sender ss[MAXC];
+  int fd = socket(AF_INET, SOCK_DGRAM, 0), one = 1;
+  struct sockaddr_in a = loopback(port);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a)) die("bulk_floor: udp bind");
+  big_buffers(fd);
+  if (setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one)) die("bulk_floor: UDP_GRO");
+  printf("ready\n"); fflush(stdout);
+  static char buf[65536];
+  for (;;) {
+    struct sockaddr_in from;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec v = {buf, sizeof buf};
+    struct msghdr h = {.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &v, .msg_iovlen = 1,
+                       .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+    ssize_t n = recvmsg(fd, &h, 0);
+    if (n <= 0) continue;
+    int seg = (int)n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) memcpy(&seg, CMSG_DATA(c), sizeof seg);
+    struct sender *s = NULL, *free_slot = NULL;
+    for (int i = 0; i < MAXC && !s; i++) {
+      if (ss[i].used && ss[i].peer.sin_port == from.sin_port && ss[i].peer.sin_addr.s_addr == from.sin_addr.s_addr)
+        s = &ss[i];
+      else if (!ss[i].used && !free_slot) free_slot = &ss[i];
+    }
+    if (!s && free_slot) { s = free_slot; memset(s, 0, sizeof *s); s->peer = from; s->used = 1; }
+    if (!s) continue;
+    s->bytes += (uint64_t)n;
+    s->dgrams += ((uint64_t)n + (uint64_t)seg - 1) / (uint64_t)(seg > 0 ? seg : 1);
+    if (s->dgrams - s->acked_at >= (uint64_t)ack_every) {
+      char ack[9] = {'A'};
+      memcpy(ack + 1, &s->bytes, 8);
+      sendto(fd, ack, sizeof ack, 0, (struct sockaddr *)&from, sizeof from);
+      s->acked_at = s->dgrams;
+    }
+  }
+}
+
+static void serve_tcp_sink(int port) {
+  int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  struct sockaddr_in a = loopback(port);
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 128)) die("bulk_floor: tcp listen");
+  int ep = epoll_create1(0);
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)-1};
+  epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
+  static char buf[256 * 1024];
+  printf("ready\n"); fflush(stdout);
+  for (;;) {
+    struct epoll_event evs[BATCH];
+    int n = epoll_wait(ep, evs, BATCH, -1);
+    for (int i = 0; i < n; i++) {
+      if (evs[i].data.u64 == (uint64_t)-1) {
+        int c = accept4(l, NULL, NULL, SOCK_NONBLOCK);
+        if (c < 0) continue;
+        struct epoll_event ce = {.events = EPOLLIN, .data.u64 = (uint64_t)c};
+        epoll_ctl(ep, EPOLL_CTL_ADD, c, &ce);
+        continue;
+      }
+      int c = (int)evs[i].data.u64;
+      ssize_t r;
+      while ((r = recv(c, buf, sizeof buf, 0)) > 0) {}
+      if (r == 0) close(c);
+    }
+  }
+}
+
+static void push(int udp, int port, int conns, double secs, uint64_t bytes, int seg, int segs,
+                 uint64_t window, double rate) {
+  int ep = epoll_create1(0), fds[MAXC], waiting[MAXC] = {0};
+  uint64_t left[MAXC], sent[MAXC] = {0}, acked[MAXC] = {0}, transfers = 0, total = 0, retries = 0;
+  double last[MAXC], next[MAXC];
+  struct sockaddr_in a = loopback(port);
+  if (conns < 1 || conns > MAXC || seg < 64 || seg > MAXSEG || segs < 1 || window < (uint64_t)seg) {
+    fprintf(stderr, "bulk_floor: push needs CONNS 1..%d, SEG 64..%d, SEGS >= 1, WINDOW >= SEG\n", MAXC, MAXSEG);
+    exit(2);
+  }
+  for (int i = 0; i < conns; i++) {
+    fds[i] = socket(AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_NONBLOCK, 0);
+    if (udp) big_buffers(fds[i]);
+    if (fds[i] < 0 || (connect(fds[i], (struct sockaddr *)&a, sizeof a) && errno != EINPROGRESS))
+      die("bulk_floor: connect");
+    struct epoll_event ev = {.events = EPOLLIN | (udp ? 0 : EPOLLOUT) | EPOLLET, .data.u32 = (uint32_t)i};
+    epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
+    left[i] = bytes;
+    last[i] = next[i] = now_s();
+  }
+  double t0 = now_s(), end = t0 + secs;
+  while (now_s() < end) {
+    double t = now_s();
+    int blocked = 0;
+    for (int i = 0; i < conns; i++) {
+      if (waiting[i] && t >= next[i]) { waiting[i] = 0; left[i] = bytes; }
+      char ackb[16];
+      ssize_t r;
+      while (udp && (r = recv(fds[i], ackb, sizeof ackb, MSG_DONTWAIT)) > 0)
+        if (ackb[0] == 'A' && r >= 9) {
+          uint64_t got; memcpy(&got, ackb + 1, 8);
+          if (got > acked[i]) { acked[i] = got; last[i] = t; }
+        }
+      if (udp && sent[i] - acked[i] >= window && t - last[i] > 0.2) {
+        retries++; acked[i] = sent[i]; last[i] = t;  // lost: the window starts again
+      }
+      while (!waiting[i] && left[i] > 0) {
+        uint64_t len = udp ? (uint64_t)seg * segs : sizeof zeros;
+        if (udp && window - (sent[i] - acked[i]) < len) len = window - (sent[i] - acked[i]);
+        if (len > left[i]) len = left[i];
+        if (len == 0) { blocked = 1; break; }
+        char cbuf[CMSG_SPACE(sizeof(uint16_t))] = {0};
+        struct iovec v = {zeros, len};
+        struct msghdr h = {.msg_iov = &v, .msg_iovlen = 1};
+        if (udp && len > (uint64_t)seg) {
+          h.msg_control = cbuf; h.msg_controllen = sizeof cbuf;
+          struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+          c->cmsg_level = SOL_UDP; c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+          uint16_t s = (uint16_t)seg; memcpy(CMSG_DATA(c), &s, sizeof s);
+        }
+        ssize_t s = sendmsg(fds[i], &h, MSG_NOSIGNAL);
+        if (s <= 0) {
+          if (errno == EAGAIN || errno == ENOBUFS || errno == ENOTCONN) { blocked = 1; break; }
+          die("bulk_floor: sendmsg");
+        }
+        sent[i] += (uint64_t)s; total += (uint64_t)s; left[i] -= (uint64_t)s;
+        if (left[i] == 0) {
+          transfers++;
+          if (rate > 0) {
+            // Paced: this socket's next transfer starts CONNS/RATE seconds after its last.
+            next[i] = (next[i] > t - 1 ? next[i] : t) + conns / rate;
+            if (t < next[i]) { waiting[i] = 1; break; }
+          }
+          left[i] = bytes;
+        }
+      }
+    }
+    // Wait for acknowledgements, room in a socket or a paced start.
+    struct epoll_event evs[MAXC];
+    epoll_wait(ep, evs, MAXC, blocked ? 1 : 0);
+  }
+  printf("transfers %llu bytes %llu retries %llu seconds %.3f\n", (unsigned long long)transfers,
+         (unsigned long long)total, (unsigned long long)retries, now_s() - t0);
+}
+
 static void fetch(int udp, int port, int conns, double secs, uint32_t bytes, int ack_every, double rate) {
   int ep = epoll_create1(0), fds[MAXC];
   uint64_t got[MAXC] = {0}, dgrams[MAXC] = {0}, transfers = 0, total = 0, retries = 0;
@@ -323,6 +484,12 @@ static void chat(int port, int conns, double secs, double rate, int in_size, int
 
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "serve") && !strcmp(argv[2], "tcp")) serve_tcp(atoi(argv[3]));
+  else if (argc >= 4 && !strcmp(argv[1], "serve") && !strcmp(argv[2], "tcp-sink")) serve_tcp_sink(atoi(argv[3]));
+  else if (argc >= 5 && !strcmp(argv[1], "serve") && !strcmp(argv[2], "udp-sink"))
+    serve_udp_sink(atoi(argv[3]), atoi(argv[4]) > 0 ? atoi(argv[4]) : 1);
+  else if (argc >= 11 && !strcmp(argv[1], "push"))
+    push(!strcmp(argv[2], "udp"), atoi(argv[3]), atoi(argv[4]), atof(argv[5]), strtoull(argv[6], NULL, 10),
+         atoi(argv[7]), atoi(argv[8]), strtoull(argv[9], NULL, 10), atof(argv[10]));
   else if (argc >= 7 && !strcmp(argv[1], "serve") && !strcmp(argv[2], "udp")) {
     int seg = atoi(argv[4]);
     if (seg < 64 || seg > MAXSEG) { fprintf(stderr, "bulk_floor: SEG must be 64..%d\n", MAXSEG); return 2; }
@@ -335,6 +502,8 @@ int main(int argc, char **argv) {
          atoi(argv[9]));
   else {
     fprintf(stderr, "usage: bulk_floor serve udp PORT SEG SEGS WINDOW | serve tcp PORT | "
+                    "serve udp-sink PORT ACK_EVERY | serve tcp-sink PORT | "
+                    "push udp|tcp PORT CONNS SECONDS BYTES SEG SEGS WINDOW RATE | "
                     "fetch udp|tcp PORT CONNS SECONDS BYTES ACK_EVERY [RATE] | "
                     "chat PORT CONNS SECONDS DGRAMS_PER_S IN_SIZE ANSWER_PERMILLE OUT_SIZE BURST\n");
     return 2;
