@@ -166,12 +166,14 @@ def floor_fetch(srv, secs, size, rate):
 
 def upload_shape(h3):
     """What ringx-h3 received in its upload row `h3`: the mean datagram's size, datagrams per
-    receive (the client's GSO batches, which GRO kept whole), and datagrams per datagram it
-    sent back (its acknowledgements)."""
+    receive (the client's GSO batches, which GRO kept whole; at most a UDP datagram's 65,507
+    bytes), and datagrams per datagram it sent back (its acknowledgements; at most half the
+    push's window, which would otherwise wait for them)."""
     din = max(h3["dgrams_in"], 1)
-    return (max(64, min(1472, round(h3["dgram_bytes_in"] / din))),
-            max(1, min(64, round(din / max(h3["batches_in"], 1)))),
-            max(1, round(din / max(h3["dgrams_out"], 1))))
+    seg = max(64, min(1472, round(h3["dgram_bytes_in"] / din)))
+    return (seg,
+            max(1, min(65507 // seg, round(din / max(h3["batches_in"], 1)))),
+            max(1, min(FLOOR_WINDOW // 4 // (2 * seg), round(din / max(h3["dgrams_out"], 1)))))
 
 
 def floor_push(srv, secs, size, rate, h3):
@@ -182,12 +184,14 @@ def floor_push(srv, secs, size, rate, h3):
            "udp" if srv.name == "floor-udp" else "tcp", str(srv.port), "4", str(secs), str(size),
            str(seg), str(segs), str(FLOOR_WINDOW // 4), str(rate or 0)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
-    m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+)", out)
+    m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+) seconds \S+ received (\d+)", out)
     if not m:
         raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
     n = int(m.group(1))
+    # `received`: what the sink took in (and so the bytes its CPU is per), lost ones left out.
     return {"requests": n, "succeeded": n, "failed": int(m.group(3)), "bytes": None,
-            "lat_p50_ms": None, "lat_p99_ms": None, "seg": seg, "segs": segs}
+            "lat_p50_ms": None, "lat_p99_ms": None, "seg": seg, "segs": segs,
+            "received": int(m.group(4))}
 
 
 def small_sizes(h3):
@@ -458,8 +462,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
     r["wakes_per_req"] = r["wakes"] / max(r["succeeded"], 1)
     if wl == "1m_up":
-        # Each request that succeeded carried the whole file.
-        r["sent"] = r["succeeded"] * os.path.getsize(post)
+        # Each request that succeeded carried the whole file (a floor counts what arrived).
+        r["sent"] = r.get("received") or r["succeeded"] * os.path.getsize(post)
         r["cpu_ns_per_kb"] = cpu / max(r["sent"] / 1024, 1)
     elif wl == "1m":
         r["cpu_ns_per_kb"] = cpu / max((r.get("bytes") or 0) / 1024, 1)

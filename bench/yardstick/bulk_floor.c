@@ -28,12 +28,14 @@
 //       each sender every ACK_EVERY datagrams how many bytes came ("A" + 8-byte count).
 //   bulk_floor serve tcp-sink PORT
 //       a TCP listener that reads and drops what its connections send (epoll, 256 KiB reads).
-//   bulk_floor push udp|tcp PORT CONNS SECONDS BYTES SEG SEGS WINDOW [RATE]
+//   bulk_floor push udp|tcp PORT CONNS SECONDS BYTES SEG SEGS WINDOW RATE
 //       CONNS client sockets each sending BYTES again and again for SECONDS (at most RATE
-//       transfers a second in all): over UDP as SEG-byte datagrams, SEGS to a sendmsg with
-//       UDP_SEGMENT, at most WINDOW bytes beyond what the sink acknowledged (200 ms without an
-//       acknowledgement and the window is taken as lost: counted as a retry); over TCP in
-//       64 KiB sends. Prints "transfers N bytes B retries R seconds S".
+//       transfers a second in all, 0: no limit): over UDP as SEG-byte datagrams, SEGS to a
+//       sendmsg with UDP_SEGMENT, at most WINDOW bytes beyond what the sink acknowledged (200 ms
+//       without an acknowledgement and what is outstanding is taken as lost: counted as a
+//       retry, and the window starts again); over TCP in 64 KiB sends. Prints "transfers N
+//       bytes B retries R seconds S received G": G is what the sink last acknowledged (UDP;
+//       over TCP, B).
 //   bulk_floor chat PORT CONNS SECONDS DGRAMS_PER_S IN_SIZE ANSWER_PERMILLE OUT_SIZE BURST
 //       the small-request floor: CONNS client sockets send IN_SIZE-byte datagrams, DGRAMS_PER_S
 //       in all, BURST at a time on one socket (one sendmmsg), bursts evenly spaced (a spinning
@@ -289,11 +291,17 @@ static void serve_tcp_sink(int port) {
 static void push(int udp, int port, int conns, double secs, uint64_t bytes, int seg, int segs,
                  uint64_t window, double rate) {
   int ep = epoll_create1(0), fds[MAXC], waiting[MAXC] = {0};
-  uint64_t left[MAXC], sent[MAXC] = {0}, acked[MAXC] = {0}, transfers = 0, total = 0, retries = 0;
+  // acked: what the sink acknowledged plus lost, what was taken as lost after a timeout (the
+  // sink counts what it received, so its acknowledgements fall short of what was sent by that).
+  uint64_t left[MAXC], sent[MAXC] = {0}, acked[MAXC] = {0}, got[MAXC] = {0}, lost[MAXC] = {0};
+  uint64_t transfers = 0, total = 0, retries = 0;
   double last[MAXC], next[MAXC];
   struct sockaddr_in a = loopback(port);
-  if (conns < 1 || conns > MAXC || seg < 64 || seg > MAXSEG || segs < 1 || window < (uint64_t)seg) {
-    fprintf(stderr, "bulk_floor: push needs CONNS 1..%d, SEG 64..%d, SEGS >= 1, WINDOW >= SEG\n", MAXC, MAXSEG);
+  // One GSO send is at most one UDP datagram's payload (65,507 bytes), and `zeros`.
+  if (conns < 1 || conns > MAXC || seg < 64 || seg > MAXSEG || segs < 1 || (uint64_t)seg * segs > 65507 ||
+      window < (uint64_t)seg * segs) {
+    fprintf(stderr, "bulk_floor: push needs CONNS 1..%d, SEG 64..%d, SEG x SEGS <= 65507 <= WINDOW\n", MAXC,
+            MAXSEG);
     exit(2);
   }
   for (int i = 0; i < conns; i++) {
@@ -307,26 +315,28 @@ static void push(int udp, int port, int conns, double secs, uint64_t bytes, int 
     last[i] = next[i] = now_s();
   }
   double t0 = now_s(), end = t0 + secs;
-  while (now_s() < end) {
-    double t = now_s();
-    int blocked = 0;
+  double t;
+  while ((t = now_s()) < end) {
+    int progressed = 0;
     for (int i = 0; i < conns; i++) {
       if (waiting[i] && t >= next[i]) { waiting[i] = 0; left[i] = bytes; }
       char ackb[16];
       ssize_t r;
       while (udp && (r = recv(fds[i], ackb, sizeof ackb, MSG_DONTWAIT)) > 0)
         if (ackb[0] == 'A' && r >= 9) {
-          uint64_t got; memcpy(&got, ackb + 1, 8);
-          if (got > acked[i]) { acked[i] = got; last[i] = t; }
+          uint64_t g; memcpy(&g, ackb + 1, 8);
+          if (g > got[i]) { got[i] = g; last[i] = t; }
+          if (got[i] + lost[i] > acked[i]) acked[i] = got[i] + lost[i];
         }
       if (udp && sent[i] - acked[i] >= window && t - last[i] > 0.2) {
-        retries++; acked[i] = sent[i]; last[i] = t;  // lost: the window starts again
+        retries++; lost[i] = sent[i] - got[i]; acked[i] = sent[i]; last[i] = t;
       }
-      while (!waiting[i] && left[i] > 0) {
+      // Bounded, so that a sink that drains as fast as this sends cannot keep it past `end`.
+      for (int sends = 0; sends < 64 && !waiting[i] && left[i] > 0; sends++) {
         uint64_t len = udp ? (uint64_t)seg * segs : sizeof zeros;
         if (udp && window - (sent[i] - acked[i]) < len) len = window - (sent[i] - acked[i]);
         if (len > left[i]) len = left[i];
-        if (len == 0) { blocked = 1; break; }
+        if (len == 0) break;
         char cbuf[CMSG_SPACE(sizeof(uint16_t))] = {0};
         struct iovec v = {zeros, len};
         struct msghdr h = {.msg_iov = &v, .msg_iovlen = 1};
@@ -338,9 +348,10 @@ static void push(int udp, int port, int conns, double secs, uint64_t bytes, int 
         }
         ssize_t s = sendmsg(fds[i], &h, MSG_NOSIGNAL);
         if (s <= 0) {
-          if (errno == EAGAIN || errno == ENOBUFS || errno == ENOTCONN) { blocked = 1; break; }
+          if (errno == EAGAIN || errno == ENOBUFS || errno == ENOTCONN) break;
           die("bulk_floor: sendmsg");
         }
+        progressed = 1;
         sent[i] += (uint64_t)s; total += (uint64_t)s; left[i] -= (uint64_t)s;
         if (left[i] == 0) {
           transfers++;
@@ -353,12 +364,14 @@ static void push(int udp, int port, int conns, double secs, uint64_t bytes, int 
         }
       }
     }
-    // Wait for acknowledgements, room in a socket or a paced start.
+    // Nothing could go: wait for acknowledgements, room in a socket or a paced start.
     struct epoll_event evs[MAXC];
-    epoll_wait(ep, evs, MAXC, blocked ? 1 : 0);
+    epoll_wait(ep, evs, MAXC, progressed ? 0 : 1);
   }
-  printf("transfers %llu bytes %llu retries %llu seconds %.3f\n", (unsigned long long)transfers,
-         (unsigned long long)total, (unsigned long long)retries, now_s() - t0);
+  uint64_t received = 0;
+  for (int i = 0; i < conns; i++) received += udp ? got[i] : sent[i];
+  printf("transfers %llu bytes %llu retries %llu seconds %.3f received %llu\n", (unsigned long long)transfers,
+         (unsigned long long)total, (unsigned long long)retries, now_s() - t0, (unsigned long long)received);
 }
 
 static void fetch(int udp, int port, int conns, double secs, uint32_t bytes, int ack_every, double rate) {

@@ -1,8 +1,8 @@
 //! Fuzz the HTTP/3 connection: after the client's control stream and SETTINGS, a script of
 //! stream writes (a stream, a length, whether it ends) never panics, and gives the same
-//! events and output however each write is cut, and whether it is fed as a slice or as
-//! `Bytes` (whose body data is then sliced, not copied); every request that comes out is one
-//! the HTTP/1.1 head builder can write.
+//! events and output however each write is cut, and whether it is fed as a slice (`feed`) or
+//! as `Bytes` (`feed_bytes`); every request that comes out is one the HTTP/1.1 head builder
+//! can write.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
