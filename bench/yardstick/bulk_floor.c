@@ -179,14 +179,22 @@ static void serve_udp(int port, int seg, int segs, uint64_t window) {
   }
 }
 
-static void serve_tcp(int port) {
-  int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+// A TCP listener on 127.0.0.1:PORT (its descriptor in *l) in a new epoll set, returned, where
+// its readiness comes with data.u64 = -1.
+static int tcp_listen(int port, int *l) {
+  int one = 1;
   struct sockaddr_in a = loopback(port);
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 128)) die("bulk_floor: tcp listen");
+  *l = socket(AF_INET, SOCK_STREAM, 0);
+  setsockopt(*l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (*l < 0 || bind(*l, (struct sockaddr *)&a, sizeof a) || listen(*l, 128)) die("bulk_floor: tcp listen");
   int ep = epoll_create1(0);
   struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)-1};
-  epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
+  epoll_ctl(ep, EPOLL_CTL_ADD, *l, &ev);
+  return ep;
+}
+
+static void serve_tcp(int port) {
+  int l, ep = tcp_listen(port, &l);
   static uint64_t left[65536];
   printf("ready\n"); fflush(stdout);
   for (;;) {
@@ -260,13 +268,7 @@ static void serve_udp_sink(int port, int ack_every) {
 }
 
 static void serve_tcp_sink(int port) {
-  int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-  struct sockaddr_in a = loopback(port);
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 128)) die("bulk_floor: tcp listen");
-  int ep = epoll_create1(0);
-  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)-1};
-  epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
+  int l, ep = tcp_listen(port, &l);
   static char buf[256 * 1024];
   printf("ready\n"); fflush(stdout);
   for (;;) {

@@ -166,11 +166,7 @@ impl TestDriver {
     /// When `on_timer` is due next (the interval it last returned, or an earlier
     /// [`Io::timer_at`] request); `None` if the handler asked for none.
     pub fn next_timer(&self) -> Option<Instant> {
-        let asked = self.io.timer_at;
-        match (self.timer.next(), asked) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.io.timer_planned()
     }
 
     /// The initial `on_timer` call `driver::run` makes before the first wait. Without it, the
