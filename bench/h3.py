@@ -69,8 +69,9 @@ per request. The result's `h3_client` says which ran.
 Workloads:
   64_10x100   64 B `return`, 10 connections x 100 concurrent streams (HTTPS: 100 conns x 1)
   64_100x1    64 B, 100 connections x 1 stream
-  64_new      64 B, a new connection for every request (handshake cost), 8 at a time; the
-              QUIC peers only (h2load cannot open a connection per request)
+  64_new      64 B, a new connection for every request (handshake cost), 8 at a time; h2
+              and HTTPS through h3load -proto h2|h1 (Go's net/http on the same crypto/tls as
+              quic-go: h2load cannot open a connection per request)
   1m          a 1 MB file, 4 connections x 1 stream: CPU ns per KB
   1m_up       a 1 MB upload (POST to the 64 B `return`, whose body ringx reads and drops),
               4 connections x 1 stream: CPU ns per KB received; where GRO has work. ringx
@@ -125,6 +126,8 @@ WORKLOADS = {
     "1m": "1 MB file, 4 conns: CPU ns per KB",
     "1m_up": "1 MB upload, 4 conns: CPU ns per KB received",
 }
+# The TCP peers that 64_new loads with h3load over TLS on TCP (`-proto`), by what they speak.
+NEW_TCP = {"ringx-h2": "h2", "ringx-h1": "h1"}
 # Per KB rather than per request: the bulk transfers.
 PER_KB = ("1m", "1m_up")
 SNI = "bench.test"
@@ -351,12 +354,13 @@ quic = true
 
 
 def h3load(binary, url, conns, streams, secs, new=False, post=None, span=None, batch=False,
-           rate=None):
+           rate=None, proto="h3"):
     """h3load's figures; `span(mark)` is called with "counting" and "counted" as its measured
     span starts and ends (its connections are made before), to sample the server there;
     `batch`: GETs in h2load's shape (h3load -batch); `rate`: requests per second in all
-    (spread over the connections, as h2load's --rps)."""
-    cmd = ["taskset", "-c", lib.CLIENT_CPU, binary, "-url", url, "-sni", SNI,
+    (spread over the connections, as h2load's --rps); `proto`: h3, or h2 or h1 over TLS on
+    TCP."""
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, binary, "-url", url, "-sni", SNI, "-proto", proto,
            "-c", str(conns), "-m", str(streams), "-d", f"{secs}s", "-warmup", "0s",
            *(["-marks"] if span else []), *(["-batch"] if batch else []),
            *(["-rps", str(max(1, round(rate / conns)))] if rate else [])]
@@ -424,16 +428,19 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r = floor_push(srv, secs, os.path.getsize(post), rate, h3row)
     elif srv.name in FLOORS:
         r = floor_fetch(srv, secs, os.path.getsize(os.path.join(work, "www", "1m.bin")), rate)
-    elif srv.name in QUIC:
+    elif srv.name in QUIC or wl == "64_new":
         # Sampled where h3load's span starts and ends: its connections, made before,
-        # are not charged to the requests (a slow handshaker would pay for them).
+        # are not charged to the requests (a slow handshaker would pay for them). A new
+        # connection per request over TCP is h3load's too (h2load keeps its connections),
+        # offered ringx-h3's rate as h2load would be.
         marks = {}
 
         def span(mark):
             marks[mark] = (srv.cpu(), srv.wakes(), lib.steal_ms())
         r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post, span=span,
                    batch=batch and wl in SMALL,
-                   rate=rate if srv.name == "ringx-h3-apart" else None)
+                   rate=rate if srv.name == "ringx-h3-apart" or srv.name in NEW_TCP else None,
+                   proto=NEW_TCP.get(srv.name, "h3"))
         if len(marks) == 2:
             (before, woke, stolen), end = marks["counting"], marks["counted"]
     else:
@@ -511,7 +518,7 @@ def main():
         for wl in workloads:
             h3_rate, h3row, apart_rate = None, None, None
             for peer in PEERS:
-                if (wl == "64_new" and peer not in QUIC) or (wl == "1m_up" and peer == "caddy") \
+                if (wl == "64_new" and peer not in QUIC and peer not in NEW_TCP) or (wl == "1m_up" and peer == "caddy") \
                         or (peer == "floor-tcp" and wl not in PER_KB) \
                         or (peer in FLOORS and wl == "1m_up" and not h3row) \
                         or (peer == "ringx-h2-apart" and wl not in SMALL) \

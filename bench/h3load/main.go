@@ -6,7 +6,10 @@
 // upload). GETs on kept connections go on raw streams (raw.go), the rest through quic-go's
 // http.Client. The connections are made before the measured span; with `-marks` its start
 // and end are printed as they happen. With `-rps N` each connection starts at most N requests
-// a second, as h2load's --rps does. Prints one JSON object last: requests done,
+// a second, as h2load's --rps does. With `-proto h2` or `-proto h1` the requests go over
+// TLS on TCP through Go's net/http instead, the same TLS stack as quic-go's: what a new
+// connection per request costs the server over h2 or HTTPS, which h2load cannot measure
+// (it keeps its connections). Prints one JSON object last: requests done,
 // succeeded, failed, response body bytes, request body bytes sent, requests per second and
 // latency percentiles in milliseconds.
 package main
@@ -57,9 +60,12 @@ var sni = flag.String("sni", "", "the TLS server name to send")
 // Caddy took 0.8 s for ten, would otherwise be charged for them without a request counted).
 var marks = flag.Bool("marks", false, "print `counting` and `counted` lines when the measured span starts and ends")
 
+// proto: "h3" over quic-go, or "h2"/"h1" over TLS on TCP (net/http; no raw path).
+var proto = flag.String("proto", "h3", "h3, or h2 or h1 over TLS on TCP")
+
 var nethttp = flag.Bool("nethttp", false, "GETs through quic-go's http.Client, not the lean loop (raw.go)")
 
-// tlsConfig: the server verified against -ca if given, else not at all.
+// tlsConfig: the server verified against -ca if given, else not at all; ALPN offers -proto.
 func tlsConfig() *tls.Config {
 	var roots *x509.CertPool
 	if *ca != "" {
@@ -74,7 +80,7 @@ func tlsConfig() *tls.Config {
 	return &tls.Config{
 		InsecureSkipVerify: roots == nil,
 		RootCAs:            roots,
-		NextProtos:         []string{"h3"},
+		NextProtos:         []string{map[string]string{"h3": "h3", "h2": "h2", "h1": "http/1.1"}[*proto]},
 		ServerName:         *sni,
 	}
 }
@@ -84,8 +90,19 @@ func quicConfig() *quic.Config {
 	return &quic.Config{MaxIdleTimeout: 30 * time.Second}
 }
 
-func transport() *http3.Transport {
-	return &http3.Transport{TLSClientConfig: tlsConfig(), QUICConfig: quicConfig()}
+// roundTripper: a transport for -proto and what closes its connections.
+func roundTripper() (http.RoundTripper, func()) {
+	if *proto == "h3" {
+		t := &http3.Transport{TLSClientConfig: tlsConfig(), QUICConfig: quicConfig()}
+		return t, func() { t.Close() }
+	}
+	t := &http.Transport{TLSClientConfig: tlsConfig(), ForceAttemptHTTP2: *proto == "h2",
+		MaxIdleConnsPerHost: 1024}
+	if *proto == "h1" {
+		// A non-nil empty map turns net/http's HTTP/2 off.
+		t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	return t, t.CloseIdleConnections
 }
 
 func main() {
@@ -105,6 +122,10 @@ func main() {
 	}
 	if *url == "" {
 		fmt.Fprintln(os.Stderr, "h3load: -url is required")
+		os.Exit(2)
+	}
+	if *proto != "h3" && *proto != "h2" && *proto != "h1" {
+		fmt.Fprintln(os.Stderr, "h3load: -proto takes h3, h2 or h1")
 		os.Exit(2)
 	}
 	if *rps < 0 || (*rps > 0 && *batch) {
@@ -144,6 +165,9 @@ func main() {
 			if err == nil && resp.StatusCode != 200 {
 				err = fmt.Errorf("status %d", resp.StatusCode)
 			}
+			if want := map[string]int{"h3": 3, "h2": 2, "h1": 1}[*proto]; err == nil && resp.ProtoMajor != want {
+				err = fmt.Errorf("answered over %s, not %s", resp.Proto, *proto)
+			}
 		}
 		return n, err
 	}
@@ -172,9 +196,9 @@ func main() {
 		n, err := do(buf)
 		record(t0, n, err)
 	}
-	// GETs on kept connections take the lean path (raw.go) unless -nethttp; uploads and a
-	// connection per request go through quic-go's http.Client.
-	raw := upload == nil && !*fresh && !*nethttp
+	// HTTP/3 GETs on kept connections take the lean path (raw.go) unless -nethttp; uploads,
+	// a connection per request and TCP go through an http.Client.
+	raw := upload == nil && !*fresh && !*nethttp && *proto == "h3"
 	for i := 0; i < *conns; i++ {
 		var do func(buf *[]byte) (int64, error)
 		if raw {
@@ -194,15 +218,15 @@ func main() {
 			}
 			do = c.get
 		} else {
-			tr := transport()
+			tr, closeAll := roundTripper()
 			shared := &http.Client{Transport: tr}
-			defer tr.Close()
+			defer closeAll()
 			do = func(*[]byte) (int64, error) {
 				if !*fresh {
 					return viaHTTP(shared)
 				}
-				t := transport()
-				defer t.Close()
+				t, closeIt := roundTripper()
+				defer closeIt()
 				return viaHTTP(&http.Client{Transport: t})
 			}
 		}
@@ -287,8 +311,8 @@ func main() {
 
 // fetch GETs `urls` at once on one connection; the exit status is 1 if any failed.
 func fetch(urls []string, out string) int {
-	tr := transport()
-	defer tr.Close()
+	tr, closeAll := roundTripper()
+	defer closeAll()
 	// A redirect is an answer to check, not one to follow.
 	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
