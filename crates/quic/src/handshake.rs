@@ -13,6 +13,9 @@
 //! kilobytes, at most [`MAX_KEPT`]), then no more. The application reads the answer from
 //! [`Handshake::seen`], which `handshake_data()` hands it in place of quinn-proto's
 //! `HandshakeData` (whose fields [`Handshake`] carries on).
+//!
+//! The wrapping also hands quinn-proto packet keys that leave off a packet's trailing
+//! PADDING once it is decrypted (`padding.rs`): every key that decrypts, at every level.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -24,6 +27,8 @@ use quinn_proto::crypto::{
 };
 use quinn_proto::transport_parameters::TransportParameters;
 use quinn_proto::{ConnectionId, Side, TransportError};
+
+use crate::padding::{trim_keys, trim_pair, Trimmed};
 
 /// Bytes of one side's handshake kept, at most, while its message is incomplete (a
 /// ClientHello with post-quantum key shares is under 2 KB).
@@ -100,7 +105,7 @@ impl crypto::ServerConfig for ObservedConfig {
         version: u32,
         dst_cid: &ConnectionId,
     ) -> Result<Keys, UnsupportedVersion> {
-        self.0.initial_keys(version, dst_cid)
+        self.0.initial_keys(version, dst_cid).map(trim_keys)
     }
 
     fn retry_tag(&self, version: u32, orig_dst_cid: &ConnectionId, packet: &[u8]) -> [u8; 16] {
@@ -187,7 +192,7 @@ impl Observer {
 
 impl crypto::Session for ObservedSession {
     fn initial_keys(&self, dst_cid: &ConnectionId, side: Side) -> Keys {
-        self.inner.initial_keys(dst_cid, side)
+        trim_keys(self.inner.initial_keys(dst_cid, side))
     }
 
     fn handshake_data(&self) -> Option<Box<dyn Any>> {
@@ -208,7 +213,9 @@ impl crypto::Session for ObservedSession {
     }
 
     fn early_crypto(&self) -> Option<(Box<dyn HeaderKey>, Box<dyn PacketKey>)> {
-        self.inner.early_crypto()
+        // A server decrypts 0-RTT with it.
+        let (header, packet) = self.inner.early_crypto()?;
+        Some((header, Box::new(Trimmed(packet))))
     }
 
     fn early_data_accepted(&self) -> Option<bool> {
@@ -232,11 +239,11 @@ impl crypto::Session for ObservedSession {
         let from = buf.len();
         let keys = self.inner.write_handshake(buf);
         self.observer.server_bytes(&buf[from..]);
-        keys
+        keys.map(trim_keys)
     }
 
     fn next_1rtt_keys(&mut self) -> Option<KeyPair<Box<dyn PacketKey>>> {
-        self.inner.next_1rtt_keys()
+        self.inner.next_1rtt_keys().map(trim_pair)
     }
 
     fn is_valid_retry(&self, orig_dst_cid: &ConnectionId, header: &[u8], payload: &[u8]) -> bool {
