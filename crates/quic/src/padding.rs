@@ -11,10 +11,13 @@
 //! One byte stays, because a packet without frames is a PROTOCOL_VIOLATION (§12.4).
 //!
 //! Where a run starts and ends is known only by walking the frames around it, so the walk
-//! reads the frames a handshake and a probe carry (PADDING, PING, ACK, CRYPTO,
-//! CONNECTION_CLOSE) and STREAM frames that give their length. At any other frame, or one
-//! that does not parse, it stops and leaves the rest as it is: quinn-proto reads the frames
-//! the walk read as the walk read them, then the rest, and judges it all as before.
+//! reads RFC 9000's frames (§19), RFC 9221's DATAGRAM and the ack-frequency draft's
+//! IMMEDIATE_ACK, each by its length alone: quinn-proto's client pads its first 1-RTT
+//! packet after its NEW_CONNECTION_ID frames, and its path-MTU probes after PING and
+//! IMMEDIATE_ACK. It stops at a frame it does not read (an extension's; STREAM and DATAGRAM
+//! without a length, whose data runs to the end) or one that does not parse, and leaves the
+//! rest as it is: quinn-proto reads the frames the walk read as the walk read them, then
+//! the rest, and judges it all as before.
 
 use bytes::BytesMut;
 use quinn_proto::crypto::{CryptoError, KeyPair, Keys, PacketKey};
@@ -113,6 +116,32 @@ const STREAM_LAST: u8 = 0x0f;
 const STREAM_OFF: u8 = 0x04;
 const STREAM_LEN: u8 = 0x02;
 const CLOSE: u8 = 0x1c;
+const RESET_STREAM: u8 = 0x04;
+const STOP_SENDING: u8 = 0x05;
+const NEW_TOKEN: u8 = 0x07;
+const MAX_DATA: u8 = 0x10;
+const MAX_STREAM_DATA: u8 = 0x11;
+const MAX_STREAMS_BIDI: u8 = 0x12;
+const MAX_STREAMS_UNI: u8 = 0x13;
+const DATA_BLOCKED: u8 = 0x14;
+const STREAM_DATA_BLOCKED: u8 = 0x15;
+const STREAMS_BLOCKED_BIDI: u8 = 0x16;
+const STREAMS_BLOCKED_UNI: u8 = 0x17;
+const NEW_CONNECTION_ID: u8 = 0x18;
+const RETIRE_CONNECTION_ID: u8 = 0x19;
+const PATH_CHALLENGE: u8 = 0x1a;
+const PATH_RESPONSE: u8 = 0x1b;
+const APPLICATION_CLOSE: u8 = 0x1d;
+const HANDSHAKE_DONE: u8 = 0x1e;
+/// IMMEDIATE_ACK (draft-ietf-quic-ack-frequency §5), a type alone: quinn-proto's client
+/// sends it in its path-MTU probes, before their PADDING.
+const IMMEDIATE_ACK: u8 = 0x1f;
+/// DATAGRAM with a length (RFC 9221 §4); 0x30, without, runs to the end.
+const DATAGRAM_LEN: u8 = 0x31;
+/// The longest connection ID (RFC 9000 §17.2).
+const MAX_CID: usize = 20;
+/// A stateless reset token's bytes (§10.3).
+const RESET_TOKEN: usize = 16;
 
 /// A cursor over a payload's bytes.
 struct Walk<'a> {
@@ -134,7 +163,23 @@ impl Walk<'_> {
                     .count();
                 self.at += run;
             }
-            PING => {}
+            PING | HANDSHAKE_DONE | IMMEDIATE_ACK => {}
+            MAX_DATA | MAX_STREAMS_BIDI | MAX_STREAMS_UNI | DATA_BLOCKED | STREAMS_BLOCKED_BIDI
+            | STREAMS_BLOCKED_UNI | RETIRE_CONNECTION_ID => {
+                self.varint()?;
+            }
+            MAX_STREAM_DATA | STREAM_DATA_BLOCKED | STOP_SENDING => self.varints(2)?,
+            RESET_STREAM => self.varints(3)?, // stream id, error code, final size
+            NEW_TOKEN | DATAGRAM_LEN => self.skip_len()?,
+            PATH_CHALLENGE | PATH_RESPONSE => self.skip(8)?,
+            NEW_CONNECTION_ID => {
+                self.varints(2)?; // sequence number, retire prior to
+                let len = usize::from(self.byte()?);
+                if len == 0 || len > MAX_CID {
+                    return None;
+                }
+                self.skip(len + RESET_TOKEN)?;
+            }
             ty @ (ACK | ACK_ECN) => {
                 self.varints(2)?; // largest acknowledged, ack delay
                 let ranges = self.varint()?;
@@ -162,6 +207,10 @@ impl Walk<'_> {
             }
             CLOSE => {
                 self.varints(2)?; // error code, frame type
+                self.skip_len()?; // reason phrase
+            }
+            APPLICATION_CLOSE => {
+                self.varint()?; // error code
                 self.skip_len()?; // reason phrase
             }
             _ => return None,
@@ -197,6 +246,10 @@ impl Walk<'_> {
     /// A length, and that many bytes after it.
     fn skip_len(&mut self) -> Option<()> {
         let n = usize::try_from(self.varint()?).ok()?;
+        self.skip(n)
+    }
+
+    fn skip(&mut self, n: usize) -> Option<()> {
         if n > self.p.len() - self.at {
             return None;
         }

@@ -31,6 +31,8 @@ enum Frame {
     Crypto(u64, Vec<u8>),
     Stream(u64, Option<u64>, Vec<u8>),
     Close(u64, Vec<u8>),
+    /// One of the other frames the walk reads, encoded.
+    Other(Vec<u8>),
 }
 
 fn encode(frames: &[Frame], size: u8) -> Vec<u8> {
@@ -70,6 +72,7 @@ fn encode(frames: &[Frame], size: u8) -> Vec<u8> {
                 varint(&mut p, data.len() as u64, size);
                 p.extend(data);
             }
+            Frame::Other(bytes) => p.extend(bytes),
             Frame::Close(code, reason) => {
                 p.push(CLOSE);
                 varint(&mut p, *code, size);
@@ -80,6 +83,68 @@ fn encode(frames: &[Frame], size: u8) -> Vec<u8> {
         }
     }
     p
+}
+
+/// RFC 9000's other frames (and RFC 9221's DATAGRAM with a length), encoded: `v` their
+/// integers, `b` their bytes, `n` a connection ID's length.
+fn other() -> impl Strategy<Value = Frame> {
+    let bytes = prop::collection::vec(prop_oneof![Just(0u8), any::<u8>()], 0..40);
+    (0u8..17, 0u64..1 << 40, bytes, 1usize..=20).prop_map(|(kind, v, b, n)| {
+        let mut p = Vec::new();
+        let ints = |p: &mut Vec<u8>, k: usize| (0..k).for_each(|i| varint(p, v >> i, 0));
+        match kind {
+            0 => p.push(if v % 2 == 0 {
+                HANDSHAKE_DONE
+            } else {
+                IMMEDIATE_ACK
+            }),
+            k @ 1..=7 => {
+                p.push(
+                    [
+                        0,
+                        MAX_DATA,
+                        MAX_STREAMS_BIDI,
+                        MAX_STREAMS_UNI,
+                        DATA_BLOCKED,
+                        STREAMS_BLOCKED_BIDI,
+                        STREAMS_BLOCKED_UNI,
+                        RETIRE_CONNECTION_ID,
+                    ][k as usize],
+                );
+                ints(&mut p, 1);
+            }
+            k @ 8..=10 => {
+                p.push([MAX_STREAM_DATA, STREAM_DATA_BLOCKED, STOP_SENDING][k as usize - 8]);
+                ints(&mut p, 2);
+            }
+            11 => {
+                p.push(RESET_STREAM);
+                ints(&mut p, 3);
+            }
+            k @ (12 | 13) => {
+                p.push(if k == 12 { NEW_TOKEN } else { DATAGRAM_LEN });
+                varint(&mut p, b.len() as u64, 0);
+                p.extend(&b);
+            }
+            14 => {
+                p.push(PATH_CHALLENGE);
+                p.extend(v.to_be_bytes());
+            }
+            15 => {
+                p.push(NEW_CONNECTION_ID);
+                ints(&mut p, 2);
+                p.push(n as u8);
+                p.extend(std::iter::repeat_n(0, n + RESET_TOKEN));
+            }
+            _ => {
+                p.push(APPLICATION_CLOSE);
+                ints(&mut p, 1);
+                varint(&mut p, b.len() as u64, 0);
+                p.extend(&b);
+            }
+        }
+        Frame::Other(p)
+    })
 }
 
 fn frame() -> impl Strategy<Value = Frame> {
@@ -97,6 +162,7 @@ fn frame() -> impl Strategy<Value = Frame> {
         (0u64..1 << 40, prop::option::of(0u64..1 << 40), data.clone())
             .prop_map(|(id, o, d)| Frame::Stream(id, o, d)),
         (0u64..1 << 16, data).prop_map(|(c, r)| Frame::Close(c, r)),
+        other(),
     ]
 }
 
@@ -141,6 +207,25 @@ fn padding_between_the_ack_and_the_crypto_frame_is_cut_as_quic_go_sends_it() {
 }
 
 #[test]
+fn padding_after_new_connection_ids_is_cut_as_quinn_proto_sends_it() {
+    let ack = Frame::Ack {
+        ranges: vec![],
+        ecn: false,
+    };
+    let mut frames = vec![ack];
+    for seq in 1..4u8 {
+        let mut f = vec![NEW_CONNECTION_ID, seq, 0, 8];
+        f.extend([seq; 8 + RESET_TOKEN]);
+        frames.push(Frame::Other(f));
+    }
+    let p = encode(&[&frames[..], &[Frame::Pad(1000)]].concat(), 0);
+    assert_eq!(
+        collapsed(&p),
+        encode(&[&frames[..], &[Frame::Pad(1)]].concat(), 0)
+    );
+}
+
+#[test]
 fn a_payload_of_padding_alone_keeps_a_frame() {
     assert_eq!(collapsed(&[0; 1200]), [0]);
     assert_eq!(collapsed(&[0]), [0]);
@@ -149,12 +234,15 @@ fn a_payload_of_padding_alone_keeps_a_frame() {
 
 #[test]
 fn a_frame_the_walk_does_not_read_ends_it_there() {
-    // MAX_DATA (0x10) is not one the walk reads: the PADDING before it is cut, not after.
-    let p = [&[0; 10][..], &[0x10, 0x41, 0x00], &[0; 50]].concat();
+    // 0x21 is no frame the walk reads: the PADDING before it is cut, not after.
+    let p = [&[0; 10][..], &[0x21, 0x41, 0x00], &[0; 50]].concat();
     assert_eq!(
         collapsed(&p),
-        [&[0][..], &[0x10, 0x41, 0x00], &[0; 50]].concat()
+        [&[0][..], &[0x21, 0x41, 0x00], &[0; 50]].concat()
     );
+    // A connection ID longer than 20 bytes does not parse.
+    let p = [&[NEW_CONNECTION_ID, 1, 0, 21][..], &[0; 60]].concat();
+    assert_eq!(collapsed(&p), p);
     // A type in a longer encoding than it needs is not read either.
     let p = [&[0x40, 0x01][..], &[0; 50]].concat();
     assert_eq!(collapsed(&p), p);
