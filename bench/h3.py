@@ -126,6 +126,11 @@ WORKLOADS = {
     "1m": "1 MB file, 4 conns: CPU ns per KB",
     "1m_up": "1 MB upload, 4 conns: CPU ns per KB received",
 }
+# The libraries' share of a new connection (crates/quic/benches/handshake.rs): one full
+# handshake in memory, no I/O or HTTP, QUIC (quinn-proto through ringx-quic's configuration)
+# and TLS 1.3 over TCP (rustls), the server's calls timed; run on the server's CPU in each
+# round of 64_new.
+LIB_HANDSHAKE = {"lib-quic": "quic", "lib-tls-tcp": "tls-tcp"}
 # The TCP peers that 64_new loads with h3load over TLS on TCP (`-proto`), by what they speak.
 NEW_TCP = {"ringx-h2": "h2", "ringx-h1": "h1"}
 # Per KB rather than per request: the bulk transfers.
@@ -143,6 +148,26 @@ def h3load_binary(work):
         print(f"bench/h3: building bench/h3load failed: {(r.stdout + r.stderr)[-600:]}")
         return None
     return out
+
+
+def handshake_binary():
+    """crates/quic/benches/handshake.rs built (cargo bench --no-run); None with why printed."""
+    r = lib.sh(["cargo", "bench", "-p", "ringx-quic",
+                "--bench", "handshake", "--no-run"], cwd=lib.ROOT)
+    m = re.search(r"\((\S+/deps/handshake-[0-9a-f]+)\)", r.stdout + r.stderr)
+    if r.returncode != 0 or not m:
+        print(f"bench/h3: building the handshake yardstick failed: {(r.stdout + r.stderr)[-600:]}")
+        return None
+    return m.group(1) if os.path.isabs(m.group(1)) else os.path.join(lib.ROOT, m.group(1))
+
+
+def lib_handshake(binary):
+    """µs per handshake of the server's calls, in memory: {"lib-quic": .., "lib-tls-tcp": ..}."""
+    out = lib.sh(["taskset", "-c", lib.SERVER_CPU, binary, "1"]).stdout
+    m = re.search(r"tls-tcp ([\d.]+) us, quic ([\d.]+) us", out)
+    if not m:
+        raise RuntimeError(f"bench/h3: the handshake yardstick's output not understood: {out[-400:]}")
+    return {"lib-tls-tcp": float(m.group(1)), "lib-quic": float(m.group(2))}
 
 
 def floor_binary(work):
@@ -507,6 +532,7 @@ def main():
     h3bin = h3load_binary(work)
     if not h3bin:
         sys.exit(1)
+    hs_bin = handshake_binary() if "64_new" in workloads else None
     c, k = os.path.join(work, "ec.pem"), os.path.join(work, "ec.key")
     lib.sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
             "-nodes", "-keyout", k, "-out", c, "-days", "30", "-subj", f"/CN={SNI}",
@@ -553,12 +579,18 @@ def main():
                     ns = seal_cost(size)
                     rows.append({"peer": name, "workload": wl, "round": rnd, "cpu_ns_per_kb": ns})
                     print(f"bench/h3 round {rnd} {wl} {name}: {ns or 0:.0f} ns/KB", flush=True)
+            if wl == "64_new" and hs_bin:
+                for name, us in lib_handshake(hs_bin).items():
+                    rows.append({"peer": name, "workload": wl, "round": rnd, "cpu_us_per_req": us})
+                    print(f"bench/h3 round {rnd} {wl} {name}: {us:.1f} µs per handshake, in memory",
+                          flush=True)
             if wl in SMALL and h3row:
                 us = seal_small(h3row)
                 rows.append({"peer": SEAL_SMALL, "workload": wl, "round": rnd, "cpu_us_per_req": us})
                 print(f"bench/h3 round {rnd} {wl} {SEAL_SMALL}: {us or 0:.2f} µs/req", flush=True)
-    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL],
-                            bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS))
+    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL, *LIB_HANDSHAKE],
+                            bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS,
+                                   "lib-tls-tcp"))
     caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "h3_client": "batch" if args.batch else "stream",
@@ -596,6 +628,14 @@ def main():
         if h3apart:
             print(f"    ringx-h3 at ringx-h2-apart's rate: {h3apart['median']:.2f}, "
                   f"{h3apart.get('ratio_to_ringx-h2-apart', 0) or 0:.2f}x ringx-h2-apart")
+        lq, lt = (summary[wl].get(p, {}).get(key, {}) for p in LIB_HANDSHAKE)
+        h2 = summary[wl].get("ringx-h2", {}).get(key, {})
+        if lq and lt and h2:
+            print(f"    the libraries alone, in memory: QUIC {lq['median']:.1f}, TLS over TCP "
+                  f"{lt['median']:.1f} µs per handshake, "
+                  f"{lq.get('ratio_to_lib-tls-tcp', 0):.2f}x; ringx adds "
+                  f"{cpu.get('median', 0) - lq['median']:.0f} µs to QUIC's, "
+                  f"{h2['median'] - lt['median']:.0f} to TLS's")
         for off in OFFLOAD_OFF:
             o = summary[wl].get(off, {}).get(key, {})
             print(f"    {off}: {o.get('ratio_to_ringx-h3', 0) or 0:.2f}x ringx-h3")
