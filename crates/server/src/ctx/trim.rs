@@ -149,6 +149,7 @@ fn release_free_pages() {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hint::black_box;
 
     #[test]
     fn a_steady_load_never_arms_and_a_crowd_leaving_arms_once() {
@@ -186,8 +187,9 @@ mod tests {
             eprintln!("SKIP a_crowd_still_leaving_after_a_trim_is_looked_at_again: not glibc");
             return;
         }
-        let blocks: Vec<Vec<u8>> = (0..1024).map(|_| vec![1u8; 32 << 10]).collect();
-        let keep = vec![1u8; 32 << 10];
+        // black_box: an optimised build would otherwise drop allocations nothing reads.
+        let blocks: Vec<Vec<u8>> = black_box((0..1024).map(|_| vec![1u8; 32 << 10]).collect());
+        let keep = black_box(vec![1u8; 32 << 10]);
         drop(blocks);
         let mut t = Trim::default();
         let now = Instant::now();
@@ -216,9 +218,10 @@ mod tests {
             return;
         }
         // 64 MiB in blocks below the mmap threshold: they live in an arena once freed.
-        let blocks: Vec<Vec<u8>> = (0..2048).map(|_| vec![1u8; 32 << 10]).collect();
+        // black_box: an optimised build would otherwise drop allocations nothing reads.
+        let blocks: Vec<Vec<u8>> = black_box((0..2048).map(|_| vec![1u8; 32 << 10]).collect());
         // The last one keeps the top of the heap in use, so glibc does not trim on its own.
-        let keep = vec![1u8; 32 << 10];
+        let keep = black_box(vec![1u8; 32 << 10]);
         drop(blocks);
         let before = arena_bytes().0;
         assert!(before >= WORTH, "{before}");
