@@ -38,6 +38,7 @@ from __future__ import annotations
 import http.client
 import json
 import shutil
+import socket
 import urllib.request
 
 import pytest
@@ -136,6 +137,22 @@ listen = ["127.0.0.1:{ORIGIN}"]
 """
 
 
+def ports_free() -> bool:
+    """Whether this namespace's host ports can be bound (run inside it: BED.in_ns)."""
+    admin_ip, admin_port = ADMIN.rsplit(":", 1)
+    for addr in (("0.0.0.0", PORT), ("0.0.0.0", TLS_PORT), ("127.0.0.1", ORIGIN),
+                 (admin_ip, int(admin_port))):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError:
+            return False
+        finally:
+            s.close()
+    return True
+
+
 class Fleet:
     """The bed's Redis, hosts and balancer configuration, as the tests change them."""
 
@@ -155,6 +172,10 @@ class Fleet:
         """(Re)starts every host with `cluster` as its [cluster] servers; returns once each
         syncs its limits and sees three hosts (a stopped process's heartbeat expires in 3 s)."""
         self.stop_hosts()
+        # A killed ringx's sockets go with its io_uring, which the kernel tears down after
+        # the process is gone; a new ringx refuses a port still held (listen.rs).
+        wait_until("the stopped hosts' ports are free",
+                   lambda: all(BED.in_ns(h, ports_free) for h in HOSTS), timeout=30)
         self.generation += 1
         for h in HOSTS:
             cfg = host_config(h, cluster, self.tmp / f"cache-{h}-{self.generation}", self.leaf)
