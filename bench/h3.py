@@ -628,8 +628,8 @@ def main():
         if h3apart:
             print(f"    ringx-h3 at ringx-h2-apart's rate: {h3apart['median']:.2f}, "
                   f"{h3apart.get('ratio_to_ringx-h2-apart', 0) or 0:.2f}x ringx-h2-apart")
-        lq, lt = (summary[wl].get(p, {}).get(key, {}) for p in LIB_HANDSHAKE)
         h2 = summary[wl].get("ringx-h2", {}).get(key, {})
+        lq, lt = (summary[wl].get(p, {}).get(key, {}) for p in LIB_HANDSHAKE)
         if lq and lt and h2:
             print(f"    the libraries alone, in memory: QUIC {lq['median']:.1f}, TLS over TCP "
                   f"{lt['median']:.1f} µs per handshake, "
@@ -641,7 +641,6 @@ def main():
             print(f"    {off}: {o.get('ratio_to_ringx-h3', 0) or 0:.2f}x ringx-h3")
         fu, ft = (summary[wl].get(f, {}).get(key, {}) for f in FLOORS)
         small = summary[wl].get(SEAL_SMALL, {}).get(key, {})
-        h2 = summary[wl].get("ringx-h2", {}).get(key, {})
         if fu and small and h2:
             print(f"    UDP floor at ringx-h3's datagrams and wake-ups: {fu['median']:.2f} µs/req, "
                   f"{fu.get('ratio_to_ringx-h2', 0):.2f}x ringx-h2; with AES-GCM on each "
@@ -649,7 +648,6 @@ def main():
                   f"{(fu['median'] + small['median']) / h2['median']:.2f}x ringx-h2; ringx-h3 "
                   f"{cpu.get('ratio_to_floor-udp', 0):.2f}x its floor")
         if fu and ft:
-            h2 = summary[wl].get("ringx-h2", {}).get(key, {})
             print(f"    transport floor: UDP {fu['median']:.0f}, TCP {ft['median']:.0f} ({key}); "
                   f"ringx-h3 {cpu.get('ratio_to_floor-udp', 0):.2f}x the UDP floor, ringx-h2 "
                   f"{h2.get('ratio_to_floor-tcp', 0):.2f}x the TCP floor; the UDP floor is "
