@@ -94,6 +94,7 @@
 
 mod addr;
 mod cmsg;
+mod conn_io;
 mod connect;
 mod dgram;
 pub mod driver;
