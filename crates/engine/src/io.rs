@@ -99,6 +99,12 @@ pub struct Io {
     pub(crate) new_listeners: Vec<Listener>,
     /// Listeners the handler closed.
     pub(crate) closed_listeners: Vec<ListenerId>,
+    /// Stream listeners whose accepts the kernel has not given back: open ones, and closed
+    /// ones whose accepts are still being cancelled ([`Io::accepting`]).
+    pub(crate) accepts_open: u32,
+    /// Connections accepted and not yet handed to the handler (io_uring: their peer address
+    /// query is in flight): `on_accept` is still to come ([`Io::accepting`]).
+    pub(crate) handovers: u32,
     /// The driver carries out [`Io::set_sockopt`] (io_uring: Linux 6.7's socket commands).
     pub(crate) sockopts: bool,
     /// Datagrams queued this iteration (`dgram.rs`), sent by the driver after the batch.
@@ -134,6 +140,8 @@ impl Io {
             listener_count: 0,
             new_listeners: Vec::new(),
             closed_listeners: Vec::new(),
+            accepts_open: 0,
+            handovers: 0,
             sockopts: true,
             dgram_out: Vec::new(),
             dgram_pending: 0,
@@ -449,6 +457,49 @@ impl Io {
         self.closed_listeners.push(id);
     }
 
+    /// Whether an accept may still hand this zone a connection: a stream listener is open,
+    /// one closed ([`Io::stop_listening`], [`Io::close_listener`]) still has an accept the
+    /// kernel has not given back, or a connection accepted already waits for its peer
+    /// address ([`crate::ZoneConfig::peer_addrs`]) before `on_accept`. io_uring cancels
+    /// accepts asynchronously, and a connection the kernel accepted before the cancellation
+    /// took effect still reaches `on_accept` afterwards. When this turns false, `on_timer`
+    /// runs at once.
+    ///
+    /// A handler that exits once drained waits for it as well as for its last connection:
+    /// [`Io::exit`] with a connection accepted meanwhile would close that connection
+    /// unanswered (a client of a binary upgrade's old process saw its request fail).
+    pub fn accepting(&self) -> bool {
+        self.accepts_open > 0 || self.handovers > 0
+    }
+
+    /// The driver's count of stream listeners whose accepts are not given back
+    /// ([`Io::accepting`]).
+    pub(crate) fn set_accepts_open(&mut self, n: u32) {
+        let was = self.accepting();
+        self.accepts_open = n;
+        self.accepting_changed(was);
+    }
+
+    /// A connection accepted: `on_accept` waits for its peer address query.
+    pub(crate) fn handover_started(&mut self) {
+        self.handovers += 1;
+    }
+
+    /// The peer address query of an accepted connection answered (`on_accept` follows, if
+    /// the connection is still open).
+    pub(crate) fn handover_done(&mut self) {
+        let was = self.accepting();
+        self.handovers = self.handovers.saturating_sub(1);
+        self.accepting_changed(was);
+    }
+
+    /// `on_timer` runs at once when [`Io::accepting`] has just turned false.
+    fn accepting_changed(&mut self, was: bool) {
+        if was && !self.accepting() {
+            self.timer_at(self.now);
+        }
+    }
+
     /// Bytes of this connection's output so far: written plus still queued.
     pub fn bytes_out(&self, c: ConnId) -> u64 {
         self.conns.get(c.index()).map_or(0, |x| x.sent) + self.pending(c)
@@ -474,7 +525,9 @@ impl Io {
         }
     }
 
-    /// Makes the zone loop ([`crate::run_zone`]) return after this iteration.
+    /// Makes the zone loop ([`crate::run_zone`]) return after this iteration, once the
+    /// kernel has given back the accepts still armed (a connection accepted meanwhile closes
+    /// with the zone: see [`Io::accepting`]).
     pub fn exit(&mut self) {
         self.exit = true;
     }

@@ -106,8 +106,11 @@ impl Harness {
             verify,
         });
         let mut t = TestDriver::with_limits(max_conns, 1024);
-        for _ in 0..listeners + udp_listeners {
+        for _ in 0..listeners {
             t.start_listener();
+        }
+        for _ in 0..udp_listeners {
+            t.start_udp_listener();
         }
         t.start(&mut z);
         Harness {

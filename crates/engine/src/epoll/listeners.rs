@@ -84,6 +84,12 @@ impl Listeners {
         }
     }
 
+    /// Open stream listeners: closing one on epoll ends its accepts at once
+    /// ([`crate::Io::accepting`]).
+    pub(super) fn streams_open(&self) -> u32 {
+        self.socks.iter().flatten().filter(|l| !l.is_udp()).count() as u32
+    }
+
     /// Closes every listener.
     pub(super) fn close_all(&mut self) {
         for l in self.socks.iter_mut() {

@@ -179,7 +179,11 @@ impl EpollDriver {
                     }
                     // The socket no longer listens (shut down for a graceful stop): closing
                     // it also takes it out of the epoll set.
-                    Some(libc::EINVAL) => self.listeners.close(id),
+                    Some(libc::EINVAL) => {
+                        self.listeners.close(id);
+                        let n = self.listeners.streams_open();
+                        self.io.set_accepts_open(n);
+                    }
                     _ => tracing::debug!("accept: {e}"),
                 }
                 return;
@@ -531,12 +535,17 @@ impl EpollDriver {
                     self.io.listener_count = self.listeners.len() as u32;
                 }
             }
+            let closed = !self.io.closed_listeners.is_empty() || self.io.stop_listening;
             for id in std::mem::take(&mut self.io.closed_listeners) {
                 self.listeners.close(id.0);
             }
             if self.io.stop_listening {
                 self.io.stop_listening = false;
                 self.listeners.close_all();
+            }
+            if closed {
+                let n = self.listeners.streams_open();
+                self.io.set_accepts_open(n);
             }
             if self.io.dirty.is_empty()
                 && self.io.actions.is_empty()
@@ -564,6 +573,8 @@ impl Driver for EpollDriver {
         }
         let id = self.listeners.add(&self.set, listener)?;
         self.io.listener_count = self.listeners.len() as u32;
+        let n = self.listeners.streams_open();
+        self.io.set_accepts_open(n);
         Ok(ListenerId(id))
     }
 

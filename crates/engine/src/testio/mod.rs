@@ -25,7 +25,9 @@
 //! bytes or a FIN for a connection that is not open (the handler closed it meanwhile) or that
 //! already saw its FIN, a completing connect for a connection that is no longer connecting.
 //! Accepting on a listener the handler closed (or after `stop_listening`), or with every
-//! handle below `max_conns` taken, is a mistake in the test and panics.
+//! handle below `max_conns` taken, is a mistake in the test and panics. Closing a stream
+//! listener gives its accepts back at once, as on epoll, unless the test holds them
+//! ([`TestDriver::hold_accepts`]), as io_uring's asynchronous cancellation does.
 
 use std::fs::File;
 use std::io;
@@ -105,6 +107,12 @@ pub struct TestDriver {
     listening: bool,
     /// Every listener closed so far (accepts on them are refused).
     gone: Vec<ListenerId>,
+    /// Stream listeners open ([`Io::accepting`]).
+    streams: Vec<ListenerId>,
+    /// Closing a stream listener leaves its accepts in flight ([`TestDriver::hold_accepts`]).
+    hold: bool,
+    /// Stream listeners closed whose accepts are still in flight: they may still accept.
+    held: Vec<ListenerId>,
     added: Vec<ListenerId>,
     closed_listeners: Vec<ListenerId>,
     sockopt_err: Option<io::Error>,
@@ -144,6 +152,9 @@ impl TestDriver {
             peers: Vec::new(),
             listening: true,
             gone: Vec::new(),
+            streams: Vec::new(),
+            hold: false,
+            held: Vec::new(),
             added: Vec::new(),
             closed_listeners: Vec::new(),
             sockopt_err: None,
@@ -179,9 +190,51 @@ impl TestDriver {
     /// A listener the zone started with (`run_zone`'s `listeners`, in order), so that ids
     /// the handler gets from [`Io::add_listener`] follow it as on a real zone. Returns its id.
     pub fn start_listener(&mut self) -> ListenerId {
+        let id = self.start_udp_listener();
+        self.streams.push(id);
+        self.count_accepts();
+        id
+    }
+
+    /// A UDP listener the zone started with: as [`start_listener`](Self::start_listener),
+    /// but it accepts nothing ([`Io::accepting`] does not count it).
+    pub fn start_udp_listener(&mut self) -> ListenerId {
         let id = ListenerId(self.io.listener_count);
         self.io.listener_count += 1;
         id
+    }
+
+    /// From now on, a stream listener the handler closes keeps its accepts in flight until
+    /// [`give_back_accepts`](Self::give_back_accepts): it may still accept a connection
+    /// (one the kernel took before io_uring's cancellation reached the accept), and
+    /// [`Io::accepting`] stays true.
+    pub fn hold_accepts(&mut self) {
+        self.hold = true;
+    }
+
+    /// The kernel gives back the accepts of the listeners closed meanwhile (their
+    /// cancellations complete): `on_timer` runs if none is left, then what it queued is
+    /// carried out. Closing gives them back at once again afterwards.
+    pub fn give_back_accepts<H: Handler>(&mut self, h: &mut H) {
+        self.hold = false;
+        self.held.clear();
+        self.count_accepts();
+        self.settle(h);
+    }
+
+    /// Stream listener `id` closed: its accepts are given back, or held.
+    fn close_stream(&mut self, id: ListenerId) {
+        if let Some(i) = self.streams.iter().position(|&s| s == id) {
+            self.streams.remove(i);
+            if self.hold {
+                self.held.push(id);
+            }
+        }
+    }
+
+    fn count_accepts(&mut self) {
+        let n = (self.streams.len() + self.held.len()) as u32;
+        self.io.set_accepts_open(n);
     }
 
     /// A connection accepted on `listener` (`peer`: the address [`Io::peer_addr`] reports,
@@ -200,7 +253,7 @@ impl TestDriver {
         peer: Option<SocketAddr>,
     ) -> ConnId {
         assert!(
-            self.listening && !self.gone.contains(&listener),
+            (self.listening && !self.gone.contains(&listener)) || self.held.contains(&listener),
             "accept on {listener:?}: the zone no longer listens there"
         );
         let free = (0..self.max_conns).find(|&i| {
@@ -404,19 +457,27 @@ impl TestDriver {
                 }
             }
             for l in std::mem::take(&mut self.io.new_listeners) {
-                drop(l);
                 let id = ListenerId(self.io.listener_count);
                 self.io.listener_count += 1;
+                if !l.is_udp() {
+                    self.streams.push(id);
+                }
+                drop(l);
                 self.added.push(id);
             }
             for id in std::mem::take(&mut self.io.closed_listeners) {
                 self.gone.push(id);
                 self.closed_listeners.push(id);
+                self.close_stream(id);
             }
             if self.io.stop_listening {
                 self.io.stop_listening = false;
                 self.listening = false;
+                for id in self.streams.clone() {
+                    self.close_stream(id);
+                }
             }
+            self.count_accepts();
             if self.io.dirty.is_empty()
                 && self.io.actions.is_empty()
                 && self.io.dgram_out.is_empty()

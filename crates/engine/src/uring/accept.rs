@@ -7,7 +7,7 @@
 
 use std::os::fd::AsRawFd;
 
-use io_uring::{cqueue, opcode, types};
+use io_uring::{cqueue, opcode, squeue, types};
 
 use super::recv;
 use super::state::UringDriver;
@@ -56,6 +56,12 @@ pub(super) fn complete<H: Handler>(d: &mut UringDriver, h: &mut H, id: u32, res:
     if !cqueue::more(flags) {
         d.listeners[id as usize].armed = false;
     }
+    let sweeping = d.listeners[id as usize].sweeping;
+    if sweeping && res < 0 {
+        // The queue is empty (EAGAIN), or the kernel predates IORING_ACCEPT_DONTWAIT
+        // (EINVAL), or accepting failed: the sweep is over.
+        return release(d, id);
+    }
     if res >= 0 {
         let c = ConnId(res as u32);
         d.accepted += 1;
@@ -92,14 +98,22 @@ pub(super) fn complete<H: Handler>(d: &mut UringDriver, h: &mut H, id: u32, res:
                 let l = &mut d.listeners[id as usize];
                 l.closing = true;
                 if !l.armed {
-                    l.sock = None;
+                    release(d, id); // no accept in flight refers to it
                 }
             }
             _ => tracing::debug!("accept: {e}"),
         }
     }
-    if !cqueue::more(flags) && !d.listeners[id as usize].closing && !d.accept_backoff {
-        arm(d, id);
+    let l = &d.listeners[id as usize];
+    if sweeping {
+        sweep(d, id);
+    } else if !cqueue::more(flags) {
+        if !l.closing && !d.accept_backoff {
+            arm(d, id);
+        } else if l.closing && !l.cancelling && l.sock.is_some() {
+            // The cancelled accept's last completion, after the cancellation's own.
+            sweep(d, id);
+        }
     }
 }
 
@@ -132,6 +146,7 @@ fn query_peer(d: &mut UringDriver, c: ConnId, id: u32) {
     let v6 = d.listeners[id as usize].v6;
     let gen = d.io.conns[c.index()].gen;
     let e = d.peers.entry(c, gen, id, v6);
+    d.io.handover_started();
     // SAFETY: the kernel writes at most the entry's length into the slot's boxed storage in
     // `d.peers`, which is never freed while the driver lives (`PeerQueries`); the slot is
     // closed only after cancellation.
@@ -148,6 +163,7 @@ pub(super) fn complete_peer<H: Handler>(
     res: i32,
 ) {
     let id = d.peers.listener(c);
+    d.io.handover_done();
     let conn = &d.io.conns[c.index()];
     if conn.gen != gen || conn.state != ConnState::Open {
         return;
@@ -191,9 +207,9 @@ pub(super) fn cancel(d: &mut UringDriver, id: u32) {
     }
     l.closing = true;
     if !l.armed {
-        l.sock = None; // no accept in flight refers to it
-        return;
+        return sweep(d, id); // no accept in flight refers to it
     }
+    l.cancelling = true;
     let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(pack(Kind::Accept, 0, id)))
         .build()
         .user_data(pack(Kind::CancelAccept, 0, id));
@@ -202,6 +218,75 @@ pub(super) fn cancel(d: &mut UringDriver, id: u32) {
 }
 
 pub(super) fn complete_cancel(d: &mut UringDriver, id: u32) {
-    // The accept's final completion is posted before the cancel's: the socket is unused.
-    d.listeners[id as usize].sock = None;
+    // The accept's last completion may come before or after this one: the socket is swept
+    // once both have (`complete` sweeps when it comes last).
+    let l = &mut d.listeners[id as usize];
+    l.cancelling = false;
+    if !l.armed {
+        sweep(d, id);
+    }
+}
+
+/// Takes, without waiting, a connection left in closing listener `id`'s queue; called again
+/// after each one, and the socket is let go once the queue is empty.
+///
+/// Another process may keep serving on the same socket (a binary upgrade), and the kernel
+/// wakes one accept per new connection, the first one queued on the socket: while this
+/// zone's accept was being cancelled, the connections that woke it and the cancellation
+/// won were left in the queue with no other accept woken for them. Until the next
+/// connection woke the other process they waited, indefinitely on a quiet server. Taken
+/// here, they are served (with `Connection: close`, the handler draining). An accept that
+/// does not wait is never woken, so the sweep loses no wake-up of its own.
+fn sweep(d: &mut UringDriver, id: u32) {
+    let free = d.max_conns.saturating_sub(d.accepted);
+    let l = &mut d.listeners[id as usize];
+    let Some(sock) = l.sock.as_ref() else { return };
+    debug_assert!(!l.armed, "a sweep with an accept of the listener in flight");
+    if free == 0 {
+        // Accepted with no free slot, a connection would be closed (ENFILE): it stays
+        // queued for the other process.
+        return release(d, id);
+    }
+    l.sweeping = true;
+    l.armed = true;
+    let e = opcode::Accept::new(
+        types::Fd(sock.as_raw_fd()),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    )
+    .file_index(Some(types::DestinationSlot::auto_target()))
+    .build()
+    .user_data(pack(Kind::Accept, 0, id));
+    let e = dont_wait(e);
+    // SAFETY: as in `arm`: the entry refers to the listening socket only, which stays open
+    // until this accept's completion (`complete` lets it go, or sweeps again).
+    unsafe { d.push(&e) };
+}
+
+/// `IORING_ACCEPT_DONTWAIT` (Linux 6.10) on an accept: EAGAIN at once on an empty queue, no
+/// waiting. The io-uring crate's `Accept` builder has no setting for the accept's own flags,
+/// which the kernel reads from the entry's `ioprio` field.
+fn dont_wait(e: squeue::Entry) -> squeue::Entry {
+    /// Where `ioprio` (a u16) lies in an `io_uring_sqe`: after `opcode` and `flags`, one byte
+    /// each (the kernel's ABI, `include/uapi/linux/io_uring.h`).
+    const IOPRIO: usize = 2;
+    const DONTWAIT: u16 = 1 << 1;
+    // SAFETY: `squeue::Entry` is `#[repr(C)]` around the kernel's 64-byte `io_uring_sqe`
+    // and nothing else, so it has exactly that layout: the two are the same bytes, and any
+    // 64 bytes are a valid value of both (plain integers and unions of them, no pointers
+    // the compiler relies on). No memory is shared: the entry is moved in and out.
+    let mut raw: [u8; 64] = unsafe { std::mem::transmute::<squeue::Entry, [u8; 64]>(e) };
+    let prio = u16::from_ne_bytes([raw[IOPRIO], raw[IOPRIO + 1]]) | DONTWAIT;
+    raw[IOPRIO..IOPRIO + 2].copy_from_slice(&prio.to_ne_bytes());
+    // SAFETY: as above, the same 64 bytes back into the entry they came from.
+    unsafe { std::mem::transmute::<[u8; 64], squeue::Entry>(raw) }
+}
+
+/// Listener `id` accepts no more: its socket goes, and the handler learns when no listener
+/// is left to hand it a connection ([`crate::Io::accepting`]).
+fn release(d: &mut UringDriver, id: u32) {
+    if d.listeners[id as usize].sock.take().is_some() {
+        let n = d.io.accepts_open.saturating_sub(1);
+        d.io.set_accepts_open(n);
+    }
 }

@@ -484,6 +484,8 @@ impl Driver for UringDriver {
                 armed: false,
                 multishot: false,
                 closing: true,
+                cancelling: false,
+                sweeping: false,
                 sends: 0,
             });
             self.io.listener_count = self.listeners.len() as u32;
@@ -499,12 +501,15 @@ impl Driver for UringDriver {
             armed: false,
             multishot: false,
             closing: false,
+            cancelling: false,
+            sweeping: false,
             sends: 0,
         });
         self.io.listener_count = self.listeners.len() as u32;
         if udp {
             dgram_recv::arm_listener(self, id);
         } else {
+            self.io.accepts_open += 1;
             accept::arm(self, id);
         }
         Ok(ListenerId(id))

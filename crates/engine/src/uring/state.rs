@@ -32,6 +32,11 @@ pub(super) struct Listener {
     /// The armed accept is multishot (else one connection, then re-armed).
     pub(super) multishot: bool,
     pub(super) closing: bool,
+    /// Closing: the cancellation of its accept is in flight.
+    pub(super) cancelling: bool,
+    /// Closing, its accepts cancelled: connections left in its queue are being taken without
+    /// waiting (`accept::sweep`).
+    pub(super) sweeping: bool,
     /// Datagram sends in flight from this socket (`dgram_send.rs`): it stays open for them.
     pub(super) sends: u32,
 }

@@ -104,6 +104,14 @@ impl ZoneCtx {
         }
     }
 
+    /// A draining zone is done, and exits: no client connection is left (`quic_conns`: the
+    /// HTTP/3 ones), and no accept can hand it another. A connection the kernel accepted
+    /// before the cancellation of the accepts took effect still comes; leaving before would
+    /// close it unanswered.
+    pub fn drained(&self, io: &Io, quic_conns: usize) -> bool {
+        self.draining && self.active == 0 && quic_conns == 0 && !io.accepting()
+    }
+
     /// A client or upstream connection closed, `live` remain: arms the look at freed memory
     /// when a crowd has left ([`trim`]).
     pub fn left(&mut self, io: &mut Io, live: usize) {

@@ -142,7 +142,7 @@ impl Zone {
         }
         tracing::debug!(zone = self.ctx.id, active = self.ctx.active, "draining");
         io.timer_at(io.now() + Duration::from_millis(100));
-        if self.ctx.active == 0 && self.quic.live() == 0 {
+        if self.ctx.drained(io, self.quic.live()) {
             io.exit();
         }
     }

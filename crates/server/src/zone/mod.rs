@@ -639,7 +639,7 @@ impl Handler for Zone {
         ctx.left(io, ctx.active + self.ups.len());
         ctx.log.end(io, c, base, ctx.id);
         ctx.log.active(ctx.active);
-        if ctx.draining && ctx.active == 0 && self.quic.live() == 0 {
+        if ctx.drained(io, self.quic.live()) {
             io.exit();
         }
     }
@@ -731,6 +731,9 @@ impl Handler for Zone {
         let trim = self.ctx.trim.at().map(|t| t.saturating_duration_since(now));
         let quic = quic.map(|t| t.saturating_duration_since(now));
         let next = next.into_iter().chain(soon).chain(trim).chain(quic).min();
+        if self.ctx.drained(io, self.quic.live()) {
+            io.exit();
+        }
         if self.ctx.draining {
             return Some(next.map_or(Duration::from_millis(100), |d| {
                 d.min(Duration::from_millis(100))

@@ -612,6 +612,48 @@ fn a_drain_that_finds_a_response_still_sending_closes_it_after_the_grace() {
 }
 
 #[test]
+fn a_drain_serves_a_connection_accepted_while_the_accepts_were_being_cancelled() {
+    // io_uring cancels accepts asynchronously, and a connection accepted meanwhile reaches
+    // the zone after the drain began: with no connection left, the zone exits only once
+    // the kernel has given the accepts back, and answers the late one first.
+    let mut h = zone();
+    h.t.hold_accepts();
+    drain(&mut h);
+    assert!(!h.t.listening());
+    assert!(
+        !h.t.exited(),
+        "an accept may still hand the zone a connection"
+    );
+    let late = h.client();
+    h.send(late, &get("/"));
+    let r = h.response(late);
+    assert!(
+        r.text() == "root" && r.closes(),
+        "served, with Connection: close"
+    );
+    h.t.give_back_accepts(&mut h.z);
+    h.advance(Duration::from_secs(5));
+    assert!(h.t.closed(late));
+    assert!(
+        h.t.exited(),
+        "no connection left, no accept in flight: the zone ends"
+    );
+}
+
+#[test]
+fn a_drain_with_nothing_left_ends_when_the_accepts_are_given_back() {
+    let mut h = zone();
+    h.t.hold_accepts();
+    drain(&mut h);
+    assert!(
+        !h.t.exited(),
+        "an accept may still hand the zone a connection"
+    );
+    h.t.give_back_accepts(&mut h.z);
+    assert!(h.t.exited(), "at once, not at the drain's next look");
+}
+
+#[test]
 fn a_request_in_the_drain_grace_is_answered_with_close() {
     let mut h = zone();
     let c = h.client();

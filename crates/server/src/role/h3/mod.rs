@@ -315,7 +315,7 @@ impl Quic {
             let q = &cx.ctx.log.counters.quic;
             bump(&q.closed, 1);
             q.connections.store(self.by_handle.len() as u64, Relaxed);
-            if cx.ctx.draining && self.by_handle.is_empty() && cx.ctx.active == 0 {
+            if cx.ctx.drained(cx.io, self.by_handle.len()) {
                 cx.io.exit(); // the zone's last connection
             }
             return;
