@@ -21,7 +21,8 @@ import pytest
 
 import httpx
 
-from import_site import CONFIGS, COUNTS, HTTP_UPSTREAMS, Site, handshake, run_import, stop, tls_client
+from import_site import (CONFIGS, COUNTS, HTTP_UPSTREAMS, Site, handshake, read_or_empty, run_import,
+                         stop, tls_client)
 from origin_server import Origin
 from tls_pki import Pki
 
@@ -280,7 +281,9 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
             finally:
                 stop(proc)
         diffs = diff_lines(name, requests, answers["nginx"], answers["ringx"])
-        assert not diffs, "\n".join(diffs)
+        # ringx's log says why an answer differs (an upstream fault behind a 502, say).
+        assert not diffs, "\n".join(diffs) + "\nringx's log:\n" + read_or_empty(
+            tmp_path / "ringx.stderr")[-4000:]
         assert bursts.get("nginx") == bursts.get("ringx"), bursts
         if "burst" in case:
             # A burst over the limit: some served (the first and the burst's queue), the
