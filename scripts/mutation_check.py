@@ -966,6 +966,12 @@ MUTATIONS = [
          find='        if let Some(s) = self.slots.get_mut(slot as usize) {\n            s.deadline = None;',
          replace='        if let Some(s) = self.slots.get_mut(slot as usize).filter(|_| false) {\n            s.deadline = None;',
          why="a connection that is gone is still woken at its deadline"),
+    # ---- ringx-tls: the server's suite order --------------------------------------------------
+    dict(test="tests::the_server_order_picks_aes_128_gcm_whatever_the_client_lists_first",
+         pkg="ringx-tls", file="crates/tls/src/provider.rs",
+         find="        (tls12, aead_rank(s.suite()))",
+         replace="        (tls12, 0)",
+         why="rustls's order stands: AES-256-GCM and its SHA-384 key schedule first"),
     # ---- ringx-quic padding: PADDING cut before quinn-proto reads it -------------------------
     dict(test='padding::tests::an_initial_of_crypto_and_padding_keeps_one_byte_of_padding',
          pkg='ringx-quic', file=Q + 'padding.rs',

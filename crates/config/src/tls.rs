@@ -19,6 +19,8 @@
 //!                              # (with [cluster], the keys are shared by every host: docs/cluster.md)
 //! handshake_share = 0.5        # most of a zone's time that handshakes may take
 //! ktls = "auto"                # the kernel seals records where it can (kTLS), or "off"
+//! prefer_server_ciphers = true # ringx's suite order decides (AES-128-GCM, AES-256-GCM,
+//!                              # ChaCha20-Poly1305); false: the client's order does
 //! ```
 //!
 //! The files are only named here; reading and checking them (a key that does not match its
@@ -271,6 +273,12 @@ pub struct Tls {
     /// default, which asks for `ssl_conf_command Options KTLS`).
     #[serde(default = "default_ktls")]
     pub ktls: Spanned<String>,
+    /// Whose order of cipher suites decides: ringx's (AES-128-GCM, AES-256-GCM,
+    /// ChaCha20-Poly1305, TLS 1.3 before 1.2; default, as nginx's `ssl_prefer_server_ciphers
+    /// on`), or with `false` the client's (a client without AES hardware lists ChaCha20
+    /// first; Mozilla's intermediate configuration sets nginx's directive off).
+    #[serde(default = "yes")]
+    pub prefer_server_ciphers: bool,
 }
 
 impl Default for Tls {

@@ -234,3 +234,14 @@ fn acme_servers_and_their_refusals() {
     );
     assert!(parse("t.toml", &hook).is_ok());
 }
+
+#[test]
+fn the_server_s_suite_order_decides_unless_told_otherwise() {
+    let site = server(
+        "tls = { cert = \"a.pem\", key = \"a.key\" }",
+        "127.0.0.1:443",
+    );
+    assert!(parse("t.toml", &site).unwrap().tls.prefer_server_ciphers);
+    let off = format!("[tls]\nprefer_server_ciphers = false\n{site}");
+    assert!(!parse("t.toml", &off).unwrap().tls.prefer_server_ciphers);
+}

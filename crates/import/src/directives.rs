@@ -430,11 +430,9 @@ pub fn ssl_global(cx: &mut Cx, d: &Directive) {
             "ringx offers AES-GCM and ChaCha20-Poly1305 with ECDHE (rustls), nothing else",
         ),
         "ssl_prefer_server_ciphers" => {
-            if a.first() == Some(&"on") {
-                cx.report.approx(d, "ringx follows the client's cipher order");
-            } else {
-                cx.report.ok(d);
-            }
+            let on = a.first() == Some(&"on");
+            cx.tls.set("prefer_server_ciphers", V::B(on));
+            cx.report.ok(d);
         }
         "ssl_session_cache" | "ssl_session_timeout" => cx.report.approx(
             d,

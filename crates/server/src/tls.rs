@@ -159,7 +159,9 @@ pub fn compile(cfg: &Config, routes: &Routes) -> Result<Option<TlsSetup>, Error>
         // fills them), the same across reloads; without it, this process's own.
         shared_tickets: cfg.cluster.is_some().then(ringx_tls::ticket_keys::global),
     };
-    let sites = Sites::build(provider, &sessions, specs, listeners).map_err(Error::config)?;
+    let server_order = cfg.tls.prefer_server_ciphers;
+    let sites =
+        Sites::build(provider, &sessions, server_order, specs, listeners).map_err(Error::config)?;
     Ok(Some(TlsSetup {
         sites,
         share: *cfg.tls.handshake_share.get_ref(),

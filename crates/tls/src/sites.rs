@@ -74,6 +74,7 @@ impl Sites {
     pub fn build(
         provider: Provider,
         sessions: &Sessions,
+        server_order: bool,
         servers: Vec<Option<SiteSpec>>,
         listeners: Vec<Option<SniMap>>,
     ) -> Result<Sites, String> {
@@ -133,11 +134,14 @@ impl Sites {
             // 0-RTT stays off (rustls's default, max_early_data_size 0): early data can be
             // replayed, and a replayed POST would run twice.
             cfg.max_early_data_size = 0;
-            // The server's preference, as nginx's `ssl_prefer_server_ciphers on` (Debian's
-            // default): every suite offered is AEAD with forward secrecy, and the server's
-            // order puts the faster ones first whatever a client lists (testssl.sh rates a
-            // server without an order HIGH; bench/README.md "TLS scan").
-            cfg.ignore_client_order = true;
+            // `server_order` (`[tls] prefer_server_ciphers`, on by default): the server's
+            // preference, as nginx's `ssl_prefer_server_ciphers on` (Debian's default). Every
+            // suite offered is AEAD with forward secrecy, and the server's order
+            // (`provider::preferred_order`) puts the cheaper ones first whatever a client
+            // lists (testssl.sh rates a server without an order HIGH; bench/README.md "TLS
+            // scan"). Off, the client's order decides, as Mozilla's intermediate
+            // configuration asks: a client without AES hardware lists ChaCha20 first.
+            cfg.ignore_client_order = server_order;
             // After the handshake the records are sealed in place (record.rs) or by the
             // kernel, with the keys rustls hands over.
             cfg.enable_secret_extraction = true;

@@ -92,21 +92,34 @@ fn key(pki: &Pki, name: &str, dns: &[&str], rsa: bool) -> Arc<rustls::sign::Cert
 
 /// Listener 0 is TLS with servers 0 (`a.test`, default) and 1 (`*.b.test`).
 fn sites(pki: &Pki) -> Sites {
-    sites_with(pki, Provider::AwsLc)
+    sites_ordered(pki, true)
+}
+
+/// [`sites`], the suite chosen by the server's order or (`server_order` false) the client's.
+fn sites_ordered(pki: &Pki, server_order: bool) -> Sites {
+    sites_built(pki, Provider::AwsLc, server_order)
 }
 
 /// [`sites`] on either provider.
 pub(crate) fn sites_with(pki: &Pki, provider: Provider) -> Sites {
+    sites_built(pki, provider, true)
+}
+
+fn sites_built(pki: &Pki, provider: Provider, server_order: bool) -> Sites {
     let sessions = Sessions {
         cache: 100,
         ticket_rotate_s: Some(3600),
         shared_tickets: None,
     };
-    sites_sessions(pki, provider, &sessions)
+    sites_full(pki, provider, &sessions, server_order)
 }
 
 /// [`sites`] with these session settings.
 pub(crate) fn sites_sessions(pki: &Pki, provider: Provider, sessions: &Sessions) -> Sites {
+    sites_full(pki, provider, sessions, true)
+}
+
+fn sites_full(pki: &Pki, provider: Provider, sessions: &Sessions, server_order: bool) -> Sites {
     let a = SiteSpec {
         resolver: None,
         keys: vec![key(pki, "a", &["a.test"], false)],
@@ -124,9 +137,15 @@ pub(crate) fn sites_sessions(pki: &Pki, provider: Provider, sessions: &Sessions)
     };
     let names = [vec!["a.test".to_string()], vec!["*.b.test".to_string()]];
     let map = SniMap::new([(0, &names[0][..]), (1, &names[1][..])], 0);
-    Sites::build(provider, sessions, vec![Some(a), Some(b)], vec![Some(map)])
-        .unwrap()
-        .for_zone()
+    Sites::build(
+        provider,
+        sessions,
+        server_order,
+        vec![Some(a), Some(b)],
+        vec![Some(map)],
+    )
+    .unwrap()
+    .for_zone()
 }
 
 fn client(pki: &Pki, name: &str, schemes_rsa_only: bool) -> ClientConnection {
@@ -219,6 +238,57 @@ fn handshake_then_data_both_ways() {
     cl.reader().read_exact(&mut got).unwrap();
     assert_eq!(got, b"HTTP/1.1 200 OK\r\n\r\n");
     assert!(budget.spent_ns > 0, "the handshake was charged");
+}
+
+#[test]
+fn the_server_order_picks_aes_128_gcm_whatever_the_client_lists_first() {
+    // rustls's client lists AES-256-GCM first in TLS 1.3 and in TLS 1.2 (RSA-only here).
+    let pki = Pki::new("order");
+    let sites = sites(&pki);
+    let mut budget = Budget::new(1.0, Instant::now());
+    for (name, rsa_only, want) in [
+        (
+            "a.test",
+            false,
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256,
+        ),
+        (
+            "x.b.test",
+            true,
+            rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        ),
+    ] {
+        let mut cl = client(&pki, name, rsa_only);
+        let first = cl_first_suite(rsa_only);
+        assert_ne!(first, want, "the client lists another suite first");
+        let mut srv = TlsConn::default();
+        drive(&mut cl, &mut srv, &sites, &mut budget);
+        assert_eq!(cl.negotiated_cipher_suite().map(|s| s.suite()), Some(want));
+    }
+}
+
+#[test]
+fn without_the_server_order_the_client_s_first_suite_wins() {
+    let pki = Pki::new("client-order");
+    let sites = sites_ordered(&pki, false);
+    let mut budget = Budget::new(1.0, Instant::now());
+    for (name, rsa_only) in [("a.test", false), ("x.b.test", true)] {
+        let mut cl = client(&pki, name, rsa_only);
+        let mut srv = TlsConn::default();
+        drive(&mut cl, &mut srv, &sites, &mut budget);
+        let got = cl.negotiated_cipher_suite().map(|s| s.suite());
+        assert_eq!(got, Some(cl_first_suite(rsa_only)), "{name}");
+    }
+}
+
+/// The first suite the test client lists.
+fn cl_first_suite(rsa_only: bool) -> rustls::CipherSuite {
+    rustls::crypto::aws_lc_rs::default_provider()
+        .cipher_suites
+        .iter()
+        .map(|s| s.suite())
+        .find(|s| !rsa_only || format!("{s:?}").contains("ECDHE_RSA"))
+        .unwrap()
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    ringx_tls::Provider::AwsLc.crypto()
 }
 
 /// A self-signed certificate for `localhost`, and TLS configurations of both sides over it.
