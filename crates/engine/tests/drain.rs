@@ -33,6 +33,8 @@ enum DrainAt {
     Wake,
     /// At the end of the next batch, the one the accept completes in.
     NextBatch,
+    /// Not at all: the zone exits in the same callback, without a drain.
+    Exit,
 }
 
 /// Woken, it connects to its own listener and sends a request, then drains: it stops
@@ -90,8 +92,10 @@ impl Handler for Drainer {
         let mut s = TcpStream::connect(self.addr).unwrap();
         s.write_all(b"ping").unwrap();
         self.client = Some(s);
-        if self.at == DrainAt::Wake {
-            self.drain(io);
+        match self.at {
+            DrainAt::Wake => self.drain(io),
+            DrainAt::Exit => io.exit(),
+            DrainAt::NextBatch => {}
         }
     }
     fn on_batch_end(&mut self, io: &mut Io) {
@@ -180,24 +184,39 @@ fn round(engine: EngineKind, peer_addrs: bool, round: usize) -> bool {
             true
         }
         0 => {
-            kept.set_nonblocking(true).unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let s = loop {
-                match kept.accept() {
-                    Ok((s, _)) => break s,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(1))
-                    }
-                    Err(e) => {
-                        panic!("round {round}: the connection is neither answered nor queued: {e}")
-                    }
-                }
-            };
-            assert_ping(s, round);
+            assert_queued(&kept, round);
             false
         }
         n => panic!("round {round}: {n} requests served, one was sent"),
     }
+}
+
+/// The connection waits in the queue of the test's copy of the socket, its request with it.
+fn assert_queued(kept: &TcpListener, round: usize) {
+    kept.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        match kept.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => panic!("round {round}: the connection is neither answered nor queued: {e}"),
+        }
+    };
+    assert_ping(s, round);
+}
+
+/// A zone that exits without draining, a connection queued: it leaves the connection in the
+/// queue for the other process rather than take it and close it with itself.
+fn round_exit(engine: EngineKind, round: usize) {
+    let l = bind_reuseport("127.0.0.1:0".parse().unwrap(), &ListenOptions::default()).unwrap();
+    let kept: TcpListener = l.try_clone().unwrap();
+    let (waker, zone) = spawn_drainer(l, engine, false, DrainAt::Exit);
+    waker.wake();
+    let (served, _client) = zone.join().unwrap();
+    assert_eq!(served, 0, "round {round}: an exiting zone served");
+    assert_queued(&kept, round);
 }
 
 /// Whether thread `tid` of this process sleeps in `epoll_wait` (or, where the kernel does
@@ -347,4 +366,16 @@ fn a_connection_left_by_the_cancelled_accept_is_served_uring() {
 #[test]
 fn a_connection_left_by_the_cancelled_accept_is_served_epoll() {
     drain_wakes_nobody_in_vain(EngineKind::Epoll);
+}
+
+#[test]
+fn an_exiting_zone_leaves_queued_connections_queued() {
+    for engine in [EngineKind::Uring, EngineKind::Epoll] {
+        if engine == EngineKind::Uring && ringx_engine::uring::probe::check().is_err() {
+            continue; // said by the tests above
+        }
+        for r in 0..ROUNDS {
+            round_exit(engine, r);
+        }
+    }
 }

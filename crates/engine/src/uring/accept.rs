@@ -242,9 +242,10 @@ fn sweep(d: &mut UringDriver, id: u32) {
     let l = &mut d.listeners[id as usize];
     let Some(sock) = l.sock.as_ref() else { return };
     debug_assert!(!l.armed, "a sweep with an accept of the listener in flight");
-    if free == 0 {
-        // Accepted with no free slot, a connection would be closed (ENFILE): it stays
-        // queued for the other process.
+    if free == 0 || d.exiting {
+        // Accepted with no free slot, a connection would be closed (ENFILE); accepted by a
+        // zone that is exiting, it would be closed unanswered: it stays queued for the
+        // other process.
         return release(d, id);
     }
     l.sweeping = true;

@@ -115,6 +115,7 @@ impl UringDriver {
             cqes: Vec::with_capacity(1024),
             rearm_recv: Vec::new(),
             accept_backoff: false,
+            exiting: false,
             accepted: 0,
             max_conns: cfg.max_conns,
             at_limit: false,
@@ -517,6 +518,7 @@ impl Driver for UringDriver {
 
     fn quiesce<H: Handler>(&mut self, h: &mut H, limit: Duration) -> io::Result<()> {
         let deadline = Instant::now() + limit;
+        self.exiting = true;
         for id in 0..self.listeners.len() as u32 {
             if !self.listeners[id as usize].udp {
                 accept::cancel(self, id);

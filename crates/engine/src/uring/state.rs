@@ -56,6 +56,9 @@ pub struct UringDriver {
     /// buffers are back in the ring. No data is lost: it waits in the socket.
     pub(super) rearm_recv: Vec<ConnId>,
     pub(super) accept_backoff: bool,
+    /// The zone is exiting (`quiesce`): a closing listener is let go without a sweep, since
+    /// nothing would serve what it took.
+    pub(super) exiting: bool,
     /// Accepted connections open now (slots in use below `max_conns`), and the limit.
     pub(super) accepted: u32,
     pub(super) max_conns: u32,
