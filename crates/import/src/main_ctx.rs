@@ -16,6 +16,7 @@ pub fn import(path: &Path, opts: Options) -> Result<Outcome, ringx_nginxconf::Er
         main_directive(&mut cx, d);
     }
     crate::location::settle(&mut cx);
+    client_order_unless_said(&mut cx);
     Ok(Outcome {
         toml: render(&cx, &conf.file),
         report: cx.report,
@@ -137,6 +138,17 @@ fn cpus(masks: &[&str]) -> Option<Vec<i64>> {
             Some((m.len() - 1 - m.rfind('1')?) as i64)
         })
         .collect()
+}
+
+/// nginx's `ssl_prefer_server_ciphers` is off unless a configuration turns it on: the
+/// client's order of suites decides. ringx's default is its own order, so a configuration
+/// with TLS that does not say gets `prefer_server_ciphers = false`.
+fn client_order_unless_said(cx: &mut Cx) {
+    let has = |t: &crate::emit::Table, k: &str| t.kv.iter().any(|(n, _)| n == k);
+    let tls = cx.servers.iter().chain(&cx.streams).any(|t| has(t, "tls"));
+    if tls && !has(&cx.tls, "prefer_server_ciphers") {
+        cx.tls.set("prefer_server_ciphers", V::B(false));
+    }
 }
 
 fn render(cx: &Cx, file: &str) -> String {

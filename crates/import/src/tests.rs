@@ -146,3 +146,21 @@ fn toml_strings_are_escaped() {
     assert_eq!(crate::emit::key("X-Frame"), "X-Frame");
     assert_eq!(crate::emit::key("500 502"), "\"500 502\"");
 }
+
+#[test]
+fn the_client_s_suite_order_decides_as_in_nginx_unless_the_server_s_is_asked_for() {
+    let site = |extra: &str| {
+        format!(
+            "http {{\n {extra}\n server {{\n  listen 127.0.0.1:8443 ssl;\n  ssl_certificate @DIR@/c.pem;\n  ssl_certificate_key @DIR@/c.key;\n  return 200 ok;\n }}\n}}\n"
+        )
+    };
+    let (toml, _, _t) = run("order-default", &site(""));
+    assert!(toml.contains("prefer_server_ciphers = false"), "{toml}");
+    let (toml, _, _t) = run("order-on", &site("ssl_prefer_server_ciphers on;"));
+    assert!(toml.contains("prefer_server_ciphers = true"), "{toml}");
+    let (toml, _, _t) = run(
+        "order-plain",
+        "http {\n server {\n  listen 127.0.0.1:8080;\n  return 200 ok;\n }\n}\n",
+    );
+    assert!(!toml.contains("prefer_server_ciphers"), "{toml}");
+}
