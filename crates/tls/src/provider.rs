@@ -38,7 +38,7 @@ impl Provider {
 
     /// The provider with its default suites: TLS 1.3 AES-128-GCM, AES-256-GCM and
     /// ChaCha20-Poly1305, and TLS 1.2 ECDHE with the same AEADs, in that order
-    /// ([`preferred_order`]). That is nginx's default policy (`ssl_protocols TLSv1.2
+    /// (`preferred_order`). That is nginx's default policy (`ssl_protocols TLSv1.2
     /// TLSv1.3`, `ssl_ciphers HIGH:!aNULL:!MD5`) less what rustls never offers (CBC and
     /// non-forward-secret suites).
     pub fn crypto(self) -> Arc<CryptoProvider> {
@@ -78,7 +78,7 @@ impl Provider {
 /// SHA-256 key schedule has the SHA extensions of current x86 and ARM CPUs where
 /// AES-256-GCM's SHA-384 has none; QUIC's key schedule derives more keys than TLS over TCP
 /// does (bench/README.md, "HTTP/3").
-pub fn preferred_order(mut suites: Vec<SupportedCipherSuite>) -> Vec<SupportedCipherSuite> {
+fn preferred_order(mut suites: Vec<SupportedCipherSuite>) -> Vec<SupportedCipherSuite> {
     suites.sort_by_key(|s| {
         let tls12 = matches!(s, SupportedCipherSuite::Tls12(_));
         (tls12, aead_rank(s.suite()))

@@ -84,8 +84,7 @@ impl Listeners {
         }
     }
 
-    /// Open stream listeners: closing one on epoll ends its accepts at once
-    /// ([`crate::Io::accepting`]).
+    /// Open stream listeners.
     pub(super) fn streams_open(&self) -> u32 {
         self.socks.iter().flatten().filter(|l| !l.is_udp()).count() as u32
     }

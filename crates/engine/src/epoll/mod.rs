@@ -94,6 +94,13 @@ impl EpollDriver {
         Ok(d)
     }
 
+    /// Tells the handler how many stream listeners can still accept ([`Io::accepting`]):
+    /// closing one on epoll ends its accepts at once.
+    fn count_accepts(&mut self) {
+        let n = self.listeners.streams_open();
+        self.io.set_accepts_open(n);
+    }
+
     fn token(&self, c: ConnId) -> u64 {
         T_CONN | ((self.io.conns[c.index()].gen as u64) << 32) | c.0 as u64
     }
@@ -181,8 +188,7 @@ impl EpollDriver {
                     // it also takes it out of the epoll set.
                     Some(libc::EINVAL) => {
                         self.listeners.close(id);
-                        let n = self.listeners.streams_open();
-                        self.io.set_accepts_open(n);
+                        self.count_accepts();
                     }
                     _ => tracing::debug!("accept: {e}"),
                 }
@@ -544,8 +550,7 @@ impl EpollDriver {
                 self.listeners.close_all();
             }
             if closed {
-                let n = self.listeners.streams_open();
-                self.io.set_accepts_open(n);
+                self.count_accepts();
             }
             if self.io.dirty.is_empty()
                 && self.io.actions.is_empty()
@@ -573,8 +578,7 @@ impl Driver for EpollDriver {
         }
         let id = self.listeners.add(&self.set, listener)?;
         self.io.listener_count = self.listeners.len() as u32;
-        let n = self.listeners.streams_open();
-        self.io.set_accepts_open(n);
+        self.count_accepts();
         Ok(ListenerId(id))
     }
 

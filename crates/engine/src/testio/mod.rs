@@ -190,7 +190,7 @@ impl TestDriver {
     /// A listener the zone started with (`run_zone`'s `listeners`, in order), so that ids
     /// the handler gets from [`Io::add_listener`] follow it as on a real zone. Returns its id.
     pub fn start_listener(&mut self) -> ListenerId {
-        let id = self.start_udp_listener();
+        let id = self.next_listener();
         self.streams.push(id);
         self.count_accepts();
         id
@@ -199,6 +199,11 @@ impl TestDriver {
     /// A UDP listener the zone started with: as [`start_listener`](Self::start_listener),
     /// but it accepts nothing ([`Io::accepting`] does not count it).
     pub fn start_udp_listener(&mut self) -> ListenerId {
+        self.next_listener()
+    }
+
+    /// The id the next registered listener gets.
+    fn next_listener(&mut self) -> ListenerId {
         let id = ListenerId(self.io.listener_count);
         self.io.listener_count += 1;
         id
@@ -457,8 +462,7 @@ impl TestDriver {
                 }
             }
             for l in std::mem::take(&mut self.io.new_listeners) {
-                let id = ListenerId(self.io.listener_count);
-                self.io.listener_count += 1;
+                let id = self.next_listener();
                 if !l.is_udp() {
                     self.streams.push(id);
                 }
