@@ -950,6 +950,11 @@ MUTATIONS = [
          find='            if cx.io.timer_planned().is_none_or(|p| at < p) {',
          replace='            if cx.io.timer_planned().is_some_and(|p| at < p) {',
          why="a deadline asks for no wake-up while no timer turn is planned"),
+    dict(test='zone::quic_tests::a_connection_the_client_closes_drains_without_an_answer',
+         file=S + 'role/h3/conn.rs',
+         find='ConnectionError::ApplicationClosed(_) | ConnectionError::ConnectionClosed(_)',
+         replace='ConnectionError::ConnectionClosed(_)',
+         why="a client's application close (HTTP/3's, the usual one) is answered with a close"),
     # ---- role::h3::deadlines: QUIC connections' timers -------------------------------------
     dict(test='role::h3::deadlines::tests::a_deadline_moved_later_is_woken_for_where_it_stands',
          file=S + 'role/h3/deadlines.rs',

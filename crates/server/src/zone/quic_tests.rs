@@ -1,6 +1,7 @@
 //! A QUIC connection through the zone, with quinn-proto's client and the test driver: the
 //! zone's timer turns keep up with the connection's deadlines as quinn-proto moves them, so
-//! none fires late, and a connection left silent is closed at its idle timeout.
+//! none fires late, a connection left silent is closed at its idle timeout, and one the
+//! client closes drains without a word back.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -176,4 +177,40 @@ fn a_new_connection_asks_the_zone_to_wake_by_its_first_deadline() {
         planned.is_some_and(|p| p <= due),
         "the zone's next turn {planned:?} comes after the connection's deadline {due:?}"
     );
+}
+
+#[test]
+fn a_connection_the_client_closes_drains_without_an_answer() {
+    let (mut h, _dir, mut cl) = site();
+    pump(&mut h, &mut cl);
+    assert!(cl.connected, "the handshake completes");
+    let counters = h.counters.clone();
+    let quic = &counters.quic;
+    let now = h.t.now();
+    cl.conn.close(now, 0u32.into(), bytes::Bytes::new());
+    let mut buf = Vec::new();
+    let t = cl
+        .conn
+        .poll_transmit(now, 1, &mut buf)
+        .expect("the client's CONNECTION_CLOSE");
+    h.datagram(0, CLIENT, &buf[..t.size]);
+    // RFC 9000 §10.2.2: the zone may answer a close with one of its own; it does not.
+    let answered = h.datagrams();
+    assert!(
+        answered.is_empty(),
+        "the zone answered the client's close with {} datagram(s)",
+        answered.len()
+    );
+    // The connection drains (three PTOs) and goes, still silent.
+    let mut turns = 0;
+    while quic.closed.load(Relaxed) == 0 {
+        let Some(p) = h.t.next_timer() else {
+            panic!("no timer turn is planned and the closed connection is still there");
+        };
+        h.advance(p.saturating_duration_since(h.t.now()));
+        assert!(h.datagrams().is_empty(), "the draining connection sent");
+        turns += 1;
+        assert!(turns < 1_000, "the connection never drained");
+    }
+    assert_eq!(quic.connections.load(Relaxed), 0);
 }

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use quinn_proto::{
-    Connection, ConnectionHandle, Dir, Endpoint, Event, ReadError, StreamEvent, StreamId, Transmit,
-    VarInt,
+    Connection, ConnectionError, ConnectionHandle, Dir, Endpoint, Event, ReadError, StreamEvent,
+    StreamId, Transmit, VarInt,
 };
 use ringx_engine::{ConnId, Io, ListenerId, SendTo};
 use ringx_h3proto::{ConnError, Limits, Uni};
@@ -53,6 +53,9 @@ pub(super) struct H3Conn {
     pub(super) base: Base,
     /// The HTTP/3 layer failed: the connection is closed.
     dead: bool,
+    /// The peer closed the connection (its CONNECTION_CLOSE came): the connection drains
+    /// and sends nothing more ([`transmit`](Self::transmit)).
+    peer_closed: bool,
     /// Who the connection is to the zone's upstream connections (their `client`): the QUIC
     /// owner bit and the connection's slot (`super::owner`), with `base.gen`.
     pub(super) owner: ConnId,
@@ -124,6 +127,7 @@ impl H3Conn {
             ready: Vec::new(),
             base,
             dead: false,
+            peer_closed: false,
             owner,
             ups: HashMap::new(),
             held: Vec::new(),
@@ -204,7 +208,13 @@ impl H3Conn {
             }
             Event::Stream(StreamEvent::Finished { .. }) => {}
             Event::Stream(StreamEvent::Available { .. }) => {}
-            Event::ConnectionLost { .. } => self.end_streams(cx),
+            Event::ConnectionLost { reason } => {
+                self.peer_closed = matches!(
+                    reason,
+                    ConnectionError::ApplicationClosed(_) | ConnectionError::ConnectionClosed(_)
+                );
+                self.end_streams(cx);
+            }
             Event::DatagramReceived | Event::DatagramsUnblocked => {}
         }
         Ok(())
@@ -440,8 +450,17 @@ impl H3Conn {
         self.held.clear();
     }
 
-    /// Sends what the connection has to send; returns the datagrams queued.
+    /// Sends what the connection has to send.
+    ///
+    /// Once the peer closed the connection, nothing: quinn-proto would answer its
+    /// CONNECTION_CLOSE with one of ours, which RFC 9000 §10.2.2 allows but does not ask
+    /// for. The peer has stopped reading (it sent its close and went into its closing
+    /// period), so the answer would cost the zone a datagram, and the peer a wake-up, for
+    /// every connection a client ends; nginx does not send it either.
     pub fn transmit(&mut self, io: &mut Io, q: &QuicCounters, buf: &mut Vec<u8>) {
+        if self.peer_closed {
+            return;
+        }
         let now = io.now();
         loop {
             buf.clear();
