@@ -1005,9 +1005,20 @@ MUTATIONS = [
          why="NEW_CONNECTION_ID's reset token is read as frames"),
     dict(test='a_client_initial_reaches_quinn_proto_without_its_padding',
          pkg='ringx-quic', itest='padding', file=Q + 'handshake.rs',
-         find='        self.0.initial_keys(version, dst_cid).map(trim_keys)',
-         replace='        self.0.initial_keys(version, dst_cid)',
+         find='        Ok(trim_keys(self.last.keep(version, dst_cid, keys)))',
+         replace='        Ok(self.last.keep(version, dst_cid, keys))',
          why="the Initial keys quinn-proto gets leave PADDING in"),
+    # ---- ringx-quic initial: a new connection's Initial keys derived once --------------------
+    dict(test='initial::tests::a_kept_set_is_taken_once_and_only_for_its_connection',
+         pkg='ringx-quic', file=Q + 'initial.rs',
+         find='            Some(l) if l.version == version && l.cid == *cid => {',
+         replace='            Some(l) if l.version == version => {',
+         why="a connection takes the Initial keys derived for another connection ID"),
+    dict(test='handshake::tests::a_new_connection_takes_the_initial_keys_its_first_packet_was_opened_with',
+         pkg='ringx-quic', file=Q + 'handshake.rs',
+         find='            Side::Server => self.last.take(self.version, dst_cid),',
+         replace='            Side::Server => None,',
+         why="the connection derives its Initial keys a second time"),
 ]
 # fmt: on
 

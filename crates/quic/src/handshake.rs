@@ -15,7 +15,9 @@
 //! `HandshakeData` (whose fields [`Handshake`] carries on).
 //!
 //! The wrapping also hands quinn-proto packet keys that leave off a packet's trailing
-//! PADDING once it is decrypted (`padding.rs`): every key that decrypts, at every level.
+//! PADDING once it is decrypted (`padding.rs`): every key that decrypts, at every level;
+//! and gives a new connection the Initial keys its first packet was opened with, not a
+//! second derivation of them (`initial.rs`).
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -28,6 +30,7 @@ use quinn_proto::crypto::{
 use quinn_proto::transport_parameters::TransportParameters;
 use quinn_proto::{ConnectionId, Side, TransportError};
 
+use crate::initial::LastInitial;
 use crate::padding::{trim_keys, trim_pair, Trimmed};
 
 /// Bytes of one side's handshake kept, at most, while its message is incomplete (a
@@ -91,11 +94,18 @@ pub struct Handshake {
 }
 
 /// quinn-proto's rustls server configuration, its sessions observed.
-pub struct ObservedConfig(Arc<QuicServerConfig>);
+pub struct ObservedConfig {
+    inner: Arc<QuicServerConfig>,
+    /// The Initial keys derived last, for the session of that connection.
+    last: Arc<LastInitial>,
+}
 
 impl ObservedConfig {
     pub fn new(inner: QuicServerConfig) -> ObservedConfig {
-        ObservedConfig(Arc::new(inner))
+        ObservedConfig {
+            inner: Arc::new(inner),
+            last: Arc::default(),
+        }
     }
 }
 
@@ -105,11 +115,12 @@ impl crypto::ServerConfig for ObservedConfig {
         version: u32,
         dst_cid: &ConnectionId,
     ) -> Result<Keys, UnsupportedVersion> {
-        self.0.initial_keys(version, dst_cid).map(trim_keys)
+        let keys = self.inner.initial_keys(version, dst_cid)?;
+        Ok(trim_keys(self.last.keep(version, dst_cid, keys)))
     }
 
     fn retry_tag(&self, version: u32, orig_dst_cid: &ConnectionId, packet: &[u8]) -> [u8; 16] {
-        self.0.retry_tag(version, orig_dst_cid, packet)
+        self.inner.retry_tag(version, orig_dst_cid, packet)
     }
 
     fn start_session(
@@ -118,8 +129,10 @@ impl crypto::ServerConfig for ObservedConfig {
         params: &TransportParameters,
     ) -> Box<dyn crypto::Session> {
         Box::new(ObservedSession {
-            inner: self.0.clone().start_session(version, params),
+            inner: self.inner.clone().start_session(version, params),
             observer: Observer::default(),
+            version,
+            last: self.last.clone(),
         })
     }
 }
@@ -128,6 +141,10 @@ impl crypto::ServerConfig for ObservedConfig {
 pub struct ObservedSession {
     inner: Box<dyn crypto::Session>,
     observer: Observer,
+    /// The QUIC version the session speaks, and where its configuration keeps the Initial
+    /// keys it derived last.
+    version: u32,
+    last: Arc<LastInitial>,
 }
 
 /// The reading of both sides' first messages.
@@ -192,7 +209,11 @@ impl Observer {
 
 impl crypto::Session for ObservedSession {
     fn initial_keys(&self, dst_cid: &ConnectionId, side: Side) -> Keys {
-        trim_keys(self.inner.initial_keys(dst_cid, side))
+        let kept = match side {
+            Side::Server => self.last.take(self.version, dst_cid),
+            Side::Client => None,
+        };
+        trim_keys(kept.unwrap_or_else(|| self.inner.initial_keys(dst_cid, side)))
     }
 
     fn handshake_data(&self) -> Option<Box<dyn Any>> {
@@ -426,6 +447,44 @@ mod tests {
         let ee = message(ENCRYPTED_EXTENSIONS, &exts(&[]));
         let seen = observe(&[&client_hello(&[])], &[&hrr, &sh, &ee]);
         assert!(seen.resumed());
+    }
+
+    #[test]
+    fn a_new_connection_takes_the_initial_keys_its_first_packet_was_opened_with() {
+        use quinn_proto::crypto::ServerConfig as _;
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let der = rustls_pki_types::CertificateDer::from(cert.der().to_vec());
+        let pk = rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let mut tls =
+            rustls::ServerConfig::builder_with_provider(ringx_tls::Provider::AwsLc.crypto())
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(vec![der], pk)
+                .unwrap();
+        tls.max_early_data_size = 0;
+        let config = Arc::new(ObservedConfig::new(
+            QuicServerConfig::try_from(Arc::new(tls)).unwrap(),
+        ));
+        let cid = ConnectionId::new(&[9; 8]);
+        let params = TransportParameters::read(Side::Client, &mut &b""[..]).unwrap();
+        config.initial_keys(1, &cid).unwrap();
+        assert!(!config.last.is_empty(), "the first packet's keys are kept");
+        let session = config.clone().start_session(1, &params);
+        let _ = session.initial_keys(&cid, Side::Server);
+        assert!(config.last.is_empty(), "the connection took them");
+        // A connection of another ID derives its own, leaving a kept set alone.
+        config.initial_keys(1, &cid).unwrap();
+        let other = ConnectionId::new(&[8; 8]);
+        let _ = config
+            .clone()
+            .start_session(1, &params)
+            .initial_keys(&other, Side::Server);
+        assert!(!config.last.is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! | the keys the zones share, TLS over ringx's certificates, the limits | `config.rs` |
 //! | 0-RTT's anti-replay: single-use tickets the zones share | `early.rs` |
 //! | what a server handshake did that quinn-proto does not say (resumed, early data refused) | `handshake.rs` |
+//! | a new connection's Initial keys, derived once for its first packet and itself | `initial.rs` |
 //! | a decrypted packet's trailing PADDING, left off before quinn-proto reads it a byte at a time | `padding.rs` |
 //!
 //! quinn-proto rather than quiche: it is Rust over rustls 0.23, the TLS stack ringx-tls
@@ -20,6 +21,7 @@ pub mod cid;
 pub mod config;
 pub mod early;
 pub mod handshake;
+pub mod initial;
 pub mod padding;
 
 pub use cid::{Owner, ZoneCids, CID_LEN, EPOCH_BIT, ROTATION, ZONE_BYTE};
