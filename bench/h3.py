@@ -78,10 +78,22 @@ Workloads:
               only: Caddy's `respond` answers without reading the body (quic-go then stops
               the upload), so its CPU per KB would count bytes it never received
 
-Usage: bench/h3.py [--quick] [--batch] [--rounds N] [--duration S] [--only WL,...]
-Writes bench/results/h3-<date>[-quick][-batch][-WL...].json.
+Where the kernel's receive work is charged. Over loopback a packet is received in its
+sender's context: what the server receives (a TCP handshake's SYN and ACK, its
+acknowledgements, the datagrams of QUIC) is processed on the client's CPU, what it sends on
+its own. `--veth` puts the servers in a network namespace of their own behind a veth pair,
+with RPS on each end sending its receive work to its own side's CPU (lib.ReceiverCores), as a
+NIC's receive queues put it on the receiving host: each side then pays for what it receives.
+Beside the threads' schedstat (`cpu_us_per_req`, the headline), every row has the server
+core's busy time (`core_us_per_req`, `core_ns_per_kb`): the threads, and the interrupts and
+softirqs that ran on that core while they slept (the wake-ups, and under --veth the receive
+work that lands there). The floors speak over loopback and are left out under --veth.
+
+Usage: bench/h3.py [--quick] [--batch] [--veth] [--rounds N] [--duration S] [--only WL,...]
+Writes bench/results/h3-<date>[-quick][-batch][-veth][-WL...].json.
 """
 import argparse
+import contextlib
 import datetime
 import glob
 import json
@@ -136,6 +148,9 @@ NEW_TCP = {"ringx-h2": "h2", "ringx-h1": "h1"}
 # Per KB rather than per request: the bulk transfers.
 PER_KB = ("1m", "1m_up")
 SNI = "bench.test"
+# Where the servers listen, and what their commands run under: loopback by default; with
+# --veth the address of the server's end of lib.ReceiverCores' veth pair, and `ip netns exec`.
+NET = {"host": "127.0.0.1", "prefix": [], "name": "loopback"}
 
 
 def h3load_binary(work):
@@ -304,7 +319,7 @@ class Server:
 \t\tprotocols h1 h2 h3
 \t}}
 }}
-https://127.0.0.1:{self.port} {{
+https://{NET["host"]}:{self.port} {{
 \ttls {c} {k}
 \trespond /r64 "{lib.BODY64}" 200
 \thandle_path /w/* {{
@@ -323,11 +338,11 @@ zones = 1
 cpus = [{lib.SERVER_CPU}]
 log_level = "warn"
 {OFFLOAD_OFF.get(self.name, "")}
-{f'[admin]{chr(10)}listen = "127.0.0.1:{self.admin}"' if self.name == "ringx-h3" else ""}
+{f'[admin]{chr(10)}listen = "{NET["host"]}:{self.admin}"' if self.name == "ringx-h3" else ""}
 [http]
 keepalive_timeout = "75s"
 [[server]]
-listen = ["127.0.0.1:{self.port}"]
+listen = ["{NET["host"]}:{self.port}"]
 tls = {{ cert = "{c}", key = "{k}" }}
 quic = true
   [[server.location]]
@@ -340,9 +355,9 @@ quic = true
 """)
             cmd = [lib.RINGX, "serve", "-c", conf]
         self.log = open(os.path.join(w, f"{self.name}.log"), "w")
-        self.proc = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, *cmd], env=env,
-                                     stdout=self.log, stderr=self.log)
-        lib.wait_port(self.port, self.proc)
+        self.proc = subprocess.Popen([*NET["prefix"], "taskset", "-c", lib.SERVER_CPU, *cmd],
+                                     env=env, stdout=self.log, stderr=self.log)
+        lib.wait_port(self.port, self.proc, host=NET["host"])
         return self
 
     def cpu(self):
@@ -356,7 +371,7 @@ quic = true
         (`ringx_quic_datagrams_total`), their bytes `bytes_in` and `bytes_out`
         (`ringx_quic_bytes_total`), packets `sent` and `lost`
         (`ringx_quic_packets_sent_total`, `ringx_quic_packets_lost_total`)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=5) as f:
+        with urllib.request.urlopen(f"http://{NET['host']}:{self.admin}/metrics", timeout=5) as f:
             text = f.read().decode()
         got = {"in": 0, "out": 0, "sent": 0, "lost": 0, "bytes_in": 0, "bytes_out": 0,
                "batches_in": 0, "batches_out": 0}
@@ -439,14 +454,14 @@ def h2load(url, conns, streams, secs, log, h1=False, rate=None, post=None, threa
 
 def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     path = "/w/1m.bin" if wl == "1m" else "/r64"
-    url = f"https://127.0.0.1:{srv.port}{path}"
+    url = f"https://{NET['host']}:{srv.port}{path}"
     shape = {"64_10x100": (10, 100), "64_100x1": (100, 1), "64_new": (8, 1), "1m": (4, 1),
              "1m_up": (4, 1)}[wl]
     post = os.path.join(work, "www", "1m.bin") if wl == "1m_up" else None
     # The metrics are read outside the measured span (an admin request is ringx's work too).
     quic = srv.quic_counters() if srv.admin else None
-    before, woke, stolen = srv.cpu(), srv.wakes(), lib.steal_ms()
-    end = None  # the server's CPU, wake-ups and steal where the measured span ended
+    before, woke, stolen, core = srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns()
+    end = None  # the server's CPU, wake-ups, steal and core clock where the measured span ended
     if srv.name == "floor-udp" and wl in SMALL:
         r = floor_chat(srv, secs, wl, h3row)
     elif srv.name in FLOORS and wl == "1m_up":
@@ -461,13 +476,13 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         marks = {}
 
         def span(mark):
-            marks[mark] = (srv.cpu(), srv.wakes(), lib.steal_ms())
+            marks[mark] = (srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns())
         r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post, span=span,
                    batch=batch and wl in SMALL,
                    rate=rate if srv.name == "ringx-h3-apart" or srv.name in NEW_TCP else None,
                    proto=NEW_TCP.get(srv.name, "h3"))
         if len(marks) == 2:
-            (before, woke, stolen), end = marks["counting"], marks["counted"]
+            (before, woke, stolen, core), end = marks["counting"], marks["counted"]
     else:
         conns, streams = shape
         h1 = srv.name == "ringx-h1"
@@ -477,8 +492,13 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1,
                    None if srv.name == "ringx-h2-max" else rate, post,
                    threads=conns if srv.name == "ringx-h2-apart" else 1)
-    cpu_end, woke_end, stolen_end = end or (srv.cpu(), srv.wakes(), lib.steal_ms())
+    cpu_end, woke_end, stolen_end, core_end = end or (srv.cpu(), srv.wakes(), lib.steal_ms(),
+                                                      lib.core_ns())
     cpu = cpu_end - before
+    # The server's core, busy for anyone: the server's threads, and the interrupts and
+    # softirqs that woke it or received for it while it slept (with --veth, all its receive
+    # work); what else ran there in the span (the kernel's own housekeeping) too.
+    busy = lib.core_busy_ns(core, core_end)
     r["wakes"] = woke_end - woke
     r["steal_ms"] = stolen_end - stolen
     if quic:
@@ -492,13 +512,16 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r["packets_sent"] = after["sent"] - quic["sent"]
         r["packets_lost"] = after["lost"] - quic["lost"]
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
+    r["core_us_per_req"] = busy / 1000 / max(r["succeeded"], 1)
     r["wakes_per_req"] = r["wakes"] / max(r["succeeded"], 1)
     if wl == "1m_up":
         # Each request that succeeded carried the whole file (a floor counts what arrived).
         r["sent"] = r.get("received") or r["succeeded"] * os.path.getsize(post)
         r["cpu_ns_per_kb"] = cpu / max(r["sent"] / 1024, 1)
+        r["core_ns_per_kb"] = busy / max(r["sent"] / 1024, 1)
     elif wl == "1m":
         r["cpu_ns_per_kb"] = cpu / max((r.get("bytes") or 0) / 1024, 1)
+        r["core_ns_per_kb"] = busy / max((r.get("bytes") or 0) / 1024, 1)
     return r
 
 
@@ -511,6 +534,9 @@ def main():
     ap.add_argument("--only", help="comma-separated workloads (all by default)")
     ap.add_argument("--batch", action="store_true",
                     help="the QUIC peers' 64 B GETs in h2load's shape (h3load -batch)")
+    ap.add_argument("--veth", action="store_true",
+                    help="the servers in a network namespace behind a veth pair, each end's "
+                         "receive work on its own side's CPU (lib.ReceiverCores; root)")
     args = ap.parse_args()
     workloads = WORKLOADS
     if args.only:
@@ -540,6 +566,41 @@ def main():
     os.chmod(k, 0o644)
     speed0 = lib.host_speed(3)
     rows = []
+    net = contextlib.ExitStack()
+    if args.veth:
+        sides = net.enter_context(lib.ReceiverCores("h3"))
+        NET.update(host=sides.addr, prefix=sides.prefix,
+                   name="veth, receive work on the receiver's CPU (RPS)")
+        print("bench/h3: --veth: the floors are left out (bench/yardstick/bulk_floor.c "
+              "speaks over loopback)", flush=True)
+    with net:
+        run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, (c, k), rows)
+    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL, *LIB_HANDSHAKE],
+                            bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS,
+                                   "lib-tls-tcp"))
+    caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
+    result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
+              "h3_client": "batch" if args.batch else "stream", "network": NET["name"],
+              "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
+              "machine": lib.machine(),
+              "versions": {**lib.versions(), "caddy": caddy_v,
+                           "h2load": lib.sh(["h2load", "--version"]).stdout.strip(),
+                           "h3load": "bench/h3load (quic-go, see its go.mod)"},
+              "load_before": os.getloadavg(), "host_speed_before": speed0,
+              "host_speed_after": lib.host_speed(3), "workloads": workloads, "rows": rows,
+              "summary": summary}
+    name = f"h3-{result['date']}" + ("-quick" if args.quick else "") + \
+        ("-batch" if args.batch else "") + ("-veth" if args.veth else "") + \
+        ("-" + "-".join(workloads) if args.only else "")
+    os.makedirs(lib.RESULTS, exist_ok=True)
+    with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"bench/h3: wrote bench/results/{name}.json", flush=True)
+    report(summary, workloads)
+
+
+def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
+    """Every round: each workload, its peers alternated; the rows go into `rows`."""
     for rnd in range(rounds):
         for wl in workloads:
             h3_rate, h3row, apart_rate = None, None, None
@@ -552,7 +613,9 @@ def main():
                         or (peer == "floor-udp" and wl not in PER_KB and not (h3row and wl in SMALL)):
                     continue
                 sink = h3row if peer in FLOORS and wl == "1m_up" else None
-                srv = Server(peer, work, (c, k), sink).start()
+                if peer in FLOORS and args.veth:
+                    continue
+                srv = Server(peer, work, cert, sink).start()
                 try:
                     rate = apart_rate if peer == "ringx-h3-apart" else h3_rate
                     r = measure(srv, wl, secs, work, h3bin, rate, h3row, args.batch)
@@ -588,27 +651,10 @@ def main():
                 us = seal_small(h3row)
                 rows.append({"peer": SEAL_SMALL, "workload": wl, "round": rnd, "cpu_us_per_req": us})
                 print(f"bench/h3 round {rnd} {wl} {SEAL_SMALL}: {us or 0:.2f} µs/req", flush=True)
-    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL, *LIB_HANDSHAKE],
-                            bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS,
-                                   "lib-tls-tcp"))
-    caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
-    result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
-              "h3_client": "batch" if args.batch else "stream",
-              "rounds": rounds, "duration_s": secs, "elapsed_s": round(time.time() - t0),
-              "machine": lib.machine(),
-              "versions": {**lib.versions(), "caddy": caddy_v,
-                           "h2load": lib.sh(["h2load", "--version"]).stdout.strip(),
-                           "h3load": "bench/h3load (quic-go, see its go.mod)"},
-              "load_before": os.getloadavg(), "host_speed_before": speed0,
-              "host_speed_after": lib.host_speed(3), "workloads": workloads, "rows": rows,
-              "summary": summary}
-    name = f"h3-{result['date']}" + ("-quick" if args.quick else "") + \
-        ("-batch" if args.batch else "") + \
-        ("-" + "-".join(workloads) if args.only else "")
-    os.makedirs(lib.RESULTS, exist_ok=True)
-    with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"bench/h3: wrote bench/results/{name}.json", flush=True)
+
+
+def report(summary, workloads):
+    """What the run says, workload by workload."""
     for wl in workloads:
         s = summary[wl].get("ringx-h3", {})
         key = "cpu_ns_per_kb" if wl in PER_KB else "cpu_us_per_req"
@@ -617,6 +663,12 @@ def main():
               f"{cpu.get('ratio_to_caddy', 0):.2f}x Caddy, "
               f"{cpu.get('ratio_to_ringx-h2', 0) or 0:.2f}x ringx h2; "
               f"p99 {p99.get('ratio_to_caddy', 0):.2f}x Caddy")
+        core = s.get("core_ns_per_kb" if wl in PER_KB else "core_us_per_req", {})
+        if core:
+            print(f"    the server's core, busy for anyone (its receive work included under "
+                  f"--veth): ringx-h3 {core['median']:.2f}, "
+                  f"{core.get('ratio_to_caddy', 0):.2f}x Caddy, "
+                  f"{core.get('ratio_to_ringx-h2', 0) or 0:.2f}x ringx h2")
         apart = summary[wl].get("ringx-h2-apart", {}).get(key, {})
         h3apart = summary[wl].get("ringx-h3-apart", {}).get(key, {})
         if apart:

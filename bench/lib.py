@@ -6,6 +6,7 @@ Not a benchmark itself: bench/http_bench.py (HTTP against nginx), proxy.py, echo
 steer.py and xdp.py import it. Method: see bench/README.md.
 """
 import datetime
+import glob
 import json
 import os
 import re
@@ -61,13 +62,13 @@ def free_port():
     return p
 
 
-def wait_port(port, proc, timeout=10):
+def wait_port(port, proc, timeout=10, host="127.0.0.1"):
     end = time.time() + timeout
     while time.time() < end:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((host, port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.05)
@@ -253,6 +254,77 @@ def cpu_ns(pids):
     return total
 
 
+class ReceiverCores:
+    """The server in a network namespace of its own behind a veth pair, the clients in the
+    root namespace, and RPS on each end sending its receive processing to its own side's CPU
+    (SERVER_CPU for what the server receives, CLIENT_CPU for what the clients receive).
+
+    Over loopback the kernel receives a packet in the sender's context: a server's TCP
+    handshakes, the segments and acknowledgements it receives, and the datagrams it receives
+    are processed on the client's CPU and charged to the client, while what the server sends
+    is received on the server's CPU. On a real network the NIC's receive work lands on the
+    receiver's core (RSS, RPS), as here. Use as a context manager: `prefix` runs a command in
+    the namespace, `addr` is the server's address; everything is removed on exit."""
+
+    def __init__(self, tag, subnet="10.203.77"):
+        self.ns = f"ringx-{tag}-{os.getpid()}"
+        self.host_if, self.ns_if = f"rxc{os.getpid() % 100000}", f"rxs{os.getpid() % 100000}"
+        self.addr, self.client_addr = f"{subnet}.1", f"{subnet}.2"
+        self.prefix = ["ip", "netns", "exec", self.ns]
+
+    def __enter__(self):
+        if os.geteuid() != 0:
+            raise RuntimeError("a network namespace and RPS need root")
+        run = lambda *c: sh(list(c), check=True)  # noqa: E731
+        run("ip", "netns", "add", self.ns)
+        try:
+            run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            run("ip", "link", "set", self.ns_if, "netns", self.ns)
+            run("ip", "addr", "add", f"{self.client_addr}/30", "dev", self.host_if)
+            run("ip", "link", "set", self.host_if, "up")
+            run(*self.prefix, "ip", "addr", "add", f"{self.addr}/30", "dev", self.ns_if)
+            run(*self.prefix, "ip", "link", "set", self.ns_if, "up")
+            run(*self.prefix, "ip", "link", "set", "lo", "up")
+            mask = lambda cpu: format(1 << int(cpu), "x")  # noqa: E731
+            with open(f"/sys/class/net/{self.host_if}/queues/rx-0/rps_cpus", "w") as f:
+                f.write(mask(CLIENT_CPU))
+            # The namespace's own sysfs holds its end of the pair.
+            run(*self.prefix, "sh", "-c", f"echo {mask(SERVER_CPU)} > "
+                f"/sys/class/net/{self.ns_if}/queues/rx-0/rps_cpus")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        # Deleting the namespace deletes its end of the pair, and with it the other end.
+        sh(["ip", "netns", "delete", self.ns])
+        sh(["ip", "link", "delete", self.host_if])
+        return False
+
+
+def core_ns(cpu=SERVER_CPU):
+    """A reading of CPU `cpu`'s clock: (ns since boot, ns it spent idle). Two readings give
+    what the core was busy for between them, whoever it was busy for: the server's threads,
+    and the interrupts and softirqs that ran while it slept (waking it, receiving for it),
+    which no thread's schedstat holds. Idle time from cpuidle (µs, exact) where the kernel
+    has it, else /proc/stat's idle and iowait (clock ticks)."""
+    now = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    states = glob.glob(f"/sys/devices/system/cpu/cpu{cpu}/cpuidle/state*/time")
+    if states:
+        return now, sum(int(open(s).read()) for s in states) * 1000
+    with open("/proc/stat") as f:
+        for x in map(str.split, f):
+            if x and x[0] == f"cpu{cpu}":
+                return now, (int(x[4]) + int(x[5])) * 10**9 // os.sysconf("SC_CLK_TCK")
+    raise RuntimeError(f"/proc/stat has no cpu{cpu}")
+
+
+def core_busy_ns(before, after):
+    """What CPU was busy for between two `core_ns` readings, in ns."""
+    return (after[0] - before[0]) - (after[1] - before[1])
+
+
 def build_c(src, out, libs=()):
     """Compiles one C file of the repository (`src`, relative to bench/) with gcc -O2 into
     `out`; returns `out`, or None with gcc's complaint printed."""
@@ -376,8 +448,8 @@ def summarise(rows, workloads, peers, bases=("nginx",)):
     """Median and min-max per workload, peer and metric, with `ratio_to_<base>` for each base
     peer measured in the same run."""
     summary = {}
-    metrics = ["cpu_us_per_req", "cpu_ns_per_kb", "rps", "capped_rps", "lat_avg_ms", "lat_p99_ms",
-               "wakes_per_req"]
+    metrics = ["cpu_us_per_req", "cpu_ns_per_kb", "core_us_per_req", "core_ns_per_kb", "rps",
+               "capped_rps", "lat_avg_ms", "lat_p99_ms", "wakes_per_req"]
     for wl in workloads:
         summary[wl] = {}
         for peer in peers:
