@@ -89,8 +89,14 @@ core's busy time (`core_us_per_req`, `core_ns_per_kb`): the threads, and the int
 softirqs that ran on that core while they slept (the wake-ups, and under --veth the receive
 work that lands there). The floors speak over loopback and are left out under --veth.
 
-Usage: bench/h3.py [--quick] [--batch] [--veth] [--rounds N] [--duration S] [--only WL,...]
-Writes bench/results/h3-<date>[-quick][-batch][-veth][-WL...].json.
+veth, like loopback, hands a GSO batch over whole, to be cut into datagrams on the client's
+side if at all; `--veth --no-uso` turns UDP segmentation offload off on the server's end, so
+the server's CPU cuts its batches as it would for a NIC without it (TCP's segmentation is in
+nearly every NIC's hardware).
+
+Usage: bench/h3.py [--quick] [--batch] [--veth [--no-uso]] [--rounds N] [--duration S]
+                   [--only WL,...]
+Writes bench/results/h3-<date>[-quick][-batch][-veth][-nouso][-WL...].json.
 """
 import argparse
 import contextlib
@@ -537,7 +543,14 @@ def main():
     ap.add_argument("--veth", action="store_true",
                     help="the servers in a network namespace behind a veth pair, each end's "
                          "receive work on its own side's CPU (lib.ReceiverCores; root)")
+    ap.add_argument("--no-uso", action="store_true",
+                    help="with --veth: UDP segmentation offload off on the server's end, so "
+                         "its CPU cuts GSO batches into datagrams as for a NIC without it")
     args = ap.parse_args()
+    if args.no_uso and not args.veth:
+        ap.error("--no-uso goes with --veth")
+    if args.veth and lib.ReceiverCores.check():
+        sys.exit(f"bench/h3: --veth: {lib.ReceiverCores.check()}")
     workloads = WORKLOADS
     if args.only:
         unknown = [w for w in args.only.split(",") if w not in WORKLOADS]
@@ -566,14 +579,17 @@ def main():
     os.chmod(k, 0o644)
     speed0 = lib.host_speed(3)
     rows = []
-    net = contextlib.ExitStack()
-    if args.veth:
-        sides = net.enter_context(lib.ReceiverCores("h3"))
-        NET.update(host=sides.addr, prefix=sides.prefix,
-                   name="veth, receive work on the receiver's CPU (RPS)")
-        print("bench/h3: --veth: the floors are left out (bench/yardstick/bulk_floor.c "
-              "speaks over loopback)", flush=True)
-    with net:
+    # A SIGTERM (timeout, CI) unwinds as Ctrl-C does, so the veth pair and namespace go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench/h3: terminated"))
+    with contextlib.ExitStack() as net:
+        if args.veth:
+            sides = net.enter_context(lib.ReceiverCores("h3", uso=not args.no_uso))
+            NET.update(host=sides.addr, prefix=sides.prefix,
+                       name="veth, receive work on the receiver's CPU (RPS)"
+                       + ("; UDP segmentation offload off on the server's end"
+                          if args.no_uso else ""))
+            print("bench/h3: --veth: the floors are left out (bench/yardstick/bulk_floor.c "
+                  "speaks over loopback)", flush=True)
         run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, (c, k), rows)
     summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL, *LIB_HANDSHAKE],
                             bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS,
@@ -591,6 +607,7 @@ def main():
               "summary": summary}
     name = f"h3-{result['date']}" + ("-quick" if args.quick else "") + \
         ("-batch" if args.batch else "") + ("-veth" if args.veth else "") + \
+        ("-nouso" if args.no_uso else "") + \
         ("-" + "-".join(workloads) if args.only else "")
     os.makedirs(lib.RESULTS, exist_ok=True)
     with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:

@@ -263,28 +263,54 @@ class ReceiverCores:
     handshakes, the segments and acknowledgements it receives, and the datagrams it receives
     are processed on the client's CPU and charged to the client, while what the server sends
     is received on the server's CPU. On a real network the NIC's receive work lands on the
-    receiver's core (RSS, RPS), as here. Use as a context manager: `prefix` runs a command in
-    the namespace, `addr` is the server's address; everything is removed on exit."""
+    receiver's core (RSS, RPS), as here. veth, like loopback, hands a GSO or TSO batch over
+    whole; `uso=False` turns UDP segmentation off on the server's end, so that the server's
+    CPU cuts its GSO batches into datagrams as it would for a NIC without UDP segmentation
+    offload (TCP's is in nearly every NIC). Use as a context manager: `prefix` runs a command
+    in the namespace, `addr` is the server's address; what it made is removed on exit."""
 
-    def __init__(self, tag, subnet="10.203.77"):
-        self.ns = f"ringx-{tag}-{os.getpid()}"
-        self.host_if, self.ns_if = f"rxc{os.getpid() % 100000}", f"rxs{os.getpid() % 100000}"
-        self.addr, self.client_addr = f"{subnet}.1", f"{subnet}.2"
+    SUBNET = "10.203.77"
+
+    def __init__(self, tag, uso=True):
+        pid = os.getpid()
+        self.ns = f"ringx-{tag}-{pid}"
+        # Interface names: 15 bytes at most; the full pid keeps runs apart.
+        self.host_if, self.ns_if = f"rxc{pid}", f"rxs{pid}"
+        self.addr, self.client_addr = f"{self.SUBNET}.1", f"{self.SUBNET}.2"
         self.prefix = ["ip", "netns", "exec", self.ns]
+        self.uso = uso
+        self.made = []
+
+    @classmethod
+    def check(cls):
+        """Why a pair cannot be made here, or None: root is needed, and the subnet must be
+        free (a pair another run left behind would take the clients' packets)."""
+        if os.geteuid() != 0:
+            return "a network namespace and RPS need root"
+        used = sh(["ip", "-o", "addr", "show", "to", f"{cls.SUBNET}.0/30"]).stdout.strip()
+        if used:
+            return (f"{cls.SUBNET}.0/30 is in use ({used.split()[1]}): a pair an earlier run "
+                    "left behind? `ip link delete` it")
+        return None
 
     def __enter__(self):
-        if os.geteuid() != 0:
-            raise RuntimeError("a network namespace and RPS need root")
+        why = self.check()
+        if why:
+            raise RuntimeError(why)
         run = lambda *c: sh(list(c), check=True)  # noqa: E731
-        run("ip", "netns", "add", self.ns)
         try:
+            run("ip", "netns", "add", self.ns)
+            self.made.append("ns")
             run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            self.made.append("link")
             run("ip", "link", "set", self.ns_if, "netns", self.ns)
             run("ip", "addr", "add", f"{self.client_addr}/30", "dev", self.host_if)
             run("ip", "link", "set", self.host_if, "up")
             run(*self.prefix, "ip", "addr", "add", f"{self.addr}/30", "dev", self.ns_if)
             run(*self.prefix, "ip", "link", "set", self.ns_if, "up")
             run(*self.prefix, "ip", "link", "set", "lo", "up")
+            if not self.uso:
+                run(*self.prefix, "ethtool", "-K", self.ns_if, "tx-udp-segmentation", "off")
             mask = lambda cpu: format(1 << int(cpu), "x")  # noqa: E731
             with open(f"/sys/class/net/{self.host_if}/queues/rx-0/rps_cpus", "w") as f:
                 f.write(mask(CLIENT_CPU))
@@ -297,32 +323,48 @@ class ReceiverCores:
         return self
 
     def __exit__(self, *exc):
-        # Deleting the namespace deletes its end of the pair, and with it the other end.
-        sh(["ip", "netns", "delete", self.ns])
-        sh(["ip", "link", "delete", self.host_if])
+        # Only what this run made. Deleting the namespace deletes its end of the pair, and
+        # with it the other end; a pair not yet moved into it goes by its host end.
+        if "ns" in self.made:
+            sh(["ip", "netns", "delete", self.ns])
+        if "link" in self.made:
+            sh(["ip", "link", "delete", self.host_if])
+        self.made = []
         return False
 
 
 def core_ns(cpu=SERVER_CPU):
-    """A reading of CPU `cpu`'s clock: (ns since boot, ns it spent idle). Two readings give
-    what the core was busy for between them, whoever it was busy for: the server's threads,
-    and the interrupts and softirqs that ran while it slept (waking it, receiving for it),
-    which no thread's schedstat holds. Idle time from cpuidle (µs, exact) where the kernel
-    has it, else /proc/stat's idle and iowait (clock ticks)."""
-    now = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-    states = glob.glob(f"/sys/devices/system/cpu/cpu{cpu}/cpuidle/state*/time")
-    if states:
-        return now, sum(int(open(s).read()) for s in states) * 1000
-    with open("/proc/stat") as f:
-        for x in map(str.split, f):
-            if x and x[0] == f"cpu{cpu}":
-                return now, (int(x[4]) + int(x[5])) * 10**9 // os.sysconf("SC_CLK_TCK")
-    raise RuntimeError(f"/proc/stat has no cpu{cpu}")
+    """A reading of CPU `cpu`'s clock: (ns since boot, ns it spent idle, ns stolen from it).
+    Two readings give what the core was busy for between them, whoever it was busy for: the
+    server's threads, and the interrupts and softirqs that ran while they slept (waking
+    them, receiving for them), which no thread's schedstat holds. Idle time from cpuidle
+    (exact, but counted only when an idle period ends: the reading is taken from the core
+    itself, the calling thread moved there for it, which ends the one in progress), else
+    /proc/stat's idle and iowait (clock ticks, which count the period in progress)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(cpu)})
+    try:
+        now = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        tick = 10**9 // os.sysconf("SC_CLK_TCK")
+        with open("/proc/stat") as f:
+            row = next((x for x in map(str.split, f) if x and x[0] == f"cpu{cpu}"), None)
+        if row is None:
+            raise RuntimeError(f"/proc/stat has no cpu{cpu}")
+        stolen = int(row[8]) * tick
+        states = glob.glob(f"/sys/devices/system/cpu/cpu{cpu}/cpuidle/state*/time")
+        if states:
+            idle = sum(int(open(s).read()) for s in states) * 1000
+        else:
+            idle = (int(row[4]) + int(row[5])) * tick
+        return now, idle, stolen
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def core_busy_ns(before, after):
-    """What CPU was busy for between two `core_ns` readings, in ns."""
-    return (after[0] - before[0]) - (after[1] - before[1])
+    """What the CPU of two `core_ns` readings was busy for between them, in ns (time stolen
+    by the hypervisor left out)."""
+    return (after[0] - before[0]) - (after[1] - before[1]) - (after[2] - before[2])
 
 
 def build_c(src, out, libs=()):
