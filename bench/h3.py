@@ -99,6 +99,7 @@ Usage: bench/h3.py [--quick] [--batch] [--veth [--no-uso]] [--rounds N] [--durat
 Writes bench/results/h3-<date>[-quick][-batch][-veth][-nouso][-WL...].json.
 """
 import argparse
+import atexit
 import contextlib
 import datetime
 import glob
@@ -568,6 +569,8 @@ def main():
     secs = args.duration or (2 if args.quick else 5)
     t0 = time.time()
     work = tempfile.mkdtemp(prefix="ringx-bench-h3-")
+    rows, run = [], {"finished": False}
+    atexit.register(tidy, work, rows, run)
     os.chmod(work, 0o755)
     os.makedirs(os.path.join(work, "www"), mode=0o755)
     with open(os.path.join(work, "www", "1m.bin"), "wb") as f:
@@ -583,7 +586,6 @@ def main():
             "-addext", f"subjectAltName=DNS:{SNI}"], check=True)
     os.chmod(k, 0o644)
     speed0 = lib.host_speed(3)
-    rows = []
     # A SIGTERM (timeout, CI) unwinds as Ctrl-C does, so the veth pair and namespace go.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench/h3: terminated"))
     with contextlib.ExitStack() as net:
@@ -618,7 +620,20 @@ def main():
     with open(os.path.join(lib.RESULTS, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"bench/h3: wrote bench/results/{name}.json", flush=True)
+    run["finished"] = True
     report(summary, workloads)
+
+
+def tidy(work, rows, run):
+    """At exit: the work directory (certificate, h3load, each client's request log: some
+    100 MB a run) goes, unless the run stopped early or a row has no figure; then it stays
+    for its logs, and this says where."""
+    failed = [r for r in rows if "error" in r]
+    if run["finished"] and not failed:
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    why = f"{len(failed)} rows without a figure" if failed else "the run stopped early"
+    print(f"bench/h3: {why}; its servers' and clients' logs are kept in {work}", flush=True)
 
 
 def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
@@ -641,6 +656,18 @@ def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
                 try:
                     rate = apart_rate if peer == "ringx-h3-apart" else h3_rate
                     r = measure(srv, wl, secs, work, h3bin, rate, h3row, args.batch)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    # A client that hangs or fails costs its row, not the run's other rows:
+                    # the row says why, the round goes on, and the run keeps its logs.
+                    why = (str(e).splitlines() or [type(e).__name__])[0]
+                    rows.append({"peer": peer, "workload": wl, "round": rnd, "error": why})
+                    print(f"bench/h3 round {rnd} {wl} {peer}: no figure: {why}", flush=True)
+                    if peer == "ringx-h3":
+                        # The peers after it are offered its rate: they would compare nothing.
+                        print(f"bench/h3 round {rnd} {wl}: the other peers skipped (no "
+                              "ringx-h3 rate to offer them)", flush=True)
+                        break
+                    continue
                 finally:
                     srv.stop()
                 r.update(peer=peer, workload=wl, round=rnd)
