@@ -193,12 +193,15 @@ impl Quic {
                 let Some(c) = self.conns[slot as usize].as_mut() else {
                     return;
                 };
-                // A connection still in its handshake runs at once, packet by packet: what
-                // it reads before the client's Finished came in 0-RTT (`early.rs`), and a
-                // 0-RTT packet must not wait for a Finished behind it in the same batch.
-                let now_or_later = c.quic.is_handshaking();
+                // A connection still in its handshake after this packet runs at once, packet
+                // by packet: what it reads before the client's Finished came in 0-RTT
+                // (`early.rs`), and a 0-RTT packet must not wait for a Finished behind it in
+                // the same batch. The packet that completes the handshake waits for the
+                // batch's end with every later one: all before it were run, and the request
+                // that follows the Finished is then answered with HANDSHAKE_DONE, in one
+                // datagram rather than two.
                 c.quic.handle_event(e);
-                if now_or_later {
+                if c.quic.is_handshaking() {
                     self.drive(cx, slot);
                 } else if !c.due {
                     c.due = true;
@@ -281,12 +284,18 @@ impl Quic {
         self.gens[slot as usize] = self.gens[slot as usize].wrapping_add(1);
         let gen = self.gens[slot as usize];
         let owner = ConnId(QUIC_OWNER | slot);
-        let c = H3Conn::new(cx, (listener, h, tcp), (owner, gen), quic, now);
+        let mut c = H3Conn::new(cx, (listener, h, tcp), (owner, gen), quic, now);
+        // It runs at the batch's end, not at once: a ClientHello too large for one Initial
+        // (a post-quantum key share) comes in two datagrams microseconds apart, and when the
+        // second is in the same batch, the first one's ACK goes with the server's flight
+        // rather than in a datagram of its own. A 0-RTT request in the first datagram is
+        // still read as early: the handshake cannot complete in this batch.
+        c.due = true;
         self.conns[slot as usize] = Some(c);
+        self.due.push(slot);
         self.by_handle.insert((listener.0, h), slot);
         let live = self.by_handle.len() as u64;
         cx.ctx.log.counters.quic.connections.store(live, Relaxed);
-        self.drive(cx, slot);
     }
 
     /// Runs connection `slot`: its events, its requests, what it has to send and its next
