@@ -143,6 +143,24 @@ impl Harness {
         self.t.datagram(&mut self.z, l, dg);
     }
 
+    /// Datagrams from `peer` to the `i`-th UDP listen address, in one batch.
+    pub fn datagram_batch(&mut self, i: u32, peer: &str, data: &[&[u8]]) {
+        let peer = peer.parse().expect("a socket address");
+        let dgs: Vec<_> = data
+            .iter()
+            .map(|d| ringx_engine::Datagram {
+                peer,
+                local: None,
+                data: d,
+                truncated: false,
+                segment: 0,
+                ecn: 0,
+            })
+            .collect();
+        let l = self.udp_listener(i);
+        self.t.datagram_batch(&mut self.z, l, &dgs);
+    }
+
     /// Datagrams the zone sent since the last call.
     pub fn datagrams(&mut self) -> Vec<(ringx_engine::testio::SentTo, Vec<u8>)> {
         self.t.take_datagrams()

@@ -303,6 +303,24 @@ impl TestDriver {
         self.settle(h);
     }
 
+    /// Datagrams arriving on `listener` in one batch, as a receive that found them all
+    /// waiting hands them over: each to `on_datagram`, then the batch's end.
+    pub fn datagram_batch<H: Handler>(
+        &mut self,
+        h: &mut H,
+        listener: ListenerId,
+        dgs: &[Datagram<'_>],
+    ) {
+        assert!(
+            self.listening && !self.gone.contains(&listener),
+            "datagrams on {listener:?}: the zone no longer listens there"
+        );
+        for dg in dgs {
+            h.on_datagram(&mut self.io, listener, *dg);
+        }
+        self.settle(h);
+    }
+
     /// Every datagram sent since the last call ([`Io::send_to`], [`Io::send_datagram`]), in
     /// order. A send on a datagram socket that closed before the driver carried it out is
     /// not among them (counted as a send error, as the real drivers do).

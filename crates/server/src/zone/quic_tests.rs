@@ -1,7 +1,8 @@
 //! A QUIC connection through the zone, with quinn-proto's client and the test driver: the
 //! zone's timer turns keep up with the connection's deadlines as quinn-proto moves them, so
-//! none fires late, a connection left silent is closed at its idle timeout, and one the
-//! client closes drains without a word back.
+//! none fires late, a connection left silent is closed at its idle timeout, one the client
+//! closes drains without a word back, and a ClientHello in two Initials of one batch is
+//! acknowledged with the server's flight, not on its own.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -51,13 +52,18 @@ quic = true
     ));
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from(der)).unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    // The key shares browsers, Go and quic-go offer: the post-quantum hybrid first, whose
+    // ClientHello takes two Initials.
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider.kx_groups = vec![
+        rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768,
+        rustls::crypto::aws_lc_rs::kx_group::X25519,
+    ];
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     tls.alpn_protocols = vec![b"h3".to_vec()];
     let cc = ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).unwrap()));
     let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
@@ -213,4 +219,49 @@ fn a_connection_the_client_closes_drains_without_an_answer() {
         assert!(turns < 1_000, "the connection never drained");
     }
     assert_eq!(quic.connections.load(Relaxed), 0);
+}
+
+#[test]
+fn a_client_hello_in_two_initials_of_one_batch_gets_no_ack_of_its_own() {
+    let (mut h, _dir, mut cl) = site();
+    // The client offers X25519MLKEM768 first (`site`): its ClientHello takes two Initials,
+    // each in a datagram of its own (one per poll).
+    let now = h.t.now();
+    let mut flight = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(t) = cl.conn.poll_transmit(now, 1, &mut buf) {
+        flight.push(buf[..t.size].to_vec());
+        buf.clear();
+    }
+    assert_eq!(
+        flight.len(),
+        2,
+        "the client's first flight is two datagrams"
+    );
+    let parts: Vec<&[u8]> = flight.iter().map(Vec::as_slice).collect();
+    h.datagram_batch(0, CLIENT, &parts);
+    let sent = h.datagrams();
+    assert!(!sent.is_empty(), "the zone answered the ClientHello");
+    // An ACK alone is an Initial that is not ack-eliciting, under 1,200 bytes; every
+    // datagram carrying the server's flight is padded to 1,200 or more (RFC 9000 §14.1).
+    let short: Vec<usize> = sent
+        .iter()
+        .map(|(_, d)| d.len())
+        .filter(|&n| n < 1200)
+        .collect();
+    assert!(
+        short.is_empty(),
+        "the zone sent {short:?}-byte datagram(s) before its flight: an ACK of its own"
+    );
+    let server: SocketAddr = SERVER.parse().unwrap();
+    for (_, d) in sent {
+        if let Some(DatagramEvent::ConnectionEvent(_, e)) =
+            cl.ep
+                .handle(now, server, None, None, BytesMut::from(&d[..]), &mut buf)
+        {
+            cl.conn.handle_event(e);
+        }
+    }
+    pump(&mut h, &mut cl);
+    assert!(cl.connected, "the handshake completes");
 }
