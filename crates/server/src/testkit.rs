@@ -131,16 +131,7 @@ impl Harness {
 
     /// A datagram from `peer` to the `i`-th UDP listen address.
     pub fn datagram(&mut self, i: u32, peer: &str, data: &[u8]) {
-        let dg = ringx_engine::Datagram {
-            peer: peer.parse().expect("a socket address"),
-            local: None,
-            data,
-            truncated: false,
-            segment: 0,
-            ecn: 0,
-        };
-        let l = self.udp_listener(i);
-        self.t.datagram(&mut self.z, l, dg);
+        self.datagram_batch(i, peer, &[data]);
     }
 
     /// Datagrams from `peer` to the `i`-th UDP listen address, in one batch.

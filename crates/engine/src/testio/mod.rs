@@ -295,12 +295,7 @@ impl TestDriver {
     /// queued is carried out. (The test driver does not tell TCP from UDP listeners: the
     /// handler knows which of its listeners is which.)
     pub fn datagram<H: Handler>(&mut self, h: &mut H, listener: ListenerId, dg: Datagram<'_>) {
-        assert!(
-            self.listening && !self.gone.contains(&listener),
-            "datagram on {listener:?}: the zone no longer listens there"
-        );
-        h.on_datagram(&mut self.io, listener, dg);
-        self.settle(h);
+        self.datagram_batch(h, listener, &[dg]);
     }
 
     /// Datagrams arriving on `listener` in one batch, as a receive that found them all
