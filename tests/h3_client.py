@@ -200,6 +200,28 @@ def get(port, paths, host="localhost", method="GET", headers=(), body=None, time
                               None if cafile is None else str(cafile), body_after, trailers))
 
 
+async def _held(port, paths, cafile, until, timeout):
+    cfg = _config("localhost", cafile)
+    async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
+                       wait_connected=True) as client:
+        futs = [client.request("GET", "localhost", p) for p in paths]
+        got = await asyncio.wait_for(asyncio.gather(*futs), timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        # `until` may block (it asks the server's admin port): off the loop, which goes on
+        # answering the server's packets meanwhile.
+        while not await loop.run_in_executor(None, until):
+            assert loop.time() < deadline, "the condition never held"
+            await asyncio.sleep(0.02)
+        return got
+
+
+def get_held(port, paths, until, cafile, timeout=20):
+    """The responses to `paths` on one connection, which stays open (its client answering
+    the server) until `until()` is true."""
+    return asyncio.run(_held(port, paths, str(cafile), until, timeout))
+
+
 class Session:
     """What one connection of `session` got: the responses, the session tickets the server
     sent, whether the handshake resumed the ticket it was given, whether the server accepted

@@ -420,3 +420,27 @@ def test_ngtcp2_client_chacha20(files, tmp_path):
                             "+CHACHA20-POLY1305")
     assert "Negotiated cipher suite is CHACHA20-POLY1305" in trace, trace[-3000:]
     assert "key update confirmed" in trace
+
+
+def test_a_client_back_from_a_known_path_starts_at_its_size(ringx, tmp_path):
+    """Once a connection's handshake is done, the server searches its path for larger
+    datagrams (1,326, 1,389, 1,420, then 1,452 bytes, each probe acknowledged before the
+    next); the zone records each size acknowledged for the client's address, and the
+    client's next connection starts at the largest, with nothing below it to probe
+    (`ringx_quic_known_paths_total`; crates/quic/src/known_paths.rs)."""
+    admin = free_port()
+    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "sized\\n" }\n',
+                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
+    ringx.make(cfg)  # one zone: both connections reach it
+
+    def paths(event):
+        return total(quic_metrics(admin), "ringx_quic_known_paths_total", event=event)
+
+    # aioquic acknowledges every probe: held open, the first connection's search ends at
+    # the top.
+    first = h3_client.get_held(p, ["/"], lambda: paths("learned") >= 4, cafile=ca)
+    assert [(r.status, bytes(r.body)) for r in first] == [(200, b"sized\n")]
+    assert paths("used") == 0
+    second = h3_client.get(p, ["/", "/"], cafile=ca)
+    assert [(r.status, bytes(r.body)) for r in second] == [(200, b"sized\n")] * 2
+    assert (paths("used"), paths("learned"), paths("forgotten")) == (1, 4, 0)

@@ -9,10 +9,13 @@ use std::time::Duration;
 
 use aws_lc_rs::{hkdf, hmac};
 use quinn_proto::crypto::rustls::QuicServerConfig;
-use quinn_proto::{EndpointConfig, IdleTimeout, ServerConfig, TransportConfig, VarInt};
+use quinn_proto::{
+    EndpointConfig, IdleTimeout, MtuDiscoveryConfig, ServerConfig, TransportConfig, VarInt,
+};
 
 use crate::cid::{Owner, ZoneCids};
 use crate::early::{SingleUseTickets, StatefulOnly};
+use crate::known_paths::FULL;
 
 /// The ALPN of HTTP/3 (RFC 9114 §3.1).
 pub const ALPN_H3: &[u8] = b"h3";
@@ -123,15 +126,36 @@ pub fn server_config(
     let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::Tls(e.to_string()))?;
     let crypto = crate::handshake::ObservedConfig::new(crypto);
     let mut c = ServerConfig::new(Arc::new(crypto), keys.token.clone());
+    c.transport_config(Arc::new(transport(limits, None)));
+    c.max_incoming(limits.max_incoming);
+    Ok(c)
+}
+
+/// `base` for a connection from a client whose path is known to carry datagrams of `mtu`
+/// bytes ([`crate::known_paths`]): it starts at that size, and searches only above it.
+pub fn known_path_config(base: &ServerConfig, limits: &Limits, mtu: u16) -> ServerConfig {
+    let mut c = base.clone();
+    c.transport_config(Arc::new(transport(limits, Some(mtu))));
+    c
+}
+
+/// The transport parameters and behaviour of a connection: `limits`, and the datagram size
+/// it starts at (`None`: 1,200 bytes, QUIC's minimum). Path MTU discovery searches up to
+/// [`FULL`] either way, and black-hole detection falls back to 1,200.
+fn transport(limits: &Limits, start_mtu: Option<u16>) -> TransportConfig {
     let mut t = TransportConfig::default();
     t.max_concurrent_bidi_streams(VarInt::from_u32(limits.max_streams))
         .max_concurrent_uni_streams(VarInt::from_u32(limits.max_uni_streams))
         .max_idle_timeout(IdleTimeout::try_from(limits.idle_timeout).ok())
         .stream_receive_window(VarInt::from_u32(limits.stream_window))
         .receive_window(VarInt::from_u32(limits.conn_window));
-    c.transport_config(Arc::new(t));
-    c.max_incoming(limits.max_incoming);
-    Ok(c)
+    let mut mtud = MtuDiscoveryConfig::default();
+    mtud.upper_bound(FULL);
+    t.mtu_discovery_config(Some(mtud));
+    if let Some(mtu) = start_mtu {
+        t.initial_mtu(mtu);
+    }
+    t
 }
 
 /// `tls` made fit for QUIC: the HTTP/3 ALPN only, and early data as `early_data` says.

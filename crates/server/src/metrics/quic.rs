@@ -4,7 +4,8 @@
 //! sends that carried them, the packets sent and declared lost and the congestion events,
 //! the handshakes completed (full or resumed), and what became of 0-RTT
 //! (`quic_early_data`: connections that had it accepted or refused, the requests in it
-//! served or answered 425 Too Early). Per zone because a connection must stay on the zone
+//! served or answered 425 Too Early), and the known paths (client addresses whose path
+//! carries full-size datagrams: learned, used by new connections, forgotten). Per zone because a connection must stay on the zone
 //! that owns it (its connection IDs name that zone): a migrated client whose packets
 //! reached another zone would show there.
 
@@ -55,6 +56,12 @@ pub struct QuicCounters {
     /// Too Early (any other method).
     pub early_requests: AtomicU64,
     pub too_early: AtomicU64,
+    /// Known paths (`ringx_quic::known_paths`): client addresses recorded when a
+    /// connection's search reached the full datagram size, new connections that started at
+    /// it from a recorded address, and addresses forgotten when a connection fell back.
+    pub paths_learned: AtomicU64,
+    pub paths_used: AtomicU64,
+    pub paths_forgotten: AtomicU64,
 }
 
 /// Renders the QUIC families of the zones' counters `zc` (in zone order).
@@ -187,6 +194,22 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
             ("refused", col(&|q| &q.early_refused)),
             ("served", col(&|q| &q.early_requests)),
             ("too_early", col(&|q| &q.too_early)),
+        ],
+    );
+    o.per_zone_by(
+        (
+            "ringx_quic_known_paths_total",
+            "counter",
+            "Client addresses whose path carries full-size datagrams (1,452 bytes), per \
+             zone: learned (a connection's path MTU search reached that size), used (a new \
+             connection from such an address started at it, without probing), forgotten (a \
+             connection fell back from it: its full-size packets were lost).",
+        ),
+        "event",
+        &[
+            ("learned", col(&|q| &q.paths_learned)),
+            ("used", col(&|q| &q.paths_used)),
+            ("forgotten", col(&|q| &q.paths_forgotten)),
         ],
     );
 }

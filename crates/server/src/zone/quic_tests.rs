@@ -1,8 +1,9 @@
 //! A QUIC connection through the zone, with quinn-proto's client and the test driver: the
 //! zone's timer turns keep up with the connection's deadlines as quinn-proto moves them, so
 //! none fires late, a connection left silent is closed at its idle timeout, one the client
-//! closes drains without a word back, and a ClientHello in two Initials of one batch is
-//! acknowledged with the server's flight, not on its own.
+//! closes drains without a word back, a ClientHello in two Initials of one batch is
+//! acknowledged with the server's flight, not on its own, and a client whose path a
+//! connection found to carry full-size datagrams starts its next connection at that size.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -22,12 +23,32 @@ const CLIENT: &str = "192.0.2.10:40000";
 const SERVER: &str = "127.0.0.1:8443";
 const IDLE: Duration = Duration::from_secs(5);
 
-/// quinn-proto's client endpoint and its one connection.
+/// quinn-proto's client endpoint and its one connection, from address `from`.
 struct Client {
     ep: Endpoint,
     ch: ConnectionHandle,
     conn: Connection,
     connected: bool,
+    from: &'static str,
+    config: ClientConfig,
+}
+
+impl Client {
+    /// A client with `config` connecting from `from` at the zone's clock.
+    fn new(h: &Harness, config: ClientConfig, from: &'static str) -> Client {
+        let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
+        let (ch, conn) = ep
+            .connect(h.t.now(), config.clone(), SERVER.parse().unwrap(), "q.test")
+            .unwrap();
+        Client {
+            ep,
+            ch,
+            conn,
+            connected: false,
+            from,
+            config,
+        }
+    }
 }
 
 /// A zone with one TLS server on QUIC (`quic_idle_timeout` = [`IDLE`]), its directory, and a
@@ -66,21 +87,17 @@ quic = true
         .with_no_client_auth();
     tls.alpn_protocols = vec![b"h3".to_vec()];
     let cc = ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).unwrap()));
-    let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
-    let (ch, conn) = ep
-        .connect(h.t.now(), cc, SERVER.parse().unwrap(), "q.test")
-        .unwrap();
-    let cl = Client {
-        ep,
-        ch,
-        conn,
-        connected: false,
-    };
+    let cl = Client::new(&h, cc, CLIENT);
     (h, dir, cl)
 }
 
 /// Passes datagrams both ways at the zone's clock until neither side has more to send.
 fn pump(h: &mut Harness, cl: &mut Client) {
+    pump_seen(h, cl, &mut Vec::new());
+}
+
+/// [`pump`], adding the size of each datagram the zone sent to `sizes`.
+fn pump_seen(h: &mut Harness, cl: &mut Client, sizes: &mut Vec<usize>) {
     let server: SocketAddr = SERVER.parse().unwrap();
     for _ in 0..100 {
         let now = h.t.now();
@@ -91,11 +108,12 @@ fn pump(h: &mut Harness, cl: &mut Client) {
         let mut buf = Vec::new();
         while let Some(t) = cl.conn.poll_transmit(now, 1, &mut buf) {
             moved = true;
-            h.datagram(0, CLIENT, &buf[..t.size]);
+            h.datagram(0, cl.from, &buf[..t.size]);
             buf.clear();
         }
         for (_, d) in h.datagrams() {
             moved = true;
+            sizes.push(d.len());
             let ev = cl
                 .ep
                 .handle(now, server, None, None, BytesMut::from(&d[..]), &mut buf);
@@ -264,4 +282,100 @@ fn a_client_hello_in_two_initials_of_one_batch_gets_no_ack_of_its_own() {
     }
     pump(&mut h, &mut cl);
     assert!(cl.connected, "the handshake completes");
+}
+
+/// Walks the zone's clock from one timer turn to the next, passing datagrams (their sizes
+/// added to `sizes`), until `done` holds; at most `limit` of the zone's time.
+fn walk_until(
+    h: &mut Harness,
+    cl: &mut Client,
+    sizes: &mut Vec<usize>,
+    limit: Duration,
+    done: impl Fn(&Harness) -> bool,
+) {
+    let start = h.t.now();
+    while !done(h) && h.t.now() - start < limit {
+        let next = [h.t.next_timer(), cl.conn.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("a timer is planned");
+        h.advance(next.saturating_duration_since(h.t.now()));
+        pump_seen(h, cl, sizes);
+    }
+}
+
+#[test]
+fn a_client_back_from_a_known_path_starts_at_its_size() {
+    use ringx_quic::known_paths::{FULL, STEPS};
+    let (mut h, _dir, mut first) = site();
+    let counters = h.counters.clone();
+    let quic = &counters.quic;
+    let learned = || quic.paths_learned.load(Relaxed);
+    // The first connection starts at 1,200 bytes and, once its handshake is done, searches
+    // for the path's size with padded PINGs, each size acknowledged recorded for its
+    // client's address: 1,326, 1,389, 1,420, then FULL bytes.
+    let mut sizes = Vec::new();
+    pump_seen(&mut h, &mut first, &mut sizes);
+    assert!(first.connected, "the handshake completes");
+    walk_until(
+        &mut h,
+        &mut first,
+        &mut sizes,
+        Duration::from_secs(3),
+        |h| h.counters.quic.paths_learned.load(Relaxed) >= STEPS.len() as u64,
+    );
+    assert_eq!(learned(), STEPS.len() as u64, "the search reached {FULL}");
+    let probed: Vec<usize> = sizes.iter().copied().filter(|&n| n > 1200).collect();
+    assert_eq!(
+        probed,
+        STEPS.map(usize::from),
+        "the first connection's probes"
+    );
+    assert!(first.conn.stats().frame_rx.ping >= STEPS.len() as u64);
+    // A second connection from the same address, another port: it starts at FULL bytes and
+    // has nothing to probe for; the known path is counted as used, and not learned again.
+    let mut second = Client::new(&h, first.config.clone(), "192.0.2.10:40001");
+    let mut sizes = Vec::new();
+    pump_seen(&mut h, &mut second, &mut sizes);
+    assert!(second.connected, "the second handshake completes");
+    assert_eq!(quic.paths_used.load(Relaxed), 1);
+    walk_until(
+        &mut h,
+        &mut second,
+        &mut sizes,
+        Duration::from_secs(3),
+        |_| false,
+    );
+    assert_eq!(
+        second.conn.stats().frame_rx.ping,
+        0,
+        "the second connection was probed: {sizes:?}"
+    );
+    assert_eq!(learned(), STEPS.len() as u64);
+    assert_eq!(quic.paths_forgotten.load(Relaxed), 0);
+    // Another address, whose last connection ended halfway through its search (1,389 bytes
+    // acknowledged): the next one from it starts at 1,389 and probes only what is above.
+    let half: SocketAddr = "192.0.2.11:40000".parse().unwrap();
+    let now = h.t.now();
+    h.z.quic.known_paths().learned(half.ip(), 1389, now);
+    let mut next = Client::new(&h, first.config.clone(), "192.0.2.11:40000");
+    let mut sizes = Vec::new();
+    pump_seen(&mut h, &mut next, &mut sizes);
+    assert!(next.connected);
+    walk_until(
+        &mut h,
+        &mut next,
+        &mut sizes,
+        Duration::from_secs(3),
+        |_| false,
+    );
+    assert_eq!(quic.paths_used.load(Relaxed), 2);
+    let probed: Vec<usize> = sizes.iter().copied().filter(|&n| n > 1389).collect();
+    assert_eq!(
+        probed,
+        [1420, 1452],
+        "the next connection's probes: {sizes:?}"
+    );
+    assert_eq!(learned(), STEPS.len() as u64 + 2);
 }

@@ -30,7 +30,8 @@ use std::time::Instant;
 use bytes::BytesMut;
 use quinn_proto::{ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, Incoming, Transmit};
 use ringx_engine::{ConnId, Datagram, ListenerId};
-use ringx_quic::{Keys, Owner};
+use ringx_quic::known_paths::STEPS;
+use ringx_quic::{Keys, KnownPaths, Owner};
 
 use crate::ctx::Cx;
 use crate::metrics::bump;
@@ -101,6 +102,9 @@ struct Listener {
     /// Weak, so an old configuration is not kept alive, and its allocation is not reused
     /// for a new one that would compare equal.
     routes: Weak<Routes>,
+    /// The endpoint's server configuration for a client whose path is known to carry
+    /// datagrams of each of `ringx_quic::known_paths::STEPS`' sizes, in that order.
+    known_path: Vec<Arc<quinn_proto::ServerConfig>>,
 }
 
 /// A zone's QUIC endpoints and connections.
@@ -124,6 +128,9 @@ pub struct Quic {
     /// Refreshes of stale cache entries whose connection has gone: they still end in the
     /// cache (`role::multiplex::refresh`).
     adopted: Background,
+    /// The client addresses whose path carried full-size datagrams lately: a new connection
+    /// from one starts at that size rather than probing for it.
+    paths: KnownPaths,
 }
 
 impl Quic {
@@ -262,7 +269,13 @@ impl Quic {
             return;
         }
         let now = cx.io.now();
-        let (h, quic) = match ep.accept(incoming, now, &mut self.buf, None) {
+        let start = self.paths.start(incoming.remote_address().ip(), now);
+        let config = start.and_then(|mtu| {
+            let i = STEPS.iter().position(|&s| s == mtu)?;
+            l.known_path.get(i).cloned()
+        });
+        let known = config.is_some();
+        let (h, quic) = match ep.accept(incoming, now, &mut self.buf, config) {
             Ok(x) => x,
             Err(e) => {
                 if let Some(t) = e.response {
@@ -272,6 +285,9 @@ impl Quic {
             }
         };
         bump(&cx.ctx.log.counters.quic.accepted, 1);
+        if known {
+            bump(&cx.ctx.log.counters.quic.paths_used, 1);
+        }
         let tcp = l.tcp;
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -312,6 +328,7 @@ impl Quic {
         c.close_if_done(cx.io.now());
         c.transmit(cx.io, &cx.ctx.log.counters.quic, &mut self.buf);
         c.count_path(&cx.ctx.log.counters.quic);
+        c.note_path_size(&mut self.paths, &cx.ctx.log.counters.quic, cx.io.now());
         if c.quic.is_drained() {
             c.end_streams(cx);
             let h = c.handle;
@@ -458,6 +475,12 @@ impl Quic {
             .min()
     }
 
+    /// The zone's known paths (tests).
+    #[cfg(test)]
+    pub fn known_paths(&mut self) -> &mut KnownPaths {
+        &mut self.paths
+    }
+
     /// The endpoint of QUIC listener `listener`, made on its first datagram (and again after
     /// a reload, for the new certificates; connections in progress keep theirs).
     fn endpoint(&mut self, cx: &Cx, listener: ListenerId, tcp: u32) -> Option<&mut Endpoint> {
@@ -471,20 +494,22 @@ impl Quic {
             .is_none_or(|l| l.routes.as_ptr() != current || l.tcp != tcp);
         if stale {
             let routes = Arc::downgrade(&cx.ctx.routes);
-            let made = make_endpoint(cx, tcp)?;
+            let (endpoint, (config, known_path)) = make_endpoint(cx, tcp)?;
             match self.listeners[i].as_mut() {
                 // Connections in progress stay with the endpoint that holds them: only its
                 // server configuration is replaced.
                 Some(l) => {
-                    l.endpoint.set_server_config(made.1);
+                    l.endpoint.set_server_config(Some(config));
+                    l.known_path = known_path;
                     l.routes = routes;
                     l.tcp = tcp;
                 }
                 None => {
                     self.listeners[i] = Some(Listener {
-                        endpoint: made.0,
+                        endpoint,
                         tcp,
                         routes,
+                        known_path,
                     })
                 }
             }
@@ -493,10 +518,17 @@ impl Quic {
     }
 }
 
+/// The server configuration of an endpoint, and its forms for a client whose path is known
+/// to carry datagrams of each of `STEPS`' sizes.
+type ServerConfigs = (
+    Arc<quinn_proto::ServerConfig>,
+    Vec<Arc<quinn_proto::ServerConfig>>,
+);
+
 /// A new endpoint for the zone, serving TCP listener `tcp`'s servers, and its server
-/// configuration. None: the listener has no TLS, or QUIC cannot use its configuration
+/// configurations. None: the listener has no TLS, or QUIC cannot use its configuration
 /// (logged).
-fn make_endpoint(cx: &Cx, tcp: u32) -> Option<(Endpoint, Option<Arc<quinn_proto::ServerConfig>>)> {
+fn make_endpoint(cx: &Cx, tcp: u32) -> Option<(Endpoint, ServerConfigs)> {
     let keys = keys()?;
     let tls = cx.ctx.tls.as_ref()?.sites.quic_config(tcp as usize)?;
     let set = &cx.ctx.set.quic;
@@ -526,6 +558,10 @@ fn make_endpoint(cx: &Cx, tcp: u32) -> Option<(Endpoint, Option<Arc<quinn_proto:
         epoch: EPOCH.load(Relaxed),
     };
     let ec = Arc::new(ringx_quic::endpoint_config(owner, keys));
+    let known = STEPS
+        .iter()
+        .map(|&mtu| Arc::new(ringx_quic::known_path_config(&sc, &limits, mtu)))
+        .collect();
     let ep = Endpoint::new(ec, Some(sc.clone()), true, None);
-    Some((ep, Some(sc)))
+    Some((ep, (sc, known)))
 }
