@@ -59,6 +59,12 @@ class _Client(QuicConnectionProtocol):
         self.h3.head_streams = set()
         self.waiting = {}
         self.responses = {}
+        # The size of each datagram the server sent, in order.
+        self.sizes = []
+
+    def datagram_received(self, data, addr):
+        self.sizes.append(len(data))
+        super().datagram_received(data, addr)
 
     def request(self, method, authority, path, headers=(), body=None, body_after=0.0,
                 trailers=()):
@@ -200,7 +206,7 @@ def get(port, paths, host="localhost", method="GET", headers=(), body=None, time
                               None if cafile is None else str(cafile), body_after, trailers))
 
 
-async def _held(port, paths, cafile, until, timeout):
+async def _sized(port, paths, cafile, until, timeout):
     cfg = _config("localhost", cafile)
     async with connect("127.0.0.1", port, configuration=cfg, create_protocol=_Client,
                        wait_connected=True) as client:
@@ -210,16 +216,17 @@ async def _held(port, paths, cafile, until, timeout):
         deadline = loop.time() + timeout
         # `until` may block (it asks the server's admin port): off the loop, which goes on
         # answering the server's packets meanwhile.
-        while not await loop.run_in_executor(None, until):
+        while until is not None and not await loop.run_in_executor(None, until):
             assert loop.time() < deadline, "the condition never held"
             await asyncio.sleep(0.02)
-        return got
+        return got, list(client.sizes)
 
 
-def get_held(port, paths, until, cafile, timeout=20):
-    """The responses to `paths` on one connection, which stays open (its client answering
-    the server) until `until()` is true."""
-    return asyncio.run(_held(port, paths, str(cafile), until, timeout))
+def get_sized(port, paths, cafile, until=None, timeout=20):
+    """The responses to `paths` on one connection, and the size of each datagram the server
+    sent on it; the connection stays open (its client answering the server) until `until()`
+    is true, when given."""
+    return asyncio.run(_sized(port, paths, str(cafile), until, timeout))
 
 
 class Session:

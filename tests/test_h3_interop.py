@@ -426,8 +426,9 @@ def test_a_client_back_from_a_known_path_starts_at_its_size(ringx, tmp_path):
     """Once a connection's handshake is done, the server searches its path for larger
     datagrams (1,326, 1,389, 1,420, then 1,452 bytes, each probe acknowledged before the
     next); the zone records each size acknowledged for the client's address, and the
-    client's next connection starts at the largest, with nothing below it to probe
-    (`ringx_quic_known_paths_total`; crates/quic/src/known_paths.rs)."""
+    client's next connection starts at the largest: its handshake flight comes in datagrams
+    over 1,200 bytes (the test certificate's flight fits one), where the first one's came in
+    1,200 (`ringx_quic_known_paths_total`; crates/quic/src/known_paths.rs)."""
     admin = free_port()
     p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "sized\\n" }\n',
                              top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
@@ -436,11 +437,19 @@ def test_a_client_back_from_a_known_path_starts_at_its_size(ringx, tmp_path):
     def paths(event):
         return total(quic_metrics(admin), "ringx_quic_known_paths_total", event=event)
 
+    def flight(sizes):
+        """The size of the server's first datagram of its flight (one carrying an Initial is
+        at least 1,200 bytes; a lone ACK of the client's first Initial may come before)."""
+        return next(n for n in sizes if n >= 1200)
+
     # aioquic acknowledges every probe: held open, the first connection's search ends at
     # the top.
-    first = h3_client.get_held(p, ["/"], lambda: paths("learned") >= 4, cafile=ca)
+    first, sizes = h3_client.get_sized(p, ["/"], ca, until=lambda: paths("learned") >= 4)
     assert [(r.status, bytes(r.body)) for r in first] == [(200, b"sized\n")]
+    assert flight(sizes) == 1200, sizes
+    assert 1452 in sizes, sizes  # the last probe
     assert paths("used") == 0
-    second = h3_client.get(p, ["/", "/"], cafile=ca)
+    second, sizes = h3_client.get_sized(p, ["/", "/"], ca)
     assert [(r.status, bytes(r.body)) for r in second] == [(200, b"sized\n")] * 2
+    assert 1200 < flight(sizes) <= 1452, sizes
     assert (paths("used"), paths("learned"), paths("forgotten")) == (1, 4, 0)

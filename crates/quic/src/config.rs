@@ -133,6 +133,9 @@ pub fn server_config(
 
 /// `base` for a connection from a client whose path is known to carry datagrams of `mtu`
 /// bytes ([`crate::known_paths`]): it starts at that size, and searches only above it.
+/// quinn-proto has one starting size per connection: a path it migrates to (another
+/// address) starts there too, and its black-hole detection brings that path down to 1,200
+/// if the size does not hold there.
 pub fn known_path_config(base: &ServerConfig, limits: &Limits, mtu: u16) -> ServerConfig {
     let mut c = base.clone();
     c.transport_config(Arc::new(transport(limits, Some(mtu))));

@@ -25,8 +25,10 @@
 //! Bounded: a direct-mapped table of [`SLOTS`] entries (96 KiB per zone, allocated on the
 //! first address learned), the slot picked by a keyed hash. A new address takes its slot
 //! from whatever was there: a client with many addresses can only make others probe again.
-//! Only a completed handshake (a validated address) whose probe was acknowledged records an
-//! address; a spoofed packet cannot.
+//! Only the address a connection was accepted from, and a size its probes had acknowledged
+//! there, is recorded: a client that moves (a migration) records nothing for its new
+//! address. Tables are per zone: with several zones a client's connections may reach
+//! others, which learn it for themselves.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;

@@ -8,7 +8,7 @@
 //! | 0-RTT's anti-replay: single-use tickets the zones share | `early.rs` |
 //! | what a server handshake did that quinn-proto does not say (resumed, early data refused) | `handshake.rs` |
 //! | a new connection's Initial keys, derived once for its first packet and itself | `initial.rs` |
-//! | the client addresses whose path carried full-size datagrams lately: new connections from them start at that size | `known_paths.rs` |
+//! | the client addresses whose path carried larger datagrams lately: new connections from them start at that size | `known_paths.rs` |
 //! | a decrypted packet's trailing PADDING, left off before quinn-proto reads it a byte at a time | `padding.rs` |
 //!
 //! quinn-proto rather than quiche: it is Rust over rustls 0.23, the TLS stack ringx-tls

@@ -5,8 +5,8 @@
 //! the handshakes completed (full or resumed), and what became of 0-RTT
 //! (`quic_early_data`: connections that had it accepted or refused, the requests in it
 //! served or answered 425 Too Early), and the known paths (client addresses whose path
-//! carries full-size datagrams: learned, used by new connections, forgotten). Per zone because a connection must stay on the zone
-//! that owns it (its connection IDs name that zone): a migrated client whose packets
+//! carried larger datagrams: learned, used by new connections, forgotten). Per zone
+//! because a connection must stay on the zone that owns it (its connection IDs name that zone): a migrated client whose packets
 //! reached another zone would show there.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,9 +56,11 @@ pub struct QuicCounters {
     /// Too Early (any other method).
     pub early_requests: AtomicU64,
     pub too_early: AtomicU64,
-    /// Known paths (`ringx_quic::known_paths`): client addresses recorded when a
-    /// connection's search reached the full datagram size, new connections that started at
-    /// it from a recorded address, and addresses forgotten when a connection fell back.
+    /// Known paths (`ringx_quic::known_paths`): larger datagram sizes connections had
+    /// acknowledged (recorded for their client's address), new connections that started at
+    /// a size recorded for their address, and addresses forgotten (a black hole on a
+    /// connection from one, or a connection that started at its size and never completed
+    /// its handshake).
     pub paths_learned: AtomicU64,
     pub paths_used: AtomicU64,
     pub paths_forgotten: AtomicU64,
@@ -200,10 +202,12 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
         (
             "ringx_quic_known_paths_total",
             "counter",
-            "Client addresses whose path carries full-size datagrams (1,452 bytes), per \
-             zone: learned (a connection's path MTU search reached that size), used (a new \
-             connection from such an address started at it, without probing), forgotten (a \
-             connection fell back from it: its full-size packets were lost).",
+            "Client addresses whose path carried datagrams over 1,200 bytes, per zone: \
+             learned (a connection's path MTU search had a larger size acknowledged, recorded \
+             for its address), used (a new connection from a recorded address started at \
+             that size, probing only above it), forgotten (a black hole was detected on a \
+             connection from it, or one that started at its size never completed its \
+             handshake).",
         ),
         "event",
         &[

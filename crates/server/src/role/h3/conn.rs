@@ -10,14 +10,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use quinn_proto::{
-    Connection, ConnectionError, ConnectionHandle, Dir, Endpoint, Event, ReadError, StreamEvent,
-    StreamId, Transmit, VarInt,
+    Connection, ConnectionError, ConnectionHandle, Dir, Endpoint, Event, PathStats, ReadError,
+    StreamEvent, StreamId, Transmit, VarInt,
 };
 use ringx_engine::{ConnId, Io, ListenerId, SendTo};
 use ringx_h3proto::{ConnError, Limits, Uni};
-use ringx_quic::known_paths::STEPS;
-use ringx_quic::KnownPaths;
 
+use super::path_size::PathWatch;
 use super::stream::{H3Stream, Parked};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
@@ -34,10 +33,6 @@ use crate::transport::Transport;
 const MAX_SEGMENTS: usize = 64;
 /// The bytes of one GSO send at most, headers left room.
 const MAX_GSO_BYTES: usize = 65_000;
-
-/// The datagram size QUIC guarantees (RFC 9000 §14), where a connection starts and where
-/// quinn-proto's black-hole detection brings it back.
-const MIN_MTU: u16 = 1200;
 
 /// H3_REQUEST_CANCELLED: a response the client no longer wants (RFC 9114 §8.1).
 const REQUEST_CANCELLED: VarInt = VarInt::from_u32(0x10c);
@@ -89,9 +84,8 @@ pub(super) struct H3Conn {
     refusal_noted: bool,
     /// quinn-proto's path counters as last added to the zone's (`count_path`).
     path_seen: PathSeen,
-    /// The datagram size it had when last looked at (`note_path_size`): where it started
-    /// (1,200 bytes, or what its client's known path carried), or what its search reached.
-    path_size: u16,
+    /// What its path's size tells the zone's known paths (`path_size.rs`).
+    pub(super) path: PathWatch,
 }
 
 /// A connection's packets sent and declared lost, the bytes lost and the congestion
@@ -126,7 +120,7 @@ impl H3Conn {
             max_field_section_size: cx.ctx.set.limits.max_head as u64,
             ..Limits::default()
         };
-        let path_size = quic.current_mtu();
+        let path = PathWatch::new(quic.remote_address().ip(), quic.current_mtu(), false);
         H3Conn {
             quic,
             handle,
@@ -148,7 +142,7 @@ impl H3Conn {
             bg: Background::default(),
             seen: None,
             refusal_noted: false,
-            path_size,
+            path,
             path_seen: PathSeen::default(),
         }
     }
@@ -242,6 +236,7 @@ impl H3Conn {
         }
         let q = &cx.ctx.log.counters.quic;
         bump(&q.completed, 1);
+        self.path.confirmed = true;
         if let Some(seen) = &self.seen {
             if seen.resumed() {
                 bump(&q.resumed, 1);
@@ -491,29 +486,8 @@ impl H3Conn {
     /// counted: a loss is a packet quinn-proto declared lost (acknowledgements for three
     /// later ones, or too long without one), whose frames that must be resent it queued
     /// again.
-    /// Keeps the zone's known paths (`paths`) to what this connection found, counted in
-    /// `q`: its client's address is recorded with each larger size its search had
-    /// acknowledged, and forgotten when it falls back to QUIC's minimum (quinn-proto's
-    /// black-hole detection saw its large packets lost).
-    pub fn note_path_size(&mut self, paths: &mut KnownPaths, q: &QuicCounters, now: Instant) {
-        let size = self.quic.current_mtu();
-        if size == self.path_size {
-            return;
-        }
-        let ip = self.quic.remote_address().ip();
-        if size > self.path_size && size >= STEPS[0] {
-            paths.learned(ip, size, now);
-            bump(&q.paths_learned, 1);
-        } else if size < self.path_size && size <= MIN_MTU {
-            paths.forget(ip);
-            bump(&q.paths_forgotten, 1);
-        }
-        // A peer's smaller max_udp_payload_size lowers it too, to no less than the minimum:
-        // not a sign the path changed.
-        self.path_size = size;
-    }
-
-    pub fn count_path(&mut self, q: &QuicCounters) {
+    /// Returns quinn-proto's path statistics it read.
+    pub fn count_path(&mut self, q: &QuicCounters) -> PathStats {
         let p = self.quic.stats().path;
         let now = PathSeen {
             sent: p.sent_packets,
@@ -523,7 +497,7 @@ impl H3Conn {
         };
         let was = std::mem::replace(&mut self.path_seen, now);
         if now == was {
-            return;
+            return p;
         }
         bump(&q.packets_sent, now.sent.saturating_sub(was.sent));
         bump(&q.packets_lost, now.lost.saturating_sub(was.lost));
@@ -532,6 +506,7 @@ impl H3Conn {
             &q.congestion_events,
             now.congestion.saturating_sub(was.congestion),
         );
+        p
     }
 }
 

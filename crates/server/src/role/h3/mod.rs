@@ -18,6 +18,7 @@ mod conn;
 mod deadlines;
 mod early;
 mod grpc;
+mod path_size;
 mod serve;
 mod stream;
 
@@ -128,8 +129,8 @@ pub struct Quic {
     /// Refreshes of stale cache entries whose connection has gone: they still end in the
     /// cache (`role::multiplex::refresh`).
     adopted: Background,
-    /// The client addresses whose path carried full-size datagrams lately: a new connection
-    /// from one starts at that size rather than probing for it.
+    /// The client addresses whose path carried larger datagrams lately: a new connection
+    /// from one starts at that size rather than probing for it (`path_size.rs`).
     paths: KnownPaths,
 }
 
@@ -274,7 +275,7 @@ impl Quic {
             let i = STEPS.iter().position(|&s| s == mtu)?;
             l.known_path.get(i).cloned()
         });
-        let known = config.is_some();
+        let known_start = start.filter(|_| config.is_some());
         let (h, quic) = match ep.accept(incoming, now, &mut self.buf, config) {
             Ok(x) => x,
             Err(e) => {
@@ -285,7 +286,7 @@ impl Quic {
             }
         };
         bump(&cx.ctx.log.counters.quic.accepted, 1);
-        if known {
+        if known_start.is_some() {
             bump(&cx.ctx.log.counters.quic.paths_used, 1);
         }
         let tcp = l.tcp;
@@ -301,6 +302,9 @@ impl Quic {
         let gen = self.gens[slot as usize];
         let owner = ConnId(QUIC_OWNER | slot);
         let mut c = H3Conn::new(cx, (listener, h, tcp), (owner, gen), quic, now);
+        if let Some(size) = known_start {
+            c.path = path_size::PathWatch::new(c.quic.remote_address().ip(), size, true);
+        }
         // It runs at the batch's end, not at once: a ClientHello too large for one Initial
         // (a post-quantum key share) comes in two datagrams microseconds apart, and when the
         // second is in the same batch, the first one's ACK goes with the server's flight
@@ -327,9 +331,12 @@ impl Quic {
         bump(&cx.ctx.log.counters.quic.requests, served);
         c.close_if_done(cx.io.now());
         c.transmit(cx.io, &cx.ctx.log.counters.quic, &mut self.buf);
-        c.count_path(&cx.ctx.log.counters.quic);
-        c.note_path_size(&mut self.paths, &cx.ctx.log.counters.quic, cx.io.now());
+        let q = &cx.ctx.log.counters.quic;
+        let p = c.count_path(q);
+        let remote = c.quic.remote_address().ip();
+        c.path.note(remote, &p, &mut self.paths, q, cx.io.now());
         if c.quic.is_drained() {
+            c.path.ended(&mut self.paths, q);
             c.end_streams(cx);
             let h = c.handle;
             self.by_handle.remove(&(c.listener.0, h));
