@@ -58,9 +58,9 @@ pub struct QuicCounters {
     pub too_early: AtomicU64,
     /// Known paths (`ringx_quic::known_paths`): larger datagram sizes connections had
     /// acknowledged (recorded for their client's address), new connections that started at
-    /// a size recorded for their address, and addresses forgotten (a black hole on a
-    /// connection from one, or a connection that started at its size and never completed
-    /// its handshake).
+    /// a size recorded for their address, and addresses forgotten (a connection that
+    /// started at its size lost a packet before its handshake completed, or timed out
+    /// before it; a black hole on a connection from it).
     pub paths_learned: AtomicU64,
     pub paths_used: AtomicU64,
     pub paths_forgotten: AtomicU64,
@@ -205,9 +205,9 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
             "Client addresses whose path carried datagrams over 1,200 bytes, per zone: \
              learned (a connection's path MTU search had a larger size acknowledged, recorded \
              for its address), used (a new connection from a recorded address started at \
-             that size, probing only above it), forgotten (a black hole was detected on a \
-             connection from it, or one that started at its size never completed its \
-             handshake).",
+             that size, probing only above it), forgotten (a connection that started at \
+             its size lost a packet before its handshake completed, or timed out before it; \
+             or a black hole was detected on a connection from it).",
         ),
         "event",
         &[

@@ -214,6 +214,7 @@ impl H3Conn {
             Event::Stream(StreamEvent::Finished { .. }) => {}
             Event::Stream(StreamEvent::Available { .. }) => {}
             Event::ConnectionLost { reason } => {
+                self.path.timed_out = matches!(reason, ConnectionError::TimedOut);
                 self.peer_closed = matches!(
                     reason,
                     ConnectionError::ApplicationClosed(_) | ConnectionError::ConnectionClosed(_)
@@ -236,7 +237,6 @@ impl H3Conn {
         }
         let q = &cx.ctx.log.counters.quic;
         bump(&q.completed, 1);
-        self.path.confirmed = true;
         if let Some(seen) = &self.seen {
             if seen.resumed() {
                 bump(&q.resumed, 1);

@@ -333,7 +333,10 @@ impl Quic {
         c.transmit(cx.io, &cx.ctx.log.counters.quic, &mut self.buf);
         let q = &cx.ctx.log.counters.quic;
         let p = c.count_path(q);
-        let remote = c.quic.remote_address().ip();
+        // quinn-proto's closed connection is not "handshaking": one closed before its
+        // handshake completed must not count as confirmed (`PathWatch` never un-confirms).
+        let handshaking = c.quic.is_handshaking() || c.quic.is_closed();
+        let remote = (c.quic.remote_address().ip(), handshaking);
         c.path.note(remote, &p, &mut self.paths, q, cx.io.now());
         if c.quic.is_drained() {
             c.path.ended(&mut self.paths, q);
