@@ -284,7 +284,9 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
         # ringx's log says why an answer differs (an upstream fault behind a 502, say).
         assert not diffs, "\n".join(diffs) + "\nringx's log:\n" + read_or_empty(
             tmp_path / "ringx.stderr")[-4000:] + "\nthe error_log (nginx's, then ringx's):\n" + (
-            read_or_empty(tmp_path / "logs" / "error.log")[-4000:])
+            read_or_empty(tmp_path / "logs" / "error.log")[-4000:]) + (
+            "\nwhat the upstream received, in order (nginx's, then ringx's):\n"
+            + "\n".join(f"{m} {t}" for m, t, _ in origin.requests()))
         assert bursts.get("nginx") == bursts.get("ringx"), bursts
         if "burst" in case:
             # A burst over the limit: some served (the first and the burst's queue), the
