@@ -972,8 +972,8 @@ MUTATIONS = [
          why="a known size whose every datagram was lost stays known"),
     dict(test='zone::quic_tests::a_client_back_from_a_known_path_starts_at_its_size',
          file=S + 'role/h3/mod.rs',
-         find='            l.known_path.get(i).cloned()\n',
-         replace='            l.known_path.get(i).cloned().filter(|_| false)\n',
+         find='let config = step.map(|i| l.known_path[i].clone());',
+         replace='let config = step.map(|i| l.known_path[i].clone()).filter(|_| false);',
          why="a known client's connection starts at 1,200 bytes and probes again"),
     # ---- role::h3::deadlines: QUIC connections' timers -------------------------------------
     dict(test='role::h3::deadlines::tests::a_deadline_moved_later_is_woken_for_where_it_stands',

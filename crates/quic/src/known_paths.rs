@@ -112,11 +112,11 @@ impl KnownPaths {
         (e.mtu != 0 && e.addr == k && age < KEPT_FOR.as_secs()).then_some(e)
     }
 
-    /// The size a new connection from `ip` starts at (one of [`STEPS`]), if its path is
-    /// known at `now`.
-    pub fn start(&self, ip: IpAddr, now: Instant) -> Option<u16> {
+    /// Where in [`STEPS`] a new connection from `ip` starts, if its path is known at `now`:
+    /// the largest step no larger than the size found.
+    pub fn start(&self, ip: IpAddr, now: Instant) -> Option<usize> {
         let e = self.get(ip, now)?;
-        STEPS.iter().rev().copied().find(|&s| s <= e.mtu)
+        STEPS.iter().rposition(|&s| s <= e.mtu)
     }
 
     /// A connection from `ip` had a datagram of `mtu` bytes acknowledged at `now`. A smaller
@@ -157,17 +157,22 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// The size a new connection from `a` starts at.
+    fn size(k: &KnownPaths, a: IpAddr, now: Instant) -> Option<u16> {
+        k.start(a, now).map(|i| STEPS[i])
+    }
+
     #[test]
     fn an_address_is_known_for_ten_minutes_after_it_is_learned() {
         let mut k = KnownPaths::default();
         let t0 = Instant::now();
-        assert_eq!(k.start(ip("192.0.2.1"), t0), None);
+        assert_eq!(size(&k, ip("192.0.2.1"), t0), None);
         k.learned(ip("192.0.2.1"), FULL, t0);
         let later = t0 + KEPT_FOR - Duration::from_secs(1);
-        assert_eq!(k.start(ip("192.0.2.1"), later), Some(FULL));
-        assert_eq!(k.start(ip("192.0.2.1"), t0 + KEPT_FOR), None);
+        assert_eq!(size(&k, ip("192.0.2.1"), later), Some(FULL));
+        assert_eq!(size(&k, ip("192.0.2.1"), t0 + KEPT_FOR), None);
         assert_eq!(
-            k.start(ip("192.0.2.2"), t0),
+            size(&k, ip("192.0.2.2"), t0),
             None,
             "another address is not known"
         );
@@ -180,17 +185,17 @@ mod tests {
         let a = ip("192.0.2.1");
         k.learned(a, 1200, t0);
         assert_eq!(
-            k.start(a, t0),
+            size(&k, a, t0),
             None,
             "1,200 is where every connection starts"
         );
         k.learned(a, 1400, t0);
-        assert_eq!(k.start(a, t0), Some(1389));
+        assert_eq!(size(&k, a, t0), Some(1389));
         // A connection that started below it and is still searching does not lower it.
         k.learned(a, 1326, t0);
-        assert_eq!(k.start(a, t0), Some(1389));
+        assert_eq!(size(&k, a, t0), Some(1389));
         k.learned(a, FULL, t0);
-        assert_eq!(k.start(a, t0), Some(FULL));
+        assert_eq!(size(&k, a, t0), Some(FULL));
     }
 
     #[test]
@@ -198,9 +203,9 @@ mod tests {
         let mut k = KnownPaths::default();
         let t0 = Instant::now();
         k.learned(ip("::ffff:192.0.2.7"), FULL, t0);
-        assert_eq!(k.start(ip("192.0.2.7"), t0), Some(FULL));
+        assert_eq!(size(&k, ip("192.0.2.7"), t0), Some(FULL));
         k.forget(ip("192.0.2.7"));
-        assert_eq!(k.start(ip("::ffff:192.0.2.7"), t0), None);
+        assert_eq!(size(&k, ip("::ffff:192.0.2.7"), t0), None);
     }
 
     #[test]
@@ -209,9 +214,9 @@ mod tests {
         let t0 = Instant::now();
         k.learned(ip("2001:db8::1"), FULL, t0);
         k.forget(ip("2001:db8::2"));
-        assert_eq!(k.start(ip("2001:db8::1"), t0), Some(FULL));
+        assert_eq!(size(&k, ip("2001:db8::1"), t0), Some(FULL));
         k.forget(ip("2001:db8::1"));
-        assert_eq!(k.start(ip("2001:db8::1"), t0), None);
+        assert_eq!(size(&k, ip("2001:db8::1"), t0), None);
     }
 
     #[test]
@@ -225,7 +230,7 @@ mod tests {
         assert!(std::mem::size_of::<Known>() * SLOTS <= 96 << 10);
         // The latest addresses are mostly kept: each took its slot from an older one.
         let last = (4 * SLOTS as u32 - 64..4 * SLOTS as u32)
-            .filter(|&i| k.start(IpAddr::V4(i.into()), t0).is_some())
+            .filter(|&i| size(&k, IpAddr::V4(i.into()), t0).is_some())
             .count();
         assert!(last > 48, "{last} of the last 64 addresses known");
     }

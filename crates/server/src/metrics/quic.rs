@@ -6,8 +6,8 @@
 //! (`quic_early_data`: connections that had it accepted or refused, the requests in it
 //! served or answered 425 Too Early), and the known paths (client addresses whose path
 //! carried larger datagrams: learned, used by new connections, forgotten). Per zone
-//! because a connection must stay on the zone that owns it (its connection IDs name that zone): a migrated client whose packets
-//! reached another zone would show there.
+//! because a connection must stay on the zone that owns it (its connection IDs name that
+//! zone): a migrated client whose packets reached another zone would show there.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -2,10 +2,11 @@
 //! zone's timer turns keep up with the connection's deadlines as quinn-proto moves them, so
 //! none fires late, a connection left silent is closed at its idle timeout, one the client
 //! closes drains without a word back, a ClientHello in two Initials of one batch is
-//! acknowledged with the server's flight, not on its own, and a client whose path a
-//! connection found to carry full-size datagrams starts its next connection at that size.
+//! acknowledged with the server's flight, not on its own, a client whose path a connection
+//! found to carry larger datagrams starts its next connection at that size, and a known
+//! size the path no longer carries is forgotten.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -416,24 +417,33 @@ fn a_client_back_from_a_known_path_starts_at_its_size() {
     assert_eq!(learned(), STEPS.len() as u64 + 2);
 }
 
+/// A zone that knows [`CLIENT`]'s address at FULL bytes, and its client's first exchange
+/// with it over a path that carries no datagram over `path_mtu` bytes (the sizes of the
+/// zone's datagrams that got through in the vector); the address it knows.
+fn known_at_full_over(path_mtu: usize) -> (Harness, TempDir, Client, Vec<usize>, IpAddr) {
+    let (mut h, dir, mut cl) = site();
+    let ip = CLIENT.parse::<SocketAddr>().unwrap().ip();
+    let now = h.t.now();
+    h.z.quic
+        .known_paths()
+        .learned(ip, ringx_quic::known_paths::FULL, now);
+    let mut sizes = Vec::new();
+    pump_path(&mut h, &mut cl, &mut sizes, path_mtu);
+    assert_eq!(h.counters.quic.paths_used.load(Relaxed), 1);
+    (h, dir, cl, sizes, ip)
+}
+
 #[test]
 fn a_known_path_that_carries_less_is_forgotten() {
-    use ringx_quic::known_paths::FULL;
-    let (mut h, _dir, mut cl) = site();
-    let counters = h.counters.clone();
-    let quic = &counters.quic;
     // The client's address is known at FULL bytes, but its path now carries no more than
     // 1,200 (another host behind the same NAT address, a route that changed): the flight
     // the zone sends at FULL is lost on the way, the smaller datagram behind it arrives and
     // is acknowledged, and the handshake goes on through quinn-proto's loss probes, which are
     // no larger than 1,200. Black-hole detection never fires; the loss, declared before the
     // handshake completed, forgets the address.
-    let ip = CLIENT.parse::<SocketAddr>().unwrap().ip();
-    let now = h.t.now();
-    h.z.quic.known_paths().learned(ip, FULL, now);
-    let mut sizes = Vec::new();
-    pump_path(&mut h, &mut cl, &mut sizes, 1200);
-    assert_eq!(quic.paths_used.load(Relaxed), 1);
+    let (mut h, _dir, mut cl, mut sizes, ip) = known_at_full_over(1200);
+    let counters = h.counters.clone();
+    let quic = &counters.quic;
     walk_path(&mut h, &mut cl, (&mut sizes, 1200), IDLE, |h| {
         h.counters.quic.completed.load(Relaxed) > 0
     });
@@ -447,18 +457,12 @@ fn a_known_path_that_carries_less_is_forgotten() {
 
 #[test]
 fn a_known_path_whose_handshake_times_out_is_forgotten() {
-    use ringx_quic::known_paths::FULL;
-    let (mut h, _dir, mut cl) = site();
-    let counters = h.counters.clone();
-    let quic = &counters.quic;
     // Known at FULL, and nothing the zone sends arrives: no acknowledgement comes, so no
     // packet is ever declared lost, and the connection ends at its idle timeout without its
     // handshake. That forgets the address too.
-    let ip = CLIENT.parse::<SocketAddr>().unwrap().ip();
-    let now = h.t.now();
-    h.z.quic.known_paths().learned(ip, FULL, now);
-    let mut sizes = Vec::new();
-    pump_path(&mut h, &mut cl, &mut sizes, 0);
+    let (mut h, _dir, mut cl, mut sizes, ip) = known_at_full_over(0);
+    let counters = h.counters.clone();
+    let quic = &counters.quic;
     walk_path(&mut h, &mut cl, (&mut sizes, 0), IDLE * 3, |h| {
         h.counters.quic.closed.load(Relaxed) > 0
     });

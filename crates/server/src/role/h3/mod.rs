@@ -104,7 +104,8 @@ struct Listener {
     /// for a new one that would compare equal.
     routes: Weak<Routes>,
     /// The endpoint's server configuration for a client whose path is known to carry
-    /// datagrams of each of `ringx_quic::known_paths::STEPS`' sizes, in that order.
+    /// datagrams of each of `ringx_quic::known_paths::STEPS`' sizes, in that order (one
+    /// per step, indexed by `KnownPaths::start`).
     known_path: Vec<Arc<quinn_proto::ServerConfig>>,
 }
 
@@ -270,12 +271,8 @@ impl Quic {
             return;
         }
         let now = cx.io.now();
-        let start = self.paths.start(incoming.remote_address().ip(), now);
-        let config = start.and_then(|mtu| {
-            let i = STEPS.iter().position(|&s| s == mtu)?;
-            l.known_path.get(i).cloned()
-        });
-        let known_start = start.filter(|_| config.is_some());
+        let step = self.paths.start(incoming.remote_address().ip(), now);
+        let config = step.map(|i| l.known_path[i].clone());
         let (h, quic) = match ep.accept(incoming, now, &mut self.buf, config) {
             Ok(x) => x,
             Err(e) => {
@@ -286,7 +283,7 @@ impl Quic {
             }
         };
         bump(&cx.ctx.log.counters.quic.accepted, 1);
-        if known_start.is_some() {
+        if step.is_some() {
             bump(&cx.ctx.log.counters.quic.paths_used, 1);
         }
         let tcp = l.tcp;
@@ -302,8 +299,8 @@ impl Quic {
         let gen = self.gens[slot as usize];
         let owner = ConnId(QUIC_OWNER | slot);
         let mut c = H3Conn::new(cx, (listener, h, tcp), (owner, gen), quic, now);
-        if let Some(size) = known_start {
-            c.path = path_size::PathWatch::new(c.quic.remote_address().ip(), size, true);
+        if let Some(i) = step {
+            c.path = path_size::PathWatch::new(c.quic.remote_address().ip(), STEPS[i], true);
         }
         // It runs at the batch's end, not at once: a ClientHello too large for one Initial
         // (a post-quantum key share) comes in two datagrams microseconds apart, and when the

@@ -56,9 +56,9 @@ impl PathWatch {
     }
 
     /// The connection's path as quinn-proto has it now (`p`, to `remote`; `handshaking`
-    /// whether its handshake has yet to complete, a connection closed in it included): a larger size acknowledged is recorded
-    /// for the origin, a black hole forgets it, and so does a loss before the handshake
-    /// completed at a known start; counted in `q`.
+    /// whether its handshake has yet to complete, a connection closed in it included): a
+    /// larger size acknowledged is recorded for the origin, a black hole forgets it, and so
+    /// does a loss before the handshake completed at a known start; counted in `q`.
     pub fn note(
         &mut self,
         (remote, handshaking): (IpAddr, bool),
