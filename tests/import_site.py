@@ -159,6 +159,27 @@ class Site:
                     time.sleep(0.05)
 
 
+def tcp_counters() -> dict[str, int]:
+    """The kernel's TCP counters: /proc/net/snmp's `Tcp` and /proc/net/netstat's `TcpExt`
+    lines (what `nstat` reads), by name."""
+    out: dict[str, int] = {}
+    for f in ("/proc/net/snmp", "/proc/net/netstat"):
+        lines = read_or_empty(Path(f)).splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            kind, *keys = names.split()
+            if kind in ("Tcp:", "TcpExt:"):
+                out.update({kind[:-1] + k: int(v) for k, v in zip(keys, values.split()[1:])})
+    return out
+
+
+def counters_moved(before: dict[str, int], after: dict[str, int]) -> str:
+    """The counters that changed between two `tcp_counters()` readings, with the change: what
+    the kernel did with a connection the test cannot see (a reset, a listen overflow)."""
+    moved = [f"{k} {after[k] - before.get(k, 0):+d}" for k in sorted(after)
+             if after[k] != before.get(k, 0)]
+    return ", ".join(moved) or "none"
+
+
 def read_or_empty(p: Path) -> str:
     """The text of `p`; nothing where it cannot be read (a log not written yet)."""
     try:

@@ -21,8 +21,8 @@ import pytest
 
 import httpx
 
-from import_site import (CONFIGS, COUNTS, HTTP_UPSTREAMS, Site, handshake, read_or_empty, run_import,
-                         stop, tls_client)
+from import_site import (CONFIGS, COUNTS, HTTP_UPSTREAMS, Site, counters_moved, handshake,
+                         read_or_empty, run_import, stop, tcp_counters, tls_client)
 from origin_server import Origin
 from tls_pki import Pki
 
@@ -269,8 +269,9 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
             (tmp_path / "conf" / "conf").mkdir()
             (tmp_path / "conf" / "conf" / "htpasswd").write_text(HTPASSWD)
         requests = REQUESTS + case.get("extra", [])
-        answers, bursts = {}, {}
+        answers, bursts, moved = {}, {}, {}
         for who in ("nginx", "ringx"):
+            before = tcp_counters()
             proc = site.serve(who, ringx_bin)
             try:
                 port = next(iter(site.ports.values()))
@@ -280,13 +281,16 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
                     bursts[who] = burst(port, case["host"], case["burst"])
             finally:
                 stop(proc)
+                moved[who] = counters_moved(before, tcp_counters())
         diffs = diff_lines(name, requests, answers["nginx"], answers["ringx"])
         # ringx's log says why an answer differs (an upstream fault behind a 502, say).
         assert not diffs, "\n".join(diffs) + "\nringx's log:\n" + read_or_empty(
             tmp_path / "ringx.stderr")[-4000:] + "\nthe error_log (nginx's, then ringx's):\n" + (
             read_or_empty(tmp_path / "logs" / "error.log")[-4000:]) + (
             "\nwhat the upstream received, in order (nginx's, then ringx's):\n"
-            + "\n".join(f"{m} {t}" for m, t, _ in origin.requests()))
+            + "\n".join(f"{m} {t}" for m, t, _ in origin.requests())) + (
+            "\nthe kernel's TCP counters that moved while each served:\n"
+            + "\n".join(f"{who}: {m}" for who, m in moved.items()))
         assert bursts.get("nginx") == bursts.get("ringx"), bursts
         if "burst" in case:
             # A burst over the limit: some served (the first and the burst's queue), the
