@@ -44,15 +44,29 @@ class Origin:
         seen: list[tuple[str, str, dict]] = []
         lock = threading.Lock()
         conns: set = set()
+        # Per accepted connection, in order: the client's port, requests answered, how it
+        # ended (what a test reports when a proxy says the connection failed).
+        lives: list[list] = []
         self._routes, self._seen, self._lock, self._conns = routes, seen, lock, conns
+        self._lives = lives
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def setup(self):
                 super().setup()
+                self.life = [self.client_address[1], 0, "open"]
                 with lock:
                     conns.add(self.connection)
+                    lives.append(self.life)
+
+            def handle(self):
+                try:
+                    super().handle()
+                    self.life[2] = "closed"
+                except Exception as e:
+                    self.life[2] = repr(e)
+                    raise
 
             def finish(self):
                 with lock:
@@ -84,6 +98,7 @@ class Origin:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
+                self.life[1] += 1
 
             do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _answer
 
@@ -109,6 +124,11 @@ class Origin:
     def requests(self, path: str | None = None) -> list[tuple[str, str, dict]]:
         with self._lock:
             return [r for r in self._seen if path is None or r[1].split("?", 1)[0] == path]
+
+    def connections(self) -> str:
+        """Each connection accepted so far, in order: `PORT: N answered, how it ended`."""
+        with self._lock:
+            return "\n".join(f"{port}: {n} answered, {end}" for port, n, end in self._lives)
 
     def close(self) -> None:
         """Stops listening and cuts every open connection (the origin is down)."""

@@ -289,6 +289,7 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
             read_or_empty(tmp_path / "logs" / "error.log")[-4000:]) + (
             "\nwhat the upstream received, in order (nginx's, then ringx's):\n"
             + "\n".join(f"{m} {t}" for m, t, _ in origin.requests())) + (
+            "\nthe connections it accepted, by the client's port:\n" + origin.connections()) + (
             "\nthe kernel's TCP counters that moved while each served:\n"
             + "\n".join(f"{who}: {m}" for who, m in moved.items()))
         assert bursts.get("nginx") == bursts.get("ringx"), bursts
