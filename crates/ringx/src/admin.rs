@@ -18,7 +18,7 @@ use ringx_server::metrics::Metrics;
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     // During a binary upgrade the old process holds the admin address until this one serves.
     if !crate::upgrade::is_upgrade() {
-        ringx_engine::ensure_unclaimed(addr)
+        ringx_engine::await_unclaimed(addr, ringx_engine::RELEASE_WAIT)
             .map_err(|e| std::io::Error::new(e.kind(), format!("admin listener: {e}")))?;
     }
     let l = ringx_engine::bind_reuseport(addr, &ringx_engine::ListenOptions::default())

@@ -266,9 +266,10 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
         .as_ref()
         .and_then(|a| inherited.take_addr(*a.listen.get_ref()));
     // An address this process does not inherit must be free: no other server may share it.
+    // A process that has just exited may still hold it for some milliseconds: waited for.
     for addr in &routes.listen {
         if !inherited.holds(addr) {
-            if let Err(e) = ringx_engine::ensure_unclaimed(*addr) {
+            if let Err(e) = ringx_engine::await_unclaimed(*addr, ringx_engine::RELEASE_WAIT) {
                 tracing::error!("cannot listen: {e}");
                 return ExitCode::FAILURE;
             }
@@ -278,7 +279,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // beside the old one's (SO_REUSEPORT), which then drains.
     if !crate::upgrade::is_upgrade() {
         for addr in &routes.udp_listen {
-            if let Err(e) = ringx_engine::ensure_unclaimed_udp(*addr) {
+            if let Err(e) = ringx_engine::await_unclaimed_udp(*addr, ringx_engine::RELEASE_WAIT) {
                 tracing::error!("cannot listen: {e}");
                 return ExitCode::FAILURE;
             }
