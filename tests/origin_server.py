@@ -125,10 +125,17 @@ class Origin:
         with self._lock:
             return [r for r in self._seen if path is None or r[1].split("?", 1)[0] == path]
 
-    def connections(self) -> str:
-        """Each connection accepted so far, in order: `PORT: N answered, how it ended`."""
+    def accepted(self) -> int:
+        """How many connections it has accepted so far."""
         with self._lock:
-            return "\n".join(f"{port}: {n} answered, {end}" for port, n, end in self._lives)
+            return len(self._lives)
+
+    def connections(self, start: int = 0, end: int | None = None) -> str:
+        """The connections accepted (from the `start`th to before the `end`th), in order:
+        `PORT: N answered, how it ended`."""
+        with self._lock:
+            return "\n".join(f"{port}: {n} answered, {how}"
+                             for port, n, how in self._lives[start:end])
 
     def close(self) -> None:
         """Stops listening and cuts every open connection (the origin is down)."""

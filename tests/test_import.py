@@ -269,9 +269,9 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
             (tmp_path / "conf" / "conf").mkdir()
             (tmp_path / "conf" / "conf" / "htpasswd").write_text(HTPASSWD)
         requests = REQUESTS + case.get("extra", [])
-        answers, bursts, moved = {}, {}, {}
+        answers, bursts, moved, first = {}, {}, {}, {}
         for who in ("nginx", "ringx"):
-            before = tcp_counters()
+            before, first[who] = tcp_counters(), origin.accepted()
             proc = site.serve(who, ringx_bin)
             try:
                 port = next(iter(site.ports.values()))
@@ -289,8 +289,10 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
             read_or_empty(tmp_path / "logs" / "error.log")[-4000:]) + (
             "\nwhat the upstream received, in order (nginx's, then ringx's):\n"
             + "\n".join(f"{m} {t}" for m, t, _ in origin.requests())) + (
-            "\nthe connections it accepted, by the client's port:\n" + origin.connections()) + (
-            "\nthe kernel's TCP counters that moved while each served:\n"
+            "\nthe connections it accepted, by the client's port: nginx's\n"
+            + origin.connections(first["nginx"], first["ringx"]) + "\nringx's\n"
+            + origin.connections(first["ringx"])) + (
+            "\nthe kernel's TCP counters (the whole namespace's) that moved while each served:\n"
             + "\n".join(f"{who}: {m}" for who, m in moved.items()))
         assert bursts.get("nginx") == bursts.get("ringx"), bursts
         if "burst" in case:

@@ -235,9 +235,9 @@ def test_listen_address_in_use_fails(engine, ringx):
 def test_a_restart_at_once_after_sigkill_gets_its_port(engine, ringx):
     """A ringx killed with SIGKILL while it holds pooled upstream connections keeps its
     sockets some milliseconds past its exit (io_uring's are closed when the kernel tears the
-    ring down): one started at once on the same port, as systemd's Restart= would, waits
-    for them to go and serves, where it used to refuse the address (a third of the
-    restarts)."""
+    ring down): one started at once on the same port, as a supervisor restarting it at once
+    would, waits for them to go and serves, where it used to refuse the address (a third of
+    the restarts)."""
     origin = Origin()
     origin.route("/", body=b"up")
     try:

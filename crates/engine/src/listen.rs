@@ -75,12 +75,13 @@ pub fn ensure_unclaimed_udp(addr: SocketAddr) -> io::Result<()> {
 pub const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// [`ensure_unclaimed`] for start-up: an address that is in use is probed again every few
-/// milliseconds, for up to `patience`, before it is refused. A process that has just exited
-/// can still hold its sockets: a ringx killed with SIGKILL releases the sockets registered
-/// with its io_uring only when the kernel tears the ring down, after the process is gone
-/// (4 to 13 ms after `waitpid` returned, in each of 40 restarts measured here), so a
-/// restart at once (systemd's `Restart=`) found its own port taken. nginx retries its bind
-/// the same way (five times, 500 ms apart). A warning says what is waited for.
+/// milliseconds, for up to `patience`, before it is refused. A process that has just died can
+/// still hold its sockets: a ringx killed (or crashed) releases the sockets its io_uring holds
+/// (registered descriptors, and a listener through its pending accept) only when the kernel
+/// tears the ring down, after the process is gone (4 to 13 ms after `waitpid` returned, in
+/// each of 40 restarts measured here). A supervisor that restarts it at once (a shell loop,
+/// a container's restart policy, `RestartSec=0`) found its own port taken. nginx retries
+/// its bind the same way (five times, 500 ms apart). A warning says what is waited for.
 pub fn await_unclaimed(addr: SocketAddr, patience: Duration) -> io::Result<()> {
     await_probe(addr, Kind::Tcp, patience)
 }
@@ -95,24 +96,6 @@ fn await_probe(addr: SocketAddr, kind: Kind, patience: Duration) -> io::Result<(
     let mut waiting = false;
     loop {
         match probe_unclaimed(addr, kind) {
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse && start.elapsed() < patience => {
-                if !waiting {
-                    tracing::warn!(
-                        "{}{addr} is in use; waiting up to {patience:?} for it to be released \
-                         (a process that has just exited closes its sockets after it is gone)",
-                        kind.prefix()
-                    );
-                    waiting = true;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) if waiting => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("{e} (not released within {patience:?})"),
-                ))
-            }
-            Err(e) => return Err(e),
             Ok(()) => {
                 if waiting {
                     tracing::info!(
@@ -122,6 +105,27 @@ fn await_probe(addr: SocketAddr, kind: Kind, patience: Duration) -> io::Result<(
                     );
                 }
                 return Ok(());
+            }
+            Err(e) if e.kind() != io::ErrorKind::AddrInUse || patience.is_zero() => return Err(e),
+            // The deadline is read only after a wait: a first probe that was itself slow
+            // still waits once (and says so) rather than refusing at once.
+            Err(e) if waiting && start.elapsed() >= patience => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{e} (not released within {patience:?})"),
+                ))
+            }
+            Err(_) => {
+                if !waiting {
+                    tracing::warn!(
+                        "{}{addr} is in use; waiting up to {patience:?} for it to be released \
+                         (a process that has just died may still hold it; if another server \
+                         holds it, start-up fails after the wait)",
+                        kind.prefix()
+                    );
+                    waiting = true;
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
         }
     }
@@ -414,11 +418,15 @@ mod tests {
 
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let uaddr = udp.local_addr().unwrap();
+        let released = std::sync::Arc::new(AtomicBool::new(false));
+        let r = released.clone();
         let closer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
+            r.store(true, Ordering::SeqCst);
             drop(udp);
         });
         await_unclaimed_udp(uaddr, Duration::from_secs(30)).unwrap();
+        assert!(released.load(Ordering::SeqCst), "free only once released");
         closer.join().unwrap();
     }
 
@@ -428,7 +436,12 @@ mod tests {
     fn an_address_held_past_the_wait_is_refused() {
         let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = other.local_addr().unwrap();
+        let t0 = Instant::now();
         let e = await_unclaimed(addr, Duration::from_millis(50)).unwrap_err();
+        assert!(
+            t0.elapsed() >= Duration::from_millis(50),
+            "refused before the wait was over"
+        );
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
         assert!(e.to_string().contains("another process"), "{e}");
         assert!(e.to_string().contains("not released within 50ms"), "{e}");
