@@ -8,6 +8,7 @@ ports, paths, the upstreams' addresses, CPUs, users)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -180,6 +181,81 @@ def counters_moved(before: dict[str, int], after: dict[str, int]) -> str:
     moved = [f"{k} {after[k] - before.get(k, 0):+d}" for k in sorted(after)
              if after[k] != before.get(k, 0) and k != "TcpCurrEstab"]
     return ", ".join(moved) or "none"
+
+
+class ResetTrace:
+    """The kernel's account of the TCP resets and state changes around `port`, while the
+    `with` block runs: which path sent each reset (`tcp_send_reset`'s reason, the task it ran
+    in and its kernel stack: a close with unread data, a listener that found no connection),
+    each reset received, each state change. A reset received with none sent was not made by
+    TCP (a netfilter rule). Read off a tracefs instance of its own, removed on exit; where
+    tracefs cannot be written (not root, not mounted) `lines` stays empty.
+
+        with ResetTrace(origin.port) as t:
+            ...
+        t.lines"""
+
+    EVENTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
+
+    def __init__(self, port: int):
+        self.port, self.lines = port, []
+        self.inst: Path | None = (Path("/sys/kernel/tracing/instances")
+                                  / f"ringx-test-{os.getpid()}-{port}")
+
+    def _write(self, rel: str, text: str) -> None:
+        (self.inst / rel).write_text(text)
+
+    def __enter__(self) -> "ResetTrace":
+        try:
+            self.inst.mkdir()
+        except OSError:
+            self.inst = None
+            return self
+        p = self.port
+        try:
+            self._write("events/sock/inet_sock_set_state/filter",
+                        f"protocol == 6 && (sport == {p} || dport == {p})")
+            self._write("events/tcp/tcp_receive_reset/filter", f"sport == {p} || dport == {p}")
+            for ev in self.EVENTS:
+                self._write(f"events/{ev}/enable", "1")
+            self._write("events/tcp/tcp_send_reset/trigger", "stacktrace")
+        except OSError:
+            self._remove()
+        return self
+
+    def _remove(self) -> None:
+        for rel, text in [("events/tcp/tcp_send_reset/trigger", "!stacktrace"),
+                          *((f"events/{ev}/enable", "0") for ev in self.EVENTS)]:
+            try:
+                self._write(rel, text)
+            except OSError:
+                pass
+        try:
+            self.inst.rmdir()
+        except OSError:
+            pass
+        self.inst = None
+
+    def __exit__(self, *exc) -> bool:
+        if self.inst is None:
+            return False
+        text = read_or_empty(self.inst / "trace")
+        self._remove()
+        # tcp_send_reset cannot be filtered by port: its lines (and the stack after each)
+        # are kept where they name the port.
+        keep, stack = [], False
+        for line in text.splitlines():
+            if line.startswith("#") or "<stack trace>" in line:
+                continue
+            if line.lstrip().startswith("=> "):
+                if stack:
+                    keep.append(line)
+                continue
+            stack = "tcp_send_reset" in line and f":{self.port} " in line
+            if stack or "tcp_send_reset" not in line:
+                keep.append(line)
+        self.lines = keep
+        return False
 
 
 def read_or_empty(p: Path) -> str:

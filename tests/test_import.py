@@ -21,8 +21,8 @@ import pytest
 
 import httpx
 
-from import_site import (CONFIGS, COUNTS, HTTP_UPSTREAMS, Site, counters_moved, handshake,
-                         read_or_empty, run_import, stop, tcp_counters, tls_client)
+from import_site import (CONFIGS, COUNTS, HTTP_UPSTREAMS, ResetTrace, Site, counters_moved,
+                         handshake, read_or_empty, run_import, stop, tcp_counters, tls_client)
 from origin_server import Origin
 from tls_pki import Pki
 
@@ -270,18 +270,19 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
             (tmp_path / "conf" / "conf" / "htpasswd").write_text(HTPASSWD)
         requests = REQUESTS + case.get("extra", [])
         answers, bursts, moved, first = {}, {}, {}, {}
-        for who in ("nginx", "ringx"):
-            before, first[who] = tcp_counters(), origin.accepted()
-            proc = site.serve(who, ringx_bin)
-            try:
-                port = next(iter(site.ports.values()))
-                answers[who] = [ask(port, m, p, {"Host": case["host"], **h}, b)
-                                for m, p, h, b in requests]
-                if "burst" in case:
-                    bursts[who] = burst(port, case["host"], case["burst"])
-            finally:
-                stop(proc)
-                moved[who] = counters_moved(before, tcp_counters())
+        with ResetTrace(origin.port) as trace:
+            for who in ("nginx", "ringx"):
+                before, first[who] = tcp_counters(), origin.accepted()
+                proc = site.serve(who, ringx_bin)
+                try:
+                    port = next(iter(site.ports.values()))
+                    answers[who] = [ask(port, m, p, {"Host": case["host"], **h}, b)
+                                    for m, p, h, b in requests]
+                    if "burst" in case:
+                        bursts[who] = burst(port, case["host"], case["burst"])
+                finally:
+                    stop(proc)
+                    moved[who] = counters_moved(before, tcp_counters())
         diffs = diff_lines(name, requests, answers["nginx"], answers["ringx"])
         # ringx's log says why an answer differs (an upstream fault behind a 502, say).
         assert not diffs, "\n".join(diffs) + "\nringx's log:\n" + read_or_empty(
@@ -293,7 +294,9 @@ def test_nginx_and_ringx_answer_alike(ringx_bin, tmp_path, name):
             + origin.connections(first["nginx"], first["ringx"]) + "\nringx's\n"
             + origin.connections(first["ringx"])) + (
             "\nthe kernel's TCP counters (the whole namespace's) that moved while each served:\n"
-            + "\n".join(f"{who}: {m}" for who, m in moved.items()))
+            + "\n".join(f"{who}: {m}" for who, m in moved.items())) + (
+            f"\nthe kernel's resets and state changes on the upstream's port {origin.port}:\n"
+            + ("\n".join(trace.lines[-250:]) or "(no trace: tracefs not writable here)"))
         assert bursts.get("nginx") == bursts.get("ringx"), bursts
         if "burst" in case:
             # A burst over the limit: some served (the first and the burst's queue), the
