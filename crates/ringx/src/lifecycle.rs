@@ -285,6 +285,16 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
             }
         }
     }
+    // The admin address too, before any listener is bound (the admin thread binds it later):
+    // refused, it stops start-up before a client has queued on a listener no zone serves.
+    let admin_addr = cfg.admin.as_ref().map(|a| *a.listen.get_ref());
+    if let Some(addr) = admin_addr.filter(|_| admin_sock.is_none() && !crate::upgrade::is_upgrade())
+    {
+        if let Err(e) = ringx_engine::await_unclaimed(addr, ringx_engine::RELEASE_WAIT) {
+            tracing::error!("cannot listen: admin listener: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let mut per_zone_udp = Vec::with_capacity(zones);
     for _ in 0..zones {
         let mut us = Vec::new();
