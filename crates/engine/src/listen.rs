@@ -372,6 +372,9 @@ fn probe_unclaimed(addr: SocketAddr, kind: Kind) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
 
     #[test]
     fn two_zones_share_a_port() {
@@ -402,32 +405,32 @@ mod tests {
     /// milliseconds after that process is gone: start-up waits for the release.
     #[test]
     fn start_up_waits_for_an_address_to_be_released() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = other.local_addr().unwrap();
-        let released = std::sync::Arc::new(AtomicBool::new(false));
-        let r = released.clone();
-        let closer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            r.store(true, Ordering::SeqCst);
-            drop(other);
-        });
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let (released, closer) = release_later(tcp);
         await_unclaimed(addr, Duration::from_secs(30)).unwrap();
         assert!(released.load(Ordering::SeqCst), "free only once released");
         closer.join().unwrap();
 
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let uaddr = udp.local_addr().unwrap();
-        let released = std::sync::Arc::new(AtomicBool::new(false));
+        let addr = udp.local_addr().unwrap();
+        let (released, closer) = release_later(udp);
+        await_unclaimed_udp(addr, Duration::from_secs(30)).unwrap();
+        assert!(released.load(Ordering::SeqCst), "free only once released");
+        closer.join().unwrap();
+    }
+
+    /// Drops the socket `held` after 100 ms on a thread of its own, setting the flag just
+    /// before: an address found free while the flag is unset was free too early.
+    fn release_later<S: Send + 'static>(held: S) -> (Arc<AtomicBool>, JoinHandle<()>) {
+        let released = Arc::new(AtomicBool::new(false));
         let r = released.clone();
         let closer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
             r.store(true, Ordering::SeqCst);
-            drop(udp);
+            drop(held);
         });
-        await_unclaimed_udp(uaddr, Duration::from_secs(30)).unwrap();
-        assert!(released.load(Ordering::SeqCst), "free only once released");
-        closer.join().unwrap();
+        (released, closer)
     }
 
     /// An address another process goes on holding is refused once the wait is over, and the

@@ -14,13 +14,9 @@ use std::time::Duration;
 
 use ringx_server::metrics::Metrics;
 
-/// Binds the admin address (before privileges are dropped).
+/// Binds the admin address (before privileges are dropped). Start-up has checked that no
+/// other process holds it (`lifecycle::serve`, with the listen addresses, before any is bound).
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    // During a binary upgrade the old process holds the admin address until this one serves.
-    if !crate::upgrade::is_upgrade() {
-        ringx_engine::await_unclaimed(addr, ringx_engine::RELEASE_WAIT)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("admin listener: {e}")))?;
-    }
     let l = ringx_engine::bind_reuseport(addr, &ringx_engine::ListenOptions::default())
         .map_err(|e| std::io::Error::new(e.kind(), format!("admin listener {addr}: {e}")))?;
     l.set_nonblocking(false)?;
