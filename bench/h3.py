@@ -87,7 +87,8 @@ NIC's receive queues put it on the receiving host: each side then pays for what 
 Beside the threads' schedstat (`cpu_us_per_req`, the headline), every row has the server
 core's busy time (`core_us_per_req`, `core_ns_per_kb`): the threads, and the interrupts and
 softirqs that ran on that core while they slept (the wake-ups, and under --veth the receive
-work that lands there). The floors speak over loopback and are left out under --veth.
+work that lands there). The floors run where the servers do: under --veth in the servers'
+namespace, their clients sending over the veth pair.
 
 veth, like loopback, hands a GSO batch over whole, to be cut into datagrams on the client's
 side if at all; `--veth --no-uso` turns UDP segmentation offload off on the server's end, so
@@ -200,12 +201,19 @@ def floor_binary(work):
     return out
 
 
+def floor_env():
+    """The floors' environment: the server's address (bench/yardstick/bulk_floor.c's
+    FLOOR_ADDR), the veth pair's server end under --veth."""
+    return {**os.environ, "FLOOR_ADDR": NET["host"]}
+
+
 def floor_fetch(srv, secs, size, rate):
     """The floor's client on CPU 1: 4 connections fetching `size` bytes at `rate` a second."""
     cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "fetch",
            "udp" if srv.name == "floor-udp" else "tcp", str(srv.port), "4", str(secs), str(size),
            str(FLOOR_ACK_EVERY), str(rate or 0)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
+                         env=floor_env()).stdout
     m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+)", out)
     if not m:
         raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
@@ -233,7 +241,8 @@ def floor_push(srv, secs, size, rate, h3):
     cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "push",
            "udp" if srv.name == "floor-udp" else "tcp", str(srv.port), "4", str(secs), str(size),
            str(seg), str(segs), str(FLOOR_WINDOW // 4), str(rate or 0)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
+                         env=floor_env()).stdout
     m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+) seconds \S+ received (\d+)", out)
     if not m:
         raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
@@ -261,7 +270,8 @@ def floor_chat(srv, secs, wl, h3):
     cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "chat", str(srv.port),
            str(conns), str(secs), str(din / secs), str(in_size), str(permille), str(out_size),
            str(burst)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
+                         env=floor_env()).stdout
     m = re.search(r"sent (\d+) answers (\d+)", out)
     if not m:
         raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
@@ -309,10 +319,11 @@ class Server:
             if self.sink:
                 udp = ["udp-sink", str(self.port), str(upload_shape(self.sink)[2])]
                 tcp = ["tcp-sink", str(self.port)]
-            cmd = ["taskset", "-c", lib.SERVER_CPU, floor_binary(w), "serve",
+            cmd = [*NET["prefix"], "taskset", "-c", lib.SERVER_CPU, floor_binary(w), "serve",
                    *(udp if self.name == "floor-udp" else tcp)]
             self.log = open(os.path.join(w, f"{self.name}.log"), "w")
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                         env=floor_env())
             if self.proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"bench/h3: {self.name} did not start (see {self.log.name})")
             return self
@@ -601,8 +612,6 @@ def main():
                        name="veth, receive work on the receiver's CPU (RPS)"
                        + ("; UDP segmentation offload off on the server's end"
                           if args.no_uso else ""))
-            print("bench/h3: --veth: the floors are left out (bench/yardstick/bulk_floor.c "
-                  "speaks over loopback)", flush=True)
         run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, (c, k), rows)
     summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL, *LIB_HANDSHAKE],
                             bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS,
@@ -656,8 +665,6 @@ def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
                         or (peer == "floor-udp" and wl not in PER_KB and not (h3row and wl in SMALL)):
                     continue
                 sink = h3row if peer in FLOORS and wl == "1m_up" else None
-                if peer in FLOORS and args.veth:
-                    continue
                 srv = Server(peer, work, cert, sink).start()
                 try:
                     rate = apart_rate if peer == "ringx-h3-apart" else h3_rate

@@ -44,6 +44,9 @@
 //       in the same round, so the floor wakes as often as ringx-h3 did. Prints "sent N answers
 //       A seconds S".
 //
+// 127.0.0.1 is the address every server binds and every client sends to, unless the
+// environment's FLOOR_ADDR names another (server_addr below).
+//
 // In C, beside udp_load.c, because the floor must cost nothing but the system calls it makes.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -80,9 +83,17 @@ static double now_s(void) {
 
 static void die(const char *what) { perror(what); exit(1); }
 
-static struct sockaddr_in loopback(int port) {
+// The server's address, PORT at FLOOR_ADDR (an IPv4 address; 127.0.0.1 when unset): where
+// a server binds and a client sends. bench/h3.py --veth sets it to the server's end of the
+// veth pair, the server then running in its namespace.
+static struct sockaddr_in server_addr(int port) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  const char *host = getenv("FLOOR_ADDR");
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (host && *host && inet_pton(AF_INET, host, &a.sin_addr) != 1) {
+    fprintf(stderr, "bulk_floor: FLOOR_ADDR=%s is not an IPv4 address\n", host);
+    exit(2);
+  }
   return a;
 }
 
@@ -112,7 +123,7 @@ static struct xfer *find(struct xfer *x, const struct sockaddr_in *a) {
 static void serve_udp(int port, int seg, int segs, uint64_t window) {
   static struct xfer xs[MAXC];
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-  struct sockaddr_in a = loopback(port);
+  struct sockaddr_in a = server_addr(port);
   if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a)) die("bulk_floor: udp bind");
   big_buffers(fd);
   printf("ready\n"); fflush(stdout);
@@ -183,7 +194,7 @@ static void serve_udp(int port, int seg, int segs, uint64_t window) {
 // its readiness comes with data.u64 = -1.
 static int tcp_listen(int port, int *l) {
   int one = 1;
-  struct sockaddr_in a = loopback(port);
+  struct sockaddr_in a = server_addr(port);
   *l = socket(AF_INET, SOCK_STREAM, 0);
   setsockopt(*l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (*l < 0 || bind(*l, (struct sockaddr *)&a, sizeof a) || listen(*l, 128)) die("bulk_floor: tcp listen");
@@ -231,7 +242,7 @@ struct sender { struct sockaddr_in peer; uint64_t bytes, dgrams, acked_at; int u
 static void serve_udp_sink(int port, int ack_every) {
   static struct sender ss[MAXC];
   int fd = socket(AF_INET, SOCK_DGRAM, 0), one = 1;
-  struct sockaddr_in a = loopback(port);
+  struct sockaddr_in a = server_addr(port);
   if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a)) die("bulk_floor: udp bind");
   big_buffers(fd);
   if (setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one)) die("bulk_floor: UDP_GRO");
@@ -298,7 +309,7 @@ static void push(int udp, int port, int conns, double secs, uint64_t bytes, int 
   uint64_t left[MAXC], sent[MAXC] = {0}, acked[MAXC] = {0}, got[MAXC] = {0}, lost[MAXC] = {0};
   uint64_t transfers = 0, total = 0, retries = 0;
   double last[MAXC], next[MAXC];
-  struct sockaddr_in a = loopback(port);
+  struct sockaddr_in a = server_addr(port);
   // One GSO send is at most one UDP datagram's payload (65,507 bytes), and `zeros`.
   if (conns < 1 || conns > MAXC || seg < 64 || seg > MAXSEG || segs < 1 || (uint64_t)seg * segs > 65507 ||
       window < (uint64_t)seg * segs) {
@@ -381,7 +392,7 @@ static void fetch(int udp, int port, int conns, double secs, uint32_t bytes, int
   uint64_t got[MAXC] = {0}, dgrams[MAXC] = {0}, transfers = 0, total = 0, retries = 0;
   double last[MAXC], next[MAXC];
   int waiting[MAXC] = {0};
-  struct sockaddr_in a = loopback(port);
+  struct sockaddr_in a = server_addr(port);
   char req[5] = {'R'};
   memcpy(req + 1, &bytes, 4);
   for (int i = 0; i < conns; i++) {
@@ -452,7 +463,7 @@ static void fetch(int udp, int port, int conns, double secs, uint32_t bytes, int
 static void chat(int port, int conns, double secs, double rate, int in_size, int permille, int out_size,
                  int burst) {
   int ep = epoll_create1(0), fds[MAXC];
-  struct sockaddr_in a = loopback(port);
+  struct sockaddr_in a = server_addr(port);
   if (conns < 1 || conns > MAXC || in_size < 3 || in_size > MAXSEG || burst < 1 || burst > BATCH) {
     fprintf(stderr, "bulk_floor: chat needs CONNS 1..%d, IN_SIZE 3..%d, BURST 1..%d\n", MAXC, MAXSEG, BATCH);
     exit(2);
