@@ -43,11 +43,11 @@
 //! assert!(!client.is_open(id));
 //! ```
 
-use crate::conn::Block;
 use crate::events::ConnError;
 use crate::frame::{self, flag, kind, ErrorCode, DEFAULT_WINDOW, PREFACE};
 use crate::hpack::{Decoder, Encoder};
 use crate::limits::{Limits, Rate, Why};
+use crate::recv::Block;
 use crate::response::FieldList;
 use crate::settings::{self, PeerSettings};
 use crate::streams::{Stream, Streams};

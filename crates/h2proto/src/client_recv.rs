@@ -4,11 +4,11 @@
 use std::time::Instant;
 
 use super::{err, ClientConn, ClientEvent, ClientStep, Res};
-use crate::conn::Block;
 use crate::events::{unpad, ConnError};
 use crate::frame::{self, flag, kind, ErrorCode, FrameHeader, HEADER_LEN, MAX_WINDOW};
 use crate::hpack::Decoded;
 use crate::limits::Why;
+use crate::recv::{self, Block};
 use crate::response::ResponseBuilder;
 
 impl ClientConn {
@@ -102,27 +102,14 @@ impl ClientConn {
                 "PUSH_PROMISE though push is disabled",
             ),
             kind::PING => {
-                if h.stream != 0 {
-                    return err(ErrorCode::Protocol, Why::Protocol, "PING on a stream");
-                }
-                if p.len() != 8 {
-                    return err(ErrorCode::FrameSize, Why::FrameSize, "PING not 8 bytes");
-                }
-                if !h.has(flag::ACK) {
+                if let Some(payload) = recv::ping(h, p)? {
                     self.control_frame(now, Why::PingFlood)?;
-                    frame::write_ping(&mut self.out, true, p.try_into().expect("checked"));
+                    frame::write_ping(&mut self.out, true, payload);
                 }
                 Ok(None)
             }
             kind::GOAWAY => {
-                if h.stream != 0 {
-                    return err(ErrorCode::Protocol, Why::Protocol, "GOAWAY on a stream");
-                }
-                if p.len() < 8 {
-                    return err(ErrorCode::FrameSize, Why::FrameSize, "GOAWAY under 8 bytes");
-                }
-                let last = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff;
-                let code = ErrorCode::from_u32(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
+                let (last, code) = recv::goaway(h, p)?;
                 // A later GOAWAY may only lower the last stream.
                 let last = self.goaway_recv.map_or(last, |l| l.min(last));
                 self.goaway_recv = Some(last);
@@ -134,27 +121,11 @@ impl ClientConn {
     }
 
     fn control_frame(&mut self, now: Instant, why: Why) -> Result<(), ConnError> {
-        let l = &self.limits;
-        if self.control.allow(now, l.rate_window, l.max_control_frames) {
-            return Ok(());
-        }
-        Err(ConnError {
-            code: ErrorCode::EnhanceYourCalm,
-            why,
-            msg: "too many control frames",
-        })
+        recv::control_frame(&mut self.control, &self.limits, now, why)
     }
 
     fn empty_frame(&mut self, now: Instant) -> Result<(), ConnError> {
-        let l = &self.limits;
-        if self.empty.allow(now, l.rate_window, l.max_empty_frames) {
-            return Ok(());
-        }
-        Err(ConnError {
-            code: ErrorCode::EnhanceYourCalm,
-            why: Why::EmptyFrameFlood,
-            msg: "too many empty frames",
-        })
+        recv::empty_frame(&mut self.empty, &self.limits, now)
     }
 
     fn data<'a>(&mut self, h: FrameHeader, p: &'a [u8], now: Instant) -> Res<'a> {
@@ -234,34 +205,12 @@ impl ClientConn {
                 "HEADERS on a stream we did not open",
             );
         }
-        let mut frag = unpad(h, p)?;
-        if h.has(flag::PRIORITY) {
-            if frag.len() < 5 {
-                return err(
-                    ErrorCode::FrameSize,
-                    Why::FrameSize,
-                    "HEADERS priority cut short",
-                );
-            }
-            frag = &frag[5..];
-        }
+        // A server's priorities mean nothing to us, a stream depending on itself included.
+        let (frag, _) = recv::headers_fragment(h, p)?;
         if frag.is_empty() && !h.has(flag::END_HEADERS) {
             self.empty_frame(now)?;
         }
-        let block = Block {
-            id: h.stream,
-            buf: frag.to_vec(),
-            end_stream: h.has(flag::END_STREAM),
-            frames: 0,
-            self_dependent: false,
-        };
-        if block.buf.len() > self.limits.max_header_block as usize {
-            return err(
-                ErrorCode::EnhanceYourCalm,
-                Why::ContinuationFlood,
-                "a header block too large",
-            );
-        }
+        let block = Block::start(h, frag, false, &self.limits)?;
         if !h.has(flag::END_HEADERS) {
             self.block = Some(block);
             return Ok(None);
@@ -277,17 +226,7 @@ impl ClientConn {
                 "CONTINUATION without HEADERS",
             );
         };
-        b.frames += 1;
-        b.buf.extend_from_slice(p);
-        if b.frames > self.limits.max_continuations
-            || b.buf.len() > self.limits.max_header_block as usize
-        {
-            return err(
-                ErrorCode::EnhanceYourCalm,
-                Why::ContinuationFlood,
-                "a header block too large or in too many frames",
-            );
-        }
+        b.extend(p, &self.limits)?;
         if p.is_empty() && !h.has(flag::END_HEADERS) {
             self.empty_frame(now)?;
         }

@@ -12,18 +12,10 @@ use crate::frame::{
 };
 use crate::hpack::{Decoded, Decoder, Encoder};
 use crate::limits::{Limits, Rate, Why};
+use crate::recv::{self, Block};
 use crate::settings::{self, PeerSettings};
 use crate::streams::{Stream, Streams};
 use ringx_http::decoded::{HeadBuilder, TrailerBuilder};
-
-/// A header block being received (HEADERS, then CONTINUATION until END_HEADERS).
-pub(crate) struct Block {
-    pub(crate) id: u32,
-    pub(crate) buf: Vec<u8>,
-    pub(crate) end_stream: bool,
-    pub(crate) frames: u32,
-    pub(crate) self_dependent: bool,
-}
 
 /// The server side of one HTTP/2 connection.
 pub struct Conn {
@@ -212,29 +204,14 @@ impl Conn {
                 "PUSH_PROMISE from a client",
             ),
             kind::PING => {
-                if h.stream != 0 {
-                    return err(ErrorCode::Protocol, Why::Protocol, "PING on a stream");
+                if let Some(payload) = recv::ping(h, p)? {
+                    self.control_frame(now, Why::PingFlood)?;
+                    frame::write_ping(&mut self.out, true, payload);
                 }
-                if p.len() != 8 {
-                    return err(ErrorCode::FrameSize, Why::FrameSize, "PING not 8 bytes");
-                }
-                if h.has(flag::ACK) {
-                    return Ok(None);
-                }
-                self.control_frame(now, Why::PingFlood)?;
-                let payload: &[u8; 8] = p.try_into().expect("checked");
-                frame::write_ping(&mut self.out, true, payload);
                 Ok(None)
             }
             kind::GOAWAY => {
-                if h.stream != 0 {
-                    return err(ErrorCode::Protocol, Why::Protocol, "GOAWAY on a stream");
-                }
-                if p.len() < 8 {
-                    return err(ErrorCode::FrameSize, Why::FrameSize, "GOAWAY under 8 bytes");
-                }
-                let last = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff;
-                let code = ErrorCode::from_u32(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
+                let (last, code) = recv::goaway(h, p)?;
                 Ok(Some(Event::GoAway { last, code }))
             }
             kind::WINDOW_UPDATE => self.window_update(h, p, now),
@@ -243,27 +220,11 @@ impl Conn {
     }
 
     fn control_frame(&mut self, now: Instant, why: Why) -> Result<(), ConnError> {
-        let l = &self.limits;
-        if self.control.allow(now, l.rate_window, l.max_control_frames) {
-            return Ok(());
-        }
-        Err(ConnError {
-            code: ErrorCode::EnhanceYourCalm,
-            why,
-            msg: "too many control frames",
-        })
+        recv::control_frame(&mut self.control, &self.limits, now, why)
     }
 
     fn empty_frame(&mut self, now: Instant) -> Result<(), ConnError> {
-        let l = &self.limits;
-        if self.empty.allow(now, l.rate_window, l.max_empty_frames) {
-            return Ok(());
-        }
-        Err(ConnError {
-            code: ErrorCode::EnhanceYourCalm,
-            why: Why::EmptyFrameFlood,
-            msg: "too many empty frames",
-        })
+        recv::empty_frame(&mut self.empty, &self.limits, now)
     }
 
     /// Counts a stream reset or refused; past the limit, the connection ends.
@@ -382,37 +343,11 @@ impl Conn {
                 "HEADERS on a server stream id",
             );
         }
-        let mut frag = unpad(h, p)?;
-        let mut self_dependent = false;
-        if h.has(flag::PRIORITY) {
-            if frag.len() < 5 {
-                return err(
-                    ErrorCode::FrameSize,
-                    Why::FrameSize,
-                    "HEADERS priority cut short",
-                );
-            }
-            let dep = u32::from_be_bytes([frag[0], frag[1], frag[2], frag[3]]) & 0x7fff_ffff;
-            self_dependent = dep == h.stream;
-            frag = &frag[5..];
-        }
+        let (frag, self_dependent) = recv::headers_fragment(h, p)?;
         if frag.is_empty() && !h.has(flag::END_HEADERS) {
             self.empty_frame(now)?;
         }
-        let block = Block {
-            id: h.stream,
-            buf: frag.to_vec(),
-            end_stream: h.has(flag::END_STREAM),
-            frames: 0,
-            self_dependent,
-        };
-        if block.buf.len() > self.limits.max_header_block as usize {
-            return err(
-                ErrorCode::EnhanceYourCalm,
-                Why::ContinuationFlood,
-                "a header block too large",
-            );
-        }
+        let block = Block::start(h, frag, self_dependent, &self.limits)?;
         if !h.has(flag::END_HEADERS) {
             self.block = Some(block);
             return Ok(None);
@@ -433,17 +368,7 @@ impl Conn {
                 msg: "CONTINUATION without HEADERS",
             });
         };
-        b.frames += 1;
-        b.buf.extend_from_slice(p);
-        let flood = b.frames > self.limits.max_continuations
-            || b.buf.len() > self.limits.max_header_block as usize;
-        if flood {
-            return Err(ConnError {
-                code: ErrorCode::EnhanceYourCalm,
-                why: Why::ContinuationFlood,
-                msg: "a header block too large or in too many frames",
-            });
-        }
+        b.extend(p, &self.limits)?;
         if p.is_empty() && !h.has(flag::END_HEADERS) {
             self.empty_frame(now)?;
         }

@@ -71,6 +71,7 @@ mod events;
 pub mod frame;
 pub mod hpack;
 pub mod limits;
+mod recv;
 pub mod response;
 mod send;
 pub mod settings;

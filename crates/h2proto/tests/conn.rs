@@ -648,3 +648,71 @@ fn data_after_the_peers_own_reset_is_stream_closed() {
         )
     ));
 }
+
+#[test]
+fn pings_are_answered_but_not_their_acknowledgements() {
+    let limits = Limits::default();
+    let mut i = start();
+    frame_bytes(&mut i, kind::PING, 0, 0, b"12345678");
+    frame_bytes(&mut i, kind::PING, flag::ACK, 0, b"87654321");
+    let r = check(&limits, &i);
+    let pings: Vec<_> = frames(&r.out)
+        .into_iter()
+        .filter(|f| f.0 == kind::PING)
+        .map(|f| (f.1, f.3))
+        .collect();
+    assert_eq!(pings, vec![(flag::ACK, b"12345678".to_vec())]);
+    assert!(r.events.is_empty(), "{:?}", r.events);
+}
+
+#[test]
+fn a_stream_whose_priority_names_itself_is_reset() {
+    let limits = Limits::default();
+    let mut i = start();
+    let mut p = 1u32.to_be_bytes().to_vec();
+    p.push(15); // weight
+    p.extend_from_slice(&block("GET", "/", &[]));
+    let f = flag::END_HEADERS | flag::END_STREAM | flag::PRIORITY;
+    frame_bytes(&mut i, kind::HEADERS, f, 1, &p);
+    let r = check(&limits, &i);
+    assert!(
+        !r.events.iter().any(|e| matches!(e, Ev::Request(..))),
+        "{:?}",
+        r.events
+    );
+    assert_eq!(rst_codes(&r.out), vec![(1, ErrorCode::Protocol as u32)]);
+    // Depending on another stream is no error.
+    let mut i = start();
+    let mut p = 3u32.to_be_bytes().to_vec();
+    p.push(15);
+    p.extend_from_slice(&block("GET", "/", &[]));
+    frame_bytes(&mut i, kind::HEADERS, f, 1, &p);
+    let r = check(&limits, &i);
+    assert!(
+        matches!(r.events.as_slice(), [Ev::Request(1, _, true)]),
+        "{:?}",
+        r.events
+    );
+}
+
+#[test]
+fn a_malformed_ping_or_goaway_ends_the_connection() {
+    let limits = Limits::default();
+    let cases: [(u8, u32, &[u8], ErrorCode); 4] = [
+        (kind::PING, 0, b"1234567", ErrorCode::FrameSize),
+        (kind::PING, 1, b"12345678", ErrorCode::Protocol),
+        (kind::GOAWAY, 0, b"1234567", ErrorCode::FrameSize),
+        (kind::GOAWAY, 1, b"12345678", ErrorCode::Protocol),
+    ];
+    for (k, stream, payload, code) in cases {
+        let mut i = start();
+        frame_bytes(&mut i, k, 0, stream, payload);
+        let r = check(&limits, &i);
+        assert!(
+            matches!(r.events.last(), Some(Ev::Fatal(c, _)) if *c == code),
+            "kind {k} on {stream}: {:?}",
+            r.events
+        );
+        assert_eq!(goaway_code(&r.out), Some(code as u32));
+    }
+}
