@@ -61,25 +61,8 @@ impl ClientConn {
     }
 
     fn frame<'a>(&mut self, h: FrameHeader, p: &'a [u8], now: Instant) -> Res<'a> {
-        if self.first_frame {
-            if h.kind != kind::SETTINGS || h.has(flag::ACK) {
-                return err(
-                    ErrorCode::Protocol,
-                    Why::Protocol,
-                    "the server's first frame is not SETTINGS",
-                );
-            }
-            self.first_frame = false;
-        }
-        if let Some(b) = &self.block {
-            if h.kind != kind::CONTINUATION || h.stream != b.id {
-                return err(
-                    ErrorCode::Protocol,
-                    Why::Protocol,
-                    "a frame inside a header block",
-                );
-            }
-        }
+        let server_first = "the server's first frame is not SETTINGS";
+        recv::in_order(h, &mut self.first_frame, self.block.as_ref(), server_first)?;
         match h.kind {
             kind::DATA => self.data(h, p, now),
             kind::HEADERS => self.headers(h, p, now),

@@ -149,25 +149,8 @@ impl Conn {
         now: Instant,
     ) -> Result<Option<Event<'a>>, ConnError> {
         let err = |code, why, msg| Err(ConnError { code, why, msg });
-        if self.first_frame {
-            if h.kind != kind::SETTINGS || h.has(flag::ACK) {
-                return err(
-                    ErrorCode::Protocol,
-                    Why::Protocol,
-                    "the first frame is not SETTINGS",
-                );
-            }
-            self.first_frame = false;
-        }
-        if let Some(b) = &self.block {
-            if h.kind != kind::CONTINUATION || h.stream != b.id {
-                return err(
-                    ErrorCode::Protocol,
-                    Why::Protocol,
-                    "a frame inside a header block",
-                );
-            }
-        }
+        let client_first = "the first frame is not SETTINGS";
+        recv::in_order(h, &mut self.first_frame, self.block.as_ref(), client_first)?;
         match h.kind {
             kind::DATA => self.data(h, p, now),
             kind::HEADERS => self.headers(h, p, now),

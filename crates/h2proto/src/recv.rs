@@ -1,14 +1,38 @@
 //! The checks of a received frame that both ends of a connection make alike (RFC 9113): the
-//! rates of control and empty frames, a PING to answer, a GOAWAY's fields, a HEADERS frame's
-//! fragment and a header block growing by CONTINUATION ([`Block`]). The server's state machine
-//! (`conn.rs`) and the client's (`client_recv.rs`) call these, and keep what differs
-//! between the two ends (which stream ids are the peer's, what an event carries).
+//! order of frames, the rates of control and empty frames, a PING to answer, a GOAWAY's
+//! fields, a HEADERS frame's fragment and a header block growing by CONTINUATION
+//! ([`Block`]). The server's state machine (`conn.rs`) and the client's (`client_recv.rs`)
+//! call these, and keep what differs between the two ends (which stream ids are the peer's,
+//! what an event carries).
 
 use std::time::Instant;
 
 use crate::events::{unpad, ConnError};
-use crate::frame::{flag, ErrorCode, FrameHeader};
+use crate::frame::{flag, kind, ErrorCode, FrameHeader};
 use crate::limits::{Limits, Rate, Why};
+
+/// Whether frame `h` may come now: the peer's first frame is its SETTINGS (`first_frame`
+/// until it came; `not_settings` says what came instead), and a header block being received
+/// (`block`) takes nothing but its CONTINUATION frames (RFC 9113 §3.4, §6.10).
+pub(crate) fn in_order(
+    h: FrameHeader,
+    first_frame: &mut bool,
+    block: Option<&Block>,
+    not_settings: &'static str,
+) -> Result<(), ConnError> {
+    if *first_frame {
+        if h.kind != kind::SETTINGS || h.has(flag::ACK) {
+            return Err(protocol(not_settings));
+        }
+        *first_frame = false;
+    }
+    match block {
+        Some(b) if h.kind != kind::CONTINUATION || h.stream != b.id => {
+            Err(protocol("a frame inside a header block"))
+        }
+        _ => Ok(()),
+    }
+}
 
 /// One more frame the peer makes us answer or handle (SETTINGS, PING, PRIORITY, ...), counted
 /// in `rate`: past [`Limits::max_control_frames`] within the rate window, the connection ends

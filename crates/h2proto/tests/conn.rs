@@ -307,6 +307,17 @@ fn stream_id_rules_are_connection_errors() {
             },
             ErrorCode::Protocol,
         ),
+        // A header block continued on another stream.
+        (
+            {
+                let mut i = start();
+                let b = block("GET", "/", &[]);
+                frame_bytes(&mut i, kind::HEADERS, 0, 1, &b[..2]);
+                frame_bytes(&mut i, kind::CONTINUATION, flag::END_HEADERS, 3, &b[2..]);
+                i
+            },
+            ErrorCode::Protocol,
+        ),
         // Not SETTINGS first.
         (
             {
