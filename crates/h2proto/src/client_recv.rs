@@ -323,37 +323,12 @@ impl ClientConn {
     }
 
     fn settings<'a>(&mut self, h: FrameHeader, p: &'a [u8], now: Instant) -> Res<'a> {
-        if h.stream != 0 {
-            return err(ErrorCode::Protocol, Why::Protocol, "SETTINGS on a stream");
-        }
-        if h.has(flag::ACK) {
-            if !p.is_empty() {
-                return err(
-                    ErrorCode::FrameSize,
-                    Why::FrameSize,
-                    "SETTINGS ACK with a payload",
-                );
-            }
+        if recv::settings_ack(h, p)? {
             return Ok(None);
-        }
-        if !p.len().is_multiple_of(6) {
-            return err(
-                ErrorCode::FrameSize,
-                Why::FrameSize,
-                "SETTINGS not a multiple of 6 bytes",
-            );
         }
         self.control_frame(now, Why::SettingsFlood)?;
         let before = self.peer;
-        let mut next = before;
-        if let Err(code) = next.apply(p) {
-            let why = if code == ErrorCode::FlowControl {
-                Why::FlowControl
-            } else {
-                Why::Protocol
-            };
-            return err(code, why, "an invalid SETTINGS value");
-        }
+        let next = recv::settings_applied(before, p)?;
         let delta = i64::from(next.initial_window) - i64::from(before.initial_window);
         for s in self.streams.values_mut() {
             s.send_window += delta;

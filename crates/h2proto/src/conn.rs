@@ -531,17 +531,7 @@ impl Conn {
         now: Instant,
     ) -> Result<Option<Event<'a>>, ConnError> {
         let err = |code, why, msg| Err(ConnError { code, why, msg });
-        if h.stream != 0 {
-            return err(ErrorCode::Protocol, Why::Protocol, "SETTINGS on a stream");
-        }
-        if h.has(flag::ACK) {
-            if !p.is_empty() {
-                return err(
-                    ErrorCode::FrameSize,
-                    Why::FrameSize,
-                    "SETTINGS ACK with a payload",
-                );
-            }
+        if recv::settings_ack(h, p)? {
             if !self.settings_acked {
                 self.settings_acked = true;
                 let ours = self.limits.initial_window;
@@ -554,24 +544,9 @@ impl Conn {
             }
             return Ok(None);
         }
-        if !p.len().is_multiple_of(6) {
-            return err(
-                ErrorCode::FrameSize,
-                Why::FrameSize,
-                "SETTINGS not a multiple of 6 bytes",
-            );
-        }
         self.control_frame(now, Why::SettingsFlood)?;
         let before = self.peer;
-        let mut next = before;
-        if let Err(code) = next.apply(p) {
-            let why = if code == ErrorCode::FlowControl {
-                Why::FlowControl
-            } else {
-                Why::Protocol
-            };
-            return err(code, why, "an invalid SETTINGS value");
-        }
+        let next = recv::settings_applied(before, p)?;
         let delta = i64::from(next.initial_window) - i64::from(before.initial_window);
         if delta != 0 {
             for s in self.streams.values_mut() {

@@ -1,6 +1,6 @@
 //! The checks of a received frame that both ends of a connection make alike (RFC 9113): the
-//! order of frames, the rates of control and empty frames, a PING to answer, a GOAWAY's
-//! fields, a HEADERS frame's fragment and a header block growing by CONTINUATION
+//! order of frames, the rates of control and empty frames, SETTINGS, a PING to answer, a
+//! GOAWAY's fields, a HEADERS frame's fragment and a header block growing by CONTINUATION
 //! ([`Block`]). The server's state machine (`conn.rs`) and the client's (`client_recv.rs`)
 //! call these, and keep what differs between the two ends (which stream ids are the peer's,
 //! what an event carries).
@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::events::{unpad, ConnError};
 use crate::frame::{flag, kind, ErrorCode, FrameHeader};
 use crate::limits::{Limits, Rate, Why};
+use crate::settings::PeerSettings;
 
 /// Whether frame `h` may come now: the peer's first frame is its SETTINGS (`first_frame`
 /// until it came; `not_settings` says what came instead), and a header block being received
@@ -91,6 +92,44 @@ pub(crate) fn goaway(h: FrameHeader, p: &[u8]) -> Result<(u32, ErrorCode), ConnE
     let last = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff;
     let code = ErrorCode::from_u32(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
     Ok((last, code))
+}
+
+/// Whether SETTINGS frame `h` (payload `p`) acknowledges ours; an error if it is on a
+/// stream, an acknowledgement with a payload, or not a whole number of 6-byte settings
+/// (RFC 9113 §6.5).
+pub(crate) fn settings_ack(h: FrameHeader, p: &[u8]) -> Result<bool, ConnError> {
+    if h.stream != 0 {
+        return Err(protocol("SETTINGS on a stream"));
+    }
+    if h.has(flag::ACK) {
+        if !p.is_empty() {
+            return Err(frame_size("SETTINGS ACK with a payload"));
+        }
+        return Ok(true);
+    }
+    if !p.len().is_multiple_of(6) {
+        return Err(frame_size("SETTINGS not a multiple of 6 bytes"));
+    }
+    Ok(false)
+}
+
+/// The peer's settings `before` with SETTINGS payload `p` applied; an error for a value out
+/// of range (FLOW_CONTROL_ERROR for the initial window, PROTOCOL_ERROR otherwise).
+pub(crate) fn settings_applied(before: PeerSettings, p: &[u8]) -> Result<PeerSettings, ConnError> {
+    let mut next = before;
+    if let Err(code) = next.apply(p) {
+        let why = if code == ErrorCode::FlowControl {
+            Why::FlowControl
+        } else {
+            Why::Protocol
+        };
+        return Err(ConnError {
+            code,
+            why,
+            msg: "an invalid SETTINGS value",
+        });
+    }
+    Ok(next)
 }
 
 /// A HEADERS frame's header block fragment, its padding and priority fields taken off, and

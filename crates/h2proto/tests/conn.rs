@@ -727,3 +727,43 @@ fn a_malformed_ping_or_goaway_ends_the_connection() {
         assert_eq!(goaway_code(&r.out), Some(code as u32));
     }
 }
+
+#[test]
+fn a_settings_acknowledgement_is_not_answered() {
+    // The client's SETTINGS (in `start`) is acknowledged; its acknowledgement of ours is not.
+    let mut i = start();
+    frame_bytes(&mut i, kind::SETTINGS, flag::ACK, 0, &[]);
+    let r = check(&Limits::default(), &i);
+    let acks = frames(&r.out)
+        .into_iter()
+        .filter(|f| f.0 == kind::SETTINGS && f.1 & flag::ACK != 0)
+        .count();
+    assert_eq!(acks, 1);
+    assert!(r.events.is_empty(), "{:?}", r.events);
+}
+
+#[test]
+fn malformed_settings_end_the_connection() {
+    // SETTINGS_INITIAL_WINDOW_SIZE (4) over 2^31 - 1 is a flow-control error (RFC 9113 §6.5.2).
+    let mut too_wide = 4u16.to_be_bytes().to_vec();
+    too_wide.extend_from_slice(&0x8000_0000u32.to_be_bytes());
+    let cases: [(u8, u32, &[u8], ErrorCode, Why); 4] = [
+        (0, 0, b"12345", ErrorCode::FrameSize, Why::FrameSize),
+        (
+            flag::ACK,
+            0,
+            b"123456",
+            ErrorCode::FrameSize,
+            Why::FrameSize,
+        ),
+        (0, 1, b"", ErrorCode::Protocol, Why::Protocol),
+        (0, 0, &too_wide, ErrorCode::FlowControl, Why::FlowControl),
+    ];
+    for (flags, stream, payload, code, why) in cases {
+        let mut i = start();
+        frame_bytes(&mut i, kind::SETTINGS, flags, stream, payload);
+        let r = check(&Limits::default(), &i);
+        assert_eq!(r.events.last(), Some(&Ev::Fatal(code, why)), "{payload:?}");
+        assert_eq!(goaway_code(&r.out), Some(code as u32));
+    }
+}
