@@ -196,21 +196,53 @@ class ResetTrace:
         t.lines"""
 
     EVENTS = ("sock/inet_sock_set_state", "tcp/tcp_receive_reset", "tcp/tcp_send_reset")
+    # A reset sent by a close(2) with unread data: this process's own closes in the
+    # milliseconds before it, which name the descriptor and thread (an in-process origin's
+    # socket closed by a stale descriptor number shows there).
+    CLOSES_BEFORE_S = 0.002
 
     def __init__(self, port: int):
         self.port, self.lines = port, []
-        self.inst: Path | None = (Path("/sys/kernel/tracing/instances")
-                                  / f"ringx-test-{os.getpid()}-{port}")
+        base = Path("/sys/kernel/tracing/instances") / f"ringx-test-{os.getpid()}-{port}"
+        self.inst: Path | None = base
+        self.closes: Path | None = base.with_name(base.name + "-close")
 
-    def _write(self, rel: str, text: str) -> None:
-        (self.inst / rel).write_text(text)
+    def _write(self, rel: str, text: str, inst: Path | None = None) -> None:
+        ((inst or self.inst) / rel).write_text(text)
+
+    def _trace_closes(self) -> None:
+        """This process's close(2) calls, its threads' and those they start, in an instance
+        of their own (`set_event_pid` would filter the TCP events, which run in other
+        tasks' contexts)."""
+        try:
+            self.closes.mkdir()
+            self._write("set_event_pid", " ".join(os.listdir("/proc/self/task")), self.closes)
+            self._write("options/event-fork", "1", self.closes)
+            self._write("events/syscalls/sys_enter_close/enable", "1", self.closes)
+        except OSError:
+            self._remove_closes()
+
+    def _remove_closes(self) -> None:
+        if self.closes is None:
+            return
+        try:
+            self._write("events/syscalls/sys_enter_close/enable", "0", self.closes)
+        except OSError:
+            pass
+        try:
+            self.closes.rmdir()
+        except OSError:
+            pass
+        self.closes = None
 
     def __enter__(self) -> "ResetTrace":
         try:
             self.inst.mkdir()
         except OSError:
             self.inst = None
+            self.closes = None
             return self
+        self._trace_closes()
         p = self.port
         try:
             self._write("events/sock/inet_sock_set_state/filter",
@@ -221,6 +253,7 @@ class ResetTrace:
             self._write("events/tcp/tcp_send_reset/trigger", "stacktrace")
         except OSError:
             self._remove()
+            self._remove_closes()
         return self
 
     def _remove(self) -> None:
@@ -240,7 +273,9 @@ class ResetTrace:
         if self.inst is None:
             return False
         text = read_or_empty(self.inst / "trace")
+        closes = read_or_empty(self.closes / "trace") if self.closes else ""
         self._remove()
+        self._remove_closes()
         # tcp_send_reset cannot be filtered by port: its lines (and the stack after each)
         # are kept where they name the port.
         keep, stack = [], False
@@ -254,8 +289,24 @@ class ResetTrace:
             stack = "tcp_send_reset" in line and f":{self.port} " in line
             if stack or "tcp_send_reset" not in line:
                 keep.append(line)
-        self.lines = keep
+        self.lines = keep + self._closes_before_resets(keep, closes)
         return False
+
+    def _closes_before_resets(self, kept: list[str], closes: str) -> list[str]:
+        """The close(2) calls of this process in the CLOSES_BEFORE_S before each reset that a
+        close with unread data sent on the port."""
+        stamp = re.compile(r"\s(\d+\.\d+):\s")
+        ends = [float(m.group(1)) for line in kept
+                if "TCP_ABORT_ON_CLOSE" in line and (m := stamp.search(line))]
+        out = []
+        for t in ends:
+            out.append(f"this process's closes in the {self.CLOSES_BEFORE_S * 1000:.0f} ms "
+                       f"before the reset at {t:.6f} (fd in hex):")
+            for line in closes.splitlines():
+                m = stamp.search(line)
+                if m and t - self.CLOSES_BEFORE_S <= float(m.group(1)) <= t:
+                    out.append(line)
+        return out
 
 
 def read_or_empty(p: Path) -> str:

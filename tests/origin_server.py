@@ -45,7 +45,8 @@ class Origin:
         lock = threading.Lock()
         conns: set = set()
         # Per accepted connection, in order: the client's port, requests answered, how it
-        # ended (what a test reports when a proxy says the connection failed).
+        # ended, its socket's descriptor (what a test reports when a proxy says the
+        # connection failed).
         lives: list[list] = []
         self._routes, self._seen, self._lock, self._conns = routes, seen, lock, conns
         self._lives = lives
@@ -55,7 +56,7 @@ class Origin:
 
             def setup(self):
                 super().setup()
-                self.life = [self.client_address[1], 0, "open"]
+                self.life = [self.client_address[1], 0, "open", self.connection.fileno()]
                 with lock:
                     conns.add(self.connection)
                     lives.append(self.life)
@@ -132,10 +133,10 @@ class Origin:
 
     def connections(self, start: int = 0, end: int | None = None) -> str:
         """The connections accepted (from the `start`th to before the `end`th), in order:
-        `PORT: N answered, how it ended`."""
+        `PORT: N answered, how it ended, fd N` (the descriptor its socket had here)."""
         with self._lock:
-            return "\n".join(f"{port}: {n} answered, {how}"
-                             for port, n, how in self._lives[start:end])
+            return "\n".join(f"{port}: {n} answered, {how}, fd {fd}"
+                             for port, n, how, fd in self._lives[start:end])
 
     def close(self) -> None:
         """Stops listening and cuts every open connection (the origin is down)."""
