@@ -253,7 +253,6 @@ class ResetTrace:
             self._write("events/tcp/tcp_send_reset/trigger", "stacktrace")
         except OSError:
             self._remove()
-            self._remove_closes()
         return self
 
     def _remove(self) -> None:
@@ -268,6 +267,7 @@ class ResetTrace:
         except OSError:
             pass
         self.inst = None
+        self._remove_closes()
 
     def __exit__(self, *exc) -> bool:
         if self.inst is None:
@@ -275,7 +275,6 @@ class ResetTrace:
         text = read_or_empty(self.inst / "trace")
         closes = read_or_empty(self.closes / "trace") if self.closes else ""
         self._remove()
-        self._remove_closes()
         # tcp_send_reset cannot be filtered by port: its lines (and the stack after each)
         # are kept where they name the port.
         keep, stack = [], False

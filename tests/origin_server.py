@@ -133,9 +133,10 @@ class Origin:
 
     def connections(self, start: int = 0, end: int | None = None) -> str:
         """The connections accepted (from the `start`th to before the `end`th), in order:
-        `PORT: N answered, how it ended, fd N` (the descriptor its socket had here)."""
+        `PORT: N answered, how it ended, fd N` (the descriptor its socket had here, in hex as
+        the kernel's syscall trace prints it)."""
         with self._lock:
-            return "\n".join(f"{port}: {n} answered, {how}, fd {fd}"
+            return "\n".join(f"{port}: {n} answered, {how}, fd {fd:#x}"
                              for port, n, how, fd in self._lives[start:end])
 
     def close(self) -> None:
