@@ -89,13 +89,13 @@ bench-h2: release
 
 # HTTP/3 against Caddy and ringx's own h2 and HTTPS, with bench/h3load (quic-go) and h2load;
 # then 10 x 100 again with the QUIC client's GETs in h2load's shape (bench/h3.py --batch), and
-# a new connection per request, the download and the upload with each side's receive work on
-# its own CPU and the transport floors across the veth pair (bench/h3.py --veth: over loopback
-# the client's CPU receives for the server).
+# every workload again with each side's receive work on its own CPU and the transport floors
+# across the veth pair (bench/h3.py --veth: over loopback the client's CPU receives for the
+# server).
 bench-h3: release
 	python3 bench/h3.py $(BENCH_ARGS)
 	python3 bench/h3.py --batch --only 64_10x100 $(BENCH_ARGS)
-	python3 bench/h3.py --veth --only 64_new,1m,1m_up $(BENCH_ARGS)
+	python3 bench/h3.py --veth $(BENCH_ARGS)
 
 # gRPC unary through ringx (grpc://) against nginx grpc_pass, CPU per call (bench/grpc_proxy.py).
 bench-grpc: release

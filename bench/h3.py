@@ -34,9 +34,14 @@ The 64-byte workloads get a floor too: `floor-udp` receives the datagrams ringx-
 the same round (their number from its `ringx_quic_datagrams_total`, their mean size from
 `ringx_quic_bytes_total`), at its rate, in bursts of what ringx-h3 took per wake-up (its
 voluntary context switches), and answers as many as ringx-h3 sent, one datagram each (of the
-mean size it sent): the kernel's per-datagram work and the wake-ups, with no protocol work. `seal-small` is AES-128-GCM alone on those
-datagrams (each in and out once). Both are per request, as ringx-h3's requests were per
-datagram.
+mean size it sent): the kernel's per-datagram work and the wake-ups, with no protocol work.
+`floor-udp-irq` is the same floor offered the datagrams in bursts of what reached ringx-h3 per
+interrupt to its CPU (`ipis`, the function-call interrupts by which RPS hands a datagram over,
+under --veth): ringx-h3 took quic-go's datagrams one or two an interrupt without waking, which
+`floor-udp`'s bursts do not reproduce. It wakes at each burst where ringx-h3 did not, so the
+two floors bound what the datagrams cost the machine from below and from above
+(h3_floors.floor_chat). `seal-small` is AES-128-GCM alone on those datagrams (each in and out
+once). All are per request, as ringx-h3's requests were per datagram.
 
 Load clients: bench/h3load (quic-go; Debian's h2load is built without HTTP/3), built here
 with Go; h2load for h2 and, with --h1, HTTPS.
@@ -118,27 +123,16 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
+from h3_floors import (FLOOR_IRQ, FLOORS, FLOOR_SEG, FLOOR_SEGS, FLOOR_WINDOW,  # noqa: E402
+                       SEAL_SMALL, SEALS, UDP_FLOORS, floor_binary, floor_chat, floor_env,
+                       floor_fetch, floor_push, seal_cost, seal_small, upload_shape)
 
 PEERS = ["caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro", "ringx-h2", "ringx-h2-apart",
-         "ringx-h3-apart", "ringx-h1", "ringx-h2-max", "floor-udp", "floor-tcp"]
+         "ringx-h3-apart", "ringx-h1", "ringx-h2-max", "floor-udp", FLOOR_IRQ, "floor-tcp"]
 QUIC = ("caddy", "ringx-h3", "ringx-h3-nogso", "ringx-h3-nogro", "ringx-h3-apart")
 # What each ringx-h3 variant turns off ([runtime]): the offloads' gain is its ratio to ringx-h3.
 OFFLOAD_OFF = {"ringx-h3-nogso": "quic_gso = false", "ringx-h3-nogro": "quic_gro = false"}
-# The transport floor (bench/yardstick/bulk_floor.c): the 1 MB download sent with no protocol
-# work at all, as UDP datagrams the size ringx-h3's were (1,452 bytes, 44 to a GSO send, the
-# client acknowledging every 26th as quic-go did against ringx: ringx_quic_datagrams_total,
-# 741 out and 29 in per MB, 2026-12-03) and over TCP; offered ringx-h3's rate.
-FLOORS = ("floor-udp", "floor-tcp")
-FLOOR_SEG, FLOOR_SEGS, FLOOR_WINDOW, FLOOR_ACK_EVERY = 1452, 44, 1 << 20, 26
-# The 64-byte workloads' floor is offered datagrams of the mean size ringx-h3 received and
-# sent in the same round (`ringx_quic_bytes_total` over `ringx_quic_datagrams_total`:
-# requests and acknowledgements in, responses out), on the connections h3load used.
 SMALL = {"64_10x100": 10, "64_100x1": 100}
-SEAL_SMALL = "seal-small"
-# What sealing costs alone on CPU 0 (`openssl speed -aead`, AES-128-GCM as quic-go and h2load
-# negotiate): per QUIC packet (1,452 bytes) and per TLS record (16 KB). OpenSSL, not ringx's
-# aws-lc: a second opinion on the machine, not ringx's own figure.
-SEALS = {"seal-packet": 1452, "seal-record": 16384}
 WORKLOADS = {
     "64_10x100": "64 B, 10 conns x 100 streams (h1: 100 conns): CPU µs per request",
     "64_100x1": "64 B, 100 conns x 1 stream: CPU µs per request",
@@ -193,137 +187,30 @@ def lib_handshake(binary):
     return {"lib-tls-tcp": float(m.group(1)), "lib-quic": float(m.group(2))}
 
 
-def floor_binary(work):
-    """bench/yardstick/bulk_floor.c, built once per run."""
-    out = os.path.join(work, "bulk_floor")
-    if not os.path.exists(out) and not lib.build_c("yardstick/bulk_floor.c", out):
-        raise RuntimeError("bench/h3: bench/yardstick/bulk_floor.c did not build")
-    return out
-
-
-def floor_env():
-    """The floors' environment: the server's address (bench/yardstick/bulk_floor.c's
-    FLOOR_ADDR), the veth pair's server end under --veth."""
-    return {**os.environ, "FLOOR_ADDR": NET["host"]}
-
-
-def floor_fetch(srv, secs, size, rate):
-    """The floor's client on CPU 1: 4 connections fetching `size` bytes at `rate` a second."""
-    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "fetch",
-           "udp" if srv.name == "floor-udp" else "tcp", str(srv.port), "4", str(secs), str(size),
-           str(FLOOR_ACK_EVERY), str(rate or 0)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
-                         env=floor_env()).stdout
-    m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+)", out)
-    if not m:
-        raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
-    n = int(m.group(1))
-    return {"requests": n, "succeeded": n, "failed": int(m.group(3)), "bytes": int(m.group(2)),
-            "lat_p50_ms": None, "lat_p99_ms": None}
-
-
-def upload_shape(h3):
-    """What ringx-h3 received in its upload row `h3`: the mean datagram's size, datagrams per
-    receive (the client's GSO batches, which GRO kept whole; at most a UDP datagram's 65,507
-    bytes), and datagrams per datagram it sent back (its acknowledgements; at most half the
-    push's window, which would otherwise wait for them)."""
-    din = max(h3["dgrams_in"], 1)
-    seg = max(64, min(1472, round(h3["dgram_bytes_in"] / din)))
-    return (seg,
-            max(1, min(65507 // seg, round(din / max(h3["batches_in"], 1)))),
-            max(1, min(FLOOR_WINDOW // 4 // (2 * seg), round(din / max(h3["dgrams_out"], 1)))))
-
-
-def floor_push(srv, secs, size, rate, h3):
-    """The upload floor's client on CPU 1: 4 connections sending `size` bytes at `rate` a
-    second, over UDP in the datagrams and batches of ringx-h3's row `h3`."""
-    seg, segs, _ = upload_shape(h3)
-    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "push",
-           "udp" if srv.name == "floor-udp" else "tcp", str(srv.port), "4", str(secs), str(size),
-           str(seg), str(segs), str(FLOOR_WINDOW // 4), str(rate or 0)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
-                         env=floor_env()).stdout
-    m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+) seconds \S+ received (\d+)", out)
-    if not m:
-        raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
-    n = int(m.group(1))
-    # `received`: what the sink took in (and so the bytes its CPU is per), lost ones left out.
-    return {"requests": n, "succeeded": n, "failed": int(m.group(3)), "bytes": None,
-            "lat_p50_ms": None, "lat_p99_ms": None, "seg": seg, "segs": segs,
-            "received": int(m.group(4))}
-
-
-def small_sizes(h3):
-    """The mean UDP payload of a datagram ringx-h3 received and sent in its row `h3`."""
-    return tuple(max(3, min(1500, round(h3[f"dgram_bytes_{d}"] / max(h3[f"dgrams_{d}"], 1))))
-                 for d in ("in", "out"))
-
-
-def floor_chat(srv, secs, wl, h3):
-    """The small-request floor's client on CPU 1: what ringx-h3 received in this round's `wl`
-    (`h3`, its row) offered again. Its figures are requests as ringx-h3 counted them per
-    datagram received."""
-    din, dout, wakes = h3["dgrams_in"], h3["dgrams_out"], h3["wakes"]
-    (in_size, out_size), conns = small_sizes(h3), SMALL[wl]
-    burst = max(1, min(64, round(din / max(wakes, 1))))
-    permille = min(1000, round(1000 * dout / max(din, 1)))
-    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "chat", str(srv.port),
-           str(conns), str(secs), str(din / secs), str(in_size), str(permille), str(out_size),
-           str(burst)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
-                         env=floor_env()).stdout
-    m = re.search(r"sent (\d+) answers (\d+)", out)
-    if not m:
-        raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
-    sent = int(m.group(1))
-    n = round(sent * h3["succeeded"] / max(din, 1))
-    return {"requests": n, "succeeded": n, "failed": 0, "bytes": None, "lat_p50_ms": None,
-            "lat_p99_ms": None, "dgrams_in": sent, "answers": int(m.group(2)), "burst": burst,
-            "in_size": in_size, "out_size": out_size}
-
-
-def seal_small(h3):
-    """µs per request that AES-128-GCM takes, alone, over the datagrams of ringx-h3's row
-    `h3` (each sealed once and opened once: the same work either way)."""
-    in_size, out_size = small_sizes(h3)
-    per = {size: seal_cost(size) for size in (in_size, out_size)}
-    if None in per.values():
-        return None
-    ns = h3["dgrams_in"] * per[in_size] * in_size / 1024 + h3["dgrams_out"] * per[out_size] * out_size / 1024
-    return ns / 1000 / max(h3["succeeded"], 1)
-
-
-def seal_cost(size):
-    """ns per KB that AES-128-GCM takes to seal `size`-byte messages on the server's CPU."""
-    out = lib.sh(["taskset", "-c", lib.SERVER_CPU, "openssl", "speed", "-seconds", "1", "-aead",
-                  "-bytes", str(size), "-evp", "aes-128-gcm"]).stdout
-    m = re.search(r"AES-128-GCM\s+([\d.]+)k", out)
-    return 1024 / (float(m.group(1)) * 1000) * 1e9 if m else None
-
-
 class Server:
     def __init__(self, name, work, cert, sink=None):
         """`sink`: for a floor, the upload's (ringx-h3's row in this round): it then receives
         instead of sending."""
         self.name, self.work, self.cert, self.sink = name, work, cert, sink
         self.port = lib.free_port()
+        self.host = NET["host"]
         # ringx-h3's metrics: what it received and sent, for the 64-byte floor.
         self.admin = lib.free_port() if name == "ringx-h3" else None
 
     def start(self):
         w, (c, k) = self.work, self.cert
         env = None
-        if self.name in FLOORS:
+        if self.name in FLOORS or self.name == FLOOR_IRQ:
             udp = ["udp", str(self.port), str(FLOOR_SEG), str(FLOOR_SEGS), str(FLOOR_WINDOW)]
             tcp = ["tcp", str(self.port)]
             if self.sink:
                 udp = ["udp-sink", str(self.port), str(upload_shape(self.sink)[2])]
                 tcp = ["tcp-sink", str(self.port)]
             cmd = [*NET["prefix"], "taskset", "-c", lib.SERVER_CPU, floor_binary(w), "serve",
-                   *(udp if self.name == "floor-udp" else tcp)]
+                   *(udp if self.name in UDP_FLOORS else tcp)]
             self.log = open(os.path.join(w, f"{self.name}.log"), "w")
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                         env=floor_env())
+                                         env=floor_env(self.host))
             if self.proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"bench/h3: {self.name} did not start (see {self.log.name})")
             return self
@@ -484,10 +371,11 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     post = os.path.join(work, "www", "1m.bin") if wl == "1m_up" else None
     # The metrics are read outside the measured span (an admin request is ringx's work too).
     quic = srv.quic_counters() if srv.admin else None
-    before, woke, stolen, core = srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns()
-    end = None  # the server's CPU, wake-ups, steal and core clock where the measured span ended
-    if srv.name == "floor-udp" and wl in SMALL:
-        r = floor_chat(srv, secs, wl, h3row)
+    before, woke, stolen, core, ipis = (srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns(),
+                                        lib.call_ipis())
+    end = None  # the server's CPU, wake-ups, steal, core clock and interrupts where the span ended
+    if srv.name in UDP_FLOORS and wl in SMALL:
+        r = floor_chat(srv, secs, SMALL[wl], h3row)
     elif srv.name in FLOORS and wl == "1m_up":
         r = floor_push(srv, secs, os.path.getsize(post), rate, h3row)
     elif srv.name in FLOORS:
@@ -500,13 +388,14 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         marks = {}
 
         def span(mark):
-            marks[mark] = (srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns())
+            marks[mark] = (srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns(),
+                           lib.call_ipis())
         r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post, span=span,
                    batch=batch and wl in SMALL,
                    rate=rate if srv.name == "ringx-h3-apart" or srv.name in NEW_TCP else None,
                    proto=NEW_TCP.get(srv.name, "h3"))
         if len(marks) == 2:
-            (before, woke, stolen, core), end = marks["counting"], marks["counted"]
+            (before, woke, stolen, core, ipis), end = marks["counting"], marks["counted"]
     else:
         conns, streams = shape
         h1 = srv.name == "ringx-h1"
@@ -516,8 +405,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1,
                    None if srv.name == "ringx-h2-max" else rate, post,
                    threads=conns if srv.name == "ringx-h2-apart" else 1)
-    cpu_end, woke_end, stolen_end, core_end = end or (srv.cpu(), srv.wakes(), lib.steal_ms(),
-                                                      lib.core_ns())
+    cpu_end, woke_end, stolen_end, core_end, ipis_end = end or (
+        srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns(), lib.call_ipis())
     cpu = cpu_end - before
     # The server's core, busy for anyone: the server's threads, and the interrupts and
     # softirqs that woke it or received for it while it slept (with --veth, all its receive
@@ -525,6 +414,9 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     busy = lib.core_busy_ns(core, core_end)
     r["wakes"] = woke_end - woke
     r["steal_ms"] = stolen_end - stolen
+    # Function-call interrupts to the server's CPU: under --veth, how RPS hands it what it
+    # receives, one per datagram unless one is pending there already (FLOOR_IRQ's bursts).
+    r["ipis"] = ipis_end - ipis
     if quic:
         after = srv.quic_counters()
         # Datagrams (what the 64-byte floor is offered), and the packets QUIC declared lost:
@@ -538,6 +430,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
     r["core_us_per_req"] = busy / 1000 / max(r["succeeded"], 1)
     r["wakes_per_req"] = r["wakes"] / max(r["succeeded"], 1)
+    r["ipis_per_req"] = r["ipis"] / max(r["succeeded"], 1)
     if wl == "1m_up":
         # Each request that succeeded carried the whole file (a floor counts what arrived).
         r["sent"] = r.get("received") or r["succeeded"] * os.path.getsize(post)
@@ -614,7 +507,7 @@ def main():
                           if args.no_uso else ""))
         run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, (c, k), rows)
     summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL, *LIB_HANDSHAKE],
-                            bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS,
+                            bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS, FLOOR_IRQ,
                                    "lib-tls-tcp"))
     caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
@@ -662,7 +555,8 @@ def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
                         or (peer in FLOORS and wl == "1m_up" and not h3row) \
                         or (peer == "ringx-h2-apart" and wl not in SMALL) \
                         or (peer == "ringx-h3-apart" and (args.batch or not apart_rate)) \
-                        or (peer == "floor-udp" and wl not in PER_KB and not (h3row and wl in SMALL)):
+                        or (peer == "floor-udp" and wl not in PER_KB and not (h3row and wl in SMALL)) \
+                        or (peer == FLOOR_IRQ and not (h3row and wl in SMALL)):
                     continue
                 sink = h3row if peer in FLOORS and wl == "1m_up" else None
                 srv = Server(peer, work, cert, sink).start()
@@ -692,7 +586,8 @@ def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
                 extra = f", {r['cpu_ns_per_kb']:.0f} ns/KB" if wl in PER_KB else ""
                 if r.get("dgrams_in"):
                     extra += (f", {r['dgrams_in'] / max(r['succeeded'], 1):.2f} datagrams in "
-                              f"per request, {r['wakes'] / r['dgrams_in']:.2f} wake-ups each")
+                              f"per request, {r['wakes'] / r['dgrams_in']:.2f} wake-ups and "
+                              f"{r['ipis'] / r['dgrams_in']:.2f} interrupts each")
                 if "packets_lost" in r:
                     extra += f", {r['packets_lost']} of {r['packets_sent']} packets lost"
                 extra += f", {r['steal_ms']:.0f} ms stolen"
@@ -755,12 +650,19 @@ def report(summary, workloads):
             print(f"    {off}: {o.get('ratio_to_ringx-h3', 0) or 0:.2f}x ringx-h3")
         fu, ft = (summary[wl].get(f, {}).get(key, {}) for f in FLOORS)
         small = summary[wl].get(SEAL_SMALL, {}).get(key, {})
-        if fu and small and h2:
-            print(f"    UDP floor at ringx-h3's datagrams and wake-ups: {fu['median']:.2f} µs/req, "
-                  f"{fu.get('ratio_to_ringx-h2', 0):.2f}x ringx-h2; with AES-GCM on each "
-                  f"datagram ({small['median']:.2f}): "
-                  f"{(fu['median'] + small['median']) / h2['median']:.2f}x ringx-h2; ringx-h3 "
-                  f"{cpu.get('ratio_to_floor-udp', 0):.2f}x its floor")
+        per = {"floor-udp": "wake-ups", FLOOR_IRQ: "interrupts"}
+        for name, f in ((n, summary[wl].get(n, {})) for n in UDP_FLOORS):
+            fc = f.get(key, {})
+            if not (fc and small and h2 and wl not in PER_KB):
+                continue
+            fcore = f.get("core_us_per_req", {})
+            print(f"    UDP floor in ringx-h3's datagrams per {per[name]} ({name}): "
+                  f"{fc['median']:.2f} µs/req (its core {fcore.get('median', 0):.2f}), "
+                  f"{fc.get('ratio_to_ringx-h2', 0):.2f}x ringx-h2 (core "
+                  f"{fcore.get('ratio_to_ringx-h2', 0):.2f}x); with AES-GCM on each datagram "
+                  f"({small['median']:.2f}): {(fc['median'] + small['median']) / h2['median']:.2f}x "
+                  f"ringx-h2; ringx-h3 {cpu.get('ratio_to_' + name, 0):.2f}x it (core "
+                  f"{core.get('ratio_to_' + name, 0):.2f}x)")
         if fu and ft:
             print(f"    transport floor: UDP {fu['median']:.0f}, TCP {ft['median']:.0f} ({key}); "
                   f"ringx-h3 {cpu.get('ratio_to_floor-udp', 0):.2f}x the UDP floor, ringx-h2 "

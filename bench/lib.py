@@ -361,6 +361,20 @@ def core_ns(cpu=SERVER_CPU):
         os.sched_setaffinity(0, before)
 
 
+def call_ipis(cpu=SERVER_CPU):
+    """Function-call interrupts CPU `cpu` has taken since boot (/proc/interrupts' CAL row):
+    among them the ones by which RPS hands a CPU the packets it is to receive (a veth pair's,
+    lib.ReceiverCores), one for each packet that finds none pending there. 0 where the row
+    is not there (not x86)."""
+    with open("/proc/interrupts") as f:
+        cols = f.readline().split()
+        for line in f:
+            p = line.split()
+            if p and p[0] == "CAL:" and f"CPU{cpu}" in cols:
+                return int(p[1 + cols.index(f"CPU{cpu}")])
+    return 0
+
+
 def core_busy_ns(before, after):
     """What the CPU of two `core_ns` readings was busy for between them, in ns (time stolen
     by the hypervisor left out)."""
