@@ -43,16 +43,23 @@ def floor_env(host):
     return {**os.environ, "FLOOR_ADDR": host}
 
 
-def floor_fetch(srv, secs, size, rate):
-    """The floor's client on CPU 1: 4 connections fetching `size` bytes at `rate` a second."""
-    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "fetch",
-           "udp" if srv.name in UDP_FLOORS else "tcp", str(srv.port), "4", str(secs), str(size),
-           str(FLOOR_ACK_EVERY), str(rate or 0)]
+def floor_client(srv, secs, args, pattern):
+    """Runs bulk_floor's client `args` on CPU 1 against floor `srv` for `secs` seconds: the
+    match of `pattern` in what it printed."""
+    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), *map(str, args)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
                          env=floor_env(srv.host)).stdout
-    m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+)", out)
+    m = re.search(pattern, out)
     if not m:
         raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
+    return m
+
+
+def floor_fetch(srv, secs, size, rate):
+    """The floor's client on CPU 1: 4 connections fetching `size` bytes at `rate` a second."""
+    m = floor_client(srv, secs, ["fetch", "udp" if srv.name in UDP_FLOORS else "tcp", srv.port,
+                                 4, secs, size, FLOOR_ACK_EVERY, rate or 0],
+                     r"transfers (\d+) bytes (\d+) retries (\d+)")
     n = int(m.group(1))
     return {"requests": n, "succeeded": n, "failed": int(m.group(3)), "bytes": int(m.group(2)),
             "lat_p50_ms": None, "lat_p99_ms": None}
@@ -74,14 +81,9 @@ def floor_push(srv, secs, size, rate, h3):
     """The upload floor's client on CPU 1: 4 connections sending `size` bytes at `rate` a
     second, over UDP in the datagrams and batches of ringx-h3's row `h3`."""
     seg, segs, _ = upload_shape(h3)
-    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "push",
-           "udp" if srv.name in UDP_FLOORS else "tcp", str(srv.port), "4", str(secs), str(size),
-           str(seg), str(segs), str(FLOOR_WINDOW // 4), str(rate or 0)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
-                         env=floor_env(srv.host)).stdout
-    m = re.search(r"transfers (\d+) bytes (\d+) retries (\d+) seconds \S+ received (\d+)", out)
-    if not m:
-        raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
+    m = floor_client(srv, secs, ["push", "udp" if srv.name in UDP_FLOORS else "tcp", srv.port,
+                                 4, secs, size, seg, segs, FLOOR_WINDOW // 4, rate or 0],
+                     r"transfers (\d+) bytes (\d+) retries (\d+) seconds \S+ received (\d+)")
     n = int(m.group(1))
     # `received`: what the sink took in (and so the bytes its CPU is per), lost ones left out.
     return {"requests": n, "succeeded": n, "failed": int(m.group(3)), "bytes": None,
@@ -115,14 +117,8 @@ def floor_chat(srv, secs, conns, h3):
     in_size, out_size = small_sizes(h3)
     burst = max(1, min(64, round(din / max(deliveries, 1))))
     permille = min(1000, round(1000 * dout / max(din, 1)))
-    cmd = ["taskset", "-c", lib.CLIENT_CPU, floor_binary(srv.work), "chat", str(srv.port),
-           str(conns), str(secs), str(din / secs), str(in_size), str(permille), str(out_size),
-           str(burst)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 30,
-                         env=floor_env(srv.host)).stdout
-    m = re.search(r"sent (\d+) answers (\d+)", out)
-    if not m:
-        raise RuntimeError(f"bench/h3: {srv.name} client output not understood: {out[-400:]}")
+    m = floor_client(srv, secs, ["chat", srv.port, conns, secs, din / secs, in_size, permille,
+                                 out_size, burst], r"sent (\d+) answers (\d+)")
     sent = int(m.group(1))
     n = round(sent * h3["succeeded"] / max(din, 1))
     return {"requests": n, "succeeded": n, "failed": 0, "bytes": None, "lat_p50_ms": None,
