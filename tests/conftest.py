@@ -68,13 +68,43 @@ def close_listener(sock: socket.socket) -> None:
     """Closes a listening socket that a thread may be blocked on in accept().
 
     close() alone leaves the socket listening until that accept() returns (the kernel holds
-    the file): a later connection to the port, or to the descriptor number reused by a new
-    socket, reaches a server of an earlier test. shutdown() wakes accept() first."""
+    the file): a later connection to the port reaches a server of an earlier test. And an
+    accept() the kernel restarts (after the process is stopped and continued, say) is issued
+    again with the same descriptor number: if a new socket has that number by then, the old
+    thread takes its connections (what a flaky import test's origin showed: a connection it
+    never saw, reset by a thread it did not start). shutdown() wakes accept() first.
+    `no_thread_left_in_accept` checks every module for such a thread."""
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
     sock.close()
+
+
+def threads_in_accept() -> list[str]:
+    """The threads of this process waiting in socket.accept(): name and what they run."""
+    import threading
+    frames = sys._current_frames()
+    out = []
+    for t in threading.enumerate():
+        f = frames.get(t.ident)
+        if f is not None and f.f_code.co_name == "accept" and \
+                f.f_code.co_filename.endswith(os.sep + "socket.py"):
+            target = getattr(t, "_target", None)
+            out.append(f"{t.name} ({getattr(target, '__qualname__', target)})")
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_thread_left_in_accept():
+    """After each module, once its servers are down: no thread still waits in accept()
+    (close_listener says why one must not)."""
+    yield
+    deadline = time.monotonic() + 5
+    while (left := threads_in_accept()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, (f"threads still waiting in accept() after this module: {left}; close "
+                      "their listeners with conftest.close_listener")
 
 
 def metric_samples(admin: int, *prefixes: str) -> dict:

@@ -472,7 +472,8 @@ class TestUnsolicitedUpstreamBytes:
                     return
                 threading.Thread(target=serve, args=(s,), daemon=True).start()
 
-        threading.Thread(target=accept, daemon=True).start()
+        acceptor = threading.Thread(target=accept, daemon=True)
+        acceptor.start()
         up = "127.0.0.1:%d" % lsock.getsockname()[1]
         try:
             ringx.make(proxy_config(port, up).replace(
@@ -489,7 +490,10 @@ class TestUnsolicitedUpstreamBytes:
             assert not hung, f"{len(hung)} of 40 clients not answered in time: {hung[:5]}"
         finally:
             stop.set()
-            lsock.close()
+            # Not close() alone: the accept thread would stay blocked on the listener for the
+            # rest of the session, the port listening (conftest.close_listener).
+            close_listener(lsock)
+            acceptor.join(5)
 
 
 # --------------------------------------------------------------------------- defect 4

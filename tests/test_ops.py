@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import free_port, runtime_section
+from conftest import close_listener, free_port, runtime_section
 from conftest import metric_total as total
 from util_http import Conn, get, request
 
@@ -153,7 +153,8 @@ def test_idle_zone_parks_and_wakes_fast(engine, ringx):
             c.sendall(b"H")
             c.close()
 
-    threading.Thread(target=answer, daemon=True).start()
+    answering = threading.Thread(target=answer, daemon=True)
+    answering.start()
 
     def first_byte(port):
         t = time.perf_counter()
@@ -182,7 +183,8 @@ def test_idle_zone_parks_and_wakes_fast(engine, ringx):
             if excess[-1][0] - excess[-1][1] < 0.001:
                 break
     finally:
-        yard.close()
+        close_listener(yard)
+        answering.join(5)
     assert min(x - y for x, y in excess) < 0.001, (
         "connect-to-first-byte on a parked zone against the yardstick's (us): "
         f"{[(round(x * 1e6), round(y * 1e6)) for x, y in excess]}")

@@ -704,7 +704,7 @@ tls = {{ cert = "{cert}", key = "{key}" }}
                 assert s.recv(100) == b"plain:hello"
         assert seen == [b"hello"], "the backend got the plaintext"
     finally:
-        back.close()
+        close_listener(back)  # its accept thread waits still if ringx never connected
 
 
 class HttpsUpstream:
