@@ -65,14 +65,16 @@ def _bindable(p: int) -> bool:
 
 
 def close_listener(sock: socket.socket) -> None:
-    """Closes a listening socket that a thread may be blocked on in accept().
+    """Closes a listening socket that a thread may be blocked on in accept(), or a datagram
+    socket one may be blocked on in recvfrom() (woken, it gets b"" from no address).
 
     close() alone leaves the socket listening until that accept() returns (the kernel holds
     the file): a later connection to the port reaches a server of an earlier test. And an
     accept() the kernel restarts (after the process is stopped and continued, say) is issued
     again with the same descriptor number: if a new socket has that number by then, the old
     thread takes its connections (what a flaky import test's origin showed: a connection it
-    never saw, reset by a thread it did not start). shutdown() wakes accept() first.
+    never saw, reset by a thread it did not start); a restarted receive takes its datagrams
+    so. shutdown() wakes the thread first.
     `no_thread_left_in_accept` checks every module for such a thread."""
     try:
         sock.shutdown(socket.SHUT_RDWR)

@@ -70,12 +70,14 @@ class UdpEcho:
         while True:
             try:
                 d, peer = self.sock.recvfrom(65536)
+                if peer is None:
+                    return  # shut down: close()
                 self.sock.sendto(d, peer)
             except OSError:
                 return
 
     def close(self):
-        self.sock.close()
+        close_listener(self.sock)  # wakes the receive (conftest.close_listener)
 
 
 def relay(addr: tuple, payload: bytes) -> bytes | str:

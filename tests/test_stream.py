@@ -275,6 +275,8 @@ class DnsUpstream:
                 d, a = self.sock.recvfrom(65536)
             except OSError:
                 return
+            if a is None:
+                return  # shut down: close()
             self.queries += 1
             self.peers.append(a)
             if len(d) >= 12:
@@ -283,7 +285,7 @@ class DnsUpstream:
                                  b"|" + self.name, a)
 
     def close(self):
-        self.sock.close()
+        close_listener(self.sock)  # wakes the receive (conftest.close_listener)
 
 
 @pytest.fixture
