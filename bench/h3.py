@@ -277,6 +277,11 @@ quic = true
     def wakes(self):
         return lib.wakes(lib.proc_tree(self.proc.pid))
 
+    def sample(self):
+        """What a measured span is taken between: the server's CPU and wake-ups, the time
+        stolen, its core's clock, and the interrupts to that core."""
+        return self.cpu(), self.wakes(), lib.steal_ms(), lib.core_ns(), lib.call_ipis()
+
     def quic_counters(self):
         """ringx-h3's QUIC counters, all zones: datagrams `in` and `out`
         (`ringx_quic_datagrams_total`), their bytes `bytes_in` and `bytes_out`
@@ -371,8 +376,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     post = os.path.join(work, "www", "1m.bin") if wl == "1m_up" else None
     # The metrics are read outside the measured span (an admin request is ringx's work too).
     quic = srv.quic_counters() if srv.admin else None
-    before, woke, stolen, core, ipis = (srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns(),
-                                        lib.call_ipis())
+    before, woke, stolen, core, ipis = srv.sample()
     end = None  # the server's CPU, wake-ups, steal, core clock and interrupts where the span ended
     if srv.name in UDP_FLOORS and wl in SMALL:
         r = floor_chat(srv, secs, SMALL[wl], h3row)
@@ -388,8 +392,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         marks = {}
 
         def span(mark):
-            marks[mark] = (srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns(),
-                           lib.call_ipis())
+            marks[mark] = srv.sample()
         r = h3load(h3bin, url, *shape, secs, new=wl == "64_new", post=post, span=span,
                    batch=batch and wl in SMALL,
                    rate=rate if srv.name == "ringx-h3-apart" or srv.name in NEW_TCP else None,
@@ -405,8 +408,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1,
                    None if srv.name == "ringx-h2-max" else rate, post,
                    threads=conns if srv.name == "ringx-h2-apart" else 1)
-    cpu_end, woke_end, stolen_end, core_end, ipis_end = end or (
-        srv.cpu(), srv.wakes(), lib.steal_ms(), lib.core_ns(), lib.call_ipis())
+    cpu_end, woke_end, stolen_end, core_end, ipis_end = end or srv.sample()
     cpu = cpu_end - before
     # The server's core, busy for anyone: the server's threads, and the interrupts and
     # softirqs that woke it or received for it while it slept (with --veth, all its receive

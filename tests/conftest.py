@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -85,7 +86,6 @@ def close_listener(sock: socket.socket) -> None:
 
 def threads_in_accept() -> list[str]:
     """The threads of this process waiting in socket.accept(): name and what they run."""
-    import threading
     frames = sys._current_frames()
     out = []
     for t in threading.enumerate():
