@@ -279,8 +279,10 @@ quic = true
 
     def sample(self):
         """What a measured span is taken between: the server's CPU and wake-ups, the time
-        stolen, its core's clock, and the interrupts to that core."""
-        return self.cpu(), self.wakes(), lib.steal_ms(), lib.core_ns(), lib.call_ipis()
+        stolen, its core's clock, the interrupts to that core, and the server's ticks in
+        user mode and in the kernel."""
+        return (self.cpu(), self.wakes(), lib.steal_ms(), lib.core_ns(), lib.call_ipis(),
+                lib.user_system(lib.proc_tree(self.proc.pid)))
 
     def quic_counters(self):
         """ringx-h3's QUIC counters, all zones: datagrams `in` and `out`
@@ -379,7 +381,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     # after the server is sampled there.
     quic = srv.quic_counters() if srv.admin else None
     quic_end = None
-    before, woke, stolen, core, ipis = srv.sample()
+    before, woke, stolen, core, ipis, ticks = srv.sample()
     end = None  # the server's CPU, wake-ups, steal, core clock and interrupts where the span ended
     if srv.name in UDP_FLOORS and wl in SMALL:
         r = floor_chat(srv, secs, SMALL[wl], h3row)
@@ -410,7 +412,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
                    rate=rate if srv.name == "ringx-h3-apart" or srv.name in NEW_TCP else None,
                    proto=NEW_TCP.get(srv.name, "h3"))
         if len(marks) == 2:
-            (before, woke, stolen, core, ipis), end = marks["counting"], marks["counted"]
+            (before, woke, stolen, core, ipis, ticks), end = marks["counting"], marks["counted"]
             if len(counts) == 2:
                 quic, quic_end = counts["counting"], counts["counted"]
     else:
@@ -422,8 +424,12 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r = h2load(url, conns, streams, secs, os.path.join(work, f"{srv.name}-{wl}.log"), h1,
                    None if srv.name == "ringx-h2-max" else rate, post,
                    threads=conns if srv.name == "ringx-h2-apart" else 1)
-    cpu_end, woke_end, stolen_end, core_end, ipis_end = end or srv.sample()
+    cpu_end, woke_end, stolen_end, core_end, ipis_end, ticks_end = end or srv.sample()
     cpu = cpu_end - before
+    # The kernel's share of the server's CPU (its ticks there over all its ticks): what a
+    # faster protocol stack in user space would leave as it is.
+    user, system = ticks_end[0] - ticks[0], ticks_end[1] - ticks[1]
+    r["kernel_share"] = system / (user + system) if user + system else None
     # The server's core, busy for anyone: the server's threads, and the interrupts and
     # softirqs that woke it or received for it while it slept (with --veth, all its receive
     # work); what else ran there in the span (the kernel's own housekeeping) too.
@@ -444,6 +450,8 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
         r["packets_sent"] = after["sent"] - quic["sent"]
         r["packets_lost"] = after["lost"] - quic["lost"]
     r["cpu_us_per_req"] = cpu / 1000 / max(r["succeeded"], 1)
+    if r["kernel_share"] is not None:
+        r["kernel_us_per_req"] = r["cpu_us_per_req"] * r["kernel_share"]
     r["core_us_per_req"] = busy / 1000 / max(r["succeeded"], 1)
     r["wakes_per_req"] = r["wakes"] / max(r["succeeded"], 1)
     r["ipis_per_req"] = r["ipis"] / max(r["succeeded"], 1)
@@ -606,6 +614,8 @@ def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
                               f"{r['ipis'] / r['dgrams_in']:.2f} interrupts each")
                 if "packets_lost" in r:
                     extra += f", {r['packets_lost']} of {r['packets_sent']} packets lost"
+                if r.get("kernel_share") is not None:
+                    extra += f", {r['kernel_share']:.0%} in the kernel"
                 extra += f", {r['steal_ms']:.0f} ms stolen"
                 print(f"bench/h3 round {rnd} {wl} {peer}: {r['cpu_us_per_req']:.2f} µs/req"
                       f"{extra}, p99 {r['lat_p99_ms']} ms ({r['succeeded']} ok, "
@@ -642,6 +652,11 @@ def report(summary, workloads):
                   f"--veth): ringx-h3 {core['median']:.2f}, "
                   f"{core.get('ratio_to_caddy', 0):.2f}x Caddy, "
                   f"{core.get('ratio_to_ringx-h2', 0) or 0:.2f}x ringx h2")
+        kernel = s.get("kernel_us_per_req", {}).get("median")
+        h2cpu = summary[wl].get("ringx-h2", {}).get(key, {}).get("median")
+        if kernel and h2cpu and wl not in PER_KB:
+            print(f"    ringx-h3's time in the kernel alone: {kernel:.2f} µs/req, "
+                  f"{kernel / h2cpu:.2f}x all of ringx h2's")
         apart = summary[wl].get("ringx-h2-apart", {}).get(key, {})
         h3apart = summary[wl].get("ringx-h3-apart", {}).get(key, {})
         if apart:
