@@ -32,9 +32,10 @@ machine imposes.
 
 The 64-byte workloads get a floor too: `floor-udp` receives the datagrams ringx-h3 received in
 the same round (their number from its `ringx_quic_datagrams_total` over h3load's measured
-span, their mean size from `ringx_quic_bytes_total`), at its rate, in bursts of what ringx-h3 took per wake-up (its
-voluntary context switches), and answers as many as ringx-h3 sent, one datagram each (of the
-mean size it sent): the kernel's per-datagram work and the wake-ups, with no protocol work.
+span, their mean size from `ringx_quic_bytes_total`), at its rate, in bursts of what ringx-h3
+took per wake-up (its voluntary context switches), and answers as many as ringx-h3 sent, one
+datagram each (of the mean size it sent): the kernel's per-datagram work and the wake-ups,
+with no protocol work.
 `floor-udp-irq` is the same floor offered the datagrams in bursts of what reached ringx-h3 per
 interrupt to its CPU (`ipis`, the function-call interrupts by which RPS hands a datagram over,
 under --veth): ringx-h3 took quic-go's datagrams one or two an interrupt without waking, which
@@ -271,18 +272,13 @@ quic = true
         lib.wait_port(self.port, self.proc, host=NET["host"])
         return self
 
-    def cpu(self):
-        return lib.cpu_ns(lib.proc_tree(self.proc.pid))
-
-    def wakes(self):
-        return lib.wakes(lib.proc_tree(self.proc.pid))
-
     def sample(self):
         """What a measured span is taken between: the server's CPU and wake-ups, the time
         stolen, its core's clock, the interrupts to that core, and the server's ticks in
         user mode and in the kernel."""
-        return (self.cpu(), self.wakes(), lib.steal_ms(), lib.core_ns(), lib.call_ipis(),
-                lib.user_system(lib.proc_tree(self.proc.pid)))
+        pids = lib.proc_tree(self.proc.pid)
+        return (lib.cpu_ns(pids), lib.wakes(pids), lib.steal_ms(), lib.core_ns(),
+                lib.call_ipis(), lib.user_system(pids))
 
     def quic_counters(self):
         """ringx-h3's QUIC counters, all zones: datagrams `in` and `out`
@@ -382,7 +378,7 @@ def measure(srv, wl, secs, work, h3bin, rate=None, h3row=None, batch=False):
     quic = srv.quic_counters() if srv.admin else None
     quic_end = None
     before, woke, stolen, core, ipis, ticks = srv.sample()
-    end = None  # the server's CPU, wake-ups, steal, core clock and interrupts where the span ended
+    end = None  # srv.sample() where the span ended
     if srv.name in UDP_FLOORS and wl in SMALL:
         r = floor_chat(srv, secs, SMALL[wl], h3row)
     elif srv.name in FLOORS and wl == "1m_up":
