@@ -8,10 +8,15 @@ import ssl
 from aioquic import tls
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.buffer import Buffer, BufferReadError
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated, StreamReset
+from aioquic.quic.events import ConnectionTerminated, StreamDataReceived, StreamReset
+
+# HTTP/3's control stream type and GOAWAY frame type (RFC 9114 §6.2.1, §7.2.6).
+CONTROL_STREAM = 0x0
+GOAWAY = 0x7
 
 
 class Response:
@@ -24,6 +29,8 @@ class Response:
         self.reset = None
         # The connection's error code, where the server closed it before this response.
         self.closed = None
+        # The stream ID of the server's GOAWAY, where one had come when this response ended.
+        self.goaway = None
 
     def header(self, name):
         return self._field(self.headers, name)
@@ -46,10 +53,35 @@ class _H3(H3Connection):
     §9.3.2)."""
 
     head_streams: set = set()
+    # The stream ID of the server's last GOAWAY: aioquic reads the frame and drops it, so
+    # the server's unidirectional streams are read here too, and its control stream's
+    # frames parsed.
+    goaway = None
+    uni: dict = {}
 
     def _check_content_length(self, stream):
         if stream.stream_id not in self.head_streams:
             super()._check_content_length(stream)
+
+    def handle_event(self, event):
+        if isinstance(event, StreamDataReceived) and event.stream_id % 4 == 3:
+            data = self.uni.setdefault(event.stream_id, bytearray())
+            data += event.data
+            self._read_control(data)
+        return super().handle_event(event)
+
+    def _read_control(self, data):
+        buf = Buffer(data=bytes(data))
+        try:
+            if buf.pull_uint_var() != CONTROL_STREAM:
+                return
+            while not buf.eof():
+                kind, size = buf.pull_uint_var(), buf.pull_uint_var()
+                payload = buf.pull_bytes(size)
+                if kind == GOAWAY:
+                    self.goaway = Buffer(data=payload).pull_uint_var()
+        except BufferReadError:
+            pass  # the rest of a frame is still to come
 
 
 class _Client(QuicConnectionProtocol):
@@ -57,6 +89,7 @@ class _Client(QuicConnectionProtocol):
         super().__init__(*a, **kw)
         self.h3 = _H3(self._quic)
         self.h3.head_streams = set()
+        self.h3.uni = {}
         self.waiting = {}
         self.responses = {}
         # The size of each datagram the server sent, in order.
@@ -123,6 +156,7 @@ class _Client(QuicConnectionProtocol):
 
     def _done(self, sid):
         fut = self.waiting.pop(sid, None)
+        self.responses[sid].goaway = self.h3.goaway
         if fut is not None and not fut.done():
             fut.set_result(self.responses[sid])
 
@@ -194,6 +228,24 @@ def migrate(port, before, after, cafile, local_ip="127.0.0.1", new_cid=False, ti
     connection; and the address it moved to."""
     return asyncio.run(_migrate(port, before, after, local_ip, new_cid, timeout, str(cafile),
                                 server))
+
+
+async def _around(port, before, after, act, timeout, cafile):
+    async with connect("127.0.0.1", port, configuration=_config("localhost", cafile),
+                       create_protocol=_Client, wait_connected=True) as client:
+        first = [client.request("GET", "localhost", p) for p in before]
+        first = await asyncio.wait_for(asyncio.gather(*first), timeout)
+        # In a thread: the connection goes on answering the server meanwhile.
+        await asyncio.get_running_loop().run_in_executor(None, act)
+        then = [client.request("GET", "localhost", p) for p in after]
+        then = await asyncio.wait_for(asyncio.gather(*then), timeout)
+        return first, then
+
+
+def around(port, before, after, act, cafile, timeout=10):
+    """The responses to `before` on one connection, then, once `act()` (a blocking call:
+    a reload, say) has returned, the responses to `after` on the same connection."""
+    return asyncio.run(_around(port, before, after, act, timeout, str(cafile)))
 
 
 def get(port, paths, host="localhost", method="GET", headers=(), body=None, timeout=20,

@@ -338,6 +338,106 @@ def test_reload_lets_downloads_in_flight_finish(ringx, tmp_path):
         up.close()
 
 
+def udp_bound(port: int) -> bool:
+    """Whether a UDP socket of this network namespace is bound to 127.0.0.1:`port`."""
+    want = f"0100007F:{port:04X}"
+    for path in ("/proc/net/udp",):
+        with open(path) as f:
+            if any(line.split()[1] == want for line in f.readlines()[1:]):
+                return True
+    return False
+
+
+def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
+    """A reload that takes `quic = true` off the server while four HTTP/3 downloads of 1 MB come
+    from a slow upstream (2 s), over two zones: each connection is sent GOAWAY and its
+    download finishes byte-exact, as an HTTP/2 connection on a removed address does; HTTPS on
+    the address goes on; once the downloads are done, the UDP sockets close and the
+    connection gauge is back to zero."""
+    import http.client
+    import signal
+    import ssl
+    import threading
+    import time
+    up = UpstreamServer("slow")
+    admin = free_port()
+    loc = f'  proxy_pass = "http://{up.addr}"\n'
+    p, ca, cfg = quic_server(tmp_path, loc, top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
+    cfg = cfg.replace("zones = 1", "zones = 2")
+    cfg += '  [[server.location]]\n  path = "/v"\n  return = { status = 200, body = "v" }\n'
+    srv = ringx.make(cfg)
+    try:
+        assert udp_bound(p)
+        got = {}
+
+        def fetch(i):
+            got[i] = h3_client.get(p, ["/chunked?n=20&size=50000&ms=100"], cafile=ca,
+                                   timeout=30)
+
+        threads = [threading.Thread(target=fetch, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 15
+        while len(up.requests) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(up.requests) == 4, "the requests never reached the upstream"
+        applied = srv.log().count("applied by every zone")
+        srv.config_path.write_text(cfg.replace("quic = true", "quic = false"))
+        srv.signal(signal.SIGHUP)
+        while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.log().count("applied by every zone") > applied, srv.log()
+        ctx = ssl.create_default_context(cafile=str(ca))
+        c = http.client.HTTPSConnection("localhost", p, context=ctx, timeout=10)
+        c.request("GET", "/v")
+        r = c.getresponse()
+        assert (r.status, r.read(), r.getheader("alt-svc")) == (200, b"v", None)
+        c.close()
+        for t in threads:
+            t.join(30)
+        want = pattern(50000) * 20
+        # GOAWAY names the first request stream it will not serve: the one after stream 0.
+        assert [[(r.status, bytes(r.body) == want, r.goaway) for r in got.get(i, [])]
+                for i in range(4)] == [[(200, True, 4)]] * 4, srv.log()
+        while time.monotonic() < deadline + 15 and udp_bound(p):
+            time.sleep(0.02)
+        assert not udp_bound(p), "the UDP sockets stayed open after their connections"
+        assert total(quic_metrics(admin), "ringx_quic_connections") == 0
+    finally:
+        up.close()
+
+
+def test_a_connection_kept_through_a_reload_stays_with_its_server(ringx, tmp_path):
+    """A reload that puts a new server on another address before the QUIC one (its address
+    takes the first index in the routes): a connection opened before it is routed by the new
+    configuration of its own server, not by the server that took its old index."""
+    import signal
+    import time
+    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "one" }\n')
+    srv = ringx.make(cfg)
+    other = free_port()
+    head, server = cfg.split("[[server]]", 1)
+    moved = (head + f"""[[server]]
+listen = ["127.0.0.1:{other}"]
+  [[server.location]]
+  path = "/"
+  return = {{ status = 200, body = "the other server" }}
+[[server]]""" + server.replace('"one"', '"two"'))
+
+    def reload():
+        applied = srv.log().count("applied by every zone")
+        srv.config_path.write_text(moved)
+        srv.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 15
+        while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.log().count("applied by every zone") > applied, srv.log()
+
+    first, then = h3_client.around(p, ["/"], ["/"], reload, cafile=ca)
+    assert [(r.status, bytes(r.body)) for r in first + then] == [(200, b"one"), (200, b"two")]
+    assert then[0].goaway is None
+
+
 def test_reload_refuses_a_new_quic_host(ringx, tmp_path):
     """`[http] quic_host` is in every connection ID a QUIC endpoint issues, and a reload keeps
     the endpoint: a reload that changes it fails with the reason and the way out, and changes

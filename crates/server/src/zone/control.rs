@@ -9,7 +9,9 @@
 //! pools, the upstream list its indices refer to) when the upstreams changed, kept as a
 //! retired generation until the last exchange, tunnel or stream using it ends, or until
 //! `drain_timeout` (then those are cut). Connections on an address no longer served finish
-//! their request and close; idle ones close at once. Nothing waits for the slowest request.
+//! their request and close (HTTP/2 and HTTP/3 ones are sent GOAWAY; a QUIC socket stays open
+//! until its last connection has closed, `role/h3/reload.rs`); idle ones close at once.
+//! Nothing waits for the slowest request.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -178,7 +180,10 @@ impl Zone {
             };
             if !l.closed[id] && !list.contains(addr) {
                 l.closed[id] = true;
-                io.close_listener(ListenerId(id as u32));
+                // A QUIC listener stays open while its connections drain (`role/h3/reload.rs`).
+                if !(l.udp[id] && self.quic.retire(ListenerId(id as u32))) {
+                    io.close_listener(ListenerId(id as u32));
+                }
             }
         }
         for (id, (addr, sock)) in listeners.into_iter().enumerate() {
@@ -252,7 +257,7 @@ impl Zone {
                 io.timer_at(now + RETIRE_POLL);
             }
         }
-        self.ctx.routes = routes;
+        let replaced = std::mem::replace(&mut self.ctx.routes, routes);
         self.ctx.set = settings;
         self.ctx.log.set_format(log);
         self.ctx
@@ -260,6 +265,15 @@ impl Zone {
             .counters
             .generation
             .store(generation, Ordering::Relaxed);
+        // HTTP/3 connections under the new routes, with its settings and log format.
+        self.quic.relisten(
+            &mut Cx {
+                io,
+                ctx: &mut self.ctx,
+                ups: &mut self.ups,
+            },
+            &replaced.listen,
+        );
         tracing::debug!(zone = self.ctx.id, generation, "configuration reloaded");
         let _ = self.events.send(ZoneEvent::Reloaded {
             zone: self.ctx.id,

@@ -543,7 +543,15 @@ impl Handler for Zone {
     }
 
     fn on_datagram(&mut self, io: &mut Io, listener: ListenerId, dg: Datagram<'_>) {
-        let route = self.listeners.udp_route(listener).unwrap_or(u32::MAX);
+        let Some(route) = self.listeners.udp_route(listener) else {
+            // A QUIC listener a reload removed, whose connections drain (`role/h3/reload.rs`).
+            if let Some(tcp) = self.quic.retiring(listener) {
+                return self.quic.datagram(&mut cx!(self, io), listener, tcp, dg);
+            }
+            return self
+                .udp
+                .datagram(&mut cx!(self, io), u32::MAX, listener, dg);
+        };
         if let Some(&UdpServes::Quic { listen }) = self.ctx.routes.udp_serves.get(route as usize) {
             return self.quic.datagram(&mut cx!(self, io), listener, listen, dg);
         }

@@ -19,6 +19,7 @@ mod deadlines;
 mod early;
 mod grpc;
 mod path_size;
+mod reload;
 mod serve;
 mod stream;
 
@@ -107,6 +108,10 @@ struct Listener {
     /// datagrams of each of `ringx_quic::known_paths::STEPS`' sizes, in that order (one
     /// per step, indexed by `KnownPaths::start`).
     known_path: Vec<Arc<quinn_proto::ServerConfig>>,
+    /// A reload removed its address: it keeps its endpoint and configuration for the
+    /// connections that drain on it, refuses new ones, and closes after the last
+    /// (`reload.rs`).
+    retiring: bool,
 }
 
 /// A zone's QUIC endpoints and connections.
@@ -255,7 +260,7 @@ impl Quic {
         };
         let ep = &mut l.endpoint;
         self.buf.clear();
-        if self.by_handle.len() >= max || cx.ctx.draining {
+        if self.by_handle.len() >= max || cx.ctx.draining || l.retiring {
             bump(&cx.ctx.log.counters.quic.refused, 1);
             let t = ep.refuse(incoming, &mut self.buf);
             return answer(cx, listener, &t, &mut self.buf);
@@ -338,8 +343,8 @@ impl Quic {
         if c.quic.is_drained() {
             c.path.ended(&mut self.paths, q);
             c.end_streams(cx);
-            let h = c.handle;
-            self.by_handle.remove(&(c.listener.0, h));
+            let (h, listener) = (c.handle, c.listener);
+            self.by_handle.remove(&(listener.0, h));
             self.deadlines.clear(slot);
             if let Some(c) = self.conns[slot as usize].take() {
                 self.adopted.adopt(c.bg);
@@ -348,6 +353,7 @@ impl Quic {
             let q = &cx.ctx.log.counters.quic;
             bump(&q.closed, 1);
             q.connections.store(self.by_handle.len() as u64, Relaxed);
+            self.gone_from(cx, listener);
             if cx.ctx.drained(cx.io, self.by_handle.len()) {
                 cx.io.exit(); // the zone's last connection
             }
@@ -498,7 +504,7 @@ impl Quic {
         let current = Arc::as_ptr(&cx.ctx.routes);
         let stale = self.listeners[i]
             .as_ref()
-            .is_none_or(|l| l.routes.as_ptr() != current || l.tcp != tcp);
+            .is_none_or(|l| !l.retiring && (l.routes.as_ptr() != current || l.tcp != tcp));
         if stale {
             let routes = Arc::downgrade(&cx.ctx.routes);
             let (endpoint, (config, known_path)) = make_endpoint(cx, tcp)?;
@@ -517,6 +523,7 @@ impl Quic {
                         tcp,
                         routes,
                         known_path,
+                        retiring: false,
                     })
                 }
             }
