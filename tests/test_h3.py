@@ -402,7 +402,12 @@ def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
         while time.monotonic() < deadline + 15 and udp_bound(p):
             time.sleep(0.02)
         assert not udp_bound(p), "the UDP sockets stayed open after their connections"
-        assert total(quic_metrics(admin), "ringx_quic_connections") == 0
+        m = quic_metrics(admin)
+        assert total(m, "ringx_quic_connections") == 0, m
+        # Each closed once its response was acknowledged: by ringx (drained), or by the
+        # client, whichever came first.
+        closed = [total(m, "ringx_quic_closed_total", reason=r) for r in ("drained", "client")]
+        assert sum(closed) == total(m, "ringx_quic_closed_total") == 4, m
     finally:
         up.close()
 

@@ -14,7 +14,13 @@ purpose, built from aioquic's sans-I/O connection so that each packet is a real 
   connection with H3_EXCESSIVE_LOAD;
 - a client that asks for a large proxied body and then never reads (its flow-control
   window stays shut): the response waits on the window, and the connection, silent, is
-  closed at `quic_idle_timeout`, its upstream connection with it.
+  closed at `quic_idle_timeout`, its upstream connection with it;
+- a packet for no connection (spoofed, or of a connection that ended) gets a stateless
+  reset smaller than itself.
+
+Each is counted on /metrics: `ringx_quic_handshakes_total` (retry, refused),
+`ringx_quic_closed_total` by reason (protocol_error, http3_error, idle_timeout),
+`ringx_http3_errors_total` by code, `ringx_quic_stateless_resets_total`.
 
 Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_h3_attacks.py
 """
@@ -214,6 +220,9 @@ def test_a_client_that_never_opens_its_window_is_closed_when_idle(ringx, tmp_pat
                 break
             time.sleep(0.1)
         assert total(m, "ringx_quic_closed_total") == 2, m
+        # The deaf client timed out; the other one closed its connection itself.
+        assert total(m, "ringx_quic_closed_total", reason="idle_timeout") == 1, m
+        assert total(m, "ringx_quic_closed_total", reason="client") == 1, m
         assert total(m, "ringx_quic_connections") == 0, m
         assert active() == 0, "the upstream request ended with the connection"
         # What went out is bounded by the window, not the 4 MB body.
@@ -227,8 +236,10 @@ def test_header_bombs_get_431_or_close_the_connection(ringx, tmp_path):
     """300 fields of ~110 bytes (33 KB decoded, over the 32 KiB we advertise): 431 for each
     of two requests on one connection, which goes on. 2,000 of them (220 KB, one HEADERS
     frame over the 64 KiB held): the connection closes with H3_EXCESSIVE_LOAD, without
-    buffering the frame, and a new connection is served."""
-    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n')
+    buffering the frame, counted by its code, and a new connection is served."""
+    admin = free_port()
+    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n',
+                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
     ringx.make(cfg)
     big = [(f"x-h{i}", "v" * 100) for i in range(300)]
     rs = h3_client.get(p, ["/a", "/b"], headers=big, cafile=ca)
@@ -238,6 +249,16 @@ def test_header_bombs_get_431_or_close_the_connection(ringx, tmp_path):
     assert [(r.status, r.closed) for r in rs] == [(None, 0x107)], "H3_EXCESSIVE_LOAD"
     (r,) = h3_client.get(p, ["/a"], cafile=ca)
     assert (r.status, bytes(r.body)) == (200, b"ok\n")
+    m = quic_metrics(admin)
+    assert total(m, "ringx_http3_errors_total", code="H3_EXCESSIVE_LOAD") == 1, m
+    assert total(m, "ringx_http3_errors_total") == 1, m
+    # Its close is counted once the connection has drained (three PTOs after the close).
+    deadline = time.monotonic() + 10
+    while total(m, "ringx_quic_closed_total", reason="http3_error") == 0 \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+        m = quic_metrics(admin)
+    assert total(m, "ringx_quic_closed_total", reason="http3_error") == 1, m
 
 
 def test_a_stream_bomb_closes_the_connection(ringx, tmp_path):
@@ -271,7 +292,61 @@ def test_a_stream_bomb_closes_the_connection(ringx, tmp_path):
             break
         time.sleep(0.05)
     assert total(m, "ringx_quic_closed_total") == 1, m
+    # quinn-proto closed it with STREAM_LIMIT_ERROR: a protocol error of the client's.
+    assert total(m, "ringx_quic_closed_total", reason="protocol_error") == 1, m
     assert total(m, "ringx_quic_connections") == 0, m
     assert total(m, "ringx_http3_requests_total") <= 100, m
+    (r,) = h3_client.get(p, ["/"], cafile=ca)
+    assert (r.status, bytes(r.body)) == (200, b"ok\n")
+
+
+def test_a_packet_of_an_ended_connection_gets_a_stateless_reset(ringx, tmp_path):
+    """A short-header packet to a connection ID of a connection that has ended (the client
+    lost track, or spoofs it): ringx answers with a stateless reset (RFC 9000 §10.3),
+    smaller than the packet (so never an amplifier), and counts it. An ID that this server
+    could not have issued gets nothing."""
+    from aioquic.asyncio.client import connect
+    admin = free_port()
+    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n',
+                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
+    ringx.make(cfg)
+
+    async def one():
+        qc = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
+        qc.load_verify_locations(str(ca))
+        async with connect("127.0.0.1", p, configuration=qc, create_protocol=h3_client._Client,
+                           wait_connected=True) as c:
+            r = await asyncio.wait_for(c.request("GET", "localhost", "/"), 10)
+            return r.status, c._quic._peer_cid.cid
+
+    status, cid = asyncio.run(one())
+    assert status == 200
+    deadline = time.monotonic() + 10
+    while total(quic_metrics(admin), "ringx_quic_closed_total") == 0 \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(0.5)
+        # Random bytes behind a short header: to an ID of another layout (its first three
+        # bits, the configuration's rotation, differ), which this server never issued; then to
+        # the ended connection's.
+        for dcid in (bytes([cid[0] ^ 0xe0]) + cid[1:], cid):
+            packet = bytes([0x40 | 0x3f]) + dcid + os.urandom(80)
+            s.sendto(packet, ("127.0.0.1", p))
+            try:
+                got = s.recvfrom(65536)[0]
+            except socket.timeout:
+                got = None
+            if dcid != cid:
+                assert got is None, "a reset for an ID this server never issued"
+        assert got is not None, "no stateless reset came"
+    finally:
+        s.close()
+    # A short header, and the 16-byte token behind at least five unpredictable bytes.
+    assert got[0] & 0xc0 == 0x40 and 21 <= len(got) < len(packet), got.hex()
+    m = quic_metrics(admin)
+    assert total(m, "ringx_quic_stateless_resets_total") == 1, m
     (r,) = h3_client.get(p, ["/"], cafile=ca)
     assert (r.status, bytes(r.body)) == (200, b"ok\n")

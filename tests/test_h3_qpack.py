@@ -291,6 +291,9 @@ def test_a_connection_closed_for_an_error_lets_its_upstream_requests_go(ringx, t
         while active() != 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert active() == 0, "the upstream request outlived its connection"
+        m = metric_samples(admin, "ringx_http3_errors_total")
+        assert total(m, "ringx_http3_errors_total", code="QPACK_ENCODER_STREAM_ERROR") == 1, m
+        assert total(m, "ringx_http3_errors_total") == 1, m
     finally:
         if c is not None:
             c.close()

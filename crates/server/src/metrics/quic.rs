@@ -11,7 +11,56 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ringx_h3proto::ErrorCode;
+
 use super::out::Out;
+
+/// Why a QUIC connection closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// The client closed it (CONNECTION_CLOSE), with or without an error.
+    Client,
+    /// No packet came for `quic_idle_timeout`.
+    IdleTimeout,
+    /// The client sent a stateless reset.
+    Reset,
+    /// The client broke QUIC's rules, and quinn-proto closed it with a transport error: more
+    /// streams than it was allowed (a stream bomb), more data than a window, a malformed
+    /// frame.
+    ProtocolError,
+    /// ringx closed it with an HTTP/3 or QPACK error (counted by code in `h3_errors`).
+    Http3Error,
+    /// ringx closed it once the requests it had were answered, after GOAWAY (shutdown,
+    /// binary upgrade, a reload that removed its address).
+    Drained,
+    /// Anything else (a version mismatch, connection IDs exhausted).
+    Other,
+}
+
+impl Closed {
+    pub const ALL: [Closed; 7] = [
+        Closed::Client,
+        Closed::IdleTimeout,
+        Closed::Reset,
+        Closed::ProtocolError,
+        Closed::Http3Error,
+        Closed::Drained,
+        Closed::Other,
+    ];
+
+    /// Its `reason` label on /metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Closed::Client => "client",
+            Closed::IdleTimeout => "idle_timeout",
+            Closed::Reset => "reset",
+            Closed::ProtocolError => "protocol_error",
+            Closed::Http3Error => "http3_error",
+            Closed::Drained => "drained",
+            Closed::Other => "other",
+        }
+    }
+}
 
 /// One zone's QUIC counters (written by the zone only).
 #[derive(Default)]
@@ -22,8 +71,15 @@ pub struct QuicCounters {
     pub accepted: AtomicU64,
     pub retried: AtomicU64,
     pub refused: AtomicU64,
-    /// Connections closed (drained).
+    /// Connections closed (drained): all, and by why ([`Closed`]).
     pub closed: AtomicU64,
+    pub closed_by: [AtomicU64; Closed::ALL.len()],
+    /// Connections ringx closed with an HTTP/3 or QPACK error, by its code (in the order of
+    /// `ringx_h3proto::ErrorCode::ALL`): the header, QPACK and frame limits.
+    pub h3_errors: [AtomicU64; ErrorCode::ALL.len()],
+    /// Stateless resets sent: answers to a packet for a connection no zone holds (it ended,
+    /// or its state was lost), which tell the client to stop.
+    pub resets_sent: AtomicU64,
     /// Requests (request streams) served.
     pub requests: AtomicU64,
     /// Datagrams received on the zone's QUIC sockets, and sent.
@@ -108,11 +164,46 @@ pub(super) fn render(zc: &[&QuicCounters], o: &mut Out) {
             ("resumed", col(&|q| &q.resumed)),
         ],
     );
-    o.per_zone(
-        "ringx_quic_closed_total",
+    let by = |i: usize| zc.iter().map(|q| r(&q.closed_by[i])).collect::<Vec<_>>();
+    o.per_zone_by(
+        (
+            "ringx_quic_closed_total",
+            "counter",
+            "QUIC connections closed, per zone, by why: the client closed it, idle_timeout, \
+             the client's stateless reset, protocol_error (the client broke QUIC's rules: \
+             more streams than allowed, data past a window), http3_error (ringx closed it \
+             for an HTTP/3 or QPACK error: ringx_http3_errors_total), drained (after \
+             GOAWAY), other.",
+        ),
+        "reason",
+        &Closed::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.label(), by(i)))
+            .collect::<Vec<_>>(),
+    );
+    o.family(
+        "ringx_http3_errors_total",
         "counter",
-        "QUIC connections closed, per zone.",
-        &col(&|q| &q.closed),
+        "HTTP/3 connections ringx closed for an HTTP/3 or QPACK error, by code, per zone \
+         (H3_EXCESSIVE_LOAD: header sections and field lines past the limits; \
+         QPACK_ENCODER_STREAM_ERROR and QPACK_DECOMPRESSION_FAILED: QPACK bombs).",
+    );
+    for (zi, q) in zc.iter().enumerate() {
+        for (code, v) in ErrorCode::ALL.iter().zip(&q.h3_errors).skip(1) {
+            o.sample(
+                "ringx_http3_errors_total",
+                &[("zone", &zi.to_string()), ("code", code.name())],
+                r(v),
+            );
+        }
+    }
+    o.per_zone(
+        "ringx_quic_stateless_resets_total",
+        "counter",
+        "Stateless resets sent, per zone: answers to a packet for a connection no zone \
+         holds (it ended, or its state was lost), which tell the client to stop.",
+        &col(&|q| &q.resets_sent),
     );
     o.per_zone(
         "ringx_http3_requests_total",

@@ -14,14 +14,14 @@ use quinn_proto::{
     StreamEvent, StreamId, Transmit, VarInt,
 };
 use ringx_engine::{ConnId, Io, ListenerId, SendTo};
-use ringx_h3proto::{ConnError, Limits, Uni};
+use ringx_h3proto::{ConnError, ErrorCode, Limits, Uni};
 
 use super::path_size::PathWatch;
 use super::stream::{H3Stream, Parked};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::metrics::bump;
-use crate::metrics::quic::QuicCounters;
+use crate::metrics::quic::{Closed, QuicCounters};
 use crate::role::multiplex::refresh::Background;
 use crate::transport::tls::TlsInfo;
 use crate::transport::Transport;
@@ -57,6 +57,8 @@ pub(super) struct H3Conn {
     /// The peer closed the connection (its CONNECTION_CLOSE came): the connection drains
     /// and sends nothing more ([`transmit`](Self::transmit)).
     peer_closed: bool,
+    /// Why it closed, once it has: the first cause seen (`ringx_quic_closed_total`).
+    pub(super) closed: Option<Closed>,
     /// Who the connection is to the zone's upstream connections (their `client`): the QUIC
     /// owner bit and the connection's slot (`super::owner`), with `base.gen`.
     pub(super) owner: ConnId,
@@ -132,6 +134,7 @@ impl H3Conn {
             base,
             dead: false,
             peer_closed: false,
+            closed: None,
             owner,
             ups: HashMap::new(),
             held: Vec::new(),
@@ -214,6 +217,14 @@ impl H3Conn {
             Event::Stream(StreamEvent::Finished { .. }) => {}
             Event::Stream(StreamEvent::Available { .. }) => {}
             Event::ConnectionLost { reason } => {
+                self.closed.get_or_insert(match reason {
+                    ConnectionError::ApplicationClosed(_)
+                    | ConnectionError::ConnectionClosed(_) => Closed::Client,
+                    ConnectionError::TimedOut => Closed::IdleTimeout,
+                    ConnectionError::Reset => Closed::Reset,
+                    ConnectionError::TransportError(_) => Closed::ProtocolError,
+                    _ => Closed::Other,
+                });
                 self.path.timed_out = matches!(reason, ConnectionError::TimedOut);
                 self.peer_closed = matches!(
                     reason,
@@ -422,6 +433,7 @@ impl H3Conn {
         let idle = self.streams.is_empty() && self.parked.is_empty();
         if self.draining && idle && acked && !self.dead {
             self.dead = true;
+            self.closed.get_or_insert(Closed::Drained);
             self.quic.close(
                 now,
                 VarInt::from_u32(0x100),
@@ -434,6 +446,11 @@ impl H3Conn {
     pub(super) fn fail(&mut self, cx: &mut Cx, e: ConnError) {
         if std::mem::replace(&mut self.dead, true) {
             return;
+        }
+        self.closed.get_or_insert(Closed::Http3Error);
+        let errors = &cx.ctx.log.counters.quic.h3_errors;
+        if let Some(i) = ErrorCode::ALL.iter().position(|&c| c == e.code) {
+            bump(&errors[i], 1);
         }
         let code = VarInt::from_u64(e.code.code()).unwrap_or_default();
         self.quic

@@ -37,6 +37,7 @@ use ringx_quic::{Keys, KnownPaths, Owner};
 
 use crate::ctx::Cx;
 use crate::metrics::bump;
+use crate::metrics::quic::Closed;
 use crate::role::grpc::mux::CallEvent;
 use crate::role::multiplex::refresh::Background;
 use crate::role::upstream::UpEvent;
@@ -188,6 +189,8 @@ impl Quic {
     ) {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
+        // quinn-proto answers a short-header packet only with a stateless reset.
+        let short = data.first().is_some_and(|b| b & 0x80 == 0);
         let ev = self
             .endpoint(cx, listener, tcp)
             .and_then(|ep| ep.handle(now, peer, local, ecn, data, &mut buf));
@@ -195,6 +198,9 @@ impl Quic {
         match ev {
             None => {}
             Some(DatagramEvent::Response(t)) => {
+                if short {
+                    bump(&cx.ctx.log.counters.quic.resets_sent, 1);
+                }
                 answer(cx, listener, &t, &mut self.buf);
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
@@ -343,7 +349,7 @@ impl Quic {
         if c.quic.is_drained() {
             c.path.ended(&mut self.paths, q);
             c.end_streams(cx);
-            let (h, listener) = (c.handle, c.listener);
+            let (h, listener, closed) = (c.handle, c.listener, c.closed);
             self.by_handle.remove(&(listener.0, h));
             self.deadlines.clear(slot);
             if let Some(c) = self.conns[slot as usize].take() {
@@ -352,6 +358,11 @@ impl Quic {
             self.free.push(slot);
             let q = &cx.ctx.log.counters.quic;
             bump(&q.closed, 1);
+            let why = closed.unwrap_or(Closed::Other);
+            bump(
+                &q.closed_by[Closed::ALL.iter().position(|&c| c == why).unwrap_or(0)],
+                1,
+            );
             q.connections.store(self.by_handle.len() as u64, Relaxed);
             self.gone_from(cx, listener);
             if cx.ctx.drained(cx.io, self.by_handle.len()) {
