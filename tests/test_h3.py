@@ -12,6 +12,7 @@ Run: RINGX_BIN=target/release/ringx python3 -m pytest -q -rs tests/test_h3.py
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -48,9 +49,11 @@ def site(ringx_module, engine, tmp_path_factory):
     (www / "index.html").write_text("<p>hello over h3</p>\n" * 200)
     p = free_port()
     up = UpstreamServer("up")
+    log = d / "access.log"
     cfg = runtime_section(engine, zones=2) + f"""
 [http]
 gzip = {{ types = ["text/html"], min_length = 256 }}
+access_log = "{log}"
 [[server]]
 listen = ["127.0.0.1:{p}"]
 server_name = ["a.test", "localhost"]
@@ -71,6 +74,19 @@ quic = true
   [[server.location]]
   path = "/down/"
   proxy_pass = "http://127.0.0.1:9"
+  [[server.location]]
+  path = "/rw/"
+  rewrite = [
+    "^/rw/last/(.*)$ /tgt/$1?a=1 last",
+    "^/rw/break/(.*)$ /rw/broken/$1 break",
+    "^/rw/redir/(.*)$ /tgt/$1 redirect",
+    "^/rw/perm/(.*)$ /tgt/$1? permanent",
+    "^/rw/up/(.*)$ /up/echo?rw=$1 last",
+  ]
+  return = {{ status = 200, body = "rw $uri args=$args\\n" }}
+  [[server.location]]
+  path = "/tgt/"
+  return = {{ status = 200, body = "target $uri args=$args\\n" }}
 [[server]]
 listen = ["127.0.0.1:{p}"]
 server_name = ["b.test"]
@@ -81,7 +97,7 @@ quic = true
   return = {{ status = 200, body = "site b\\n" }}
 """
     r = ringx_module.make(cfg, engine=engine, name=f"h3-{engine}")
-    yield dict(port=p, ca=pki.ca_path, data=data, ringx=r, up=up)
+    yield dict(port=p, ca=pki.ca_path, data=data, ringx=r, up=up, log=log)
     up.close()
 
 
@@ -103,6 +119,48 @@ def test_range_head_and_conditional(site):
     etag = r.header("etag")
     (r,) = h3_client.get(port, ["/big.bin"], headers=[("if-none-match", etag)])
     assert r.status == 304 and not r.body
+
+
+def test_rewrites_as_over_https(site):
+    """`rewrite` with each flag over HTTP/3 answers as the same requests over HTTPS/1.1:
+    `last` finds the new location (with the arguments it adds), `break` stays where it is,
+    `redirect` and `permanent` send the client on, and a rewrite to a proxying location
+    reaches the upstream with the rewritten target."""
+    import http.client
+    import ssl
+    paths = ["/rw/last/x?b=2", "/rw/break/y", "/rw/redir/z", "/rw/perm/w?q=1", "/rw/up/v"]
+    rs = h3_client.get(site["port"], paths, cafile=site["ca"])
+    h3 = [(r.status, bytes(r.body), r.header("location")) for r in rs]
+    ctx = ssl.create_default_context(cafile=str(site["ca"]))
+    h1 = []
+    for path in paths:
+        c = http.client.HTTPSConnection("localhost", site["port"], context=ctx, timeout=10)
+        c.request("GET", path)
+        r = c.getresponse()
+        h1.append((r.status, r.read(), r.getheader("location")))
+        c.close()
+    # The upstream's echo of the request differs in what each client sent (its Host).
+    target = lambda r: (r[0], json.loads(r[1])["target"], r[2])  # noqa: E731
+    assert h3[:4] == h1[:4] and target(h3[4]) == target(h1[4])
+    assert h3[:2] == [(200, b"target /tgt/x args=a=1&b=2\n", None),
+                      (200, b"rw /rw/broken/y args=\n", None)]
+    assert [(st, loc.split("localhost", 1)[-1]) for st, _, loc in h3[2:4]] \
+        == [(302, f":{site['port']}/tgt/z"), (301, f":{site['port']}/tgt/w")]
+    assert h3[4][0] == 200 and json.loads(h3[4][1])["target"] == "/echo?rw=v", h3[4]
+
+
+def test_the_access_log_names_http3(site):
+    """The access log's request line says HTTP/3.0 for a request over QUIC."""
+    import time
+    (r,) = h3_client.get(site["port"], ["/r?logged-h3"], cafile=site["ca"])
+    assert r.status == 200
+    line = '"GET /r?logged-h3 HTTP/3.0" 200'
+    deadline = time.monotonic() + 10
+    text = ""
+    while line not in text and time.monotonic() < deadline:
+        time.sleep(0.05)
+        text = site["log"].read_text() if site["log"].exists() else ""
+    assert line in text, text[-500:]
 
 
 def test_compressed_answer(site):
@@ -264,6 +322,53 @@ def test_retry_always_and_the_counters(ringx, tmp_path):
     # bytes (RFC 9000 §14.1), and so is the server's Initial that answers the second.
     assert total(m, "ringx_quic_bytes_total", direction="in") >= 2400, m
     assert total(m, "ringx_quic_bytes_total", direction="out") >= 1200, m
+
+
+def test_a_full_zone_refuses_a_new_connection(ringx, tmp_path):
+    """`quic_max_connections = 2` (and no Retry): with two connections open, a third is
+    refused with CONNECTION_REFUSED and counted; the two go on, and once one has closed a
+    new connection is served."""
+    import asyncio
+    from aioquic.asyncio.client import connect
+    admin = free_port()
+    p, ca, cfg = quic_server(
+        tmp_path, '  return = { status = 200, body = "in\\n" }\n',
+        top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n'
+            '[http]\nquic_max_connections = 2\nquic_retry = "never"\n')
+    ringx.make(cfg)
+
+    async def ask(c):
+        r = await asyncio.wait_for(c.request("GET", "localhost", "/"), 10)
+        return r.status, bytes(r.body)
+
+    async def three():
+        conf = lambda: h3_client._config("localhost", str(ca))  # noqa: E731
+        async with connect("127.0.0.1", p, configuration=conf(),
+                           create_protocol=h3_client._Client) as a, \
+                connect("127.0.0.1", p, configuration=conf(),
+                        create_protocol=h3_client._Client) as b:
+            assert [await ask(a), await ask(b)] == [(200, b"in\n")] * 2
+            try:
+                async with connect("127.0.0.1", p, configuration=conf(),
+                                   create_protocol=h3_client._Client) as c:
+                    refused = await ask(c)
+            except ConnectionError as e:
+                refused = e
+            return refused, [await ask(a), await ask(b)]
+
+    refused, after = asyncio.run(three())
+    assert isinstance(refused, ConnectionError), refused
+    assert after == [(200, b"in\n")] * 2
+    m = quic_metrics(admin)
+    assert total(m, "ringx_quic_handshakes_total", result="refused") == 1, m
+    assert total(m, "ringx_quic_handshakes_total", result="accepted") == 2, m
+    import time
+    deadline = time.monotonic() + 10
+    while total(quic_metrics(admin), "ringx_quic_connections") > 1 \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (r,) = h3_client.get(p, ["/"], cafile=ca)
+    assert (r.status, bytes(r.body)) == (200, b"in\n")
 
 
 def test_migrated_connections_stay_on_their_zone(ringx, tmp_path):

@@ -40,8 +40,11 @@ pub trait Handler {
     /// Called exactly once per accepted connection; the handle may be reused afterwards.
     fn on_closed(&mut self, io: &mut Io, conn: ConnId, err: Option<io::Error>);
 
-    /// Called when the interval it last returned has passed (and once at start). Returns the
-    /// time until it wants to be called again; `None` means "only when something happens".
+    /// Called when the interval it last returned has passed, or at the earliest
+    /// [`Io::timer_at`] request (and once at start). Returns the time until it wants to be
+    /// called again; `None` means "only when something happens". A call answers every
+    /// `timer_at` request made before it: one for a later time is not kept, so the returned
+    /// time must cover each deadline the handler still has (or it asks again).
     fn on_timer(&mut self, io: &mut Io) -> Option<Duration>;
 
     /// The zone's [`crate::Waker`] was woken (a control message is waiting).

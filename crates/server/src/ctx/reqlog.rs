@@ -273,11 +273,14 @@ impl RequestLog {
         }
     }
 
-    /// Timer work: hands the buffer over when it is due.
-    pub fn tick(&mut self, now: Instant) {
+    /// Timer work: hands the buffer over when it is due. Returns when it is due otherwise,
+    /// for the zone's next timer turn: a turn that came early for another deadline has
+    /// consumed the `timer_at` asked for it (the engine keeps the earliest request only).
+    pub fn tick(&mut self, now: Instant) -> Option<Instant> {
         if self.flush_at.is_some_and(|t| t <= now) {
             self.flush();
         }
+        self.flush_at
     }
 
     /// Hands the buffer to the writer thread.

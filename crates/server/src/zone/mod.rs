@@ -721,7 +721,7 @@ impl Handler for Zone {
                 self.resume(io, c, gen);
             }
         }
-        self.ctx.log.tick(now);
+        let log = self.ctx.log.tick(now);
         self.ctx.trim(io, self.ctx.active + self.ups.len());
         if self.ctx.retired().next().is_some() {
             self.check_retired(io);
@@ -738,7 +738,14 @@ impl Handler for Zone {
             .map(|r| r.0 .0.saturating_duration_since(now));
         let trim = self.ctx.trim.at().map(|t| t.saturating_duration_since(now));
         let quic = quic.map(|t| t.saturating_duration_since(now));
-        let next = next.into_iter().chain(soon).chain(trim).chain(quic).min();
+        let log = log.map(|t| t.saturating_duration_since(now));
+        let next = next
+            .into_iter()
+            .chain(soon)
+            .chain(trim)
+            .chain(quic)
+            .chain(log)
+            .min();
         if self.ctx.drained(io, self.quic.live()) {
             io.exit();
         }
