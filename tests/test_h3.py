@@ -234,6 +234,48 @@ def test_ngtcp2_client_downloads(site, tmp_path):
     assert (out / "r").read_bytes() == b"returned\n"
 
 
+def ngtcp2(site, tmp_path, urls, *opts):
+    """Debian's ngtcp2 client against `site`: its downloads by file name under a new
+    directory, and what it printed."""
+    if shutil.which("gtlsclient") is None:
+        if os.environ.get("CI"):
+            pytest.fail("gtlsclient is missing: scripts/install-deps.sh installs ngtcp2-client")
+        pytest.skip("ngtcp2's client is not installed (apt install ngtcp2-client)")
+    out = tmp_path / f"dl{len(list(tmp_path.iterdir()))}"
+    out.mkdir()
+    url = f"https://localhost:{site['port']}"
+    p = subprocess.run(["gtlsclient", "-q", "--exit-on-all-streams-close", "--download",
+                        str(out), *opts, "localhost", str(site["port"]),
+                        *[url + u for u in urls]],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    return out, p.stderr.decode() + p.stdout.decode()
+
+
+def test_ngtcp2_client_uploads_proxies_and_opens_many_streams(site, tmp_path):
+    """ngtcp2's client: 1 MiB POSTed through a proxying location (the upstream sees it
+    byte-exact); a proxied chunked body, a redirect and a rewrite; and 40 concurrent
+    streams for one file on one connection."""
+    body = os.urandom(BIG)
+    (tmp_path / "body").write_bytes(body)
+    out, _ = ngtcp2(site, tmp_path, ["/up/upload"], "-m", "POST", "-d", str(tmp_path / "body"))
+    seen = json.loads((out / "upload").read_bytes())
+    assert (seen["len"], seen["sha256"]) == (BIG, hashlib.sha256(body).hexdigest())
+    out, _ = ngtcp2(site, tmp_path, ["/up/chunked?n=7&size=1000", "/moved", "/rw/last/n"])
+    assert (out / "chunked?n=7&size=1000").read_bytes() == pattern(1000) * 7
+    assert (out / "n").read_bytes() == b"target /tgt/n args=a=1\n"
+    import time
+    line = '"GET /index.html?many HTTP/3.0" 200'
+    logged = lambda: site["log"].read_text().count(line)  # noqa: E731
+    before = logged()
+    out, _ = ngtcp2(site, tmp_path, ["/index.html?many"], "-n", "40")
+    assert (out / "index.html?many").read_bytes() == (b"<p>hello over h3</p>\n" * 200)
+    deadline = time.monotonic() + 10
+    while logged() < before + 40 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert logged() == before + 40
+
+
 def test_quic_go_client_gets_every_kind(site, quic_go, tmp_path):
     """quic-go's HTTP/3 client, certificate checked: a 1 MiB file, a `return`, a redirect, a
     proxied response and a missing file, at once on one connection, bodies byte-exact."""
@@ -248,6 +290,34 @@ def test_quic_go_client_gets_every_kind(site, quic_go, tmp_path):
     assert (tmp_path / "0").read_bytes() == site["data"]
     assert (tmp_path / "1").read_bytes() == b"returned\n"
     assert (tmp_path / "3").read_bytes() == pattern(1000) * 7
+
+
+def test_quic_go_client_gets_ranges_conditionals_and_compression(site, quic_go, tmp_path):
+    """quic-go's HTTP/3 client with header fields of its own: a Range of the 1 MiB file
+    (206, byte-exact), If-None-Match with the file's ETag (304, no body), and
+    Accept-Encoding: gzip (a gzip body that decompresses to the page)."""
+    import gzip
+    url = f"https://localhost:{site['port']}"
+
+    def run(paths, *opts):
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        out.mkdir()
+        p = subprocess.run([str(quic_go), "-get", "-ca", str(site["ca"]), "-out", str(out),
+                            *opts, *[url + x for x in paths]],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+        return out, [json.loads(ln) for ln in p.stdout.splitlines()]
+
+    out, (g,) = run(["/big.bin"], "-H", "Range: bytes=1000-2999")
+    assert (g["status"], g["headers"]["content-range"]) == (206, f"bytes 1000-2999/{BIG}")
+    assert (out / "0").read_bytes() == site["data"][1000:3000]
+    _, (g,) = run(["/big.bin"])
+    etag = g["headers"]["etag"]
+    _, (g,) = run(["/big.bin"], "-H", f"If-None-Match: {etag}")
+    assert (g["status"], g["bytes"]) == (304, 0), g
+    out, (g,) = run(["/index.html"], "-H", "Accept-Encoding: gzip")
+    assert (g["status"], g["headers"].get("content-encoding")) == (200, "gzip"), g
+    assert gzip.decompress((out / "0").read_bytes()) == b"<p>hello over h3</p>\n" * 200
 
 
 def quic_metrics(admin):

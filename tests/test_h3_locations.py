@@ -388,3 +388,31 @@ def test_quic_go_client_gets_error_pages_and_a_fill_in_progress(site, quic_go, t
         assert (tmp_path / str(i)).read_bytes() == f"status {code} from up".encode()
     assert all((tmp_path / str(i)).read_bytes() == body for i in range(4, 12))
     assert origin.count("/c/go") == 1
+
+
+def test_quic_go_client_meets_the_guards(site, quic_go, tmp_path):
+    """quic-go's HTTP/3 client through the guards: `auth_request` lets a good token through
+    to a proxied upload of 1 MiB (byte-exact upstream) and answers 401 to a bad one;
+    `limit_req` delays but serves a burst."""
+    url = f"https://localhost:{site['port']}"
+    body = os.urandom(1 << 20)
+    (tmp_path / "body").write_bytes(body)
+
+    def run(paths, *opts):
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        out.mkdir()
+        p = subprocess.run([str(quic_go), "-get", "-ca", str(site["ca"]), "-out", str(out),
+                            *opts, *[url + x for x in paths]],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+        return out, [json.loads(ln) for ln in p.stdout.splitlines()]
+
+    out, got = run(["/auth/upload"], "-post", str(tmp_path / "body"), "-H", "X-Token: good")
+    assert [g["status"] for g in got] == [200], got
+    seen = json.loads((out / "0").read_bytes())
+    assert (seen["len"], seen["sha256"]) == (len(body), hashlib.sha256(body).hexdigest())
+    _, got = run(["/auth/name"], "-H", "X-Token: bad")
+    assert [g["status"] for g in got] == [401], got
+    out, got = run(["/slow/name"] * 8)
+    assert [g["status"] for g in got] == [200] * 8, got
+    assert all((out / str(i)).read_bytes() == b"up" for i in range(8))

@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,14 @@ var post = flag.String("post", "", "POST this file's bytes to each URL instead o
 // sni: the TLS server name sent (Go sends none for an IP address, and a server that picks
 // its certificate by name may then have none to offer).
 var sni = flag.String("sni", "", "the TLS server name to send")
+
+// fields is a repeatable flag: `-H "Name: value"`.
+type fields []string
+
+func (f *fields) String() string     { return strings.Join(*f, ", ") }
+func (f *fields) Set(v string) error { *f = append(*f, v); return nil }
+
+var header fields
 
 // marks: the connections are made before the measured span (a server slow to shake hands,
 // Caddy took 0.8 s for ten, would otherwise be charged for them without a request counted).
@@ -114,8 +123,9 @@ func main() {
 	fresh := flag.Bool("new", false, "a new connection for every request")
 	batch := flag.Bool("batch", false, "GETs in h2load's shape: each connection's requests sent together as responses complete (raw.go)")
 	rps := flag.Int("rps", 0, "at most this many requests a second per connection, as h2load's --rps (0: no limit; not with -batch)")
-	get1 := flag.Bool("get", false, "fetch the URLs given as arguments once (see above)")
+	get1 := flag.Bool("get", false, "fetch the URLs given as arguments once (see fetch)")
 	out := flag.String("out", ".", "with -get: where the bodies go")
+	flag.Var(&header, "H", "with -get: a request header field `Name: value` (repeatable)")
 	flag.Parse()
 	if *get1 {
 		os.Exit(fetch(flag.Args(), *out))
@@ -309,7 +319,10 @@ func main() {
 	_ = json.NewEncoder(os.Stdout).Encode(res)
 }
 
-// fetch GETs `urls` at once on one connection; the exit status is 1 if any failed.
+// fetch GETs `urls` at once on one connection (POSTs with -post), with the `-H` header
+// fields; each body goes to a file named by its URL's index under `out`, and a JSON line per
+// URL gives its status, body size and response header fields. The exit status is 1 if any
+// failed.
 func fetch(urls []string, out string) int {
 	tr, closeAll := roundTripper()
 	defer closeAll()
@@ -318,10 +331,11 @@ func fetch(urls []string, out string) int {
 		return http.ErrUseLastResponse
 	}}
 	type got struct {
-		URL    string `json:"url"`
-		Status int    `json:"status"`
-		Bytes  int64  `json:"bytes"`
-		Error  string `json:"error,omitempty"`
+		URL     string            `json:"url"`
+		Status  int               `json:"status"`
+		Bytes   int64             `json:"bytes"`
+		Headers map[string]string `json:"headers,omitempty"`
+		Error   string            `json:"error,omitempty"`
 	}
 	res := make([]got, len(urls))
 	var wg sync.WaitGroup
@@ -331,16 +345,28 @@ func fetch(urls []string, out string) int {
 			defer wg.Done()
 			res[i].URL = u
 			var resp *http.Response
+			var req *http.Request
 			var err error
 			if *post != "" {
 				var body []byte
 				if body, err = os.ReadFile(*post); err == nil {
-					resp, err = c.Post(u, "application/octet-stream", bytes.NewReader(body))
+					req, err = http.NewRequest("POST", u, bytes.NewReader(body))
 				}
 			} else {
-				resp, err = c.Get(u)
+				req, err = http.NewRequest("GET", u, nil)
 			}
 			if err == nil {
+				for _, f := range header {
+					name, value, _ := strings.Cut(f, ":")
+					req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+				}
+				resp, err = c.Do(req)
+			}
+			if err == nil {
+				res[i].Headers = map[string]string{}
+				for name := range resp.Header {
+					res[i].Headers[strings.ToLower(name)] = resp.Header.Get(name)
+				}
 				var f *os.File
 				if f, err = os.Create(filepath.Join(out, fmt.Sprint(i))); err == nil {
 					res[i].Bytes, err = io.Copy(f, resp.Body)
