@@ -208,13 +208,15 @@ async def _move(client, local_ip, new_cid):
     return transport.get_extra_info("sockname")[0].removeprefix("::ffff:")
 
 
-async def _migrate(port, before, after, local_ip, new_cid, timeout, cafile, server):
+async def _migrate(port, before, after, local_ip, new_cid, timeout, cafile, server, act):
     cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
     cfg.load_verify_locations(cafile)
     async with connect(server, port, configuration=cfg, create_protocol=_Client,
                        wait_connected=True) as client:
         first = [client.request("GET", "localhost", p) for p in before]
         first = await asyncio.wait_for(asyncio.gather(*first), timeout)
+        if act is not None:
+            await asyncio.get_running_loop().run_in_executor(None, act)
         moved_to = await _move(client, local_ip, new_cid)
         then = [client.request("GET", "localhost", p) for p in after]
         then = await asyncio.wait_for(asyncio.gather(*then), timeout)
@@ -222,12 +224,13 @@ async def _migrate(port, before, after, local_ip, new_cid, timeout, cafile, serv
 
 
 def migrate(port, before, after, cafile, local_ip="127.0.0.1", new_cid=False, timeout=10,
-            server="127.0.0.1"):
-    """The responses to `before` on one connection to `server`, then, once the client moved
-    to a new socket on `local_ip` (see `_move`), the responses to `after` on the same
-    connection; and the address it moved to."""
+            server="127.0.0.1", act=None):
+    """The responses to `before` on one connection to `server`, then, once `act()` (a
+    blocking call, if given: a reload, say) has returned and the client moved to a new
+    socket on `local_ip` (see `_move`), the responses to `after` on the same connection; and
+    the address it moved to."""
     return asyncio.run(_migrate(port, before, after, local_ip, new_cid, timeout, str(cafile),
-                                server))
+                                server, act))
 
 
 async def _around(port, before, after, act, timeout, cafile):

@@ -441,12 +441,16 @@ def test_a_full_zone_refuses_a_new_connection(ringx, tmp_path):
     assert (r.status, bytes(r.body)) == (200, b"in\n")
 
 
-def test_migrated_connections_stay_on_their_zone(ringx, tmp_path):
+@pytest.mark.parametrize("reload", [False, True], ids=["", "across-a-reload"])
+def test_migrated_connections_stay_on_their_zone(ringx, tmp_path, reload):
     """Clients that move (a new port: a NAT rebinding; a new address with another of the
     server's connection IDs) keep their connection: with two zones the kernel's hash would
     hand about half of them to the zone without their state, but the reuseport program reads
     the zone from the connection ID. Each connection's requests are all counted on the zone
-    that accepted it."""
+    that accepted it. So too when a reload (SIGHUP, a changed configuration) comes between
+    a connection's first request and its move."""
+    import signal
+    import time
     if os.geteuid() != 0:
         pytest.skip("steering by connection ID needs root (an eBPF reuseport program)")
     admin = free_port()
@@ -455,10 +459,24 @@ def test_migrated_connections_stay_on_their_zone(ringx, tmp_path):
         top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
     srv = ringx.make(cfg.replace("zones = 1", "zones = 2"))
     assert "steered to the zone their connection ID names" in srv.log(), srv.log()
+    reloads = []
+
+    def sighup():
+        applied = srv.log().count("applied by every zone")
+        reloads.append(1)
+        extra = f'  [[server.location]]\n  path = "/r{len(reloads)}"\n  return = {{ status = 204 }}\n'
+        srv.config_path.write_text(cfg.replace("zones = 1", "zones = 2") + extra)
+        srv.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 15
+        while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.log().count("applied by every zone") > applied, srv.log()
+
     n = 12
     for i in range(n):
         ip, new_cid = ("127.0.0.1", False) if i % 2 else ("127.0.0.2", True)
-        first, then, moved_to = h3_client.migrate(p, ["/a"], ["/b", "/c"], ca, ip, new_cid)
+        first, then, moved_to = h3_client.migrate(p, ["/a"], ["/b", "/c"], ca, ip, new_cid,
+                                                  act=sighup if reload else None)
         assert moved_to == ip
         got = [(r.status, bytes(r.body)) for r in first + then]
         assert got == [(200, b"here\n")] * 3, (i, got, srv.log())
@@ -650,8 +668,10 @@ def test_binary_upgrade_lets_downloads_in_flight_finish(ringx, tmp_path):
     process binds its
     own QUIC sockets beside the old ones and serves new connections, while every packet of
     the old connections (their acknowledgements, the rest of the responses) still reaches
-    the old process, which finishes them and exits. The connection IDs name the process's
-    generation as well as the zone, and the new process takes over the steering array."""
+    the old process, which sends each GOAWAY, finishes them and exits. The connection IDs
+    name the process's generation as well as the zone, and the new process takes over the
+    steering array. The configuration changed on disk before the upgrade: new connections
+    get the new one."""
     if os.geteuid() != 0:
         pytest.skip("steering by connection ID needs root (an eBPF reuseport program)")
     import signal
@@ -661,7 +681,9 @@ def test_binary_upgrade_lets_downloads_in_flight_finish(ringx, tmp_path):
     pid_file = tmp_path / "ringx.pid"
     p, ca, cfg = quic_server(tmp_path, f'  proxy_pass = "http://{up.addr}"\n',
                              runtime=f'pid_file = "{pid_file}"\n')
-    srv = ringx.make(cfg.replace("zones = 1", "zones = 2"))
+    cfg = cfg.replace("zones = 1", "zones = 2")
+    v = '  [[server.location]]\n  path = "/v"\n  return = {{ status = 200, body = "{}" }}\n'
+    srv = ringx.make(cfg + v.format("old"))
     try:
         got = {}
 
@@ -676,18 +698,21 @@ def test_binary_upgrade_lets_downloads_in_flight_finish(ringx, tmp_path):
         while len(up.requests) < 6 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(up.requests) == 6, "the requests never reached the upstream"
+        srv.config_path.write_text(cfg + v.format("new"))
         old = srv.pid
         os.kill(old, signal.SIGUSR2)
         while pid_file.read_text().strip() == str(old) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert pid_file.read_text().strip() != str(old), srv.log()
-        (r,) = h3_client.get(p, ["/slow?ms=0"], cafile=ca)
-        assert (r.status, bytes(r.body)) == (200, b"slow"), srv.log()
+        rs = h3_client.get(p, ["/slow?ms=0", "/v"], cafile=ca)
+        assert [(r.status, bytes(r.body)) for r in rs] == [(200, b"slow"), (200, b"new")], \
+            srv.log()
         for t in threads:
             t.join(30)
         want = pattern(50000) * 20
-        assert [[(r.status, bytes(r.body) == want) for r in got.get(i, [])] for i in range(6)] \
-            == [[(200, True)]] * 6, srv.log()
+        # GOAWAY 4: the old process answers the request on stream 0 and no other.
+        assert [[(r.status, bytes(r.body) == want, r.goaway) for r in got.get(i, [])]
+                for i in range(6)] == [[(200, True, 4)]] * 6, srv.log()
         assert srv.wait_exit(20) == 0, srv.log()
         assert "took over the QUIC steering" in srv.log(), srv.log()
     finally:
