@@ -314,6 +314,7 @@ pub fn serve(cfg: Config, config_path: Option<std::path::PathBuf>) -> ExitCode {
     // or port keeps its connection; set up before privileges are dropped (eBPF needs them).
     // The connection IDs carry this process's generation (a binary upgrade flips it).
     ringx_server::role::h3::set_epoch(crate::quic_steering::epoch());
+    crate::quic_steering::set_cpus(&cpus);
     crate::quic_steering::steer(
         &routes,
         per_zone_udp

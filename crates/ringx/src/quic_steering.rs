@@ -15,6 +15,15 @@ pub const ENV: &str = "RINGX_QUIC_STEERING";
 /// What this process steers, by address (for the process that replaces it).
 static STEERED: Mutex<Vec<(SocketAddr, QuicSteering)>> = Mutex::new(Vec::new());
 
+/// The zones' CPUs (zone z on `CPUS[z]`), for a new client's packets to the zone on the CPU
+/// that received them: set once at start, before the first [`steer`].
+static CPUS: OnceLock<Vec<usize>> = OnceLock::new();
+
+/// Records the zones' CPUs ([`CPUS`]).
+pub fn set_cpus(cpus: &[usize]) {
+    let _ = CPUS.set(cpus.to_vec());
+}
+
 /// What the process this one replaced handed over, read (and cleared) once.
 fn handed_over() -> &'static HashMap<SocketAddr, Ids> {
     static IT: OnceLock<HashMap<SocketAddr, Ids>> = OnceLock::new();
@@ -68,10 +77,14 @@ pub fn steer<'a>(
         })
         .collect();
     let before = handed_over();
-    let steered =
-        ringx_steer::quic::steer_zones(&groups, ringx_server::role::h3::CID_LAYOUT, epoch(), |a| {
-            before.get(addrs.get(a)?).copied()
-        });
+    let cpus = CPUS.get().map_or(&[][..], Vec::as_slice);
+    let steered = ringx_steer::quic::steer_zones(
+        &groups,
+        cpus,
+        ringx_server::role::h3::CID_LAYOUT,
+        epoch(),
+        |a| before.get(addrs.get(a)?).copied(),
+    );
     let mut kept = STEERED.lock().unwrap_or_else(|e| e.into_inner());
     for (a, s) in steered {
         if let Some(&addr) = addrs.get(a) {

@@ -16,9 +16,12 @@
 //!   when it has our length and rotation (every long-header packet after the server's first
 //!   answer);
 //! * anything else (a client's first Initial, with an ID the client made up; a packet too
-//!   short to hold one) goes to a zone of the current process picked by the kernel's 4-tuple
-//!   hash, which keeps a client's first flight together on one zone; that zone then issues
-//!   the connection's IDs. So do packets for a zone whose socket is gone (closed sockets
+//!   short to hold one) goes to the current process's zone on the CPU that received it, as
+//!   TCP connections are steered ([`crate::reuseport`]): with RSS every packet of a 4-tuple
+//!   arrives on one CPU, so a client's first flight stays together, and the zone it reaches
+//!   issues the connection's IDs, so that every later packet is processed on the CPU that
+//!   received it. Where that CPU has no zone, a zone of the current process picked by the
+//!   kernel's 4-tuple hash. So do packets for a zone whose socket is gone (closed sockets
 //!   leave the array); with no current process configured the kernel's own choice stands.
 //!
 //! **Binary upgrade.** The new process binds its own sockets beside the old one's (the
@@ -28,8 +31,9 @@
 //! of connections the old process still drains keep reaching it, and new connections go
 //! to the new one.
 //!
-//! The socket array is keyed by generation × 256 + zone; a one-entry array holds the
-//! current generation's key base and its zone count. The program is hand-assembled, as the TCP one is
+//! The socket array is keyed by generation × 256 + zone; an array holds at key 0 the
+//! current generation's key base and its zone count, and at key 1 + c one more than the
+//! zone on CPU c (0: none). The program is hand-assembled, as the TCP one is
 //! ([`crate::reuseport`] says why), and reads the packet with `bpf_skb_load_bytes`, which
 //! copies from the UDP header on (an `SK_REUSEPORT` program sees the skb there) into the
 //! stack, where the verifier needs no packet-bounds proofs.
@@ -55,6 +59,9 @@ pub struct CidLayout {
     /// The bit of the ID's first byte that holds the process generation.
     pub epoch_bit: u8,
 }
+
+/// CPUs the current-generation array has a zone entry for (`CPU_SETSIZE`).
+const MAX_CPUS: u32 = 1024;
 
 /// What a process hands the one that replaces it: its maps, by id, and its generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +98,8 @@ impl std::str::FromStr for Ids {
 pub struct QuicSteering {
     /// (generation × 256 + zone) → socket.
     sockets: MapFd,
-    /// Key 0: the current generation's key base << 16 | its zone count.
+    /// Key 0: the current generation's key base << 16 | its zone count; key 1 + c: 1 + the
+    /// zone on CPU c (0: none).
     current: MapFd,
     /// This process's generation.
     epoch: u8,
@@ -99,9 +107,15 @@ pub struct QuicSteering {
 
 impl QuicSteering {
     /// Loads the program for `layout`, fills the socket array with `sockets` (`sockets[z]`
-    /// is zone z's, every one bound to the same address with `SO_REUSEPORT`) under
-    /// generation `epoch`, and attaches the program to their group.
-    pub fn attach(sockets: &[&UdpSocket], layout: CidLayout, epoch: u8) -> io::Result<Self> {
+    /// is zone z's, every one bound to the same address with `SO_REUSEPORT`, and pinned to
+    /// CPU `cpus[z]` where given) under generation `epoch`, and attaches the program to their
+    /// group.
+    pub fn attach(
+        sockets: &[&UdpSocket],
+        cpus: &[usize],
+        layout: CidLayout,
+        epoch: u8,
+    ) -> io::Result<Self> {
         let Some(first) = sockets.first() else {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no sockets"));
         };
@@ -118,7 +132,7 @@ impl QuicSteering {
         let map = sys::map_create(map_type::REUSEPORT_SOCKARRAY, 4, 8, 512, "ringx_quic_zone")
             .map_err(|e| ctx("bpf(BPF_MAP_CREATE, REUSEPORT_SOCKARRAY)", e))?;
         let map = MapFd::new(map).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
-        let cur = sys::map_create(map_type::ARRAY, 4, 4, 1, "ringx_quic_cur")
+        let cur = sys::map_create(map_type::ARRAY, 4, 4, 1 + MAX_CPUS, "ringx_quic_cur")
             .map_err(|e| ctx("bpf(BPF_MAP_CREATE, ARRAY)", e))?;
         let cur = MapFd::new(cur).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
         let prog = sys::prog_load(
@@ -133,15 +147,16 @@ impl QuicSteering {
             current: cur,
             epoch: epoch & 1,
         };
-        s.fill(sockets)?;
+        s.fill(sockets, cpus)?;
         attach_group(first.as_fd(), prog.as_fd())?;
         Ok(s)
     }
 
     /// A binary upgrade's new process: opens the old process's maps (`ids`; needs
-    /// `CAP_SYS_ADMIN`), puts `sockets` under the other generation and makes it current.
-    /// The old process's program stays attached to the group, which the new sockets joined.
-    pub fn take_over(ids: Ids, sockets: &[&UdpSocket]) -> io::Result<Self> {
+    /// `CAP_SYS_ADMIN`), puts `sockets` (on `cpus`, as for [`QuicSteering::attach`]) under
+    /// the other generation and makes it current. The old process's program stays attached
+    /// to the group, which the new sockets joined.
+    pub fn take_over(ids: Ids, sockets: &[&UdpSocket], cpus: &[usize]) -> io::Result<Self> {
         let open = |id: u32| {
             let fd = sys::map_fd_by_id(id).map_err(|e| ctx("bpf(BPF_MAP_GET_FD_BY_ID)", e))?;
             MapFd::new(fd).map_err(|e| ctx("bpf(BPF_OBJ_GET_INFO_BY_FD)", e))
@@ -151,7 +166,7 @@ impl QuicSteering {
             current: open(ids.current)?,
             epoch: (ids.epoch & 1) ^ 1,
         };
-        s.fill(sockets)?;
+        s.fill(sockets, cpus)?;
         Ok(s)
     }
 
@@ -169,8 +184,11 @@ impl QuicSteering {
         }
     }
 
-    /// Puts the zones' sockets in, then makes this generation current.
-    fn fill(&self, sockets: &[&UdpSocket]) -> io::Result<()> {
+    /// Puts the zones' sockets in, makes this generation current, then names each CPU's
+    /// zone (`cpus[z]`: zone z's CPU). Until the last step a new client may reach a zone by
+    /// the old generation's CPU entries: one of this generation, or the hash where that
+    /// zone has no socket.
+    fn fill(&self, sockets: &[&UdpSocket], cpus: &[usize]) -> io::Result<()> {
         let zones = u32::try_from(sockets.len())
             .ok()
             .filter(|&n| (1..=256).contains(&n))
@@ -183,7 +201,20 @@ impl QuicSteering {
         let v = (u32::from(self.epoch) << 8) << 16 | zones;
         self.current
             .update(&0u32.to_ne_bytes(), &v.to_ne_bytes(), BPF_ANY)
-            .map_err(|e| ctx("bpf(BPF_MAP_UPDATE_ELEM) of the current generation", e))
+            .map_err(|e| ctx("bpf(BPF_MAP_UPDATE_ELEM) of the current generation", e))?;
+        for c in 0..MAX_CPUS {
+            let zone = cpus.iter().position(|&x| x == c as usize);
+            let v = zone.map_or(0, |z| z as u32 + 1);
+            // An array made by an older binary holds key 0 only: the hash then decides.
+            if self
+                .current
+                .update(&(1 + c).to_ne_bytes(), &v.to_ne_bytes(), BPF_ANY)
+                .is_err()
+            {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Makes `socket` zone `zone`'s (a zone that re-created its socket).
@@ -211,6 +242,7 @@ impl QuicSteering {
 /// over there is nothing to steer. Returns each address's index with its steering.
 pub fn steer_zones(
     zones: &[Vec<&UdpSocket>],
+    cpus: &[usize],
     layout: CidLayout,
     epoch: u8,
     before: impl Fn(usize) -> Option<Ids>,
@@ -224,7 +256,7 @@ pub fn steer_zones(
             .and_then(|s| s.local_addr().ok())
             .map_or_else(|| format!("address #{a}"), |x| x.to_string());
         let r = match before(a) {
-            Some(ids) => QuicSteering::take_over(ids, &group)
+            Some(ids) => QuicSteering::take_over(ids, &group, cpus)
                 .inspect(|s| {
                     tracing::info!(
                         "binary upgrade: took over the QUIC steering of {addr} (generation {})",
@@ -236,10 +268,10 @@ pub fn steer_zones(
                         "binary upgrade: cannot take over the QUIC steering of {addr} ({e}); \
                          the old process's connections there may be lost"
                     );
-                    QuicSteering::attach(&group, layout, epoch)
+                    QuicSteering::attach(&group, cpus, layout, epoch)
                 }),
             None if zones.len() < 2 => continue,
-            None => QuicSteering::attach(&group, layout, epoch),
+            None => QuicSteering::attach(&group, cpus, layout, epoch),
         };
         match r {
             Ok(s) => {
@@ -289,8 +321,13 @@ const BUF: i16 = -48;
 ///     if bpf_sk_select_reuseport(ctx, socks, &key, 0) == 0 goto pass
 /// other:                                                   ; a new client, a zone gone
 ///     c = bpf_map_lookup_elem(cur, &0); if !c goto pass
-///     zones = *c & 0xffff; if zones == 0 goto pass
-///     key = (*c >> 16) | ctx->hash % zones                 ; a zone of the current process
+///     r7 = *c; zones = r7 & 0xffff; if zones == 0 goto pass
+///     z = bpf_map_lookup_elem(cur, &(1 + bpf_get_smp_processor_id()))
+///     if !z || *z == 0 goto hash                           ; no zone on this CPU
+///     key = (r7 >> 16) | (*z - 1)                          ; the zone on the receiving CPU
+///     if bpf_sk_select_reuseport(ctx, socks, &key, 0) == 0 goto pass
+/// hash:
+///     key = (r7 >> 16) | ctx->hash % zones                 ; a zone of the current process
 ///     bpf_sk_select_reuseport(ctx, socks, &key, 0)
 /// pass:
 ///     return SK_PASS                                       ; the kernel's hash where none chosen
@@ -350,10 +387,34 @@ fn program(socks: RawFd, cur: RawFd, layout: CidLayout) -> Vec<Insn> {
     p.extend([
         I(insn(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM)),
         J(JEQ_IMM, R0, 0, "pass"),
-        I(insn(LDX_W, R1, R0, 0, 0)),
-        I(insn(MOV64_REG, R2, R1, 0, 0)),
+        I(insn(LDX_W, R7, R0, 0, 0)),
+        I(insn(MOV64_REG, R2, R7, 0, 0)),
         I(insn(AND64_IMM, R2, 0, 0, 0xffff)),
         J(JEQ_IMM, R2, 0, "pass"),
+        I(insn(CALL, 0, 0, 0, FN_GET_SMP_PROCESSOR_ID)),
+        I(insn(ADD64_IMM, R0, 0, 0, 1)),
+        I(insn(STX_W, R10, R0, -8, 0)),
+        I(insn(MOV64_REG, R2, R10, 0, 0)),
+        I(insn(ADD64_IMM, R2, 0, 0, -8)),
+    ]);
+    p.extend(map(R1, cur));
+    p.extend([
+        I(insn(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM)),
+        J(JEQ_IMM, R0, 0, "hash"),
+        I(insn(LDX_W, R3, R0, 0, 0)),
+        J(JEQ_IMM, R3, 0, "hash"),
+        I(insn(ADD64_IMM, R3, 0, 0, -1)),
+        I(insn(MOV64_REG, R1, R7, 0, 0)),
+        I(insn(RSH64_IMM, R1, 0, 0, 16)),
+        I(insn(OR64_REG, R3, R1, 0, 0)),
+    ]);
+    select(&mut p);
+    p.extend([
+        J(JEQ_IMM, R0, 0, "pass"),
+        L("hash"),
+        I(insn(MOV64_REG, R2, R7, 0, 0)),
+        I(insn(AND64_IMM, R2, 0, 0, 0xffff)),
+        I(insn(MOV64_REG, R1, R7, 0, 0)),
         I(insn(RSH64_IMM, R1, 0, 0, 16)),
         I(insn(LDX_W, R3, R6, MD_HASH, 0)),
         I(insn(MOD64_REG, R3, R2, 0, 0)),

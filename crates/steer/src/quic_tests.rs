@@ -36,10 +36,17 @@ fn jumps_land_on_what_they_name() {
         .filter(|&i| is_jump(&p[i]))
         .map(|i| (i, target(&p, i)))
         .collect();
+    let hash = p
+        .iter()
+        .rposition(|i| *i == insn(MOV64_REG, R2, R7, 0, 0))
+        .expect("the hash's zone count");
     // The failed load, a long header of another length, another layout: other; a short
     // header; a long one on to the check; a selection made, no current generation, none of
-    // its zones: pass.
-    let want = [other, short, other, ours, other, pass, pass, pass];
+    // its zones: pass; no entry for the CPU, or no zone on it: hash; the CPU's zone
+    // selected: pass.
+    let want = [
+        other, short, other, ours, other, pass, pass, pass, hash, hash, pass,
+    ];
     assert_eq!(
         targets.iter().map(|t| t.1).collect::<Vec<_>>(),
         want,
@@ -54,7 +61,13 @@ fn jumps_land_on_what_they_name() {
         .filter(|i| i.code == LD_IMM64)
         .map(|i| i.imm)
         .collect();
-    assert_eq!(maps, [7, 9, 7]);
+    assert_eq!(maps, [7, 9, 9, 7, 7]);
+    // The CPU's entry is at key 1 + CPU.
+    let cpu = p
+        .iter()
+        .position(|i| *i == insn(CALL, 0, 0, 0, FN_GET_SMP_PROCESSOR_ID))
+        .expect("the receiving CPU");
+    assert_eq!(p[cpu + 1], insn(ADD64_IMM, R0, 0, 0, 1));
     // The generation bit (0x10) becomes 256.
     assert!(p.contains(&insn(LSH64_IMM, R1, 0, 0, 4)));
 }
@@ -89,7 +102,7 @@ fn layouts_whose_fields_overlap_are_refused() {
             ..LAYOUT
         },
     ] {
-        let e = QuicSteering::attach(&[&s], bad, 0).unwrap_err();
+        let e = QuicSteering::attach(&[&s], &[], bad, 0).unwrap_err();
         assert!(e.to_string().contains("outside the ID"), "{e}");
     }
 }

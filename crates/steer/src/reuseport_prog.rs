@@ -20,6 +20,7 @@ pub const R2: u8 = 2;
 pub const R3: u8 = 3;
 pub const R4: u8 = 4;
 pub const R6: u8 = 6;
+pub const R7: u8 = 7;
 pub const R10: u8 = 10;
 /// BPF_ALU64 | BPF_MOV | BPF_X
 pub const MOV64_REG: u8 = 0xbf;

@@ -6,7 +6,10 @@
 //! upgrade: three more sockets of a "new process" take the steering over; the old IDs still
 //! reach the old sockets, the new generation's and new clients reach the new ones.
 //!
-//! Needs root (or CAP_BPF + CAP_NET_ADMIN); without it the test skips
+//! With the zones' CPUs given, a new client's packets (an ID the client made up) reach the
+//! zone on the CPU that received them: over loopback, the sender's.
+//!
+//! Needs root (or CAP_BPF + CAP_NET_ADMIN); without it the tests skip
 //! (`ringx_kerneltest`: said, and a failure under CI).
 
 use std::net::{SocketAddr, UdpSocket};
@@ -82,7 +85,7 @@ fn packets_reach_the_zone_their_connection_id_names() {
         s.set_nonblocking(true).unwrap();
     }
     let refs: Vec<&UdpSocket> = socks.iter().collect();
-    let steering = match QuicSteering::attach(&refs, LAYOUT, 0) {
+    let steering = match QuicSteering::attach(&refs, &[], LAYOUT, 0) {
         Ok(s) => s,
         Err(e) => {
             ringx_kerneltest::skip(format!("no QUIC steering: {e}"));
@@ -143,7 +146,7 @@ fn packets_reach_the_zone_their_connection_id_names() {
     for s in &new {
         s.set_nonblocking(true).unwrap();
     }
-    let next = QuicSteering::take_over(ids, &new.iter().collect::<Vec<_>>()).unwrap();
+    let next = QuicSteering::take_over(ids, &new.iter().collect::<Vec<_>>(), &[]).unwrap();
     assert_eq!(next.epoch(), 1);
     let both: Vec<Option<&UdpSocket>> = vec![
         Some(&socks[0]),
@@ -172,4 +175,71 @@ fn packets_reach_the_zone_their_connection_id_names() {
         assert!(reached(&both, addr, &long_header(&[i; 8])) >= 3);
         assert!(reached(&both, addr, &short_header(&cid(1, i))) >= 3);
     }
+}
+
+/// The CPUs this thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most the size given into the live `set`.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    assert_eq!(r, 0, "sched_getaffinity");
+    // SAFETY: CPU_ISSET reads the set, in bounds for every c below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Runs this thread on `cpus` only.
+fn pin(cpus: &[usize]) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: CPU_SET writes within the set for c < CPU_SETSIZE (the CPUs come from
+        // `allowed_cpus`).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: sched_setaffinity reads the size given of the live `set`.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    assert_eq!(r, 0, "sched_setaffinity to {cpus:?}");
+}
+
+#[test]
+fn a_new_clients_packets_reach_the_zone_on_their_cpu() {
+    let opts = ListenOptions::default();
+    let first = bind_udp_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap();
+    let addr = first.local_addr().unwrap();
+    let socks: Vec<UdpSocket> = std::iter::once(first)
+        .chain((1..3).map(|_| bind_udp_reuseport(addr, &opts).unwrap()))
+        .collect();
+    for s in &socks {
+        s.set_nonblocking(true).unwrap();
+    }
+    let refs: Vec<&UdpSocket> = socks.iter().collect();
+    // Zones 0 and 1 on two of the CPUs this test may use (one, on a machine of one); zone 2
+    // on none.
+    let allowed = allowed_cpus();
+    let cpus: Vec<usize> = allowed.iter().copied().take(2).collect();
+    let _steering = match QuicSteering::attach(&refs, &cpus, LAYOUT, 0) {
+        Ok(s) => s,
+        Err(e) => {
+            ringx_kerneltest::skip(format!("no QUIC steering: {e}"));
+            return;
+        }
+    };
+    let all: Vec<Option<&UdpSocket>> = socks.iter().map(Some).collect();
+    for (zone, &cpu) in cpus.iter().enumerate() {
+        pin(&[cpu]);
+        for i in 0..N as u8 {
+            // A first Initial (an ID the client made up), and an ID of another layout.
+            let mut other_rotation = cid(2, i);
+            other_rotation[0] = 0xe0;
+            for p in [long_header(&[i; 8]), short_header(&other_rotation)] {
+                assert_eq!(reached(&all, addr, &p), zone, "from CPU {cpu}, packet {i}");
+            }
+            // An ID of ours still names its zone, whichever CPU received it.
+            assert_eq!(reached(&all, addr, &short_header(&cid(2, i))), 2);
+        }
+    }
+    pin(&allowed);
 }
