@@ -297,16 +297,9 @@ def test_quic_go_client_gets_ranges_conditionals_and_compression(site, quic_go, 
     (206, byte-exact), If-None-Match with the file's ETag (304, no body), and
     Accept-Encoding: gzip (a gzip body that decompresses to the page)."""
     import gzip
-    url = f"https://localhost:{site['port']}"
 
     def run(paths, *opts):
-        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
-        out.mkdir()
-        p = subprocess.run([str(quic_go), "-get", "-ca", str(site["ca"]), "-out", str(out),
-                            *opts, *[url + x for x in paths]],
-                           capture_output=True, text=True, timeout=60)
-        assert p.returncode == 0, p.stdout + p.stderr[-2000:]
-        return out, [json.loads(ln) for ln in p.stdout.splitlines()]
+        return quic_go_get(quic_go, site, tmp_path, paths, *opts)
 
     out, (g,) = run(["/big.bin"], "-H", "Range: bytes=1000-2999")
     assert (g["status"], g["headers"]["content-range"]) == (206, f"bytes 1000-2999/{BIG}")
@@ -340,6 +333,56 @@ quic = true
   path = "/"
 """ + location
     return p, pki.ca_path, cfg
+
+
+def downloads_in_flight(p, ca, up, n):
+    """`n` HTTP/3 downloads of 1 MB from the slow upstream `up` (2 s each), one connection
+    each, started and seen by the upstream: their threads, and the dict their responses go
+    into by index."""
+    import threading
+    import time
+    got = {}
+
+    def fetch(i):
+        got[i] = h3_client.get(p, ["/chunked?n=20&size=50000&ms=100"], cafile=ca, timeout=30)
+
+    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 15
+    while len(up.requests) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(up.requests) == n, "the requests never reached the upstream"
+    return threads, got
+
+
+def reload_with(srv, text: str) -> None:
+    """Writes `text` as `srv`'s configuration, sends SIGHUP and waits until every zone has
+    applied it."""
+    import signal
+    import time
+    applied = srv.log().count("applied by every zone")
+    srv.config_path.write_text(text)
+    srv.signal(signal.SIGHUP)
+    deadline = time.monotonic() + 15
+    while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert srv.log().count("applied by every zone") > applied, srv.log()
+
+
+def quic_go_get(quic_go, site, tmp_path, paths, *opts):
+    """quic-go's client (bench/h3load -get) for `paths` of `site` at once on one
+    connection, with `opts`: the directory its bodies went to (named by index), and a dict a
+    response (status, bytes, headers)."""
+    import json
+    out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+    out.mkdir()
+    url = f"https://localhost:{site['port']}"
+    p = subprocess.run([str(quic_go), "-get", "-ca", str(site["ca"]), "-out", str(out),
+                        *opts, *[url + x for x in paths]],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    return out, [json.loads(ln) for ln in p.stdout.splitlines()]
 
 
 def test_alt_svc_is_left_out_over_h3(ringx, tmp_path):
@@ -449,8 +492,6 @@ def test_migrated_connections_stay_on_their_zone(ringx, tmp_path, reload):
     the zone from the connection ID. Each connection's requests are all counted on the zone
     that accepted it. So too when a reload (SIGHUP, a changed configuration) comes between
     a connection's first request and its move."""
-    import signal
-    import time
     if os.geteuid() != 0:
         pytest.skip("steering by connection ID needs root (an eBPF reuseport program)")
     admin = free_port()
@@ -462,15 +503,9 @@ def test_migrated_connections_stay_on_their_zone(ringx, tmp_path, reload):
     reloads = []
 
     def sighup():
-        applied = srv.log().count("applied by every zone")
         reloads.append(1)
         extra = f'  [[server.location]]\n  path = "/r{len(reloads)}"\n  return = {{ status = 204 }}\n'
-        srv.config_path.write_text(cfg.replace("zones = 1", "zones = 2") + extra)
-        srv.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 15
-        while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert srv.log().count("applied by every zone") > applied, srv.log()
+        reload_with(srv, cfg.replace("zones = 1", "zones = 2") + extra)
 
     n = 12
     for i in range(n):
@@ -492,34 +527,14 @@ def test_reload_lets_downloads_in_flight_finish(ringx, tmp_path):
     """SIGHUP while six HTTP/3 downloads of 1 MB come from a slow upstream (2 s): they finish
     byte-exact on the configuration they started under; a new connection gets the new
     configuration."""
-    import signal
-    import threading
-    import time
     up = UpstreamServer("slow")
     loc = f'  proxy_pass = "http://{up.addr}"\n'
     p, ca, cfg = quic_server(tmp_path, loc)
     v = '  [[server.location]]\n  path = "/v"\n  return = {{ status = 200, body = "{}" }}\n'
     srv = ringx.make(cfg.replace("zones = 1", "zones = 2") + v.format("one"))
     try:
-        got = {}
-
-        def fetch(i):
-            got[i] = h3_client.get(p, ["/chunked?n=20&size=50000&ms=100"], cafile=ca,
-                                   timeout=30)
-
-        threads = [threading.Thread(target=fetch, args=(i,)) for i in range(6)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 15
-        while len(up.requests) < 6 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(up.requests) == 6, "the requests never reached the upstream"
-        applied = srv.log().count("applied by every zone")
-        srv.config_path.write_text(cfg.replace("zones = 1", "zones = 2") + v.format("two"))
-        srv.signal(signal.SIGHUP)
-        while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert srv.log().count("applied by every zone") > applied, srv.log()
+        threads, got = downloads_in_flight(p, ca, up, 6)
+        reload_with(srv, cfg.replace("zones = 1", "zones = 2") + v.format("two"))
         (r,) = h3_client.get(p, ["/v"], cafile=ca)
         assert bytes(r.body) == b"two"
         for t in threads:
@@ -548,9 +563,7 @@ def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
     the address goes on; once the downloads are done, the UDP sockets close and the
     connection gauge is back to zero."""
     import http.client
-    import signal
     import ssl
-    import threading
     import time
     up = UpstreamServer("slow")
     admin = free_port()
@@ -561,25 +574,8 @@ def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
     srv = ringx.make(cfg)
     try:
         assert udp_bound(p)
-        got = {}
-
-        def fetch(i):
-            got[i] = h3_client.get(p, ["/chunked?n=20&size=50000&ms=100"], cafile=ca,
-                                   timeout=30)
-
-        threads = [threading.Thread(target=fetch, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 15
-        while len(up.requests) < 4 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(up.requests) == 4, "the requests never reached the upstream"
-        applied = srv.log().count("applied by every zone")
-        srv.config_path.write_text(cfg.replace("quic = true", "quic = false"))
-        srv.signal(signal.SIGHUP)
-        while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert srv.log().count("applied by every zone") > applied, srv.log()
+        threads, got = downloads_in_flight(p, ca, up, 4)
+        reload_with(srv, cfg.replace("quic = true", "quic = false"))
         ctx = ssl.create_default_context(cafile=str(ca))
         c = http.client.HTTPSConnection("localhost", p, context=ctx, timeout=10)
         c.request("GET", "/v")
@@ -592,7 +588,8 @@ def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
         # GOAWAY names the first request stream it will not serve: the one after stream 0.
         assert [[(r.status, bytes(r.body) == want, r.goaway) for r in got.get(i, [])]
                 for i in range(4)] == [[(200, True, 4)]] * 4, srv.log()
-        while time.monotonic() < deadline + 15 and udp_bound(p):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and udp_bound(p):
             time.sleep(0.02)
         assert not udp_bound(p), "the UDP sockets stayed open after their connections"
         m = quic_metrics(admin)
@@ -609,8 +606,6 @@ def test_a_connection_kept_through_a_reload_stays_with_its_server(ringx, tmp_pat
     """A reload that puts a new server on another address before the QUIC one (its address
     takes the first index in the routes): a connection opened before it is routed by the new
     configuration of its own server, not by the server that took its old index."""
-    import signal
-    import time
     p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "one" }\n')
     srv = ringx.make(cfg)
     other = free_port()
@@ -622,16 +617,7 @@ listen = ["127.0.0.1:{other}"]
   return = {{ status = 200, body = "the other server" }}
 [[server]]""" + server.replace('"one"', '"two"'))
 
-    def reload():
-        applied = srv.log().count("applied by every zone")
-        srv.config_path.write_text(moved)
-        srv.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 15
-        while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert srv.log().count("applied by every zone") > applied, srv.log()
-
-    first, then = h3_client.around(p, ["/"], ["/"], reload, cafile=ca)
+    first, then = h3_client.around(p, ["/"], ["/"], lambda: reload_with(srv, moved), cafile=ca)
     assert [(r.status, bytes(r.body)) for r in first + then] == [(200, b"one"), (200, b"two")]
     assert then[0].goaway is None
 
@@ -641,7 +627,6 @@ def test_reload_refuses_a_new_quic_host(ringx, tmp_path):
     the endpoint: a reload that changes it fails with the reason and the way out, and changes
     nothing; the same reload without the change applies."""
     import signal
-    import time
     ret = '  return = {{ status = 200, body = "{}" }}\n'
     p, ca, cfg = quic_server(tmp_path, ret.format("one"), top="[http]\nquic_host = 3\n")
     srv = ringx.make(cfg)
@@ -653,13 +638,7 @@ def test_reload_refuses_a_new_quic_host(ringx, tmp_path):
     assert f"quic_host changed from 3 to 4: the QUIC endpoint on 127.0.0.1:{p}" in line, line
     assert "restart ringx" in line, line
     assert bytes(h3_client.get(p, ["/"], cafile=ca)[0].body) == b"one"
-    srv.config_path.write_text(cfg.replace('"one"', '"two"'))
-    applied = srv.log().count("applied by every zone")
-    srv.signal(signal.SIGHUP)
-    deadline = time.monotonic() + 15
-    while srv.log().count("applied by every zone") == applied and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert srv.log().count("applied by every zone") > applied, srv.log()
+    reload_with(srv, cfg.replace('"one"', '"two"'))
     assert bytes(h3_client.get(p, ["/"], cafile=ca)[0].body) == b"two"
 
 
@@ -675,7 +654,6 @@ def test_binary_upgrade_lets_downloads_in_flight_finish(ringx, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("steering by connection ID needs root (an eBPF reuseport program)")
     import signal
-    import threading
     import time
     up = UpstreamServer("slow")
     pid_file = tmp_path / "ringx.pid"
@@ -685,22 +663,11 @@ def test_binary_upgrade_lets_downloads_in_flight_finish(ringx, tmp_path):
     v = '  [[server.location]]\n  path = "/v"\n  return = {{ status = 200, body = "{}" }}\n'
     srv = ringx.make(cfg + v.format("old"))
     try:
-        got = {}
-
-        def fetch(i):
-            got[i] = h3_client.get(p, ["/chunked?n=20&size=50000&ms=100"], cafile=ca,
-                                   timeout=30)
-
-        threads = [threading.Thread(target=fetch, args=(i,)) for i in range(6)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 15
-        while len(up.requests) < 6 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(up.requests) == 6, "the requests never reached the upstream"
+        threads, got = downloads_in_flight(p, ca, up, 6)
         srv.config_path.write_text(cfg + v.format("new"))
         old = srv.pid
         os.kill(old, signal.SIGUSR2)
+        deadline = time.monotonic() + 15
         while pid_file.read_text().strip() == str(old) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert pid_file.read_text().strip() != str(old), srv.log()

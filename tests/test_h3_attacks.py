@@ -78,6 +78,23 @@ def received_until_silent(sock: socket.socket, quiet: float, limit: float) -> in
     return got
 
 
+def ok_server(ringx, tmp_path):
+    """A one-zone QUIC server whose "/" answers "ok", with /metrics: its port, CA and
+    admin port."""
+    admin = free_port()
+    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n',
+                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
+    ringx.make(cfg)
+    return p, ca, admin
+
+
+def client_config(ca) -> QuicConfiguration:
+    """An HTTP/3 client's configuration that checks the server against `ca`."""
+    qc = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
+    qc.load_verify_locations(str(ca))
+    return qc
+
+
 def test_an_unvalidated_client_gets_at_most_three_times_what_it_sent(ringx, tmp_path):
     """A certificate with 300 names makes the server's first flight far larger than 3 × 1200
     bytes: it stops at the limit and waits (its retransmissions too), where an
@@ -237,10 +254,7 @@ def test_header_bombs_get_431_or_close_the_connection(ringx, tmp_path):
     of two requests on one connection, which goes on. 2,000 of them (220 KB, one HEADERS
     frame over the 64 KiB held): the connection closes with H3_EXCESSIVE_LOAD, without
     buffering the frame, counted by its code, and a new connection is served."""
-    admin = free_port()
-    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n',
-                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
-    ringx.make(cfg)
+    p, ca, admin = ok_server(ringx, tmp_path)
     big = [(f"x-h{i}", "v" * 100) for i in range(300)]
     rs = h3_client.get(p, ["/a", "/b"], headers=big, cafile=ca)
     assert [(r.status, r.closed) for r in rs] == [(431, None)] * 2
@@ -266,15 +280,11 @@ def test_a_stream_bomb_closes_the_connection(ringx, tmp_path):
     may open a million, it opens 400 at once. ringx answers no more than it allowed and
     closes the connection; a new connection is served."""
     from aioquic.asyncio.client import connect
-    admin = free_port()
-    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n',
-                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
-    ringx.make(cfg)
+    p, ca, admin = ok_server(ringx, tmp_path)
 
     async def bomb():
-        qc = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
-        qc.load_verify_locations(str(ca))
-        async with connect("127.0.0.1", p, configuration=qc, create_protocol=h3_client._Client,
+        async with connect("127.0.0.1", p, configuration=client_config(ca),
+                           create_protocol=h3_client._Client,
                            wait_connected=True) as c:
             assert c._quic._remote_max_streams_bidi == 100
             c._quic._remote_max_streams_bidi = 10**6
@@ -306,15 +316,11 @@ def test_a_packet_of_an_ended_connection_gets_a_stateless_reset(ringx, tmp_path)
     smaller than the packet (so never an amplifier), and counts it. An ID that this server
     could not have issued gets nothing."""
     from aioquic.asyncio.client import connect
-    admin = free_port()
-    p, ca, cfg = quic_server(tmp_path, '  return = { status = 200, body = "ok\\n" }\n',
-                             top=f'[admin]\nlisten = "127.0.0.1:{admin}"\n')
-    ringx.make(cfg)
+    p, ca, admin = ok_server(ringx, tmp_path)
 
     async def one():
-        qc = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="localhost")
-        qc.load_verify_locations(str(ca))
-        async with connect("127.0.0.1", p, configuration=qc, create_protocol=h3_client._Client,
+        async with connect("127.0.0.1", p, configuration=client_config(ca),
+                           create_protocol=h3_client._Client,
                            wait_connected=True) as c:
             r = await asyncio.wait_for(c.request("GET", "localhost", "/"), 10)
             return r.status, c._quic._peer_cid.cid

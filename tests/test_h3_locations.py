@@ -394,18 +394,12 @@ def test_quic_go_client_meets_the_guards(site, quic_go, tmp_path):
     """quic-go's HTTP/3 client through the guards: `auth_request` lets a good token through
     to a proxied upload of 1 MiB (byte-exact upstream) and answers 401 to a bad one;
     `limit_req` delays but serves a burst."""
-    url = f"https://localhost:{site['port']}"
+    from test_h3 import quic_go_get
     body = os.urandom(1 << 20)
     (tmp_path / "body").write_bytes(body)
 
     def run(paths, *opts):
-        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
-        out.mkdir()
-        p = subprocess.run([str(quic_go), "-get", "-ca", str(site["ca"]), "-out", str(out),
-                            *opts, *[url + x for x in paths]],
-                           capture_output=True, text=True, timeout=60)
-        assert p.returncode == 0, p.stdout + p.stderr[-2000:]
-        return out, [json.loads(ln) for ln in p.stdout.splitlines()]
+        return quic_go_get(quic_go, site, tmp_path, paths, *opts)
 
     out, got = run(["/auth/upload"], "-post", str(tmp_path / "body"), "-H", "X-Token: good")
     assert [g["status"] for g in got] == [200], got

@@ -339,6 +339,14 @@ fn program(socks: RawFd, cur: RawFd, layout: CidLayout) -> Vec<Insn> {
     // log2 of the generation bit: shifted up to 256 (bit 8 of the key).
     let up = 8 - layout.epoch_bit.trailing_zeros() as i32;
     let map = |reg: u8, fd: RawFd| ld_map(reg, fd).map(I);
+    // key |= the current generation's key base (r7 >> 16).
+    let base = |into: &mut Vec<Op>| {
+        into.extend([
+            I(insn(MOV64_REG, R1, R7, 0, 0)),
+            I(insn(RSH64_IMM, R1, 0, 0, 16)),
+            I(insn(OR64_REG, R3, R1, 0, 0)),
+        ])
+    };
     let select = |into: &mut Vec<Op>| {
         into.push(I(insn(STX_W, R10, R3, -4, 0)));
         into.push(I(insn(MOV64_REG, R1, R6, 0, 0)));
@@ -376,16 +384,20 @@ fn program(socks: RawFd, cur: RawFd, layout: CidLayout) -> Vec<Insn> {
         I(insn(OR64_REG, R3, R1, 0, 0)),
     ];
     select(&mut p);
+    // r0 = bpf_map_lookup_elem(cur, r10 - 8)
+    let lookup = |into: &mut Vec<Op>| {
+        into.push(I(insn(MOV64_REG, R2, R10, 0, 0)));
+        into.push(I(insn(ADD64_IMM, R2, 0, 0, -8)));
+        into.extend(map(R1, cur));
+        into.push(I(insn(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM)));
+    };
     p.extend([
         J(JEQ_IMM, R0, 0, "pass"),
         L("other"),
         I(insn(ST_W, R10, 0, -8, 0)),
-        I(insn(MOV64_REG, R2, R10, 0, 0)),
-        I(insn(ADD64_IMM, R2, 0, 0, -8)),
     ]);
-    p.extend(map(R1, cur));
+    lookup(&mut p);
     p.extend([
-        I(insn(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM)),
         J(JEQ_IMM, R0, 0, "pass"),
         I(insn(LDX_W, R7, R0, 0, 0)),
         I(insn(MOV64_REG, R2, R7, 0, 0)),
@@ -394,32 +406,25 @@ fn program(socks: RawFd, cur: RawFd, layout: CidLayout) -> Vec<Insn> {
         I(insn(CALL, 0, 0, 0, FN_GET_SMP_PROCESSOR_ID)),
         I(insn(ADD64_IMM, R0, 0, 0, 1)),
         I(insn(STX_W, R10, R0, -8, 0)),
-        I(insn(MOV64_REG, R2, R10, 0, 0)),
-        I(insn(ADD64_IMM, R2, 0, 0, -8)),
     ]);
-    p.extend(map(R1, cur));
+    lookup(&mut p);
     p.extend([
-        I(insn(CALL, 0, 0, 0, FN_MAP_LOOKUP_ELEM)),
         J(JEQ_IMM, R0, 0, "hash"),
         I(insn(LDX_W, R3, R0, 0, 0)),
         J(JEQ_IMM, R3, 0, "hash"),
         I(insn(ADD64_IMM, R3, 0, 0, -1)),
-        I(insn(MOV64_REG, R1, R7, 0, 0)),
-        I(insn(RSH64_IMM, R1, 0, 0, 16)),
-        I(insn(OR64_REG, R3, R1, 0, 0)),
     ]);
+    base(&mut p);
     select(&mut p);
     p.extend([
         J(JEQ_IMM, R0, 0, "pass"),
         L("hash"),
         I(insn(MOV64_REG, R2, R7, 0, 0)),
         I(insn(AND64_IMM, R2, 0, 0, 0xffff)),
-        I(insn(MOV64_REG, R1, R7, 0, 0)),
-        I(insn(RSH64_IMM, R1, 0, 0, 16)),
         I(insn(LDX_W, R3, R6, MD_HASH, 0)),
         I(insn(MOD64_REG, R3, R2, 0, 0)),
-        I(insn(OR64_REG, R3, R1, 0, 0)),
     ]);
+    base(&mut p);
     select(&mut p);
     p.extend([
         L("pass"),

@@ -54,6 +54,19 @@ fn long_header(dcid: &[u8]) -> Vec<u8> {
     p
 }
 
+/// Three nonblocking UDP sockets on one loopback port (one per "zone"), and the address.
+fn three_zones(opts: &ListenOptions) -> (SocketAddr, Vec<UdpSocket>) {
+    let first = bind_udp_reuseport("127.0.0.1:0".parse().unwrap(), opts).unwrap();
+    let addr = first.local_addr().unwrap();
+    let socks: Vec<UdpSocket> = std::iter::once(first)
+        .chain((1..3).map(|_| bind_udp_reuseport(addr, opts).unwrap()))
+        .collect();
+    for s in &socks {
+        s.set_nonblocking(true).unwrap();
+    }
+    (addr, socks)
+}
+
 /// Sends `p` from a new port and returns the index of the socket that got it.
 fn reached(socks: &[Option<&UdpSocket>], to: SocketAddr, p: &[u8]) -> usize {
     let from = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -76,14 +89,7 @@ fn reached(socks: &[Option<&UdpSocket>], to: SocketAddr, p: &[u8]) -> usize {
 #[test]
 fn packets_reach_the_zone_their_connection_id_names() {
     let opts = ListenOptions::default();
-    let first = bind_udp_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap();
-    let addr = first.local_addr().unwrap();
-    let socks: Vec<UdpSocket> = std::iter::once(first)
-        .chain((1..3).map(|_| bind_udp_reuseport(addr, &opts).unwrap()))
-        .collect();
-    for s in &socks {
-        s.set_nonblocking(true).unwrap();
-    }
+    let (addr, socks) = three_zones(&opts);
     let refs: Vec<&UdpSocket> = socks.iter().collect();
     let steering = match QuicSteering::attach(&refs, &[], LAYOUT, 0) {
         Ok(s) => s,
@@ -207,14 +213,7 @@ fn pin(cpus: &[usize]) {
 #[test]
 fn a_new_clients_packets_reach_the_zone_on_their_cpu() {
     let opts = ListenOptions::default();
-    let first = bind_udp_reuseport("127.0.0.1:0".parse().unwrap(), &opts).unwrap();
-    let addr = first.local_addr().unwrap();
-    let socks: Vec<UdpSocket> = std::iter::once(first)
-        .chain((1..3).map(|_| bind_udp_reuseport(addr, &opts).unwrap()))
-        .collect();
-    for s in &socks {
-        s.set_nonblocking(true).unwrap();
-    }
+    let (addr, socks) = three_zones(&opts);
     let refs: Vec<&UdpSocket> = socks.iter().collect();
     // Zones 0 and 1 on two of the CPUs this test may use (one, on a machine of one); zone 2
     // on none.
