@@ -180,3 +180,13 @@ if [ ! -x "$ROOT/tools/bin/pebble" ] || [ ! -x "$ROOT/tools/bin/pebble-challtest
     echo "install-deps: no Go of 1.21 or later: pebble is not built; tests/test_acme.py skips (fails under CI)" >&2
   fi
 fi
+
+# bench/h3load, quic-go's HTTP/3 client (tests/test_h3*.py and bench/h3.py build it where
+# they run): its modules are fetched here, once, so that those builds need no network.
+H3LOAD_GO=${GO:-$(find_go)}
+if [ -n "$H3LOAD_GO" ] && [ -x "$H3LOAD_GO" ]; then
+  (cd "$ROOT/bench/h3load" && "$H3LOAD_GO" mod download) \
+    || echo "install-deps: the quic-go modules of bench/h3load could not be fetched; its first build fetches them" >&2
+else
+  echo "install-deps: no Go: bench/h3load (the quic-go client) is not built; its tests skip (fail under CI)" >&2
+fi
