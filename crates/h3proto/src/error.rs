@@ -77,6 +77,11 @@ impl ErrorCode {
         }
     }
 
+    /// Its place in [`ErrorCode::ALL`] (a counter per code).
+    pub fn index(self) -> usize {
+        ErrorCode::ALL.iter().position(|&c| c == self).unwrap_or(0)
+    }
+
     /// The name the RFCs give it (logs, metrics labels).
     pub fn name(self) -> &'static str {
         match self {

@@ -48,6 +48,11 @@ impl Closed {
         Closed::Other,
     ];
 
+    /// Its place in [`Closed::ALL`] (`QuicCounters::closed_by`).
+    pub fn index(self) -> usize {
+        Closed::ALL.iter().position(|&c| c == self).unwrap_or(0)
+    }
+
     /// Its `reason` label on /metrics.
     pub fn label(self) -> &'static str {
         match self {
@@ -71,8 +76,7 @@ pub struct QuicCounters {
     pub accepted: AtomicU64,
     pub retried: AtomicU64,
     pub refused: AtomicU64,
-    /// Connections closed (drained): all, and by why ([`Closed`]).
-    pub closed: AtomicU64,
+    /// Connections closed (drained), by why ([`Closed`]).
     pub closed_by: [AtomicU64; Closed::ALL.len()],
     /// Connections ringx closed with an HTTP/3 or QPACK error, by its code (in the order of
     /// `ringx_h3proto::ErrorCode::ALL`): the header, QPACK and frame limits.
@@ -120,6 +124,16 @@ pub struct QuicCounters {
     pub paths_learned: AtomicU64,
     pub paths_used: AtomicU64,
     pub paths_forgotten: AtomicU64,
+}
+
+impl QuicCounters {
+    /// Connections closed, for whatever reason.
+    pub fn closed_total(&self) -> u64 {
+        self.closed_by
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .sum()
+    }
 }
 
 /// Renders the QUIC families of the zones' counters `zc` (in zone order).

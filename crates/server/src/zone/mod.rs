@@ -37,6 +37,8 @@ pub use client::Client;
 use client::{dispatch_data, start_h2};
 pub use ctl::{ReloadMsg, ZoneCtl, ZoneEvent, ZoneMsg, CMD_DRAIN};
 use listeners::Listeners;
+/// The index of a connection's `base.listener` when its address is no longer served.
+pub use listeners::NO_ROUTE;
 
 /// A role callback's view of the zone (`Cx`), borrowing only the fields it needs, so the
 /// zone's other fields (its UDP sessions) stay usable beside it.

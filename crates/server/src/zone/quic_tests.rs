@@ -162,7 +162,7 @@ fn the_zone_wakes_by_each_quic_deadline_and_a_silent_connection_closes_at_its_id
     // the client's acknowledgement clears, key discard, the idle timeout, must find the zone
     // awake by then. Walk the zone's clock from one timer turn to the next.
     let mut turns = 0;
-    while quic.closed.load(Relaxed) == 0 {
+    while quic.closed_total() == 0 {
         let due: Option<Instant> = h.z.quic.earliest_deadline();
         let planned = h.t.next_timer();
         if let Some(d) = due {
@@ -237,7 +237,7 @@ fn a_connection_the_client_closes_drains_without_an_answer() {
     );
     // The connection drains (three PTOs) and goes, still silent.
     let mut turns = 0;
-    while quic.closed.load(Relaxed) == 0 {
+    while quic.closed_total() == 0 {
         let Some(p) = h.t.next_timer() else {
             panic!("no timer turn is planned and the closed connection is still there");
         };
@@ -464,10 +464,10 @@ fn a_known_path_whose_handshake_times_out_is_forgotten() {
     let counters = h.counters.clone();
     let quic = &counters.quic;
     walk_path(&mut h, &mut cl, (&mut sizes, 0), IDLE * 3, |h| {
-        h.counters.quic.closed.load(Relaxed) > 0
+        h.counters.quic.closed_total() > 0
     });
     assert!(!cl.connected);
-    assert_eq!(quic.closed.load(Relaxed), 1, "the connection timed out");
+    assert_eq!(quic.closed_total(), 1, "the connection timed out");
     assert_eq!(quic.paths_forgotten.load(Relaxed), 1);
     assert_eq!(h.z.quic.known_paths().start(ip, h.t.now()), None);
 }

@@ -14,7 +14,7 @@ use quinn_proto::{
     StreamEvent, StreamId, Transmit, VarInt,
 };
 use ringx_engine::{ConnId, Io, ListenerId, SendTo};
-use ringx_h3proto::{ConnError, ErrorCode, Limits, Uni};
+use ringx_h3proto::{ConnError, Limits, Uni};
 
 use super::path_size::PathWatch;
 use super::stream::{H3Stream, Parked};
@@ -448,10 +448,7 @@ impl H3Conn {
             return;
         }
         self.closed.get_or_insert(Closed::Http3Error);
-        let errors = &cx.ctx.log.counters.quic.h3_errors;
-        if let Some(i) = ErrorCode::ALL.iter().position(|&c| c == e.code) {
-            bump(&errors[i], 1);
-        }
+        bump(&cx.ctx.log.counters.quic.h3_errors[e.code.index()], 1);
         let code = VarInt::from_u64(e.code.code()).unwrap_or_default();
         self.quic
             .close(cx.io.now(), code, Bytes::from_static(e.msg.as_bytes()));

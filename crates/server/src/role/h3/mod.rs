@@ -357,12 +357,7 @@ impl Quic {
             }
             self.free.push(slot);
             let q = &cx.ctx.log.counters.quic;
-            bump(&q.closed, 1);
-            let why = closed.unwrap_or(Closed::Other);
-            bump(
-                &q.closed_by[Closed::ALL.iter().position(|&c| c == why).unwrap_or(0)],
-                1,
-            );
+            bump(&q.closed_by[closed.unwrap_or(Closed::Other).index()], 1);
             q.connections.store(self.by_handle.len() as u64, Relaxed);
             self.gone_from(cx, listener);
             if cx.ctx.drained(cx.io, self.by_handle.len()) {

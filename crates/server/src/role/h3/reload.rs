@@ -14,10 +14,7 @@ use ringx_engine::ListenerId;
 
 use super::Quic;
 use crate::ctx::Cx;
-
-/// The index a connection's `base.listener` takes when its address is no longer served
-/// (as `zone::listeners::NO_ROUTE`).
-const NO_ROUTE: u32 = u32::MAX;
+use crate::zone::NO_ROUTE;
 
 impl Quic {
     /// The reload closes UDP listener `listener` (its address is no longer served): true when
