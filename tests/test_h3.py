@@ -602,6 +602,48 @@ def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
         up.close()
 
 
+def udp_sockets(port: int) -> int:
+    """How many UDP sockets of this network namespace are bound to 127.0.0.1:`port`."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/udp") as f:
+        return sum(line.split()[1] == want for line in f.readlines()[1:])
+
+
+def test_http3_given_back_while_its_old_connections_drain(ringx, tmp_path):
+    """`quic = true` taken off the server while four HTTP/3 downloads of 1 MB come from a slow
+    upstream (2 s), over two zones, and put back before they end: the second reload applies,
+    the draining connections move to the new sockets and finish byte-exact, a new
+    connection is served by the new configuration, and the old sockets close, leaving one
+    per zone."""
+    import time
+    up = UpstreamServer("slow")
+    loc = f'  proxy_pass = "http://{up.addr}"\n'
+    p, ca, cfg = quic_server(tmp_path, loc)
+    cfg = cfg.replace("zones = 1", "zones = 2")
+    v = '  [[server.location]]\n  path = "/v"\n  return = {{ status = 200, body = "{}" }}\n'
+    srv = ringx.make(cfg + v.format("one"))
+    try:
+        assert udp_sockets(p) == 2
+        threads, got = downloads_in_flight(p, ca, up, 4)
+        reload_with(srv, (cfg + v.format("off")).replace("quic = true", "quic = false"))
+        reload_with(srv, cfg + v.format("two"))
+        (r,) = h3_client.get(p, ["/v"], cafile=ca)
+        assert bytes(r.body) == b"two"
+        for t in threads:
+            t.join(30)
+        want = pattern(50000) * 20
+        assert [[(r.status, bytes(r.body) == want, r.goaway) for r in got.get(i, [])]
+                for i in range(4)] == [[(200, True, 4)]] * 4, srv.log()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and udp_sockets(p) != 2:
+            time.sleep(0.02)
+        assert udp_sockets(p) == 2, "the draining sockets stayed open beside the new ones"
+        (r,) = h3_client.get(p, ["/v"], cafile=ca)
+        assert bytes(r.body) == b"two"
+    finally:
+        up.close()
+
+
 def test_a_connection_kept_through_a_reload_stays_with_its_server(ringx, tmp_path):
     """A reload that puts a new server on another address before the QUIC one (its address
     takes the first index in the routes): a connection opened before it is routed by the new

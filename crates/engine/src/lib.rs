@@ -105,6 +105,7 @@ mod io;
 mod listen;
 mod listener;
 pub mod locality;
+mod own_sockets;
 mod pool;
 mod prefetch;
 mod run;

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::own_sockets::udp_held_only_by_us;
+
 /// Options for [`bind_reuseport`].
 #[derive(Clone, Debug)]
 pub struct ListenOptions {
@@ -65,10 +67,16 @@ pub fn ensure_unclaimed(addr: SocketAddr) -> io::Result<()> {
     probe_unclaimed(addr, Kind::Tcp)
 }
 
-/// Fails with `AddrInUse` when a UDP socket is already bound to `addr`: the same check as
-/// [`ensure_unclaimed`], for datagram listeners.
+/// Fails with `AddrInUse` when a UDP socket of another process is already bound to `addr`:
+/// the same check as [`ensure_unclaimed`], for datagram listeners. Sockets of this process's
+/// own do not count: a QUIC listener a reload removed stays open while its connections drain,
+/// and a reload that serves the address again binds beside it (`own_sockets.rs`). Start-up
+/// ([`await_unclaimed_udp`]) holds none yet, and counts every holder.
 pub fn ensure_unclaimed_udp(addr: SocketAddr) -> io::Result<()> {
-    probe_unclaimed(addr, Kind::Udp)
+    match probe_unclaimed(addr, Kind::Udp) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse && udp_held_only_by_us(addr) => Ok(()),
+        r => r,
+    }
 }
 
 /// How long start-up waits for an address to be released ([`await_unclaimed`]).
@@ -399,6 +407,22 @@ mod tests {
             "our own listener counts too: probe first"
         );
         drop(ours);
+    }
+
+    /// A UDP address only this process holds (a QUIC listener that drains after a reload
+    /// removed it) is not another process's: a reload that serves it again binds beside it.
+    #[test]
+    fn a_udp_port_only_we_hold_is_not_refused() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let ours = bind_udp_reuseport(any, &ListenOptions::default()).unwrap();
+        let addr = ours.local_addr().unwrap();
+        if std::fs::metadata("/proc/net/udp").is_err() {
+            eprintln!("skipped: no /proc/net/udp here to tell whose sockets hold a port");
+            return;
+        }
+        ensure_unclaimed_udp(addr).unwrap();
+        drop(ours);
+        ensure_unclaimed_udp(addr).unwrap();
     }
 
     /// A restart finds its port held by the sockets of the process it replaces for a few

@@ -26,6 +26,7 @@ use crate::ctx::Cx;
 use crate::role::http1::{Phase, DRAIN_IDLE_GRACE};
 use crate::role::upstream::{UpEvent, UpState};
 use crate::role::ClientRole;
+use crate::route::UdpServes;
 use crate::upstream::pools::ZonePools;
 
 /// How often a zone looks whether retired upstream state is still in use.
@@ -186,10 +187,20 @@ impl Zone {
                 }
             }
         }
+        // HTTP/3 given back to an address whose QUIC listener still drains: (old, new).
+        let mut taken = Vec::new();
         for (id, (addr, sock)) in listeners.into_iter().enumerate() {
             let udp = sock.is_udp();
             let got = io.add_listener(sock);
             debug_assert_eq!(got.0 as usize, l.addrs.len(), "listener {id}");
+            let draining = (0..l.addrs.len()).find(|&o| {
+                l.udp[o] && l.closed[o] && l.addrs[o] == addr && {
+                    self.quic.retiring(ListenerId(o as u32)).is_some()
+                }
+            });
+            if let (true, Some(old)) = (udp, draining) {
+                taken.push((ListenerId(old as u32), got));
+            }
             l.push(addr, udp);
         }
         l.remap(&routes);
@@ -274,6 +285,16 @@ impl Zone {
             },
             &replaced.listen,
         );
+        for (old, new) in taken {
+            let serves = self
+                .listeners
+                .udp_route(new)
+                .and_then(|r| self.ctx.routes.udp_serves.get(r as usize));
+            if let Some(&UdpServes::Quic { listen }) = serves {
+                self.quic.take_over(old, new, listen);
+                io.close_listener(old);
+            }
+        }
         tracing::debug!(zone = self.ctx.id, generation, "configuration reloaded");
         let _ = self.events.send(ZoneEvent::Reloaded {
             zone: self.ctx.id,

@@ -6,10 +6,14 @@
 //! `quic = true` no more) is sent GOAWAY: the requests it sent are answered, then it closes,
 //! as an HTTP/2 connection on a removed address does. Its UDP socket, which the routes no
 //! longer name, stays open for it (and the steering keeps bringing its packets to this
-//! zone) until the last such connection has closed; a new connection there is refused.
+//! zone) until the last such connection has closed; a new connection there is refused. A
+//! later reload that serves the address over HTTP/3 again before then binds new sockets
+//! beside it, and the new listener takes over the old one's connections ([`Quic::take_over`]).
 
 use std::net::SocketAddr;
+use std::sync::Weak;
 
+use quinn_proto::ConnectionHandle;
 use ringx_engine::ListenerId;
 
 use super::Quic;
@@ -80,6 +84,45 @@ impl Quic {
             if retiring || now.is_none() {
                 c.drain();
                 self.drive(cx, slot);
+            }
+        }
+    }
+
+    /// HTTP/3 given back to the address of retiring listener `old` while its connections
+    /// drain: the reload's new listener `new` there (serving `routes.listen[tcp]`) takes over
+    /// its endpoint and connections, whose packets the new sockets' steering brings to it
+    /// from now on (it replaced the old sockets' program in their reuseport group). Their
+    /// GOAWAY has gone: they still end once their requests are answered. New connections
+    /// are accepted there again, under the new configuration (made on the next datagram).
+    /// The old socket is the caller's to close.
+    pub fn take_over(&mut self, old: ListenerId, new: ListenerId, tcp: u32) {
+        let Some(mut l) = self
+            .listeners
+            .get_mut(old.0 as usize)
+            .and_then(Option::take)
+        else {
+            return;
+        };
+        l.retiring = false;
+        l.tcp = tcp;
+        l.routes = Weak::new();
+        let i = new.0 as usize;
+        if self.listeners.len() <= i {
+            self.listeners.resize_with(i + 1, || None);
+        }
+        self.listeners[i] = Some(l);
+        let moved: Vec<(ConnectionHandle, u32)> = self
+            .by_handle
+            .iter()
+            .filter(|((l, _), _)| *l == old.0)
+            .map(|(&(_, h), &slot)| (h, slot))
+            .collect();
+        for (h, slot) in moved {
+            self.by_handle.remove(&(old.0, h));
+            self.by_handle.insert((new.0, h), slot);
+            if let Some(c) = self.conns[slot as usize].as_mut() {
+                c.listener = new;
+                c.base.listener = tcp;
             }
         }
     }
