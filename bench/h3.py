@@ -23,6 +23,12 @@ and per TLS record (`openssl speed -aead`). ringx-h3 is reported against the UDP
 ringx-h2 against the TCP floor: how far each protocol stack is from what its transport
 allows, beside how far h3 is from h2.
 
+And the QUIC library's own share, in memory with no I/O (crates/quic/benches/transfer.rs):
+`lib-quic` is quinn-proto through ringx-quic's configuration sending the same 1 MB in
+GSO-sized batches, the server's calls timed; `lib-quiche` the same download on cloudflare's
+quiche (bench/quiche_transfer), the other library issue 38 names. A library's row plus
+`floor-udp` is what ringx-h3 would cost on it with nothing of its own.
+
 The 1 MB upload gets one the other way: `floor-udp` is a sink that receives with UDP_GRO and
 acknowledges as often as ringx-h3 did, sent datagrams of the size and in the GSO batches
 ringx-h3 received in the same round (its `ringx_quic_datagrams_total`, `_bytes_total` and
@@ -146,6 +152,16 @@ WORKLOADS = {
 # and TLS 1.3 over TCP (rustls), the server's calls timed; run on the server's CPU in each
 # round of 64_new.
 LIB_HANDSHAKE = {"lib-quic": "quic", "lib-tls-tcp": "tls-tcp"}
+# The library's share of the 1 MB download (crates/quic/benches/transfer.rs): 1 MB over one
+# QUIC stream in memory, no I/O or HTTP, quinn-proto through ringx-quic's configuration in
+# GSO-sized batches, the server's calls timed; `lib-quic` in each round of 1m, on the
+# server's CPU. With the UDP floor (the kernel's part of moving the same datagrams) it bounds
+# from below what ringx-h3 can cost on this QUIC library.
+LIB_TRANSFER = "lib-quic"
+# The same download on cloudflare's quiche (bench/quiche_transfer, outside the workspace: it
+# builds BoringSSL with cmake): `lib-quiche` beside `lib-quic` in each round of 1m, what the
+# other QUIC library issue 38 names would cost the server in its place.
+LIB_QUICHE = "lib-quiche"
 # The TCP peers that 64_new loads with h3load over TLS on TCP (`-proto`), by what they speak.
 NEW_TCP = {"ringx-h2": "h2", "ringx-h1": "h1"}
 # Per KB rather than per request: the bulk transfers.
@@ -168,13 +184,13 @@ def h3load_binary(work):
     return out
 
 
-def handshake_binary():
-    """crates/quic/benches/handshake.rs built (cargo bench --no-run); None with why printed."""
+def yardstick_binary(name):
+    """crates/quic/benches/`name`.rs built (cargo bench --no-run); None with why printed."""
     r = lib.sh(["cargo", "bench", "-p", "ringx-quic",
-                "--bench", "handshake", "--no-run"], cwd=lib.ROOT)
-    m = re.search(r"\((\S+/deps/handshake-[0-9a-f]+)\)", r.stdout + r.stderr)
+                "--bench", name, "--no-run"], cwd=lib.ROOT)
+    m = re.search(rf"\((\S+/deps/{name}-[0-9a-f]+)\)", r.stdout + r.stderr)
     if r.returncode != 0 or not m:
-        print(f"bench/h3: building the handshake yardstick failed: {(r.stdout + r.stderr)[-600:]}")
+        print(f"bench/h3: building the {name} yardstick failed: {(r.stdout + r.stderr)[-600:]}")
         return None
     return m.group(1) if os.path.isabs(m.group(1)) else os.path.join(lib.ROOT, m.group(1))
 
@@ -186,6 +202,29 @@ def lib_handshake(binary):
     if not m:
         raise RuntimeError(f"bench/h3: the handshake yardstick's output not understood: {out[-400:]}")
     return {"lib-tls-tcp": float(m.group(1)), "lib-quic": float(m.group(2))}
+
+
+def quiche_binary():
+    """bench/quiche_transfer built (cargo build --release there); None with why printed."""
+    d = os.path.join(lib.BENCH, "quiche_transfer")
+    r = lib.sh(["cargo", "build", "--release", "--quiet"], cwd=d)
+    out = os.path.join(d, "target", "release", "quiche-transfer")
+    if r.returncode != 0 or not os.access(out, os.X_OK):
+        print(f"bench/h3: building bench/quiche_transfer failed (quiche builds BoringSSL with "
+              f"cmake; scripts/install-deps.sh installs it), lib-quiche left out: "
+              f"{(r.stdout + r.stderr)[-600:]}")
+        return None
+    return out
+
+
+def lib_transfer(binary, name):
+    """ns per KB of the server's calls in a 1 MB QUIC download, in memory (one round of 64),
+    by the yardstick `binary` whose output names the library `name` (quic, quiche)."""
+    out = lib.sh(["taskset", "-c", lib.SERVER_CPU, binary, "1"]).stdout
+    m = re.search(rf"ns per KB: {name} (\d+)", out)
+    if not m:
+        raise RuntimeError(f"bench/h3: the transfer yardstick's output not understood: {out[-400:]}")
+    return float(m.group(1))
 
 
 class Server:
@@ -509,7 +548,9 @@ def main():
     h3bin = h3load_binary(work)
     if not h3bin:
         sys.exit(1)
-    hs_bin = handshake_binary() if "64_new" in workloads else None
+    hs_bin = yardstick_binary("handshake") if "64_new" in workloads else None
+    tr_bin = yardstick_binary("transfer") if "1m" in workloads else None
+    qc_bin = quiche_binary() if "1m" in workloads else None
     c, k = os.path.join(work, "ec.pem"), os.path.join(work, "ec.key")
     lib.sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
             "-nodes", "-keyout", k, "-out", c, "-days", "30", "-subj", f"/CN={SNI}",
@@ -525,10 +566,12 @@ def main():
                        name="veth, receive work on the receiver's CPU (RPS)"
                        + ("; UDP segmentation offload off on the server's end"
                           if args.no_uso else ""))
-        run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, (c, k), rows)
-    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL, *LIB_HANDSHAKE],
+        run_rounds(args, rounds, secs, workloads, work, h3bin, (hs_bin, tr_bin, qc_bin), (c, k),
+                   rows)
+    summary = lib.summarise(rows, workloads, [*PEERS, *SEALS, SEAL_SMALL, *LIB_HANDSHAKE,
+                                              LIB_QUICHE],
                             bases=("caddy", "ringx-h2", "ringx-h2-apart", "ringx-h3", *FLOORS, FLOOR_IRQ,
-                                   "lib-tls-tcp"))
+                                   "lib-tls-tcp", LIB_TRANSFER))
     caddy_v = lib.sh(["caddy", "version"]).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "mode": "quick" if args.quick else "full",
               "h3_client": "batch" if args.batch else "stream", "network": NET["name"],
@@ -536,7 +579,8 @@ def main():
               "machine": lib.machine(),
               "versions": {**lib.versions(), "caddy": caddy_v,
                            "h2load": lib.sh(["h2load", "--version"]).stdout.strip(),
-                           "h3load": "bench/h3load (quic-go, see its go.mod)"},
+                           "h3load": "bench/h3load (quic-go, see its go.mod)",
+                           "quiche": "bench/quiche_transfer (see its Cargo.lock)"},
               "load_before": os.getloadavg(), "host_speed_before": speed0,
               "host_speed_after": lib.host_speed(3), "workloads": workloads, "rows": rows,
               "summary": summary}
@@ -564,8 +608,11 @@ def tidy(work, rows, run):
     print(f"bench/h3: {why}; its servers' and clients' logs are kept in {work}", flush=True)
 
 
-def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
-    """Every round: each workload, its peers alternated; the rows go into `rows`."""
+def run_rounds(args, rounds, secs, workloads, work, h3bin, yardsticks, cert, rows):
+    """Every round: each workload, its peers alternated; the rows go into `rows`.
+    `yardsticks`: the handshake's and the transfers' (quinn-proto, quiche) binaries (None
+    where not run)."""
+    hs_bin, tr_bin, qc_bin = yardsticks
     for rnd in range(rounds):
         for wl in workloads:
             h3_rate, h3row, apart_rate = None, None, None
@@ -621,6 +668,16 @@ def run_rounds(args, rounds, secs, workloads, work, h3bin, hs_bin, cert, rows):
                     ns = seal_cost(size)
                     rows.append({"peer": name, "workload": wl, "round": rnd, "cpu_ns_per_kb": ns})
                     print(f"bench/h3 round {rnd} {wl} {name}: {ns or 0:.0f} ns/KB", flush=True)
+            if wl == "1m":
+                for name, binary, lib_name in ((LIB_TRANSFER, tr_bin, "quic"),
+                                               (LIB_QUICHE, qc_bin, "quiche")):
+                    if not binary:
+                        continue
+                    ns = lib_transfer(binary, lib_name)
+                    rows.append({"peer": name, "workload": wl, "round": rnd,
+                                 "cpu_ns_per_kb": ns})
+                    print(f"bench/h3 round {rnd} {wl} {name}: {ns:.0f} ns/KB, in memory",
+                          flush=True)
             if wl == "64_new" and hs_bin:
                 for name, us in lib_handshake(hs_bin).items():
                     rows.append({"peer": name, "workload": wl, "round": rnd, "cpu_us_per_req": us})
@@ -699,6 +756,17 @@ def report(summary, workloads):
             if seal and h2:
                 print(f"    UDP floor + sealing per packet ({seal['median']:.0f} ns/KB): "
                       f"{(fu['median'] + seal['median']) / h2['median']:.2f}x ringx-h2")
+            if lq and h2 and wl == "1m":
+                print(f"    the QUIC library alone, in memory ({LIB_TRANSFER}): "
+                      f"{lq['median']:.0f} ns/KB; with the UDP floor "
+                      f"{(fu['median'] + lq['median']) / h2['median']:.2f}x ringx-h2; ringx-h3 "
+                      f"adds {cpu.get('median', 0) - fu['median'] - lq['median']:.0f} ns/KB "
+                      f"to the two")
+                qc = summary[wl].get(LIB_QUICHE, {}).get(key, {})
+                if qc:
+                    print(f"    quiche in its place ({LIB_QUICHE}): {qc['median']:.0f} ns/KB, "
+                          f"{qc.get('ratio_to_lib-quic', 0):.2f}x quinn-proto's; with the UDP "
+                          f"floor {(fu['median'] + qc['median']) / h2['median']:.2f}x ringx-h2")
 
 
 if __name__ == "__main__":

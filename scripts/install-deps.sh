@@ -55,6 +55,8 @@ have gtlsclient || need_apt+=(ngtcp2-client)
 # caddy: the HTTP/3 benchmark's peer (bench/h3.py); its load client bench/h3load is built
 # there with Go.
 have caddy || need_apt+=(caddy)
+# cmake: bench/quiche_transfer's quiche builds BoringSSL (bench/h3.py's lib-quiche row).
+have cmake || need_apt+=(cmake)
 # Go builds h2spec and pebble (below); ensure_go installs it when missing or too old.
 
 if [ ${#need_apt[@]} -gt 0 ]; then
