@@ -356,6 +356,17 @@ def downloads_in_flight(p, ca, up, n):
     return threads, got
 
 
+def finished_after_goaway(threads, got, srv) -> None:
+    """Waits for the downloads of `downloads_in_flight` and checks that each came whole and
+    byte-exact after a GOAWAY, which names the first request stream it will not serve: the
+    one after stream 0."""
+    for t in threads:
+        t.join(30)
+    want = pattern(50000) * 20
+    assert [[(r.status, bytes(r.body) == want, r.goaway) for r in got.get(i, [])]
+            for i in range(len(threads))] == [[(200, True, 4)]] * len(threads), srv.log()
+
+
 def reload_with(srv, text: str) -> None:
     """Writes `text` as `srv`'s configuration, sends SIGHUP and waits until every zone has
     applied it."""
@@ -546,14 +557,16 @@ def test_reload_lets_downloads_in_flight_finish(ringx, tmp_path):
         up.close()
 
 
+def udp_sockets(port: int) -> int:
+    """How many UDP sockets of this network namespace are bound to 127.0.0.1:`port`."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/udp") as f:
+        return sum(line.split()[1] == want for line in f.readlines()[1:])
+
+
 def udp_bound(port: int) -> bool:
     """Whether a UDP socket of this network namespace is bound to 127.0.0.1:`port`."""
-    want = f"0100007F:{port:04X}"
-    for path in ("/proc/net/udp",):
-        with open(path) as f:
-            if any(line.split()[1] == want for line in f.readlines()[1:]):
-                return True
-    return False
+    return udp_sockets(port) > 0
 
 
 def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
@@ -582,12 +595,7 @@ def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
         r = c.getresponse()
         assert (r.status, r.read(), r.getheader("alt-svc")) == (200, b"v", None)
         c.close()
-        for t in threads:
-            t.join(30)
-        want = pattern(50000) * 20
-        # GOAWAY names the first request stream it will not serve: the one after stream 0.
-        assert [[(r.status, bytes(r.body) == want, r.goaway) for r in got.get(i, [])]
-                for i in range(4)] == [[(200, True, 4)]] * 4, srv.log()
+        finished_after_goaway(threads, got, srv)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and udp_bound(p):
             time.sleep(0.02)
@@ -600,13 +608,6 @@ def test_reload_that_ends_http3_on_an_address_sends_goaway(ringx, tmp_path):
         assert sum(closed) == total(m, "ringx_quic_closed_total") == 4, m
     finally:
         up.close()
-
-
-def udp_sockets(port: int) -> int:
-    """How many UDP sockets of this network namespace are bound to 127.0.0.1:`port`."""
-    want = f"0100007F:{port:04X}"
-    with open("/proc/net/udp") as f:
-        return sum(line.split()[1] == want for line in f.readlines()[1:])
 
 
 def test_http3_given_back_while_its_old_connections_drain(ringx, tmp_path):
@@ -629,11 +630,7 @@ def test_http3_given_back_while_its_old_connections_drain(ringx, tmp_path):
         reload_with(srv, cfg + v.format("two"))
         (r,) = h3_client.get(p, ["/v"], cafile=ca)
         assert bytes(r.body) == b"two"
-        for t in threads:
-            t.join(30)
-        want = pattern(50000) * 20
-        assert [[(r.status, bytes(r.body) == want, r.goaway) for r in got.get(i, [])]
-                for i in range(4)] == [[(200, True, 4)]] * 4, srv.log()
+        finished_after_goaway(threads, got, srv)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and udp_sockets(p) != 2:
             time.sleep(0.02)

@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+// The timing of crates/quic/benches/transfer.rs, so the two libraries are timed alike.
+#[path = "../../../crates/quic/benches/support/clock.rs"]
+mod clock;
+use clock::Clock;
+
 const SERVER: &str = "127.0.0.1:4433";
 const CLIENT: &str = "127.0.0.1:50000";
 const BODY: usize = 1 << 20;
@@ -63,19 +68,6 @@ impl quiche::BufFactory for Shared {
 }
 
 type Conn = quiche::Connection<Shared>;
-
-/// Time spent in the server's calls.
-#[derive(Default)]
-struct Clock(Duration);
-
-impl Clock {
-    fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
-        let t0 = Instant::now();
-        let out = f();
-        self.0 += t0.elapsed();
-        out
-    }
-}
 
 /// A self-signed certificate for `localhost` in a directory of its own: (cert, key) paths.
 fn certificate() -> (PathBuf, PathBuf) {

@@ -26,26 +26,17 @@ use quinn_proto::{
 };
 use ringx_quic::{endpoint_config, for_quic, server_config, Keys, Limits, Owner};
 
+#[path = "support/clock.rs"]
+mod clock;
 #[path = "../tests/common/mod.rs"]
 mod common;
+
+use clock::Clock;
 
 const SERVER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4433);
 const CLIENT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50000);
 /// Handshakes per round, and rounds (the median is printed).
 const EACH: u32 = 400;
-
-/// Time spent in the server's calls.
-#[derive(Default)]
-struct Clock(Duration);
-
-impl Clock {
-    fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
-        let t0 = Instant::now();
-        let out = f();
-        self.0 += t0.elapsed();
-        out
-    }
-}
 
 /// The TLS configurations of both sides with `alpn`, the server choosing the suite as
 /// ringx-tls's does.

@@ -38,8 +38,12 @@ use ringx_quic::{
     endpoint_config, for_quic, known_path_config, server_config, Keys, Limits, Owner,
 };
 
+#[path = "support/clock.rs"]
+mod clock;
 #[path = "../tests/common/mod.rs"]
 mod common;
+
+use clock::Clock;
 
 const SERVER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4433);
 const CLIENT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50000);
@@ -52,19 +56,6 @@ const MTU: u16 = 1452;
 const SEGMENTS: usize = 44;
 /// The pieces the zone hands a response's body over in.
 const PIECE: usize = 64 << 10;
-
-/// Time spent in the server's calls.
-#[derive(Default)]
-struct Clock(Duration);
-
-impl Clock {
-    fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
-        let t0 = Instant::now();
-        let out = f();
-        self.0 += t0.elapsed();
-        out
-    }
-}
 
 /// A client and a server connection over one in-memory path.
 struct Pair {
@@ -148,21 +139,7 @@ impl Pair {
     /// taken in whole before the client answers. False: nothing moved.
     fn step(&mut self, clock: &mut Clock) -> bool {
         let now = Instant::now();
-        let mut moved = false;
-        while let Some(t) = self.c.poll_transmit(now, 1, &mut self.buf) {
-            moved = true;
-            let d = BytesMut::from(&self.buf[..t.size]);
-            self.buf.clear();
-            let (server, s, buf) = (&mut self.server, &mut self.s, &mut self.buf);
-            clock.time(|| {
-                if let Some(DatagramEvent::ConnectionEvent(_, ev)) =
-                    server.handle(now, CLIENT, None, None, d, buf)
-                {
-                    s.handle_event(ev);
-                }
-                buf.clear();
-            });
-        }
+        let mut moved = self.client_to_server(now, clock);
         let mut batches: Vec<(Vec<u8>, usize)> = Vec::new();
         let (server, s, sh, spares) = (&mut self.server, &mut self.s, self.sh, &mut self.spares);
         clock.time(|| {
@@ -201,21 +178,29 @@ impl Pair {
                 }
             }
             // The client's acknowledgement of the batch goes out before the next one comes.
-            while let Some(t) = self.c.poll_transmit(now, 1, &mut self.buf) {
-                let d = BytesMut::from(&self.buf[..t.size]);
-                self.buf.clear();
-                let (server, s, buf) = (&mut self.server, &mut self.s, &mut self.buf);
-                clock.time(|| {
-                    if let Some(DatagramEvent::ConnectionEvent(_, ev)) =
-                        server.handle(now, CLIENT, None, None, d, buf)
-                    {
-                        s.handle_event(ev);
-                    }
-                    buf.clear();
-                });
-            }
+            self.client_to_server(now, clock);
         }
         while self.c.poll().is_some() {}
+        moved
+    }
+
+    /// The client's datagrams, each handed to the server at once. False: there were none.
+    fn client_to_server(&mut self, now: Instant, clock: &mut Clock) -> bool {
+        let mut moved = false;
+        while let Some(t) = self.c.poll_transmit(now, 1, &mut self.buf) {
+            moved = true;
+            let d = BytesMut::from(&self.buf[..t.size]);
+            self.buf.clear();
+            let (server, s, buf) = (&mut self.server, &mut self.s, &mut self.buf);
+            clock.time(|| {
+                if let Some(DatagramEvent::ConnectionEvent(_, ev)) =
+                    server.handle(now, CLIENT, None, None, d, buf)
+                {
+                    s.handle_event(ev);
+                }
+                buf.clear();
+            });
+        }
         moved
     }
 
