@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 // The timing of crates/quic/benches/transfer.rs, so the two libraries are timed alike.
-#[path = "../../../crates/quic/benches/support/clock.rs"]
-mod clock;
-use clock::Clock;
+#[path = "../../../crates/quic/benches/support/yardstick.rs"]
+mod yardstick;
+use yardstick::{median, rounds, Clock};
 
 const SERVER: &str = "127.0.0.1:4433";
 const CLIENT: &str = "127.0.0.1:50000";
@@ -301,10 +301,7 @@ fn download(p: &mut Pair, body: &Bytes, n: usize, first: &mut u64) -> Duration {
 }
 
 fn main() {
-    let rounds = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse::<usize>().ok())
-        .unwrap_or(7);
+    let rounds = rounds();
     let body = Bytes::from((0..BODY).map(|i| (i * 7) as u8).collect::<Vec<u8>>());
     let mut p = Pair::new();
     let mut next = 0u64;
@@ -313,11 +310,10 @@ fn main() {
     let mut q: Vec<f64> = (0..rounds)
         .map(|_| per_kb(download(&mut p, &body, EACH, &mut next)))
         .collect();
-    q.sort_by(f64::total_cmp);
     println!(
         "1 MB download, server side, in memory, ns per KB: quiche {:.0} (median of {rounds} \
          rounds of {EACH} downloads)",
-        q[q.len() / 2]
+        median(&mut q)
     );
     let st = p.s.stats();
     println!(

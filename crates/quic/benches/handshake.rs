@@ -26,12 +26,12 @@ use quinn_proto::{
 };
 use ringx_quic::{endpoint_config, for_quic, server_config, Keys, Limits, Owner};
 
-#[path = "support/clock.rs"]
-mod clock;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/yardstick.rs"]
+mod yardstick;
 
-use clock::Clock;
+use yardstick::{median, rounds, Clock};
 
 const SERVER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4433);
 const CLIENT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50000);
@@ -228,11 +228,7 @@ fn quic(n: u32) -> Duration {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; a number is the rounds.
-    let rounds = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse::<usize>().ok())
-        .unwrap_or(7);
+    let rounds = rounds();
     let (mut t, mut q) = (Vec::new(), Vec::new());
     tcp(EACH / 4);
     quic(EACH / 4);
@@ -241,10 +237,6 @@ fn main() {
         t.push(tcp(EACH).as_secs_f64() * 1e6 / f64::from(EACH));
         q.push(quic(EACH).as_secs_f64() * 1e6 / f64::from(EACH));
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let mut ratios: Vec<f64> = q.iter().zip(&t).map(|(q, t)| q / t).collect();
     let (tm, qm, rm) = (median(&mut t), median(&mut q), median(&mut ratios));
     println!(

@@ -38,12 +38,12 @@ use ringx_quic::{
     endpoint_config, for_quic, known_path_config, server_config, Keys, Limits, Owner,
 };
 
-#[path = "support/clock.rs"]
-mod clock;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/yardstick.rs"]
+mod yardstick;
 
-use clock::Clock;
+use yardstick::{median, rounds, Clock};
 
 const SERVER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4433);
 const CLIENT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50000);
@@ -326,11 +326,7 @@ fn seal(n: usize, payload: usize, header: usize) -> Duration {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; a number is the rounds.
-    let rounds = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse::<usize>().ok())
-        .unwrap_or(7);
+    let rounds = rounds();
     let body = Bytes::from((0..BODY).map(|i| (i * 7) as u8).collect::<Vec<u8>>());
     let mut p = Pair::new();
     quic(&mut p, &body, EACH / 4);
@@ -345,10 +341,6 @@ fn main() {
         sp.push(per_kb(seal(EACH, 1409, 13)));
         sr.push(per_kb(seal(EACH, 16384, 5)));
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let mut over: Vec<f64> = q.iter().zip(&sr).map(|(q, r)| q / r).collect();
     let (qm, pm, rm, om) = (
         median(&mut q),

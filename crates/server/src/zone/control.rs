@@ -193,13 +193,12 @@ impl Zone {
             let udp = sock.is_udp();
             let got = io.add_listener(sock);
             debug_assert_eq!(got.0 as usize, l.addrs.len(), "listener {id}");
-            let draining = (0..l.addrs.len()).find(|&o| {
-                l.udp[o] && l.closed[o] && l.addrs[o] == addr && {
-                    self.quic.retiring(ListenerId(o as u32)).is_some()
-                }
-            });
-            if let (true, Some(old)) = (udp, draining) {
-                taken.push((ListenerId(old as u32), got));
+            if udp {
+                let old = (0..l.addrs.len()).map(|o| ListenerId(o as u32)).find(|&o| {
+                    let i = o.0 as usize;
+                    l.udp[i] && l.addrs[i] == addr && self.quic.retiring(o).is_some()
+                });
+                taken.extend(old.map(|old| (old, got)));
             }
             l.push(addr, udp);
         }
