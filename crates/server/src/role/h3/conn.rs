@@ -163,14 +163,14 @@ impl H3Conn {
             let mut moved = false;
             while let Some(ev) = self.quic.poll() {
                 moved = true;
-                if let Err(e) = self.event(cx, ev) {
-                    self.fail(cx, e);
+                match self.event(cx, ev) {
+                    Ok(n) => served += n,
+                    Err(e) => self.fail(cx, e),
                 }
             }
-            while let Some(ev) = self.h3.poll_event() {
-                moved = true;
-                served += self.request_event(cx, ev);
-            }
+            let n = self.serve_read(cx);
+            moved |= n > 0;
+            served += n;
             self.place_calls(cx);
             self.write_uni();
             self.flush_ready(cx);
@@ -195,17 +195,36 @@ impl H3Conn {
         }
     }
 
-    /// One of quinn-proto's events.
-    fn event(&mut self, cx: &mut Cx, ev: Event) -> Result<(), ConnError> {
+    /// Serves the requests whose heads came complete and sends what their streams have.
+    /// Called after each stream is read, so that a request is done with before the next is
+    /// read: its memory is freed where it was taken, not held across a batch of streams.
+    fn serve_read(&mut self, cx: &mut Cx) -> usize {
+        let mut served = 0;
+        while let Some(ev) = self.h3.poll_event() {
+            served += self.request_event(cx, ev);
+        }
+        if served > 0 {
+            self.flush_ready(cx);
+        }
+        served
+    }
+
+    /// One of quinn-proto's events; returns the requests it served.
+    fn event(&mut self, cx: &mut Cx, ev: Event) -> Result<usize, ConnError> {
+        let mut served = 0;
         match ev {
             Event::HandshakeDataReady => self.hello(cx),
             Event::Connected => self.connected(cx),
             Event::Stream(StreamEvent::Opened { dir }) => {
                 while let Some(id) = self.quic.streams().accept(dir) {
                     self.read(cx, id)?;
+                    served += self.serve_read(cx);
                 }
             }
-            Event::Stream(StreamEvent::Readable { id }) => self.read(cx, id)?,
+            Event::Stream(StreamEvent::Readable { id }) => {
+                self.read(cx, id)?;
+                served += self.serve_read(cx);
+            }
             Event::Stream(StreamEvent::Writable { id }) => self.ready.push(u64::from(id)),
             Event::Stream(StreamEvent::Stopped { id, .. }) => {
                 // The client wants no more of the response: it ends here.
@@ -234,7 +253,7 @@ impl H3Conn {
             }
             Event::DatagramReceived | Event::DatagramsUnblocked => {}
         }
-        Ok(())
+        Ok(served)
     }
 
     /// The handshake is done: our unidirectional streams open.
