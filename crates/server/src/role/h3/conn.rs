@@ -17,6 +17,7 @@ use ringx_engine::{ConnId, Io, ListenerId, SendTo};
 use ringx_h3proto::{ConnError, Limits, Uni};
 
 use super::path_size::PathWatch;
+use super::slab::FrameSlab;
 use super::stream::{H3Stream, Parked};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
@@ -49,6 +50,8 @@ pub(super) struct H3Conn {
     pub(super) streams: HashMap<u64, H3Stream>,
     /// Streams with output waiting for the peer's window (or the first write).
     pub(super) ready: Vec<u64>,
+    /// Where its streams' small frames are made for quinn-proto to keep (`slab.rs`).
+    slab: FrameSlab,
     /// What the pipeline sees of the client: its address, the listener (its TCP twin's index
     /// in `routes.listen`), TLS.
     pub(super) base: Base,
@@ -131,6 +134,7 @@ impl H3Conn {
             uni: None,
             streams: HashMap::new(),
             ready: Vec::new(),
+            slab: FrameSlab::default(),
             base,
             dead: false,
             peer_closed: false,
@@ -416,7 +420,7 @@ impl H3Conn {
                 continue;
             };
             let id = StreamId::from(VarInt::from_u64(n).unwrap_or_default());
-            match s.send(cx, &mut self.quic.send_stream(id)) {
+            match s.send(cx, &mut self.quic.send_stream(id), &mut self.slab) {
                 Ok(false) => {}
                 Ok(true) => {
                     if let Some(s) = self.streams.remove(&n) {

@@ -21,6 +21,7 @@ mod grpc;
 mod path_size;
 mod reload;
 mod serve;
+mod slab;
 mod stream;
 
 use std::collections::HashMap;

@@ -12,6 +12,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use quinn_proto::{SendStream, WriteError};
 
+use super::slab::FrameSlab;
 use crate::compress::file_encoder::FileEncoder;
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
@@ -144,10 +145,15 @@ impl H3Stream {
     /// Writes as much as the stream's window takes, making more of the body as it goes.
     /// Ok(true): the response is all written and the stream finished; Err: it cannot go on
     /// (the file failed, the peer stopped the stream).
-    pub fn send(&mut self, cx: &mut Cx, ss: &mut SendStream<'_>) -> Result<bool, ()> {
+    pub fn send(
+        &mut self,
+        cx: &mut Cx,
+        ss: &mut SendStream<'_>,
+        slab: &mut FrameSlab,
+    ) -> Result<bool, ()> {
         loop {
             if self.unsent.is_empty() && !self.out.is_empty() {
-                self.unsent = Bytes::from(std::mem::take(&mut self.out));
+                self.unsent = slab.take(&mut self.out);
             }
             if !self.unsent.is_empty() {
                 // Until refused: quinn-proto reports the stream writable again only after
