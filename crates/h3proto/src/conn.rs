@@ -327,6 +327,7 @@ impl Conn {
                     frame::check_allowed(k, StreamKind::Control)?;
                 }
                 Read::Frame(k) => self.control_frame(frame::parse_payload(k, r.payload())?)?,
+                Read::Whole(k, p) => self.control_frame(frame::parse_payload(k, p)?)?,
             }
         }
         Ok(())

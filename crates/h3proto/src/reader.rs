@@ -24,6 +24,9 @@ pub(crate) enum Read<'a> {
     Start(u64),
     /// A whole frame of this type: its payload is [`Reader::payload`].
     Frame(u64),
+    /// A whole frame of this type that lay whole in the input: its payload, where it is
+    /// (most HEADERS frames come in one piece, and are then not copied).
+    Whole(u64, &'a [u8]),
     /// DATA payload bytes.
     Data(&'a [u8]),
 }
@@ -135,6 +138,10 @@ impl Reader {
                 }
                 Ok((n - old, Read::Start(h.kind)))
             }
+            State::Whole { kind, len } if self.buf.is_empty() && input.len() >= len => {
+                self.state = State::Header;
+                Ok((len, Read::Whole(kind, &input[..len])))
+            }
             State::Whole { kind, len } => {
                 let take = input.len().min(len - self.buf.len());
                 // Sized once for the whole payload (bounded by the limit checked at its
@@ -185,12 +192,43 @@ mod tests {
                     Read::Nothing => {}
                     Read::Start(k) => out.push(format!("start {k}")),
                     Read::Frame(k) => out.push(format!("frame {k} {:?}", r.payload())),
+                    Read::Whole(k, p) => out.push(format!("frame {k} {p:?}")),
                     Read::Data(d) => out.push(format!("data {d:?}")),
                 }
             }
         }
         assert!(r.at_boundary());
         Ok(out)
+    }
+
+    #[test]
+    fn a_frame_whole_in_the_input_is_handed_over_in_place() {
+        let mut b = Vec::new();
+        frame::write_header(&mut b, kind::HEADERS, 3);
+        b.extend_from_slice(b"abc");
+        let mut r = Reader::new();
+        let (n, read) = r.read(&b, StreamKind::Request, 8, 8).unwrap();
+        assert_eq!(read, Read::Start(kind::HEADERS));
+        let (m, read) = r.read(&b[n..], StreamKind::Request, 8, 8).unwrap();
+        assert_eq!(m, 3);
+        match read {
+            Read::Whole(k, p) => {
+                assert_eq!((k, p), (kind::HEADERS, &b"abc"[..]));
+                assert_eq!(p.as_ptr(), b[n..].as_ptr(), "not copied");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(r.at_boundary());
+        // Cut: collected, then handed over from the reader's buffer.
+        let mut r = Reader::new();
+        let (n, _) = r.read(&b, StreamKind::Request, 8, 8).unwrap();
+        assert_eq!(
+            r.read(&b[n..n + 1], StreamKind::Request, 8, 8).unwrap(),
+            (1, Read::Nothing)
+        );
+        let (_, read) = r.read(&b[n + 1..], StreamKind::Request, 8, 8).unwrap();
+        assert_eq!(read, Read::Frame(kind::HEADERS));
+        assert_eq!(r.payload(), b"abc");
     }
 
     #[test]

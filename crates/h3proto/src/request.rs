@@ -7,6 +7,8 @@
 //! section, and what the stream brings after it, are held (within `max_blocked_bytes`)
 //! until the encoder stream brings the inserts, so the stream's events keep their order.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 use crate::conn::Conn;
@@ -140,8 +142,11 @@ impl Conn {
                         end: false,
                     });
                 }
-                Read::Frame(_) => {
-                    let block = s.reader.take_payload();
+                Read::Frame(_) | Read::Whole(..) => {
+                    let block = match read {
+                        Read::Whole(_, p) => Cow::Borrowed(p),
+                        _ => Cow::Owned(s.reader.take_payload()),
+                    };
                     match self.headers(s, id, block)? {
                         Flow::Go => {}
                         Flow::Discard => return Ok(fin),
@@ -160,12 +165,13 @@ impl Conn {
         Ok(fin)
     }
 
-    /// Decodes a HEADERS frame's section: the request's head, or its trailers.
+    /// Decodes a HEADERS frame's section: the request's head, or its trailers (`block`:
+    /// where the reader found it, or its copy; kept only while the section is blocked).
     fn headers(
         &mut self,
         s: &mut RequestStream,
         id: u64,
-        block: Vec<u8>,
+        block: Cow<'_, [u8]>,
     ) -> Result<Flow, ConnError> {
         let max = self.limits.max_field_section_size;
         if s.phase == Phase::Head {
@@ -217,7 +223,7 @@ impl Conn {
         Ok(Flow::Go)
     }
 
-    fn block(&mut self, s: &mut RequestStream, block: Vec<u8>) -> Result<Flow, ConnError> {
+    fn block(&mut self, s: &mut RequestStream, block: Cow<'_, [u8]>) -> Result<Flow, ConnError> {
         if self.blocked >= self.limits.qpack_blocked_streams {
             return Err(ConnError::new(
                 ErrorCode::QpackDecompressionFailed,
@@ -225,7 +231,7 @@ impl Conn {
             ));
         }
         self.blocked += 1;
-        s.blocked = Some(block);
+        s.blocked = Some(block.into_owned());
         Ok(Flow::Blocked)
     }
 
@@ -292,7 +298,7 @@ impl Conn {
             };
             let block = s.blocked.take().unwrap_or_default();
             self.blocked -= 1;
-            let done = match self.headers(&mut s, id, block)? {
+            let done = match self.headers(&mut s, id, Cow::Owned(block))? {
                 Flow::Blocked => false,
                 Flow::Discard => s.stash_fin,
                 Flow::Go => {
