@@ -414,8 +414,8 @@ impl H3Conn {
 
     /// Sends more of each stream that has output and room for it.
     fn flush_ready(&mut self, cx: &mut Cx) {
-        let ready = std::mem::take(&mut self.ready);
-        for n in ready {
+        let mut ready = std::mem::take(&mut self.ready);
+        for n in ready.drain(..) {
             let Some(s) = self.streams.get_mut(&n) else {
                 continue;
             };
@@ -434,6 +434,11 @@ impl H3Conn {
                     }
                 }
             }
+        }
+        // The list's memory is kept for the next turn: this runs after every stream read
+        // (`serve_read`), and a fresh list each time would be an allocation per request.
+        if self.ready.is_empty() {
+            self.ready = ready;
         }
     }
 
