@@ -18,7 +18,7 @@ use ringx_h3proto::{ConnError, Limits, Uni};
 
 use super::path_size::PathWatch;
 use super::slab::FrameSlab;
-use super::stream::{H3Stream, Parked};
+use super::stream::{Parked, Streams};
 use crate::ctx::base::Base;
 use crate::ctx::Cx;
 use crate::metrics::bump;
@@ -47,7 +47,7 @@ pub(super) struct H3Conn {
     /// Our control, QPACK encoder and decoder streams, once the handshake is done.
     uni: Option<[StreamId; 3]>,
     /// Responses in progress by stream.
-    pub(super) streams: HashMap<u64, H3Stream>,
+    pub(super) streams: Streams,
     /// Streams with output waiting for the peer's window (or the first write).
     pub(super) ready: Vec<u64>,
     /// Where its streams' small frames are made for quinn-proto to keep (`slab.rs`).
@@ -93,6 +93,17 @@ pub(super) struct H3Conn {
     pub(super) path: PathWatch,
 }
 
+/// How a stream's read ended (`H3Conn::read`).
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    /// Nothing more for now.
+    Open,
+    /// The stream's end came.
+    Fin,
+    /// The client reset it.
+    Reset,
+}
+
 /// A connection's packets sent and declared lost, the bytes lost and the congestion
 /// events (quinn-proto's `PathStats`, which only grow).
 #[derive(Clone, Copy, Default, PartialEq)]
@@ -132,7 +143,7 @@ impl H3Conn {
             listener,
             h3: ringx_h3proto::Conn::new(limits),
             uni: None,
-            streams: HashMap::new(),
+            streams: Streams::default(),
             ready: Vec::new(),
             slab: FrameSlab::default(),
             base,
@@ -339,33 +350,38 @@ impl H3Conn {
         let Ok(mut chunks) = rs.read(true) else {
             return Ok(()); // closed already
         };
-        let (mut fin, mut reset) = (false, false);
+        // Each chunk is passed on once the next is known, so that the last goes with the
+        // stream's end: a request that came whole (a GET in one packet) is then read, and
+        // done with, in one step, not left open in the HTTP/3 state for an empty end.
+        let mut last: Option<Bytes> = None;
         let mut result = Ok(());
-        loop {
+        let end = loop {
             match chunks.next(usize::MAX) {
                 Ok(Some(ch)) => {
-                    result = self.h3.feed_bytes(n, &ch.bytes, false);
-                    if result.is_err() {
-                        break;
+                    if let Some(b) = last.replace(ch.bytes) {
+                        result = self.h3.feed_bytes(n, &b, false);
+                        if result.is_err() {
+                            break None;
+                        }
                     }
                 }
-                Ok(None) => {
-                    fin = true;
-                    break;
-                }
-                Err(ReadError::Blocked) => break,
-                Err(ReadError::Reset(_)) => {
-                    reset = true;
-                    break;
-                }
+                Ok(None) => break Some(End::Fin),
+                Err(ReadError::Blocked) => break Some(End::Open),
+                Err(ReadError::Reset(_)) => break Some(End::Reset),
             }
-        }
+        };
         let _ = chunks.finalize();
         result?;
-        if fin {
-            self.h3.feed(n, &[], true)?;
+        let Some(end) = end else {
+            return Ok(());
+        };
+        let fin = end == End::Fin;
+        match last {
+            Some(b) => self.h3.feed_bytes(n, &b, fin)?,
+            None if fin => self.h3.feed(n, &[], true)?,
+            None => {}
         }
-        if reset {
+        if end == End::Reset {
             self.stream_reset(cx, id)?;
         }
         Ok(())

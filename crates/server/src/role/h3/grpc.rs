@@ -10,10 +10,9 @@
 //! cannot go on ends with a gRPC status in trailers, never an error page. The connection
 //! carries out what each event asks ([`CallStep`], in `serve.rs`).
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use super::stream::H3Stream;
+use super::stream::{H3Stream, Streams};
 use crate::ctx::Cx;
 use crate::role::grpc::mux::CallEvent;
 use crate::role::grpc::status::Code;
@@ -91,7 +90,7 @@ impl H3Stream {
 }
 
 /// The stream whose call's owner tag is `sid` (the low 32 bits of its stream id).
-pub(super) fn stream_of(streams: &HashMap<u64, H3Stream>, sid: u32) -> Option<u64> {
+pub(super) fn stream_of(streams: &Streams, sid: u32) -> Option<u64> {
     if streams.contains_key(&u64::from(sid)) {
         return Some(u64::from(sid));
     }

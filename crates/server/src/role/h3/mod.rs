@@ -125,8 +125,9 @@ pub struct Quic {
     conns: Vec<Option<H3Conn>>,
     gens: Vec<u32>,
     free: Vec<u32>,
-    /// Slot of each connection by its listener and quinn-proto handle.
-    by_handle: HashMap<(u32, ConnectionHandle), u32>,
+    /// Slot of each connection by its listener and quinn-proto handle (ours, not a
+    /// client's: a cheap hash, looked up for every datagram).
+    by_handle: HashMap<(u32, ConnectionHandle), u32, foldhash::fast::RandomState>,
     /// When each connection is due next (its quinn-proto timer), by slot.
     deadlines: Deadlines,
     /// The buffer quinn-proto writes packets into.

@@ -26,6 +26,11 @@ use crate::role::multiplex::proxied::Proxied;
 /// Bytes of a file read into one DATA frame.
 const FILE_PIECE: usize = 64 * 1024;
 
+/// A connection's responses in progress by stream id. The ids are the client's, so the
+/// map is keyed with foldhash's per-map random seed (a cheap hash for a lookup a request
+/// makes several times, not one a client can aim at).
+pub(super) type Streams = std::collections::HashMap<u64, H3Stream, foldhash::fast::RandomState>;
+
 /// A request stream's response.
 pub(super) struct H3Stream {
     pub start: Instant,
