@@ -17,6 +17,13 @@ completed. For system calls the server runs natively and `perf stat -e raw_sysca
 counts its threads while wrk runs. Callgrind counts user space only: the kernel's share (most of
 the CPU time of a new connection) shows in the system calls, not in Ir.
 
+HTTP/3 (`h3_return64_c10m100`) and HTTP/2 over TLS on the same listener and certificate
+(`h2tls_return64_c10m100`): 10 connections of 100 streams in h2load's shape, bench/h3load
+-batch (quic-go, built here) and h2load. Under callgrind their zone runs the epoll engine
+(recvmmsg/sendmmsg for QUIC): valgrind did not bring up the io_uring zone's QUIC listener
+within a minute, and the user-space work of a request, what callgrind counts, is the same on
+both engines. Their system calls are counted on io_uring, as the others'.
+
 Usage: bench/instructions.py --base BIN [--rounds N] [--duration S] [--only WORKLOAD,...]
 Writes bench/results/instructions-<date>.json.
 """
@@ -35,6 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
+import h3  # noqa: E402
 
 BODY = "x" * 64
 
@@ -45,15 +53,32 @@ WORKLOADS = {
     "close64_c50": (False, 50, ["-H", "Connection: close"]),
     "proxy64_c50": (True, 50, []),
     "h2_return64_c10m10": (False, 10, ["h2", 10]),
+    "h3_return64_c10m100": (False, 10, ["h3", 100]),
+    "h2tls_return64_c10m100": (False, 10, ["h2tls", 100]),
 }
+
+# Set by main() for the TLS workloads: the certificate and key, and bench/h3load.
+TLS = {}
+
+
+def tls_workload(extra):
+    return extra[:1] in (["h3"], ["h2tls"])
 
 
 def load(port, conns, secs, extra):
-    """wrk, or h2load for an HTTP/2 workload (h2c prior knowledge); the requests completed."""
-    if extra[:1] != ["h2"]:
+    """wrk, h2load for an HTTP/2 workload (h2c prior knowledge, or over TLS), or h3load
+    -batch for HTTP/3; the requests completed."""
+    if extra[:1] == ["h3"]:
+        r = h3.h3load(TLS["h3load"], f"https://127.0.0.1:{port}/", conns, extra[1], secs,
+                      batch=True)
+        if r.get("failed"):
+            raise RuntimeError(f"h3load: {r['failed']} requests failed")
+        return {"requests": r["succeeded"]}
+    if extra[:1] not in (["h2"], ["h2tls"]):
         return lib.run_wrk(port, "/", conns, secs, extra)
+    scheme = "https" if extra[0] == "h2tls" else "http"
     cmd = ["taskset", "-c", lib.CLIENT_CPU, "h2load", "-c", str(conns), "-m", str(extra[1]),
-           "-t", "1", "-D", str(secs), f"http://127.0.0.1:{port}/"]
+           "-t", "1", "-D", str(secs), f"{scheme}://127.0.0.1:{port}/"]
     out = lib.sh(cmd, timeout=secs + 60).stdout
     m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
     if not m or m.group(1) != m.group(2):
@@ -61,13 +86,17 @@ def load(port, conns, secs, extra):
     return {"requests": int(m.group(2))}
 
 
-def ringx_config(port, upstream=None):
+def ringx_config(port, upstream=None, tls=False, engine="uring"):
+    """One zone; `tls`: the listener serves TLS (h2) and QUIC on TLS["cert"]."""
     loc = (f'proxy_pass = "app"\n  forwarded_headers = false' if upstream
            else f'return = {{ status = 200, body = "{BODY}" }}')
     ups = f'[[upstream]]\nname = "app"\nservers = ["127.0.0.1:{upstream}"]\nkeepalive = 64\n' if upstream else ""
-    return (f'[runtime]\nzones = 1\ncpus = [{lib.SERVER_CPU}]\nengine = "uring"\nlog_level = "warn"\n'
+    sec = (f'tls = {{ cert = "{TLS["cert"]}", key = "{TLS["key"]}" }}\nquic = true\n' if tls
+           else "")
+    return (f'[runtime]\nzones = 1\ncpus = [{lib.SERVER_CPU}]\nengine = "{engine}"\nlog_level = "warn"\n'
             f'[http]\nkeepalive_timeout = "75s"\nkeepalive_requests = 1000000\n{ups}'
-            f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n  [[server.location]]\n  path = "/"\n  {loc}\n')
+            f'[[server]]\nlisten = ["127.0.0.1:{port}"]\n{sec}'
+            f'  [[server.location]]\n  path = "/"\n  {loc}\n')
 
 
 def start_upstream(work):
@@ -107,7 +136,8 @@ def stop_nginx(p):
 def instructions(binary, work, tag, upstream, conns, extra, secs):
     port = lib.free_port()
     conf = os.path.join(work, f"{tag}.toml")
-    open(conf, "w").write(ringx_config(port, upstream))
+    tls = tls_workload(extra)
+    open(conf, "w").write(ringx_config(port, upstream, tls, "epoll" if tls else "uring"))
     out = os.path.join(work, f"cg.{tag}.out")
     for f in glob.glob(out + "*"):
         os.remove(f)
@@ -135,7 +165,7 @@ def instructions(binary, work, tag, upstream, conns, extra, secs):
 def syscalls(binary, work, tag, upstream, conns, extra, secs):
     port = lib.free_port()
     conf = os.path.join(work, f"{tag}-sys.toml")
-    open(conf, "w").write(ringx_config(port, upstream))
+    open(conf, "w").write(ringx_config(port, upstream, tls_workload(extra)))
     p = subprocess.Popen(["taskset", "-c", lib.SERVER_CPU, binary, "serve", "-c", conf],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -170,6 +200,15 @@ def main():
             sys.exit(f"bench/instructions: {tool} missing (apt-get install valgrind linux-perf wrk)")
     work = tempfile.mkdtemp(prefix="ringx-instr-")
     os.chmod(work, 0o755)
+    if any(tls_workload(WORKLOADS[w][2]) for w in wls):
+        TLS.update(cert=os.path.join(work, "ec.pem"), key=os.path.join(work, "ec.key"),
+                   h3load=h3.h3load_binary(work))
+        if not TLS["h3load"]:
+            sys.exit(1)
+        lib.sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                "-nodes", "-keyout", TLS["key"], "-out", TLS["cert"], "-days", "30", "-subj",
+                f"/CN={h3.SNI}", "-addext", f"subjectAltName=DNS:{h3.SNI}"], check=True)
+        os.chmod(TLS["key"], 0o644)
     builds = {"ringx": lib.RINGX, "base": args.base}
     up, up_port = start_upstream(work)
     rows = []
