@@ -180,11 +180,7 @@ def main():
     with open(os.path.join(work, "www", "4k.bin"), "w") as f:
         f.write(BODY4K)
     os.chmod(os.path.join(work, "www", "4k.bin"), 0o644)
-    c, k = os.path.join(work, "ec.pem"), os.path.join(work, "ec.key")
-    lib.sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", k, "-out", c, "-days", "30", "-subj", "/CN=bench.test"],
-           check=True)
-    os.chmod(k, 0o644)
+    c, k = lib.ec_cert(work)
     speed0 = lib.host_speed(3)
     rows = []
     for rnd in range(rounds):

@@ -551,11 +551,7 @@ def main():
     hs_bin = yardstick_binary("handshake") if "64_new" in workloads else None
     tr_bin = yardstick_binary("transfer") if "1m" in workloads else None
     qc_bin = quiche_binary() if "1m" in workloads else None
-    c, k = os.path.join(work, "ec.pem"), os.path.join(work, "ec.key")
-    lib.sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", k, "-out", c, "-days", "30", "-subj", f"/CN={SNI}",
-            "-addext", f"subjectAltName=DNS:{SNI}"], check=True)
-    os.chmod(k, 0o644)
+    c, k = lib.ec_cert(work, SNI)
     speed0 = lib.host_speed(3)
     # A SIGTERM (timeout, CI) unwinds as Ctrl-C does, so the veth pair and namespace go.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench/h3: terminated"))

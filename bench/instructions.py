@@ -201,14 +201,10 @@ def main():
     work = tempfile.mkdtemp(prefix="ringx-instr-")
     os.chmod(work, 0o755)
     if any(tls_workload(WORKLOADS[w][2]) for w in wls):
-        TLS.update(cert=os.path.join(work, "ec.pem"), key=os.path.join(work, "ec.key"),
-                   h3load=h3.h3load_binary(work))
+        TLS["h3load"] = h3.h3load_binary(work)
         if not TLS["h3load"]:
             sys.exit(1)
-        lib.sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                "-nodes", "-keyout", TLS["key"], "-out", TLS["cert"], "-days", "30", "-subj",
-                f"/CN={h3.SNI}", "-addext", f"subjectAltName=DNS:{h3.SNI}"], check=True)
-        os.chmod(TLS["key"], 0o644)
+        TLS["cert"], TLS["key"] = lib.ec_cert(work, h3.SNI)
     builds = {"ringx": lib.RINGX, "base": args.base}
     up, up_port = start_upstream(work)
     rows = []

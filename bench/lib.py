@@ -402,6 +402,17 @@ def core_busy_ns(before, after):
     return (after[0] - before[0]) - (after[1] - before[1]) - (after[2] - before[2])
 
 
+def ec_cert(work, name="bench.test"):
+    """A self-signed ECDSA P-256 certificate for `name` (its CN and subjectAltName) and its
+    key, in `work`, readable by servers that drop privileges; returns (cert, key)."""
+    c, k = os.path.join(work, "ec.pem"), os.path.join(work, "ec.key")
+    sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+        "-nodes", "-keyout", k, "-out", c, "-days", "30", "-subj", f"/CN={name}",
+        "-addext", f"subjectAltName=DNS:{name}"], check=True)
+    os.chmod(k, 0o644)
+    return c, k
+
+
 def build_c(src, out, libs=()):
     """Compiles one C file of the repository (`src`, relative to bench/) with gcc -O2 into
     `out`; returns `out`, or None with gcc's complaint printed."""

@@ -26,9 +26,11 @@ use crate::role::multiplex::proxied::Proxied;
 /// Bytes of a file read into one DATA frame.
 const FILE_PIECE: usize = 64 * 1024;
 
-/// A connection's responses in progress by stream id. The ids are the client's, so the
-/// map is keyed with foldhash's per-map random seed (a cheap hash for a lookup a request
-/// makes several times, not one a client can aim at).
+/// A connection's responses in progress by stream id, keyed with foldhash (a cheap hash for
+/// a lookup a request makes several times). The ids are the client's, and foldhash's
+/// per-map random seed resists collisions only minimally; what bounds a collision attack is
+/// that an entry lives only while its request stream is open, and QUIC lets the client
+/// open at most `quic_max_streams` at once: a lookup probes that many entries at worst.
 pub(super) type Streams = std::collections::HashMap<u64, H3Stream, foldhash::fast::RandomState>;
 
 /// A request stream's response.
